@@ -1,0 +1,38 @@
+"""The one error root. Every error streamrec raises on purpose derives from StreamrecError.
+
+Each subclass docstring says what the operator should do about it.
+"""
+
+from __future__ import annotations
+
+
+class StreamrecError(Exception):
+    """Base of every streamrec error; the CLI maps it to a one-line message and exit code 1."""
+
+
+class ConfigError(StreamrecError):
+    """The configuration is invalid: fix the named setting (flag, STREAMREC_* env var or TOML)."""
+
+
+class ServiceError(StreamrecError):
+    """A local service (broker or Redis) could not start or is unreachable: read the message."""
+
+
+class InvalidEvent(StreamrecError):
+    """An event broke the event contract; it is routed to the dead-letter topic, never raised out."""
+
+
+class DatasetError(StreamrecError):
+    """A dataset file could not be read: check its path and format."""
+
+
+class KafkaDeliveryError(StreamrecError):
+    """Kafka did not acknowledge a record: check the broker is up and the topic exists."""
+
+
+class FeatureStoreError(StreamrecError):
+    """The feature store (Redis) failed: check it is reachable at the configured URL."""
+
+
+class SnapshotError(StreamrecError):
+    """A snapshot could not be written or read: check the snapshot directory and its files."""

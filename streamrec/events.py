@@ -1,0 +1,148 @@
+"""The event contract: one click/behaviour event, its JSON wire form and its validation.
+
+Wire form: a JSON object (orjson) on topic ``streamrec.events``, key = ``user_id``::
+
+    {"event_id": "e-1", "user_id": "42", "item_id": "1001", "category_id": "7",
+     "action": "pv", "ts": 1511658000000, "label": 1}
+
+``label`` is optional: present for explicit feedback (1 positive, 0 negative), absent for
+implicit behaviour. Ids may be strings or integers and are carried as strings. Unknown fields
+are ignored, so producers can add context without breaking older consumers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from streamrec.errors import InvalidEvent
+
+MAX_ID_LENGTH = 128  # ids longer than this are almost surely a producer bug, not an id
+# Epoch-ms below 2000-01-01 means seconds were sent instead of milliseconds.
+MIN_TS_MS = 946_684_800_000
+_REQUIRED = ("event_id", "user_id", "item_id", "category_id", "action", "ts")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One user behaviour at event time ``ts`` (epoch milliseconds)."""
+
+    event_id: str
+    user_id: str
+    item_id: str
+    category_id: str
+    action: str
+    ts: int
+    label: int | None = None
+
+    def to_json(self) -> bytes:
+        """Encode in the wire form (``label`` omitted when absent)."""
+        doc: dict[str, Any] = {
+            "event_id": self.event_id,
+            "user_id": self.user_id,
+            "item_id": self.item_id,
+            "category_id": self.category_id,
+            "action": self.action,
+            "ts": self.ts,
+        }
+        if self.label is not None:
+            doc["label"] = self.label
+        return orjson.dumps(doc)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a record was read: topic, partition, offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record that broke the contract, with the reason, on its way to the DLQ."""
+
+    reason: str
+    raw: bytes | None
+    source: Source
+
+    def to_json(self) -> bytes:
+        """The DLQ payload: reason, source position, and the raw bytes as text."""
+        raw = None if self.raw is None else self.raw.decode("utf-8", errors="replace")
+        return orjson.dumps(
+            {
+                "reason": self.reason,
+                "topic": self.source.topic,
+                "partition": self.source.partition,
+                "offset": self.source.offset,
+                "raw": raw,
+            }
+        )
+
+
+def _id(doc: dict[str, Any], name: str) -> str:
+    value = doc[name]
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise InvalidEvent(f"field {name!r} must be a string or integer, got {type(value).__name__}")
+    text = str(value)
+    if not text or len(text) > MAX_ID_LENGTH:
+        raise InvalidEvent(f"field {name!r} must have 1..{MAX_ID_LENGTH} characters")
+    if not text.isprintable():
+        raise InvalidEvent(f"field {name!r} contains control characters")
+    return text
+
+
+def _ts(doc: dict[str, Any], now_ms: int, max_future_ms: int) -> int:
+    value = doc["ts"]
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidEvent(f"field 'ts' must be integer epoch milliseconds, got {value!r}")
+    if value < MIN_TS_MS:
+        raise InvalidEvent(f"field 'ts'={value} is before 2000-01-01: send epoch milliseconds")
+    if value > now_ms + max_future_ms:
+        raise InvalidEvent(f"field 'ts'={value} is {value - now_ms} ms in the future")
+    return value
+
+
+def _label(doc: dict[str, Any]) -> int | None:
+    value = doc.get("label")
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if value in (0, 1):
+        return int(value)
+    raise InvalidEvent(f"field 'label' must be 0 or 1, got {value!r}")
+
+
+def parse_event(
+    raw: bytes | None, *, now_ms: int, max_future_ms: int, max_bytes: int
+) -> Event:
+    """Decode and validate one wire record; raises :class:`InvalidEvent` with the reason."""
+    if raw is None:
+        raise InvalidEvent("empty record (null value)")
+    if len(raw) > max_bytes:
+        raise InvalidEvent(f"record is {len(raw)} bytes, over the {max_bytes}-byte limit")
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidEvent(f"not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise InvalidEvent(f"expected a JSON object, got {type(doc).__name__}")
+    missing = [name for name in _REQUIRED if name not in doc]
+    if missing:
+        raise InvalidEvent(f"missing field(s): {', '.join(missing)}")
+    return Event(
+        event_id=_id(doc, "event_id"),
+        user_id=_id(doc, "user_id"),
+        item_id=_id(doc, "item_id"),
+        category_id=_id(doc, "category_id"),
+        action=_id(doc, "action"),
+        ts=_ts(doc, now_ms, max_future_ms),
+        label=_label(doc),
+    )
