@@ -91,9 +91,10 @@ class ModelConfig(BaseModel):
     model_config = _SECTION
 
     embedding_dim: int = Field(16, ge=1, description="STREAMREC_MODEL__EMBEDDING_DIM")
-    # Ids are hashed into fixed tables so a stream of new ids needs no vocabulary rebuild;
-    # 2^20 item buckets keep collisions rare up to a few hundred thousand live items.
-    item_buckets: int = Field(2**20, ge=2, description="STREAMREC_MODEL__ITEM_BUCKETS")
+    # Ids are hashed into fixed tables so a stream of new ids needs no vocabulary rebuild.
+    # 2^18 buckets: under 10% of items share a bucket up to ~25k live items, and a snapshot
+    # (weights + Adam moments) stays about 50 MB at D=16; raise it for large catalogues.
+    item_buckets: int = Field(2**18, ge=2, description="STREAMREC_MODEL__ITEM_BUCKETS")
     category_buckets: int = Field(2**14, ge=2, description="STREAMREC_MODEL__CATEGORY_BUCKETS")
     sequence_length: int = Field(50, ge=1, description="STREAMREC_MODEL__SEQUENCE_LENGTH")
     attention_units: tuple[int, ...] = Field((64, 32), description="STREAMREC_MODEL__ATTENTION_UNITS")

@@ -21,8 +21,9 @@ import orjson
 from streamrec.errors import InvalidEvent
 
 MAX_ID_LENGTH = 128  # ids longer than this are almost surely a producer bug, not an id
-# Epoch-ms below 2000-01-01 means seconds were sent instead of milliseconds.
-MIN_TS_MS = 946_684_800_000
+# Epoch-ms below 1e11 (March 1973) means seconds were sent: seconds stay below 1e11 until
+# the year 5138, while every real millisecond time since 1973 is above it.
+MIN_TS_MS = 100_000_000_000
 _REQUIRED = ("event_id", "user_id", "item_id", "category_id", "action", "ts")
 
 
@@ -103,7 +104,7 @@ def _ts(doc: dict[str, Any], now_ms: int, max_future_ms: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidEvent(f"field 'ts' must be integer epoch milliseconds, got {value!r}")
     if value < MIN_TS_MS:
-        raise InvalidEvent(f"field 'ts'={value} is before 2000-01-01: send epoch milliseconds")
+        raise InvalidEvent(f"field 'ts'={value} looks like seconds: send epoch milliseconds")
     if value > now_ms + max_future_ms:
         raise InvalidEvent(f"field 'ts'={value} is {value - now_ms} ms in the future")
     return value

@@ -1,0 +1,99 @@
+"""Pure batch logic: records in, sequences updated, samples and dead letters out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from streamrec.config import ConsumerConfig
+from streamrec.consumers.negatives import WindowNegativeSampler
+from streamrec.consumers.types import KafkaMessage
+from streamrec.errors import InvalidEvent
+from streamrec.events import DeadLetter, Event, Source, parse_event
+from streamrec.featurestore.base import Behaviour, FeatureStore
+from streamrec.samples import Sample
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one batch of records produced."""
+
+    events: int
+    samples: list[Sample] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+
+
+def _source(msg: KafkaMessage) -> Source:
+    return Source(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+
+
+class SampleBuilder:
+    """Turns a batch of event records into sequence updates, samples and dead letters.
+
+    Label rule: an event with ``label`` is an explicit sample with that label (no sampling);
+    an unlabelled event whose action is in ``positive_actions`` is a positive plus
+    ``negatives`` sampled negatives; other events only extend the sequence.
+    """
+
+    def __init__(
+        self, cfg: ConsumerConfig, store: FeatureStore, sampler: WindowNegativeSampler | None = None
+    ) -> None:
+        self._cfg = cfg
+        self._store = store
+        self._positive = frozenset(cfg.positive_actions)
+        self.sampler = sampler or WindowNegativeSampler(
+            cfg.negative_window_ms, cfg.negative_pool_size, cfg.seed
+        )
+
+    def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> tuple[list[Event], list[DeadLetter]]:
+        """Split records into valid events and dead letters (with reasons)."""
+        events: list[Event] = []
+        dead: list[DeadLetter] = []
+        for msg in records:
+            try:
+                events.append(
+                    parse_event(
+                        msg.value(),
+                        now_ms=now_ms,
+                        max_future_ms=self._cfg.max_future_ms,
+                        max_bytes=self._cfg.max_event_bytes,
+                    )
+                )
+            except InvalidEvent as exc:
+                dead.append(DeadLetter(str(exc), msg.value(), _source(msg)))
+        return events, dead
+
+    def is_labelled(self, event: Event) -> bool:
+        """Whether the event yields training samples."""
+        return event.label is not None or event.action in self._positive
+
+    def process(self, records: Sequence[KafkaMessage], now_ms: int | None = None) -> BatchResult:
+        """Process one batch: update the store once, then build samples in record order."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        events, dead = self.parse(records, now_ms)
+        labelled = [e for e in events if self.is_labelled(e)]
+        histories = iter(self._store.update(events, labelled))
+        samples: list[Sample] = []
+        for event in events:
+            self.sampler.observe(event.ts, event.item_id, event.category_id)
+            if self.is_labelled(event):
+                samples.extend(self._samples(event, next(histories)))
+        return BatchResult(len(events), samples, dead)
+
+    def _samples(self, event: Event, history: list[Behaviour]) -> list[Sample]:
+        items = tuple(b.item_id for b in history)
+        categories = tuple(b.category_id for b in history)
+
+        def sample(sample_id: str, item: str, category: str, label: int) -> Sample:
+            return Sample(sample_id, event.user_id, event.ts, item, category, label, items, categories)
+
+        if event.label is not None:
+            return [sample(event.event_id, event.item_id, event.category_id, event.label)]
+        out = [sample(event.event_id, event.item_id, event.category_id, 1)]
+        negatives = self.sampler.draw(
+            self._cfg.negatives, exclude={event.item_id, *items}, key=event.event_id
+        )
+        for k, (item, category) in enumerate(negatives):
+            out.append(sample(f"{event.event_id}~n{k}", item, category, 0))
+        return out

@@ -1,0 +1,160 @@
+"""The native consumer runner: confluent-kafka batches, one Kafka transaction per batch.
+
+Per batch: the Redis update (idempotent) first, then one transaction that holds the samples,
+the dead letters and the consumed offsets. A crash anywhere before the commit leaves the
+offsets where they were; the batch is redone, Redis ignores the events it already holds, and
+the aborted samples are never seen by ``read_committed`` readers: exactly-once samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from streamrec.config import StreamrecConfig
+from streamrec.consumers.processor import BatchResult, SampleBuilder
+from streamrec.errors import KafkaDeliveryError
+from streamrec.featurestore.base import FeatureStore
+from streamrec.featurestore.redis_store import RedisFeatureStore
+from streamrec.kafka import make_consumer, make_producer
+
+logger = logging.getLogger(__name__)
+
+# Transactions must finish well inside the broker's transaction timeout (60 s by default).
+_TXN_TIMEOUT_S = 30.0
+
+
+@dataclass
+class ConsumerStats:
+    """Running totals of one runner."""
+
+    batches: int = 0
+    events: int = 0
+    samples: int = 0
+    dead: int = 0
+    retries: int = 0
+
+
+class ConsumerRunner:
+    """Consumes ``events_topic`` and produces ``samples_topic`` and ``dlq_topic``."""
+
+    def __init__(self, cfg: StreamrecConfig, store: FeatureStore | None = None) -> None:
+        self._cfg = cfg
+        self._store = store or RedisFeatureStore(cfg.redis, cfg.consumer.sequence_length)
+        self.builder = SampleBuilder(cfg.consumer, self._store)
+        self.stats = ConsumerStats()
+        self._assigned = False
+        self._consumer: Consumer = make_consumer(cfg.kafka, cfg.consumer.group_id)
+        self._producer: Producer = make_producer(
+            cfg.kafka, **{"transactional.id": f"{cfg.consumer.group_id}-{uuid.uuid4().hex}"}
+        )
+
+    def run(self, stop: threading.Event | None = None) -> ConsumerStats:
+        """Process batches until ``stop`` is set or ``idle_exit_s`` passes without events."""
+        stop = stop or threading.Event()
+        ccfg = self._cfg.consumer
+        try:
+            self._producer.init_transactions(_TXN_TIMEOUT_S)
+            self._consumer.subscribe([self._cfg.kafka.events_topic], on_assign=self._on_assign)
+            last_event = time.monotonic()
+            while not stop.is_set():
+                records = self._poll(ccfg.batch_size, ccfg.batch_timeout_s)
+                if records or not self._assigned:  # idleness counts from the group join
+                    if records:
+                        self._handle(records)
+                    last_event = time.monotonic()
+                elif ccfg.idle_exit_s is not None and time.monotonic() - last_event > ccfg.idle_exit_s:
+                    logger.info("idle for %.1fs, stopping", ccfg.idle_exit_s)
+                    break
+        finally:
+            self._consumer.close()
+        logger.info(
+            "consumer stopped batches=%d events=%d samples=%d dead=%d retries=%d",
+            self.stats.batches, self.stats.events, self.stats.samples, self.stats.dead,
+            self.stats.retries,
+        )
+        return self.stats
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._assigned = True
+        logger.info("assigned partitions=%s", [f"{p.topic}[{p.partition}]" for p in partitions])
+
+    def _poll(self, size: int, timeout_s: float) -> list[Message]:
+        records = []
+        for msg in self._consumer.consume(size, timeout_s):
+            err = msg.error()
+            if err is None:
+                records.append(msg)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                if err.fatal():
+                    raise KafkaDeliveryError(f"consumer failed: {err.str()}")
+                logger.warning("consumer error=%s", err.str())
+        return records
+
+    def _handle(self, records: Sequence[Message]) -> None:
+        result = self.builder.process(records)
+        try:
+            self._commit(records, result)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not err.txn_requires_abort():
+                raise KafkaDeliveryError(f"transaction failed: {err.str()}") from exc
+            logger.warning("transaction aborted, redoing batch error=%s", err.str())
+            self._producer.abort_transaction(_TXN_TIMEOUT_S)
+            self._rewind(records)
+            self.stats.retries += 1
+            return
+        self.stats.batches += 1
+        self.stats.events += result.events
+        self.stats.samples += len(result.samples)
+        self.stats.dead += len(result.dead)
+        for letter in result.dead:
+            logger.warning(
+                "dead letter %s[%d] offset=%d reason=%r",
+                letter.source.topic, letter.source.partition, letter.source.offset, letter.reason,
+            )
+
+    def _commit(self, records: Sequence[Message], result: BatchResult) -> None:
+        kcfg = self._cfg.kafka
+        self._producer.begin_transaction()
+        for sample in result.samples:
+            self._produce(kcfg.samples_topic, sample.user_id.encode(), sample.to_json())
+        for letter in result.dead:
+            self._produce(kcfg.dlq_topic, None, letter.to_json(), {"reason": letter.reason})
+        self._producer.send_offsets_to_transaction(
+            _next_offsets(records), self._consumer.consumer_group_metadata(), _TXN_TIMEOUT_S
+        )
+        self._producer.commit_transaction(_TXN_TIMEOUT_S)
+
+    def _produce(
+        self, topic: str, key: bytes | None, value: bytes, headers: dict[str, str] | None = None
+    ) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, key=key, value=value, headers=headers)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def _rewind(self, records: Sequence[Message]) -> None:
+        first: dict[tuple[str, int], int] = {}
+        for msg in records:
+            tp = (msg.topic(), msg.partition())
+            first[tp] = min(first.get(tp, msg.offset()), msg.offset())
+        for (topic, partition), offset in first.items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))
+
+
+def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:
+    """The offsets to commit: one past the last record of each partition."""
+    last: dict[tuple[str, int], int] = {}
+    for msg in records:
+        tp = (msg.topic(), msg.partition())
+        last[tp] = max(last.get(tp, -1), msg.offset())
+    return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]

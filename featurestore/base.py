@@ -1,0 +1,63 @@
+"""The feature-store protocol and the behaviour value it holds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from streamrec.events import Event
+
+SEP = "\t"  # ids are printable (the contract forbids tabs), so a tab cannot occur inside one
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    """One entry of a user's sequence."""
+
+    ts: int
+    event_id: str
+    item_id: str
+    category_id: str
+    action: str
+
+    @classmethod
+    def of(cls, event: Event) -> Behaviour:
+        """The behaviour an event adds to its user's sequence."""
+        return cls(event.ts, event.event_id, event.item_id, event.category_id, event.action)
+
+    def member(self) -> str:
+        """Stable encoding; event id first, so equal-time entries order by event id."""
+        return SEP.join((self.event_id, self.item_id, self.category_id, self.action))
+
+    @classmethod
+    def from_member(cls, member: str, ts: int) -> Behaviour:
+        """Inverse of :meth:`member`."""
+        event_id, item_id, category_id, action = member.split(SEP)
+        return cls(ts, event_id, item_id, category_id, action)
+
+    def sort_key(self) -> tuple[int, str]:
+        """Sequence order: event time, then the encoded member (Redis sorted-set order)."""
+        return self.ts, self.member()
+
+
+class FeatureStore(Protocol):
+    """Event-time-ordered, length-capped behaviour sequences per user.
+
+    Appending is idempotent (an event id is stored once), so a redelivered batch leaves the
+    store as it was, and the histories it returns are the same again.
+    """
+
+    length: int
+
+    def update(self, events: Sequence[Event], before: Sequence[Event]) -> list[list[Behaviour]]:
+        """Append ``events``; then, for each event in ``before``, return its user's history.
+
+        A history holds the latest ``length`` behaviours strictly earlier than that event's
+        ``ts``, oldest first: the point-in-time view a training sample may see.
+        """
+        ...
+
+    def sequence(self, user_id: str) -> list[Behaviour]:
+        """The user's stored sequence, oldest first."""
+        ...

@@ -1,0 +1,1 @@
+"""The micro-batch DIN learner: hashing, batches, the model, metrics."""

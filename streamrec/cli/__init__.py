@@ -1,0 +1,30 @@
+"""The ``streamrec`` command: one group, one module per subcommand group."""
+
+from __future__ import annotations
+
+import warnings
+
+import typer
+
+from streamrec.cli import consumers, learner, services, snapshot
+from streamrec.cli.demo import demo
+from streamrec.cli.produce import produce
+
+app = typer.Typer(
+    help="streamrec: real-time incremental recommendation learning on Kafka, Redis and Paddle.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.command("produce")(produce)
+app.command("demo")(demo)
+app.add_typer(consumers.app, name="consumers")
+app.add_typer(learner.app, name="learner")
+app.add_typer(snapshot.app, name="snapshot")
+services.register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    # Paddle warns at import that ccache is missing; it only matters for building extensions.
+    warnings.filterwarnings("ignore", message="No ccache found")
+    app()

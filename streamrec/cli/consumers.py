@@ -1,0 +1,31 @@
+"""``streamrec consumers run``: the event consumer process."""
+
+from __future__ import annotations
+
+import typer
+
+from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
+from streamrec.consumers.runner import ConsumerRunner
+
+app = typer.Typer(help="Window events into Redis sequences and emit training samples.", no_args_is_help=True)
+
+
+@app.command("run")
+def run(
+    bootstrap_servers: str | None = typer.Option(None, help="Kafka bootstrap servers"),
+    redis_url: str | None = typer.Option(None, help="Redis URL of the feature store"),
+    group_id: str | None = typer.Option(None, help="Consumer group"),
+    negatives: int | None = typer.Option(None, help="Sampled negatives per implicit positive"),
+    idle_exit: float | None = typer.Option(None, help="Stop after this many seconds without events"),
+) -> None:
+    """Consume events until interrupted (or idle for --idle-exit seconds)."""
+    with cli_errors():
+        cfg = build_config(
+            kafka={"bootstrap_servers": bootstrap_servers},
+            redis={"url": redis_url},
+            consumer={"group_id": group_id, "negatives": negatives, "idle_exit_s": idle_exit},
+        )
+        stats = ConsumerRunner(cfg).run(stop_on_signals())
+        console.print(
+            f"consumed {stats.events} events: {stats.samples} samples, {stats.dead} dead letters"
+        )

@@ -1,0 +1,59 @@
+"""``streamrec learner run``: the micro-batch DIN learner process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
+from streamrec.learner.runner import LearnerRunner, MicroBatchReport
+
+app = typer.Typer(help="Train DIN incrementally on the samples stream.", no_args_is_help=True)
+
+
+def print_report(report: MicroBatchReport) -> None:
+    """One line per micro-batch: progressive metrics, scored before training."""
+    m = report.metrics
+    console.print(
+        f"micro-batch {report.index:>4}  samples {m.samples:>6}  AUC {m.auc:.4f}  "
+        f"GAUC {m.gauc:.4f}  known-target AUC {m.known_auc:.4f} (n={m.known_samples})  "
+        f"logloss {m.logloss:.4f}  trained in {report.train_seconds:.2f}s",
+        highlight=False,
+    )
+
+
+@app.command("run")
+def run(
+    interval: float | None = typer.Option(None, help="Seconds per micro-batch (default 180)"),
+    max_batch: int | None = typer.Option(None, help="Cap on samples per micro-batch"),
+    snapshot_dir: Path | None = typer.Option(None, help="Where snapshots are written"),
+    snapshot_every: int | None = typer.Option(None, help="Snapshot after this many micro-batches"),
+    stop_when_idle: float | None = typer.Option(
+        None, help="Stop (after a final snapshot) when no sample arrives for this many seconds"
+    ),
+    device: str | None = typer.Option(None, help="auto, cpu or gpu[:N]"),
+    bootstrap_servers: str | None = typer.Option(None, help="Kafka bootstrap servers"),
+) -> None:
+    """Score then train each micro-batch; snapshot every N micro-batches and on request."""
+    with cli_errors():
+        cfg = build_config(
+            kafka={"bootstrap_servers": bootstrap_servers},
+            model={"device": device},
+            learner={
+                "interval_s": interval,
+                "max_batch_samples": max_batch,
+                "snapshot_dir": snapshot_dir,
+                "snapshot_every": snapshot_every,
+                "idle_exit_s": stop_when_idle,
+            },
+        )
+        runner = LearnerRunner(
+            cfg,
+            on_report=print_report,
+            on_snapshot=lambda m: console.print(
+                f"snapshot v{m.version:06d} written: {runner.snapshots.path(m.version)}"
+            ),
+        )
+        state = runner.run(stop_on_signals())
+        console.print(f"trained {state.micro_batches} micro-batches, {state.samples_trained} samples")

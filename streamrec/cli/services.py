@@ -1,0 +1,113 @@
+"""``streamrec up | down | status``: the local broker and Redis for development."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from streamrec import logs, services
+from streamrec.config import ServicesConfig, load_config
+from streamrec.errors import StreamrecError
+
+_out = Console()
+_err = Console(stderr=True)
+
+Host = Annotated[
+    str | None, typer.Option("--host", help="Listen address [STREAMREC_SERVICES__HOST]")
+]
+KafkaPort = Annotated[
+    int | None, typer.Option("--kafka-port", help="Broker port [STREAMREC_SERVICES__KAFKA_PORT]")
+]
+RedisPort = Annotated[
+    int | None, typer.Option("--redis-port", help="Redis port [STREAMREC_SERVICES__REDIS_PORT]")
+]
+StateDir = Annotated[
+    Path | None,
+    typer.Option("--state-dir", help="Pid and log files [STREAMREC_SERVICES__STATE_DIR]"),
+]
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """A StreamrecError becomes one red line on stderr and exit status 1."""
+    try:
+        yield
+    except StreamrecError as exc:
+        first, *rest = str(exc).splitlines() or [""]
+        _err.print(f"[red]error:[/red] {escape(first)}", highlight=False, soft_wrap=True)
+        for line in rest:  # a log tail, when a service failed to start
+            _err.print(escape(line), highlight=False, soft_wrap=True, style="dim")
+        raise typer.Exit(1) from None
+
+
+def _config(
+    host: str | None, kafka_port: int | None, redis_port: int | None, state_dir: Path | None
+) -> ServicesConfig:
+    given = {
+        "host": host,
+        "kafka_port": kafka_port,
+        "redis_port": redis_port,
+        "state_dir": state_dir,
+    }
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    cfg = load_config(services=overrides) if overrides else load_config()
+    logs.configure(cfg.log_level)
+    return cfg.services
+
+
+def _table(rows: Sequence[services.ServiceStatus]) -> Table:
+    table = Table("service", "address", "pid", "state")
+    colour = {"started": "green", "running": "green", "stopped": "dim"}
+    for row in rows:
+        state = f"[{colour.get(row.state, 'yellow')}]{row.state}[/]"
+        table.add_row(row.name, row.address, "-" if row.pid is None else str(row.pid), state)
+    return table
+
+
+def up(
+    host: Host = None,
+    kafka_port: KafkaPort = None,
+    redis_port: RedisPort = None,
+    state_dir: StateDir = None,
+) -> None:
+    """Start the local Kafka broker and Redis in the background (no data survives a stop)."""
+    with _errors():
+        _out.print(_table(services.up(_config(host, kafka_port, redis_port, state_dir))))
+
+
+def down(
+    host: Host = None,
+    kafka_port: KafkaPort = None,
+    redis_port: RedisPort = None,
+    state_dir: StateDir = None,
+) -> None:
+    """Stop the services that ``streamrec up`` started."""
+    with _errors():
+        cfg = _config(host, kafka_port, redis_port, state_dir)
+        services.down(cfg)
+        _out.print(_table(services.status(cfg)))
+
+
+def status(
+    host: Host = None,
+    kafka_port: KafkaPort = None,
+    redis_port: RedisPort = None,
+    state_dir: StateDir = None,
+) -> None:
+    """Show whether the local Kafka broker and Redis are running."""
+    with _errors():
+        _out.print(_table(services.status(_config(host, kafka_port, redis_port, state_dir))))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``up``, ``down`` and ``status`` to the CLI root."""
+    app.command("up")(up)
+    app.command("down")(down)
+    app.command("status")(status)

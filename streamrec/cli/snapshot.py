@@ -1,0 +1,64 @@
+"""``streamrec snapshot create|list``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from streamrec.cli.common import build_config, cli_errors, console
+from streamrec.errors import SnapshotError
+from streamrec.learner.snapshot import SnapshotStore
+
+app = typer.Typer(help="Create and list versioned model snapshots.", no_args_is_help=True)
+
+
+def _store(snapshot_dir: Path | None) -> SnapshotStore:
+    return SnapshotStore(build_config(learner={"snapshot_dir": snapshot_dir}).learner.snapshot_dir)
+
+
+@app.command("create")
+def create(
+    snapshot_dir: Path | None = typer.Option(None, help="The learner's snapshot directory"),
+    timeout: float = typer.Option(60.0, help="Seconds to wait for the running learner"),
+) -> None:
+    """Ask the running learner for a snapshot now and wait until it is written."""
+    with cli_errors():
+        store = _store(snapshot_dir)
+        request_id = store.request()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            manifest = store.find_request(request_id)
+            if manifest is not None:
+                console.print(f"snapshot v{manifest.version:06d} written: {store.path(manifest.version)}")
+                return
+            time.sleep(0.2)
+        store.done(request_id)
+        raise SnapshotError(
+            f"no learner answered within {timeout:.0f}s: is `streamrec learner run` running "
+            f"with snapshot dir {store.root}?"
+        )
+
+
+def _fmt(value: object) -> str:
+    return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+@app.command("list")
+def list_(snapshot_dir: Path | None = typer.Option(None, help="The snapshot directory")) -> None:
+    """List snapshots, oldest first."""
+    with cli_errors():
+        store = _store(snapshot_dir)
+        table = Table("version", "created (UTC)", "micro-batches", "samples", "AUC", "GAUC", "offsets")
+        for m in store.manifests():
+            offsets = " ".join(f"{o.partition}:{o.offset}" for o in m.offsets)
+            table.add_row(
+                f"v{m.version:06d}", m.created_at, str(m.micro_batches), str(m.samples_trained),
+                _fmt(m.metrics.get("auc")), _fmt(m.metrics.get("gauc")), offsets,
+            )
+        if table.row_count == 0:
+            console.print(f"no snapshots in {store.root}")
+        else:
+            console.print(table)

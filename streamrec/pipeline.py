@@ -1,0 +1,86 @@
+"""The whole flow in one process: publish -> consumers -> learner, for demos and backtests.
+
+In production the three run as separate processes (``streamrec produce``, ``streamrec
+consumers run``, ``streamrec learner run``); here the consumer runs in a thread beside the
+learner, both stopping once the stream has been idle for a while.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from streamrec.config import StreamrecConfig
+from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
+from streamrec.events import Event
+from streamrec.learner.runner import LearnerRunner, LearnerState, MicroBatchReport
+from streamrec.learner.snapshot import SnapshotManifest
+from streamrec.producer import publish
+from streamrec.services import create_topics
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """What a pipeline run did."""
+
+    published: int
+    consumer: ConsumerStats
+    learner: LearnerState
+    snapshots: list[SnapshotManifest]
+
+
+def ensure_topics(cfg: StreamrecConfig) -> None:
+    """Create the events, DLQ and samples topics if they do not exist."""
+    k = cfg.kafka
+    create_topics(
+        k.bootstrap_servers, {k.events_topic: k.partitions, k.dlq_topic: 1, k.samples_topic: k.partitions}
+    )
+
+
+def run_pipeline(
+    cfg: StreamrecConfig,
+    events: Sequence[Event],
+    *,
+    on_report: Callable[[MicroBatchReport], None] | None = None,
+    on_snapshot: Callable[[SnapshotManifest], None] | None = None,
+    stop: threading.Event | None = None,
+) -> PipelineResult:
+    """Publish ``events``, then consume and learn until the stream is idle (or ``stop``)."""
+    stop = stop or threading.Event()
+    ensure_topics(cfg)
+    published = publish(events, cfg.kafka)
+    consumer = ConsumerRunner(cfg)
+    failure: list[BaseException] = []
+    consumer_done = threading.Event()
+
+    def consume() -> None:
+        try:
+            consumer.run(stop)
+        except BaseException as exc:  # re-raised in the caller's thread below
+            failure.append(exc)
+            stop.set()
+        finally:
+            consumer_done.set()
+
+    thread = threading.Thread(target=consume, name="streamrec-consumer", daemon=True)
+    snapshots: list[SnapshotManifest] = []
+
+    def snapshot_written(manifest: SnapshotManifest) -> None:
+        snapshots.append(manifest)
+        if on_snapshot is not None:
+            on_snapshot(manifest)
+
+    learner = LearnerRunner(cfg, on_report=on_report, on_snapshot=snapshot_written)
+    thread.start()
+    try:
+        state = learner.run(stop, upstream_done=consumer_done)
+    finally:
+        stop.set()
+        thread.join()
+    if failure:
+        raise failure[0]
+    return PipelineResult(published, consumer.stats, state, snapshots)

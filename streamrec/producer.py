@@ -1,0 +1,111 @@
+"""Publishing events: :class:`EventProducer` for applications, :func:`publish` for datasets."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from types import TracebackType
+
+from confluent_kafka import KafkaError, KafkaException, Message
+
+from streamrec.config import KafkaConfig
+from streamrec.errors import KafkaDeliveryError
+from streamrec.events import Event
+from streamrec.kafka import make_producer
+
+logger = logging.getLogger(__name__)
+
+
+class EventProducer:
+    """Sends contract events to the events topic, keyed by user, with delivery reports checked.
+
+    Use as a context manager; leaving it flushes and raises :class:`KafkaDeliveryError` if any
+    event was not acknowledged::
+
+        with EventProducer(cfg) as producer:
+            producer.send(Event("e-1", "42", "1001", "7", "click", now_ms))
+    """
+
+    def __init__(self, cfg: KafkaConfig) -> None:
+        self._cfg = cfg
+        self._producer = make_producer(cfg)
+        self.delivered = 0
+        self._failures: list[str] = []
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            self.delivered += 1
+        elif len(self._failures) < 10:  # keep a sample of reasons, not every one
+            self._failures.append(f"{msg.topic()}: {err.str()}")
+        else:
+            self._failures.append("")
+
+    def send(self, event: Event) -> None:
+        """Queue one event; blocks briefly when the local queue is full."""
+        self.send_raw(event.user_id.encode(), event.to_json())
+
+    def send_raw(self, key: bytes | None, value: bytes) -> None:
+        """Queue raw bytes on the events topic (for bridges that already hold the wire form)."""
+        while True:
+            try:
+                self._producer.produce(
+                    self._cfg.events_topic, key=key, value=value, on_delivery=self._on_delivery
+                )
+                break
+            except BufferError:
+                self._producer.poll(0.05)  # queue full: serve delivery reports, then retry
+            except KafkaException as exc:
+                raise KafkaDeliveryError(f"cannot produce to {self._cfg.events_topic}: {exc}") from exc
+        self._producer.poll(0)
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait for every queued event; raise if any was not acknowledged."""
+        left = self._producer.flush(timeout_s)
+        if left:
+            raise KafkaDeliveryError(
+                f"{left} event(s) still unacknowledged after {timeout_s}s: is the broker at "
+                f"{self._cfg.bootstrap_servers} up?"
+            )
+        if self._failures:
+            reasons = "; ".join(sorted({f for f in self._failures if f}))
+            count = len(self._failures)
+            self._failures = []
+            raise KafkaDeliveryError(f"{count} event(s) not delivered: {reasons}")
+
+    def __enter__(self) -> EventProducer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.flush()
+        else:
+            self._producer.flush(5.0)
+
+
+def publish(
+    events: Iterable[Event],
+    cfg: KafkaConfig,
+    *,
+    rate: float = 0.0,
+    on_progress: Callable[[int], None] | None = None,
+) -> int:
+    """Publish ``events`` in order at ``rate`` events/s (0 = as fast as possible); return count."""
+    sent = 0
+    start = time.monotonic()
+    with EventProducer(cfg) as producer:
+        for event in events:
+            if rate > 0:
+                ahead = sent / rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+            producer.send(event)
+            sent += 1
+            if on_progress is not None and sent % 1000 == 0:
+                on_progress(1000)
+        if on_progress is not None:
+            on_progress(sent % 1000)
+    logger.info("published events=%d topic=%s seconds=%.3f", sent, cfg.events_topic, time.monotonic() - start)
+    return sent

@@ -1,0 +1,130 @@
+"""Integration fixtures: one real broker and Redis per session on free ports, unique names per test.
+
+The whole tier is skipped, with the reason, when the broker or Redis binary is missing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from streamrec.config import KafkaConfig, RedisConfig
+from streamrec.errors import ServiceError
+from streamrec.launch import broker_binary, redis_binary
+from streamrec.services import LocalServices, create_topics, local_services
+
+_HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test in this directory ``integration`` (select with ``-m integration``)."""
+    for item in items:
+        if _HERE in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def service_binaries() -> tuple[str, str]:
+    """Paths of the broker and redis-server binaries; skips the test when either is missing."""
+    try:
+        return broker_binary(), redis_binary()
+    except ServiceError as exc:
+        pytest.skip(f"integration tier needs the local broker and Redis binaries: {exc}")
+
+
+@pytest.fixture(scope="session")
+def services(service_binaries: tuple[str, str]) -> Iterator[LocalServices]:
+    """A Tansu broker and a redis-server on free ports, shared by the session."""
+    with local_services() as running:
+        yield running
+
+
+@pytest.fixture
+def bootstrap_servers(services: LocalServices) -> str:
+    """``host:port`` of the session broker."""
+    return services.bootstrap_servers
+
+
+@pytest.fixture
+def redis_url(services: LocalServices) -> str:
+    """URL of database 0 of the session Redis."""
+    return services.redis_url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client on an empty database, emptied again in teardown."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def unique_name() -> str:
+    """A fresh suffix for topic, group and key names, so tests never see each other's data."""
+    return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def kafka_config(bootstrap_servers: str, unique_name: str) -> KafkaConfig:
+    """A KafkaConfig on the session broker with this test's own, already created topics."""
+    cfg = KafkaConfig(
+        bootstrap_servers=bootstrap_servers,
+        events_topic=f"events-{unique_name}",
+        dlq_topic=f"events-dlq-{unique_name}",
+        samples_topic=f"samples-{unique_name}",
+        partitions=3,
+        session_timeout_ms=6000,
+    )
+    topics = (cfg.events_topic, cfg.dlq_topic, cfg.samples_topic)
+    create_topics(bootstrap_servers, dict.fromkeys(topics, cfg.partitions))
+    return cfg
+
+
+@pytest.fixture
+def redis_config(redis_url: str, redis_client: redis.Redis, unique_name: str) -> RedisConfig:
+    """A RedisConfig on the session Redis with a unique key prefix; the db is emptied after."""
+    return RedisConfig(url=redis_url, key_prefix=f"t{unique_name}")
+
+
+def read_committed(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> list[Message]:
+    """Every committed record of ``topic``, read by partition assignment (no group join)."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": "unused",  # required by librdkafka; assign() never joins it
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+    })
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
+        parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions]
+        consumer.assign(parts)
+        out: list[Message] = []
+        at_end: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(at_end) < len(parts) and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.2):
+                err = msg.error()
+                if err is None:
+                    out.append(msg)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+        assert len(at_end) == len(parts), f"{topic}: did not reach the end in {timeout_s}s"
+        return out
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def topic_reader(bootstrap_servers: str) -> Callable[[str], list[Message]]:
+    """``read(topic)``: all committed records of a topic on the session broker."""
+    return lambda topic: read_committed(bootstrap_servers, topic)

@@ -1,0 +1,63 @@
+"""One feature-store contract, run on Redis and on the in-memory store."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from streamrec.config import RedisConfig
+from streamrec.events import Event
+from streamrec.featurestore import FeatureStore, MemoryFeatureStore, RedisFeatureStore
+
+T0 = 1_511_658_000_000
+
+
+@pytest.fixture(params=["redis", "memory"])
+def store(request: pytest.FixtureRequest) -> FeatureStore:
+    if request.param == "memory":
+        return MemoryFeatureStore(length=3)
+    cfg: RedisConfig = request.getfixturevalue("redis_config")
+    return RedisFeatureStore(cfg, length=3)
+
+
+def ev(i: int, user: str = "u", ts: int | None = None) -> Event:
+    return Event(f"e{i:03d}", user, f"i{i}", f"c{i % 2}", "pv", T0 + (i if ts is None else ts) * 1000)
+
+
+def test_history_is_strictly_earlier_latest_first_capped(store: FeatureStore) -> None:
+    events = [ev(i) for i in range(6)]
+    histories = store.update(events, [events[0], events[2], events[5]])
+    assert histories[0] == []
+    assert [b.item_id for b in histories[1]] == ["i0", "i1"]
+    assert [b.item_id for b in histories[2]] == ["i2", "i3", "i4"]
+    assert [b.event_id for b in store.sequence("u")] == ["e003", "e004", "e005"]
+
+
+def test_equal_times_are_excluded_and_ordered_by_event_id(store: FeatureStore) -> None:
+    events = [ev(2, ts=5), ev(1, ts=5), ev(0, ts=4)]
+    (history,) = store.update(events, [events[0]])
+    assert [b.event_id for b in history] == ["e000"]
+    assert [b.event_id for b in store.sequence("u")] == ["e000", "e001", "e002"]
+
+
+def test_append_is_idempotent_and_late_events_land_in_time_order(store: FeatureStore) -> None:
+    store.update([ev(1), ev(3)], [])
+    store.update([ev(1), ev(3), ev(2)], [])
+    seq = store.sequence("u")
+    assert [b.event_id for b in seq] == ["e001", "e002", "e003"]
+    assert seq[0].category_id == "c1" and seq[0].action == "pv" and seq[0].ts == T0 + 1000
+
+
+def test_users_are_independent(store: FeatureStore) -> None:
+    store.update([ev(1, "a"), ev(2, "b")], [])
+    assert [b.item_id for b in store.sequence("a")] == ["i1"]
+    assert [b.item_id for b in store.sequence("b")] == ["i2"]
+    assert store.sequence("nobody") == []
+
+
+def test_redis_keys_are_hash_tagged_and_expire(redis_config: RedisConfig, redis_client: redis.Redis) -> None:
+    store = RedisFeatureStore(redis_config, length=3)
+    store.update([ev(1, "42")], [])
+    key = store.key("42")
+    assert key == f"{redis_config.key_prefix}:seq:{{42}}"
+    assert 0 < redis_client.pttl(key) <= redis_config.ttl_s * 1000

@@ -1,0 +1,93 @@
+"""SampleBuilder: labels, point-in-time histories, dead letters; on the in-memory store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streamrec.config import ConsumerConfig
+from streamrec.consumers.processor import SampleBuilder
+from streamrec.events import Event
+from streamrec.featurestore.memory import MemoryFeatureStore
+
+T0 = 1_511_658_000_000
+
+
+@dataclass
+class Record:
+    """A stand-in for confluent_kafka.Message (the KafkaMessage protocol)."""
+
+    raw: bytes | None
+    off: int = 0
+
+    def topic(self) -> str:
+        return "events"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self.off
+
+    def key(self) -> bytes | None:
+        return None
+
+    def value(self) -> bytes | None:
+        return self.raw
+
+
+def records(*events: Event) -> list[Record]:
+    return [Record(e.to_json(), i) for i, e in enumerate(events)]
+
+
+def builder(**cfg: object) -> SampleBuilder:
+    return SampleBuilder(ConsumerConfig(**cfg), MemoryFeatureStore(length=3))
+
+
+def test_implicit_positive_gets_point_in_time_history_and_negatives() -> None:
+    b = builder(negatives=1)
+    evs = [
+        Event("a", "u", "i1", "c1", "pv", T0),
+        Event("b", "u", "i2", "c2", "cart", T0 + 1000),
+        Event("x", "v", "i9", "c9", "pv", T0 + 1000),
+        Event("c", "u", "i3", "c3", "pv", T0 + 2000),
+        Event("d", "u", "i4", "c4", "pv", T0 + 2000),  # same time as c: not in c's history
+    ]
+    result = b.process(records(*evs), now_ms=T0 + 10_000)
+    by_id = {s.sample_id: s for s in result.samples}
+    assert "b" not in by_id  # cart is not a positive action by default
+    assert by_id["c"].label == 1 and by_id["c"].seq_items == ("i1", "i2")
+    assert by_id["d"].seq_items == ("i1", "i2")
+    assert by_id["a"].seq_items == ()
+    negative = by_id["c~n0"]
+    assert negative.label == 0 and negative.item_id not in {"i3", "i1", "i2"}
+    assert negative.seq_items == by_id["c"].seq_items and negative.ts == by_id["c"].ts
+
+
+def test_explicit_labels_need_no_sampling_and_histories_are_capped() -> None:
+    b = builder(negatives=5)
+    evs = [Event(f"e{i}", "u", f"m{i}", "g", "rate", T0 + i, i % 2) for i in range(6)]
+    result = b.process(records(*evs), now_ms=T0 + 10_000)
+    assert [s.label for s in result.samples] == [0, 1, 0, 1, 0, 1]
+    assert result.samples[-1].seq_items == ("m2", "m3", "m4")  # the latest 3 earlier ones
+
+
+def test_bad_records_become_dead_letters_and_the_rest_is_processed() -> None:
+    b = builder(negatives=0)
+    good = Event("g", "u", "i", "c", "pv", T0)
+    batch = [Record(b"{oops", 0), Record(good.to_json(), 1), Record(None, 2)]
+    result = b.process(batch, now_ms=T0)
+    assert result.events == 1 and [s.sample_id for s in result.samples] == ["g"]
+    assert [(d.source.offset, d.reason[:12]) for d in result.dead] == [
+        (0, "not valid JS"),
+        (2, "empty record"),
+    ]
+
+
+def test_redelivered_batch_yields_identical_samples() -> None:
+    evs = [Event(f"e{i}", f"u{i % 3}", f"i{i}", "c", "pv", T0 + i * 1000) for i in range(30)]
+    b = builder(negatives=2)
+    first = b.process(records(*evs), now_ms=T0 + 10**6)
+    again = b.process(records(*evs), now_ms=T0 + 10**6)
+    assert [s.seq_items for s in first.samples if s.label] == [
+        s.seq_items for s in again.samples if s.label
+    ]

@@ -1,0 +1,68 @@
+"""The event contract: valid events round-trip, every kind of bad input has a reason."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from streamrec.errors import InvalidEvent
+from streamrec.events import DeadLetter, Event, Source, parse_event
+
+NOW = 1_700_000_000_000
+
+
+def parse(raw: bytes) -> Event:
+    return parse_event(raw, now_ms=NOW, max_future_ms=300_000, max_bytes=1024)
+
+
+def doc(**over: object) -> bytes:
+    base: dict[str, object] = {
+        "event_id": "e1", "user_id": 7, "item_id": "i9", "category_id": 3, "action": "pv",
+        "ts": NOW - 1000,
+    }
+    base.update(over)
+    return orjson.dumps({k: v for k, v in base.items() if v is not ...})
+
+
+def test_valid_event_round_trips_with_ids_as_strings() -> None:
+    event = parse(doc(label=1))
+    assert event == Event("e1", "7", "i9", "3", "pv", NOW - 1000, 1)
+    assert parse(event.to_json()) == event
+
+
+def test_unknown_fields_are_ignored() -> None:
+    assert parse(doc(extra={"page": "home"})).event_id == "e1"
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "expected a JSON object"),
+        (doc(user_id=...), "missing field(s): user_id"),
+        (doc(item_id=1.5), "'item_id' must be a string or integer"),
+        (doc(item_id=True), "'item_id' must be a string or integer"),
+        (doc(user_id=""), "1..128 characters"),
+        (doc(user_id="a\tb"), "control characters"),
+        (doc(ts="yesterday"), "integer epoch milliseconds"),
+        (doc(ts=1_511_658_000), "looks like seconds"),
+        (doc(ts=NOW + 3_600_000), "in the future"),
+        (doc(label=4), "'label' must be 0 or 1"),
+        (b"{" + b" " * 2000 + b"}", "over the 1024-byte limit"),
+    ],
+)
+def test_invalid_events_raise_with_reason(raw: bytes, reason: str) -> None:
+    with pytest.raises(InvalidEvent, match=None) as info:
+        parse(raw)
+    assert reason in str(info.value)
+
+
+def test_null_record_is_invalid() -> None:
+    with pytest.raises(InvalidEvent, match="null"):
+        parse_event(None, now_ms=NOW, max_future_ms=0, max_bytes=10)
+
+
+def test_dead_letter_carries_reason_raw_and_source() -> None:
+    letter = DeadLetter("bad", b"\xff{", Source("t", 2, 40))
+    doc_ = orjson.loads(letter.to_json())
+    assert doc_ == {"reason": "bad", "topic": "t", "partition": 2, "offset": 40, "raw": "\ufffd{"}
