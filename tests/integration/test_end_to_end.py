@@ -1,0 +1,129 @@
+"""Real Taobao events through producer -> consumers -> Redis -> learner -> snapshots."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from streamrec.cli import app
+from streamrec.config import KafkaConfig, RedisConfig, StreamrecConfig
+from streamrec.datasets import read_events
+from streamrec.featurestore import Behaviour, RedisFeatureStore
+from streamrec.learner.runner import LearnerRunner
+from streamrec.learner.snapshot import SnapshotStore
+from streamrec.pipeline import run_pipeline
+from streamrec.samples import Sample
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+TAOBAO = DATA / "taobao-userbehavior-814users" / "UserBehavior.csv"
+SEQ = 20
+
+
+@pytest.fixture(scope="module")
+def events():
+    if not TAOBAO.exists():
+        pytest.skip(f"{TAOBAO} not present")
+    return read_events(TAOBAO, limit=4000)
+
+
+def make_config(kafka: KafkaConfig, redis_cfg: RedisConfig, unique: str, snapshots: Path) -> StreamrecConfig:
+    return StreamrecConfig(
+        kafka=kafka,
+        redis=redis_cfg,
+        consumer={"group_id": f"c-{unique}", "idle_exit_s": 3.0, "batch_size": 500,
+                  "negatives": 1, "sequence_length": SEQ},
+        model={"item_buckets": 2**16, "category_buckets": 2**12, "sequence_length": SEQ},
+        learner={"group_id": f"l-{unique}", "interval_s": 30.0, "max_batch_samples": 2000,
+                 "idle_exit_s": 3.0, "snapshot_every": 2, "snapshot_dir": snapshots},
+    )
+
+
+def test_taobao_end_to_end(
+    events, kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str,
+    tmp_path: Path, topic_reader,
+) -> None:
+    cfg = make_config(kafka_config, redis_config, unique_name, tmp_path)
+    result = run_pipeline(cfg, events)
+    assert result.published == result.consumer.events == len(events)
+    assert result.consumer.dead == 0
+
+    # Sequences in Redis equal a recomputation from the file.
+    by_user: dict[str, list[Behaviour]] = defaultdict(list)
+    for event in events:
+        by_user[event.user_id].append(Behaviour.of(event))
+    for seq in by_user.values():
+        seq.sort(key=Behaviour.sort_key)
+    store = RedisFeatureStore(redis_config, SEQ)
+    for user, seq in by_user.items():
+        assert store.sequence(user) == seq[-SEQ:], user
+
+    # Every sample carries exactly the user's behaviour strictly before it: no leakage.
+    records = topic_reader(kafka_config.samples_topic)
+    samples = [Sample.from_json(m.value()) for m in records]
+    assert len(samples) == result.consumer.samples
+    positives = [e for e in events if e.action == "pv"]
+    assert sum(s.label for s in samples) == len(positives)
+    for sample in samples:
+        earlier = [b for b in by_user[sample.user_id] if b.ts < sample.ts][-SEQ:]
+        assert sample.seq_items == tuple(b.item_id for b in earlier), sample.sample_id
+        assert sample.seq_categories == tuple(b.category_id for b in earlier)
+
+    # Negatives are as novel as positives (the sampler must not be what the AUC measures).
+    def new_share(label: int) -> float:
+        seen: set[str] = set()
+        first_seen = {}
+        for e in events:
+            first_seen.setdefault(e.item_id, e.ts)
+        flags = [first_seen[s.item_id] >= s.ts for s in samples if s.label == label]
+        seen.clear()
+        return sum(flags) / len(flags)
+
+    assert abs(new_share(1) - new_share(0)) < 0.1
+
+    # The learner trained several micro-batches and its snapshot points at what it consumed.
+    assert result.learner.micro_batches >= 2
+    assert result.learner.samples_trained == len(samples)
+    latest = SnapshotStore(tmp_path).latest()
+    assert latest is not None and len(result.snapshots) >= 2
+    consumed: dict[int, int] = {}
+    for msg in records:
+        consumed[msg.partition()] = max(consumed.get(msg.partition(), 0), msg.offset() + 1)
+    assert {o.partition: o.offset for o in latest.offsets} == consumed
+    assert latest.samples_trained == len(samples)
+    assert "known_auc" in latest.metrics and "gauc" in latest.metrics
+
+    # A restarted learner resumes from the snapshot: nothing is trained twice.
+    restarted = LearnerRunner(cfg)
+    state = restarted.run()
+    assert state.micro_batches == result.learner.micro_batches
+    assert state.samples_trained == len(samples)
+
+
+def test_snapshot_create_asks_the_running_learner(
+    kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str, tmp_path: Path
+) -> None:
+    cfg = make_config(kafka_config, redis_config, unique_name, tmp_path)
+    stop = threading.Event()
+    learner = LearnerRunner(cfg)
+    thread = threading.Thread(target=learner.run, args=(stop,))
+    thread.start()
+    try:
+        out = CliRunner().invoke(app, ["snapshot", "create", "--snapshot-dir", str(tmp_path), "--timeout", "30"])
+    finally:
+        stop.set()
+        thread.join()
+    assert out.exit_code == 0, out.output
+    assert "snapshot v000001 written" in out.output
+    assert SnapshotStore(tmp_path).manifest(1).request_id is not None
+    listing = CliRunner().invoke(app, ["snapshot", "list", "--snapshot-dir", str(tmp_path)])
+    assert "v000001" in listing.output
+
+
+def test_snapshot_create_without_a_learner_is_a_clear_error(tmp_path: Path) -> None:
+    out = CliRunner().invoke(app, ["snapshot", "create", "--snapshot-dir", str(tmp_path), "--timeout", "1"])
+    assert out.exit_code == 1
+    assert "no learner answered" in out.output
