@@ -1,6 +1,6 @@
 """Event consumers: window events into Redis sequences and emit point-in-time samples."""
 
-from streamrec.consumers.negatives import WindowNegativeSampler
+from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.consumers.processor import BatchResult, SampleBuilder
 from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
 
@@ -9,5 +9,5 @@ __all__ = [
     "ConsumerRunner",
     "ConsumerStats",
     "SampleBuilder",
-    "WindowNegativeSampler",
+    "NoveltyMatchedSampler",
 ]

@@ -1,10 +1,16 @@
 """Negative sampling whose novelty matches the positives'.
 
-Negatives are drawn from the items of the events in the last ``window_ms`` of event time,
-weighted by how often they occur there: the same distribution the positive targets come from.
-A sampler over a long popularity horizon draws mostly known items while most positive targets
-are new ones (74% on Taobao), so "the item is new" alone would separate them (AUC 0.82) and
-the metric would measure the sampler, not the model.
+The trap: on Taobao, 74% of positive targets are items never seen before, while negatives
+drawn by recent popularity are almost all known items, so "the item is new" alone separates
+them (AUC 0.82) and the metric measures the sampler, not the model. Here every negative has
+the novelty of its positive: an item is *new* at time t when it was first seen less than
+``novelty_ms`` before t (a learner training every few minutes has not learnt it yet).
+
+- A new positive gets negatives from the items that made their debut in the last
+  ``novelty_ms`` of event time.
+- A known positive gets negatives from the events of the last ``window_ms``, restricted to
+  items that are known at t; weighting by occurrence follows recent popularity, the
+  distribution the positive targets themselves come from.
 """
 
 from __future__ import annotations
@@ -19,44 +25,60 @@ import numpy as np
 _MAX_TRIES = 8
 
 
-class WindowNegativeSampler:
-    """Recent-window item pool with deterministic, per-event draws."""
+class NoveltyMatchedSampler:
+    """Two event-time pools (recent events, recent debuts) and deterministic per-event draws."""
 
-    def __init__(self, window_ms: int, pool_size: int, seed: int = 0) -> None:
+    def __init__(self, window_ms: int, novelty_ms: int, pool_size: int, seed: int = 0) -> None:
         self.window_ms = window_ms
-        self._pool: deque[tuple[int, str, str]] = deque(maxlen=pool_size)
+        self.novelty_ms = novelty_ms
+        self._recent: deque[tuple[int, str, str, int]] = deque(maxlen=pool_size)
+        self._debuts: deque[tuple[int, str, str, int]] = deque(maxlen=pool_size)
         self._seed = seed
         self.short = 0  # negatives that could not be drawn (cold start, tiny pool)
 
-    def observe(self, ts: int, item_id: str, category_id: str) -> None:
-        """Add one event's item to the pool and drop what fell out of the window."""
-        self._pool.append((ts, item_id, category_id))
-        horizon = ts - self.window_ms
-        while self._pool and self._pool[0][0] < horizon:
-            self._pool.popleft()
+    def is_new(self, first_seen: int, ts: int) -> bool:
+        """Whether an item first seen at ``first_seen`` counts as new at ``ts``."""
+        return first_seen > ts - self.novelty_ms
 
-    def __len__(self) -> int:
-        return len(self._pool)
+    def observe(self, ts: int, item_id: str, category_id: str, first_seen: int) -> None:
+        """Add one event's item to the pools and drop what fell out of their windows."""
+        entry = (ts, item_id, category_id, first_seen)
+        self._recent.append(entry)
+        if ts == first_seen:
+            self._debuts.append(entry)
+        _evict(self._recent, ts - self.window_ms)
+        _evict(self._debuts, ts - self.novelty_ms)
 
-    def draw(self, k: int, exclude: Collection[str], key: str) -> list[tuple[str, str]]:
-        """Up to ``k`` distinct (item, category) pairs not in ``exclude``.
+    def pool_sizes(self) -> tuple[int, int]:
+        """(recent events, recent debuts) currently held."""
+        return len(self._recent), len(self._debuts)
 
-        ``key`` (the event id) seeds the draw, so replaying the same pool gives the same
-        negatives.
+    def draw(
+        self, k: int, *, new: bool, ts: int, exclude: Collection[str], key: str
+    ) -> list[tuple[str, str]]:
+        """Up to ``k`` distinct (item, category) pairs, new or known at ``ts``, not excluded.
+
+        ``key`` (the event id) seeds the draw, so the same pools give the same negatives.
         """
         if k == 0:
             return []
+        pool = self._debuts if new else self._recent
         rng = np.random.default_rng([self._seed, zlib.crc32(key.encode())])
         chosen: list[tuple[str, str]] = []
         taken = set(exclude)
         for _ in range(k):
             for _ in range(_MAX_TRIES):
-                if not self._pool:
+                if not pool:
                     break
-                _, item, category = self._pool[int(rng.integers(len(self._pool)))]
-                if item not in taken:
+                _, item, category, first_seen = pool[int(rng.integers(len(pool)))]
+                if item not in taken and self.is_new(first_seen, ts) == new:
                     taken.add(item)
                     chosen.append((item, category))
                     break
         self.short += k - len(chosen)
         return chosen
+
+
+def _evict(pool: deque[tuple[int, str, str, int]], horizon: int) -> None:
+    while pool and pool[0][0] < horizon:
+        pool.popleft()

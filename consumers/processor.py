@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from streamrec.config import ConsumerConfig
-from streamrec.consumers.negatives import WindowNegativeSampler
+from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.consumers.types import KafkaMessage
 from streamrec.errors import InvalidEvent
 from streamrec.events import DeadLetter, Event, Source, parse_event
@@ -37,13 +37,13 @@ class SampleBuilder:
     """
 
     def __init__(
-        self, cfg: ConsumerConfig, store: FeatureStore, sampler: WindowNegativeSampler | None = None
+        self, cfg: ConsumerConfig, store: FeatureStore, sampler: NoveltyMatchedSampler | None = None
     ) -> None:
         self._cfg = cfg
         self._store = store
         self._positive = frozenset(cfg.positive_actions)
-        self.sampler = sampler or WindowNegativeSampler(
-            cfg.negative_window_ms, cfg.negative_pool_size, cfg.seed
+        self.sampler = sampler or NoveltyMatchedSampler(
+            cfg.negative_window_ms, cfg.novelty_ms, cfg.negative_pool_size, cfg.seed
         )
 
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> tuple[list[Event], list[DeadLetter]]:
@@ -73,15 +73,17 @@ class SampleBuilder:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         events, dead = self.parse(records, now_ms)
         labelled = [e for e in events if self.is_labelled(e)]
-        histories = iter(self._store.update(events, labelled))
+        update = self._store.update(events, labelled)
+        histories = iter(update.histories)
         samples: list[Sample] = []
         for event in events:
-            self.sampler.observe(event.ts, event.item_id, event.category_id)
+            first_seen = update.first_seen[event.item_id]
+            self.sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
             if self.is_labelled(event):
-                samples.extend(self._samples(event, next(histories)))
+                samples.extend(self._samples(event, next(histories), first_seen))
         return BatchResult(len(events), samples, dead)
 
-    def _samples(self, event: Event, history: list[Behaviour]) -> list[Sample]:
+    def _samples(self, event: Event, history: list[Behaviour], first_seen: int) -> list[Sample]:
         items = tuple(b.item_id for b in history)
         categories = tuple(b.category_id for b in history)
 
@@ -92,7 +94,11 @@ class SampleBuilder:
             return [sample(event.event_id, event.item_id, event.category_id, event.label)]
         out = [sample(event.event_id, event.item_id, event.category_id, 1)]
         negatives = self.sampler.draw(
-            self._cfg.negatives, exclude={event.item_id, *items}, key=event.event_id
+            self._cfg.negatives,
+            new=self.sampler.is_new(first_seen, event.ts),
+            ts=event.ts,
+            exclude={event.item_id, *items},
+            key=event.event_id,
         )
         for k, (item, category) in enumerate(negatives):
             out.append(sample(f"{event.event_id}~n{k}", item, category, 0))

@@ -41,6 +41,27 @@ class Behaviour:
         return self.ts, self.member()
 
 
+@dataclass(frozen=True, slots=True)
+class StoreUpdate:
+    """What :meth:`FeatureStore.update` returns.
+
+    ``histories[i]`` is the point-in-time history of ``before[i]``; ``first_seen`` maps every
+    item of the batch to the earliest event time the store has recorded for it.
+    """
+
+    histories: list[list[Behaviour]]
+    first_seen: dict[str, int]
+
+
+def earliest_per_item(events: Sequence[Event]) -> dict[str, int]:
+    """The earliest event time of each item in ``events``."""
+    earliest: dict[str, int] = {}
+    for event in events:
+        if event.ts < earliest.get(event.item_id, event.ts + 1):
+            earliest[event.item_id] = event.ts
+    return earliest
+
+
 class FeatureStore(Protocol):
     """Event-time-ordered, length-capped behaviour sequences per user.
 
@@ -50,11 +71,12 @@ class FeatureStore(Protocol):
 
     length: int
 
-    def update(self, events: Sequence[Event], before: Sequence[Event]) -> list[list[Behaviour]]:
+    def update(self, events: Sequence[Event], before: Sequence[Event]) -> StoreUpdate:
         """Append ``events``; then, for each event in ``before``, return its user's history.
 
         A history holds the latest ``length`` behaviours strictly earlier than that event's
-        ``ts``, oldest first: the point-in-time view a training sample may see.
+        ``ts``, oldest first: the point-in-time view a training sample may see. The first
+        time an item is seen is recorded once and returned for every item of the batch.
         """
         ...
 

@@ -6,7 +6,7 @@ import bisect
 from collections.abc import Sequence
 
 from streamrec.events import Event
-from streamrec.featurestore.base import Behaviour
+from streamrec.featurestore.base import Behaviour, StoreUpdate, earliest_per_item
 
 
 class MemoryFeatureStore:
@@ -16,8 +16,9 @@ class MemoryFeatureStore:
         self.length = length
         self._seqs: dict[str, list[Behaviour]] = {}
         self._ids: dict[str, set[str]] = {}
+        self._first_seen: dict[str, int] = {}
 
-    def update(self, events: Sequence[Event], before: Sequence[Event]) -> list[list[Behaviour]]:
+    def update(self, events: Sequence[Event], before: Sequence[Event]) -> StoreUpdate:
         """See :meth:`FeatureStore.update`."""
         touched = set()
         for event in events:
@@ -29,13 +30,16 @@ class MemoryFeatureStore:
                 self._seqs.setdefault(event.user_id, []), Behaviour.of(event), key=Behaviour.sort_key
             )
             touched.add(event.user_id)
+        for item, ts in earliest_per_item(events).items():
+            self._first_seen.setdefault(item, ts)
         histories = [self._history(event) for event in before]
         for user_id in touched:
             seq = self._seqs[user_id]
             for gone in seq[: -self.length]:
                 self._ids[user_id].discard(gone.event_id)
             del seq[: -self.length]
-        return histories
+        first_seen = {e.item_id: self._first_seen[e.item_id] for e in events}
+        return StoreUpdate(histories, first_seen)
 
     def _history(self, event: Event) -> list[Behaviour]:
         seq = self._seqs.get(event.user_id, [])

@@ -3,7 +3,8 @@
 Key ``<prefix>:seq:{<user_id>}``: the hash tag puts every key of a user in one Cluster slot.
 Member: ``event_id \\t item \\t category \\t action`` (see :class:`Behaviour`), so an event is
 stored once however often it is redelivered. A batch is one pipelined round trip: ZADD per
-user, one ZREVRANGEBYSCORE per history asked for, then trim to the cap and refresh the TTL.
+user, one ZREVRANGEBYSCORE per history asked for, then trim to the cap and refresh the TTL;
+and per item ``<prefix>:item:{<item_id>}`` holds the first time it was seen (SET NX, then GET).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import redis
 from streamrec.config import RedisConfig
 from streamrec.errors import FeatureStoreError
 from streamrec.events import Event
-from streamrec.featurestore.base import Behaviour
+from streamrec.featurestore.base import Behaviour, StoreUpdate, earliest_per_item
 
 
 class RedisFeatureStore:
@@ -32,7 +33,11 @@ class RedisFeatureStore:
         """The sorted-set key of a user's sequence."""
         return f"{self._prefix}:seq:{{{user_id}}}"
 
-    def update(self, events: Sequence[Event], before: Sequence[Event]) -> list[list[Behaviour]]:
+    def item_key(self, item_id: str) -> str:
+        """The key holding an item's first-seen time."""
+        return f"{self._prefix}:item:{{{item_id}}}"
+
+    def update(self, events: Sequence[Event], before: Sequence[Event]) -> StoreUpdate:
         """See :meth:`FeatureStore.update`."""
         by_user: dict[str, dict[str, int]] = defaultdict(dict)
         for event in events:
@@ -49,14 +54,20 @@ class RedisFeatureStore:
         for user_id in by_user:
             pipe.zremrangebyrank(self.key(user_id), 0, -self.length - 1)
             pipe.pexpire(self.key(user_id), self._ttl_ms)
+        earliest = earliest_per_item(events)
+        for item_id, ts in earliest.items():
+            pipe.set(self.item_key(item_id), ts, nx=True, px=self._ttl_ms)
+            pipe.get(self.item_key(item_id))
         try:
             replies = pipe.execute()
         except redis.RedisError as exc:
             raise FeatureStoreError(f"redis pipeline failed: {exc}") from exc
         reads = replies[len(by_user) : len(by_user) + len(before)]
-        return [
+        histories = [
             [Behaviour.from_member(m, int(ts)) for m, ts in reversed(rows)] for rows in reads
         ]
+        first = replies[len(replies) - 2 * len(earliest) + 1 :: 2] if earliest else []
+        return StoreUpdate(histories, {item: int(ts) for item, ts in zip(earliest, first, strict=True)})
 
     def sequence(self, user_id: str) -> list[Behaviour]:
         """See :meth:`FeatureStore.sequence`."""

@@ -72,9 +72,12 @@ class ConsumerConfig(BaseModel):
         ("pv", "click"), description="STREAMREC_CONSUMER__POSITIVE_ACTIONS (implicit positives)"
     )
     negatives: int = Field(1, ge=0, description="STREAMREC_CONSUMER__NEGATIVES per implicit positive")
-    # Negatives come from the items of the last hour of event time, so their novelty matches
-    # the positives' (a popularity sampler over a day mostly draws known items).
+    # Known-item negatives come from the events of the last hour: recent popularity, the
+    # distribution positive targets come from (a day-long horizon drifts from it).
     negative_window_ms: int = Field(3_600_000, ge=1, description="STREAMREC_CONSUMER__NEGATIVE_WINDOW_MS")
+    # An item first seen less than 10 minutes ago counts as new: a learner cutting a
+    # micro-batch every few minutes has not trained on it. New positives get new negatives.
+    novelty_ms: int = Field(600_000, ge=1, description="STREAMREC_CONSUMER__NOVELTY_MS")
     negative_pool_size: int = Field(100_000, ge=1, description="STREAMREC_CONSUMER__NEGATIVE_POOL_SIZE")
     max_event_bytes: int = Field(16_384, ge=64, description="STREAMREC_CONSUMER__MAX_EVENT_BYTES")
     # Clock skew allowance: an event more than 5 minutes in the future is rejected.

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
 from streamrec.events import Event
+from streamrec.kafka import ensure_topics
 from streamrec.learner.runner import LearnerRunner, LearnerState, MicroBatchReport
 from streamrec.learner.snapshot import SnapshotManifest
 from streamrec.producer import publish
-from streamrec.services import create_topics
 
 logger = logging.getLogger(__name__)
 
@@ -33,14 +33,6 @@ class PipelineResult:
     snapshots: list[SnapshotManifest]
 
 
-def ensure_topics(cfg: StreamrecConfig) -> None:
-    """Create the events, DLQ and samples topics if they do not exist."""
-    k = cfg.kafka
-    create_topics(
-        k.bootstrap_servers, {k.events_topic: k.partitions, k.dlq_topic: 1, k.samples_topic: k.partitions}
-    )
-
-
 def run_pipeline(
     cfg: StreamrecConfig,
     events: Sequence[Event],
@@ -51,7 +43,7 @@ def run_pipeline(
 ) -> PipelineResult:
     """Publish ``events``, then consume and learn until the stream is idle (or ``stop``)."""
     stop = stop or threading.Event()
-    ensure_topics(cfg)
+    ensure_topics(cfg.kafka)
     published = publish(events, cfg.kafka)
     consumer = ConsumerRunner(cfg)
     failure: list[BaseException] = []

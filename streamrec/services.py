@@ -13,11 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
-
 from streamrec.config import ServicesConfig
-from streamrec.errors import ConfigError, ServiceError
+from streamrec.errors import ServiceError
 from streamrec.launch import (
     KAFKA,
     REDIS,
@@ -36,7 +33,6 @@ __all__ = [
     "ManagedProcess",
     "ServiceState",
     "ServiceStatus",
-    "create_topics",
     "down",
     "local_services",
     "start_broker",
@@ -170,34 +166,3 @@ def down(cfg: ServicesConfig, *, timeout_s: float = 10.0) -> list[str]:
             stopped.append(spec.name)
         _pid_file(cfg, spec).unlink(missing_ok=True)
     return stopped
-
-
-def create_topics(bootstrap_servers: str, topics: dict[str, int], timeout_s: float = 10) -> None:
-    """Create each topic with its partition count; an existing topic counts as created.
-
-    Raises ConfigError for a count below 1 (Tansu would accept 0) and ServiceError for any
-    other failure, such as an unreachable broker.
-    """
-    if bad := {name: n for name, n in topics.items() if n < 1}:
-        raise ConfigError(f"partition counts must be at least 1: {bad}")
-    if not topics:
-        return
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    new = [NewTopic(name, num_partitions=n) for name, n in topics.items()]
-    futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
-    failures = []
-    for name, future in futures.items():
-        try:
-            future.result(timeout=timeout_s + 1)
-        except KafkaException as exc:
-            error = exc.args[0]
-            if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                continue
-            failures.append(f"{name}: {error}")
-        except Exception as exc:  # noqa: BLE001  # a timed-out future raises TimeoutError
-            failures.append(f"{name}: {exc!r}")
-    if failures:
-        raise ServiceError(
-            f"could not create topics on {bootstrap_servers}: " + "; ".join(failures)
-        )
-    logger.info("bootstrap=%s topics=%s created", bootstrap_servers, ",".join(topics))

@@ -6,6 +6,7 @@ import typer
 
 from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
 from streamrec.consumers.runner import ConsumerRunner
+from streamrec.kafka import ensure_topics
 
 app = typer.Typer(help="Window events into Redis sequences and emit training samples.", no_args_is_help=True)
 
@@ -25,6 +26,7 @@ def run(
             redis={"url": redis_url},
             consumer={"group_id": group_id, "negatives": negatives, "idle_exit_s": idle_exit},
         )
+        ensure_topics(cfg.kafka)
         stats = ConsumerRunner(cfg).run(stop_on_signals())
         console.print(
             f"consumed {stats.events} events: {stats.samples} samples, {stats.dead} dead letters"

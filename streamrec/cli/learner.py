@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
+from streamrec.kafka import ensure_topics
 from streamrec.learner.runner import LearnerRunner, MicroBatchReport
 
 app = typer.Typer(help="Train DIN incrementally on the samples stream.", no_args_is_help=True)
@@ -48,6 +49,7 @@ def run(
                 "idle_exit_s": stop_when_idle,
             },
         )
+        ensure_topics(cfg.kafka)
         runner = LearnerRunner(
             cfg,
             on_report=print_report,

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from streamrec.cli.common import build_config, cli_errors, console
 from streamrec.datasets import FORMATS, read_events
 from streamrec.errors import ConfigError
+from streamrec.kafka import ensure_topics
 from streamrec.producer import publish
 
 
@@ -28,6 +29,7 @@ def produce(
             raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         cfg = build_config(kafka={"bootstrap_servers": bootstrap_servers, "events_topic": topic})
         events = read_events(path, fmt, positive_rating=positive_rating, limit=limit)
+        ensure_topics(cfg.kafka)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task(f"publishing to {cfg.kafka.events_topic}", total=len(events))

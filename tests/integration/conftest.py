@@ -16,8 +16,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from streamrec.config import KafkaConfig, RedisConfig
 from streamrec.errors import ServiceError
+from streamrec.kafka import create_topics
 from streamrec.launch import broker_binary, redis_binary
-from streamrec.services import LocalServices, create_topics, local_services
+from streamrec.services import LocalServices, local_services
 
 _HERE = Path(__file__).parent
 

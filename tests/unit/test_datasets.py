@@ -9,16 +9,10 @@ import pytest
 from streamrec.datasets import detect_format, read_events
 from streamrec.errors import DatasetError
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
-TAOBAO = DATA / "taobao-userbehavior-814users" / "UserBehavior.csv"
-MOVIELENS = Path(__file__).resolve().parents[2] / "streamrec" / "demo_data" / "movielens-latest-small"
-
 
 @pytest.fixture(scope="module")
-def taobao():
-    if not TAOBAO.exists():
-        pytest.skip(f"{TAOBAO} not present")
-    return read_events(TAOBAO)
+def taobao(taobao_path: Path):
+    return read_events(taobao_path)
 
 
 def test_taobao_all_rows_in_event_time_order(taobao) -> None:
@@ -29,8 +23,8 @@ def test_taobao_all_rows_in_event_time_order(taobao) -> None:
     assert all(e.label is None for e in taobao)
 
 
-def test_movielens_explicit_labels_and_genres() -> None:
-    events = read_events(MOVIELENS)
+def test_movielens_explicit_labels_and_genres(movielens_path: Path) -> None:
+    events = read_events(movielens_path)
     assert len(events) == 100_004
     positives = sum(e.label for e in events)
     assert positives == sum(1 for e in events if e.label == 1)
@@ -39,9 +33,9 @@ def test_movielens_explicit_labels_and_genres() -> None:
     assert all(a.ts <= b.ts for a, b in zip(events, events[1:], strict=False))
 
 
-def test_limit_keeps_the_earliest_events() -> None:
-    events = read_events(MOVIELENS, limit=100)
-    full = read_events(MOVIELENS)
+def test_limit_keeps_the_earliest_events(movielens_path: Path) -> None:
+    events = read_events(movielens_path, limit=100)
+    full = read_events(movielens_path)
     assert events == full[:100]
 
 
@@ -61,8 +55,8 @@ def test_ml100k_tab_and_pipe_files(tmp_path: Path) -> None:
     ]
 
 
-def test_jsonl_round_trip_and_line_numbers_in_errors(tmp_path: Path) -> None:
-    events = read_events(MOVIELENS, limit=5)
+def test_jsonl_round_trip_and_line_numbers_in_errors(tmp_path: Path, movielens_path: Path) -> None:
+    events = read_events(movielens_path, limit=5)
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"\n".join(e.to_json() for e in reversed(events)) + b"\n")
     back = read_events(path)

@@ -10,7 +10,7 @@ import pytest
 
 from streamrec import launch
 from streamrec.errors import ConfigError, ServiceError
-from streamrec.services import create_topics
+from streamrec.kafka import create_topics
 
 
 def test_broker_command_listens_and_advertises_the_same_address() -> None:

@@ -14,9 +14,6 @@ from streamrec.consumers.runner import ConsumerRunner
 from streamrec.datasets import read_events
 from streamrec.featurestore import RedisFeatureStore
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
-TAOBAO = DATA / "taobao-userbehavior-814users" / "UserBehavior.csv"
-
 
 def config(kafka: KafkaConfig, redis_cfg: RedisConfig, unique: str) -> StreamrecConfig:
     return StreamrecConfig(
@@ -27,10 +24,8 @@ def config(kafka: KafkaConfig, redis_cfg: RedisConfig, unique: str) -> Streamrec
 
 
 @pytest.fixture(scope="module")
-def taobao_events():
-    if not TAOBAO.exists():
-        pytest.skip(f"{TAOBAO} not present")
-    return read_events(TAOBAO, limit=1500)
+def taobao_events(taobao_path: Path):
+    return read_events(taobao_path, limit=1500)
 
 
 MALFORMED = [

@@ -26,7 +26,7 @@ def ev(i: int, user: str = "u", ts: int | None = None) -> Event:
 
 def test_history_is_strictly_earlier_latest_first_capped(store: FeatureStore) -> None:
     events = [ev(i) for i in range(6)]
-    histories = store.update(events, [events[0], events[2], events[5]])
+    histories = store.update(events, [events[0], events[2], events[5]]).histories
     assert histories[0] == []
     assert [b.item_id for b in histories[1]] == ["i0", "i1"]
     assert [b.item_id for b in histories[2]] == ["i2", "i3", "i4"]
@@ -35,7 +35,7 @@ def test_history_is_strictly_earlier_latest_first_capped(store: FeatureStore) ->
 
 def test_equal_times_are_excluded_and_ordered_by_event_id(store: FeatureStore) -> None:
     events = [ev(2, ts=5), ev(1, ts=5), ev(0, ts=4)]
-    (history,) = store.update(events, [events[0]])
+    (history,) = store.update(events, [events[0]]).histories
     assert [b.event_id for b in history] == ["e000"]
     assert [b.event_id for b in store.sequence("u")] == ["e000", "e001", "e002"]
 
@@ -46,6 +46,13 @@ def test_append_is_idempotent_and_late_events_land_in_time_order(store: FeatureS
     seq = store.sequence("u")
     assert [b.event_id for b in seq] == ["e001", "e002", "e003"]
     assert seq[0].category_id == "c1" and seq[0].action == "pv" and seq[0].ts == T0 + 1000
+
+
+def test_first_seen_is_recorded_once_per_item(store: FeatureStore) -> None:
+    first = store.update([ev(5), Event("x", "v", "i5", "c", "pv", T0 + 3000)], [])
+    assert first.first_seen == {"i5": T0 + 3000}
+    later = store.update([Event("y", "w", "i5", "c", "pv", T0 + 9000), ev(7)], [])
+    assert later.first_seen == {"i5": T0 + 3000, "i7": T0 + 7000}
 
 
 def test_users_are_independent(store: FeatureStore) -> None:

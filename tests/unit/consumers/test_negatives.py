@@ -1,39 +1,59 @@
-"""The window negative sampler: window eviction, exclusion, determinism."""
+"""The novelty-matched negative sampler: windows, strata, exclusion, determinism."""
 
 from __future__ import annotations
 
-from streamrec.consumers.negatives import WindowNegativeSampler
+from streamrec.consumers.negatives import NoveltyMatchedSampler
+
+MIN = 60_000
 
 
-def test_pool_keeps_only_the_event_time_window() -> None:
-    sampler = WindowNegativeSampler(window_ms=1000, pool_size=100)
-    for ts in (0, 500, 1000, 1600):
-        sampler.observe(ts, f"i{ts}", "c")
-    assert len(sampler) == 2  # 0 and 500 fell out when 1600 arrived (horizon 600)
-    assert {item for item, _ in sampler.draw(2, exclude=(), key="e")} == {"i1000", "i1600"}
+def sampler(**kw: int) -> NoveltyMatchedSampler:
+    args = {"window_ms": 60 * MIN, "novelty_ms": 10 * MIN, "pool_size": 1000} | kw
+    return NoveltyMatchedSampler(**args)
+
+
+def test_new_positives_get_recent_debuts_known_ones_get_known_items() -> None:
+    s = sampler()
+    s.observe(0, "old", "c", first_seen=0)           # debut at 0, known from minute 10
+    s.observe(30 * MIN, "old", "c", first_seen=0)
+    s.observe(31 * MIN, "fresh", "c", first_seen=31 * MIN)  # debut: new until minute 41
+    t = 35 * MIN
+    assert s.is_new(31 * MIN, t) and not s.is_new(0, t)
+    assert s.draw(1, new=True, ts=t, exclude=(), key="e") == [("fresh", "c")]
+    assert s.draw(1, new=False, ts=t, exclude=(), key="e") == [("old", "c")]
+
+
+def test_pools_keep_only_their_event_time_windows() -> None:
+    s = sampler(window_ms=10 * MIN, novelty_ms=2 * MIN)
+    for minute in range(12):
+        s.observe(minute * MIN, f"i{minute}", "c", first_seen=minute * MIN)
+    recent, debuts = s.pool_sizes()
+    assert recent == 11  # minutes 1..11: minute 0 is past the 10-minute horizon
+    assert debuts == 3  # minutes 9, 10, 11
 
 
 def test_draws_are_distinct_exclude_given_items_and_count_shortfalls() -> None:
-    sampler = WindowNegativeSampler(window_ms=10**9, pool_size=100)
+    s = sampler()
     for i in range(3):
-        sampler.observe(i, f"i{i}", f"c{i}")
-    drawn = sampler.draw(5, exclude={"i0"}, key="e")
+        s.observe(i, f"i{i}", f"c{i}", first_seen=i)
+    drawn = s.draw(5, new=True, ts=3, exclude={"i0"}, key="e")
     assert sorted(drawn) == [("i1", "c1"), ("i2", "c2")]
-    assert sampler.short == 3
+    assert s.short == 3
 
 
 def test_same_pool_and_key_give_the_same_draw() -> None:
-    def build() -> WindowNegativeSampler:
-        sampler = WindowNegativeSampler(window_ms=10**9, pool_size=1000, seed=3)
+    def build() -> NoveltyMatchedSampler:
+        s = sampler(seed=3)
         for i in range(500):
-            sampler.observe(i, f"i{i}", "c")
-        return sampler
+            s.observe(i, f"i{i}", "c", first_seen=i)
+        return s
 
-    assert build().draw(4, (), "e42") == build().draw(4, (), "e42")
-    assert build().draw(4, (), "e42") != build().draw(4, (), "e43")
+    draw = build().draw(4, new=True, ts=500, exclude=(), key="e42")
+    assert draw == build().draw(4, new=True, ts=500, exclude=(), key="e42")
+    assert draw != build().draw(4, new=True, ts=500, exclude=(), key="e43")
 
 
 def test_empty_pool_draws_nothing() -> None:
-    sampler = WindowNegativeSampler(window_ms=10, pool_size=10)
-    assert sampler.draw(2, (), "e") == []
-    assert sampler.short == 2
+    s = sampler()
+    assert s.draw(2, new=False, ts=0, exclude=(), key="e") == []
+    assert s.short == 2

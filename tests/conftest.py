@@ -1,0 +1,27 @@
+"""Shared test fixtures: the real public datasets (read from ``../shared/data`` by default)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("STREAMREC_SHARED_DATA", ROOT.parent / "shared" / "data"))
+MOVIELENS = ROOT / "streamrec" / "demo_data" / "movielens-latest-small"
+
+
+@pytest.fixture(scope="session")
+def taobao_path() -> Path:
+    """Taobao UserBehavior for 814 users (not bundled: its licence forbids redistribution)."""
+    path = SHARED_DATA / "taobao-userbehavior-814users" / "UserBehavior.csv"
+    if not path.exists():
+        pytest.skip(f"{path} not present (set STREAMREC_SHARED_DATA to the data folder)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def movielens_path() -> Path:
+    """The bundled MovieLens latest-small folder."""
+    return MOVIELENS
