@@ -11,13 +11,14 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from streamrec import logs
 from streamrec.config import StreamrecConfig, load_config
 from streamrec.errors import StreamrecError
 
 console = Console(soft_wrap=True)  # long lines stay whole in logs and pipes
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def build_config(quiet: bool = False, **sections: dict[str, Any]) -> StreamrecConfig:
@@ -39,7 +40,10 @@ def cli_errors() -> Iterator[None]:
     try:
         yield
     except StreamrecError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+        first, *rest = str(exc).splitlines() or [""]
+        err_console.print(f"[red]error:[/red] {escape(first)}", highlight=False)
+        for line in rest:  # e.g. the log tail of a service that failed to start
+            err_console.print(escape(line), highlight=False, style="dim")
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -14,7 +14,6 @@ from streamrec.cli.common import build_config, cli_errors, console, stop_on_sign
 from streamrec.cli.learner import print_report
 from streamrec.datasets import FORMATS, read_events
 from streamrec.launch import local_services
-from streamrec.pipeline import run_pipeline
 
 DEMO_DATA = "movielens-latest-small"
 
@@ -33,6 +32,8 @@ def demo(
 ) -> None:
     """Start a local broker and Redis, replay a dataset through producer -> consumers ->
     learner, print progressive metrics per micro-batch and the snapshots written."""
+    from streamrec.pipeline import run_pipeline  # imports Paddle: only when the demo runs
+
     with cli_errors():
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         events = read_events(data or _bundled_movielens(), fmt, limit=limit)

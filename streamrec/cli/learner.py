@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
 from streamrec.kafka import ensure_topics
-from streamrec.learner.runner import LearnerRunner, MicroBatchReport
+
+if TYPE_CHECKING:  # the learner imports Paddle (about a second): only when a command needs it
+    from streamrec.learner.runner import MicroBatchReport
 
 app = typer.Typer(help="Train DIN incrementally on the samples stream.", no_args_is_help=True)
 
@@ -37,6 +40,8 @@ def run(
     bootstrap_servers: str | None = typer.Option(None, help="Kafka bootstrap servers"),
 ) -> None:
     """Score then train each micro-batch; snapshot every N micro-batches and on request."""
+    from streamrec.learner.runner import LearnerRunner
+
     with cli_errors():
         cfg = build_config(
             kafka={"bootstrap_servers": bootstrap_servers},

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from streamrec import logs, services
-from streamrec.config import ServicesConfig, load_config
-from streamrec.errors import StreamrecError
-
-_out = Console()
-_err = Console(stderr=True)
+from streamrec import services
+from streamrec.cli.common import build_config, cli_errors
+from streamrec.cli.common import console as _out
+from streamrec.config import ServicesConfig
 
 Host = Annotated[
     str | None, typer.Option("--host", help="Listen address [STREAMREC_SERVICES__HOST]")
@@ -34,19 +29,6 @@ StateDir = Annotated[
 ]
 
 
-@contextmanager
-def _errors() -> Iterator[None]:
-    """A StreamrecError becomes one red line on stderr and exit status 1."""
-    try:
-        yield
-    except StreamrecError as exc:
-        first, *rest = str(exc).splitlines() or [""]
-        _err.print(f"[red]error:[/red] {escape(first)}", highlight=False, soft_wrap=True)
-        for line in rest:  # a log tail, when a service failed to start
-            _err.print(escape(line), highlight=False, soft_wrap=True, style="dim")
-        raise typer.Exit(1) from None
-
-
 def _config(
     host: str | None, kafka_port: int | None, redis_port: int | None, state_dir: Path | None
 ) -> ServicesConfig:
@@ -56,10 +38,7 @@ def _config(
         "redis_port": redis_port,
         "state_dir": state_dir,
     }
-    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    cfg = load_config(services=overrides) if overrides else load_config()
-    logs.configure(cfg.log_level)
-    return cfg.services
+    return build_config(services=given).services
 
 
 def _table(rows: Sequence[services.ServiceStatus]) -> Table:
@@ -78,7 +57,7 @@ def up(
     state_dir: StateDir = None,
 ) -> None:
     """Start the local Kafka broker and Redis in the background (no data survives a stop)."""
-    with _errors():
+    with cli_errors():
         _out.print(_table(services.up(_config(host, kafka_port, redis_port, state_dir))))
 
 
@@ -89,7 +68,7 @@ def down(
     state_dir: StateDir = None,
 ) -> None:
     """Stop the services that ``streamrec up`` started."""
-    with _errors():
+    with cli_errors():
         cfg = _config(host, kafka_port, redis_port, state_dir)
         services.down(cfg)
         _out.print(_table(services.status(cfg)))
@@ -102,7 +81,7 @@ def status(
     state_dir: StateDir = None,
 ) -> None:
     """Show whether the local Kafka broker and Redis are running."""
-    with _errors():
+    with cli_errors():
         _out.print(_table(services.status(_config(host, kafka_port, redis_port, state_dir))))
 
 

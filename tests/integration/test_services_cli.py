@@ -9,17 +9,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from streamrec import logs
 from streamrec.cli.services import register
 from streamrec.ports import free_ports
 
 pytestmark = pytest.mark.usefixtures("service_binaries")
-
-
-@pytest.fixture(autouse=True)
-def _keep_logging(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI would attach a handler to the runner's temporary stderr; keep logging as it is."""
-    monkeypatch.setattr(logs, "configure", lambda level="INFO": None)
 
 
 def _app() -> typer.Typer:
