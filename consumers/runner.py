@@ -20,14 +20,18 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.processor import BatchResult, SampleBuilder
 from streamrec.errors import KafkaDeliveryError
+from streamrec.faults import fault_point
 from streamrec.featurestore.base import FeatureStore
 from streamrec.featurestore.redis_store import RedisFeatureStore
 from streamrec.kafka import make_consumer, make_producer
 
 logger = logging.getLogger(__name__)
 
-# Transactions must finish well inside the broker's transaction timeout (60 s by default).
+# Client-side limit on each transactional call.
 _TXN_TIMEOUT_S = 30.0
+# A transaction left open by a killed process blocks read_committed readers until the broker
+# aborts it: 20 s bounds that stall, while one batch's transaction takes well under a second.
+_TXN_BROKER_TIMEOUT_MS = 20_000
 
 
 @dataclass
@@ -52,7 +56,11 @@ class ConsumerRunner:
         self._assigned = False
         self._consumer: Consumer = make_consumer(cfg.kafka, cfg.consumer.group_id)
         self._producer: Producer = make_producer(
-            cfg.kafka, **{"transactional.id": f"{cfg.consumer.group_id}-{uuid.uuid4().hex}"}
+            cfg.kafka,
+            **{
+                "transactional.id": f"{cfg.consumer.group_id}-{uuid.uuid4().hex}",
+                "transaction.timeout.ms": _TXN_BROKER_TIMEOUT_MS,
+            },
         )
 
     def run(self, stop: threading.Event | None = None) -> ConsumerStats:
@@ -99,6 +107,7 @@ class ConsumerRunner:
 
     def _handle(self, records: Sequence[Message]) -> None:
         result = self.builder.process(records)
+        fault_point("consumer.after_store")
         try:
             self._commit(records, result)
         except KafkaException as exc:
@@ -123,14 +132,21 @@ class ConsumerRunner:
     def _commit(self, records: Sequence[Message], result: BatchResult) -> None:
         kcfg = self._cfg.kafka
         self._producer.begin_transaction()
-        for sample in result.samples:
-            self._produce(kcfg.samples_topic, sample.user_id.encode(), sample.to_json())
-        for letter in result.dead:
-            self._produce(kcfg.dlq_topic, None, letter.to_json(), {"reason": letter.reason})
-        self._producer.send_offsets_to_transaction(
-            _next_offsets(records), self._consumer.consumer_group_metadata(), _TXN_TIMEOUT_S
-        )
-        self._producer.commit_transaction(_TXN_TIMEOUT_S)
+        try:
+            for sample in result.samples:
+                self._produce(kcfg.samples_topic, sample.user_id.encode(), sample.to_json())
+            for letter in result.dead:
+                self._produce(kcfg.dlq_topic, None, letter.to_json(), {"reason": letter.reason})
+            self._producer.send_offsets_to_transaction(
+                _next_offsets(records), self._consumer.consumer_group_metadata(), _TXN_TIMEOUT_S
+            )
+            fault_point("consumer.before_commit")
+            self._producer.commit_transaction(_TXN_TIMEOUT_S)
+        except KafkaException:
+            raise  # the caller decides: abort and redo, or fail
+        except BaseException:
+            self._producer.abort_transaction(_TXN_TIMEOUT_S)  # leave no open transaction behind
+            raise
 
     def _produce(
         self, topic: str, key: bytes | None, value: bytes, headers: dict[str, str] | None = None

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streamrec.config import KafkaConfig, RedisConfig, StreamrecConfig
+from streamrec import faults
 from streamrec.consumers.runner import ConsumerRunner
 from streamrec.datasets import read_events
 from streamrec.featurestore import RedisFeatureStore
@@ -81,3 +82,34 @@ def test_malformed_events_go_to_the_dlq_and_valid_ones_are_all_processed(
     ids = [orjson.loads(m.value())["sample_id"] for m in samples]
     assert len(set(ids)) == len(ids)
     assert sum("~n" not in i for i in ids) == positives
+
+
+@pytest.mark.parametrize("point", ["consumer.after_store", "consumer.before_commit"])
+def test_a_crash_mid_batch_loses_and_duplicates_nothing(
+    point: str, kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str,
+    taobao_events, topic_reader, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cfg = config(kafka_config, redis_config, unique_name)
+    producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers})
+    for event in taobao_events:
+        producer.produce(kafka_config.events_topic, key=event.user_id.encode(), value=event.to_json())
+    assert producer.flush(10) == 0
+
+    faults.reset()
+    monkeypatch.setenv(faults.ENV, f"{point}:2")  # the second batch dies half-way
+    first = ConsumerRunner(cfg)
+    with pytest.raises(faults.InjectedFault):
+        first.run()
+    assert first.stats.batches == 1
+    monkeypatch.delenv(faults.ENV)
+    second = ConsumerRunner(cfg).run()
+    assert first.stats.events + second.events == len(taobao_events)
+
+    samples = [orjson.loads(m.value()) for m in topic_reader(kafka_config.samples_topic)]
+    ids = [s["sample_id"] for s in samples]
+    assert len(ids) == len(set(ids)), "a sample was emitted twice"
+    positives = {e.event_id for e in taobao_events if e.action == "pv"}
+    assert {i for i in ids if "~n" not in i} == positives
+    store = RedisFeatureStore(redis_config, cfg.consumer.sequence_length)
+    for user, count in Counter(e.user_id for e in taobao_events).items():
+        assert len(store.sequence(user)) == min(count, cfg.consumer.sequence_length)

@@ -1,0 +1,39 @@
+"""Named fault points, for crash tests: ``STREAMREC_FAULT=<name>[:<nth>]`` fails the nth pass.
+
+With ``STREAMREC_FAULT_MODE=exit`` the process dies on the spot (``os._exit(137)``, as a
+kill -9 would leave it); otherwise :class:`InjectedFault` is raised. Unset, a fault point
+costs one dict lookup.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+ENV = "STREAMREC_FAULT"
+_passes: Counter[str] = Counter()
+
+
+class InjectedFault(RuntimeError):
+    """Raised at a fault point named by ``STREAMREC_FAULT`` (tests only)."""
+
+
+def fault_point(name: str) -> None:
+    """Fail here if ``STREAMREC_FAULT`` names this point (on its nth pass, default the first)."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    target, _, nth = spec.partition(":")
+    if target != name:
+        return
+    _passes[name] += 1
+    if _passes[name] != int(nth or 1):
+        return
+    if os.environ.get(f"{ENV}_MODE") == "exit":
+        os._exit(137)
+    raise InjectedFault(f"injected fault at {name}")
+
+
+def reset() -> None:
+    """Forget pass counts (between tests)."""
+    _passes.clear()
