@@ -72,6 +72,9 @@ class SampleBuilder:
         """Process one batch: update the store once, then build samples in record order."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         events, dead = self.parse(records, now_ms)
+        # A batch spans a few partitions: event-time order (stable, so each user's own order
+        # holds) keeps the negative pools' windows true.
+        events.sort(key=lambda e: e.ts)
         labelled = [e for e in events if self.is_labelled(e)]
         update = self._store.update(events, labelled)
         histories = iter(update.histories)

@@ -15,8 +15,17 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
+from streamrec.alignment import EventTimeAligner
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.processor import BatchResult, SampleBuilder
 from streamrec.errors import KafkaDeliveryError
@@ -54,7 +63,14 @@ class ConsumerRunner:
         self.builder = SampleBuilder(cfg.consumer, self._store)
         self.stats = ConsumerStats()
         self._assigned = False
+        self._started = time.monotonic()
+        self.join_seconds = 0.0  # how long the first group join took
         self._consumer: Consumer = make_consumer(cfg.kafka, cfg.consumer.group_id)
+        self._aligner = (
+            None
+            if cfg.kafka.max_skew_ms is None
+            else EventTimeAligner(self._consumer, cfg.kafka.max_skew_ms)
+        )
         self._producer: Producer = make_producer(
             cfg.kafka,
             **{
@@ -68,8 +84,11 @@ class ConsumerRunner:
         stop = stop or threading.Event()
         ccfg = self._cfg.consumer
         try:
+            self._started = time.monotonic()
             self._producer.init_transactions(_TXN_TIMEOUT_S)
-            self._consumer.subscribe([self._cfg.kafka.events_topic], on_assign=self._on_assign)
+            self._consumer.subscribe(
+                [self._cfg.kafka.events_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
+            )
             last_event = time.monotonic()
             while not stop.is_set():
                 records = self._poll(ccfg.batch_size, ccfg.batch_timeout_s)
@@ -90,12 +109,21 @@ class ConsumerRunner:
         return self.stats
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if not self._assigned:
+            self.join_seconds = time.monotonic() - self._started
         self._assigned = True
+        if self._aligner is not None:
+            self._aligner.assign(partitions)
         logger.info("assigned partitions=%s", [f"{p.topic}[{p.partition}]" for p in partitions])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._aligner is not None:
+            self._aligner.assign([])
 
     def _poll(self, size: int, timeout_s: float) -> list[Message]:
         records = []
-        for msg in self._consumer.consume(size, timeout_s):
+        messages = self._consumer.consume(size, timeout_s)
+        for msg in messages:
             err = msg.error()
             if err is None:
                 records.append(msg)
@@ -103,7 +131,7 @@ class ConsumerRunner:
                 if err.fatal():
                     raise KafkaDeliveryError(f"consumer failed: {err.str()}")
                 logger.warning("consumer error=%s", err.str())
-        return records
+        return records if self._aligner is None else self._aligner.push(messages)
 
     def _handle(self, records: Sequence[Message]) -> None:
         result = self.builder.process(records)
@@ -116,7 +144,7 @@ class ConsumerRunner:
                 raise KafkaDeliveryError(f"transaction failed: {err.str()}") from exc
             logger.warning("transaction aborted, redoing batch error=%s", err.str())
             self._producer.abort_transaction(_TXN_TIMEOUT_S)
-            self._rewind(records)
+            self._rewind()
             self.stats.retries += 1
             return
         self.stats.batches += 1
@@ -134,9 +162,13 @@ class ConsumerRunner:
         self._producer.begin_transaction()
         try:
             for sample in result.samples:
-                self._produce(kcfg.samples_topic, sample.user_id.encode(), sample.to_json())
+                self._produce(
+                    kcfg.samples_topic, sample.user_id.encode(), sample.to_json(), sample.ts
+                )
             for letter in result.dead:
-                self._produce(kcfg.dlq_topic, None, letter.to_json(), {"reason": letter.reason})
+                self._produce(
+                    kcfg.dlq_topic, None, letter.to_json(), headers={"reason": letter.reason}
+                )
             self._producer.send_offsets_to_transaction(
                 _next_offsets(records), self._consumer.consumer_group_metadata(), _TXN_TIMEOUT_S
             )
@@ -149,22 +181,30 @@ class ConsumerRunner:
             raise
 
     def _produce(
-        self, topic: str, key: bytes | None, value: bytes, headers: dict[str, str] | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        timestamp_ms: int = 0,
+        headers: dict[str, str] | None = None,
     ) -> None:
         while True:
             try:
-                self._producer.produce(topic, key=key, value=value, headers=headers)
+                self._producer.produce(
+                    topic, key=key, value=value, timestamp=timestamp_ms, headers=headers
+                )
                 return
             except BufferError:
                 self._producer.poll(0.05)
 
-    def _rewind(self, records: Sequence[Message]) -> None:
-        first: dict[tuple[str, int], int] = {}
-        for msg in records:
-            tp = (msg.topic(), msg.partition())
-            first[tp] = min(first.get(tp, msg.offset()), msg.offset())
-        for (topic, partition), offset in first.items():
-            self._consumer.seek(TopicPartition(topic, partition, offset))
+    def _rewind(self) -> None:
+        """Go back to the committed offsets of every partition, dropping what is buffered."""
+        assignment = self._consumer.assignment()
+        if self._aligner is not None:
+            self._aligner.assign(assignment)
+        for tp in self._consumer.committed(assignment, timeout=_TXN_TIMEOUT_S):
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
 
 
 def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:

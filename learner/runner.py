@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from streamrec.alignment import EventTimeAligner
 from streamrec.config import StreamrecConfig
 from streamrec.errors import KafkaDeliveryError
 from streamrec.kafka import make_consumer
@@ -42,6 +43,8 @@ class MicroBatchReport:
 
     index: int
     metrics: BatchMetrics
+    first_ts: int  # event-time range of the micro-batch's samples, epoch ms
+    last_ts: int
     loss: float
     score_seconds: float
     train_seconds: float
@@ -77,6 +80,11 @@ class LearnerRunner:
         self._assigned = False  # idleness counts only once the group has given us partitions
         self._restore()
         self._consumer: Consumer = make_consumer(cfg.kafka, cfg.learner.group_id)
+        self._aligner = (
+            None
+            if cfg.kafka.max_skew_ms is None
+            else EventTimeAligner(self._consumer, cfg.kafka.max_skew_ms)
+        )
 
     def _restore(self) -> None:
         manifest = self.snapshots.latest()
@@ -98,6 +106,12 @@ class LearnerRunner:
             if offset is not None:
                 tp.offset = offset
         consumer.assign(partitions)
+        if self._aligner is not None:
+            self._aligner.assign(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._aligner is not None:
+            self._aligner.assign([])
 
     def run(
         self, stop: threading.Event | None = None, upstream_done: threading.Event | None = None
@@ -110,7 +124,9 @@ class LearnerRunner:
         stop = stop or threading.Event()
         upstream_done = upstream_done or _SET
         lcfg = self._cfg.learner
-        self._consumer.subscribe([self._cfg.kafka.samples_topic], on_assign=self._on_assign)
+        self._consumer.subscribe(
+            [self._cfg.kafka.samples_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
         last_sample = time.monotonic()
         try:
             while not stop.is_set():
@@ -152,11 +168,14 @@ class LearnerRunner:
                 records.extend(got)
                 last_got = time.monotonic()
             self._serve_requests()
+        cut = lcfg.max_batch_samples  # the aligner can release a longer run than asked for
+        records, self._carry = records[:cut], records[cut:]
         return records
 
     def _consume(self, size: int, timeout_s: float) -> list[Message]:
         out = []
-        for msg in self._consumer.consume(max(1, min(size, 10_000)), max(0.0, timeout_s)):
+        messages = self._consumer.consume(max(1, min(size, 10_000)), max(0.0, timeout_s))
+        for msg in messages:
             err = msg.error()
             if err is None:
                 out.append(msg)
@@ -164,7 +183,7 @@ class LearnerRunner:
                 if err.fatal():
                     raise KafkaDeliveryError(f"learner consumer failed: {err.str()}")
                 logger.warning("learner consumer error=%s", err.str())
-        return out
+        return out if self._aligner is None else self._aligner.push(messages)
 
     def _train(self, records: Sequence[Message]) -> None:
         samples = [Sample.from_json(m.value()) for m in records]
@@ -176,14 +195,14 @@ class LearnerRunner:
         loss = self._train_paused(batch)
         self.learner.update_known(batch)
         trained = time.monotonic()
-        for msg in records:
-            key = (msg.topic(), msg.partition())
-            self.state.positions[key] = max(self.state.positions.get(key, 0), msg.offset() + 1)
+        self._advance_positions(records)
         self.state.micro_batches += 1
         self.state.samples_trained += len(batch)
         self.state.last_metrics = {k: v for k, v in asdict(metrics).items()}
+        times = [s.ts for s in samples]
         report = MicroBatchReport(
-            self.state.micro_batches, metrics, loss, scored - start, trained - scored
+            self.state.micro_batches, metrics, min(times), max(times), loss,
+            scored - start, trained - scored,
         )
         logger.info(
             "micro_batch index=%d samples=%d auc=%.4f gauc=%.4f known_auc=%.4f logloss=%.4f "
@@ -193,6 +212,17 @@ class LearnerRunner:
         )
         if self._on_report is not None:
             self._on_report(report)
+
+    def _advance_positions(self, trained: Sequence[Message]) -> None:
+        """Move each partition's position past what was trained, but never past a record
+        still waiting in the carry (event-time order can put a lower offset there)."""
+        for msg in trained:
+            key = (msg.topic(), msg.partition())
+            self.state.positions[key] = max(self.state.positions.get(key, 0), msg.offset() + 1)
+        for msg in self._carry:
+            key = (msg.topic(), msg.partition())
+            if self.state.positions.get(key, 0) > msg.offset():
+                self.state.positions[key] = msg.offset()
 
     def _train_paused(self, batch: Batch) -> float:
         """Train with the partitions paused, polling now and then to stay in the group."""
@@ -210,6 +240,8 @@ class LearnerRunner:
             return self.learner.learn_many(batch, keepalive=keepalive)
         finally:
             self._consumer.resume(assignment)
+            if self._aligner is not None:
+                self._aligner.reapply()
 
     def _serve_requests(self) -> None:
         for request_id in self.snapshots.pending_requests():

@@ -37,6 +37,11 @@ class KafkaConfig(BaseModel):
     # A group join takes about half of session.timeout.ms on the local broker; 6 s keeps
     # restarts quick while tolerating a GC pause. Raise it on a busy production cluster.
     session_timeout_ms: int = Field(6000, ge=1000, description="STREAMREC_KAFKA__SESSION_TIMEOUT_MS")
+    # Partitions of one consumer are kept within a minute of event time of each other while
+    # catching up: tight against windows of minutes, loose enough to rarely pause when live.
+    max_skew_ms: int | None = Field(
+        60_000, ge=0, description="STREAMREC_KAFKA__MAX_SKEW_MS (null: no alignment)"
+    )
     client: dict[str, Any] = Field(
         default_factory=dict, description="STREAMREC_KAFKA__CLIENT: extra librdkafka options"
     )

@@ -43,6 +43,7 @@ def consumer_config(cfg: KafkaConfig, group_id: str, **overrides: Any) -> dict[s
         "auto.offset.reset": "earliest",
         "session.timeout.ms": cfg.session_timeout_ms,
         "isolation.level": "read_committed",
+        "enable.partition.eof": True,  # end-of-partition events feed event-time alignment
         "logger": _client_logger,
     }
     conf.update(overrides)

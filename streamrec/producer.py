@@ -42,15 +42,25 @@ class EventProducer:
             self._failures.append("")
 
     def send(self, event: Event) -> None:
-        """Queue one event; blocks briefly when the local queue is full."""
-        self.send_raw(event.user_id.encode(), event.to_json())
+        """Queue one event; blocks briefly when the local queue is full.
 
-    def send_raw(self, key: bytes | None, value: bytes) -> None:
-        """Queue raw bytes on the events topic (for bridges that already hold the wire form)."""
+        The record timestamp is the event time, which consumers align partitions on.
+        """
+        self.send_raw(event.user_id.encode(), event.to_json(), event.ts)
+
+    def send_raw(self, key: bytes | None, value: bytes, timestamp_ms: int = 0) -> None:
+        """Queue raw bytes on the events topic (for bridges that already hold the wire form).
+
+        ``timestamp_ms`` 0 means "now" (the record's create time).
+        """
         while True:
             try:
                 self._producer.produce(
-                    self._cfg.events_topic, key=key, value=value, on_delivery=self._on_delivery
+                    self._cfg.events_topic,
+                    key=key,
+                    value=value,
+                    timestamp=timestamp_ms,
+                    on_delivery=self._on_delivery,
                 )
                 break
             except BufferError:

@@ -9,8 +9,8 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from streamrec.config import KafkaConfig, RedisConfig, StreamrecConfig
 from streamrec import faults
+from streamrec.config import KafkaConfig, RedisConfig, StreamrecConfig
 from streamrec.consumers.runner import ConsumerRunner
 from streamrec.datasets import read_events
 from streamrec.featurestore import RedisFeatureStore

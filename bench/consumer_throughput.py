@@ -1,0 +1,81 @@
+"""Consumer throughput against the broker's own ceiling, measured in the same run.
+
+Ceiling: a bare confluent-kafka batch consume of the same events (no parsing, no Redis, no
+produce). streamrec: the consumer runner end to end (parse, Redis pipeline, samples and
+offsets in one transaction per batch). Data: the 2-hour Taobao slice (110k real events).
+
+    .venv/bin/python bench/consumer_throughput.py [--events N]
+
+Prints one JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from streamrec.config import StreamrecConfig
+from streamrec.consumers.runner import ConsumerRunner
+from streamrec.datasets import read_events
+from streamrec.kafka import ensure_topics
+from streamrec.launch import local_services
+from streamrec.producer import publish
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "taobao-userbehavior-2h" / "UserBehavior.csv"
+
+
+def bare_consume(bootstrap: str, topic: str, partitions: int, total: int) -> float:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-bare"})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    seen = 0
+    start = time.perf_counter()
+    while seen < total:
+        seen += sum(1 for m in consumer.consume(2000, 1.0) if m.error() is None)
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return total / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=None, help="default: the whole file")
+    args = parser.parse_args()
+    events = read_events(DATA, limit=args.events)
+    with local_services() as services:
+        name = uuid.uuid4().hex[:8]
+        cfg = StreamrecConfig(
+            kafka={"bootstrap_servers": services.bootstrap_servers, "events_topic": f"ev-{name}",
+                   "samples_topic": f"s-{name}", "dlq_topic": f"d-{name}"},
+            redis={"url": services.redis_url},
+            consumer={"group_id": f"g-{name}", "idle_exit_s": 2.0},
+        )
+        ensure_topics(cfg.kafka)
+        publish(events, cfg.kafka)
+        ceiling = bare_consume(services.bootstrap_servers, cfg.kafka.events_topic,
+                               cfg.kafka.partitions, len(events))
+        runner = ConsumerRunner(cfg)
+        start = time.perf_counter()
+        stats = runner.run()
+        # The runner idles idle_exit_s before it stops, and spends a group join first.
+        busy = time.perf_counter() - start - cfg.consumer.idle_exit_s - runner.join_seconds
+        assert stats.events == len(events), stats
+    rate = stats.events / busy
+    print(json.dumps({
+        "bench": "consumer_throughput",
+        "events": stats.events,
+        "samples": stats.samples,
+        "ceiling_events_per_s": round(ceiling),
+        "streamrec_events_per_s": round(rate),
+        "ratio_to_ceiling": round(rate / ceiling, 4),
+        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }))
+
+
+if __name__ == "__main__":
+    main()
