@@ -6,6 +6,7 @@ import math
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -14,6 +15,10 @@ from streamrec.cli.common import build_config, cli_errors, console, stop_on_sign
 from streamrec.cli.learner import print_report
 from streamrec.datasets import FORMATS, read_events
 from streamrec.launch import local_services
+
+if TYPE_CHECKING:  # both import Paddle; the demo imports them when it runs
+    from streamrec.learner.runner import MicroBatchReport
+    from streamrec.pipeline import PipelineResult
 
 DEMO_DATA = "movielens-latest-small"
 
@@ -38,29 +43,41 @@ def demo(
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         events = read_events(data or _bundled_movielens(), fmt, limit=limit)
         console.print(f"read {len(events)} events from {data or DEMO_DATA}")
+        base = build_config(
+            quiet=True,
+            consumer={"idle_exit_s": 5.0},
+            learner={
+                # Micro-batches are cut by size here: the replay is faster than real time.
+                "interval_s": 10.0,
+                "max_batch_samples": max_batch,
+                "idle_exit_s": 5.0,
+                "snapshot_every": snapshot_every,
+                "snapshot_dir": snapshot_dir or Path("snapshots") / f"demo-{stamp}",
+            },
+        )
         with local_services() as services:
             console.print(
                 f"broker at {services.bootstrap_servers} (Tansu, in memory), "
                 f"Redis at {services.redis_url} (no persistence)"
             )
-            cfg = build_config(
-                quiet=True,
-                kafka={"bootstrap_servers": services.bootstrap_servers},
-                redis={"url": services.redis_url},
-                consumer={"idle_exit_s": 5.0},
-                learner={
-                    # Micro-batches are cut by size here: the replay is faster than real time.
-                    "interval_s": 10.0,
-                    "max_batch_samples": max_batch,
-                    "idle_exit_s": 5.0,
-                    "snapshot_every": snapshot_every,
-                    "snapshot_dir": snapshot_dir or Path("snapshots") / f"demo-{stamp}",
-                },
+            cfg = base.model_copy(
+                update={
+                    "kafka": base.kafka.model_copy(
+                        update={"bootstrap_servers": services.bootstrap_servers}
+                    ),
+                    "redis": base.redis.model_copy(update={"url": services.redis_url}),
+                }
             )
+            reports: list[MicroBatchReport] = []
+
+            def report(r: MicroBatchReport) -> None:
+                reports.append(r)
+                print_report(r)
+
             result = run_pipeline(
                 cfg,
                 events,
-                on_report=print_report,
+                on_report=report,
                 on_snapshot=lambda m: console.print(
                     f"[green]snapshot v{m.version:06d}[/green] written to "
                     f"{cfg.learner.snapshot_dir / f'v{m.version:06d}'} "
@@ -68,10 +85,15 @@ def demo(
                 ),
                 stop=stop_on_signals(),
             )
-        _summary(result)
+        _summary(result, reports)
 
 
-def _summary(result) -> None:  # noqa: ANN001 - PipelineResult, kept out of the signature line
+def _mean(values: list[float]) -> str:
+    finite = [v for v in values if not math.isnan(v)]
+    return f"{sum(finite) / len(finite):.4f}" if finite else "-"
+
+
+def _summary(result: PipelineResult, reports: list[MicroBatchReport]) -> None:
     table = Table("stage", "figure")
     table.add_row("events published", str(result.published))
     table.add_row("events consumed", str(result.consumer.events))
@@ -79,11 +101,10 @@ def _summary(result) -> None:  # noqa: ANN001 - PipelineResult, kept out of the 
     table.add_row("dead letters", str(result.consumer.dead))
     table.add_row("micro-batches trained", str(result.learner.micro_batches))
     table.add_row("samples trained", str(result.learner.samples_trained))
-    last = result.learner.last_metrics
-    for name in ("auc", "gauc", "known_auc", "logloss"):
-        value = last.get(name)
-        shown = "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
-        table.add_row(f"last micro-batch {name}", shown)
+    later = reports[len(reports) // 4 :]  # past the cold start
+    table.add_row("mean progressive AUC (last 3/4)", _mean([r.metrics.auc for r in later]))
+    table.add_row("mean progressive GAUC (last 3/4)", _mean([r.metrics.gauc for r in later]))
+    table.add_row("mean known-target AUC (last 3/4)", _mean([r.metrics.known_auc for r in later]))
     if result.snapshots:
         table.add_row("latest snapshot", f"v{result.snapshots[-1].version:06d}")
     console.print(table)

@@ -1,0 +1,59 @@
+"""The README's command sequence, as separate processes, against the session's services."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from streamrec.config import KafkaConfig, RedisConfig
+
+
+def streamrec(args: list[str], env: dict[str, str], timeout: float = 120) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamrec", *args],
+        env=env, capture_output=True, text=True, timeout=timeout, check=False,
+    )
+    assert proc.returncode == 0, f"streamrec {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def test_produce_consume_learn_snapshot_as_separate_commands(
+    kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str, tmp_path: Path,
+    taobao_path: Path,
+) -> None:
+    env = {
+        **os.environ,
+        "STREAMREC_KAFKA__BOOTSTRAP_SERVERS": kafka_config.bootstrap_servers,
+        "STREAMREC_KAFKA__EVENTS_TOPIC": kafka_config.events_topic,
+        "STREAMREC_KAFKA__SAMPLES_TOPIC": kafka_config.samples_topic,
+        "STREAMREC_KAFKA__DLQ_TOPIC": kafka_config.dlq_topic,
+        "STREAMREC_REDIS__URL": redis_config.url,
+        "STREAMREC_REDIS__KEY_PREFIX": redis_config.key_prefix,
+        "STREAMREC_CONSUMER__GROUP_ID": f"c-{unique_name}",
+        "STREAMREC_LEARNER__GROUP_ID": f"l-{unique_name}",
+        "STREAMREC_MODEL__ITEM_BUCKETS": str(2**14),
+        "STREAMREC_LEARNER__SNAPSHOT_DIR": str(tmp_path),
+    }
+    out = streamrec(["produce", str(taobao_path), "--limit", "2000"], env)
+    assert "published 2000 events" in out
+    out = streamrec(["consumers", "run", "--idle-exit", "3"], env)
+    assert "consumed 2000 events" in out
+    out = streamrec(
+        ["learner", "run", "--interval", "5", "--max-batch", "1000", "--stop-when-idle", "3"], env
+    )
+    assert "micro-batch    2" in out and "AUC" in out
+    assert "snapshot v000001 written" in out
+    listing = streamrec(["snapshot", "list"], env)
+    assert "v000001" in listing
+
+
+def test_bad_flags_give_one_line_errors(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamrec", "produce", str(tmp_path / "missing.csv")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("error:") and "no such file" in proc.stderr
+    assert "Traceback" not in proc.stderr
