@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    KafkaError,
     KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
 
-from streamrec.alignment import EventTimeAligner
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.processor import BatchResult, SampleBuilder
 from streamrec.errors import KafkaDeliveryError
@@ -33,6 +31,7 @@ from streamrec.faults import fault_point
 from streamrec.featurestore.base import FeatureStore
 from streamrec.featurestore.redis_store import RedisFeatureStore
 from streamrec.kafka import make_consumer, make_producer
+from streamrec.source import RecordSource
 
 logger = logging.getLogger(__name__)
 
@@ -66,11 +65,7 @@ class ConsumerRunner:
         self._started = time.monotonic()
         self.join_seconds = 0.0  # how long the first group join took
         self._consumer: Consumer = make_consumer(cfg.kafka, cfg.consumer.group_id)
-        self._aligner = (
-            None
-            if cfg.kafka.max_skew_ms is None
-            else EventTimeAligner(self._consumer, cfg.kafka.max_skew_ms)
-        )
+        self._source = RecordSource(self._consumer, cfg.kafka.max_skew_ms)
         self._producer: Producer = make_producer(
             cfg.kafka,
             **{
@@ -91,7 +86,7 @@ class ConsumerRunner:
             )
             last_event = time.monotonic()
             while not stop.is_set():
-                records = self._poll(ccfg.batch_size, ccfg.batch_timeout_s)
+                records = self._source.poll(ccfg.batch_size, ccfg.batch_timeout_s)
                 if records or not self._assigned:  # idleness counts from the group join
                     if records:
                         self._handle(records)
@@ -112,26 +107,11 @@ class ConsumerRunner:
         if not self._assigned:
             self.join_seconds = time.monotonic() - self._started
         self._assigned = True
-        if self._aligner is not None:
-            self._aligner.assign(partitions)
+        self._source.assigned(partitions)
         logger.info("assigned partitions=%s", [f"{p.topic}[{p.partition}]" for p in partitions])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if self._aligner is not None:
-            self._aligner.assign([])
-
-    def _poll(self, size: int, timeout_s: float) -> list[Message]:
-        records = []
-        messages = self._consumer.consume(size, timeout_s)
-        for msg in messages:
-            err = msg.error()
-            if err is None:
-                records.append(msg)
-            elif err.code() != KafkaError._PARTITION_EOF:
-                if err.fatal():
-                    raise KafkaDeliveryError(f"consumer failed: {err.str()}")
-                logger.warning("consumer error=%s", err.str())
-        return records if self._aligner is None else self._aligner.push(messages)
+        self._source.revoked()
 
     def _handle(self, records: Sequence[Message]) -> None:
         result = self.builder.process(records)
@@ -199,10 +179,8 @@ class ConsumerRunner:
 
     def _rewind(self) -> None:
         """Go back to the committed offsets of every partition, dropping what is buffered."""
-        assignment = self._consumer.assignment()
-        if self._aligner is not None:
-            self._aligner.assign(assignment)
-        for tp in self._consumer.committed(assignment, timeout=_TXN_TIMEOUT_S):
+        self._source.reset()
+        for tp in self._consumer.committed(self._consumer.assignment(), timeout=_TXN_TIMEOUT_S):
             offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
             self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
 

@@ -15,17 +15,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+import numpy as np
+from confluent_kafka import Consumer, Message, TopicPartition
 
-from streamrec.alignment import EventTimeAligner
 from streamrec.config import StreamrecConfig
-from streamrec.errors import KafkaDeliveryError
 from streamrec.kafka import make_consumer
 from streamrec.learner.batch import Batch
-from streamrec.learner.din import DINLearner
+from streamrec.learner.din import OPTIMIZER_PREFIX, PARAM_PREFIX, DINLearner
 from streamrec.learner.metrics import BatchMetrics
 from streamrec.learner.snapshot import Offset, SnapshotManifest, SnapshotStore
 from streamrec.samples import Sample
+from streamrec.source import RecordSource
 
 logger = logging.getLogger(__name__)
 
@@ -80,11 +80,7 @@ class LearnerRunner:
         self._assigned = False  # idleness counts only once the group has given us partitions
         self._restore()
         self._consumer: Consumer = make_consumer(cfg.kafka, cfg.learner.group_id)
-        self._aligner = (
-            None
-            if cfg.kafka.max_skew_ms is None
-            else EventTimeAligner(self._consumer, cfg.kafka.max_skew_ms)
-        )
+        self._source = RecordSource(self._consumer, cfg.kafka.max_skew_ms)
 
     def _restore(self) -> None:
         manifest = self.snapshots.latest()
@@ -106,12 +102,10 @@ class LearnerRunner:
             if offset is not None:
                 tp.offset = offset
         consumer.assign(partitions)
-        if self._aligner is not None:
-            self._aligner.assign(partitions)
+        self._source.assigned(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if self._aligner is not None:
-            self._aligner.assign([])
+        self._source.revoked()
 
     def run(
         self, stop: threading.Event | None = None, upstream_done: threading.Event | None = None
@@ -163,7 +157,7 @@ class LearnerRunner:
                 last_got = now
             elif lcfg.idle_exit_s is not None and now - last_got >= lcfg.idle_exit_s:
                 break
-            got = self._consume(lcfg.max_batch_samples - len(records), min(_POLL_S, deadline - now))
+            got = self._source.poll(lcfg.max_batch_samples - len(records), min(_POLL_S, deadline - now))
             if got:
                 records.extend(got)
                 last_got = time.monotonic()
@@ -171,19 +165,6 @@ class LearnerRunner:
         cut = lcfg.max_batch_samples  # the aligner can release a longer run than asked for
         records, self._carry = records[:cut], records[cut:]
         return records
-
-    def _consume(self, size: int, timeout_s: float) -> list[Message]:
-        out = []
-        messages = self._consumer.consume(max(1, min(size, 10_000)), max(0.0, timeout_s))
-        for msg in messages:
-            err = msg.error()
-            if err is None:
-                out.append(msg)
-            elif err.code() != KafkaError._PARTITION_EOF:
-                if err.fatal():
-                    raise KafkaDeliveryError(f"learner consumer failed: {err.str()}")
-                logger.warning("learner consumer error=%s", err.str())
-        return out if self._aligner is None else self._aligner.push(messages)
 
     def _train(self, records: Sequence[Message]) -> None:
         samples = [Sample.from_json(m.value()) for m in records]
@@ -226,22 +207,19 @@ class LearnerRunner:
 
     def _train_paused(self, batch: Batch) -> float:
         """Train with the partitions paused, polling now and then to stay in the group."""
-        assignment = self._consumer.assignment()
-        self._consumer.pause(assignment)
+        assignment = self._source.pause_all()
         last = time.monotonic()
 
         def keepalive() -> None:
             nonlocal last
             if time.monotonic() - last >= _KEEPALIVE_S:
-                self._carry.extend(self._consume(1000, 0))  # paused: normally empty
+                self._carry.extend(self._source.poll(1000, 0))  # paused: only what was held
                 last = time.monotonic()
 
         try:
             return self.learner.learn_many(batch, keepalive=keepalive)
         finally:
-            self._consumer.resume(assignment)
-            if self._aligner is not None:
-                self._aligner.reapply()
+            self._source.resume_all(assignment)
 
     def _serve_requests(self) -> None:
         for request_id in self.snapshots.pending_requests():
@@ -253,9 +231,8 @@ class LearnerRunner:
         offsets = tuple(
             Offset(t, p, o) for (t, p), o in sorted(self.state.positions.items())
         )
-        arrays = self.learner.state_arrays()
         manifest = self.snapshots.write(
-            {"model": arrays},
+            _grouped(self.learner.state_arrays()),
             micro_batches=self.state.micro_batches,
             samples_trained=self.state.samples_trained,
             offsets=offsets,
@@ -281,3 +258,17 @@ class LearnerRunner:
         if self._on_snapshot is not None:
             self._on_snapshot(manifest)
         return manifest
+
+
+def _grouped(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Split learner state into snapshot files: what serving needs (``model``) apart from
+    what only resumed training needs (``optimizer``, ``state``)."""
+    groups: dict[str, dict[str, np.ndarray]] = {"model": {}, "optimizer": {}, "state": {}}
+    for key, array in arrays.items():
+        if key.startswith(PARAM_PREFIX):
+            groups["model"][key] = array
+        elif key.startswith(OPTIMIZER_PREFIX):
+            groups["optimizer"][key] = array
+        else:
+            groups["state"][key] = array
+    return groups
