@@ -2,9 +2,14 @@
 
 Key ``<prefix>:seq:{<user_id>}``: the hash tag puts every key of a user in one Cluster slot.
 Member: ``event_id \\t item \\t category \\t action`` (see :class:`Behaviour`), so an event is
-stored once however often it is redelivered. A batch is one pipelined round trip: ZADD per
-user, one ZREVRANGEBYSCORE per history asked for, then trim to the cap and refresh the TTL;
-and per item ``<prefix>:item:{<item_id>}`` holds the first time it was seen (SET NX, then GET).
+stored once however often it is redelivered. Per item, ``<prefix>:item:{<item_id>}`` holds
+the first time it was seen.
+
+A batch is one pipelined round trip of small Lua scripts, one per user (ZADD the user's
+events, read each asked-for history with an exclusive time bound, trim to the cap, refresh
+the TTL) and one per item (SET NX, GET). Each script touches one key, so it is Cluster-safe
+and atomic per user; one call instead of four or more commands per user cut the consumer's
+Redis time by half (``bench/consumer_throughput.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,35 @@ from streamrec.errors import FeatureStoreError
 from streamrec.events import Event
 from streamrec.featurestore.base import Behaviour, StoreUpdate, earliest_per_item
 
+# ARGV: cap, ttl_ms, n, score_1, member_1 .. score_n, member_n, ts_1 .. ts_q
+# Returns one flat [member, score, ...] list per ts: the latest `cap` strictly before it.
+_SEQUENCE_LUA = """
+local cap, ttl, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local chunk = {}
+for i = 0, n - 1 do
+  chunk[#chunk + 1] = ARGV[4 + 2 * i]
+  chunk[#chunk + 1] = ARGV[5 + 2 * i]
+  if #chunk >= 1000 then  -- unpack() has a small stack: add in slices
+    redis.call('ZADD', KEYS[1], unpack(chunk))
+    chunk = {}
+  end
+end
+if #chunk > 0 then redis.call('ZADD', KEYS[1], unpack(chunk)) end
+local out = {}
+for i = 4 + 2 * n, #ARGV do
+  out[#out + 1] = redis.call('ZREVRANGEBYSCORE', KEYS[1], '(' .. ARGV[i], '-inf',
+                             'WITHSCORES', 'LIMIT', 0, cap)
+end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -cap - 1)
+redis.call('PEXPIRE', KEYS[1], ttl)
+return out
+"""
+# ARGV: ts, ttl_ms. Records the first-seen time once; returns the recorded one.
+_FIRST_SEEN_LUA = """
+redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+return redis.call('GET', KEYS[1])
+"""
+
 
 class RedisFeatureStore:
     """Length-capped, TTL'd behaviour sequences in Redis (standalone or Cluster-safe keys)."""
@@ -28,6 +62,8 @@ class RedisFeatureStore:
         self._prefix = cfg.key_prefix
         self._ttl_ms = cfg.ttl_s * 1000
         self._redis = client or redis.Redis.from_url(cfg.url, decode_responses=True, **cfg.client)
+        self._sequence_script = self._redis.register_script(_SEQUENCE_LUA)
+        self._first_seen_script = self._redis.register_script(_FIRST_SEEN_LUA)
 
     def key(self, user_id: str) -> str:
         """The sorted-set key of a user's sequence."""
@@ -39,34 +75,34 @@ class RedisFeatureStore:
 
     def update(self, events: Sequence[Event], before: Sequence[Event]) -> StoreUpdate:
         """See :meth:`FeatureStore.update`."""
-        by_user: dict[str, dict[str, int]] = defaultdict(dict)
+        added: dict[str, dict[str, int]] = defaultdict(dict)
         for event in events:
-            by_user[event.user_id][Behaviour.of(event).member()] = event.ts
-        pipe = self._redis.pipeline(transaction=False)
-        for user_id, members in by_user.items():
-            pipe.zadd(self.key(user_id), members)
-        for event in before:
-            # "(" makes the bound exclusive: strictly earlier behaviours only.
-            pipe.zrevrangebyscore(
-                self.key(event.user_id), f"({event.ts}", "-inf",
-                start=0, num=self.length, withscores=True,
-            )
-        for user_id in by_user:
-            pipe.zremrangebyrank(self.key(user_id), 0, -self.length - 1)
-            pipe.pexpire(self.key(user_id), self._ttl_ms)
+            added[event.user_id][Behaviour.of(event).member()] = event.ts
+        asked: dict[str, list[int]] = defaultdict(list)  # user -> indexes into `before`
+        for index, event in enumerate(before):
+            asked[event.user_id].append(index)
+        users = list(added.keys() | asked.keys())
         earliest = earliest_per_item(events)
+        pipe = self._redis.pipeline(transaction=False)
+        for user_id in users:
+            members = added.get(user_id, {})
+            args: list[object] = [self.length, self._ttl_ms, len(members)]
+            for member, ts in members.items():
+                args += (ts, member)
+            args += (before[i].ts for i in asked.get(user_id, ()))
+            self._sequence_script(keys=[self.key(user_id)], args=args, client=pipe)
         for item_id, ts in earliest.items():
-            pipe.set(self.item_key(item_id), ts, nx=True, px=self._ttl_ms)
-            pipe.get(self.item_key(item_id))
+            self._first_seen_script(keys=[self.item_key(item_id)], args=[ts, self._ttl_ms], client=pipe)
         try:
             replies = pipe.execute()
         except redis.RedisError as exc:
             raise FeatureStoreError(f"redis pipeline failed: {exc}") from exc
-        reads = replies[len(by_user) : len(by_user) + len(before)]
-        histories = [
-            [Behaviour.from_member(m, int(ts)) for m, ts in reversed(rows)] for rows in reads
-        ]
-        first = replies[len(replies) - 2 * len(earliest) + 1 :: 2] if earliest else []
+        histories: list[list[Behaviour]] = [[] for _ in before]
+        for user_id, reads in zip(users, replies, strict=False):
+            for index, flat in zip(asked.get(user_id, ()), reads, strict=True):
+                pairs = zip(flat[-2::-2], flat[::-2], strict=True)  # oldest first
+                histories[index] = [Behaviour.from_member(m, int(ts)) for m, ts in pairs]
+        first = replies[len(users) :]
         return StoreUpdate(histories, {item: int(ts) for item, ts in zip(earliest, first, strict=True)})
 
     def sequence(self, user_id: str) -> list[Behaviour]:
