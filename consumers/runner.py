@@ -30,7 +30,7 @@ from streamrec.errors import KafkaDeliveryError
 from streamrec.faults import fault_point
 from streamrec.featurestore.base import FeatureStore
 from streamrec.featurestore.redis_store import RedisFeatureStore
-from streamrec.kafka import make_consumer, make_producer
+from streamrec.kafka import make_consumer, make_producer, position
 from streamrec.source import RecordSource
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class ConsumerRunner:
         key: bytes | None,
         value: bytes,
         timestamp_ms: int = 0,
-        headers: dict[str, str] | None = None,
+        headers: dict[str, str | bytes | None] | None = None,
     ) -> None:
         while True:
             try:
@@ -189,6 +189,6 @@ def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:
     """The offsets to commit: one past the last record of each partition."""
     last: dict[tuple[str, int], int] = {}
     for msg in records:
-        tp = (msg.topic(), msg.partition())
-        last[tp] = max(last.get(tp, -1), msg.offset())
+        topic, partition, offset = position(msg)
+        last[(topic, partition)] = max(last.get((topic, partition), -1), offset)
     return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import cast
 
 import redis
 
@@ -86,7 +87,7 @@ class RedisFeatureStore:
         pipe = self._redis.pipeline(transaction=False)
         for user_id in users:
             members = added.get(user_id, {})
-            args: list[object] = [self.length, self._ttl_ms, len(members)]
+            args: list[str | int] = [self.length, self._ttl_ms, len(members)]
             for member, ts in members.items():
                 args += (ts, member)
             args += (before[i].ts for i in asked.get(user_id, ()))
@@ -108,7 +109,9 @@ class RedisFeatureStore:
     def sequence(self, user_id: str) -> list[Behaviour]:
         """See :meth:`FeatureStore.sequence`."""
         try:
-            rows = self._redis.zrange(self.key(user_id), 0, -1, withscores=True)
+            # redis-py types zrange's reply loosely; WITHSCORES gives (member, score) pairs.
+            reply = self._redis.zrange(self.key(user_id), 0, -1, withscores=True)
+            rows = cast(list[tuple[str, float]], reply)
         except redis.RedisError as exc:
             raise FeatureStoreError(f"redis read failed: {exc}") from exc
         return [Behaviour.from_member(m, int(ts)) for m, ts in rows]

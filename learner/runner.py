@@ -19,7 +19,7 @@ import numpy as np
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from streamrec.config import StreamrecConfig
-from streamrec.kafka import make_consumer
+from streamrec.kafka import make_consumer, position
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import OPTIMIZER_PREFIX, PARAM_PREFIX, DINLearner
 from streamrec.learner.metrics import BatchMetrics
@@ -167,7 +167,7 @@ class LearnerRunner:
         return records
 
     def _train(self, records: Sequence[Message]) -> None:
-        samples = [Sample.from_json(m.value()) for m in records]
+        samples = [Sample.from_json(m.value() or b"") for m in records]
         batch = Batch.from_samples(samples, self._cfg.model)
         start = time.monotonic()
         probs = self.learner.predict_many(batch)
@@ -198,12 +198,13 @@ class LearnerRunner:
         """Move each partition's position past what was trained, but never past a record
         still waiting in the carry (event-time order can put a lower offset there)."""
         for msg in trained:
-            key = (msg.topic(), msg.partition())
-            self.state.positions[key] = max(self.state.positions.get(key, 0), msg.offset() + 1)
+            topic, partition, offset = position(msg)
+            key = (topic, partition)
+            self.state.positions[key] = max(self.state.positions.get(key, 0), offset + 1)
         for msg in self._carry:
-            key = (msg.topic(), msg.partition())
-            if self.state.positions.get(key, 0) > msg.offset():
-                self.state.positions[key] = msg.offset()
+            topic, partition, offset = position(msg)
+            if self.state.positions.get((topic, partition), 0) > offset:
+                self.state.positions[(topic, partition)] = offset
 
     def _train_paused(self, batch: Batch) -> float:
         """Train with the partitions paused, polling now and then to stay in the group."""

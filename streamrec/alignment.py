@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from streamrec.kafka import position
+
 logger = logging.getLogger(__name__)
 
 Key = tuple[str, int]
@@ -67,7 +69,8 @@ class EventTimeAligner:
     def push(self, messages: Sequence[Message]) -> list[Message]:
         """Take a consume() result (errors included); return the records now due, in order."""
         for msg in messages:
-            key = (msg.topic(), msg.partition())
+            topic, partition, _ = position(msg)
+            key = (topic, partition)
             buffer = self._buffers.get(key)
             if buffer is None:
                 continue  # a partition no longer assigned

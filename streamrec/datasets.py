@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TextIO
 
 import orjson
 
@@ -80,7 +80,7 @@ def read_events(
     return events if limit is None else events[:limit]
 
 
-def _open(path: Path, encoding: str = "utf-8"):  # noqa: ANN202 - a text file handle
+def _open(path: Path, encoding: str = "utf-8") -> TextIO:
     try:
         return path.open(encoding=encoding, newline="")
     except OSError as exc:

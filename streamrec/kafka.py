@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streamrec.config import KafkaConfig
@@ -15,6 +15,13 @@ logger = logging.getLogger(__name__)
 
 # librdkafka's own log lines (disconnects, retries) go through logging, not raw stderr.
 _client_logger = logging.getLogger("streamrec.kafka.client")
+
+
+def position(msg: Message) -> tuple[str, int, int]:
+    """(topic, partition, offset) of a consumed record (never None for a data record)."""
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    assert topic is not None and partition is not None and offset is not None  # noqa: S101
+    return topic, partition, offset
 
 
 def producer_config(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:

@@ -55,11 +55,12 @@ def run(
             },
         )
         ensure_topics(cfg.kafka)
+        snapshots = cfg.learner.snapshot_dir
         runner = LearnerRunner(
             cfg,
             on_report=print_report,
             on_snapshot=lambda m: console.print(
-                f"snapshot v{m.version:06d} written: {runner.snapshots.path(m.version)}"
+                f"snapshot v{m.version:06d} written: {snapshots / f'v{m.version:06d}'}"
             ),
         )
         state = runner.run(stop_on_signals())
