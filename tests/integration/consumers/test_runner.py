@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -113,3 +115,36 @@ def test_a_crash_mid_batch_loses_and_duplicates_nothing(
     store = RedisFeatureStore(redis_config, cfg.consumer.sequence_length)
     for user, count in Counter(e.user_id for e in taobao_events).items():
         assert len(store.sequence(user)) == min(count, cfg.consumer.sequence_length)
+
+
+def test_two_consumers_in_one_group_share_the_work_exactly_once(
+    kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str,
+    taobao_path: Path, topic_reader,
+) -> None:
+    taobao_events = read_events(taobao_path)  # all 84k: enough work to overlap a rebalance
+    cfg = config(kafka_config, redis_config, unique_name)
+    cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"idle_exit_s": 5.0})})
+    producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers})
+    for event in taobao_events:
+        producer.produce(kafka_config.events_topic, key=event.user_id.encode(), value=event.to_json())
+    assert producer.flush(10) == 0
+
+    runners = [ConsumerRunner(cfg), ConsumerRunner(cfg)]
+    results: list = [None, None]
+    threads = [
+        threading.Thread(target=lambda i=i: results.__setitem__(i, runners[i].run()))
+        for i in range(2)
+    ]
+    threads[0].start()
+    time.sleep(1.0)  # the second one joins while the first is at work: a rebalance
+    threads[1].start()
+    for thread in threads:
+        thread.join(120)
+    assert all(r is not None for r in results), "a runner failed"
+    assert sum(r.events for r in results) == len(taobao_events)
+    assert all(r.events > 0 for r in results), [r.events for r in results]
+
+    samples = [orjson.loads(m.value()) for m in topic_reader(kafka_config.samples_topic)]
+    ids = [s["sample_id"] for s in samples]
+    assert len(ids) == len(set(ids))
+    assert {i for i in ids if "~n" not in i} == {e.event_id for e in taobao_events if e.action == "pv"}
