@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from streamrec.config import StreamrecConfig
 from streamrec.kafka import make_consumer, position
@@ -131,7 +131,7 @@ class LearnerRunner:
                     if self.state.micro_batches - self._snapshotted_at >= lcfg.snapshot_every:
                         self.snapshot()
                 elif records:
-                    self._carry = records
+                    self._carry = records + self._carry  # too few to train on yet
                 if not (upstream_done.is_set() and self._assigned):
                     last_sample = time.monotonic()
                 elif lcfg.idle_exit_s is not None and time.monotonic() - last_sample > lcfg.idle_exit_s:
@@ -247,10 +247,15 @@ class LearnerRunner:
         )
         self._snapshotted_at = self.state.micro_batches
         if offsets:
-            self._consumer.commit(
-                offsets=[TopicPartition(o.topic, o.partition, o.offset) for o in offsets],
-                asynchronous=False,
-            )
+            try:
+                self._consumer.commit(
+                    offsets=[TopicPartition(o.topic, o.partition, o.offset) for o in offsets],
+                    asynchronous=False,
+                )
+            except KafkaException as exc:
+                # The snapshot is the source of truth for positions; the group's committed
+                # offsets only serve lag monitoring and learners started without snapshots.
+                logger.warning("offset commit after snapshot failed error=%s", exc)
         logger.info(
             "snapshot version=%d micro_batches=%d samples_trained=%d path=%s",
             manifest.version, manifest.micro_batches, manifest.samples_trained,
