@@ -14,7 +14,7 @@ import pytest
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from streamrec.config import KafkaConfig, RedisConfig
+from streamrec.config import KafkaConfig, RedisConfig, StreamrecConfig
 from streamrec.errors import ServiceError
 from streamrec.kafka import create_topics
 from streamrec.launch import broker_binary, redis_binary
@@ -129,3 +129,26 @@ def read_committed(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) 
 def topic_reader(bootstrap_servers: str) -> Callable[[str], list[Message]]:
     """``read(topic)``: all committed records of a topic on the session broker."""
     return lambda topic: read_committed(bootstrap_servers, topic)
+
+
+@pytest.fixture
+def pipeline_config(
+    kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str, tmp_path: Path
+) -> Callable[..., StreamrecConfig]:
+    """``make(consumer={...}, model={...}, learner={...})``: a whole config on this test's
+    topics, keys and snapshot dir, with short idle exits; the given sections override."""
+
+    def make(**sections: dict[str, object]) -> StreamrecConfig:
+        base: dict[str, dict[str, object]] = {
+            "consumer": {"group_id": f"c-{unique_name}", "idle_exit_s": 3.0},
+            "model": {"item_buckets": 2**16},
+            "learner": {
+                "group_id": f"l-{unique_name}", "interval_s": 60.0, "idle_exit_s": 3.0,
+                "snapshot_every": 100, "snapshot_dir": tmp_path,
+            },
+        }
+        for name, values in sections.items():
+            base[name] = {**base.get(name, {}), **values}
+        return StreamrecConfig(kafka=kafka_config, redis=redis_config, **base)
+
+    return make

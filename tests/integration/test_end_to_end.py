@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from streamrec.cli import app
-from streamrec.config import KafkaConfig, RedisConfig, StreamrecConfig
+from streamrec.config import KafkaConfig, RedisConfig
 from streamrec.datasets import read_events
 from streamrec.featurestore import Behaviour, RedisFeatureStore
 from streamrec.learner.runner import LearnerRunner
@@ -26,23 +26,20 @@ def events(taobao_path: Path):
     return read_events(taobao_path, limit=4000)
 
 
-def make_config(kafka: KafkaConfig, redis_cfg: RedisConfig, unique: str, snapshots: Path) -> StreamrecConfig:
-    return StreamrecConfig(
-        kafka=kafka,
-        redis=redis_cfg,
-        consumer={"group_id": f"c-{unique}", "idle_exit_s": 3.0, "batch_size": 500,
-                  "negatives": 1, "sequence_length": SEQ},
-        model={"item_buckets": 2**16, "category_buckets": 2**12, "sequence_length": SEQ},
-        learner={"group_id": f"l-{unique}", "interval_s": 30.0, "max_batch_samples": 2000,
-                 "idle_exit_s": 3.0, "snapshot_every": 2, "snapshot_dir": snapshots},
+@pytest.fixture
+def make_config(pipeline_config):
+    return lambda: pipeline_config(
+        consumer={"batch_size": 500, "negatives": 1, "sequence_length": SEQ},
+        model={"category_buckets": 2**12, "sequence_length": SEQ},
+        learner={"max_batch_samples": 2000, "snapshot_every": 2},
     )
 
 
 def test_taobao_end_to_end(
-    events, kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str,
-    tmp_path: Path, topic_reader,
+    events, make_config, kafka_config: KafkaConfig, redis_config: RedisConfig, tmp_path: Path,
+    topic_reader,
 ) -> None:
-    cfg = make_config(kafka_config, redis_config, unique_name, tmp_path)
+    cfg = make_config()
     result = run_pipeline(cfg, events)
     assert result.published == result.consumer.events == len(events)
     assert result.consumer.dead == 0
@@ -100,10 +97,8 @@ def test_taobao_end_to_end(
     assert state.samples_trained == len(samples)
 
 
-def test_snapshot_create_asks_the_running_learner(
-    kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str, tmp_path: Path
-) -> None:
-    cfg = make_config(kafka_config, redis_config, unique_name, tmp_path)
+def test_snapshot_create_asks_the_running_learner(make_config, tmp_path: Path) -> None:
+    cfg = make_config()
     stop = threading.Event()
     learner = LearnerRunner(cfg)
     thread = threading.Thread(target=learner.run, args=(stop,))

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 
-from streamrec.config import KafkaConfig, RedisConfig, StreamrecConfig
 from streamrec.datasets import read_events
 from streamrec.learner.runner import MicroBatchReport
 from streamrec.pipeline import run_pipeline
@@ -14,18 +13,12 @@ from streamrec.pipeline import run_pipeline
 BATCH = 2500
 
 
-def test_progressive_auc_on_movielens(
-    kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str, tmp_path: Path,
-    movielens_path: Path,
-) -> None:
+def test_progressive_auc_on_movielens(pipeline_config, movielens_path: Path) -> None:
     events = read_events(movielens_path, limit=40_000)
-    cfg = StreamrecConfig(
-        kafka=kafka_config,
-        redis=redis_config,
-        consumer={"group_id": f"c-{unique_name}", "idle_exit_s": 3.0, "sequence_length": 20},
-        model={"item_buckets": 2**16, "sequence_length": 20},
-        learner={"group_id": f"l-{unique_name}", "interval_s": 60.0, "max_batch_samples": BATCH,
-                 "idle_exit_s": 3.0, "snapshot_every": 100, "snapshot_dir": tmp_path},
+    cfg = pipeline_config(
+        consumer={"sequence_length": 20},
+        model={"sequence_length": 20},
+        learner={"max_batch_samples": BATCH},
     )
     reports: list[MicroBatchReport] = []
     result = run_pipeline(cfg, events, on_report=reports.append)
@@ -39,18 +32,12 @@ def test_progressive_auc_on_movielens(
 
 
 def test_micro_batches_follow_event_time_across_partitions(
-    kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str, tmp_path: Path,
-    movielens_path: Path,
+    pipeline_config, movielens_path: Path
 ) -> None:
     """A backlog on 3 partitions is learnt in event-time order, not one partition after another."""
     events = read_events(movielens_path, limit=15_000)
-    cfg = StreamrecConfig(
-        kafka=kafka_config,
-        redis=redis_config,
-        consumer={"group_id": f"c-{unique_name}", "idle_exit_s": 3.0},
-        model={"item_buckets": 2**12, "embedding_dim": 4},
-        learner={"group_id": f"l-{unique_name}", "interval_s": 60.0, "max_batch_samples": 1500,
-                 "idle_exit_s": 3.0, "snapshot_every": 100, "snapshot_dir": tmp_path},
+    cfg = pipeline_config(
+        model={"item_buckets": 2**12, "embedding_dim": 4}, learner={"max_batch_samples": 1500}
     )
     reports: list[MicroBatchReport] = []
     run_pipeline(cfg, events, on_report=reports.append)
