@@ -30,6 +30,7 @@ _POLL_S = 0.02
 _DETACH = 'log=$1; shift; "$@" </dev/null >"$log" 2>&1 & echo $!'
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _OWNED: set[subprocess.Popen[bytes]] = set()
+_atexit_registered = False
 
 
 @dataclass
@@ -95,6 +96,10 @@ def spawn(
             )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         raise ServiceError(f"{name} could not be started ({cmd[0]}): {exc}") from exc
+    global _atexit_registered
+    if not _atexit_registered:  # registered on first use, not at import
+        atexit.register(_kill_owned)
+        _atexit_registered = True
     _OWNED.add(popen)
     return ManagedProcess(name, popen.pid, log_path, stop_signal, popen)
 
@@ -185,7 +190,6 @@ def log_tail(path: Path, lines: int = 20) -> str:
     return "\n".join(_ANSI.sub("", text).rstrip().splitlines()[-lines:])
 
 
-@atexit.register
 def _kill_owned() -> None:
     """Kill owned children a caller forgot to stop, so none outlives the interpreter."""
     for popen in list(_OWNED):
