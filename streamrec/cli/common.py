@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,8 @@ from streamrec import logs
 from streamrec.config import StreamrecConfig, load_config
 from streamrec.errors import StreamrecError
 
-console = Console(soft_wrap=True)  # long lines stay whole in logs and pipes
+# Long lines stay whole; piped output (logs, CI) gets room for tables instead of 80 columns.
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, soft_wrap=True)
 
 

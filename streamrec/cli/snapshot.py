@@ -55,7 +55,8 @@ def list_(snapshot_dir: Path | None = typer.Option(None, help="The snapshot dire
         for m in store.manifests():
             offsets = " ".join(f"{o.partition}:{o.offset}" for o in m.offsets)
             table.add_row(
-                f"v{m.version:06d}", m.created_at, str(m.micro_batches), str(m.samples_trained),
+                f"v{m.version:06d}", m.created_at[:19].replace("T", " "), str(m.micro_batches),
+                str(m.samples_trained),
                 _fmt(m.metrics.get("auc")), _fmt(m.metrics.get("gauc")), offsets,
             )
         if table.row_count == 0:
