@@ -6,6 +6,7 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -13,6 +14,7 @@ from streamrec.cli import app
 from streamrec.config import KafkaConfig, RedisConfig
 from streamrec.datasets import read_events
 from streamrec.featurestore import Behaviour, RedisFeatureStore
+from streamrec.learner.metrics import auc
 from streamrec.learner.runner import LearnerRunner
 from streamrec.learner.snapshot import SnapshotStore
 from streamrec.pipeline import run_pipeline
@@ -77,6 +79,10 @@ def test_taobao_end_to_end(
 
     assert new_share(1) > 0.5  # most Taobao targets are new items: the trap is live here
     assert abs(new_share(1) - new_share(0)) < 0.05, (new_share(1), new_share(0))
+    # "The target is new" alone must not separate positives from negatives.
+    labels = np.array([s.label for s in samples])
+    is_new = np.array([first_seen[s.item_id] > s.ts - novelty for s in samples], dtype=float)
+    assert abs(auc(labels, is_new) - 0.5) < 0.05
 
     # The learner trained several micro-batches and its snapshot points at what it consumed.
     assert result.learner.micro_batches >= 2
