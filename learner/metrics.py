@@ -97,7 +97,9 @@ class BatchMetrics:
     """Prequential metrics of one micro-batch, scored before the learner trained on it.
 
     ``known_auc`` is the AUC over samples whose target item was seen before, separating
-    ranking quality from cold start; ``known_samples`` counts them.
+    ranking quality from cold start; ``known_samples`` counts them. ``novelty_auc`` scores
+    "the target item is new to the model" alone: near 0.5 means the negative sampler gives
+    no novelty shortcut; far above it, the AUC would measure the sampler, not the model.
     """
 
     samples: int
@@ -107,6 +109,7 @@ class BatchMetrics:
     logloss: float
     known_auc: float
     known_samples: int
+    novelty_auc: float
 
     @classmethod
     def compute(
@@ -130,4 +133,5 @@ class BatchMetrics:
             logloss=logloss(labels, probs),
             known_auc=auc(labels[known], probs[known]),
             known_samples=int(known.sum()),
+            novelty_auc=auc(labels, (~known).astype(np.float64)),
         )

@@ -186,10 +186,10 @@ class LearnerRunner:
             scored - start, trained - scored,
         )
         logger.info(
-            "micro_batch index=%d samples=%d auc=%.4f gauc=%.4f known_auc=%.4f logloss=%.4f "
-            "loss=%.4f score_seconds=%.3f train_seconds=%.3f",
+            "micro_batch index=%d samples=%d auc=%.4f gauc=%.4f known_auc=%.4f novelty_auc=%.4f "
+            "logloss=%.4f loss=%.4f score_seconds=%.3f train_seconds=%.3f",
             report.index, metrics.samples, metrics.auc, metrics.gauc, metrics.known_auc,
-            metrics.logloss, loss, report.score_seconds, report.train_seconds,
+            metrics.novelty_auc, metrics.logloss, loss, report.score_seconds, report.train_seconds,
         )
         if self._on_report is not None:
             self._on_report(report)

@@ -105,6 +105,7 @@ def _summary(result: PipelineResult, reports: list[MicroBatchReport]) -> None:
     table.add_row("mean progressive AUC (last 3/4)", _mean([r.metrics.auc for r in later]))
     table.add_row("mean progressive GAUC (last 3/4)", _mean([r.metrics.gauc for r in later]))
     table.add_row("mean known-target AUC (last 3/4)", _mean([r.metrics.known_auc for r in later]))
+    table.add_row("mean novelty AUC, sampler check (~0.5)", _mean([r.metrics.novelty_auc for r in later]))
     if result.snapshots:
         table.add_row("latest snapshot", f"v{result.snapshots[-1].version:06d}")
     console.print(table)
