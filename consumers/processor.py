@@ -69,9 +69,19 @@ class SampleBuilder:
         return event.label is not None or event.action in self._positive
 
     def process(self, records: Sequence[KafkaMessage], now_ms: int | None = None) -> BatchResult:
-        """Process one batch: update the store once, then build samples in record order."""
+        """Process one batch: update the store once, then build samples in event-time order.
+
+        An event id repeated within the batch (a producer retry without idempotence) counts
+        once. Across batches a repeat yields its samples again, as a redelivery must.
+        """
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        events, dead = self.parse(records, now_ms)
+        parsed, dead = self.parse(records, now_ms)
+        events: list[Event] = []
+        seen: set[str] = set()
+        for event in parsed:
+            if event.event_id not in seen:
+                seen.add(event.event_id)
+                events.append(event)
         # A batch spans a few partitions: event-time order (stable, so each user's own order
         # holds) keeps the negative pools' windows true.
         events.sort(key=lambda e: e.ts)
@@ -84,7 +94,7 @@ class SampleBuilder:
             self.sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
             if self.is_labelled(event):
                 samples.extend(self._samples(event, next(histories), first_seen))
-        return BatchResult(len(events), samples, dead)
+        return BatchResult(len(parsed), samples, dead)
 
     def _samples(self, event: Event, history: list[Behaviour], first_seen: int) -> list[Sample]:
         items = tuple(b.item_id for b in history)

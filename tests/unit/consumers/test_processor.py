@@ -91,3 +91,11 @@ def test_redelivered_batch_yields_identical_samples() -> None:
     assert [s.seq_items for s in first.samples if s.label] == [
         s.seq_items for s in again.samples if s.label
     ]
+
+
+def test_an_event_repeated_within_a_batch_counts_once() -> None:
+    b = builder(negatives=0)
+    event = Event("dup", "u", "i", "c", "pv", T0)
+    result = b.process(records(event, event, Event("x", "u", "j", "c", "pv", T0 + 1)), now_ms=T0)
+    assert [s.sample_id for s in result.samples] == ["dup", "x"]
+    assert result.samples[1].seq_items == ("i",)
