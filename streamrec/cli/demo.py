@@ -88,9 +88,11 @@ def demo(
         _summary(result, reports)
 
 
-def _mean(values: list[float]) -> str:
-    finite = [v for v in values if not math.isnan(v)]
-    return f"{sum(finite) / len(finite):.4f}" if finite else "-"
+def _mean(pairs: list[tuple[float, int]]) -> str:
+    """Sample-weighted mean of (metric, samples) pairs, NaN metrics left out."""
+    finite = [(v, n) for v, n in pairs if not math.isnan(v)]
+    total = sum(n for _, n in finite)
+    return f"{sum(v * n for v, n in finite) / total:.4f}" if total else "-"
 
 
 def _summary(result: PipelineResult, reports: list[MicroBatchReport]) -> None:
@@ -102,10 +104,14 @@ def _summary(result: PipelineResult, reports: list[MicroBatchReport]) -> None:
     table.add_row("micro-batches trained", str(result.learner.micro_batches))
     table.add_row("samples trained", str(result.learner.samples_trained))
     later = reports[len(reports) // 4 :]  # past the cold start
-    table.add_row("mean progressive AUC (last 3/4)", _mean([r.metrics.auc for r in later]))
-    table.add_row("mean progressive GAUC (last 3/4)", _mean([r.metrics.gauc for r in later]))
-    table.add_row("mean known-target AUC (last 3/4)", _mean([r.metrics.known_auc for r in later]))
-    table.add_row("mean novelty AUC, sampler check (~0.5)", _mean([r.metrics.novelty_auc for r in later]))
+    for label, name in (
+        ("progressive AUC", "auc"),
+        ("progressive GAUC", "gauc"),
+        ("known-target AUC", "known_auc"),
+        ("novelty AUC, sampler check (~0.5)", "novelty_auc"),
+    ):
+        pairs = [(getattr(r.metrics, name), r.metrics.samples) for r in later]
+        table.add_row(f"{label}, last 3/4 (sample-weighted)", _mean(pairs))
     if result.snapshots:
         table.add_row("latest snapshot", f"v{result.snapshots[-1].version:06d}")
     console.print(table)
