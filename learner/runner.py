@@ -19,6 +19,7 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from streamrec.config import StreamrecConfig
+from streamrec.faults import fault_point
 from streamrec.kafka import make_consumer, position
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import OPTIMIZER_PREFIX, PARAM_PREFIX, DINLearner
@@ -127,6 +128,7 @@ class LearnerRunner:
                 records = self._collect(stop)
                 if len(records) >= lcfg.min_batch_samples:
                     self._train(records)
+                    fault_point("learner.after_train")
                     last_sample = time.monotonic()
                     if self.state.micro_batches - self._snapshotted_at >= lcfg.snapshot_every:
                         self.snapshot()

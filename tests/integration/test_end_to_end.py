@@ -10,14 +10,17 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from streamrec import faults
 from streamrec.cli import app
 from streamrec.config import KafkaConfig, RedisConfig
+from streamrec.consumers.runner import ConsumerRunner
 from streamrec.datasets import read_events
 from streamrec.featurestore import Behaviour, RedisFeatureStore
 from streamrec.learner.metrics import auc
 from streamrec.learner.runner import LearnerRunner, MicroBatchReport
 from streamrec.learner.snapshot import SnapshotStore
 from streamrec.pipeline import run_pipeline
+from streamrec.producer import publish
 from streamrec.samples import Sample
 
 SEQ = 20
@@ -131,3 +134,28 @@ def test_snapshot_create_without_a_learner_is_a_clear_error(tmp_path: Path) -> N
     out = CliRunner().invoke(app, ["snapshot", "create", "--snapshot-dir", str(tmp_path), "--timeout", "1"])
     assert out.exit_code == 1
     assert "no learner answered" in out.output
+
+
+def test_a_learner_crash_resumes_from_the_last_snapshot(
+    events, make_config, kafka_config: KafkaConfig, monkeypatch: pytest.MonkeyPatch,
+    topic_reader,
+) -> None:
+    cfg = make_config()
+    publish(events, kafka_config)
+    stats = ConsumerRunner(cfg).run()  # all samples first: the learner starts on a backlog
+    total = len(topic_reader(kafka_config.samples_topic))
+    assert total == stats.samples
+
+    faults.reset()
+    monkeypatch.setenv(faults.ENV, "learner.after_train:3")  # dies after micro-batch 3
+    with pytest.raises(faults.InjectedFault):
+        LearnerRunner(cfg).run()
+    latest = SnapshotStore(cfg.learner.snapshot_dir).latest()
+    assert latest is not None and latest.micro_batches == 2  # snapshot_every=2: batch 3 lost
+
+    monkeypatch.delenv(faults.ENV)
+    resumed = LearnerRunner(cfg)
+    assert resumed.state.micro_batches == 2
+    state = resumed.run()
+    # Every sample trained exactly once into the surviving model: batch 3 was redone.
+    assert state.samples_trained == total
