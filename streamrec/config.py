@@ -54,6 +54,7 @@ class RedisConfig(BaseModel):
 
     # 6380, not 6379, so the embedded Redis never collides with a system one.
     url: str = Field("redis://127.0.0.1:6380/0", description="STREAMREC_REDIS__URL")
+    cluster: bool = Field(False, description="STREAMREC_REDIS__CLUSTER: url names a Cluster node")
     key_prefix: str = Field("sr", description="STREAMREC_REDIS__KEY_PREFIX")
     # Users idle for 30 days lose their sequence: bounds memory on a long-running store.
     ttl_s: int = Field(30 * 86400, ge=1, description="STREAMREC_REDIS__TTL_S")

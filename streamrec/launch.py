@@ -15,7 +15,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
@@ -165,15 +165,21 @@ def start_broker(
 
 
 def start_redis(
-    host: str, port: int, state_dir: Path, *, timeout_s: float = 20.0, detached: bool = False
+    host: str,
+    port: int,
+    state_dir: Path,
+    *,
+    timeout_s: float = 20.0,
+    detached: bool = False,
+    extra_args: Sequence[str] = (),
 ) -> ManagedProcess:
     """Start a non-persistent redis-server on ``host:port`` and wait until it answers PING.
 
     Its working dir is ``state_dir`` and its log ``state_dir/redis.log``; errors as for
-    ``start_broker``.
+    ``start_broker``. ``extra_args`` go to redis-server as they are (e.g. cluster mode).
     """
     state_dir = Path(state_dir).resolve()
-    cmd = redis_command(redis_binary(), host, port, state_dir)
+    cmd = [*redis_command(redis_binary(), host, port, state_dir), *extra_args]
     return _start(REDIS, cmd, host, port, state_dir, timeout_s, detached)
 
 

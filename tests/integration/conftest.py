@@ -5,6 +5,8 @@ The whole tier is skipped, with the reason, when the broker or Redis binary is m
 
 from __future__ import annotations
 
+import random
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,7 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 from streamrec.config import KafkaConfig, RedisConfig, StreamrecConfig
 from streamrec.errors import ServiceError
 from streamrec.kafka import create_topics
-from streamrec.launch import broker_binary, redis_binary
+from streamrec.launch import broker_binary, redis_binary, start_redis
 from streamrec.services import LocalServices, local_services
 
 _HERE = Path(__file__).parent
@@ -152,3 +154,56 @@ def pipeline_config(
         return StreamrecConfig(kafka=kafka_config, redis=redis_config, **base)
 
     return make
+
+
+def _cluster_ports(host: str, count: int) -> list[int]:
+    """Free ports whose cluster-bus port (+10000) is free too, so at most 55535."""
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rng.randint(20_000, 55_000)
+        if port not in ports and all(_bindable(host, p) for p in (port, port + 10_000)):
+            ports.append(port)
+    return ports
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(
+    service_binaries: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A real three-primary Redis Cluster (no replicas), formed with CLUSTER ADDSLOTS/MEET."""
+    host = "127.0.0.1"
+    ports = _cluster_ports(host, 3)
+    root = tmp_path_factory.mktemp("redis-cluster")
+    procs = []
+    try:
+        for port in ports:
+            node_dir = root / str(port)
+            node_dir.mkdir()
+            procs.append(start_redis(host, port, node_dir, extra_args=[
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            ]))
+        nodes = [redis.Redis(host=host, port=p) for p in ports]
+        bounds = [0, 5461, 10922, 16384]
+        for node, start, end in zip(nodes, bounds, bounds[1:], strict=False):
+            node.execute_command("CLUSTER ADDSLOTS", *range(start, end))
+        for node in nodes[1:]:
+            node.execute_command("CLUSTER MEET", host, ports[0])
+        deadline = time.monotonic() + 30
+        while not all(n.cluster("INFO")["cluster_state"] == "ok" for n in nodes):
+            if time.monotonic() > deadline:
+                pytest.fail("the test Redis Cluster did not reach cluster_state:ok in 30 s")
+            time.sleep(0.1)
+        yield f"redis://{host}:{ports[0]}"
+    finally:
+        for proc in procs:
+            proc.stop()

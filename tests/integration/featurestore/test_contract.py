@@ -12,10 +12,13 @@ from streamrec.featurestore import FeatureStore, MemoryFeatureStore, RedisFeatur
 T0 = 1_511_658_000_000
 
 
-@pytest.fixture(params=["redis", "memory"])
-def store(request: pytest.FixtureRequest) -> FeatureStore:
+@pytest.fixture(params=["redis", "redis-cluster", "memory"])
+def store(request: pytest.FixtureRequest, unique_name: str) -> FeatureStore:
     if request.param == "memory":
         return MemoryFeatureStore(length=3)
+    if request.param == "redis-cluster":
+        url = request.getfixturevalue("redis_cluster_url")
+        return RedisFeatureStore(RedisConfig(url=url, cluster=True, key_prefix=unique_name), 3)
     cfg: RedisConfig = request.getfixturevalue("redis_config")
     return RedisFeatureStore(cfg, length=3)
 
@@ -68,3 +71,13 @@ def test_redis_keys_are_hash_tagged_and_expire(redis_config: RedisConfig, redis_
     key = store.key("42")
     assert key == f"{redis_config.key_prefix}:seq:{{42}}"
     assert 0 < redis_client.pttl(key) <= redis_config.ttl_s * 1000
+
+
+def test_redis_reloads_its_scripts_after_a_flush(
+    redis_config: RedisConfig, redis_client: redis.Redis
+) -> None:
+    store = RedisFeatureStore(redis_config, length=3)
+    store.update([ev(1)], [])
+    redis_client.script_flush()  # as after a restart or a failover
+    (history,) = store.update([ev(2)], [ev(2)]).histories
+    assert [b.item_id for b in history] == ["i1"]
