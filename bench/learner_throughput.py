@@ -23,6 +23,7 @@ import numpy as np
 
 from streamrec.config import ConsumerConfig, ModelConfig
 from streamrec.consumers.processor import SampleBuilder
+from streamrec.consumers.types import Record
 from streamrec.datasets import read_events
 from streamrec.featurestore import MemoryFeatureStore
 from streamrec.learner.batch import Batch
@@ -34,31 +35,11 @@ MOVIELENS = Path(__file__).resolve().parents[1] / "streamrec" / "demo_data" / "m
 MICRO_BATCH = 2500
 
 
-class _Record:
-    def __init__(self, raw: bytes, offset: int) -> None:
-        self._raw, self._offset = raw, offset
-
-    def topic(self) -> str:
-        return "bench"
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> None:
-        return None
-
-    def value(self) -> bytes:
-        return self._raw
-
-
 def wire_samples(limit: int) -> list[bytes]:
     events = read_events(MOVIELENS, limit=limit)
     cfg = ConsumerConfig()
     builder = SampleBuilder(cfg, MemoryFeatureStore(cfg.sequence_length))
-    records = [_Record(e.to_json(), i) for i, e in enumerate(events)]
+    records = [Record(e.to_json(), i) for i, e in enumerate(events)]
     out = []
     for i in range(0, len(records), 2000):
         out.extend(s.to_json() for s in builder.process(records[i : i + 2000]).samples)

@@ -30,7 +30,7 @@ from streamrec.errors import KafkaDeliveryError
 from streamrec.faults import fault_point
 from streamrec.featurestore.base import FeatureStore
 from streamrec.featurestore.redis_store import RedisFeatureStore
-from streamrec.kafka import make_consumer, make_producer, position
+from streamrec.kafka import make_consumer, make_producer, position, produce
 from streamrec.source import RecordSource
 
 logger = logging.getLogger(__name__)
@@ -61,9 +61,6 @@ class ConsumerRunner:
         self._store = store or RedisFeatureStore(cfg.redis, cfg.consumer.sequence_length)
         self.builder = SampleBuilder(cfg.consumer, self._store)
         self.stats = ConsumerStats()
-        self._assigned = False
-        self._started = time.monotonic()
-        self.join_seconds = 0.0  # how long the first group join took
         self._consumer: Consumer = make_consumer(cfg.kafka, cfg.consumer.group_id)
         self._source = RecordSource(self._consumer, cfg.kafka.max_skew_ms)
         self._producer: Producer = make_producer(
@@ -79,7 +76,6 @@ class ConsumerRunner:
         stop = stop or threading.Event()
         ccfg = self._cfg.consumer
         try:
-            self._started = time.monotonic()
             self._producer.init_transactions(_TXN_TIMEOUT_S)
             self._consumer.subscribe(
                 [self._cfg.kafka.events_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
@@ -87,7 +83,7 @@ class ConsumerRunner:
             last_event = time.monotonic()
             while not stop.is_set():
                 records = self._source.poll(ccfg.batch_size, ccfg.batch_timeout_s)
-                if records or not self._assigned:  # idleness counts from the group join
+                if records or not self._source.joined:  # idleness counts from the group join
                     if records:
                         self._handle(records)
                     last_event = time.monotonic()
@@ -104,11 +100,14 @@ class ConsumerRunner:
         return self.stats
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if not self._assigned:
-            self.join_seconds = time.monotonic() - self._started
-        self._assigned = True
         self._source.assigned(partitions)
         logger.info("assigned partitions=%s", [f"{p.topic}[{p.partition}]" for p in partitions])
+
+    @property
+    def join_seconds(self) -> float:
+        """How long the first group join took (0 before it)."""
+        joined = self._source.joined_at
+        return 0.0 if joined is None else joined - self._source.created_at
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._source.revoked()
@@ -142,12 +141,14 @@ class ConsumerRunner:
         self._producer.begin_transaction()
         try:
             for sample in result.samples:
-                self._produce(
-                    kcfg.samples_topic, sample.user_id.encode(), sample.to_json(), sample.ts
+                produce(
+                    self._producer, kcfg.samples_topic, sample.to_json(),
+                    key=sample.user_id.encode(), timestamp_ms=sample.ts,
                 )
             for letter in result.dead:
-                self._produce(
-                    kcfg.dlq_topic, None, letter.to_json(), headers={"reason": letter.reason}
+                produce(
+                    self._producer, kcfg.dlq_topic, letter.to_json(),
+                    headers={"reason": letter.reason},
                 )
             self._producer.send_offsets_to_transaction(
                 _next_offsets(records), self._consumer.consumer_group_metadata(), _TXN_TIMEOUT_S
@@ -159,23 +160,6 @@ class ConsumerRunner:
         except BaseException:
             self._producer.abort_transaction(_TXN_TIMEOUT_S)  # leave no open transaction behind
             raise
-
-    def _produce(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        timestamp_ms: int = 0,
-        headers: dict[str, str | bytes | None] | None = None,
-    ) -> None:
-        while True:
-            try:
-                self._producer.produce(
-                    topic, key=key, value=value, timestamp=timestamp_ms, headers=headers
-                )
-                return
-            except BufferError:
-                self._producer.poll(0.05)
 
     def _rewind(self) -> None:
         """Go back to the committed offsets of every partition, dropping what is buffered."""

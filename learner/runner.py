@@ -34,8 +34,6 @@ logger = logging.getLogger(__name__)
 _POLL_S = 0.5
 # Keep-alive polls during training: well under any max.poll.interval.ms.
 _KEEPALIVE_S = 1.0
-_SET = threading.Event()
-_SET.set()
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,6 @@ class LearnerRunner:
         self.state = LearnerState()
         self._snapshotted_at = 0  # micro_batches at the last snapshot
         self._carry: list[Message] = []  # records read but not yet trained on
-        self._assigned = False  # idleness counts only once the group has given us partitions
         self._restore()
         self._consumer: Consumer = make_consumer(cfg.kafka, cfg.learner.group_id)
         self._source = RecordSource(self._consumer, cfg.kafka.max_skew_ms)
@@ -97,7 +94,6 @@ class LearnerRunner:
         )
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._assigned = True
         for tp in partitions:
             offset = self.state.positions.get((tp.topic, tp.partition))
             if offset is not None:
@@ -117,7 +113,6 @@ class LearnerRunner:
         samples (a consumer still joining its group, say) does not end the run early.
         """
         stop = stop or threading.Event()
-        upstream_done = upstream_done or _SET
         lcfg = self._cfg.learner
         self._consumer.subscribe(
             [self._cfg.kafka.samples_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
@@ -134,7 +129,7 @@ class LearnerRunner:
                         self.snapshot()
                 elif records:
                     self._carry = records + self._carry  # too few to train on yet
-                if not (upstream_done.is_set() and self._assigned):
+                if not self._source.joined or (upstream_done is not None and not upstream_done.is_set()):
                     last_sample = time.monotonic()
                 elif lcfg.idle_exit_s is not None and time.monotonic() - last_sample > lcfg.idle_exit_s:
                     logger.info("no samples for %.1fs, stopping", lcfg.idle_exit_s)
@@ -155,7 +150,7 @@ class LearnerRunner:
             now = time.monotonic()
             if now >= deadline:
                 break
-            if not self._assigned:
+            if not self._source.joined:  # idleness counts from the group join
                 last_got = now
             elif lcfg.idle_exit_s is not None and now - last_got >= lcfg.idle_exit_s:
                 break

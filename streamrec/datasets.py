@@ -18,8 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, TextIO
 
-import orjson
-
 from streamrec.errors import DatasetError, InvalidEvent
 from streamrec.events import Event, parse_event
 
@@ -150,5 +148,5 @@ def _jsonl(path: Path) -> Iterator[Event]:
                 yield parse_event(
                     line.encode(), now_ms=2**62, max_future_ms=0, max_bytes=1 << 20
                 )
-            except (InvalidEvent, orjson.JSONDecodeError) as exc:
+            except InvalidEvent as exc:
                 raise DatasetError(f"{path}:{line_no}: {exc}") from exc

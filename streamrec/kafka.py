@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
@@ -22,6 +23,29 @@ def position(msg: Message) -> tuple[str, int, int]:
     topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
     assert topic is not None and partition is not None and offset is not None  # noqa: S101
     return topic, partition, offset
+
+
+def produce(
+    producer: Producer,
+    topic: str,
+    value: bytes,
+    *,
+    key: bytes | None = None,
+    timestamp_ms: int = 0,
+    headers: dict[str, str | bytes | None] | None = None,
+    on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+) -> None:
+    """``producer.produce`` that waits (serving delivery reports) while the local queue is
+    full, instead of raising BufferError; ``timestamp_ms`` 0 means "now"."""
+    while True:
+        try:
+            producer.produce(
+                topic, value=value, key=key, timestamp=timestamp_ms, headers=headers,
+                on_delivery=on_delivery,
+            )
+            return
+        except BufferError:
+            producer.poll(0.05)
 
 
 def producer_config(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:
@@ -68,7 +92,12 @@ def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> Consumer
     return Consumer(consumer_config(cfg, group_id, **overrides))
 
 
-def create_topics(bootstrap_servers: str, topics: dict[str, int], timeout_s: float = 10) -> None:
+def create_topics(
+    bootstrap_servers: str,
+    topics: dict[str, int],
+    timeout_s: float = 10,
+    client: Mapping[str, Any] | None = None,
+) -> None:
     """Create each topic with its partition count; an existing topic counts as created.
 
     Raises ConfigError for a count below 1 (Tansu would accept 0) and ServiceError for any
@@ -78,7 +107,8 @@ def create_topics(bootstrap_servers: str, topics: dict[str, int], timeout_s: flo
         raise ConfigError(f"partition counts must be at least 1: {bad}")
     if not topics:
         return
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    # The same pass-through options as the producers and consumers (TLS, SASL, ...).
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client or {})})
     new = [NewTopic(name, num_partitions=n) for name, n in topics.items()]
     futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
     failures = []
@@ -104,4 +134,5 @@ def ensure_topics(cfg: KafkaConfig) -> None:
     create_topics(
         cfg.bootstrap_servers,
         {cfg.events_topic: cfg.partitions, cfg.dlq_topic: 1, cfg.samples_topic: cfg.partitions},
+        client=cfg.client,
     )

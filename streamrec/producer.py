@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from streamrec.config import KafkaConfig
 from streamrec.errors import KafkaDeliveryError
 from streamrec.events import Event
-from streamrec.kafka import make_producer
+from streamrec.kafka import make_producer, produce
 
 logger = logging.getLogger(__name__)
 
@@ -31,15 +31,16 @@ class EventProducer:
         self._cfg = cfg
         self._producer = make_producer(cfg)
         self.delivered = 0
-        self._failures: list[str] = []
+        self.failed = 0
+        self._reasons: set[str] = set()  # distinct failure reasons, a few kept for the error
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is None:
             self.delivered += 1
-        elif len(self._failures) < 10:  # keep a sample of reasons, not every one
-            self._failures.append(f"{msg.topic()}: {err.str()}")
-        else:
-            self._failures.append("")
+            return
+        self.failed += 1
+        if len(self._reasons) < 10:
+            self._reasons.add(f"{msg.topic()}: {err.str()}")
 
     def send(self, event: Event) -> None:
         """Queue one event; blocks briefly when the local queue is full.
@@ -53,20 +54,13 @@ class EventProducer:
 
         ``timestamp_ms`` 0 means "now" (the record's create time).
         """
-        while True:
-            try:
-                self._producer.produce(
-                    self._cfg.events_topic,
-                    key=key,
-                    value=value,
-                    timestamp=timestamp_ms,
-                    on_delivery=self._on_delivery,
-                )
-                break
-            except BufferError:
-                self._producer.poll(0.05)  # queue full: serve delivery reports, then retry
-            except KafkaException as exc:
-                raise KafkaDeliveryError(f"cannot produce to {self._cfg.events_topic}: {exc}") from exc
+        try:
+            produce(
+                self._producer, self._cfg.events_topic, value,
+                key=key, timestamp_ms=timestamp_ms, on_delivery=self._on_delivery,
+            )
+        except KafkaException as exc:
+            raise KafkaDeliveryError(f"cannot produce to {self._cfg.events_topic}: {exc}") from exc
         self._producer.poll(0)
 
     def flush(self, timeout_s: float = 30.0) -> None:
@@ -77,10 +71,9 @@ class EventProducer:
                 f"{left} event(s) still unacknowledged after {timeout_s}s: is the broker at "
                 f"{self._cfg.bootstrap_servers} up?"
             )
-        if self._failures:
-            reasons = "; ".join(sorted({f for f in self._failures if f}))
-            count = len(self._failures)
-            self._failures = []
+        if self.failed:
+            count, reasons = self.failed, "; ".join(sorted(self._reasons))
+            self.failed, self._reasons = 0, set()
             raise KafkaDeliveryError(f"{count} event(s) not delivered: {reasons}")
 
     def __enter__(self) -> EventProducer:

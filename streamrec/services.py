@@ -3,7 +3,8 @@
 ``up`` starts the Tansu Kafka broker (memory storage) and a redis-server without RDB or AOF
 in the background, records their pids in ``state_dir/{kafka,redis}.pid`` and their output in
 ``state_dir/{kafka,redis}.log``; ``down`` stops them. Neither keeps data once stopped. Tests
-and the demo use ``local_services()`` instead, which owns both for a ``with`` block.
+and the demo use ``streamrec.launch.local_services()`` instead, which owns both for a
+``with`` block.
 """
 
 from __future__ import annotations
@@ -15,31 +16,10 @@ from pathlib import Path
 
 from streamrec.config import ServicesConfig
 from streamrec.errors import ServiceError
-from streamrec.launch import (
-    KAFKA,
-    REDIS,
-    LocalServices,
-    ServiceSpec,
-    local_services,
-    start_broker,
-    start_redis,
-)
+from streamrec.launch import KAFKA, REDIS, ServiceSpec, start_broker, start_redis
 from streamrec.ports import address, ensure_port_free, tcp_reachable
 from streamrec.probes import HEALTH, PROBE_TIMEOUT_S
 from streamrec.processes import ManagedProcess, pid_matches, read_pid, stop_pid, write_pid
-
-__all__ = [
-    "LocalServices",
-    "ManagedProcess",
-    "ServiceState",
-    "ServiceStatus",
-    "down",
-    "local_services",
-    "start_broker",
-    "start_redis",
-    "status",
-    "up",
-]
 
 logger = logging.getLogger(__name__)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
@@ -19,9 +20,18 @@ class RecordSource:
     def __init__(self, consumer: Consumer, max_skew_ms: int | None) -> None:
         self.consumer = consumer
         self._aligner = None if max_skew_ms is None else EventTimeAligner(consumer, max_skew_ms)
+        self.created_at = time.monotonic()
+        self.joined_at: float | None = None  # first assignment: before it, nobody is idle
+
+    @property
+    def joined(self) -> bool:
+        """Whether the group has assigned partitions yet."""
+        return self.joined_at is not None
 
     def assigned(self, partitions: list[TopicPartition]) -> None:
         """A new assignment: start aligning afresh."""
+        if self.joined_at is None:
+            self.joined_at = time.monotonic()
         if self._aligner is not None:
             self._aligner.assign(partitions)
 

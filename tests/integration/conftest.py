@@ -19,8 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 from streamrec.config import KafkaConfig, RedisConfig, StreamrecConfig
 from streamrec.errors import ServiceError
 from streamrec.kafka import create_topics
-from streamrec.launch import broker_binary, redis_binary, start_redis
-from streamrec.services import LocalServices, local_services
+from streamrec.launch import LocalServices, broker_binary, local_services, redis_binary, start_redis
 
 _HERE = Path(__file__).parent
 

@@ -16,10 +16,11 @@ from streamrec import launch
 from streamrec.config import KafkaConfig, RedisConfig, ServicesConfig
 from streamrec.errors import ServiceError
 from streamrec.kafka import create_topics
+from streamrec.launch import local_services
 from streamrec.ports import free_ports
 from streamrec.probes import kafka_healthy, redis_healthy
 from streamrec.processes import pid_alive, read_pid
-from streamrec.services import ServiceState, down, local_services, status, up
+from streamrec.services import ServiceState, down, status, up
 
 pytestmark = pytest.mark.usefixtures("service_binaries")
 

@@ -2,37 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.processor import SampleBuilder
+from streamrec.consumers.types import Record
 from streamrec.events import Event
 from streamrec.featurestore.memory import MemoryFeatureStore
 
 T0 = 1_511_658_000_000
-
-
-@dataclass
-class Record:
-    """A stand-in for confluent_kafka.Message (the KafkaMessage protocol)."""
-
-    raw: bytes | None
-    off: int = 0
-
-    def topic(self) -> str:
-        return "events"
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self.off
-
-    def key(self) -> bytes | None:
-        return None
-
-    def value(self) -> bytes | None:
-        return self.raw
 
 
 def records(*events: Event) -> list[Record]:
