@@ -23,8 +23,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.runner import ConsumerRunner
 from streamrec.datasets import read_events
-from streamrec.kafka import ensure_topics
-from streamrec.launch import local_services
+from streamrec.kafka.topics import ensure_topics
+from streamrec.local.launch import local_services
 from streamrec.producer import publish
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "taobao-userbehavior-2h" / "UserBehavior.csv"
@@ -52,8 +52,8 @@ def main() -> None:
         cfg = StreamrecConfig(
             kafka={"bootstrap_servers": services.bootstrap_servers, "events_topic": f"ev-{name}",
                    "samples_topic": f"s-{name}", "dlq_topic": f"d-{name}"},
-            redis={"url": services.redis_url},
-            consumer={"group_id": f"g-{name}", "idle_exit_s": 2.0},
+            store={"url": services.redis_url},
+            consumer={"group_id": f"g-{name}", "stop_when_idle_s": 2.0},
         )
         ensure_topics(cfg.kafka)
         publish(events, cfg.kafka)
@@ -62,8 +62,9 @@ def main() -> None:
         runner = ConsumerRunner(cfg)
         start = time.perf_counter()
         stats = runner.run()
-        # The runner idles idle_exit_s before it stops, and spends a group join first.
-        busy = time.perf_counter() - start - cfg.consumer.idle_exit_s - runner.join_seconds
+        # The runner idles stop_when_idle_s before it stops, and spends a group join first.
+        idle = cfg.consumer.stop_when_idle_s or 0.0
+        busy = time.perf_counter() - start - idle - runner.join_seconds
         assert stats.events == len(events), stats
     rate = stats.events / busy
     print(json.dumps({

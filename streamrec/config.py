@@ -2,15 +2,16 @@
 
 Nested sections use ``__`` in env names: ``STREAMREC_KAFKA__BOOTSTRAP_SERVERS=host:9092``,
 ``STREAMREC_LEARNER__INTERVAL_S=120``. Kafka and Redis client options pass through as dicts
-(``STREAMREC_KAFKA__CLIENT='{"security.protocol": "SSL"}'``).
+(``STREAMREC_KAFKA__CLIENT='{"security.protocol": "SSL"}'``). The feature store is picked by
+``STREAMREC_STORE__TYPE`` (``redis``, the default, or ``memory``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -47,20 +48,44 @@ class KafkaConfig(BaseModel):
     )
 
 
-class RedisConfig(BaseModel):
-    """Feature-store connection (env ``STREAMREC_REDIS__*``)."""
+class RedisStoreConfig(BaseModel):
+    """The Redis feature store, the default (env ``STREAMREC_STORE__*``)."""
 
     model_config = _SECTION
 
+    type: Literal["redis"] = Field("redis", description="STREAMREC_STORE__TYPE")
     # 6380, not 6379, so the embedded Redis never collides with a system one.
-    url: str = Field("redis://127.0.0.1:6380/0", description="STREAMREC_REDIS__URL")
-    cluster: bool = Field(False, description="STREAMREC_REDIS__CLUSTER: url names a Cluster node")
-    key_prefix: str = Field("sr", description="STREAMREC_REDIS__KEY_PREFIX")
+    url: str = Field("redis://127.0.0.1:6380/0", description="STREAMREC_STORE__URL")
+    cluster: bool = Field(False, description="STREAMREC_STORE__CLUSTER: url names a Cluster node")
+    key_prefix: str = Field("sr", description="STREAMREC_STORE__KEY_PREFIX")
     # Users idle for 30 days lose their sequence: bounds memory on a long-running store.
-    ttl_s: int = Field(30 * 86400, ge=1, description="STREAMREC_REDIS__TTL_S")
+    ttl_s: int = Field(30 * 86400, ge=1, description="STREAMREC_STORE__TTL_S")
     client: dict[str, Any] = Field(
-        default_factory=dict, description="STREAMREC_REDIS__CLIENT: extra redis-py options"
+        default_factory=dict, description="STREAMREC_STORE__CLIENT: extra redis-py options"
     )
+
+
+class MemoryStoreConfig(BaseModel):
+    """The in-process store (``STREAMREC_STORE__TYPE=memory``): nothing is shared or kept,
+    so it suits one-process runs, backtests and tests only."""
+
+    model_config = _SECTION
+
+    type: Literal["memory"] = Field("memory", description="STREAMREC_STORE__TYPE")
+
+
+def _store_type(value: Any) -> str:
+    """The store a section names; ``redis`` when it names none (env vars may set only a URL)."""
+    if isinstance(value, dict):
+        return str(value.get("type", "redis"))
+    return str(getattr(value, "type", "redis"))
+
+
+# Chosen by its ``type`` field, as feast picks an online store.
+StoreConfig = Annotated[
+    Annotated[RedisStoreConfig, Tag("redis")] | Annotated[MemoryStoreConfig, Tag("memory")],
+    Discriminator(_store_type),
+]
 
 
 class ConsumerConfig(BaseModel):
@@ -72,8 +97,6 @@ class ConsumerConfig(BaseModel):
     # 2000 events a batch amortises the Redis round trip and the transaction commit.
     batch_size: int = Field(2000, ge=1, description="STREAMREC_CONSUMER__BATCH_SIZE")
     batch_timeout_s: float = Field(0.5, gt=0, description="STREAMREC_CONSUMER__BATCH_TIMEOUT_S")
-    # DIN papers use 20-100 behaviours; 50 is the measured sweet spot of cost and recall.
-    sequence_length: int = Field(50, ge=1, description="STREAMREC_CONSUMER__SEQUENCE_LENGTH")
     positive_actions: tuple[str, ...] = Field(
         ("pv", "click"), description="STREAMREC_CONSUMER__POSITIVE_ACTIONS (implicit positives)"
     )
@@ -89,9 +112,33 @@ class ConsumerConfig(BaseModel):
     # Clock skew allowance: an event more than 5 minutes in the future is rejected.
     max_future_ms: int = Field(300_000, ge=0, description="STREAMREC_CONSUMER__MAX_FUTURE_MS")
     seed: int = Field(0, description="STREAMREC_CONSUMER__SEED (negative sampling)")
-    idle_exit_s: float | None = Field(
-        None, description="STREAMREC_CONSUMER__IDLE_EXIT_S: stop after this long without events"
+    stop_when_idle_s: float | None = Field(
+        None, description="STREAMREC_CONSUMER__STOP_WHEN_IDLE_S: stop after this long without events"
     )
+
+
+Feature = Literal["item", "category", "user"]
+#: Features seen both as the target and along the behaviour sequence (DIN attends over them).
+BEHAVIOUR_FEATURES: tuple[Feature, ...] = ("item", "category")
+
+
+class TableConfig(BaseModel):
+    """One embedding table, as torchrec's ``EmbeddingBagConfig``: the feature whose ids it
+    embeds, its rows and its width.
+
+    ``item`` and ``category`` are behaviour features: the table embeds the target's id and
+    every id along the behaviour sequence, and DIN attends over them. ``user`` is a context
+    feature: embedded once per sample and fed to the MLP head.
+    """
+
+    model_config = _SECTION
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    feature: Feature
+    # Ids are hashed into ``buckets`` rows (row 0 is padding), so a stream of new ids needs
+    # no vocabulary rebuild.
+    buckets: int = Field(ge=2)
+    dim: int = Field(16, ge=1)
 
 
 class ModelConfig(BaseModel):
@@ -99,12 +146,19 @@ class ModelConfig(BaseModel):
 
     model_config = _SECTION
 
-    embedding_dim: int = Field(16, ge=1, description="STREAMREC_MODEL__EMBEDDING_DIM")
-    # Ids are hashed into fixed tables so a stream of new ids needs no vocabulary rebuild.
-    # 2^18 buckets: under 10% of items share a bucket up to ~25k live items, and a snapshot
-    # (weights + Adam moments) stays about 50 MB at D=16; raise it for large catalogues.
-    item_buckets: int = Field(2**18, ge=2, description="STREAMREC_MODEL__ITEM_BUCKETS")
-    category_buckets: int = Field(2**14, ge=2, description="STREAMREC_MODEL__CATEGORY_BUCKETS")
+    # 2^18 item buckets: under 10% of items share a bucket up to ~25k live items, and a
+    # snapshot (weights + Adam moments) stays about 50 MB at D=16; raise it for large
+    # catalogues. Adding a table (a user table, say) is a change here, not in the code.
+    tables: tuple[TableConfig, ...] = Field(
+        (
+            TableConfig(name="item", feature="item", buckets=2**18, dim=16),
+            TableConfig(name="category", feature="category", buckets=2**14, dim=16),
+        ),
+        description="STREAMREC_MODEL__TABLES (JSON list of {name, feature, buckets, dim})",
+    )
+    # Behaviours per sample: the consumers keep and emit each user's latest this many, and
+    # the model reads as many. DIN papers use 20-100; 50 is the measured sweet spot of cost
+    # and recall.
     sequence_length: int = Field(50, ge=1, description="STREAMREC_MODEL__SEQUENCE_LENGTH")
     attention_units: tuple[int, ...] = Field((64, 32), description="STREAMREC_MODEL__ATTENTION_UNITS")
     mlp_units: tuple[int, ...] = Field((128, 64), description="STREAMREC_MODEL__MLP_UNITS")
@@ -113,6 +167,20 @@ class ModelConfig(BaseModel):
     passes: int = Field(1, ge=1, description="STREAMREC_MODEL__PASSES over each micro-batch")
     seed: int = Field(0, description="STREAMREC_MODEL__SEED")
     device: str = Field("auto", description="STREAMREC_MODEL__DEVICE: auto, cpu or gpu[:N]")
+
+    @model_validator(mode="after")
+    def _tables_fit_din(self) -> ModelConfig:
+        names = [t.name for t in self.tables]
+        features = [t.feature for t in self.tables]
+        if len(set(names)) != len(names) or len(set(features)) != len(features):
+            raise ValueError(f"table names and features must be unique: {names} / {features}")
+        if not any(f in BEHAVIOUR_FEATURES for f in features):
+            raise ValueError(f"DIN needs a behaviour table (one of {BEHAVIOUR_FEATURES})")
+        return self
+
+    def table(self, feature: Feature) -> TableConfig | None:
+        """The table embedding ``feature``, if any."""
+        return next((t for t in self.tables if t.feature == feature), None)
 
 
 class LearnerConfig(BaseModel):
@@ -127,8 +195,8 @@ class LearnerConfig(BaseModel):
     min_batch_samples: int = Field(1, ge=1, description="STREAMREC_LEARNER__MIN_BATCH_SAMPLES")
     snapshot_dir: Path = Field(Path("snapshots"), description="STREAMREC_LEARNER__SNAPSHOT_DIR")
     snapshot_every: int = Field(10, ge=1, description="STREAMREC_LEARNER__SNAPSHOT_EVERY micro-batches")
-    idle_exit_s: float | None = Field(
-        None, description="STREAMREC_LEARNER__IDLE_EXIT_S: stop after this long without samples"
+    stop_when_idle_s: float | None = Field(
+        None, description="STREAMREC_LEARNER__STOP_WHEN_IDLE_S: stop after this long without samples"
     )
 
 
@@ -157,7 +225,7 @@ class StreamrecConfig(BaseSettings):
 
     log_level: str = Field("INFO", description="STREAMREC_LOG_LEVEL")
     kafka: KafkaConfig = KafkaConfig()
-    redis: RedisConfig = RedisConfig()
+    store: StoreConfig = RedisStoreConfig()
     consumer: ConsumerConfig = ConsumerConfig()
     model: ModelConfig = ModelConfig()
     learner: LearnerConfig = LearnerConfig()
@@ -187,8 +255,14 @@ def load_config(**overrides: Any) -> StreamrecConfig:
             return base
         merged = base.model_dump()
         for section, values in overrides.items():
-            if isinstance(values, dict):
-                merged[section] = {**merged[section], **values}
+            current = merged.get(section)
+            # A section that switches its type (the store) starts afresh instead of merging.
+            if (
+                isinstance(values, dict)
+                and isinstance(current, dict)
+                and values.get("type", current.get("type")) == current.get("type")
+            ):
+                merged[section] = {**current, **values}
             else:
                 merged[section] = values
         return StreamrecConfig.model_validate(merged)

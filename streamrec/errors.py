@@ -26,8 +26,20 @@ class DatasetError(StreamrecError):
     """A dataset file could not be read: check its path and format."""
 
 
-class KafkaDeliveryError(StreamrecError):
-    """Kafka did not acknowledge a record: check the broker is up and the topic exists."""
+class BrokerError(StreamrecError):
+    """Kafka failed: check the broker is up at the configured address and the topics exist."""
+
+
+class DeliveryError(BrokerError):
+    """Kafka did not acknowledge a produced record: check the broker and the topic, then resend."""
+
+
+class ConsumeError(BrokerError):
+    """Consuming failed for good (a fatal client error): check the broker and the group."""
+
+
+class TransactionError(BrokerError):
+    """A Kafka transaction could not commit or abort: check the broker's transaction support."""
 
 
 class FeatureStoreError(StreamrecError):

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from streamrec.errors import InvalidEvent
+from streamrec.kafka.records import Position
 
 MAX_ID_LENGTH = 128  # ids longer than this are almost surely a producer bug, not an id
 # Epoch-ms below 1e11 (March 1973) means seconds were sent: seconds stay below 1e11 until
@@ -55,21 +56,12 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
-class Source:
-    """Where a record was read: topic, partition, offset."""
-
-    topic: str
-    partition: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A record that broke the contract, with the reason, on its way to the DLQ."""
 
     reason: str
     raw: bytes | None
-    source: Source
+    position: Position
 
     def to_json(self) -> bytes:
         """The DLQ payload: reason, source position, and the raw bytes as text."""
@@ -77,9 +69,9 @@ class DeadLetter:
         return orjson.dumps(
             {
                 "reason": self.reason,
-                "topic": self.source.topic,
-                "partition": self.source.partition,
-                "offset": self.source.offset,
+                "topic": self.position.topic,
+                "partition": self.position.partition,
+                "offset": self.position.offset,
                 "raw": raw,
             }
         )

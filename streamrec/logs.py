@@ -9,10 +9,10 @@ from typing import TextIO
 _FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]  # generic only in stubs
+class _StderrHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever ``sys.stderr`` is at emit time (test runners swap it)."""
 
-    @property  # type: ignore[override]  # a property over StreamHandler's plain attribute
+    @property
     def stream(self) -> TextIO:
         return sys.stderr
 

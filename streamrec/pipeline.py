@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
 from streamrec.events import Event
-from streamrec.kafka import ensure_topics
-from streamrec.learner.runner import LearnerRunner, LearnerState, MicroBatchReport
+from streamrec.kafka.topics import ensure_topics
+from streamrec.learner.din import DINLearner
+from streamrec.learner.runner import LearnerRunner, LearnerStats, MicroBatchReport
 from streamrec.learner.snapshot import SnapshotManifest
 from streamrec.producer import publish
 
@@ -29,7 +30,7 @@ class PipelineResult:
 
     published: int
     consumer: ConsumerStats
-    learner: LearnerState
+    learner: LearnerStats
     snapshots: list[SnapshotManifest]
 
 
@@ -66,13 +67,13 @@ def run_pipeline(
         if on_snapshot is not None:
             on_snapshot(manifest)
 
-    learner = LearnerRunner(cfg, on_report=on_report, on_snapshot=snapshot_written)
+    learner = LearnerRunner(cfg, DINLearner(cfg.model), on_report=on_report, on_snapshot=snapshot_written)
     thread.start()
     try:
-        state = learner.run(stop, upstream_done=consumer_done)
+        stats = learner.run(stop, upstream_done=consumer_done)
     finally:
         stop.set()
         thread.join()
     if failure:
         raise failure[0]
-    return PipelineResult(published, consumer.stats, state, snapshots)
+    return PipelineResult(published, consumer.stats, stats, snapshots)

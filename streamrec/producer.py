@@ -10,9 +10,9 @@ from types import TracebackType
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from streamrec.config import KafkaConfig
-from streamrec.errors import KafkaDeliveryError
+from streamrec.errors import DeliveryError
 from streamrec.events import Event
-from streamrec.kafka import make_producer, produce
+from streamrec.kafka.clients import make_producer, produce
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 class EventProducer:
     """Sends contract events to the events topic, keyed by user, with delivery reports checked.
 
-    Use as a context manager; leaving it flushes and raises :class:`KafkaDeliveryError` if any
+    Use as a context manager; leaving it flushes and raises :class:`DeliveryError` if any
     event was not acknowledged::
 
         with EventProducer(cfg) as producer:
@@ -60,21 +60,21 @@ class EventProducer:
                 key=key, timestamp_ms=timestamp_ms, on_delivery=self._on_delivery,
             )
         except KafkaException as exc:
-            raise KafkaDeliveryError(f"cannot produce to {self._cfg.events_topic}: {exc}") from exc
+            raise DeliveryError(f"cannot produce to {self._cfg.events_topic}: {exc}") from exc
         self._producer.poll(0)
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait for every queued event; raise if any was not acknowledged."""
         left = self._producer.flush(timeout_s)
         if left:
-            raise KafkaDeliveryError(
+            raise DeliveryError(
                 f"{left} event(s) still unacknowledged after {timeout_s}s: is the broker at "
                 f"{self._cfg.bootstrap_servers} up?"
             )
         if self.failed:
             count, reasons = self.failed, "; ".join(sorted(self._reasons))
             self.failed, self._reasons = 0, set()
-            raise KafkaDeliveryError(f"{count} event(s) not delivered: {reasons}")
+            raise DeliveryError(f"{count} event(s) not delivered: {reasons}")
 
     def __enter__(self) -> EventProducer:
         return self

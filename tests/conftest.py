@@ -1,4 +1,6 @@
-"""Shared test fixtures: the real public datasets (read from ``../shared/data`` by default)."""
+"""Shared test fixtures: the bundled MovieLens, a seeded generated click stream, and the real
+Taobao file from ``../shared/data`` where it exists (extra coverage only: no guarantee test
+may depend on it, since a fresh clone has no such folder)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
+from streamrec.events import Event
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("STREAMREC_SHARED_DATA", ROOT.parent / "shared" / "data"))
 MOVIELENS = ROOT / "streamrec" / "demo_data" / "movielens-latest-small"
+
+
+@pytest.fixture(scope="session")
+def clicks() -> list[Event]:
+    """A generated implicit click stream (pv/cart/fav/buy, new items arriving), seed 7."""
+    return generate_clicks(ClickStreamSpec(seed=7))
 
 
 @pytest.fixture(scope="session")

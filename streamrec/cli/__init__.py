@@ -8,6 +8,7 @@ import typer
 
 from streamrec.cli import consumers, learner, services, snapshot
 from streamrec.cli.demo import demo
+from streamrec.cli.generate import generate
 from streamrec.cli.produce import produce
 
 app = typer.Typer(
@@ -17,6 +18,7 @@ app = typer.Typer(
 )
 app.command("produce")(produce)
 app.command("demo")(demo)
+app.command("generate")(generate)
 app.add_typer(consumers.app, name="consumers")
 app.add_typer(learner.app, name="learner")
 app.add_typer(snapshot.app, name="snapshot")

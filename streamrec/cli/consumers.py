@@ -6,7 +6,7 @@ import typer
 
 from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
 from streamrec.consumers.runner import ConsumerRunner
-from streamrec.kafka import ensure_topics
+from streamrec.kafka.topics import ensure_topics
 
 app = typer.Typer(help="Window events into Redis sequences and emit training samples.", no_args_is_help=True)
 
@@ -17,14 +17,14 @@ def run(
     redis_url: str | None = typer.Option(None, help="Redis URL of the feature store"),
     group_id: str | None = typer.Option(None, help="Consumer group"),
     negatives: int | None = typer.Option(None, help="Sampled negatives per implicit positive"),
-    idle_exit: float | None = typer.Option(None, help="Stop after this many seconds without events"),
+    stop_when_idle: float | None = typer.Option(None, help="Stop after this many seconds without events"),
 ) -> None:
-    """Consume events until interrupted (or idle for --idle-exit seconds)."""
+    """Consume events until interrupted (or idle for --stop-when-idle seconds)."""
     with cli_errors():
         cfg = build_config(
             kafka={"bootstrap_servers": bootstrap_servers},
-            redis={"url": redis_url},
-            consumer={"group_id": group_id, "negatives": negatives, "idle_exit_s": idle_exit},
+            store={"url": redis_url},
+            consumer={"group_id": group_id, "negatives": negatives, "stop_when_idle_s": stop_when_idle},
         )
         ensure_topics(cfg.kafka)
         stats = ConsumerRunner(cfg).run(stop_on_signals())

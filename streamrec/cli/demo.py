@@ -13,8 +13,11 @@ from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
 from streamrec.cli.learner import print_report
+from streamrec.cli.snapshot import format_positions
+from streamrec.config import RedisStoreConfig
 from streamrec.datasets import FORMATS, read_events
-from streamrec.launch import local_services
+from streamrec.learner.snapshot import SnapshotStore
+from streamrec.local.launch import local_services
 
 if TYPE_CHECKING:  # both import Paddle; the demo imports them when it runs
     from streamrec.learner.runner import MicroBatchReport
@@ -45,12 +48,12 @@ def demo(
         console.print(f"read {len(events)} events from {data or DEMO_DATA}")
         base = build_config(
             quiet=True,
-            consumer={"idle_exit_s": 5.0},
+            consumer={"stop_when_idle_s": 5.0},
             learner={
                 # Micro-batches are cut by size here: the replay is faster than real time.
                 "interval_s": 10.0,
                 "max_batch_samples": max_batch,
-                "idle_exit_s": 5.0,
+                "stop_when_idle_s": 5.0,
                 "snapshot_every": snapshot_every,
                 "snapshot_dir": snapshot_dir or Path("snapshots") / f"demo-{stamp}",
             },
@@ -60,12 +63,14 @@ def demo(
                 f"broker at {services.bootstrap_servers} (Tansu, in memory), "
                 f"Redis at {services.redis_url} (no persistence)"
             )
+            # The demo's store is the Redis it started, whatever the configuration names.
+            store = base.store if isinstance(base.store, RedisStoreConfig) else RedisStoreConfig()
             cfg = base.model_copy(
                 update={
                     "kafka": base.kafka.model_copy(
                         update={"bootstrap_servers": services.bootstrap_servers}
                     ),
-                    "redis": base.redis.model_copy(update={"url": services.redis_url}),
+                    "store": store.model_copy(update={"url": services.redis_url}),
                 }
             )
             reports: list[MicroBatchReport] = []
@@ -79,9 +84,9 @@ def demo(
                 events,
                 on_report=report,
                 on_snapshot=lambda m: console.print(
-                    f"[green]snapshot v{m.version:06d}[/green] written to "
-                    f"{cfg.learner.snapshot_dir / f'v{m.version:06d}'} "
-                    f"(offsets {', '.join(f'{o.partition}:{o.offset}' for o in m.offsets)})"
+                    f"[green]snapshot {m.name}[/green] written to "
+                    f"{SnapshotStore(cfg.learner.snapshot_dir).path(m.version)} "
+                    f"(positions {format_positions(m)})"
                 ),
                 stop=stop_on_signals(),
             )
@@ -113,5 +118,5 @@ def _summary(result: PipelineResult, reports: list[MicroBatchReport]) -> None:
         pairs = [(getattr(r.metrics, name), r.metrics.samples) for r in later]
         table.add_row(f"{label}, last 3/4 (sample-weighted)", _mean(pairs))
     if result.snapshots:
-        table.add_row("latest snapshot", f"v{result.snapshots[-1].version:06d}")
+        table.add_row("latest snapshot", result.snapshots[-1].name)
     console.print(table)

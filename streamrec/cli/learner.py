@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
-from streamrec.kafka import ensure_topics
+from streamrec.kafka.topics import ensure_topics
 
 if TYPE_CHECKING:  # the learner imports Paddle (about a second): only when a command needs it
     from streamrec.learner.runner import MicroBatchReport
@@ -40,7 +40,9 @@ def run(
     bootstrap_servers: str | None = typer.Option(None, help="Kafka bootstrap servers"),
 ) -> None:
     """Score then train each micro-batch; snapshot every N micro-batches and on request."""
+    from streamrec.learner.din import DINLearner
     from streamrec.learner.runner import LearnerRunner
+    from streamrec.learner.snapshot import SnapshotStore
 
     with cli_errors():
         cfg = build_config(
@@ -51,17 +53,16 @@ def run(
                 "max_batch_samples": max_batch,
                 "snapshot_dir": snapshot_dir,
                 "snapshot_every": snapshot_every,
-                "idle_exit_s": stop_when_idle,
+                "stop_when_idle_s": stop_when_idle,
             },
         )
         ensure_topics(cfg.kafka)
-        snapshots = cfg.learner.snapshot_dir
+        store = SnapshotStore(cfg.learner.snapshot_dir)
         runner = LearnerRunner(
             cfg,
+            DINLearner(cfg.model),
             on_report=print_report,
-            on_snapshot=lambda m: console.print(
-                f"snapshot v{m.version:06d} written: {snapshots / f'v{m.version:06d}'}"
-            ),
+            on_snapshot=lambda m: console.print(f"snapshot {m.name} written: {store.path(m.version)}"),
         )
-        state = runner.run(stop_on_signals())
-        console.print(f"trained {state.micro_batches} micro-batches, {state.samples_trained} samples")
+        stats = runner.run(stop_on_signals())
+        console.print(f"trained {stats.micro_batches} micro-batches, {stats.samples_trained} samples")

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from streamrec.cli.common import build_config, cli_errors, console
 from streamrec.datasets import FORMATS, read_events
 from streamrec.errors import ConfigError
-from streamrec.kafka import ensure_topics
+from streamrec.kafka.topics import ensure_topics
 from streamrec.producer import publish
 
 

@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from streamrec import services
 from streamrec.cli.common import build_config, cli_errors
 from streamrec.cli.common import console as _out
 from streamrec.config import ServicesConfig
+from streamrec.local import services
 
 Host = Annotated[
     str | None, typer.Option("--host", help="Listen address [STREAMREC_SERVICES__HOST]")

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, console
 from streamrec.errors import SnapshotError
-from streamrec.learner.snapshot import SnapshotStore
+from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
 
 app = typer.Typer(help="Create and list versioned model snapshots.", no_args_is_help=True)
 
@@ -32,7 +32,7 @@ def create(
         while time.monotonic() < deadline:
             manifest = store.find_request(request_id)
             if manifest is not None:
-                console.print(f"snapshot v{manifest.version:06d} written: {store.path(manifest.version)}")
+                console.print(f"snapshot {manifest.name} written: {store.path(manifest.version)}")
                 return
             time.sleep(0.2)
         store.done(request_id)
@@ -40,6 +40,11 @@ def create(
             f"no learner answered within {timeout:.0f}s: is `streamrec learner run` running "
             f"with snapshot dir {store.root}?"
         )
+
+
+def format_positions(manifest: SnapshotManifest) -> str:
+    """``partition:offset`` pairs of the positions a snapshot was trained up to."""
+    return " ".join(f"{p.partition}:{p.offset}" for p in manifest.positions)
 
 
 def _fmt(value: object) -> str:
@@ -51,13 +56,12 @@ def list_(snapshot_dir: Path | None = typer.Option(None, help="The snapshot dire
     """List snapshots, oldest first."""
     with cli_errors():
         store = _store(snapshot_dir)
-        table = Table("version", "created (UTC)", "micro-batches", "samples", "AUC", "GAUC", "offsets")
+        table = Table("version", "created (UTC)", "micro-batches", "samples", "AUC", "GAUC", "positions")
         for m in store.manifests():
-            offsets = " ".join(f"{o.partition}:{o.offset}" for o in m.offsets)
             table.add_row(
-                f"v{m.version:06d}", m.created_at[:19].replace("T", " "), str(m.micro_batches),
+                m.name, m.created_at[:19].replace("T", " "), str(m.micro_batches),
                 str(m.samples_trained),
-                _fmt(m.metrics.get("auc")), _fmt(m.metrics.get("gauc")), offsets,
+                _fmt(m.metrics.get("auc")), _fmt(m.metrics.get("gauc")), format_positions(m),
             )
         if table.row_count == 0:
             console.print(f"no snapshots in {store.root}")

@@ -16,10 +16,11 @@ import pytest
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from streamrec.config import KafkaConfig, RedisConfig, StreamrecConfig
+from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
 from streamrec.errors import ServiceError
-from streamrec.kafka import create_topics
-from streamrec.launch import LocalServices, broker_binary, local_services, redis_binary, start_redis
+from streamrec.kafka.topics import create_topics
+from streamrec.local.launch import LocalServices, broker_binary, local_services, redis_binary, start_redis
+from tests.support import small_tables
 
 _HERE = Path(__file__).parent
 
@@ -92,9 +93,10 @@ def kafka_config(bootstrap_servers: str, unique_name: str) -> KafkaConfig:
 
 
 @pytest.fixture
-def redis_config(redis_url: str, redis_client: redis.Redis, unique_name: str) -> RedisConfig:
-    """A RedisConfig on the session Redis with a unique key prefix; the db is emptied after."""
-    return RedisConfig(url=redis_url, key_prefix=f"t{unique_name}")
+def store_config(redis_url: str, redis_client: redis.Redis, unique_name: str) -> RedisStoreConfig:
+    """The Redis feature store on the session Redis with a unique key prefix; the db is
+    emptied after."""
+    return RedisStoreConfig(url=redis_url, key_prefix=f"t{unique_name}")
 
 
 def read_committed(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> list[Message]:
@@ -119,7 +121,7 @@ def read_committed(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) 
                 if err is None:
                     out.append(msg)
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
+                    at_end.add(msg.partition() or 0)
         assert len(at_end) == len(parts), f"{topic}: did not reach the end in {timeout_s}s"
         return out
     finally:
@@ -134,25 +136,27 @@ def topic_reader(bootstrap_servers: str) -> Callable[[str], list[Message]]:
 
 @pytest.fixture
 def pipeline_config(
-    kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str, tmp_path: Path
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path
 ) -> Callable[..., StreamrecConfig]:
     """``make(consumer={...}, model={...}, learner={...})``: a whole config on this test's
-    topics, keys and snapshot dir, with short idle exits; the given sections override."""
+    topics, keys and snapshot dir, with small tables and short idle stops; the given
+    sections override."""
 
     def make(**sections: dict[str, object]) -> StreamrecConfig:
         base: dict[str, dict[str, object]] = {
-            "consumer": {"group_id": f"c-{unique_name}", "idle_exit_s": 3.0},
-            "model": {"item_buckets": 2**16},
+            "consumer": {"group_id": f"c-{unique_name}", "stop_when_idle_s": 3.0},
+            "model": {"tables": small_tables(item_buckets=2**16)},
             "learner": {
-                "group_id": f"l-{unique_name}", "interval_s": 60.0, "idle_exit_s": 3.0,
+                "group_id": f"l-{unique_name}", "interval_s": 60.0, "stop_when_idle_s": 3.0,
                 "snapshot_every": 100, "snapshot_dir": tmp_path,
             },
         }
         for name, values in sections.items():
             base[name] = {**base.get(name, {}), **values}
-        return StreamrecConfig(kafka=kafka_config, redis=redis_config, **base)
+        return StreamrecConfig.model_validate({"kafka": kafka_config, "store": store_config, **base})
 
     return make
+
 
 
 def _cluster_ports(host: str, count: int) -> list[int]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from streamrec.config import KafkaConfig, RedisConfig
+from streamrec.config import KafkaConfig, RedisStoreConfig
+from tests.support import small_tables
 
 
 def streamrec(args: list[str], env: dict[str, str], timeout: float = 120) -> str:
@@ -20,8 +22,7 @@ def streamrec(args: list[str], env: dict[str, str], timeout: float = 120) -> str
 
 
 def test_produce_consume_learn_snapshot_as_separate_commands(
-    kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str, tmp_path: Path,
-    taobao_path: Path,
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
 ) -> None:
     env = {
         **os.environ,
@@ -29,16 +30,19 @@ def test_produce_consume_learn_snapshot_as_separate_commands(
         "STREAMREC_KAFKA__EVENTS_TOPIC": kafka_config.events_topic,
         "STREAMREC_KAFKA__SAMPLES_TOPIC": kafka_config.samples_topic,
         "STREAMREC_KAFKA__DLQ_TOPIC": kafka_config.dlq_topic,
-        "STREAMREC_REDIS__URL": redis_config.url,
-        "STREAMREC_REDIS__KEY_PREFIX": redis_config.key_prefix,
+        "STREAMREC_STORE__URL": store_config.url,
+        "STREAMREC_STORE__KEY_PREFIX": store_config.key_prefix,
         "STREAMREC_CONSUMER__GROUP_ID": f"c-{unique_name}",
         "STREAMREC_LEARNER__GROUP_ID": f"l-{unique_name}",
-        "STREAMREC_MODEL__ITEM_BUCKETS": str(2**14),
-        "STREAMREC_LEARNER__SNAPSHOT_DIR": str(tmp_path),
+        "STREAMREC_MODEL__TABLES": json.dumps(small_tables()),
+        "STREAMREC_LEARNER__SNAPSHOT_DIR": str(tmp_path / "snapshots"),
     }
-    out = streamrec(["produce", str(taobao_path), "--limit", "2000"], env)
+    clicks = tmp_path / "clicks.jsonl"
+    out = streamrec(["generate", str(clicks), "--events", "2000", "--seed", "3"], env)
+    assert "wrote 2000 events" in out
+    out = streamrec(["produce", str(clicks)], env)
     assert "published 2000 events" in out
-    out = streamrec(["consumers", "run", "--idle-exit", "3"], env)
+    out = streamrec(["consumers", "run", "--stop-when-idle", "3"], env)
     assert "consumed 2000 events" in out
     out = streamrec(
         ["learner", "run", "--interval", "5", "--max-batch", "1000", "--stop-when-idle", "3"], env

@@ -10,9 +10,9 @@ import pytest
 
 from streamrec.config import KafkaConfig
 from streamrec.datasets import read_events
-from streamrec.errors import KafkaDeliveryError
+from streamrec.errors import DeliveryError
 from streamrec.events import Event
-from streamrec.ports import free_port
+from streamrec.local.ports import free_port
 from streamrec.producer import EventProducer, publish
 
 
@@ -46,5 +46,5 @@ def test_an_unreachable_broker_is_a_delivery_error() -> None:
     )
     producer = EventProducer(cfg)
     producer.send(Event("e", "u", "i", "c", "pv", 1_511_658_000_000))
-    with pytest.raises(KafkaDeliveryError, match="not delivered|unacknowledged"):
+    with pytest.raises(DeliveryError, match="not delivered|unacknowledged"):
         producer.flush(timeout_s=10)

@@ -6,7 +6,8 @@ import orjson
 import pytest
 
 from streamrec.errors import InvalidEvent
-from streamrec.events import DeadLetter, Event, Source, parse_event
+from streamrec.events import DeadLetter, Event, parse_event
+from streamrec.kafka.records import Position
 
 NOW = 1_700_000_000_000
 
@@ -62,7 +63,7 @@ def test_null_record_is_invalid() -> None:
         parse_event(None, now_ms=NOW, max_future_ms=0, max_bytes=10)
 
 
-def test_dead_letter_carries_reason_raw_and_source() -> None:
-    letter = DeadLetter("bad", b"\xff{", Source("t", 2, 40))
+def test_dead_letter_carries_reason_raw_and_position() -> None:
+    letter = DeadLetter("bad", b"\xff{", Position("t", 2, 40))
     doc_ = orjson.loads(letter.to_json())
     assert doc_ == {"reason": "bad", "topic": "t", "partition": 2, "offset": 40, "raw": "\ufffd{"}

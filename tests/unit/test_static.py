@@ -1,7 +1,13 @@
-"""The codebase stays lint- and type-clean (ruff and mypy as configured in pyproject.toml)."""
+"""The codebase stays lint- and type-clean, and the type check is one that can fail.
+
+mypy runs as configured in pyproject.toml (``files``: the package, the tests and the
+benchmarks). A check that silently turned our own modules into ``Any`` would check nothing,
+so a snippet with wrong calls into each package must fail it.
+"""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -10,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ["streamrec", "consumers", "learner", "featurestore"]
+PACKAGES = ("consumers", "featurestore", "learner")
 
 
 def run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -21,10 +27,53 @@ def run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff() -> None:
-    proc = run("ruff", "check", *SOURCES, "tests", "bench")
+    proc = run("ruff", "check", "streamrec", "tests", "bench")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_mypy() -> None:
-    proc = run("mypy", *SOURCES)
+    proc = run("mypy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+WRONG_CALLS = """\
+from streamrec.consumers.processor import SampleBuilder
+from streamrec.featurestore import MemoryFeatureStore
+from streamrec.learner.batch import Batch
+
+SampleBuilder(1, 2, 3, 4, 5)
+MemoryFeatureStore("three")
+Batch.from_samples(42)
+"""
+
+RIGHT_CALLS = """\
+from streamrec.config import ConsumerConfig
+from streamrec.consumers.processor import SampleBuilder
+from streamrec.featurestore import MemoryFeatureStore
+from streamrec.learner.batch import Batch
+
+SampleBuilder(ConsumerConfig(), MemoryFeatureStore(3))
+Batch.from_samples([])
+"""
+
+
+def test_mypy_catches_a_wrong_call_into_each_package(tmp_path: Path) -> None:
+    wrong, right = tmp_path / "wrong.py", tmp_path / "right.py"
+    wrong.write_text(WRONG_CALLS)
+    right.write_text(RIGHT_CALLS)
+    proc = run("mypy", "--no-incremental", str(wrong), str(right))
+    lines = {int(n) for n in re.findall(r"wrong\.py:(\d+): error", proc.stdout)}
+    assert lines == {5, 6, 7}, proc.stdout  # one call into consumers, featurestore, learner
+    assert "right.py" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_module_has_one_import_name(package: str) -> None:
+    """The design card's top-level folders link into streamrec/ and cannot import as
+    themselves, so no file loads as two modules with two copies of its classes."""
+    link = ROOT / package
+    assert link.is_symlink() and link.resolve() == (ROOT / "streamrec" / package).resolve()
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {package}"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode != 0 and f"import streamrec.{package}, not {package}" in proc.stderr

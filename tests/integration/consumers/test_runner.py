@@ -1,34 +1,49 @@
-"""The consumer runner on the real broker and Redis: bad input never crashes or vanishes."""
+"""The consumer runner on the real broker and Redis: bad input never crashes or vanishes,
+crashes and rebalances lose and double nothing. Data: the package's generated click stream."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
-from pathlib import Path
+from collections.abc import Sequence
 
 import orjson
 import pytest
 from confluent_kafka import Producer
 
 from streamrec import faults
-from streamrec.config import KafkaConfig, RedisConfig, StreamrecConfig
-from streamrec.consumers.runner import ConsumerRunner
-from streamrec.datasets import read_events
+from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
+from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
+from streamrec.events import Event
 from streamrec.featurestore import RedisFeatureStore
 
 
-def config(kafka: KafkaConfig, redis_cfg: RedisConfig, unique: str) -> StreamrecConfig:
-    return StreamrecConfig(
-        kafka=kafka,
-        redis=redis_cfg,
-        consumer={"group_id": f"c-{unique}", "idle_exit_s": 3.0, "batch_size": 300, "negatives": 1},
-    )
+def config(kafka: KafkaConfig, store_cfg: RedisStoreConfig, unique: str) -> StreamrecConfig:
+    consumer = {"group_id": f"c-{unique}", "stop_when_idle_s": 3.0, "batch_size": 300, "negatives": 1}
+    return StreamrecConfig.model_validate({"kafka": kafka, "store": store_cfg, "consumer": consumer})
 
 
-@pytest.fixture(scope="module")
-def taobao_events(taobao_path: Path):
-    return read_events(taobao_path, limit=1500)
+@pytest.fixture
+def events(clicks: list[Event]) -> list[Event]:
+    return clicks[:1500]
+
+
+def send(kafka: KafkaConfig, events: Sequence[Event]) -> None:
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for event in events:
+        producer.produce(kafka.events_topic, key=event.user_id.encode(), value=event.to_json())
+    assert producer.flush(10) == 0
+
+
+def assert_sequences_complete(
+    store_cfg: RedisStoreConfig, cfg: StreamrecConfig, events: Sequence[Event]
+) -> None:
+    """Every valid event reached its user's sequence (up to the cap)."""
+    store = RedisFeatureStore(store_cfg, cfg.model.sequence_length)
+    for user, count in Counter(e.user_id for e in events).items():
+        assert len(store.sequence(user)) == min(count, cfg.model.sequence_length), user
 
 
 MALFORMED = [
@@ -46,13 +61,13 @@ MALFORMED = [
 
 
 def test_malformed_events_go_to_the_dlq_and_valid_ones_are_all_processed(
-    kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str, taobao_events,
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, events: list[Event],
     topic_reader,
 ) -> None:
-    cfg = config(kafka_config, redis_config, unique_name)
+    cfg = config(kafka_config, store_config, unique_name)
     producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers})
-    bad_every = len(taobao_events) // len(MALFORMED)
-    for i, event in enumerate(taobao_events):
+    bad_every = len(events) // len(MALFORMED)
+    for i, event in enumerate(events):
         producer.produce(kafka_config.events_topic, key=event.user_id.encode(), value=event.to_json())
         if i % bad_every == 0 and i // bad_every < len(MALFORMED):
             producer.produce(kafka_config.events_topic, key=b"1", value=MALFORMED[i // bad_every][0])
@@ -61,7 +76,7 @@ def test_malformed_events_go_to_the_dlq_and_valid_ones_are_all_processed(
 
     stats = ConsumerRunner(cfg).run()
 
-    assert stats.events == len(taobao_events)
+    assert stats.events == len(events)
     assert stats.dead == len(MALFORMED) + 1
     dead = [orjson.loads(m.value()) for m in topic_reader(kafka_config.dlq_topic)]
     assert len(dead) == stats.dead
@@ -72,15 +87,10 @@ def test_malformed_events_go_to_the_dlq_and_valid_ones_are_all_processed(
     for letter in dead:
         assert letter["topic"] == kafka_config.events_topic and letter["offset"] >= 0
 
-    # Every valid event reached its user's sequence (the cap is larger than any user here).
-    store = RedisFeatureStore(redis_config, cfg.consumer.sequence_length)
-    per_user = Counter(e.user_id for e in taobao_events)
-    for user, count in per_user.items():
-        assert len(store.sequence(user)) == min(count, cfg.consumer.sequence_length)
-
+    assert_sequences_complete(store_config, cfg, events)
     samples = topic_reader(kafka_config.samples_topic)
     assert len(samples) == stats.samples
-    positives = sum(1 for e in taobao_events if e.action == "pv")
+    positives = sum(1 for e in events if e.action == "pv")
     ids = [orjson.loads(m.value())["sample_id"] for m in samples]
     assert len(set(ids)) == len(ids)
     assert sum("~n" not in i for i in ids) == positives
@@ -88,14 +98,11 @@ def test_malformed_events_go_to_the_dlq_and_valid_ones_are_all_processed(
 
 @pytest.mark.parametrize("point", ["consumer.after_store", "consumer.before_commit"])
 def test_a_crash_mid_batch_loses_and_duplicates_nothing(
-    point: str, kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str,
-    taobao_events, topic_reader, monkeypatch: pytest.MonkeyPatch,
+    point: str, kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
+    events: list[Event], topic_reader, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cfg = config(kafka_config, redis_config, unique_name)
-    producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers})
-    for event in taobao_events:
-        producer.produce(kafka_config.events_topic, key=event.user_id.encode(), value=event.to_json())
-    assert producer.flush(10) == 0
+    cfg = config(kafka_config, store_config, unique_name)
+    send(kafka_config, events)
 
     faults.reset()
     monkeypatch.setenv(faults.ENV, f"{point}:2")  # the second batch dies half-way
@@ -105,46 +112,46 @@ def test_a_crash_mid_batch_loses_and_duplicates_nothing(
     assert first.stats.batches == 1
     monkeypatch.delenv(faults.ENV)
     second = ConsumerRunner(cfg).run()
-    assert first.stats.events + second.events == len(taobao_events)
+    assert first.stats.events + second.events == len(events)
 
     samples = [orjson.loads(m.value()) for m in topic_reader(kafka_config.samples_topic)]
     ids = [s["sample_id"] for s in samples]
     assert len(ids) == len(set(ids)), "a sample was emitted twice"
-    positives = {e.event_id for e in taobao_events if e.action == "pv"}
+    positives = {e.event_id for e in events if e.action == "pv"}
     assert {i for i in ids if "~n" not in i} == positives
-    store = RedisFeatureStore(redis_config, cfg.consumer.sequence_length)
-    for user, count in Counter(e.user_id for e in taobao_events).items():
-        assert len(store.sequence(user)) == min(count, cfg.consumer.sequence_length)
+    assert_sequences_complete(store_config, cfg, events)
 
 
 def test_two_consumers_in_one_group_share_the_work_exactly_once(
-    kafka_config: KafkaConfig, redis_config: RedisConfig, unique_name: str,
-    taobao_path: Path, topic_reader,
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, topic_reader,
 ) -> None:
-    taobao_events = read_events(taobao_path)  # all 84k: enough work to overlap a rebalance
-    cfg = config(kafka_config, redis_config, unique_name)
-    cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"idle_exit_s": 5.0})})
-    producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers})
-    for event in taobao_events:
-        producer.produce(kafka_config.events_topic, key=event.user_id.encode(), value=event.to_json())
-    assert producer.flush(10) == 0
+    # Enough work (about 10 s for one consumer) to outlast the second one's group join.
+    clicks = generate_clicks(ClickStreamSpec(users=3_000, items=20_000, events=60_000, seed=11))
+    cfg = config(kafka_config, store_config, unique_name)
+    cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"stop_when_idle_s": 5.0})})
+    send(kafka_config, clicks)
 
     runners = [ConsumerRunner(cfg), ConsumerRunner(cfg)]
-    results: list = [None, None]
+    results: list[ConsumerStats | None] = [None, None]
     threads = [
         threading.Thread(target=lambda i=i: results.__setitem__(i, runners[i].run()))
         for i in range(2)
     ]
     threads[0].start()
-    time.sleep(1.0)  # the second one joins while the first is at work: a rebalance
+    deadline = time.monotonic() + 60
+    while runners[0].stats.batches == 0:  # the second one joins while the first is at work
+        assert time.monotonic() < deadline, "the first consumer never committed a batch"
+        time.sleep(0.05)
     threads[1].start()
     for thread in threads:
         thread.join(120)
-    assert all(r is not None for r in results), "a runner failed"
-    assert sum(r.events for r in results) == len(taobao_events)
-    assert all(r.events > 0 for r in results), [r.events for r in results]
+    done = [r for r in results if r is not None]
+    assert len(done) == 2, "a runner failed"
+    assert runners[0].assignments >= 2, "the first consumer saw no rebalance"
+    assert sum(r.events for r in done) == len(clicks)
+    assert all(r.events > 0 for r in done), [r.events for r in done]
 
     samples = [orjson.loads(m.value()) for m in topic_reader(kafka_config.samples_topic)]
     ids = [s["sample_id"] for s in samples]
     assert len(ids) == len(set(ids))
-    assert {i for i in ids if "~n" not in i} == {e.event_id for e in taobao_events if e.action == "pv"}
+    assert {i for i in ids if "~n" not in i} == {e.event_id for e in clicks if e.action == "pv"}

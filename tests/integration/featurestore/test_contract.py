@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from streamrec.config import RedisConfig
+from streamrec.config import RedisStoreConfig
 from streamrec.events import Event
 from streamrec.featurestore import FeatureStore, MemoryFeatureStore, RedisFeatureStore
 
@@ -18,8 +18,8 @@ def store(request: pytest.FixtureRequest, unique_name: str) -> FeatureStore:
         return MemoryFeatureStore(length=3)
     if request.param == "redis-cluster":
         url = request.getfixturevalue("redis_cluster_url")
-        return RedisFeatureStore(RedisConfig(url=url, cluster=True, key_prefix=unique_name), 3)
-    cfg: RedisConfig = request.getfixturevalue("redis_config")
+        return RedisFeatureStore(RedisStoreConfig(url=url, cluster=True, key_prefix=unique_name), 3)
+    cfg: RedisStoreConfig = request.getfixturevalue("store_config")
     return RedisFeatureStore(cfg, length=3)
 
 
@@ -51,6 +51,17 @@ def test_append_is_idempotent_and_late_events_land_in_time_order(store: FeatureS
     assert seq[0].category_id == "c1" and seq[0].action == "pv" and seq[0].ts == T0 + 1000
 
 
+def test_a_redone_batch_reads_the_same_histories(store: FeatureStore) -> None:
+    """A batch whose commit aborted runs again: the store must not have trimmed what it reads."""
+    store.update([ev(i) for i in range(5)], [])
+    batch = [ev(i) for i in range(5, 10)]
+    first = store.update(batch, batch).histories
+    again = store.update(batch, batch).histories
+    assert again == first
+    assert [b.item_id for b in first[0]] == ["i2", "i3", "i4"]
+    assert [b.event_id for b in store.sequence("u")] == ["e007", "e008", "e009"]
+
+
 def test_first_seen_is_recorded_once_per_item(store: FeatureStore) -> None:
     first = store.update([ev(5), Event("x", "v", "i5", "c", "pv", T0 + 3000)], [])
     assert first.first_seen == {"i5": T0 + 3000}
@@ -65,18 +76,20 @@ def test_users_are_independent(store: FeatureStore) -> None:
     assert store.sequence("nobody") == []
 
 
-def test_redis_keys_are_hash_tagged_and_expire(redis_config: RedisConfig, redis_client: redis.Redis) -> None:
-    store = RedisFeatureStore(redis_config, length=3)
+def test_redis_keys_are_hash_tagged_and_expire(
+    store_config: RedisStoreConfig, redis_client: redis.Redis
+) -> None:
+    store = RedisFeatureStore(store_config, length=3)
     store.update([ev(1, "42")], [])
     key = store.key("42")
-    assert key == f"{redis_config.key_prefix}:seq:{{42}}"
-    assert 0 < redis_client.pttl(key) <= redis_config.ttl_s * 1000
+    assert key == f"{store_config.key_prefix}:seq:{{42}}"
+    assert 0 < redis_client.pttl(key) <= store_config.ttl_s * 1000
 
 
 def test_redis_reloads_its_scripts_after_a_flush(
-    redis_config: RedisConfig, redis_client: redis.Redis
+    store_config: RedisStoreConfig, redis_client: redis.Redis
 ) -> None:
-    store = RedisFeatureStore(redis_config, length=3)
+    store = RedisFeatureStore(store_config, length=3)
     store.update([ev(1)], [])
     redis_client.script_flush()  # as after a restart or a failover
     (history,) = store.update([ev(2)], [ev(2)]).histories

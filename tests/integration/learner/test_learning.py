@@ -9,6 +9,7 @@ import numpy as np
 from streamrec.datasets import read_events
 from streamrec.learner.runner import MicroBatchReport
 from streamrec.pipeline import run_pipeline
+from tests.support import small_tables
 
 BATCH = 2500
 
@@ -16,7 +17,6 @@ BATCH = 2500
 def test_progressive_auc_on_movielens(pipeline_config, movielens_path: Path) -> None:
     events = read_events(movielens_path, limit=40_000)
     cfg = pipeline_config(
-        consumer={"sequence_length": 20},
         model={"sequence_length": 20},
         learner={"max_batch_samples": BATCH},
     )
@@ -37,7 +37,7 @@ def test_micro_batches_follow_event_time_across_partitions(
     """A backlog on 3 partitions is learnt in event-time order, not one partition after another."""
     events = read_events(movielens_path, limit=15_000)
     cfg = pipeline_config(
-        model={"item_buckets": 2**12, "embedding_dim": 4}, learner={"max_batch_samples": 1500}
+        model={"tables": small_tables(2**12, dim=4)}, learner={"max_batch_samples": 1500}
     )
     reports: list[MicroBatchReport] = []
     run_pipeline(cfg, events, on_report=reports.append)

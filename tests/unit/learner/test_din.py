@@ -6,6 +6,7 @@ Small tables (1024 item buckets) and tiny MLPs keep the whole file fast on two C
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import paddle
@@ -16,66 +17,78 @@ from safetensors.numpy import save as st_save
 from streamrec.config import ModelConfig
 from streamrec.errors import SnapshotError
 from streamrec.learner import din as din_module
-from streamrec.learner.batch import Batch
+from streamrec.learner.batch import Batch, EncodedBatch, encode
 from streamrec.learner.din import OPTIMIZER_PREFIX, DINLearner, resolve_device
 from streamrec.learner.model import DIN, DINTrain, Penalty
+from streamrec.learner.runner import _grouped
+from streamrec.learner.snapshot import SnapshotStore
+from streamrec.samples import Sample
+from tests.support import small_tables
 
-CFG = ModelConfig(
-    item_buckets=1024,
-    category_buckets=32,
-    embedding_dim=8,
-    sequence_length=10,
-    attention_units=(16, 8),
-    mlp_units=(16, 8),
-    learning_rate=1e-2,
-    train_batch_size=32,
-    device="cpu",
+CFG = ModelConfig.model_validate(
+    {
+        "tables": small_tables(1024, 32, dim=8),
+        "sequence_length": 10,
+        "attention_units": (16, 8),
+        "mlp_units": (16, 8),
+        "learning_rate": 1e-2,
+        "train_batch_size": 32,
+        "device": "cpu",
+    }
 )
 
 
 def _batch(n: int, seed: int, t: int = 10) -> Batch:
-    """Synthetic rows; label = the target's category appears in the behaviour sequence."""
+    """Synthetic samples; label = the target's category appears in the behaviour sequence."""
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(0, t + 1, size=n)
-    seq_items = rng.integers(1, 1024, size=(n, t))
-    seq_items[np.arange(t)[None, :] < (t - lengths)[:, None]] = 0
-    seq_cats = np.where(seq_items > 0, seq_items % 31 + 1, 0)
-    target_item = rng.integers(1, 1024, size=n)
-    target_cat = target_item % 31 + 1
-    label = (seq_cats == target_cat[:, None]).any(axis=1).astype(np.float32)
-    users = np.array([f"u{k % 7}" for k in range(n)])
-    return Batch(target_item, target_cat, seq_items, seq_cats, label, users)
+    samples = []
+    for k in range(n):
+        seq = rng.integers(1, 1000, size=rng.integers(0, t + 1)).tolist()
+        target = int(rng.integers(1, 1000))
+        label = int(any(i % 31 == target % 31 for i in seq))
+        samples.append(
+            Sample(
+                f"s{seed}-{k}", f"u{k % 7}", 1_000 + k, f"i{target}", f"c{target % 31}", label,
+                tuple(f"i{i}" for i in seq), tuple(f"c{i % 31}" for i in seq),
+            )
+        )
+    return Batch.from_samples(samples)
 
 
-def _tensors(batch: Batch) -> list[paddle.Tensor]:
-    arrays = (batch.target_item, batch.target_category, batch.seq_items, batch.seq_categories)
-    return [paddle.to_tensor(a) for a in arrays]
+def _tensors(encoded: EncodedBatch) -> tuple[list[paddle.Tensor], ...]:
+    return (
+        [paddle.to_tensor(a) for a in encoded.targets.values()],
+        [paddle.to_tensor(a) for a in encoded.sequences.values()],
+        [paddle.to_tensor(a) for a in encoded.context.values()],
+    )
 
 
 def test_din_logit_shape() -> None:
     paddle.seed(0)
     model = DIN(CFG)
-    assert model(*_tensors(_batch(5, 0))).shape == [5]
+    assert model(*_tensors(encode(_batch(5, 0), CFG))).shape == [5]
 
 
 def test_padding_positions_do_not_change_the_output() -> None:
     paddle.seed(0)
     model = DIN(CFG)
     model.eval()
-    batch = _batch(6, 1)
-    base = model(*_tensors(batch)).numpy()
+    encoded = encode(_batch(6, 1), CFG)
+    targets, (items, cats), context = _tensors(encoded)
+    base = model(targets, [items, cats], context).numpy()
     # Garbage categories under padded items: the mask must hide them entirely.
-    noisy_cats = np.where(batch.seq_items == 0, 5, batch.seq_categories)
-    ids = _tensors(batch)
-    noisy = model(ids[0], ids[1], ids[2], paddle.to_tensor(noisy_cats)).numpy()
+    noisy_cats = np.where(encoded.sequences["item"] == 0, 5, encoded.sequences["category"])
+    noisy = model(targets, [items, paddle.to_tensor(noisy_cats)], context).numpy()
     np.testing.assert_allclose(noisy, base, rtol=1e-6, atol=1e-6)
     # Extra left padding (a longer T) changes nothing either.
     pad = np.zeros((6, 4), dtype=np.int64)
     wider = model(
-        ids[0],
-        ids[1],
-        paddle.to_tensor(np.hstack([pad, batch.seq_items])),
-        paddle.to_tensor(np.hstack([pad + 3, batch.seq_categories])),
+        targets,
+        [
+            paddle.to_tensor(np.hstack([pad, encoded.sequences["item"]])),
+            paddle.to_tensor(np.hstack([pad + 3, encoded.sequences["category"]])),
+        ],
+        context,
     ).numpy()
     np.testing.assert_allclose(wider, base, rtol=1e-6, atol=1e-6)
 
@@ -88,8 +101,8 @@ class _ConstantPenalty(Penalty):
 def test_train_wrapper_adds_penalties_to_the_loss() -> None:
     paddle.seed(0)
     model = DIN(CFG)
-    batch = _batch(8, 2)
-    args = [*_tensors(batch), paddle.to_tensor(batch.label)]
+    encoded = encode(_batch(8, 2), CFG)
+    args = [*_tensors(encoded), paddle.to_tensor(encoded.label)]
     plain = float(DINTrain(model)(*args))
     penalised = float(DINTrain(model, [_ConstantPenalty()])(*args))
     assert penalised == pytest.approx(plain + 2.5, rel=1e-6)
@@ -110,11 +123,15 @@ def test_learn_many_reduces_loss_on_a_learnable_problem() -> None:
     assert losses[-1] < 0.8 * losses[0]
 
 
-def test_learn_many_calls_keepalive_after_every_step() -> None:
-    learner = DINLearner(CFG.model_copy(update={"passes": 2}))
-    calls: list[int] = []
-    learner.learn_many(_batch(100, 5), keepalive=lambda: calls.append(1))
-    assert len(calls) == 2 * 4  # ceil(100 / 32) mini-batches per pass
+def test_a_user_table_trains_beside_the_behaviour_tables() -> None:
+    user = {"name": "user", "feature": "user", "buckets": 64, "dim": 4}
+    cfg = ModelConfig.model_validate({**CFG.model_dump(), "tables": [*small_tables(1024, 32, dim=8), user]})
+    learner = DINLearner(cfg)
+    batch = _batch(64, 5)
+    before = learner.state_arrays()["model/model.embedding.tables.user.weight"].copy()
+    assert np.isfinite(learner.learn_many(batch))
+    after = learner.state_arrays()["model/model.embedding.tables.user.weight"]
+    assert after.shape == (64, 4) and not np.array_equal(before, after)
 
 
 def test_learn_many_on_empty_batch_is_nan_and_a_no_op() -> None:
@@ -139,7 +156,6 @@ def test_state_round_trip_resumes_training_identically() -> None:
     first_data, next_data, probe = _batch(200, 9), _batch(200, 10), _batch(50, 11)
     original = DINLearner(CFG)
     original.learn_many(first_data)
-    original.update_known(first_data)
     # Through safetensors bytes, as the snapshot writer stores them; another seed proves
     # nothing of the restored learner's own initialisation survives.
     arrays = st_load(st_save(original.state_arrays()))
@@ -169,15 +185,15 @@ def test_round_trip_without_optimizer_state_would_diverge() -> None:
 def test_state_keys_are_structured_and_complete() -> None:
     learner = DINLearner(CFG)
     arrays = learner.state_arrays()
-    params = [k for k in arrays if k.startswith("param/")]
-    assert "param/model.embedding.item.weight" in params
-    assert arrays["param/model.embedding.item.weight"].shape == (1024, 8)
+    params = [k for k in arrays if k.startswith("model/")]
+    assert "model/model.embedding.tables.item.weight" in params
+    assert arrays["model/model.embedding.tables.item.weight"].shape == (1024, 8)
     for key in params:
-        name = key.removeprefix("param/")
+        name = key.removeprefix("model/")
         for slot in ("moment1", "moment2", "beta1_pow_acc", "beta2_pow_acc"):
             assert f"{OPTIMIZER_PREFIX}{name}/{slot}" in arrays
     assert not any("linear_" in k or "embedding_" in k for k in arrays)
-    assert arrays["known_items"].dtype == np.uint8
+    assert arrays["state/known_items"].dtype == np.uint8
     assert all(a.dtype != object for a in arrays.values())
 
 
@@ -185,35 +201,49 @@ def test_load_rejects_missing_keys_and_wrong_shapes() -> None:
     learner = DINLearner(CFG)
     arrays = learner.state_arrays()
     with pytest.raises(SnapshotError, match="missing"):
-        learner.load_state_arrays({k: v for k, v in arrays.items() if k != "known_items"})
-    bad = {**arrays, "param/model.embedding.item.weight": np.zeros((10, 8), np.float32)}
+        learner.load_state_arrays({k: v for k, v in arrays.items() if k != "state/known_items"})
+    bad = {**arrays, "model/model.embedding.tables.item.weight": np.zeros((10, 8), np.float32)}
     with pytest.raises(SnapshotError, match="shape"):
         learner.load_state_arrays(bad)
 
 
-def test_no_pickle_in_state_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_snapshot_file_round_trips_without_pickle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes real snapshot files, then reads them back with every unpickler disabled."""
+    original = DINLearner(CFG)
+    original.learn_many(_batch(100, 15))
+    store = SnapshotStore(tmp_path)
+    store.write(_grouped(original.state_arrays()), micro_batches=1, samples_trained=100, positions=())
+
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("pickle used")
 
-    for name in ("dump", "dumps", "load", "loads"):
+    for name in ("dump", "dumps", "load", "loads", "Unpickler"):
         monkeypatch.setattr(pickle, name, refuse)
     monkeypatch.setattr(paddle, "save", refuse)
     monkeypatch.setattr(paddle, "load", refuse)
-    learner = DINLearner(CFG)
-    learner.load_state_arrays(learner.state_arrays())
+    manifest, tensors = store.load(1)
+    assert set(manifest.files) == {"model.safetensors", "optimizer.safetensors", "state.safetensors"}
+    for name in manifest.files:  # safetensors: an 8-byte header length, then a JSON header
+        head = (store.path(1) / name).read_bytes()[8:9]
+        assert head == b"{", name
+    restored = DINLearner(CFG)
+    restored.load_state_arrays({f"{g}/{k}": v for g, arrays in tensors.items() for k, v in arrays.items()})
+    probe = _batch(20, 16)
+    np.testing.assert_array_equal(restored.predict_many(probe), original.predict_many(probe))
 
 
-def test_known_items() -> None:
+def test_items_become_known_once_learnt() -> None:
     learner = DINLearner(CFG)
     batch = _batch(20, 14)
     assert not learner.is_known(batch).any()
-    learner.update_known(batch)
-    assert learner.is_known(batch).all() and learner.is_known(batch).dtype == bool
-    assert learner.known_items[0] == 0
-    unseen = np.setdiff1d(np.arange(1, 1024), np.r_[batch.target_item, batch.seq_items.ravel()])
-    probe = batch.take([0, 1])
-    probe.target_item[:] = unseen[:2]
-    assert learner.is_known(probe).tolist() == [False, False]
+    learner.learn_many(batch)
+    known = learner.is_known(batch)
+    assert known.all() and known.dtype == bool
+    assert learner.known_items[0] == 0  # padding is never an item
+    unseen = Batch.from_samples([Sample("x", "u", 1, "never-seen", "c", 1, (), ())])
+    assert learner.is_known(unseen).tolist() == [False]
 
 
 def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,11 +1,12 @@
-"""Tests for ``streamrec.learner.hashing``: stable, in range, well spread, fast."""
+"""Tests for ``streamrec.learner.hashing``: stable, in range, well spread.
+
+Its speed is measured by ``bench/hashing_throughput.py``, not here."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -61,11 +62,3 @@ def test_sequential_ids_spread_evenly() -> None:
     used = counts[1:]
     # Poisson(~98) per bucket: 5 standard deviations either side is a generous band.
     assert used.min() > 98 - 50 and used.max() < 98 + 50
-
-
-def test_hundred_thousand_ids_are_fast() -> None:
-    ids = [f"item_{i}" for i in range(100_000)]
-    start = time.perf_counter()
-    bucketize(ids, 2**20)
-    # ~10 ms measured; the bound leaves room for a loaded CI machine.
-    assert time.perf_counter() - start < 0.5

@@ -8,12 +8,15 @@ import numpy as np
 import pytest
 
 from streamrec.errors import SnapshotError
-from streamrec.learner.snapshot import Offset, SnapshotStore
+from streamrec.kafka.records import Position
+from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
 
 
-def write(store: SnapshotStore, value: float = 1.0, **fields: object):
-    tensors = {"model": {"w": np.full(3, value, np.float32)}, "state": {"k": np.arange(4)}}
-    args = {"micro_batches": 2, "samples_trained": 10, "offsets": (Offset("t", 0, 7),)} | fields
+def write(store: SnapshotStore, value: float = 1.0, **fields: object) -> SnapshotManifest:
+    tensors: dict[str, dict[str, np.ndarray]] = {
+        "model": {"w": np.full(3, value, np.float32)}, "state": {"k": np.arange(4)}
+    }
+    args = {"micro_batches": 2, "samples_trained": 10, "positions": (Position("t", 0, 7),)} | fields
     return store.write(tensors, **args)
 
 
@@ -26,7 +29,7 @@ def test_versions_increase_and_round_trip(tmp_path: Path) -> None:
     assert store.latest() == second
     manifest, tensors = store.load(1)
     assert manifest == store.manifest(1)
-    assert manifest.offsets == (Offset("t", 0, 7),)
+    assert manifest.positions == (Position("t", 0, 7),)
     assert manifest.metrics == {"auc": None, "gauc": 0.6}  # NaN is stored as null
     np.testing.assert_array_equal(tensors["model"]["w"], np.ones(3, np.float32))
     assert sorted(p.name for p in store.path(1).iterdir()) == [

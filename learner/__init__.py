@@ -1,1 +1,0 @@
-"""The micro-batch DIN learner: hashing, batches, the model, metrics."""

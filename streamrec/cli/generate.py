@@ -1,0 +1,36 @@
+"""``streamrec generate OUT``: write a seeded synthetic click stream as JSONL events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from streamrec.cli.common import cli_errors, console
+from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
+from streamrec.errors import DatasetError
+
+_DEFAULT = ClickStreamSpec()
+
+
+def generate(
+    out: Path = typer.Argument(..., help="JSONL file to write (the event contract, one per line)"),
+    events: int = typer.Option(_DEFAULT.events, help="Events to generate"),
+    users: int = typer.Option(_DEFAULT.users, help="Users"),
+    items: int = typer.Option(_DEFAULT.items, help="Items in the catalogue by the end"),
+    categories: int = typer.Option(_DEFAULT.categories, help="Item categories"),
+    seed: int = typer.Option(_DEFAULT.seed, help="Random seed: the same seed, the same stream"),
+) -> None:
+    """Generate implicit clicks (pv/cart/fav/buy, heavy-tailed popularity, new items arriving)
+    and write them in event-time order; `streamrec produce OUT` publishes them."""
+    with cli_errors():
+        spec = ClickStreamSpec(users=users, items=items, categories=categories, events=events, seed=seed)
+        stream = generate_clicks(spec)
+        tmp = out.with_name(f".{out.name}.tmp")
+        try:
+            tmp.write_bytes(b"".join(e.to_json() + b"\n" for e in stream))
+            tmp.replace(out)  # whole or not at all
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise DatasetError(f"cannot write {out}: {exc.strerror}") from exc
+        console.print(f"wrote {len(stream)} events to {out}")

@@ -1,0 +1,1 @@
+"""Kafka plumbing: clients, topics, record positions, event-time alignment, the record source."""

@@ -1,0 +1,83 @@
+"""Kafka client construction in one place: our defaults, then the user's pass-through options."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+
+from streamrec.config import KafkaConfig
+
+logger = logging.getLogger(__name__)
+
+# librdkafka's own log lines (disconnects, retries) go through logging, not raw stderr.
+_client_logger = logging.getLogger("streamrec.kafka.client")
+
+
+def produce(
+    producer: Producer,
+    topic: str,
+    value: bytes,
+    *,
+    key: bytes | None = None,
+    timestamp_ms: int = 0,
+    headers: dict[str, str | bytes | None] | None = None,
+    on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+) -> None:
+    """``producer.produce`` that waits (serving delivery reports) while the local queue is
+    full, instead of raising BufferError; ``timestamp_ms`` 0 means "now"."""
+    while True:
+        try:
+            producer.produce(
+                topic, value=value, key=key, timestamp=timestamp_ms, headers=headers,
+                on_delivery=on_delivery,
+            )
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def producer_config(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:
+    """Idempotent, fully acknowledged producer options."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": cfg.bootstrap_servers,
+        "enable.idempotence": True,  # no duplicates or reordering on retry
+        "acks": "all",
+        # 5 ms of batching lifts throughput an order of magnitude at negligible latency.
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        "logger": _client_logger,
+    }
+    conf.update(overrides)
+    conf.update(cfg.client)
+    return conf
+
+
+def consumer_config(cfg: KafkaConfig, group_id: str, **overrides: Any) -> dict[str, Any]:
+    """Manual-offset consumer options: offsets are stored only after their effect is durable."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": cfg.bootstrap_servers,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": cfg.session_timeout_ms,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,  # end-of-partition events feed event-time alignment
+        "logger": _client_logger,
+    }
+    conf.update(overrides)
+    conf.update(cfg.client)
+    return conf
+
+
+def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
+    """A producer with :func:`producer_config`."""
+    return Producer(producer_config(cfg, **overrides))
+
+
+def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> Consumer:
+    """A consumer with :func:`consumer_config`."""
+    return Consumer(consumer_config(cfg, group_id, **overrides))

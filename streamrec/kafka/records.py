@@ -1,0 +1,117 @@
+"""What a Kafka record is and where it sits, without a live client.
+
+- :class:`KafkaMessage`: the slice of ``confluent_kafka.Message`` that pure logic reads, so the
+  consumers' logic and the aligner run on in-memory records too.
+- :class:`Record`: such a record held in memory, for replays, backtests and tests.
+- :class:`Partition` and :class:`Position`: the one name for a partition and for a place in
+  it (a record's offset, or the next offset to read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, TopicPartition
+
+
+class KafkaMessage(Protocol):
+    """Structural type matching ``confluent_kafka.Message``."""
+
+    def topic(self) -> str | None: ...  # noqa: D102
+
+    def partition(self) -> int | None: ...  # noqa: D102
+
+    def offset(self) -> int | None: ...  # noqa: D102
+
+    def key(self) -> bytes | None: ...  # noqa: D102
+
+    def value(self) -> bytes | None: ...  # noqa: D102
+
+    def timestamp(self) -> tuple[int, int]: ...  # noqa: D102
+
+    def error(self) -> KafkaError | None: ...  # noqa: D102
+
+
+class Partition(NamedTuple):
+    """One partition of one topic."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        """``topic[partition]``, as the logs write it."""
+        return f"{self.topic}[{self.partition}]"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Position:
+    """A place in a partition: where a record was read, or the next offset to read there."""
+
+    topic: str
+    partition: int
+    offset: int
+
+    @property
+    def key(self) -> Partition:
+        """The partition this position is in."""
+        return Partition(self.topic, self.partition)
+
+    @classmethod
+    def of(cls, msg: KafkaMessage) -> Position:
+        """Where a consumed record was read (never unset for a data record)."""
+        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        if topic is None or partition is None or offset is None:
+            raise ValueError("a record without a topic, partition or offset has no position")
+        return cls(topic, partition, offset)
+
+    def to_kafka(self) -> TopicPartition:
+        """The confluent-kafka form, for seek and commit."""
+        return TopicPartition(self.topic, self.partition, self.offset)
+
+
+def event_time(msg: KafkaMessage) -> int:
+    """A record's timestamp in epoch ms; streamrec's producers stamp it with the event time."""
+    return msg.timestamp()[1]
+
+
+class Record:
+    """A record held in memory that satisfies :class:`KafkaMessage`: for replays and backtests
+    that feed recorded events to the consumers' logic without a broker."""
+
+    __slots__ = ("_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
+
+    def __init__(
+        self,
+        value: bytes | None,
+        offset: int = 0,
+        *,
+        topic: str = "events",
+        partition: int = 0,
+        key: bytes | None = None,
+        timestamp: int = 0,
+    ) -> None:
+        """A record at ``topic[partition]`` ``offset`` holding ``value``, stamped ``timestamp``."""
+        self._value, self._offset, self._topic = value, offset, topic
+        self._partition, self._key, self._timestamp = partition, key, timestamp
+
+    def topic(self) -> str:  # noqa: D102
+        return self._topic
+
+    def partition(self) -> int:  # noqa: D102
+        return self._partition
+
+    def offset(self) -> int:  # noqa: D102
+        return self._offset
+
+    def key(self) -> bytes | None:  # noqa: D102
+        return self._key
+
+    def value(self) -> bytes | None:  # noqa: D102
+        return self._value
+
+    def timestamp(self) -> tuple[int, int]:  # noqa: D102
+        return TIMESTAMP_CREATE_TIME, self._timestamp
+
+    def error(self) -> KafkaError | None:  # noqa: D102
+        return None

@@ -1,0 +1,198 @@
+"""The records one Kafka consumer delivers, and the one owner of its partition state.
+
+:class:`RecordSource` subscribes the consumer and answers its rebalance callbacks itself; it
+alone pauses and resumes partitions (the aligner's full buffers, a caller's hold during a
+long training step) and seeks. Callers only poll, hold and release, put records back, and
+restart from positions: no one else touches the consumer's partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from streamrec.errors import ConsumeError
+from streamrec.kafka.alignment import EventTimeAligner
+from streamrec.kafka.records import Partition, Position
+
+logger = logging.getLogger(__name__)
+
+
+class RecordSource:
+    """Wraps one consumer: subscription, assignment, pauses, event-time alignment.
+
+    ``max_skew_ms=None`` turns alignment off. ``start_at`` maps partitions to the next offset
+    to read when they are assigned (the learner's trained positions; it is read at each
+    assignment, so it may be a live dict); partitions it does not name start at the group's
+    committed offset.
+    """
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        topics: Sequence[str],
+        max_skew_ms: int | None,
+        *,
+        start_at: Mapping[Partition, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.consumer = consumer
+        self._topics = list(topics)
+        self._aligner: EventTimeAligner[Message] | None = (
+            None if max_skew_ms is None else EventTimeAligner(max_skew_ms, clock=clock)
+        )
+        self._start_at = start_at
+        self._clock = clock
+        self._assigned: list[Partition] = []
+        self._paused: set[Partition] = set()  # what the consumer has paused now
+        self._held = False  # every partition paused by hold()
+        self._unread: deque[Message] = deque()  # put back by the caller, delivered first
+        self._more_due = False  # the aligner held back due records at the last release
+        self.created_at = clock()
+        self.joined_at: float | None = None  # first assignment: before it, nobody is idle
+        self.assignments = 0  # assignments received, the first one included
+
+    # --- subscription and rebalances ------------------------------------------------
+
+    def subscribe(self) -> None:
+        """Join the group; assignments arrive during :meth:`poll`."""
+        self.consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    @property
+    def joined(self) -> bool:
+        """Whether the group has assigned partitions yet."""
+        return self.joined_at is not None
+
+    def assigned(self) -> list[Partition]:
+        """The partitions assigned now."""
+        return list(self._assigned)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.joined_at is None:
+            self.joined_at = self._clock()
+        self.assignments += 1
+        if self._start_at is not None:
+            for tp in partitions:
+                offset = self._start_at.get(Partition(tp.topic, tp.partition))
+                if offset is not None:
+                    tp.offset = offset
+            consumer.assign(partitions)
+        self._reset([Partition(tp.topic, tp.partition) for tp in partitions])
+        logger.info("assigned partitions=%s", ",".join(str(p) for p in self._assigned))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        logger.info("revoked partitions=%s", ",".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
+        self._reset([])
+
+    def _reset(self, partitions: list[Partition]) -> None:
+        """Forget what is buffered, put back and paused, for a new assignment."""
+        self._assigned = partitions
+        self._unread.clear()
+        if self._aligner is not None:
+            self._aligner.assign(partitions)
+        self._paused.clear()  # librdkafka keeps pauses across a rebalance: clear them
+        if partitions:
+            self.consumer.resume([TopicPartition(*p) for p in partitions])
+        self._apply_pauses()
+
+    # --- records ----------------------------------------------------------------------
+
+    def poll(self, size: int, timeout_s: float) -> list[Message]:
+        """Up to ``size`` records in event-time order (put-back records first, which may be
+        more). Nothing comes while held."""
+        if self._held:
+            self.keepalive(timeout_s)
+            return []
+        out = list(self._unread)
+        self._unread.clear()
+        if len(out) >= size:
+            return out
+        return out + self._consume(size - len(out), timeout_s)
+
+    def keepalive(self, timeout_s: float = 0.0) -> None:
+        """Serve the consumer (group heartbeats, rebalance callbacks) without taking records:
+        anything released meanwhile is kept for the next :meth:`poll`."""
+        self._unread.extend(self._consume(1000, timeout_s))
+
+    def _consume(self, size: int, timeout_s: float) -> list[Message]:
+        # Records already due wait in the aligner: take them without waiting for new ones.
+        wait = 0.0 if self._more_due else max(0.0, timeout_s)
+        messages = self.consumer.consume(max(1, size), wait)
+        records: list[Message] = []
+        at_end: list[Partition] = []
+        for msg in messages:
+            err = msg.error()
+            if err is None:
+                records.append(msg)
+            elif err.code() == KafkaError._PARTITION_EOF:
+                at_end.append(Partition(msg.topic() or "", msg.partition() or 0))
+            elif err.fatal():
+                raise ConsumeError(f"consumer failed: {err.str()}")
+            else:
+                logger.warning("consumer error=%s", err.str())
+        if self._aligner is None:
+            return records
+        released = self._aligner.push(records, at_end, limit=size)
+        self._more_due = len(released) >= size
+        self._apply_pauses()
+        return released
+
+    def unread(self, records: Iterable[Message]) -> None:
+        """Put records back: the next :meth:`poll` delivers them first, in this order."""
+        self._unread.extendleft(reversed(list(records)))
+
+    def unread_floor(self) -> dict[Partition, int]:
+        """The lowest offset put back per partition: positions must not pass it."""
+        floor: dict[Partition, int] = {}
+        for msg in self._unread:
+            pos = Position.of(msg)
+            if pos.offset < floor.get(pos.key, pos.offset + 1):
+                floor[pos.key] = pos.offset
+        return floor
+
+    # --- pauses and seeks ---------------------------------------------------------------
+
+    def hold(self) -> None:
+        """Pause every partition (e.g. while a long training step runs); keep calling
+        :meth:`keepalive` to stay in the group."""
+        self._held = True
+        self._apply_pauses()
+
+    def release(self) -> None:
+        """Undo :meth:`hold`; the aligner's own pauses stay."""
+        self._held = False
+        self._apply_pauses()
+
+    def _apply_pauses(self) -> None:
+        want = set(self._assigned) if self._held else set()
+        if self._aligner is not None:
+            want |= self._aligner.full() & set(self._assigned)
+        if pause := want - self._paused:
+            self.consumer.pause([TopicPartition(*p) for p in pause])
+            if not self._held:
+                logger.info("aligner paused=%s", ",".join(str(p) for p in sorted(pause)))
+        if resume := self._paused - want:
+            self.consumer.resume([TopicPartition(*p) for p in resume])
+        self._paused = want
+
+    def rewind(self, timeout_s: float) -> None:
+        """Go back to the group's committed offsets, dropping what is buffered or put back."""
+        committed = self.consumer.committed(self.consumer.assignment(), timeout=timeout_s)
+        self.seek({Partition(tp.topic, tp.partition): tp.offset for tp in committed})
+
+    def seek(self, offsets: Mapping[Partition, int]) -> None:
+        """Drop what is buffered or put back and read each assigned partition from ``offsets``
+        (the beginning where an offset is unknown or negative)."""
+        partitions = self.assigned()
+        self._reset(partitions)
+        for key in partitions:
+            offset = offsets.get(key, -1)
+            self.consumer.seek(TopicPartition(*key, offset if offset >= 0 else OFFSET_BEGINNING))
+
+    def close(self) -> None:
+        """Leave the group."""
+        self.consumer.close()

@@ -1,0 +1,143 @@
+"""Micro-batches: samples as columns (:class:`Batch`, what every learner takes) and the row
+ids one model's embedding tables look up (:class:`EncodedBatch`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamrec.config import BEHAVIOUR_FEATURES, Feature, ModelConfig
+from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
+from streamrec.samples import Sample
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """Samples as columns, in sample order. B: batch, N: behaviours of all samples together.
+
+    Attributes:
+        sample_ids: [B] sample ids.
+        user_ids: str[B] the users, for per-user metrics such as GAUC.
+        ts: int64[B] event times, epoch ms.
+        label: float32[B] 1.0 for a positive, 0.0 for a negative.
+        item_ids: [B] target item ids.
+        category_ids: [B] target category ids.
+        seq_lengths: int64[B] behaviours per sample.
+        seq_items: [N] behaviour item ids, sample after sample, each oldest first.
+        seq_categories: [N] their categories.
+    """
+
+    sample_ids: list[str]
+    user_ids: np.ndarray
+    ts: np.ndarray
+    label: np.ndarray
+    item_ids: list[str]
+    category_ids: list[str]
+    seq_lengths: np.ndarray
+    seq_items: list[str]
+    seq_categories: list[str]
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[Sample]) -> Batch:
+        """Columns of ``samples``.
+
+        Raises:
+            ValueError: If a sample's item and category sequences differ in length.
+        """
+        for s in samples:
+            if len(s.seq_items) != len(s.seq_categories):
+                raise ValueError(
+                    f"sample {s.sample_id}: {len(s.seq_items)} items but "
+                    f"{len(s.seq_categories)} categories in its sequence"
+                )
+        return cls(
+            sample_ids=[s.sample_id for s in samples],
+            user_ids=np.array([s.user_id for s in samples], dtype=np.str_),
+            ts=np.fromiter((s.ts for s in samples), dtype=np.int64, count=len(samples)),
+            label=np.fromiter((s.label for s in samples), dtype=np.float32, count=len(samples)),
+            item_ids=[s.item_id for s in samples],
+            category_ids=[s.category_id for s in samples],
+            seq_lengths=np.fromiter((len(s.seq_items) for s in samples), dtype=np.int64, count=len(samples)),
+            seq_items=[i for s in samples for i in s.seq_items],
+            seq_categories=[c for s in samples for c in s.seq_categories],
+        )
+
+    def __len__(self) -> int:
+        """The number of samples, B."""
+        return len(self.sample_ids)
+
+    def target_ids(self, feature: Feature) -> Sequence[str]:
+        """[B] the ids of ``feature`` for each sample (its target's, or its user's)."""
+        return {"item": self.item_ids, "category": self.category_ids, "user": self.user_ids.tolist()}[
+            feature
+        ]
+
+    def sequence_ids(self, feature: Feature) -> Sequence[str]:
+        """[N] the ids of a behaviour feature along every sample's sequence."""
+        return {"item": self.seq_items, "category": self.seq_categories}[feature]
+
+
+@dataclass(frozen=True, eq=False)
+class EncodedBatch:
+    """Embedding-table row ids of a batch, per table name. B: batch, T: sequence length.
+
+    Sequences are right-aligned: the most recent behaviour sits at position T-1 and padding
+    (row 0) fills the left. A sequence longer than T keeps its T most recent behaviours.
+
+    Attributes:
+        targets: int64[B] per behaviour table: the target's row.
+        sequences: int64[B, T] per behaviour table: the behaviours' rows, 0 = padding.
+        context: int64[B] per context table (e.g. the user's row).
+        label: float32[B].
+    """
+
+    targets: dict[str, np.ndarray]
+    sequences: dict[str, np.ndarray]
+    context: dict[str, np.ndarray]
+    label: np.ndarray
+
+    def __len__(self) -> int:
+        """The number of samples, B."""
+        return int(self.label.shape[0])
+
+    def take(self, indices: np.ndarray | Sequence[int]) -> EncodedBatch:
+        """The rows at ``indices`` (in that order), for shuffling and chunking."""
+        idx = np.asarray(indices, dtype=np.int64)
+        return EncodedBatch(
+            targets={k: v[idx] for k, v in self.targets.items()},
+            sequences={k: v[idx] for k, v in self.sequences.items()},
+            context={k: v[idx] for k, v in self.context.items()},
+            label=self.label[idx],
+        )
+
+
+def encode(batch: Batch, cfg: ModelConfig) -> EncodedBatch:
+    """Hash a batch's ids into the rows of ``cfg.tables`` and pad sequences to
+    ``cfg.sequence_length``.
+
+    Each id column is hashed once (:func:`fingerprint`) and bucketed per table.
+    """
+    t = cfg.sequence_length
+    lengths = batch.seq_lengths
+    # Each behaviour's column within its row, right-aligned so the latest sits at T-1; the
+    # older ones of a sequence longer than T fall left of column 0 and are dropped.
+    starts = np.cumsum(lengths) - lengths
+    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
+    cols = within + np.repeat(t - lengths, lengths)
+    rows = np.repeat(np.arange(len(batch), dtype=np.int64), lengths)
+    keep = cols >= 0
+    rows, cols = rows[keep], cols[keep]
+    targets, sequences, context = {}, {}, {}
+    for table in cfg.tables:
+        ids = to_buckets(fingerprint(batch.target_ids(table.feature)), table.buckets)
+        if table.feature not in BEHAVIOUR_FEATURES:
+            context[table.name] = ids
+            continue
+        targets[table.name] = ids
+        seq = np.full((len(batch), t), PADDING_BUCKET, dtype=np.int64)
+        flat = to_buckets(fingerprint(batch.sequence_ids(table.feature)), table.buckets)
+        seq[rows, cols] = flat[keep]
+        sequences[table.name] = seq
+    return EncodedBatch(targets, sequences, context, batch.label)

@@ -1,0 +1,198 @@
+"""Deep Interest Network (Zhou et al., KDD 2018) in ``paddle.nn``, built from named parts.
+
+``DIN`` = ``EmbeddingArch`` (hashed tables from ``ModelConfig.tables``) + ``LocalActivationUnit``
+(target-aware attention over the behaviour sequence) + ``MLPHead`` (the click predictor).
+``DINTrain`` owns the loss. The model stays in this module, free of lambdas and closures,
+because ``paddle.jit.save`` reads the source of ``forward`` from a real file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import paddle
+import paddle.nn.functional as F
+from paddle import nn
+
+from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
+from streamrec.learner.hashing import PADDING_BUCKET
+
+
+class EmbeddingArch(nn.Layer):
+    """The embedding tables of ``cfg.tables``, one ``nn.Embedding`` each, by table name.
+
+    Behaviour tables embed the target and the sequence; a behaviour or target vector is the
+    concatenation of their embeddings, in table order. Context tables embed one id per sample.
+    Row 0 of every table is padding: it looks up as zeros and is never updated.
+    """
+
+    def __init__(self, cfg: ModelConfig, sparse: bool) -> None:
+        """Build the tables.
+
+        Args:
+            cfg: Supplies ``tables``.
+            sparse: Emit sparse (row) gradients, so an optimizer step touches only looked-up
+                rows rather than the whole table.
+        """
+        super().__init__()
+        self.tables = nn.LayerDict(
+            {
+                t.name: nn.Embedding(t.buckets, t.dim, padding_idx=PADDING_BUCKET, sparse=sparse)
+                for t in cfg.tables
+            }
+        )
+        self.behaviour = [t.name for t in cfg.tables if t.feature in BEHAVIOUR_FEATURES]
+        self.context = [t.name for t in cfg.tables if t.feature not in BEHAVIOUR_FEATURES]
+        self.behaviour_dim = sum(t.dim for t in cfg.tables if t.name in self.behaviour)
+        self.context_dim = sum(t.dim for t in cfg.tables if t.name in self.context)
+
+    def embed(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> paddle.Tensor:
+        """Look ``ids[i]`` (any shape [...]) up in table ``names[i]``; concatenate [..., sum D]."""
+        return paddle.concat([self.tables[n](x) for n, x in zip(names, ids, strict=True)], axis=-1)
+
+
+def _mlp(in_dim: int, units: Sequence[int], data_format: Literal["NC", "NLC"]) -> nn.Sequential:
+    """Linear + PReLU blocks and a final one-unit Linear.
+
+    PReLU is the DIN paper's baseline activation (Dice's ancestor). ``data_format`` tells
+    PReLU where its channels are: ``NC`` for [B, C] inputs, ``NLC`` for [B, T, C].
+    """
+    layers: list[nn.Layer] = []
+    for width in units:
+        prelu = nn.PReLU(num_parameters=width, data_format=data_format)
+        layers.extend([nn.Linear(in_dim, width), prelu])
+        in_dim = width
+    layers.append(nn.Linear(in_dim, 1))
+    return nn.Sequential(*layers)
+
+
+class LocalActivationUnit(nn.Layer):
+    """DIN attention: one weight per behaviour from [q, k, q-k, q*k], then a weighted sum.
+
+    As in the paper the weights are not softmax-normalised, so the pooled vector's size keeps
+    how strongly the history relates to the target. Padding positions get weight 0.
+    """
+
+    def __init__(self, dim: int, units: Sequence[int]) -> None:
+        """Build the scoring MLP.
+
+        Args:
+            dim: Size of the query and key vectors (D).
+            units: Hidden widths of the scoring MLP (``cfg.attention_units``).
+        """
+        super().__init__()
+        self.score = _mlp(4 * dim, units, "NLC")
+
+    def forward(
+        self, query: paddle.Tensor, keys: paddle.Tensor, mask: paddle.Tensor
+    ) -> paddle.Tensor:
+        """Pool the keys by their relevance to the query.
+
+        Args:
+            query: [B, D] target vectors.
+            keys: [B, T, D] behaviour vectors.
+            mask: [B, T] float, 1 for a real behaviour and 0 for padding.
+
+        Returns:
+            [B, D] the user-interest vector.
+        """
+        q = query.unsqueeze(1).expand_as(keys)
+        features = paddle.concat([q, keys, q - keys, q * keys], axis=-1)
+        weights = self.score(features).squeeze(-1) * mask
+        return (weights.unsqueeze(-1) * keys).sum(axis=1)
+
+
+class MLPHead(nn.Layer):
+    """The click predictor over concat(target, interest, sum-pooled sequence, context) → one logit."""
+
+    def __init__(self, dim: int, context_dim: int, units: Sequence[int]) -> None:
+        """Build the MLP.
+
+        Args:
+            dim: Size of the target, interest and pooled vectors (the behaviour width).
+            context_dim: Size of the context vector (0 without context tables).
+            units: Hidden widths (``cfg.mlp_units``).
+        """
+        super().__init__()
+        self.mlp = _mlp(3 * dim + context_dim, units, "NC")
+
+    def forward(self, features: Sequence[paddle.Tensor]) -> paddle.Tensor:
+        """Map the [B, *] feature vectors, concatenated in order, to [B] logits."""
+        return self.mlp(paddle.concat(list(features), axis=-1)).squeeze(-1)
+
+
+class DIN(nn.Layer):
+    """Deep Interest Network. B: batch, T: sequence length, D: width of the behaviour tables.
+
+    Inputs are int64 table rows, lists in the order of the tables of each kind: ``targets``
+    [B] and ``sequences`` [B, T] (0 for padding) per behaviour table, ``context`` [B] per
+    context table. The output is [B] click logits.
+    """
+
+    def __init__(self, cfg: ModelConfig, sparse: bool = True) -> None:
+        """Build the three parts from ``cfg``.
+
+        Args:
+            cfg: The model hyper-parameters.
+            sparse: Sparse embedding gradients (see ``EmbeddingArch``).
+        """
+        super().__init__()
+        self.embedding = EmbeddingArch(cfg, sparse)
+        dim = self.embedding.behaviour_dim
+        self.attention = LocalActivationUnit(dim, cfg.attention_units)
+        self.head = MLPHead(dim, self.embedding.context_dim, cfg.mlp_units)
+
+    def forward(
+        self,
+        targets: list[paddle.Tensor],
+        sequences: list[paddle.Tensor],
+        context: list[paddle.Tensor],
+    ) -> paddle.Tensor:
+        """Score each target against its user's behaviour sequence; returns [B] logits."""
+        behaviour = self.embedding.behaviour
+        target = self.embedding.embed(behaviour, targets)
+        keys = self.embedding.embed(behaviour, sequences)
+        mask = (sequences[0] != PADDING_BUCKET).astype(keys.dtype)
+        interest = self.attention(target, keys, mask)
+        pooled = (keys * mask.unsqueeze(-1)).sum(axis=1)
+        features = [target, interest, pooled]
+        if context:
+            features.append(self.embedding.embed(self.embedding.context, context))
+        return self.head(features)
+
+
+class Penalty(nn.Layer):
+    """A regularisation term added to the loss (online EWC in a later issue).
+
+    A penalty is a sublayer of ``DINTrain``, so whatever state it keeps (anchor weights,
+    Fisher estimates) as parameters or persistable buffers is snapshotted with the model.
+    """
+
+    def forward(self, model: DIN) -> paddle.Tensor:
+        """The scalar penalty for the model's current parameters."""
+        raise NotImplementedError
+
+
+class DINTrain(nn.Layer):
+    """The training wrapper: mean binary cross-entropy on the logits plus any penalties."""
+
+    def __init__(self, model: DIN, penalties: Sequence[Penalty] = ()) -> None:
+        """Wrap ``model``; ``penalties`` are summed into the loss."""
+        super().__init__()
+        self.model = model
+        self.penalties = nn.LayerList(list(penalties))
+
+    def forward(
+        self,
+        targets: list[paddle.Tensor],
+        sequences: list[paddle.Tensor],
+        context: list[paddle.Tensor],
+        label: paddle.Tensor,
+    ) -> paddle.Tensor:
+        """The scalar training loss for one mini-batch; ``label`` is float32 [B]."""
+        logits = self.model(targets, sequences, context)
+        loss = F.binary_cross_entropy_with_logits(logits, label)
+        for penalty in self.penalties:
+            loss = loss + penalty(self.model)
+        return loss

@@ -1,0 +1,288 @@
+"""The learner loop: collect a micro-batch of samples, score it, train on it, snapshot.
+
+Progressive validation: every micro-batch is scored by the model *before* it trains on it, so
+the logged AUC/GAUC/logloss are honest out-of-sample figures. Offsets move with the model: the
+Kafka positions trained up to are stored in each snapshot (and committed to the group only
+after the snapshot is durable); a restarted learner loads the newest snapshot and resumes
+from its positions.
+
+Control flows one way: the model is any :class:`~streamrec.learner.base.Learner` and is only
+called, never calls back. A step runs on a worker thread while this loop keeps the consumer
+alive (partitions held, rebalance callbacks served here), however long the step takes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from confluent_kafka import KafkaException, Message
+
+from streamrec.config import StreamrecConfig
+from streamrec.faults import fault_point
+from streamrec.kafka.clients import make_consumer
+from streamrec.kafka.records import Partition, Position
+from streamrec.kafka.source import RecordSource
+from streamrec.learner.base import Learner
+from streamrec.learner.batch import Batch
+from streamrec.learner.metrics import BatchMetrics
+from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
+from streamrec.samples import Sample
+
+logger = logging.getLogger(__name__)
+
+# How often the loop looks for snapshot requests and the stop flag while collecting.
+_POLL_S = 0.5
+# Keep-alive polls while a step runs: well under any max.poll.interval.ms.
+_KEEPALIVE_S = 1.0
+
+
+@dataclass(frozen=True)
+class MicroBatchReport:
+    """Progressive-validation figures of one micro-batch (scored before training on it)."""
+
+    index: int
+    metrics: BatchMetrics
+    first_ts: int  # event-time range of the micro-batch's samples, epoch ms
+    last_ts: int
+    loss: float
+    score_seconds: float
+    train_seconds: float
+
+
+@dataclass
+class LearnerStats:
+    """Running totals of one runner, restored from the snapshot it resumed."""
+
+    micro_batches: int = 0
+    samples_trained: int = 0
+    last_metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _StepResult:
+    probs: np.ndarray
+    known: np.ndarray
+    loss: float
+    score_seconds: float
+    train_seconds: float
+
+
+class LearnerRunner:
+    """Runs the micro-batch loop over ``samples_topic``; writes snapshots to ``snapshot_dir``."""
+
+    def __init__(
+        self,
+        cfg: StreamrecConfig,
+        learner: Learner,
+        on_report: Callable[[MicroBatchReport], None] | None = None,
+        on_snapshot: Callable[[SnapshotManifest], None] | None = None,
+    ) -> None:
+        """Train ``learner``; restore it from the newest snapshot in ``snapshot_dir``, if any."""
+        self._cfg = cfg
+        self._on_report = on_report
+        self._on_snapshot = on_snapshot
+        self.learner = learner
+        self.snapshots = SnapshotStore(cfg.learner.snapshot_dir)
+        self.stats = LearnerStats()
+        # The next offset to train per partition: moves with the model, read at assignment.
+        self.positions: dict[Partition, int] = {}
+        self._snapshotted_at = 0  # micro_batches at the last snapshot
+        self._restore()
+        self._source = RecordSource(
+            make_consumer(cfg.kafka, cfg.learner.group_id),
+            [cfg.kafka.samples_topic],
+            cfg.kafka.max_skew_ms,
+            start_at=self.positions,
+        )
+
+    def _restore(self) -> None:
+        manifest = self.snapshots.latest()
+        if manifest is None:
+            return
+        manifest, tensors = self.snapshots.load(manifest.version)
+        self.learner.load_state_arrays(
+            {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
+        )
+        self.stats.micro_batches = self._snapshotted_at = manifest.micro_batches
+        self.stats.samples_trained = manifest.samples_trained
+        self.positions.update({p.key: p.offset for p in manifest.positions})
+        logger.info(
+            "restored snapshot version=%d micro_batches=%d", manifest.version, manifest.micro_batches
+        )
+
+    def run(
+        self, stop: threading.Event | None = None, upstream_done: threading.Event | None = None
+    ) -> LearnerStats:
+        """Loop until ``stop`` is set or ``stop_when_idle_s`` passes without samples.
+
+        With ``upstream_done``, idleness counts only once that is set, so a slow producer of
+        samples (a consumer still joining its group, say) does not end the run early.
+        """
+        stop = stop or threading.Event()
+        lcfg = self._cfg.learner
+        self._source.subscribe()
+        last_sample = time.monotonic()
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix="streamrec-train") as worker:
+                while not stop.is_set():
+                    records = self._collect(stop)
+                    if len(records) >= lcfg.min_batch_samples:
+                        self._train(records, worker)
+                        fault_point("learner.after_train")
+                        last_sample = time.monotonic()
+                        if self.stats.micro_batches - self._snapshotted_at >= lcfg.snapshot_every:
+                            self.snapshot()
+                    elif records:
+                        self._source.unread(records)  # too few to train on yet
+                    waiting = upstream_done is not None and not upstream_done.is_set()
+                    if not self._source.joined or waiting:
+                        last_sample = time.monotonic()
+                    elif (
+                        lcfg.stop_when_idle_s is not None
+                        and time.monotonic() - last_sample > lcfg.stop_when_idle_s
+                    ):
+                        logger.info("no samples for %.1fs, stopping", lcfg.stop_when_idle_s)
+                        break
+            if self.stats.micro_batches > self._snapshotted_at:
+                self.snapshot()  # never leave trained-but-unsnapshotted progress behind
+        finally:
+            self._source.close()
+        return self.stats
+
+    def _collect(self, stop: threading.Event) -> list[Message]:
+        """Gather samples for one interval, until the batch is full or the stream goes idle."""
+        lcfg = self._cfg.learner
+        records: list[Message] = []
+        deadline = time.monotonic() + lcfg.interval_s
+        last_got = time.monotonic()
+        while len(records) < lcfg.max_batch_samples and not stop.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if not self._source.joined:  # idleness counts from the group join
+                last_got = now
+            elif lcfg.stop_when_idle_s is not None and now - last_got >= lcfg.stop_when_idle_s:
+                break
+            got = self._source.poll(lcfg.max_batch_samples - len(records), min(_POLL_S, deadline - now))
+            if got:
+                records.extend(got)
+                last_got = time.monotonic()
+            self._serve_requests()
+        cut = lcfg.max_batch_samples  # the aligner can release a longer run than asked for
+        self._source.unread(records[cut:])
+        return records[:cut]
+
+    def _train(self, records: Sequence[Message], worker: ThreadPoolExecutor) -> None:
+        samples = [Sample.from_json(m.value() or b"") for m in records]
+        batch = Batch.from_samples(samples)
+        assignments = self._source.assignments
+        result = self._run_held(worker.submit(self._step, batch))
+        metrics = BatchMetrics.compute(batch.label, result.probs, batch.user_ids, result.known)
+        self._advance_positions(records)
+        if self._source.assignments != assignments:
+            # A rebalance during the step started the new assignment from the positions
+            # before it: read on from the positions after it instead.
+            self._source.seek(self.positions)
+        self.stats.micro_batches += 1
+        self.stats.samples_trained += len(batch)
+        self.stats.last_metrics = dict(asdict(metrics))
+        report = MicroBatchReport(
+            self.stats.micro_batches, metrics, int(batch.ts.min()), int(batch.ts.max()),
+            result.loss, result.score_seconds, result.train_seconds,
+        )
+        logger.info(
+            "micro_batch index=%d samples=%d auc=%.4f gauc=%.4f known_auc=%.4f novelty_auc=%.4f "
+            "logloss=%.4f loss=%.4f score_seconds=%.3f train_seconds=%.3f",
+            report.index, metrics.samples, metrics.auc, metrics.gauc, metrics.known_auc,
+            metrics.novelty_auc, metrics.logloss, result.loss, report.score_seconds,
+            report.train_seconds,
+        )
+        if self._on_report is not None:
+            self._on_report(report)
+
+    def _step(self, batch: Batch) -> _StepResult:
+        """Score, then train: on the worker thread, touching nothing but the learner."""
+        start = time.monotonic()
+        probs = self.learner.predict_many(batch)
+        known = self.learner.is_known(batch)
+        scored = time.monotonic()
+        loss = self.learner.learn_many(batch)
+        return _StepResult(probs, known, loss, scored - start, time.monotonic() - scored)
+
+    def _run_held(self, step: Future[_StepResult]) -> _StepResult:
+        """Wait for a step with every partition held, serving the consumer meanwhile."""
+        self._source.hold()
+        try:
+            while True:
+                try:
+                    return step.result(timeout=_KEEPALIVE_S)
+                except TimeoutError:
+                    self._source.keepalive()
+        finally:
+            self._source.release()
+
+    def _advance_positions(self, trained: Sequence[Message]) -> None:
+        """Move each partition's position past what was trained, but never past a record
+        still waiting to be trained (event-time order can put a lower offset there)."""
+        for msg in trained:
+            pos = Position.of(msg)
+            self.positions[pos.key] = max(self.positions.get(pos.key, 0), pos.offset + 1)
+        for key, offset in self._source.unread_floor().items():
+            if self.positions.get(key, 0) > offset:
+                self.positions[key] = offset
+
+    def _serve_requests(self) -> None:
+        for request_id in self.snapshots.pending_requests():
+            self.snapshot(request_id)
+            self.snapshots.done(request_id)
+
+    def snapshot(self, request_id: str | None = None) -> SnapshotManifest:
+        """Write a snapshot of the model and positions, then commit the positions to Kafka."""
+        positions = tuple(Position(*key, offset) for key, offset in sorted(self.positions.items()))
+        manifest = self.snapshots.write(
+            _grouped(self.learner.state_arrays()),
+            micro_batches=self.stats.micro_batches,
+            samples_trained=self.stats.samples_trained,
+            positions=positions,
+            metrics=self.stats.last_metrics,
+            config={
+                "model": self._cfg.model.model_dump(mode="json"),
+                "learner": self._cfg.learner.model_dump(mode="json"),
+                "kafka": {"samples_topic": self._cfg.kafka.samples_topic},
+            },
+            request_id=request_id,
+        )
+        self._snapshotted_at = self.stats.micro_batches
+        if positions:
+            try:
+                self._source.consumer.commit(
+                    offsets=[p.to_kafka() for p in positions], asynchronous=False
+                )
+            except KafkaException as exc:
+                # The snapshot is the source of truth for positions; the group's committed
+                # offsets only serve lag monitoring and learners started without snapshots.
+                logger.warning("offset commit after snapshot failed error=%s", exc)
+        logger.info(
+            "snapshot version=%d micro_batches=%d samples_trained=%d path=%s",
+            manifest.version, manifest.micro_batches, manifest.samples_trained,
+            self.snapshots.path(manifest.version),
+        )
+        if self._on_snapshot is not None:
+            self._on_snapshot(manifest)
+        return manifest
+
+
+def _grouped(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Split ``<group>/<name>`` state keys into one tensor file per group: what serving needs
+    (``model``) apart from what only resumed training needs (``optimizer``, ``state``)."""
+    groups: dict[str, dict[str, np.ndarray]] = {}
+    for key, array in arrays.items():
+        group, _, name = key.partition("/")
+        groups.setdefault(group, {})[name] = array
+    return groups

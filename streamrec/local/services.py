@@ -1,0 +1,148 @@
+"""Local development services: ``up``/``down``/``status`` of a detached broker and Redis.
+
+``up`` starts the Tansu Kafka broker (memory storage) and a redis-server without RDB or AOF
+in the background, records their pids in ``state_dir/{kafka,redis}.pid`` and their output in
+``state_dir/{kafka,redis}.log``; ``down`` stops them. Neither keeps data once stopped. Tests
+and the demo use ``streamrec.local.launch.local_services()`` instead, which owns both for a
+``with`` block.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from streamrec.config import ServicesConfig
+from streamrec.errors import ServiceError
+from streamrec.local.launch import KAFKA, REDIS, ServiceSpec, start_broker, start_redis
+from streamrec.local.ports import address, ensure_port_free, tcp_reachable
+from streamrec.local.probes import HEALTH, PROBE_TIMEOUT_S
+from streamrec.local.processes import ManagedProcess, pid_matches, read_pid, stop_pid, write_pid
+
+logger = logging.getLogger(__name__)
+
+_SPECS = (KAFKA, REDIS)
+_STARTERS = {"kafka": start_broker, "redis": start_redis}
+
+
+class ServiceState(StrEnum):
+    """What ``up`` and ``status`` found."""
+
+    STARTED = "started"  # ``up`` started it just now
+    RUNNING = "running"  # ours (pid file), alive and answering
+    STOPPED = "stopped"  # not running
+    UNHEALTHY = "unhealthy"  # ours and alive, but not answering on the configured address
+    EXTERNAL = "external"  # not ours, but something answers on the port
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """One service as ``up``/``status`` report it."""
+
+    name: str
+    address: str
+    pid: int | None
+    state: ServiceState
+
+
+def _port(cfg: ServicesConfig, spec: ServiceSpec) -> int:
+    return int(getattr(cfg, f"{spec.name}_port"))
+
+
+def _pid_file(cfg: ServicesConfig, spec: ServiceSpec) -> Path:
+    return cfg.state_dir / f"{spec.name}.pid"
+
+
+def _live_pid(cfg: ServicesConfig, spec: ServiceSpec) -> int | None:
+    """The pid-file pid if that process is alive and is this service, else None."""
+    path = _pid_file(cfg, spec)
+    pid = read_pid(path)
+    if pid is not None and pid_matches(pid, spec.marker):
+        return pid
+    if path.exists():
+        logger.info("service=%s pid_file=%s stale pid=%s", spec.name, path, pid)
+    return None
+
+
+def _status(cfg: ServicesConfig, spec: ServiceSpec) -> ServiceStatus:
+    port = _port(cfg, spec)
+    pid = _live_pid(cfg, spec)
+    if pid is not None:
+        healthy = HEALTH[spec.name](cfg.host, port, PROBE_TIMEOUT_S)
+        state = ServiceState.RUNNING if healthy else ServiceState.UNHEALTHY
+    elif tcp_reachable(cfg.host, port):
+        state = ServiceState.EXTERNAL
+    else:
+        state = ServiceState.STOPPED
+    return ServiceStatus(spec.name, address(cfg.host, port), pid, state)
+
+
+def status(cfg: ServicesConfig) -> list[ServiceStatus]:
+    """The state of each service under ``cfg.state_dir``; changes nothing."""
+    return [_status(cfg, spec) for spec in _SPECS]
+
+
+def up(cfg: ServicesConfig) -> list[ServiceStatus]:
+    """Start whichever service is not already running, detached, and wait until both are healthy.
+
+    A service whose pid file names a live, healthy process is reported as running. Both ports
+    are checked before anything starts; if one start fails, what this call started is stopped.
+    """
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    found = [_status(cfg, spec) for spec in _SPECS]
+    for spec, st in zip(_SPECS, found, strict=True):
+        if st.state is ServiceState.UNHEALTHY:
+            raise ServiceError(
+                f"{spec.name} (pid {st.pid} in {_pid_file(cfg, spec)}) runs but does not answer "
+                f"on {st.address}; run `streamrec down` first"
+            )
+        if st.state is not ServiceState.RUNNING:
+            ensure_port_free(
+                cfg.host,
+                _port(cfg, spec),
+                service=spec.name,
+                env_var=spec.port_env,
+                flag=spec.port_flag,
+            )
+    started: list[tuple[ServiceSpec, ManagedProcess]] = []
+    result = []
+    try:
+        for spec, st in zip(_SPECS, found, strict=True):
+            if st.state is ServiceState.RUNNING:
+                result.append(st)
+                continue
+            _pid_file(cfg, spec).unlink(missing_ok=True)  # stale, if any
+            proc = _STARTERS[spec.name](
+                cfg.host,
+                _port(cfg, spec),
+                cfg.state_dir,
+                timeout_s=cfg.start_timeout_s,
+                detached=True,
+            )
+            write_pid(_pid_file(cfg, spec), proc.pid)
+            started.append((spec, proc))
+            result.append(ServiceStatus(spec.name, st.address, proc.pid, ServiceState.STARTED))
+    except BaseException:  # an interrupted or failed up leaves nothing behind
+        for spec, proc in started:
+            proc.stop()
+            _pid_file(cfg, spec).unlink(missing_ok=True)
+        raise
+    return result
+
+
+def down(cfg: ServicesConfig, *, timeout_s: float = 10.0) -> list[str]:
+    """Stop the services named by pid files and remove the files; returns the names stopped.
+
+    A pid file whose process is gone, or is no longer this service, is just removed.
+    """
+    stopped = []
+    for spec in _SPECS:
+        pid = _live_pid(cfg, spec)
+        if pid is not None:
+            stop_pid(pid, spec.stop_signal, timeout_s)
+            logger.info("service=%s pid=%s stopped", spec.name, pid)
+            stopped.append(spec.name)
+        _pid_file(cfg, spec).unlink(missing_ok=True)
+    return stopped

@@ -1,0 +1,58 @@
+"""``streamrec up | status | down`` through the Typer commands."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from streamrec.cli.services import register
+from streamrec.local.ports import free_ports
+
+pytestmark = pytest.mark.usefixtures("service_binaries")
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def test_up_status_down(tmp_path: Path) -> None:
+    kafka_port, redis_port = free_ports("127.0.0.1", 2)
+    flags = [
+        "--kafka-port",
+        str(kafka_port),
+        "--redis-port",
+        str(redis_port),
+        "--state-dir",
+        str(tmp_path),
+    ]
+    runner, app = CliRunner(), _app()
+    try:
+        result = runner.invoke(app, ["up", *flags])
+        assert result.exit_code == 0, result.output
+        assert result.stdout.count("started") == 2 and f"127.0.0.1:{kafka_port}" in result.stdout
+        result = runner.invoke(app, ["status", *flags])
+        assert result.exit_code == 0 and result.stdout.count("running") == 2
+    finally:
+        result = runner.invoke(app, ["down", *flags])
+    assert result.exit_code == 0 and result.stdout.count("stopped") == 2
+    assert not list(tmp_path.glob("*.pid"))
+
+
+def test_taken_port_is_one_red_line_and_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = CliRunner().invoke(
+            _app(), ["up", "--kafka-port", str(port), "--state-dir", str(tmp_path)]
+        )
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: kafka cannot start")
+    assert len(result.stderr.splitlines()) == 1
+    assert f"port {port}" in result.stderr and "STREAMREC_SERVICES__KAFKA_PORT" in result.stderr

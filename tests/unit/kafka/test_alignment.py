@@ -1,0 +1,114 @@
+"""EventTimeAligner: event-time release order, holding back for empty partitions, pause hints.
+
+Time is injected: the idle wait runs on a fake clock, so nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+from streamrec.kafka.alignment import EventTimeAligner
+from streamrec.kafka.records import Partition, Record
+
+
+class Clock:
+    """A clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def msg(part: int, ts: int, off: int = 0) -> Record:
+    return Record(b"", off, topic="t", partition=part, timestamp=ts)
+
+
+def end(*parts: int) -> list[Partition]:
+    return [Partition("t", p) for p in parts]
+
+
+def aligner(
+    parts: int = 3, skew: int = 100, idle_ms: int = 60_000, max_buffered: int = 20_000
+) -> tuple[EventTimeAligner[Record], Clock]:
+    clock = Clock()
+    a: EventTimeAligner[Record] = EventTimeAligner(
+        skew, idle_ms=idle_ms, max_buffered=max_buffered, clock=clock
+    )
+    a.assign(end(*range(parts)))
+    return a, clock
+
+
+def ts_of(msgs: list[Record]) -> list[int]:
+    return [m.timestamp()[1] for m in msgs]
+
+
+def test_records_come_out_in_event_time_order_up_to_the_skew() -> None:
+    a, _ = aligner()
+    out = a.push([msg(0, 1000), msg(0, 5000), msg(1, 1050), msg(2, 990), msg(2, 1200)])
+    # Watermark: the slowest partition's head is 1050 (partition 1): release <= 1150.
+    assert ts_of(out) == [990, 1000, 1050]
+    assert a.buffered() == 2
+    out = a.push([msg(1, 6000)])
+    assert ts_of(out) == [1200]  # partition 2 (head 1200) is live and now the slowest
+    assert ts_of(a.push([msg(2, 7000)])) == [5000]  # the watermark is now 5000
+
+
+def test_only_a_prefix_per_partition_is_released() -> None:
+    a, _ = aligner(parts=2)
+    out = a.push([msg(0, 500, off=0), msg(0, 100, off=1), msg(1, 150)])
+    # Partition 0's record at offset 1 (ts 100) waits behind offset 0 (ts 500 > 150 + 100).
+    assert ts_of(out) == [150]
+
+
+def test_an_empty_partition_holds_the_others_back_until_idle() -> None:
+    a, clock = aligner(idle_ms=50)
+    assert a.push([msg(0, 1000), msg(1, 1000)]) == []  # partition 2 unheard: wait
+    clock.advance(0.049)
+    assert a.push([]) == []  # still within the idle wait
+    clock.advance(0.002)
+    assert ts_of(a.push([])) == [1000, 1000]
+    assert ts_of(a.push([msg(2, 900), msg(0, 2000)])) == [900]
+    # 1 and 2 reach their ends: partition 0's record waits for them, then goes.
+    assert a.push([], at_end=end(1, 2)) == []
+    clock.advance(0.051)
+    assert ts_of(a.push([])) == [2000]
+
+
+def test_all_partitions_at_end_release_everything_after_idle() -> None:
+    a, clock = aligner(parts=2, idle_ms=1)
+    assert ts_of(a.push([msg(0, 10), msg(0, 9000), msg(1, 20)], at_end=end(1))) == [10, 20]
+    assert a.push([], at_end=end(0)) == []
+    clock.advance(0.002)
+    assert ts_of(a.push([])) == [9000]
+    assert a.buffered() == 0
+
+
+def test_records_of_unassigned_partitions_are_ignored() -> None:
+    a, _ = aligner(parts=1)
+    assert a.push([msg(5, 10)]) == [] and a.buffered() == 0
+
+
+def test_full_buffers_ask_for_a_pause_until_drained_to_half() -> None:
+    a, _ = aligner(parts=2, max_buffered=10)
+    a.push([msg(0, i) for i in range(10)])
+    assert a.full() == {Partition("t", 0)}  # partition 1 unheard: everything is held
+    a.push([msg(1, 4)])  # watermark 4: partition 0 releases ts <= 104, all ten
+    assert a.full() == set()
+    a.push([msg(0, 1000 + i) for i in range(10)])
+    assert a.full() == {Partition("t", 0)}
+    a.assign(end(0, 1))
+    assert a.full() == set() and a.buffered() == 0
+
+
+def test_a_limited_release_is_a_prefix_of_every_partition_merged_by_time() -> None:
+    a, _ = aligner(parts=2, skew=10_000)
+    p0 = [msg(0, ts, off) for off, ts in enumerate([10, 30, 20, 50])]  # not monotonic
+    p1 = [msg(1, ts, off) for off, ts in enumerate([15, 25, 40])]
+    first = a.push([*p0, *p1], limit=4)
+    assert [(m.partition(), m.offset()) for m in first] == [(0, 0), (1, 0), (1, 1), (0, 1)]
+    rest = a.push([], limit=10)
+    assert [(m.partition(), m.offset()) for m in rest] == [(0, 2), (1, 2), (0, 3)]
+    assert a.buffered() == 0
