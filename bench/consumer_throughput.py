@@ -2,9 +2,10 @@
 
 Ceiling: a bare confluent-kafka batch consume of the same events (no parsing, no Redis, no
 produce). streamrec: the consumer runner end to end (parse, Redis pipeline, samples and
-offsets in one transaction per batch). Data: the 2-hour Taobao slice (110k real events).
+offsets in one transaction per batch). Data: the 2-hour Taobao slice (110k real events) from
+../shared/data, or, where that is missing (a fresh clone), 110k generated clicks.
 
-    .venv/bin/python bench/consumer_throughput.py [--events N]
+    .venv/bin/python bench/consumer_throughput.py [--events N] [--data PATH|synthetic]
 
 Prints one JSON object as its last line.
 """
@@ -23,6 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.runner import ConsumerRunner
 from streamrec.datasets import read_events
+from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.kafka.topics import ensure_topics
 from streamrec.local.launch import local_services
 from streamrec.producer import publish
@@ -45,8 +47,13 @@ def bare_consume(bootstrap: str, topic: str, partitions: int, total: int) -> flo
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=None, help="default: the whole file")
+    parser.add_argument("--data", default=str(DATA) if DATA.exists() else "synthetic")
     args = parser.parse_args()
-    events = read_events(DATA, limit=args.events)
+    if args.data == "synthetic":
+        spec = ClickStreamSpec(users=66_000, items=85_000, events=args.events or 110_300, seed=1)
+        events = generate_clicks(spec)  # the Taobao slice's shape: many users, few events each
+    else:
+        events = read_events(Path(args.data), limit=args.events)
     with local_services() as services:
         name = uuid.uuid4().hex[:8]
         cfg = StreamrecConfig(
@@ -69,6 +76,7 @@ def main() -> None:
     rate = stats.events / busy
     print(json.dumps({
         "bench": "consumer_throughput",
+        "data": Path(args.data).name if args.data != "synthetic" else "synthetic",
         "events": stats.events,
         "samples": stats.samples,
         "ceiling_events_per_s": round(ceiling),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,17 +72,11 @@ class ConsumerRunner:
         try:
             self._producer.init_transactions(_TXN_TIMEOUT_S)
             self._source.subscribe()
-            last_event = time.monotonic()
             while not stop.is_set():
                 records = self._source.poll(ccfg.batch_size, ccfg.batch_timeout_s)
-                if records or not self._source.joined:  # idleness counts from the group join
-                    if records:
-                        self._handle(records)
-                    last_event = time.monotonic()
-                elif (
-                    ccfg.stop_when_idle_s is not None
-                    and time.monotonic() - last_event > ccfg.stop_when_idle_s
-                ):
+                if records:
+                    self._handle(records)
+                elif ccfg.stop_when_idle_s is not None and self._source.idle_for() > ccfg.stop_when_idle_s:
                     logger.info("idle for %.1fs, stopping", ccfg.stop_when_idle_s)
                     break
         finally:

@@ -52,6 +52,7 @@ class RecordSource:
         self._held = False  # every partition paused by hold()
         self._unread: deque[Message] = deque()  # put back by the caller, delivered first
         self._more_due = False  # the aligner held back due records at the last release
+        self._last_new: float | None = None  # when new records last came out
         self.created_at = clock()
         self.joined_at: float | None = None  # first assignment: before it, nobody is idle
         self.assignments = 0  # assignments received, the first one included
@@ -67,13 +68,20 @@ class RecordSource:
         """Whether the group has assigned partitions yet."""
         return self.joined_at is not None
 
+    def idle_for(self) -> float:
+        """Seconds since new records last came out (or since the group join); 0 before the
+        join and while the aligner holds records back, which are still to come."""
+        if self._last_new is None or (self._aligner is not None and self._aligner.buffered()):
+            return 0.0
+        return self._clock() - self._last_new
+
     def assigned(self) -> list[Partition]:
         """The partitions assigned now."""
         return list(self._assigned)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.joined_at is None:
-            self.joined_at = self._clock()
+            self.joined_at = self._last_new = self._clock()
         self.assignments += 1
         if self._start_at is not None:
             for tp in partitions:
@@ -134,12 +142,13 @@ class RecordSource:
                 raise ConsumeError(f"consumer failed: {err.str()}")
             else:
                 logger.warning("consumer error=%s", err.str())
-        if self._aligner is None:
-            return records
-        released = self._aligner.push(records, at_end, limit=size)
-        self._more_due = len(released) >= size
-        self._apply_pauses()
-        return released
+        if self._aligner is not None:
+            records = self._aligner.push(records, at_end, limit=size)
+            self._more_due = len(records) >= size
+            self._apply_pauses()
+        if records:
+            self._last_new = self._clock()
+        return records
 
     def unread(self, records: Iterable[Message]) -> None:
         """Put records back: the next :meth:`poll` delivers them first, in this order."""

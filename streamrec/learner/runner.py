@@ -127,26 +127,19 @@ class LearnerRunner:
         stop = stop or threading.Event()
         lcfg = self._cfg.learner
         self._source.subscribe()
-        last_sample = time.monotonic()
+        idle = _IdleClock(lcfg.stop_when_idle_s, self._source, upstream_done)
         try:
             with ThreadPoolExecutor(1, thread_name_prefix="streamrec-train") as worker:
                 while not stop.is_set():
-                    records = self._collect(stop)
+                    records = self._collect(stop, idle)
                     if len(records) >= lcfg.min_batch_samples:
                         self._train(records, worker)
                         fault_point("learner.after_train")
-                        last_sample = time.monotonic()
                         if self.stats.micro_batches - self._snapshotted_at >= lcfg.snapshot_every:
                             self.snapshot()
                     elif records:
                         self._source.unread(records)  # too few to train on yet
-                    waiting = upstream_done is not None and not upstream_done.is_set()
-                    if not self._source.joined or waiting:
-                        last_sample = time.monotonic()
-                    elif (
-                        lcfg.stop_when_idle_s is not None
-                        and time.monotonic() - last_sample > lcfg.stop_when_idle_s
-                    ):
+                    if idle.expired():
                         logger.info("no samples for %.1fs, stopping", lcfg.stop_when_idle_s)
                         break
             if self.stats.micro_batches > self._snapshotted_at:
@@ -155,26 +148,18 @@ class LearnerRunner:
             self._source.close()
         return self.stats
 
-    def _collect(self, stop: threading.Event) -> list[Message]:
+    def _collect(self, stop: threading.Event, idle: _IdleClock) -> list[Message]:
         """Gather samples for one interval, until the batch is full or the stream goes idle."""
         lcfg = self._cfg.learner
         records: list[Message] = []
         deadline = time.monotonic() + lcfg.interval_s
-        last_got = time.monotonic()
-        while len(records) < lcfg.max_batch_samples and not stop.is_set():
+        while len(records) < lcfg.max_batch_samples and not stop.is_set() and not idle.expired():
             now = time.monotonic()
             if now >= deadline:
                 break
-            if not self._source.joined:  # idleness counts from the group join
-                last_got = now
-            elif lcfg.stop_when_idle_s is not None and now - last_got >= lcfg.stop_when_idle_s:
-                break
-            got = self._source.poll(lcfg.max_batch_samples - len(records), min(_POLL_S, deadline - now))
-            if got:
-                records.extend(got)
-                last_got = time.monotonic()
+            records += self._source.poll(lcfg.max_batch_samples - len(records), min(_POLL_S, deadline - now))
             self._serve_requests()
-        cut = lcfg.max_batch_samples  # the aligner can release a longer run than asked for
+        cut = lcfg.max_batch_samples  # put-back records can make a longer run than asked for
         self._source.unread(records[cut:])
         return records[:cut]
 
@@ -276,6 +261,33 @@ class LearnerRunner:
         if self._on_snapshot is not None:
             self._on_snapshot(manifest)
         return manifest
+
+
+class _IdleClock:
+    """When to stop for lack of samples: ``limit_s`` after the source last had new records,
+    counted only once ``upstream_done`` (if given) is set, so a slow producer of samples (a
+    consumer still joining its group, say) does not end the run early."""
+
+    def __init__(
+        self, limit_s: float | None, source: RecordSource, upstream_done: threading.Event | None
+    ) -> None:
+        self._limit_s = limit_s
+        self._source = source
+        self._upstream = upstream_done
+        self._upstream_since: float | None = None
+
+    def expired(self) -> bool:
+        """Whether the run should stop now."""
+        if self._limit_s is None:
+            return False
+        idle = self._source.idle_for()
+        if self._upstream is not None:
+            if not self._upstream.is_set():
+                return False
+            if self._upstream_since is None:
+                self._upstream_since = time.monotonic()
+            idle = min(idle, time.monotonic() - self._upstream_since)
+        return idle > self._limit_s
 
 
 def _grouped(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:

@@ -155,3 +155,21 @@ def test_two_consumers_in_one_group_share_the_work_exactly_once(
     ids = [s["sample_id"] for s in samples]
     assert len(ids) == len(set(ids))
     assert {i for i in ids if "~n" not in i} == {e.event_id for e in clicks if e.action == "pv"}
+
+
+def test_a_consumer_stopping_when_idle_first_drains_what_alignment_holds_back(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str
+) -> None:
+    """An event an hour later than its neighbour partition's is held back by alignment until
+    the other partitions have been quiet for a while: no reason to call the stream idle."""
+    cfg = config(kafka_config, store_config, unique_name)
+    cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"stop_when_idle_s": 1.0})})
+    now = int(time.time() * 1000)
+    early = Event("early", "u1", "i1", "c1", "pv", now - 2 * 3_600_000)
+    late = Event("late", "u2", "i2", "c2", "pv", now - 3_600_000)
+    producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers})
+    for partition, event in enumerate((early, late)):
+        producer.produce(kafka_config.events_topic, event.to_json(), partition=partition, timestamp=event.ts)
+    assert producer.flush(10) == 0
+    stats = ConsumerRunner(cfg).run()
+    assert stats.events == 2
