@@ -109,6 +109,12 @@ class ConsumerConfig(BaseModel):
     novelty_ms: int = Field(600_000, ge=1, description="STREAMREC_CONSUMER__NOVELTY_MS")
     negative_pool_size: int = Field(100_000, ge=1, description="STREAMREC_CONSUMER__NEGATIVE_POOL_SIZE")
     max_event_bytes: int = Field(16_384, ge=64, description="STREAMREC_CONSUMER__MAX_EVENT_BYTES")
+    # Half of Kafka's default 1 MB record limit leaves room for the headers a dead letter
+    # adds and for brokers configured below the default; longer values are cut (with their
+    # length and sha256 in headers).
+    dead_letter_max_bytes: int = Field(
+        512 * 1024, ge=1024, description="STREAMREC_CONSUMER__DEAD_LETTER_MAX_BYTES"
+    )
     # Clock skew allowance: an event more than 5 minutes in the future is rejected.
     max_future_ms: int = Field(300_000, ge=0, description="STREAMREC_CONSUMER__MAX_FUTURE_MS")
     seed: int = Field(0, description="STREAMREC_CONSUMER__SEED (negative sampling)")

@@ -19,7 +19,6 @@ from typing import Any
 import orjson
 
 from streamrec.errors import InvalidEvent
-from streamrec.kafka.records import Position
 
 MAX_ID_LENGTH = 128  # ids longer than this are almost surely a producer bug, not an id
 # Epoch-ms below 1e11 (March 1973) means seconds were sent: seconds stay below 1e11 until
@@ -53,28 +52,6 @@ class Event:
         if self.label is not None:
             doc["label"] = self.label
         return orjson.dumps(doc)
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A record that broke the contract, with the reason, on its way to the DLQ."""
-
-    reason: str
-    raw: bytes | None
-    position: Position
-
-    def to_json(self) -> bytes:
-        """The DLQ payload: reason, source position, and the raw bytes as text."""
-        raw = None if self.raw is None else self.raw.decode("utf-8", errors="replace")
-        return orjson.dumps(
-            {
-                "reason": self.reason,
-                "topic": self.position.topic,
-                "partition": self.position.partition,
-                "offset": self.position.offset,
-                "raw": raw,
-            }
-        )
 
 
 def _id(doc: dict[str, Any], name: str) -> str:

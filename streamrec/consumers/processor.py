@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.negatives import NoveltyMatchedSampler
+from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
-from streamrec.events import DeadLetter, Event, parse_event
+from streamrec.events import Event, parse_event
 from streamrec.featurestore.base import Behaviour, FeatureStore
-from streamrec.kafka.records import KafkaMessage, Position
+from streamrec.kafka.records import KafkaMessage
 from streamrec.samples import Sample
 
 
@@ -63,7 +64,7 @@ class SampleBuilder:
                     )
                 )
             except InvalidEvent as exc:
-                dead.append(DeadLetter(str(exc), msg.value(), Position.of(msg)))
+                dead.append(DeadLetter.of(msg, str(exc)))
         return events, dead
 
     def is_labelled(self, event: Event) -> bool:

@@ -133,10 +133,11 @@ class ConsumerRunner:
                     self._producer, kcfg.samples_topic, sample.to_json(),
                     key=sample.user_id.encode(), timestamp_ms=sample.ts,
                 )
+            limit = self._cfg.consumer.dead_letter_max_bytes
             for letter in result.dead:
                 produce(
-                    self._producer, kcfg.dlq_topic, letter.to_json(),
-                    headers={"reason": letter.reason},
+                    self._producer, kcfg.dlq_topic, letter.record_value(limit), key=letter.key,
+                    timestamp_ms=letter.timestamp_ms, headers=letter.record_headers(limit),
                 )
             self._producer.send_offsets_to_transaction(
                 _next_offsets(records), self._source.consumer.consumer_group_metadata(), _TXN_TIMEOUT_S

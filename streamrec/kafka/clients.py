@@ -9,6 +9,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from streamrec.config import KafkaConfig
+from streamrec.kafka.records import Header
 
 logger = logging.getLogger(__name__)
 
@@ -19,11 +20,11 @@ _client_logger = logging.getLogger("streamrec.kafka.client")
 def produce(
     producer: Producer,
     topic: str,
-    value: bytes,
+    value: bytes | None,
     *,
     key: bytes | None = None,
     timestamp_ms: int = 0,
-    headers: dict[str, str | bytes | None] | None = None,
+    headers: list[Header] | None = None,
     on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
 ) -> None:
     """``producer.produce`` that waits (serving delivery reports) while the local queue is

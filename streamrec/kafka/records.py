@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, TopicPartition
+from confluent_kafka._types import HeadersType
+
+#: One header as confluent-kafka produces it: a name and a value (consumed ones are bytes).
+Header = tuple[str, str | bytes | None]
 
 
 class KafkaMessage(Protocol):
@@ -29,6 +33,8 @@ class KafkaMessage(Protocol):
     def value(self) -> bytes | None: ...  # noqa: D102
 
     def timestamp(self) -> tuple[int, int]: ...  # noqa: D102
+
+    def headers(self) -> HeadersType | None: ...  # noqa: D102
 
     def error(self) -> KafkaError | None: ...  # noqa: D102
 
@@ -79,7 +85,7 @@ class Record:
     """A record held in memory that satisfies :class:`KafkaMessage`: for replays and backtests
     that feed recorded events to the consumers' logic without a broker."""
 
-    __slots__ = ("_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
 
     def __init__(
         self,
@@ -90,10 +96,12 @@ class Record:
         partition: int = 0,
         key: bytes | None = None,
         timestamp: int = 0,
+        headers: list[Header] | None = None,
     ) -> None:
         """A record at ``topic[partition]`` ``offset`` holding ``value``, stamped ``timestamp``."""
         self._value, self._offset, self._topic = value, offset, topic
         self._partition, self._key, self._timestamp = partition, key, timestamp
+        self._headers = headers
 
     def topic(self) -> str:  # noqa: D102
         return self._topic
@@ -112,6 +120,9 @@ class Record:
 
     def timestamp(self) -> tuple[int, int]:  # noqa: D102
         return TIMESTAMP_CREATE_TIME, self._timestamp
+
+    def headers(self) -> HeadersType | None:  # noqa: D102
+        return list(self._headers) if self._headers is not None else None
 
     def error(self) -> KafkaError | None:  # noqa: D102
         return None

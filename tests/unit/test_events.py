@@ -6,8 +6,7 @@ import orjson
 import pytest
 
 from streamrec.errors import InvalidEvent
-from streamrec.events import DeadLetter, Event, parse_event
-from streamrec.kafka.records import Position
+from streamrec.events import Event, parse_event
 
 NOW = 1_700_000_000_000
 
@@ -61,9 +60,3 @@ def test_invalid_events_raise_with_reason(raw: bytes, reason: str) -> None:
 def test_null_record_is_invalid() -> None:
     with pytest.raises(InvalidEvent, match="null"):
         parse_event(None, now_ms=NOW, max_future_ms=0, max_bytes=10)
-
-
-def test_dead_letter_carries_reason_raw_and_position() -> None:
-    letter = DeadLetter("bad", b"\xff{", Position("t", 2, 40))
-    doc_ = orjson.loads(letter.to_json())
-    assert doc_ == {"reason": "bad", "topic": "t", "partition": 2, "offset": 40, "raw": "\ufffd{"}

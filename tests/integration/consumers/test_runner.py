@@ -3,6 +3,7 @@ crashes and rebalances lose and double nothing. Data: the package's generated cl
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import Counter
@@ -78,14 +79,15 @@ def test_malformed_events_go_to_the_dlq_and_valid_ones_are_all_processed(
 
     assert stats.events == len(events)
     assert stats.dead == len(MALFORMED) + 1
-    dead = [orjson.loads(m.value()) for m in topic_reader(kafka_config.dlq_topic)]
+    dead = [dict(m.headers() or []) for m in topic_reader(kafka_config.dlq_topic)]
     assert len(dead) == stats.dead
-    reasons = [d["reason"] for d in dead]
+    reasons = [d["streamrec.reason"].decode() for d in dead]
     for _, expected in MALFORMED:
         assert sum(expected in r for r in reasons) == 1, (expected, reasons)
     assert any("empty record" in r for r in reasons)
     for letter in dead:
-        assert letter["topic"] == kafka_config.events_topic and letter["offset"] >= 0
+        assert letter["streamrec.topic"] == kafka_config.events_topic.encode()
+        assert int(letter["streamrec.offset"]) >= 0
 
     assert_sequences_complete(store_config, cfg, events)
     samples = topic_reader(kafka_config.samples_topic)
@@ -173,3 +175,46 @@ def test_a_consumer_stopping_when_idle_first_drains_what_alignment_holds_back(
     assert producer.flush(10) == 0
     stats = ConsumerRunner(cfg).run()
     assert stats.events == 2
+
+
+def test_oversized_and_binary_records_become_dead_letters_that_always_fit(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
+    events: list[Event], topic_reader,
+) -> None:
+    """A 1 MB record and 200 KB of control bytes once made a dead letter over the broker's
+    limit: every restart died on it and the valid events behind it were never processed."""
+    cfg = config(kafka_config, store_config, unique_name)
+    producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers, "message.max.bytes": 2_000_000})
+    huge = b"x" * 1_000_000
+    controls = b"\x01" * 200_000
+    invalid_utf8 = b"\xff\xfe{\xc3\x28 not utf-8"
+    bad = [(huge, b"k-huge"), (controls, b"k-ctl"), (invalid_utf8, None)]
+    for i, (value, key) in enumerate(bad):
+        producer.produce(
+            kafka_config.events_topic, value, key=key, partition=0, timestamp=1_700_000_000_000 + i,
+            headers=[("trace", f"t{i}".encode()), ("trace", b"again")],
+        )
+    for event in events:
+        producer.produce(kafka_config.events_topic, key=event.user_id.encode(), value=event.to_json())
+    assert producer.flush(10) == 0
+
+    stats = ConsumerRunner(cfg).run()
+    assert stats.events == len(events) and stats.dead == 3
+
+    letters = sorted(topic_reader(kafka_config.dlq_topic), key=lambda m: m.timestamp()[1])
+    assert len(letters) == 3
+    for i, (letter, (value, key)) in enumerate(zip(letters, bad, strict=True)):
+        headers = letter.headers() or []
+        meta = {k: v for k, v in headers if k.startswith("streamrec.")}
+        assert letter.key() == key and letter.timestamp()[1] == 1_700_000_000_000 + i
+        traces = [(k, v) for k, v in headers if k == "trace"]
+        assert traces == [("trace", f"t{i}".encode()), ("trace", b"again")]
+        assert meta["streamrec.topic"] == kafka_config.events_topic.encode()
+        assert meta["streamrec.partition"] == b"0" and meta["streamrec.offset"] == str(i).encode()
+        assert b"over the" in meta["streamrec.reason"] or b"JSON" in meta["streamrec.reason"]
+        assert meta["streamrec.length"] == str(len(value)).encode()
+        if len(value) <= cfg.consumer.dead_letter_max_bytes:
+            assert letter.value() == value and "streamrec.sha256" not in meta  # byte for byte
+        else:
+            assert letter.value() == value[: cfg.consumer.dead_letter_max_bytes]
+            assert meta["streamrec.sha256"] == hashlib.sha256(value).hexdigest().encode()

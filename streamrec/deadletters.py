@@ -1,0 +1,76 @@
+"""The dead-letter contract: a record that broke its topic's contract, kept whole, with why.
+
+A dead letter is the failed record itself, as Kafka Connect's dead-letter queues keep it: the
+same key, value bytes, timestamp and headers, plus ``streamrec.*`` headers that say why and
+where it came from. Nothing is re-encoded, so any bytes (invalid UTF-8, control characters)
+survive byte for byte. A value longer than the limit is cut to it, with the full length and
+the sha256 of the whole value in headers, so a dead letter always fits the broker's record
+size limit and the original can still be identified.
+
+Headers added (values are UTF-8 text):
+
+- ``streamrec.reason``: what was wrong, e.g. ``not valid JSON: ...``;
+- ``streamrec.topic``, ``streamrec.partition``, ``streamrec.offset``: where it was read;
+- ``streamrec.length``: the original value's length in bytes (absent for a null value);
+- ``streamrec.sha256``: the original value's sha256, only when the value was cut.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from streamrec.kafka.records import Header, KafkaMessage, Position
+
+HEADER_PREFIX = "streamrec."
+# A reason is ours and short; this bounds one built from a huge exception message.
+_MAX_REASON_CHARS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record that broke the contract, with the reason, on its way to a dead-letter topic."""
+
+    reason: str
+    position: Position
+    value: bytes | None
+    key: bytes | None = None
+    timestamp_ms: int = 0
+    headers: tuple[Header, ...] = ()
+
+    @classmethod
+    def of(cls, msg: KafkaMessage, reason: str) -> DeadLetter:
+        """The dead letter of a consumed record."""
+        return cls(
+            reason=reason[:_MAX_REASON_CHARS],
+            position=Position.of(msg),
+            value=msg.value(),
+            key=msg.key(),
+            timestamp_ms=msg.timestamp()[1],
+            headers=_header_list(msg),
+        )
+
+    def record_value(self, max_bytes: int) -> bytes | None:
+        """The value to produce: the original bytes, cut to ``max_bytes`` if longer."""
+        return None if self.value is None else self.value[:max_bytes]
+
+    def record_headers(self, max_bytes: int) -> list[Header]:
+        """The original headers, then the ``streamrec.*`` context headers."""
+        context = {
+            "reason": self.reason,
+            "topic": self.position.topic,
+            "partition": str(self.position.partition),
+            "offset": str(self.position.offset),
+        }
+        if self.value is not None:
+            context["length"] = str(len(self.value))
+            if len(self.value) > max_bytes:
+                context["sha256"] = hashlib.sha256(self.value).hexdigest()
+        return [*self.headers, *((HEADER_PREFIX + k, v.encode()) for k, v in context.items())]
+
+
+def _header_list(msg: KafkaMessage) -> tuple[Header, ...]:
+    """A record's headers as (name, bytes) pairs, in order (a consumed record's already are)."""
+    raw = msg.headers() or ()
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return tuple((name, v.encode() if isinstance(v, str) else v) for name, v in pairs)
