@@ -6,12 +6,13 @@ Wire form: a JSON object (orjson) on topic ``streamrec.events``, key = ``user_id
      "action": "pv", "ts": 1511658000000, "label": 1}
 
 ``label`` is optional: present for explicit feedback (1 positive, 0 negative), absent for
-implicit behaviour. Ids may be strings or integers and are carried as strings. Unknown fields
+implicit behaviour. Ids may be strings or integers of any size and are carried as strings. Unknown fields
 are ignored, so producers can add context without breaking older consumers.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,8 @@ MAX_ID_LENGTH = 128  # ids longer than this are almost surely a producer bug, no
 # Epoch-ms below 1e11 (March 1973) means seconds were sent: seconds stay below 1e11 until
 # the year 5138, while every real millisecond time since 1973 is above it.
 MIN_TS_MS = 100_000_000_000
-_REQUIRED = ("event_id", "user_id", "item_id", "category_id", "action", "ts")
+_IDS = ("event_id", "user_id", "item_id", "category_id", "action")
+_REQUIRED = (*_IDS, "ts")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,10 @@ def parse_event(
     missing = [name for name in _REQUIRED if name not in doc]
     if missing:
         raise InvalidEvent(f"missing field(s): {', '.join(missing)}")
+    if any(isinstance(doc[name], float) for name in _IDS):
+        # orjson reads integers beyond 64 bits as floats; the standard parser keeps them
+        # exact, so an id such as 2**70 is accepted while a real float is still refused.
+        doc = json.loads(raw)
     return Event(
         event_id=_id(doc, "event_id"),
         user_id=_id(doc, "user_id"),

@@ -60,3 +60,19 @@ def test_invalid_events_raise_with_reason(raw: bytes, reason: str) -> None:
 def test_null_record_is_invalid() -> None:
     with pytest.raises(InvalidEvent, match="null"):
         parse_event(None, now_ms=NOW, max_future_ms=0, max_bytes=10)
+
+
+def test_integer_ids_of_any_size_are_kept_exactly() -> None:
+    """orjson reads integers beyond 64 bits as floats: 2**70 was once dead-lettered as a float."""
+    raw = b'{"event_id": 1, "user_id": 1180591620717411303424, "item_id": 18446744073709551615,' \
+        b' "category_id": -5, "action": "pv", "ts": %d}' % NOW
+    event = parse_event(raw, now_ms=NOW, max_future_ms=0, max_bytes=1000)
+    assert (event.user_id, event.item_id, event.category_id) == (str(2**70), str(2**64 - 1), "-5")
+
+
+def test_a_real_float_id_is_still_refused_with_an_accurate_reason() -> None:
+    for value in (b"1.5", b"1e21"):
+        raw = b'{"event_id": "e", "user_id": %s, "item_id": "i", "category_id": "c", "action": "pv",' \
+            b' "ts": %d}' % (value, NOW)
+        with pytest.raises(InvalidEvent, match="'user_id' must be a string or integer, got float"):
+            parse_event(raw, now_ms=NOW, max_future_ms=0, max_bytes=1000)
