@@ -118,6 +118,12 @@ class ConsumerConfig(BaseModel):
     # Clock skew allowance: an event more than 5 minutes in the future is rejected.
     max_future_ms: int = Field(300_000, ge=0, description="STREAMREC_CONSUMER__MAX_FUTURE_MS")
     seed: int = Field(0, description="STREAMREC_CONSUMER__SEED (negative sampling)")
+    # An event id yields its samples once per user within this much of the user's event time.
+    # Six hours covers producer retries and an application resending after an outage, at
+    # about 100 bytes of Redis per event remembered.
+    dedup_horizon_ms: int = Field(
+        6 * 3_600_000, ge=0, description="STREAMREC_CONSUMER__DEDUP_HORIZON_MS"
+    )
     stop_when_idle_s: float | None = Field(
         None, description="STREAMREC_CONSUMER__STOP_WHEN_IDLE_S: stop after this long without events"
     )

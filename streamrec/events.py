@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,12 @@ class Event:
     action: str
     ts: int
     label: int | None = None
+
+    def fingerprint(self) -> str:
+        """A short digest of everything but the id: tells a resent event (same content) from
+        an id reused for another one."""
+        fields = (self.user_id, self.item_id, self.category_id, self.action, self.ts, self.label)
+        return f"{zlib.crc32(repr(fields).encode()):08x}"
 
     def to_json(self) -> bytes:
         """Encode in the wire form (``label`` omitted when absent)."""

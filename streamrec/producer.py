@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -29,52 +30,66 @@ class EventProducer:
 
     def __init__(self, cfg: KafkaConfig) -> None:
         self._cfg = cfg
-        self._producer = make_producer(cfg)
+        self._producer = make_producer(cfg)  # idempotent: a retried send is not written twice
         self.delivered = 0
-        self.failed = 0
-        self._reasons: set[str] = set()  # distinct failure reasons, a few kept for the error
+        self._pending: dict[int, str] = {}  # send number -> what was sent, until acknowledged
+        self._failed: dict[str, str] = {}  # what was sent -> why it was not delivered
+        self._sends = 0
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+    def _on_delivery(self, label: str, number: int, err: KafkaError | None, msg: Message) -> None:
+        self._pending.pop(number, None)
         if err is None:
             self.delivered += 1
-            return
-        self.failed += 1
-        if len(self._reasons) < 10:
-            self._reasons.add(f"{msg.topic()}: {err.str()}")
+        else:
+            self._failed[label] = err.str()
+
+    @property
+    def unacknowledged(self) -> list[str]:
+        """The events sent but neither delivered nor failed yet (their ids), oldest first."""
+        return list(self._pending.values())
 
     def send(self, event: Event) -> None:
         """Queue one event; blocks briefly when the local queue is full.
 
         The record timestamp is the event time, which consumers align partitions on.
         """
-        self.send_raw(event.user_id.encode(), event.to_json(), event.ts)
+        self._send(event.event_id, event.user_id.encode(), event.to_json(), event.ts)
 
     def send_raw(self, key: bytes | None, value: bytes, timestamp_ms: int = 0) -> None:
         """Queue raw bytes on the events topic (for bridges that already hold the wire form).
 
         ``timestamp_ms`` 0 means "now" (the record's create time).
         """
+        self._send(f"record #{self._sends} (key {key!r})", key, value, timestamp_ms)
+
+    def _send(self, label: str, key: bytes | None, value: bytes, timestamp_ms: int) -> None:
+        number, self._sends = self._sends, self._sends + 1
+        self._pending[number] = label
         try:
             produce(
-                self._producer, self._cfg.events_topic, value,
-                key=key, timestamp_ms=timestamp_ms, on_delivery=self._on_delivery,
+                self._producer, self._cfg.events_topic, value, key=key, timestamp_ms=timestamp_ms,
+                on_delivery=functools.partial(self._on_delivery, label, number),
             )
         except KafkaException as exc:
-            raise DeliveryError(f"cannot produce to {self._cfg.events_topic}: {exc}") from exc
+            self._pending.pop(number, None)
+            raise DeliveryError(f"cannot produce {label} to {self._cfg.events_topic}: {exc}") from exc
         self._producer.poll(0)
 
     def flush(self, timeout_s: float = 30.0) -> None:
-        """Wait for every queued event; raise if any was not acknowledged."""
+        """Wait for every queued event; raise if any was not acknowledged, naming them.
+
+        Resending the named events is safe: consumers yield an event id's samples once.
+        """
         left = self._producer.flush(timeout_s)
         if left:
             raise DeliveryError(
-                f"{left} event(s) still unacknowledged after {timeout_s}s: is the broker at "
-                f"{self._cfg.bootstrap_servers} up?"
+                f"{left} event(s) still unacknowledged after {timeout_s}s (is the broker at "
+                f"{self._cfg.bootstrap_servers} up?): {_some(self.unacknowledged)}"
             )
-        if self.failed:
-            count, reasons = self.failed, "; ".join(sorted(self._reasons))
-            self.failed, self._reasons = 0, set()
-            raise DeliveryError(f"{count} event(s) not delivered: {reasons}")
+        if self._failed:
+            failed, self._failed = self._failed, {}
+            reasons = "; ".join(sorted(set(failed.values())))
+            raise DeliveryError(f"{len(failed)} event(s) not delivered ({reasons}): {_some(list(failed))}")
 
     def __enter__(self) -> EventProducer:
         return self
@@ -112,3 +127,9 @@ def publish(
             on_progress(sent % 1000)
     logger.info("published events=%d topic=%s seconds=%.3f", sent, cfg.events_topic, time.monotonic() - start)
     return sent
+
+
+def _some(labels: list[str], shown: int = 10) -> str:
+    """The first ``shown`` labels, and how many more there are."""
+    more = f" and {len(labels) - shown} more" if len(labels) > shown else ""
+    return ", ".join(labels[:shown]) + more

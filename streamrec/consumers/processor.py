@@ -16,19 +16,29 @@ from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import Event, parse_event
-from streamrec.featurestore.base import Behaviour, FeatureStore
+from streamrec.featurestore.base import Arrival, Behaviour, FeatureStore, Verdict
 from streamrec.kafka.records import KafkaMessage
 from streamrec.samples import Sample
 
 
 @dataclass(frozen=True)
 class BatchResult:
-    """What one batch of records produced, and the sampler state it leaves behind."""
+    """What one batch of records produced, and the sampler state it leaves behind.
+
+    ``events`` counts the valid events, duplicates included; ``duplicates`` the resent ones
+    that yielded nothing; conflicting ids are among the dead letters.
+    """
 
     events: int
     sampler: NoveltyMatchedSampler = field(repr=False)
     samples: list[Sample] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
+    duplicates: int = 0
+
+
+def _origin(msg: KafkaMessage) -> str:
+    """The record an event came in, as the store remembers it: ``partition:offset``."""
+    return f"{msg.partition()}:{msg.offset()}"
 
 
 class SampleBuilder:
@@ -49,22 +59,24 @@ class SampleBuilder:
             cfg.negative_window_ms, cfg.novelty_ms, cfg.negative_pool_size, cfg.seed
         )
 
-    def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> tuple[list[Event], list[DeadLetter]]:
-        """Split records into valid events and dead letters (with reasons)."""
-        events: list[Event] = []
+    def parse(
+        self, records: Sequence[KafkaMessage], now_ms: int
+    ) -> tuple[list[tuple[Event, KafkaMessage]], list[DeadLetter]]:
+        """Split records into valid events (with their records) and dead letters (with reasons)."""
+        events: list[tuple[Event, KafkaMessage]] = []
         dead: list[DeadLetter] = []
         for msg in records:
             try:
-                events.append(
-                    parse_event(
-                        msg.value(),
-                        now_ms=now_ms,
-                        max_future_ms=self._cfg.max_future_ms,
-                        max_bytes=self._cfg.max_event_bytes,
-                    )
+                event = parse_event(
+                    msg.value(),
+                    now_ms=now_ms,
+                    max_future_ms=self._cfg.max_future_ms,
+                    max_bytes=self._cfg.max_event_bytes,
                 )
             except InvalidEvent as exc:
                 dead.append(DeadLetter.of(msg, str(exc)))
+            else:
+                events.append((event, msg))
         return events, dead
 
     def is_labelled(self, event: Event) -> bool:
@@ -74,32 +86,37 @@ class SampleBuilder:
     def process(self, records: Sequence[KafkaMessage], now_ms: int | None = None) -> BatchResult:
         """Process one batch: update the store once, then build samples in event-time order.
 
-        An event id repeated within the batch (a producer retry without idempotence) counts
-        once. Across batches a repeat yields its samples again, as a redelivery must. The
-        builder itself is unchanged until :meth:`commit`.
+        An event id yields its samples once per user, within the store's dedup horizon: a
+        resent event (the same content from another record) yields nothing and is counted,
+        an id reused for other content is dead-lettered, and the same record read again (the
+        redo of an aborted batch) yields exactly its samples again. The builder itself is
+        unchanged until :meth:`commit`.
         """
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         parsed, dead = self.parse(records, now_ms)
-        events: list[Event] = []
-        seen: set[str] = set()
-        for event in parsed:
-            if event.event_id not in seen:
-                seen.add(event.event_id)
-                events.append(event)
         # A batch spans a few partitions: event-time order (stable, so each user's own order
         # holds) keeps the negative pools' windows true.
-        events.sort(key=lambda e: e.ts)
-        labelled = [e for e in events if self.is_labelled(e)]
-        update = self._store.update(events, labelled)
-        histories = iter(update.histories)
+        parsed.sort(key=lambda pair: pair[0].ts)
+        arrivals = [Arrival(e, _origin(msg), self.is_labelled(e)) for e, msg in parsed]
+        update = self._store.update(arrivals)
         sampler = self.sampler.copy()
         samples: list[Sample] = []
-        for event in events:
+        duplicates = 0
+        for (event, msg), verdict, seen_at, history in zip(
+            parsed, update.verdicts, update.first_seen_at, update.histories, strict=True
+        ):
+            if verdict is Verdict.DUPLICATE:
+                duplicates += 1
+                continue
+            if verdict is Verdict.CONFLICT:
+                reason = f"event id {event.event_id!r} reused with other content (first at {seen_at})"
+                dead.append(DeadLetter.of(msg, reason))
+                continue
             first_seen = update.first_seen[event.item_id]
             sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
-            if self.is_labelled(event):
-                samples.extend(self._samples(sampler, event, next(histories), first_seen))
-        return BatchResult(len(parsed), sampler, samples, dead)
+            if history is not None:
+                samples.extend(self._samples(sampler, event, history, first_seen))
+        return BatchResult(len(parsed), sampler, samples, dead, duplicates)
 
     def commit(self, result: BatchResult) -> None:
         """Keep the batch's in-memory effects: call once its samples and offsets are durable."""

@@ -42,6 +42,7 @@ class ConsumerStats:
     events: int = 0
     samples: int = 0
     dead: int = 0
+    duplicates: int = 0
     retries: int = 0
 
 
@@ -51,7 +52,9 @@ class ConsumerRunner:
     def __init__(self, cfg: StreamrecConfig, store: FeatureStore | None = None) -> None:
         """Build the clients; ``store`` defaults to the one ``cfg.store`` names."""
         self._cfg = cfg
-        self._store = store or make_feature_store(cfg.store, cfg.model.sequence_length)
+        self._store = store or make_feature_store(
+            cfg.store, cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms
+        )
         self.builder = SampleBuilder(cfg.consumer, self._store)
         self.stats = ConsumerStats()
         self._source = RecordSource(
@@ -82,9 +85,9 @@ class ConsumerRunner:
         finally:
             self._source.close()
         logger.info(
-            "consumer stopped batches=%d events=%d samples=%d dead=%d retries=%d",
+            "consumer stopped batches=%d events=%d samples=%d dead=%d duplicates=%d retries=%d",
             self.stats.batches, self.stats.events, self.stats.samples, self.stats.dead,
-            self.stats.retries,
+            self.stats.duplicates, self.stats.retries,
         )
         return self.stats
 
@@ -118,6 +121,7 @@ class ConsumerRunner:
         self.stats.events += result.events
         self.stats.samples += len(result.samples)
         self.stats.dead += len(result.dead)
+        self.stats.duplicates += result.duplicates
         for letter in result.dead:
             logger.warning(
                 "dead letter %s offset=%d reason=%r",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 
 from streamrec.events import Event
 
@@ -41,19 +42,50 @@ class Behaviour:
         return self.ts, self.member()
 
 
-@dataclass(frozen=True, slots=True)
-class StoreUpdate:
-    """What :meth:`FeatureStore.update` returns.
+class Verdict(IntEnum):
+    """What the store made of an arriving event, by its id."""
 
-    ``histories[i]`` is the point-in-time history of ``before[i]``; ``first_seen`` maps every
-    item of the batch to the earliest event time the store has recorded for it.
+    ACCEPTED = 0  # first seen, or its own record read again (a batch redone after an abort)
+    DUPLICATE = 1  # the same content already arrived from another record: yields nothing
+    CONFLICT = 2  # the id already arrived with other content: the event is dead-lettered
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """An event as it reaches the store.
+
+    ``origin`` names the record it came in (``partition:offset``): the same record read again
+    is a redo, the same content from another record a duplicate. ``wants_history`` asks for
+    the point-in-time history a sample of it needs.
     """
 
-    histories: list[list[Behaviour]]
+    event: Event
+    origin: str
+    wants_history: bool = False
+
+    @property
+    def mark(self) -> str:
+        """What the store remembers of the arrival: its content fingerprint and origin."""
+        return f"{self.event.fingerprint()}{SEP}{self.origin}"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreUpdate:
+    """What :meth:`FeatureStore.update` returns, each list aligned with the arrivals.
+
+    ``histories[i]`` is the point-in-time history of an accepted arrival that wanted one, else
+    None; ``first_seen_at[i]`` is, for a duplicate or a conflict, the origin the id first came
+    from; ``first_seen`` maps every item of the accepted events to the earliest event time the
+    store has recorded for it.
+    """
+
+    verdicts: list[Verdict]
+    histories: list[list[Behaviour] | None]
+    first_seen_at: list[str]
     first_seen: dict[str, int]
 
 
-def earliest_per_item(events: Sequence[Event]) -> dict[str, int]:
+def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
     """The earliest event time of each item in ``events``."""
     earliest: dict[str, int] = {}
     for event in events:
@@ -63,27 +95,30 @@ def earliest_per_item(events: Sequence[Event]) -> dict[str, int]:
 
 
 class FeatureStore(ABC):
-    """Event-time-ordered, length-capped behaviour sequences per user.
+    """Event-time-ordered, length-capped behaviour sequences per user, and the event ids seen.
 
-    Appending is idempotent (an event id is stored once), and a store keeps, besides each
-    user's latest ``length`` behaviours, what a batch's own histories need until the next
-    batch: so a batch redone after an aborted commit leaves the store as it was and reads
-    exactly the same histories again. Implementations
+    An event id yields its behaviour once: the store remembers each id, with a fingerprint of
+    its content and the record it came in, for ``dedup_horizon_ms`` of the user's event time.
+    The same record read again (a batch redone after an aborted commit) is accepted again and
+    reads exactly the same histories: besides each user's latest ``length`` behaviours the
+    store keeps what a batch's own histories need until the next batch. Implementations
     subclass this explicitly; ``streamrec.featurestore.make_feature_store`` picks one from
     the configuration.
     """
 
-    def __init__(self, length: int) -> None:
-        """Keep each user's latest ``length`` behaviours."""
+    def __init__(self, length: int, dedup_horizon_ms: int) -> None:
+        """Keep each user's latest ``length`` behaviours and ``dedup_horizon_ms`` of ids."""
         self.length = length
+        self.dedup_horizon_ms = dedup_horizon_ms
 
     @abstractmethod
-    def update(self, events: Sequence[Event], before: Sequence[Event]) -> StoreUpdate:
-        """Append ``events``; then, for each event in ``before``, return its user's history.
+    def update(self, arrivals: Sequence[Arrival]) -> StoreUpdate:
+        """Judge each arrival by its id, append the accepted ones, and read the histories asked
+        for.
 
         A history holds the latest ``length`` behaviours strictly earlier than that event's
         ``ts``, oldest first: the point-in-time view a training sample may see. The first
-        time an item is seen is recorded once and returned for every item of the batch.
+        time an item is seen is recorded once.
         """
 
     @abstractmethod

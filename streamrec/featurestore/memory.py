@@ -3,52 +3,102 @@
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from streamrec.events import Event
-from streamrec.featurestore.base import Behaviour, FeatureStore, StoreUpdate, earliest_per_item
+from streamrec.featurestore.base import (
+    Arrival,
+    Behaviour,
+    FeatureStore,
+    StoreUpdate,
+    Verdict,
+    earliest_per_item,
+)
+
+
+@dataclass
+class _User:
+    """One user's state: the sequence, and the ids seen within the dedup horizon."""
+
+    sequence: list[Behaviour] = field(default_factory=list)
+    stored: set[str] = field(default_factory=set)  # event ids in ``sequence``
+    marks: dict[str, str] = field(default_factory=dict)  # event id -> fingerprint \t origin
+    by_time: list[tuple[int, str]] = field(default_factory=list)  # heap of (ts, event id)
+    newest: int = 0  # the latest event time among the ids
 
 
 class MemoryFeatureStore(FeatureStore):
     """Sequences in a dict of sorted lists; no TTL (a backtest is bounded)."""
 
-    def __init__(self, length: int) -> None:
+    def __init__(self, length: int, dedup_horizon_ms: int = 6 * 3_600_000) -> None:
         """An empty store keeping each user's latest ``length`` behaviours."""
-        super().__init__(length)
-        self._seqs: dict[str, list[Behaviour]] = {}
-        self._ids: dict[str, set[str]] = {}
+        super().__init__(length, dedup_horizon_ms)
+        self._users: dict[str, _User] = {}
         self._first_seen: dict[str, int] = {}
 
-    def update(self, events: Sequence[Event], before: Sequence[Event]) -> StoreUpdate:
+    def update(self, arrivals: Sequence[Arrival]) -> StoreUpdate:
         """See :meth:`FeatureStore.update`."""
-        low: dict[str, int] = {}  # each user's earliest event time in the batch
-        for event in events:
-            low[event.user_id] = min(event.ts, low.get(event.user_id, event.ts))
-            ids = self._ids.setdefault(event.user_id, set())
-            if event.event_id in ids:
+        verdicts, first_seen_at = [], []
+        low: dict[str, int] = {}  # each user's earliest accepted event time in the batch
+        for arrival in arrivals:
+            event = arrival.event
+            user = self._users.setdefault(event.user_id, _User())
+            verdict, seen = _judge(user, arrival)
+            verdicts.append(verdict)
+            first_seen_at.append(seen)
+            if verdict is not Verdict.ACCEPTED:
                 continue
-            ids.add(event.event_id)
-            bisect.insort(
-                self._seqs.setdefault(event.user_id, []), Behaviour.of(event), key=Behaviour.sort_key
-            )
-        for item, ts in earliest_per_item(events).items():
+            low[event.user_id] = min(event.ts, low.get(event.user_id, event.ts))
+            if event.event_id not in user.stored:
+                user.stored.add(event.event_id)
+                bisect.insort(user.sequence, Behaviour.of(event), key=Behaviour.sort_key)
+        accepted = [a.event for a, v in zip(arrivals, verdicts, strict=True) if v is Verdict.ACCEPTED]
+        for item, ts in earliest_per_item(accepted).items():
             self._first_seen.setdefault(item, ts)
-        histories = [self._history(event) for event in before]
+        histories = [
+            self._history(a) if v is Verdict.ACCEPTED and a.wants_history else None
+            for a, v in zip(arrivals, verdicts, strict=True)
+        ]
         for user_id, ts in low.items():
-            # As in Redis: keep the latest `length` before the batch, and all from it on.
-            seq = self._seqs[user_id]
-            drop = bisect.bisect_left(seq, ts, key=lambda b: b.ts) - self.length
-            for gone in seq[: max(drop, 0)]:
-                self._ids[user_id].discard(gone.event_id)
-            del seq[: max(drop, 0)]
-        first_seen = {e.item_id: self._first_seen[e.item_id] for e in events}
-        return StoreUpdate(histories, first_seen)
+            self._trim(self._users[user_id], ts)
+        first_seen = {e.item_id: self._first_seen[e.item_id] for e in accepted}
+        return StoreUpdate(verdicts, histories, first_seen_at, first_seen)
 
-    def _history(self, event: Event) -> list[Behaviour]:
-        seq = self._seqs.get(event.user_id, [])
-        end = bisect.bisect_left(seq, event.ts, key=lambda b: b.ts)
+    def _history(self, arrival: Arrival) -> list[Behaviour]:
+        seq = self._users[arrival.event.user_id].sequence
+        end = bisect.bisect_left(seq, arrival.event.ts, key=lambda b: b.ts)
         return seq[max(0, end - self.length) : end]
+
+    def _trim(self, user: _User, low: int) -> None:
+        """As in Redis: keep the latest ``length`` before the batch and all from it on, and
+        the ids within the horizon behind the user's newest event."""
+        drop = bisect.bisect_left(user.sequence, low, key=lambda b: b.ts) - self.length
+        for gone in user.sequence[: max(drop, 0)]:
+            user.stored.discard(gone.event_id)
+        del user.sequence[: max(drop, 0)]
+        horizon = user.newest - self.dedup_horizon_ms
+        while user.by_time and user.by_time[0][0] < horizon:
+            user.marks.pop(heapq.heappop(user.by_time)[1], None)
 
     def sequence(self, user_id: str) -> list[Behaviour]:
         """See :meth:`FeatureStore.sequence`."""
-        return self._seqs.get(user_id, [])[-self.length :]
+        user = self._users.get(user_id)
+        return [] if user is None else user.sequence[-self.length :]
+
+
+def _judge(user: _User, arrival: Arrival) -> tuple[Verdict, str]:
+    """The verdict on an arrival, and where its id was first seen if it is not accepted."""
+    event_id, mark = arrival.event.event_id, arrival.mark
+    seen = user.marks.get(event_id)
+    if seen is None:
+        user.marks[event_id] = mark
+        heapq.heappush(user.by_time, (arrival.event.ts, event_id))
+        user.newest = max(user.newest, arrival.event.ts)
+        return Verdict.ACCEPTED, ""
+    if seen == mark:
+        return Verdict.ACCEPTED, ""
+    fingerprint, _, origin = seen.partition("\t")
+    if fingerprint != arrival.event.fingerprint():
+        return Verdict.CONFLICT, origin
+    return Verdict.DUPLICATE, origin

@@ -1,9 +1,14 @@
 """Redis feature store: one sorted set per user, scored by event time.
 
-Key ``<prefix>:seq:{<user_id>}``: the hash tag puts every key of a user in one Cluster slot.
-Member: ``event_id \\t item \\t category \\t action`` (see :class:`Behaviour`), so an event is
-stored once however often it is redelivered. Per item, ``<prefix>:item:{<item_id>}`` holds
-the first time it was seen.
+Keys per user, hash-tagged ``{<user_id>}`` so they share one Cluster slot:
+
+- ``<prefix>:seq:{u}``: the sequence, a sorted set scored by event time; member
+  ``event_id \\t item \\t category \\t action`` (see :class:`Behaviour`);
+- ``<prefix>:ids:{u}``: a hash, event id -> ``fingerprint \\t partition:offset``: what arrived
+  under each id and from which record, for the dedup horizon;
+- ``<prefix>:idt:{u}``: those ids scored by event time, to forget them past the horizon.
+
+Per item, ``<prefix>:item:{<item_id>}`` holds the first time it was seen.
 
 A batch is one pipelined round trip of small Lua scripts, one per user (ZADD the user's
 events, read each asked-for history with an exclusive time bound, trim what no redo of the
@@ -16,7 +21,7 @@ cut the consumer's Redis time by half (``bench/consumer_throughput.py``).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import redis
@@ -24,38 +29,68 @@ from redis.cluster import RedisCluster
 
 from streamrec.config import RedisStoreConfig
 from streamrec.errors import FeatureStoreError
-from streamrec.events import Event
-from streamrec.featurestore.base import Behaviour, FeatureStore, StoreUpdate, earliest_per_item
+from streamrec.featurestore.base import (
+    Arrival,
+    Behaviour,
+    FeatureStore,
+    StoreUpdate,
+    Verdict,
+    earliest_per_item,
+)
 
-# ARGV: cap, ttl_ms, n, score_1, member_1 .. score_n, member_n, ts_1 .. ts_q
-# Returns one flat [member, score, ...] list per ts: the latest `cap` strictly before it.
-# Trims to the latest `cap` entries before the batch's earliest event, keeping everything
-# from it on: a batch redone after an aborted commit reads exactly the same histories.
+# KEYS: seq, ids, idt. ARGV: cap, ttl_ms, horizon_ms, n, then per event score, member, id,
+# mark, then the history times ts_1 .. ts_q. Returns {verdicts, histories}: verdicts holds
+# (code, first mark) per event (0 accepted, 1 duplicate, 2 conflict); histories one flat
+# [member, score, ...] list per ts: the latest `cap` strictly before it.
+# Trims the sequence to the latest `cap` entries before the batch's earliest accepted event,
+# keeping everything from it on, so a batch redone after an aborted commit reads exactly the
+# same histories; forgets ids older than the horizon behind the user's newest one.
 _SEQUENCE_LUA = """
-local cap, ttl, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-local chunk, low = {}, nil
+local cap, ttl, horizon, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local verdicts, chunk, low = {}, {}, nil
 for i = 0, n - 1 do
-  local score = ARGV[4 + 2 * i]
-  if low == nil or tonumber(score) < tonumber(low) then low = score end
-  chunk[#chunk + 1] = score
-  chunk[#chunk + 1] = ARGV[5 + 2 * i]
-  if #chunk >= 1000 then  -- unpack() has a small stack: add in slices
-    redis.call('ZADD', KEYS[1], unpack(chunk))
-    chunk = {}
+  local at = 5 + 4 * i
+  local score, id, mark = ARGV[at], ARGV[at + 2], ARGV[at + 3]
+  local seen = redis.call('HGET', KEYS[2], id)
+  local code = 0
+  if not seen then
+    redis.call('HSET', KEYS[2], id, mark)
+    redis.call('ZADD', KEYS[3], score, id)
+  elseif seen ~= mark then
+    local fingerprint = string.match(mark, '^[^\t]*')
+    if string.match(seen, '^[^\t]*') == fingerprint then code = 1 else code = 2 end
+  end
+  verdicts[#verdicts + 1] = code
+  verdicts[#verdicts + 1] = seen or ''
+  if code == 0 then
+    if low == nil or tonumber(score) < tonumber(low) then low = score end
+    chunk[#chunk + 1] = score
+    chunk[#chunk + 1] = ARGV[at + 1]
+    if #chunk >= 1000 then  -- unpack() has a small stack: add in slices
+      redis.call('ZADD', KEYS[1], unpack(chunk))
+      chunk = {}
+    end
   end
 end
 if #chunk > 0 then redis.call('ZADD', KEYS[1], unpack(chunk)) end
 local out = {}
-for i = 4 + 2 * n, #ARGV do
+for i = 5 + 4 * n, #ARGV do
   out[#out + 1] = redis.call('ZREVRANGEBYSCORE', KEYS[1], '(' .. ARGV[i], '-inf',
                              'WITHSCORES', 'LIMIT', 0, cap)
 end
 if low ~= nil then
   local before = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. low)
   if before > cap then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, before - cap - 1) end
+  local newest = redis.call('ZREVRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  local cut = string.format('%d', tonumber(newest[2]) - horizon)
+  local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. cut)
+  for i = 1, #old, 1000 do
+    redis.call('HDEL', KEYS[2], unpack(old, i, math.min(i + 999, #old)))
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. cut)
 end
-redis.call('PEXPIRE', KEYS[1], ttl)
-return out
+for k = 1, 3 do redis.call('PEXPIRE', KEYS[k], ttl) end
+return {verdicts, out}
 """
 # ARGV: ts, ttl_ms. Records the first-seen time once; returns the recorded one.
 _FIRST_SEEN_LUA = """
@@ -67,9 +102,15 @@ return redis.call('GET', KEYS[1])
 class RedisFeatureStore(FeatureStore):
     """Length-capped, TTL'd behaviour sequences in Redis (standalone or Cluster-safe keys)."""
 
-    def __init__(self, cfg: RedisStoreConfig, length: int, client: redis.Redis | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RedisStoreConfig,
+        length: int,
+        dedup_horizon_ms: int = 6 * 3_600_000,
+        client: redis.Redis | None = None,
+    ) -> None:
         """Connect to ``cfg.url`` (a Cluster when ``cfg.cluster``), or use ``client``."""
-        super().__init__(length)
+        super().__init__(length, dedup_horizon_ms)
         self._prefix = cfg.key_prefix
         self._ttl_ms = cfg.ttl_s * 1000
         self._redis: redis.Redis | RedisCluster = client or (
@@ -92,60 +133,70 @@ class RedisFeatureStore(FeatureStore):
         """The sorted-set key of a user's sequence."""
         return f"{self._prefix}:seq:{{{user_id}}}"
 
+    def _user_keys(self, user_id: str) -> tuple[str, str, str]:
+        tag = f"{{{user_id}}}"
+        return self.key(user_id), f"{self._prefix}:ids:{tag}", f"{self._prefix}:idt:{tag}"
+
     def item_key(self, item_id: str) -> str:
         """The key holding an item's first-seen time."""
         return f"{self._prefix}:item:{{{item_id}}}"
 
-    def update(self, events: Sequence[Event], before: Sequence[Event]) -> StoreUpdate:
+    def update(self, arrivals: Sequence[Arrival]) -> StoreUpdate:
         """See :meth:`FeatureStore.update`."""
-        added: dict[str, dict[str, int]] = defaultdict(dict)
-        for event in events:
-            added[event.user_id][Behaviour.of(event).member()] = event.ts
-        asked: dict[str, list[int]] = defaultdict(list)  # user -> indexes into `before`
-        for index, event in enumerate(before):
-            asked[event.user_id].append(index)
-        users = list(added.keys() | asked.keys())
-        earliest = earliest_per_item(events)
+        by_user: dict[str, list[int]] = defaultdict(list)  # user -> indexes into arrivals
+        for index, arrival in enumerate(arrivals):
+            by_user[arrival.event.user_id].append(index)
+        replies = self._run(lambda pipe, shas: self._queue_users(pipe, shas[0], arrivals, by_user))
+        verdicts = [Verdict.ACCEPTED] * len(arrivals)
+        first_seen_at = [""] * len(arrivals)
+        histories: list[list[Behaviour] | None] = [None] * len(arrivals)
+        for indexes, (codes, reads) in zip(by_user.values(), replies, strict=True):
+            for n, index in enumerate(indexes):
+                verdicts[index] = Verdict(int(codes[2 * n]))
+                first_seen_at[index] = str(codes[2 * n + 1]).partition("\t")[2]
+            reads_iter = iter(reads)
+            for index in indexes:
+                if arrivals[index].wants_history:
+                    flat = next(reads_iter)
+                    if verdicts[index] is Verdict.ACCEPTED:
+                        pairs = zip(flat[-2::-2], flat[::-2], strict=True)  # oldest first
+                        histories[index] = [Behaviour.from_member(m, int(ts)) for m, ts in pairs]
+        accepted = [a.event for a, v in zip(arrivals, verdicts, strict=True) if v is Verdict.ACCEPTED]
+        earliest = earliest_per_item(accepted)
+        first = self._run(lambda pipe, shas: self._queue_items(pipe, shas[1], earliest))
+        first_seen = {item: int(ts) for item, ts in zip(earliest, first, strict=True)}
+        return StoreUpdate(verdicts, histories, first_seen_at, first_seen)
+
+    def _queue_users(
+        self, pipe: Any, sha: str, arrivals: Sequence[Arrival], by_user: dict[str, list[int]]
+    ) -> None:
+        for user_id, indexes in by_user.items():
+            args: list[str | int] = [self.length, self._ttl_ms, self.dedup_horizon_ms, len(indexes)]
+            for index in indexes:
+                arrival = arrivals[index]
+                event = arrival.event
+                args += (event.ts, Behaviour.of(event).member(), event.event_id, arrival.mark)
+            args += (arrivals[i].event.ts for i in indexes if arrivals[i].wants_history)
+            pipe.execute_command("EVALSHA", sha, 3, *self._user_keys(user_id), *args)
+
+    def _queue_items(self, pipe: Any, sha: str, earliest: dict[str, int]) -> None:
+        for item_id, ts in earliest.items():
+            pipe.execute_command("EVALSHA", sha, 1, self.item_key(item_id), ts, self._ttl_ms)
+
+    def _run(self, queue: Callable[[Any, tuple[str, str]], None]) -> list[Any]:
+        """One pipelined round trip of what ``queue`` adds, the scripts reloaded once if Redis
+        lost them (a restart or failover; every call here can safely run again)."""
         try:
             try:
-                replies = self._execute(added, asked, before, users, earliest)
+                pipe = self._redis.pipeline(transaction=False)
+                queue(pipe, self._scripts())
+                return list(pipe.execute())
             except redis.exceptions.NoScriptError:
-                # Redis restarted or failed over: load the scripts again (the batch is
-                # idempotent, so running it again is safe).
-                self._scripts(reload=True)
-                replies = self._execute(added, asked, before, users, earliest)
+                pipe = self._redis.pipeline(transaction=False)
+                queue(pipe, self._scripts(reload=True))
+                return list(pipe.execute())
         except redis.RedisError as exc:
             raise FeatureStoreError(f"redis pipeline failed: {exc}") from exc
-        histories: list[list[Behaviour]] = [[] for _ in before]
-        for user_id, reads in zip(users, replies, strict=False):
-            for index, flat in zip(asked.get(user_id, ()), reads, strict=True):
-                pairs = zip(flat[-2::-2], flat[::-2], strict=True)  # oldest first
-                histories[index] = [Behaviour.from_member(m, int(ts)) for m, ts in pairs]
-        first = replies[len(users) :]
-        return StoreUpdate(histories, {item: int(ts) for item, ts in zip(earliest, first, strict=True)})
-
-    def _execute(
-        self,
-        added: dict[str, dict[str, int]],
-        asked: dict[str, list[int]],
-        before: Sequence[Event],
-        users: list[str],
-        earliest: dict[str, int],
-    ) -> list[Any]:
-        sequence_sha, first_seen_sha = self._scripts()
-        pipe = self._redis.pipeline(transaction=False)
-        for user_id in users:
-            members = added.get(user_id, {})
-            args: list[str | int] = [self.length, self._ttl_ms, len(members)]
-            for member, ts in members.items():
-                args += (ts, member)
-            args += (before[i].ts for i in asked.get(user_id, ()))
-            pipe.execute_command("EVALSHA", sequence_sha, 1, self.key(user_id), *args)
-        for item_id, ts in earliest.items():
-            pipe.execute_command(
-                "EVALSHA", first_seen_sha, 1, self.item_key(item_id), ts, self._ttl_ms
-            )
-        return pipe.execute()
 
     def sequence(self, user_id: str) -> list[Behaviour]:
         """See :meth:`FeatureStore.sequence`."""

@@ -12,6 +12,7 @@ from streamrec.config import KafkaConfig
 from streamrec.datasets import read_events
 from streamrec.errors import DeliveryError
 from streamrec.events import Event
+from streamrec.kafka.clients import producer_config
 from streamrec.local.ports import free_port
 from streamrec.producer import EventProducer, publish
 
@@ -45,6 +46,11 @@ def test_an_unreachable_broker_is_a_delivery_error() -> None:
         bootstrap_servers=f"127.0.0.1:{free_port()}", client={"message.timeout.ms": 1000}
     )
     producer = EventProducer(cfg)
-    producer.send(Event("e", "u", "i", "c", "pv", 1_511_658_000_000))
-    with pytest.raises(DeliveryError, match="not delivered|unacknowledged"):
+    producer.send(Event("e-17", "u", "i", "c", "pv", 1_511_658_000_000))
+    producer.send(Event("e-18", "u", "i", "c", "pv", 1_511_658_000_000))
+    with pytest.raises(DeliveryError, match=r"(not delivered|unacknowledged).*: e-17, e-18$"):
         producer.flush(timeout_s=10)
+
+
+def test_the_producer_is_idempotent(kafka_config: KafkaConfig) -> None:
+    assert producer_config(kafka_config)["enable.idempotence"] is True

@@ -19,6 +19,7 @@ from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.events import Event
 from streamrec.featurestore import RedisFeatureStore
+from streamrec.producer import publish
 
 
 def config(kafka: KafkaConfig, store_cfg: RedisStoreConfig, unique: str) -> StreamrecConfig:
@@ -218,3 +219,20 @@ def test_oversized_and_binary_records_become_dead_letters_that_always_fit(
         else:
             assert letter.value() == value[: cfg.consumer.dead_letter_max_bytes]
             assert meta["streamrec.sha256"] == hashlib.sha256(value).hexdigest().encode()
+
+
+def test_events_resent_after_delivery_yield_no_second_samples(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
+    events: list[Event], topic_reader,
+) -> None:
+    """What an application does after EventProducer raised on a flush timeout: send again.
+    Once, that turned 500 delivered events into 497 duplicate samples."""
+    cfg = config(kafka_config, store_config, unique_name)
+    resent = events[:500]
+    publish(resent, kafka_config)
+    first = ConsumerRunner(cfg).run()
+    publish(resent, kafka_config)
+    second = ConsumerRunner(cfg).run()
+    assert second.events == 500 and second.duplicates == 500 and second.samples == 0
+    ids = [orjson.loads(m.value())["sample_id"] for m in topic_reader(kafka_config.samples_topic)]
+    assert len(ids) == len(set(ids)) == first.samples

@@ -1,51 +1,77 @@
-"""One feature-store contract, run on Redis and on the in-memory store."""
+"""One feature-store contract, run on Redis, a Redis Cluster and the in-memory store."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
 
 import pytest
 import redis
 
 from streamrec.config import RedisStoreConfig
 from streamrec.events import Event
-from streamrec.featurestore import FeatureStore, MemoryFeatureStore, RedisFeatureStore
+from streamrec.featurestore import (
+    Arrival,
+    Behaviour,
+    FeatureStore,
+    MemoryFeatureStore,
+    RedisFeatureStore,
+    StoreUpdate,
+    Verdict,
+)
 
 T0 = 1_511_658_000_000
+HOUR = 3_600_000
 
 
 @pytest.fixture(params=["redis", "redis-cluster", "memory"])
 def store(request: pytest.FixtureRequest, unique_name: str) -> FeatureStore:
     if request.param == "memory":
-        return MemoryFeatureStore(length=3)
+        return MemoryFeatureStore(length=3, dedup_horizon_ms=HOUR)
     if request.param == "redis-cluster":
         url = request.getfixturevalue("redis_cluster_url")
-        return RedisFeatureStore(RedisStoreConfig(url=url, cluster=True, key_prefix=unique_name), 3)
+        return RedisFeatureStore(RedisStoreConfig(url=url, cluster=True, key_prefix=unique_name), 3, HOUR)
     cfg: RedisStoreConfig = request.getfixturevalue("store_config")
-    return RedisFeatureStore(cfg, length=3)
+    return RedisFeatureStore(cfg, 3, HOUR)
 
 
-def ev(i: int, user: str = "u", ts: int | None = None) -> Event:
-    return Event(f"e{i:03d}", user, f"i{i}", f"c{i % 2}", "pv", T0 + (i if ts is None else ts) * 1000)
+def ev(i: int, user: str = "u", ts: int | None = None, item: str | None = None) -> Event:
+    at = T0 + (i if ts is None else ts) * 1000
+    return Event(f"e{i:03d}", user, item or f"i{i}", f"c{i % 2}", "pv", at)
+
+
+def update(
+    store: FeatureStore, events: Sequence[Event], wanted: Sequence[Event] = (), origin: str = "0"
+) -> StoreUpdate:
+    """Each event arrives from its own record (``<origin>:<event id>``): the same call again
+    is a redo, another ``origin`` a resend."""
+    return store.update([Arrival(e, f"{origin}:{e.event_id}", e in wanted) for e in events])
+
+
+def items(history: list[Behaviour] | None) -> list[str]:
+    assert history is not None
+    return [b.item_id for b in history]
 
 
 def test_history_is_strictly_earlier_latest_first_capped(store: FeatureStore) -> None:
     events = [ev(i) for i in range(6)]
-    histories = store.update(events, [events[0], events[2], events[5]]).histories
-    assert histories[0] == []
-    assert [b.item_id for b in histories[1]] == ["i0", "i1"]
-    assert [b.item_id for b in histories[2]] == ["i2", "i3", "i4"]
+    histories = update(store, events, [events[0], events[2], events[5]]).histories
+    assert [items(histories[i]) for i in (0, 2, 5)] == [[], ["i0", "i1"], ["i2", "i3", "i4"]]
+    assert [histories[i] for i in (1, 3, 4)] == [None, None, None]  # not asked for
     assert [b.event_id for b in store.sequence("u")] == ["e003", "e004", "e005"]
 
 
 def test_equal_times_are_excluded_and_ordered_by_event_id(store: FeatureStore) -> None:
     events = [ev(2, ts=5), ev(1, ts=5), ev(0, ts=4)]
-    (history,) = store.update(events, [events[0]]).histories
-    assert [b.event_id for b in history] == ["e000"]
+    history = update(store, events, [events[0]]).histories[0]
+    assert history is not None and [b.event_id for b in history] == ["e000"]
     assert [b.event_id for b in store.sequence("u")] == ["e000", "e001", "e002"]
 
 
-def test_append_is_idempotent_and_late_events_land_in_time_order(store: FeatureStore) -> None:
-    store.update([ev(1), ev(3)], [])
-    store.update([ev(1), ev(3), ev(2)], [])
+def test_a_redo_is_accepted_and_late_events_land_in_time_order(store: FeatureStore) -> None:
+    update(store, [ev(1), ev(3)])
+    again = update(store, [ev(1), ev(3), ev(2)])
+    assert again.verdicts == [Verdict.ACCEPTED] * 3
     seq = store.sequence("u")
     assert [b.event_id for b in seq] == ["e001", "e002", "e003"]
     assert seq[0].category_id == "c1" and seq[0].action == "pv" and seq[0].ts == T0 + 1000
@@ -53,24 +79,50 @@ def test_append_is_idempotent_and_late_events_land_in_time_order(store: FeatureS
 
 def test_a_redone_batch_reads_the_same_histories(store: FeatureStore) -> None:
     """A batch whose commit aborted runs again: the store must not have trimmed what it reads."""
-    store.update([ev(i) for i in range(5)], [])
+    update(store, [ev(i) for i in range(5)])
     batch = [ev(i) for i in range(5, 10)]
-    first = store.update(batch, batch).histories
-    again = store.update(batch, batch).histories
+    first = update(store, batch, batch).histories
+    again = update(store, batch, batch).histories
     assert again == first
-    assert [b.item_id for b in first[0]] == ["i2", "i3", "i4"]
+    assert items(first[0]) == ["i2", "i3", "i4"]
     assert [b.event_id for b in store.sequence("u")] == ["e007", "e008", "e009"]
 
 
+def test_a_resent_event_is_a_duplicate_and_a_reused_id_a_conflict(store: FeatureStore) -> None:
+    update(store, [ev(1), ev(2)])
+    resent = update(store, [ev(1), ev(2, item="other")], [ev(1)], origin="1")
+    assert resent.verdicts == [Verdict.DUPLICATE, Verdict.CONFLICT]
+    assert resent.first_seen_at == ["0:e001", "0:e002"]
+    assert resent.histories == [None, None] and resent.first_seen == {}
+    assert [b.item_id for b in store.sequence("u")] == ["i1", "i2"]  # nothing stored twice
+
+
+def test_within_a_batch_the_first_record_of_an_id_wins(store: FeatureStore) -> None:
+    arrivals = [Arrival(ev(1), "0:1"), Arrival(ev(1), "0:2"), Arrival(ev(1, item="x"), "0:3")]
+    assert store.update(arrivals).verdicts == [Verdict.ACCEPTED, Verdict.DUPLICATE, Verdict.CONFLICT]
+
+
+def test_ids_are_forgotten_past_the_horizon(store: FeatureStore) -> None:
+    update(store, [ev(1)])
+    update(store, [ev(2, ts=2 * HOUR // 1000)])  # the user's newest is now 2 h later
+    assert update(store, [ev(1)], origin="1").verdicts == [Verdict.ACCEPTED]  # forgotten
+    assert update(store, [ev(2, ts=2 * HOUR // 1000)], origin="1").verdicts == [Verdict.DUPLICATE]
+
+
+def test_ids_are_per_user(store: FeatureStore) -> None:
+    result = store.update([Arrival(ev(1, user="a"), "0:1"), Arrival(ev(1, user="b"), "1:1")])
+    assert result.verdicts == [Verdict.ACCEPTED, Verdict.ACCEPTED]
+
+
 def test_first_seen_is_recorded_once_per_item(store: FeatureStore) -> None:
-    first = store.update([ev(5), Event("x", "v", "i5", "c", "pv", T0 + 3000)], [])
+    first = update(store, [ev(5), Event("x", "v", "i5", "c", "pv", T0 + 3000)])
     assert first.first_seen == {"i5": T0 + 3000}
-    later = store.update([Event("y", "w", "i5", "c", "pv", T0 + 9000), ev(7)], [])
+    later = update(store, [Event("y", "w", "i5", "c", "pv", T0 + 9000), ev(7)])
     assert later.first_seen == {"i5": T0 + 3000, "i7": T0 + 7000}
 
 
 def test_users_are_independent(store: FeatureStore) -> None:
-    store.update([ev(1, "a"), ev(2, "b")], [])
+    update(store, [ev(1, "a"), ev(2, "b")])
     assert [b.item_id for b in store.sequence("a")] == ["i1"]
     assert [b.item_id for b in store.sequence("b")] == ["i2"]
     assert store.sequence("nobody") == []
@@ -79,18 +131,19 @@ def test_users_are_independent(store: FeatureStore) -> None:
 def test_redis_keys_are_hash_tagged_and_expire(
     store_config: RedisStoreConfig, redis_client: redis.Redis
 ) -> None:
-    store = RedisFeatureStore(store_config, length=3)
-    store.update([ev(1, "42")], [])
-    key = store.key("42")
-    assert key == f"{store_config.key_prefix}:seq:{{42}}"
-    assert 0 < redis_client.pttl(key) <= store_config.ttl_s * 1000
+    store = RedisFeatureStore(store_config, 3, HOUR)
+    update(store, [ev(1, "42")])
+    prefix = store_config.key_prefix
+    keys = sorted(k.decode() for k in cast(list[bytes], redis_client.keys(f"{prefix}:*{{42}}")))
+    assert keys == [f"{prefix}:ids:{{42}}", f"{prefix}:idt:{{42}}", f"{prefix}:seq:{{42}}"]
+    for key in keys:
+        assert 0 < redis_client.pttl(key) <= store_config.ttl_s * 1000
 
 
 def test_redis_reloads_its_scripts_after_a_flush(
     store_config: RedisStoreConfig, redis_client: redis.Redis
 ) -> None:
-    store = RedisFeatureStore(store_config, length=3)
-    store.update([ev(1)], [])
+    store = RedisFeatureStore(store_config, 3, HOUR)
+    update(store, [ev(1)])
     redis_client.script_flush()  # as after a restart or a failover
-    (history,) = store.update([ev(2)], [ev(2)]).histories
-    assert [b.item_id for b in history] == ["i1"]
+    assert items(update(store, [ev(2)], [ev(2)]).histories[0]) == ["i1"]

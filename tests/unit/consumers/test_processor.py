@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.processor import SampleBuilder
 from streamrec.events import Event
@@ -94,3 +96,52 @@ def test_an_event_repeated_within_a_batch_counts_once() -> None:
     result = b.process(records(event, event, Event("x", "u", "j", "c", "pv", T0 + 1)), now_ms=T0)
     assert [s.sample_id for s in result.samples] == ["dup", "x"]
     assert result.samples[1].seq_items == ("i",)
+
+
+def _records_at(events: list[Event], first_offset: int) -> list[Record]:
+    return [Record(e.to_json(), first_offset + i) for i, e in enumerate(events)]
+
+
+def test_a_resent_event_yields_nothing_and_a_reused_id_is_dead_lettered() -> None:
+    b = builder(negatives=1)
+    sent = [Event(f"e{i}", "u", f"i{i}", "c", "pv", T0 + i) for i in range(5)]
+    b.commit(b.process(_records_at(sent, 0), now_ms=T0 + 10**6))
+    reused = Event("e0", "u", "other", "c", "pv", T0 + 99)
+    again = b.process(_records_at([*sent, reused], 100), now_ms=T0 + 10**6)  # resent: new offsets
+    assert again.samples == [] and again.duplicates == 5 and again.events == 6
+    (letter,) = again.dead
+    assert "'e0' reused with other content (first at 0:0)" in letter.reason
+    assert letter.position.offset == 105
+
+
+def test_fuzz_resends_reuses_and_aborted_batches_never_double_a_sample() -> None:
+    """Random resends, reused ids, batch cuts and aborted batches: every sample id once, and
+    exactly the samples of one clean pass over the first record of each id."""
+    rng = random.Random(5)
+    originals = [
+        Event(f"e{i}", f"u{i % 7}", f"i{rng.randrange(60)}", "c", "pv", T0 + i * 1000) for i in range(300)
+    ]
+    stream: list[Event] = []
+    for event in originals:
+        stream.append(event)
+        if rng.random() < 0.15:  # resent by the application, maybe much later
+            stream.insert(rng.randrange(len(stream), len(stream) + 30), event)
+        if rng.random() < 0.05:  # the id reused for another event
+            stream.append(Event(event.event_id, event.user_id, "reused", "c", "pv", event.ts))
+    records = _records_at(stream, 0)
+
+    fuzzed = builder(negatives=1)
+    emitted = []
+    start = 0
+    while start < len(records):
+        end = start + rng.randrange(1, 40)
+        result = fuzzed.process(records[start:end], now_ms=T0 + 10**7)
+        if rng.random() < 0.3:
+            result = fuzzed.process(records[start:end], now_ms=T0 + 10**7)  # the first aborted
+        fuzzed.commit(result)
+        emitted += result.samples
+        start = end
+    ids = [s.sample_id for s in emitted]
+    assert len(ids) == len(set(ids))
+    assert {i for i in ids if "~n" not in i} == {e.event_id for e in originals}
+    assert emitted == builder(negatives=1).process(_records_at(originals, 0), now_ms=T0 + 10**7).samples
