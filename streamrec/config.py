@@ -43,6 +43,9 @@ class KafkaConfig(BaseModel):
     max_skew_ms: int | None = Field(
         60_000, ge=0, description="STREAMREC_KAFKA__MAX_SKEW_MS (null: no alignment)"
     )
+    # No partition waits longer than this (wall clock) for the others: catching up, event
+    # time runs far faster than the clock, so only skewed timestamps ever wait this long.
+    max_hold_ms: int = Field(300_000, ge=0, description="STREAMREC_KAFKA__MAX_HOLD_MS")
     client: dict[str, Any] = Field(
         default_factory=dict, description="STREAMREC_KAFKA__CLIENT: extra librdkafka options"
     )

@@ -43,6 +43,7 @@ class ConsumerStats:
     samples: int = 0
     dead: int = 0
     duplicates: int = 0
+    out_of_order: int = 0  # released out of event-time order by alignment (skewed timestamps)
     retries: int = 0
 
 
@@ -58,7 +59,10 @@ class ConsumerRunner:
         self.builder = SampleBuilder(cfg.consumer, self._store)
         self.stats = ConsumerStats()
         self._source = RecordSource(
-            make_consumer(cfg.kafka, cfg.consumer.group_id), [cfg.kafka.events_topic], cfg.kafka.max_skew_ms
+            make_consumer(cfg.kafka, cfg.consumer.group_id),
+            [cfg.kafka.events_topic],
+            cfg.kafka.max_skew_ms,
+            max_hold_ms=cfg.kafka.max_hold_ms,
         )
         self._producer: Producer = make_producer(
             cfg.kafka,
@@ -85,9 +89,10 @@ class ConsumerRunner:
         finally:
             self._source.close()
         logger.info(
-            "consumer stopped batches=%d events=%d samples=%d dead=%d duplicates=%d retries=%d",
+            "consumer stopped batches=%d events=%d samples=%d dead=%d duplicates=%d "
+            "out_of_order=%d retries=%d",
             self.stats.batches, self.stats.events, self.stats.samples, self.stats.dead,
-            self.stats.duplicates, self.stats.retries,
+            self.stats.duplicates, self.stats.out_of_order, self.stats.retries,
         )
         return self.stats
 
@@ -122,6 +127,7 @@ class ConsumerRunner:
         self.stats.samples += len(result.samples)
         self.stats.dead += len(result.dead)
         self.stats.duplicates += result.duplicates
+        self.stats.out_of_order = self._source.out_of_order
         for letter in result.dead:
             logger.warning(
                 "dead letter %s offset=%d reason=%r",

@@ -12,20 +12,31 @@ Record timestamps carry event time: streamrec's producers set them.
 
 Records come out as a merge of the partitions by event time, each partition in offset order,
 at most as many as asked for: what is released is a prefix of every partition, so committing
-"last released offset + 1" never skips a held record. The aligner is pure logic: it never touches a
-consumer. It names the partitions whose buffers are full (:meth:`EventTimeAligner.full`),
-and the owner of the consumer pauses them.
+"last released offset + 1" never skips a held record.
+
+Alignment assumes each partition is roughly in event-time order. A record stamped far ahead
+of the records behind it in its own partition (a skewed clock) would hold them all back for
+as long as traffic flows, so it is released at once, out of order. And no partition is held
+longer than ``max_hold_ms`` of wall-clock time. Both count as forced releases
+(:attr:`EventTimeAligner.forced`) and are logged.
+
+The aligner is pure logic: it never touches a consumer. It names the partitions whose
+buffers are full (:meth:`EventTimeAligner.full`), and the owner of the consumer pauses them.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 from streamrec.kafka.records import KafkaMessage, Partition, event_time
+
+logger = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=KafkaMessage)
 
@@ -35,6 +46,12 @@ M = TypeVar("M", bound=KafkaMessage)
 IDLE_MS = 2_000
 # Records held per partition before it should be paused: bounds memory at a few tens of MB.
 MAX_BUFFERED = 20_000
+# The longest a partition is held back (wall clock). Catching up, event time runs far faster
+# than the clock, so an aligned partition waits seconds; five minutes only passes when event
+# times are off, and then order matters less than not stalling.
+MAX_HOLD_MS = 300_000
+# At most one warning per partition this often: forced releases can come in runs.
+_WARN_EVERY_S = 60.0
 
 
 class EventTimeAligner(Generic[M]):
@@ -46,13 +63,18 @@ class EventTimeAligner(Generic[M]):
         *,
         idle_ms: int = IDLE_MS,
         max_buffered: int = MAX_BUFFERED,
+        max_hold_ms: int = MAX_HOLD_MS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Align within ``max_skew_ms``; ``clock`` (seconds) times the idle wait."""
+        """Align within ``max_skew_ms``; ``clock`` (seconds) times the waits."""
         self.max_skew_ms = max_skew_ms
         self._idle_s = idle_ms / 1000
         self._max_buffered = max_buffered
+        self._max_hold_s = max_hold_ms / 1000
         self._clock = clock
+        self.forced = 0  # records released out of event-time order (see the module doc)
+        self._held_since: dict[Partition, float] = {}
+        self._warned_at: dict[Partition, float] = {}
         self._buffers: dict[Partition, deque[M]] = {}
         self._head: dict[Partition, int] = {}  # latest timestamp seen per partition
         self._at_end: set[Partition] = set()  # partitions at their end, nothing since
@@ -67,6 +89,7 @@ class EventTimeAligner(Generic[M]):
         self._at_end.clear()
         self._stalled_since = None
         self._full.clear()
+        self._held_since.clear()
 
     def buffered(self) -> int:
         """Records held back."""
@@ -130,14 +153,55 @@ class EventTimeAligner(Generic[M]):
         if watermark is None:
             return []
         horizon = watermark + self.max_skew_ms
-        # (head time, partition number, buffer): the number breaks ties in assignment order.
-        heads = [(event_time(b[0]), n, b) for n, b in enumerate(self._buffers.values()) if b]
-        heads = [h for h in heads if h[0] <= horizon]
-        heapq.heapify(heads)
+        bounds = self._bounds(horizon)
         out: list[M] = []
+        # (head time, partition number, key): the number breaks ties in assignment order.
+        heads: list[tuple[int, int, Partition]] = []
+        for n, key in enumerate(self._buffers):
+            self._push_head(heads, n, key, bounds[key], horizon, out)
+        heapq.heapify(heads)
         while heads and (limit is None or len(out) < limit):
-            _, n, buffer = heapq.heappop(heads)
-            out.append(buffer.popleft())
-            if buffer and (ts := event_time(buffer[0])) <= horizon:
-                heapq.heappush(heads, (ts, n, buffer))
+            ts, n, key = heapq.heappop(heads)
+            out.append(self._buffers[key].popleft())
+            if ts > horizon:
+                self._count_forced(key, "held too long", ts, horizon)
+            self._push_head(heads, n, key, bounds[key], horizon, out)
         return out
+
+    def _push_head(
+        self, heads: list[tuple[int, int, Partition]], n: int, key: Partition, bound: float,
+        horizon: int, out: list[M],
+    ) -> None:
+        """Queue a partition's head if it is due; a head beyond the horizon that an earlier
+        record of its own partition follows is an outlier and goes out at once."""
+        buffer = self._buffers[key]
+        ahead = max(horizon, bound)
+        while len(buffer) > 1 and event_time(buffer[0]) > ahead and event_time(buffer[1]) <= horizon:
+            out.append(buffer.popleft())
+            self._count_forced(key, "ahead of its own partition", event_time(out[-1]), horizon)
+        if buffer and (ts := event_time(buffer[0])) <= bound:
+            heapq.heappush(heads, (ts, n, key))
+
+    def _bounds(self, horizon: int) -> dict[Partition, float]:
+        """How far each partition may be released: the horizon, or all of it once its head
+        has been held back longer than ``max_hold_ms``."""
+        now = self._clock()
+        bounds: dict[Partition, float] = {}
+        for key, buffer in self._buffers.items():
+            bounds[key] = horizon
+            if buffer and event_time(buffer[0]) > horizon:
+                if now - self._held_since.setdefault(key, now) > self._max_hold_s:
+                    bounds[key] = math.inf
+            else:
+                self._held_since.pop(key, None)
+        return bounds
+
+    def _count_forced(self, key: Partition, why: str, ts: int, horizon: int) -> None:
+        self.forced += 1
+        now = self._clock()
+        if now - self._warned_at.get(key, -math.inf) >= _WARN_EVERY_S:
+            self._warned_at[key] = now
+            logger.warning(
+                "alignment released out of order partition=%s why=%r ts=%d horizon=%d forced=%d",
+                key, why, ts, horizon, self.forced,
+            )

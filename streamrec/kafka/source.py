@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from streamrec.errors import ConsumeError
-from streamrec.kafka.alignment import EventTimeAligner
+from streamrec.kafka.alignment import MAX_HOLD_MS, EventTimeAligner
 from streamrec.kafka.records import Partition, Position
 
 logger = logging.getLogger(__name__)
@@ -25,7 +25,8 @@ logger = logging.getLogger(__name__)
 class RecordSource:
     """Wraps one consumer: subscription, assignment, pauses, event-time alignment.
 
-    ``max_skew_ms=None`` turns alignment off. ``start_at`` maps partitions to the next offset
+    ``max_skew_ms=None`` turns alignment off; ``max_hold_ms`` bounds how long it holds a
+    partition back. ``start_at`` maps partitions to the next offset
     to read when they are assigned (the learner's trained positions; it is read at each
     assignment, so it may be a live dict); partitions it does not name start at the group's
     committed offset.
@@ -37,13 +38,16 @@ class RecordSource:
         topics: Sequence[str],
         max_skew_ms: int | None,
         *,
+        max_hold_ms: int = MAX_HOLD_MS,
         start_at: Mapping[Partition, int] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.consumer = consumer
         self._topics = list(topics)
         self._aligner: EventTimeAligner[Message] | None = (
-            None if max_skew_ms is None else EventTimeAligner(max_skew_ms, clock=clock)
+            None
+            if max_skew_ms is None
+            else EventTimeAligner(max_skew_ms, max_hold_ms=max_hold_ms, clock=clock)
         )
         self._start_at = start_at
         self._clock = clock
@@ -67,6 +71,11 @@ class RecordSource:
     def joined(self) -> bool:
         """Whether the group has assigned partitions yet."""
         return self.joined_at is not None
+
+    @property
+    def out_of_order(self) -> int:
+        """Records alignment had to release out of event-time order (skewed timestamps)."""
+        return 0 if self._aligner is None else self._aligner.forced
 
     def idle_for(self) -> float:
         """Seconds since new records last came out (or since the group join); 0 before the

@@ -236,3 +236,22 @@ def test_events_resent_after_delivery_yield_no_second_samples(
     assert second.events == 500 and second.duplicates == 500 and second.samples == 0
     ids = [orjson.loads(m.value())["sample_id"] for m in topic_reader(kafka_config.samples_topic)]
     assert len(ids) == len(set(ids)) == first.samples
+
+
+def test_a_skewed_record_timestamp_does_not_stall_its_partition(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, events: list[Event]
+) -> None:
+    """A record stamped a day ahead of its neighbours (and of the whole stream) is released
+    out of order, counted, instead of holding back its partition."""
+    cfg = config(kafka_config, store_config, unique_name)
+    producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers})
+    for i, event in enumerate(events):
+        skew = 24 * 3_600_000 if i == 99 else 0
+        producer.produce(
+            kafka_config.events_topic, event.to_json(), key=event.user_id.encode(),
+            partition=i % 3, timestamp=event.ts + skew,
+        )
+    assert producer.flush(10) == 0
+    stats = ConsumerRunner(cfg).run()
+    assert stats.events == len(events)
+    assert stats.out_of_order >= 1

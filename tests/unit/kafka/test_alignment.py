@@ -58,9 +58,11 @@ def test_records_come_out_in_event_time_order_up_to_the_skew() -> None:
 
 def test_only_a_prefix_per_partition_is_released() -> None:
     a, _ = aligner(parts=2)
-    out = a.push([msg(0, 500, off=0), msg(0, 100, off=1), msg(1, 150)])
-    # Partition 0's record at offset 1 (ts 100) waits behind offset 0 (ts 500 > 150 + 100).
-    assert ts_of(out) == [150]
+    out = a.push([msg(0, 500, off=0), msg(0, 100, off=1), msg(0, 900, off=2), msg(1, 150)])
+    # Offset 1 (ts 100) never overtakes offset 0 (ts 500, beyond 150 + 100): offset 0 goes
+    # first, out of event-time order (counted), and offset 2 (ts 900) waits.
+    assert [(m.partition(), m.offset()) for m in out] == [(0, 0), (0, 1), (1, 0)]
+    assert a.forced == 1 and a.buffered() == 1
 
 
 def test_an_empty_partition_holds_the_others_back_until_idle() -> None:
@@ -112,3 +114,22 @@ def test_a_limited_release_is_a_prefix_of_every_partition_merged_by_time() -> No
     rest = a.push([], limit=10)
     assert [(m.partition(), m.offset()) for m in rest] == [(0, 2), (1, 2), (0, 3)]
     assert a.buffered() == 0
+
+
+def test_a_record_stamped_far_ahead_of_its_own_partition_does_not_stall_it() -> None:
+    """One record an hour ahead once held its partition back for as long as traffic flowed."""
+    a, clock = aligner(parts=2, skew=100)
+    out = a.push([msg(0, 1000, 0), msg(0, 3_600_000, 1), msg(0, 1010, 2), msg(1, 1000), msg(1, 1020)])
+    released = [(m.partition(), m.offset()) for m in out]
+    assert (0, 1) in released and (0, 2) in released  # the outlier went, and what followed it
+    assert a.forced == 1
+
+
+def test_no_partition_is_held_longer_than_the_bound() -> None:
+    a, clock = aligner(parts=2, skew=100)
+    a.push([msg(0, 5000, 0), msg(0, 5001, 1), msg(1, 1000)])  # partition 0 is simply ahead
+    clock.advance(299)
+    assert a.push([]) == []  # aligned: held while partition 1 catches up
+    clock.advance(2)
+    assert [m.offset() for m in a.push([])] == [0, 1]  # held 5 minutes: released anyway
+    assert a.forced == 2
