@@ -48,3 +48,23 @@ class FeatureStoreError(StreamrecError):
 
 class SnapshotError(StreamrecError):
     """A snapshot could not be written or read: check the snapshot directory and its files."""
+
+
+class SnapshotInUse(SnapshotError):
+    """Another learner holds the snapshot directory: stop it, or give this learner its own
+    snapshot directory and group."""
+
+
+class SnapshotDirError(SnapshotError):
+    """The snapshot directory is unusable (not a directory, not writable, too little free
+    space): fix the named path or point --snapshot-dir elsewhere, then start again."""
+
+
+class SnapshotWriteError(SnapshotError):
+    """A snapshot could not be written (disk full, permissions): fix the named cause and
+    restart; the learner resumes from its last snapshot."""
+
+
+class InvalidSnapshot(SnapshotError):
+    """A snapshot version failed its checks and is skipped: delete it, or restore it from a
+    backup if it is the one you need."""

@@ -58,11 +58,12 @@ def run(
         )
         ensure_topics(cfg.kafka)
         store = SnapshotStore(cfg.learner.snapshot_dir)
-        runner = LearnerRunner(
+        with LearnerRunner(  # refuses a snapshot directory another learner holds
             cfg,
             DINLearner(cfg.model),
             on_report=print_report,
             on_snapshot=lambda m: console.print(f"snapshot {m.name} written: {store.path(m.version)}"),
-        )
-        stats = runner.run(stop_on_signals())
+            snapshots=store,
+        ) as runner:
+            stats = runner.run(stop_on_signals())
         console.print(f"trained {stats.micro_batches} micro-batches, {stats.samples_trained} samples")

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, console
 from streamrec.errors import SnapshotError
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
+from streamrec.learner.snapshot import SnapshotEntry, SnapshotManifest, SnapshotStore
 
 app = typer.Typer(help="Create and list versioned model snapshots.", no_args_is_help=True)
 
@@ -51,18 +53,34 @@ def _fmt(value: object) -> str:
     return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+def _row(entry: SnapshotEntry, root: Path) -> list[str]:
+    """A table row: the manifest's figures when it is readable, and whether the version is
+    valid (paths in the reason shown relative to ``root``)."""
+    problem = entry.problem and entry.problem.replace(f"{root}{os.sep}", "")
+    status = "ok" if problem is None else f"[red]invalid[/red]: {escape(problem)}"
+    m = entry.manifest
+    if m is None:
+        return [entry.name, "-", "-", "-", "-", "-", "-", status]
+    return [
+        m.name, m.created_at[:19].replace("T", " "), str(m.micro_batches), str(m.samples_trained),
+        _fmt(m.metrics.get("auc")), _fmt(m.metrics.get("gauc")), format_positions(m), status,
+    ]
+
+
 @app.command("list")
 def list_(snapshot_dir: Path | None = typer.Option(None, help="The snapshot directory")) -> None:
-    """List snapshots, oldest first."""
+    """List snapshots, oldest first, verifying every checksum; invalid ones say why.
+
+    A learner resumes from the newest valid one. Listing needs no lock, so it works while a
+    learner runs.
+    """
     with cli_errors():
         store = _store(snapshot_dir)
-        table = Table("version", "created (UTC)", "micro-batches", "samples", "AUC", "GAUC", "positions")
-        for m in store.manifests():
-            table.add_row(
-                m.name, m.created_at[:19].replace("T", " "), str(m.micro_batches),
-                str(m.samples_trained),
-                _fmt(m.metrics.get("auc")), _fmt(m.metrics.get("gauc")), format_positions(m),
-            )
+        table = Table(
+            "version", "created (UTC)", "micro-batches", "samples", "AUC", "GAUC", "positions", "status"
+        )
+        for entry in store.entries():
+            table.add_row(*_row(entry, store.root))
         if table.row_count == 0:
             console.print(f"no snapshots in {store.root}")
         else:

@@ -3,8 +3,9 @@
 Progressive validation: every micro-batch is scored by the model *before* it trains on it, so
 the logged AUC/GAUC/logloss are honest out-of-sample figures. Offsets move with the model: the
 Kafka positions trained up to are stored in each snapshot (and committed to the group only
-after the snapshot is durable); a restarted learner loads the newest snapshot and resumes
-from its positions.
+after the snapshot is durable); a restarted learner loads the newest valid snapshot and
+resumes from its positions. The snapshot directory is locked for the runner's life: one
+learner per directory.
 
 Control flows one way: the model is any :class:`~streamrec.learner.base.Learner` and is only
 called, never calls back. A step runs on a worker thread while this loop keeps the consumer
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from types import TracebackType
 
 import numpy as np
 from confluent_kafka import KafkaException, Message
@@ -82,30 +84,50 @@ class LearnerRunner:
         learner: Learner,
         on_report: Callable[[MicroBatchReport], None] | None = None,
         on_snapshot: Callable[[SnapshotManifest], None] | None = None,
+        snapshots: SnapshotStore | None = None,
     ) -> None:
-        """Train ``learner``; restore it from the newest snapshot in ``snapshot_dir``, if any."""
+        """Train ``learner``; restore it from the newest valid snapshot in ``snapshot_dir``.
+
+        The snapshot directory is locked for the runner's life (until :meth:`run` ends or
+        :meth:`close`), and checked before anything is trained, so a second learner, a
+        directory that is a file, read-only or full fails here. ``snapshots`` replaces the
+        store made from ``cfg`` (tests inject one with a free-space function).
+
+        Raises:
+            SnapshotInUse: another learner holds the snapshot directory.
+            SnapshotDirError: the directory cannot take snapshots.
+        """
         self._cfg = cfg
         self._on_report = on_report
         self._on_snapshot = on_snapshot
         self.learner = learner
-        self.snapshots = SnapshotStore(cfg.learner.snapshot_dir)
+        self.snapshots = snapshots or SnapshotStore(cfg.learner.snapshot_dir)
         self.stats = LearnerStats()
         # The next offset to train per partition: moves with the model, read at assignment.
         self.positions: dict[Partition, int] = {}
         self._snapshotted_at = 0  # micro_batches at the last snapshot
-        self._restore()
-        self._source = RecordSource(
-            make_consumer(cfg.kafka, cfg.learner.group_id),
-            [cfg.kafka.samples_topic],
-            cfg.kafka.max_skew_ms,
-            start_at=self.positions,
-        )
+        self._lock = self.snapshots.lock()
+        self._closed = False
+        try:
+            self.snapshots.prepare(sum(a.nbytes for a in learner.state_arrays().values()))
+            self._restore()
+            self._source = RecordSource(
+                make_consumer(cfg.kafka, cfg.learner.group_id),
+                [cfg.kafka.samples_topic],
+                cfg.kafka.max_skew_ms,
+                max_hold_ms=cfg.kafka.max_hold_ms,
+                start_at=self.positions,
+            )
+        except BaseException:
+            self._lock.release()
+            raise
 
     def _restore(self) -> None:
-        manifest = self.snapshots.latest()
-        if manifest is None:
+        found = self.snapshots.latest_valid()  # skips invalid versions, with a warning each
+        if found is None:
+            logger.info("no snapshot to restore, starting fresh path=%s", self.snapshots.root)
             return
-        manifest, tensors = self.snapshots.load(manifest.version)
+        manifest, tensors = found
         self.learner.load_state_arrays(
             {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
         )
@@ -115,6 +137,32 @@ class LearnerRunner:
         logger.info(
             "restored snapshot version=%d micro_batches=%d", manifest.version, manifest.micro_batches
         )
+
+    def close(self) -> None:
+        """Leave the group and release the snapshot directory; :meth:`run` does it on return.
+
+        Safe to call more than once.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._source.close()
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> LearnerRunner:
+        """The runner itself, closed at the end of the ``with`` block."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the runner."""
+        self.close()
 
     def run(
         self, stop: threading.Event | None = None, upstream_done: threading.Event | None = None
@@ -145,7 +193,7 @@ class LearnerRunner:
             if self.stats.micro_batches > self._snapshotted_at:
                 self.snapshot()  # never leave trained-but-unsnapshotted progress behind
         finally:
-            self._source.close()
+            self.close()  # the consumer and the snapshot directory's lock
         return self.stats
 
     def _collect(self, stop: threading.Event, idle: _IdleClock) -> list[Message]:
@@ -228,7 +276,13 @@ class LearnerRunner:
             self.snapshots.done(request_id)
 
     def snapshot(self, request_id: str | None = None) -> SnapshotManifest:
-        """Write a snapshot of the model and positions, then commit the positions to Kafka."""
+        """Write a snapshot of the model and positions, then commit the positions to Kafka.
+
+        Raises:
+            SnapshotWriteError: the snapshot could not be written (nothing is left behind).
+        """
+        if self._closed:
+            raise RuntimeError("snapshot() on a closed LearnerRunner: it no longer holds the lock")
         positions = tuple(Position(*key, offset) for key, offset in sorted(self.positions.items()))
         manifest = self.snapshots.write(
             _grouped(self.learner.state_arrays()),

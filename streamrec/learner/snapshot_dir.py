@@ -1,0 +1,108 @@
+"""Checks on a snapshot directory at learner start, so problems show before any training.
+
+A learner that only finds out at its first snapshot that the directory is a file, read-only
+or full has trained for nothing; one killed mid-write leaves a ``.tmp-*`` directory the size
+of a snapshot. :func:`prepare_directory` finds the first three and removes the last.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from streamrec.errors import SnapshotDirError
+
+logger = logging.getLogger(__name__)
+
+TMP_PREFIX = ".tmp-"  # a snapshot being written; never a version
+# Free space demanded at start, in snapshots: the next one and the one after, so a nearly full
+# disk stops the learner before it trains rather than at a snapshot hours later.
+SPARE_SNAPSHOTS = 2
+# Beyond the tensor bytes: manifests, safetensors headers, file-system block rounding.
+HEADROOM_BYTES = 1 << 20
+
+
+def describe_os_error(exc: BaseException) -> str:
+    """An OSError's cause and file without Python's decoration; other errors as they print."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
+    return str(exc)
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes free to an unprivileged user on the file system of ``path``."""
+    return shutil.disk_usage(path).free
+
+
+def ensure_directory(root: Path) -> None:
+    """Create ``root`` if needed.
+
+    Raises:
+        SnapshotDirError: it is not a directory or cannot be created.
+    """
+    if root.exists() and not root.is_dir():
+        raise SnapshotDirError(f"snapshot directory {root} is not a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SnapshotDirError(
+            f"cannot create snapshot directory {root}: {describe_os_error(exc)}"
+        ) from exc
+
+
+def prepare_directory(
+    root: Path, snapshot_bytes: int, free: Callable[[Path], int] = free_bytes
+) -> None:
+    """Check that snapshots of ``snapshot_bytes`` can be written in ``root``; remove leftovers.
+
+    Call it holding the directory's lock: a temporary directory may otherwise be another
+    learner's write in progress.
+
+    Raises:
+        SnapshotDirError: not a directory, not writable, or less free space than
+            ``SPARE_SNAPSHOTS`` snapshots need (as ``free(root)`` reports it).
+    """
+    ensure_directory(root)
+    remove_temporaries(root)
+    _check_writable(root)
+    _check_space(root, snapshot_bytes, free)
+
+
+def remove_temporaries(root: Path) -> None:
+    """Delete the ``.tmp-*`` directories of writes that never finished."""
+    for tmp in root.glob(f"{TMP_PREFIX}*"):
+        logger.warning("removing an unfinished snapshot write path=%s", tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_writable(root: Path) -> None:
+    probe = root / f"{TMP_PREFIX}probe-{uuid.uuid4().hex}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as exc:
+        raise SnapshotDirError(
+            f"snapshot directory {root} is not writable: {describe_os_error(exc)}"
+        ) from exc
+
+
+def _check_space(root: Path, snapshot_bytes: int, free: Callable[[Path], int]) -> None:
+    try:
+        available = free(root)
+    except OSError as exc:
+        raise SnapshotDirError(
+            f"cannot read the free space of {root}: {describe_os_error(exc)}"
+        ) from exc
+    need = SPARE_SNAPSHOTS * snapshot_bytes + HEADROOM_BYTES
+    if available < need:
+        raise SnapshotDirError(
+            f"snapshot directory {root} has {_mb(available)} free but needs {_mb(need)} "
+            f"({SPARE_SNAPSHOTS} snapshots of {_mb(snapshot_bytes)}): free some space"
+        )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"

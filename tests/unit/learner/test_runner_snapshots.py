@@ -1,0 +1,157 @@
+"""LearnerRunner and its snapshot directory: one runner per directory, checked before any
+training, resumed from the newest valid version. The Kafka consumer is a stand-in: nothing
+here reaches a broker."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamrec.config import StreamrecConfig
+from streamrec.errors import SnapshotDirError, SnapshotInUse
+from streamrec.kafka.records import Partition, Position
+from streamrec.learner import runner as runner_module
+from streamrec.learner.batch import Batch
+from streamrec.learner.runner import LearnerRunner
+from streamrec.learner.snapshot import SnapshotStore
+
+
+class StubLearner:
+    """A learner whose state is two small arrays; training it fails the test."""
+
+    def __init__(self, value: float = 0.0) -> None:
+        self.arrays: dict[str, np.ndarray] = {
+            "model/w": np.full(4, value, np.float32), "state/n": np.arange(3),
+        }
+        self.loaded: list[float] = []
+
+    def predict_many(self, batch: Batch) -> np.ndarray:
+        raise AssertionError("scored")
+
+    def learn_many(self, batch: Batch) -> float:
+        raise AssertionError("trained")
+
+    def is_known(self, batch: Batch) -> np.ndarray:
+        raise AssertionError("scored")
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return dict(self.arrays)
+
+    def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self.arrays = dict(arrays)
+        self.loaded.append(float(arrays["model/w"][0]))
+
+
+class FakeConsumer:
+    """What the runner touches of a consumer when it starts and stops."""
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def subscribe(self, topics: list[str], **callbacks: object) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+@pytest.fixture
+def consumers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[FakeConsumer]]:
+    """Every consumer the runners made, in order."""
+    made: list[FakeConsumer] = []
+
+    def make(*_: object, **__: object) -> FakeConsumer:
+        made.append(FakeConsumer())
+        return made[-1]
+
+    monkeypatch.setattr(runner_module, "make_consumer", make)
+    yield made
+
+
+def config(snapshot_dir: Path) -> StreamrecConfig:
+    return StreamrecConfig.model_validate({"learner": {"snapshot_dir": snapshot_dir}})
+
+
+def test_a_second_runner_on_the_directory_is_refused_until_the_first_closes(
+    tmp_path: Path, consumers: list[FakeConsumer]
+) -> None:
+    first = LearnerRunner(config(tmp_path), StubLearner())
+    with pytest.raises(SnapshotInUse, match=f"{tmp_path} is in use by pid {os.getpid()} on host"):
+        LearnerRunner(config(tmp_path), StubLearner())
+    assert len(consumers) == 1  # refused before it made a consumer
+    first.close()
+    first.close()  # twice is harmless
+    assert consumers[0].closed == 1
+    with LearnerRunner(config(tmp_path), StubLearner()):
+        with pytest.raises(SnapshotInUse):
+            LearnerRunner(config(tmp_path), StubLearner())
+    LearnerRunner(config(tmp_path), StubLearner()).close()
+
+
+def test_run_releases_the_directory_when_it_ends(
+    tmp_path: Path, consumers: list[FakeConsumer]
+) -> None:
+    runner = LearnerRunner(config(tmp_path), StubLearner())
+    stop = threading.Event()
+    stop.set()
+    runner.run(stop)
+    assert consumers[0].closed == 1
+    LearnerRunner(config(tmp_path), StubLearner()).close()
+    with pytest.raises(RuntimeError, match="closed"):
+        runner.snapshot()
+
+
+def test_a_file_as_snapshot_directory_fails_at_start(
+    tmp_path: Path, consumers: list[FakeConsumer]
+) -> None:
+    path = tmp_path / "snapshots"
+    path.write_text("")
+    with pytest.raises(SnapshotDirError, match=f"snapshot directory {path} is not a directory"):
+        LearnerRunner(config(path), StubLearner())  # StubLearner fails the test if trained
+    assert consumers == []
+
+
+def test_too_little_space_for_two_snapshots_fails_at_start(
+    tmp_path: Path, consumers: list[FakeConsumer]
+) -> None:
+    learner = StubLearner()
+    size = sum(a.nbytes for a in learner.state_arrays().values())
+    tight = SnapshotStore(tmp_path, free_bytes=lambda _: 2 * size)  # no room for the headroom
+    with pytest.raises(SnapshotDirError, match="free some space"):
+        LearnerRunner(config(tmp_path), learner, snapshots=tight)
+    assert consumers == []
+    roomy = SnapshotStore(tmp_path, free_bytes=lambda _: 10 * size + (1 << 20))
+    LearnerRunner(config(tmp_path), learner, snapshots=roomy).close()  # and the lock was freed
+
+
+def test_start_removes_leftovers_and_resumes_from_the_newest_valid_version(
+    tmp_path: Path, consumers: list[FakeConsumer]
+) -> None:
+    store = SnapshotStore(tmp_path)
+    for value, offset in ((1.0, 10), (2.0, 20)):
+        grouped: dict[str, dict[str, np.ndarray]] = {
+            "model": {"w": np.full(4, value, np.float32)}, "state": {"n": np.arange(3)},
+        }
+        positions = (Position("s", 0, offset),)
+        store.write(grouped, micro_batches=int(value), samples_trained=5, positions=positions)
+    manifest = store.path(2) / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes().replace(b'"offset": 20', b'"offset": 29'))
+    (tmp_path / ".tmp-killed").mkdir()
+    learner = StubLearner()
+    with LearnerRunner(config(tmp_path), learner) as runner:
+        assert learner.loaded == [1.0]
+        assert runner.positions == {Partition("s", 0): 10}
+        assert runner.stats.micro_batches == 1
+    assert not (tmp_path / ".tmp-killed").exists()
+
+
+def test_no_valid_version_starts_fresh(tmp_path: Path, consumers: list[FakeConsumer]) -> None:
+    (tmp_path / "v000009").mkdir()
+    learner = StubLearner()
+    with LearnerRunner(config(tmp_path), learner) as runner:
+        assert learner.loaded == [] and runner.positions == {} and runner.stats.micro_batches == 0
