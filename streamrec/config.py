@@ -33,6 +33,9 @@ class KafkaConfig(BaseModel):
     events_topic: str = Field("streamrec.events", description="STREAMREC_KAFKA__EVENTS_TOPIC")
     dlq_topic: str = Field("streamrec.events.dlq", description="STREAMREC_KAFKA__DLQ_TOPIC")
     samples_topic: str = Field("streamrec.samples", description="STREAMREC_KAFKA__SAMPLES_TOPIC")
+    samples_dlq_topic: str = Field(
+        "streamrec.samples.dlq", description="STREAMREC_KAFKA__SAMPLES_DLQ_TOPIC (the learner's)"
+    )
     # Partitions bound consumer parallelism; 4 lets a few consumer processes share the load.
     partitions: int = Field(4, ge=1, description="STREAMREC_KAFKA__PARTITIONS (topics we create)")
     # A group join takes about half of session.timeout.ms on the local broker; 6 s keeps
@@ -210,6 +213,9 @@ class LearnerConfig(BaseModel):
     min_batch_samples: int = Field(1, ge=1, description="STREAMREC_LEARNER__MIN_BATCH_SAMPLES")
     snapshot_dir: Path = Field(Path("snapshots"), description="STREAMREC_LEARNER__SNAPSHOT_DIR")
     snapshot_every: int = Field(10, ge=1, description="STREAMREC_LEARNER__SNAPSHOT_EVERY micro-batches")
+    # Micro-batches in a row whose training went non-finite before the learner stops: one
+    # is a bad batch, three in a row is a broken model or stream that needs a person.
+    max_bad_batches: int = Field(3, ge=1, description="STREAMREC_LEARNER__MAX_BAD_BATCHES")
     stop_when_idle_s: float | None = Field(
         None, description="STREAMREC_LEARNER__STOP_WHEN_IDLE_S: stop after this long without samples"
     )

@@ -53,9 +53,15 @@ def create_topics(
 
 
 def ensure_topics(cfg: KafkaConfig) -> None:
-    """Create the events, DLQ and samples topics unless they exist (idempotent)."""
+    """Create the events and samples topics and their dead-letter topics unless they exist
+    (idempotent)."""
     create_topics(
         cfg.bootstrap_servers,
-        {cfg.events_topic: cfg.partitions, cfg.dlq_topic: 1, cfg.samples_topic: cfg.partitions},
+        {
+            cfg.events_topic: cfg.partitions,
+            cfg.dlq_topic: 1,
+            cfg.samples_topic: cfg.partitions,
+            cfg.samples_dlq_topic: 1,
+        },
         client=cfg.client,
     )

@@ -84,10 +84,11 @@ def kafka_config(bootstrap_servers: str, unique_name: str) -> KafkaConfig:
         events_topic=f"events-{unique_name}",
         dlq_topic=f"events-dlq-{unique_name}",
         samples_topic=f"samples-{unique_name}",
+        samples_dlq_topic=f"samples-dlq-{unique_name}",
         partitions=3,
         session_timeout_ms=6000,
     )
-    topics = (cfg.events_topic, cfg.dlq_topic, cfg.samples_topic)
+    topics = (cfg.events_topic, cfg.dlq_topic, cfg.samples_topic, cfg.samples_dlq_topic)
     create_topics(bootstrap_servers, dict.fromkeys(topics, cfg.partitions))
     return cfg
 
