@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from streamrec.config import KafkaConfig
+from streamrec.errors import ServiceError
 from streamrec.kafka.records import Header
 
 logger = logging.getLogger(__name__)
 
 # librdkafka's own log lines (disconnects, retries) go through logging, not raw stderr.
-_client_logger = logging.getLogger("streamrec.kafka.client")
+client_logger = logging.getLogger("streamrec.kafka.client")
+# Time for a broker across a data centre to accept a connection, short enough that an
+# operator with a wrong address hears about it at once.
+CONNECT_TIMEOUT_S = 5.0
 
 
 def produce(
@@ -49,7 +54,7 @@ def producer_config(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:
         # 5 ms of batching lifts throughput an order of magnitude at negligible latency.
         "linger.ms": 5,
         "compression.type": "lz4",
-        "logger": _client_logger,
+        "logger": client_logger,
     }
     conf.update(overrides)
     conf.update(cfg.client)
@@ -67,7 +72,7 @@ def consumer_config(cfg: KafkaConfig, group_id: str, **overrides: Any) -> dict[s
         "session.timeout.ms": cfg.session_timeout_ms,
         "isolation.level": "read_committed",
         "enable.partition.eof": True,  # end-of-partition events feed event-time alignment
-        "logger": _client_logger,
+        "logger": client_logger,
     }
     conf.update(overrides)
     conf.update(cfg.client)
@@ -82,3 +87,29 @@ def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
 def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> Consumer:
     """A consumer with :func:`consumer_config`."""
     return Consumer(consumer_config(cfg, group_id, **overrides))
+
+
+def require_broker(cfg: KafkaConfig, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Return once a bootstrap server accepts a TCP connection; else raise one clear line.
+
+    librdkafka would retry for many seconds and log every refused connection: checking the
+    address first tells the operator what is wrong before any client starts.
+    """
+    problems = []
+    for server in cfg.bootstrap_servers.split(","):
+        host, port = _host_port(server)
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return
+        except OSError as exc:
+            problems.append((exc.strerror or str(exc) or type(exc).__name__).lower())
+    raise ServiceError(
+        f"Kafka broker at {cfg.bootstrap_servers} is unreachable: {'; '.join(dict.fromkeys(problems))}"
+    )
+
+
+def _host_port(server: str) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port`` or ``PROTOCOL://host:port`` as a socket address."""
+    address = server.strip().rpartition("://")[2]
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port or 9092)

@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from streamrec.config import KafkaConfig
 from streamrec.errors import ConfigError, ServiceError
+from streamrec.kafka.clients import client_logger, require_broker
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def create_topics(
     if not topics:
         return
     # The same pass-through options as the producers and consumers (TLS, SASL, ...).
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, **(client or {})})
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "logger": client_logger, **(client or {})})
     new = [NewTopic(name, num_partitions=n) for name, n in topics.items()]
     futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
     failures = []
@@ -54,7 +55,8 @@ def create_topics(
 
 def ensure_topics(cfg: KafkaConfig) -> None:
     """Create the events and samples topics and their dead-letter topics unless they exist
-    (idempotent)."""
+    (idempotent); a broker that cannot be reached is one clear error, at once."""
+    require_broker(cfg)
     create_topics(
         cfg.bootstrap_servers,
         {

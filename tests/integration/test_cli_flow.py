@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from streamrec.config import KafkaConfig, RedisStoreConfig
+from streamrec.local.ports import free_port
+from tests.conftest import MOVIELENS
 from tests.support import small_tables
 
 
@@ -61,3 +65,21 @@ def test_bad_flags_give_one_line_errors(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error:") and "no such file" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["produce", str(MOVIELENS), "--limit", "10"], ["consumers", "run"], ["learner", "run"]],
+    ids=["produce", "consumers", "learner"],
+)
+def test_an_unreachable_broker_is_one_line_at_once(args: list[str], tmp_path: Path) -> None:
+    """Once: 11-14 s and about 195 raw librdkafka lines before a 'controller' timeout."""
+    address = f"127.0.0.1:{free_port()}"
+    env = {**os.environ, "STREAMREC_LEARNER__SNAPSHOT_DIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamrec", *args, "--bootstrap-servers", address],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 1
+    expected = f"error: Kafka broker at {address} is unreachable: connection refused"
+    assert proc.stderr.splitlines() == [expected]
