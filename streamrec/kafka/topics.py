@@ -32,7 +32,8 @@ def create_topics(
     if not topics:
         return
     # The same pass-through options as the producers and consumers (TLS, SASL, ...).
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "logger": client_logger, **(client or {})})
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": client_logger, **(client or {})}
+    admin = AdminClient(conf)
     new = [NewTopic(name, num_partitions=n) for name, n in topics.items()]
     futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
     failures = []

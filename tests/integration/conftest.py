@@ -5,11 +5,14 @@ The whole tier is skipped, with the reason, when the broker or Redis binary is m
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
 from streamrec.errors import ServiceError
 from streamrec.kafka.topics import create_topics
-from streamrec.local.launch import LocalServices, broker_binary, local_services, redis_binary, start_redis
+from streamrec.local.launch import (
+    LocalServices,
+    broker_binary,
+    local_services,
+    redis_binary,
+    start_broker,
+    start_redis,
+)
+from streamrec.local.ports import free_port
+from streamrec.local.processes import ManagedProcess
 from tests.support import small_tables
 
 _HERE = Path(__file__).parent
@@ -211,3 +223,44 @@ def redis_cluster_url(
     finally:
         for proc in procs:
             proc.stop()
+
+
+@dataclass(frozen=True)
+class PrivateService:
+    """A service process of one test's own, and where it listens."""
+
+    proc: ManagedProcess
+    port: int
+
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:<port>``."""
+        return f"127.0.0.1:{self.port}"
+
+    def pause(self) -> None:
+        """Freeze it (SIGSTOP): it holds its connections but answers nothing."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Undo :meth:`pause`."""
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def private_redis(service_binaries: tuple[str, str], tmp_path: Path) -> Iterator[PrivateService]:
+    """A redis-server of this test's own on a free port, to stop, pause or restart."""
+    port = free_port()
+    service = PrivateService(start_redis("127.0.0.1", port, tmp_path / "redis"), port)
+    yield service
+    service.resume()  # a stopped process would not stop
+    service.proc.stop()
+
+
+@pytest.fixture
+def private_broker(service_binaries: tuple[str, str], tmp_path: Path) -> Iterator[PrivateService]:
+    """A Tansu broker of this test's own on a free port, to pause or stop."""
+    port = free_port()
+    service = PrivateService(start_broker("127.0.0.1", port, tmp_path / "broker"), port)
+    yield service
+    service.resume()
+    service.proc.stop()
