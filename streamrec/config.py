@@ -46,6 +46,12 @@ class KafkaConfig(BaseModel):
     max_skew_ms: int | None = Field(
         60_000, ge=0, description="STREAMREC_KAFKA__MAX_SKEW_MS (null: no alignment)"
     )
+    # A broker stall shorter than this is ridden out by calling again; a longer one makes the
+    # broker abort the consumers' open transaction and the batch is redone. It also bounds how
+    # long a consumer killed mid-transaction blocks read_committed readers (on Apache Kafka).
+    transaction_timeout_ms: int = Field(
+        60_000, ge=1000, description="STREAMREC_KAFKA__TRANSACTION_TIMEOUT_MS"
+    )
     # No partition waits longer than this (wall clock) for the others: catching up, event
     # time runs far faster than the clock, so only skewed timestamps ever wait this long.
     max_hold_ms: int = Field(300_000, ge=0, description="STREAMREC_KAFKA__MAX_HOLD_MS")
@@ -124,6 +130,9 @@ class ConsumerConfig(BaseModel):
     # Clock skew allowance: an event more than 5 minutes in the future is rejected.
     max_future_ms: int = Field(300_000, ge=0, description="STREAMREC_CONSUMER__MAX_FUTURE_MS")
     seed: int = Field(0, description="STREAMREC_CONSUMER__SEED (negative sampling)")
+    # How long a batch is redone after Redis or the broker failed before the consumer stops:
+    # five minutes rides out a restart or a failover, and still alerts on a real outage.
+    retry_deadline_s: float = Field(300.0, ge=0, description="STREAMREC_CONSUMER__RETRY_DEADLINE_S")
     # An event id yields its samples once per user within this much of the user's event time.
     # Six hours covers producer retries and an application resending after an outage, at
     # about 100 bytes of Redis per event remembered.

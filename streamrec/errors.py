@@ -68,3 +68,29 @@ class SnapshotWriteError(SnapshotError):
 class InvalidSnapshot(SnapshotError):
     """A snapshot version failed its checks and is skipped: delete it, or restore it from a
     backup if it is the one you need."""
+
+
+class InvalidSample(StreamrecError):
+    """A training sample broke the sample contract; the learner routes it to the samples
+    dead-letter topic and trains on the rest, never raised out."""
+
+
+class TrainingDiverged(StreamrecError):
+    """Training went non-finite (NaN or infinite loss or gradients) on too many micro-batches
+    in a row, or the weights did: nothing was snapshotted from it. Restart from the last
+    snapshot, with a lower learning rate if it recurs, and check the samples it stopped on."""
+
+
+class NonFiniteWeights(TrainingDiverged):
+    """The model's weights are not all finite, so no snapshot was written (serving keeps the
+    last finite one): restart from the last snapshot, with a lower learning rate."""
+
+
+class FeatureStoreUnavailable(FeatureStoreError):
+    """Redis did not answer (down, restarting, failing over): the consumers retry until their
+    deadline; bring Redis back."""
+
+
+class OutageError(StreamrecError):
+    """A service stayed failing past the retry deadline (STREAMREC_CONSUMER__RETRY_DEADLINE_S):
+    bring it back and restart; nothing was lost, the unfinished batch is redone."""

@@ -4,13 +4,19 @@ Per batch: the Redis update (idempotent) first, then one transaction that holds 
 the dead letters and the consumed offsets. A crash anywhere before the commit leaves the
 offsets where they were; the batch is redone, Redis ignores the events it already holds, and
 the aborted samples are never seen by ``read_committed`` readers: exactly-once samples.
+
+When Redis or the broker fails for a while, the batch is redone with backoff, its partitions
+held and the consumer kept in its group, until ``retry_deadline_s``; only then does the
+runner stop, with :class:`~streamrec.errors.OutageError` (see ``streamrec.kafka.transactions``
+for how a transaction survives a broker stall).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-import uuid
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,20 +24,16 @@ from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.processor import BatchResult, SampleBuilder
-from streamrec.errors import TransactionError
+from streamrec.errors import FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
-from streamrec.kafka.clients import make_consumer, make_producer, produce
+from streamrec.kafka.clients import make_consumer, produce
 from streamrec.kafka.records import Partition, Position
-from streamrec.kafka.source import RecordSource
+from streamrec.kafka.source import IdleClock, RecordSource
+from streamrec.kafka.transactions import TransactionalProducer, describe
+from streamrec.retry import Backoff
 
 logger = logging.getLogger(__name__)
-
-# Client-side limit on each transactional call.
-_TXN_TIMEOUT_S = 30.0
-# A transaction left open by a killed process blocks read_committed readers until the broker
-# aborts it: 20 s bounds that stall, while one batch's transaction takes well under a second.
-_TXN_BROKER_TIMEOUT_MS = 20_000
 
 
 @dataclass
@@ -64,26 +66,21 @@ class ConsumerRunner:
             cfg.kafka.max_skew_ms,
             max_hold_ms=cfg.kafka.max_hold_ms,
         )
-        self._producer: Producer = make_producer(
-            cfg.kafka,
-            **{
-                "transactional.id": f"{cfg.consumer.group_id}-{uuid.uuid4().hex}",
-                "transaction.timeout.ms": _TXN_BROKER_TIMEOUT_MS,
-            },
-        )
+        self._transactions = TransactionalProducer(cfg.kafka, cfg.consumer.group_id)
 
     def run(self, stop: threading.Event | None = None) -> ConsumerStats:
         """Process batches until ``stop`` is set or ``stop_when_idle_s`` passes without events."""
         stop = stop or threading.Event()
         ccfg = self._cfg.consumer
         try:
-            self._producer.init_transactions(_TXN_TIMEOUT_S)
             self._source.subscribe()
+            idle = IdleClock(ccfg.stop_when_idle_s, self._source)
             while not stop.is_set():
                 records = self._source.poll(ccfg.batch_size, ccfg.batch_timeout_s)
                 if records:
                     self._handle(records)
-                elif ccfg.stop_when_idle_s is not None and self._source.idle_for() > ccfg.stop_when_idle_s:
+                    idle.busy()  # a batch redone through an outage must not look like idleness
+                elif idle.expired():
                     logger.info("idle for %.1fs, stopping", ccfg.stop_when_idle_s)
                     break
         finally:
@@ -108,19 +105,33 @@ class ConsumerRunner:
         return 0.0 if joined is None else joined - self._source.created_at
 
     def _handle(self, records: Sequence[Message]) -> None:
-        result = self.builder.process(records)
-        fault_point("consumer.after_store")
-        try:
-            self._commit(records, result)
-        except KafkaException as exc:
-            err = exc.args[0]
-            if not err.txn_requires_abort():
-                raise TransactionError(f"transaction failed: {err.str()}") from exc
-            logger.warning("transaction aborted, redoing batch error=%s", err.str())
-            self._producer.abort_transaction(_TXN_TIMEOUT_S)
-            self._source.rewind(_TXN_TIMEOUT_S)
+        """Process and commit one batch, redoing it after a passing failure of Redis or the
+        broker (with backoff, partitions held) until the retry deadline."""
+        retry = Backoff(self._cfg.consumer.retry_deadline_s)
+
+        def wait(reason: str) -> bool:
             self.stats.retries += 1
-            return
+            return self._wait(retry, reason)
+
+        assignments = self._source.assignments
+        while True:
+            try:
+                result = self.builder.process(records)
+                fault_point("consumer.after_store")
+                self._transactions.commit(
+                    functools.partial(self._fill, result=result),
+                    _next_offsets(records),
+                    self._source.consumer.consumer_group_metadata(),
+                    wait,
+                )
+                break
+            except (FeatureStoreUnavailable, KafkaException) as exc:
+                reason = describe(exc)
+                logger.warning("batch failed, redoing it error=%r retries=%d", reason, self.stats.retries)
+                if not wait(reason):
+                    raise OutageError(f"gave up after {retry.deadline_s:g} s of failures: {reason}") from exc
+                if self._source.assignments != assignments:
+                    return  # rebalanced while waiting: the batch is read again by its owner
         self.builder.commit(result)  # the batch's in-memory state moves with its offsets
         self.stats.batches += 1
         self.stats.events += result.events
@@ -134,31 +145,35 @@ class ConsumerRunner:
                 letter.position.key, letter.position.offset, letter.reason,
             )
 
-    def _commit(self, records: Sequence[Message], result: BatchResult) -> None:
+    def _fill(self, producer: Producer, *, result: BatchResult) -> None:
+        """Send a batch's samples and dead letters (inside its transaction)."""
         kcfg = self._cfg.kafka
-        self._producer.begin_transaction()
-        try:
-            for sample in result.samples:
-                produce(
-                    self._producer, kcfg.samples_topic, sample.to_json(),
-                    key=sample.user_id.encode(), timestamp_ms=sample.ts,
-                )
-            limit = self._cfg.consumer.dead_letter_max_bytes
-            for letter in result.dead:
-                produce(
-                    self._producer, kcfg.dlq_topic, letter.record_value(limit), key=letter.key,
-                    timestamp_ms=letter.timestamp_ms, headers=letter.record_headers(limit),
-                )
-            self._producer.send_offsets_to_transaction(
-                _next_offsets(records), self._source.consumer.consumer_group_metadata(), _TXN_TIMEOUT_S
+        for sample in result.samples:
+            produce(
+                producer, kcfg.samples_topic, sample.to_json(),
+                key=sample.user_id.encode(), timestamp_ms=sample.ts,
             )
-            fault_point("consumer.before_commit")
-            self._producer.commit_transaction(_TXN_TIMEOUT_S)
-        except KafkaException:
-            raise  # the caller decides: abort and redo, or fail
-        except BaseException:
-            self._producer.abort_transaction(_TXN_TIMEOUT_S)  # leave no open transaction behind
-            raise
+        limit = self._cfg.consumer.dead_letter_max_bytes
+        for letter in result.dead:
+            produce(
+                producer, kcfg.dlq_topic, letter.record_value(limit), key=letter.key,
+                timestamp_ms=letter.timestamp_ms, headers=letter.record_headers(limit),
+            )
+
+    def _wait(self, retry: Backoff, reason: str) -> bool:
+        """Sleep the next backoff with every partition held, serving the consumer (so it stays
+        in its group); False once the deadline has passed."""
+        pause = retry.next_pause()
+        if pause is None:
+            return False
+        self._source.hold()
+        try:
+            end = time.monotonic() + pause
+            while (left := end - time.monotonic()) > 0:
+                self._source.keepalive(min(left, 1.0))
+        finally:
+            self._source.release()
+        return True
 
 
 def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:
@@ -168,3 +183,4 @@ def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:
         pos = Position.of(msg)
         last[pos.key] = max(last.get(pos.key, -1), pos.offset)
     return [TopicPartition(*key, offset + 1) for key, offset in last.items()]
+

@@ -28,7 +28,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from streamrec.config import RedisStoreConfig
-from streamrec.errors import FeatureStoreError
+from streamrec.errors import FeatureStoreError, FeatureStoreUnavailable
 from streamrec.featurestore.base import (
     Arrival,
     Behaviour,
@@ -92,6 +92,18 @@ end
 for k = 1, 3 do redis.call('PEXPIRE', KEYS[k], ttl) end
 return {verdicts, out}
 """
+# A Redis that stops answering must not hang a batch: a pipeline of a few thousand small
+# scripts takes milliseconds, so 5 s means Redis is gone (the caller retries).
+_CLIENT_DEFAULTS: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+# Errors that say Redis is away for now rather than that the request is wrong.
+_UNAVAILABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+)
 # ARGV: ts, ttl_ms. Records the first-seen time once; returns the recorded one.
 _FIRST_SEEN_LUA = """
 redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
@@ -113,10 +125,11 @@ class RedisFeatureStore(FeatureStore):
         super().__init__(length, dedup_horizon_ms)
         self._prefix = cfg.key_prefix
         self._ttl_ms = cfg.ttl_s * 1000
+        options = {**_CLIENT_DEFAULTS, **cfg.client}
         self._redis: redis.Redis | RedisCluster = client or (
-            RedisCluster.from_url(cfg.url, decode_responses=True, **cfg.client)
+            RedisCluster.from_url(cfg.url, decode_responses=True, **options)
             if cfg.cluster
-            else redis.Redis.from_url(cfg.url, decode_responses=True, **cfg.client)
+            else redis.Redis.from_url(cfg.url, decode_responses=True, **options)
         )
         self._shas: tuple[str, str] | None = None  # loaded on first use, again after NOSCRIPT
 
@@ -195,6 +208,8 @@ class RedisFeatureStore(FeatureStore):
                 pipe = self._redis.pipeline(transaction=False)
                 queue(pipe, self._scripts(reload=True))
                 return list(pipe.execute())
+        except _UNAVAILABLE as exc:
+            raise FeatureStoreUnavailable(f"redis unavailable: {exc}") from exc
         except redis.RedisError as exc:
             raise FeatureStoreError(f"redis pipeline failed: {exc}") from exc
 

@@ -9,6 +9,7 @@ restart from positions: no one else touches the consumer's partitions.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -78,8 +79,8 @@ class RecordSource:
         return 0 if self._aligner is None else self._aligner.forced
 
     def idle_for(self) -> float:
-        """Seconds since new records last came out (or since the group join); 0 before the
-        join and while the aligner holds records back, which are still to come."""
+        """Seconds since new records last came out (or since the last group join); 0 while
+        (re)joining the group and while the aligner holds records back, still to come."""
         if self._last_new is None or (self._aligner is not None and self._aligner.buffered()):
             return 0.0
         return self._clock() - self._last_new
@@ -90,7 +91,8 @@ class RecordSource:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.joined_at is None:
-            self.joined_at = self._last_new = self._clock()
+            self.joined_at = self._clock()
+        self._last_new = self._clock()  # idleness counts from each (re)join
         self.assignments += 1
         if self._start_at is not None:
             for tp in partitions:
@@ -103,6 +105,7 @@ class RecordSource:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         logger.info("revoked partitions=%s", ",".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
+        self._last_new = None  # rejoining the group is not idleness
         self._reset([])
 
     def _reset(self, partitions: list[Partition]) -> None:
@@ -214,3 +217,43 @@ class RecordSource:
     def close(self) -> None:
         """Leave the group."""
         self.consumer.close()
+
+
+class IdleClock:
+    """When a loop reading a source should stop for lack of input: ``limit_s`` after the source
+    last had new records and the loop last finished work, counted only once ``upstream_done``
+    (if given) is set, so a slow producer (a consumer still joining its group, say) does not
+    end the run early. ``limit_s`` None never stops."""
+
+    def __init__(
+        self,
+        limit_s: float | None,
+        source: RecordSource,
+        upstream_done: threading.Event | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Watch ``source``."""
+        self._limit_s = limit_s
+        self._source = source
+        self._upstream = upstream_done
+        self._clock = clock
+        self._idle_since = clock()
+        self._upstream_since: float | None = None
+
+    def busy(self) -> None:
+        """Work just finished (a batch, a training step, a retry): idleness counts from now."""
+        self._idle_since = self._clock()
+
+    def expired(self) -> bool:
+        """Whether the run should stop now."""
+        if self._limit_s is None:
+            return False
+        now = self._clock()
+        idle = min(self._source.idle_for(), now - self._idle_since)
+        if self._upstream is not None:
+            if not self._upstream.is_set():
+                return False
+            if self._upstream_since is None:
+                self._upstream_since = now
+            idle = min(idle, now - self._upstream_since)
+        return idle > self._limit_s

@@ -242,8 +242,9 @@ class PrivateService:
         os.kill(self.proc.pid, signal.SIGSTOP)
 
     def resume(self) -> None:
-        """Undo :meth:`pause`."""
-        os.kill(self.proc.pid, signal.SIGCONT)
+        """Undo :meth:`pause` (nothing to do once it has stopped)."""
+        if self.proc.alive():
+            os.kill(self.proc.pid, signal.SIGCONT)
 
 
 @pytest.fixture

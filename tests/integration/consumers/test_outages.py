@@ -1,0 +1,111 @@
+"""The consumer rides out Redis and broker outages: it retries with backoff (abort, redo) up to
+a deadline, and only then stops with one clear line. Each service here is the test's own."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
+from streamrec.errors import OutageError
+from streamrec.events import Event
+from streamrec.kafka.topics import ensure_topics
+from streamrec.producer import publish
+from streamrec.samples import Sample
+from tests.integration.conftest import PrivateService, read_committed
+
+
+def config(kafka: KafkaConfig, redis_url: str, unique: str, deadline_s: float = 120.0) -> StreamrecConfig:
+    return StreamrecConfig.model_validate({
+        "kafka": kafka,
+        "store": RedisStoreConfig(url=redis_url, key_prefix=unique, client={"socket_timeout": 1.0}),
+        "consumer": {
+            "group_id": f"c-{unique}", "stop_when_idle_s": 3.0, "batch_size": 100,
+            "retry_deadline_s": deadline_s,
+        },
+    })
+
+
+def run_in_thread(runner: ConsumerRunner) -> tuple[threading.Thread, list[ConsumerStats | BaseException]]:
+    out: list[ConsumerStats | BaseException] = []
+
+    def target() -> None:
+        try:
+            out.append(runner.run())
+        except BaseException as exc:  # handed to the test
+            out.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, out
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def assert_exactly_once(kafka: KafkaConfig, events: list[Event]) -> None:
+    records = read_committed(kafka.bootstrap_servers, kafka.samples_topic)
+    samples = [Sample.from_json(m.value() or b"") for m in records]
+    ids = [s.sample_id for s in samples]
+    assert len(ids) == len(set(ids)), "a sample was emitted twice"
+    assert {i for i in ids if "~n" not in i} == {e.event_id for e in events if e.action in ("pv", "click")}
+
+
+def test_a_redis_pause_is_ridden_out(
+    kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event]
+) -> None:
+    events = clicks[:3000]
+    cfg = config(kafka_config, f"redis://{private_redis.address}/0", unique_name)
+    publish(events, kafka_config)
+    runner = ConsumerRunner(cfg)
+    thread, out = run_in_thread(runner)
+    wait_for(lambda: runner.stats.batches >= 2)
+    private_redis.pause()
+    time.sleep(4)  # the outage itself: several socket timeouts long
+    private_redis.resume()
+    thread.join(120)
+    assert isinstance(out[0], ConsumerStats), out
+    assert out[0].events == len(events) and out[0].retries >= 1
+    assert_exactly_once(kafka_config, events)
+
+
+def test_a_redis_that_stays_down_ends_in_one_clear_error_after_the_deadline(
+    kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event]
+) -> None:
+    cfg = config(kafka_config, f"redis://{private_redis.address}/0", unique_name, deadline_s=3.0)
+    publish(clicks[:500], kafka_config)
+    private_redis.proc.stop()
+    with pytest.raises(OutageError, match=r"gave up after 3 s.*redis"):
+        ConsumerRunner(cfg).run()
+
+
+def test_a_broker_stall_longer_than_the_transaction_timeout_is_ridden_out(
+    private_broker: PrivateService, redis_url: str, unique_name: str, clicks: list[Event]
+) -> None:
+    """Once: a stall over ~20 s ended the consumer with 'transaction failed ... Timed out'."""
+    kafka = KafkaConfig(
+        bootstrap_servers=private_broker.address, partitions=3, session_timeout_ms=6000,
+        events_topic=f"ev-{unique_name}", dlq_topic=f"dlq-{unique_name}",
+        samples_topic=f"s-{unique_name}", samples_dlq_topic=f"sdlq-{unique_name}",
+    )
+    ensure_topics(kafka)
+    events = clicks[:3000]
+    publish(events, kafka)
+    runner = ConsumerRunner(config(kafka, redis_url, unique_name))
+    thread, out = run_in_thread(runner)
+    wait_for(lambda: runner.stats.batches >= 2)
+    private_broker.pause()
+    time.sleep(25)
+    private_broker.resume()
+    thread.join(180)
+    assert isinstance(out[0], ConsumerStats), out
+    assert out[0].events == len(events)
+    assert_exactly_once(kafka, events)
