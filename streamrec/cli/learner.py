@@ -17,12 +17,18 @@ app = typer.Typer(help="Train DIN incrementally on the samples stream.", no_args
 
 
 def print_report(report: MicroBatchReport) -> None:
-    """One line per micro-batch: progressive metrics, scored before training."""
+    """One line per micro-batch: progressive metrics, scored before training; then what was
+    dead-lettered and how many steps were skipped as not finite, when any were."""
     m = report.metrics
+    problems = ""
+    if report.dead:
+        problems += f"  dead-lettered {report.dead}"
+    if report.skipped_steps:
+        problems += f"  skipped {report.skipped_steps}/{report.steps} non-finite steps"
     console.print(
         f"micro-batch {report.index:>4}  samples {m.samples:>6}  AUC {m.auc:.4f}  "
         f"GAUC {m.gauc:.4f}  known-target AUC {m.known_auc:.4f} (n={m.known_samples})  "
-        f"logloss {m.logloss:.4f}  trained in {report.train_seconds:.2f}s",
+        f"logloss {m.logloss:.4f}  trained in {report.train_seconds:.2f}s{problems}",
         highlight=False,
     )
 
@@ -66,4 +72,8 @@ def run(
             snapshots=store,
         ) as runner:
             stats = runner.run(stop_on_signals())
-        console.print(f"trained {stats.micro_batches} micro-batches, {stats.samples_trained} samples")
+        console.print(
+            f"trained {stats.micro_batches} micro-batches, {stats.samples_trained} samples; "
+            f"dead-lettered {stats.dead} samples to {cfg.kafka.samples_dlq_topic}; "
+            f"{stats.bad_batches} bad micro-batches ({stats.skipped_steps} steps skipped)"
+        )

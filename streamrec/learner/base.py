@@ -8,12 +8,38 @@ columns; a model encodes them as it needs (hashing, id tables).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from streamrec.learner.batch import Batch
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    """What one :meth:`Learner.learn_many` call did.
+
+    A step whose loss or gradients were not finite (NaN or infinite) is skipped, leaving the
+    weights as they were: one poisoned step would otherwise spread NaN through every weight.
+    The loop counts a micro-batch with a skipped step as bad, and stops after several in a row.
+
+    Attributes:
+        loss: Mean training loss over the samples of the steps taken; NaN when none was.
+        steps: Optimizer steps attempted (taken and skipped).
+        skipped_steps: Steps skipped for a non-finite loss or gradient.
+    """
+
+    loss: float = math.nan
+    steps: int = 0
+    skipped_steps: int = 0
+
+    @property
+    def bad(self) -> bool:
+        """Whether any step was skipped."""
+        return self.skipped_steps > 0
 
 
 class Learner(Protocol):
@@ -27,8 +53,8 @@ class Learner(Protocol):
         """Positive-class probabilities, float64 [B]; changes nothing."""
         ...
 
-    def learn_many(self, batch: Batch) -> float:
-        """Train on the labelled batch; returns the mean training loss (NaN when empty)."""
+    def learn_many(self, batch: Batch) -> TrainResult:
+        """Train on the labelled batch, skipping any step that is not finite."""
         ...
 
     def is_known(self, batch: Batch) -> np.ndarray:

@@ -43,8 +43,12 @@ class Batch:
     def from_samples(cls, samples: Sequence[Sample]) -> Batch:
         """Columns of ``samples``.
 
+        Decoding (:meth:`Sample.from_json`) already refuses both; these checks guard samples
+        built in code, since one NaN label (from ``None``) poisons every weight.
+
         Raises:
-            ValueError: If a sample's item and category sequences differ in length.
+            ValueError: If a sample's item and category sequences differ in length, or a
+                label is not 0 or 1.
         """
         for s in samples:
             if len(s.seq_items) != len(s.seq_categories):
@@ -52,11 +56,12 @@ class Batch:
                     f"sample {s.sample_id}: {len(s.seq_items)} items but "
                     f"{len(s.seq_categories)} categories in its sequence"
                 )
+        label = _labels(samples)
         return cls(
             sample_ids=[s.sample_id for s in samples],
             user_ids=np.array([s.user_id for s in samples], dtype=np.str_),
             ts=np.fromiter((s.ts for s in samples), dtype=np.int64, count=len(samples)),
-            label=np.fromiter((s.label for s in samples), dtype=np.float32, count=len(samples)),
+            label=label,
             item_ids=[s.item_id for s in samples],
             category_ids=[s.category_id for s in samples],
             seq_lengths=np.fromiter((len(s.seq_items) for s in samples), dtype=np.int64, count=len(samples)),
@@ -77,6 +82,16 @@ class Batch:
     def sequence_ids(self, feature: Feature) -> Sequence[str]:
         """[N] the ids of a behaviour feature along every sample's sequence."""
         return {"item": self.seq_items, "category": self.seq_categories}[feature]
+
+
+def _labels(samples: Sequence[Sample]) -> np.ndarray:
+    """float32 [B] labels, each exactly 0 or 1 (``None`` would read as NaN)."""
+    label = np.fromiter((s.label for s in samples), dtype=np.float32, count=len(samples))
+    bad = np.flatnonzero((label != 0) & (label != 1))
+    if len(bad):
+        s = samples[int(bad[0])]
+        raise ValueError(f"sample {s.sample_id}: label must be 0 or 1, got {s.label!r}")
+    return label
 
 
 @dataclass(frozen=True, eq=False)

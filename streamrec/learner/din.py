@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import paddle
 
 from streamrec.config import ModelConfig
 from streamrec.errors import SnapshotError
+from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch, EncodedBatch, encode
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.model import DIN, DINTrain
@@ -75,6 +76,7 @@ class DINLearner:
             lazy_mode=SPARSE_EMBEDDINGS,
         )
         self._slots = _create_optimizer_slots(self._optimizer, self.train_module)
+        self._params = list(self.train_module.parameters())
         item = cfg.table("item")
         self._item_table = None if item is None else item.name
         self.known_items = np.zeros(0 if item is None else item.buckets, dtype=np.uint8)
@@ -105,42 +107,57 @@ class DINLearner:
                 out[start : start + len(part)] = paddle.nn.functional.sigmoid(logits).numpy()
         return out
 
-    def learn_many(self, batch: Batch) -> float:
+    def learn_many(self, batch: Batch) -> TrainResult:
         """Train ``cfg.passes`` passes of shuffled mini-batches over ``batch``, then mark its
         items known.
 
         Returns:
-            The mean training loss over every sample of every pass; NaN for an empty batch.
+            The mean training loss over every sample of every step taken (NaN for an empty
+            batch, or when every step was skipped), and the steps attempted and skipped.
         """
         encoded = self.encode(batch)
-        loss = self.learn_encoded(encoded)
+        result = self.learn_encoded(encoded)
         if self._item_table is not None and len(encoded):
             self.known_items[encoded.targets[self._item_table]] = 1
             self.known_items[encoded.sequences[self._item_table].ravel()] = 1
             self.known_items[PADDING_BUCKET] = 0
-        return loss
+        return result
 
-    def learn_encoded(self, encoded: EncodedBatch) -> float:
+    def learn_encoded(self, encoded: EncodedBatch) -> TrainResult:
         """The training passes of :meth:`learn_many` on an already encoded batch."""
         if len(encoded) == 0:
-            return math.nan
+            return TrainResult()
         self.train_module.train()
         # Seeded by (seed, call count), both in state_arrays, so a restored learner shuffles
         # the next batch exactly as the original would have.
         rng = np.random.default_rng([self._shuffle_seed, self._learn_calls])
         size = self.cfg.train_batch_size
         total = paddle.zeros([], dtype="float32")
+        trained = steps = skipped = 0
         for _ in range(self.cfg.passes):
             order = rng.permutation(len(encoded))
             for start in range(0, len(encoded), size):
                 part = encoded.take(order[start : start + size])
-                loss = self.train_module(*self._inputs(part), paddle.to_tensor(part.label))
-                loss.backward()
-                self._optimizer.step()
-                self._optimizer.clear_grad()
-                total += loss.detach() * len(part)
+                loss = self._step(part)
+                steps += 1
+                if loss is None:
+                    skipped += 1
+                    continue
+                total += loss * len(part)
+                trained += len(part)
         self._learn_calls += 1
-        return float(total) / (len(encoded) * self.cfg.passes)
+        return TrainResult(float(total) / trained if trained else math.nan, steps, skipped)
+
+    def _step(self, part: EncodedBatch) -> paddle.Tensor | None:
+        """One optimizer step on a mini-batch: its loss, or None, with the weights and the
+        optimizer's state untouched, when the loss or a gradient is not finite."""
+        loss = self.train_module(*self._inputs(part), paddle.to_tensor(part.label))
+        loss.backward()
+        finite = _all_finite([loss, *(p.grad for p in self._params if p.grad is not None)])
+        if finite:
+            self._optimizer.step()
+        self._optimizer.clear_grad()
+        return loss.detach() if finite else None
 
     def is_known(self, batch: Batch) -> np.ndarray:
         """Bool [B]: whether each target's item row was trained on before."""
@@ -194,6 +211,24 @@ class DINLearner:
             [paddle.to_tensor(a) for a in encoded.sequences.values()],
             [paddle.to_tensor(a) for a in encoded.context.values()],
         )
+
+
+def _all_finite(tensors: Sequence[paddle.Tensor]) -> bool:
+    """Whether every element of every tensor is finite, in one device-to-host sync.
+
+    A sparse embedding gradient (rows) is checked by its values. The sync per step is the
+    price of skipping a poisoned step before it is applied.
+    """
+    flags = [paddle.isfinite(_dense(t)).all() for t in tensors]
+    return bool(paddle.stack(flags).all())
+
+
+def _dense(tensor: paddle.Tensor) -> paddle.Tensor:
+    """The values of a tensor: itself, or a sparse gradient's rows of values."""
+    if tensor.is_selected_rows():
+        # Private API: Paddle has no public accessor for a SelectedRows gradient's values.
+        return tensor._get_tensor_from_selected_rows()
+    return tensor
 
 
 def _create_optimizer_slots(

@@ -7,6 +7,13 @@ after the snapshot is durable); a restarted learner loads the newest valid snaps
 resumes from its positions. The snapshot directory is locked for the runner's life: one
 learner per directory.
 
+Bad input never stops the loop, and bad training never reaches a snapshot: a sample that
+breaks the contract is dead-lettered to ``samples_dlq_topic`` (acknowledged before the
+positions pass it); a training step whose loss or gradients are not finite is skipped; after
+``max_bad_batches`` micro-batches in a row with skipped steps the learner stops with
+:class:`~streamrec.errors.TrainingDiverged`, and a snapshot whose weights are not all finite
+is refused (:class:`~streamrec.errors.NonFiniteWeights`).
+
 Control flows one way: the model is any :class:`~streamrec.learner.base.Learner` and is only
 called, never calls back. A step runs on a worker thread while this loop keeps the consumer
 alive (partitions held, rebalance callbacks served here), however long the step takes.
@@ -17,24 +24,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
+from typing import TypeVar
 
 import numpy as np
 from confluent_kafka import KafkaException, Message
 
 from streamrec.config import StreamrecConfig
+from streamrec.deadletters import DeadLetter
+from streamrec.errors import NonFiniteWeights, TrainingDiverged
 from streamrec.faults import fault_point
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.records import Partition, Position
-from streamrec.kafka.source import RecordSource
-from streamrec.learner.base import Learner
+from streamrec.kafka.source import IdleClock, RecordSource
+from streamrec.learner.base import Learner, TrainResult
 from streamrec.learner.batch import Batch
+from streamrec.learner.intake import DeadLetterWriter, decode, log_dead
 from streamrec.learner.metrics import BatchMetrics
 from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
-from streamrec.samples import Sample
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +52,8 @@ logger = logging.getLogger(__name__)
 _POLL_S = 0.5
 # Keep-alive polls while a step runs: well under any max.poll.interval.ms.
 _KEEPALIVE_S = 1.0
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -52,25 +64,32 @@ class MicroBatchReport:
     metrics: BatchMetrics
     first_ts: int  # event-time range of the micro-batch's samples, epoch ms
     last_ts: int
-    loss: float
+    loss: float  # mean over the steps taken; NaN when every step was skipped
     score_seconds: float
     train_seconds: float
+    dead: int = 0  # records of the micro-batch dead-lettered instead of trained on
+    steps: int = 0  # optimizer steps attempted
+    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient: a bad batch
 
 
 @dataclass
 class LearnerStats:
-    """Running totals of one runner, restored from the snapshot it resumed."""
+    """Running totals of one runner. ``micro_batches`` and ``samples_trained`` are restored
+    from the snapshot it resumed; the others count this runner's life only."""
 
     micro_batches: int = 0
     samples_trained: int = 0
     last_metrics: dict[str, float] = field(default_factory=dict)
+    dead: int = 0  # records dead-lettered to samples_dlq_topic
+    bad_batches: int = 0  # micro-batches with a skipped (non-finite) step
+    skipped_steps: int = 0
 
 
 @dataclass(frozen=True)
 class _StepResult:
     probs: np.ndarray
     known: np.ndarray
-    loss: float
+    train: TrainResult
     score_seconds: float
     train_seconds: float
 
@@ -85,13 +104,15 @@ class LearnerRunner:
         on_report: Callable[[MicroBatchReport], None] | None = None,
         on_snapshot: Callable[[SnapshotManifest], None] | None = None,
         snapshots: SnapshotStore | None = None,
+        dead_letters: DeadLetterWriter | None = None,
     ) -> None:
         """Train ``learner``; restore it from the newest valid snapshot in ``snapshot_dir``.
 
         The snapshot directory is locked for the runner's life (until :meth:`run` ends or
         :meth:`close`), and checked before anything is trained, so a second learner, a
         directory that is a file, read-only or full fails here. ``snapshots`` replaces the
-        store made from ``cfg`` (tests inject one with a free-space function).
+        store made from ``cfg`` (tests inject one with a free-space function);
+        ``dead_letters`` the writer to ``cfg.kafka.samples_dlq_topic``.
 
         Raises:
             SnapshotInUse: another learner holds the snapshot directory.
@@ -106,6 +127,12 @@ class LearnerRunner:
         # The next offset to train per partition: moves with the model, read at assignment.
         self.positions: dict[Partition, int] = {}
         self._snapshotted_at = 0  # micro_batches at the last snapshot
+        self._snapshotted_positions: dict[Partition, int] = {}  # positions at the last one
+        self._bad_in_row = 0  # micro-batches in a row with skipped steps
+        # The consumers' limit: it is the broker's record size that bounds both DLQs.
+        self._dead_letters = dead_letters or DeadLetterWriter(
+            cfg.kafka, cfg.consumer.dead_letter_max_bytes
+        )
         self._lock = self.snapshots.lock()
         self._closed = False
         try:
@@ -134,6 +161,7 @@ class LearnerRunner:
         self.stats.micro_batches = self._snapshotted_at = manifest.micro_batches
         self.stats.samples_trained = manifest.samples_trained
         self.positions.update({p.key: p.offset for p in manifest.positions})
+        self._snapshotted_positions = dict(self.positions)
         logger.info(
             "restored snapshot version=%d micro_batches=%d", manifest.version, manifest.micro_batches
         )
@@ -175,13 +203,14 @@ class LearnerRunner:
         stop = stop or threading.Event()
         lcfg = self._cfg.learner
         self._source.subscribe()
-        idle = _IdleClock(lcfg.stop_when_idle_s, self._source, upstream_done)
+        idle = IdleClock(lcfg.stop_when_idle_s, self._source, upstream_done)
         try:
             with ThreadPoolExecutor(1, thread_name_prefix="streamrec-train") as worker:
                 while not stop.is_set():
                     records = self._collect(stop, idle)
                     if len(records) >= lcfg.min_batch_samples:
                         self._train(records, worker)
+                        idle.busy()  # a long step is not idleness: samples wait held meanwhile
                         fault_point("learner.after_train")
                         if self.stats.micro_batches - self._snapshotted_at >= lcfg.snapshot_every:
                             self.snapshot()
@@ -190,13 +219,13 @@ class LearnerRunner:
                     if idle.expired():
                         logger.info("no samples for %.1fs, stopping", lcfg.stop_when_idle_s)
                         break
-            if self.stats.micro_batches > self._snapshotted_at:
+            if self._unsnapshotted():
                 self.snapshot()  # never leave trained-but-unsnapshotted progress behind
         finally:
             self.close()  # the consumer and the snapshot directory's lock
         return self.stats
 
-    def _collect(self, stop: threading.Event, idle: _IdleClock) -> list[Message]:
+    def _collect(self, stop: threading.Event, idle: IdleClock) -> list[Message]:
         """Gather samples for one interval, until the batch is full or the stream goes idle."""
         lcfg = self._cfg.learner
         records: list[Message] = []
@@ -211,33 +240,84 @@ class LearnerRunner:
         self._source.unread(records[cut:])
         return records[:cut]
 
+    def _unsnapshotted(self) -> bool:
+        """Whether training or positions (past dead letters, say) moved since the last snapshot."""
+        return (
+            self.stats.micro_batches > self._snapshotted_at
+            or self.positions != self._snapshotted_positions
+        )
+
     def _train(self, records: Sequence[Message], worker: ThreadPoolExecutor) -> None:
-        samples = [Sample.from_json(m.value() or b"") for m in records]
-        batch = Batch.from_samples(samples)
+        """Dead-letter the invalid records, score then train on the rest, move the positions."""
         assignments = self._source.assignments
+        intake = decode(records)
+        self._dead_letter(intake.dead, worker)  # durable before any position passes them
+        if not intake.samples:
+            self._advance_positions(records, assignments)
+            return
+        batch = Batch.from_samples(intake.samples)
         result = self._run_held(worker.submit(self._step, batch))
+        self._advance_positions(records, assignments)
+        report = self._record(batch, result, len(intake.dead))
+        if self._on_report is not None:
+            self._on_report(report)
+        self._count_bad(report)
+
+    def _dead_letter(self, letters: Sequence[DeadLetter], worker: ThreadPoolExecutor) -> None:
+        """Write dead letters and wait for the broker's acknowledgement, on the worker thread
+        so the consumer stays served however long the broker takes."""
+        if not letters:
+            return
+        self._run_held(worker.submit(self._dead_letters.write, letters))
+        self.stats.dead += len(letters)
+        log_dead(letters, self._dead_letters.topic)
+
+    def _record(self, batch: Batch, result: _StepResult, dead: int) -> MicroBatchReport:
+        """Count a trained micro-batch in the stats; log and return its report."""
         metrics = BatchMetrics.compute(batch.label, result.probs, batch.user_ids, result.known)
-        self._advance_positions(records)
-        if self._source.assignments != assignments:
-            # A rebalance during the step started the new assignment from the positions
-            # before it: read on from the positions after it instead.
-            self._source.seek(self.positions)
         self.stats.micro_batches += 1
         self.stats.samples_trained += len(batch)
         self.stats.last_metrics = dict(asdict(metrics))
+        train = result.train
         report = MicroBatchReport(
             self.stats.micro_batches, metrics, int(batch.ts.min()), int(batch.ts.max()),
-            result.loss, result.score_seconds, result.train_seconds,
+            train.loss, result.score_seconds, result.train_seconds,
+            dead=dead, steps=train.steps, skipped_steps=train.skipped_steps,
         )
         logger.info(
-            "micro_batch index=%d samples=%d auc=%.4f gauc=%.4f known_auc=%.4f novelty_auc=%.4f "
-            "logloss=%.4f loss=%.4f score_seconds=%.3f train_seconds=%.3f",
-            report.index, metrics.samples, metrics.auc, metrics.gauc, metrics.known_auc,
-            metrics.novelty_auc, metrics.logloss, result.loss, report.score_seconds,
-            report.train_seconds,
+            "micro_batch index=%d samples=%d dead=%d auc=%.4f gauc=%.4f known_auc=%.4f "
+            "novelty_auc=%.4f logloss=%.4f loss=%.4f steps=%d skipped_steps=%d "
+            "score_seconds=%.3f train_seconds=%.3f",
+            report.index, metrics.samples, dead, metrics.auc, metrics.gauc, metrics.known_auc,
+            metrics.novelty_auc, metrics.logloss, train.loss, train.steps, train.skipped_steps,
+            report.score_seconds, report.train_seconds,
         )
-        if self._on_report is not None:
-            self._on_report(report)
+        return report
+
+    def _count_bad(self, report: MicroBatchReport) -> None:
+        """Count a micro-batch with skipped steps; stop after ``max_bad_batches`` in a row.
+
+        Raises:
+            TrainingDiverged: This was the ``max_bad_batches``-th bad micro-batch in a row.
+        """
+        if report.skipped_steps == 0:
+            self._bad_in_row = 0
+            return
+        limit = self._cfg.learner.max_bad_batches
+        self._bad_in_row += 1
+        self.stats.bad_batches += 1
+        self.stats.skipped_steps += report.skipped_steps
+        logger.warning(
+            "bad micro_batch index=%d skipped_steps=%d steps=%d bad_in_row=%d max_bad_batches=%d",
+            report.index, report.skipped_steps, report.steps, self._bad_in_row, limit,
+        )
+        if self._bad_in_row >= limit:
+            raise TrainingDiverged(
+                f"training was not finite in {self._bad_in_row} micro-batches in a row "
+                f"(up to micro-batch {report.index}: {report.skipped_steps} of {report.steps} "
+                f"steps skipped); stopped before snapshotting it: restart from the last "
+                f"snapshot, with a lower learning rate if this recurs"
+            )
 
     def _step(self, batch: Batch) -> _StepResult:
         """Score, then train: on the worker thread, touching nothing but the learner."""
@@ -245,11 +325,12 @@ class LearnerRunner:
         probs = self.learner.predict_many(batch)
         known = self.learner.is_known(batch)
         scored = time.monotonic()
-        loss = self.learner.learn_many(batch)
-        return _StepResult(probs, known, loss, scored - start, time.monotonic() - scored)
+        train = self.learner.learn_many(batch)
+        return _StepResult(probs, known, train, scored - start, time.monotonic() - scored)
 
-    def _run_held(self, step: Future[_StepResult]) -> _StepResult:
-        """Wait for a step with every partition held, serving the consumer meanwhile."""
+    def _run_held(self, step: Future[_T]) -> _T:
+        """Wait for work on the worker thread with every partition held, serving the consumer
+        meanwhile."""
         self._source.hold()
         try:
             while True:
@@ -260,15 +341,21 @@ class LearnerRunner:
         finally:
             self._source.release()
 
-    def _advance_positions(self, trained: Sequence[Message]) -> None:
-        """Move each partition's position past what was trained, but never past a record
-        still waiting to be trained (event-time order can put a lower offset there)."""
-        for msg in trained:
+    def _advance_positions(self, handled: Sequence[Message], assignments: int) -> None:
+        """Move each partition's position past what was trained or dead-lettered, but never
+        past a record still waiting (event-time order can put a lower offset there).
+
+        ``assignments`` is the source's count when the micro-batch began: a rebalance since
+        started the new assignment from the positions before it, so read on from these.
+        """
+        for msg in handled:
             pos = Position.of(msg)
             self.positions[pos.key] = max(self.positions.get(pos.key, 0), pos.offset + 1)
         for key, offset in self._source.unread_floor().items():
             if self.positions.get(key, 0) > offset:
                 self.positions[key] = offset
+        if self._source.assignments != assignments:
+            self._source.seek(self.positions)
 
     def _serve_requests(self) -> None:
         for request_id in self.snapshots.pending_requests():
@@ -280,12 +367,15 @@ class LearnerRunner:
 
         Raises:
             SnapshotWriteError: the snapshot could not be written (nothing is left behind).
+            NonFiniteWeights: a weight is NaN or infinite; nothing is written.
         """
         if self._closed:
             raise RuntimeError("snapshot() on a closed LearnerRunner: it no longer holds the lock")
+        arrays = self.learner.state_arrays()
+        _require_finite(arrays, self.stats.micro_batches)
         positions = tuple(Position(*key, offset) for key, offset in sorted(self.positions.items()))
         manifest = self.snapshots.write(
-            _grouped(self.learner.state_arrays()),
+            _grouped(arrays),
             micro_batches=self.stats.micro_batches,
             samples_trained=self.stats.samples_trained,
             positions=positions,
@@ -298,6 +388,7 @@ class LearnerRunner:
             request_id=request_id,
         )
         self._snapshotted_at = self.stats.micro_batches
+        self._snapshotted_positions = dict(self.positions)
         if positions:
             try:
                 self._source.consumer.commit(
@@ -317,31 +408,22 @@ class LearnerRunner:
         return manifest
 
 
-class _IdleClock:
-    """When to stop for lack of samples: ``limit_s`` after the source last had new records,
-    counted only once ``upstream_done`` (if given) is set, so a slow producer of samples (a
-    consumer still joining its group, say) does not end the run early."""
+def _require_finite(arrays: Mapping[str, np.ndarray], micro_batches: int) -> None:
+    """Refuse state whose floating-point arrays are not all finite: serving would load it.
 
-    def __init__(
-        self, limit_s: float | None, source: RecordSource, upstream_done: threading.Event | None
-    ) -> None:
-        self._limit_s = limit_s
-        self._source = source
-        self._upstream = upstream_done
-        self._upstream_since: float | None = None
-
-    def expired(self) -> bool:
-        """Whether the run should stop now."""
-        if self._limit_s is None:
-            return False
-        idle = self._source.idle_for()
-        if self._upstream is not None:
-            if not self._upstream.is_set():
-                return False
-            if self._upstream_since is None:
-                self._upstream_since = time.monotonic()
-            idle = min(idle, time.monotonic() - self._upstream_since)
-        return idle > self._limit_s
+    Raises:
+        NonFiniteWeights: naming the arrays (weights or optimizer moments) that are not.
+    """
+    bad = [
+        key for key, array in arrays.items()
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all()
+    ]
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise NonFiniteWeights(
+            f"not snapshotting micro-batch {micro_batches}: {len(bad)} state arrays hold NaN or "
+            f"infinite values ({shown}); restart from the last snapshot"
+        )
 
 
 def _grouped(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:

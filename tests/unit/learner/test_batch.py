@@ -91,3 +91,11 @@ def test_table_configs_are_checked() -> None:
         ModelConfig.model_validate({"tables": [*small_tables(), *small_tables()]})
     with pytest.raises(ValueError, match="behaviour table"):
         ModelConfig.model_validate({"tables": [{"name": "user", "feature": "user", "buckets": 8}]})
+
+
+@pytest.mark.parametrize("label", [None, 2, 0.5, float("nan")])
+def test_a_label_other_than_0_or_1_never_becomes_a_column(label: Any) -> None:
+    """Decoding refuses such samples; a Sample built in code is refused here too, because a
+    NaN label (from ``None``) once turned every weight of the model to NaN."""
+    with pytest.raises(ValueError, match="label must be 0 or 1"):
+        Batch.from_samples([_sample(1), _sample(2, label=label)])

@@ -119,7 +119,7 @@ def test_predict_many_returns_probabilities_in_chunks() -> None:
 def test_learn_many_reduces_loss_on_a_learnable_problem() -> None:
     learner = DINLearner(CFG)
     train = _batch(512, 4)
-    losses = [learner.learn_many(train) for _ in range(6)]
+    losses = [learner.learn_many(train).loss for _ in range(6)]
     assert losses[-1] < 0.8 * losses[0]
 
 
@@ -129,7 +129,7 @@ def test_a_user_table_trains_beside_the_behaviour_tables() -> None:
     learner = DINLearner(cfg)
     batch = _batch(64, 5)
     before = learner.state_arrays()["model/model.embedding.tables.user.weight"].copy()
-    assert np.isfinite(learner.learn_many(batch))
+    assert np.isfinite(learner.learn_many(batch).loss)
     after = learner.state_arrays()["model/model.embedding.tables.user.weight"]
     assert after.shape == (64, 4) and not np.array_equal(before, after)
 
@@ -137,7 +137,8 @@ def test_a_user_table_trains_beside_the_behaviour_tables() -> None:
 def test_learn_many_on_empty_batch_is_nan_and_a_no_op() -> None:
     learner = DINLearner(CFG)
     before = learner.predict_many(_batch(10, 6))
-    assert np.isnan(learner.learn_many(_batch(0, 6)))
+    result = learner.learn_many(_batch(0, 6))
+    assert np.isnan(result.loss) and (result.steps, result.skipped_steps) == (0, 0)
     np.testing.assert_array_equal(learner.predict_many(_batch(10, 6)), before)
 
 
@@ -256,3 +257,68 @@ def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_device("auto") == "gpu:0"
     monkeypatch.setattr(din_module.paddle.device.cuda, "device_count", lambda: 0)
     assert resolve_device("auto") == "cpu"
+
+
+# --- non-finite training: a poisoned step is skipped, never applied ---------------------------
+
+HEAD_WEIGHT = "model/model.head.mlp.0.weight"
+ITEM_WEIGHT = "model/model.embedding.tables.item.weight"
+
+
+def _training_state(learner: DINLearner) -> dict[str, np.ndarray]:
+    """What a step changes: parameters and Adam slots (copies)."""
+    return {k: v.copy() for k, v in learner.state_arrays().items() if k.startswith(("model/", "optimizer/"))}
+
+
+def _poison(learner: DINLearner, key: str, index: tuple[int, ...] | int) -> None:
+    """Set ``key[index]`` to NaN, as a corrupt weight or a poisoned earlier step would."""
+    arrays = learner.state_arrays()
+    arrays[key][index] = np.nan
+    learner.load_state_arrays(arrays)
+
+
+def test_a_non_finite_loss_skips_every_step_and_leaves_the_weights_unchanged() -> None:
+    learner = DINLearner(CFG)
+    _poison(learner, HEAD_WEIGHT, (0, 0))  # every sample's logit is NaN, so every loss is
+    before = _training_state(learner)
+    result = learner.learn_many(_batch(100, 20))
+    assert (result.steps, result.skipped_steps) == (4, 4)  # ceil(100 / 32)
+    assert result.bad and np.isnan(result.loss)
+    after = _training_state(learner)
+    for key, array in before.items():
+        np.testing.assert_array_equal(after[key], array, err_msg=key)  # NaN equals NaN here
+
+
+def test_a_nan_embedding_row_skips_only_the_steps_that_look_it_up() -> None:
+    learner = DINLearner(CFG)
+    batch = _batch(100, 21)
+    row = int(encode(batch, CFG).targets["item"][0])
+    _poison(learner, ITEM_WEIGHT, row)
+    result = learner.learn_many(batch)
+    assert result.bad and 0 < result.skipped_steps < result.steps
+    assert np.isfinite(result.loss)  # the mean over the steps taken
+    after = _training_state(learner)
+    assert np.isnan(after[ITEM_WEIGHT][row]).all()
+    after[ITEM_WEIGHT] = np.delete(after[ITEM_WEIGHT], row, axis=0)
+    for key, array in after.items():
+        assert np.isfinite(array).all(), key  # the NaN never spread into another weight
+
+
+def test_a_non_finite_gradient_with_a_finite_loss_skips_the_step() -> None:
+    learner = DINLearner(CFG)
+    param = dict(learner.train_module.named_parameters())[HEAD_WEIGHT.removeprefix("model/")]
+    hook = param.register_hook(lambda grad: grad * float("inf"))
+    before = _training_state(learner)
+    result = learner.learn_many(_batch(64, 22))
+    hook.remove()
+    assert (result.steps, result.skipped_steps) == (2, 2)
+    after = _training_state(learner)
+    for key, array in before.items():
+        np.testing.assert_array_equal(after[key], array, err_msg=key)
+    assert learner.learn_many(_batch(64, 22)).skipped_steps == 0  # healthy again without it
+
+
+def test_a_healthy_batch_skips_nothing() -> None:
+    result = DINLearner(CFG).learn_many(_batch(100, 23))
+    assert (result.steps, result.skipped_steps, result.bad) == (4, 0, False)
+    assert np.isfinite(result.loss)

@@ -16,6 +16,7 @@ from streamrec.config import StreamrecConfig
 from streamrec.errors import SnapshotDirError, SnapshotInUse
 from streamrec.kafka.records import Partition, Position
 from streamrec.learner import runner as runner_module
+from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch
 from streamrec.learner.runner import LearnerRunner
 from streamrec.learner.snapshot import SnapshotStore
@@ -33,7 +34,7 @@ class StubLearner:
     def predict_many(self, batch: Batch) -> np.ndarray:
         raise AssertionError("scored")
 
-    def learn_many(self, batch: Batch) -> float:
+    def learn_many(self, batch: Batch) -> TrainResult:
         raise AssertionError("trained")
 
     def is_known(self, batch: Batch) -> np.ndarray:

@@ -1,0 +1,127 @@
+"""The learner's side of the sample contract: decode a micro-batch, dead-letter what breaks it.
+
+A malformed sample used to end the learner on every restart (or, with ``label: null``, turn
+every weight to NaN). Now each record is validated as it is decoded; an invalid one becomes a
+:class:`~streamrec.deadletters.DeadLetter` on ``samples_dlq_topic`` (the record itself, with
+the reason in headers) and the rest are trained on.
+
+Dead letters are durable before the positions that pass them are: :meth:`DeadLetterWriter.write`
+returns only once the broker has acknowledged every one, and the loop advances its positions
+(which a snapshot then stores) only after that. A crash in between re-reads the records and
+dead-letters them again: the samples DLQ is at-least-once, and its ``streamrec.topic``,
+``streamrec.partition`` and ``streamrec.offset`` headers tell duplicates apart.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from streamrec.config import KafkaConfig
+from streamrec.deadletters import DeadLetter
+from streamrec.errors import DeliveryError, InvalidSample
+from streamrec.kafka.clients import make_producer, produce
+from streamrec.kafka.records import KafkaMessage
+from streamrec.samples import Sample, parse_sample
+
+logger = logging.getLogger(__name__)
+
+# How long to wait for the broker to acknowledge a micro-batch's dead letters: a handful of
+# small records take milliseconds; 30 s rides out a leader election, and the loop keeps the
+# consumer alive meanwhile (the write runs on the training thread).
+_ACK_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Intake:
+    """A micro-batch's records, decoded: the valid samples in record order, and the rest."""
+
+    samples: list[Sample]
+    dead: list[DeadLetter]
+
+
+def decode(records: Sequence[KafkaMessage]) -> Intake:
+    """Validate and decode each record; an invalid one becomes a dead letter with the reason."""
+    samples: list[Sample] = []
+    dead: list[DeadLetter] = []
+    for msg in records:
+        try:
+            samples.append(parse_sample(msg.value()))
+        except InvalidSample as exc:
+            dead.append(DeadLetter.of(msg, str(exc)))
+    return Intake(samples, dead)
+
+
+class DeadLetterWriter:
+    """Produces dead letters to one topic and waits until the broker has acknowledged them.
+
+    The producer (idempotent, ``acks=all``) is made at the first dead letter, so a learner
+    that never meets one never connects it.
+    """
+
+    def __init__(
+        self,
+        cfg: KafkaConfig,
+        max_bytes: int,
+        make: Callable[[KafkaConfig], Producer] = make_producer,
+    ) -> None:
+        """Write to ``cfg.samples_dlq_topic``, cutting values to ``max_bytes``.
+
+        Args:
+            cfg: The broker and the topic.
+            max_bytes: A longer value is cut, with its length and sha256 in headers.
+            make: Builds the producer (tests inject a fake).
+        """
+        self._cfg = cfg
+        self._max_bytes = max_bytes
+        self._make = make
+        self._producer: Producer | None = None
+
+    @property
+    def topic(self) -> str:
+        """Where the dead letters go."""
+        return self._cfg.samples_dlq_topic
+
+    def write(self, letters: Sequence[DeadLetter]) -> None:
+        """Produce ``letters`` and return once every one is acknowledged.
+
+        Raises:
+            DeliveryError: A dead letter was refused or not acknowledged in time; the records
+                it stands for must not be passed.
+        """
+        if not letters:
+            return
+        if self._producer is None:
+            self._producer = self._make(self._cfg)
+        failed: list[KafkaError] = []
+
+        def on_delivery(err: KafkaError | None, _: Message) -> None:
+            if err is not None:
+                failed.append(err)
+
+        for letter in letters:
+            produce(
+                self._producer, self.topic, letter.record_value(self._max_bytes),
+                key=letter.key, timestamp_ms=letter.timestamp_ms,
+                headers=letter.record_headers(self._max_bytes), on_delivery=on_delivery,
+            )
+        unacknowledged = self._producer.flush(_ACK_TIMEOUT_S)
+        if failed or unacknowledged:
+            first = f": {failed[0].str()}" if failed else ""
+            raise DeliveryError(
+                f"dead letters to {self.topic}: {len(failed)} refused, {unacknowledged} not "
+                f"acknowledged within {_ACK_TIMEOUT_S:.0f}s{first}"
+            )
+
+
+def log_dead(letters: Sequence[DeadLetter], topic: str) -> None:
+    """One warning per dead letter, naming where it was read and why it broke the contract."""
+    for letter in letters:
+        pos = letter.position
+        logger.warning(
+            "dead letter topic=%s partition=%d offset=%d dlq=%s reason=%r",
+            pos.topic, pos.partition, pos.offset, topic, letter.reason,
+        )

@@ -1,0 +1,60 @@
+"""The learner's intake: records decoded or dead-lettered with the reason, and dead letters
+acknowledged before the writer returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from streamrec.config import KafkaConfig
+from streamrec.deadletters import DeadLetter
+from streamrec.errors import DeliveryError
+from streamrec.kafka.records import Header, Position, Record
+from streamrec.learner.intake import DeadLetterWriter, decode
+from streamrec.samples import Sample
+
+SAMPLE = Sample("s1", "u1", 1_511_658_000_000, "i1", "c1", 1, ("i0",), ("c0",))
+
+
+def test_decode_keeps_valid_samples_in_order_and_dead_letters_the_rest_whole() -> None:
+    headers: list[Header] = [("trace", b"t-1")]
+    records = [
+        Record(SAMPLE.to_json(), 0, topic="s", key=b"u1"),
+        Record(b"\xff", 1, topic="s", key=b"u2", timestamp=7, headers=headers),
+        Record(SAMPLE.to_json(), 2, topic="s"),
+    ]
+    intake = decode(records)
+    assert intake.samples == [SAMPLE, SAMPLE]
+    [letter] = intake.dead
+    assert (letter.value, letter.key, letter.timestamp_ms) == (b"\xff", b"u2", 7)
+    assert letter.headers == tuple(headers)
+    assert letter.position == Position("s", 0, 1) and letter.reason.startswith("not valid JSON")
+
+
+class StalledProducer:
+    """Takes records but never has them acknowledged."""
+
+    def __init__(self) -> None:
+        self.produced = 0
+
+    def produce(self, topic: str, **_: Any) -> None:
+        self.produced += 1
+
+    def flush(self, timeout: float) -> int:
+        return self.produced
+
+
+def test_the_writer_connects_only_at_the_first_dead_letter_and_raises_when_not_acknowledged() -> None:
+    made: list[StalledProducer] = []
+
+    def make(_: KafkaConfig) -> StalledProducer:
+        made.append(StalledProducer())
+        return made[-1]
+
+    writer = DeadLetterWriter(KafkaConfig(samples_dlq_topic="dlq"), 1024, make=make)  # type: ignore[arg-type]  # a fake producer
+    writer.write([])
+    assert made == []
+    letter = DeadLetter("bad", Position("s", 0, 5), b"x")
+    with pytest.raises(DeliveryError, match="dead letters to dlq: 0 refused, 2 not acknowledged"):
+        writer.write([letter, letter])
