@@ -38,6 +38,26 @@ class KafkaConfig(BaseModel):
     )
     # Partitions bound consumer parallelism; 4 lets a few consumer processes share the load.
     partitions: int = Field(4, ge=1, description="STREAMREC_KAFKA__PARTITIONS (topics we create)")
+    # -1 takes the broker's default.replication.factor (1 on a single embedded broker); set 3
+    # on a production cluster, with min.insync.replicas=2 in topic_config.
+    replication_factor: int = Field(-1, ge=-1, description="STREAMREC_KAFKA__REPLICATION_FACTOR")
+    topic_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="STREAMREC_KAFKA__TOPIC_CONFIG: for every topic we create, e.g. min.insync.replicas",
+    )
+    # A feature store that lost its data is rebuilt from the events topic: keep events as
+    # long as the sequences live (the store's TTL, 30 days).
+    events_retention_ms: int = Field(
+        30 * 86_400_000, ge=-1, description="STREAMREC_KAFKA__EVENTS_RETENTION_MS (-1: forever)"
+    )
+    # The learner reads samples within minutes; a week leaves room to replay or restore.
+    samples_retention_ms: int = Field(
+        7 * 86_400_000, ge=-1, description="STREAMREC_KAFKA__SAMPLES_RETENTION_MS (-1: forever)"
+    )
+    # Dead letters wait for a person: a month to look at them.
+    dead_letter_retention_ms: int = Field(
+        30 * 86_400_000, ge=-1, description="STREAMREC_KAFKA__DEAD_LETTER_RETENTION_MS (-1: forever)"
+    )
     # A group join takes about half of session.timeout.ms on the local broker; 6 s keeps
     # restarts quick while tolerating a GC pause. Raise it on a busy production cluster.
     session_timeout_ms: int = Field(6000, ge=1000, description="STREAMREC_KAFKA__SESSION_TIMEOUT_MS")
@@ -222,6 +242,9 @@ class LearnerConfig(BaseModel):
     min_batch_samples: int = Field(1, ge=1, description="STREAMREC_LEARNER__MIN_BATCH_SAMPLES")
     snapshot_dir: Path = Field(Path("snapshots"), description="STREAMREC_LEARNER__SNAPSHOT_DIR")
     snapshot_every: int = Field(10, ge=1, description="STREAMREC_LEARNER__SNAPSHOT_EVERY micro-batches")
+    # A snapshot resuming at samples the topic no longer holds (expired or deleted) is an
+    # error by default: those samples were never trained. True skips them with a warning.
+    allow_sample_gaps: bool = Field(False, description="STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS")
     # Micro-batches in a row whose training went non-finite before the learner stops: one
     # is a bad batch, three in a row is a broken model or stream that needs a person.
     max_bad_batches: int = Field(3, ge=1, description="STREAMREC_LEARNER__MAX_BAD_BATCHES")
@@ -239,6 +262,9 @@ class ServicesConfig(BaseModel):
     kafka_port: int = Field(9092, ge=1, le=65535, description="STREAMREC_SERVICES__KAFKA_PORT")
     redis_port: int = Field(6380, ge=1, le=65535, description="STREAMREC_SERVICES__REDIS_PORT")
     state_dir: Path = Field(Path(".streamrec"), description="STREAMREC_SERVICES__STATE_DIR (pids, logs)")
+    # None: Redis keeps nothing (development, tests). A directory: Redis keeps an append-only
+    # file there and its data survives restarts. The embedded broker keeps nothing either way.
+    data_dir: Path | None = Field(None, description="STREAMREC_SERVICES__DATA_DIR (Redis AOF)")
     start_timeout_s: float = Field(20.0, gt=0, description="STREAMREC_SERVICES__START_TIMEOUT_S")
 
 

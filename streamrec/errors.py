@@ -38,10 +38,6 @@ class ConsumeError(BrokerError):
     """Consuming failed for good (a fatal client error): check the broker and the group."""
 
 
-class TransactionError(BrokerError):
-    """A Kafka transaction could not commit or abort: check the broker's transaction support."""
-
-
 class FeatureStoreError(StreamrecError):
     """The feature store (Redis) failed: check it is reachable at the configured URL."""
 
@@ -94,3 +90,14 @@ class FeatureStoreUnavailable(FeatureStoreError):
 class OutageError(StreamrecError):
     """A service stayed failing past the retry deadline (STREAMREC_CONSUMER__RETRY_DEADLINE_S):
     bring it back and restart; nothing was lost, the unfinished batch is redone."""
+
+
+class FeatureStoreLost(FeatureStoreError):
+    """The feature store lost its data (Redis restarted without persistence, or was flushed):
+    stop the consumers, run `streamrec consumers rebuild`, then start them again."""
+
+
+class SamplesExpired(StreamrecError):
+    """The newest snapshot resumes at samples the topic no longer holds (retention or a
+    deleted topic): those were never trained. Raise the samples retention, or set
+    STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS=true to skip them."""

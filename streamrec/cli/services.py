@@ -30,13 +30,18 @@ StateDir = Annotated[
 
 
 def _config(
-    host: str | None, kafka_port: int | None, redis_port: int | None, state_dir: Path | None
+    host: str | None,
+    kafka_port: int | None,
+    redis_port: int | None,
+    state_dir: Path | None,
+    data_dir: Path | None = None,
 ) -> ServicesConfig:
     given = {
         "host": host,
         "kafka_port": kafka_port,
         "redis_port": redis_port,
         "state_dir": state_dir,
+        "data_dir": data_dir,
     }
     return build_config(services=given).services
 
@@ -55,10 +60,24 @@ def up(
     kafka_port: KafkaPort = None,
     redis_port: RedisPort = None,
     state_dir: StateDir = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="Keep Redis's data here (append-only file) across restarts "
+            "[STREAMREC_SERVICES__DATA_DIR]",
+        ),
+    ] = None,
 ) -> None:
-    """Start the local Kafka broker and Redis in the background (no data survives a stop)."""
+    """Start the local Kafka broker and Redis in the background.
+
+    The broker keeps nothing once stopped; Redis keeps nothing either unless --data-dir.
+    """
     with cli_errors():
-        _out.print(_table(services.up(_config(host, kafka_port, redis_port, state_dir))))
+        cfg = _config(host, kafka_port, redis_port, state_dir, data_dir)
+        _out.print(_table(services.up(cfg)))
+        kept = f"in {cfg.data_dir} (append-only file)" if cfg.data_dir else "nothing (no --data-dir)"
+        _out.print(f"Redis keeps {kept}; the broker keeps nothing once stopped.")
 
 
 def down(

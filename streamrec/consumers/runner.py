@@ -35,6 +35,9 @@ from streamrec.retry import Backoff
 
 logger = logging.getLogger(__name__)
 
+# Reading the group's committed offsets at start: a broker answers in milliseconds.
+_COMMITTED_TIMEOUT_S = 10.0
+
 
 @dataclass
 class ConsumerStats:
@@ -73,6 +76,7 @@ class ConsumerRunner:
         stop = stop or threading.Event()
         ccfg = self._cfg.consumer
         try:
+            self._attach_store()
             self._source.subscribe()
             idle = IdleClock(ccfg.stop_when_idle_s, self._source)
             while not stop.is_set():
@@ -92,6 +96,22 @@ class ConsumerRunner:
             self.stats.duplicates, self.stats.out_of_order, self.stats.retries,
         )
         return self.stats
+
+    def _attach_store(self) -> None:
+        """Check the store before the first batch, waiting for a Redis that is not up yet."""
+        # A store that is empty while the group already processed events lost its data.
+        can_start_empty = not self._source.has_committed_offsets(_COMMITTED_TIMEOUT_S)
+        retry = Backoff(self._cfg.consumer.retry_deadline_s)
+        while True:
+            try:
+                self._store.attach(can_start_empty)
+                return
+            except FeatureStoreUnavailable as exc:
+                pause = retry.next_pause()
+                if pause is None:
+                    raise OutageError(f"gave up after {retry.deadline_s:g} s of failures: {exc}") from exc
+                logger.warning("feature store unavailable at start, waiting error=%r", str(exc))
+                time.sleep(pause)
 
     @property
     def assignments(self) -> int:

@@ -112,13 +112,30 @@ class FeatureStore(ABC):
         self.dedup_horizon_ms = dedup_horizon_ms
 
     @abstractmethod
+    def attach(self, can_start_empty: bool) -> None:
+        """Check, before the first update, that the store holds what it held before.
+
+        A store that can lose its data independently of the process (Redis without
+        persistence) keeps a marker and checks it at every update. ``can_start_empty``
+        says a new, empty store is expected (nothing was ever processed); otherwise an
+        empty store is a lost one.
+
+        Raises:
+            FeatureStoreLost: the store lost its data; rebuild it from the events topic.
+        """
+
+    @abstractmethod
+    def reset_marker(self) -> None:
+        """Declare the store's present contents good (after a rebuild)."""
+
+    @abstractmethod
     def update(self, arrivals: Sequence[Arrival]) -> StoreUpdate:
         """Judge each arrival by its id, append the accepted ones, and read the histories asked
         for.
 
         A history holds the latest ``length`` behaviours strictly earlier than that event's
         ``ts``, oldest first: the point-in-time view a training sample may see. The first
-        time an item is seen is recorded once.
+        time an item is seen is kept: the earliest of its events, whatever their order.
         """
 
     @abstractmethod

@@ -37,6 +37,12 @@ class MemoryFeatureStore(FeatureStore):
         self._users: dict[str, _User] = {}
         self._first_seen: dict[str, int] = {}
 
+    def attach(self, can_start_empty: bool) -> None:
+        """Nothing to check: the store lives and dies with the process that fills it."""
+
+    def reset_marker(self) -> None:
+        """Nothing to mark (see :meth:`attach`)."""
+
     def update(self, arrivals: Sequence[Arrival]) -> StoreUpdate:
         """See :meth:`FeatureStore.update`."""
         verdicts, first_seen_at = [], []
@@ -55,7 +61,7 @@ class MemoryFeatureStore(FeatureStore):
                 bisect.insort(user.sequence, Behaviour.of(event), key=Behaviour.sort_key)
         accepted = [a.event for a, v in zip(arrivals, verdicts, strict=True) if v is Verdict.ACCEPTED]
         for item, ts in earliest_per_item(accepted).items():
-            self._first_seen.setdefault(item, ts)
+            self._first_seen[item] = min(ts, self._first_seen.get(item, ts))  # the earliest, as Redis
         histories = [
             self._history(a) if v is Verdict.ACCEPTED and a.wants_history else None
             for a, v in zip(arrivals, verdicts, strict=True)

@@ -20,15 +20,18 @@ cut the consumer's Redis time by half (``bench/consumer_throughput.py``).
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import redis
 from redis.cluster import RedisCluster
 
 from streamrec.config import RedisStoreConfig
-from streamrec.errors import FeatureStoreError, FeatureStoreUnavailable
+from streamrec.errors import FeatureStoreError, FeatureStoreLost, FeatureStoreUnavailable
 from streamrec.featurestore.base import (
     Arrival,
     Behaviour,
@@ -37,6 +40,8 @@ from streamrec.featurestore.base import (
     Verdict,
     earliest_per_item,
 )
+
+logger = logging.getLogger(__name__)
 
 # KEYS: seq, ids, idt. ARGV: cap, ttl_ms, horizon_ms, n, then per event score, member, id,
 # mark, then the history times ts_1 .. ts_q. Returns {verdicts, histories}: verdicts holds
@@ -104,10 +109,15 @@ _UNAVAILABLE = (
     redis.exceptions.ClusterDownError,
     redis.exceptions.TryAgainError,
 )
-# ARGV: ts, ttl_ms. Records the first-seen time once; returns the recorded one.
+# ARGV: ts, ttl_ms. Keeps the earliest time an item was seen, so it does not depend on the
+# order events arrive in (a late event, a rebuild); returns the recorded one.
 _FIRST_SEEN_LUA = """
-redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-return redis.call('GET', KEYS[1])
+local seen = redis.call('GET', KEYS[1])
+if not seen or tonumber(ARGV[1]) < tonumber(seen) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return ARGV[1]
+end
+return seen
 """
 
 
@@ -132,6 +142,7 @@ class RedisFeatureStore(FeatureStore):
             else redis.Redis.from_url(cfg.url, decode_responses=True, **options)
         )
         self._shas: tuple[str, str] | None = None  # loaded on first use, again after NOSCRIPT
+        self._markers: dict[str, str] | None = None  # marker key -> value, set by attach()
 
     def _scripts(self, reload: bool = False) -> tuple[str, str]:
         """SHA1s of the two scripts, loaded on every primary (a cluster loads on all)."""
@@ -154,12 +165,72 @@ class RedisFeatureStore(FeatureStore):
         """The key holding an item's first-seen time."""
         return f"{self._prefix}:item:{{{item_id}}}"
 
+    def attach(self, can_start_empty: bool) -> None:
+        """See :meth:`FeatureStore.attach`.
+
+        The marker is one key per primary (on a Cluster, keys whose slots each primary
+        serves), so a node that restarts empty is noticed too.
+        """
+        keys = self._marker_keys()
+        try:
+            values = [self._redis.get(key) for key in keys]
+            if not any(values) and can_start_empty:
+                value = f"{uuid.uuid4().hex} {datetime.now(UTC).isoformat(timespec='seconds')}"
+                for key in keys:
+                    self._redis.set(key, value, nx=True)
+                values = [self._redis.get(key) for key in keys]
+        except _UNAVAILABLE as exc:
+            raise FeatureStoreUnavailable(f"redis unavailable: {exc}") from exc
+        if not all(values):
+            raise FeatureStoreLost(
+                f"the feature store at prefix {self._prefix!r} has lost its data (no marker; "
+                "Redis restarted without persistence?), while events were processed before: "
+                "stop the consumers and run `streamrec consumers rebuild`"
+            )
+        self._markers = {key: str(value) for key, value in zip(keys, values, strict=True)}
+        marker = next(iter(self._markers.values()))
+        logger.info("feature store attached prefix=%s marker=%r", self._prefix, marker)
+
+    def reset_marker(self) -> None:
+        """See :meth:`FeatureStore.reset_marker`."""
+        value = f"{uuid.uuid4().hex} {datetime.now(UTC).isoformat(timespec='seconds')} rebuilt"
+        try:
+            for key in self._marker_keys():
+                self._redis.set(key, value)
+        except redis.RedisError as exc:
+            raise FeatureStoreError(f"cannot write the store marker: {exc}") from exc
+        self._markers = None
+
+    def _marker_keys(self) -> list[str]:
+        """``<prefix>:marker:{<tag>}``: one key, or one per Cluster primary."""
+        if not isinstance(self._redis, RedisCluster):
+            return [f"{self._prefix}:marker:{{0}}"]
+        wanted = {node.name for node in self._redis.get_primaries()}
+        keys: dict[str, str] = {}
+        for tag in range(100_000):  # a few dozen tags cover a handful of primaries
+            key = f"{self._prefix}:marker:{{{tag}}}"
+            node = self._redis.get_node_from_key(key)
+            if node is not None and node.name in wanted and node.name not in keys:
+                keys[node.name] = key
+            if len(keys) == len(wanted):
+                break
+        return sorted(keys.values())
+
     def update(self, arrivals: Sequence[Arrival]) -> StoreUpdate:
-        """See :meth:`FeatureStore.update`."""
+        """See :meth:`FeatureStore.update`.
+
+        Raises:
+            FeatureStoreLost: the markers :meth:`attach` found are gone: Redis lost its data.
+        """
         by_user: dict[str, list[int]] = defaultdict(list)  # user -> indexes into arrivals
         for index, arrival in enumerate(arrivals):
             by_user[arrival.event.user_id].append(index)
-        replies = self._run(lambda pipe, shas: self._queue_users(pipe, shas[0], arrivals, by_user))
+        markers = list(self._markers or {})
+        replies = self._run(
+            lambda pipe, shas: self._queue_users(pipe, shas[0], arrivals, by_user, markers)
+        )
+        self._check_markers(replies[: len(markers)])
+        replies = replies[len(markers) :]
         verdicts = [Verdict.ACCEPTED] * len(arrivals)
         first_seen_at = [""] * len(arrivals)
         histories: list[list[Behaviour] | None] = [None] * len(arrivals)
@@ -180,9 +251,25 @@ class RedisFeatureStore(FeatureStore):
         first_seen = {item: int(ts) for item, ts in zip(earliest, first, strict=True)}
         return StoreUpdate(verdicts, histories, first_seen_at, first_seen)
 
+    def _check_markers(self, values: list[Any]) -> None:
+        """Raise unless every marker still holds what :meth:`attach` found."""
+        if self._markers is not None and values != list(self._markers.values()):
+            raise FeatureStoreLost(
+                f"the feature store at prefix {self._prefix!r} lost its data while consumers "
+                "ran (its marker changed: Redis restarted without persistence, or was flushed): "
+                "stop the consumers and run `streamrec consumers rebuild`"
+            )
+
     def _queue_users(
-        self, pipe: Any, sha: str, arrivals: Sequence[Arrival], by_user: dict[str, list[int]]
+        self,
+        pipe: Any,
+        sha: str,
+        arrivals: Sequence[Arrival],
+        by_user: dict[str, list[int]],
+        markers: list[str],
     ) -> None:
+        for key in markers:  # first in the round trip: read what the batch is checked against
+            pipe.get(key)
         for user_id, indexes in by_user.items():
             args: list[str | int] = [self.length, self._ttl_ms, self.dedup_horizon_ms, len(indexes)]
             for index in indexes:

@@ -200,10 +200,15 @@ class RecordSource:
             self.consumer.resume([TopicPartition(*p) for p in resume])
         self._paused = want
 
-    def rewind(self, timeout_s: float) -> None:
-        """Go back to the group's committed offsets, dropping what is buffered or put back."""
-        committed = self.consumer.committed(self.consumer.assignment(), timeout=timeout_s)
-        self.seek({Partition(tp.topic, tp.partition): tp.offset for tp in committed})
+    def has_committed_offsets(self, timeout_s: float) -> bool:
+        """Whether the group has committed offsets on any partition of the topics: whether
+        it processed records before."""
+        parts = []
+        for topic in self._topics:
+            meta = self.consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            parts += [TopicPartition(topic, p) for p in (meta.partitions if meta else ())]
+        committed = self.consumer.committed(parts, timeout=timeout_s) if parts else []
+        return any(tp.offset >= 0 for tp in committed)
 
     def seek(self, offsets: Mapping[Partition, int]) -> None:
         """Drop what is buffered or put back and read each assigned partition from ``offsets``

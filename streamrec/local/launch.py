@@ -93,15 +93,20 @@ def broker_command(binary: str, host: str, port: int) -> list[str]:
     return [binary, "broker", *chain.from_iterable(options.items())]
 
 
-def redis_command(binary: str, host: str, port: int, state_dir: Path) -> list[str]:
-    """redis-server arguments: foreground, no RDB snapshots, no AOF (nothing persists)."""
+def redis_command(
+    binary: str, host: str, port: int, state_dir: Path, data_dir: Path | None = None
+) -> list[str]:
+    """redis-server arguments: foreground, no RDB snapshots; nothing persists unless
+    ``data_dir`` is given, where an append-only file keeps every write (fsync each second,
+    Redis's default trade: at most a second of writes lost in a machine crash)."""
     options = {
         "--port": str(port),
         "--bind": host,
         "--save": "",
-        "--appendonly": "no",
+        "--appendonly": "no" if data_dir is None else "yes",
+        "--appendfsync": "everysec",
         "--daemonize": "no",
-        "--dir": str(state_dir),
+        "--dir": str(state_dir if data_dir is None else data_dir),
     }
     return [binary, *chain.from_iterable(options.items())]
 
@@ -171,15 +176,20 @@ def start_redis(
     *,
     timeout_s: float = 20.0,
     detached: bool = False,
+    data_dir: Path | None = None,
     extra_args: Sequence[str] = (),
 ) -> ManagedProcess:
-    """Start a non-persistent redis-server on ``host:port`` and wait until it answers PING.
+    """Start a redis-server on ``host:port`` and wait until it answers PING.
 
-    Its working dir is ``state_dir`` and its log ``state_dir/redis.log``; errors as for
-    ``start_broker``. ``extra_args`` go to redis-server as they are (e.g. cluster mode).
+    It keeps nothing unless ``data_dir`` is given (an append-only file there, created if
+    missing). Its log is ``state_dir/redis.log``; errors as for ``start_broker``.
+    ``extra_args`` go to redis-server as they are (e.g. cluster mode).
     """
     state_dir = Path(state_dir).resolve()
-    cmd = [*redis_command(redis_binary(), host, port, state_dir), *extra_args]
+    if data_dir is not None:
+        data_dir = Path(data_dir).resolve()
+        data_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [*redis_command(redis_binary(), host, port, state_dir, data_dir), *extra_args]
     return _start(REDIS, cmd, host, port, state_dir, timeout_s, detached)
 
 

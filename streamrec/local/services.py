@@ -1,8 +1,10 @@
 """Local development services: ``up``/``down``/``status`` of a detached broker and Redis.
 
-``up`` starts the Tansu Kafka broker (memory storage) and a redis-server without RDB or AOF
-in the background, records their pids in ``state_dir/{kafka,redis}.pid`` and their output in
-``state_dir/{kafka,redis}.log``; ``down`` stops them. Neither keeps data once stopped. Tests
+``up`` starts the Tansu Kafka broker (memory storage) and a redis-server in the background,
+records their pids in ``state_dir/{kafka,redis}.pid`` and their output in
+``state_dir/{kafka,redis}.log``; ``down`` stops them. The broker keeps nothing once stopped;
+Redis keeps nothing either, unless ``data_dir`` is set: then an append-only file there keeps
+its data across restarts. Tests
 and the demo use ``streamrec.local.launch.local_services()`` instead, which owns both for a
 ``with`` block.
 """
@@ -24,7 +26,6 @@ from streamrec.local.processes import ManagedProcess, pid_matches, read_pid, sto
 logger = logging.getLogger(__name__)
 
 _SPECS = (KAFKA, REDIS)
-_STARTERS = {"kafka": start_broker, "redis": start_redis}
 
 
 class ServiceState(StrEnum):
@@ -79,6 +80,17 @@ def _status(cfg: ServicesConfig, spec: ServiceSpec) -> ServiceStatus:
     return ServiceStatus(spec.name, address(cfg.host, port), pid, state)
 
 
+def _start(spec: ServiceSpec, cfg: ServicesConfig) -> ManagedProcess:
+    """Start one service detached, Redis with its data directory if ``cfg`` names one."""
+    port = _port(cfg, spec)
+    if spec is REDIS:
+        return start_redis(
+            cfg.host, port, cfg.state_dir, timeout_s=cfg.start_timeout_s, detached=True,
+            data_dir=cfg.data_dir,
+        )
+    return start_broker(cfg.host, port, cfg.state_dir, timeout_s=cfg.start_timeout_s, detached=True)
+
+
 def status(cfg: ServicesConfig) -> list[ServiceStatus]:
     """The state of each service under ``cfg.state_dir``; changes nothing."""
     return [_status(cfg, spec) for spec in _SPECS]
@@ -114,13 +126,7 @@ def up(cfg: ServicesConfig) -> list[ServiceStatus]:
                 result.append(st)
                 continue
             _pid_file(cfg, spec).unlink(missing_ok=True)  # stale, if any
-            proc = _STARTERS[spec.name](
-                cfg.host,
-                _port(cfg, spec),
-                cfg.state_dir,
-                timeout_s=cfg.start_timeout_s,
-                detached=True,
-            )
+            proc = _start(spec, cfg)
             write_pid(_pid_file(cfg, spec), proc.pid)
             started.append((spec, proc))
             result.append(ServiceStatus(spec.name, st.address, proc.pid, ServiceState.STARTED))

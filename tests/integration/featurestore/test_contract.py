@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from streamrec.config import RedisStoreConfig
+from streamrec.errors import FeatureStoreLost
 from streamrec.events import Event
 from streamrec.featurestore import (
     Arrival,
@@ -114,11 +115,39 @@ def test_ids_are_per_user(store: FeatureStore) -> None:
     assert result.verdicts == [Verdict.ACCEPTED, Verdict.ACCEPTED]
 
 
-def test_first_seen_is_recorded_once_per_item(store: FeatureStore) -> None:
+def test_first_seen_is_the_earliest_event_of_an_item_in_any_order(store: FeatureStore) -> None:
     first = update(store, [ev(5), Event("x", "v", "i5", "c", "pv", T0 + 3000)])
     assert first.first_seen == {"i5": T0 + 3000}
     later = update(store, [Event("y", "w", "i5", "c", "pv", T0 + 9000), ev(7)])
     assert later.first_seen == {"i5": T0 + 3000, "i7": T0 + 7000}
+    late = update(store, [Event("z", "w", "i5", "c", "pv", T0 + 1000)])  # a late event
+    assert late.first_seen == {"i5": T0 + 1000}
+
+
+def test_a_store_that_lost_its_data_is_detected(
+    store_config: RedisStoreConfig, redis_client: redis.Redis
+) -> None:
+    store = RedisFeatureStore(store_config, 3, HOUR)
+    store.attach(can_start_empty=True)
+    update(store, [ev(1)])
+    redis_client.flushdb()  # what a restart without persistence leaves
+    with pytest.raises(FeatureStoreLost, match="lost its data while consumers ran"):
+        update(store, [ev(2)])
+    with pytest.raises(FeatureStoreLost, match="rebuild"):
+        RedisFeatureStore(store_config, 3, HOUR).attach(can_start_empty=False)
+    store.reset_marker()
+    RedisFeatureStore(store_config, 3, HOUR).attach(can_start_empty=False)
+
+
+def test_a_cluster_store_keeps_a_marker_on_every_primary(
+    redis_cluster_url: str, unique_name: str
+) -> None:
+    cfg = RedisStoreConfig(url=redis_cluster_url, cluster=True, key_prefix=unique_name)
+    store = RedisFeatureStore(cfg, 3)
+    keys = store._marker_keys()  # the layout is what this test checks
+    assert len(keys) == 3
+    store.attach(can_start_empty=True)
+    update(store, [ev(1)])
 
 
 def test_users_are_independent(store: FeatureStore) -> None:

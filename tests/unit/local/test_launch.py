@@ -29,9 +29,16 @@ def test_redis_command_persists_nothing(tmp_path: Path) -> None:
         "--bind": "127.0.0.1",
         "--save": "",
         "--appendonly": "no",
+        "--appendfsync": "everysec",
         "--daemonize": "no",
         "--dir": str(tmp_path),
     }
+
+
+def test_redis_command_with_a_data_dir_keeps_an_append_only_file(tmp_path: Path) -> None:
+    cmd = launch.redis_command("/bin/redis-server", "127.0.0.1", 16380, tmp_path, tmp_path / "data")
+    options = dict(zip(cmd[1::2], cmd[2::2], strict=True))
+    assert options["--appendonly"] == "yes" and options["--dir"] == str(tmp_path / "data")
 
 
 def test_missing_broker_package(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,102 @@
+"""Rebuild the feature store from the events topic, emitting nothing.
+
+After the store lost its data (Redis restarted without persistence), the consumers refuse to
+run: their samples would carry truncated histories. This re-reads every retained event, up to
+the end of each partition, in offset order as the consumers first read it, and replays it
+into the store: sequences, the
+event ids seen (with the records they came in) and the items' first-seen times. Events the
+consumers have not processed yet are stored too, from the records they will read them in, so
+when the consumers resume those count as a redo and emit their samples with the right
+histories. Finally it writes a new marker, and the consumers can start again.
+
+Only what the events topic still retains can be rebuilt: keep its retention longer than the
+longest history you need (the sequence TTL).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from streamrec.config import StreamrecConfig
+from streamrec.consumers.processor import SampleBuilder
+from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
+from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
+from streamrec.kafka.clients import make_consumer
+
+logger = logging.getLogger(__name__)
+
+# Events per store round trip: large batches amortise the pipeline, as in the consumers.
+_BATCH = 5_000
+# Metadata requests: a broker answers in milliseconds.
+_TIMEOUT_S = 10.0
+
+
+@dataclass
+class RebuildStats:
+    """What a rebuild read and stored."""
+
+    events: int = 0  # valid events replayed into the store
+    invalid: int = 0  # records that are not events (they are in the dead-letter topic)
+    seconds: float = 0.0
+
+
+def rebuild_store(
+    cfg: StreamrecConfig, store: FeatureStore | None = None, *, force: bool = False
+) -> RebuildStats:
+    """Replay the whole events topic into the store, then mark the store good.
+
+    Raises:
+        ConfigError: the store is intact (its marker is there) and ``force`` is not set.
+    """
+    store = store or make_feature_store(cfg.store, cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms)
+    if not force:
+        try:
+            store.attach(can_start_empty=False)
+        except FeatureStoreLost:
+            pass  # what a rebuild is for
+        else:
+            raise ConfigError("the feature store is intact (its marker is there): --force rebuilds it anyway")
+    builder = SampleBuilder(cfg.consumer, store)
+    consumer = make_consumer(cfg.kafka, f"{cfg.consumer.group_id}-rebuild-{uuid.uuid4().hex[:8]}")
+    stats, start = RebuildStats(), time.monotonic()
+    try:
+        reading = _assign_everything(consumer, cfg.kafka.events_topic)
+        while reading:  # until every partition has reached its end
+            records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading)]
+            events, dead = builder.parse(records, now_ms=int(time.time() * 1000))
+            store.update([Arrival(e, f"{m.partition()}:{m.offset()}") for e, m in events])
+            stats.events += len(events)
+            stats.invalid += len(dead)
+    finally:
+        consumer.close()
+    store.reset_marker()
+    stats.seconds = time.monotonic() - start
+    logger.info(
+        "feature store rebuilt events=%d invalid=%d seconds=%.1f", stats.events, stats.invalid, stats.seconds
+    )
+    return stats
+
+
+def _assign_everything(consumer: Consumer, topic: str) -> set[int]:
+    """Read every partition of ``topic`` from its beginning; returns the partitions."""
+    meta = consumer.list_topics(topic, timeout=_TIMEOUT_S).topics.get(topic)
+    if meta is None or meta.error is not None:
+        raise ConsumeError(f"cannot read topic {topic}: {meta.error if meta else 'not found'}")
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+    return set(meta.partitions)
+
+
+def _keep(msg: Message, reading: set[int]) -> bool:
+    """Whether ``msg`` is a record to replay; a partition leaves ``reading`` at its end."""
+    err = msg.error()
+    if err is None:
+        return True
+    if err.code() != KafkaError._PARTITION_EOF:
+        raise ConsumeError(f"reading the events topic failed: {err.str()}")
+    reading.discard(msg.partition() or 0)
+    return False
