@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -12,29 +12,43 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from streamrec.config import KafkaConfig
 from streamrec.errors import ConfigError, ServiceError
 from streamrec.kafka.clients import client_logger, require_broker
+from streamrec.kafka.records import Partition
 
 logger = logging.getLogger(__name__)
 
 
+class TopicSpec(NamedTuple):
+    """How to create a topic: partitions, replication (-1: the broker's default) and configs."""
+
+    partitions: int
+    replication_factor: int = -1
+    config: Mapping[str, str] = {}  # never mutated: a fresh dict is built per topic
+
+
 def create_topics(
     bootstrap_servers: str,
-    topics: dict[str, int],
+    topics: Mapping[str, TopicSpec | int],
     timeout_s: float = 10,
     client: Mapping[str, Any] | None = None,
 ) -> None:
-    """Create each topic with its partition count; an existing topic counts as created.
+    """Create each topic (a spec, or just its partition count); an existing topic counts as
+    created and is left as it is.
 
     Raises ConfigError for a count below 1 (Tansu would accept 0) and ServiceError for any
     other failure, such as an unreachable broker.
     """
-    if bad := {name: n for name, n in topics.items() if n < 1}:
+    specs = {name: s if isinstance(s, TopicSpec) else TopicSpec(s) for name, s in topics.items()}
+    if bad := {name: s.partitions for name, s in specs.items() if s.partitions < 1}:
         raise ConfigError(f"partition counts must be at least 1: {bad}")
-    if not topics:
+    if not specs:
         return
     # The same pass-through options as the producers and consumers (TLS, SASL, ...).
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": client_logger, **(client or {})}
     admin = AdminClient(conf)
-    new = [NewTopic(name, num_partitions=n) for name, n in topics.items()]
+    new = [
+        NewTopic(name, s.partitions, replication_factor=s.replication_factor, config=dict(s.config))
+        for name, s in specs.items()
+    ]
     futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
     failures = []
     for name, future in futures.items():
@@ -51,20 +65,38 @@ def create_topics(
         raise ServiceError(
             f"could not create topics on {bootstrap_servers}: " + "; ".join(failures)
         )
-    logger.info("bootstrap=%s topics=%s created", bootstrap_servers, ",".join(topics))
+    logger.info("bootstrap=%s topics=%s created", bootstrap_servers, ",".join(specs))
 
 
 def ensure_topics(cfg: KafkaConfig) -> None:
     """Create the events and samples topics and their dead-letter topics unless they exist
-    (idempotent); a broker that cannot be reached is one clear error, at once."""
+    (idempotent), with the configured partitions, replication and retention; a broker that
+    cannot be reached is one clear error, at once."""
     require_broker(cfg)
-    create_topics(
-        cfg.bootstrap_servers,
-        {
-            cfg.events_topic: cfg.partitions,
-            cfg.dlq_topic: 1,
-            cfg.samples_topic: cfg.partitions,
-            cfg.samples_dlq_topic: 1,
-        },
-        client=cfg.client,
-    )
+    create_topics(cfg.bootstrap_servers, topic_specs(cfg), client=cfg.client)
+
+
+def topic_specs(cfg: KafkaConfig) -> dict[str, TopicSpec]:
+    """The topics streamrec uses and how it creates them."""
+
+    def spec(retention_ms: int) -> TopicSpec:
+        config = {"retention.ms": str(retention_ms), **cfg.topic_config}
+        return TopicSpec(cfg.partitions, cfg.replication_factor, config)
+
+    return {
+        cfg.events_topic: spec(cfg.events_retention_ms),
+        cfg.dlq_topic: spec(cfg.dead_letter_retention_ms),
+        cfg.samples_topic: spec(cfg.samples_retention_ms),
+        cfg.samples_dlq_topic: spec(cfg.dead_letter_retention_ms),
+    }
+
+
+def expired_positions(
+    positions: Mapping[Partition, int], earliest: Mapping[Partition, int]
+) -> dict[Partition, tuple[int, int]]:
+    """Positions a topic no longer holds: partition -> (position, the earliest offset left)."""
+    return {
+        key: (offset, earliest[key])
+        for key, offset in positions.items()
+        if key in earliest and offset < earliest[key]
+    }

@@ -31,15 +31,16 @@ from types import TracebackType
 from typing import TypeVar
 
 import numpy as np
-from confluent_kafka import KafkaException, Message
+from confluent_kafka import KafkaException, Message, TopicPartition
 
 from streamrec.config import StreamrecConfig
 from streamrec.deadletters import DeadLetter
-from streamrec.errors import NonFiniteWeights, TrainingDiverged
+from streamrec.errors import NonFiniteWeights, SamplesExpired, TrainingDiverged
 from streamrec.faults import fault_point
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.records import Partition, Position
 from streamrec.kafka.source import IdleClock, RecordSource
+from streamrec.kafka.topics import expired_positions
 from streamrec.learner.base import Learner, TrainResult
 from streamrec.learner.batch import Batch
 from streamrec.learner.intake import DeadLetterWriter, decode, log_dead
@@ -52,6 +53,8 @@ logger = logging.getLogger(__name__)
 _POLL_S = 0.5
 # Keep-alive polls while a step runs: well under any max.poll.interval.ms.
 _KEEPALIVE_S = 1.0
+# A watermark query at start: a broker answers in milliseconds.
+_QUERY_TIMEOUT_S = 10.0
 
 _T = TypeVar("_T")
 
@@ -202,9 +205,10 @@ class LearnerRunner:
         """
         stop = stop or threading.Event()
         lcfg = self._cfg.learner
-        self._source.subscribe()
         idle = IdleClock(lcfg.stop_when_idle_s, self._source, upstream_done)
         try:
+            self._check_retention()
+            self._source.subscribe()
             with ThreadPoolExecutor(1, thread_name_prefix="streamrec-train") as worker:
                 while not stop.is_set():
                     records = self._collect(stop, idle)
@@ -224,6 +228,28 @@ class LearnerRunner:
         finally:
             self.close()  # the consumer and the snapshot directory's lock
         return self.stats
+
+    def _check_retention(self) -> None:
+        """Refuse to resume at samples the topic no longer holds (or skip them, if allowed):
+        the consumer would silently jump to the earliest offset left."""
+        consumer = self._source.consumer
+        earliest = {
+            key: consumer.get_watermark_offsets(TopicPartition(*key), timeout=_QUERY_TIMEOUT_S)[0]
+            for key in self.positions
+        }
+        gaps = expired_positions(self.positions, earliest)
+        if not gaps:
+            return
+        lost = sum(low - offset for offset, low in gaps.values())
+        where = ", ".join(f"{key} at {offset} (it starts at {low})" for key, (offset, low) in gaps.items())
+        if not self._cfg.learner.allow_sample_gaps:
+            raise SamplesExpired(
+                f"the snapshot resumes at samples the topic no longer holds: {where}; {lost} samples "
+                "were never trained (raise STREAMREC_KAFKA__SAMPLES_RETENTION_MS, or set "
+                "STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS=true to skip them)"
+            )
+        logger.warning("skipping expired samples count=%d where=%s", lost, where)
+        self.positions.update({key: low for key, (_, low) in gaps.items()})
 
     def _collect(self, stop: threading.Event, idle: IdleClock) -> list[Message]:
         """Gather samples for one interval, until the batch is full or the stream goes idle."""

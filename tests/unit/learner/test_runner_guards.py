@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from streamrec.cli.learner import print_report
 from streamrec.config import KafkaConfig, StreamrecConfig
-from streamrec.errors import DeliveryError, NonFiniteWeights, TrainingDiverged
+from streamrec.errors import DeliveryError, NonFiniteWeights, SamplesExpired, TrainingDiverged
 from streamrec.kafka.records import Partition, Record
 from streamrec.learner import runner as runner_module
 from streamrec.learner.base import TrainResult
@@ -59,6 +59,7 @@ class ScriptedConsumer:
             self._batches.append(batch)
         self._on_assign: Callable[..., None] | None = None
         self.commits: list[list[TopicPartition]] = []
+        self.earliest = 0  # the topic's first offset still held (retention moves it)
 
     def subscribe(self, topics: list[str], on_assign: Callable[..., None], **_: object) -> None:
         self._on_assign = on_assign
@@ -74,6 +75,9 @@ class ScriptedConsumer:
 
     def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
         self.commits.append(offsets)
+
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float) -> tuple[int, int]:
+        return self.earliest, 10**9
 
     def assign(self, partitions: list[TopicPartition]) -> None: ...
 
@@ -298,3 +302,21 @@ def test_the_cli_report_line_names_dead_letters_and_skipped_steps(
     assert "micro-batch    3" in clean and "dead-lettered" not in clean and "skipped" not in clean
     print_report(MicroBatchReport(4, metrics, TS, TS, 0.4, 0.1, 0.2, dead=2, steps=8, skipped_steps=3))
     assert "dead-lettered 2  skipped 3/8 non-finite steps" in capsys.readouterr().out
+
+
+def test_a_snapshot_resuming_at_expired_samples_is_refused_or_skipped_when_allowed(
+    tmp_path: Path, script: Callable[..., ScriptedConsumer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention deleted samples the newest snapshot had not trained: the consumer would jump
+    to the earliest offset left without a word."""
+    script([[valid(0), valid(1)]])
+    LearnerRunner(config(tmp_path, 2), ScriptedLearner([GOOD])).run()  # snapshot at offset 2
+    script([]).earliest = 7
+    with pytest.raises(SamplesExpired, match=r"samples\[0\] at 2 \(it starts at 7\); 5 samples"):
+        LearnerRunner(config(tmp_path, 2), ScriptedLearner([])).run()
+    script([]).earliest = 7
+    runner = LearnerRunner(config(tmp_path, 2, allow_sample_gaps=True), ScriptedLearner([]))
+    with caplog.at_level(logging.WARNING, logger="streamrec.learner"):
+        runner.run()
+    assert runner.positions == {Partition(TOPIC, 0): 7}
+    assert "skipping expired samples count=5" in caplog.text

@@ -1,0 +1,34 @@
+"""Topics are created with the configured partitions, replication and retention."""
+
+from __future__ import annotations
+
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from streamrec.config import KafkaConfig
+from streamrec.kafka.topics import ensure_topics
+
+
+def test_every_topic_gets_its_partitions_and_retention(bootstrap_servers: str, unique_name: str) -> None:
+    """Once: broker defaults only, and one partition for the dead-letter topic."""
+    cfg = KafkaConfig(
+        bootstrap_servers=bootstrap_servers, partitions=3,
+        events_topic=f"e-{unique_name}", dlq_topic=f"d-{unique_name}",
+        samples_topic=f"s-{unique_name}", samples_dlq_topic=f"sd-{unique_name}",
+        samples_retention_ms=3_600_000, topic_config={"min.insync.replicas": "1"},
+    )
+    ensure_topics(cfg)
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    topics = admin.list_topics(timeout=10).topics
+    expected = {
+        cfg.events_topic: str(cfg.events_retention_ms),
+        cfg.dlq_topic: str(cfg.dead_letter_retention_ms),
+        cfg.samples_topic: "3600000",
+        cfg.samples_dlq_topic: str(cfg.dead_letter_retention_ms),
+    }
+    for topic, retention in expected.items():
+        assert len(topics[topic].partitions) == 3, topic
+        (future,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+        configs = future.result(timeout=10)
+        assert configs["retention.ms"].value == retention, topic
+        assert configs["min.insync.replicas"].value == "1", topic
+    ensure_topics(cfg)  # again: idempotent
