@@ -43,62 +43,92 @@ from streamrec.featurestore.base import (
 
 logger = logging.getLogger(__name__)
 
-# KEYS: seq, ids, idt. ARGV: cap, ttl_ms, horizon_ms, n, then per event score, member, id,
-# mark, then the history times ts_1 .. ts_q. Returns {verdicts, histories}: verdicts holds
-# (code, first mark) per event (0 accepted, 1 duplicate, 2 conflict); histories one flat
-# [member, score, ...] list per ts: the latest `cap` strictly before it.
-# Trims the sequence to the latest `cap` entries before the batch's earliest accepted event,
-# keeping everything from it on, so a batch redone after an aborted commit reads exactly the
-# same histories; forgets ids older than the horizon behind the user's newest one.
+# KEYS: seq, ids, idt of each user of the call, in turn. ARGV: cap, ttl_ms, horizon_ms, then
+# per user n, q, then n times (score, member, id, mark), then q history times. Returns per
+# user {verdicts, histories}: verdicts holds (code, first mark) per event (0 accepted,
+# 1 duplicate, 2 conflict); histories one flat [member, score, ...] list per time: the
+# latest `cap` strictly before it.
+# Per user, trims the sequence to the latest `cap` entries before the batch's earliest
+# accepted event, keeping everything from it on, so a batch redone after an aborted commit
+# reads exactly the same histories; forgets ids older than the horizon behind the newest.
 _SEQUENCE_LUA = """
-local cap, ttl, horizon, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local verdicts, chunk, low = {}, {}, nil
-for i = 0, n - 1 do
-  local at = 5 + 4 * i
-  local score, id, mark = ARGV[at], ARGV[at + 2], ARGV[at + 3]
-  local seen = redis.call('HGET', KEYS[2], id)
-  local code = 0
-  if not seen then
-    redis.call('HSET', KEYS[2], id, mark)
-    redis.call('ZADD', KEYS[3], score, id)
-  elseif seen ~= mark then
-    local fingerprint = string.match(mark, '^[^\t]*')
-    if string.match(seen, '^[^\t]*') == fingerprint then code = 1 else code = 2 end
-  end
-  verdicts[#verdicts + 1] = code
-  verdicts[#verdicts + 1] = seen or ''
-  if code == 0 then
-    if low == nil or tonumber(score) < tonumber(low) then low = score end
-    chunk[#chunk + 1] = score
-    chunk[#chunk + 1] = ARGV[at + 1]
-    if #chunk >= 1000 then  -- unpack() has a small stack: add in slices
-      redis.call('ZADD', KEYS[1], unpack(chunk))
-      chunk = {}
+local cap, ttl, horizon = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local at, results = 4, {}
+for u = 0, #KEYS / 3 - 1 do
+  local seq, ids, idt = KEYS[3 * u + 1], KEYS[3 * u + 2], KEYS[3 * u + 3]
+  local n, q = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+  at = at + 2
+  local verdicts, chunk, low = {}, {}, nil
+  for i = 0, n - 1 do
+    local score, member, id, mark = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+    at = at + 4
+    local seen = redis.call('HGET', ids, id)
+    local code = 0
+    if not seen then
+      redis.call('HSET', ids, id, mark)
+      redis.call('ZADD', idt, score, id)
+    elseif seen ~= mark then
+      if string.match(seen, '^[^\t]*') == string.match(mark, '^[^\t]*') then code = 1 else code = 2 end
+    end
+    verdicts[#verdicts + 1] = code
+    verdicts[#verdicts + 1] = seen or ''
+    if code == 0 then
+      if low == nil or tonumber(score) < tonumber(low) then low = score end
+      chunk[#chunk + 1] = score
+      chunk[#chunk + 1] = member
+      if #chunk >= 1000 then  -- unpack() has a small stack: add in slices
+        redis.call('ZADD', seq, unpack(chunk))
+        chunk = {}
+      end
     end
   end
-end
-if #chunk > 0 then redis.call('ZADD', KEYS[1], unpack(chunk)) end
-local out = {}
-for i = 5 + 4 * n, #ARGV do
-  out[#out + 1] = redis.call('ZREVRANGEBYSCORE', KEYS[1], '(' .. ARGV[i], '-inf',
-                             'WITHSCORES', 'LIMIT', 0, cap)
-end
-if low ~= nil then
-  local before = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. low)
-  if before > cap then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, before - cap - 1) end
-  local newest = redis.call('ZREVRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  local cut = string.format('%d', tonumber(newest[2]) - horizon)
-  local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. cut)
-  for i = 1, #old, 1000 do
-    redis.call('HDEL', KEYS[2], unpack(old, i, math.min(i + 999, #old)))
+  if #chunk > 0 then redis.call('ZADD', seq, unpack(chunk)) end
+  local out = {}
+  for i = 0, q - 1 do
+    out[#out + 1] = redis.call('ZREVRANGEBYSCORE', seq, '(' .. ARGV[at + i], '-inf',
+                               'WITHSCORES', 'LIMIT', 0, cap)
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. cut)
+  at = at + q
+  if low ~= nil then
+    local before = redis.call('ZCOUNT', seq, '-inf', '(' .. low)
+    if before > cap then redis.call('ZREMRANGEBYRANK', seq, 0, before - cap - 1) end
+    local newest = redis.call('ZREVRANGE', idt, 0, 0, 'WITHSCORES')
+    local cut = string.format('%d', tonumber(newest[2]) - horizon)
+    local old = redis.call('ZRANGEBYSCORE', idt, '-inf', '(' .. cut)
+    for i = 1, #old, 1000 do
+      redis.call('HDEL', ids, unpack(old, i, math.min(i + 999, #old)))
+    end
+    redis.call('ZREMRANGEBYSCORE', idt, '-inf', '(' .. cut)
+  end
+  redis.call('PEXPIRE', seq, ttl)
+  redis.call('PEXPIRE', ids, ttl)
+  redis.call('PEXPIRE', idt, ttl)
+  results[#results + 1] = {verdicts, out}
 end
-for k = 1, 3 do redis.call('PEXPIRE', KEYS[k], ttl) end
-return {verdicts, out}
+return results
 """
-# A Redis that stops answering must not hang a batch: a pipeline of a few thousand small
-# scripts takes milliseconds, so 5 s means Redis is gone (the caller retries).
+# KEYS: item keys. ARGV: ttl_ms, then one time per key. Keeps the earliest time each item was
+# seen, so it does not depend on the order events arrive in (a late event, a rebuild);
+# returns the recorded times.
+_FIRST_SEEN_LUA = """
+local out = {}
+for i = 1, #KEYS do
+  local seen = redis.call('GET', KEYS[i])
+  if not seen or tonumber(ARGV[i + 1]) < tonumber(seen) then
+    redis.call('SET', KEYS[i], ARGV[i + 1], 'PX', ARGV[1])
+    seen = ARGV[i + 1]
+  end
+  out[i] = seen
+end
+return out
+"""
+# Users (and items) per script call: one call per user cost most of the consumer's time in
+# redis-py packing and parsing; a few hundred per call keep each call to a millisecond or
+# so, short enough not to hold up other clients of Redis.
+_USERS_PER_CALL = 256
+_ITEMS_PER_CALL = 1_000
+# A Redis that stops answering must not hang a batch: a batch's round trip takes
+# milliseconds, so 5 s means Redis is gone (the caller retries).
 _CLIENT_DEFAULTS: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 # Errors that say Redis is away for now rather than that the request is wrong.
 _UNAVAILABLE = (
@@ -109,18 +139,6 @@ _UNAVAILABLE = (
     redis.exceptions.ClusterDownError,
     redis.exceptions.TryAgainError,
 )
-# ARGV: ts, ttl_ms. Keeps the earliest time an item was seen, so it does not depend on the
-# order events arrive in (a late event, a rebuild); returns the recorded one.
-_FIRST_SEEN_LUA = """
-local seen = redis.call('GET', KEYS[1])
-if not seen or tonumber(ARGV[1]) < tonumber(seen) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return ARGV[1]
-end
-return seen
-"""
-
-
 class RedisFeatureStore(FeatureStore):
     """Length-capped, TTL'd behaviour sequences in Redis (standalone or Cluster-safe keys)."""
 
@@ -225,16 +243,19 @@ class RedisFeatureStore(FeatureStore):
         by_user: dict[str, list[int]] = defaultdict(list)  # user -> indexes into arrivals
         for index, arrival in enumerate(arrivals):
             by_user[arrival.event.user_id].append(index)
+        calls = self._calls(list(by_user), self.key)
         markers = list(self._markers or {})
         replies = self._run(
-            lambda pipe, shas: self._queue_users(pipe, shas[0], arrivals, by_user, markers)
+            lambda pipe, shas: self._queue_users(pipe, shas[0], arrivals, by_user, calls, markers)
         )
         self._check_markers(replies[: len(markers)])
-        replies = replies[len(markers) :]
+        per_user = [reply for call in replies[len(markers) :] for reply in call]
         verdicts = [Verdict.ACCEPTED] * len(arrivals)
         first_seen_at = [""] * len(arrivals)
         histories: list[list[Behaviour] | None] = [None] * len(arrivals)
-        for indexes, (codes, reads) in zip(by_user.values(), replies, strict=True):
+        users = [user for call in calls for user in call]
+        for user, (codes, reads) in zip(users, per_user, strict=True):
+            indexes = by_user[user]
             for n, index in enumerate(indexes):
                 verdicts[index] = Verdict(int(codes[2 * n]))
                 first_seen_at[index] = str(codes[2 * n + 1]).partition("\t")[2]
@@ -247,9 +268,25 @@ class RedisFeatureStore(FeatureStore):
                         histories[index] = [Behaviour.from_member(m, int(ts)) for m, ts in pairs]
         accepted = [a.event for a, v in zip(arrivals, verdicts, strict=True) if v is Verdict.ACCEPTED]
         earliest = earliest_per_item(accepted)
-        first = self._run(lambda pipe, shas: self._queue_items(pipe, shas[1], earliest))
-        first_seen = {item: int(ts) for item, ts in zip(earliest, first, strict=True)}
-        return StoreUpdate(verdicts, histories, first_seen_at, first_seen)
+        item_calls = self._calls(list(earliest), self.item_key, _ITEMS_PER_CALL)
+        first = self._run(lambda pipe, shas: self._queue_items(pipe, shas[1], earliest, item_calls))
+        items = [item for call in item_calls for item in call]
+        times = [int(ts) for call in first for ts in call]
+        return StoreUpdate(verdicts, histories, first_seen_at, dict(zip(items, times, strict=True)))
+
+    def _calls(
+        self, names: list[str], key: Callable[[str], str], per_call: int = _USERS_PER_CALL
+    ) -> list[list[str]]:
+        """Split users (or items) into script calls: a few hundred per call, and on a Cluster
+        only names whose keys share a slot (a script's keys must)."""
+        if isinstance(self._redis, RedisCluster):
+            by_slot: dict[int, list[str]] = defaultdict(list)
+            for name in names:
+                by_slot[self._redis.keyslot(key(name))].append(name)
+            groups = list(by_slot.values())
+        else:
+            groups = [names]
+        return [group[i : i + per_call] for group in groups for i in range(0, len(group), per_call)]
 
     def _check_markers(self, values: list[Any]) -> None:
         """Raise unless every marker still holds what :meth:`attach` found."""
@@ -266,22 +303,33 @@ class RedisFeatureStore(FeatureStore):
         sha: str,
         arrivals: Sequence[Arrival],
         by_user: dict[str, list[int]],
+        calls: list[list[str]],
         markers: list[str],
     ) -> None:
         for key in markers:  # first in the round trip: read what the batch is checked against
             pipe.get(key)
-        for user_id, indexes in by_user.items():
-            args: list[str | int] = [self.length, self._ttl_ms, self.dedup_horizon_ms, len(indexes)]
-            for index in indexes:
-                arrival = arrivals[index]
-                event = arrival.event
-                args += (event.ts, Behaviour.of(event).member(), event.event_id, arrival.mark)
-            args += (arrivals[i].event.ts for i in indexes if arrivals[i].wants_history)
-            pipe.execute_command("EVALSHA", sha, 3, *self._user_keys(user_id), *args)
+        for users in calls:
+            keys: list[str] = []
+            args: list[str | int] = [self.length, self._ttl_ms, self.dedup_horizon_ms]
+            for user in users:
+                keys += self._user_keys(user)
+                indexes = by_user[user]
+                wanted = [arrivals[i].event.ts for i in indexes if arrivals[i].wants_history]
+                args += (len(indexes), len(wanted))
+                for index in indexes:
+                    arrival = arrivals[index]
+                    event = arrival.event
+                    args += (event.ts, Behaviour.of(event).member(), event.event_id, arrival.mark)
+                args += wanted
+            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
 
-    def _queue_items(self, pipe: Any, sha: str, earliest: dict[str, int]) -> None:
-        for item_id, ts in earliest.items():
-            pipe.execute_command("EVALSHA", sha, 1, self.item_key(item_id), ts, self._ttl_ms)
+    def _queue_items(
+        self, pipe: Any, sha: str, earliest: dict[str, int], calls: list[list[str]]
+    ) -> None:
+        for items in calls:
+            keys = [self.item_key(item) for item in items]
+            times = [earliest[item] for item in items]
+            pipe.execute_command("EVALSHA", sha, len(keys), *keys, self._ttl_ms, *times)
 
     def _run(self, queue: Callable[[Any, tuple[str, str]], None]) -> list[Any]:
         """One pipelined round trip of what ``queue`` adds, the scripts reloaded once if Redis
