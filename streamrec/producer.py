@@ -108,17 +108,24 @@ def publish(
     cfg: KafkaConfig,
     *,
     rate: float = 0.0,
+    speedup: float = 0.0,
     on_progress: Callable[[int], None] | None = None,
 ) -> int:
-    """Publish ``events`` in order at ``rate`` events/s (0 = as fast as possible); return count."""
+    """Publish ``events`` in order; return the count.
+
+    ``rate`` paces them at that many events/s; ``speedup`` at that multiple of their own event
+    time (60: an hour of events in a minute); neither (0) sends as fast as possible.
+    """
     sent = 0
     start = time.monotonic()
+    first_ts: int | None = None
     with EventProducer(cfg) as producer:
         for event in events:
-            if rate > 0:
-                ahead = sent / rate - (time.monotonic() - start)
-                if ahead > 0:
-                    time.sleep(ahead)
+            first_ts = event.ts if first_ts is None else first_ts
+            due = sent / rate if rate > 0 else (event.ts - first_ts) / 1000 / speedup if speedup > 0 else 0.0
+            ahead = due - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
             producer.send(event)
             sent += 1
             if on_progress is not None and sent % 1000 == 0:

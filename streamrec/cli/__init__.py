@@ -6,7 +6,7 @@ import warnings
 
 import typer
 
-from streamrec.cli import consumers, learner, services, snapshot
+from streamrec.cli import consumers, learner, replay, services, snapshot
 from streamrec.cli.demo import demo
 from streamrec.cli.generate import generate
 from streamrec.cli.produce import produce
@@ -22,6 +22,7 @@ app.command("generate")(generate)
 app.add_typer(consumers.app, name="consumers")
 app.add_typer(learner.app, name="learner")
 app.add_typer(snapshot.app, name="snapshot")
+app.add_typer(replay.app, name="replay")
 services.register(app)
 
 

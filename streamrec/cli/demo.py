@@ -15,7 +15,7 @@ from streamrec.cli.common import build_config, cli_errors, console, stop_on_sign
 from streamrec.cli.learner import print_report
 from streamrec.cli.snapshot import format_positions
 from streamrec.config import RedisStoreConfig
-from streamrec.datasets import FORMATS, read_events
+from streamrec.datasets import FORMATS, load_events
 from streamrec.learner.snapshot import SnapshotStore
 from streamrec.local.launch import local_services
 
@@ -31,7 +31,9 @@ def _bundled_movielens() -> Path:
 
 
 def demo(
-    data: Path | None = typer.Option(None, help="Dataset (default: the bundled MovieLens latest-small)"),
+    data: str | None = typer.Option(
+        None, help="Dataset path or synthetic[:events=N,...] (default: the bundled MovieLens latest-small)"
+    ),
     fmt: str = typer.Option("auto", "--format", help=f"One of: {', '.join(FORMATS)}"),
     limit: int | None = typer.Option(None, help="Replay only the earliest N events"),
     max_batch: int = typer.Option(2500, help="Samples per micro-batch"),
@@ -44,7 +46,7 @@ def demo(
 
     with cli_errors():
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        events = read_events(data or _bundled_movielens(), fmt, limit=limit)
+        events = load_events(data or _bundled_movielens(), fmt, limit=limit)
         console.print(f"read {len(events)} events from {data or DEMO_DATA}")
         base = build_config(
             quiet=True,

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from streamrec.cli.common import build_config, cli_errors, console
-from streamrec.datasets import FORMATS, read_events
+from streamrec.datasets import FORMATS, load_events
 from streamrec.errors import ConfigError
 from streamrec.kafka.topics import ensure_topics
 from streamrec.producer import publish
 
 
 def produce(
-    path: Path = typer.Argument(..., help="Taobao CSV, MovieLens ratings.csv/dir, ML-100K u.data, or JSONL"),
+    source: str = typer.Argument(
+        ...,
+        help="Taobao CSV, MovieLens ratings.csv/dir, ML-100K u.data, JSONL, or "
+        "synthetic[:events=N,users=N,seed=N,...] (the click generator)",
+    ),
     fmt: str = typer.Option("auto", "--format", help=f"One of: {', '.join(FORMATS)}"),
     rate: float = typer.Option(0.0, help="Events per second; 0 = as fast as possible"),
     limit: int | None = typer.Option(None, help="Publish only the earliest N events"),
@@ -28,7 +30,7 @@ def produce(
         if fmt not in FORMATS:
             raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         cfg = build_config(kafka={"bootstrap_servers": bootstrap_servers, "events_topic": topic})
-        events = read_events(path, fmt, positive_rating=positive_rating, limit=limit)
+        events = load_events(source, fmt, positive_rating=positive_rating, limit=limit)
         ensure_topics(cfg.kafka)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, console=console, transient=False) as progress:

@@ -1,0 +1,49 @@
+"""One way to name any event source: a dataset path, or the seeded click generator.
+
+``synthetic`` or ``synthetic:events=50000,users=2000,seed=7`` names a generated stream (the
+fields of :class:`~streamrec.datasets.synthetic.ClickStreamSpec`); anything else is a path
+read by :func:`~streamrec.datasets.readers.read_events`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from streamrec.datasets.readers import read_events
+from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
+from streamrec.errors import DatasetError
+from streamrec.events import Event
+
+SYNTHETIC = "synthetic"
+
+
+def load_events(
+    source: str | Path, fmt: str = "auto", *, positive_rating: float = 4.0, limit: int | None = None
+) -> list[Event]:
+    """The events of ``source`` in event-time order, at most the earliest ``limit``."""
+    if str(source).split(":", 1)[0] == SYNTHETIC:
+        events = generate_clicks(synthetic_spec(str(source)))
+        return events if limit is None else events[:limit]
+    return read_events(Path(source), fmt, positive_rating=positive_rating, limit=limit)
+
+
+def synthetic_spec(source: str) -> ClickStreamSpec:
+    """The spec ``synthetic[:field=value,...]`` names.
+
+    Raises:
+        DatasetError: An unknown field or a value of the wrong type.
+    """
+    _, _, options = source.partition(":")
+    fields = {f.name: f for f in dataclasses.fields(ClickStreamSpec)}
+    values: dict[str, int | float] = {}
+    for option in filter(None, options.split(",")):
+        name, _, text = option.partition("=")
+        name = name.strip()
+        if name not in fields or name == "actions":
+            raise DatasetError(f"{source}: unknown field {name!r}; expected one of {', '.join(fields)}")
+        try:
+            values[name] = float(text) if fields[name].type in (float, "float") else int(text)
+        except ValueError as exc:
+            raise DatasetError(f"{source}: {name}={text!r} is not a number") from exc
+    return dataclasses.replace(ClickStreamSpec(), **values)  # type: ignore[arg-type]  # checked above

@@ -1,0 +1,175 @@
+"""The backtest: recorded events -> samples -> micro-batches -> every strategy -> a report.
+
+No broker and no Redis: the consumers' logic runs on the in-memory store and the learners
+in this process (or in ``jobs`` processes, one strategy each), so a backtest is fast and the
+same data, configuration and seed give the same report (its ``digest``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamrec.config import StreamrecConfig
+from streamrec.datasets import load_events
+from streamrec.errors import ConfigError
+from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
+from streamrec.replay.report import SCHEMA, finish, summarise
+from streamrec.replay.strategies import KINDS, Kind, Progress, Strategy, StrategyRun, run_strategy
+
+
+@dataclass(frozen=True)
+class BacktestConfig:
+    """What to replay and how: the data, the micro-batch cut, the strategies."""
+
+    source: str  # a dataset path, or synthetic[:field=value,...]
+    fmt: str = "auto"
+    limit: int | None = None  # the earliest events only
+    interval_ms: int | None = None  # micro-batches by event time; None: by count
+    batch_size: int = 2_500  # samples per micro-batch when cut by count (the demo's)
+    strategies: tuple[Kind, ...] = KINDS
+    warmup: float = 0.25
+    retrain_every: int = 10
+    ewc_lambdas: tuple[float, ...] = (1e3,)
+    seed: int = 0
+    jobs: int = 1
+    settings: StreamrecConfig = field(default_factory=StreamrecConfig)  # consumer and model
+
+
+def seeded(cfg: BacktestConfig) -> StreamrecConfig:
+    """The settings with ``cfg.seed`` as both the negative sampler's and the model's seed."""
+    s = cfg.settings
+    return s.model_copy(update={
+        "consumer": s.consumer.model_copy(update={"seed": cfg.seed}),
+        "model": s.model.model_copy(update={"seed": cfg.seed}),
+    })
+
+
+def strategies_of(cfg: BacktestConfig, settings: StreamrecConfig) -> list[Strategy]:
+    """The strategies to run, ``ewc`` once per λ."""
+    out = []
+    for kind in cfg.strategies:
+        lambdas: Sequence[float | None] = cfg.ewc_lambdas if kind == "ewc" else (None,)
+        for lam in lambdas:
+            name = kind if lam is None or len(lambdas) == 1 else f"ewc λ={lam:g}"
+            out.append(Strategy(name, kind, settings.model, cfg.warmup, cfg.retrain_every, lam))
+    return out
+
+
+def micro_batches(cfg: BacktestConfig, settings: StreamrecConfig) -> tuple[int, list[MicroBatch]]:
+    """The events' count and their samples cut into micro-batches."""
+    events = load_events(cfg.source, cfg.fmt, limit=cfg.limit)
+    if not events:
+        raise ConfigError(f"{cfg.source}: no events to replay")
+    samples = build_samples(events, settings)
+    if cfg.interval_ms is None:
+        return len(events), by_count(samples, cfg.batch_size)
+    return len(events), by_interval(samples, cfg.interval_ms)
+
+
+def run_all(
+    strategies: Sequence[Strategy], batches: Sequence[MicroBatch], jobs: int, on_progress: Progress | None
+) -> list[StrategyRun]:
+    """Each strategy over the same micro-batches, in this process or in ``jobs`` processes."""
+    if jobs <= 1:
+        return [run_strategy(s, batches, on_progress) for s in strategies]
+    # Spawned, not forked: Paddle and librdkafka keep threads a fork would break.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_quiet_worker) as pool:
+        futures = [pool.submit(run_strategy, s, batches) for s in strategies]
+        runs = []
+        for future, strategy in zip(futures, strategies, strict=True):
+            runs.append(future.result())
+            if on_progress is not None:
+                on_progress(strategy.name, len(batches), len(batches), float("nan"))
+        return runs
+
+
+def _quiet_worker() -> None:
+    """Paddle warns at import that ccache is missing; it only matters for building extensions."""
+    warnings.filterwarnings("ignore", message="No ccache found")
+
+
+def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[str, Any]:
+    """Run the backtest ``cfg`` describes; returns the report (see ``streamrec.replay.report``)."""
+    start = time.perf_counter()
+    settings = seeded(cfg)
+    events, batches = micro_batches(cfg, settings)
+    strategies = strategies_of(cfg, settings)
+    runs = run_all(strategies, batches, cfg.jobs, on_progress)
+    report = {
+        "schema": SCHEMA,
+        "dataset": {
+            "source": cfg.source,
+            "events": events,
+            "samples": sum(len(b.samples) for b in batches),
+            "positives": sum(s.label for b in batches for s in b.samples),
+        },
+        "config": _config(cfg, settings),
+        "micro_batches": {
+            "count": len(batches),
+            "first_ts": [b.first_ts for b in batches],
+            "last_ts": [b.last_ts for b in batches],
+            "samples": [len(b.samples) for b in batches],
+        },
+        "strategies": {run.name: summarise(run, batches) for run in runs},
+    }
+    report["wall_seconds"] = time.perf_counter() - start
+    return finish(report)
+
+
+def _config(cfg: BacktestConfig, settings: StreamrecConfig) -> dict[str, Any]:
+    cut = {"batch_size": cfg.batch_size} if cfg.interval_ms is None else {"interval_ms": cfg.interval_ms}
+    return {
+        **cut,
+        "limit": cfg.limit,
+        "warmup": cfg.warmup,
+        "retrain_every": cfg.retrain_every,
+        "ewc_lambdas": list(cfg.ewc_lambdas),
+        "seed": cfg.seed,
+        "consumer": settings.consumer.model_dump(mode="json"),
+        "model": settings.model.model_dump(mode="json"),
+    }
+
+
+def sweep(
+    cfg: BacktestConfig,
+    intervals_ms: Sequence[int | None],
+    learning_rates: Sequence[float],
+    on_progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """GAUC against cost over micro-batch intervals, learning rates and EWC's λ: one row per
+    combination (the incremental DIN: ``finetune``, or ``ewc`` at each λ)."""
+    settings = seeded(cfg)
+    events = load_events(cfg.source, cfg.fmt, limit=cfg.limit)
+    samples = build_samples(events, settings)
+    rows: list[dict[str, Any]] = []
+    for interval in intervals_ms:
+        batches = by_count(samples, cfg.batch_size) if interval is None else by_interval(samples, interval)
+        variants: list[tuple[Kind, float | None]] = [("finetune", None)]
+        variants += [("ewc", lam) for lam in cfg.ewc_lambdas]
+        combos = [
+            Strategy(
+                f"{kind} lr={lr:g}" + (f" λ={lam:g}" if lam is not None else ""),
+                kind, settings.model.model_copy(update={"learning_rate": lr}), ewc_lambda=lam,
+            )
+            for lr in learning_rates
+            for kind, lam in variants
+        ]
+        for strategy, run in zip(combos, run_all(combos, batches, cfg.jobs, on_progress), strict=True):
+            summary = summarise(run, batches)
+            rows.append({
+                "interval_ms": interval,
+                "batch_size": cfg.batch_size if interval is None else None,
+                "micro_batches": len(batches),
+                "learning_rate": strategy.model.learning_rate,
+                "strategy": strategy.kind,
+                "ewc_lambda": strategy.ewc_lambda,
+                **{k: summary.get(k) for k in ("available", "reason", "auc", "gauc", "train_seconds")},
+            })
+    return rows

@@ -1,0 +1,92 @@
+"""Recorded events into samples, through the consumers' own logic, and samples into
+micro-batches by event time or by count: the cadence of a learner updating every few minutes,
+simulated."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from streamrec.config import StreamrecConfig
+from streamrec.consumers.processor import SampleBuilder
+from streamrec.errors import ConfigError
+from streamrec.events import Event
+from streamrec.featurestore import MemoryFeatureStore
+from streamrec.kafka.records import Record
+from streamrec.samples import Sample
+
+# Events per consumer batch: what `streamrec consumers run` takes by default; the samples do
+# not depend on it (the store and the pools follow event time), only the speed does.
+_CONSUMER_BATCH = 2_000
+_UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """The samples one learner update sees, in event-time order."""
+
+    index: int
+    samples: list[Sample]
+
+    @property
+    def first_ts(self) -> int:
+        """The earliest sample's event time, epoch ms."""
+        return self.samples[0].ts
+
+    @property
+    def last_ts(self) -> int:
+        """The latest sample's event time, epoch ms."""
+        return self.samples[-1].ts
+
+
+def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]:
+    """The samples the consumers would emit for ``events`` (in event-time order), built by
+    :class:`SampleBuilder` on the in-memory store: sequences, labels, negatives and all."""
+    store = MemoryFeatureStore(cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms)
+    builder = SampleBuilder(cfg.consumer, store)
+    records = [
+        Record(e.to_json(), offset, key=e.user_id.encode(), timestamp=e.ts) for offset, e in enumerate(events)
+    ]
+    # Recorded events are in the past: no clock check applies (now = the last event time).
+    now_ms = max((e.ts for e in events), default=0)
+    samples: list[Sample] = []
+    for start in range(0, len(records), _CONSUMER_BATCH):
+        result = builder.process(records[start : start + _CONSUMER_BATCH], now_ms=now_ms)
+        builder.commit(result)
+        samples += result.samples
+    return samples
+
+
+def by_count(samples: Sequence[Sample], size: int) -> list[MicroBatch]:
+    """Consecutive micro-batches of ``size`` samples (the last one shorter)."""
+    if size < 1:
+        raise ConfigError(f"micro-batch size must be at least 1, not {size}")
+    return [MicroBatch(n, list(samples[i : i + size])) for n, i in enumerate(range(0, len(samples), size))]
+
+
+def by_interval(samples: Sequence[Sample], interval_ms: int) -> list[MicroBatch]:
+    """One micro-batch per ``interval_ms`` of event time that has samples, aligned to
+    multiples of it (as a learner cutting every few minutes would)."""
+    if interval_ms < 1:
+        raise ConfigError(f"interval must be positive, not {interval_ms} ms")
+    batches: list[list[Sample]] = []
+    window = None
+    for sample in samples:
+        if sample.ts // interval_ms != window:
+            window = sample.ts // interval_ms
+            batches.append([])
+        batches[-1].append(sample)
+    return [MicroBatch(n, batch) for n, batch in enumerate(batches)]
+
+
+def parse_duration(text: str) -> int:
+    """``10m``, ``90s``, ``2h``, ``1d`` in milliseconds.
+
+    Raises:
+        ConfigError: Not a number followed by s, m, h or d.
+    """
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text)
+    if match is None:
+        raise ConfigError(f"{text!r} is not a duration such as 90s, 10m, 2h or 1d")
+    return int(float(match.group(1)) * _UNITS_MS[match.group(2)])

@@ -1,0 +1,186 @@
+"""The backtest report: figures per strategy, as JSON, a markdown table and a plot.
+
+JSON schema (``schema`` 1), times in epoch ms, NaN as null:
+
+- ``dataset``: ``source``, ``events``, ``samples``, ``positives``;
+- ``config``: the micro-batch cut (``interval_ms`` or ``batch_size``), ``warmup``,
+  ``retrain_every``, ``model`` and ``consumer`` settings: everything that shaped the run;
+- ``micro_batches``: ``count`` and per micro-batch ``first_ts``, ``last_ts``, ``samples``;
+- ``strategies.<name>``: ``available`` (with ``reason`` when not), ``kind``; prequential
+  ``auc``, ``gauc``, ``logloss`` over every micro-batch pooled; ``auc_last_3q`` and
+  ``gauc_last_3q``, sample-weighted means of the per-micro-batch figures over the last three
+  quarters (the demo's summary); ``backward_auc`` (the final model on the probes of earlier
+  micro-batches) and ``forgetting`` (their AUC right after training on them, minus that);
+  ``train_seconds`` and ``score_seconds`` (cost); ``series`` of per-micro-batch ``auc``,
+  ``gauc``, ``logloss``, ``samples``;
+- ``best``: the strategy with the highest ``gauc`` and ``auc``;
+- ``wall_seconds``; ``digest``: the sha256 of the report without its timings, equal for
+  runs with the same data, configuration and seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from streamrec.learner.batch import Batch
+from streamrec.learner.metrics import auc, gauc, logloss
+from streamrec.replay.batches import MicroBatch
+from streamrec.replay.strategies import StrategyRun, probe
+
+SCHEMA = 1
+# Wall-clock figures: the only ones that differ between two runs of the same backtest.
+TIMINGS = frozenset({"train_seconds", "score_seconds", "wall_seconds"})
+
+
+def summarise(run: StrategyRun, batches: Sequence[MicroBatch]) -> dict[str, Any]:
+    """One strategy's figures (see the module docstring)."""
+    if run.unavailable is not None:
+        return {"available": False, "kind": run.kind, "reason": run.unavailable}
+    columns = [Batch.from_samples(b.samples) for b in batches]
+    labels = [c.label for c in columns]
+    pairs = list(zip(columns, run.scores, strict=True))
+    aucs = [auc(c.label, s) for c, s in pairs]
+    gaucs = [gauc(c.label, s, c.user_ids) for c, s in pairs]
+    sizes = [len(c) for c in columns]
+    losses = [logloss(c.label, s) for c, s in pairs]
+    series = {"auc": aucs, "gauc": gaucs, "logloss": losses, "samples": sizes}
+    later = slice(len(batches) // 4, None)
+    pooled_users = np.concatenate([c.user_ids for c in columns]) if columns else np.array([])
+    return {
+        "available": True,
+        "kind": run.kind,
+        "auc": auc(_cat(labels), _cat(run.scores)),
+        "gauc": gauc(_cat(labels), _cat(run.scores), pooled_users),
+        "logloss": logloss(_cat(labels), _cat(run.scores)),
+        "auc_last_3q": _weighted(aucs[later], sizes[later]),
+        "gauc_last_3q": _weighted(gaucs[later], sizes[later]),
+        **_backward(run, batches),
+        "train_seconds": run.train_seconds,
+        "score_seconds": run.score_seconds,
+        "series": series,
+    }
+
+
+def _backward(run: StrategyRun, batches: Sequence[MicroBatch]) -> dict[str, float]:
+    """Backward AUC of the final model on the probes, and the forgetting since each."""
+    if not run.probe_final:
+        return {"backward_auc": math.nan, "forgetting": math.nan}
+    probes = {i: probe(batches[i]).label for i in run.probe_final}
+    pooled = auc(_cat(list(probes.values())), _cat(list(run.probe_final.values())))
+    drops, sizes = [], []
+    for i, labels in probes.items():
+        drop = auc(labels, run.probe_after[i]) - auc(labels, run.probe_final[i])
+        if not math.isnan(drop):
+            drops.append(drop)
+            sizes.append(len(labels))
+    return {"backward_auc": pooled, "forgetting": _weighted(drops, sizes)}
+
+
+def _cat(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.array([])
+
+
+def _weighted(values: Sequence[float], weights: Sequence[int]) -> float:
+    """Weighted mean of the finite values; NaN when there are none."""
+    pairs = [(v, w) for v, w in zip(values, weights, strict=True) if not math.isnan(v)]
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total else math.nan
+
+
+def best(strategies: dict[str, dict[str, Any]], metric: str) -> str | None:
+    """The available strategy with the highest ``metric`` (ties: the first)."""
+    scored = [
+        (s[metric], name) for name, s in strategies.items() if s["available"] and not math.isnan(s[metric])
+    ]
+    return max(scored, key=lambda pair: pair[0])[1] if scored else None
+
+
+def finish(report: dict[str, Any]) -> dict[str, Any]:
+    """Add the ``best`` strategies and the ``digest`` of the report without its timings."""
+    report["best"] = {m: best(report["strategies"], m) for m in ("gauc", "auc")}
+    report["digest"] = hashlib.sha256(to_json(_without_timings(report))).hexdigest()
+    return report
+
+
+def _without_timings(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k not in TIMINGS and k != "digest"}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+def to_json(report: dict[str, Any]) -> bytes:
+    """The report as sorted, indented JSON (NaN written as null)."""
+    options = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+    return orjson.dumps(report, option=options)
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """One row per strategy: the headline figures and the cost."""
+    rows = [
+        "| strategy | AUC | GAUC | logloss | AUC last 3/4 | GAUC last 3/4 | backward AUC | forgetting "
+        "| train s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, s in report["strategies"].items():
+        if not s["available"]:
+            rows.append(f"| {name} | unavailable: {s['reason']} | | | | | | | |")
+            continue
+        figures = ("auc", "gauc", "logloss", "auc_last_3q", "gauc_last_3q", "backward_auc", "forgetting")
+        cells = " | ".join(_fmt(s[k]) for k in figures)
+        rows.append(f"| {name} | {cells} | {s['train_seconds']:.1f} |")
+    return "\n".join(rows)
+
+
+def sweep_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The sweep as markdown: GAUC against cost per combination."""
+    lines = [
+        "| micro-batches | learning rate | strategy | AUC | GAUC | train s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        cut = f"{row['interval_ms'] / 60_000:g} min" if row["interval_ms"] else f"{row['batch_size']} samples"
+        name = row["strategy"] + (f" λ={row['ewc_lambda']:g}" if row["ewc_lambda"] is not None else "")
+        if not row["available"]:
+            lines.append(f"| {cut} | {row['learning_rate']:g} | {name} | unavailable | | |")
+            continue
+        figures = f"{_fmt(row['auc'])} | {_fmt(row['gauc'])} | {row['train_seconds']:.1f}"
+        lines.append(f"| {cut} ({row['micro_batches']}) | {row['learning_rate']:g} | {name} | {figures} |")
+    return "\n".join(lines)
+
+
+def _fmt(value: float) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.4f}"
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """GAUC per micro-batch over event time, one line per available strategy (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    ends = np.array(report["micro_batches"]["last_ts"], dtype="datetime64[ms]")
+    figure, axes = plt.subplots(figsize=(10, 5))
+    for name, s in report["strategies"].items():
+        if s["available"]:
+            gaucs = np.array([math.nan if v is None else v for v in s["series"]["gauc"]], dtype=float)
+            axes.plot(ends, gaucs, label=f"{name} ({_fmt(s['gauc'])})", linewidth=1.2)
+    axes.set_xlabel("event time (end of micro-batch)")
+    axes.set_ylabel("GAUC, scored before training")
+    axes.set_title(f"Prequential GAUC per micro-batch: {Path(report['dataset']['source']).name}")
+    axes.xaxis.set_major_formatter(mdates.ConciseDateFormatter(axes.xaxis.get_major_locator()))
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right", fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -1,0 +1,129 @@
+"""Update strategies, and one prequential run of a strategy over the micro-batches.
+
+Every micro-batch is scored by the model *before* it trains on it (prequential evaluation),
+so every strategy is judged on exactly the same out-of-sample samples:
+
+- ``popularity``: log count of the item's earlier positives;
+- ``item-rate``: the item's smoothed positive rate in earlier micro-batches;
+- ``static``: a DIN trained on the first ``warmup`` fraction of micro-batches, then frozen;
+- ``finetune``: a DIN updated on every micro-batch, no regularisation;
+- ``ewc``: a DIN updated with online EWC (reported unavailable until the learner has it);
+- ``retrain``: a DIN retrained from scratch on all samples so far every ``retrain_every``
+  micro-batches, incremental in between.
+
+Forgetting is measured on probes: every fifth sample of each micro-batch the model trained
+on is scored right after that training and again by the final model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from streamrec.config import ModelConfig
+from streamrec.learner.base import Learner
+from streamrec.learner.batch import Batch
+from streamrec.learner.metrics import gauc
+from streamrec.replay.baselines import ItemRateLearner, PopularityLearner
+from streamrec.replay.batches import MicroBatch
+from streamrec.samples import Sample
+
+Kind = Literal["popularity", "item-rate", "static", "finetune", "ewc", "retrain"]
+KINDS: tuple[Kind, ...] = ("popularity", "item-rate", "static", "finetune", "ewc", "retrain")
+# Every PROBE_EVERY-th sample of a micro-batch is a probe: deterministic, and a fifth is
+# enough for a stable AUC on micro-batches of a few thousand samples.
+PROBE_EVERY = 5
+EWC_UNAVAILABLE = "online EWC is not built into the learner yet (the learner issue adds it)"
+
+#: ``(strategy name, micro-batches done, of how many, the latest micro-batch's GAUC)``.
+Progress = Callable[[str, int, int, float], None]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way to keep a model up to date, with what it needs to run."""
+
+    name: str
+    kind: Kind
+    model: ModelConfig = field(default_factory=ModelConfig)
+    warmup: float = 0.25  # static: the fraction of micro-batches it trains on
+    retrain_every: int = 10  # retrain: micro-batches between retrains from scratch
+    ewc_lambda: float | None = None
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why this strategy cannot run yet, or None."""
+        return EWC_UNAVAILABLE if self.kind == "ewc" else None
+
+    def make_learner(self) -> Learner:
+        """A fresh learner for this strategy."""
+        if self.kind == "popularity":
+            return PopularityLearner()
+        if self.kind == "item-rate":
+            return ItemRateLearner()
+        from streamrec.learner.din import DINLearner  # Paddle: only for the DIN strategies
+
+        return DINLearner(self.model)
+
+    def trains_on(self, index: int, total: int) -> bool:
+        """Whether the strategy trains on micro-batch ``index`` of ``total``."""
+        return self.kind != "static" or index < max(1, round(self.warmup * total))
+
+    def retrains_after(self, index: int) -> bool:
+        """Whether the strategy retrains from scratch after micro-batch ``index``."""
+        return self.kind == "retrain" and (index + 1) % self.retrain_every == 0
+
+
+@dataclass
+class StrategyRun:
+    """What a run recorded: prequential scores per micro-batch, probes, costs."""
+
+    name: str
+    kind: Kind
+    unavailable: str | None = None
+    scores: list[np.ndarray] = field(default_factory=list)  # per micro-batch, before training
+    probe_after: dict[int, np.ndarray] = field(default_factory=dict)  # right after training
+    probe_final: dict[int, np.ndarray] = field(default_factory=dict)  # by the final model
+    train_seconds: float = 0.0
+    score_seconds: float = 0.0
+
+
+def probe(batch: MicroBatch) -> Batch:
+    """The probe samples of a micro-batch."""
+    return Batch.from_samples(batch.samples[::PROBE_EVERY])
+
+
+def run_strategy(
+    strategy: Strategy, batches: Sequence[MicroBatch], on_progress: Progress | None = None
+) -> StrategyRun:
+    """Score each micro-batch, then let the strategy train on it; probe for forgetting."""
+    run = StrategyRun(strategy.name, strategy.kind, strategy.unavailable)
+    if run.unavailable is not None:
+        return run
+    learner = strategy.make_learner()
+    seen: list[Sample] = []
+    for index, micro in enumerate(batches):
+        batch = Batch.from_samples(micro.samples)
+        start = time.perf_counter()
+        run.scores.append(learner.predict_many(batch))
+        run.score_seconds += time.perf_counter() - start
+        if strategy.trains_on(index, len(batches)):
+            seen += micro.samples
+            start = time.perf_counter()
+            learner.learn_many(batch)
+            if strategy.retrains_after(index):
+                learner = strategy.make_learner()
+                learner.learn_many(Batch.from_samples(seen))
+            run.train_seconds += time.perf_counter() - start
+            if index < len(batches) - 1:
+                run.probe_after[index] = learner.predict_many(probe(micro))
+        if on_progress is not None:
+            latest = gauc(batch.label, run.scores[-1], batch.user_ids)
+            on_progress(strategy.name, index + 1, len(batches), latest)
+    for index in run.probe_after:
+        run.probe_final[index] = learner.predict_many(probe(batches[index]))
+    return run

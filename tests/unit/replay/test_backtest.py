@@ -1,0 +1,135 @@
+"""The backtester: every strategy on the same micro-batches, deterministic, documented report.
+
+Small generated streams and a tiny DIN keep these fast on two cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from streamrec.cli import app
+from streamrec.config import StreamrecConfig
+from streamrec.replay import strategies as strategies_module
+from streamrec.replay.backtest import BacktestConfig, backtest, micro_batches, seeded, sweep
+from streamrec.replay.report import TIMINGS, markdown_table, plot, to_json
+from streamrec.replay.strategies import EWC_UNAVAILABLE, KINDS, Strategy, run_strategy
+from tests.support import small_tables
+
+SOURCE = "synthetic:events=4000,users=200,items=1500,seed=3"
+TINY = {
+    "tables": small_tables(2**12, 2**8, dim=8), "attention_units": (8,), "mlp_units": (16,),
+    "sequence_length": 10, "device": "cpu",
+}
+
+
+def config(**kw: Any) -> BacktestConfig:
+    settings = StreamrecConfig.model_validate({"model": TINY})
+    return BacktestConfig(**{"source": SOURCE, "batch_size": 500, "settings": settings, **kw})
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    return backtest(config())
+
+
+def test_every_strategy_is_scored_on_the_same_samples(report: dict[str, Any]) -> None:
+    strategies = report["strategies"]
+    assert list(strategies) == list(KINDS)
+    assert strategies["ewc"] == {"available": False, "kind": "ewc", "reason": EWC_UNAVAILABLE}
+    sizes = report["micro_batches"]["samples"]
+    assert sum(sizes) == report["dataset"]["samples"] and report["micro_batches"]["count"] == len(sizes)
+    for name, s in strategies.items():
+        if s["available"]:
+            assert s["series"]["samples"] == sizes, name
+            for metric in ("auc", "gauc", "logloss", "backward_auc", "forgetting", "train_seconds"):
+                assert isinstance(s[metric], float) and not math.isnan(s[metric]), (name, metric)
+    assert strategies["popularity"]["train_seconds"] < strategies["retrain"]["train_seconds"]
+    assert report["best"]["gauc"] in strategies
+
+
+def test_the_same_seed_gives_the_same_report(report: dict[str, Any]) -> None:
+    again = backtest(config())
+    assert again["digest"] == report["digest"]
+    hashes = {hashlib.sha256(to_json(_without(r, TIMINGS | {"digest"}))).hexdigest() for r in (report, again)}
+    assert len(hashes) == 1  # byte for byte, but for wall-clock seconds
+    other = backtest(config(seed=1, strategies=("finetune",)))
+    assert other["digest"] != report["digest"]
+
+
+def _without(value: Any, keys: frozenset[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _without(v, keys) for k, v in value.items() if k not in keys}
+    return [_without(v, keys) for v in value] if isinstance(value, list) else value
+
+
+def test_static_trains_only_on_the_warmup_and_retrain_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = config()
+    settings = seeded(cfg)
+    _, batches = micro_batches(cfg, settings)
+    made: list[str] = []
+    trained: list[tuple[str, int]] = []
+    make = Strategy.make_learner
+
+    def counting(self: Strategy) -> Any:
+        made.append(self.kind)
+        learner = make(self)
+        learn = learner.learn_many
+
+        def learn_many(batch: Any) -> Any:
+            trained.append((self.kind, len(batch)))
+            return learn(batch)
+
+        learner.learn_many = learn_many  # type: ignore[method-assign]  # counting what it trains on
+        return learner
+
+    monkeypatch.setattr(strategies_module.Strategy, "make_learner", counting)
+    static = Strategy("static", "static", settings.model, warmup=0.25)
+    run_strategy(static, batches)
+    warmup = batches[: round(0.25 * len(batches))]
+    assert [n for kind, n in trained if kind == "static"] == [len(b.samples) for b in warmup]
+    retrain = Strategy("retrain", "retrain", settings.model, retrain_every=3)
+    run_strategy(retrain, batches)
+    assert made.count("retrain") == 1 + len(batches) // 3
+    last_retrain = batches[: 3 * (len(batches) // 3)]
+    assert max(n for kind, n in trained if kind == "retrain") == sum(len(b.samples) for b in last_retrain)
+
+
+def test_the_report_has_its_documented_outputs(report: dict[str, Any], tmp_path: Path) -> None:
+    doc = orjson.loads(to_json(report))
+    assert doc["schema"] == 1
+    assert set(doc) >= {"dataset", "config", "micro_batches", "strategies", "best", "digest", "wall_seconds"}
+    assert doc["config"]["batch_size"] == 500 and doc["config"]["model"]["sequence_length"] == 10
+    table = markdown_table(report)
+    assert table.count("\n") == len(KINDS) + 1 and "| ewc | unavailable" in table
+    plot(report, tmp_path / "gauc.png")
+    assert (tmp_path / "gauc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_by_interval_and_a_sweep(tmp_path: Path) -> None:
+    hourly = backtest(config(interval_ms=3_600_000, strategies=("popularity",)))
+    assert hourly["config"]["interval_ms"] == 3_600_000 and hourly["micro_batches"]["count"] > 10
+    rows = sweep(config(strategies=("finetune",)), [None, 6 * 3_600_000], [1e-3, 3e-3])
+    assert [(r["interval_ms"], r["learning_rate"], r["strategy"]) for r in rows] == [
+        (i, lr, kind) for i in (None, 6 * 3_600_000) for lr in (1e-3, 3e-3) for kind in ("finetune", "ewc")
+    ]
+    assert all(r["available"] == (r["strategy"] == "finetune") for r in rows)
+
+
+def test_the_cli_prints_the_table_and_writes_json_markdown_and_png(tmp_path: Path) -> None:
+    out = CliRunner().invoke(app, [
+        "replay", "backtest", SOURCE, "--batch-size", "800", "--strategies", "popularity,item-rate",
+        "--report", str(tmp_path / "r.json"),
+    ])
+    assert out.exit_code == 0, out.output
+    assert "| popularity |" in out.output and "best GAUC:" in out.output
+    assert orjson.loads((tmp_path / "r.json").read_bytes())["schema"] == 1
+    assert (tmp_path / "r.md").exists() and (tmp_path / "r.png").exists()
+    bad = CliRunner().invoke(app, ["replay", "backtest", SOURCE, "--strategies", "magic"])
+    assert bad.exit_code == 1 and "unknown strateg" in bad.output
