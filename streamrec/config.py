@@ -162,6 +162,8 @@ class ConsumerConfig(BaseModel):
     stop_when_idle_s: float | None = Field(
         None, description="STREAMREC_CONSUMER__STOP_WHEN_IDLE_S: stop after this long without events"
     )
+    # Prometheus's exporter range; one consumer per host gets it, others set their own (0: off).
+    metrics_port: int = Field(9465, ge=0, le=65535, description="STREAMREC_CONSUMER__METRICS_PORT (0: off)")
 
 
 Feature = Literal["item", "category", "user"]
@@ -251,6 +253,7 @@ class LearnerConfig(BaseModel):
     stop_when_idle_s: float | None = Field(
         None, description="STREAMREC_LEARNER__STOP_WHEN_IDLE_S: stop after this long without samples"
     )
+    metrics_port: int = Field(9464, ge=0, le=65535, description="STREAMREC_LEARNER__METRICS_PORT (0: off)")
 
 
 class ServicesConfig(BaseModel):

@@ -17,7 +17,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
@@ -39,6 +39,16 @@ logger = logging.getLogger(__name__)
 _COMMITTED_TIMEOUT_S = 10.0
 
 
+@dataclass(frozen=True)
+class BatchReport:
+    """One committed batch, for whoever watches the consumer."""
+
+    result: BatchResult  # events, samples, dead letters (with reasons), duplicates
+    seconds: float  # from reading the batch to its commit, retries included
+    newest_event_ms: int | None  # the latest event time among its samples
+    partitions: list[Partition]  # assigned when it was committed
+
+
 @dataclass
 class ConsumerStats:
     """Running totals of one runner."""
@@ -55,9 +65,16 @@ class ConsumerStats:
 class ConsumerRunner:
     """Consumes ``events_topic`` and produces ``samples_topic`` and ``dlq_topic``."""
 
-    def __init__(self, cfg: StreamrecConfig, store: FeatureStore | None = None) -> None:
-        """Build the clients; ``store`` defaults to the one ``cfg.store`` names."""
+    def __init__(
+        self,
+        cfg: StreamrecConfig,
+        store: FeatureStore | None = None,
+        on_batch: Callable[[BatchReport], None] | None = None,
+    ) -> None:
+        """Build the clients; ``store`` defaults to the one ``cfg.store`` names; ``on_batch``
+        hears of every committed batch (metrics, a progress display)."""
         self._cfg = cfg
+        self._on_batch = on_batch
         self._store = store or make_feature_store(
             cfg.store, cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms
         )
@@ -134,6 +151,7 @@ class ConsumerRunner:
             return self._wait(retry, reason)
 
         assignments = self._source.assignments
+        started = time.monotonic()
         while True:
             try:
                 result = self.builder.process(records)
@@ -164,6 +182,9 @@ class ConsumerRunner:
                 "dead letter %s offset=%d reason=%r",
                 letter.position.key, letter.position.offset, letter.reason,
             )
+        if self._on_batch is not None:
+            newest = max((s.ts for s in result.samples), default=None)
+            self._on_batch(BatchReport(result, time.monotonic() - started, newest, self._source.assigned()))
 
     def _fill(self, producer: Producer, *, result: BatchResult) -> None:
         """Send a batch's samples and dead letters (inside its transaction)."""

@@ -110,6 +110,8 @@ class BatchMetrics:
     known_auc: float
     known_samples: int
     novelty_auc: float
+    mean_prediction: float = math.nan  # calibration: against the observed positive rate
+    positive_rate: float = math.nan
 
     @classmethod
     def compute(
@@ -134,4 +136,6 @@ class BatchMetrics:
             known_auc=auc(labels[known], probs[known]),
             known_samples=int(known.sum()),
             novelty_auc=auc(labels, (~known).astype(np.float64)),
+            mean_prediction=float(probs.mean()) if len(probs) else math.nan,
+            positive_rate=float((labels > 0.5).mean()) if len(labels) else math.nan,
         )
