@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -11,7 +12,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.live import Live
 from rich.markup import escape
 
 from streamrec import logs
@@ -21,6 +23,8 @@ from streamrec.errors import StreamrecError
 # Long lines stay whole; piped output (logs, CI) gets room for tables instead of 80 columns.
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, soft_wrap=True)
+# The status line shows whole seconds (freshness, rates): redrawing once a second is enough.
+_STATUS_REFRESH_PER_S = 1.0
 
 
 def build_config(quiet: bool = False, **sections: dict[str, Any]) -> StreamrecConfig:
@@ -63,3 +67,33 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     return stop
+
+
+@contextmanager
+def live_status(status: RenderableType) -> Iterator[None]:
+    """On a terminal, keep ``status`` as one line under the output, redrawn in place.
+
+    ``status`` renders its current state at each redraw (give it a ``__rich__`` method), so
+    figures that move with the clock, such as freshness, tick between updates. Printed lines
+    and logs scroll above it. When stdout is not a terminal this does nothing: the command
+    prints its one line per item instead (check ``console.is_terminal``).
+    """
+    if not console.is_terminal:
+        yield
+        return
+    with Live(status, console=console, refresh_per_second=_STATUS_REFRESH_PER_S, redirect_stderr=True):
+        yield
+
+
+def format_duration(seconds: float) -> str:
+    """A duration for a status line: ``42s``, ``17m``, ``5.2h``, ``12d``; ``-`` when unknown."""
+    if math.isnan(seconds):  # nothing measured yet
+        return "-"
+    # Each unit until the figure reaches two of the next one, so it never reads "1m" for 119 s.
+    if abs(seconds) < 120:
+        return f"{seconds:.0f}s"
+    if abs(seconds) < 7200:
+        return f"{seconds / 60:.0f}m"
+    if abs(seconds) < 172_800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86_400:.0f}d"

@@ -2,14 +2,99 @@
 
 from __future__ import annotations
 
-import typer
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
 
-from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
+import typer
+from rich.text import Text
+
+from streamrec.cli.common import build_config, cli_errors, console, live_status, stop_on_signals
+from streamrec.config import StreamrecConfig
 from streamrec.consumers.rebuild import rebuild_store
-from streamrec.consumers.runner import ConsumerRunner
+from streamrec.consumers.runner import BatchReport, ConsumerRunner
 from streamrec.kafka.topics import ensure_topics
+from streamrec.observability import ConsumerMetrics, LagProbe, lag_client
 
 app = typer.Typer(help="Window events into Redis sequences and emit training samples.", no_args_is_help=True)
+
+# Events per second over the last 10 s: smooths the jitter of half-second batches, and still
+# shows a stall within seconds.
+RATE_WINDOW_S = 10.0
+# A rate over less than a second right after start would turn one batch into a huge figure.
+_MIN_RATE_SPAN_S = 1.0
+
+
+class ConsumerStatus:
+    """The live status line: totals, the recent event rate, the last batch's time.
+
+    The rate is read at each redraw, so it falls while no events arrive. Thread-safe: the
+    display redraws on its own thread.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, window_s: float = RATE_WINDOW_S) -> None:
+        """Start counting now; ``clock`` is monotonic seconds."""
+        self._clock = clock
+        self._window_s = window_s
+        self._started = clock()
+        self._recent: deque[tuple[float, int]] = deque()  # (when, events) of recent batches
+        self._lock = threading.Lock()
+        self.batches = self.events = self.samples = self.dead = 0
+        self.batch_seconds = 0.0
+
+    def update(self, report: BatchReport) -> None:
+        """Take a committed batch's report."""
+        result = report.result
+        with self._lock:
+            self._recent.append((self._clock(), result.events))
+            self.batches += 1
+            self.events += result.events
+            self.samples += len(result.samples)
+            self.dead += len(result.dead)
+            self.batch_seconds = report.seconds
+
+    def events_per_second(self) -> float:
+        """Events of the batches within the window, over the window (or the run, if shorter,
+        but at least a second)."""
+        now = self._clock()
+        with self._lock:
+            while self._recent and self._recent[0][0] < now - self._window_s:
+                self._recent.popleft()
+            recent = sum(n for _, n in self._recent)
+        return recent / max(min(self._window_s, now - self._started), _MIN_RATE_SPAN_S)
+
+    def line(self) -> str:
+        """The status as plain text."""
+        if self.batches == 0:
+            return "consumers: waiting for events"
+        return (
+            f"events {self.events:,} ({self.events_per_second():,.0f}/s)  samples {self.samples:,}  "
+            f"dead letters {self.dead:,}  last batch {self.batch_seconds:.2f}s"
+        )
+
+    def __rich__(self) -> Text:
+        """Rendered by the live display at each redraw."""
+        return Text(self.line())
+
+
+def batch_handler(metrics: ConsumerMetrics, status: ConsumerStatus) -> Callable[[BatchReport], None]:
+    """The runner's ``on_batch``: metrics and the status line."""
+
+    def on_batch(report: BatchReport) -> None:
+        metrics.observe_batch(report)
+        status.update(report)
+
+    return on_batch
+
+
+def serve_metrics(metrics: ConsumerMetrics, cfg: StreamrecConfig) -> None:
+    """Serve ``/metrics`` on the configured port, with the group's lag on the events topic
+    (a client of the metrics' own asks the broker at each scrape); nothing when off."""
+    if metrics.serve(cfg.consumer.metrics_port) is None:
+        return
+    client = lag_client(cfg.kafka, cfg.consumer.group_id)
+    metrics.track_lag(LagProbe(client, cfg.kafka.events_topic))
 
 
 @app.command("run")
@@ -19,16 +104,27 @@ def run(
     group_id: str | None = typer.Option(None, help="Consumer group"),
     negatives: int | None = typer.Option(None, help="Sampled negatives per implicit positive"),
     stop_when_idle: float | None = typer.Option(None, help="Stop after this many seconds without events"),
+    metrics_port: int | None = typer.Option(None, help="Port of Prometheus /metrics (default 9465; 0: off)"),
 ) -> None:
     """Consume events until interrupted (or idle for --stop-when-idle seconds)."""
     with cli_errors():
         cfg = build_config(
             kafka={"bootstrap_servers": bootstrap_servers},
             store={"url": redis_url},
-            consumer={"group_id": group_id, "negatives": negatives, "stop_when_idle_s": stop_when_idle},
+            consumer={
+                "group_id": group_id,
+                "negatives": negatives,
+                "stop_when_idle_s": stop_when_idle,
+                "metrics_port": metrics_port,
+            },
         )
         ensure_topics(cfg.kafka)
-        stats = ConsumerRunner(cfg).run(stop_on_signals())
+        with ConsumerMetrics() as metrics:
+            status = ConsumerStatus()
+            runner = ConsumerRunner(cfg, on_batch=batch_handler(metrics, status))
+            serve_metrics(metrics, cfg)
+            with live_status(status):
+                stats = runner.run(stop_on_signals())
         console.print(
             f"consumed {stats.events} events: {stats.samples} samples, {stats.dead} dead letters"
         )

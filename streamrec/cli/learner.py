@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.text import Text
 
-from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
+from streamrec.cli.common import (
+    build_config,
+    cli_errors,
+    console,
+    format_duration,
+    live_status,
+    stop_on_signals,
+)
+from streamrec.config import StreamrecConfig
+from streamrec.kafka.records import Partition
 from streamrec.kafka.topics import ensure_topics
+from streamrec.observability import LagProbe, LearnerMetrics, lag_client
 
 if TYPE_CHECKING:  # the learner imports Paddle (about a second): only when a command needs it
     from streamrec.learner.runner import MicroBatchReport
+    from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
 
 app = typer.Typer(help="Train DIN incrementally on the samples stream.", no_args_is_help=True)
 
@@ -33,6 +46,79 @@ def print_report(report: MicroBatchReport) -> None:
     )
 
 
+class LearnerStatus:
+    """The live status line: the last micro-batch, samples trained, and freshness read from
+    the metrics at each redraw, so it keeps growing while no samples arrive."""
+
+    def __init__(self, metrics: LearnerMetrics) -> None:
+        """Show ``metrics``' freshness; nothing trained yet."""
+        self._metrics = metrics
+        self.last: MicroBatchReport | None = None
+        self.samples = 0  # trained by this process
+
+    def update(self, report: MicroBatchReport) -> None:
+        """Take a trained micro-batch's report."""
+        self.last = report
+        self.samples += report.metrics.samples
+
+    def line(self) -> str:
+        """The status as plain text."""
+        freshness = format_duration(self._metrics.freshness_seconds())
+        if self.last is None:
+            return "learner: waiting for samples"
+        m = self.last.metrics
+        return (
+            f"micro-batch {self.last.index}  samples trained {self.samples:,}  AUC {m.auc:.4f}  "
+            f"GAUC {m.gauc:.4f}  freshness {freshness}  trained in {self.last.train_seconds:.2f}s"
+        )
+
+    def __rich__(self) -> Text:
+        """Rendered by the live display at each redraw."""
+        return Text(self.line())
+
+
+def snapshot_bytes(path: Path) -> int | None:
+    """Bytes of a snapshot version's files; ``None`` when they cannot be read."""
+    try:
+        return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    except OSError:
+        return None
+
+
+def report_handler(metrics: LearnerMetrics, status: LearnerStatus) -> Callable[[MicroBatchReport], None]:
+    """The runner's ``on_report``: metrics, the status line, and on a pipe one printed line."""
+
+    def on_report(report: MicroBatchReport) -> None:
+        metrics.observe_report(report)
+        status.update(report)
+        if not console.is_terminal:
+            print_report(report)
+
+    return on_report
+
+
+def snapshot_handler(metrics: LearnerMetrics, store: SnapshotStore) -> Callable[[SnapshotManifest], None]:
+    """The runner's ``on_snapshot``: metrics and one printed line."""
+
+    def on_snapshot(manifest: SnapshotManifest) -> None:
+        path = store.path(manifest.version)
+        metrics.observe_snapshot(manifest, snapshot_bytes(path))
+        console.print(f"snapshot {manifest.name} written: {path}")
+
+    return on_snapshot
+
+
+def serve_metrics(
+    metrics: LearnerMetrics, cfg: StreamrecConfig, positions: Callable[[], Mapping[Partition, int]]
+) -> None:
+    """Serve ``/metrics`` on the configured port, with the lag of the runner's ``positions``
+    (a client of the metrics' own asks the broker at each scrape); nothing when off."""
+    if metrics.serve(cfg.learner.metrics_port) is None:
+        return
+    client = lag_client(cfg.kafka, cfg.learner.group_id)
+    metrics.track_lag(LagProbe(client, cfg.kafka.samples_topic, positions))
+
+
 @app.command("run")
 def run(
     interval: float | None = typer.Option(None, help="Seconds per micro-batch (default 180)"),
@@ -44,6 +130,7 @@ def run(
     ),
     device: str | None = typer.Option(None, help="auto, cpu or gpu[:N]"),
     bootstrap_servers: str | None = typer.Option(None, help="Kafka bootstrap servers"),
+    metrics_port: int | None = typer.Option(None, help="Port of Prometheus /metrics (default 9464; 0: off)"),
 ) -> None:
     """Score then train each micro-batch; snapshot every N micro-batches and on request."""
     from streamrec.learner.din import DINLearner
@@ -60,18 +147,24 @@ def run(
                 "snapshot_dir": snapshot_dir,
                 "snapshot_every": snapshot_every,
                 "stop_when_idle_s": stop_when_idle,
+                "metrics_port": metrics_port,
             },
         )
         ensure_topics(cfg.kafka)
         store = SnapshotStore(cfg.learner.snapshot_dir)
-        with LearnerRunner(  # refuses a snapshot directory another learner holds
-            cfg,
-            DINLearner(cfg.model),
-            on_report=print_report,
-            on_snapshot=lambda m: console.print(f"snapshot {m.name} written: {store.path(m.version)}"),
-            snapshots=store,
-        ) as runner:
-            stats = runner.run(stop_on_signals())
+        with LearnerMetrics() as metrics:
+            status = LearnerStatus(metrics)
+            with LearnerRunner(  # refuses a snapshot directory another learner holds
+                cfg,
+                DINLearner(cfg.model),
+                on_report=report_handler(metrics, status),
+                on_snapshot=snapshot_handler(metrics, store),
+                snapshots=store,
+            ) as runner:
+                # A copy at each scrape: the runner thread moves the positions meanwhile.
+                serve_metrics(metrics, cfg, lambda: runner.positions.copy())
+                with live_status(status):
+                    stats = runner.run(stop_on_signals())
         console.print(
             f"trained {stats.micro_batches} micro-batches, {stats.samples_trained} samples; "
             f"dead-lettered {stats.dead} samples to {cfg.kafka.samples_dlq_topic}; "

@@ -1,0 +1,139 @@
+"""The consumers' Prometheus metrics: events, samples, dead letters by reason, batch time, lag.
+
+Fed from :class:`~streamrec.consumers.runner.ConsumerRunner`'s ``on_batch`` hook, one
+committed batch at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from streamrec.observability.lag import LagCollector, LagProbe
+from streamrec.observability.server import DEFAULT_HOST, MetricsServer, serve
+
+if TYPE_CHECKING:  # the runner imports Redis and Kafka clients: only for the type checker
+    from streamrec.consumers.runner import BatchReport
+
+PREFIX = "streamrec_consumer"
+
+# A healthy batch (up to 2000 events: one Redis round trip, one transaction) takes 5-500 ms;
+# the upper buckets catch batches redone through an outage, up to the 300 s retry deadline.
+BATCH_SECONDS_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0
+)
+
+# Dead-letter reasons are free text with values in them (sizes, ids); a label takes one of
+# these few kinds instead, so the series stay few. The first pattern that matches wins.
+REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), kind)
+    for pattern, kind in (
+        (r"^empty record", "null_value"),
+        (r"^record is \d+ bytes", "too_large"),
+        (r"^not valid JSON", "not_json"),
+        (r"^expected a JSON object", "not_object"),
+        (r"^missing field", "missing_field"),
+        (r"^field 'ts'.* in the future", "future_timestamp"),
+        (r"^field 'ts'", "bad_timestamp"),
+        (r"^field 'label'", "bad_label"),
+        (r"^field '", "bad_id"),
+        (r"^event id .* reused", "conflicting_event_id"),
+    )
+)
+#: The kind of a reason no pattern knows.
+OTHER_REASON = "other"
+
+
+def reason_kind(reason: str) -> str:
+    """The dead-letter kind of a reason, for the ``reason`` label."""
+    return next((kind for pattern, kind in REASONS if pattern.search(reason)), OTHER_REASON)
+
+
+class ConsumerMetrics:
+    """The consumers' metrics in a registry of their own (tests and the demo run several).
+
+    Closing it stops its server and its lag client.
+    """
+
+    def __init__(self) -> None:
+        """Create every metric; every dead-letter kind starts at 0, so rates exist at once."""
+        self.registry = CollectorRegistry()
+        self._server: MetricsServer | None = None
+        self._lag: LagProbe | None = None
+        r = self.registry
+        self.batches = Counter(f"{PREFIX}_batches_total", "Batches committed", registry=r)
+        self.events = Counter(
+            f"{PREFIX}_events_total", "Valid events consumed, duplicates included", registry=r
+        )
+        self.samples = Counter(f"{PREFIX}_samples_total", "Training samples emitted", registry=r)
+        self.duplicates = Counter(
+            f"{PREFIX}_duplicates_total", "Resent events that yielded nothing", registry=r
+        )
+        self.dead_letters = Counter(
+            f"{PREFIX}_dead_letters_total", "Event records dead-lettered, by kind of reason",
+            ["reason"], registry=r,
+        )
+        for kind in (*(kind for _, kind in REASONS), OTHER_REASON):
+            self.dead_letters.labels(kind)
+        self.batch_seconds = Histogram(
+            f"{PREFIX}_batch_seconds", "Seconds from reading a batch to its commit, retries included",
+            buckets=BATCH_SECONDS_BUCKETS, registry=r,
+        )
+        self.newest_event = Gauge(
+            f"{PREFIX}_newest_event_timestamp_seconds",
+            "Event time of the newest sample emitted, epoch seconds", registry=r,
+        )
+        self.newest_event.set(math.nan)  # "none yet", not 1970
+        self.partitions = Gauge(
+            f"{PREFIX}_assigned_partitions", "Partitions assigned to this consumer", registry=r
+        )
+
+    def observe_batch(self, report: BatchReport) -> None:
+        """Count one committed batch."""
+        result = report.result
+        self.batches.inc()
+        self.events.inc(result.events)
+        self.samples.inc(len(result.samples))
+        self.duplicates.inc(result.duplicates)
+        for letter in result.dead:
+            self.dead_letters.labels(reason_kind(letter.reason)).inc()
+        self.batch_seconds.observe(report.seconds)
+        if report.newest_event_ms is not None:
+            self.newest_event.set(report.newest_event_ms / 1000.0)
+        self.partitions.set(len(report.partitions))
+
+    def track_lag(self, probe: LagProbe) -> None:
+        """Report ``probe``'s lag as ``streamrec_consumer_lag_records``; closed with these metrics."""
+        self._lag = probe
+        self.registry.register(LagCollector(probe, PREFIX))
+
+    def serve(self, port: int, host: str = DEFAULT_HOST) -> MetricsServer | None:
+        """Serve ``/metrics``; ``None`` when off (port 0) or the port could not be bound."""
+        self._server = serve(
+            self.registry, port, host, setting="--metrics-port or STREAMREC_CONSUMER__METRICS_PORT"
+        )
+        return self._server
+
+    def close(self) -> None:
+        """Stop the server and close the lag client, where there are any."""
+        if self._server is not None:
+            self._server.close()
+        if self._lag is not None:
+            self._lag.close()
+
+    def __enter__(self) -> ConsumerMetrics:
+        """The metrics, closed at the end of the ``with`` block."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the server and the lag client."""
+        self.close()

@@ -1,0 +1,234 @@
+"""The learner's Prometheus metrics: progress, progressive quality, freshness, lag.
+
+Fed from the runner's hooks (``on_report``, ``on_snapshot``); nothing here calls the runner.
+Quality gauges hold the last micro-batch's progressive figures (scored before training on
+it) and read NaN until the first one.
+
+Four figures come from report fields the learner does not have yet; their metrics exist now
+and start reporting when a :class:`~streamrec.learner.runner.MicroBatchReport` carries them:
+``penalty_share`` (the EWC penalty's share of the loss, 0..1), ``ids_admitted`` and
+``ids_evicted`` (ids given or taken an embedding row during the micro-batch) and
+``embedding_rows`` (rows in use after it). The last three take a number or a mapping from
+table name to number.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from streamrec.observability.lag import LagCollector, LagProbe
+from streamrec.observability.server import DEFAULT_HOST, MetricsServer, serve
+
+if TYPE_CHECKING:  # the learner's modules import numpy and Kafka: only for the type checker
+    from streamrec.learner.runner import MicroBatchReport
+    from streamrec.learner.snapshot import SnapshotManifest
+
+PREFIX = "streamrec_learner"
+#: The table label of a figure given as one number rather than per table.
+ALL_TABLES = "all"
+
+# Training a micro-batch takes well under a second on a GPU and minutes on a CPU with the
+# default 200k samples; 180 s is the default interval (a step slower than the interval falls
+# behind the stream) and 600 s catches a step that is far too slow.
+TRAIN_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0)
+# Scoring is a forward pass only, a few times faster than training: the same range shifted down.
+SCORE_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0)
+
+
+class LearnerMetrics:
+    """The learner's metrics in a registry of their own (tests and the demo run several).
+
+    ``clock`` gives wall-clock epoch seconds, to compare with event times for freshness.
+    Closing it stops its server and its lag client.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        """Create every metric, unset quality gauges reading NaN."""
+        self.registry = CollectorRegistry()
+        self._clock = clock
+        self._newest_event_s = math.nan
+        self._server: MetricsServer | None = None
+        self._lag: LagProbe | None = None
+        self._counters()
+        self._quality()
+        self._freshness()
+        self._pending_fields()
+
+    def _counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+        return Counter(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
+
+    def _gauge(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+        gauge = Gauge(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
+        if not labels:
+            gauge.set(math.nan)  # "no value yet", not a misleading 0
+        return gauge
+
+    def _counters(self) -> None:
+        self.micro_batches = self._counter("micro_batches_total", "Micro-batches trained")
+        self.samples = self._counter("samples_trained_total", "Samples trained")
+        self.dead_letters = self._counter(
+            "dead_letters_total", "Sample records dead-lettered instead of trained on"
+        )
+        self.steps = self._counter("steps_total", "Optimizer steps attempted")
+        self.skipped_steps = self._counter(
+            "skipped_steps_total", "Optimizer steps skipped for a non-finite loss or gradient"
+        )
+        self.train_seconds = Histogram(
+            f"{PREFIX}_train_seconds", "Seconds to train one micro-batch",
+            buckets=TRAIN_SECONDS_BUCKETS, registry=self.registry,
+        )
+        self.score_seconds = Histogram(
+            f"{PREFIX}_score_seconds", "Seconds to score one micro-batch before training on it",
+            buckets=SCORE_SECONDS_BUCKETS, registry=self.registry,
+        )
+        self.snapshots = self._counter("snapshots_total", "Snapshots written")
+
+    def _quality(self) -> None:
+        self.auc = self._gauge("progressive_auc", "AUC of the last micro-batch, scored before training")
+        self.gauc = self._gauge("progressive_gauc", "Per-user AUC weighted by samples, last micro-batch")
+        self.logloss = self._gauge("progressive_logloss", "Log loss of the last micro-batch, before training")
+        self.known_auc = self._gauge(
+            "progressive_known_auc", "AUC over samples whose target item the model had seen"
+        )
+        self.novelty_auc = self._gauge(
+            "progressive_novelty_auc", "AUC of 'target item is new' alone: near 0.5 means no sampler leak"
+        )
+        self.mean_prediction = self._gauge("mean_prediction", "Mean predicted probability, last micro-batch")
+        self.positive_rate = self._gauge(
+            "positive_rate", "Observed share of positive labels, last micro-batch"
+        )
+        self.calibration = self._gauge(
+            "calibration_ratio", "Mean prediction over observed positive rate (1: calibrated)"
+        )
+        self.loss = self._gauge("loss", "Mean training loss of the last micro-batch's steps")
+
+    def _freshness(self) -> None:
+        self.newest_event = self._gauge(
+            "newest_event_timestamp_seconds", "Event time of the newest sample trained, epoch seconds"
+        )
+        freshness = self._gauge("freshness_seconds", "Now minus the event time of the newest sample trained")
+        freshness.set_function(self.freshness_seconds)
+        self.snapshot_lag = self._gauge(
+            "snapshot_lag_seconds", "Snapshot time minus the event time of the newest sample in it"
+        )
+        self.snapshot_time = self._gauge("snapshot_timestamp_seconds", "When the last snapshot was written")
+        self.snapshot_version = self._gauge("snapshot_version", "Version of the last snapshot written")
+        self.snapshot_bytes = self._gauge("snapshot_bytes", "Size of the last snapshot on disk")
+
+    def _pending_fields(self) -> None:
+        self.penalty_share = self._gauge(
+            "ewc_penalty_share", "Share of the training loss from the EWC penalty, last micro-batch"
+        )
+        self.ids_admitted = self._counter("ids_admitted_total", "Ids given an embedding row", ("table",))
+        self.ids_evicted = self._counter(
+            "ids_evicted_total", "Ids whose embedding row was taken back", ("table",)
+        )
+        self.rows_in_use = self._gauge("embedding_rows_in_use", "Embedding rows holding an id", ("table",))
+
+    def observe_report(self, report: MicroBatchReport) -> None:
+        """Count one trained micro-batch and set the quality and freshness gauges."""
+        m = report.metrics
+        self.micro_batches.inc()
+        self.samples.inc(m.samples)
+        self.dead_letters.inc(report.dead)
+        self.steps.inc(report.steps)
+        self.skipped_steps.inc(report.skipped_steps)
+        self.train_seconds.observe(report.train_seconds)
+        self.score_seconds.observe(report.score_seconds)
+        for gauge, value in (
+            (self.auc, m.auc), (self.gauc, m.gauc), (self.logloss, m.logloss),
+            (self.known_auc, m.known_auc), (self.novelty_auc, m.novelty_auc),
+            (self.mean_prediction, m.mean_prediction), (self.positive_rate, m.positive_rate),
+            (self.calibration, calibration_ratio(m.mean_prediction, m.positive_rate)),
+            (self.loss, report.loss),
+        ):
+            gauge.set(value)
+        newest = report.last_ts / 1000.0
+        if not newest <= self._newest_event_s:  # NaN before the first report
+            self._newest_event_s = newest
+            self.newest_event.set(newest)
+        self._observe_pending(report)
+
+    def _observe_pending(self, report: MicroBatchReport) -> None:
+        """The figures whose report fields are still to come; absent fields are skipped."""
+        share = getattr(report, "penalty_share", None)
+        if isinstance(share, int | float):
+            self.penalty_share.set(share)
+        for table, count in per_table(getattr(report, "ids_admitted", None)).items():
+            self.ids_admitted.labels(table).inc(count)
+        for table, count in per_table(getattr(report, "ids_evicted", None)).items():
+            self.ids_evicted.labels(table).inc(count)
+        for table, rows in per_table(getattr(report, "embedding_rows", None)).items():
+            self.rows_in_use.labels(table).set(rows)
+
+    def observe_snapshot(self, manifest: SnapshotManifest, size_bytes: int | None = None) -> None:
+        """Count a written snapshot; its lag is measured against the newest sample trained
+        (unknown, and left as it was, when this process trained nothing yet)."""
+        created = datetime.fromisoformat(manifest.created_at).timestamp()
+        self.snapshots.inc()
+        self.snapshot_version.set(manifest.version)
+        self.snapshot_time.set(created)
+        if not math.isnan(self._newest_event_s):
+            self.snapshot_lag.set(created - self._newest_event_s)
+        if size_bytes is not None:
+            self.snapshot_bytes.set(size_bytes)
+
+    def freshness_seconds(self) -> float:
+        """Now minus the event time of the newest sample trained; NaN before the first."""
+        return self._clock() - self._newest_event_s
+
+    def track_lag(self, probe: LagProbe) -> None:
+        """Report ``probe``'s lag as ``streamrec_learner_lag_records``; closed with these metrics."""
+        self._lag = probe
+        self.registry.register(LagCollector(probe, PREFIX))
+
+    def serve(self, port: int, host: str = DEFAULT_HOST) -> MetricsServer | None:
+        """Serve ``/metrics``; ``None`` when off (port 0) or the port could not be bound."""
+        self._server = serve(
+            self.registry, port, host, setting="--metrics-port or STREAMREC_LEARNER__METRICS_PORT"
+        )
+        return self._server
+
+    def close(self) -> None:
+        """Stop the server and close the lag client, where there are any."""
+        if self._server is not None:
+            self._server.close()
+        if self._lag is not None:
+            self._lag.close()
+
+    def __enter__(self) -> LearnerMetrics:
+        """The metrics, closed at the end of the ``with`` block."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the server and the lag client."""
+        self.close()
+
+
+def calibration_ratio(mean_prediction: float, positive_rate: float) -> float:
+    """Mean prediction over the observed positive rate; NaN where the rate is 0 or unknown."""
+    if not positive_rate > 0:
+        return math.nan
+    return mean_prediction / positive_rate
+
+
+def per_table(value: Any) -> dict[str, float]:
+    """A report figure as ``{table: number}``: a mapping as it is, one number as ``all``,
+    anything else (absent) as nothing."""
+    if isinstance(value, Mapping):
+        return {str(k): float(v) for k, v in value.items() if isinstance(v, int | float)}
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return {ALL_TABLES: float(value)}
+    return {}
