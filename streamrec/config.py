@@ -209,6 +209,11 @@ class ModelConfig(BaseModel):
     # the model reads as many. DIN papers use 20-100; 50 is the measured sweet spot of cost
     # and recall.
     sequence_length: int = Field(50, ge=1, description="STREAMREC_MODEL__SEQUENCE_LENGTH")
+    # A bias per id of each table, added to the logit (see learner.model.WideArch), learning
+    # this many times faster than the rest.
+    wide: bool = Field(True, description="STREAMREC_MODEL__WIDE")
+    id_stats: bool = Field(True, description="STREAMREC_MODEL__ID_STATS")
+    wide_lr_scale: float = Field(10.0, gt=0, description="STREAMREC_MODEL__WIDE_LR_SCALE")
     attention_units: tuple[int, ...] = Field((64, 32), description="STREAMREC_MODEL__ATTENTION_UNITS")
     mlp_units: tuple[int, ...] = Field((128, 64), description="STREAMREC_MODEL__MLP_UNITS")
     learning_rate: float = Field(1e-3, gt=0, description="STREAMREC_MODEL__LEARNING_RATE")

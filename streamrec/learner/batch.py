@@ -106,12 +106,14 @@ class EncodedBatch:
         sequences: int64[B, T] per behaviour table: the behaviours' rows, 0 = padding.
         context: int64[B] per context table (e.g. the user's row).
         label: float32[B].
+        dense: float32[B, F] numeric features (F may be 0), e.g. the target's id statistics.
     """
 
     targets: dict[str, np.ndarray]
     sequences: dict[str, np.ndarray]
     context: dict[str, np.ndarray]
     label: np.ndarray
+    dense: np.ndarray
 
     def __len__(self) -> int:
         """The number of samples, B."""
@@ -125,6 +127,7 @@ class EncodedBatch:
             sequences={k: v[idx] for k, v in self.sequences.items()},
             context={k: v[idx] for k, v in self.context.items()},
             label=self.label[idx],
+            dense=self.dense[idx],
         )
 
 
@@ -155,4 +158,4 @@ def encode(batch: Batch, cfg: ModelConfig) -> EncodedBatch:
         flat = to_buckets(fingerprint(batch.sequence_ids(table.feature)), table.buckets)
         seq[rows, cols] = flat[keep]
         sequences[table.name] = seq
-    return EncodedBatch(targets, sequences, context, batch.label)
+    return EncodedBatch(targets, sequences, context, batch.label, np.zeros((len(batch), 0), np.float32))

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,6 +18,7 @@ from streamrec.errors import SnapshotError
 from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch, EncodedBatch, encode
 from streamrec.learner.hashing import PADDING_BUCKET
+from streamrec.learner.idstats import IdStats
 from streamrec.learner.model import DIN, DINTrain
 
 # Sparse (row) embedding gradients with lazy Adam: a step updates only the rows a mini-batch
@@ -36,6 +38,8 @@ OPTIMIZER_PREFIX = "optimizer/"
 KNOWN_ITEMS_KEY = "state/known_items"
 # int64[2]: the shuffle seed and the learn_many call count that, together, seed the next shuffle.
 SHUFFLE_KEY = "state/shuffle"
+# The id statistics the model reads: serving needs them, so they go with the weights.
+STATS_PREFIX = "model/stats/"
 
 # Paddle names an accumulator ``<param unique name>_<slot>_<n>``; ``_<n>`` is the counter.
 _UNIQUE_SUFFIX = re.compile(r"_\d+$")
@@ -82,13 +86,18 @@ class DINLearner:
         self.known_items = np.zeros(0 if item is None else item.buckets, dtype=np.uint8)
         self._shuffle_seed = cfg.seed
         self._learn_calls = 0
+        self._stats = IdStats(cfg) if cfg.id_stats else None
         # The last batch encoded: scoring and then training the same micro-batch hash it once.
         self._encoded: tuple[Batch, EncodedBatch] | None = None
 
     def encode(self, batch: Batch) -> EncodedBatch:
         """The batch hashed into this model's table rows (cached for the latest batch)."""
         if self._encoded is None or self._encoded[0] is not batch:
-            self._encoded = (batch, encode(batch, self.cfg))
+            encoded = encode(batch, self.cfg)
+            if self._stats is not None:
+                dense = self._stats.features(encoded.targets, batch.user_ids)
+                encoded = dataclasses.replace(encoded, dense=dense)
+            self._encoded = (batch, encoded)
         return self._encoded[1]
 
     def predict_many(self, batch: Batch) -> np.ndarray:
@@ -115,13 +124,20 @@ class DINLearner:
             The mean training loss over every sample of every step taken (NaN for an empty
             batch, or when every step was skipped), and the steps attempted and skipped.
         """
+        result = self.learn_encoded(self.encode(batch))
+        self.count(batch)
+        return result
+
+    def count(self, batch: Batch) -> None:
+        """Add a batch to the id statistics and mark its items known (after training on it:
+        a micro-batch's own labels never feed its scores)."""
         encoded = self.encode(batch)
-        result = self.learn_encoded(encoded)
+        if self._stats is not None:
+            self._stats.count(encoded.targets, batch.user_ids, encoded.label)
         if self._item_table is not None and len(encoded):
             self.known_items[encoded.targets[self._item_table]] = 1
             self.known_items[encoded.sequences[self._item_table].ravel()] = 1
             self.known_items[PADDING_BUCKET] = 0
-        return result
 
     def learn_encoded(self, encoded: EncodedBatch) -> TrainResult:
         """The training passes of :meth:`learn_many` on an already encoded batch."""
@@ -178,6 +194,8 @@ class DINLearner:
         arrays.update({key: tensor.numpy() for key, tensor in self._slots.items()})
         arrays[KNOWN_ITEMS_KEY] = self.known_items.copy()
         arrays[SHUFFLE_KEY] = np.array([self._shuffle_seed, self._learn_calls], dtype=np.int64)
+        if self._stats is not None:
+            arrays.update(self._stats.state_arrays(STATS_PREFIX))
         return arrays
 
     def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
@@ -188,7 +206,8 @@ class DINLearner:
         """
         params = {PARAM_PREFIX + n: t for n, t in self.train_module.state_dict().items()}
         targets = {**params, **self._slots}
-        expected = {*targets, KNOWN_ITEMS_KEY, SHUFFLE_KEY}
+        stats = {} if self._stats is None else self._stats.state_arrays(STATS_PREFIX)
+        expected = {*targets, *stats, KNOWN_ITEMS_KEY, SHUFFLE_KEY}
         if set(arrays) != expected:
             missing, extra = sorted(expected - set(arrays)), sorted(set(arrays) - expected)
             raise SnapshotError(
@@ -198,18 +217,24 @@ class DINLearner:
             _check_shape(key, arrays[key], tuple(tensor.shape))
         _check_shape(KNOWN_ITEMS_KEY, arrays[KNOWN_ITEMS_KEY], self.known_items.shape)
         _check_shape(SHUFFLE_KEY, arrays[SHUFFLE_KEY], (2,))
+        for key, array in stats.items():
+            _check_shape(key, arrays[key], array.shape)
         for key, tensor in targets.items():
             tensor.set_value(np.ascontiguousarray(arrays[key], dtype=_numpy_dtype(tensor)))
         self.known_items = np.asarray(arrays[KNOWN_ITEMS_KEY], dtype=np.uint8).copy()
         self._shuffle_seed, self._learn_calls = (int(v) for v in arrays[SHUFFLE_KEY])
+        if self._stats is not None:
+            self._stats.load_state_arrays(arrays, STATS_PREFIX)
         self._encoded = None
 
-    def _inputs(self, encoded: EncodedBatch) -> tuple[list[paddle.Tensor], ...]:
-        """The model's id tensors, by kind in table order, on the learner's device."""
+    def _inputs(self, encoded: EncodedBatch) -> tuple[list[paddle.Tensor] | paddle.Tensor, ...]:
+        """The model's id tensors, by kind in table order, and the dense features, on the
+        learner's device."""
         return (
             [paddle.to_tensor(a) for a in encoded.targets.values()],
             [paddle.to_tensor(a) for a in encoded.sequences.values()],
             [paddle.to_tensor(a) for a in encoded.context.values()],
+            paddle.to_tensor(encoded.dense),
         )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddle import nn
@@ -52,18 +53,51 @@ class EmbeddingArch(nn.Layer):
         return paddle.concat([self.tables[n](x) for n, x in zip(names, ids, strict=True)], axis=-1)
 
 
-def _mlp(in_dim: int, units: Sequence[int], data_format: Literal["NC", "NLC"]) -> nn.Sequential:
+class WideArch(nn.Layer):
+    """The wide part: one learned bias per id of each target-side table (the item's, the
+    category's, the user's), added to the logit.
+
+    A counter knows each item's positive rate after a few samples; an embedding read through
+    the MLP needs many. A bias per id learns it directly, with its own, larger learning rate
+    (``ModelConfig.wide_lr_scale`` times the model's), and starts at zero.
+    """
+
+    def __init__(self, cfg: ModelConfig, sparse: bool) -> None:
+        """One ``buckets`` x 1 table per table of ``cfg.tables``."""
+        super().__init__()
+        attr = paddle.ParamAttr(
+            initializer=nn.initializer.Constant(0.0), learning_rate=cfg.wide_lr_scale
+        )
+        self.biases = nn.LayerDict(
+            {
+                t.name: nn.Embedding(
+                    t.buckets, 1, padding_idx=PADDING_BUCKET, sparse=sparse, weight_attr=attr
+                )
+                for t in cfg.tables
+            }
+        )
+
+    def forward(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> paddle.Tensor:
+        """The summed biases of ``ids[i]`` ([B]) in table ``names[i]``: [B]."""
+        return paddle.add_n([self.biases[n](x).squeeze(-1) for n, x in zip(names, ids, strict=True)])
+
+
+def _mlp(
+    in_dim: int, units: Sequence[int], data_format: Literal["NC", "NLC"], zero_out: bool = False
+) -> nn.Sequential:
     """Linear + PReLU blocks and a final one-unit Linear.
 
     PReLU is the DIN paper's baseline activation (Dice's ancestor). ``data_format`` tells
     PReLU where its channels are: ``NC`` for [B, C] inputs, ``NLC`` for [B, T, C].
+    ``zero_out`` starts the final layer at zero, so the MLP adds nothing until it has learnt.
     """
     layers: list[nn.Layer] = []
     for width in units:
         prelu = nn.PReLU(num_parameters=width, data_format=data_format)
         layers.extend([nn.Linear(in_dim, width), prelu])
         in_dim = width
-    layers.append(nn.Linear(in_dim, 1))
+    zero = paddle.ParamAttr(initializer=nn.initializer.Constant(0.0)) if zero_out else None
+    layers.append(nn.Linear(in_dim, 1, weight_attr=zero, bias_attr=zero))
     return nn.Sequential(*layers)
 
 
@@ -115,7 +149,7 @@ class MLPHead(nn.Layer):
             units: Hidden widths (``cfg.mlp_units``).
         """
         super().__init__()
-        self.mlp = _mlp(3 * dim + context_dim, units, "NC")
+        self.mlp = _mlp(3 * dim + context_dim, units, "NC", zero_out=True)
 
     def forward(self, features: Sequence[paddle.Tensor]) -> paddle.Tensor:
         """Map the [B, *] feature vectors, concatenated in order, to [B] logits."""
@@ -141,13 +175,25 @@ class DIN(nn.Layer):
         self.embedding = EmbeddingArch(cfg, sparse)
         dim = self.embedding.behaviour_dim
         self.attention = LocalActivationUnit(dim, cfg.attention_units)
-        self.head = MLPHead(dim, self.embedding.context_dim, cfg.mlp_units)
+        # Rate and count per behaviour table, then the user's (see learner.idstats).
+        self.dense_dim = 2 * len(self.embedding.behaviour) + 2 if cfg.id_stats else 0
+        if self.dense_dim:
+            # The first behaviour table's rate log-odds and the user's (centred) enter the
+            # logit with weight 1: the model starts as a counter of item and user rates and
+            # learns what it adds to them.
+            start = [1.0] + [0.0] * (len(self.embedding.behaviour) - 1) + [1.0]
+            self.prior = self.create_parameter(
+                [len(start)], default_initializer=nn.initializer.Assign(np.array(start, dtype=np.float32))
+            )
+        self.head = MLPHead(dim, self.embedding.context_dim + self.dense_dim, cfg.mlp_units)
+        self.wide = WideArch(cfg, sparse) if cfg.wide else None
 
     def forward(
         self,
         targets: list[paddle.Tensor],
         sequences: list[paddle.Tensor],
         context: list[paddle.Tensor],
+        dense: paddle.Tensor,
     ) -> paddle.Tensor:
         """Score each target against its user's behaviour sequence; returns [B] logits."""
         behaviour = self.embedding.behaviour
@@ -159,7 +205,14 @@ class DIN(nn.Layer):
         features = [target, interest, pooled]
         if context:
             features.append(self.embedding.embed(self.embedding.context, context))
-        return self.head(features)
+        if self.dense_dim:
+            features.append(dense)
+        logits = self.head(features)
+        if self.dense_dim:
+            logits = logits + (dense[:, 0::2] * self.prior).sum(axis=-1)
+        if self.wide is not None:
+            logits = logits + self.wide([*behaviour, *self.embedding.context], [*targets, *context])
+        return logits
 
 
 class Penalty(nn.Layer):
@@ -188,10 +241,11 @@ class DINTrain(nn.Layer):
         targets: list[paddle.Tensor],
         sequences: list[paddle.Tensor],
         context: list[paddle.Tensor],
+        dense: paddle.Tensor,
         label: paddle.Tensor,
     ) -> paddle.Tensor:
         """The scalar training loss for one mini-batch; ``label`` is float32 [B]."""
-        logits = self.model(targets, sequences, context)
+        logits = self.model(targets, sequences, context, dense)
         loss = F.binary_cross_entropy_with_logits(logits, label)
         for penalty in self.penalties:
             loss = loss + penalty(self.model)

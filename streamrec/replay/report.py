@@ -7,10 +7,13 @@ JSON schema (``schema`` 1), times in epoch ms, NaN as null:
   ``retrain_every``, ``model`` and ``consumer`` settings: everything that shaped the run;
 - ``micro_batches``: ``count`` and per micro-batch ``first_ts``, ``last_ts``, ``samples``;
 - ``strategies.<name>``: ``available`` (with ``reason`` when not), ``kind``; prequential
-  ``auc``, ``gauc``, ``logloss`` over every micro-batch pooled; ``auc_last_3q`` and
-  ``gauc_last_3q``, sample-weighted means of the per-micro-batch figures over the last three
-  quarters (the demo's summary); ``backward_auc`` (the final model on the probes of earlier
-  micro-batches) and ``forgetting`` (their AUC right after training on them, minus that);
+  ``auc`` and ``gauc``, sample-weighted means of the per-micro-batch figures over the whole
+  run (a ranking is judged among what is scored together: pooling years of one user's
+  samples would mix the rankings of different model versions), ``logloss`` over every
+  sample; ``auc_last_3q`` and ``gauc_last_3q``, the same means over the last three quarters
+  (the demo's summary); ``auc_pooled`` and ``gauc_pooled``, over all samples pooled;
+  ``backward_auc`` (the final model on the probes of earlier micro-batches) and
+  ``forgetting`` (their AUC right after training on them, minus that);
   ``train_seconds`` and ``score_seconds`` (cost); ``series`` of per-micro-batch ``auc``,
   ``gauc``, ``logloss``, ``samples``;
 - ``best``: the strategy with the highest ``gauc`` and ``auc``;
@@ -56,11 +59,13 @@ def summarise(run: StrategyRun, batches: Sequence[MicroBatch]) -> dict[str, Any]
     return {
         "available": True,
         "kind": run.kind,
-        "auc": auc(_cat(labels), _cat(run.scores)),
-        "gauc": gauc(_cat(labels), _cat(run.scores), pooled_users),
+        "auc": _weighted(aucs, sizes),
+        "gauc": _weighted(gaucs, sizes),
         "logloss": logloss(_cat(labels), _cat(run.scores)),
         "auc_last_3q": _weighted(aucs[later], sizes[later]),
         "gauc_last_3q": _weighted(gaucs[later], sizes[later]),
+        "auc_pooled": auc(_cat(labels), _cat(run.scores)),
+        "gauc_pooled": gauc(_cat(labels), _cat(run.scores), pooled_users),
         **_backward(run, batches),
         "train_seconds": run.train_seconds,
         "score_seconds": run.score_seconds,

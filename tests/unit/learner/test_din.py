@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import paddle
@@ -55,31 +56,55 @@ def _batch(n: int, seed: int, t: int = 10) -> Batch:
     return Batch.from_samples(samples)
 
 
-def _tensors(encoded: EncodedBatch) -> tuple[list[paddle.Tensor], ...]:
+def _tensors(encoded: EncodedBatch, model: DIN) -> tuple[Any, ...]:
+    """The model's inputs, with random dense features of the width it reads."""
+    dense = np.random.default_rng(0).normal(size=(len(encoded), model.dense_dim)).astype(np.float32)
     return (
         [paddle.to_tensor(a) for a in encoded.targets.values()],
         [paddle.to_tensor(a) for a in encoded.sequences.values()],
         [paddle.to_tensor(a) for a in encoded.context.values()],
+        paddle.to_tensor(dense),
     )
+
+
+def _awake(model: DIN) -> DIN:
+    """The head's last layer starts at zero (the MLP adds nothing until trained): give it
+    weights, so what reaches the head shows in the output."""
+    last = model.head.mlp[-1]
+    last.weight.set_value(np.random.default_rng(1).normal(size=last.weight.shape).astype(np.float32))
+    return model
 
 
 def test_din_logit_shape() -> None:
     paddle.seed(0)
     model = DIN(CFG)
-    assert model(*_tensors(encode(_batch(5, 0), CFG))).shape == [5]
+    assert model(*_tensors(encode(_batch(5, 0), CFG), model)).shape == [5]
+
+
+def test_an_untrained_din_scores_by_the_id_statistics_alone() -> None:
+    """The head and the wide biases start at zero: the logit is the item's rate log-odds plus
+    the user's centred one, as a counter would score."""
+    paddle.seed(0)
+    model = DIN(CFG)
+    targets, sequences, context, dense = _tensors(encode(_batch(6, 1), CFG), model)
+    logits = model(targets, sequences, context, dense).numpy()
+    rates = dense.numpy()
+    np.testing.assert_allclose(logits, rates[:, 0] + rates[:, -2], rtol=1e-5, atol=1e-5)
 
 
 def test_padding_positions_do_not_change_the_output() -> None:
     paddle.seed(0)
-    model = DIN(CFG)
+    model = _awake(DIN(CFG))
     model.eval()
     encoded = encode(_batch(6, 1), CFG)
-    targets, (items, cats), context = _tensors(encoded)
-    base = model(targets, [items, cats], context).numpy()
+    targets, (items, cats), context, dense = _tensors(encoded, model)
+    base = model(targets, [items, cats], context, dense).numpy()
     # Garbage categories under padded items: the mask must hide them entirely.
     noisy_cats = np.where(encoded.sequences["item"] == 0, 5, encoded.sequences["category"])
-    noisy = model(targets, [items, paddle.to_tensor(noisy_cats)], context).numpy()
+    noisy = model(targets, [items, paddle.to_tensor(noisy_cats)], context, dense).numpy()
     np.testing.assert_allclose(noisy, base, rtol=1e-6, atol=1e-6)
+    shifted = model(targets, [items, paddle.to_tensor(noisy_cats + 1)], context, dense).numpy()
+    assert not np.allclose(shifted, base)  # a real behaviour's category does count
     # Extra left padding (a longer T) changes nothing either.
     pad = np.zeros((6, 4), dtype=np.int64)
     wider = model(
@@ -89,6 +114,7 @@ def test_padding_positions_do_not_change_the_output() -> None:
             paddle.to_tensor(np.hstack([pad + 3, encoded.sequences["category"]])),
         ],
         context,
+        dense,
     ).numpy()
     np.testing.assert_allclose(wider, base, rtol=1e-6, atol=1e-6)
 
@@ -102,7 +128,7 @@ def test_train_wrapper_adds_penalties_to_the_loss() -> None:
     paddle.seed(0)
     model = DIN(CFG)
     encoded = encode(_batch(8, 2), CFG)
-    args = [*_tensors(encoded), paddle.to_tensor(encoded.label)]
+    args = [*_tensors(encoded, model), paddle.to_tensor(encoded.label)]
     plain = float(DINTrain(model)(*args))
     penalised = float(DINTrain(model, [_ConstantPenalty()])(*args))
     assert penalised == pytest.approx(plain + 2.5, rel=1e-6)
@@ -186,7 +212,8 @@ def test_round_trip_without_optimizer_state_would_diverge() -> None:
 def test_state_keys_are_structured_and_complete() -> None:
     learner = DINLearner(CFG)
     arrays = learner.state_arrays()
-    params = [k for k in arrays if k.startswith("model/")]
+    params = [k for k in arrays if k.startswith("model/model.")]
+    assert {"model/stats/item/samples", "model/stats/user/positives"} <= set(arrays)
     assert "model/model.embedding.tables.item.weight" in params
     assert arrays["model/model.embedding.tables.item.weight"].shape == (1024, 8)
     for key in params:
@@ -266,8 +293,13 @@ ITEM_WEIGHT = "model/model.embedding.tables.item.weight"
 
 
 def _training_state(learner: DINLearner) -> dict[str, np.ndarray]:
-    """What a step changes: parameters and Adam slots (copies)."""
-    return {k: v.copy() for k, v in learner.state_arrays().items() if k.startswith(("model/", "optimizer/"))}
+    """What a step changes: parameters and Adam slots (copies); the id statistics count the
+    data seen, trained on or not."""
+    return {
+        k: v.copy()
+        for k, v in learner.state_arrays().items()
+        if k.startswith(("model/model.", "optimizer/"))
+    }
 
 
 def _poison(learner: DINLearner, key: str, index: tuple[int, ...] | int) -> None:
