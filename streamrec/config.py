@@ -173,21 +173,42 @@ BEHAVIOUR_FEATURES: tuple[Feature, ...] = ("item", "category")
 
 class TableConfig(BaseModel):
     """One embedding table, as torchrec's ``EmbeddingBagConfig``: the feature whose ids it
-    embeds, its rows and its width.
+    embeds, its rows and its width, and how ids get rows.
 
     ``item`` and ``category`` are behaviour features: the table embeds the target's id and
     every id along the behaviour sequence, and DIN attends over them. ``user`` is a context
     feature: embedded once per sample and fed to the MLP head.
+
+    ``ids="dynamic"`` (the default, :mod:`streamrec.learner.idmap`): an id seen ``min_count``
+    times as a target (or as the context) gets a row of its own, so ids never share one;
+    until then it uses the table's learned default row. The table starts at
+    ``initial_rows`` and doubles as ids arrive, up to ``rows``; an id unseen for ``ttl_s``
+    of event time gives its row back for reuse. ``ids="hashed"``: ids hash into exactly
+    ``rows`` rows, fixed memory, and unrelated ids share rows.
     """
 
     model_config = _SECTION
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     feature: Feature
-    # Ids are hashed into ``buckets`` rows (row 0 is padding), so a stream of new ids needs
-    # no vocabulary rebuild.
-    buckets: int = Field(ge=2)
+    ids: Literal["dynamic", "hashed"] = "dynamic"
+    # The most rows, padding (row 0) and, for dynamic tables, the default row (1) included.
+    rows: int = Field(ge=3)
     dim: int = Field(16, ge=1)
+    # Measured with the backtester (README, "The model"): an id's own row from its first
+    # sighting scored best on MovieLens and Taobao; 2 or 3 lost up to 0.1 GAUC on Taobao,
+    # where a target seen once before is common and its one sample tells.
+    min_count: int = Field(1, ge=1)
+    # None: rows are taken back only when the table is full (the least recently seen ids
+    # first). A TTL suits a catalogue with steady churn (30 days for a shop); on MovieLens,
+    # whose ratings are sparse over 22 years, a 30-day TTL cost 0.05 GAUC.
+    ttl_s: float | None = Field(None, gt=0)
+    initial_rows: int = Field(4096, ge=3)
+
+    @property
+    def start_rows(self) -> int:
+        """The rows the table starts with."""
+        return self.rows if self.ids == "hashed" else min(self.initial_rows, self.rows)
 
 
 class ModelConfig(BaseModel):
@@ -195,15 +216,18 @@ class ModelConfig(BaseModel):
 
     model_config = _SECTION
 
-    # 2^18 item buckets: under 10% of items share a bucket up to ~25k live items, and a
-    # snapshot (weights + Adam moments) stays about 50 MB at D=16; raise it for large
-    # catalogues. Adding a table (a user table, say) is a change here, not in the code.
+    # Dynamic tables start small and grow with the ids in use: up to 2^21 items (about
+    # 250 bytes a row with Adam, 450 with EWC, at D=16: ~0.5-0.9 GB when full). Adding a
+    # table (a user table, say) is a change here, not in the code.
     tables: tuple[TableConfig, ...] = Field(
         (
-            TableConfig(name="item", feature="item", buckets=2**18, dim=16),
-            TableConfig(name="category", feature="category", buckets=2**14, dim=16),
+            TableConfig(name="item", feature="item", rows=2**21, dim=16),
+            TableConfig(name="category", feature="category", rows=2**16, dim=16),
         ),
-        description="STREAMREC_MODEL__TABLES (JSON list of {name, feature, buckets, dim})",
+        description=(
+            "STREAMREC_MODEL__TABLES (JSON list of {name, feature, rows, dim, ids, min_count, "
+            "ttl_s, initial_rows})"
+        ),
     )
     # Behaviours per sample: the consumers keep and emit each user's latest this many, and
     # the model reads as many. DIN papers use 20-100; 50 is the measured sweet spot of cost
@@ -219,6 +243,13 @@ class ModelConfig(BaseModel):
     learning_rate: float = Field(1e-3, gt=0, description="STREAMREC_MODEL__LEARNING_RATE")
     train_batch_size: int = Field(256, ge=1, description="STREAMREC_MODEL__TRAIN_BATCH_SIZE")
     passes: int = Field(1, ge=1, description="STREAMREC_MODEL__PASSES over each micro-batch")
+    # Online EWC (learner.ewc): lambda 0 is plain fine-tuning. gamma is how much of the
+    # Fisher estimate carries into the next micro-batch; normalising each micro-batch's Fisher
+    # to a mean of 1 makes lambda independent of the loss's scale. The default came out of
+    # the backtester's sweep (README, "Online EWC").
+    ewc_lambda: float = Field(0.0, ge=0, description="STREAMREC_MODEL__EWC_LAMBDA (0: off)")
+    ewc_gamma: float = Field(0.9, ge=0, le=1, description="STREAMREC_MODEL__EWC_GAMMA")
+    ewc_normalise: bool = Field(True, description="STREAMREC_MODEL__EWC_NORMALISE")
     seed: int = Field(0, description="STREAMREC_MODEL__SEED")
     device: str = Field("auto", description="STREAMREC_MODEL__DEVICE: auto, cpu or gpu[:N]")
 

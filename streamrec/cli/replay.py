@@ -40,13 +40,18 @@ def backtest(
     ),
     warmup: float = typer.Option(0.25, help="static: the fraction of micro-batches it trains on"),
     retrain_every: int = typer.Option(10, help="retrain: micro-batches between retrains"),
-    ewc_lambda: str = typer.Option("1000", help="ewc: comma-separated λ values"),
+    ewc_lambda: str = typer.Option(
+        "", help="ewc: comma-separated λ values (default: the model's STREAMREC_MODEL__EWC_LAMBDA)"
+    ),
     seed: int = typer.Option(0, help="Seed of the negative sampler and the model"),
     jobs: int = typer.Option(1, help="Strategies run in this many processes"),
     report: Path | None = typer.Option(None, help="Write the JSON report here, with .md and .png beside it"),
-    sweep: bool = typer.Option(False, help="Sweep interval and learning rate instead (GAUC against cost)"),
+    sweep: bool = typer.Option(
+        False, help="Sweep interval, learning rate, passes and EWC's λ instead (GAUC against cost)"
+    ),
     sweep_intervals: str = typer.Option("", help="--sweep: comma-separated intervals (default: --interval)"),
     sweep_lrs: str = typer.Option("0.0003,0.001,0.003", help="--sweep: comma-separated learning rates"),
+    sweep_passes: str = typer.Option("1", help="--sweep: comma-separated passes per micro-batch"),
 ) -> None:
     """Replay DATASET through the consumers' logic and every strategy, each micro-batch scored
     before any strategy trains on it; print the table, write the report."""
@@ -71,7 +76,8 @@ def backtest(
             if sweep:
                 intervals: list[int | None] = [parse_duration(i) for i in _csv(sweep_intervals)]
                 intervals = intervals or [cfg.interval_ms]
-                rows = bt.sweep(cfg, intervals, [float(x) for x in _csv(sweep_lrs)], on_progress)
+                lrs, passes = [float(x) for x in _csv(sweep_lrs)], [int(x) for x in _csv(sweep_passes)]
+                rows = bt.sweep(cfg, intervals, lrs, passes, on_progress)
             else:
                 result = bt.backtest(cfg, on_progress)
         if sweep:
@@ -91,11 +97,9 @@ def _verdict(report: dict[str, Any]) -> str:
         return "no strategy could be scored"
     winner = strategies[best]
     line = f"best GAUC: {best} ({winner['gauc']:.4f}, {winner['train_seconds']:.1f} s training)"
-    baselines = [
-        strategies[b]["gauc"] for b in ("popularity", "item-rate") if strategies.get(b, {}).get("available")
-    ]
-    din = strategies.get("finetune", {})
-    if din.get("available") and baselines:
+    baselines = [strategies[b]["gauc"] for b in ("popularity", "item-rate") if b in strategies]
+    din = strategies.get("finetune")
+    if din is not None and baselines:
         verdict = "beats" if din["gauc"] > max(baselines) else "does NOT beat"
         line += f"; the incremental DIN (finetune) {verdict} the simple baselines on GAUC over the whole run"
     return line

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -30,11 +30,28 @@ class TrainResult:
         loss: Mean training loss over the samples of the steps taken; NaN when none was.
         steps: Optimizer steps attempted (taken and skipped).
         skipped_steps: Steps skipped for a non-finite loss or gradient.
+        penalty: Mean regularisation penalty (online EWC) over the same samples; ``loss``
+            excludes it.
+        ids_admitted: Per dynamic table, ids given a row of their own before training.
+        ids_evicted: Per dynamic table, ids whose row was taken back (unseen too long).
+        ids_refused: Per dynamic table, ids due a row that found none (the table full).
+        rows_in_use: Per dynamic table, rows owned by ids afterwards.
     """
 
     loss: float = math.nan
     steps: int = 0
     skipped_steps: int = 0
+    penalty: float = 0.0
+    ids_admitted: Mapping[str, int] = field(default_factory=dict)
+    ids_evicted: Mapping[str, int] = field(default_factory=dict)
+    ids_refused: Mapping[str, int] = field(default_factory=dict)
+    rows_in_use: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def penalty_share(self) -> float:
+        """The penalty's share of the total training loss, 0..1 (NaN when nothing trained)."""
+        total = self.loss + self.penalty
+        return self.penalty / total if total > 0 else math.nan
 
     @property
     def bad(self) -> bool:

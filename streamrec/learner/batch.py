@@ -3,12 +3,12 @@ ids one model's embedding tables look up (:class:`EncodedBatch`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from streamrec.config import BEHAVIOUR_FEATURES, Feature, ModelConfig
+from streamrec.config import BEHAVIOUR_FEATURES, Feature, ModelConfig, TableConfig
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.samples import Sample
 
@@ -131,12 +131,52 @@ class EncodedBatch:
         )
 
 
-def encode(batch: Batch, cfg: ModelConfig) -> EncodedBatch:
-    """Hash a batch's ids into the rows of ``cfg.tables`` and pad sequences to
+@dataclass(frozen=True, eq=False)
+class BatchKeys:
+    """The :func:`~streamrec.learner.hashing.fingerprint` of every id of a batch, per table.
+
+    Attributes:
+        targets: uint64[B] per table: the target's id (a context table's: the user's).
+        sequences: uint64[N] per behaviour table: every behaviour's id, unpadded.
+    """
+
+    targets: dict[str, np.ndarray]
+    sequences: dict[str, np.ndarray]
+
+
+def batch_keys(batch: Batch, cfg: ModelConfig) -> BatchKeys:
+    """Fingerprint each id column of ``batch`` once per table of ``cfg``."""
+    targets, sequences = {}, {}
+    for table in cfg.tables:
+        targets[table.name] = fingerprint(batch.target_ids(table.feature))
+        if table.feature in BEHAVIOUR_FEATURES:
+            sequences[table.name] = fingerprint(batch.sequence_ids(table.feature))
+    return BatchKeys(targets, sequences)
+
+
+#: Maps a table and fingerprints to the table's rows.
+RowsOf = Callable[[TableConfig, np.ndarray], np.ndarray]
+
+
+def hashed_rows(table: TableConfig, keys: np.ndarray) -> np.ndarray:
+    """Fingerprints hashed into the rows a table starts with: a hashed table's rows; for a
+    dynamic table, what a model with no id map would read."""
+    return to_buckets(keys, table.start_rows)
+
+
+def encode(
+    batch: Batch, cfg: ModelConfig, keys: BatchKeys | None = None, rows_of: RowsOf = hashed_rows
+) -> EncodedBatch:
+    """Map a batch's ids to the rows of ``cfg.tables`` and pad sequences to
     ``cfg.sequence_length``.
 
-    Each id column is hashed once (:func:`fingerprint`) and bucketed per table.
+    Args:
+        batch: The samples.
+        cfg: The tables and the sequence length.
+        keys: The batch's fingerprints, if already computed.
+        rows_of: How each table maps fingerprints to rows (the learner's id maps).
     """
+    keys = batch_keys(batch, cfg) if keys is None else keys
     t = cfg.sequence_length
     lengths = batch.seq_lengths
     # Each behaviour's column within its row, right-aligned so the latest sits at T-1; the
@@ -149,13 +189,12 @@ def encode(batch: Batch, cfg: ModelConfig) -> EncodedBatch:
     rows, cols = rows[keep], cols[keep]
     targets, sequences, context = {}, {}, {}
     for table in cfg.tables:
-        ids = to_buckets(fingerprint(batch.target_ids(table.feature)), table.buckets)
+        ids = rows_of(table, keys.targets[table.name])
         if table.feature not in BEHAVIOUR_FEATURES:
             context[table.name] = ids
             continue
         targets[table.name] = ids
         seq = np.full((len(batch), t), PADDING_BUCKET, dtype=np.int64)
-        flat = to_buckets(fingerprint(batch.sequence_ids(table.feature)), table.buckets)
-        seq[rows, cols] = flat[keep]
+        seq[rows, cols] = rows_of(table, keys.sequences[table.name][keep])
         sequences[table.name] = seq
     return EncodedBatch(targets, sequences, context, batch.label, np.zeros((len(batch), 0), np.float32))

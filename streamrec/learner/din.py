@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -13,11 +14,13 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import paddle
 
-from streamrec.config import ModelConfig
+from streamrec.config import ModelConfig, TableConfig
 from streamrec.errors import SnapshotError
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch, EncodedBatch, encode
+from streamrec.learner.batch import Batch, BatchKeys, EncodedBatch, batch_keys, encode, hashed_rows
+from streamrec.learner.ewc import OnlineEWC
 from streamrec.learner.hashing import PADDING_BUCKET
+from streamrec.learner.idmap import DEFAULT_ROW, Admission, IdMap
 from streamrec.learner.idstats import IdStats
 from streamrec.learner.model import DIN, DINTrain
 
@@ -40,9 +43,22 @@ KNOWN_ITEMS_KEY = "state/known_items"
 SHUFFLE_KEY = "state/shuffle"
 # The id statistics the model reads: serving needs them, so they go with the weights.
 STATS_PREFIX = "model/stats/"
+# Online EWC's Fisher estimates and anchors (training state only: serving never reads them).
+EWC_PREFIX = "ewc/"
+# The dynamic tables' id -> row maps: serving needs them to turn ids into rows.
+IDS_PREFIX = "model/ids/"
+_EMBEDDING = "model.embedding.tables.{}.weight"
+_WIDE = "model.wide.biases.{}.weight"
+# Arrays whose first axis is a table's rows: its parameters, their Adam moments, their EWC
+# state (``beta*_pow_acc`` slots are scalars).
+_TABLE_ARRAY = re.compile(
+    r"model\.(embedding\.tables|wide\.biases)\.([a-z][a-z0-9_]*)\.weight(/moment[12])?$"
+)
 
 # Paddle names an accumulator ``<param unique name>_<slot>_<n>``; ``_<n>`` is the counter.
 _UNIQUE_SUFFIX = re.compile(r"_\d+$")
+
+logger = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> str:
@@ -72,33 +88,55 @@ class DINLearner:
         # Paddle's device is process-global; every learner in a process shares it.
         paddle.device.set_device(self.device)
         paddle.seed(cfg.seed)
-        self.model = DIN(cfg, sparse=SPARSE_EMBEDDINGS)
+        item = cfg.table("item")
+        self._item_table = None if item is None else item.name
+        self._maps = {t.name: IdMap(t) for t in cfg.tables if t.ids == "dynamic"}
+        self._build({t.name: t.start_rows for t in cfg.tables})
+        self._shuffle_seed = cfg.seed
+        self._learn_calls = 0
+        # The last batch encoded: scoring and then training the same micro-batch hash it once.
+        self._encoded: tuple[Batch, EncodedBatch] | None = None
+        self._keys: tuple[Batch, BatchKeys] | None = None
+
+    def _build(self, rows: Mapping[str, int]) -> None:
+        """(Re)build everything sized by the tables' rows, freshly initialised: model,
+        optimizer and its slots, EWC, id statistics, known items."""
+        self.rows = dict(rows)
+        self.model = DIN(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows)
         self.train_module = DINTrain(self.model)
         self._optimizer = paddle.optimizer.Adam(
-            learning_rate=cfg.learning_rate,
+            learning_rate=self.cfg.learning_rate,
             parameters=self.train_module.parameters(),
             lazy_mode=SPARSE_EMBEDDINGS,
         )
         self._slots = _create_optimizer_slots(self._optimizer, self.train_module)
         self._params = list(self.train_module.parameters())
-        item = cfg.table("item")
-        self._item_table = None if item is None else item.name
-        self.known_items = np.zeros(0 if item is None else item.buckets, dtype=np.uint8)
-        self._shuffle_seed = cfg.seed
-        self._learn_calls = 0
-        self._stats = IdStats(cfg) if cfg.id_stats else None
-        # The last batch encoded: scoring and then training the same micro-batch hash it once.
-        self._encoded: tuple[Batch, EncodedBatch] | None = None
+        self._named = dict(self.train_module.named_parameters())
+        self._ewc = _make_ewc(self.cfg, self.train_module)
+        self._stats = IdStats(self.cfg, rows) if self.cfg.id_stats else None
+        items = 0 if self._item_table is None else rows[self._item_table]
+        self.known_items = np.zeros(items, dtype=np.uint8)
 
     def encode(self, batch: Batch) -> EncodedBatch:
-        """The batch hashed into this model's table rows (cached for the latest batch)."""
+        """The batch's ids as this model's table rows (cached for the latest batch)."""
         if self._encoded is None or self._encoded[0] is not batch:
-            encoded = encode(batch, self.cfg)
+            encoded = encode(batch, self.cfg, self._batch_keys(batch), self._rows_of)
             if self._stats is not None:
                 dense = self._stats.features(encoded.targets, batch.user_ids)
                 encoded = dataclasses.replace(encoded, dense=dense)
             self._encoded = (batch, encoded)
         return self._encoded[1]
+
+    def _batch_keys(self, batch: Batch) -> BatchKeys:
+        """The batch's id fingerprints (cached for the latest batch)."""
+        if self._keys is None or self._keys[0] is not batch:
+            self._keys = (batch, batch_keys(batch, self.cfg))
+        return self._keys[1]
+
+    def _rows_of(self, table: TableConfig, keys: np.ndarray) -> np.ndarray:
+        """A dynamic table's rows from its id map; a hashed table's by hashing."""
+        idmap = self._maps.get(table.name)
+        return hashed_rows(table, keys) if idmap is None else idmap.lookup(keys)
 
     def predict_many(self, batch: Batch) -> np.ndarray:
         """Click probabilities, float64 [B], in eval mode without gradients."""
@@ -124,9 +162,76 @@ class DINLearner:
             The mean training loss over every sample of every step taken (NaN for an empty
             batch, or when every step was skipped), and the steps attempted and skipped.
         """
+        done = self.admit(batch)
         result = self.learn_encoded(self.encode(batch))
         self.count(batch)
-        return result
+        return dataclasses.replace(
+            result,
+            ids_admitted={n: a.admitted for n, a in done.items()},
+            ids_evicted={n: a.evicted for n, a in done.items()},
+            ids_refused={n: a.refused for n, a in done.items()},
+            rows_in_use={n: a.in_use for n, a in done.items()},
+        )
+
+    def admit(self, batch: Batch) -> dict[str, Admission]:
+        """Let the dynamic tables' id maps see a batch before training on it: evict stale
+        ids, admit those seen often enough (growing a table when it has no free row), and
+        reset every row given to a new id.
+
+        Returns:
+            What each dynamic table's id map did, by table name.
+        """
+        if not self._maps or not len(batch):
+            return {}
+        keys, now = self._batch_keys(batch), int(batch.ts.max())
+        empty = np.zeros(0, np.uint64)
+        done = {
+            name: idmap.observe(keys.targets[name], keys.sequences.get(name, empty), now)
+            for name, idmap in self._maps.items()
+        }
+        grown = {name: a.capacity for name, a in done.items() if a.capacity != self.rows[name]}
+        if grown:
+            self._resize({**self.rows, **grown})
+        for name, admission in done.items():
+            self._reset_rows(name, admission.rows)
+        if any(a.admitted or a.evicted for a in done.values()):
+            self._encoded = None  # ids moved between their own rows and the default row
+        return done
+
+    def _resize(self, rows: Mapping[str, int]) -> None:
+        """Grow tables to ``rows`` without losing anything: the state is taken, the new rows
+        appended (zero; a row is reset when an id gets it) and everything rebuilt from it."""
+        logger.info("tables growing %s", " ".join(f"{n}={self.rows[n]}->{r}" for n, r in rows.items()))
+        arrays = self.state_arrays()
+        padded = {}
+        for key, array in arrays.items():
+            table = _table_of(key, self.cfg)
+            if table is not None and rows[table] != array.shape[0]:
+                extra = np.zeros((rows[table] - array.shape[0], *array.shape[1:]), array.dtype)
+                array = np.concatenate([array, extra])
+            padded[key] = array
+        self.load_state_arrays(padded)  # rebuilds at the new rows
+
+    @paddle.no_grad()
+    def _reset_rows(self, table: str, rows: np.ndarray) -> None:
+        """Give rows to new ids: the weights start as the default row's (what the id used
+        until now), with no optimizer or EWC state, no id statistics, not known."""
+        if not len(rows):
+            return
+        index = paddle.to_tensor(rows)
+        for name in _table_params(table, self._named):
+            param = self._named[name]
+            start = param[DEFAULT_ROW].unsqueeze(0).tile([len(rows), *([1] * (param.ndim - 1))])
+            paddle.scatter_(param, index, start)
+            for slot in ("moment1", "moment2"):
+                moment = self._slots[f"{OPTIMIZER_PREFIX}{name}/{slot}"]
+                paddle.scatter_(moment, index, paddle.zeros_like(start))
+            if self._ewc is not None:
+                self._ewc.reset_rows(name, rows)
+        if self._stats is not None and table in self._stats.samples:
+            self._stats.reset(table, rows)
+        if table == self._item_table:
+            self.known_items[rows] = 0
 
     def count(self, batch: Batch) -> None:
         """Add a batch to the id statistics and mark its items known (after training on it:
@@ -138,6 +243,8 @@ class DINLearner:
             self.known_items[encoded.targets[self._item_table]] = 1
             self.known_items[encoded.sequences[self._item_table].ravel()] = 1
             self.known_items[PADDING_BUCKET] = 0
+            if self._item_table in self._maps:  # the default row is no item's own
+                self.known_items[DEFAULT_ROW] = 0
 
     def learn_encoded(self, encoded: EncodedBatch) -> TrainResult:
         """The training passes of :meth:`learn_many` on an already encoded batch."""
@@ -149,31 +256,63 @@ class DINLearner:
         rng = np.random.default_rng([self._shuffle_seed, self._learn_calls])
         size = self.cfg.train_batch_size
         total = paddle.zeros([], dtype="float32")
+        penalties = paddle.zeros([], dtype="float32")
         trained = steps = skipped = 0
         for _ in range(self.cfg.passes):
             order = rng.permutation(len(encoded))
             for start in range(0, len(encoded), size):
                 part = encoded.take(order[start : start + size])
-                loss = self._step(part)
+                losses = self._step(part)
                 steps += 1
-                if loss is None:
+                if losses is None:
                     skipped += 1
                     continue
-                total += loss * len(part)
+                total += losses[0] * len(part)
+                penalties += losses[1] * len(part)
                 trained += len(part)
         self._learn_calls += 1
-        return TrainResult(float(total) / trained if trained else math.nan, steps, skipped)
+        if self._ewc is not None:
+            self._ewc.consolidate(steps - skipped)
+        if not trained:
+            return TrainResult(math.nan, steps, skipped)
+        return TrainResult(float(total) / trained, steps, skipped, float(penalties) / trained)
 
-    def _step(self, part: EncodedBatch) -> paddle.Tensor | None:
-        """One optimizer step on a mini-batch: its loss, or None, with the weights and the
-        optimizer's state untouched, when the loss or a gradient is not finite."""
+    def _step(self, part: EncodedBatch) -> tuple[paddle.Tensor, paddle.Tensor] | None:
+        """One optimizer step on a mini-batch: its data loss and EWC penalty, or None, with
+        the weights and the optimizer's state untouched, when the loss or a gradient is not
+        finite.
+
+        The penalty's gradient is added after the data loss's gradients went into the Fisher
+        estimate: EWC measures what the data says, not its own pull.
+        """
         loss = self.train_module(*self._inputs(part), paddle.to_tensor(part.label))
         loss.backward()
+        penalty = None
         finite = _all_finite([loss, *(p.grad for p in self._params if p.grad is not None)])
+        if finite and self._ewc is not None:
+            self._ewc.accumulate()
+            penalty = self._ewc.penalty(self._looked_up(part))
+            if penalty is not None:
+                penalty.backward()
         if finite:
             self._optimizer.step()
         self._optimizer.clear_grad()
-        return loss.detach() if finite else None
+        if not finite:
+            return None
+        return loss.detach(), (paddle.zeros([]) if penalty is None else penalty.detach())
+
+    def _looked_up(self, part: EncodedBatch) -> dict[str, paddle.Tensor]:
+        """The rows of each sparse parameter a mini-batch looks up (padding left out), by
+        structured parameter name."""
+        rows: dict[str, paddle.Tensor] = {}
+        for name in self.model.embedding.behaviour:
+            ids = np.concatenate([part.targets[name], part.sequences[name].ravel()])
+            rows[f"model.embedding.tables.{name}.weight"] = _unique_rows(ids)
+            rows[f"model.wide.biases.{name}.weight"] = _unique_rows(part.targets[name])
+        for name in self.model.embedding.context:
+            rows[f"model.embedding.tables.{name}.weight"] = _unique_rows(part.context[name])
+            rows[f"model.wide.biases.{name}.weight"] = rows[f"model.embedding.tables.{name}.weight"]
+        return rows
 
     def is_known(self, batch: Batch) -> np.ndarray:
         """Bool [B]: whether each target's item row was trained on before."""
@@ -196,17 +335,35 @@ class DINLearner:
         arrays[SHUFFLE_KEY] = np.array([self._shuffle_seed, self._learn_calls], dtype=np.int64)
         if self._stats is not None:
             arrays.update(self._stats.state_arrays(STATS_PREFIX))
+        if self._ewc is not None:
+            arrays.update(self._ewc.state_arrays(EWC_PREFIX))
+        for name, idmap in self._maps.items():
+            arrays.update(idmap.state_arrays(f"{IDS_PREFIX}{name}/"))
         return arrays
 
     def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Restore the state ``state_arrays`` returned, from this or another process.
 
+        EWC state is the one exception to an exact fit, so that EWC can be switched on or off
+        across a restart: state saved without it starts EWC afresh (anchored at the restored
+        weights, no Fisher mass yet), and saved EWC state is ignored when EWC is off.
+
+        Dynamic tables take the rows the state has (the learner grows or shrinks to them).
+
         Raises:
-            SnapshotError: If a key is missing or unexpected, or an array has the wrong shape.
+            SnapshotError: If a key is missing or unexpected, an array has the wrong shape,
+                or an id map is inconsistent.
         """
+        rows = self._rows_in(arrays)
+        if rows != self.rows:
+            self._build(rows)
         params = {PARAM_PREFIX + n: t for n, t in self.train_module.state_dict().items()}
         targets = {**params, **self._slots}
         stats = {} if self._stats is None else self._stats.state_arrays(STATS_PREFIX)
+        ewc = {k: a for k, a in arrays.items() if k.startswith(EWC_PREFIX)}
+        ids = {k: a for k, a in arrays.items() if k.startswith(IDS_PREFIX)}
+        arrays = {k: a for k, a in arrays.items() if not k.startswith((EWC_PREFIX, IDS_PREFIX))}
+        _check_exact(ids, {k: a[:0] for k, a in self._ids_state().items()}, "id map", shapes=False)
         expected = {*targets, *stats, KNOWN_ITEMS_KEY, SHUFFLE_KEY}
         if set(arrays) != expected:
             missing, extra = sorted(expected - set(arrays)), sorted(set(arrays) - expected)
@@ -219,13 +376,47 @@ class DINLearner:
         _check_shape(SHUFFLE_KEY, arrays[SHUFFLE_KEY], (2,))
         for key, array in stats.items():
             _check_shape(key, arrays[key], array.shape)
+        if self._ewc is not None and ewc:
+            _check_exact(ewc, self._ewc.state_arrays(EWC_PREFIX), "EWC")
         for key, tensor in targets.items():
             tensor.set_value(np.ascontiguousarray(arrays[key], dtype=_numpy_dtype(tensor)))
         self.known_items = np.asarray(arrays[KNOWN_ITEMS_KEY], dtype=np.uint8).copy()
         self._shuffle_seed, self._learn_calls = (int(v) for v in arrays[SHUFFLE_KEY])
         if self._stats is not None:
             self._stats.load_state_arrays(arrays, STATS_PREFIX)
+        self._ewc = _make_ewc(self.cfg, self.train_module)  # anchored at the new weights
+        if self._ewc is not None and ewc:
+            self._ewc.load_state_arrays(ewc, EWC_PREFIX)
+        for name, idmap in self._maps.items():
+            try:
+                idmap.load_state_arrays(ids, f"{IDS_PREFIX}{name}/", rows[name])
+            except ValueError as exc:
+                raise SnapshotError(f"id map of table {name} is inconsistent: {exc}") from exc
         self._encoded = None
+
+    def _ids_state(self) -> dict[str, np.ndarray]:
+        """The id maps' state arrays."""
+        out: dict[str, np.ndarray] = {}
+        for name, idmap in self._maps.items():
+            out.update(idmap.state_arrays(f"{IDS_PREFIX}{name}/"))
+        return out
+
+    def _rows_in(self, arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
+        """Each table's rows in a state: its embedding's; checked against the configuration."""
+        rows = {}
+        for table in self.cfg.tables:
+            key = f"{PARAM_PREFIX}{_EMBEDDING.format(table.name)}"
+            if key not in arrays:
+                raise SnapshotError(f"state arrays do not fit this model: missing={[key]}")
+            n = int(arrays[key].shape[0])
+            fits = n == table.rows if table.ids == "hashed" else 3 <= n <= table.rows
+            if not fits:
+                raise SnapshotError(
+                    f"table {table.name} has {n} rows in the state; this model allows "
+                    f"{table.rows if table.ids == 'hashed' else f'3..{table.rows}'}"
+                )
+            rows[table.name] = n
+        return rows
 
     def _inputs(self, encoded: EncodedBatch) -> tuple[list[paddle.Tensor] | paddle.Tensor, ...]:
         """The model's id tensors, by kind in table order, and the dense features, on the
@@ -236,6 +427,38 @@ class DINLearner:
             [paddle.to_tensor(a) for a in encoded.context.values()],
             paddle.to_tensor(encoded.dense),
         )
+
+
+def _table_params(table: str, named: Mapping[str, paddle.Tensor]) -> list[str]:
+    """The structured names of a table's parameters: its embedding and its wide bias."""
+    return [n for n in (_EMBEDDING.format(table), _WIDE.format(table)) if n in named]
+
+
+def _table_of(key: str, cfg: ModelConfig) -> str | None:
+    """The table whose rows a state array's first axis follows, if any."""
+    match = _TABLE_ARRAY.search(key)
+    if match:
+        return match.group(2)
+    stats = key.removeprefix(STATS_PREFIX).split("/")
+    if key.startswith(STATS_PREFIX) and any(t.name == stats[0] for t in cfg.tables):
+        return stats[0]
+    item = cfg.table("item")
+    return item.name if key == KNOWN_ITEMS_KEY and item is not None else None
+
+
+def _make_ewc(cfg: ModelConfig, module: paddle.nn.Layer) -> OnlineEWC | None:
+    """Online EWC over every trainable parameter, or None when ``cfg.ewc_lambda`` is 0."""
+    if cfg.ewc_lambda == 0:
+        return None
+    params = {n: p for n, p in module.named_parameters() if not p.stop_gradient}
+    sparse = frozenset(n for n in params if n.startswith(("model.embedding.", "model.wide.")))
+    return OnlineEWC(params, sparse, cfg.ewc_lambda, cfg.ewc_gamma, cfg.ewc_normalise)
+
+
+def _unique_rows(ids: np.ndarray) -> paddle.Tensor:
+    """The distinct row ids in ``ids``, padding left out, as an int64 tensor."""
+    rows = np.unique(ids)
+    return paddle.to_tensor(rows[rows != PADDING_BUCKET].astype(np.int64))
 
 
 def _all_finite(tensors: Sequence[paddle.Tensor]) -> bool:
@@ -289,6 +512,17 @@ def _split_accumulator_name(var_name: str, uniques: Iterable[str]) -> tuple[str,
 def _numpy_dtype(tensor: paddle.Tensor) -> np.dtype:
     """The numpy dtype of a tensor, without copying it (``set_value`` refuses a mismatch)."""
     return paddle.zeros([0], dtype=tensor.dtype).numpy().dtype
+
+
+def _check_exact(
+    arrays: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], what: str, shapes: bool = True
+) -> None:
+    """Raise SnapshotError unless ``arrays`` has exactly the keys (and shapes) of ``expected``."""
+    if set(arrays) != set(expected):
+        missing, extra = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))
+        raise SnapshotError(f"{what} state does not fit this model: missing={missing} extra={extra}")
+    for key, array in expected.items() if shapes else ():
+        _check_shape(key, arrays[key], array.shape)
 
 
 def _check_shape(key: str, array: np.ndarray, shape: tuple[int, ...]) -> None:

@@ -32,9 +32,9 @@ _EPS = 1e-4
 class IdStats:
     """Samples and positives per table row and per user bucket (float32 arrays)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        """Zero counts for the behaviour tables of ``cfg`` and the users."""
-        sizes = {t.name: t.buckets for t in cfg.tables if t.feature in BEHAVIOUR_FEATURES}
+    def __init__(self, cfg: ModelConfig, rows: Mapping[str, int]) -> None:
+        """Zero counts for the behaviour tables of ``cfg``, ``rows`` each, and the users."""
+        sizes = {t.name: rows[t.name] for t in cfg.tables if t.feature in BEHAVIOUR_FEATURES}
         sizes[USER] = USER_BUCKETS
         self.samples = {name: np.zeros(n, np.float32) for name, n in sizes.items()}
         self.positives = {name: np.zeros(n, np.float32) for name, n in sizes.items()}

@@ -8,7 +8,7 @@ because ``paddle.jit.save`` reads the source of ``forward`` from a real file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -28,18 +28,19 @@ class EmbeddingArch(nn.Layer):
     Row 0 of every table is padding: it looks up as zeros and is never updated.
     """
 
-    def __init__(self, cfg: ModelConfig, sparse: bool) -> None:
+    def __init__(self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int]) -> None:
         """Build the tables.
 
         Args:
             cfg: Supplies ``tables``.
             sparse: Emit sparse (row) gradients, so an optimizer step touches only looked-up
                 rows rather than the whole table.
+            rows: Each table's rows now (a dynamic table grows).
         """
         super().__init__()
         self.tables = nn.LayerDict(
             {
-                t.name: nn.Embedding(t.buckets, t.dim, padding_idx=PADDING_BUCKET, sparse=sparse)
+                t.name: nn.Embedding(rows[t.name], t.dim, padding_idx=PADDING_BUCKET, sparse=sparse)
                 for t in cfg.tables
             }
         )
@@ -62,8 +63,8 @@ class WideArch(nn.Layer):
     (``ModelConfig.wide_lr_scale`` times the model's), and starts at zero.
     """
 
-    def __init__(self, cfg: ModelConfig, sparse: bool) -> None:
-        """One ``buckets`` x 1 table per table of ``cfg.tables``."""
+    def __init__(self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int]) -> None:
+        """One ``rows`` x 1 table per table of ``cfg.tables``."""
         super().__init__()
         attr = paddle.ParamAttr(
             initializer=nn.initializer.Constant(0.0), learning_rate=cfg.wide_lr_scale
@@ -71,7 +72,7 @@ class WideArch(nn.Layer):
         self.biases = nn.LayerDict(
             {
                 t.name: nn.Embedding(
-                    t.buckets, 1, padding_idx=PADDING_BUCKET, sparse=sparse, weight_attr=attr
+                    rows[t.name], 1, padding_idx=PADDING_BUCKET, sparse=sparse, weight_attr=attr
                 )
                 for t in cfg.tables
             }
@@ -164,15 +165,19 @@ class DIN(nn.Layer):
     context table. The output is [B] click logits.
     """
 
-    def __init__(self, cfg: ModelConfig, sparse: bool = True) -> None:
+    def __init__(
+        self, cfg: ModelConfig, sparse: bool = True, rows: Mapping[str, int] | None = None
+    ) -> None:
         """Build the three parts from ``cfg``.
 
         Args:
             cfg: The model hyper-parameters.
             sparse: Sparse embedding gradients (see ``EmbeddingArch``).
+            rows: Each table's rows; default: the rows it starts with.
         """
         super().__init__()
-        self.embedding = EmbeddingArch(cfg, sparse)
+        rows = {t.name: t.start_rows for t in cfg.tables} if rows is None else rows
+        self.embedding = EmbeddingArch(cfg, sparse, rows)
         dim = self.embedding.behaviour_dim
         self.attention = LocalActivationUnit(dim, cfg.attention_units)
         # Rate and count per behaviour table, then the user's (see learner.idstats).
@@ -186,7 +191,7 @@ class DIN(nn.Layer):
                 [len(start)], default_initializer=nn.initializer.Assign(np.array(start, dtype=np.float32))
             )
         self.head = MLPHead(dim, self.embedding.context_dim + self.dense_dim, cfg.mlp_units)
-        self.wide = WideArch(cfg, sparse) if cfg.wide else None
+        self.wide = WideArch(cfg, sparse, rows) if cfg.wide else None
 
     def forward(
         self,
@@ -215,26 +220,14 @@ class DIN(nn.Layer):
         return logits
 
 
-class Penalty(nn.Layer):
-    """A regularisation term added to the loss (online EWC in a later issue).
-
-    A penalty is a sublayer of ``DINTrain``, so whatever state it keeps (anchor weights,
-    Fisher estimates) as parameters or persistable buffers is snapshotted with the model.
-    """
-
-    def forward(self, model: DIN) -> paddle.Tensor:
-        """The scalar penalty for the model's current parameters."""
-        raise NotImplementedError
-
-
 class DINTrain(nn.Layer):
-    """The training wrapper: mean binary cross-entropy on the logits plus any penalties."""
+    """The training wrapper: mean binary cross-entropy on the logits. (Online EWC's penalty
+    is added by the learner, after the data loss's gradients fed its Fisher estimate.)"""
 
-    def __init__(self, model: DIN, penalties: Sequence[Penalty] = ()) -> None:
-        """Wrap ``model``; ``penalties`` are summed into the loss."""
+    def __init__(self, model: DIN) -> None:
+        """Wrap ``model``."""
         super().__init__()
         self.model = model
-        self.penalties = nn.LayerList(list(penalties))
 
     def forward(
         self,
@@ -246,7 +239,4 @@ class DINTrain(nn.Layer):
     ) -> paddle.Tensor:
         """The scalar training loss for one mini-batch; ``label`` is float32 [B]."""
         logits = self.model(targets, sequences, context, dense)
-        loss = F.binary_cross_entropy_with_logits(logits, label)
-        for penalty in self.penalties:
-            loss = loss + penalty(self.model)
-        return loss
+        return F.binary_cross_entropy_with_logits(logits, label)

@@ -73,6 +73,13 @@ class MicroBatchReport:
     dead: int = 0  # records of the micro-batch dead-lettered instead of trained on
     steps: int = 0  # optimizer steps attempted
     skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient: a bad batch
+    penalty_share: float = 0.0  # the EWC penalty's share of the training loss, 0..1
+    # Per dynamic table: ids given a row, ids whose row was taken back, ids refused one
+    # (the table full), and rows owned by ids afterwards.
+    ids_admitted: Mapping[str, int] = field(default_factory=dict)
+    ids_evicted: Mapping[str, int] = field(default_factory=dict)
+    ids_refused: Mapping[str, int] = field(default_factory=dict)
+    embedding_rows: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -309,14 +316,19 @@ class LearnerRunner:
             self.stats.micro_batches, metrics, int(batch.ts.min()), int(batch.ts.max()),
             train.loss, result.score_seconds, result.train_seconds,
             dead=dead, steps=train.steps, skipped_steps=train.skipped_steps,
+            penalty_share=train.penalty_share, ids_admitted=train.ids_admitted,
+            ids_evicted=train.ids_evicted, ids_refused=train.ids_refused,
+            embedding_rows=train.rows_in_use,
         )
         logger.info(
             "micro_batch index=%d samples=%d dead=%d auc=%.4f gauc=%.4f known_auc=%.4f "
-            "novelty_auc=%.4f logloss=%.4f loss=%.4f steps=%d skipped_steps=%d "
-            "score_seconds=%.3f train_seconds=%.3f",
+            "novelty_auc=%.4f logloss=%.4f loss=%.4f penalty_share=%.4f steps=%d skipped_steps=%d "
+            "score_seconds=%.3f train_seconds=%.3f ids_admitted=%d ids_evicted=%d ids_refused=%d",
             report.index, metrics.samples, dead, metrics.auc, metrics.gauc, metrics.known_auc,
-            metrics.novelty_auc, metrics.logloss, train.loss, train.steps, train.skipped_steps,
-            report.score_seconds, report.train_seconds,
+            metrics.novelty_auc, metrics.logloss, train.loss, report.penalty_share, train.steps,
+            train.skipped_steps, report.score_seconds, report.train_seconds,
+            sum(train.ids_admitted.values()), sum(train.ids_evicted.values()),
+            sum(train.ids_refused.values()),
         )
         return report
 

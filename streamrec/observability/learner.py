@@ -4,22 +4,19 @@ Fed from the runner's hooks (``on_report``, ``on_snapshot``); nothing here calls
 Quality gauges hold the last micro-batch's progressive figures (scored before training on
 it) and read NaN until the first one.
 
-Four figures come from report fields the learner does not have yet; their metrics exist now
-and start reporting when a :class:`~streamrec.learner.runner.MicroBatchReport` carries them:
-``penalty_share`` (the EWC penalty's share of the loss, 0..1), ``ids_admitted`` and
-``ids_evicted`` (ids given or taken an embedding row during the micro-batch) and
-``embedding_rows`` (rows in use after it). The last three take a number or a mapping from
-table name to number.
+Dynamic embedding tables report per table (label ``table``): ids given a row, ids whose
+row was taken back, ids refused a row (the table full), rows in use; a model with hashed
+tables only reports none.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -31,8 +28,6 @@ if TYPE_CHECKING:  # the learner's modules import numpy and Kafka: only for the 
     from streamrec.learner.snapshot import SnapshotManifest
 
 PREFIX = "streamrec_learner"
-#: The table label of a figure given as one number rather than per table.
-ALL_TABLES = "all"
 
 # Training a micro-batch takes well under a second on a GPU and minutes on a CPU with the
 # default 200k samples; 180 s is the default interval (a step slower than the interval falls
@@ -59,7 +54,7 @@ class LearnerMetrics:
         self._counters()
         self._quality()
         self._freshness()
-        self._pending_fields()
+        self._tables()
 
     def _counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
         return Counter(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
@@ -122,13 +117,16 @@ class LearnerMetrics:
         self.snapshot_version = self._gauge("snapshot_version", "Version of the last snapshot written")
         self.snapshot_bytes = self._gauge("snapshot_bytes", "Size of the last snapshot on disk")
 
-    def _pending_fields(self) -> None:
+    def _tables(self) -> None:
         self.penalty_share = self._gauge(
             "ewc_penalty_share", "Share of the training loss from the EWC penalty, last micro-batch"
         )
         self.ids_admitted = self._counter("ids_admitted_total", "Ids given an embedding row", ("table",))
         self.ids_evicted = self._counter(
             "ids_evicted_total", "Ids whose embedding row was taken back", ("table",)
+        )
+        self.ids_refused = self._counter(
+            "ids_refused_total", "Ids due an embedding row that found none (table full)", ("table",)
         )
         self.rows_in_use = self._gauge("embedding_rows_in_use", "Embedding rows holding an id", ("table",))
 
@@ -147,25 +145,20 @@ class LearnerMetrics:
             (self.known_auc, m.known_auc), (self.novelty_auc, m.novelty_auc),
             (self.mean_prediction, m.mean_prediction), (self.positive_rate, m.positive_rate),
             (self.calibration, calibration_ratio(m.mean_prediction, m.positive_rate)),
-            (self.loss, report.loss),
+            (self.loss, report.loss), (self.penalty_share, report.penalty_share),
         ):
             gauge.set(value)
         newest = report.last_ts / 1000.0
         if not newest <= self._newest_event_s:  # NaN before the first report
             self._newest_event_s = newest
             self.newest_event.set(newest)
-        self._observe_pending(report)
-
-    def _observe_pending(self, report: MicroBatchReport) -> None:
-        """The figures whose report fields are still to come; absent fields are skipped."""
-        share = getattr(report, "penalty_share", None)
-        if isinstance(share, int | float):
-            self.penalty_share.set(share)
-        for table, count in per_table(getattr(report, "ids_admitted", None)).items():
-            self.ids_admitted.labels(table).inc(count)
-        for table, count in per_table(getattr(report, "ids_evicted", None)).items():
-            self.ids_evicted.labels(table).inc(count)
-        for table, rows in per_table(getattr(report, "embedding_rows", None)).items():
+        for counter, counts in (
+            (self.ids_admitted, report.ids_admitted), (self.ids_evicted, report.ids_evicted),
+            (self.ids_refused, report.ids_refused),
+        ):
+            for table, count in counts.items():
+                counter.labels(table).inc(count)
+        for table, rows in report.embedding_rows.items():
             self.rows_in_use.labels(table).set(rows)
 
     def observe_snapshot(self, manifest: SnapshotManifest, size_bytes: int | None = None) -> None:
@@ -222,13 +215,3 @@ def calibration_ratio(mean_prediction: float, positive_rate: float) -> float:
     if not positive_rate > 0:
         return math.nan
     return mean_prediction / positive_rate
-
-
-def per_table(value: Any) -> dict[str, float]:
-    """A report figure as ``{table: number}``: a mapping as it is, one number as ``all``,
-    anything else (absent) as nothing."""
-    if isinstance(value, Mapping):
-        return {str(k): float(v) for k, v in value.items() if isinstance(v, int | float)}
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return {ALL_TABLES: float(value)}
-    return {}

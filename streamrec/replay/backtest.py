@@ -35,7 +35,7 @@ class BacktestConfig:
     strategies: tuple[Kind, ...] = KINDS
     warmup: float = 0.25
     retrain_every: int = 10
-    ewc_lambdas: tuple[float, ...] = (1e3,)
+    ewc_lambdas: tuple[float, ...] = ()  # empty: the model's own (settings.model.ewc_lambda)
     seed: int = 0
     jobs: int = 1
     settings: StreamrecConfig = field(default_factory=StreamrecConfig)  # consumer and model
@@ -54,9 +54,9 @@ def strategies_of(cfg: BacktestConfig, settings: StreamrecConfig) -> list[Strate
     """The strategies to run, ``ewc`` once per λ."""
     out = []
     for kind in cfg.strategies:
-        lambdas: Sequence[float | None] = cfg.ewc_lambdas if kind == "ewc" else (None,)
+        lambdas: Sequence[float | None] = (cfg.ewc_lambdas or (None,)) if kind == "ewc" else (None,)
         for lam in lambdas:
-            name = kind if lam is None or len(lambdas) == 1 else f"ewc λ={lam:g}"
+            name = kind if len(lambdas) == 1 else f"ewc λ={lam:g}"
             out.append(Strategy(name, kind, settings.model, cfg.warmup, cfg.retrain_every, lam))
     return out
 
@@ -130,21 +130,27 @@ def _config(cfg: BacktestConfig, settings: StreamrecConfig) -> dict[str, Any]:
         "limit": cfg.limit,
         "warmup": cfg.warmup,
         "retrain_every": cfg.retrain_every,
-        "ewc_lambdas": list(cfg.ewc_lambdas),
+        "ewc_lambdas": list(cfg.ewc_lambdas or (settings.model.ewc_lambda,)),
         "seed": cfg.seed,
         "consumer": settings.consumer.model_dump(mode="json"),
         "model": settings.model.model_dump(mode="json"),
     }
 
 
+# What a sweep row reports of each run: quality, forgetting, EWC's pull, cost.
+SWEEP_FIGURES = ("auc", "gauc", "backward_auc", "forgetting", "penalty_share", "train_seconds")
+
+
 def sweep(
     cfg: BacktestConfig,
     intervals_ms: Sequence[int | None],
     learning_rates: Sequence[float],
+    passes: Sequence[int] = (1,),
     on_progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
-    """GAUC against cost over micro-batch intervals, learning rates and EWC's λ: one row per
-    combination (the incremental DIN: ``finetune``, or ``ewc`` at each λ)."""
+    """GAUC against cost over micro-batch intervals, learning rates, passes per micro-batch
+    and EWC's λ: one row per combination (the incremental DIN: ``finetune``, or ``ewc`` at
+    each λ)."""
     settings = seeded(cfg)
     events = load_events(cfg.source, cfg.fmt, limit=cfg.limit)
     samples = build_samples(events, settings)
@@ -152,13 +158,14 @@ def sweep(
     for interval in intervals_ms:
         batches = by_count(samples, cfg.batch_size) if interval is None else by_interval(samples, interval)
         variants: list[tuple[Kind, float | None]] = [("finetune", None)]
-        variants += [("ewc", lam) for lam in cfg.ewc_lambdas]
+        variants += [("ewc", lam) for lam in cfg.ewc_lambdas or (settings.model.ewc_lambda,)]
         combos = [
             Strategy(
-                f"{kind} lr={lr:g}" + (f" λ={lam:g}" if lam is not None else ""),
-                kind, settings.model.model_copy(update={"learning_rate": lr}), ewc_lambda=lam,
+                f"{kind} lr={lr:g} passes={n}" + (f" λ={lam:g}" if lam is not None else ""),
+                kind, settings.model.model_copy(update={"learning_rate": lr, "passes": n}), ewc_lambda=lam,
             )
             for lr in learning_rates
+            for n in passes
             for kind, lam in variants
         ]
         for strategy, run in zip(combos, run_all(combos, batches, cfg.jobs, on_progress), strict=True):
@@ -168,8 +175,9 @@ def sweep(
                 "batch_size": cfg.batch_size if interval is None else None,
                 "micro_batches": len(batches),
                 "learning_rate": strategy.model.learning_rate,
+                "passes": strategy.model.passes,
                 "strategy": strategy.kind,
                 "ewc_lambda": strategy.ewc_lambda,
-                **{k: summary.get(k) for k in ("available", "reason", "auc", "gauc", "train_seconds")},
+                **{k: summary[k] for k in SWEEP_FIGURES},
             })
     return rows

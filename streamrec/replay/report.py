@@ -6,7 +6,7 @@ JSON schema (``schema`` 1), times in epoch ms, NaN as null:
 - ``config``: the micro-batch cut (``interval_ms`` or ``batch_size``), ``warmup``,
   ``retrain_every``, ``model`` and ``consumer`` settings: everything that shaped the run;
 - ``micro_batches``: ``count`` and per micro-batch ``first_ts``, ``last_ts``, ``samples``;
-- ``strategies.<name>``: ``available`` (with ``reason`` when not), ``kind``; prequential
+- ``strategies.<name>``: ``kind``; prequential
   ``auc`` and ``gauc``, sample-weighted means of the per-micro-batch figures over the whole
   run (a ranking is judged among what is scored together: pooling years of one user's
   samples would mix the rankings of different model versions), ``logloss`` over every
@@ -14,6 +14,7 @@ JSON schema (``schema`` 1), times in epoch ms, NaN as null:
   (the demo's summary); ``auc_pooled`` and ``gauc_pooled``, over all samples pooled;
   ``backward_auc`` (the final model on the probes of earlier micro-batches) and
   ``forgetting`` (their AUC right after training on them, minus that);
+  ``penalty_share``, the EWC penalty's mean share of the training loss (0 without EWC);
   ``train_seconds`` and ``score_seconds`` (cost); ``series`` of per-micro-batch ``auc``,
   ``gauc``, ``logloss``, ``samples``;
 - ``best``: the strategy with the highest ``gauc`` and ``auc``;
@@ -44,8 +45,6 @@ TIMINGS = frozenset({"train_seconds", "score_seconds", "wall_seconds"})
 
 def summarise(run: StrategyRun, batches: Sequence[MicroBatch]) -> dict[str, Any]:
     """One strategy's figures (see the module docstring)."""
-    if run.unavailable is not None:
-        return {"available": False, "kind": run.kind, "reason": run.unavailable}
     columns = [Batch.from_samples(b.samples) for b in batches]
     labels = [c.label for c in columns]
     pairs = list(zip(columns, run.scores, strict=True))
@@ -57,7 +56,6 @@ def summarise(run: StrategyRun, batches: Sequence[MicroBatch]) -> dict[str, Any]
     later = slice(len(batches) // 4, None)
     pooled_users = np.concatenate([c.user_ids for c in columns]) if columns else np.array([])
     return {
-        "available": True,
         "kind": run.kind,
         "auc": _weighted(aucs, sizes),
         "gauc": _weighted(gaucs, sizes),
@@ -67,6 +65,7 @@ def summarise(run: StrategyRun, batches: Sequence[MicroBatch]) -> dict[str, Any]
         "auc_pooled": auc(_cat(labels), _cat(run.scores)),
         "gauc_pooled": gauc(_cat(labels), _cat(run.scores), pooled_users),
         **_backward(run, batches),
+        "penalty_share": _weighted(run.penalty_shares, [1] * len(run.penalty_shares)),
         "train_seconds": run.train_seconds,
         "score_seconds": run.score_seconds,
         "series": series,
@@ -100,10 +99,8 @@ def _weighted(values: Sequence[float], weights: Sequence[int]) -> float:
 
 
 def best(strategies: dict[str, dict[str, Any]], metric: str) -> str | None:
-    """The available strategy with the highest ``metric`` (ties: the first)."""
-    scored = [
-        (s[metric], name) for name, s in strategies.items() if s["available"] and not math.isnan(s[metric])
-    ]
+    """The strategy with the highest ``metric`` (ties: the first)."""
+    scored = [(s[metric], name) for name, s in strategies.items() if not math.isnan(s[metric])]
     return max(scored, key=lambda pair: pair[0])[1] if scored else None
 
 
@@ -136,9 +133,6 @@ def markdown_table(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in report["strategies"].items():
-        if not s["available"]:
-            rows.append(f"| {name} | unavailable: {s['reason']} | | | | | | | |")
-            continue
         figures = ("auc", "gauc", "logloss", "auc_last_3q", "gauc_last_3q", "backward_auc", "forgetting")
         cells = " | ".join(_fmt(s[k]) for k in figures)
         rows.append(f"| {name} | {cells} | {s['train_seconds']:.1f} |")
@@ -148,17 +142,20 @@ def markdown_table(report: dict[str, Any]) -> str:
 def sweep_table(rows: Sequence[dict[str, Any]]) -> str:
     """The sweep as markdown: GAUC against cost per combination."""
     lines = [
-        "| micro-batches | learning rate | strategy | AUC | GAUC | train s |",
-        "|---|---|---|---|---|---|",
+        "| micro-batches | learning rate | passes | strategy | AUC | GAUC | backward AUC | forgetting "
+        "| penalty share | train s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         cut = f"{row['interval_ms'] / 60_000:g} min" if row["interval_ms"] else f"{row['batch_size']} samples"
         name = row["strategy"] + (f" λ={row['ewc_lambda']:g}" if row["ewc_lambda"] is not None else "")
-        if not row["available"]:
-            lines.append(f"| {cut} | {row['learning_rate']:g} | {name} | unavailable | | |")
-            continue
-        figures = f"{_fmt(row['auc'])} | {_fmt(row['gauc'])} | {row['train_seconds']:.1f}"
-        lines.append(f"| {cut} ({row['micro_batches']}) | {row['learning_rate']:g} | {name} | {figures} |")
+        figures = " | ".join(
+            _fmt(row[k]) for k in ("auc", "gauc", "backward_auc", "forgetting", "penalty_share")
+        )
+        lines.append(
+            f"| {cut} ({row['micro_batches']}) | {row['learning_rate']:g} | {row['passes']} | {name} "
+            f"| {figures} | {row['train_seconds']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -167,7 +164,7 @@ def _fmt(value: float) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    """GAUC per micro-batch over event time, one line per available strategy (PNG)."""
+    """GAUC per micro-batch over event time, one line per strategy (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display
@@ -177,9 +174,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ends = np.array(report["micro_batches"]["last_ts"], dtype="datetime64[ms]")
     figure, axes = plt.subplots(figsize=(10, 5))
     for name, s in report["strategies"].items():
-        if s["available"]:
-            gaucs = np.array([math.nan if v is None else v for v in s["series"]["gauc"]], dtype=float)
-            axes.plot(ends, gaucs, label=f"{name} ({_fmt(s['gauc'])})", linewidth=1.2)
+        gaucs = np.array([math.nan if v is None else v for v in s["series"]["gauc"]], dtype=float)
+        axes.plot(ends, gaucs, label=f"{name} ({_fmt(s['gauc'])})", linewidth=1.2)
     axes.set_xlabel("event time (end of micro-batch)")
     axes.set_ylabel("GAUC, scored before training")
     axes.set_title(f"Prequential GAUC per micro-batch: {Path(report['dataset']['source']).name}")

@@ -7,7 +7,7 @@ so every strategy is judged on exactly the same out-of-sample samples:
 - ``item-rate``: the item's smoothed positive rate in earlier micro-batches;
 - ``static``: a DIN trained on the first ``warmup`` fraction of micro-batches, then frozen;
 - ``finetune``: a DIN updated on every micro-batch, no regularisation;
-- ``ewc``: a DIN updated with online EWC (reported unavailable until the learner has it);
+- ``ewc``: a DIN updated with online EWC at a given lambda (``finetune`` is lambda 0);
 - ``retrain``: a DIN retrained from scratch on all samples so far every ``retrain_every``
   micro-batches, incremental in between.
 
@@ -37,7 +37,6 @@ KINDS: tuple[Kind, ...] = ("popularity", "item-rate", "static", "finetune", "ewc
 # Every PROBE_EVERY-th sample of a micro-batch is a probe: deterministic, and a fifth is
 # enough for a stable AUC on micro-batches of a few thousand samples.
 PROBE_EVERY = 5
-EWC_UNAVAILABLE = "online EWC is not built into the learner yet (the learner issue adds it)"
 
 #: ``(strategy name, micro-batches done, of how many, the latest micro-batch's GAUC)``.
 Progress = Callable[[str, int, int, float], None]
@@ -52,12 +51,14 @@ class Strategy:
     model: ModelConfig = field(default_factory=ModelConfig)
     warmup: float = 0.25  # static: the fraction of micro-batches it trains on
     retrain_every: int = 10  # retrain: micro-batches between retrains from scratch
-    ewc_lambda: float | None = None
+    ewc_lambda: float | None = None  # ewc: None takes the model's; the others train without
 
     @property
-    def unavailable(self) -> str | None:
-        """Why this strategy cannot run yet, or None."""
-        return EWC_UNAVAILABLE if self.kind == "ewc" else None
+    def lam(self) -> float:
+        """The EWC lambda this strategy's DIN trains with."""
+        if self.kind != "ewc":
+            return 0.0
+        return self.model.ewc_lambda if self.ewc_lambda is None else self.ewc_lambda
 
     def make_learner(self) -> Learner:
         """A fresh learner for this strategy."""
@@ -67,7 +68,7 @@ class Strategy:
             return ItemRateLearner()
         from streamrec.learner.din import DINLearner  # Paddle: only for the DIN strategies
 
-        return DINLearner(self.model)
+        return DINLearner(self.model.model_copy(update={"ewc_lambda": self.lam}))
 
     def trains_on(self, index: int, total: int) -> bool:
         """Whether the strategy trains on micro-batch ``index`` of ``total``."""
@@ -84,10 +85,10 @@ class StrategyRun:
 
     name: str
     kind: Kind
-    unavailable: str | None = None
     scores: list[np.ndarray] = field(default_factory=list)  # per micro-batch, before training
     probe_after: dict[int, np.ndarray] = field(default_factory=dict)  # right after training
     probe_final: dict[int, np.ndarray] = field(default_factory=dict)  # by the final model
+    penalty_shares: list[float] = field(default_factory=list)  # EWC's, per micro-batch trained
     train_seconds: float = 0.0
     score_seconds: float = 0.0
 
@@ -101,9 +102,7 @@ def run_strategy(
     strategy: Strategy, batches: Sequence[MicroBatch], on_progress: Progress | None = None
 ) -> StrategyRun:
     """Score each micro-batch, then let the strategy train on it; probe for forgetting."""
-    run = StrategyRun(strategy.name, strategy.kind, strategy.unavailable)
-    if run.unavailable is not None:
-        return run
+    run = StrategyRun(strategy.name, strategy.kind)
     learner = strategy.make_learner()
     seen: list[Sample] = []
     for index, micro in enumerate(batches):
@@ -114,7 +113,7 @@ def run_strategy(
         if strategy.trains_on(index, len(batches)):
             seen += micro.samples
             start = time.perf_counter()
-            learner.learn_many(batch)
+            run.penalty_shares.append(learner.learn_many(batch).penalty_share)
             if strategy.retrains_after(index):
                 learner = strategy.make_learner()
                 learner.learn_many(Batch.from_samples(seen))

@@ -158,7 +158,7 @@ def pipeline_config(
     def make(**sections: dict[str, object]) -> StreamrecConfig:
         base: dict[str, dict[str, object]] = {
             "consumer": {"group_id": f"c-{unique_name}", "stop_when_idle_s": 3.0},
-            "model": {"tables": small_tables(item_buckets=2**16)},
+            "model": {"tables": small_tables(item_rows=2**16)},
             "learner": {
                 "group_id": f"l-{unique_name}", "interval_s": 60.0, "stop_when_idle_s": 3.0,
                 "snapshot_every": 100, "snapshot_dir": tmp_path,

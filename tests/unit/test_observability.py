@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,7 +36,7 @@ from streamrec.observability import (
     reason_kind,
 )
 from streamrec.observability.consumer import BATCH_SECONDS_BUCKETS, OTHER_REASON, REASONS
-from streamrec.observability.learner import TRAIN_SECONDS_BUCKETS, per_table
+from streamrec.observability.learner import TRAIN_SECONDS_BUCKETS
 
 T0_MS = 1_700_000_000_000  # an event time, epoch ms
 
@@ -83,16 +82,6 @@ def report(index: int = 1, last_ts: int = T0_MS, **overrides: Any) -> MicroBatch
     return MicroBatchReport(**{**fields, **overrides})
 
 
-@dataclass(frozen=True)
-class FutureReport(MicroBatchReport):
-    """A report as the learner will give it once EWC and id admission exist."""
-
-    penalty_share: float = 0.25
-    ids_admitted: dict[str, int] = field(default_factory=lambda: {"item": 40, "category": 3})
-    ids_evicted: int = 7
-    embedding_rows: dict[str, int] = field(default_factory=lambda: {"item": 900, "category": 40})
-
-
 def manifest(created: datetime, version: int = 3) -> SnapshotManifest:
     return SnapshotManifest(
         version=version, created_at=created.isoformat(timespec="milliseconds"),
@@ -111,6 +100,7 @@ LEARNER_FAMILIES = {
     "streamrec_learner_snapshots": "counter",
     "streamrec_learner_ids_admitted": "counter",
     "streamrec_learner_ids_evicted": "counter",
+    "streamrec_learner_ids_refused": "counter",
     "streamrec_learner_train_seconds": "histogram",
     "streamrec_learner_score_seconds": "histogram",
     "streamrec_learner_progressive_auc": "gauge",
@@ -219,34 +209,31 @@ def test_a_snapshot_before_any_training_leaves_its_lag_unknown() -> None:
     assert math.isnan(value(metrics.registry, "streamrec_learner_snapshot_bytes"))
 
 
-def test_fields_the_learner_lacks_yet_leave_their_metrics_empty() -> None:
+def test_hashed_tables_and_no_ewc_report_no_id_figures() -> None:
     metrics = LearnerMetrics()
     metrics.observe_report(report())
     samples = scrape(metrics.registry)
-    assert math.isnan(samples[("streamrec_learner_ewc_penalty_share", ())])
-    pending = ("streamrec_learner_ids_", "streamrec_learner_embedding")
-    assert not [k for k in samples if k[0].startswith(pending)]
+    assert samples[("streamrec_learner_ewc_penalty_share", ())] == 0.0  # EWC off
+    per_table = ("streamrec_learner_ids_", "streamrec_learner_embedding")
+    assert not [k for k in samples if k[0].startswith(per_table)]
 
 
-def test_fields_feed_their_metrics_once_reports_carry_them() -> None:
+def test_ewc_and_dynamic_tables_feed_their_metrics() -> None:
     metrics = LearnerMetrics()
-    metrics.observe_report(FutureReport(**vars(report())))
-    metrics.observe_report(FutureReport(**vars(report(2))))
+    tables: dict[str, Any] = dict(
+        ids_admitted={"item": 40, "category": 3}, ids_evicted={"item": 7}, ids_refused={"item": 2},
+        embedding_rows={"item": 900, "category": 40},
+    )
+    metrics.observe_report(report(**tables))
+    metrics.observe_report(report(2, penalty_share=0.25, **tables))
     r = metrics.registry
     assert value(r, "streamrec_learner_ewc_penalty_share") == 0.25
     assert value(r, "streamrec_learner_ids_admitted_total", table="item") == 80  # counted per batch
     assert value(r, "streamrec_learner_ids_admitted_total", table="category") == 6
-    assert value(r, "streamrec_learner_ids_evicted_total", table="all") == 14
+    assert value(r, "streamrec_learner_ids_evicted_total", table="item") == 14
+    assert value(r, "streamrec_learner_ids_refused_total", table="item") == 4
     assert value(r, "streamrec_learner_embedding_rows_in_use", table="item") == 900  # a level
     assert value(r, "streamrec_learner_embedding_rows_in_use", table="category") == 40
-
-
-@pytest.mark.parametrize(
-    ("figure", "expected"),
-    [({"item": 3}, {"item": 3.0}), (5, {"all": 5.0}), (None, {}), ("n/a", {}), (True, {})],
-)
-def test_per_table(figure: object, expected: dict[str, float]) -> None:
-    assert per_table(figure) == expected
 
 
 def test_calibration_ratio() -> None:

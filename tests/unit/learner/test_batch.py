@@ -61,7 +61,7 @@ def test_targets_and_labels_are_encoded_per_table() -> None:
 
 
 def test_a_user_table_is_a_context_feature() -> None:
-    tables = [*small_tables(1024, 64), {"name": "user", "feature": "user", "buckets": 128, "dim": 4}]
+    tables = [*small_tables(1024, 64), {"name": "user", "feature": "user", "rows": 128, "dim": 4}]
     cfg = ModelConfig.model_validate({"tables": tables, "sequence_length": 3})
     encoded = encode(Batch.from_samples([_sample(1, user="a"), _sample(1, user="b")]), cfg)
     assert encoded.context["user"].tolist() == bucketize(["a", "b"], 128).tolist()
@@ -90,7 +90,7 @@ def test_table_configs_are_checked() -> None:
     with pytest.raises(ValueError, match="unique"):
         ModelConfig.model_validate({"tables": [*small_tables(), *small_tables()]})
     with pytest.raises(ValueError, match="behaviour table"):
-        ModelConfig.model_validate({"tables": [{"name": "user", "feature": "user", "buckets": 8}]})
+        ModelConfig.model_validate({"tables": [{"name": "user", "feature": "user", "rows": 8}]})
 
 
 @pytest.mark.parametrize("label", [None, 2, 0.5, float("nan")])

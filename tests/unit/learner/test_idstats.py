@@ -11,6 +11,7 @@ from streamrec.learner.idstats import PRIOR_SAMPLES, IdStats
 from tests.support import small_tables
 
 CFG = ModelConfig.model_validate({"tables": small_tables(64, 16)})
+ROWS = {t.name: t.rows for t in CFG.tables}
 
 
 def logit(p: float) -> float:
@@ -18,7 +19,7 @@ def logit(p: float) -> float:
 
 
 def test_rates_are_beta_smoothed_around_the_global_rate_and_users_are_centred() -> None:
-    stats = IdStats(CFG)
+    stats = IdStats(CFG, ROWS)
     assert stats.width == 6  # item, category, user: rate and count each
     targets = {"item": np.array([5, 5, 5, 7]), "category": np.array([1, 1, 1, 1])}
     users = np.array(["a", "a", "a", "b"])
@@ -35,9 +36,9 @@ def test_rates_are_beta_smoothed_around_the_global_rate_and_users_are_centred() 
 
 
 def test_reset_rows_and_the_state_round_trip() -> None:
-    stats = IdStats(CFG)
+    stats = IdStats(CFG, ROWS)
     stats.count({"item": np.array([3]), "category": np.array([2])}, np.array(["u"]), np.ones(1, np.float32))
-    restored = IdStats(CFG)
+    restored = IdStats(CFG, ROWS)
     restored.load_state_arrays(stats.state_arrays("s/"), "s/")
     probe = ({"item": np.array([3]), "category": np.array([2])}, np.array(["u"]))
     np.testing.assert_array_equal(restored.features(*probe), stats.features(*probe))

@@ -33,7 +33,7 @@ from streamrec.learner.metrics import BatchMetrics
 from streamrec.learner.runner import LearnerRunner, MicroBatchReport
 from streamrec.learner.snapshot import SnapshotStore
 from streamrec.samples import Sample
-from tests.unit.learner.test_din import CFG as SMALL_MODEL
+from tests.unit.learner.test_din import HASHED as SMALL_MODEL
 
 TOPIC = "samples"
 DLQ = "samples-dlq"

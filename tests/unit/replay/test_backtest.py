@@ -18,8 +18,8 @@ from streamrec.cli import app
 from streamrec.config import StreamrecConfig
 from streamrec.replay import strategies as strategies_module
 from streamrec.replay.backtest import BacktestConfig, backtest, micro_batches, seeded, sweep
-from streamrec.replay.report import TIMINGS, markdown_table, plot, to_json
-from streamrec.replay.strategies import EWC_UNAVAILABLE, KINDS, Strategy, run_strategy
+from streamrec.replay.report import TIMINGS, markdown_table, plot, sweep_table, to_json
+from streamrec.replay.strategies import KINDS, Strategy, run_strategy
 from tests.support import small_tables
 
 SOURCE = "synthetic:events=4000,users=200,items=1500,seed=3"
@@ -31,7 +31,9 @@ TINY = {
 
 def config(**kw: Any) -> BacktestConfig:
     settings = StreamrecConfig.model_validate({"model": TINY})
-    return BacktestConfig(**{"source": SOURCE, "batch_size": 500, "settings": settings, **kw})
+    return BacktestConfig(**{
+        "source": SOURCE, "batch_size": 500, "settings": settings, "ewc_lambdas": (100.0,), **kw
+    })
 
 
 @pytest.fixture(scope="module")
@@ -42,14 +44,15 @@ def report() -> dict[str, Any]:
 def test_every_strategy_is_scored_on_the_same_samples(report: dict[str, Any]) -> None:
     strategies = report["strategies"]
     assert list(strategies) == list(KINDS)
-    assert strategies["ewc"] == {"available": False, "kind": "ewc", "reason": EWC_UNAVAILABLE}
     sizes = report["micro_batches"]["samples"]
     assert sum(sizes) == report["dataset"]["samples"] and report["micro_batches"]["count"] == len(sizes)
     for name, s in strategies.items():
-        if s["available"]:
-            assert s["series"]["samples"] == sizes, name
-            for metric in ("auc", "gauc", "logloss", "backward_auc", "forgetting", "train_seconds"):
-                assert isinstance(s[metric], float) and not math.isnan(s[metric]), (name, metric)
+        assert s["series"]["samples"] == sizes, name
+        for metric in ("auc", "gauc", "logloss", "backward_auc", "forgetting", "train_seconds"):
+            assert isinstance(s[metric], float) and not math.isnan(s[metric]), (name, metric)
+    assert 0 < strategies["ewc"]["penalty_share"] < 1 and strategies["finetune"]["penalty_share"] == 0
+    assert strategies["ewc"]["gauc"] != strategies["finetune"]["gauc"]
+    assert math.isnan(strategies["popularity"]["penalty_share"])  # trains no weights
     assert strategies["popularity"]["train_seconds"] < strategies["retrain"]["train_seconds"]
     assert report["best"]["gauc"] in strategies
 
@@ -107,7 +110,7 @@ def test_the_report_has_its_documented_outputs(report: dict[str, Any], tmp_path:
     assert set(doc) >= {"dataset", "config", "micro_batches", "strategies", "best", "digest", "wall_seconds"}
     assert doc["config"]["batch_size"] == 500 and doc["config"]["model"]["sequence_length"] == 10
     table = markdown_table(report)
-    assert table.count("\n") == len(KINDS) + 1 and "| ewc | unavailable" in table
+    assert table.count("\n") == len(KINDS) + 1 and "| ewc | " in table
     plot(report, tmp_path / "gauc.png")
     assert (tmp_path / "gauc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -115,11 +118,13 @@ def test_the_report_has_its_documented_outputs(report: dict[str, Any], tmp_path:
 def test_by_interval_and_a_sweep(tmp_path: Path) -> None:
     hourly = backtest(config(interval_ms=3_600_000, strategies=("popularity",)))
     assert hourly["config"]["interval_ms"] == 3_600_000 and hourly["micro_batches"]["count"] > 10
-    rows = sweep(config(strategies=("finetune",)), [None, 6 * 3_600_000], [1e-3, 3e-3])
-    assert [(r["interval_ms"], r["learning_rate"], r["strategy"]) for r in rows] == [
-        (i, lr, kind) for i in (None, 6 * 3_600_000) for lr in (1e-3, 3e-3) for kind in ("finetune", "ewc")
+    rows = sweep(config(strategies=("finetune",)), [None, 6 * 3_600_000], [1e-3, 3e-3], [1, 2])
+    assert [(r["interval_ms"], r["learning_rate"], r["passes"], r["strategy"]) for r in rows] == [
+        (i, lr, n, kind)
+        for i in (None, 6 * 3_600_000) for lr in (1e-3, 3e-3) for n in (1, 2) for kind in ("finetune", "ewc")
     ]
-    assert all(r["available"] == (r["strategy"] == "finetune") for r in rows)
+    assert all((r["penalty_share"] > 0) == (r["strategy"] == "ewc") for r in rows)
+    assert "| 2 | ewc λ=100 |" in sweep_table(rows)
 
 
 def test_the_cli_prints_the_table_and_writes_json_markdown_and_png(tmp_path: Path) -> None:

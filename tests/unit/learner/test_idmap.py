@@ -1,0 +1,135 @@
+"""Tests for ``streamrec.learner.idmap``: admission, eviction, reuse, growth, bounds, state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamrec.config import TableConfig
+from streamrec.learner.hashing import fingerprint
+from streamrec.learner.idmap import DEFAULT_ROW, FIRST_ROW, IdMap
+
+DAY_MS = 86_400_000
+
+
+def table(**kw: object) -> TableConfig:
+    fields = {
+        "name": "item", "feature": "item", "rows": 64, "initial_rows": 8, "min_count": 2, "ttl_s": 86_400.0
+    }
+    return TableConfig.model_validate({**fields, **kw})
+
+
+def keys(*ids: str) -> np.ndarray:
+    return fingerprint(list(ids))
+
+
+NONE = np.zeros(0, np.uint64)
+
+
+def test_an_id_gets_its_own_row_after_min_count_sightings_across_micro_batches() -> None:
+    m = IdMap(table())
+    assert m.lookup(keys("a", "b")).tolist() == [DEFAULT_ROW, DEFAULT_ROW]
+    first = m.observe(keys("a", "b", "b"), NONE, 0)
+    assert first.admitted == 1 and m.lookup(keys("a")).tolist() == [DEFAULT_ROW]
+    row_b = int(m.lookup(keys("b"))[0])
+    assert row_b >= FIRST_ROW and first.rows.tolist() == [row_b]
+    second = m.observe(keys("a"), NONE, 1)
+    assert second.admitted == 1 and int(m.lookup(keys("a"))[0]) not in (DEFAULT_ROW, row_b)
+    assert m.rows_in_use == 2 and second.in_use == 2
+
+
+def test_distinct_ids_never_share_a_row() -> None:
+    m = IdMap(table(rows=4096, initial_rows=4096, min_count=1))
+    ids = [f"item-{i}" for i in range(3000)]
+    m.observe(keys(*ids), NONE, 0)
+    rows = m.lookup(keys(*ids))
+    assert len(set(rows.tolist())) == 3000 and rows.min() >= FIRST_ROW
+
+
+def test_ids_unseen_for_the_ttl_are_evicted_and_their_rows_reused() -> None:
+    m = IdMap(table(min_count=1))
+    m.observe(keys("old", "kept"), NONE, 0)
+    row_old = int(m.lookup(keys("old"))[0])
+    m.observe(NONE, keys("kept"), DAY_MS // 2)  # mentioned in a sequence: still alive
+    done = m.observe(keys("new"), NONE, DAY_MS + 1)
+    assert done.evicted == 1 and done.admitted == 1
+    assert m.lookup(keys("old")).tolist() == [DEFAULT_ROW]
+    assert m.lookup(keys("new")).tolist() == [row_old] and done.rows.tolist() == [row_old]
+    assert m.lookup(keys("kept"))[0] >= FIRST_ROW
+
+
+def test_candidates_expire_too_and_count_afresh() -> None:
+    m = IdMap(table())
+    m.observe(keys("a"), NONE, 0)
+    m.observe(keys("a"), NONE, 2 * DAY_MS)  # the first sighting is too old to count
+    assert m.lookup(keys("a")).tolist() == [DEFAULT_ROW]
+    m.observe(keys("a"), NONE, 2 * DAY_MS + 1)
+    assert m.lookup(keys("a"))[0] >= FIRST_ROW
+
+
+def test_the_table_doubles_up_to_its_rows_then_gives_the_least_recent_ids_rows_to_new_ones() -> None:
+    m = IdMap(table(rows=20, initial_rows=8, min_count=1, ttl_s=None))
+    assert m.capacity == 8
+    done = m.observe(keys(*(f"i{k}" for k in range(10))), NONE, 0)
+    assert done.capacity == 16 and done.admitted == 10 and done.refused == 0
+    m.observe(keys(*(f"i{k}" for k in range(5))), NONE, 1)  # i0..i4 seen again
+    done = m.observe(keys(*(f"j{k}" for k in range(10))), NONE, 2)
+    # 18 rows for ids: 10 i's + 8 free, so the 2 least recently seen i's make room.
+    assert done.capacity == 20 and done.admitted == 10 and done.evicted == 2 and done.refused == 0
+    assert m.rows_in_use == 18
+    assert (m.lookup(keys(*(f"i{k}" for k in range(5)))) >= FIRST_ROW).all()
+    assert (m.lookup(keys(*(f"i{k}" for k in range(5, 10)))) == DEFAULT_ROW).sum() == 2
+
+
+def test_a_micro_batch_with_more_new_ids_than_rows_is_refused_the_excess() -> None:
+    m = IdMap(table(rows=8, initial_rows=8, min_count=1, ttl_s=None))
+    done = m.observe(keys(*(f"i{k}" for k in range(10))), NONE, 0)
+    assert done.admitted == 6 and done.refused == 4 and done.evicted == 0  # its own ids stay
+    later = m.observe(keys("late"), NONE, 1)  # the 4 refused are still due, "late" too
+    assert later.admitted == 5 and later.evicted == 5 and later.refused == 0
+
+
+def test_the_most_seen_candidates_win_scarce_rows() -> None:
+    m = IdMap(table(rows=4, initial_rows=4, min_count=1))  # two rows for ids
+    m.observe(keys("rare", "hot", "hot", "hot", "warm", "warm"), NONE, 0)
+    assert m.lookup(keys("hot", "warm", "rare")).tolist()[2] == DEFAULT_ROW
+    assert min(m.lookup(keys("hot", "warm")).tolist()) >= FIRST_ROW
+
+
+def test_candidates_are_capped_at_the_tables_rows() -> None:
+    m = IdMap(table(rows=16, initial_rows=16, min_count=5, ttl_s=None))
+    for k in range(10):
+        m.observe(keys(*(f"once-{k}-{i}" for i in range(10))), NONE, k)
+    assert len(m.keys) == 16  # the most recently seen candidates
+    assert m.nbytes < 16 * 40
+
+
+def test_state_round_trip_restores_the_same_future() -> None:
+    m = IdMap(table(min_count=1))
+    m.observe(keys(*(f"a{k}" for k in range(12))), NONE, 0)
+    m.observe(keys("b1", "b2"), NONE, DAY_MS + 5)  # evicts the a's
+    restored = IdMap(table(min_count=1))
+    restored.load_state_arrays(m.state_arrays("x/"), "x/", m.capacity)
+    probe = keys("a1", "b1", "b2", "zz")
+    assert restored.lookup(probe).tolist() == m.lookup(probe).tolist()
+    follow = keys(*(f"c{k}" for k in range(5)))
+    again = restored.observe(follow, NONE, DAY_MS + 6)
+    assert m.observe(follow, NONE, DAY_MS + 6).rows.tolist() == again.rows.tolist()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("keys", np.array([5, 3], np.uint64), "not sorted"),
+        ("rows", np.array([2, 99], np.int64), "outside"),
+        ("rows", np.array([2, 2], np.int64), "owned twice"),
+        ("counts", np.array([1], np.int64), "different lengths"),
+    ],
+)
+def test_an_inconsistent_state_is_refused(field: str, value: np.ndarray, message: str) -> None:
+    state = {
+        "x/keys": np.array([3, 5], np.uint64), "x/rows": np.array([2, 3], np.int64),
+        "x/counts": np.array([1, 1], np.int64), "x/last_seen": np.array([0, 0], np.int64),
+    }
+    with pytest.raises(ValueError, match=message):
+        IdMap(table()).load_state_arrays({**state, f"x/{field}": value}, "x/", 8)
