@@ -280,6 +280,9 @@ class LearnerConfig(BaseModel):
     min_batch_samples: int = Field(1, ge=1, description="STREAMREC_LEARNER__MIN_BATCH_SAMPLES")
     snapshot_dir: Path = Field(Path("snapshots"), description="STREAMREC_LEARNER__SNAPSHOT_DIR")
     snapshot_every: int = Field(10, ge=1, description="STREAMREC_LEARNER__SNAPSHOT_EVERY micro-batches")
+    # Retention: versions kept after each snapshot besides every promoted one; 0 keeps all.
+    # Ten recent versions to compare or fall back to, at ten snapshots' disk, not unbounded.
+    keep_snapshots: int = Field(10, ge=0, description="STREAMREC_LEARNER__KEEP_SNAPSHOTS (0: keep all)")
     # A snapshot resuming at samples the topic no longer holds (expired or deleted) is an
     # error by default: those samples were never trained. True skips them with a warning.
     allow_sample_gaps: bool = Field(False, description="STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS")

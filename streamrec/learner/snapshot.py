@@ -29,24 +29,28 @@ from typing import Any
 
 import numpy as np
 import orjson
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
 from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotWriteError
 from streamrec.faults import fault_point
 from streamrec.kafka.records import Position
 from streamrec.learner.lock import SnapshotLock
+from streamrec.learner.promotion import ServingEvent, ServingPointer
 from streamrec.learner.snapshot_dir import (
     TMP_PREFIX,
     describe_os_error,
     ensure_directory,
     prepare_directory,
+    remove_tree,
 )
 from streamrec.learner.snapshot_dir import free_bytes as disk_free_bytes
 
 logger = logging.getLogger(__name__)
 
 _DIR = re.compile(r"^v(\d{6,})$")
+# A manifest may only name tensor files inside its own directory: no paths, no other formats.
+_TENSOR_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.safetensors$")
 MANIFEST = "manifest.json"
 MANIFEST_SUM = "manifest.sha256"
 _FILE_MODE = 0o644  # world-readable: serving may run as another user (safetensors writes 0600)
@@ -140,6 +144,7 @@ class SnapshotStore:
         """Snapshots under ``root``; ``free_bytes(root)`` says how much space is left."""
         self.root = Path(root)
         self._free_bytes = free_bytes
+        self.serving = ServingPointer(self.root)
 
     def versions(self) -> list[int]:
         """Version directories, oldest first, whether valid or not."""
@@ -241,6 +246,9 @@ class SnapshotStore:
             raise InvalidSnapshot(f"unreadable manifest {path}: {exc}") from exc
         if manifest.version != version:
             raise InvalidSnapshot(f"{path} is of version {manifest.version}, not {version}")
+        for name in manifest.files:
+            if not _TENSOR_FILE.match(name):
+                raise InvalidSnapshot(f"{path} names {name!r}, which is not a .safetensors file of its own")
         return manifest
 
     def validate(self, version: int) -> str | None:
@@ -258,6 +266,23 @@ class SnapshotStore:
                 raise InvalidSnapshot(f"cannot read {path}: {describe_os_error(exc)}") from exc
             if not matches:
                 raise InvalidSnapshot(f"{path} does not match its checksum")
+            try:  # the header only: a file that is not safetensors fails here, never executes
+                with safe_open(str(path), framework="np"):
+                    pass
+            except (OSError, SafetensorError) as exc:
+                raise InvalidSnapshot(f"{path} is not a safetensors file: {exc}") from exc
+
+    def verify(self, version: int) -> SnapshotManifest:
+        """Verify every checksum of a version (tensors not loaded) and return its manifest.
+
+        Raises:
+            InvalidSnapshot: no such version, or a file failed its checks (the message names it).
+        """
+        if not self.path(version).is_dir():
+            raise InvalidSnapshot(f"no snapshot version {version_name(version)} in {self.root}")
+        manifest = self.manifest(version)
+        self._verify(version, manifest)
+        return manifest
 
     def load(self, version: int) -> tuple[SnapshotManifest, Tensors]:
         """Read a version's manifest and tensors, verifying every checksum.
@@ -325,6 +350,133 @@ class SnapshotStore:
         try:
             return self.manifest(version)
         except SnapshotError:
+            return None
+
+    def resolve(self, spec: str) -> int:
+        """A version named as ``v000007``, ``7``, ``current`` (the promoted one) or ``latest``
+        (the newest valid one).
+
+        Raises:
+            SnapshotError: the name is malformed, or there is no such version.
+        """
+        word = spec.strip().lower()
+        if word == "current":
+            version = self.current()
+            if version is None:
+                raise SnapshotError(f"no version is promoted in {self.root}: promote one first")
+            return version
+        if word == "latest":
+            for version in reversed(self.versions()):
+                if self.validate(version) is None:
+                    return version
+            raise SnapshotError(f"no valid snapshot in {self.root}")
+        digits = word.removeprefix("v")
+        if not digits.isdigit():
+            raise SnapshotError(f"{spec!r} is not a version: give v000007, 7, current or latest")
+        return int(digits)
+
+    # --- serving: the promoted version, rollback, retention ------------------------------
+
+    def current(self) -> int | None:
+        """The promoted version serving loads (``serving/CURRENT``), or None if none is.
+
+        Raises:
+            SnapshotError: CURRENT exists but is unreadable or names no version.
+        """
+        return self.serving.current()
+
+    def promoted(self) -> list[int]:
+        """Every version ever promoted, in order of first promotion (from the history)."""
+        return self.serving.promoted()
+
+    def history(self) -> list[ServingEvent]:
+        """Every promotion and rollback, oldest first."""
+        return self.serving.history()
+
+    def promote(self, version: int, reason: str = "manual") -> SnapshotManifest:
+        """Verify every checksum of ``version``, then point serving at it.
+
+        Raises:
+            InvalidSnapshot: the version is missing or failed a check (the message names the file);
+                the pointer is unchanged.
+            SnapshotError: the pointer or its history cannot be written.
+        """
+        with self.serving.locked():
+            manifest = self.verify(version)
+            previous = self._current_or_none()
+            self.serving.record("promote", version, previous, reason)
+            self.serving.point(version)
+        logger.info("promoted snapshot version=%s previous=%s reason=%s", manifest.name,
+                    previous and version_name(previous), reason)
+        return manifest
+
+    def rollback(self, reason: str = "manual") -> int:
+        """Point serving back at the version promoted before the current one, skipping any that
+        is no longer valid; returns it.
+
+        Raises:
+            SnapshotError: nothing is promoted, or no earlier promoted version is valid.
+        """
+        with self.serving.locked():
+            current = self.current()
+            if current is None:
+                raise SnapshotError(f"no version is promoted in {self.root}: nothing to roll back")
+            skipped = []
+            for version in self.serving.rollback_candidates(current):
+                problem = self.validate(version)
+                if problem is None:
+                    self.serving.record("rollback", version, current, reason)
+                    self.serving.point(version)
+                    logger.info("rolled back serving version=%s from=%s", version_name(version),
+                                version_name(current))
+                    return version
+                logger.warning("not rolling back to invalid version=%s reason=%s",
+                               version_name(version), problem)
+                skipped.append(version_name(version))
+        note = f" (invalid: {', '.join(skipped)})" if skipped else ""
+        raise SnapshotError(
+            f"no earlier promoted valid version to roll back to from {version_name(current)}{note}: "
+            "promote one with `streamrec snapshot promote VERSION`"
+        )
+
+    def prune(self, keep_last: int) -> list[int]:
+        """Delete all but the newest ``keep_last`` versions (0 keeps all); returns those deleted.
+
+        Never deleted: a version ever promoted, the current one, and the newest valid one (what
+        a learner resumes from). Each is renamed to a ``.tmp-`` name before it is removed, so a
+        crash leaves no half-deleted version, only a temporary removed at the next start.
+
+        Raises:
+            SnapshotError: a negative ``keep_last``, an unreadable pointer, or a failed rename.
+        """
+        if keep_last < 0:
+            raise SnapshotError(f"keep_last must be 0 (keep all) or more, not {keep_last}")
+        if keep_last == 0:
+            return []
+        deleted = []
+        with self.serving.locked():
+            versions = self.versions()
+            newest_valid = next((v for v in reversed(versions) if self.validate(v) is None), None)
+            keep = set(versions[-keep_last:]) | set(self.promoted()) | {newest_valid}
+            for version in versions:
+                if version in keep:
+                    continue
+                try:
+                    remove_tree(self.path(version))
+                except OSError as exc:
+                    cause = describe_os_error(exc)
+                    raise SnapshotError(f"cannot delete snapshot {self.path(version)}: {cause}") from exc
+                deleted.append(version)
+        if deleted:
+            logger.info("pruned snapshots path=%s deleted=%s kept=%d", self.root,
+                        ",".join(map(version_name, deleted)), len(versions) - len(deleted))
+        return deleted
+
+    def _current_or_none(self) -> int | None:
+        try:
+            return self.current()
+        except SnapshotError as exc:  # a broken pointer is what a promotion repairs
+            logger.warning("replacing an unreadable serving pointer error=%s", exc)
             return None
 
     # --- requests from `streamrec snapshot create` -------------------------------------

@@ -8,6 +8,7 @@ of a snapshot. :func:`prepare_directory` finds the first three and removes the l
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import uuid
 from collections.abc import Callable
@@ -76,6 +77,24 @@ def remove_temporaries(root: Path) -> None:
     for tmp in root.glob(f"{TMP_PREFIX}*"):
         logger.warning("removing an unfinished snapshot write path=%s", tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a directory crash-safely: renamed to a ``.tmp-`` name first, so it stops being a
+    version in one atomic step, then removed. A crash in between leaves a temporary directory
+    that :func:`remove_temporaries` deletes at the next start.
+
+    Raises:
+        OSError: the rename failed (the directory is left as it was).
+    """
+    doomed = path.parent / f"{TMP_PREFIX}deleted-{path.name}-{uuid.uuid4().hex[:8]}"
+    os.rename(path, doomed)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _check_writable(root: Path) -> None:

@@ -1,0 +1,216 @@
+"""Serving pointer: promote, rollback, history, retention; atomic and crash-safe."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streamrec.errors import InvalidSnapshot, SnapshotError
+from streamrec.learner import snapshot_dir
+from streamrec.learner.snapshot import SnapshotStore
+from tests.unit.learner.test_snapshot import write
+
+
+def corrupt(store: SnapshotStore, version: int, name: str = "model.safetensors") -> Path:
+    path = store.path(version) / name
+    data = path.read_bytes()
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    return path
+
+
+def test_nothing_promoted_at_first(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    write(store)
+    assert store.current() is None and store.promoted() == [] and store.history() == []
+    with pytest.raises(SnapshotError, match="nothing to roll back"):
+        store.rollback()
+
+
+def test_promote_points_serving_at_a_verified_version(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    write(store)
+    write(store)
+    manifest = store.promote(2, reason="canary ok")
+    assert manifest == store.manifest(2)
+    assert store.current() == 2 and store.promoted() == [2]
+    assert (tmp_path / "serving" / "CURRENT").read_text() == "v000002\n"
+    assert stat.S_IMODE((tmp_path / "serving" / "CURRENT").stat().st_mode) == 0o644
+    lines = (tmp_path / "serving" / "history.jsonl").read_bytes().splitlines()
+    event = orjson.loads(lines[0])
+    assert (event["action"], event["version"], event["previous"], event["reason"]) == (
+        "promote", 2, None, "canary ok",
+    )
+    store.promote(1)
+    assert [(e.action, e.version, e.previous) for e in store.history()] == [
+        ("promote", 2, None), ("promote", 1, 2),
+    ]
+    assert store.promoted() == [2, 1]
+    assert sorted(p.name for p in (tmp_path / "serving").iterdir()) == [".lock", "CURRENT", "history.jsonl"]
+    assert store.versions() == [1, 2]  # the serving directory is no version
+
+
+def test_promote_refuses_an_invalid_version_naming_the_file(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    write(store)
+    write(store)
+    store.promote(1)
+    bad = corrupt(store, 2)
+    with pytest.raises(InvalidSnapshot, match=f"{bad} does not match its checksum"):
+        store.promote(2)
+    with pytest.raises(InvalidSnapshot, match="no snapshot version v000007"):
+        store.promote(7)
+    (store.path(2) / "manifest.sha256").unlink()
+    with pytest.raises(InvalidSnapshot, match="manifest.sha256 is missing"):
+        store.promote(2)
+    assert store.current() == 1 and store.promoted() == [1]
+
+
+def test_rollback_walks_back_through_promotions(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    for _ in range(4):
+        write(store)
+    for version in (1, 2, 3):
+        store.promote(version)
+    assert store.rollback() == 2 and store.current() == 2
+    assert store.rollback() == 1 and store.current() == 1
+    with pytest.raises(SnapshotError, match="no earlier promoted valid version .* from v000001"):
+        store.rollback()
+    store.promote(4)
+    assert store.rollback() == 1  # 2 and 3 were rolled back from, not served before 4
+    assert store.promoted() == [1, 2, 3, 4]
+    assert [e.action for e in store.history()] == ["promote"] * 3 + ["rollback"] * 2 + ["promote", "rollback"]
+
+
+def test_rollback_skips_a_version_that_became_invalid(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    for _ in range(3):
+        write(store)
+    for version in (1, 2, 3):
+        store.promote(version)
+    corrupt(store, 2)
+    assert store.rollback(reason="bad metrics") == 1
+    assert store.history()[-1].reason == "bad metrics" and store.history()[-1].previous == 3
+    corrupt(store, 1)
+    store.promote(3)
+    with pytest.raises(SnapshotError, match=r"from v000003 \(invalid: v000001\)"):  # 2 was skipped
+        store.rollback()
+    assert store.current() == 3
+
+
+def test_a_torn_history_line_is_skipped_and_the_next_starts_afresh(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    write(store)
+    write(store)
+    store.promote(1)
+    with (tmp_path / "serving" / "history.jsonl").open("ab") as fh:
+        fh.write(b'{"time": "2024-01-01T00:00:0')  # a crash mid-append
+    store.promote(2)
+    assert [e.version for e in store.history()] == [1, 2]
+    assert store.rollback() == 1
+
+
+def test_a_history_ahead_of_current_rolls_back_from_current(tmp_path: Path) -> None:
+    """A crash after the history line, before the pointer moved: CURRENT still rules."""
+    store = SnapshotStore(tmp_path)
+    for _ in range(3):
+        write(store)
+    store.promote(1)
+    store.promote(2)
+    with store.serving.locked():
+        store.serving.record("promote", 3, 2, "crashed before the pointer moved")
+    assert store.current() == 2 and store.promoted() == [1, 2, 3]
+    assert store.rollback() == 1
+
+
+def test_an_unreadable_pointer_is_an_error_until_a_promotion_repairs_it(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    write(store)
+    store.promote(1)
+    (tmp_path / "serving" / "CURRENT").write_text("garbage\n")
+    with pytest.raises(SnapshotError, match="names no version"):
+        store.current()
+    with pytest.raises(SnapshotError, match="names no version"):
+        store.prune(1)  # what serving uses is unknown: delete nothing
+    store.promote(1)
+    assert store.current() == 1
+
+
+def test_pointer_updates_wait_for_each_other_not_for_the_learner(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    write(store)
+    with store.lock():  # the learner's lock: an operator still promotes
+        store.promote(1)
+    other = SnapshotStore(tmp_path)
+    with store.serving.locked(), pytest.raises(SnapshotError, match="stayed locked for 0s"):
+        with other.serving.locked(timeout_s=0.1):
+            pass
+    with other.serving.locked(timeout_s=0.1):
+        pass
+
+
+def test_resolve_names_versions(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    with pytest.raises(SnapshotError, match="no valid snapshot"):
+        store.resolve("latest")
+    write(store)
+    write(store)
+    write(store)
+    corrupt(store, 3)
+    assert [store.resolve(s) for s in ("v000007", "7", "V2", "latest")] == [7, 7, 2, 2]
+    with pytest.raises(SnapshotError, match="no version is promoted"):
+        store.resolve("current")
+    store.promote(1)
+    assert store.resolve("current") == 1
+    with pytest.raises(SnapshotError, match="'x7' is not a version"):
+        store.resolve("x7")
+
+
+# --- retention -------------------------------------------------------------------------------
+
+
+def test_prune_keeps_the_newest_and_every_promoted_version(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    for _ in range(7):
+        write(store)
+    store.promote(2)
+    store.promote(3)
+    store.rollback()
+    assert store.prune(0) == []  # 0 keeps all
+    assert store.prune(2) == [1, 4, 5]
+    assert store.versions() == [2, 3, 6, 7]
+    assert store.prune(2) == []
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["serving", "v000002", "v000003", "v000006", "v000007"]
+    assert store.current() == 2
+    with pytest.raises(SnapshotError, match="keep_last must be 0"):
+        store.prune(-1)
+
+
+def test_prune_never_deletes_the_newest_valid_version(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    for _ in range(4):
+        write(store)
+    corrupt(store, 4)
+    corrupt(store, 3)
+    assert store.prune(1) == [1, 3]
+    assert store.versions() == [2, 4]
+    found = store.latest_valid()
+    assert found is not None and found[0].version == 2
+
+
+def test_a_prune_cut_short_leaves_a_temporary_the_next_start_removes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SnapshotStore(tmp_path)
+    for _ in range(3):
+        write(store)
+    monkeypatch.setattr(snapshot_dir.shutil, "rmtree", lambda *a, **k: None)  # killed before rmtree
+    assert store.prune(1) == [1, 2]
+    monkeypatch.undo()
+    assert store.versions() == [3]
+    assert len(list(tmp_path.glob(".tmp-deleted-v00000*"))) == 2
+    store.prepare(snapshot_bytes=100)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["serving", "v000003"]
