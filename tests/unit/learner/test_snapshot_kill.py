@@ -1,0 +1,118 @@
+"""kill -9 at random moments of a process writing, promoting and pruning snapshots.
+
+After every kill: each version listed valid loads with exactly the tensors written, the newest
+valid one is never partial, the pointer names a valid version, every invalid or unfinished
+version is refused by promote, and a restart removes the leftovers.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamrec.errors import InvalidSnapshot
+from streamrec.learner.snapshot import SnapshotStore
+
+TRIALS = 20
+# Each write is ~1 MB in three files and several fsyncs (a few ms): kills within this window
+# land before, during and after writes, promotions and prunes.
+KILL_AFTER_S = (0.005, 0.15)
+
+CHILD = """
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from streamrec.kafka.records import Position
+from streamrec.learner.snapshot import SnapshotStore
+from tests.unit.learner.test_snapshot_kill import tensors
+
+store = SnapshotStore(Path(sys.argv[1]))
+rng = np.random.default_rng(int(sys.argv[2]))
+print("ready", flush=True)
+n = 0
+while True:
+    n += 1
+    seed = int(rng.integers(1 << 31))
+    manifest = store.write(
+        tensors(seed), micro_batches=n, samples_trained=n, positions=(Position("t", 0, n),),
+        metrics={"seed": seed},
+    )
+    if n % 2 == 0:
+        store.promote(manifest.version, reason="child")
+    if n % 3 == 0:
+        store.prune(3)
+"""
+
+
+def tensors(seed: int) -> dict[str, dict[str, np.ndarray]]:
+    """What the child writes for ``seed``: the test regenerates it to compare."""
+    rng = np.random.default_rng(seed)
+    return {
+        "model": {"w": rng.standard_normal((512, 256)).astype(np.float32)},
+        "optimizer": {"m": rng.standard_normal((256, 256)).astype(np.float32)},
+        "state": {"ids": rng.integers(0, 1 << 40, 4096)},
+    }
+
+
+def kill_at_random(root: Path, trial: int, delay: float) -> None:
+    repo = Path(__file__).resolve().parents[3]
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(root), str(trial)],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n", child.stderr and child.stderr.read()
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        _, err = child.communicate(timeout=10)
+    finally:
+        child.kill()
+    assert child.returncode == -signal.SIGKILL, err
+
+
+def check_after_kill(store: SnapshotStore) -> None:
+    valid = []
+    for entry in store.entries():
+        if entry.problem is not None:
+            with pytest.raises(InvalidSnapshot):
+                store.promote(entry.version)
+            continue
+        manifest, loaded = store.load(entry.version)
+        expected = tensors(manifest.metrics["seed"])
+        assert loaded.keys() == expected.keys()
+        for group, arrays in expected.items():
+            for name, array in arrays.items():
+                np.testing.assert_array_equal(loaded[group][name], array)
+        valid.append(entry.version)
+    found = store.latest_valid()
+    assert (found and found[0].version) == (valid[-1] if valid else None)
+    current = store.current()
+    assert current is None or current in valid
+    assert all(store.path(v).is_dir() for v in store.promoted())
+    unfinished = (store.versions() or [0])[-1] + 1  # the write the kill may have cut short
+    with pytest.raises(InvalidSnapshot, match="no snapshot version"):
+        store.promote(unfinished)
+
+
+def test_kill_9_never_leaves_a_partial_version_or_pointer(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path / "snaps")
+    rng = random.Random(9)
+    leftovers = 0
+    for trial in range(TRIALS):
+        kill_at_random(store.root, trial, rng.uniform(*KILL_AFTER_S))
+        check_after_kill(store)
+        leftovers += bool(list(store.root.glob(".tmp-*")))
+        store.prepare(snapshot_bytes=1)  # what a restarting learner does first
+        assert not list(store.root.glob(".tmp-*"))
+    assert len(store.history()) > 0 and len(store.versions()) > 0
+    print(f"{TRIALS} kills, {leftovers} left a temporary directory, {len(store.history())} promotions")
