@@ -1,30 +1,60 @@
-"""``streamrec snapshot create|list``."""
+"""``streamrec snapshot create|list|show|verify|diff|promote|rollback|prune``.
+
+Human-readable by default; ``--json`` prints one JSON document on stdout instead (errors still
+go to stderr as one line, exit status 1). A VERSION is ``v000007``, ``7``, ``current`` (the
+promoted one) or ``latest`` (the newest valid one).
+"""
 
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
+from typing import Any
 
+import orjson
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, console
+from streamrec.config import StreamrecConfig
 from streamrec.errors import SnapshotError
-from streamrec.learner.snapshot import SnapshotEntry, SnapshotManifest, SnapshotStore
+from streamrec.learner.snapshot import SnapshotEntry, SnapshotManifest, SnapshotStore, version_name
+from streamrec.learner.snapshot_diff import SnapshotDiff, diff_snapshots, flatten
 
-app = typer.Typer(help="Create and list versioned model snapshots.", no_args_is_help=True)
+app = typer.Typer(
+    help="Create, inspect, verify, promote, roll back and prune versioned model snapshots.",
+    no_args_is_help=True,
+)
+
+DirOption = typer.Option(None, "--snapshot-dir", help="The snapshot directory (default: the learner's)")
+JsonOption = typer.Option(False, "--json", help="Print one JSON document instead of text")
+VersionArg = typer.Argument(..., help="v000007, 7, current or latest")
+
+
+def _config(snapshot_dir: Path | None) -> StreamrecConfig:
+    return build_config(quiet=True, learner={"snapshot_dir": snapshot_dir})
 
 
 def _store(snapshot_dir: Path | None) -> SnapshotStore:
-    return SnapshotStore(build_config(learner={"snapshot_dir": snapshot_dir}).learner.snapshot_dir)
+    return SnapshotStore(_config(snapshot_dir).learner.snapshot_dir)
+
+
+def _print_json(doc: object) -> None:
+    typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+
+
+def _manifest_doc(manifest: SnapshotManifest) -> dict[str, Any]:
+    doc: dict[str, Any] = orjson.loads(manifest.to_json())
+    return doc
 
 
 @app.command("create")
 def create(
-    snapshot_dir: Path | None = typer.Option(None, help="The learner's snapshot directory"),
+    snapshot_dir: Path | None = DirOption,
     timeout: float = typer.Option(60.0, help="Seconds to wait for the running learner"),
+    as_json: bool = JsonOption,
 ) -> None:
     """Ask the running learner for a snapshot now and wait until it is written."""
     with cli_errors():
@@ -34,7 +64,10 @@ def create(
         while time.monotonic() < deadline:
             manifest = store.find_request(request_id)
             if manifest is not None:
-                console.print(f"snapshot {manifest.name} written: {store.path(manifest.version)}")
+                if as_json:
+                    _print_json({"version": manifest.version, "path": str(store.path(manifest.version))})
+                else:
+                    console.print(f"snapshot {manifest.name} written: {store.path(manifest.version)}")
                 return
             time.sleep(0.2)
         store.done(request_id)
@@ -53,35 +86,225 @@ def _fmt(value: object) -> str:
     return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
-def _row(entry: SnapshotEntry, root: Path) -> list[str]:
+def _serving_mark(version: int, current: int | None, promoted: set[int]) -> str:
+    return "CURRENT" if version == current else "promoted" if version in promoted else ""
+
+
+def _row(entry: SnapshotEntry, root: Path, serving: str) -> list[str]:
     """A table row: the manifest's figures when it is readable, and whether the version is
     valid (paths in the reason shown relative to ``root``)."""
     problem = entry.problem and entry.problem.replace(f"{root}{os.sep}", "")
     status = "ok" if problem is None else f"[red]invalid[/red]: {escape(problem)}"
+    serving = f"[bold green]{serving}[/bold green]" if serving == "CURRENT" else serving
     m = entry.manifest
     if m is None:
-        return [entry.name, "-", "-", "-", "-", "-", "-", status]
+        return [entry.name, serving, "-", "-", "-", "-", "-", "-", status]
     return [
-        m.name, m.created_at[:19].replace("T", " "), str(m.micro_batches), str(m.samples_trained),
+        m.name, serving, m.created_at[:19].replace("T", " "), str(m.micro_batches), str(m.samples_trained),
         _fmt(m.metrics.get("auc")), _fmt(m.metrics.get("gauc")), format_positions(m), status,
     ]
 
 
 @app.command("list")
-def list_(snapshot_dir: Path | None = typer.Option(None, help="The snapshot directory")) -> None:
+def list_(snapshot_dir: Path | None = DirOption, as_json: bool = JsonOption) -> None:
     """List snapshots, oldest first, verifying every checksum; invalid ones say why.
 
-    A learner resumes from the newest valid one. Listing needs no lock, so it works while a
-    learner runs.
+    The served version is marked CURRENT, earlier promoted ones "promoted". A learner resumes
+    from the newest valid one. Listing needs no lock, so it works while a learner runs.
     """
     with cli_errors():
         store = _store(snapshot_dir)
+        entries = store.entries()
+        current, promoted = store.current(), set(store.promoted())
+        if as_json:
+            _print_json({"root": str(store.root), "current": current, "versions": [
+                {
+                    "version": e.version, "name": e.name, "valid": e.problem is None, "problem": e.problem,
+                    "current": e.version == current, "promoted": e.version in promoted,
+                    "manifest": e.manifest and _manifest_doc(e.manifest),
+                }
+                for e in entries
+            ]})
+            return
         table = Table(
-            "version", "created (UTC)", "micro-batches", "samples", "AUC", "GAUC", "positions", "status"
+            "version", "serving", "created (UTC)", "micro-batches", "samples", "AUC", "GAUC", "positions",
+            "status",
         )
-        for entry in store.entries():
-            table.add_row(*_row(entry, store.root))
+        for entry in entries:
+            table.add_row(*_row(entry, store.root, _serving_mark(entry.version, current, promoted)))
         if table.row_count == 0:
             console.print(f"no snapshots in {store.root}")
         else:
             console.print(table)
+
+
+@app.command("show")
+def show(
+    version: str = VersionArg, snapshot_dir: Path | None = DirOption, as_json: bool = JsonOption
+) -> None:
+    """Print a version's manifest (positions, metrics, config, file checksums) and its status."""
+    with cli_errors():
+        store = _store(snapshot_dir)
+        number = store.resolve(version)
+        manifest = store.manifest(number)
+        problem = store.validate(number)
+        current, promoted = store.current(), set(store.promoted())
+        if as_json:
+            _print_json(_manifest_doc(manifest) | {
+                "name": manifest.name, "valid": problem is None, "problem": problem,
+                "current": number == current, "promoted": number in promoted,
+            })
+            return
+        lines = [
+            ("version", f"{manifest.name} {_serving_mark(number, current, promoted)}".rstrip()),
+            ("status", "ok" if problem is None else f"invalid: {problem}"),
+            ("path", str(store.path(number))),
+            ("created", manifest.created_at),
+            ("micro-batches", str(manifest.micro_batches)),
+            ("samples", str(manifest.samples_trained)),
+            ("positions", " ".join(f"{p.topic}[{p.partition}]:{p.offset}" for p in manifest.positions)),
+            ("request", manifest.request_id or "-"),
+        ]
+        lines += [(f"metrics.{k}", _fmt(v)) for k, v in sorted(manifest.metrics.items())]
+        lines += [(f"config.{k}", str(v)) for k, v in sorted(flatten(manifest.config).items())]
+        lines += [(f"files.{name}", digest) for name, digest in sorted(manifest.files.items())]
+        width = max(len(k) for k, _ in lines)
+        for key, value in lines:
+            console.print(f"{key:<{width}}  {escape(value)}", highlight=False)
+
+
+@app.command("verify")
+def verify(
+    version: str | None = typer.Argument(None, help="One version (default: every version)"),
+    snapshot_dir: Path | None = DirOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Verify every checksum of one version or of all; exit status 1 if any is invalid."""
+    with cli_errors():
+        store = _store(snapshot_dir)
+        versions = [store.resolve(version)] if version is not None else store.versions()
+        results: list[tuple[int, str | None]] = []
+        for number in versions:
+            try:
+                store.verify(number)
+                results.append((number, None))
+            except SnapshotError as exc:
+                results.append((number, str(exc)))
+        bad = sum(problem is not None for _, problem in results)
+        if as_json:
+            _print_json({"root": str(store.root), "valid": bad == 0, "versions": [
+                {"version": n, "name": version_name(n), "valid": p is None, "problem": p} for n, p in results
+            ]})
+        elif not results:
+            console.print(f"no snapshots in {store.root}")
+        else:
+            for number, problem in results:
+                status = "ok" if problem is None else f"[red]invalid[/red]: {escape(problem)}"
+                console.print(f"{version_name(number)}  {status}", highlight=False)
+            console.print(f"{len(results) - bad} valid, {bad} invalid", highlight=False)
+    if bad:
+        raise typer.Exit(1)
+
+
+@app.command("diff")
+def diff(
+    a: str = typer.Argument(..., help="The older version (v000007, 7, current or latest)"),
+    b: str = typer.Argument(..., help="The newer version"),
+    snapshot_dir: Path | None = DirOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Differences between two versions: metrics, positions, config and, per tensor file, which
+    tensors changed (rows changed, largest absolute difference)."""
+    with cli_errors():
+        store = _store(snapshot_dir)
+        result = diff_snapshots(store, store.resolve(a), store.resolve(b))
+        if as_json:
+            _print_json(result)
+        else:
+            _print_diff(result)
+
+
+def _print_diff(d: SnapshotDiff) -> None:
+    console.print(f"{version_name(d.a)} -> {version_name(d.b)}", highlight=False)
+    for title, changes in (("fields", d.fields), ("metrics", d.metrics), ("positions", d.positions),
+                           ("config", d.config)):
+        if changes:
+            console.print(f"{title}:", highlight=False)
+        for c in changes:
+            console.print(f"  {escape(c.key)}: {escape(_fmt(c.a))} -> {escape(_fmt(c.b))}", highlight=False)
+    table = Table("file", "tensor", "status", "shape", "changed rows", "max |diff|")
+    for t in d.changed_tensors:
+        shape = str(t.shape_b if t.shape_b is not None else t.shape_a)
+        if t.status == "reshaped":
+            shape = f"{t.shape_a} -> {t.shape_b}"
+        rows = "-" if t.changed_rows is None else f"{t.changed_rows}/{t.rows}"
+        gap = "-" if t.max_abs_diff is None else f"{t.max_abs_diff:.4g}"
+        table.add_row(t.file, t.name, t.status, shape, rows, gap)
+    same = len(d.tensors) - len(d.changed_tensors)
+    if table.row_count:
+        console.print(table)
+    console.print(f"{len(d.changed_tensors)} tensors differ, {same} the same", highlight=False)
+
+
+@app.command("promote")
+def promote(
+    version: str = VersionArg,
+    reason: str = typer.Option("manual", help="Why, for the serving history"),
+    snapshot_dir: Path | None = DirOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Verify a version's checksums, then point serving at it (serving/CURRENT)."""
+    with cli_errors():
+        store = _store(snapshot_dir)
+        number = store.resolve(version)
+        manifest = store.promote(number, reason=reason)
+        previous = store.history()[-1].previous
+        if as_json:
+            _print_json({"current": manifest.version, "name": manifest.name, "previous": previous})
+        else:
+            was = f" (was {version_name(previous)})" if previous is not None else ""
+            console.print(f"serving {manifest.name}{was}: {store.serving.current_path}", highlight=False)
+
+
+@app.command("rollback")
+def rollback(
+    reason: str = typer.Option("manual", help="Why, for the serving history"),
+    snapshot_dir: Path | None = DirOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Point serving back at the valid version promoted before the current one."""
+    with cli_errors():
+        store = _store(snapshot_dir)
+        version = store.rollback(reason=reason)
+        previous = store.history()[-1].previous
+        if as_json:
+            _print_json({"current": version, "name": version_name(version), "previous": previous})
+        else:
+            was = f" (was {version_name(previous)})" if previous is not None else ""
+            console.print(f"rolled back: serving {version_name(version)}{was}", highlight=False)
+
+
+@app.command("prune")
+def prune(
+    keep: int | None = typer.Option(None, "--keep", min=0, help="Versions to keep (default: "
+                                    "STREAMREC_LEARNER__KEEP_SNAPSHOTS; 0 keeps all)"),
+    snapshot_dir: Path | None = DirOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Delete all but the newest versions; promoted ones and the newest valid one are kept."""
+    with cli_errors():
+        cfg = _config(snapshot_dir)
+        store = SnapshotStore(cfg.learner.snapshot_dir)
+        keep_last = cfg.learner.keep_snapshots if keep is None else keep
+        deleted = store.prune(keep_last)
+        if as_json:
+            _print_json({"keep": keep_last, "deleted": deleted, "kept": store.versions()})
+        elif deleted:
+            names = ", ".join(map(version_name, deleted))
+            console.print(f"deleted {names}; {len(store.versions())} kept", highlight=False)
+        else:
+            console.print(f"nothing to delete (keeping {keep_last or 'all'})", highlight=False)
+
+
+# --- export ----------------------------------------------------------------------------------
+# `streamrec snapshot export` (a version to the serving format, streamrec/serving/) belongs here.

@@ -290,8 +290,7 @@ class SnapshotStore:
         Raises:
             InvalidSnapshot: the version failed a check.
         """
-        manifest = self.manifest(version)
-        self._verify(version, manifest)
+        manifest = self.verify(version)
         tensors = {}
         for name in manifest.files:
             path = self.path(version) / name

@@ -1,0 +1,117 @@
+"""`streamrec snapshot list|show|verify|diff|promote|rollback|prune`, text and --json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from typer.testing import CliRunner, Result
+
+from streamrec.cli import app
+from streamrec.learner.snapshot import SnapshotStore
+from tests.unit.learner.test_promotion import corrupt
+from tests.unit.learner.test_snapshot import write
+
+
+def run(root: Path, *args: str, code: int = 0) -> Result:
+    result = CliRunner().invoke(app, ["snapshot", *args, "--snapshot-dir", str(root)])
+    assert result.exit_code == code, result.output
+    return result
+
+
+def run_json(root: Path, *args: str, code: int = 0) -> Any:
+    return orjson.loads(run(root, *args, "--json", code=code).stdout)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SnapshotStore:
+    store = SnapshotStore(tmp_path)
+    for value in (1.0, 2.0, 3.0):
+        write(store, value, metrics={"auc": 0.6 + value / 100})
+    return store
+
+
+def test_list_marks_the_served_and_promoted_versions(store: SnapshotStore) -> None:
+    run(store.root, "promote", "1")
+    run(store.root, "promote", "v000002")
+    rows = {
+        cells[0]: cells[1]
+        for line in run(store.root, "list").stdout.splitlines()
+        if (cells := [c.strip() for c in line.strip("│ ").split("│")])[0].startswith("v0")
+    }
+    assert rows == {"v000001": "promoted", "v000002": "CURRENT", "v000003": ""}
+    doc = run_json(store.root, "list")
+    assert doc["current"] == 2
+    assert [(v["name"], v["valid"], v["current"], v["promoted"]) for v in doc["versions"]] == [
+        ("v000001", True, False, True), ("v000002", True, True, True), ("v000003", True, False, False),
+    ]
+    assert doc["versions"][0]["manifest"]["metrics"] == {"auc": 0.61}
+
+
+def test_show_accepts_every_way_of_naming_a_version(store: SnapshotStore) -> None:
+    run(store.root, "promote", "2")
+    for spec, version in (("v000001", 1), ("3", 3), ("current", 2), ("latest", 3)):
+        doc = run_json(store.root, "show", spec)
+        assert (doc["version"], doc["valid"], doc["current"]) == (version, True, version == 2)
+    text = run(store.root, "show", "current").stdout
+    assert "v000002 CURRENT" in text and "metrics.auc" in text and "files.model.safetensors" in text
+    assert "t[0]:7" in text
+    out = run(store.root, "show", "nine", code=1)
+    assert "'nine' is not a version" in out.stderr and out.stdout == ""
+
+
+def test_verify_exits_1_naming_the_bad_file(store: SnapshotStore) -> None:
+    assert "3 valid, 0 invalid" in run(store.root, "verify").stdout
+    assert run_json(store.root, "verify", "2")["valid"] is True
+    bad = corrupt(store, 2)
+    text = run(store.root, "verify", code=1).stdout
+    assert "v000001  ok" in text and f"{bad} does not match its checksum" in text
+    doc = run_json(store.root, "verify", code=1)
+    assert doc["valid"] is False and [v["valid"] for v in doc["versions"]] == [True, False, True]
+    assert run_json(store.root, "verify", "1")["valid"] is True
+
+
+def test_diff_shows_changed_tensors(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    emb = np.zeros((10, 4), np.float32)
+    write(store, metrics={"auc": 0.6})
+    store.write({"model": {"emb": emb}}, micro_batches=1, samples_trained=1, positions=())
+    emb[[2, 5]] = 0.25
+    store.write(
+        {"model": {"emb": emb}}, micro_batches=2, samples_trained=2, positions=(), metrics={"auc": 0.7}
+    )
+    doc = run_json(tmp_path, "diff", "2", "latest")
+    assert [(t["name"], t["status"], t["changed_rows"], t["max_abs_diff"]) for t in doc["tensors"]] == [
+        ("emb", "changed", 2, 0.25),
+    ]
+    assert doc["metrics"] == [{"key": "auc", "a": None, "b": 0.7}]
+    text = run(tmp_path, "diff", "2", "3").stdout
+    assert "v000002 -> v000003" in text and "2/10" in text and "1 tensors differ, 0 the same" in text
+    assert "auc: - -> 0.7000" in text
+
+
+def test_promote_rollback_and_their_refusals(store: SnapshotStore) -> None:
+    assert run_json(store.root, "promote", "1") == {"current": 1, "name": "v000001", "previous": None}
+    assert "serving v000003 (was v000001)" in run(store.root, "promote", "latest", "--reason", "ab").stdout
+    assert store.history()[-1].reason == "ab"
+    assert run_json(store.root, "rollback") == {"current": 1, "name": "v000001", "previous": 3}
+    out = run(store.root, "rollback", code=1)
+    assert "no earlier promoted valid version to roll back to from v000001" in out.stderr
+    bad = corrupt(store, 2)
+    out = run(store.root, "promote", "2", "--json", code=1)
+    assert f"{bad} does not match its checksum" in out.stderr and out.stdout == ""
+    assert store.current() == 1
+
+
+def test_prune_keeps_the_configured_number(store: SnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    for _ in range(3):
+        write(store)
+    store.promote(1)
+    monkeypatch.setenv("STREAMREC_LEARNER__KEEP_SNAPSHOTS", "3")
+    assert run_json(store.root, "prune") == {"keep": 3, "deleted": [2, 3], "kept": [1, 4, 5, 6]}
+    assert "deleted v000004; 3 kept" in run(store.root, "prune", "--keep", "2").stdout
+    assert "nothing to delete (keeping all)" in run(store.root, "prune", "--keep", "0").stdout
+    run(store.root, "prune", "--keep", "-1", code=2)

@@ -1,0 +1,68 @@
+"""diff_snapshots: fields, metrics, positions, config and per-tensor changes between versions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamrec.errors import InvalidSnapshot
+from streamrec.kafka.records import Position
+from streamrec.learner.snapshot import SnapshotStore
+from streamrec.learner.snapshot_diff import TensorDiff, diff_snapshots, flatten
+
+
+def test_diff_reports_what_changed(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    emb = np.arange(15, dtype=np.float32).reshape(5, 3)
+    emb[4, 0] = np.nan
+    moved = emb.copy()
+    moved[1, 2] += 0.5
+    moved[3] -= 2.0
+    store.write(
+        {"model": {"emb": emb, "bias": np.zeros(2, np.float32), "gone": np.ones(1)},
+         "state": {"ids": np.arange(4), "flag": np.array([True, False])}},
+        micro_batches=1, samples_trained=10, positions=(Position("t", 0, 5), Position("t", 1, 9)),
+        metrics={"auc": 0.7, "logloss": 0.5}, config={"model": {"dim": 3, "lr": 0.1}},
+    )
+    store.write(
+        {"model": {"emb": moved, "bias": np.zeros(3, np.float32), "new": np.ones(1)},
+         "state": {"ids": np.array([0, 1, 7, 3]), "flag": np.array([True, True])}},
+        micro_batches=4, samples_trained=40, positions=(Position("t", 0, 8), Position("t", 1, 9)),
+        metrics={"auc": 0.75, "logloss": 0.5}, config={"model": {"dim": 3, "lr": 0.05}},
+    )
+    d = diff_snapshots(store, 1, 2)
+    assert (d.a, d.b) == (1, 2)
+    assert [(c.key, c.a, c.b) for c in d.fields if c.key != "created_at"] == [
+        ("micro_batches", 1, 4), ("samples_trained", 10, 40),
+    ]
+    assert [(c.key, c.a, c.b) for c in d.metrics] == [("auc", 0.7, 0.75)]
+    assert [(c.key, c.a, c.b) for c in d.positions] == [("t[0]", 5, 8)]
+    assert [(c.key, c.a, c.b) for c in d.config] == [("model.lr", 0.1, 0.05)]
+    by_name = {t.name: t for t in d.tensors}
+    assert by_name["emb"] == TensorDiff(
+        "model.safetensors", "emb", "changed", (5, 3), (5, 3), "float32",
+        changed_rows=2, rows=5, max_abs_diff=2.0,
+    )  # the NaN in row 4 is the same on both sides
+    bias = by_name["bias"]
+    assert (bias.status, bias.shape_a, bias.shape_b) == ("reshaped", (2,), (3,))
+    assert (by_name["gone"].status, by_name["new"].status) == ("removed", "added")
+    assert (by_name["ids"].changed_rows, by_name["ids"].max_abs_diff) == (1, 5.0)
+    assert (by_name["flag"].changed_rows, by_name["flag"].max_abs_diff) == (1, 1.0)
+    assert [t.name for t in d.changed_tensors] == ["bias", "emb", "gone", "new", "flag", "ids"]
+    same = diff_snapshots(store, 2, 2)
+    assert same.changed_tensors == [] and same.metrics == [] and same.fields == []
+
+
+def test_diff_refuses_an_invalid_version(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    store.write({"model": {"w": np.ones(2)}}, micro_batches=1, samples_trained=1, positions=())
+    with pytest.raises(InvalidSnapshot, match="no snapshot version v000002"):
+        diff_snapshots(store, 1, 2)
+
+
+def test_flatten_uses_dotted_keys() -> None:
+    assert flatten({"a": {"b": 1, "c": {"d": None}}, "e": {}, "f": [1]}) == {
+        "a.b": 1, "a.c.d": None, "e": {}, "f": [1],
+    }
