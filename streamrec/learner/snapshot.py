@@ -11,6 +11,8 @@ whole snapshot or none. A version that fails any checksum (the manifest's includ
 invalid: readers skip it with a warning and a learner resumes from the newest valid one.
 One learner at a time writes here (:mod:`streamrec.learner.lock`); ``streamrec snapshot
 create`` asks it for a snapshot by dropping a request file in ``<root>/.requests/``.
+Serving loads the version ``<root>/serving/CURRENT`` names (:mod:`streamrec.learner.promotion`):
+promote, rollback and retention (:meth:`SnapshotStore.prune`) act on it.
 """
 
 from __future__ import annotations
