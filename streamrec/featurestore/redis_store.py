@@ -10,12 +10,13 @@ Keys per user, hash-tagged ``{<user_id>}`` so they share one Cluster slot:
 
 Per item, ``<prefix>:item:{<item_id>}`` holds the first time it was seen.
 
-A batch is one pipelined round trip of small Lua scripts, one per user (ZADD the user's
-events, read each asked-for history with an exclusive time bound, trim what no redo of the
-batch can need, refresh the TTL) and one per item (SET NX, GET). Each script touches one
-key, so it is atomic per user and runs on Redis Cluster (``RedisStoreConfig.cluster``),
-where the pipeline is split by slot. One call instead of four or more commands per user
-cut the consumer's Redis time by half (``bench/consumer_throughput.py``).
+A batch is two pipelined round trips of Lua script calls, each carrying a few hundred users
+(ZADD their events, read each asked-for history with an exclusive time bound, trim what no
+redo of the batch can need, refresh the TTLs) or a thousand items (keep the earliest time).
+Each call is atomic, and on Redis Cluster (``RedisStoreConfig.cluster``) carries only users
+(or items) of one slot, as a script's keys must. A user's events travel as
+one string and the answers come back as one flat list of strings: redis-py spends its time
+per argument and per reply element, not per byte (``bench/consumer_throughput.py``).
 """
 
 from __future__ import annotations
@@ -44,68 +45,83 @@ from streamrec.featurestore.base import (
 logger = logging.getLogger(__name__)
 
 # KEYS: seq, ids, idt of each user of the call, in turn. ARGV: cap, ttl_ms, horizon_ms, then
-# per user n, q, then n times (score, member, id, mark), then q history times. Returns per
-# user {verdicts, histories}: verdicts holds (code, first mark) per event (0 accepted,
-# 1 duplicate, 2 conflict); histories one flat [member, score, ...] list per time: the
-# latest `cap` strictly before it.
+# one string per user holding its events, one line each (see ``_event_line``):
+# ``ts \x1f want \x1f member \x1f mark \n``, want 1 when a history is asked for. One string
+# per user, not four arguments per event: packing arguments cost redis-py more than Lua's
+# one pattern match per line costs Redis.
+# Returns one flat list, one string per event in call order: ``0`` and, when asked for, its
+# history (accepted; the latest `cap` entries strictly before its time, newest first, members
+# and scores joined by tabs), or ``1`` (duplicate) / ``2`` (conflict) and the first mark.
 # Per user, trims the sequence to the latest `cap` entries before the batch's earliest
 # accepted event, keeping everything from it on, so a batch redone after an aborted commit
 # reads exactly the same histories; forgets ids older than the horizon behind the newest.
+# Commands are what Redis spends its time on (about a microsecond each), so they are saved
+# where the answer is known: HSETNX judges a new id in one command, the ids of a user go in
+# one ZADD, and the count before the earliest event is that event's history when it is short.
 _SEQUENCE_LUA = """
 local cap, ttl, horizon = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-local at, results = 4, {}
-for u = 0, #KEYS / 3 - 1 do
-  local seq, ids, idt = KEYS[3 * u + 1], KEYS[3 * u + 2], KEYS[3 * u + 3]
-  local n, q = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-  at = at + 2
-  local verdicts, chunk, low = {}, {}, nil
-  for i = 0, n - 1 do
-    local score, member, id, mark = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
-    at = at + 4
-    local seen = redis.call('HGET', ids, id)
-    local code = 0
-    if not seen then
-      redis.call('HSET', ids, id, mark)
-      redis.call('ZADD', idt, score, id)
-    elseif seen ~= mark then
-      if string.match(seen, '^[^\t]*') == string.match(mark, '^[^\t]*') then code = 1 else code = 2 end
+local out = {}
+for u = 1, #ARGV - 3 do
+  local seq, ids, idt = KEYS[3 * u - 2], KEYS[3 * u - 1], KEYS[3 * u]
+  local chunk, fresh, reads, low, lowscore = {}, {}, {}, nil, nil
+  for score, want, member, id, mark in
+      string.gmatch(ARGV[u + 3], '(%-?%d+)\\31(%d)\\31(([^\\t]*)[^\\31]*)\\31([^\\n]*)\\n') do
+    local code, seen = 0, nil
+    if redis.call('HSETNX', ids, id, mark) == 0 then
+      seen = redis.call('HGET', ids, id)
+      if seen ~= mark then
+        if string.match(seen, '^[^\t]*') == string.match(mark, '^[^\t]*') then code = 1 else code = 2 end
+      end
+    else
+      fresh[#fresh + 1] = score
+      fresh[#fresh + 1] = id
     end
-    verdicts[#verdicts + 1] = code
-    verdicts[#verdicts + 1] = seen or ''
     if code == 0 then
-      if low == nil or tonumber(score) < tonumber(low) then low = score end
+      local n = tonumber(score)
+      if low == nil or n < low then low, lowscore = n, score end
       chunk[#chunk + 1] = score
       chunk[#chunk + 1] = member
-      if #chunk >= 1000 then  -- unpack() has a small stack: add in slices
-        redis.call('ZADD', seq, unpack(chunk))
-        chunk = {}
+      if want == '1' then  -- its history is read once the batch is in
+        reads[#reads + 1] = #out + 1
+        out[#out + 1] = score
+      else
+        out[#out + 1] = '0'
       end
+    else
+      out[#out + 1] = code .. seen
     end
   end
-  if #chunk > 0 then redis.call('ZADD', seq, unpack(chunk)) end
-  local out = {}
-  for i = 0, q - 1 do
-    out[#out + 1] = redis.call('ZREVRANGEBYSCORE', seq, '(' .. ARGV[at + i], '-inf',
-                               'WITHSCORES', 'LIMIT', 0, cap)
+  for i = 1, #chunk, 1000 do  -- unpack() has a small stack: add in slices
+    redis.call('ZADD', seq, unpack(chunk, i, math.min(i + 999, #chunk)))
   end
-  at = at + q
+  for i = 1, #fresh, 1000 do
+    redis.call('ZADD', idt, unpack(fresh, i, math.min(i + 999, #fresh)))
+  end
+  local before = nil  -- entries strictly before low, when a history read has told
+  for _, at in ipairs(reads) do
+    local score = out[at]
+    local history = redis.call('ZREVRANGEBYSCORE', seq, '(' .. score, '-inf', 'WITHSCORES', 'LIMIT', 0, cap)
+    if score == lowscore and #history < 2 * cap then before = #history / 2 end
+    out[at] = '0' .. table.concat(history, '\t')
+  end
   if low ~= nil then
-    local before = redis.call('ZCOUNT', seq, '-inf', '(' .. low)
+    if before == nil then before = redis.call('ZCOUNT', seq, '-inf', '(' .. lowscore) end
     if before > cap then redis.call('ZREMRANGEBYRANK', seq, 0, before - cap - 1) end
     local newest = redis.call('ZREVRANGE', idt, 0, 0, 'WITHSCORES')
     local cut = string.format('%d', tonumber(newest[2]) - horizon)
     local old = redis.call('ZRANGEBYSCORE', idt, '-inf', '(' .. cut)
-    for i = 1, #old, 1000 do
-      redis.call('HDEL', ids, unpack(old, i, math.min(i + 999, #old)))
+    if #old > 0 then
+      for i = 1, #old, 1000 do
+        redis.call('HDEL', ids, unpack(old, i, math.min(i + 999, #old)))
+      end
+      redis.call('ZREMRANGEBYSCORE', idt, '-inf', '(' .. cut)
     end
-    redis.call('ZREMRANGEBYSCORE', idt, '-inf', '(' .. cut)
   end
   redis.call('PEXPIRE', seq, ttl)
   redis.call('PEXPIRE', ids, ttl)
   redis.call('PEXPIRE', idt, ttl)
-  results[#results + 1] = {verdicts, out}
 end
-return results
+return out
 """
 # KEYS: item keys. ARGV: ttl_ms, then one time per key. Keeps the earliest time each item was
 # seen, so it does not depend on the order events arrive in (a late event, a rebuild);
@@ -174,10 +190,6 @@ class RedisFeatureStore(FeatureStore):
     def key(self, user_id: str) -> str:
         """The sorted-set key of a user's sequence."""
         return f"{self._prefix}:seq:{{{user_id}}}"
-
-    def _user_keys(self, user_id: str) -> tuple[str, str, str]:
-        tag = f"{{{user_id}}}"
-        return self.key(user_id), f"{self._prefix}:ids:{tag}", f"{self._prefix}:idt:{tag}"
 
     def item_key(self, item_id: str) -> str:
         """The key holding an item's first-seen time."""
@@ -249,23 +261,20 @@ class RedisFeatureStore(FeatureStore):
             lambda pipe, shas: self._queue_users(pipe, shas[0], arrivals, by_user, calls, markers)
         )
         self._check_markers(replies[: len(markers)])
-        per_user = [reply for call in replies[len(markers) :] for reply in call]
         verdicts = [Verdict.ACCEPTED] * len(arrivals)
         first_seen_at = [""] * len(arrivals)
         histories: list[list[Behaviour] | None] = [None] * len(arrivals)
-        users = [user for call in calls for user in call]
-        for user, (codes, reads) in zip(users, per_user, strict=True):
-            indexes = by_user[user]
-            for n, index in enumerate(indexes):
-                verdicts[index] = Verdict(int(codes[2 * n]))
-                first_seen_at[index] = str(codes[2 * n + 1]).partition("\t")[2]
-            reads_iter = iter(reads)
-            for index in indexes:
-                if arrivals[index].wants_history:
-                    flat = next(reads_iter)
-                    if verdicts[index] is Verdict.ACCEPTED:
-                        pairs = zip(flat[-2::-2], flat[::-2], strict=True)  # oldest first
-                        histories[index] = [Behaviour.from_member(m, int(ts)) for m, ts in pairs]
+        for users, reply in zip(calls, replies[len(markers) :], strict=True):
+            order = [index for user in users for index in by_user[user]]
+            if len(reply) != len(order):
+                raise FeatureStoreError(f"redis answered {len(reply)} verdicts for {len(order)} events")
+            for index, answer in zip(order, reply, strict=True):
+                code = answer[0]
+                if code != "0":
+                    verdicts[index] = _VERDICTS[code]
+                    first_seen_at[index] = answer.partition("\t")[2]
+                elif arrivals[index].wants_history:
+                    histories[index] = _history(answer)
         accepted = [a.event for a, v in zip(arrivals, verdicts, strict=True) if v is Verdict.ACCEPTED]
         earliest = earliest_per_item(accepted)
         item_calls = self._calls(list(earliest), self.item_key, _ITEMS_PER_CALL)
@@ -308,19 +317,14 @@ class RedisFeatureStore(FeatureStore):
     ) -> None:
         for key in markers:  # first in the round trip: read what the batch is checked against
             pipe.get(key)
+        prefix = self._prefix
         for users in calls:
             keys: list[str] = []
-            args: list[str | int] = [self.length, self._ttl_ms, self.dedup_horizon_ms]
+            lines: list[str] = []
             for user in users:
-                keys += self._user_keys(user)
-                indexes = by_user[user]
-                wanted = [arrivals[i].event.ts for i in indexes if arrivals[i].wants_history]
-                args += (len(indexes), len(wanted))
-                for index in indexes:
-                    arrival = arrivals[index]
-                    event = arrival.event
-                    args += (event.ts, Behaviour.of(event).member(), event.event_id, arrival.mark)
-                args += wanted
+                keys += (f"{prefix}:seq:{{{user}}}", f"{prefix}:ids:{{{user}}}", f"{prefix}:idt:{{{user}}}")
+                lines.append("".join([_event_line(arrivals[i]) for i in by_user[user]]))
+            args = (self.length, self._ttl_ms, self.dedup_horizon_ms, *lines)
             pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
 
     def _queue_items(
@@ -364,3 +368,33 @@ class RedisFeatureStore(FeatureStore):
             self._redis.ping()
         except redis.RedisError as exc:
             raise FeatureStoreError(f"redis unreachable: {exc}") from exc
+
+
+_VERDICTS = {"0": Verdict.ACCEPTED, "1": Verdict.DUPLICATE, "2": Verdict.CONFLICT}
+
+
+def _event_line(arrival: Arrival) -> str:
+    """One event as the sequence script reads it: ``ts \\x1f want \\x1f member \\x1f mark \\n``.
+
+    Ids are printable (the event contract), so neither the unit separator nor a newline can
+    occur inside one.
+    """
+    e = arrival.event
+    want = "1" if arrival.wants_history else "0"
+    return (
+        f"{e.ts}\x1f{want}\x1f{e.event_id}\t{e.item_id}\t{e.category_id}\t{e.action}"
+        f"\x1f{e.fingerprint()}\t{arrival.origin}\n"
+    )
+
+
+def _history(answer: str) -> list[Behaviour]:
+    """The behaviours of an accepted event's answer, ``0`` then ``member \\t score`` newest
+    first, all joined by tabs: reversed, each entry reads ``score action category item id``."""
+    if len(answer) == 1:
+        return []
+    fields = answer[1:].split("\t")
+    fields.reverse()
+    return [
+        Behaviour(int(fields[k]), fields[k + 4], fields[k + 3], fields[k + 2], fields[k + 1])
+        for k in range(0, len(fields), 5)
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import cast
 
@@ -176,3 +177,41 @@ def test_redis_reloads_its_scripts_after_a_flush(
     update(store, [ev(1)])
     redis_client.script_flush()  # as after a restart or a failover
     assert items(update(store, [ev(2)], [ev(2)]).histories[0]) == ["i1"]
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["redis", "redis-cluster"])
+def test_redis_answers_as_the_memory_store_on_a_random_stream(
+    cluster: bool, request: pytest.FixtureRequest, unique_name: str
+) -> None:
+    """Resends, reused ids, redone batches, late events, long histories past the cap and
+    ids past the horizon, in random batches: Redis answers every update as memory does."""
+    if cluster:
+        cfg = RedisStoreConfig(url=request.getfixturevalue("redis_cluster_url"), cluster=True,
+                               key_prefix=unique_name)
+    else:
+        cfg = request.getfixturevalue("store_config")
+    stores: list[FeatureStore] = [RedisFeatureStore(cfg, 4, HOUR), MemoryFeatureStore(4, HOUR)]
+    rng = random.Random(7)
+    sent: list[Event] = []
+    for batch_no in range(40):
+        arrivals = []
+        for k in range(rng.randint(1, 30)):
+            roll = rng.random()
+            if sent and roll < 0.15:  # a resend, from another record
+                event, origin = rng.choice(sent), f"9:{batch_no}.{k}"
+            elif sent and roll < 0.2:  # an id reused for other content
+                old = rng.choice(sent)
+                event, origin = Event(old.event_id, old.user_id, "other", "c", "pv", old.ts), f"8:{k}"
+            else:
+                at = batch_no * 600 + rng.randint(-900, 60)  # late ones too; hours go by
+                event = Event(f"e{batch_no}.{k}", f"u{rng.randint(0, 5)}", f"i{rng.randint(0, 40)}",
+                              "c", "pv", T0 + at * 1000)
+                sent.append(event)
+                origin = f"0:{batch_no}.{k}"
+            arrivals.append(Arrival(event, origin, rng.random() < 0.7))
+        redo = rng.random() < 0.3
+        for _ in range(2 if redo else 1):
+            redis_answer, memory_answer = (store.update(arrivals) for store in stores)
+            assert redis_answer == memory_answer, batch_no
+    for user in (f"u{i}" for i in range(6)):
+        assert stores[0].sequence(user) == stores[1].sequence(user)
