@@ -99,6 +99,30 @@ def _label(doc: dict[str, Any]) -> int | None:
     raise InvalidEvent(f"field 'label' must be 0 or 1, got {value!r}")
 
 
+def _well_formed(doc: dict[str, Any], latest_ts: int) -> Event | None:
+    """The event of a document of string ids and no problem at all, in one combined check;
+    None for anything else (integer ids, a float ``ts``, a boolean label, any fault), which
+    the field-by-field checks take on and explain. The consumers parse 10^5 events a second,
+    and this is about half the cost of those checks."""
+    get = doc.get
+    event_id, user_id, item_id, category_id, action = (
+        get("event_id"), get("user_id"), get("item_id"), get("category_id"), get("action")
+    )
+    ts, label = get("ts"), get("label")
+    if (
+        type(event_id) is str and type(user_id) is str and type(item_id) is str
+        and type(category_id) is str and type(action) is str
+        and 0 < len(event_id) <= MAX_ID_LENGTH and 0 < len(user_id) <= MAX_ID_LENGTH
+        and 0 < len(item_id) <= MAX_ID_LENGTH and 0 < len(category_id) <= MAX_ID_LENGTH
+        and 0 < len(action) <= MAX_ID_LENGTH
+        and (event_id + user_id + item_id + category_id + action).isprintable()
+        and type(ts) is int and MIN_TS_MS <= ts <= latest_ts
+        and (label is None or (type(label) is int and (label == 0 or label == 1)))
+    ):
+        return Event(event_id, user_id, item_id, category_id, action, ts, label)
+    return None
+
+
 def parse_event(
     raw: bytes | None, *, now_ms: int, max_future_ms: int, max_bytes: int
 ) -> Event:
@@ -111,7 +135,11 @@ def parse_event(
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidEvent(f"not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
+    if type(doc) is dict:
+        event = _well_formed(doc, now_ms + max_future_ms)
+        if event is not None:
+            return event
+    elif not isinstance(doc, dict):
         raise InvalidEvent(f"expected a JSON object, got {type(doc).__name__}")
     missing = [name for name in _REQUIRED if name not in doc]
     if missing:

@@ -76,3 +76,34 @@ def test_a_real_float_id_is_still_refused_with_an_accurate_reason() -> None:
             b' "ts": %d}' % (value, NOW)
         with pytest.raises(InvalidEvent, match="'user_id' must be a string or integer, got float"):
             parse_event(raw, now_ms=NOW, max_future_ms=0, max_bytes=1000)
+
+
+def text_doc(**over: object) -> bytes:
+    """A document of string ids only: the one combined check of the common case reads it."""
+    return doc(**{"user_id": "7", "category_id": "3", **over})
+
+
+@pytest.mark.parametrize(
+    ("over", "reason"),
+    [
+        ({"user_id": ""}, "1..128 characters"),
+        ({"item_id": "x" * 129}, "1..128 characters"),
+        ({"action": "p\nv"}, "control characters"),
+        ({"ts": 1_511_658_000}, "looks like seconds"),
+        ({"ts": NOW + 3_600_000}, "in the future"),
+        ({"ts": True}, "integer epoch milliseconds"),
+        ({"label": 4}, "'label' must be 0 or 1"),
+        ({"event_id": ...}, "missing field(s): event_id"),
+    ],
+)
+def test_the_common_case_check_lets_no_fault_through(over: dict[str, object], reason: str) -> None:
+    with pytest.raises(InvalidEvent) as info:
+        parse(text_doc(**over))
+    assert reason in str(info.value)
+
+
+def test_the_common_case_and_the_field_checks_agree_on_valid_events() -> None:
+    assert parse(text_doc(label=0)) == Event("e1", "7", "i9", "3", "pv", NOW - 1000, 0)
+    assert parse(text_doc(label=True)).label == 1  # booleans are read by the field checks
+    assert parse(text_doc(ts=float(NOW))).ts == NOW
+    assert parse(text_doc(ts=NOW + 300_000)).ts == NOW + 300_000  # the future limit is inclusive
