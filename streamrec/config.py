@@ -293,6 +293,29 @@ class LearnerConfig(BaseModel):
         None, description="STREAMREC_LEARNER__STOP_WHEN_IDLE_S: stop after this long without samples"
     )
     metrics_port: int = Field(9464, ge=0, le=65535, description="STREAMREC_LEARNER__METRICS_PORT (0: off)")
+    # Each snapshot is exported for Paddle Inference, and promoted to serving when it holds
+    # against the served version on the next micro-batch (streamrec.serving.gate):
+    # "gate" (that check), "always" (every snapshot), "off" (only `streamrec snapshot promote`).
+    promote: Literal["gate", "always", "off"] = Field("gate", description="STREAMREC_LEARNER__PROMOTE")
+    # The gate: the candidate's AUC at least the served one's minus this, and its logloss at
+    # most the served one's times the ratio, both on the same, unseen micro-batch.
+    gate_auc_margin: float = Field(0.002, ge=0, description="STREAMREC_LEARNER__GATE_AUC_MARGIN")
+    gate_logloss_ratio: float = Field(1.01, ge=1, description="STREAMREC_LEARNER__GATE_LOGLOSS_RATIO")
+
+
+class ServingConfig(BaseModel):
+    """``streamrec serve`` and ``streamrec score`` (env ``STREAMREC_SERVING__*``): they read the
+    promoted version of ``STREAMREC_LEARNER__SNAPSHOT_DIR``."""
+
+    model_config = _SECTION
+
+    host: str = Field("127.0.0.1", description="STREAMREC_SERVING__HOST")
+    port: int = Field(8000, ge=0, le=65535, description="STREAMREC_SERVING__PORT")
+    # How often the server looks at the serving pointer; a new version loads beside the old.
+    poll_s: float = Field(1.0, gt=0, description="STREAMREC_SERVING__POLL_S")
+    # Threads of one Paddle Inference run: 1 keeps a request's latency steady beside others.
+    threads: int = Field(1, ge=1, description="STREAMREC_SERVING__THREADS")
+    max_candidates: int = Field(1000, ge=1, description="STREAMREC_SERVING__MAX_CANDIDATES per request")
 
 
 class ServicesConfig(BaseModel):
@@ -328,6 +351,7 @@ class StreamrecConfig(BaseSettings):
     model: ModelConfig = ModelConfig()
     learner: LearnerConfig = LearnerConfig()
     services: ServicesConfig = ServicesConfig()
+    serving: ServingConfig = ServingConfig()
 
     @classmethod
     def settings_customise_sources(

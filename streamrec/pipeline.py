@@ -18,8 +18,9 @@ from streamrec.events import Event
 from streamrec.kafka.topics import ensure_topics
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import LearnerRunner, LearnerStats, MicroBatchReport
-from streamrec.learner.snapshot import SnapshotManifest
+from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
 from streamrec.producer import publish
+from streamrec.serving.gate import Promoter
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class PipelineResult:
     consumer: ConsumerStats
     learner: LearnerStats
     snapshots: list[SnapshotManifest]
+    served: int | None  # the version promoted to serving at the end, if any
 
 
 def run_pipeline(
@@ -62,12 +64,19 @@ def run_pipeline(
     thread = threading.Thread(target=consume, name="streamrec-consumer", daemon=True)
     snapshots: list[SnapshotManifest] = []
 
+    store = SnapshotStore(cfg.learner.snapshot_dir)
+    promoter = Promoter(store, cfg.learner)  # exports each snapshot; promotes through the gate
+
     def snapshot_written(manifest: SnapshotManifest) -> None:
         snapshots.append(manifest)
         if on_snapshot is not None:
             on_snapshot(manifest)
+        promoter.on_snapshot(manifest)
 
-    learner = LearnerRunner(cfg, DINLearner(cfg.model), on_report=on_report, on_snapshot=snapshot_written)
+    learner = LearnerRunner(
+        cfg, DINLearner(cfg.model), on_report=on_report, on_snapshot=snapshot_written,
+        snapshots=store, on_scored=promoter.on_scored,
+    )
     thread.start()
     try:
         stats = learner.run(stop, upstream_done=consumer_done)
@@ -76,4 +85,4 @@ def run_pipeline(
         thread.join()
     if failure:
         raise failure[0]
-    return PipelineResult(published, consumer.stats, stats, snapshots)
+    return PipelineResult(published, consumer.stats, stats, snapshots, store.current())

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamrec.learner.snapshot import SnapshotStore
 
 
 def small_tables(
@@ -14,3 +18,40 @@ def small_tables(
         {"name": "item", "feature": "item", "rows": item_rows, "dim": dim, **table},
         {"name": "category", "feature": "category", "rows": category_rows, "dim": dim, **table},
     ]
+
+
+def trained_snapshots(root: Path, count: int = 2, seed: int = 0) -> SnapshotStore:
+    """A snapshot directory with ``count`` versions of a small DIN, each trained on one more
+    window of generated clicks, every one exported; nothing promoted."""
+    import numpy as np
+
+    from streamrec.config import ModelConfig
+    from streamrec.learner.batch import Batch
+    from streamrec.learner.din import DINLearner
+    from streamrec.learner.runner import _grouped
+    from streamrec.learner.snapshot import SnapshotStore
+    from streamrec.samples import Sample
+    from streamrec.serving.export import export_snapshot
+
+    cfg = ModelConfig.model_validate({
+        "tables": small_tables(512, 64, dim=4), "sequence_length": 6, "attention_units": (8,),
+        "mlp_units": (8,), "train_batch_size": 32, "device": "cpu", "learning_rate": 0.01, "seed": seed,
+    })
+    learner, store = DINLearner(cfg), SnapshotStore(root)
+    rng = np.random.default_rng(seed)
+    for k in range(count):
+        samples = []
+        for n in range(400):
+            item = int(rng.integers(40))
+            history = tuple(f"i{int(x)}" for x in rng.integers(40, size=3))
+            samples.append(Sample(
+                f"s{k}-{n}", f"u{rng.integers(30)}", k * 10_000 + n, f"i{item}", f"c{item % 5}",
+                int((item % 2 == 0) == (rng.random() < 0.8)), history, tuple("c0" for _ in history),
+            ))
+        learner.learn_many(Batch.from_samples(samples))
+        manifest = store.write(
+            _grouped(learner.state_arrays()), micro_batches=k + 1, samples_trained=400 * (k + 1),
+            positions=(), config={"model": cfg.model_dump(mode="json")},
+        )
+        export_snapshot(store, manifest.version)
+    return store

@@ -10,6 +10,7 @@ from streamrec.cli import consumers, learner, replay, services, snapshot
 from streamrec.cli.demo import demo
 from streamrec.cli.generate import generate
 from streamrec.cli.produce import produce
+from streamrec.cli.serving import score, serve
 
 app = typer.Typer(
     help="streamrec: real-time incremental recommendation learning on Kafka, Redis and Paddle.",
@@ -19,6 +20,8 @@ app = typer.Typer(
 app.command("produce")(produce)
 app.command("demo")(demo)
 app.command("generate")(generate)
+app.command("score")(score)
+app.command("serve")(serve)
 app.add_typer(consumers.app, name="consumers")
 app.add_typer(learner.app, name="learner")
 app.add_typer(snapshot.app, name="snapshot")

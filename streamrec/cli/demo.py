@@ -121,4 +121,6 @@ def _summary(result: PipelineResult, reports: list[MicroBatchReport]) -> None:
         table.add_row(f"{label}, last 3/4 (sample-weighted)", _mean(pairs))
     if result.snapshots:
         table.add_row("latest snapshot", result.snapshots[-1].name)
+    if result.served is not None:
+        table.add_row("served (promoted through the gate)", f"v{result.served:06d}")
     console.print(table)

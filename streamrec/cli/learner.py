@@ -97,13 +97,20 @@ def report_handler(metrics: LearnerMetrics, status: LearnerStatus) -> Callable[[
     return on_report
 
 
-def snapshot_handler(metrics: LearnerMetrics, store: SnapshotStore) -> Callable[[SnapshotManifest], None]:
-    """The runner's ``on_snapshot``: metrics and one printed line."""
+def snapshot_handler(
+    metrics: LearnerMetrics,
+    store: SnapshotStore,
+    then: Callable[[SnapshotManifest], None] | None = None,
+) -> Callable[[SnapshotManifest], None]:
+    """The runner's ``on_snapshot``: metrics and one printed line, then ``then`` (the export
+    and promotion)."""
 
     def on_snapshot(manifest: SnapshotManifest) -> None:
         path = store.path(manifest.version)
         metrics.observe_snapshot(manifest, snapshot_bytes(path))
         console.print(f"snapshot {manifest.name} written: {path}")
+        if then is not None:
+            then(manifest)
 
     return on_snapshot
 
@@ -136,6 +143,7 @@ def run(
     from streamrec.learner.din import DINLearner
     from streamrec.learner.runner import LearnerRunner
     from streamrec.learner.snapshot import SnapshotStore
+    from streamrec.serving.gate import Promoter
 
     with cli_errors():
         cfg = build_config(
@@ -152,14 +160,16 @@ def run(
         )
         ensure_topics(cfg.kafka)
         store = SnapshotStore(cfg.learner.snapshot_dir)
+        promoter = Promoter(store, cfg.learner)
         with LearnerMetrics() as metrics:
             status = LearnerStatus(metrics)
             with LearnerRunner(  # refuses a snapshot directory another learner holds
                 cfg,
                 DINLearner(cfg.model),
                 on_report=report_handler(metrics, status),
-                on_snapshot=snapshot_handler(metrics, store),
+                on_snapshot=snapshot_handler(metrics, store, promoter.on_snapshot),
                 snapshots=store,
+                on_scored=promoter.on_scored,
             ) as runner:
                 # A copy at each scrape: the runner thread moves the positions meanwhile.
                 serve_metrics(metrics, cfg, lambda: runner.positions.copy())

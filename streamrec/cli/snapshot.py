@@ -1,4 +1,4 @@
-"""``streamrec snapshot create|list|show|verify|diff|promote|rollback|prune``.
+"""``streamrec snapshot create|list|show|verify|diff|promote|rollback|prune|export``.
 
 Human-readable by default; ``--json`` prints one JSON document on stdout instead (errors still
 go to stderr as one line, exit status 1). A VERSION is ``v000007``, ``7``, ``current`` (the
@@ -306,5 +306,20 @@ def prune(
             console.print(f"nothing to delete (keeping {keep_last or 'all'})", highlight=False)
 
 
-# --- export ----------------------------------------------------------------------------------
-# `streamrec snapshot export` (a version to the serving format, streamrec/serving/) belongs here.
+@app.command("export")
+def export(
+    version: str = VersionArg, snapshot_dir: Path | None = DirOption, as_json: bool = JsonOption
+) -> None:
+    """Export a version for Paddle Inference (model, id tables, contract.json) under
+    ``<snapshot dir>/exports/``; the learner exports every snapshot it writes."""
+    from streamrec.serving.export import export_snapshot, verify_export
+
+    with cli_errors():
+        store = _store(snapshot_dir)
+        number = store.resolve(version)
+        path = export_snapshot(store, number)
+        files = verify_export(path)
+        if as_json:
+            _print_json({"version": number, "name": version_name(number), "path": str(path), "files": files})
+        else:
+            console.print(f"{version_name(number)} exported: {path}", highlight=False)

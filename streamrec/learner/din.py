@@ -117,6 +117,16 @@ class DINLearner:
         items = 0 if self._item_table is None else rows[self._item_table]
         self.known_items = np.zeros(items, dtype=np.uint8)
 
+    @property
+    def id_maps(self) -> Mapping[str, IdMap]:
+        """The dynamic tables' id maps, by table name."""
+        return self._maps
+
+    @property
+    def id_stats(self) -> IdStats | None:
+        """The id statistics, None when the model reads none."""
+        return self._stats
+
     def encode(self, batch: Batch) -> EncodedBatch:
         """The batch's ids as this model's table rows (cached for the latest batch)."""
         if self._encoded is None or self._encoded[0] is not batch:

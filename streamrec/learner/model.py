@@ -51,7 +51,8 @@ class EmbeddingArch(nn.Layer):
 
     def embed(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> paddle.Tensor:
         """Look ``ids[i]`` (any shape [...]) up in table ``names[i]``; concatenate [..., sum D]."""
-        return paddle.concat([self.tables[n](x) for n, x in zip(names, ids, strict=True)], axis=-1)
+        # Indexing, not zip(strict=True): paddle.jit's tracer (the serving export) lacks it.
+        return paddle.concat([self.tables[names[i]](ids[i]) for i in range(len(names))], axis=-1)
 
 
 class WideArch(nn.Layer):
@@ -80,7 +81,7 @@ class WideArch(nn.Layer):
 
     def forward(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> paddle.Tensor:
         """The summed biases of ``ids[i]`` ([B]) in table ``names[i]``: [B]."""
-        return paddle.add_n([self.biases[n](x).squeeze(-1) for n, x in zip(names, ids, strict=True)])
+        return paddle.add_n([self.biases[names[i]](ids[i]).squeeze(-1) for i in range(len(names))])
 
 
 def _mlp(

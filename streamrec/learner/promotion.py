@@ -27,7 +27,8 @@ from pathlib import Path
 import orjson
 
 from streamrec.errors import SnapshotError
-from streamrec.learner.snapshot_dir import describe_os_error
+from streamrec.fileio import fsync_path
+from streamrec.learner.snapshot_dir import describe_os_error, parse_version
 
 logger = logging.getLogger(__name__)
 
@@ -53,21 +54,6 @@ class ServingEvent:
     reason: str
 
 
-def _parse_name(text: str) -> int | None:
-    name = text.strip()
-    if len(name) >= 7 and name[0] == "v" and name[1:].isdigit():
-        return int(name[1:])
-    return None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class ServingPointer:
     """``<root>/serving/``: the CURRENT pointer, its history and its lock."""
 
@@ -89,7 +75,7 @@ class ServingPointer:
             return None
         except (OSError, UnicodeDecodeError) as exc:
             raise SnapshotError(f"cannot read {self.current_path}: {describe_os_error(exc)}") from exc
-        version = _parse_name(text)
+        version = parse_version(text)
         if version is None:
             raise SnapshotError(
                 f"{self.current_path} names no version ({text.strip()[:40]!r}): promote one again"
@@ -175,7 +161,7 @@ class ServingPointer:
                 os.fsync(fh.fileno())
             os.chmod(tmp, _MODE)
             os.replace(tmp, self.current_path)
-            _fsync_dir(self.dir)
+            fsync_path(self.dir)
         except OSError as exc:
             raise SnapshotError(f"cannot write {self.current_path}: {describe_os_error(exc)}") from exc
 

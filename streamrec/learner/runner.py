@@ -114,6 +114,7 @@ class LearnerRunner:
         on_report: Callable[[MicroBatchReport], None] | None = None,
         on_snapshot: Callable[[SnapshotManifest], None] | None = None,
         snapshots: SnapshotStore | None = None,
+        on_scored: Callable[[Batch, np.ndarray], object] | None = None,
         dead_letters: DeadLetterWriter | None = None,
     ) -> None:
         """Train ``learner``; restore it from the newest valid snapshot in ``snapshot_dir``.
@@ -122,7 +123,9 @@ class LearnerRunner:
         :meth:`close`), and checked before anything is trained, so a second learner, a
         directory that is a file, read-only or full fails here. ``snapshots`` replaces the
         store made from ``cfg`` (tests inject one with a free-space function);
-        ``dead_letters`` the writer to ``cfg.kafka.samples_dlq_topic``.
+        ``dead_letters`` the writer to ``cfg.kafka.samples_dlq_topic``. ``on_scored(batch,
+        probs)`` sees each micro-batch with the scores given before training on it (the
+        promotion gate judges the last snapshot by them), on the worker thread.
 
         Raises:
             SnapshotInUse: another learner holds the snapshot directory.
@@ -131,6 +134,7 @@ class LearnerRunner:
         self._cfg = cfg
         self._on_report = on_report
         self._on_snapshot = on_snapshot
+        self._on_scored = on_scored
         self.learner = learner
         self.snapshots = snapshots or SnapshotStore(cfg.learner.snapshot_dir)
         self.stats = LearnerStats()
@@ -290,6 +294,8 @@ class LearnerRunner:
             return
         batch = Batch.from_samples(intake.samples)
         result = self._run_held(worker.submit(self._step, batch))
+        if self._on_scored is not None:
+            self._run_held(worker.submit(self._on_scored, batch, result.probs))
         self._advance_positions(records, assignments)
         report = self._record(batch, result, len(intake.dead))
         if self._on_report is not None:
@@ -441,6 +447,8 @@ class LearnerRunner:
             manifest.version, manifest.micro_batches, manifest.samples_trained,
             self.snapshots.path(manifest.version),
         )
+        if self._cfg.learner.keep_snapshots:
+            self.snapshots.prune(self._cfg.learner.keep_snapshots)
         if self._on_snapshot is not None:
             self._on_snapshot(manifest)
         return manifest

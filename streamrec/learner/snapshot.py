@@ -36,6 +36,7 @@ from safetensors.numpy import load_file, save_file
 
 from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotWriteError
 from streamrec.faults import fault_point
+from streamrec.fileio import fsync_path, sha256_file
 from streamrec.kafka.records import Position
 from streamrec.learner.lock import SnapshotLock
 from streamrec.learner.promotion import ServingEvent, ServingPointer
@@ -43,14 +44,15 @@ from streamrec.learner.snapshot_dir import (
     TMP_PREFIX,
     describe_os_error,
     ensure_directory,
+    parse_version,
     prepare_directory,
     remove_tree,
+    version_name,
 )
 from streamrec.learner.snapshot_dir import free_bytes as disk_free_bytes
 
 logger = logging.getLogger(__name__)
 
-_DIR = re.compile(r"^v(\d{6,})$")
 # A manifest may only name tensor files inside its own directory: no paths, no other formats.
 _TENSOR_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.safetensors$")
 MANIFEST = "manifest.json"
@@ -106,27 +108,6 @@ class SnapshotEntry:
         return version_name(self.version)
 
 
-def version_name(version: int) -> str:
-    """How a version is named on disk and on screen: ``v000007``."""
-    return f"v{version:06d}"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_file(path: Path, data: bytes) -> None:
     path.write_bytes(data)
     _seal(path)
@@ -153,11 +134,11 @@ class SnapshotStore:
         if not self.root.is_dir():
             return []
         try:
-            found = [_DIR.match(p.name) for p in self.root.iterdir() if p.is_dir()]
+            found = [parse_version(p.name) for p in self.root.iterdir() if p.is_dir()]
         except OSError as exc:
             cause = describe_os_error(exc)
             raise SnapshotDirError(f"cannot list snapshot directory {self.root}: {cause}") from exc
-        return sorted(int(m.group(1)) for m in found if m)
+        return sorted(v for v in found if v is not None)
 
     def path(self, version: int) -> Path:
         """Directory of a version."""
@@ -196,7 +177,7 @@ class SnapshotStore:
             manifest = self._fill(tmp, tensors, fields)
             fault_point("snapshot.before_rename")
             os.rename(tmp, self.path(manifest.version))  # fails if the version exists: no overwrite
-            _fsync_dir(self.root)
+            fsync_path(self.root)
         except (OSError, SafetensorError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             cause = describe_os_error(exc)
@@ -213,7 +194,7 @@ class SnapshotStore:
             target = tmp / f"{name}.safetensors"
             save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(target))
             _seal(target)
-            files[target.name] = _sha256(target)
+            files[target.name] = sha256_file(target)
         versions = self.versions()
         version = (versions[-1] if versions else 0) + 1
         created = datetime.now(UTC).isoformat(timespec="milliseconds")
@@ -221,7 +202,7 @@ class SnapshotStore:
         raw = manifest.to_json()
         _write_file(tmp / MANIFEST, raw)
         _write_file(tmp / MANIFEST_SUM, f"{hashlib.sha256(raw).hexdigest()}  {MANIFEST}\n".encode())
-        _fsync_dir(tmp)
+        fsync_path(tmp)
         return manifest
 
     # --- reading ----------------------------------------------------------------------
@@ -261,7 +242,7 @@ class SnapshotStore:
         for name, digest in manifest.files.items():
             path = self.path(version) / name
             try:
-                matches = _sha256(path) == digest
+                matches = sha256_file(path) == digest
             except FileNotFoundError as exc:
                 raise InvalidSnapshot(f"{path} is missing") from exc
             except OSError as exc:

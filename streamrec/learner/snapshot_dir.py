@@ -15,10 +15,24 @@ from collections.abc import Callable
 from pathlib import Path
 
 from streamrec.errors import SnapshotDirError
+from streamrec.fileio import fsync_path
 
 logger = logging.getLogger(__name__)
 
 TMP_PREFIX = ".tmp-"  # a snapshot being written; never a version
+
+
+def version_name(version: int) -> str:
+    """How a version is named on disk and on screen: ``v000007``."""
+    return f"v{version:06d}"
+
+
+def parse_version(name: str) -> int | None:
+    """The version a ``v000007`` name stands for; None for any other name."""
+    name = name.strip()
+    if len(name) >= 7 and name[0] == "v" and name[1:].isdigit():
+        return int(name[1:])
+    return None
 # Free space demanded at start, in snapshots: the next one and the one after, so a nearly full
 # disk stops the learner before it trains rather than at a snapshot hours later.
 SPARE_SNAPSHOTS = 2
@@ -89,11 +103,7 @@ def remove_tree(path: Path) -> None:
     """
     doomed = path.parent / f"{TMP_PREFIX}deleted-{path.name}-{uuid.uuid4().hex[:8]}"
     os.rename(path, doomed)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(path.parent)
     shutil.rmtree(doomed, ignore_errors=True)
 
 

@@ -1,0 +1,111 @@
+"""Score with a streamrec export using only Paddle Inference, numpy and xxhash: no streamrec.
+
+Copy this into a serving service. An export (``<snapshots>/exports/v000007/``, or
+``streamrec snapshot export 7``) holds the model, the id tables and ``contract.json``, which
+describes every input; this file follows it.
+
+    python examples/score_export.py EXPORT_DIR USER_ID ITEM[:CATEGORY] ... \\
+        --history ITEM:CATEGORY,ITEM:CATEGORY,...      (the user's behaviours, oldest first)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import xxhash
+from paddle import inference
+
+PADDING = 0  # row 0 of every table: padding, reads zeros
+DEFAULT = 1  # row 1 of a dynamic table: the learned default for ids without their own row
+
+
+def fingerprint(ids: list[str]) -> np.ndarray:
+    """xxh3_64 (seed 0) of each id's UTF-8 bytes."""
+    return np.array([xxhash.xxh3_64_intdigest(i.encode()) for i in ids], dtype=np.uint64)
+
+
+class Export:
+    """An export directory: contract, id tables and a Paddle Inference predictor."""
+
+    def __init__(self, path: Path) -> None:
+        self.contract = json.loads((path / "contract.json").read_text())
+        self.tables = {t["name"]: t for t in self.contract["tables"]}
+        self.ids = {  # sorted fingerprints and their rows, per dynamic table
+            t["name"]: (np.load(path / t["keys"], allow_pickle=False), np.load(path / t["key_rows"]))
+            for t in self.contract["tables"] if t["ids"] == "dynamic"
+        }
+        config = inference.Config(str(path / "model.json"), str(path / "model.pdiparams"))
+        config.disable_gpu()
+        config.disable_mkldnn()  # required: oneDNN mis-reads this graph's [B, T, D] tensors
+        config.disable_glog_info()
+        self.predictor = inference.create_predictor(config)
+
+    def rows(self, table: str, ids: list[str | None]) -> np.ndarray:
+        """Each id's row in ``table`` (None, an unknown category: the default or padding)."""
+        spec = self.tables[table]
+        dynamic = spec["ids"] == "dynamic"
+        out = np.full(len(ids), DEFAULT if dynamic else PADDING, np.int64)
+        present = [k for k, i in enumerate(ids) if i is not None]
+        keys = fingerprint([i for i in ids if i is not None])
+        if not dynamic:
+            out[present] = (keys % np.uint64(spec["rows"] - 1)).astype(np.int64) + 1
+        elif len(self.ids[table][0]):
+            sorted_keys, key_rows = self.ids[table]
+            at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+            hit = sorted_keys[at] == keys
+            found = np.full(len(keys), DEFAULT, np.int64)
+            found[hit] = key_rows[at[hit]]
+            out[present] = found
+        return out
+
+    def score(
+        self, user: str, history: list[tuple[str, str]], candidates: list[tuple[str, str | None]]
+    ) -> np.ndarray:
+        """Click probabilities of ``candidates`` ((item, category or None)) for ``user``."""
+        inputs = {spec["name"]: spec for spec in self.contract["inputs"]}
+        n, t = len(candidates), self.contract["sequence_length"]
+        recent = history[-t:]
+        columns = inputs["targets"]["columns"]
+        targets = np.zeros((n, len(columns)), np.int64)
+        sequences = np.full((n, len(columns), t), PADDING, np.int64)
+        for col, table in enumerate(columns):
+            item = self.tables[table]["feature"] == "item"
+            targets[:, col] = self.rows(table, [c[0] if item else c[1] for c in candidates])
+            if recent:
+                seq = self.rows(table, [h[0] if item else h[1] for h in recent])
+                sequences[:, col, t - len(recent) :] = seq  # right-aligned, padding on the left
+        buckets = self.contract["user_buckets"]
+        feed = {
+            "targets": targets,
+            "sequences": sequences,
+            "users": np.repeat((fingerprint([user]) % np.uint64(buckets - 1)).astype(np.int64) + 1, n),
+        }
+        if "context" in inputs:
+            row = [self.rows(table, [user])[0] for table in inputs["context"]["columns"]]
+            feed["context"] = np.tile(np.array(row, np.int64), (n, 1))
+        for name in self.predictor.get_input_names():
+            handle = self.predictor.get_input_handle(name)
+            handle.reshape(feed[name].shape)
+            handle.copy_from_cpu(np.ascontiguousarray(feed[name]))
+        self.predictor.run()
+        return self.predictor.get_output_handle(self.predictor.get_output_names()[0]).copy_to_cpu()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("export", type=Path)
+    parser.add_argument("user")
+    parser.add_argument("items", nargs="+", help="ITEM or ITEM:CATEGORY")
+    parser.add_argument("--history", default="", help="ITEM:CATEGORY,... oldest first")
+    args = parser.parse_args()
+    history = [(h.partition(":")[0], h.partition(":")[2]) for h in args.history.split(",") if h]
+    candidates = [(i.partition(":")[0], i.partition(":")[2] or None) for i in args.items]
+    scores = Export(args.export).score(args.user, history, candidates)
+    print(json.dumps({item: round(float(s), 6) for item, s in zip(args.items, scores, strict=True)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""``streamrec score`` and ``streamrec serve``: the promoted version, from the command line and
+over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import orjson
+import typer
+
+from streamrec.cli.common import build_config, cli_errors, console
+from streamrec.config import StreamrecConfig
+
+
+def _history_source(cfg: StreamrecConfig, use_store: bool) -> Callable[[str], Sequence[tuple[str, str]]]:
+    """Users' sequences from the configured feature store, or none (every user new)."""
+    from streamrec.featurestore import make_feature_store
+    from streamrec.serving.http import no_history, store_history
+
+    if not use_store:
+        return no_history
+    store = make_feature_store(cfg.store, cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms)
+    return store_history(store)
+
+
+def score(
+    user: str = typer.Option(..., "--user", help="The user to score for"),
+    items: str = typer.Option(..., "--items", help="Comma-separated ITEM or ITEM:CATEGORY"),
+    snapshot_dir: Path | None = typer.Option(None, help="The snapshot directory (default: the learner's)"),
+    store: bool = typer.Option(True, "--store/--no-store", help="Read the user's sequence from the store"),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document"),
+) -> None:
+    """Score items for a user with the promoted version; unknown users and items read the
+    default rows."""
+    from streamrec.serving.scorer import Candidate, Scorer
+
+    with cli_errors():
+        cfg = build_config(quiet=True, learner={"snapshot_dir": snapshot_dir})
+        scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
+        candidates = [Candidate.parse(i) for i in items.split(",") if i]
+        history = _history_source(cfg, store)(user)
+        scores = scorer.model.score(user, history, candidates)
+        if as_json:
+            doc = {"version": scorer.version, "user": user, "history": len(history),
+                   "scores": {c.item_id: float(s) for c, s in zip(candidates, scores, strict=True)}}
+            print(orjson.dumps(doc).decode())
+            return
+        console.print(f"version v{scorer.version:06d}, user {user} with {len(history)} behaviours")
+        for candidate, value in sorted(zip(candidates, scores, strict=True), key=lambda x: -x[1]):
+            console.print(f"  {candidate.item_id}\t{value:.6f}", highlight=False)
+
+
+def serve(
+    host: str | None = typer.Option(None, help="Interface to listen on (default 127.0.0.1)"),
+    port: int | None = typer.Option(None, help="Port (default 8000)"),
+    snapshot_dir: Path | None = typer.Option(None, help="The snapshot directory (default: the learner's)"),
+    store: bool = typer.Option(True, "--store/--no-store", help="Read users' sequences from the store"),
+) -> None:
+    """Serve the promoted version over HTTP: POST /score, GET /healthz, GET /metrics. It
+    follows `streamrec snapshot promote|rollback` without dropping a request."""
+    import uvicorn
+
+    from streamrec.serving.http import build_app
+    from streamrec.serving.scorer import Scorer
+
+    with cli_errors():
+        cfg = build_config(learner={"snapshot_dir": snapshot_dir}, serving={"host": host, "port": port})
+        scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
+        app = build_app(
+            scorer, _history_source(cfg, store), cfg.serving.poll_s, cfg.serving.max_candidates
+        )
+        console.print(
+            f"serving v{scorer.version:06d} from {cfg.learner.snapshot_dir} on "
+            f"http://{cfg.serving.host}:{cfg.serving.port}"
+        )
+        uvicorn.run(app, host=cfg.serving.host, port=cfg.serving.port, log_level="warning")

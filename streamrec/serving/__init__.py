@@ -1,0 +1,1 @@
+"""Serving: export snapshots for Paddle Inference, score candidates, serve over HTTP."""

@@ -1,0 +1,272 @@
+"""Export a snapshot as a Paddle Inference model plus what turns raw ids into its inputs.
+
+``<snapshots>/exports/v000007/`` holds:
+
+- ``model.json`` and ``model.pdiparams``: the :class:`~streamrec.serving.graph.ScoringGraph`,
+  saved by ``paddle.jit.save``; ``paddle.inference.create_predictor`` loads it without any
+  streamrec code. The id statistics are constants inside it.
+- ``ids/<table>.keys.npy`` per dynamic table (uint64, sorted: the xxh3_64 fingerprints of
+  the ids with a row of their own) and ``ids/<table>.rows.npy`` (int64, their rows): plain
+  ``.npy`` arrays, which ``numpy.load(allow_pickle=False)`` reads without running code.
+- ``contract.json``: the scoring contract (inputs, their order, shapes, dtypes, padding, how
+  an id becomes a row, the output), the model version and the training configuration.
+- ``manifest.json`` with every file's sha256, and ``manifest.sha256``.
+
+An export is written into a temporary directory and renamed into place, so serving sees a
+whole export or none; files are world-readable. Nothing in it is pickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import paddle
+
+from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
+from streamrec.errors import InvalidSnapshot, SnapshotWriteError
+from streamrec.fileio import fsync_path, sha256_file
+from streamrec.learner.din import DINLearner
+from streamrec.learner.hashing import PADDING_BUCKET
+from streamrec.learner.idmap import DEFAULT_ROW
+from streamrec.learner.idstats import USER_BUCKETS
+from streamrec.learner.snapshot import SnapshotStore, version_name
+from streamrec.learner.snapshot_dir import TMP_PREFIX, parse_version, remove_temporaries, remove_tree
+from streamrec.serving.graph import ContextScoringGraph, ScoringGraph
+
+CONTRACT_SCHEMA = 1
+MODEL_PREFIX = "model"
+IDS_DIR = "ids"
+CONTRACT = "contract.json"
+MANIFEST = "manifest.json"
+MANIFEST_SUM = "manifest.sha256"
+EXPORTS = "exports"
+_FILE_MODE = 0o644
+_DIR_MODE = 0o755
+
+
+def export_dir(root: Path, version: int) -> Path:
+    """Where the export of ``version`` of the snapshots under ``root`` lives."""
+    return Path(root) / EXPORTS / version_name(version)
+
+
+def learner_from_snapshot(store: SnapshotStore, version: int) -> DINLearner:
+    """A CPU learner holding ``version``'s state (its checksums verified).
+
+    Raises:
+        InvalidSnapshot: the version failed a check or holds no model configuration.
+    """
+    manifest, tensors = store.load(version)
+    model_doc = manifest.config.get("model")
+    if not isinstance(model_doc, dict):
+        raise InvalidSnapshot(f"{store.path(version)}: the manifest holds no model configuration")
+    cfg = ModelConfig.model_validate({**model_doc, "device": "cpu"})
+    learner = DINLearner(cfg)
+    learner.load_state_arrays({f"{g}/{k}": v for g, arrays in tensors.items() for k, v in arrays.items()})
+    return learner
+
+
+def export_snapshot(store: SnapshotStore, version: int) -> Path:
+    """Export ``version`` (once: an existing export is kept) and return its directory.
+
+    Raises:
+        InvalidSnapshot: the version failed a check.
+        SnapshotWriteError: the export could not be written (nothing is left behind).
+    """
+    target = export_dir(store.root, version)
+    if target.is_dir():
+        return target
+    learner = learner_from_snapshot(store, version)
+    return write_export(learner, target, version)
+
+
+def write_export(learner: DINLearner, target: Path, version: int) -> Path:
+    """Write ``learner``'s scoring graph, id tables and contract to ``target`` atomically."""
+    parent = target.parent
+    tmp = parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(parent, _DIR_MODE)
+        tmp.mkdir()
+        os.chmod(tmp, _DIR_MODE)
+        _fill(learner, tmp, version)
+        os.rename(tmp, target)
+        fsync_path(parent)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if target.is_dir():  # another process exported the same version first
+            return target
+        raise SnapshotWriteError(f"cannot write export {target}: {exc}") from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def prune_exports(store: SnapshotStore) -> list[int]:
+    """Delete the exports of versions retention removed, and temporaries a crash left;
+    returns the versions whose exports were deleted."""
+    folder = store.root / EXPORTS
+    if not folder.is_dir():
+        return []
+    remove_temporaries(folder)
+    kept = set(store.versions())
+    deleted = []
+    for path in folder.iterdir():
+        version = parse_version(path.name)
+        if version is not None and version not in kept:
+            remove_tree(path)
+            deleted.append(version)
+    return sorted(deleted)
+
+
+def scoring_graph(learner: DINLearner) -> ScoringGraph:
+    """The learner's model with its id statistics as constants, in eval mode."""
+    cfg = learner.cfg
+    behaviour = [t.name for t in cfg.tables if t.feature in BEHAVIOUR_FEATURES]
+    context = [t.name for t in cfg.tables if t.feature not in BEHAVIOUR_FEATURES]
+    stats = learner.id_stats
+    samples = None if stats is None else stats.samples
+    positives = None if stats is None else stats.positives
+    cls = ContextScoringGraph if context else ScoringGraph
+    graph = cls(learner.model, behaviour, samples, positives)
+    graph.eval()
+    return graph
+
+
+def input_specs(cfg: ModelConfig) -> list[paddle.static.InputSpec]:
+    """The graph's inputs, in order (see :func:`contract`)."""
+    nb = sum(t.feature in BEHAVIOUR_FEATURES for t in cfg.tables)
+    nc = len(cfg.tables) - nb
+    specs = [
+        paddle.static.InputSpec([None, nb], "int64", "targets"),
+        paddle.static.InputSpec([None, nb, cfg.sequence_length], "int64", "sequences"),
+        paddle.static.InputSpec([None], "int64", "users"),
+    ]
+    if nc:
+        specs.append(paddle.static.InputSpec([None, nc], "int64", "context"))
+    return specs
+
+
+def contract(learner: DINLearner, version: int) -> dict[str, Any]:
+    """The scoring contract of an export, as a JSON document."""
+    cfg = learner.cfg
+    behaviour = [t for t in cfg.tables if t.feature in BEHAVIOUR_FEATURES]
+    context = [t for t in cfg.tables if t.feature not in BEHAVIOUR_FEATURES]
+    t = cfg.sequence_length
+    inputs = [
+        {"name": "targets", "dtype": "int64", "shape": [-1, len(behaviour)],
+         "columns": [x.name for x in behaviour],
+         "what": "per candidate, its row in each behaviour table, in column order"},
+        {"name": "sequences", "dtype": "int64", "shape": [-1, len(behaviour), t],
+         "columns": [x.name for x in behaviour],
+         "what": f"the user's latest {t} behaviours as rows of each behaviour table, oldest first and "
+                 f"right-aligned (the latest at position {t - 1}), {PADDING_BUCKET} for padding on the left; "
+                 "the same for every candidate of one user"},
+        {"name": "users", "dtype": "int64", "shape": [-1],
+         "what": f"the user's statistics bucket: xxh3_64(user id) % {USER_BUCKETS - 1} + 1"},
+    ]
+    if context:
+        inputs.append(
+            {"name": "context", "dtype": "int64", "shape": [-1, len(context)],
+             "columns": [x.name for x in context],
+             "what": "per candidate, the row of its context id (the user's) in each context table"}
+        )
+    tables = []
+    for table in cfg.tables:
+        entry: dict[str, Any] = {
+            "name": table.name, "feature": table.feature, "ids": table.ids,
+            "kind": "behaviour" if table.feature in BEHAVIOUR_FEATURES else "context",
+            "rows": learner.rows[table.name],
+        }
+        if table.ids == "dynamic":
+            entry["keys"], entry["key_rows"] = _ids_files(table.name)
+            entry["row_of_id"] = (
+                f"look xxh3_64(id) up in {entry['keys']} (sorted); the row is {entry['key_rows']} at "
+                f"that index; an id not there reads row {DEFAULT_ROW} (the learned default row)"
+            )
+        else:
+            entry["row_of_id"] = f"xxh3_64(id) % {table.rows - 1} + 1"
+        tables.append(entry)
+    return {
+        "schema": CONTRACT_SCHEMA,
+        "version": version,
+        "fingerprint": "xxh3_64 (seed 0) of the id's UTF-8 bytes, as an unsigned 64-bit integer",
+        "tables": tables,
+        "sequence_length": t,
+        "user_buckets": USER_BUCKETS,
+        "inputs": inputs,
+        "output": {"name": "scores", "dtype": "float32", "shape": [-1],
+                   "what": "the click probability of each candidate"},
+        "model": cfg.model_dump(mode="json"),
+    }
+
+
+def _ids_files(table: str) -> tuple[str, str]:
+    """An export's id files of a dynamic table, relative to the export: keys, rows."""
+    return f"{IDS_DIR}/{table}.keys.npy", f"{IDS_DIR}/{table}.rows.npy"
+
+
+def _fill(learner: DINLearner, tmp: Path, version: int) -> None:
+    graph = scoring_graph(learner)
+    # jit.save writes through the path's directory; keep its scratch out of the export.
+    with tempfile.TemporaryDirectory() as scratch:
+        prefix = Path(scratch) / MODEL_PREFIX
+        paddle.jit.save(graph, str(prefix), input_spec=input_specs(learner.cfg))
+        for produced in Path(scratch).iterdir():
+            if produced.suffix in (".json", ".pdiparams", ".pdmodel"):
+                shutil.copyfile(produced, tmp / produced.name)
+    (tmp / IDS_DIR).mkdir()
+    os.chmod(tmp / IDS_DIR, _DIR_MODE)
+    for name, idmap in learner.id_maps.items():
+        owned = idmap.rows >= 0
+        keys, rows = _ids_files(name)
+        np.save(tmp / keys, np.ascontiguousarray(idmap.keys[owned]), allow_pickle=False)
+        np.save(tmp / rows, np.ascontiguousarray(idmap.rows[owned].astype(np.int64)), allow_pickle=False)
+    (tmp / CONTRACT).write_bytes(orjson.dumps(contract(learner, version), option=orjson.OPT_INDENT_2))
+    files = {}
+    for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        os.chmod(path, _FILE_MODE)
+        fsync_path(path)
+        files[path.relative_to(tmp).as_posix()] = sha256_file(path)
+    fsync_path(tmp / IDS_DIR)
+    raw = orjson.dumps({"version": version, "files": files}, option=orjson.OPT_INDENT_2)
+    (tmp / MANIFEST).write_bytes(raw)
+    (tmp / MANIFEST_SUM).write_text(f"{hashlib.sha256(raw).hexdigest()}  {MANIFEST}\n")
+    for name in (MANIFEST, MANIFEST_SUM):
+        os.chmod(tmp / name, _FILE_MODE)
+        fsync_path(tmp / name)
+    fsync_path(tmp)
+
+
+def verify_export(path: Path) -> dict[str, str]:
+    """Check an export's manifest and every file's checksum; return the files' digests.
+
+    Raises:
+        InvalidSnapshot: naming the file that is missing or does not match.
+    """
+    manifest = path / MANIFEST
+    try:
+        raw = manifest.read_bytes()
+        recorded = (path / MANIFEST_SUM).read_text().split()[:1]
+    except OSError as exc:
+        where = getattr(exc, "filename", None) or manifest
+        raise InvalidSnapshot(f"{where} is missing or unreadable") from exc
+    if recorded != [hashlib.sha256(raw).hexdigest()]:
+        raise InvalidSnapshot(f"{manifest} does not match its checksum in {MANIFEST_SUM}")
+    files: dict[str, str] = orjson.loads(raw)["files"]
+    for name, digest in files.items():
+        try:
+            ok = sha256_file(path / name) == digest
+        except OSError as exc:
+            raise InvalidSnapshot(f"{path / name} is missing or unreadable") from exc
+        if not ok:
+            raise InvalidSnapshot(f"{path / name} does not match its checksum")
+    return files

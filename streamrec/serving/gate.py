@@ -1,0 +1,134 @@
+"""Automatic promotion: every snapshot is exported, and promoted only if it holds up.
+
+A snapshot is taken after a micro-batch is trained, so the next micro-batch is data neither
+the candidate nor the served version has seen. The learner scores it with the candidate
+before training on it (progressive validation); the gate scores it with the served export
+too, and promotes the candidate when its AUC is at least the served one's minus a margin
+and its logloss at most the served one's times a ratio. A failed gate leaves the pointer
+where it is and says why. The first version is promoted as it is: there is nothing to hold
+it against.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamrec.config import LearnerConfig
+from streamrec.errors import SnapshotError, StreamrecError
+from streamrec.learner.batch import Batch
+from streamrec.learner.metrics import auc, logloss
+from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore, version_name
+from streamrec.serving.export import export_snapshot, prune_exports
+from streamrec.serving.scorer import ExportedModel
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One gate decision on the same micro-batch."""
+
+    candidate: int
+    served: int
+    auc: float
+    served_auc: float
+    logloss: float
+    served_logloss: float
+    passed: bool
+    reason: str
+
+
+def judge(
+    labels: np.ndarray, candidate: np.ndarray, served: np.ndarray, auc_margin: float, logloss_ratio: float
+) -> tuple[bool, str, dict[str, float]]:
+    """Whether ``candidate`` scores hold against ``served`` ones on ``labels``, why, and the figures.
+
+    AUC is skipped (not failed) on a micro-batch of one class, where it is undefined.
+    """
+    figures = {
+        "auc": auc(labels, candidate), "served_auc": auc(labels, served),
+        "logloss": logloss(labels, candidate), "served_logloss": logloss(labels, served),
+    }
+    failures = []
+    if not (math.isnan(figures["auc"]) or math.isnan(figures["served_auc"])):
+        if figures["auc"] < figures["served_auc"] - auc_margin:
+            failures.append(
+                f"auc {figures['auc']:.4f} < served {figures['served_auc']:.4f} - {auc_margin:g}"
+            )
+    if figures["logloss"] > figures["served_logloss"] * logloss_ratio:
+        failures.append(
+            f"logloss {figures['logloss']:.4f} > served {figures['served_logloss']:.4f} x {logloss_ratio:g}"
+        )
+    return not failures, "; ".join(failures) or "holds against the served version", figures
+
+
+class Promoter:
+    """Exports each snapshot and promotes it per ``cfg.promote`` (see the module docstring)."""
+
+    def __init__(self, store: SnapshotStore, cfg: LearnerConfig) -> None:
+        """Promote within ``store`` per ``cfg.promote``, ``gate_auc_margin``, ``gate_logloss_ratio``."""
+        self.store = store
+        self.cfg = cfg
+        self.pending: int | None = None  # a snapshot waiting for the next micro-batch
+        self._served: ExportedModel | None = None
+
+    def on_snapshot(self, manifest: SnapshotManifest) -> None:
+        """Export the new version; promote it now if nothing is served or promotion is
+        unconditional, else keep it for :meth:`on_scored`. A failed export is logged: the
+        learner trains on, and serving keeps the version it has."""
+        try:
+            export_snapshot(self.store, manifest.version)
+            prune_exports(self.store)  # those of versions retention removed
+        except (StreamrecError, OSError) as exc:
+            logger.error("export failed version=%s error=%s", manifest.name, exc)
+            return
+        if self.cfg.promote == "off":
+            return
+        current = self.store.current()
+        if current is None or self.cfg.promote == "always":
+            reason = "first version" if current is None else "promote=always"
+            self._promote(manifest.version, reason)
+            return
+        self.pending = manifest.version
+
+    def on_scored(self, batch: Batch, probs: np.ndarray) -> Judgement | None:
+        """Judge the pending version by the micro-batch after it: ``probs`` are the learner's
+        scores before training on ``batch`` (the candidate's, since nothing was trained in
+        between). Returns the judgement, or None when nothing was pending."""
+        candidate, self.pending = self.pending, None
+        current = self.store.current()
+        if candidate is None or current is None or candidate == current:
+            return None
+        served = self._served_model(current)
+        passed, reason, figures = judge(
+            batch.label, probs, served.score_batch(batch),
+            self.cfg.gate_auc_margin, self.cfg.gate_logloss_ratio,
+        )
+        judgement = Judgement(candidate, current, passed=passed, reason=reason, **figures)
+        if passed:
+            self._promote(candidate, f"gate: {reason}")
+        else:
+            logger.warning(
+                "promotion held version=%s served=%s reason=%s auc=%.4f served_auc=%.4f "
+                "logloss=%.4f served_logloss=%.4f",
+                version_name(candidate), version_name(current), reason, judgement.auc,
+                judgement.served_auc, judgement.logloss, judgement.served_logloss,
+            )
+        return judgement
+
+    def _served_model(self, version: int) -> ExportedModel:
+        if self._served is None or self._served.version != version:
+            self._served = ExportedModel(export_snapshot(self.store, version))
+        return self._served
+
+    def _promote(self, version: int, reason: str) -> None:
+        try:
+            self.store.promote(version, reason=reason)
+        except SnapshotError as exc:
+            logger.error("promotion failed version=%s error=%s", version_name(version), exc)
+            return
+        logger.info("promoted version=%s reason=%s", version_name(version), reason)

@@ -1,0 +1,111 @@
+"""The exported scoring graph: the DIN with its id statistics inside, so serving feeds rows.
+
+``paddle.jit.save`` traces ``forward`` from this file's source, so the graph stays free of
+lambdas and closures. The id statistics (:mod:`streamrec.learner.idstats`) become constant
+tensors of the graph: a serving process turns raw ids into rows (the export's id tables) and
+needs nothing else from the learner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+from paddle import nn
+
+from streamrec.learner.idstats import PRIOR_SAMPLES, USER
+from streamrec.learner.model import DIN
+
+_EPS = 1e-4  # as idstats: rates clipped away from 0 and 1 before the log-odds
+
+
+class ScoringGraph(nn.Layer):
+    """Click probabilities from table rows. B: candidates, Nb: behaviour tables, T: sequence length.
+
+    Inputs: ``targets`` int64 [B, Nb], ``sequences`` int64 [B, Nb, T] (right-aligned, 0 for
+    padding), ``users`` int64 [B] (the user's statistics bucket). Output: float32 [B].
+    """
+
+    def __init__(
+        self,
+        model: DIN,
+        behaviour: list[str],
+        samples: Mapping[str, np.ndarray] | None,
+        positives: Mapping[str, np.ndarray] | None,
+    ) -> None:
+        """Wrap a trained ``model``; ``samples``/``positives`` are the id statistics' counts
+        per behaviour table and ``user`` (None when the model reads no statistics)."""
+        super().__init__()
+        self.model = model
+        self.n_behaviour = len(behaviour)
+        self.stats = samples is not None and positives is not None
+        if samples is not None and positives is not None:
+            total = float(samples[USER].sum())
+            prior = float(positives[USER].sum()) / total if total else 0.5
+            self.prior_rate = prior
+            clipped = min(max(prior, _EPS), 1 - _EPS)
+            self.prior_logit = float(np.log(clipped / (1 - clipped)))
+            names = [*behaviour, USER]
+            self.counts = nn.ParameterList(
+                [self._constant(samples[n]) for n in names] + [self._constant(positives[n]) for n in names]
+            )
+
+    def _constant(self, array: np.ndarray) -> paddle.Tensor:
+        param = self.create_parameter(
+            list(array.shape), dtype="float32", default_initializer=nn.initializer.Assign(array)
+        )
+        param.stop_gradient = True
+        return param
+
+    def _rate_and_count(self, index: int, rows: paddle.Tensor) -> list[paddle.Tensor]:
+        n = paddle.gather(self.counts[index], rows)
+        pos = paddle.gather(self.counts[index + self.n_behaviour + 1], rows)
+        rate = paddle.clip((pos + PRIOR_SAMPLES * self.prior_rate) / (n + PRIOR_SAMPLES), _EPS, 1 - _EPS)
+        return [paddle.log(rate / (1 - rate)), paddle.log1p(n)]
+
+    def _dense(self, targets: paddle.Tensor, users: paddle.Tensor) -> paddle.Tensor:
+        columns: list[paddle.Tensor] = []
+        for i in range(self.n_behaviour):
+            columns += self._rate_and_count(i, targets[:, i])
+        rate, count = self._rate_and_count(self.n_behaviour, users)
+        columns += [rate - self.prior_logit, count]
+        return paddle.stack(columns, axis=1)
+
+    def score(
+        self,
+        targets: paddle.Tensor,
+        sequences: paddle.Tensor,
+        users: paddle.Tensor,
+        context: list[paddle.Tensor],
+    ) -> paddle.Tensor:
+        """[B] probabilities; ``context`` holds one [B] row tensor per context table."""
+        target_list = [targets[:, i] for i in range(self.n_behaviour)]
+        sequence_list = [sequences[:, i, :] for i in range(self.n_behaviour)]
+        if self.stats:
+            logits = self.model(target_list, sequence_list, context, self._dense(targets, users))
+        else:
+            # The contract keeps one list of inputs: without statistics ``users`` is read as a
+            # zero term (an input the graph does not use cannot be exported).
+            unused = targets.astype("float32")  # a model without statistics ignores dense
+            logits = self.model(target_list, sequence_list, context, unused) + 0.0 * users.astype("float32")
+        return F.sigmoid(logits)
+
+    def forward(
+        self, targets: paddle.Tensor, sequences: paddle.Tensor, users: paddle.Tensor
+    ) -> paddle.Tensor:
+        """[B] click probabilities (no context tables)."""
+        return self.score(targets, sequences, users, [])
+
+
+class ContextScoringGraph(ScoringGraph):
+    """:class:`ScoringGraph` with a fourth input, ``context`` int64 [B, Nc]: a row per context
+    table (a user table, say), in table order."""
+
+    def forward(  # type: ignore[override]
+        self, targets: paddle.Tensor, sequences: paddle.Tensor, users: paddle.Tensor, context: paddle.Tensor
+    ) -> paddle.Tensor:
+        """[B] click probabilities."""
+        n_context = len(self.model.embedding.context)
+        return self.score(targets, sequences, users, [context[:, i] for i in range(n_context)])

@@ -1,0 +1,135 @@
+"""The export: Paddle Inference reproduces the training model's scores, in this process and in
+one that imports no streamrec; its files are world-readable and checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streamrec.config import ModelConfig
+from streamrec.errors import InvalidSnapshot
+from streamrec.learner.batch import Batch
+from streamrec.learner.din import DINLearner
+from streamrec.samples import Sample
+from streamrec.serving.export import verify_export, write_export
+from streamrec.serving.scorer import Candidate, ExportedModel
+from tests.support import small_tables
+
+EXAMPLE = Path(__file__).parents[3] / "examples" / "score_export.py"
+TOLERANCE = 1e-5
+
+
+def config(**fields: Any) -> ModelConfig:
+    return ModelConfig.model_validate({
+        "tables": small_tables(512, 64, dim=4), "sequence_length": 6, "attention_units": (8,),
+        "mlp_units": (8,), "train_batch_size": 32, "device": "cpu", "learning_rate": 0.01, **fields,
+    })
+
+
+def stream(n: int, seed: int, ts: int) -> Batch:
+    """Clicks of 20 users over 60 items (category = item mod 7), histories from earlier clicks."""
+    rng = np.random.default_rng(seed)
+    histories: dict[str, list[tuple[str, str]]] = {}
+    samples = []
+    for k in range(n):
+        user, item = f"u{rng.integers(20)}", int(rng.zipf(1.5)) % 60
+        history = histories.setdefault(user, [])
+        samples.append(Sample(
+            f"s{seed}-{k}", user, ts + k, f"i{item}", f"c{item % 7}",
+            int(rng.random() < 0.3 + item % 3 * 0.2),
+            tuple(h[0] for h in history[-6:]), tuple(h[1] for h in history[-6:]),
+        ))
+        history.append((f"i{item}", f"c{item % 7}"))
+    return Batch.from_samples(samples)
+
+
+def trained(cfg: ModelConfig) -> DINLearner:
+    learner = DINLearner(cfg)
+    for k in range(3):
+        learner.learn_many(stream(600, k, k * 10_000))
+    return learner
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"tables": small_tables(512, 64, dim=4, ids="hashed")},
+        {"tables": [*small_tables(512, 64, dim=4),
+                    {"name": "user", "feature": "user", "rows": 64, "dim": 4}]},
+        {"id_stats": False, "wide": False},
+    ],
+    ids=["dynamic", "hashed", "user-table", "plain-din"],
+)
+def test_the_export_scores_as_the_training_model(tmp_path: Path, fields: dict[str, Any]) -> None:
+    learner = trained(config(**fields))
+    batch = stream(500, 99, 90_000)  # unseen ids among them read the default rows
+    export = write_export(learner, tmp_path / "v000001", 1)
+    got = ExportedModel(export).score_batch(batch)
+    assert np.abs(got - learner.predict_many(batch)).max() <= TOLERANCE
+
+
+def test_a_process_without_streamrec_scores_as_the_training_model(tmp_path: Path) -> None:
+    learner = trained(config())
+    export = write_export(learner, tmp_path / "v000001", 1)
+    history = [("i1", "c1"), ("i2", "c2"), ("i1", "c1"), ("i59", "c3")]
+    candidates = [("i1", "c1"), ("i3", "c3"), ("never-seen", "c0"), ("i4", None)]
+    samples = [
+        Sample(f"q{k}", "u3", 10**6, item, category or "", 0, tuple(h[0] for h in history),
+               tuple(h[1] for h in history))
+        for k, (item, category) in enumerate(candidates)
+    ]
+    want = learner.predict_many(Batch.from_samples(samples))
+    script = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(EXAMPLE.parent)!r})\n"
+        "import score_export\n"
+        f"scores = score_export.Export(score_export.Path({str(export)!r})).score("
+        f"'u3', {history!r}, {candidates!r})\n"
+        "assert not [m for m in sys.modules if m.startswith('streamrec')], 'imported streamrec'\n"
+        "print(json.dumps([float(s) for s in scores]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = np.array(json.loads(proc.stdout.strip().splitlines()[-1]))
+    # The category-less candidate: the learner read "" (its default row), the export None.
+    assert np.abs(got - want).max() <= TOLERANCE
+
+
+def test_the_scorer_api_matches_the_example(tmp_path: Path) -> None:
+    learner = trained(config())
+    model = ExportedModel(write_export(learner, tmp_path / "v000001", 1))
+    history = [("i1", "c1"), ("i5", "c5")]
+    batch = Batch.from_samples([
+        Sample(f"q{k}", "u1", 10**6, item, f"c{k}", 0, ("i1", "i5"), ("c1", "c5"))
+        for k, item in enumerate(["i1", "i2", "zz"])
+    ])
+    got = model.score("u1", history, [Candidate("i1", "c0"), Candidate("i2", "c1"), Candidate("zz", "c2")])
+    assert np.abs(got - learner.predict_many(batch)).max() <= TOLERANCE
+
+
+def test_export_files_are_world_readable_and_verified(tmp_path: Path) -> None:
+    export = write_export(trained(config()), tmp_path / "v000001", 1)
+    for path in [export, *export.rglob("*")]:
+        mode = path.stat().st_mode & 0o777
+        assert mode == (0o755 if path.is_dir() else 0o644), path
+    files = verify_export(export)
+    assert {"model.json", "model.pdiparams", "contract.json", "ids/item.keys.npy"} <= set(files)
+    contract = json.loads((export / "contract.json").read_text())
+    assert [i["name"] for i in contract["inputs"]] == ["targets", "sequences", "users"]
+    with (export / "ids" / "item.rows.npy").open("r+b") as fh:
+        fh.seek(-1, os.SEEK_END)
+        fh.write(b"\x07")
+    with pytest.raises(InvalidSnapshot, match=r"ids/item\.rows\.npy does not match"):
+        ExportedModel(export)
+    assert not list(tmp_path.glob(".tmp-*"))

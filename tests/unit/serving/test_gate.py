@@ -1,0 +1,90 @@
+"""Automatic promotion: a version trained on a corrupted window is held, the pointer stays."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamrec.config import LearnerConfig
+from streamrec.learner.batch import Batch
+from streamrec.learner.din import DINLearner
+from streamrec.learner.runner import _grouped
+from streamrec.learner.snapshot import SnapshotStore
+from streamrec.samples import Sample
+from streamrec.serving.export import export_dir
+from streamrec.serving.gate import Promoter, judge
+from tests.unit.serving.test_export import config
+
+
+def window(n: int, seed: int, ts: int) -> Batch:
+    """Even items are liked 9 times in 10, odd ones once: a signal a few windows learn."""
+    rng = np.random.default_rng(seed)
+    samples = []
+    for k in range(n):
+        user, item = f"u{rng.integers(50)}", int(rng.integers(40))
+        label = int((item % 2 == 0) == (rng.random() < 0.9))
+        samples.append(Sample(f"s{seed}-{k}", user, ts + k, f"i{item}", f"c{item % 5}", label, (), ()))
+    return Batch.from_samples(samples)
+
+
+def flip(batch: Batch, share: float, seed: int) -> Batch:
+    flipped = np.random.default_rng(seed).random(len(batch)) < share
+    label = np.where(flipped, 1 - batch.label, batch.label).astype(np.float32)
+    return dataclasses.replace(batch, label=label)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_version_trained_on_flipped_labels_is_not_promoted(tmp_path: Path, seed: int) -> None:
+    store = SnapshotStore(tmp_path)
+    cfg = config(seed=seed)
+    learner = DINLearner(cfg)
+    promoter = Promoter(store, LearnerConfig())
+    judgements = {}
+    for k in range(5):
+        batch = window(1000, 100 * seed + k, k * 100_000)
+        before = store.current()
+        judgement = promoter.on_scored(batch, learner.predict_many(batch))  # as the runner does
+        judgements[k] = (judgement, before, store.current())
+        learner.learn_many(flip(batch, 0.3, seed) if k == 3 else batch)
+        manifest = store.write(
+            _grouped(learner.state_arrays()), micro_batches=k + 1, samples_trained=0, positions=(),
+            config={"model": cfg.model_dump(mode="json")},
+        )
+        promoter.on_snapshot(manifest)
+        assert export_dir(tmp_path, manifest.version).is_dir()
+    assert store.promoted()[0] == 1  # the first version: nothing to hold it against
+    held, before, after = judgements[4]  # version 4, trained on the flipped window
+    assert held is not None and held.candidate == 4 and not held.passed
+    assert "logloss" in held.reason
+    assert before == after != 4
+    assert 4 not in store.promoted()
+
+
+def test_the_gate_rules() -> None:
+    labels = np.array([0, 1, 0, 1, 1, 0], np.float32)
+    good = np.array([0.2, 0.8, 0.3, 0.7, 0.9, 0.1])
+    worse = np.array([0.6, 0.4, 0.3, 0.7, 0.9, 0.1])
+    assert judge(labels, good, good, 0.002, 1.01)[0]
+    passed, reason, figures = judge(labels, worse, good, 0.002, 1.01)
+    assert not passed and "auc" in reason and "logloss" in reason
+    assert figures["served_auc"] == 1.0
+    one_class = np.ones(6, np.float32)  # AUC undefined: judged on logloss alone
+    assert judge(one_class, good, good, 0.002, 1.01)[0]
+
+
+def test_promote_off_and_always(tmp_path: Path) -> None:
+    cfg = config()
+    learner = DINLearner(cfg)
+    for mode, root in (("off", tmp_path / "off"), ("always", tmp_path / "always")):
+        store = SnapshotStore(root)
+        promoter = Promoter(store, LearnerConfig(promote=mode))
+        for k in range(2):
+            learner.learn_many(window(200, k, k))
+            promoter.on_snapshot(store.write(
+                _grouped(learner.state_arrays()), micro_batches=k, samples_trained=0, positions=(),
+                config={"model": cfg.model_dump(mode="json")},
+            ))
+        assert store.current() == (None if mode == "off" else 2)

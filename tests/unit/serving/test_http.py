@@ -1,0 +1,128 @@
+"""``streamrec serve`` over real HTTP: score, health, metrics, bad requests, and promotions and
+rollbacks under load without one failed request."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+
+from streamrec.learner.snapshot import SnapshotStore
+from streamrec.serving.http import build_app, no_history, parse_request
+from streamrec.serving.scorer import Candidate, Scorer
+from tests.support import trained_snapshots
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, SnapshotStore, Scorer]]:
+    store = trained_snapshots(tmp_path, count=2)
+    store.promote(1)
+    scorer = Scorer(tmp_path)
+    port = free_port()
+    config = uvicorn.Config(
+        build_app(scorer, no_history, poll_s=0.02), host="127.0.0.1", port=port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    yield url, store, scorer
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_score_health_and_metrics(served: tuple[str, SnapshotStore, Scorer]) -> None:
+    url, _, scorer = served
+    history = [["i1", "c0"], ["i2", "c0"]]
+    body = {"user": "u1", "items": ["i0:c0", {"item": "i1", "category": "c1"}, "unknown"], "history": history}
+    response = httpx.post(f"{url}/score", json=body)
+    assert response.status_code == 200
+    doc = response.json()
+    assert doc["version"] == 1 and len(doc["scores"]) == 3
+    candidates = [Candidate("i0", "c0"), Candidate("i1", "c1"), Candidate("unknown")]
+    want = scorer.model.score("u1", [("i1", "c0"), ("i2", "c0")], candidates)
+    assert np.allclose(doc["scores"], want, atol=1e-6)
+    assert httpx.get(f"{url}/healthz").json() == {"status": "ok", "version": 1}
+    metrics = httpx.get(f"{url}/metrics").text
+    assert 'streamrec_serving_requests_total{status="200"} 1.0' in metrics
+    assert "streamrec_serving_version 1.0" in metrics
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{", "not valid JSON"),
+        (b"[]", "expected a JSON object"),
+        (b'{"items": ["a"]}', "'user' must be"),
+        (b'{"user": "u", "items": []}', "'items' must be"),
+        (b'{"user": "u", "items": [3]}', "an item is"),
+        (b'{"user": "u", "items": ["a"], "history": [["a"]]}', "'history' must be"),
+    ],
+)
+def test_a_bad_request_gets_400_with_the_reason(
+    served: tuple[str, SnapshotStore, Scorer], body: bytes, reason: str
+) -> None:
+    response = httpx.post(f"{served[0]}/score", content=body)
+    assert response.status_code == 400
+    assert reason in response.json()["error"]
+
+
+def test_too_many_candidates() -> None:
+    with pytest.raises(ValueError, match="at most 2"):
+        parse_request(b'{"user": "u", "items": ["a", "b", "c"]}', max_candidates=2)
+
+
+def test_promotions_and_rollbacks_under_load_fail_no_request(
+    served: tuple[str, SnapshotStore, Scorer],
+) -> None:
+    url, store, _ = served
+    statuses: list[int] = []
+    versions: set[int] = set()
+    stop = threading.Event()
+    body = {"user": "u3", "items": [f"i{k}:c{k % 5}" for k in range(100)], "history": [["i1", "c1"]]}
+
+    def load() -> None:
+        with httpx.Client() as client:
+            while not stop.is_set():
+                response = client.post(f"{url}/score", json=body)
+                statuses.append(response.status_code)
+                if response.status_code == 200:
+                    versions.add(response.json()["version"])
+
+    workers = [threading.Thread(target=load) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            store.promote(2)
+            store.rollback()
+            assert time.monotonic() - started < 5
+            store.promote(2)
+            time.sleep(0.3)  # the server follows the pointer
+            store.rollback()
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(10)
+    assert statuses and set(statuses) == {200}, f"{len(statuses)} requests"
+    assert versions == {1, 2}
+    assert httpx.get(f"{url}/healthz").json()["version"] == 1
