@@ -283,6 +283,12 @@ class LearnerConfig(BaseModel):
     # Retention: versions kept after each snapshot besides every promoted one; 0 keeps all.
     # Ten recent versions to compare or fall back to, at ten snapshots' disk, not unbounded.
     keep_snapshots: int = Field(10, ge=0, description="STREAMREC_LEARNER__KEEP_SNAPSHOTS (0: keep all)")
+    # Every K-th snapshot is full, the ones between hold only the rows changed since the one
+    # before (delta snapshots). Ten bounds a load to one full and nine small files, and what
+    # retention must keep for a chain to about twice keep_snapshots; 1 writes every one full.
+    full_snapshot_every: int = Field(
+        10, ge=1, description="STREAMREC_LEARNER__FULL_SNAPSHOT_EVERY (1: every snapshot full)"
+    )
     # A snapshot resuming at samples the topic no longer holds (expired or deleted) is an
     # error by default: those samples were never trained. True skips them with a warning.
     allow_sample_gaps: bool = Field(False, description="STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS")

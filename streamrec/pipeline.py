@@ -64,7 +64,7 @@ def run_pipeline(
     thread = threading.Thread(target=consume, name="streamrec-consumer", daemon=True)
     snapshots: list[SnapshotManifest] = []
 
-    store = SnapshotStore(cfg.learner.snapshot_dir)
+    store = SnapshotStore(cfg.learner.snapshot_dir, full_every=cfg.learner.full_snapshot_every)
     promoter = Promoter(store, cfg.learner)  # exports each snapshot; promotes through the gate
 
     def snapshot_written(manifest: SnapshotManifest) -> None:

@@ -159,7 +159,7 @@ def run(
             },
         )
         ensure_topics(cfg.kafka)
-        store = SnapshotStore(cfg.learner.snapshot_dir)
+        store = SnapshotStore(cfg.learner.snapshot_dir, full_every=cfg.learner.full_snapshot_every)
         promoter = Promoter(store, cfg.learner)
         with LearnerMetrics() as metrics:
             status = LearnerStatus(metrics)

@@ -90,6 +90,11 @@ def _serving_mark(version: int, current: int | None, promoted: set[int]) -> str:
     return "CURRENT" if version == current else "promoted" if version in promoted else ""
 
 
+def format_kind(manifest: SnapshotManifest) -> str:
+    """``full``, or ``delta of v000006`` for a delta snapshot."""
+    return "full" if manifest.parent is None else f"{manifest.kind} of {version_name(manifest.parent)}"
+
+
 def _row(entry: SnapshotEntry, root: Path, serving: str) -> list[str]:
     """A table row: the manifest's figures when it is readable, and whether the version is
     valid (paths in the reason shown relative to ``root``)."""
@@ -98,9 +103,10 @@ def _row(entry: SnapshotEntry, root: Path, serving: str) -> list[str]:
     serving = f"[bold green]{serving}[/bold green]" if serving == "CURRENT" else serving
     m = entry.manifest
     if m is None:
-        return [entry.name, serving, "-", "-", "-", "-", "-", "-", status]
+        return [entry.name, serving, "-", "-", "-", "-", "-", "-", "-", status]
     return [
-        m.name, serving, m.created_at[:19].replace("T", " "), str(m.micro_batches), str(m.samples_trained),
+        m.name, serving, format_kind(m), m.created_at[:19].replace("T", " "), str(m.micro_batches),
+        str(m.samples_trained),
         _fmt(m.metrics.get("auc")), _fmt(m.metrics.get("gauc")), format_positions(m), status,
     ]
 
@@ -127,8 +133,8 @@ def list_(snapshot_dir: Path | None = DirOption, as_json: bool = JsonOption) -> 
             ]})
             return
         table = Table(
-            "version", "serving", "created (UTC)", "micro-batches", "samples", "AUC", "GAUC", "positions",
-            "status",
+            "version", "serving", "kind", "created (UTC)", "micro-batches", "samples", "AUC", "GAUC",
+            "positions", "status",
         )
         for entry in entries:
             table.add_row(*_row(entry, store.root, _serving_mark(entry.version, current, promoted)))
@@ -159,6 +165,7 @@ def show(
             ("version", f"{manifest.name} {_serving_mark(number, current, promoted)}".rstrip()),
             ("status", "ok" if problem is None else f"invalid: {problem}"),
             ("path", str(store.path(number))),
+            ("kind", format_kind(manifest)),
             ("created", manifest.created_at),
             ("micro-batches", str(manifest.micro_batches)),
             ("samples", str(manifest.samples_trained)),

@@ -136,7 +136,9 @@ class LearnerRunner:
         self._on_snapshot = on_snapshot
         self._on_scored = on_scored
         self.learner = learner
-        self.snapshots = snapshots or SnapshotStore(cfg.learner.snapshot_dir)
+        self.snapshots = snapshots or SnapshotStore(
+            cfg.learner.snapshot_dir, full_every=cfg.learner.full_snapshot_every
+        )
         self.stats = LearnerStats()
         # The next offset to train per partition: moves with the model, read at assignment.
         self.positions: dict[Partition, int] = {}

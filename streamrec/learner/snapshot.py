@@ -13,33 +13,35 @@ One learner at a time writes here (:mod:`streamrec.learner.lock`); ``streamrec s
 create`` asks it for a snapshot by dropping a request file in ``<root>/.requests/``.
 Serving loads the version ``<root>/serving/CURRENT`` names (:mod:`streamrec.learner.promotion`):
 promote, rollback and retention (:meth:`SnapshotStore.prune`) act on it.
+
+With ``full_every`` K > 1 a version may be a delta (:mod:`streamrec.learner.snapshot_delta`):
+only the rows changed since its parent, the version before it, with a full snapshot every K
+versions. A delta is valid only with its whole chain back to that full one; loading it applies
+the chain in order, and retention keeps every version a kept one needs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import re
 import shutil
 import uuid
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load_file, save_file
 
 from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotWriteError
 from streamrec.faults import fault_point
 from streamrec.fileio import fsync_path, sha256_file
-from streamrec.kafka.records import Position
 from streamrec.learner.lock import SnapshotLock
 from streamrec.learner.promotion import ServingEvent, ServingPointer
+from streamrec.learner.snapshot_delta import apply_delta, contiguous, delta_allowed, make_delta
 from streamrec.learner.snapshot_dir import (
     TMP_PREFIX,
     describe_os_error,
@@ -50,13 +52,19 @@ from streamrec.learner.snapshot_dir import (
     version_name,
 )
 from streamrec.learner.snapshot_dir import free_bytes as disk_free_bytes
+from streamrec.learner.snapshot_manifest import (
+    MANIFEST,
+    MANIFEST_SUM,
+    SnapshotEntry,
+    SnapshotManifest,
+    checksum_line,
+    read_manifest,
+)
+
+__all__ = ["MANIFEST", "MANIFEST_SUM", "SnapshotEntry", "SnapshotManifest", "SnapshotStore", "version_name"]
 
 logger = logging.getLogger(__name__)
 
-# A manifest may only name tensor files inside its own directory: no paths, no other formats.
-_TENSOR_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.safetensors$")
-MANIFEST = "manifest.json"
-MANIFEST_SUM = "manifest.sha256"
 _FILE_MODE = 0o644  # world-readable: serving may run as another user (safetensors writes 0600)
 _DIR_MODE = 0o755
 
@@ -64,48 +72,12 @@ Tensors = dict[str, dict[str, np.ndarray]]
 
 
 @dataclass(frozen=True)
-class SnapshotManifest:
-    """What a snapshot holds besides its tensors."""
+class _Parent:
+    """The last version written or loaded, kept in memory as the parent of the next delta."""
 
-    version: int
-    created_at: str
-    micro_batches: int
-    samples_trained: int
-    positions: tuple[Position, ...]  # the next offset to read, per partition
-    metrics: dict[str, Any] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
-    files: dict[str, str] = field(default_factory=dict)  # file name -> sha256
-    request_id: str | None = None
-
-    @property
-    def name(self) -> str:
-        """The version's name, ``v000007``."""
-        return version_name(self.version)
-
-    def to_json(self) -> bytes:
-        """Pretty JSON, NaN metrics as null."""
-        return orjson.dumps(asdict(self), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> SnapshotManifest:
-        """Parse a manifest."""
-        doc = orjson.loads(raw)
-        doc["positions"] = tuple(Position(**o) for o in doc["positions"])
-        return cls(**doc)
-
-
-@dataclass(frozen=True)
-class SnapshotEntry:
-    """One version directory as ``snapshot list`` shows it, valid or not."""
-
-    version: int
-    manifest: SnapshotManifest | None  # None when the manifest itself failed its checks
-    problem: str | None  # why the version is invalid; None when every checksum matched
-
-    @property
-    def name(self) -> str:
-        """The version's name, ``v000007``."""
-        return version_name(self.version)
+    manifest: SnapshotManifest
+    tensors: Tensors  # private copies
+    depth: int  # deltas since the last full snapshot: 0 for a full one
 
 
 def _write_file(path: Path, data: bytes) -> None:
@@ -123,11 +95,22 @@ def _seal(path: Path) -> None:
 class SnapshotStore:
     """The snapshot directory: write, list, load, and snapshot requests."""
 
-    def __init__(self, root: Path, free_bytes: Callable[[Path], int] = disk_free_bytes) -> None:
-        """Snapshots under ``root``; ``free_bytes(root)`` says how much space is left."""
+    def __init__(
+        self, root: Path, free_bytes: Callable[[Path], int] = disk_free_bytes, full_every: int = 1
+    ) -> None:
+        """Snapshots under ``root``; ``free_bytes(root)`` says how much space is left.
+
+        ``full_every`` K: every K-th version written is full, the ones between deltas on the
+        version before (1: all full). With K > 1 the store keeps a copy of the tensors last
+        written or loaded, the parent of the next delta.
+        """
+        if full_every < 1:
+            raise SnapshotError(f"full_every must be 1 (every snapshot full) or more, not {full_every}")
         self.root = Path(root)
         self._free_bytes = free_bytes
         self.serving = ServingPointer(self.root)
+        self.full_every = full_every
+        self._parent: _Parent | None = None
 
     def versions(self) -> list[int]:
         """Version directories, oldest first, whether valid or not."""
@@ -166,15 +149,24 @@ class SnapshotStore:
     def write(self, tensors: Tensors, **fields: Any) -> SnapshotManifest:
         """Write a new version atomically; ``fields`` fill the manifest (not version/files).
 
+        The version is a delta when deltas are on, the store wrote or loaded the newest version
+        on disk, and fewer than ``full_every - 1`` deltas follow the last full one.
+
         Raises:
             SnapshotWriteError: any file-system error, with no temporary directory left behind.
         """
+        parent = self._delta_parent(tensors)
+        written, depth = tensors, 0
+        if parent is not None:
+            written, spec = make_delta(parent.tensors, tensors)
+            fields = fields | {"kind": "delta", "parent": parent.manifest.version, "delta": spec}
+            depth = parent.depth + 1
         tmp = self.root / f"{TMP_PREFIX}{uuid.uuid4().hex}"
         try:
             ensure_directory(self.root)
             tmp.mkdir()
             os.chmod(tmp, _DIR_MODE)
-            manifest = self._fill(tmp, tensors, fields)
+            manifest = self._fill(tmp, written, fields)
             fault_point("snapshot.before_rename")
             os.rename(tmp, self.path(manifest.version))  # fails if the version exists: no overwrite
             fsync_path(self.root)
@@ -185,14 +177,32 @@ class SnapshotStore:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        self._remember(manifest, tensors, depth)
         return manifest
+
+    def _delta_parent(self, tensors: Tensors) -> _Parent | None:
+        """The remembered parent if the next version is to be a delta on it, else None."""
+        parent = self._parent
+        if parent is None or parent.depth + 1 >= self.full_every or not delta_allowed(tensors):
+            return None
+        versions = self.versions()
+        if not versions or versions[-1] != parent.manifest.version:
+            return None  # a newer (or no) version on disk: start a new chain
+        if self._manifest_or_none(parent.manifest.version) != parent.manifest:
+            return None
+        return parent
+
+    def _remember(self, manifest: SnapshotManifest, tensors: Tensors, depth: int) -> None:
+        if self.full_every > 1:
+            copies = {g: {k: np.array(v, copy=True) for k, v in a.items()} for g, a in tensors.items()}
+            self._parent = _Parent(manifest, copies, depth)
 
     def _fill(self, tmp: Path, tensors: Tensors, fields: dict[str, Any]) -> SnapshotManifest:
         """Write tensors, manifest and its checksum into ``tmp``, each file sealed."""
         files = {}
         for name, arrays in tensors.items():
             target = tmp / f"{name}.safetensors"
-            save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(target))
+            save_file({k: contiguous(v) for k, v in arrays.items()}, str(target))
             _seal(target)
             files[target.name] = sha256_file(target)
         versions = self.versions()
@@ -201,7 +211,7 @@ class SnapshotStore:
         manifest = SnapshotManifest(version=version, created_at=created, files=files, **fields)
         raw = manifest.to_json()
         _write_file(tmp / MANIFEST, raw)
-        _write_file(tmp / MANIFEST_SUM, f"{hashlib.sha256(raw).hexdigest()}  {MANIFEST}\n".encode())
+        _write_file(tmp / MANIFEST_SUM, checksum_line(raw))
         fsync_path(tmp)
         return manifest
 
@@ -213,30 +223,12 @@ class SnapshotStore:
         Raises:
             InvalidSnapshot: the manifest or its checksum file is missing, changed or unreadable.
         """
-        path = self.path(version) / MANIFEST
-        try:
-            raw = path.read_bytes()
-            recorded = (path.parent / MANIFEST_SUM).read_text().split()[:1]
-        except FileNotFoundError as exc:
-            raise InvalidSnapshot(f"{exc.filename} is missing") from exc
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidSnapshot(f"cannot read {path}: {describe_os_error(exc)}") from exc
-        if recorded != [hashlib.sha256(raw).hexdigest()]:
-            raise InvalidSnapshot(f"{path} does not match its checksum in {MANIFEST_SUM}")
-        try:
-            manifest = SnapshotManifest.from_json(raw)
-        except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
-            raise InvalidSnapshot(f"unreadable manifest {path}: {exc}") from exc
-        if manifest.version != version:
-            raise InvalidSnapshot(f"{path} is of version {manifest.version}, not {version}")
-        for name in manifest.files:
-            if not _TENSOR_FILE.match(name):
-                raise InvalidSnapshot(f"{path} names {name!r}, which is not a .safetensors file of its own")
-        return manifest
+        return read_manifest(self.path(version), version)
 
     def validate(self, version: int) -> str | None:
-        """Why a version is invalid (every checksum is verified), or None when it is valid."""
-        return self._entry(version).problem
+        """Why a version is invalid (every checksum of it and of its chain is verified), or None
+        when it is valid."""
+        return self._entry(version, {}).problem
 
     def _verify(self, version: int, manifest: SnapshotManifest) -> None:
         for name, digest in manifest.files.items():
@@ -256,32 +248,72 @@ class SnapshotStore:
                 raise InvalidSnapshot(f"{path} is not a safetensors file: {exc}") from exc
 
     def verify(self, version: int) -> SnapshotManifest:
-        """Verify every checksum of a version (tensors not loaded) and return its manifest.
+        """Verify every checksum of a version and, for a delta, of its whole chain back to a
+        full snapshot (tensors not loaded); return its manifest.
 
         Raises:
-            InvalidSnapshot: no such version, or a file failed its checks (the message names it).
+            InvalidSnapshot: no such version, or a file failed its checks (the message names it
+                and, for a broken chain, the version it belongs to).
         """
+        return self._check(version, {})
+
+    def _check(self, version: int, known: dict[int, str | None]) -> SnapshotManifest:
+        """:meth:`verify`; ``known`` holds the verdicts on versions already checked."""
         if not self.path(version).is_dir():
             raise InvalidSnapshot(f"no snapshot version {version_name(version)} in {self.root}")
         manifest = self.manifest(version)
         self._verify(version, manifest)
+        parent = manifest.parent
+        if parent is not None:
+            if parent not in known:
+                known[parent] = None
+                try:
+                    self._check(parent, known)
+                except SnapshotError as exc:
+                    known[parent] = str(exc)
+            if known[parent] is not None:
+                raise InvalidSnapshot(
+                    f"{manifest.name} is a delta on {version_name(parent)}, which is not valid: "
+                    f"{known[parent]}"
+                )
         return manifest
 
-    def load(self, version: int) -> tuple[SnapshotManifest, Tensors]:
-        """Read a version's manifest and tensors, verifying every checksum.
+    def chain(self, version: int) -> list[int]:
+        """The versions loading ``version`` reads, its full snapshot first (manifests only read).
 
         Raises:
-            InvalidSnapshot: the version failed a check.
+            InvalidSnapshot: a manifest of the chain is missing or failed its checks.
+        """
+        versions = [version]
+        while (parent := self.manifest(versions[-1]).parent) is not None:
+            versions.append(parent)
+        return versions[::-1]
+
+    def load(self, version: int) -> tuple[SnapshotManifest, Tensors]:
+        """Read a version's manifest and tensors, verifying every checksum (of the whole chain
+        for a delta) and applying a delta's chain in order.
+
+        Raises:
+            InvalidSnapshot: the version or its chain failed a check.
         """
         manifest = self.verify(version)
+        chain = [self.manifest(v) for v in self.chain(version)]
+        tensors = self._read(chain[0])
+        for link in chain[1:]:
+            tensors = apply_delta(tensors, self._read(link), link.delta, str(self.path(link.version)))
+        if version == (self.versions() or [0])[-1]:  # the newest: the parent of the next delta
+            self._remember(manifest, tensors, len(chain) - 1)
+        return manifest, tensors
+
+    def _read(self, manifest: SnapshotManifest) -> Tensors:
         tensors = {}
         for name in manifest.files:
-            path = self.path(version) / name
+            path = self.path(manifest.version) / name
             try:
                 tensors[name.removesuffix(".safetensors")] = load_file(str(path))
             except (OSError, SafetensorError) as exc:
                 raise InvalidSnapshot(f"cannot read {path}: {describe_os_error(exc)}") from exc
-        return manifest, tensors
+        return tensors
 
     def latest_valid(self) -> tuple[SnapshotManifest, Tensors] | None:
         """The newest version that passes every check, loaded; None when there is none.
@@ -303,15 +335,16 @@ class SnapshotStore:
 
     def entries(self) -> list[SnapshotEntry]:
         """Every version directory, oldest first, with why it is invalid if it is."""
-        return [self._entry(version) for version in self.versions()]
+        known: dict[int, str | None] = {}  # each version of a chain verified once
+        return [self._entry(version, known) for version in self.versions()]
 
-    def _entry(self, version: int) -> SnapshotEntry:
+    def _entry(self, version: int, known: dict[int, str | None]) -> SnapshotEntry:
         try:
             manifest = self.manifest(version)
         except SnapshotError as exc:
             return SnapshotEntry(version, None, str(exc))
         try:
-            self._verify(version, manifest)
+            self._check(version, known)
         except SnapshotError as exc:
             return SnapshotEntry(version, manifest, str(exc))
         return SnapshotEntry(version, manifest, None)
@@ -424,9 +457,10 @@ class SnapshotStore:
     def prune(self, keep_last: int) -> list[int]:
         """Delete all but the newest ``keep_last`` versions (0 keeps all); returns those deleted.
 
-        Never deleted: a version ever promoted, the current one, and the newest valid one (what
-        a learner resumes from). Each is renamed to a ``.tmp-`` name before it is removed, so a
-        crash leaves no half-deleted version, only a temporary removed at the next start.
+        Never deleted: a version ever promoted, the current one, the newest valid one (what a
+        learner resumes from), and every version the chain of a kept delta needs. Each is
+        renamed to a ``.tmp-`` name before it is removed, so a crash leaves no half-deleted
+        version, only a temporary removed at the next start.
 
         Raises:
             SnapshotError: a negative ``keep_last``, an unreadable pointer, or a failed rename.
@@ -439,7 +473,8 @@ class SnapshotStore:
         with self.serving.locked():
             versions = self.versions()
             newest_valid = next((v for v in reversed(versions) if self.validate(v) is None), None)
-            keep = set(versions[-keep_last:]) | set(self.promoted()) | {newest_valid}
+            kept = set(versions[-keep_last:]) | set(self.promoted()) | {newest_valid}
+            keep = {v for version in kept if version is not None for v in self._ancestry(version)}
             for version in versions:
                 if version in keep:
                     continue
@@ -453,6 +488,14 @@ class SnapshotStore:
             logger.info("pruned snapshots path=%s deleted=%s kept=%d", self.root,
                         ",".join(map(version_name, deleted)), len(versions) - len(deleted))
         return deleted
+
+    def _ancestry(self, version: int) -> Iterator[int]:
+        """``version`` and the parents its chain names, as far as their manifests are readable."""
+        seen: int | None = version
+        while seen is not None:
+            yield seen
+            manifest = self._manifest_or_none(seen)
+            seen = None if manifest is None else manifest.parent
 
     def _current_or_none(self) -> int | None:
         try:

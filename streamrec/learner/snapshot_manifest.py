@@ -1,0 +1,122 @@
+"""A snapshot version's manifest: what it holds besides its tensors, read and checked.
+
+``manifest.json`` is pretty JSON sealed by ``manifest.sha256`` (``sha256sum`` format). It may
+only name plain ``*.safetensors`` files of its own directory, and a delta (see
+:mod:`streamrec.learner.snapshot_delta`) only an earlier version as its parent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from streamrec.errors import InvalidSnapshot
+from streamrec.kafka.records import Position
+from streamrec.learner.snapshot_delta import DeltaSpec
+from streamrec.learner.snapshot_dir import describe_os_error, version_name
+
+# A manifest may only name tensor files inside its own directory: no paths, no other formats.
+_TENSOR_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.safetensors$")
+MANIFEST = "manifest.json"
+MANIFEST_SUM = "manifest.sha256"
+
+
+@dataclass(frozen=True)
+class SnapshotManifest:
+    """What a snapshot holds besides its tensors."""
+
+    version: int
+    created_at: str
+    micro_batches: int
+    samples_trained: int
+    positions: tuple[Position, ...]  # the next offset to read, per partition
+    metrics: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # file name -> sha256
+    request_id: str | None = None
+    kind: str = "full"  # "full", or "delta": only what changed since ``parent``
+    parent: int | None = None  # the version a delta applies to; None for a full snapshot
+    delta: DeltaSpec = field(default_factory=dict)  # a delta's row counts and removed tensors
+
+    @property
+    def name(self) -> str:
+        """The version's name, ``v000007``."""
+        return version_name(self.version)
+
+    def to_json(self) -> bytes:
+        """Pretty JSON, NaN metrics as null."""
+        return orjson.dumps(asdict(self), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> SnapshotManifest:
+        """Parse a manifest."""
+        doc = orjson.loads(raw)
+        doc["positions"] = tuple(Position(**o) for o in doc["positions"])
+        return cls(**doc)
+
+
+@dataclass(frozen=True)
+class SnapshotEntry:
+    """One version directory as ``snapshot list`` shows it, valid or not."""
+
+    version: int
+    manifest: SnapshotManifest | None  # None when the manifest itself failed its checks
+    problem: str | None  # why the version is invalid; None when every checksum matched
+
+    @property
+    def name(self) -> str:
+        """The version's name, ``v000007``."""
+        return version_name(self.version)
+
+
+def _chain_link_ok(manifest: SnapshotManifest) -> bool:
+    """A full snapshot has no parent; a delta's parent is an earlier version (so no cycles)."""
+    if manifest.kind == "full":
+        return manifest.parent is None and not manifest.delta
+    parent = manifest.parent
+    return (manifest.kind == "delta" and isinstance(parent, int) and not isinstance(parent, bool)
+            and 0 < parent < manifest.version and isinstance(manifest.delta, dict))
+
+
+def checksum_line(raw: bytes) -> bytes:
+    """The content of ``manifest.sha256`` for a manifest of bytes ``raw``."""
+    return f"{hashlib.sha256(raw).hexdigest()}  {MANIFEST}\n".encode()
+
+
+def read_manifest(directory: Path, version: int) -> SnapshotManifest:
+    """Read the manifest of ``directory``, the version ``version``, verifying its own checksum.
+
+    Raises:
+        InvalidSnapshot: the manifest or its checksum file is missing, changed or unreadable,
+            or it names anything but tensor files of its own or a later version as parent.
+    """
+    path = directory / MANIFEST
+    try:
+        raw = path.read_bytes()
+        recorded = (path.parent / MANIFEST_SUM).read_text().split()[:1]
+    except FileNotFoundError as exc:
+        raise InvalidSnapshot(f"{exc.filename} is missing") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidSnapshot(f"cannot read {path}: {describe_os_error(exc)}") from exc
+    if recorded != [hashlib.sha256(raw).hexdigest()]:
+        raise InvalidSnapshot(f"{path} does not match its checksum in {MANIFEST_SUM}")
+    try:
+        manifest = SnapshotManifest.from_json(raw)
+    except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
+        raise InvalidSnapshot(f"unreadable manifest {path}: {exc}") from exc
+    if manifest.version != version:
+        raise InvalidSnapshot(f"{path} is of version {manifest.version}, not {version}")
+    if not _chain_link_ok(manifest):
+        raise InvalidSnapshot(
+            f"{path}: kind {manifest.kind!r} with parent {manifest.parent!r} is neither a full "
+            "snapshot nor a delta on an earlier version"
+        )
+    for name in manifest.files:
+        if not _TENSOR_FILE.match(name):
+            raise InvalidSnapshot(f"{path} names {name!r}, which is not a .safetensors file of its own")
+    return manifest
