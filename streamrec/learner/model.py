@@ -9,7 +9,6 @@ because ``paddle.jit.save`` reads the source of ``forward`` from a real file.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
 import numpy as np
 import paddle
@@ -84,18 +83,15 @@ class WideArch(nn.Layer):
         return paddle.add_n([self.biases[names[i]](ids[i]).squeeze(-1) for i in range(len(names))])
 
 
-def _mlp(
-    in_dim: int, units: Sequence[int], data_format: Literal["NC", "NLC"], zero_out: bool = False
-) -> nn.Sequential:
-    """Linear + PReLU blocks and a final one-unit Linear.
+def _mlp(in_dim: int, units: Sequence[int], zero_out: bool = False) -> nn.Sequential:
+    """Linear + PReLU blocks and a final one-unit Linear, on [N, C] inputs.
 
-    PReLU is the DIN paper's baseline activation (Dice's ancestor). ``data_format`` tells
-    PReLU where its channels are: ``NC`` for [B, C] inputs, ``NLC`` for [B, T, C].
-    ``zero_out`` starts the final layer at zero, so the MLP adds nothing until it has learnt.
+    PReLU is the DIN paper's baseline activation (Dice's ancestor). ``zero_out`` starts the
+    final layer at zero, so the MLP adds nothing until it has learnt.
     """
     layers: list[nn.Layer] = []
     for width in units:
-        prelu = nn.PReLU(num_parameters=width, data_format=data_format)
+        prelu = nn.PReLU(num_parameters=width, data_format="NC")
         layers.extend([nn.Linear(in_dim, width), prelu])
         in_dim = width
     zero = paddle.ParamAttr(initializer=nn.initializer.Constant(0.0)) if zero_out else None
@@ -118,7 +114,7 @@ class LocalActivationUnit(nn.Layer):
             units: Hidden widths of the scoring MLP (``cfg.attention_units``).
         """
         super().__init__()
-        self.score = _mlp(4 * dim, units, "NLC")
+        self.score = _mlp(4 * dim, units)
 
     def forward(
         self, query: paddle.Tensor, keys: paddle.Tensor, mask: paddle.Tensor
@@ -135,7 +131,10 @@ class LocalActivationUnit(nn.Layer):
         """
         q = query.unsqueeze(1).expand_as(keys)
         features = paddle.concat([q, keys, q - keys, q * keys], axis=-1)
-        weights = self.score(features).squeeze(-1) * mask
+        # One row per (sample, behaviour): the MLP runs on [B*T, 4D], which oneDNN (the
+        # exported model's CPU kernels) handles where it mis-reads PReLU on [B, T, C].
+        flat = features.reshape([-1, features.shape[-1]])
+        weights = self.score(flat).reshape(mask.shape) * mask
         return (weights.unsqueeze(-1) * keys).sum(axis=1)
 
 
@@ -151,7 +150,7 @@ class MLPHead(nn.Layer):
             units: Hidden widths (``cfg.mlp_units``).
         """
         super().__init__()
-        self.mlp = _mlp(3 * dim + context_dim, units, "NC", zero_out=True)
+        self.mlp = _mlp(3 * dim + context_dim, units, zero_out=True)
 
     def forward(self, features: Sequence[paddle.Tensor]) -> paddle.Tensor:
         """Map the [B, *] feature vectors, concatenated in order, to [B] logits."""
