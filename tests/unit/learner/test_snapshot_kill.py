@@ -2,7 +2,8 @@
 
 After every kill: each version listed valid loads with exactly the tensors written, the newest
 valid one is never partial, the pointer names a valid version, every invalid or unfinished
-version is refused by promote, and a restart removes the leftovers.
+version is refused by promote, and a restart removes the leftovers. With deltas on, every
+valid delta loads bit-identical through its chain, and pruning never breaks a kept chain.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from streamrec.kafka.records import Position
 from streamrec.learner.snapshot import SnapshotStore
 from tests.unit.learner.test_snapshot_kill import tensors
 
-store = SnapshotStore(Path(sys.argv[1]))
+store = SnapshotStore(Path(sys.argv[1]), full_every=int(sys.argv[3]))
 rng = np.random.default_rng(int(sys.argv[2]))
 print("ready", flush=True)
 n = 0
@@ -54,19 +55,24 @@ while True:
 
 
 def tensors(seed: int) -> dict[str, dict[str, np.ndarray]]:
-    """What the child writes for ``seed``: the test regenerates it to compare."""
+    """What the child writes for ``seed``: the test regenerates it to compare. A fixed base
+    with a few rows changed and a table of a varying length, so consecutive versions differ in
+    some rows only (what deltas are for) and in shape now and then."""
+    base = np.random.default_rng(0)
     rng = np.random.default_rng(seed)
-    return {
-        "model": {"w": rng.standard_normal((512, 256)).astype(np.float32)},
-        "optimizer": {"m": rng.standard_normal((256, 256)).astype(np.float32)},
-        "state": {"ids": rng.integers(0, 1 << 40, 4096)},
-    }
+    w = base.standard_normal((512 + 8 * (seed % 3), 256)).astype(np.float32)
+    m = base.standard_normal((256, 256)).astype(np.float32)
+    ids = base.integers(0, 1 << 40, 4096)
+    w[rng.choice(len(w), 25, replace=False)] = rng.standard_normal((25, 256)).astype(np.float32)
+    m[rng.choice(len(m), 12, replace=False)] = rng.standard_normal((12, 256)).astype(np.float32)
+    ids[rng.integers(0, len(ids))] = seed
+    return {"model": {"w": w}, "optimizer": {"m": m}, "state": {"ids": ids}}
 
 
-def kill_at_random(root: Path, trial: int, delay: float) -> None:
+def kill_at_random(root: Path, trial: int, delay: float, full_every: int = 1) -> None:
     repo = Path(__file__).resolve().parents[3]
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(root), str(trial)],
+        [sys.executable, "-c", CHILD, str(root), str(trial), str(full_every)],
         cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -104,15 +110,19 @@ def check_after_kill(store: SnapshotStore) -> None:
         store.promote(unfinished)
 
 
-def test_kill_9_never_leaves_a_partial_version_or_pointer(tmp_path: Path) -> None:
+# 1: full snapshots only; 3: two deltas between full ones.
+@pytest.mark.parametrize("full_every", [1, 3])
+def test_kill_9_never_leaves_a_partial_version_or_pointer(tmp_path: Path, full_every: int) -> None:
     store = SnapshotStore(tmp_path / "snaps")
     rng = random.Random(9)
     leftovers = 0
     for trial in range(TRIALS):
-        kill_at_random(store.root, trial, rng.uniform(*KILL_AFTER_S))
+        kill_at_random(store.root, trial, rng.uniform(*KILL_AFTER_S), full_every)
         check_after_kill(store)
         leftovers += bool(list(store.root.glob(".tmp-*")))
         store.prepare(snapshot_bytes=1)  # what a restarting learner does first
         assert not list(store.root.glob(".tmp-*"))
     assert len(store.history()) > 0 and len(store.versions()) > 0
+    kinds = {m.kind for m in store.manifests()}
+    assert kinds == ({"full"} if full_every == 1 else {"full", "delta"}), kinds
     print(f"{TRIALS} kills, {leftovers} left a temporary directory, {len(store.history())} promotions")
