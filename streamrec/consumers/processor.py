@@ -97,25 +97,29 @@ class SampleBuilder:
         # A batch spans a few partitions: event-time order (stable, so each user's own order
         # holds) keeps the negative pools' windows true.
         parsed.sort(key=lambda pair: pair[0].ts)
-        arrivals = [Arrival(e, _origin(msg), self.is_labelled(e)) for e, msg in parsed]
+        positive = self._positive
+        arrivals = [
+            Arrival(e, _origin(msg), e.label is not None or e.action in positive) for e, msg in parsed
+        ]
         update = self._store.update(arrivals)
         sampler = self.sampler.copy()
         samples: list[Sample] = []
         duplicates = 0
+        first_seen_of = update.first_seen
         for (event, msg), verdict, seen_at, history in zip(
             parsed, update.verdicts, update.first_seen_at, update.histories, strict=True
         ):
-            if verdict is Verdict.DUPLICATE:
-                duplicates += 1
+            if verdict is not Verdict.ACCEPTED:
+                if verdict is Verdict.DUPLICATE:
+                    duplicates += 1
+                else:
+                    reason = f"event id {event.event_id!r} reused with other content (first at {seen_at})"
+                    dead.append(DeadLetter.of(msg, reason))
                 continue
-            if verdict is Verdict.CONFLICT:
-                reason = f"event id {event.event_id!r} reused with other content (first at {seen_at})"
-                dead.append(DeadLetter.of(msg, reason))
-                continue
-            first_seen = update.first_seen[event.item_id]
+            first_seen = first_seen_of[event.item_id]
             sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
             if history is not None:
-                samples.extend(self._samples(sampler, event, history, first_seen))
+                self._samples(samples, sampler, event, history, first_seen)
         return BatchResult(len(parsed), sampler, samples, dead, duplicates)
 
     def commit(self, result: BatchResult) -> None:
@@ -123,24 +127,29 @@ class SampleBuilder:
         self.sampler = result.sampler
 
     def _samples(
-        self, sampler: NoveltyMatchedSampler, event: Event, history: list[Behaviour], first_seen: int
-    ) -> list[Sample]:
-        items = tuple(b.item_id for b in history)
-        categories = tuple(b.category_id for b in history)
-
-        def sample(sample_id: str, item: str, category: str, label: int) -> Sample:
-            return Sample(sample_id, event.user_id, event.ts, item, category, label, items, categories)
-
+        self,
+        out: list[Sample],
+        sampler: NoveltyMatchedSampler,
+        event: Event,
+        history: list[Behaviour],
+        first_seen: int,
+    ) -> None:
+        """Add an event's samples to ``out``: its own, and for an implicit positive the
+        sampled negatives, all with the same history."""
+        items = tuple([b.item_id for b in history])
+        categories = tuple([b.category_id for b in history])
+        event_id, user_id, ts = event.event_id, event.user_id, event.ts
         if event.label is not None:
-            return [sample(event.event_id, event.item_id, event.category_id, event.label)]
-        out = [sample(event.event_id, event.item_id, event.category_id, 1)]
+            out.append(Sample(event_id, user_id, ts, event.item_id, event.category_id, event.label,
+                              items, categories))
+            return
+        out.append(Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories))
         negatives = sampler.draw(
             self._cfg.negatives,
-            new=sampler.is_new(first_seen, event.ts),
-            ts=event.ts,
+            new=sampler.is_new(first_seen, ts),
+            ts=ts,
             exclude={event.item_id, *items},
-            key=event.event_id,
+            key=event_id,
         )
         for k, (item, category) in enumerate(negatives):
-            out.append(sample(f"{event.event_id}~n{k}", item, category, 0))
-        return out
+            out.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories))

@@ -28,7 +28,7 @@ from streamrec.errors import FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
 from streamrec.kafka.clients import make_consumer, produce
-from streamrec.kafka.records import Partition, Position
+from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock, RecordSource
 from streamrec.kafka.transactions import TransactionalProducer, describe
 from streamrec.retry import Backoff
@@ -189,11 +189,17 @@ class ConsumerRunner:
     def _fill(self, producer: Producer, *, result: BatchResult) -> None:
         """Send a batch's samples and dead letters (inside its transaction)."""
         kcfg = self._cfg.kafka
+        topic, send = kcfg.samples_topic, producer.produce
+        key, user = b"", None
         for sample in result.samples:
-            produce(
-                producer, kcfg.samples_topic, sample.to_json(),
-                key=sample.user_id.encode(), timestamp_ms=sample.ts,
-            )
+            if sample.user_id is not user:  # an event's samples come together: one key
+                user = sample.user_id
+                key = user.encode()
+            value = sample.to_json()
+            try:  # the common case without the helper's call: ~2 us a sample
+                send(topic, value, key, timestamp=sample.ts)
+            except BufferError:
+                produce(producer, topic, value, key=key, timestamp_ms=sample.ts)
         limit = self._cfg.consumer.dead_letter_max_bytes
         for letter in result.dead:
             produce(
@@ -219,9 +225,16 @@ class ConsumerRunner:
 
 def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:
     """The offsets to commit: one past the last record of each partition."""
-    last: dict[Partition, int] = {}
+    last: dict[tuple[str | None, int | None], int] = {}
     for msg in records:
-        pos = Position.of(msg)
-        last[pos.key] = max(last.get(pos.key, -1), pos.offset)
-    return [TopicPartition(*key, offset + 1) for key, offset in last.items()]
-
+        key, offset = (msg.topic(), msg.partition()), msg.offset()
+        if offset is None:
+            raise ValueError("a record without an offset has no position")
+        if offset > last.get(key, -1):
+            last[key] = offset
+    out = []
+    for (topic, partition), offset in last.items():
+        if topic is None or partition is None:
+            raise ValueError("a record without a topic or partition has no position")
+        out.append(TopicPartition(topic, partition, offset + 1))
+    return out
