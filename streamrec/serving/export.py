@@ -203,8 +203,8 @@ def contract(learner: DINLearner, version: int) -> dict[str, Any]:
         "sequence_length": t,
         "user_buckets": USER_BUCKETS,
         "inputs": inputs,
-        "output": {"name": "scores", "dtype": "float32", "shape": [-1],
-                   "what": "the click probability of each candidate"},
+        "output": {"dtype": "float32", "shape": [-1],
+                   "what": "the predictor's only output: the click probability of each candidate"},
         "model": cfg.model_dump(mode="json"),
     }
 
