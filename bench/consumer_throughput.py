@@ -7,6 +7,10 @@ offsets in one transaction per batch). Data: the 2-hour Taobao slice (110k real 
 
     .venv/bin/python bench/consumer_throughput.py [--events N] [--data PATH|synthetic]
 
+Scaling: one consumer process, then two in one group, on the same 4-partition topic (a new
+group and key prefix each), each rate taken from the first batch read to the last batch
+committed, so group joins and idling do not count.
+
 Prints one JSON object as its last line.
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import resource
 import time
 import uuid
@@ -22,7 +27,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.runner import ConsumerRunner
+from streamrec.consumers.runner import BatchReport, ConsumerRunner
 from streamrec.datasets import read_events
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.kafka.topics import ensure_topics
@@ -44,6 +49,35 @@ def bare_consume(bootstrap: str, topic: str, partitions: int, total: int) -> flo
     return total / elapsed
 
 
+def consume(sections: dict[str, dict[str, object]]) -> tuple[int, float, float]:
+    """One consumer process: events processed, when its first batch was read and when its
+    last was committed (wall clock, comparable across processes)."""
+    window: list[float] = []
+
+    def on_batch(report: BatchReport) -> None:
+        now = time.time()
+        window[:] = [min(window[0], now - report.seconds) if window else now - report.seconds, now]
+
+    stats = ConsumerRunner(StreamrecConfig.model_validate(sections), on_batch=on_batch).run()
+    return stats.events, window[0], window[1]
+
+
+def scaling(sections: dict[str, dict[str, object]], processes: int) -> float:
+    """Events per second of ``processes`` consumers in one group (each its own process)."""
+    name = uuid.uuid4().hex[:8]
+    own = {
+        **sections,
+        "kafka": {**sections["kafka"], "samples_topic": f"s-{name}", "dlq_topic": f"d-{name}"},
+        "store": {**sections["store"], "key_prefix": f"bench-{name}"},
+        "consumer": {**sections["consumer"], "group_id": f"g-{name}"},
+    }
+    ensure_topics(StreamrecConfig.model_validate(own).kafka)
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        done = pool.map(consume, [own] * processes)
+    events = sum(n for n, _, _ in done)
+    return events / (max(end for _, _, end in done) - min(start for _, start, _ in done))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=None, help="default: the whole file")
@@ -56,12 +90,13 @@ def main() -> None:
         events = read_events(Path(args.data), limit=args.events)
     with local_services() as services:
         name = uuid.uuid4().hex[:8]
-        cfg = StreamrecConfig(
-            kafka={"bootstrap_servers": services.bootstrap_servers, "events_topic": f"ev-{name}",
-                   "samples_topic": f"s-{name}", "dlq_topic": f"d-{name}"},
-            store={"url": services.redis_url},
-            consumer={"group_id": f"g-{name}", "stop_when_idle_s": 2.0},
-        )
+        sections: dict[str, dict[str, object]] = {
+            "kafka": {"bootstrap_servers": services.bootstrap_servers, "events_topic": f"ev-{name}",
+                      "samples_topic": f"s-{name}", "dlq_topic": f"d-{name}"},
+            "store": {"url": services.redis_url},
+            "consumer": {"group_id": f"g-{name}", "stop_when_idle_s": 2.0},
+        }
+        cfg = StreamrecConfig.model_validate(sections)
         ensure_topics(cfg.kafka)
         publish(events, cfg.kafka)
         ceiling = bare_consume(services.bootstrap_servers, cfg.kafka.events_topic,
@@ -73,6 +108,7 @@ def main() -> None:
         idle = cfg.consumer.stop_when_idle_s or 0.0
         busy = time.perf_counter() - start - idle - runner.join_seconds
         assert stats.events == len(events), stats
+        one, two = (scaling(sections, processes) for processes in (1, 2))
     rate = stats.events / busy
     print(json.dumps({
         "bench": "consumer_throughput",
@@ -82,6 +118,10 @@ def main() -> None:
         "ceiling_events_per_s": round(ceiling),
         "streamrec_events_per_s": round(rate),
         "ratio_to_ceiling": round(rate / ceiling, 4),
+        "partitions": cfg.kafka.partitions,
+        "one_process_events_per_s": round(one),
+        "two_processes_events_per_s": round(two),
+        "two_to_one": round(two / one, 3),
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }))
 
