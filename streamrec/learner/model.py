@@ -129,12 +129,24 @@ class LocalActivationUnit(nn.Layer):
         Returns:
             [B, D] the user-interest vector.
         """
-        q = query.unsqueeze(1).expand_as(keys)
-        features = paddle.concat([q, keys, q - keys, q * keys], axis=-1)
-        # One row per (sample, behaviour): the MLP runs on [B*T, 4D], which oneDNN (the
-        # exported model's CPU kernels) handles where it mis-reads PReLU on [B, T, C].
-        flat = features.reshape([-1, features.shape[-1]])
-        weights = self.score(flat).reshape(mask.shape) * mask
+        # The first layer on [q, k, q-k, q*k], split by its weight's row blocks W1..W4:
+        # q(W1+W3) + k(W2-W3) + (q*k)W4 + b. The same function and parameters as the layer on
+        # the concatenation, at half its multiplications: q's part is computed once per
+        # sample instead of once per behaviour, and no [B, T, 4D] tensor is built.
+        layers = list(self.score)
+        first = layers[0]
+        d = query.shape[-1]
+        w = first.weight
+        per_sample = paddle.matmul(query, w[:d] + w[2 * d : 3 * d]) + first.bias
+        per_behaviour = paddle.matmul(keys, w[d : 2 * d] - w[2 * d : 3 * d])
+        per_behaviour = per_behaviour + paddle.matmul(query.unsqueeze(1) * keys, w[3 * d :])
+        hidden = per_behaviour + per_sample.unsqueeze(1)
+        # The rest runs on [B*T, H] rows, which oneDNN (the exported model's CPU kernels)
+        # reads right where it mis-reads PReLU on [B, T, H].
+        hidden = hidden.reshape([-1, hidden.shape[-1]])
+        for layer in layers[1:]:
+            hidden = layer(hidden)
+        weights = hidden.reshape(mask.shape) * mask
         return (weights.unsqueeze(-1) * keys).sum(axis=1)
 
 
