@@ -4,9 +4,10 @@ Keys per user, hash-tagged ``{<user_id>}`` so they share one Cluster slot:
 
 - ``<prefix>:seq:{u}``: the sequence, a sorted set scored by event time; member
   ``event_id \\t item \\t category \\t action`` (see :class:`Behaviour`);
-- ``<prefix>:ids:{u}``: a hash, event id -> ``fingerprint \\t partition:offset``: what arrived
-  under each id and from which record, for the dedup horizon;
-- ``<prefix>:idt:{u}``: those ids scored by event time, to forget them past the horizon.
+- ``<prefix>:ids:{u}``: a hash, event id -> ``fingerprint \\t partition:offset \\t ts``: what
+  arrived under each id, from which record and when, for the dedup horizon (an id older than
+  the horizon behind the user's newest event counts as forgotten at once, and is deleted when
+  the newest event next passes a multiple of the horizon).
 
 Per item, ``<prefix>:item:{<item_id>}`` holds the first time it was seen.
 
@@ -44,41 +45,55 @@ from streamrec.featurestore.base import (
 
 logger = logging.getLogger(__name__)
 
-# KEYS: seq, ids, idt of each user of the call, in turn. ARGV: cap, ttl_ms, horizon_ms, then
-# one string per user holding its events, one line each (see ``_event_line``):
+# KEYS: seq, ids of each user of the call, in turn. ARGV: cap, ttl_ms, horizon_ms, then one
+# string per user holding its events, one line each (see ``_event_line``):
 # ``ts \x1f want \x1f member \x1f mark \n``, want 1 when a history is asked for. One string
 # per user, not four arguments per event: packing arguments cost redis-py more than Lua's
 # one pattern match per line costs Redis.
 # Returns one flat list, one string per event in call order: ``0`` and, when asked for, its
 # history (accepted; the latest `cap` entries strictly before its time, newest first, members
-# and scores joined by tabs), or ``1`` (duplicate) / ``2`` (conflict) and the first mark.
+# and scores joined by tabs), or ``1`` (duplicate) / ``2`` (conflict) and what the id holds.
 # Per user, trims the sequence to the latest `cap` entries before the batch's earliest
 # accepted event, keeping everything from it on, so a batch redone after an aborted commit
-# reads exactly the same histories; forgets ids older than the horizon behind the newest.
-# Commands are what Redis spends its time on (about a microsecond each), so they are saved
-# where the answer is known: HSETNX judges a new id in one command, the ids of a user go in
-# one ZADD, and the count before the earliest event is that event's history when it is short.
+# reads exactly the same histories.
+# An id is remembered as ``mark \t ts``. It counts as forgotten once it is older than the
+# horizon behind the user's newest event before the call (the newest entry of the sequence,
+# which trimming never removes), as if it had been deleted then; it is deleted for real when
+# the newest event crosses a multiple of the horizon, so an id stays in Redis at most two
+# horizons. Commands are what Redis spends its time on (about a microsecond each), so they
+# are saved where the answer is known: HSETNX judges a new id in one command, no sorted set
+# of ids to keep in step, and the count before the earliest event is that event's history
+# when it is short.
 _SEQUENCE_LUA = """
 local cap, ttl, horizon = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local out = {}
 for u = 1, #ARGV - 3 do
-  local seq, ids, idt = KEYS[3 * u - 2], KEYS[3 * u - 1], KEYS[3 * u]
-  local chunk, fresh, reads, low, lowscore = {}, {}, {}, nil, nil
+  local seq, ids = KEYS[2 * u - 1], KEYS[2 * u]
+  local top = redis.call('ZREVRANGE', seq, 0, 0, 'WITHSCORES')
+  local newest = tonumber(top[2])  -- nil for a user without a sequence
+  local chunk, added, reads, low, lowscore, high = {}, {}, {}, nil, nil, newest
   for score, want, member, id, mark in
       string.gmatch(ARGV[u + 3], '(%-?%d+)\\31(%d)\\31(([^\\t]*)[^\\31]*)\\31([^\\n]*)\\n') do
-    local code, seen = 0, nil
-    if redis.call('HSETNX', ids, id, mark) == 0 then
+    local code, seen, value = 0, nil, mark .. '\\t' .. score
+    if redis.call('HSETNX', ids, id, value) == 0 then
       seen = redis.call('HGET', ids, id)
-      if seen ~= mark then
-        if string.match(seen, '^[^\t]*') == string.match(mark, '^[^\t]*') then code = 1 else code = 2 end
+      -- a bare mark was written before ids kept their time: the same record too
+      if seen ~= value and seen ~= mark then
+        local at = tonumber(string.match(seen, '\\t(%-?%d+)$'))
+        if at ~= nil and newest ~= nil and at < newest - horizon and not added[id] then
+          redis.call('HSET', ids, id, value)  -- forgotten: a new id again
+        elseif string.match(seen, '^[^\\t]*') == string.match(mark, '^[^\\t]*') then
+          code = 1
+        else
+          code = 2
+        end
       end
-    else
-      fresh[#fresh + 1] = score
-      fresh[#fresh + 1] = id
     end
     if code == 0 then
+      added[id] = true
       local n = tonumber(score)
       if low == nil or n < low then low, lowscore = n, score end
+      if high == nil or n > high then high = n end
       chunk[#chunk + 1] = score
       chunk[#chunk + 1] = member
       if want == '1' then  -- its history is read once the batch is in
@@ -94,32 +109,29 @@ for u = 1, #ARGV - 3 do
   for i = 1, #chunk, 1000 do  -- unpack() has a small stack: add in slices
     redis.call('ZADD', seq, unpack(chunk, i, math.min(i + 999, #chunk)))
   end
-  for i = 1, #fresh, 1000 do
-    redis.call('ZADD', idt, unpack(fresh, i, math.min(i + 999, #fresh)))
-  end
   local before = nil  -- entries strictly before low, when a history read has told
   for _, at in ipairs(reads) do
     local score = out[at]
     local history = redis.call('ZREVRANGEBYSCORE', seq, '(' .. score, '-inf', 'WITHSCORES', 'LIMIT', 0, cap)
     if score == lowscore and #history < 2 * cap then before = #history / 2 end
-    out[at] = '0' .. table.concat(history, '\t')
+    out[at] = '0' .. table.concat(history, '\\t')
   end
   if low ~= nil then
     if before == nil then before = redis.call('ZCOUNT', seq, '-inf', '(' .. lowscore) end
     if before > cap then redis.call('ZREMRANGEBYRANK', seq, 0, before - cap - 1) end
-    local newest = redis.call('ZREVRANGE', idt, 0, 0, 'WITHSCORES')
-    local cut = string.format('%d', tonumber(newest[2]) - horizon)
-    local old = redis.call('ZRANGEBYSCORE', idt, '-inf', '(' .. cut)
-    if #old > 0 then
+    if newest ~= nil and horizon > 0 and math.floor(high / horizon) > math.floor(newest / horizon) then
+      local all, old = redis.call('HGETALL', ids), {}
+      for i = 1, #all, 2 do
+        local at = tonumber(string.match(all[i + 1], '\\t(%-?%d+)$'))
+        if at ~= nil and at < high - horizon then old[#old + 1] = all[i] end
+      end
       for i = 1, #old, 1000 do
         redis.call('HDEL', ids, unpack(old, i, math.min(i + 999, #old)))
       end
-      redis.call('ZREMRANGEBYSCORE', idt, '-inf', '(' .. cut)
     end
   end
   redis.call('PEXPIRE', seq, ttl)
   redis.call('PEXPIRE', ids, ttl)
-  redis.call('PEXPIRE', idt, ttl)
 end
 return out
 """
@@ -272,7 +284,7 @@ class RedisFeatureStore(FeatureStore):
                 code = answer[0]
                 if code != "0":
                     verdicts[index] = _VERDICTS[code]
-                    first_seen_at[index] = answer.partition("\t")[2]
+                    first_seen_at[index] = answer.split("\t", 2)[1]  # fingerprint, origin, time
                 elif arrivals[index].wants_history:
                     histories[index] = _history(answer)
         accepted = [a.event for a, v in zip(arrivals, verdicts, strict=True) if v is Verdict.ACCEPTED]
@@ -322,7 +334,7 @@ class RedisFeatureStore(FeatureStore):
             keys: list[str] = []
             lines: list[str] = []
             for user in users:
-                keys += (f"{prefix}:seq:{{{user}}}", f"{prefix}:ids:{{{user}}}", f"{prefix}:idt:{{{user}}}")
+                keys += (f"{prefix}:seq:{{{user}}}", f"{prefix}:ids:{{{user}}}")
                 lines.append("".join([_event_line(arrivals[i]) for i in by_user[user]]))
             args = (self.length, self._ttl_ms, self.dedup_horizon_ms, *lines)
             pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)

@@ -111,6 +111,14 @@ def test_ids_are_forgotten_past_the_horizon(store: FeatureStore) -> None:
     assert update(store, [ev(2, ts=2 * HOUR // 1000)], origin="1").verdicts == [Verdict.DUPLICATE]
 
 
+def test_a_forgotten_id_is_new_again_once_within_a_batch(store: FeatureStore) -> None:
+    update(store, [ev(1)])
+    update(store, [ev(2, ts=2 * HOUR // 1000)])
+    again = store.update([Arrival(ev(1), "1:1"), Arrival(ev(1), "1:2"), Arrival(ev(1, item="x"), "1:3")])
+    assert again.verdicts == [Verdict.ACCEPTED, Verdict.DUPLICATE, Verdict.CONFLICT]
+    assert again.first_seen_at == ["", "1:1", "1:1"]
+
+
 def test_ids_are_per_user(store: FeatureStore) -> None:
     result = store.update([Arrival(ev(1, user="a"), "0:1"), Arrival(ev(1, user="b"), "1:1")])
     assert result.verdicts == [Verdict.ACCEPTED, Verdict.ACCEPTED]
@@ -165,7 +173,7 @@ def test_redis_keys_are_hash_tagged_and_expire(
     update(store, [ev(1, "42")])
     prefix = store_config.key_prefix
     keys = sorted(k.decode() for k in cast(list[bytes], redis_client.keys(f"{prefix}:*{{42}}")))
-    assert keys == [f"{prefix}:ids:{{42}}", f"{prefix}:idt:{{42}}", f"{prefix}:seq:{{42}}"]
+    assert keys == [f"{prefix}:ids:{{42}}", f"{prefix}:seq:{{42}}"]
     for key in keys:
         assert 0 < redis_client.pttl(key) <= store_config.ttl_s * 1000
 
@@ -215,3 +223,33 @@ def test_redis_answers_as_the_memory_store_on_a_random_stream(
             assert redis_answer == memory_answer, batch_no
     for user in (f"u{i}" for i in range(6)):
         assert stores[0].sequence(user) == stores[1].sequence(user)
+
+
+def test_redis_deletes_forgotten_ids_once_the_newest_crosses_a_horizon(
+    store_config: RedisStoreConfig, redis_client: redis.Redis
+) -> None:
+    """Forgetting is exact at once; the ids themselves go when the user's newest event passes
+    a multiple of the horizon, so none stays in Redis longer than two horizons."""
+    store = RedisFeatureStore(store_config, 3, HOUR)
+    key = f"{store_config.key_prefix}:ids:{{u}}"
+
+    def at(hours: float) -> int:  # ev() takes seconds after T0, which is on a whole hour
+        return round(hours * HOUR / 1000)
+
+    update(store, [ev(1), ev(2, ts=at(0.5)), ev(3, ts=at(0.9))])
+    update(store, [ev(4, ts=at(1.6))])  # the newest crosses 1 h: ids before 0.6 h go
+    assert sorted(cast(list[bytes], redis_client.hkeys(key))) == [b"e003", b"e004"]
+    update(store, [ev(5, ts=at(1.95))])  # e003 is now forgotten, though still in Redis
+    assert sorted(cast(list[bytes], redis_client.hkeys(key))) == [b"e003", b"e004", b"e005"]
+    assert update(store, [ev(3, ts=at(0.9))], origin="1").verdicts == [Verdict.ACCEPTED]
+
+
+def test_redis_reads_ids_remembered_without_their_time(
+    store_config: RedisStoreConfig, redis_client: redis.Redis
+) -> None:
+    """Ids written before the time was kept with them: the same record is a redo, another a
+    resend."""
+    store = RedisFeatureStore(store_config, 3, HOUR)
+    arrival = Arrival(ev(1), "0:7")
+    redis_client.hset(f"{store_config.key_prefix}:ids:{{u}}", "e001", arrival.mark)
+    assert store.update([arrival, Arrival(ev(1), "0:8")]).verdicts == [Verdict.ACCEPTED, Verdict.DUPLICATE]
