@@ -58,14 +58,16 @@ def main() -> None:
     chunks = [wire[i : i + MICRO_BATCH] for i in range(0, len(wire), MICRO_BATCH)]
 
     # Ceiling: score and train, on batches encoded outside the timed region (by a learner
-    # that has counted the same data, so its id statistics are those the run will see).
+    # that has admitted ids and counted the same data, so its rows and id statistics are
+    # those the run will see), by a model with as many rows as that learner ends with.
     counter = DINLearner(cfg)
     prepared = []
     for chunk in chunks:
         batch = Batch.from_samples([Sample.from_json(r) for r in chunk])
+        counter.admit(batch)
         prepared.append(counter.encode(batch))
         counter.count(batch)
-    bare = DINLearner(cfg)
+    bare = DINLearner(cfg, rows=counter.rows)
     start = time.perf_counter()
     for encoded in prepared:
         bare.predict_encoded(encoded)

@@ -77,11 +77,13 @@ class DINLearner:
     behaviours); without an item table no item counts as known.
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, rows: Mapping[str, int] | None = None) -> None:
         """Build the model and optimizer, seeded from ``cfg.seed``, on ``cfg.device``.
 
         Args:
             cfg: The model hyper-parameters.
+            rows: Each table's rows to start with (default: what the configuration starts
+                with), for a model that trains on batches encoded by another learner.
         """
         self.cfg = cfg
         self.device = resolve_device(cfg.device)
@@ -91,7 +93,7 @@ class DINLearner:
         item = cfg.table("item")
         self._item_table = None if item is None else item.name
         self._maps = {t.name: IdMap(t) for t in cfg.tables if t.ids == "dynamic"}
-        self._build({t.name: t.start_rows for t in cfg.tables})
+        self._build(dict(rows) if rows is not None else {t.name: t.start_rows for t in cfg.tables})
         self._shuffle_seed = cfg.seed
         self._learn_calls = 0
         # The last batch encoded: scoring and then training the same micro-batch hash it once.
