@@ -58,7 +58,9 @@ def export_dir(root: Path, version: int) -> Path:
 
 
 def learner_from_snapshot(store: SnapshotStore, version: int) -> DINLearner:
-    """A CPU learner holding ``version``'s state (its checksums verified).
+    """A learner holding ``version``'s state (its checksums verified), on the device this
+    process already uses (Paddle's device is process-global: a learner exporting beside its
+    training must not move it).
 
     Raises:
         InvalidSnapshot: the version failed a check or holds no model configuration.
@@ -67,7 +69,7 @@ def learner_from_snapshot(store: SnapshotStore, version: int) -> DINLearner:
     model_doc = manifest.config.get("model")
     if not isinstance(model_doc, dict):
         raise InvalidSnapshot(f"{store.path(version)}: the manifest holds no model configuration")
-    cfg = ModelConfig.model_validate({**model_doc, "device": "cpu"})
+    cfg = ModelConfig.model_validate({**model_doc, "device": paddle.device.get_device()})
     learner = DINLearner(cfg)
     learner.load_state_arrays({f"{g}/{k}": v for g, arrays in tensors.items() for k, v in arrays.items()})
     return learner
