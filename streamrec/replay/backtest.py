@@ -20,7 +20,15 @@ from streamrec.datasets import load_events
 from streamrec.errors import ConfigError
 from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
 from streamrec.replay.report import SCHEMA, finish, summarise
-from streamrec.replay.strategies import KINDS, Kind, Progress, Strategy, StrategyRun, run_strategy
+from streamrec.replay.strategies import (
+    DEFAULT_EWC_LAMBDA,
+    KINDS,
+    Kind,
+    Progress,
+    Strategy,
+    StrategyRun,
+    run_strategy,
+)
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,7 @@ class BacktestConfig:
     strategies: tuple[Kind, ...] = KINDS
     warmup: float = 0.25
     retrain_every: int = 10
-    ewc_lambdas: tuple[float, ...] = ()  # empty: the model's own (settings.model.ewc_lambda)
+    ewc_lambdas: tuple[float, ...] = ()  # empty: the model's own, DEFAULT_EWC_LAMBDA if that is 0
     seed: int = 0
     jobs: int = 1
     settings: StreamrecConfig = field(default_factory=StreamrecConfig)  # consumer and model
@@ -48,6 +56,11 @@ def seeded(cfg: BacktestConfig) -> StreamrecConfig:
         "consumer": s.consumer.model_copy(update={"seed": cfg.seed}),
         "model": s.model.model_copy(update={"seed": cfg.seed}),
     })
+
+
+def ewc_lambdas(cfg: BacktestConfig, settings: StreamrecConfig) -> tuple[float, ...]:
+    """The λ values the ewc strategy runs at: ``cfg``'s, else the model's, else the default."""
+    return cfg.ewc_lambdas or (settings.model.ewc_lambda or DEFAULT_EWC_LAMBDA,)
 
 
 def strategies_of(cfg: BacktestConfig, settings: StreamrecConfig) -> list[Strategy]:
@@ -130,7 +143,7 @@ def _config(cfg: BacktestConfig, settings: StreamrecConfig) -> dict[str, Any]:
         "limit": cfg.limit,
         "warmup": cfg.warmup,
         "retrain_every": cfg.retrain_every,
-        "ewc_lambdas": list(cfg.ewc_lambdas or (settings.model.ewc_lambda,)),
+        "ewc_lambdas": list(ewc_lambdas(cfg, settings)),
         "seed": cfg.seed,
         "consumer": settings.consumer.model_dump(mode="json"),
         "model": settings.model.model_dump(mode="json"),
@@ -158,7 +171,7 @@ def sweep(
     for interval in intervals_ms:
         batches = by_count(samples, cfg.batch_size) if interval is None else by_interval(samples, interval)
         variants: list[tuple[Kind, float | None]] = [("finetune", None)]
-        variants += [("ewc", lam) for lam in cfg.ewc_lambdas or (settings.model.ewc_lambda,)]
+        variants += [("ewc", lam) for lam in ewc_lambdas(cfg, settings)]
         combos = [
             Strategy(
                 f"{kind} lr={lr:g} passes={n}" + (f" λ={lam:g}" if lam is not None else ""),
