@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
+from streamrec.consumers.runner import ConsumerStats
+from streamrec.consumers.runners import make_runner
 from streamrec.events import Event
 from streamrec.kafka.topics import ensure_topics
 from streamrec.learner.din import DINLearner
@@ -43,12 +44,14 @@ def run_pipeline(
     on_report: Callable[[MicroBatchReport], None] | None = None,
     on_snapshot: Callable[[SnapshotManifest], None] | None = None,
     stop: threading.Event | None = None,
+    runner: str = "native",
 ) -> PipelineResult:
-    """Publish ``events``, then consume and learn until the stream is idle (or ``stop``)."""
+    """Publish ``events``, then consume (with the consumer ``runner`` named) and learn until
+    the stream is idle (or ``stop``)."""
     stop = stop or threading.Event()
     ensure_topics(cfg.kafka)
     published = publish(events, cfg.kafka)
-    consumer = ConsumerRunner(cfg)
+    consumer = make_runner(runner, cfg)
     failure: list[BaseException] = []
     consumer_done = threading.Event()
 

@@ -13,7 +13,8 @@ from rich.text import Text
 from streamrec.cli.common import build_config, cli_errors, console, live_status, stop_on_signals
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.rebuild import rebuild_store
-from streamrec.consumers.runner import BatchReport, ConsumerRunner
+from streamrec.consumers.runner import BatchReport
+from streamrec.consumers.runners import make_runner
 from streamrec.kafka.topics import ensure_topics
 from streamrec.observability import ConsumerMetrics, LagProbe, lag_client
 
@@ -105,6 +106,10 @@ def run(
     negatives: int | None = typer.Option(None, help="Sampled negatives per implicit positive"),
     stop_when_idle: float | None = typer.Option(None, help="Stop after this many seconds without events"),
     metrics_port: int | None = typer.Option(None, help="Port of Prometheus /metrics (default 9465; 0: off)"),
+    runner_name: str = typer.Option(
+        "native", "--runner",
+        help="native: exactly-once (Kafka transactions); faust: a faust-streaming agent, at-least-once",
+    ),
 ) -> None:
     """Consume events until interrupted (or idle for --stop-when-idle seconds)."""
     with cli_errors():
@@ -121,7 +126,7 @@ def run(
         ensure_topics(cfg.kafka)
         with ConsumerMetrics() as metrics:
             status = ConsumerStatus()
-            runner = ConsumerRunner(cfg, on_batch=batch_handler(metrics, status))
+            runner = make_runner(runner_name, cfg, batch_handler(metrics, status))
             serve_metrics(metrics, cfg)
             with live_status(status):
                 stats = runner.run(stop_on_signals())

@@ -39,6 +39,7 @@ def demo(
     max_batch: int = typer.Option(2500, help="Samples per micro-batch"),
     snapshot_dir: Path | None = typer.Option(None, help="Default: snapshots/demo-<time>"),
     snapshot_every: int = typer.Option(10, help="Snapshot after this many micro-batches"),
+    runner: str = typer.Option("native", help="Consumer runner: native (exactly-once) or faust"),
 ) -> None:
     """Start a local broker and Redis, replay a dataset through producer -> consumers ->
     learner, print progressive metrics per micro-batch and the snapshots written."""
@@ -91,6 +92,7 @@ def demo(
                     f"(positions {format_positions(m)})"
                 ),
                 stop=stop_on_signals(),
+                runner=runner,
             )
         _summary(result, reports)
 
