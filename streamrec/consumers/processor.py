@@ -16,7 +16,7 @@ from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import Event, parse_event
-from streamrec.featurestore.base import Arrival, Behaviour, FeatureStore, Verdict
+from streamrec.featurestore.base import Arrival, FeatureStore, History, Verdict
 from streamrec.kafka.records import KafkaMessage
 from streamrec.samples import Sample
 
@@ -131,13 +131,12 @@ class SampleBuilder:
         out: list[Sample],
         sampler: NoveltyMatchedSampler,
         event: Event,
-        history: list[Behaviour],
+        history: History,
         first_seen: int,
     ) -> None:
         """Add an event's samples to ``out``: its own, and for an implicit positive the
         sampled negatives, all with the same history."""
-        items = tuple([b.item_id for b in history])
-        categories = tuple([b.category_id for b in history])
+        items, categories = history.items, history.categories
         event_id, user_id, ts = event.event_id, event.user_id, event.ts
         if event.label is not None:
             out.append(Sample(event_id, user_id, ts, event.item_id, event.category_id, event.label,

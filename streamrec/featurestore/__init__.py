@@ -1,7 +1,7 @@
 """Per-user behaviour sequences: the :class:`FeatureStore` interface and its implementations."""
 
 from streamrec.config import MemoryStoreConfig, RedisStoreConfig
-from streamrec.featurestore.base import Arrival, Behaviour, FeatureStore, StoreUpdate, Verdict
+from streamrec.featurestore.base import Arrival, Behaviour, FeatureStore, History, StoreUpdate, Verdict
 from streamrec.featurestore.memory import MemoryFeatureStore
 from streamrec.featurestore.redis_store import RedisFeatureStore
 
@@ -9,6 +9,7 @@ __all__ = [
     "Arrival",
     "Behaviour",
     "FeatureStore",
+    "History",
     "MemoryFeatureStore",
     "RedisFeatureStore",
     "StoreUpdate",

@@ -11,6 +11,7 @@ from streamrec.featurestore.base import (
     Arrival,
     Behaviour,
     FeatureStore,
+    History,
     StoreUpdate,
     Verdict,
     earliest_per_item,
@@ -71,10 +72,10 @@ class MemoryFeatureStore(FeatureStore):
         first_seen = {e.item_id: self._first_seen[e.item_id] for e in accepted}
         return StoreUpdate(verdicts, histories, first_seen_at, first_seen)
 
-    def _history(self, arrival: Arrival) -> list[Behaviour]:
+    def _history(self, arrival: Arrival) -> History:
         seq = self._users[arrival.event.user_id].sequence
         end = bisect.bisect_left(seq, arrival.event.ts, key=lambda b: b.ts)
-        return seq[max(0, end - self.length) : end]
+        return History.of(seq[max(0, end - self.length) : end])
 
     def _trim(self, user: _User, low: int) -> None:
         """As in Redis: keep the latest ``length`` before the batch and all from it on, and

@@ -38,6 +38,7 @@ from streamrec.featurestore.base import (
     Arrival,
     Behaviour,
     FeatureStore,
+    History,
     StoreUpdate,
     Verdict,
     earliest_per_item,
@@ -275,7 +276,7 @@ class RedisFeatureStore(FeatureStore):
         self._check_markers(replies[: len(markers)])
         verdicts = [Verdict.ACCEPTED] * len(arrivals)
         first_seen_at = [""] * len(arrivals)
-        histories: list[list[Behaviour] | None] = [None] * len(arrivals)
+        histories: list[History | None] = [None] * len(arrivals)
         for users, reply in zip(calls, replies[len(markers) :], strict=True):
             order = [index for user in users for index in by_user[user]]
             if len(reply) != len(order):
@@ -399,14 +400,21 @@ def _event_line(arrival: Arrival) -> str:
     )
 
 
-def _history(answer: str) -> list[Behaviour]:
-    """The behaviours of an accepted event's answer, ``0`` then ``member \\t score`` newest
-    first, all joined by tabs: reversed, each entry reads ``score action category item id``."""
+def _history(answer: str) -> History:
+    """The history in an accepted event's answer: ``0``, then ``member \\t score`` newest
+    first, all joined by tabs. Reversed, each entry reads ``score action category item id``."""
     if len(answer) == 1:
-        return []
+        return _EMPTY
     fields = answer[1:].split("\t")
     fields.reverse()
-    return [
-        Behaviour(int(fields[k]), fields[k + 4], fields[k + 3], fields[k + 2], fields[k + 1])
-        for k in range(0, len(fields), 5)
-    ]
+
+    def make() -> list[Behaviour]:
+        return [
+            Behaviour(int(fields[k]), fields[k + 4], fields[k + 3], fields[k + 2], fields[k + 1])
+            for k in range(0, len(fields), 5)
+        ]
+
+    return History(tuple(fields[3::5]), tuple(fields[2::5]), make)
+
+
+_EMPTY = History((), (), list)

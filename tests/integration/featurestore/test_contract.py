@@ -14,8 +14,8 @@ from streamrec.errors import FeatureStoreLost
 from streamrec.events import Event
 from streamrec.featurestore import (
     Arrival,
-    Behaviour,
     FeatureStore,
+    History,
     MemoryFeatureStore,
     RedisFeatureStore,
     StoreUpdate,
@@ -50,9 +50,12 @@ def update(
     return store.update([Arrival(e, f"{origin}:{e.event_id}", e in wanted) for e in events])
 
 
-def items(history: list[Behaviour] | None) -> list[str]:
+def items(history: History | None) -> list[str]:
     assert history is not None
-    return [b.item_id for b in history]
+    behaviours = list(history)
+    assert history.items == tuple(b.item_id for b in behaviours)  # what samples carry
+    assert history.categories == tuple(b.category_id for b in behaviours)
+    return [b.item_id for b in behaviours]
 
 
 def test_history_is_strictly_earlier_latest_first_capped(store: FeatureStore) -> None:
