@@ -150,6 +150,22 @@ class ConsumerConfig(BaseModel):
     # Clock skew allowance: an event more than 5 minutes in the future is rejected.
     max_future_ms: int = Field(300_000, ge=0, description="STREAMREC_CONSUMER__MAX_FUTURE_MS")
     seed: int = Field(0, description="STREAMREC_CONSUMER__SEED (negative sampling)")
+    # An event more than this behind the newest event time seen on its partition is late.
+    # One hour is the negative window: a sample that late would draw negatives from pools
+    # that no longer cover its time, and the learner has long trained on what came after
+    # it. It is generous to producers that buffer, retry or interleave for minutes, and well
+    # inside the dedup horizon, so a resend an hour late still counts as a duplicate.
+    # None (null): nothing is late; 0: any event older than one before it on its partition.
+    allowed_lateness_ms: int | None = Field(
+        3_600_000, ge=0, description="STREAMREC_CONSUMER__ALLOWED_LATENESS_MS (null: off)"
+    )
+    # A late event is real behaviour: "sequence_only" keeps it in its user's sequence, so
+    # later histories (and a store rebuilt from the events topic) hold it, but emits no
+    # sample of it (its model has seen its future). "dead_letter" sends it to the DLQ,
+    # reason "late event ...", and leaves the sequences without it.
+    late_events: Literal["sequence_only", "dead_letter"] = Field(
+        "sequence_only", description="STREAMREC_CONSUMER__LATE_EVENTS"
+    )
     # How long a batch is redone after Redis or the broker failed before the consumer stops:
     # five minutes rides out a restart or a failover, and still alerts on a real outage.
     retry_deadline_s: float = Field(300.0, ge=0, description="STREAMREC_CONSUMER__RETRY_DEADLINE_S")
@@ -348,6 +364,7 @@ class StreamrecConfig(BaseSettings):
         toml_file="streamrec.toml",
         frozen=True,
         extra="forbid",
+        env_parse_none_str="null",  # STREAMREC_CONSUMER__ALLOWED_LATENESS_MS=null: off
     )
 
     log_level: str = Field("INFO", description="STREAMREC_LOG_LEVEL")

@@ -57,8 +57,8 @@ import faust
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.processor import BatchResult, SampleBuilder
-from streamrec.consumers.runner import BatchReport, ConsumerStats
+from streamrec.consumers.processor import BatchResult
+from streamrec.consumers.runner import BatchReport, ConsumerStats, count_batch, make_builder
 from streamrec.errors import FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
@@ -168,7 +168,7 @@ class FaustRunner:
         self._store = store or make_feature_store(
             cfg.store, cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms
         )
-        self.builder = SampleBuilder(cfg.consumer, self._store)
+        self.builder = make_builder(cfg, self._store)
         self.stats = FaustStats()
         self._sink: BatchSink | None = None
         self._fatal: BaseException | None = None
@@ -187,9 +187,11 @@ class FaustRunner:
         finally:
             self._sink.close()
         logger.info(
-            "consumer stopped batches=%d events=%d samples=%d dead=%d duplicates=%d skipped=%d retries=%d",
+            "consumer stopped batches=%d events=%d samples=%d dead=%d duplicates=%d late=%d "
+            "timestamp_mismatches=%d skipped=%d retries=%d",
             self.stats.batches, self.stats.events, self.stats.samples, self.stats.dead,
-            self.stats.duplicates, self.stats.skipped, self.stats.retries,
+            self.stats.duplicates, self.stats.late, self.stats.timestamp_mismatches,
+            self.stats.skipped, self.stats.retries,
         )
         if self._fatal is not None:
             raise self._fatal
@@ -324,15 +326,7 @@ class FaustRunner:
 
     def _count(self, result: BatchResult, seconds: float) -> None:
         self._idle_since = time.monotonic()
-        stats = self.stats
-        stats.batches += 1
-        stats.events += result.events
-        stats.samples += len(result.samples)
-        stats.dead += len(result.dead)
-        stats.duplicates += result.duplicates
-        for letter in result.dead:
-            logger.warning("dead letter %s offset=%d reason=%r",
-                           letter.position.key, letter.position.offset, letter.reason)
+        count_batch(self.stats, result, self._cfg.consumer.late_events)
         if self._on_batch is not None:
             newest = max((s.ts for s in result.samples), default=None)
             self._on_batch(BatchReport(result, seconds, newest, sorted(self._assigned)))

@@ -2,31 +2,48 @@
 
 A batch's in-memory effects (the negative pools) are staged in its :class:`BatchResult` and
 installed by :meth:`SampleBuilder.commit` only once its samples and offsets are committed: a
-batch redone after an aborted transaction draws exactly the negatives a clean run draws.
+batch redone after an aborted transaction draws exactly the negatives a clean run draws. The
+partitions' watermarks (:mod:`streamrec.consumers.lateness`) move the same way, so a redo
+judges the same events late.
+
+The builder also reports records whose timestamp is not their event time (a producer such
+as kcat that leaves it at the send time): the consumers' event-time alignment reads record
+timestamps, so such a topic is aligned by send time, silently, unless someone says so.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from streamrec.config import ConsumerConfig
+from streamrec.consumers.lateness import Watermarks
 from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import Event, parse_event
 from streamrec.featurestore.base import Arrival, FeatureStore, History, Verdict
-from streamrec.kafka.records import KafkaMessage
+from streamrec.kafka.records import KafkaMessage, Partition
 from streamrec.samples import Sample
+
+logger = logging.getLogger(__name__)
+
+#: How far a record's timestamp may be from its event's ``ts`` before it is reported: the
+#: alignment's default skew, the error in a record timestamp that alignment tolerates.
+TIMESTAMP_TOLERANCE_MS = 60_000
 
 
 @dataclass(frozen=True)
 class BatchResult:
     """What one batch of records produced, and the sampler state it leaves behind.
 
-    ``events`` counts the valid events, duplicates included; ``duplicates`` the resent ones
-    that yielded nothing; conflicting ids are among the dead letters.
+    ``events`` counts the valid events, duplicates and late ones included; ``duplicates``
+    the resent ones that yielded nothing; ``late`` those behind their partition's watermark
+    (dead-lettered, or kept in their sequences without samples); conflicting ids are among
+    the dead letters. ``timestamp_mismatches`` counts records whose timestamp is more than
+    the tolerance away from their event time.
     """
 
     events: int
@@ -34,6 +51,9 @@ class BatchResult:
     samples: list[Sample] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     duplicates: int = 0
+    late: int = 0
+    timestamp_mismatches: int = 0
+    watermarks: Watermarks | None = field(default=None, repr=False)
 
 
 def _origin(msg: KafkaMessage) -> str:
@@ -41,23 +61,47 @@ def _origin(msg: KafkaMessage) -> str:
     return f"{msg.partition()}:{msg.offset()}"
 
 
+def _partition(msg: KafkaMessage) -> Partition:
+    return Partition(msg.topic() or "", msg.partition() or 0)
+
+
+def late_reason(ts: int, behind_ms: int, key: Partition, allowed_ms: int) -> str:
+    """The dead-letter reason of a late event."""
+    return (
+        f"late event: ts={ts} is {behind_ms} ms behind the newest event time seen on {key} "
+        f"(allowed lateness {allowed_ms} ms)"
+    )
+
+
 class SampleBuilder:
     """Turns a batch of event records into sequence updates, samples and dead letters.
 
     Label rule: an event with ``label`` is an explicit sample with that label (no sampling);
     an unlabelled event whose action is in ``positive_actions`` is a positive plus
-    ``negatives`` sampled negatives; other events only extend the sequence.
+    ``negatives`` sampled negatives; other events only extend the sequence. An event late
+    for its partition's watermark yields no sample whatever its label (see
+    :mod:`streamrec.consumers.lateness`).
     """
 
     def __init__(
-        self, cfg: ConsumerConfig, store: FeatureStore, sampler: NoveltyMatchedSampler | None = None
+        self,
+        cfg: ConsumerConfig,
+        store: FeatureStore,
+        sampler: NoveltyMatchedSampler | None = None,
+        *,
+        timestamp_tolerance_ms: int = TIMESTAMP_TOLERANCE_MS,
     ) -> None:
+        """Build samples by ``cfg`` on ``store``; report records whose timestamp is more than
+        ``timestamp_tolerance_ms`` away from their event time."""
         self._cfg = cfg
         self._store = store
         self._positive = frozenset(cfg.positive_actions)
         self.sampler = sampler or NoveltyMatchedSampler(
             cfg.negative_window_ms, cfg.novelty_ms, cfg.negative_pool_size, cfg.seed
         )
+        self.watermarks = Watermarks(cfg.allowed_lateness_ms)
+        self._tolerance_ms = timestamp_tolerance_ms
+        self._mismatch_warned: set[Partition] = set()  # one warning per partition
 
     def parse(
         self, records: Sequence[KafkaMessage], now_ms: int
@@ -89,25 +133,29 @@ class SampleBuilder:
         An event id yields its samples once per user, within the store's dedup horizon: a
         resent event (the same content from another record) yields nothing and is counted,
         an id reused for other content is dead-lettered, and the same record read again (the
-        redo of an aborted batch) yields exactly its samples again. The builder itself is
-        unchanged until :meth:`commit`.
+        redo of an aborted batch) yields exactly its samples again. An event behind its
+        partition's watermark yields no sample: it is dead-lettered or only stored, by
+        ``late_events``. The builder itself is unchanged until :meth:`commit`.
         """
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         parsed, dead = self.parse(records, now_ms)
+        watermarks = self.watermarks.copy()
+        judged, late_letters, mismatches = self._judge(parsed, watermarks)
         # A batch spans a few partitions: event-time order (stable, so each user's own order
         # holds) keeps the negative pools' windows true.
-        parsed.sort(key=lambda pair: pair[0].ts)
+        judged.sort(key=lambda triple: triple[0].ts)
         positive = self._positive
         arrivals = [
-            Arrival(e, _origin(msg), e.label is not None or e.action in positive) for e, msg in parsed
+            Arrival(e, _origin(msg), not late and (e.label is not None or e.action in positive))
+            for e, msg, late in judged
         ]
         update = self._store.update(arrivals)
         sampler = self.sampler.copy()
         samples: list[Sample] = []
-        duplicates = 0
+        duplicates, late_kept = 0, 0
         first_seen_of = update.first_seen
-        for (event, msg), verdict, seen_at, history in zip(
-            parsed, update.verdicts, update.first_seen_at, update.histories, strict=True
+        for (event, msg, late), verdict, seen_at, history in zip(
+            judged, update.verdicts, update.first_seen_at, update.histories, strict=True
         ):
             if verdict is not Verdict.ACCEPTED:
                 if verdict is Verdict.DUPLICATE:
@@ -116,15 +164,61 @@ class SampleBuilder:
                     reason = f"event id {event.event_id!r} reused with other content (first at {seen_at})"
                     dead.append(DeadLetter.of(msg, reason))
                 continue
+            if late:  # in its sequence now, but neither in the pools nor sampled
+                late_kept += 1
+                continue
             first_seen = first_seen_of[event.item_id]
             sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
             if history is not None:
                 self._samples(samples, sampler, event, history, first_seen)
-        return BatchResult(len(parsed), sampler, samples, dead, duplicates)
+        dead += late_letters
+        return BatchResult(
+            len(parsed), sampler, samples, dead, duplicates,
+            late=late_kept + len(late_letters), timestamp_mismatches=mismatches, watermarks=watermarks,
+        )
+
+    def _judge(
+        self, parsed: list[tuple[Event, KafkaMessage]], watermarks: Watermarks
+    ) -> tuple[list[tuple[Event, KafkaMessage, bool]], list[DeadLetter], int]:
+        """Judge each event against its partition's watermark, in the order its partition
+        delivered it: the events to store (each with whether it is late), the late events'
+        dead letters (policy ``dead_letter``), and how many record timestamps are off."""
+        judged: list[tuple[Event, KafkaMessage, bool]] = []
+        letters: list[DeadLetter] = []
+        mismatches = 0
+        tolerance, drop = self._tolerance_ms, self._cfg.late_events == "dead_letter"
+        for event, msg in parsed:
+            key = _partition(msg)
+            stamp = msg.timestamp()[1]
+            if stamp > 0 and abs(stamp - event.ts) > tolerance:  # 0: an in-memory record, unstamped
+                mismatches += 1
+                self._warn_mismatch(key, msg, stamp, event.ts)
+            behind = watermarks.judge(key, event.ts)
+            if behind is None:
+                judged.append((event, msg, False))
+            elif drop:
+                allowed = watermarks.allowed_ms or 0
+                letters.append(DeadLetter.of(msg, late_reason(event.ts, behind, key, allowed)))
+            else:
+                judged.append((event, msg, True))
+        return judged, letters, mismatches
+
+    def _warn_mismatch(self, key: Partition, msg: KafkaMessage, stamp: int, ts: int) -> None:
+        if key in self._mismatch_warned:
+            return
+        self._mismatch_warned.add(key)
+        logger.warning(
+            "record timestamp is not the event time partition=%s offset=%s record_ts=%d ts=%d "
+            "difference_ms=%d: alignment orders records by their timestamps; the producer must "
+            "set each record's timestamp to its event's ts (once per partition)",
+            key, msg.offset(), stamp, ts, stamp - ts,
+        )
 
     def commit(self, result: BatchResult) -> None:
         """Keep the batch's in-memory effects: call once its samples and offsets are durable."""
         self.sampler = result.sampler
+        if result.watermarks is not None:
+            self.watermarks = result.watermarks
 
     def _samples(
         self,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.processor import BatchResult, SampleBuilder
+from streamrec.consumers.processor import TIMESTAMP_TOLERANCE_MS, BatchResult, SampleBuilder
 from streamrec.errors import FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
@@ -58,6 +58,8 @@ class ConsumerStats:
     samples: int = 0
     dead: int = 0
     duplicates: int = 0
+    late: int = 0  # behind their partition's watermark: dead-lettered or kept without samples
+    timestamp_mismatches: int = 0  # records whose timestamp is not their event time
     out_of_order: int = 0  # released out of event-time order by alignment (skewed timestamps)
     retries: int = 0
 
@@ -78,7 +80,7 @@ class ConsumerRunner:
         self._store = store or make_feature_store(
             cfg.store, cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms
         )
-        self.builder = SampleBuilder(cfg.consumer, self._store)
+        self.builder = make_builder(cfg, self._store)
         self.stats = ConsumerStats()
         self._source = RecordSource(
             make_consumer(cfg.kafka, cfg.consumer.group_id),
@@ -107,10 +109,11 @@ class ConsumerRunner:
         finally:
             self._source.close()
         logger.info(
-            "consumer stopped batches=%d events=%d samples=%d dead=%d duplicates=%d "
-            "out_of_order=%d retries=%d",
+            "consumer stopped batches=%d events=%d samples=%d dead=%d duplicates=%d late=%d "
+            "timestamp_mismatches=%d out_of_order=%d retries=%d",
             self.stats.batches, self.stats.events, self.stats.samples, self.stats.dead,
-            self.stats.duplicates, self.stats.out_of_order, self.stats.retries,
+            self.stats.duplicates, self.stats.late, self.stats.timestamp_mismatches,
+            self.stats.out_of_order, self.stats.retries,
         )
         return self.stats
 
@@ -171,17 +174,8 @@ class ConsumerRunner:
                 if self._source.assignments != assignments:
                     return  # rebalanced while waiting: the batch is read again by its owner
         self.builder.commit(result)  # the batch's in-memory state moves with its offsets
-        self.stats.batches += 1
-        self.stats.events += result.events
-        self.stats.samples += len(result.samples)
-        self.stats.dead += len(result.dead)
-        self.stats.duplicates += result.duplicates
+        count_batch(self.stats, result, self._cfg.consumer.late_events)
         self.stats.out_of_order = self._source.out_of_order
-        for letter in result.dead:
-            logger.warning(
-                "dead letter %s offset=%d reason=%r",
-                letter.position.key, letter.position.offset, letter.reason,
-            )
         if self._on_batch is not None:
             newest = max((s.ts for s in result.samples), default=None)
             self._on_batch(BatchReport(result, time.monotonic() - started, newest, self._source.assigned()))
@@ -221,6 +215,30 @@ class ConsumerRunner:
         finally:
             self._source.release()
         return True
+
+
+def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
+    """The runners' builder: record timestamps are checked against the alignment's skew."""
+    skew = cfg.kafka.max_skew_ms
+    tolerance = TIMESTAMP_TOLERANCE_MS if skew is None else skew
+    return SampleBuilder(cfg.consumer, store, timestamp_tolerance_ms=tolerance)
+
+
+def count_batch(stats: ConsumerStats, result: BatchResult, late_events: str) -> None:
+    """Add a committed batch to the runner's totals and log its dead letters and late events."""
+    stats.batches += 1
+    stats.events += result.events
+    stats.samples += len(result.samples)
+    stats.dead += len(result.dead)
+    stats.duplicates += result.duplicates
+    stats.late += result.late
+    stats.timestamp_mismatches += result.timestamp_mismatches
+    for letter in result.dead:
+        logger.warning(
+            "dead letter %s offset=%d reason=%r", letter.position.key, letter.position.offset, letter.reason
+        )
+    if result.late and late_events == "sequence_only":
+        logger.warning("late events kept in their sequences without samples late=%d", result.late)
 
 
 def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:

@@ -1,4 +1,5 @@
-"""The consumers' Prometheus metrics: events, samples, dead letters by reason, batch time, lag.
+"""The consumers' Prometheus metrics: events, samples, dead letters by reason, late events,
+batch time, lag.
 
 Fed from :class:`~streamrec.consumers.runner.ConsumerRunner`'s ``on_batch`` hook, one
 committed batch at a time.
@@ -42,6 +43,7 @@ REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^field 'label'", "bad_label"),
         (r"^field '", "bad_id"),
         (r"^event id .* reused", "conflicting_event_id"),
+        (r"^late event", "late"),
     )
 )
 #: The kind of a reason no pattern knows.
@@ -73,6 +75,16 @@ class ConsumerMetrics:
         self.duplicates = Counter(
             f"{PREFIX}_duplicates_total", "Resent events that yielded nothing", registry=r
         )
+        self.late = Counter(
+            f"{PREFIX}_late_events_total",
+            "Events behind their partition's watermark: dead-lettered or kept without samples",
+            registry=r,
+        )
+        self.timestamp_mismatches = Counter(
+            f"{PREFIX}_timestamp_mismatches_total",
+            "Records whose timestamp is not their event time (alignment reads timestamps)",
+            registry=r,
+        )
         self.dead_letters = Counter(
             f"{PREFIX}_dead_letters_total", "Event records dead-lettered, by kind of reason",
             ["reason"], registry=r,
@@ -99,6 +111,8 @@ class ConsumerMetrics:
         self.events.inc(result.events)
         self.samples.inc(len(result.samples))
         self.duplicates.inc(result.duplicates)
+        self.late.inc(result.late)
+        self.timestamp_mismatches.inc(result.timestamp_mismatches)
         for letter in result.dead:
             self.dead_letters.labels(reason_kind(letter.reason)).inc()
         self.batch_seconds.observe(report.seconds)
