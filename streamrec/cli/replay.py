@@ -41,7 +41,7 @@ def backtest(
     warmup: float = typer.Option(0.25, help="static: the fraction of micro-batches it trains on"),
     retrain_every: int = typer.Option(10, help="retrain: micro-batches between retrains"),
     ewc_lambda: str = typer.Option(
-        "", help="ewc: comma-separated λ values (default: STREAMREC_MODEL__EWC_LAMBDA, or 100 if 0)"
+        "", help="ewc: comma-separated λ values (default: STREAMREC_MODEL__EWC_LAMBDA, or 0.1 if 0)"
     ),
     seed: int = typer.Option(0, help="Seed of the negative sampler and the model"),
     jobs: int = typer.Option(1, help="Strategies run in this many processes"),
