@@ -58,7 +58,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.processor import BatchResult
-from streamrec.consumers.runner import BatchReport, ConsumerStats, count_batch, make_builder
+from streamrec.consumers.runner import BatchReport, ConsumerStats, attach_store, count_batch, make_builder
 from streamrec.errors import FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
@@ -286,17 +286,7 @@ class FaustRunner:
             can_start_empty = not source.has_committed_offsets(_COMMITTED_TIMEOUT_S)
         finally:
             source.close()
-        retry = Backoff(self._cfg.consumer.retry_deadline_s)
-        while True:
-            try:
-                self._store.attach(can_start_empty)
-                return
-            except FeatureStoreUnavailable as exc:
-                pause = retry.next_pause()
-                if pause is None:
-                    raise OutageError(f"gave up after {retry.deadline_s:g} s of failures: {exc}") from exc
-                logger.warning("feature store unavailable at start, waiting error=%r", str(exc))
-                time.sleep(pause)
+        attach_store(self._store, can_start_empty, self._cfg.consumer.retry_deadline_s)
 
     def handle(self, records: Sequence[Record]) -> BatchResult:
         """Process one batch and deliver its samples, redoing it through passing failures of

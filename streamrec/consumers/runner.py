@@ -121,17 +121,7 @@ class ConsumerRunner:
         """Check the store before the first batch, waiting for a Redis that is not up yet."""
         # A store that is empty while the group already processed events lost its data.
         can_start_empty = not self._source.has_committed_offsets(_COMMITTED_TIMEOUT_S)
-        retry = Backoff(self._cfg.consumer.retry_deadline_s)
-        while True:
-            try:
-                self._store.attach(can_start_empty)
-                return
-            except FeatureStoreUnavailable as exc:
-                pause = retry.next_pause()
-                if pause is None:
-                    raise OutageError(f"gave up after {retry.deadline_s:g} s of failures: {exc}") from exc
-                logger.warning("feature store unavailable at start, waiting error=%r", str(exc))
-                time.sleep(pause)
+        attach_store(self._store, can_start_empty, self._cfg.consumer.retry_deadline_s)
 
     @property
     def assignments(self) -> int:
@@ -256,3 +246,24 @@ def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:
             raise ValueError("a record without a topic or partition has no position")
         out.append(TopicPartition(topic, partition, offset + 1))
     return out
+
+
+def attach_store(store: FeatureStore, can_start_empty: bool, deadline_s: float) -> None:
+    """Check the store before the first batch (see :meth:`FeatureStore.attach`), waiting with
+    backoff for a Redis that is not up yet, up to ``deadline_s``.
+
+    Raises:
+        OutageError: the store stayed unavailable past the deadline.
+        FeatureStoreLost: the store lost its data.
+    """
+    retry = Backoff(deadline_s)
+    while True:
+        try:
+            store.attach(can_start_empty)
+            return
+        except FeatureStoreUnavailable as exc:
+            pause = retry.next_pause()
+            if pause is None:
+                raise OutageError(f"gave up after {retry.deadline_s:g} s of failures: {exc}") from exc
+            logger.warning("feature store unavailable at start, waiting error=%r", str(exc))
+            time.sleep(pause)
