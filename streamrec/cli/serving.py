@@ -74,4 +74,4 @@ def serve(
             f"serving v{scorer.version:06d} from {cfg.learner.snapshot_dir} on "
             f"http://{cfg.serving.host}:{cfg.serving.port}"
         )
-        uvicorn.run(app, host=cfg.serving.host, port=cfg.serving.port, log_level="warning")
+        uvicorn.run(app, host=cfg.serving.host, port=cfg.serving.port, log_level="warning", access_log=False)
