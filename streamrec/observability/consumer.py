@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import math
 import re
-from types import TracebackType
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
-from streamrec.observability.lag import LagCollector, LagProbe
-from streamrec.observability.server import DEFAULT_HOST, MetricsServer, serve
+from streamrec.observability.process import ProcessMetrics
 
 if TYPE_CHECKING:  # the runner imports Redis and Kafka clients: only for the type checker
     from streamrec.consumers.runner import BatchReport
@@ -55,7 +53,7 @@ def reason_kind(reason: str) -> str:
     return next((kind for pattern, kind in REASONS if pattern.search(reason)), OTHER_REASON)
 
 
-class ConsumerMetrics:
+class ConsumerMetrics(ProcessMetrics):
     """The consumers' metrics in a registry of their own (tests and the demo run several).
 
     Closing it stops its server and its lag client.
@@ -63,9 +61,7 @@ class ConsumerMetrics:
 
     def __init__(self) -> None:
         """Create every metric; every dead-letter kind starts at 0, so rates exist at once."""
-        self.registry = CollectorRegistry()
-        self._server: MetricsServer | None = None
-        self._lag: LagProbe | None = None
+        super().__init__(PREFIX, "--metrics-port or STREAMREC_CONSUMER__METRICS_PORT")
         r = self.registry
         self.batches = Counter(f"{PREFIX}_batches_total", "Batches committed", registry=r)
         self.events = Counter(
@@ -119,35 +115,3 @@ class ConsumerMetrics:
         if report.newest_event_ms is not None:
             self.newest_event.set(report.newest_event_ms / 1000.0)
         self.partitions.set(len(report.partitions))
-
-    def track_lag(self, probe: LagProbe) -> None:
-        """Report ``probe``'s lag as ``streamrec_consumer_lag_records``; closed with these metrics."""
-        self._lag = probe
-        self.registry.register(LagCollector(probe, PREFIX))
-
-    def serve(self, port: int, host: str = DEFAULT_HOST) -> MetricsServer | None:
-        """Serve ``/metrics``; ``None`` when off (port 0) or the port could not be bound."""
-        self._server = serve(
-            self.registry, port, host, setting="--metrics-port or STREAMREC_CONSUMER__METRICS_PORT"
-        )
-        return self._server
-
-    def close(self) -> None:
-        """Stop the server and close the lag client, where there are any."""
-        if self._server is not None:
-            self._server.close()
-        if self._lag is not None:
-            self._lag.close()
-
-    def __enter__(self) -> ConsumerMetrics:
-        """The metrics, closed at the end of the ``with`` block."""
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the server and the lag client."""
-        self.close()

@@ -15,13 +15,11 @@ import math
 import time
 from collections.abc import Callable
 from datetime import datetime
-from types import TracebackType
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
-from streamrec.observability.lag import LagCollector, LagProbe
-from streamrec.observability.server import DEFAULT_HOST, MetricsServer, serve
+from streamrec.observability.process import ProcessMetrics
 
 if TYPE_CHECKING:  # the learner's modules import numpy and Kafka: only for the type checker
     from streamrec.learner.runner import MicroBatchReport
@@ -37,7 +35,7 @@ TRAIN_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 SCORE_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0)
 
 
-class LearnerMetrics:
+class LearnerMetrics(ProcessMetrics):
     """The learner's metrics in a registry of their own (tests and the demo run several).
 
     ``clock`` gives wall-clock epoch seconds, to compare with event times for freshness.
@@ -46,11 +44,9 @@ class LearnerMetrics:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         """Create every metric, unset quality gauges reading NaN."""
-        self.registry = CollectorRegistry()
+        super().__init__(PREFIX, "--metrics-port or STREAMREC_LEARNER__METRICS_PORT")
         self._clock = clock
         self._newest_event_s = math.nan
-        self._server: MetricsServer | None = None
-        self._lag: LagProbe | None = None
         self._counters()
         self._quality()
         self._freshness()
@@ -176,38 +172,6 @@ class LearnerMetrics:
     def freshness_seconds(self) -> float:
         """Now minus the event time of the newest sample trained; NaN before the first."""
         return self._clock() - self._newest_event_s
-
-    def track_lag(self, probe: LagProbe) -> None:
-        """Report ``probe``'s lag as ``streamrec_learner_lag_records``; closed with these metrics."""
-        self._lag = probe
-        self.registry.register(LagCollector(probe, PREFIX))
-
-    def serve(self, port: int, host: str = DEFAULT_HOST) -> MetricsServer | None:
-        """Serve ``/metrics``; ``None`` when off (port 0) or the port could not be bound."""
-        self._server = serve(
-            self.registry, port, host, setting="--metrics-port or STREAMREC_LEARNER__METRICS_PORT"
-        )
-        return self._server
-
-    def close(self) -> None:
-        """Stop the server and close the lag client, where there are any."""
-        if self._server is not None:
-            self._server.close()
-        if self._lag is not None:
-            self._lag.close()
-
-    def __enter__(self) -> LearnerMetrics:
-        """The metrics, closed at the end of the ``with`` block."""
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the server and the lag client."""
-        self.close()
 
 
 def calibration_ratio(mean_prediction: float, positive_rate: float) -> float:
