@@ -26,7 +26,7 @@ PRIOR_SAMPLES = 10.0
 USER_BUCKETS = 2**20
 USER = "user"
 # Rates are clipped away from 0 and 1 before the log-odds: finite inputs for any counts.
-_EPS = 1e-4
+RATE_EPS = 1e-4
 
 
 class IdStats:
@@ -53,7 +53,7 @@ class IdStats:
         for name, rows in targets.items():
             columns += self._rate_and_count(name, rows, prior)
         rate, count = self._rate_and_count(USER, self._user_rows(users), prior)
-        columns += [rate - _log_odds(np.float64(prior)), count]
+        columns += [rate - log_odds(np.float64(prior)), count]
         return np.stack(columns, axis=1).astype(np.float32)
 
     def count(self, targets: Mapping[str, np.ndarray], users: np.ndarray, labels: np.ndarray) -> None:
@@ -87,13 +87,13 @@ class IdStats:
 
     def _rate_and_count(self, name: str, rows: np.ndarray, prior: float) -> list[np.ndarray]:
         n, pos = self.samples[name][rows], self.positives[name][rows]
-        return [_log_odds((pos + PRIOR_SAMPLES * prior) / (n + PRIOR_SAMPLES)), np.log1p(n)]
+        return [log_odds((pos + PRIOR_SAMPLES * prior) / (n + PRIOR_SAMPLES)), np.log1p(n)]
 
     @staticmethod
     def _user_rows(users: np.ndarray) -> np.ndarray:
         return bucketize(users.tolist(), USER_BUCKETS)
 
 
-def _log_odds(rate: np.ndarray | np.floating) -> np.ndarray:
-    clipped = np.clip(rate, _EPS, 1 - _EPS)
+def log_odds(rate: np.ndarray | np.floating) -> np.ndarray:
+    clipped = np.clip(rate, RATE_EPS, 1 - RATE_EPS)
     return np.asarray(np.log(clipped / (1 - clipped)))

@@ -15,10 +15,8 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from streamrec.learner.idstats import PRIOR_SAMPLES, USER
+from streamrec.learner.idstats import PRIOR_SAMPLES, RATE_EPS, USER, log_odds
 from streamrec.learner.model import DIN
-
-_EPS = 1e-4  # as idstats: rates clipped away from 0 and 1 before the log-odds
 
 
 class ScoringGraph(nn.Layer):
@@ -45,8 +43,7 @@ class ScoringGraph(nn.Layer):
             total = float(samples[USER].sum())
             prior = float(positives[USER].sum()) / total if total else 0.5
             self.prior_rate = prior
-            clipped = min(max(prior, _EPS), 1 - _EPS)
-            self.prior_logit = float(np.log(clipped / (1 - clipped)))
+            self.prior_logit = float(log_odds(np.float64(prior)))
             names = [*behaviour, USER]
             self.counts = nn.ParameterList(
                 [self._constant(samples[n]) for n in names] + [self._constant(positives[n]) for n in names]
@@ -62,7 +59,8 @@ class ScoringGraph(nn.Layer):
     def _rate_and_count(self, index: int, rows: paddle.Tensor) -> list[paddle.Tensor]:
         n = paddle.gather(self.counts[index], rows)
         pos = paddle.gather(self.counts[index + self.n_behaviour + 1], rows)
-        rate = paddle.clip((pos + PRIOR_SAMPLES * self.prior_rate) / (n + PRIOR_SAMPLES), _EPS, 1 - _EPS)
+        rate = (pos + PRIOR_SAMPLES * self.prior_rate) / (n + PRIOR_SAMPLES)
+        rate = paddle.clip(rate, RATE_EPS, 1 - RATE_EPS)  # as idstats.log_odds
         return [paddle.log(rate / (1 - rate)), paddle.log1p(n)]
 
     def _dense(self, targets: paddle.Tensor, users: paddle.Tensor) -> paddle.Tensor:
