@@ -101,3 +101,8 @@ class SamplesExpired(StreamrecError):
     """The newest snapshot resumes at samples the topic no longer holds (retention or a
     deleted topic): those were never trained. Raise the samples retention, or set
     STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS=true to skip them."""
+
+
+class PartitionFenced(FeatureStoreError):
+    """Another consumer claimed a partition this one was still processing (this process was
+    stalled past its session timeout): it stops without writing; restart it to rejoin."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import overload
 
 from streamrec.events import Event
+from streamrec.featurestore.partitions import PartitionStore
 
 SEP = "\t"  # ids are printable (the contract forbids tabs), so a tab cannot occur inside one
 
@@ -119,12 +120,14 @@ class Arrival:
 
     ``origin`` names the record it came in (``partition:offset``): the same record read again
     is a redo, the same content from another record a duplicate. ``wants_history`` asks for
-    the point-in-time history a sample of it needs.
+    the point-in-time history a sample of it needs. An arrival not ``stored`` (an impression:
+    an exposure, not behaviour) is judged by its id but stays out of the sequence.
     """
 
     event: Event
     origin: str
     wants_history: bool = False
+    stored: bool = True
 
     @property
     def mark(self) -> str:
@@ -157,8 +160,9 @@ def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
     return earliest
 
 
-class FeatureStore(ABC):
-    """Event-time-ordered, length-capped behaviour sequences per user, and the event ids seen.
+class FeatureStore(PartitionStore):
+    """Event-time-ordered, length-capped behaviour sequences per user, and the event ids seen;
+    and, as a :class:`PartitionStore`, each partition's watermark and impression windows.
 
     An event id yields its behaviour once: the store remembers each id, with a fingerprint of
     its content and the record it came in, for ``dedup_horizon_ms`` of the user's event time.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from streamrec.featurestore.base import (
@@ -16,6 +16,13 @@ from streamrec.featurestore.base import (
     Verdict,
     earliest_per_item,
 )
+from streamrec.featurestore.partitions import (
+    Claim,
+    MemoryPartitionStore,
+    PartitionBatch,
+    PartitionOutcome,
+)
+from streamrec.kafka.records import Partition
 
 
 @dataclass
@@ -37,6 +44,7 @@ class MemoryFeatureStore(FeatureStore):
         super().__init__(length, dedup_horizon_ms)
         self._users: dict[str, _User] = {}
         self._first_seen: dict[str, int] = {}
+        self._partitions = MemoryPartitionStore()
 
     def attach(self, can_start_empty: bool) -> None:
         """Nothing to check: the store lives and dies with the process that fills it."""
@@ -57,7 +65,7 @@ class MemoryFeatureStore(FeatureStore):
             if verdict is not Verdict.ACCEPTED:
                 continue
             low[event.user_id] = min(event.ts, low.get(event.user_id, event.ts))
-            if event.event_id not in user.stored:
+            if arrival.stored and event.event_id not in user.stored:
                 user.stored.add(event.event_id)
                 bisect.insort(user.sequence, Behaviour.of(event), key=Behaviour.sort_key)
         accepted = [a.event for a, v in zip(arrivals, verdicts, strict=True) if v is Verdict.ACCEPTED]
@@ -88,6 +96,16 @@ class MemoryFeatureStore(FeatureStore):
         while user.by_time and user.by_time[0][0] < horizon:
             user.marks.pop(heapq.heappop(user.by_time)[1], None)
 
+    def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
+        """See :meth:`PartitionStore.claim`."""
+        return self._partitions.claim(starts)
+
+    def advance(
+        self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
+    ) -> list[PartitionOutcome]:
+        """See :meth:`PartitionStore.advance`."""
+        return self._partitions.advance(batches, window_ms, retention_ms)
+
     def sequence(self, user_id: str) -> list[Behaviour]:
         """See :meth:`FeatureStore.sequence`."""
         user = self._users.get(user_id)
@@ -101,7 +119,8 @@ def _judge(user: _User, arrival: Arrival) -> tuple[Verdict, str]:
     if seen is None:
         user.marks[event_id] = mark
         heapq.heappush(user.by_time, (arrival.event.ts, event_id))
-        user.newest = max(user.newest, arrival.event.ts)
+        if arrival.stored:  # as in Redis: the newest entry of the sequence
+            user.newest = max(user.newest, arrival.event.ts)
         return Verdict.ACCEPTED, ""
     if seen == mark:
         return Verdict.ACCEPTED, ""

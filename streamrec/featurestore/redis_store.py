@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -33,7 +33,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from streamrec.config import RedisStoreConfig
-from streamrec.errors import FeatureStoreError, FeatureStoreLost, FeatureStoreUnavailable
+from streamrec.errors import FeatureStoreError, FeatureStoreLost, FeatureStoreUnavailable, PartitionFenced
 from streamrec.featurestore.base import (
     Arrival,
     Behaviour,
@@ -43,12 +43,23 @@ from streamrec.featurestore.base import (
     Verdict,
     earliest_per_item,
 )
+from streamrec.featurestore.partitions import FENCED_ADVICE, Claim, PartitionBatch, PartitionOutcome
+from streamrec.featurestore.redis_partitions import (
+    ADVANCE_LUA,
+    CLAIM_LUA,
+    advance_args,
+    parse_advance,
+    parse_claim,
+    partition_keys,
+)
+from streamrec.kafka.records import Partition
 
 logger = logging.getLogger(__name__)
 
 # KEYS: seq, ids of each user of the call, in turn. ARGV: cap, ttl_ms, horizon_ms, then one
 # string per user holding its events, one line each (see ``_event_line``):
-# ``ts \x1f want \x1f member \x1f mark \n``, want 1 when a history is asked for. One string
+# ``ts \x1f want \x1f member \x1f mark \n``, want 1 when a history is asked for (2 and 3 as
+# 0 and 1 for an event judged by its id but not stored, an impression). One string
 # per user, not four arguments per event: packing arguments cost redis-py more than Lua's
 # one pattern match per line costs Redis.
 # Returns one flat list, one string per event in call order: ``0`` and, when asked for, its
@@ -95,9 +106,11 @@ for u = 1, #ARGV - 3 do
       local n = tonumber(score)
       if low == nil or n < low then low, lowscore = n, score end
       if high == nil or n > high then high = n end
-      chunk[#chunk + 1] = score
-      chunk[#chunk + 1] = member
-      if want == '1' then  -- its history is read once the batch is in
+      if want < '2' then  -- 2 and 3: judged, not stored
+        chunk[#chunk + 1] = score
+        chunk[#chunk + 1] = member
+      end
+      if want == '1' or want == '3' then  -- its history is read once the batch is in
         reads[#reads + 1] = #out + 1
         out[#out + 1] = score
       else
@@ -188,15 +201,16 @@ class RedisFeatureStore(FeatureStore):
             if cfg.cluster
             else redis.Redis.from_url(cfg.url, decode_responses=True, **options)
         )
-        self._shas: tuple[str, str] | None = None  # loaded on first use, again after NOSCRIPT
+        self._shas: tuple[str, ...] | None = None  # loaded on first use, again after NOSCRIPT
         self._markers: dict[str, str] | None = None  # marker key -> value, set by attach()
 
-    def _scripts(self, reload: bool = False) -> tuple[str, str]:
-        """SHA1s of the two scripts, loaded on every primary (a cluster loads on all)."""
+    def _scripts(self, reload: bool = False) -> tuple[str, ...]:
+        """SHA1s of the scripts (sequences, first seen, claim, advance), loaded on every
+        primary (a cluster loads on all)."""
         if self._shas is None or reload:
-            self._shas = (
-                self._redis.script_load(_SEQUENCE_LUA),
-                self._redis.script_load(_FIRST_SEEN_LUA),
+            self._shas = tuple(
+                self._redis.script_load(script)
+                for script in (_SEQUENCE_LUA, _FIRST_SEEN_LUA, CLAIM_LUA, ADVANCE_LUA)
             )
         return self._shas
 
@@ -348,7 +362,38 @@ class RedisFeatureStore(FeatureStore):
             times = [earliest[item] for item in items]
             pipe.execute_command("EVALSHA", sha, len(keys), *keys, self._ttl_ms, *times)
 
-    def _run(self, queue: Callable[[Any, tuple[str, str]], None]) -> list[Any]:
+    def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
+        """See :meth:`PartitionStore.claim`."""
+        keys = list(starts)
+
+        def queue(pipe: Any, shas: tuple[str, ...]) -> None:
+            for key in keys:
+                part = partition_keys(self._prefix, key)[0]
+                pipe.execute_command("EVALSHA", shas[2], 1, part, starts[key], self._ttl_ms)
+
+        return {key: parse_claim(reply) for key, reply in zip(keys, self._run(queue), strict=True)}
+
+    def advance(
+        self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
+    ) -> list[PartitionOutcome]:
+        """See :meth:`PartitionStore.advance`."""
+
+        def queue(pipe: Any, shas: tuple[str, ...]) -> None:
+            for batch in batches:
+                keys = partition_keys(self._prefix, batch.partition)
+                args = advance_args(batch, window_ms, retention_ms, self._ttl_ms)
+                pipe.execute_command("EVALSHA", shas[3], len(keys), *keys, *args)
+
+        try:
+            replies = self._run(queue)
+        except FeatureStoreError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, redis.exceptions.ResponseError) and "FENCED" in str(cause):
+                raise PartitionFenced(f"{FENCED_ADVICE} ({cause})") from cause
+            raise
+        return [parse_advance(reply) for reply in replies]
+
+    def _run(self, queue: Callable[[Any, tuple[str, ...]], None]) -> list[Any]:
         """One pipelined round trip of what ``queue`` adds, the scripts reloaded once if Redis
         lost them (a restart or failover; every call here can safely run again)."""
         try:
@@ -386,6 +431,9 @@ class RedisFeatureStore(FeatureStore):
 _VERDICTS = {"0": Verdict.ACCEPTED, "1": Verdict.DUPLICATE, "2": Verdict.CONFLICT}
 
 
+_WANT = {(True, False): "0", (True, True): "1", (False, False): "2", (False, True): "3"}
+
+
 def _event_line(arrival: Arrival) -> str:
     """One event as the sequence script reads it: ``ts \\x1f want \\x1f member \\x1f mark \\n``.
 
@@ -393,7 +441,7 @@ def _event_line(arrival: Arrival) -> str:
     occur inside one.
     """
     e = arrival.event
-    want = "1" if arrival.wants_history else "0"
+    want = _WANT[arrival.stored, arrival.wants_history]
     return (
         f"{e.ts}\x1f{want}\x1f{e.event_id}\t{e.item_id}\t{e.category_id}\t{e.action}"
         f"\x1f{e.fingerprint()}\t{arrival.origin}\n"

@@ -102,6 +102,21 @@ def test_a_resent_event_is_a_duplicate_and_a_reused_id_a_conflict(store: Feature
     assert [b.item_id for b in store.sequence("u")] == ["i1", "i2"]  # nothing stored twice
 
 
+def test_an_arrival_not_stored_is_judged_and_reads_its_history_but_stays_out_of_the_sequence(
+    store: FeatureStore,
+) -> None:
+    update(store, [ev(1), ev(2)])
+    shown = ev(3)
+    first = store.update([Arrival(shown, "0:3", wants_history=True, stored=False)])
+    assert first.verdicts == [Verdict.ACCEPTED] and items(first.histories[0]) == ["i1", "i2"]
+    again = store.update([Arrival(shown, "0:3", wants_history=True, stored=False)])  # a redo
+    assert again.verdicts == [Verdict.ACCEPTED] and items(again.histories[0]) == ["i1", "i2"]
+    resent = store.update([Arrival(shown, "1:3", stored=False)])
+    assert resent.verdicts == [Verdict.DUPLICATE]
+    update(store, [ev(4)])
+    assert [b.item_id for b in store.sequence("u")] == ["i1", "i2", "i4"]
+
+
 def test_within_a_batch_the_first_record_of_an_id_wins(store: FeatureStore) -> None:
     arrivals = [Arrival(ev(1), "0:1"), Arrival(ev(1), "0:2"), Arrival(ev(1, item="x"), "0:3")]
     assert store.update(arrivals).verdicts == [Verdict.ACCEPTED, Verdict.DUPLICATE, Verdict.CONFLICT]

@@ -1,0 +1,303 @@
+"""Per-partition state that must survive restarts: the watermark, and the impression windows of
+the ``join`` labelling mode.
+
+Every change is stamped with the offset of the record that made it (a closure with the
+partition's last offset in its batch), and the state is read *as of* an offset: a batch that
+starts at offset ``c`` (the committed offset) first undoes what its partition's previous,
+uncommitted batch did at offsets ≥ ``c``. So a batch redone after an abort, a crash or a
+rebalance, whatever its size, finds the state exactly as the committed offset left it and
+decides exactly what a clean run decides: each impression yields one sample, once. Only one
+batch per partition can be uncommitted at a time, so undoing the last batch's changes is
+enough; the keys it touched are kept for that.
+
+A process must not write to a partition another process has taken over since: a
+:meth:`PartitionStore.claim` (at each assignment) raises the partition's epoch, and a batch
+from an older epoch (a consumer paused past its session timeout, then resumed) is refused
+with :class:`~streamrec.errors.PartitionFenced`.
+
+Join windows (one per impression): an impression at ``ts`` waits for a click on the same
+user and item with an event time in ``[ts, ts + window_ms]``; the latest such impression
+before a click takes it (last touch) and becomes a positive sample at once. When the
+partition's watermark passes ``ts + window_ms`` an impression without a click becomes a
+negative. A click after that is late by the same watermark: it makes no sample, and it is
+counted as a late label if the watermark passed its window less than ``retention_ms`` before
+(closed windows are kept that long).
+"""
+
+from __future__ import annotations
+
+import heapq
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from streamrec.errors import PartitionFenced
+from streamrec.events import Event
+from streamrec.kafka.records import Partition
+
+#: What a join input is: an impression opening a window, a click that may take one, or a click
+#: judged late that can only be counted.
+JoinKind = Literal["impression", "click", "late_click"]
+
+
+@dataclass(frozen=True, slots=True)
+class JoinInput:
+    """One event of a partition for the join, in offset order; an impression carries its
+    history (the user's behaviours strictly before it), a late click the watermark it was
+    judged late by."""
+
+    kind: JoinKind
+    offset: int
+    event: Event
+    items: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    watermark: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionBatch:
+    """What one batch read from a partition: offsets ``first``..``last``, the newest event time
+    seen there after it, the watermark it closes windows at (None: none closes), and its
+    join inputs in offset order."""
+
+    partition: Partition
+    epoch: int
+    first: int
+    last: int
+    newest: int
+    watermark: int | None = None
+    inputs: tuple[JoinInput, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An impression's label, decided: 1 by a click inside its window, 0 when it closed."""
+
+    label: int
+    user_id: str
+    event_id: str
+    item_id: str
+    category_id: str
+    ts: int
+    items: tuple[str, ...]
+    categories: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    """What a batch decided on its partition: the labels decided (positives in click order,
+    then the negatives its watermark closed), the offsets of the clicks that took or hit an
+    impression (they make no sample of their own), and the late clicks that hit a closed
+    window."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    taken: frozenset[int] = frozenset()
+    late_labels: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A partition claimed: the epoch its batches carry, and the newest event time seen on it
+    before the offset it is read from (None if nothing was)."""
+
+    epoch: int
+    newest: int | None
+
+
+class PartitionStore(ABC):
+    """Claims partitions and advances their state batch by batch (see the module docstring)."""
+
+    @abstractmethod
+    def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
+        """Take over partitions about to be read from these offsets."""
+
+    @abstractmethod
+    def advance(
+        self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
+    ) -> list[PartitionOutcome]:
+        """Apply each batch to its partition's state, undoing its uncommitted predecessor first.
+
+        Raises:
+            PartitionFenced: a batch's epoch is not its partition's: another process took over.
+        """
+
+
+@dataclass(slots=True)
+class _Window:
+    user_id: str
+    event_id: str
+    item_id: str
+    category_id: str
+    ts: int
+    deadline: int
+    items: tuple[str, ...]
+    categories: tuple[str, ...]
+    opened: int
+    clicked: int = -1
+    closed: int = -1
+
+    def decision(self, label: int) -> Decision:
+        return Decision(label, self.user_id, self.event_id, self.item_id, self.category_id, self.ts,
+                        self.items, self.categories)
+
+
+WindowKey = tuple[str, str]  # user, event id
+
+
+@dataclass
+class _State:
+    epoch: int = 0
+    newest: int | None = None
+    stamp: int = -1  # the last offset of the batch that set ``newest``
+    before: tuple[int | None, int] = (None, -1)  # ``newest`` and ``stamp`` before that
+    windows: dict[WindowKey, _Window] = field(default_factory=dict)
+    pairs: dict[tuple[str, str], list[WindowKey]] = field(default_factory=dict)  # user, item
+    due: list[tuple[int, WindowKey]] = field(default_factory=list)  # heap: deadline
+    done: list[tuple[int, WindowKey]] = field(default_factory=list)  # heap: deadline + retention
+    touched: set[WindowKey] = field(default_factory=set)  # by the last batch
+
+
+class MemoryPartitionStore(PartitionStore):
+    """The partition state in process memory: what the Redis store keeps, kept the same way."""
+
+    def __init__(self) -> None:
+        """No partition claimed yet."""
+        self._states: dict[Partition, _State] = {}
+
+    def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
+        """See :meth:`PartitionStore.claim`."""
+        out = {}
+        for key, start in starts.items():
+            state = self._states.setdefault(key, _State())
+            state.epoch += 1
+            newest = state.newest if state.stamp < start else state.before[0]
+            out[key] = Claim(state.epoch, newest)
+        return out
+
+    def advance(
+        self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
+    ) -> list[PartitionOutcome]:
+        """See :meth:`PartitionStore.advance`."""
+        for batch in batches:  # refuse before changing anything
+            epoch = self._states.get(batch.partition, _State()).epoch
+            if batch.epoch != epoch:
+                raise PartitionFenced(_fenced(batch.partition, batch.epoch, epoch))
+        return [self._advance(self._states[b.partition], b, window_ms, retention_ms) for b in batches]
+
+    def _advance(
+        self, state: _State, batch: PartitionBatch, window_ms: int, retention_ms: int
+    ) -> PartitionOutcome:
+        _undo(state, batch.first)
+        decisions: list[Decision] = []
+        taken: set[int] = set()
+        late = 0
+        for item in batch.inputs:
+            event = item.event
+            pair = (event.user_id, event.item_id)
+            if item.kind == "impression":
+                key = (event.user_id, event.event_id)
+                if key not in state.windows:
+                    state.windows[key] = _Window(
+                        event.user_id, event.event_id, event.item_id, event.category_id, event.ts,
+                        event.ts + window_ms, item.items, item.categories, item.offset,
+                    )
+                    state.pairs.setdefault(pair, []).append(key)
+                    heapq.heappush(state.due, (event.ts + window_ms, key))
+                    state.touched.add(key)
+                continue
+            windows = [state.windows[k] for k in state.pairs.get(pair, ())]
+            if item.kind == "late_click":
+                late += _hits(windows, event.ts, item.watermark, retention_ms)
+                continue
+            open_ = [w for w in windows if w.closed < 0 and w.ts <= event.ts <= w.deadline]
+            if open_:
+                last = max(open_, key=lambda w: (w.ts, w.event_id))
+                taken.add(item.offset)
+                if last.clicked < 0:
+                    last.clicked = item.offset
+                    decisions.append(last.decision(1))
+                    state.touched.add((last.user_id, last.event_id))
+        if batch.watermark is not None:
+            _purge(state, batch.watermark)  # before closing: only windows of committed batches
+            decisions += _close(state, batch, batch.watermark, retention_ms)
+        state.before = (state.newest, state.stamp)
+        state.newest, state.stamp = batch.newest, batch.last
+        return PartitionOutcome(decisions, frozenset(taken), late)
+
+
+#: What a fenced consumer is told.
+FENCED_ADVICE = (
+    "a partition was claimed by another consumer since this one read it: this process was "
+    "stalled past its session timeout; it stops so that it cannot undo the new owner's work "
+    "(restart it to rejoin the group)"
+)
+
+
+def _fenced(partition: Partition, ours: int, theirs: int) -> str:
+    return f"{FENCED_ADVICE} (partition {partition}, epoch {theirs}, ours {ours})"
+
+
+def _hits(windows: list[_Window], ts: int, watermark: int, retention_ms: int) -> bool:
+    """Whether a late click at ``ts`` fell in the window of an impression without a click that
+    its watermark had closed (up to ``retention_ms`` before): a late label. Whether the
+    closure itself ran yet depends on where batches end; this does not."""
+    return any(
+        w.clicked < 0 and w.ts <= ts <= w.deadline < watermark <= w.deadline + retention_ms
+        for w in windows
+    )
+
+
+def _undo(state: _State, first: int) -> None:
+    """Undo what was done at offsets ≥ ``first`` (the previous batch, if it never committed)."""
+    for key in state.touched:
+        window = state.windows.get(key)
+        if window is None:
+            continue
+        if window.opened >= first:
+            del state.windows[key]
+            _unpair(state, window)
+            continue
+        if window.clicked >= first:
+            window.clicked = -1
+        if window.closed >= first:
+            window.closed = -1
+            heapq.heappush(state.due, (window.deadline, key))
+    state.touched = set()
+    if state.stamp >= first:
+        state.newest, state.stamp = state.before
+
+
+def _close(state: _State, batch: PartitionBatch, watermark: int, retention_ms: int) -> list[Decision]:
+    """Close the windows the watermark passed: negatives for those without a click."""
+    out = []
+    while state.due and state.due[0][0] < watermark:
+        deadline, key = heapq.heappop(state.due)
+        window = state.windows.get(key)
+        if window is None or window.closed >= 0 or window.deadline != deadline:
+            continue  # gone, or already closed (an undone closure pushes a second entry)
+        window.closed = batch.last
+        state.touched.add(key)
+        heapq.heappush(state.done, (deadline + retention_ms, key))
+        if window.clicked < 0:
+            out.append(window.decision(0))
+    return out
+
+
+def _purge(state: _State, watermark: int) -> None:
+    """Forget closed windows past their retention (closed by committed batches: undone
+    closures were reopened)."""
+    while state.done and state.done[0][0] < watermark:
+        _, key = heapq.heappop(state.done)
+        window = state.windows.get(key)
+        if window is None or window.closed < 0:
+            continue  # gone, or reopened by an undo (a new entry comes when it closes again)
+        del state.windows[key]
+        _unpair(state, window)
+
+
+def _unpair(state: _State, window: _Window) -> None:
+    pair = (window.user_id, window.item_id)
+    state.pairs[pair].remove((window.user_id, window.event_id))
+    if not state.pairs[pair]:
+        del state.pairs[pair]

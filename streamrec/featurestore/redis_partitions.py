@@ -1,0 +1,240 @@
+"""The partition state of :mod:`streamrec.featurestore.partitions` in Redis: two Lua scripts.
+
+Keys per partition, hash-tagged ``{<topic>:<partition>}`` so one script call holds them all
+(on a Cluster, one slot per partition):
+
+- ``<prefix>:part:{t:p}``: a hash: ``epoch``, ``newest`` and ``stamp`` (the newest event time
+  and the last offset of the batch that set it), ``prev_newest``/``prev_stamp`` before it;
+- ``<prefix>:win:{t:p}``: a hash, ``user \\t event_id`` -> the impression's window,
+  ``opened \\t clicked \\t closed \\t ts \\t deadline \\t item \\t category \\t history`` (the
+  three stamps are offsets, -1 while unset; the history is the items joined by ``\\x1d``,
+  ``\\x1c``, then the categories joined by ``\\x1d``);
+- ``<prefix>:pair:{t:p}``: a hash, ``user \\t item`` -> the event ids of its windows (tabs);
+- ``<prefix>:due:{t:p}`` and ``<prefix>:done:{t:p}``: sorted sets of the open windows by
+  deadline and of the closed ones by deadline + retention;
+- ``<prefix>:jrn:{t:p}``: a set of the windows the last batch touched (what an undo visits).
+
+Every key is refreshed to the store's TTL at each batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from streamrec.featurestore.partitions import Claim, Decision, JoinInput, PartitionBatch, PartitionOutcome
+from streamrec.kafka.records import Partition
+
+# KEYS: part. ARGV: the offset the partition is read from, ttl_ms. Returns the new epoch and
+# the newest event time as of that offset ('' if none).
+CLAIM_LUA = """
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+local v = redis.call('HMGET', KEYS[1], 'newest', 'stamp', 'prev_newest')
+local newest = v[1]
+if v[2] and tonumber(v[2]) >= tonumber(ARGV[1]) then newest = v[3] end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {epoch, newest or ''}
+"""
+
+# KEYS: part, win, pair, due, done, jrn. ARGV: epoch, first, last, newest, watermark ('' for
+# none), window_ms, retention_ms, ttl_ms, then the inputs, one line each:
+# ``kind \x1f offset \x1f user \x1f event_id \x1f item \x1f category \x1f ts \x1f watermark
+# \x1f history \n`` with kind i (impression), c (click) or l (late click, with the watermark
+# it was judged late by). Returns a flat list: ``a<offset>`` for
+# a click that took or hit an open window, ``<label> \t user \t event_id \t item \t category
+# \t ts \t history`` for each decision, and last the late labels counted.
+ADVANCE_LUA = """
+local part, win, pair, due, done, jrn = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local epoch = redis.call('HGET', part, 'epoch')
+if epoch ~= ARGV[1] then
+  return redis.error_reply('FENCED epoch ' .. tostring(epoch) .. ' of ' .. part .. ', ours ' .. ARGV[1])
+end
+local first, last = tonumber(ARGV[2]), tonumber(ARGV[3])
+local window, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
+
+local function parse(v)
+  local o, c, x, ts, d, item, cat, hist = string.match(v,
+    '^(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t([^\\t]*)\\t([^\\t]*)\\t(.*)$')
+  return {tonumber(o), tonumber(c), tonumber(x), ts, tonumber(d), item, cat, hist}
+end
+local function pack(w)
+  return string.format('%d\\t%d\\t%d\\t', w[1], w[2], w[3]) .. w[4] .. '\\t' ..
+    string.format('%d', w[5]) .. '\\t' .. w[6] .. '\\t' .. w[7] .. '\\t' .. w[8]
+end
+local function unpair(key, w)
+  local user, id = string.match(key, '^([^\\t]*)\\t(.*)$')
+  local pkey = user .. '\\t' .. w[6]
+  local ids, kept = redis.call('HGET', pair, pkey), {}
+  if ids then
+    for eid in string.gmatch(ids, '[^\\t]+') do
+      if eid ~= id then kept[#kept + 1] = eid end
+    end
+  end
+  if #kept == 0 then
+    redis.call('HDEL', pair, pkey)
+  else
+    redis.call('HSET', pair, pkey, table.concat(kept, '\\t'))
+  end
+end
+local function decision(label, key, w)
+  return label .. '\\t' .. key .. '\\t' .. w[6] .. '\\t' .. w[7] .. '\\t' .. w[4] .. '\\t' .. w[8]
+end
+
+-- undo what the previous batch did at offsets >= first (it never committed)
+for _, key in ipairs(redis.call('SMEMBERS', jrn)) do
+  local v = redis.call('HGET', win, key)
+  if v then
+    local w = parse(v)
+    if w[1] >= first then
+      redis.call('HDEL', win, key)
+      redis.call('ZREM', due, key)
+      redis.call('ZREM', done, key)
+      unpair(key, w)
+    elseif w[2] >= first or w[3] >= first then
+      if w[2] >= first then w[2] = -1 end
+      if w[3] >= first then
+        w[3] = -1
+        redis.call('ZREM', done, key)
+        redis.call('ZADD', due, w[5], key)
+      end
+      redis.call('HSET', win, key, pack(w))
+    end
+  end
+end
+redis.call('DEL', jrn)
+local mark = redis.call('HMGET', part, 'newest', 'stamp', 'prev_newest', 'prev_stamp')
+if mark[2] and tonumber(mark[2]) >= first then
+  mark[1], mark[2] = mark[3], mark[4]
+end
+
+local out, touched, late = {}, {}, 0
+local text, num = '([^\\31]*)\\31', '(%-?%d+)\\31'
+local line = '([icl])\\31' .. num .. text .. text .. text .. text .. num .. num .. '([^\\n]*)\\n'
+for kind, off, user, id, item, cat, ts, mark, hist in string.gmatch(ARGV[9], line) do
+  local pkey, wm = user .. '\\t' .. item, tonumber(mark)
+  if kind == 'i' then
+    local key = user .. '\\t' .. id
+    if redis.call('HEXISTS', win, key) == 0 then
+      local deadline = tonumber(ts) + window
+      redis.call('HSET', win, key, pack({tonumber(off), -1, -1, ts, deadline, item, cat, hist}))
+      redis.call('ZADD', due, deadline, key)
+      local ids = redis.call('HGET', pair, pkey)
+      redis.call('HSET', pair, pkey, ids and (ids .. '\\t' .. id) or id)
+      touched[#touched + 1] = key
+    end
+  else
+    local ids = redis.call('HGET', pair, pkey)
+    if ids then
+      local t = tonumber(ts)
+      local best, bestkey, bestid, hit = nil, nil, nil, false
+      for eid in string.gmatch(ids, '[^\\t]+') do
+        local key = user .. '\\t' .. eid
+        local w = parse(redis.call('HGET', win, key))
+        if tonumber(w[4]) <= t and t <= w[5] then
+          if kind == 'l' then  -- a late click: did its watermark close this window lately?
+            if w[2] < 0 and w[5] < wm and wm <= w[5] + retention then hit = true end
+          elseif w[3] < 0 then
+            local wts = tonumber(w[4])
+            if best == nil or wts > tonumber(best[4]) or (wts == tonumber(best[4]) and eid > bestid) then
+              best, bestkey, bestid = w, key, eid
+            end
+          end
+        end
+      end
+      if hit then late = late + 1 end
+      if best then
+        out[#out + 1] = 'a' .. off
+        if best[2] < 0 then
+          best[2] = tonumber(off)
+          redis.call('HSET', win, bestkey, pack(best))
+          out[#out + 1] = decision('1', bestkey, best)
+          touched[#touched + 1] = bestkey
+        end
+      end
+    end
+  end
+end
+
+if ARGV[5] ~= '' then
+  local watermark = '(' .. ARGV[5]
+  -- forget closed windows past their retention (closed by committed batches: undone ones reopened)
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', done, '-inf', watermark)) do
+    local v = redis.call('HGET', win, key)
+    if v then
+      redis.call('HDEL', win, key)
+      unpair(key, parse(v))
+    end
+    redis.call('ZREM', done, key)
+  end
+  -- close the windows the watermark passed: negatives for those without a click
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', due, '-inf', watermark)) do
+    local w = parse(redis.call('HGET', win, key))
+    w[3] = last
+    redis.call('HSET', win, key, pack(w))
+    redis.call('ZREM', due, key)
+    redis.call('ZADD', done, w[5] + retention, key)
+    touched[#touched + 1] = key
+    if w[2] < 0 then out[#out + 1] = decision('0', key, w) end
+  end
+end
+
+for i = 1, #touched, 1000 do
+  redis.call('SADD', jrn, unpack(touched, i, math.min(i + 999, #touched)))
+end
+redis.call('HSET', part, 'prev_newest', mark[1] or '', 'prev_stamp', mark[2] or '-1',
+  'newest', ARGV[4], 'stamp', ARGV[3])
+for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
+out[#out + 1] = tostring(late)
+return out
+"""
+
+
+def partition_keys(prefix: str, partition: Partition) -> list[str]:
+    """The six keys of a partition's state, in the order the scripts take them."""
+    tag = f"{{{partition.topic}:{partition.partition}}}"
+    return [f"{prefix}:{name}:{tag}" for name in ("part", "win", "pair", "due", "done", "jrn")]
+
+
+def parse_claim(reply: Sequence[Any]) -> Claim:
+    """The claim script's answer."""
+    epoch, newest = reply
+    return Claim(int(epoch), int(newest) if newest not in ("", None) else None)
+
+
+def advance_args(
+    batch: PartitionBatch, window_ms: int, retention_ms: int, ttl_ms: int
+) -> tuple[object, ...]:
+    """The advance script's arguments for ``batch``."""
+    watermark = "" if batch.watermark is None else batch.watermark
+    lines = "".join([_line(i) for i in batch.inputs])
+    return (batch.epoch, batch.first, batch.last, batch.newest, watermark, window_ms, retention_ms,
+            ttl_ms, lines)
+
+
+_KINDS = {"impression": "i", "click": "c", "late_click": "l"}
+
+
+def _line(item: JoinInput) -> str:
+    e = item.event
+    history = "\x1d".join(item.items) + "\x1c" + "\x1d".join(item.categories)
+    return (f"{_KINDS[item.kind]}\x1f{item.offset}\x1f{e.user_id}\x1f{e.event_id}\x1f{e.item_id}"
+            f"\x1f{e.category_id}\x1f{e.ts}\x1f{item.watermark}\x1f{history}\n")
+
+
+def parse_advance(reply: Sequence[str]) -> PartitionOutcome:
+    """The advance script's answer."""
+    decisions, taken = [], set()
+    for answer in reply[:-1]:
+        if answer[0] == "a":
+            taken.add(int(answer[1:]))
+            continue
+        label, user, event_id, item, category, ts, history = answer.split("\t")
+        items, _, categories = history.partition("\x1c")
+        decisions.append(
+            Decision(int(label), user, event_id, item, category, int(ts), _ids(items), _ids(categories))
+        )
+    return PartitionOutcome(decisions, frozenset(taken), int(reply[-1]))
+
+
+def _ids(joined: str) -> tuple[str, ...]:
+    return tuple(joined.split("\x1d")) if joined else ()

@@ -1,0 +1,212 @@
+"""The partition state (watermarks, impression windows) on Redis, a Redis Cluster and in memory:
+one contract, and redone batches of any size decide exactly what a clean run decides."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from streamrec.config import RedisStoreConfig
+from streamrec.errors import PartitionFenced
+from streamrec.events import Event
+from streamrec.featurestore import FeatureStore, MemoryFeatureStore, RedisFeatureStore
+from streamrec.featurestore.partitions import Decision, JoinInput, JoinKind, PartitionBatch
+from streamrec.kafka.records import Partition
+
+T0 = 1_511_658_000_000
+MINUTE = 60_000
+WINDOW = 10 * MINUTE
+ALLOWED = 5 * MINUTE
+P = Partition("events", 0)
+
+
+@pytest.fixture(params=["redis", "redis-cluster", "memory"])
+def store(request: pytest.FixtureRequest, unique_name: str) -> FeatureStore:
+    if request.param == "memory":
+        return MemoryFeatureStore(length=3)
+    if request.param == "redis-cluster":
+        url = request.getfixturevalue("redis_cluster_url")
+        return RedisFeatureStore(RedisStoreConfig(url=url, cluster=True, key_prefix=unique_name), 3)
+    cfg: RedisStoreConfig = request.getfixturevalue("store_config")
+    return RedisFeatureStore(cfg, 3)
+
+
+Row = tuple[JoinKind, Event]
+
+
+def imp(i: int, user: str, item: str, minute: float) -> Row:
+    return "impression", Event(f"i{i}", user, item, "c", "impression", T0 + int(minute * MINUTE))
+
+
+def click(i: int, user: str, item: str, minute: float) -> Row:
+    return "click", Event(f"k{i}", user, item, "c", "click", T0 + int(minute * MINUTE))
+
+
+class Feed:
+    """Runs one partition's rows through a store in batches, as the consumers do: claim at the
+    start, the watermark from the newest event time so far, late clicks judged late."""
+
+    def __init__(self, store: FeatureStore, partition: Partition = P) -> None:
+        self.store, self.partition = store, partition
+        self.epoch = 0
+        self.newest: int | None = None
+        self.committed = 0  # the next offset to read
+        self.decided: list[Decision] = []
+        self.late_labels = 0
+
+    def claim(self) -> None:
+        got = self.store.claim({self.partition: self.committed})[self.partition]
+        self.epoch, self.newest = got.epoch, got.newest
+
+    def batch(self, rows: Sequence[Row], end: int, commit: bool = True) -> list[Decision]:
+        """Process rows[committed:end]; commit unless told not to (an aborted batch)."""
+        newest = self.newest
+        inputs = []
+        for offset in range(self.committed, end):
+            kind, event = rows[offset]
+            watermark = T0 if newest is None else newest - ALLOWED
+            late = event.ts < watermark
+            newest = event.ts if newest is None else max(newest, event.ts)
+            if kind == "click" and late:
+                kind = "late_click"
+            elif late:
+                continue
+            history = ((f"h{offset}",), ("c",)) if kind == "impression" else ((), ())
+            inputs.append(JoinInput(kind, offset, event, *history, watermark=watermark))
+        assert newest is not None
+        batch = PartitionBatch(self.partition, self.epoch, self.committed, end - 1, newest,
+                               newest - ALLOWED, tuple(inputs))
+        (outcome,) = self.store.advance([batch], WINDOW, WINDOW)
+        if commit:
+            self.committed, self.newest = end, newest
+            self.decided += outcome.decisions
+            self.late_labels += outcome.late_labels
+        return outcome.decisions
+
+
+def labels(decisions: Sequence[Decision]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in decisions:
+        assert d.event_id not in out, f"{d.event_id} decided twice"
+        out[d.event_id] = d.label
+    return out
+
+
+def test_a_click_in_the_window_makes_a_positive_at_once_and_no_click_a_negative_at_the_watermark(
+    store: FeatureStore,
+) -> None:
+    rows = [imp(1, "u", "a", 0), imp(2, "u", "b", 0), click(3, "u", "a", 2), click(4, "u", "b", 30)]
+    feed = Feed(store)
+    feed.claim()
+    assert [(d.event_id, d.label) for d in feed.batch(rows, 3)] == [("i1", 1)]
+    # the click on b at minute 30 moves the watermark to 25: b's window (0..10) closes, and
+    # the click itself is outside it, so it is no click of b's impression
+    assert [(d.event_id, d.label) for d in feed.batch(rows, 4)] == [("i2", 0)]
+    positive = feed.decided[0]
+    assert (positive.user_id, positive.item_id, positive.ts, positive.items) == ("u", "a", T0, ("h0",))
+
+
+def test_the_latest_impression_before_a_click_takes_it_and_a_second_click_takes_nothing(
+    store: FeatureStore,
+) -> None:
+    rows = [imp(1, "u", "a", 0), imp(2, "u", "a", 1), click(3, "u", "a", 2), click(4, "u", "a", 3),
+            click(5, "u", "x", 40)]
+    feed = Feed(store)
+    feed.claim()
+    feed.batch(rows, len(rows))
+    assert labels(feed.decided) == {"i2": 1, "i1": 0}
+
+
+def test_a_click_after_its_window_closed_is_a_late_label_and_no_sample(store: FeatureStore) -> None:
+    rows = [imp(1, "u", "a", 0), click(2, "u", "z", 22), click(3, "u", "a", 5), click(4, "u", "q", 5)]
+    feed = Feed(store)
+    feed.claim()
+    feed.batch(rows, 2)
+    decisions = feed.batch(rows, 4)
+    assert decisions == []
+    assert labels(feed.decided) == {"i1": 0}
+    assert feed.late_labels == 1  # the click on a; the one on q had no impression
+
+
+def test_an_undone_batch_is_redone_in_other_sizes_with_the_same_decisions(store: FeatureStore) -> None:
+    rows = [imp(1, "u", "a", 0), imp(2, "v", "b", 1), click(3, "u", "a", 4), click(4, "v", "z", 30),
+            imp(5, "u", "c", 31), click(6, "u", "c", 32), click(7, "u", "y", 60)]
+    clean = Feed(store, Partition("clean", 0))
+    clean.claim()
+    clean.batch(rows, len(rows))
+
+    feed = Feed(store)
+    feed.claim()
+    feed.batch(rows, 2)
+    feed.batch(rows, 7, commit=False)  # aborted after the store changed
+    feed.batch(rows, 4, commit=False)  # and its redo too
+    feed.claim()  # a restart: a new epoch, the watermark as of the committed offset
+    assert feed.newest == T0 + MINUTE
+    feed.batch(rows, 5)
+    feed.batch(rows, 7)
+    assert labels(feed.decided) == labels(clean.decided) == {"i1": 1, "i2": 0, "i5": 1}
+    assert [d.event_id for d in feed.decided] == ["i1", "i2", "i5"]
+
+
+def test_a_batch_from_an_older_claim_is_refused_and_changes_nothing(store: FeatureStore) -> None:
+    rows = [imp(1, "u", "a", 0), click(2, "u", "a", 1)]
+    stalled, taker = Feed(store), Feed(store)
+    stalled.claim()
+    taker.claim()
+    with pytest.raises(PartitionFenced, match="another consumer"):
+        stalled.batch(rows, 2)
+    taker.batch(rows, 2)
+    assert labels(taker.decided) == {"i1": 1}
+
+
+def test_the_watermark_is_read_as_of_the_offset_a_claim_starts_from(store: FeatureStore) -> None:
+    rows = [click(1, "u", "a", 0), click(2, "u", "a", 9), click(3, "u", "a", 20)]
+    feed = Feed(store)
+    feed.claim()
+    assert feed.newest is None
+    feed.batch(rows, 2)
+    feed.batch(rows, 3, commit=False)
+    feed.claim()
+    assert feed.newest == T0 + 9 * MINUTE
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_streams_decide_alike_whatever_the_batches_aborts_and_restarts(
+    store: FeatureStore, seed: int
+) -> None:
+    rng = random.Random(seed)
+    rows: list[Row] = []
+    minute = 0.0
+    for i in range(300):
+        minute += rng.random()
+        at = minute - rng.random() * 8  # out of order, sometimes late
+        user, item = rng.choice("uvw"), rng.choice("abcd")
+        rows.append(imp(i, user, item, at) if rng.random() < 0.6 else click(i, user, item, at))
+
+    clean = Feed(store, Partition("clean", seed))
+    clean.claim()
+    for end in range(25, len(rows) + 25, 25):
+        clean.batch(rows, min(end, len(rows)))
+
+    feed = Feed(store, Partition("chaos", seed))
+    feed.claim()
+    while feed.committed < len(rows):
+        end = min(len(rows), feed.committed + rng.randint(1, 60))
+        fate = rng.random()
+        if fate < 0.2:
+            feed.batch(rows, min(len(rows), end + rng.randint(0, 30)), commit=False)
+        elif fate < 0.3:
+            feed.batch(rows, end, commit=False)
+            feed.claim()
+        feed.batch(rows, end)
+    assert labels(feed.decided) == labels(clean.decided)
+    assert feed.late_labels == clean.late_labels
+    reference = Feed(MemoryFeatureStore(length=3))  # the store's own parity with the memory one
+    reference.claim()
+    reference.batch(rows, len(rows))
+    assert labels(reference.decided) == labels(clean.decided)
+    assert reference.late_labels == clean.late_labels > 0
+    assert 0 < sum(d.label for d in clean.decided) < len(clean.decided)
+    assert sorted(feed.decided, key=lambda d: d.event_id) == sorted(clean.decided, key=lambda d: d.event_id)
