@@ -166,6 +166,19 @@ class ConsumerConfig(BaseModel):
     late_events: Literal["sequence_only", "dead_letter"] = Field(
         "sequence_only", description="STREAMREC_CONSUMER__LATE_EVENTS"
     )
+    # "sampled": implicit positives (positive_actions) with sampled negatives, for click-only
+    # logs. "join": a feed that logs what it showed; an impression (impression_action) opens
+    # a window of label_window_ms of event time; a click on the same user and item inside it
+    # makes the impression a positive at once; the watermark (allowed_lateness_ms) passing
+    # the window's end without one makes it a negative. A click without an open impression
+    # falls back to the "sampled" rule. Needs a watermark (allowed_lateness_ms not null).
+    labels: Literal["sampled", "join"] = Field("sampled", description="STREAMREC_CONSUMER__LABELS")
+    impression_action: str = Field(
+        "impression", min_length=1, description="STREAMREC_CONSUMER__IMPRESSION_ACTION (join)"
+    )
+    # Half an hour: clicks follow what a feed shows within seconds to minutes; a negative is
+    # emitted label_window_ms + allowed_lateness_ms of event time after its impression.
+    label_window_ms: int = Field(1_800_000, ge=1, description="STREAMREC_CONSUMER__LABEL_WINDOW_MS")
     # How long a batch is redone after Redis or the broker failed before the consumer stops:
     # five minutes rides out a restart or a failover, and still alerts on a real outage.
     retry_deadline_s: float = Field(300.0, ge=0, description="STREAMREC_CONSUMER__RETRY_DEADLINE_S")
@@ -180,6 +193,20 @@ class ConsumerConfig(BaseModel):
     )
     # Prometheus's exporter range; one consumer per host gets it, others set their own (0: off).
     metrics_port: int = Field(9465, ge=0, le=65535, description="STREAMREC_CONSUMER__METRICS_PORT (0: off)")
+
+    @model_validator(mode="after")
+    def _join_needs_a_watermark(self) -> ConsumerConfig:
+        if self.labels == "join":
+            if self.allowed_lateness_ms is None:
+                raise ValueError(
+                    "labels='join' needs a watermark to close impression windows: set "
+                    "STREAMREC_CONSUMER__ALLOWED_LATENESS_MS to a number of milliseconds"
+                )
+            if self.impression_action in self.positive_actions:
+                raise ValueError(
+                    f"impression_action {self.impression_action!r} is also a positive action"
+                )
+        return self
 
 
 Feature = Literal["item", "category", "user"]

@@ -175,6 +175,7 @@ class FaustRunner:
         # Idleness counts from the last batch or group join; None while (re)joining.
         self._idle_since: float | None = None
         self._assigned: set[Partition] = set()
+        self._reassigned = False
 
     def run(self, stop: threading.Event | None = None) -> FaustStats:
         """Run the Faust app until ``stop`` is set, ``stop_when_idle_s`` passes without events,
@@ -219,6 +220,7 @@ class FaustRunner:
         @app.on_partitions_assigned.connect
         async def assigned(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:  # args: (TPs,)
             self._assigned = {Partition(tp.topic, tp.partition) for tp in args[0]}
+            self._reassigned = True  # the next batch claims its partitions anew
             self._idle_since = time.monotonic()
 
         @app.on_partitions_revoked.connect
@@ -295,6 +297,9 @@ class FaustRunner:
             self._sink = BatchSink(self._cfg)
         retry = Backoff(self._cfg.consumer.retry_deadline_s)
         started = time.monotonic()
+        if self._reassigned:
+            self._reassigned = False
+            self.builder.release()
         while True:
             try:
                 result = self.builder.process(records)

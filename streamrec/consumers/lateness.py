@@ -11,8 +11,9 @@ Events are judged in the order their partition delivered them (offset order), be
 batch is sorted by event time, so the decision depends only on the partition's earlier
 records. The watermarks are a batch's in-memory state like the negative pools: staged in
 the batch's result and kept only when it commits, so a batch redone after an abort decides
-exactly as a clean run. They are not persisted: after a restart or a rebalance a
-partition's watermark starts again from the first events read there.
+exactly as a clean run. They are also stored with each partition's state in the feature
+store, as of the offset each batch ends at (:mod:`streamrec.featurestore.partitions`): after
+a restart or a rebalance a partition's watermark resumes where its committed offset left it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ class Watermarks:
     def copy(self) -> Watermarks:
         """An independent copy: a batch judges with it, and it replaces this one on commit."""
         return Watermarks(self.allowed_ms, self._newest)
+
+    def restore(self, key: Partition, newest: int | None) -> None:
+        """Resume ``key`` at the newest event time stored for it (None: start afresh)."""
+        if newest is None:
+            self._newest.pop(key, None)
+        else:
+            self._newest[key] = newest
 
     def watermark(self, key: Partition) -> int | None:
         """Events older than this on ``key`` are late; None before its first event, or when

@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from streamrec.config import ConsumerConfig
+from streamrec.consumers.joins import JoinRule, Judged, decided_samples, partition_of
 from streamrec.consumers.lateness import Watermarks
 from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.deadletters import DeadLetter
@@ -43,7 +44,8 @@ class BatchResult:
     the resent ones that yielded nothing; ``late`` those behind their partition's watermark
     (dead-lettered, or kept in their sequences without samples); conflicting ids are among
     the dead letters. ``timestamp_mismatches`` counts records whose timestamp is more than
-    the tolerance away from their event time.
+    the tolerance away from their event time. ``late_labels`` counts the late clicks that
+    fell in an impression's window after it closed (the ``join`` mode).
     """
 
     events: int
@@ -54,15 +56,7 @@ class BatchResult:
     late: int = 0
     timestamp_mismatches: int = 0
     watermarks: Watermarks | None = field(default=None, repr=False)
-
-
-def _origin(msg: KafkaMessage) -> str:
-    """The record an event came in, as the store remembers it: ``partition:offset``."""
-    return f"{msg.partition()}:{msg.offset()}"
-
-
-def _partition(msg: KafkaMessage) -> Partition:
-    return Partition(msg.topic() or "", msg.partition() or 0)
+    late_labels: int = 0
 
 
 def late_reason(ts: int, behind_ms: int, key: Partition, allowed_ms: int) -> str:
@@ -100,6 +94,8 @@ class SampleBuilder:
             cfg.negative_window_ms, cfg.novelty_ms, cfg.negative_pool_size, cfg.seed
         )
         self.watermarks = Watermarks(cfg.allowed_lateness_ms)
+        self._epochs: dict[Partition, int] = {}  # partitions claimed, and their epochs
+        self._join = JoinRule(cfg.impression_action if cfg.labels == "join" else None, self._positive)
         self._tolerance_ms = timestamp_tolerance_ms
         self._mismatch_warned: set[Partition] = set()  # one warning per partition
 
@@ -135,28 +131,39 @@ class SampleBuilder:
         an id reused for other content is dead-lettered, and the same record read again (the
         redo of an aborted batch) yields exactly its samples again. An event behind its
         partition's watermark yields no sample: it is dead-lettered or only stored, by
-        ``late_events``. The builder itself is unchanged until :meth:`commit`.
+        ``late_events``. In the ``join`` mode an impression yields its one sample when its
+        label is decided, in this batch or a later one. The builder itself is unchanged until
+        :meth:`commit`, but for the partitions it claims.
         """
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         parsed, dead = self.parse(records, now_ms)
+        self._claim(records)
         watermarks = self.watermarks.copy()
-        judged, late_letters, mismatches = self._judge(parsed, watermarks)
+        judged, mismatches = self._judge(parsed, watermarks)
+        drop = self._cfg.late_events == "dead_letter"
+        allowed = watermarks.allowed_ms or 0
+        for item in judged:
+            if item.behind is not None and drop:
+                key = partition_of(item.msg)
+                dead.append(DeadLetter.of(item.msg, late_reason(item.event.ts, item.behind, key, allowed)))
+        kept = [i for i, item in enumerate(judged) if item.behind is None or not drop]
         # A batch spans a few partitions: event-time order (stable, so each user's own order
         # holds) keeps the negative pools' windows true.
-        judged.sort(key=lambda triple: triple[0].ts)
-        positive = self._positive
-        arrivals = [
-            Arrival(e, _origin(msg), not late and (e.label is not None or e.action in positive))
-            for e, msg, late in judged
-        ]
-        update = self._store.update(arrivals)
+        kept.sort(key=lambda i: judged[i].event.ts)
+        update = self._store.update([self._arrival(judged[i]) for i in kept])
+        for i, verdict, history in zip(kept, update.verdicts, update.histories, strict=True):
+            judged[i] = replace(judged[i], accepted=verdict is Verdict.ACCEPTED, history=history)
+        batches = self._join.batches(records, judged, watermarks, self._epochs)
+        window = self._cfg.label_window_ms  # closed windows are kept as long, for late labels
+        outcomes = self._store.advance(batches, window, window)
+        taken = {(b.partition, offset) for b, o in zip(batches, outcomes, strict=True) for offset in o.taken}
         sampler = self.sampler.copy()
         samples: list[Sample] = []
         duplicates, late_kept = 0, 0
         first_seen_of = update.first_seen
-        for (event, msg, late), verdict, seen_at, history in zip(
-            judged, update.verdicts, update.first_seen_at, update.histories, strict=True
-        ):
+        for i, verdict, seen_at in zip(kept, update.verdicts, update.first_seen_at, strict=True):
+            item = judged[i]
+            event, msg = item.event, item.msg
             if verdict is not Verdict.ACCEPTED:
                 if verdict is Verdict.DUPLICATE:
                     duplicates += 1
@@ -164,44 +171,70 @@ class SampleBuilder:
                     reason = f"event id {event.event_id!r} reused with other content (first at {seen_at})"
                     dead.append(DeadLetter.of(msg, reason))
                 continue
-            if late:  # in its sequence now, but neither in the pools nor sampled
+            if item.behind is not None:  # in its sequence now, but neither in the pools nor sampled
                 late_kept += 1
+                continue
+            if self._join.is_impression(event):  # an exposure, not behaviour: labelled by the join
                 continue
             first_seen = first_seen_of[event.item_id]
             sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
-            if history is not None:
-                self._samples(samples, sampler, event, history, first_seen)
-        dead += late_letters
+            if item.history is not None and (partition_of(msg), msg.offset()) not in taken:
+                self._samples(samples, sampler, event, item.history, first_seen)
+        for outcome in outcomes:
+            samples += decided_samples(outcome.decisions)
+        late_dropped = len(judged) - len(kept)
         return BatchResult(
             len(parsed), sampler, samples, dead, duplicates,
-            late=late_kept + len(late_letters), timestamp_mismatches=mismatches, watermarks=watermarks,
+            late=late_kept + late_dropped, timestamp_mismatches=mismatches, watermarks=watermarks,
+            late_labels=sum(o.late_labels for o in outcomes),
         )
+
+    def _arrival(self, item: Judged) -> Arrival:
+        """What the store is asked about an event: its history when it may yield a sample; an
+        impression of the join mode is judged by its id but stays out of the sequence."""
+        event = item.event
+        origin = f"{item.msg.partition()}:{item.msg.offset()}"
+        on_time = item.behind is None
+        if self._join.is_impression(event):
+            return Arrival(event, origin, on_time, stored=False)
+        return Arrival(event, origin, on_time and (event.label is not None or event.action in self._positive))
+
+    def _claim(self, records: Sequence[KafkaMessage]) -> None:
+        """Claim the partitions new to this builder: their epochs, and their watermarks as of
+        the offset they are read from (a restart or a rebalance resumes them exactly)."""
+        starts: dict[Partition, int] = {}
+        for msg in records:
+            key = partition_of(msg)
+            if key not in self._epochs:
+                starts[key] = min(starts.get(key, msg.offset() or 0), msg.offset() or 0)
+        if not starts:
+            return
+        for key, claim in self._store.claim(starts).items():
+            self._epochs[key] = claim.epoch
+            self.watermarks.restore(key, claim.newest)
+
+    def release(self) -> None:
+        """Forget the partitions claimed (after a rebalance): each is claimed again, and its
+        watermark read again, when it next comes."""
+        self._epochs.clear()
+        self.watermarks = Watermarks(self._cfg.allowed_lateness_ms)
 
     def _judge(
         self, parsed: list[tuple[Event, KafkaMessage]], watermarks: Watermarks
-    ) -> tuple[list[tuple[Event, KafkaMessage, bool]], list[DeadLetter], int]:
+    ) -> tuple[list[Judged], int]:
         """Judge each event against its partition's watermark, in the order its partition
-        delivered it: the events to store (each with whether it is late), the late events'
-        dead letters (policy ``dead_letter``), and how many record timestamps are off."""
-        judged: list[tuple[Event, KafkaMessage, bool]] = []
-        letters: list[DeadLetter] = []
+        delivered it, and count the record timestamps that are off."""
+        judged: list[Judged] = []
         mismatches = 0
-        tolerance, drop = self._tolerance_ms, self._cfg.late_events == "dead_letter"
+        tolerance = self._tolerance_ms
         for event, msg in parsed:
-            key = _partition(msg)
+            key = partition_of(msg)
             stamp = msg.timestamp()[1]
             if stamp > 0 and abs(stamp - event.ts) > tolerance:  # 0: an in-memory record, unstamped
                 mismatches += 1
                 self._warn_mismatch(key, msg, stamp, event.ts)
-            behind = watermarks.judge(key, event.ts)
-            if behind is None:
-                judged.append((event, msg, False))
-            elif drop:
-                allowed = watermarks.allowed_ms or 0
-                letters.append(DeadLetter.of(msg, late_reason(event.ts, behind, key, allowed)))
-            else:
-                judged.append((event, msg, True))
-        return judged, letters, mismatches
+            judged.append(Judged(event, msg, watermarks.judge(key, event.ts)))
+        return judged, mismatches
 
     def _warn_mismatch(self, key: Partition, msg: KafkaMessage, stamp: int, ts: int) -> None:
         if key in self._mismatch_warned:

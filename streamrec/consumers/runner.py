@@ -59,6 +59,7 @@ class ConsumerStats:
     dead: int = 0
     duplicates: int = 0
     late: int = 0  # behind their partition's watermark: dead-lettered or kept without samples
+    late_labels: int = 0  # late clicks in a closed impression window (the join mode)
     timestamp_mismatches: int = 0  # records whose timestamp is not their event time
     out_of_order: int = 0  # released out of event-time order by alignment (skewed timestamps)
     retries: int = 0
@@ -98,8 +99,12 @@ class ConsumerRunner:
             self._attach_store()
             self._source.subscribe()
             idle = IdleClock(ccfg.stop_when_idle_s, self._source)
+            claimed_at = self._source.assignments
             while not stop.is_set():
                 records = self._source.poll(ccfg.batch_size, ccfg.batch_timeout_s)
+                if self._source.assignments != claimed_at:  # a rebalance: claim partitions anew
+                    claimed_at = self._source.assignments
+                    self.builder.release()
                 if records:
                     self._handle(records)
                     idle.busy()  # a batch redone through an outage must not look like idleness
@@ -110,9 +115,9 @@ class ConsumerRunner:
             self._source.close()
         logger.info(
             "consumer stopped batches=%d events=%d samples=%d dead=%d duplicates=%d late=%d "
-            "timestamp_mismatches=%d out_of_order=%d retries=%d",
+            "late_labels=%d timestamp_mismatches=%d out_of_order=%d retries=%d",
             self.stats.batches, self.stats.events, self.stats.samples, self.stats.dead,
-            self.stats.duplicates, self.stats.late, self.stats.timestamp_mismatches,
+            self.stats.duplicates, self.stats.late, self.stats.late_labels, self.stats.timestamp_mismatches,
             self.stats.out_of_order, self.stats.retries,
         )
         return self.stats
@@ -222,6 +227,7 @@ def count_batch(stats: ConsumerStats, result: BatchResult, late_events: str) -> 
     stats.dead += len(result.dead)
     stats.duplicates += result.duplicates
     stats.late += result.late
+    stats.late_labels += result.late_labels
     stats.timestamp_mismatches += result.timestamp_mismatches
     for letter in result.dead:
         logger.warning(

@@ -58,15 +58,16 @@ class JoinInput:
 @dataclass(frozen=True, slots=True)
 class PartitionBatch:
     """What one batch read from a partition: offsets ``first``..``last``, the newest event time
-    seen there after it, the watermark it closes windows at (None: none closes), and its
-    join inputs in offset order."""
+    seen there after it (None: no valid event yet), the lateness allowed behind it (the
+    watermark windows close at; None: no join, nothing closes), and its join inputs in offset
+    order."""
 
     partition: Partition
     epoch: int
     first: int
     last: int
-    newest: int
-    watermark: int | None = None
+    newest: int | None
+    allowed_ms: int | None = None
     inputs: tuple[JoinInput, ...] = ()
 
 
@@ -218,9 +219,10 @@ class MemoryPartitionStore(PartitionStore):
                     last.clicked = item.offset
                     decisions.append(last.decision(1))
                     state.touched.add((last.user_id, last.event_id))
-        if batch.watermark is not None:
-            _purge(state, batch.watermark)  # before closing: only windows of committed batches
-            decisions += _close(state, batch, batch.watermark, retention_ms)
+        if batch.allowed_ms is not None and batch.newest is not None:
+            if state.newest is not None:  # as of the batch's start: what any redo would forget too
+                _purge(state, state.newest - batch.allowed_ms)
+            decisions += _close(state, batch, batch.newest - batch.allowed_ms, retention_ms)
         state.before = (state.newest, state.stamp)
         state.newest, state.stamp = batch.newest, batch.last
         return PartitionOutcome(decisions, frozenset(taken), late)
@@ -285,8 +287,8 @@ def _close(state: _State, batch: PartitionBatch, watermark: int, retention_ms: i
 
 
 def _purge(state: _State, watermark: int) -> None:
-    """Forget closed windows past their retention (closed by committed batches: undone
-    closures were reopened)."""
+    """Forget the closed windows whose retention the committed watermark has passed: no late
+    click of this batch or a later one can count them."""
     while state.done and state.done[0][0] < watermark:
         _, key = heapq.heappop(state.done)
         window = state.windows.get(key)

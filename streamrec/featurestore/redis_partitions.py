@@ -36,8 +36,9 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {epoch, newest or ''}
 """
 
-# KEYS: part, win, pair, due, done, jrn. ARGV: epoch, first, last, newest, watermark ('' for
-# none), window_ms, retention_ms, ttl_ms, then the inputs, one line each:
+# KEYS: part, win, pair, due, done, jrn. ARGV: epoch, first, last, newest ('' for none),
+# allowed_ms ('' for no join: nothing closes), window_ms, retention_ms, ttl_ms, then the
+# inputs, one line each:
 # ``kind \x1f offset \x1f user \x1f event_id \x1f item \x1f category \x1f ts \x1f watermark
 # \x1f history \n`` with kind i (impression), c (click) or l (late click, with the watermark
 # it was judged late by). Returns a flat list: ``a<offset>`` for
@@ -155,18 +156,23 @@ for kind, off, user, id, item, cat, ts, mark, hist in string.gmatch(ARGV[9], lin
   end
 end
 
-if ARGV[5] ~= '' then
-  local watermark = '(' .. ARGV[5]
-  -- forget closed windows past their retention (closed by committed batches: undone ones reopened)
-  for _, key in ipairs(redis.call('ZRANGEBYSCORE', done, '-inf', watermark)) do
-    local v = redis.call('HGET', win, key)
-    if v then
-      redis.call('HDEL', win, key)
-      unpair(key, parse(v))
+if ARGV[5] ~= '' and ARGV[4] ~= '' then
+  local allowed = tonumber(ARGV[5])
+  -- forget the closed windows whose retention the committed watermark (as of the batch's
+  -- start) has passed: no late click of this batch or a later one can count them
+  if mark[1] and mark[1] ~= '' then
+    local forget = '(' .. string.format('%d', tonumber(mark[1]) - allowed)
+    for _, key in ipairs(redis.call('ZRANGEBYSCORE', done, '-inf', forget)) do
+      local v = redis.call('HGET', win, key)
+      if v then
+        redis.call('HDEL', win, key)
+        unpair(key, parse(v))
+      end
+      redis.call('ZREM', done, key)
     end
-    redis.call('ZREM', done, key)
   end
   -- close the windows the watermark passed: negatives for those without a click
+  local watermark = '(' .. string.format('%d', tonumber(ARGV[4]) - allowed)
   for _, key in ipairs(redis.call('ZRANGEBYSCORE', due, '-inf', watermark)) do
     local w = parse(redis.call('HGET', win, key))
     w[3] = last
@@ -205,10 +211,10 @@ def advance_args(
     batch: PartitionBatch, window_ms: int, retention_ms: int, ttl_ms: int
 ) -> tuple[object, ...]:
     """The advance script's arguments for ``batch``."""
-    watermark = "" if batch.watermark is None else batch.watermark
+    newest = "" if batch.newest is None else batch.newest
+    allowed = "" if batch.allowed_ms is None else batch.allowed_ms
     lines = "".join([_line(i) for i in batch.inputs])
-    return (batch.epoch, batch.first, batch.last, batch.newest, watermark, window_ms, retention_ms,
-            ttl_ms, lines)
+    return (batch.epoch, batch.first, batch.last, newest, allowed, window_ms, retention_ms, ttl_ms, lines)
 
 
 _KINDS = {"impression": "i", "click": "c", "late_click": "l"}

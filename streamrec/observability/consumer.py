@@ -76,6 +76,11 @@ class ConsumerMetrics(ProcessMetrics):
             "Events behind their partition's watermark: dead-lettered or kept without samples",
             registry=r,
         )
+        self.late_labels = Counter(
+            f"{PREFIX}_late_labels_total",
+            "Late clicks in an impression's window after it closed as a negative (join labelling)",
+            registry=r,
+        )
         self.timestamp_mismatches = Counter(
             f"{PREFIX}_timestamp_mismatches_total",
             "Records whose timestamp is not their event time (alignment reads timestamps)",
@@ -108,6 +113,7 @@ class ConsumerMetrics(ProcessMetrics):
         self.samples.inc(len(result.samples))
         self.duplicates.inc(result.duplicates)
         self.late.inc(result.late)
+        self.late_labels.inc(result.late_labels)
         self.timestamp_mismatches.inc(result.timestamp_mismatches)
         for letter in result.dead:
             self.dead_letters.labels(reason_kind(letter.reason)).inc()

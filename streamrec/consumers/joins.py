@@ -1,0 +1,100 @@
+"""A batch's part in each partition's stored state: its offsets and watermark, and in the
+``join`` labelling mode its impressions and clicks (see :mod:`streamrec.featurestore.partitions`).
+
+An impression (``impression_action``, no ``label``) on time opens a window with the history it
+read; an on-time click (a positive action, no ``label``) may take one; a late click can only be
+counted as a late label. Inputs go in offset order, so where a batch ends changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from streamrec.consumers.lateness import Watermarks
+from streamrec.events import Event
+from streamrec.featurestore.base import History
+from streamrec.featurestore.partitions import Decision, JoinInput, PartitionBatch
+from streamrec.kafka.records import KafkaMessage, Partition
+from streamrec.samples import Sample
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A valid event of the batch after the store judged it: ``behind`` is how far behind its
+    partition's newest event time it was when late (else None); ``accepted`` whether the store
+    took it (a dead-lettered late event never reached it)."""
+
+    event: Event
+    msg: KafkaMessage
+    behind: int | None
+    accepted: bool = False
+    history: History | None = None
+
+
+def partition_of(msg: KafkaMessage) -> Partition:
+    """The partition a record came from."""
+    return Partition(msg.topic() or "", msg.partition() or 0)
+
+
+class JoinRule:
+    """Which events the join takes, by the consumer configuration (None: the ``sampled`` mode)."""
+
+    def __init__(self, impression_action: str | None, positive_actions: frozenset[str]) -> None:
+        """Impressions are ``impression_action`` events; clicks ``positive_actions`` ones."""
+        self.impression_action = impression_action
+        self.positive_actions = positive_actions
+
+    def is_impression(self, event: Event) -> bool:
+        """Whether the event is an unlabelled impression, which the join labels."""
+        return event.label is None and event.action == self.impression_action
+
+    def batches(
+        self,
+        records: Sequence[KafkaMessage],
+        judged: Sequence[Judged],
+        watermarks: Watermarks,
+        epochs: Mapping[Partition, int],
+    ) -> list[PartitionBatch]:
+        """One :class:`PartitionBatch` per partition the records came from, ``judged`` in
+        delivery (offset) order."""
+        spans: dict[Partition, tuple[int, int]] = {}
+        for msg in records:
+            key, offset = partition_of(msg), msg.offset() or 0
+            first, last = spans.get(key, (offset, offset))
+            spans[key] = (min(first, offset), max(last, offset))
+        inputs: dict[Partition, list[JoinInput]] = {key: [] for key in spans}
+        if self.impression_action is not None:
+            for item in judged:
+                joined = self._input(item, watermarks.allowed_ms or 0)
+                if joined is not None:
+                    inputs[partition_of(item.msg)].append(joined)
+        join = self.impression_action is not None
+        return [
+            PartitionBatch(key, epochs[key], first, last, watermarks.newest(key),
+                           watermarks.allowed_ms if join else None, tuple(inputs[key]))
+            for key, (first, last) in spans.items()
+        ]
+
+    def _input(self, item: Judged, allowed_ms: int) -> JoinInput | None:
+        event, offset = item.event, item.msg.offset() or 0
+        if event.label is not None:
+            return None
+        if event.action == self.impression_action:
+            if item.behind is None and item.accepted and item.history is not None:
+                return JoinInput("impression", offset, event, item.history.items, item.history.categories)
+            return None
+        if event.action not in self.positive_actions:
+            return None
+        if item.behind is not None:  # judged by the watermark it fell behind
+            return JoinInput("late_click", offset, event, watermark=event.ts + item.behind - allowed_ms)
+        return JoinInput("click", offset, event) if item.accepted else None
+
+
+def decided_samples(decisions: Sequence[Decision]) -> list[Sample]:
+    """The samples of impressions whose labels were decided: the impression's id, time, item
+    and history, and the label."""
+    return [
+        Sample(d.event_id, d.user_id, d.ts, d.item_id, d.category_id, d.label, d.items, d.categories)
+        for d in decisions
+    ]

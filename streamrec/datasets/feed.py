@@ -1,0 +1,110 @@
+"""A seeded feed log: what a feed showed (``impression`` events) and what was clicked, in the
+order an application publishes it; for the consumers' ``join`` labelling mode.
+
+Built on :func:`~streamrec.datasets.synthetic.generate_clicks`: each ``pv`` of the click
+stream becomes a ``click`` on one item of a page of ``page_size`` impressions shown
+``click_delay_ms`` earlier (the clicked item and others the user was shown from the same
+category's recent items or anywhere); ``unclicked_pages`` more pages per click are shown with
+no click. The other actions (cart, fav, buy) stay as they are. A share of the clicks
+(``late_share``, none in the stream's last ``2 * late_by_ms``) is published ``late_by_ms``
+after its event time, as from a device that was offline: such a click arrives after its
+impression's window has closed.
+
+The truth a test checks against is :func:`expected_labels`: an impression is positive when
+a click published on time falls in its window (the latest impression before the click takes it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
+from streamrec.events import Event
+
+IMPRESSION = "impression"
+CLICK = "click"
+
+
+@dataclass(frozen=True)
+class FeedSpec:
+    """Shape of a generated feed log (see the module docstring).
+
+    The defaults suit a 10-minute label window and 5 minutes of allowed lateness: 2,000
+    behaviours of 100 users in 4 hours keep each partition's watermark within a minute or so
+    of the stream, and a click published 20 minutes late arrives when its impression's window
+    has just closed (and is counted as a late label).
+    """
+
+    clicks: ClickStreamSpec = field(
+        default_factory=lambda: ClickStreamSpec(users=100, events=2_000, duration_ms=4 * 3_600_000)
+    )
+    page_size: int = 4
+    unclicked_pages: int = 1
+    click_delay_ms: tuple[int, int] = (1_000, 120_000)
+    late_share: float = 0.05
+    late_by_ms: int = 20 * 60_000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Feed:
+    """The log in publish order, and which clicks were published late (their ids)."""
+
+    events: list[Event]
+    late_clicks: frozenset[str]
+
+
+def generate_feed(spec: FeedSpec = FeedSpec()) -> Feed:
+    """Generate the feed log ``spec`` describes; the same spec gives the same log."""
+    rng = np.random.default_rng(spec.seed)
+    clicks = generate_clicks(spec.clicks)
+    items = sorted({(e.item_id, e.category_id) for e in clicks})
+    published: list[tuple[int, int, Event]] = []  # publish time, order, event
+    late: set[str] = set()
+    end = clicks[-1].ts if clicks else 0  # late clicks only where the stream goes on behind them
+
+    def publish(at: int, event: Event) -> None:
+        published.append((at, len(published), event))
+
+    for event in clicks:
+        if event.action != "pv":
+            publish(event.ts, event)
+            continue
+        low, high = spec.click_delay_ms
+        shown_at = event.ts - int(rng.integers(low, high + 1))
+        for page in range(1 + spec.unclicked_pages):
+            at = shown_at - page * high  # earlier pages of the same visit
+            others = rng.choice(len(items), spec.page_size - (page == 0), replace=False)
+            page_items = [items[k] for k in others.tolist()]
+            if page == 0:
+                page_items.insert(int(rng.integers(0, spec.page_size)), (event.item_id, event.category_id))
+            for slot, (item, category) in enumerate(page_items):
+                shown_id = f"{event.event_id}-p{page}s{slot}"
+                publish(at, Event(shown_id, event.user_id, item, category, IMPRESSION, at))
+        click = Event(event.event_id, event.user_id, event.item_id, event.category_id, CLICK, event.ts)
+        if rng.random() < spec.late_share and click.ts < end - 2 * spec.late_by_ms:
+            late.add(click.event_id)
+            publish(click.ts + spec.late_by_ms, click)
+        else:
+            publish(click.ts, click)
+    published.sort(key=lambda row: (row[0], row[1]))
+    return Feed([event for _, _, event in published], frozenset(late))
+
+
+def expected_labels(feed: Feed, window_ms: int) -> dict[str, int]:
+    """Each impression's label, by the join's rule, for a log published in event-time order
+    but for the late clicks (which label nothing)."""
+    by_pair: dict[tuple[str, str], list[Event]] = {}
+    labels: dict[str, int] = {}
+    for event in feed.events:
+        pair = (event.user_id, event.item_id)
+        if event.action == IMPRESSION:
+            by_pair.setdefault(pair, []).append(event)
+            labels[event.event_id] = 0
+        elif event.action == CLICK and event.event_id not in feed.late_clicks:
+            inside = [s for s in by_pair.get(pair, ()) if s.ts <= event.ts <= s.ts + window_ms]
+            if inside:
+                labels[max(inside, key=lambda s: (s.ts, s.event_id)).event_id] = 1
+    return labels
