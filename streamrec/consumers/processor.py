@@ -119,9 +119,9 @@ class SampleBuilder:
                 events.append((event, msg))
         return events, dead
 
-    def is_labelled(self, event: Event) -> bool:
-        """Whether the event yields training samples."""
-        return event.label is not None or event.action in self._positive
+    def stores(self, event: Event) -> bool:
+        """Whether the event enters its user's sequence (a join-mode impression does not)."""
+        return not self._join.is_impression(event)
 
     def process(self, records: Sequence[KafkaMessage], now_ms: int | None = None) -> BatchResult:
         """Process one batch: update the store once, then build samples in event-time order.
@@ -195,7 +195,7 @@ class SampleBuilder:
         event = item.event
         origin = f"{item.msg.partition()}:{item.msg.offset()}"
         on_time = item.behind is None
-        if self._join.is_impression(event):
+        if not self.stores(event):
             return Arrival(event, origin, on_time, stored=False)
         return Arrival(event, origin, on_time and (event.label is not None or event.action in self._positive))
 

@@ -69,7 +69,9 @@ def rebuild_store(
         while reading:  # until every partition has reached its end
             records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading)]
             events, dead = builder.parse(records, now_ms=int(time.time() * 1000))
-            store.update([Arrival(e, f"{m.partition()}:{m.offset()}") for e, m in events])
+            store.update([
+                Arrival(e, f"{m.partition()}:{m.offset()}", stored=builder.stores(e)) for e, m in events
+            ])
             stats.events += len(events)
             stats.invalid += len(dead)
     finally:

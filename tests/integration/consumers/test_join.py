@@ -13,6 +13,7 @@ import pytest
 from streamrec import faults
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
 from streamrec.consumers.processor import SampleBuilder
+from streamrec.consumers.rebuild import rebuild_store
 from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
 from streamrec.datasets.feed import Feed, FeedSpec, expected_labels, generate_feed
 from streamrec.datasets.synthetic import ClickStreamSpec
@@ -133,3 +134,16 @@ def test_the_faust_runner_labels_each_impression_by_the_same_rule(
     samples = [orjson.loads(m.value()) for m in topic_reader(kafka_config.samples_topic)]
     assert_labelled_exactly_once(feed, samples)  # no crash here: at-least-once emits each once
     assert stats.late_labels == len(feed.late_clicks)
+
+
+def test_a_rebuilt_store_keeps_impressions_out_of_the_sequences_as_the_consumers_do(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
+) -> None:
+    _, events = feed_log(users=5, behaviours=60)
+    send(kafka_config, events)
+    cfg = config(kafka_config, store_config, unique_name)
+    assert rebuild_store(cfg).events == len(events)
+    store = RedisFeatureStore(store_config, cfg.model.sequence_length)
+    stored = [b for user in {e.user_id for e in events} for b in store.sequence(user)]
+    assert stored and all(b.action != "impression" for b in stored)
+    assert len(stored) == sum(e.action != "impression" for e in events)
