@@ -90,7 +90,10 @@ class RedisStoreConfig(BaseModel):
     url: str = Field("redis://127.0.0.1:6380/0", description="STREAMREC_STORE__URL")
     cluster: bool = Field(False, description="STREAMREC_STORE__CLUSTER: url names a Cluster node")
     key_prefix: str = Field("sr", description="STREAMREC_STORE__KEY_PREFIX")
-    # Users idle for 30 days lose their sequence: bounds memory on a long-running store.
+    # Users idle for 30 days lose their sequence: bounds memory on a long-running store. The
+    # TTL is set on a user's first event and refreshed each time the user's event time enters
+    # a new quarter of it (not at every batch: each refresh is a Redis command per key), so an
+    # active user's keys expire 3/4 to 1 TTL after their last event.
     ttl_s: int = Field(30 * 86400, ge=1, description="STREAMREC_STORE__TTL_S")
     client: dict[str, Any] = Field(
         default_factory=dict, description="STREAMREC_STORE__CLIENT: extra redis-py options"

@@ -19,14 +19,16 @@ from streamrec.kafka.records import KafkaMessage, Partition
 from streamrec.samples import Sample
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Judged:
-    """A valid event of the batch after the store judged it: ``behind`` is how far behind its
-    partition's newest event time it was when late (else None); ``accepted`` whether the store
-    took it (a dead-lettered late event never reached it)."""
+    """A valid event of the batch, from partition ``key``, as it is judged: ``behind`` is how
+    far behind its partition's newest event time it was when late (else None); ``accepted``
+    whether the store took it (a dead-lettered late event never reaches it), and ``history``
+    what the store read for it."""
 
     event: Event
     msg: KafkaMessage
+    key: Partition
     behind: int | None
     accepted: bool = False
     history: History | None = None
@@ -47,7 +49,7 @@ class JoinRule:
 
     def is_impression(self, event: Event) -> bool:
         """Whether the event is an unlabelled impression, which the join labels."""
-        return event.label is None and event.action == self.impression_action
+        return event.action == self.impression_action and event.label is None
 
     def batches(
         self,
@@ -58,22 +60,26 @@ class JoinRule:
     ) -> list[PartitionBatch]:
         """One :class:`PartitionBatch` per partition the records came from, ``judged`` in
         delivery (offset) order."""
-        spans: dict[Partition, tuple[int, int]] = {}
+        spans: dict[tuple[str | None, int | None], list[int]] = {}  # a Partition's hash and equality
         for msg in records:
-            key, offset = partition_of(msg), msg.offset() or 0
-            first, last = spans.get(key, (offset, offset))
-            spans[key] = (min(first, offset), max(last, offset))
-        inputs: dict[Partition, list[JoinInput]] = {key: [] for key in spans}
+            offset = msg.offset() or 0
+            span = spans.get((msg.topic(), msg.partition()))
+            if span is None:
+                spans[(msg.topic(), msg.partition())] = [offset, offset]
+            elif offset > span[1]:  # a partition delivers in offset order
+                span[1] = offset
+        keys = [Partition(topic or "", partition or 0) for topic, partition in spans]
+        inputs: dict[Partition, list[JoinInput]] = {key: [] for key in keys}
         if self.impression_action is not None:
             for item in judged:
                 joined = self._input(item, watermarks.allowed_ms or 0)
                 if joined is not None:
-                    inputs[partition_of(item.msg)].append(joined)
+                    inputs[item.key].append(joined)
         join = self.impression_action is not None
         return [
             PartitionBatch(key, epochs[key], first, last, watermarks.newest(key),
                            watermarks.allowed_ms if join else None, tuple(inputs[key]))
-            for key, (first, last) in spans.items()
+            for key, (first, last) in zip(keys, spans.values(), strict=True)
         ]
 
     def _input(self, item: Judged, allowed_ms: int) -> JoinInput | None:

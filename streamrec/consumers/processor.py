@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.joins import JoinRule, Judged, decided_samples, partition_of
@@ -144,15 +144,15 @@ class SampleBuilder:
         allowed = watermarks.allowed_ms or 0
         for item in judged:
             if item.behind is not None and drop:
-                key = partition_of(item.msg)
-                dead.append(DeadLetter.of(item.msg, late_reason(item.event.ts, item.behind, key, allowed)))
+                reason = late_reason(item.event.ts, item.behind, item.key, allowed)
+                dead.append(DeadLetter.of(item.msg, reason))
         kept = [i for i, item in enumerate(judged) if item.behind is None or not drop]
         # A batch spans a few partitions: event-time order (stable, so each user's own order
         # holds) keeps the negative pools' windows true.
         kept.sort(key=lambda i: judged[i].event.ts)
         update = self._store.update([self._arrival(judged[i]) for i in kept])
         for i, verdict, history in zip(kept, update.verdicts, update.histories, strict=True):
-            judged[i] = replace(judged[i], accepted=verdict is Verdict.ACCEPTED, history=history)
+            judged[i].accepted, judged[i].history = verdict is Verdict.ACCEPTED, history
         batches = self._join.batches(records, judged, watermarks, self._epochs)
         window = self._cfg.label_window_ms  # closed windows are kept as long, for late labels
         outcomes = self._store.advance(batches, window, window)
@@ -161,6 +161,7 @@ class SampleBuilder:
         samples: list[Sample] = []
         duplicates, late_kept = 0, 0
         first_seen_of = update.first_seen
+        join = self._cfg.labels == "join"
         for i, verdict, seen_at in zip(kept, update.verdicts, update.first_seen_at, strict=True):
             item = judged[i]
             event, msg = item.event, item.msg
@@ -174,11 +175,11 @@ class SampleBuilder:
             if item.behind is not None:  # in its sequence now, but neither in the pools nor sampled
                 late_kept += 1
                 continue
-            if self._join.is_impression(event):  # an exposure, not behaviour: labelled by the join
+            if join and self._join.is_impression(event):  # an exposure, not behaviour: labelled by the join
                 continue
             first_seen = first_seen_of[event.item_id]
             sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
-            if item.history is not None and (partition_of(msg), msg.offset()) not in taken:
+            if item.history is not None and not (taken and (item.key, msg.offset()) in taken):
                 self._samples(samples, sampler, event, item.history, first_seen)
         for outcome in outcomes:
             samples += decided_samples(outcome.decisions)
@@ -193,9 +194,9 @@ class SampleBuilder:
         """What the store is asked about an event: its history when it may yield a sample; an
         impression of the join mode is judged by its id but stays out of the sequence."""
         event = item.event
-        origin = f"{item.msg.partition()}:{item.msg.offset()}"
+        origin = f"{item.key.partition}:{item.msg.offset()}"
         on_time = item.behind is None
-        if not self.stores(event):
+        if self._join.impression_action is not None and not self.stores(event):
             return Arrival(event, origin, on_time, stored=False)
         return Arrival(event, origin, on_time and (event.label is not None or event.action in self._positive))
 
@@ -233,7 +234,7 @@ class SampleBuilder:
             if stamp > 0 and abs(stamp - event.ts) > tolerance:  # 0: an in-memory record, unstamped
                 mismatches += 1
                 self._warn_mismatch(key, msg, stamp, event.ts)
-            judged.append(Judged(event, msg, watermarks.judge(key, event.ts)))
+            judged.append(Judged(event, msg, key, watermarks.judge(key, event.ts)))
         return judged, mismatches
 
     def _warn_mismatch(self, key: Partition, msg: KafkaMessage, stamp: int, ts: int) -> None:

@@ -78,6 +78,7 @@ logger = logging.getLogger(__name__)
 # when it is short.
 _SEQUENCE_LUA = """
 local cap, ttl, horizon = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local quarter = math.max(1, math.floor(tonumber(ttl) / 4))
 local out = {}
 for u = 1, #ARGV - 3 do
   local seq, ids = KEYS[2 * u - 1], KEYS[2 * u]
@@ -144,8 +145,12 @@ for u = 1, #ARGV - 3 do
       end
     end
   end
-  redis.call('PEXPIRE', seq, ttl)
-  redis.call('PEXPIRE', ids, ttl)
+  -- a new user's keys get the TTL, refreshed when the user's newest event time enters a new
+  -- quarter of it: two commands a user per quarter TTL, not per batch
+  if newest == nil or (high ~= nil and math.floor(high / quarter) > math.floor(newest / quarter)) then
+    redis.call('PEXPIRE', seq, ttl)
+    redis.call('PEXPIRE', ids, ttl)
+  end
 end
 return out
 """
