@@ -1,4 +1,4 @@
-"""``streamrec generate OUT``: write a seeded synthetic click stream as JSONL events."""
+"""``streamrec generate OUT``: write a seeded synthetic click stream (or feed log) as JSONL events."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from streamrec.cli.common import cli_errors, console
+from streamrec.datasets.feed import FeedSpec, generate_feed
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.errors import DatasetError
 
@@ -20,12 +21,16 @@ def generate(
     items: int = typer.Option(_DEFAULT.items, help="Items in the catalogue by the end"),
     categories: int = typer.Option(_DEFAULT.categories, help="Item categories"),
     seed: int = typer.Option(_DEFAULT.seed, help="Random seed: the same seed, the same stream"),
+    feed: bool = typer.Option(
+        False, "--feed", help="A feed log for STREAMREC_CONSUMER__LABELS=join: pages of impressions, "
+        "each pv a click on one shown item (about 8 events per behaviour)",
+    ),
 ) -> None:
     """Generate implicit clicks (pv/cart/fav/buy, heavy-tailed popularity, new items arriving)
     and write them in event-time order; `streamrec produce OUT` publishes them."""
     with cli_errors():
         spec = ClickStreamSpec(users=users, items=items, categories=categories, events=events, seed=seed)
-        stream = generate_clicks(spec)
+        stream = generate_feed(FeedSpec(clicks=spec, seed=seed)).events if feed else generate_clicks(spec)
         tmp = out.with_name(f".{out.name}.tmp")
         try:
             tmp.write_bytes(b"".join(e.to_json() + b"\n" for e in stream))

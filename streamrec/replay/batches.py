@@ -24,7 +24,7 @@ _UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 @dataclass(frozen=True)
 class MicroBatch:
-    """The samples one learner update sees, in event-time order."""
+    """The samples one learner update sees, in the order the consumers emitted them."""
 
     index: int
     samples: list[Sample]
@@ -32,12 +32,12 @@ class MicroBatch:
     @property
     def first_ts(self) -> int:
         """The earliest sample's event time, epoch ms."""
-        return self.samples[0].ts
+        return min(s.ts for s in self.samples)
 
     @property
     def last_ts(self) -> int:
         """The latest sample's event time, epoch ms."""
-        return self.samples[-1].ts
+        return max(s.ts for s in self.samples)
 
 
 def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]:
@@ -67,13 +67,16 @@ def by_count(samples: Sequence[Sample], size: int) -> list[MicroBatch]:
 
 def by_interval(samples: Sequence[Sample], interval_ms: int) -> list[MicroBatch]:
     """One micro-batch per ``interval_ms`` of event time that has samples, aligned to
-    multiples of it (as a learner cutting every few minutes would)."""
+    multiples of it (as a learner cutting every few minutes would). Samples stay in the order
+    they were emitted: one older than the newest so far (a negative of the ``join`` mode,
+    emitted when its impression's window closed) goes with those emitted around it, as it
+    would reach a learner."""
     if interval_ms < 1:
         raise ConfigError(f"interval must be positive, not {interval_ms} ms")
     batches: list[list[Sample]] = []
     window = None
     for sample in samples:
-        if sample.ts // interval_ms != window:
+        if window is None or sample.ts // interval_ms > window:
             window = sample.ts // interval_ms
             batches.append([])
         batches[-1].append(sample)

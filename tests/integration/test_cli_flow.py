@@ -57,6 +57,36 @@ def test_produce_consume_learn_snapshot_as_separate_commands(
     assert "v000001" in listing
 
 
+def test_a_generated_feed_log_is_labelled_by_the_join_mode_from_the_command_line(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
+    topic_reader,
+) -> None:
+    env = {
+        **os.environ,
+        "STREAMREC_KAFKA__BOOTSTRAP_SERVERS": kafka_config.bootstrap_servers,
+        "STREAMREC_KAFKA__EVENTS_TOPIC": kafka_config.events_topic,
+        "STREAMREC_KAFKA__SAMPLES_TOPIC": kafka_config.samples_topic,
+        "STREAMREC_KAFKA__DLQ_TOPIC": kafka_config.dlq_topic,
+        "STREAMREC_STORE__URL": store_config.url,
+        "STREAMREC_STORE__KEY_PREFIX": store_config.key_prefix,
+        "STREAMREC_CONSUMER__GROUP_ID": f"c-{unique_name}",
+        "STREAMREC_CONSUMER__LABELS": "join",
+    }
+    feed = tmp_path / "feed.jsonl"
+    out = streamrec(["generate", str(feed), "--feed", "--events", "300", "--seed", "3"], env)
+    count = int(out.split()[1])
+    events = [json.loads(line) for line in feed.read_text().splitlines()]
+    assert count == len(events) and {e["action"] for e in events} >= {"impression", "click"}
+    streamrec(["produce", str(feed)], env)
+    out = streamrec(["consumers", "run", "--stop-when-idle", "3"], env)
+    assert f"consumed {count} events" in out
+    samples = [json.loads(m.value()) for m in topic_reader(kafka_config.samples_topic)]
+    shown = {e["event_id"] for e in events if e["action"] == "impression"}
+    labelled = [s for s in samples if s["sample_id"] in shown]
+    assert labelled and {s["label"] for s in labelled} == {0, 1}
+    assert len({s["sample_id"] for s in labelled}) == len(labelled)
+
+
 def test_bad_flags_give_one_line_errors(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "streamrec", "produce", str(tmp_path / "missing.csv")],

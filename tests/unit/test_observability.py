@@ -325,6 +325,7 @@ def test_consumer_metrics_are_all_named_and_typed() -> None:
         "streamrec_consumer_samples": "counter",
         "streamrec_consumer_duplicates": "counter",
         "streamrec_consumer_late_events": "counter",
+        "streamrec_consumer_late_labels": "counter",
         "streamrec_consumer_timestamp_mismatches": "counter",
         "streamrec_consumer_dead_letters": "counter",
         "streamrec_consumer_batch_seconds": "histogram",

@@ -48,3 +48,17 @@ def test_durations() -> None:
             parse_duration(bad)
     with pytest.raises(ConfigError):
         by_count([Sample("s", "u", 1, "i", "c", 1, (), ())], 0)
+
+
+def test_a_sample_older_than_those_before_it_stays_where_it_was_emitted() -> None:
+    """A join-mode negative comes out when its impression's window closes, older than the
+    samples around it: it joins their micro-batch rather than opening one of its own."""
+    hour = 3_600_000
+
+    def sample(i: int, ts: int) -> Sample:
+        return Sample(f"s{i}", "u", ts, "i", "c", 0, (), ())
+
+    samples = [sample(0, 10 * hour), sample(1, 11 * hour), sample(2, 10 * hour + 5), sample(3, 11 * hour + 9)]
+    batches = by_interval(samples, hour)
+    assert [[s.sample_id for s in b.samples] for b in batches] == [["s0"], ["s1", "s2", "s3"]]
+    assert (batches[1].first_ts, batches[1].last_ts) == (10 * hour + 5, 11 * hour + 9)
