@@ -120,8 +120,9 @@ class SampleBuilder:
         return events, dead
 
     def stores(self, event: Event) -> bool:
-        """Whether the event enters its user's sequence (a join-mode impression does not)."""
-        return not self._join.is_impression(event)
+        """Whether the event enters its user's sequence: a join-mode impression, labelled or
+        not, is an exposure, not behaviour."""
+        return event.action != self._join.impression_action
 
     def process(self, records: Sequence[KafkaMessage], now_ms: int | None = None) -> BatchResult:
         """Process one batch: update the store once, then build samples in event-time order.
@@ -175,7 +176,9 @@ class SampleBuilder:
             if item.behind is not None:  # in its sequence now, but neither in the pools nor sampled
                 late_kept += 1
                 continue
-            if join and self._join.is_impression(event):  # an exposure, not behaviour: labelled by the join
+            if join and not self.stores(event):  # an exposure: not in the pools; the join labels it
+                if event.label is not None and item.history is not None:  # unless it has a label
+                    self._samples(samples, sampler, event, item.history, first_seen=0)
                 continue
             first_seen = first_seen_of[event.item_id]
             sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
@@ -196,9 +199,9 @@ class SampleBuilder:
         event = item.event
         origin = f"{item.key.partition}:{item.msg.offset()}"
         on_time = item.behind is None
-        if self._join.impression_action is not None and not self.stores(event):
-            return Arrival(event, origin, on_time, stored=False)
-        return Arrival(event, origin, on_time and (event.label is not None or event.action in self._positive))
+        stored = self.stores(event)  # an impression wants its history for its window or its label
+        wanted = event.label is not None or event.action in self._positive or not stored
+        return Arrival(event, origin, on_time and wanted, stored)
 
     def _claim(self, records: Sequence[KafkaMessage]) -> None:
         """Claim the partitions new to this builder: their epochs, and their watermarks as of

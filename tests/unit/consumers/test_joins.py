@@ -130,3 +130,13 @@ def test_every_impression_yields_one_sample_labelled_by_its_clicks_whatever_the_
 
     assert sorted(map(key, clean)) == sorted(map(key, chaos))
     assert clean_late == chaos_late == len(feed.late_clicks)
+
+
+def test_a_labelled_impression_is_an_explicit_sample_that_stays_out_of_the_sequence() -> None:
+    b = builder(negatives=0)
+    stream = [ev("v", "x", 0, "pv"), Event("s", "u", "a", "ca", "impression", T0 + MINUTE, 0),
+              ev("w", "y", 2, "pv")]
+    result = b.process(records(stream), now_ms=NOW)
+    by_id = {s.sample_id: s for s in result.samples}
+    assert (by_id["s"].label, by_id["s"].seq_items) == (0, ("x",))
+    assert by_id["w"].seq_items == ("x",)  # not ("x", "a")
