@@ -5,7 +5,10 @@ produce). streamrec: the consumer runner end to end (parse, Redis pipeline, samp
 offsets in one transaction per batch). Data: the 2-hour Taobao slice (110k real events) from
 ../shared/data, or, where that is missing (a fresh clone), 110k generated clicks.
 
-    .venv/bin/python bench/consumer_throughput.py [--events N] [--data PATH|synthetic]
+    .venv/bin/python bench/consumer_throughput.py [--events N] [--data PATH|synthetic|feed]
+
+``--data feed``: a generated feed log (pages of impressions, clicks on shown items) through
+the ``join`` labelling mode, 110k events by default.
 
 Scaling: one consumer process, then two in one group, on the same 4-partition topic (a new
 group and key prefix each), each rate taken from the first batch read to the last batch
@@ -29,6 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.runner import BatchReport, ConsumerRunner
 from streamrec.datasets import read_events
+from streamrec.datasets.feed import FeedSpec, generate_feed
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.kafka.topics import ensure_topics
 from streamrec.local.launch import local_services
@@ -83,7 +87,13 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=None, help="default: the whole file")
     parser.add_argument("--data", default=str(DATA) if DATA.exists() else "synthetic")
     args = parser.parse_args()
-    if args.data == "synthetic":
+    consumer: dict[str, object] = {"stop_when_idle_s": 2.0}
+    if args.data == "feed":  # about 8 events a behaviour; 4 hours of it over 14k users
+        spec = ClickStreamSpec(users=14_000, items=85_000, events=(args.events or 110_300) // 8,
+                               duration_ms=4 * 3_600_000, seed=1)
+        events = generate_feed(FeedSpec(clicks=spec, seed=1)).events[: args.events or 110_300]
+        consumer |= {"labels": "join", "label_window_ms": 600_000, "allowed_lateness_ms": 300_000}
+    elif args.data == "synthetic":
         spec = ClickStreamSpec(users=66_000, items=85_000, events=args.events or 110_300, seed=1)
         events = generate_clicks(spec)  # the Taobao slice's shape: many users, few events each
     else:
@@ -94,7 +104,7 @@ def main() -> None:
             "kafka": {"bootstrap_servers": services.bootstrap_servers, "events_topic": f"ev-{name}",
                       "samples_topic": f"s-{name}", "dlq_topic": f"d-{name}"},
             "store": {"url": services.redis_url},
-            "consumer": {"group_id": f"g-{name}", "stop_when_idle_s": 2.0},
+            "consumer": {"group_id": f"g-{name}", **consumer},
         }
         cfg = StreamrecConfig.model_validate(sections)
         ensure_topics(cfg.kafka)
@@ -112,7 +122,7 @@ def main() -> None:
     rate = stats.events / busy
     print(json.dumps({
         "bench": "consumer_throughput",
-        "data": Path(args.data).name if args.data != "synthetic" else "synthetic",
+        "data": Path(args.data).name if args.data not in ("synthetic", "feed") else args.data,
         "events": stats.events,
         "samples": stats.samples,
         "ceiling_events_per_s": round(ceiling),

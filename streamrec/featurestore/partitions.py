@@ -251,7 +251,11 @@ def _hits(windows: list[_Window], ts: int, watermark: int, retention_ms: int) ->
 
 
 def _undo(state: _State, first: int) -> None:
-    """Undo what was done at offsets ≥ ``first`` (the previous batch, if it never committed)."""
+    """Undo what was done at offsets ≥ ``first`` (the previous batch, if it never committed:
+    it ended at ``state.stamp``, so before ``first`` it did)."""
+    if state.stamp < first:
+        state.touched = set()
+        return
     for key in state.touched:
         window = state.windows.get(key)
         if window is None:

@@ -6,10 +6,12 @@ Keys per partition, hash-tagged ``{<topic>:<partition>}`` so one script call hol
 - ``<prefix>:part:{t:p}``: a hash: ``epoch``, ``newest`` and ``stamp`` (the newest event time
   and the last offset of the batch that set it), ``prev_newest``/``prev_stamp`` before it;
 - ``<prefix>:win:{t:p}``: a hash, ``user \\t event_id`` -> the impression's window,
-  ``opened \\t clicked \\t closed \\t ts \\t deadline \\t item \\t category \\t history`` (the
-  three stamps are offsets, -1 while unset; the history is the items joined by ``\\x1d``,
-  ``\\x1c``, then the categories joined by ``\\x1d``);
-- ``<prefix>:pair:{t:p}``: a hash, ``user \\t item`` -> the event ids of its windows (tabs);
+  ``opened \\t clicked \\t closed \\t ts \\t deadline \\t item \\t category`` (the three
+  stamps are offsets, -1 while unset);
+- ``<prefix>:hist:{t:p}``: a hash, the same fields -> the impression's history (the items
+  joined by ``\\x1d``, ``\\x1c``, then the categories joined by ``\\x1d``);
+- ``<prefix>:pair:{t:p}``: a sorted set of ``user \\t item \\t event_id``, all scored 0: the
+  windows of a user and item are one lexicographic range;
 - ``<prefix>:due:{t:p}`` and ``<prefix>:done:{t:p}``: sorted sets of the open windows by
   deadline and of the closed ones by deadline + retention;
 - ``<prefix>:jrn:{t:p}``: a set of the windows the last batch touched (what an undo visits).
@@ -36,16 +38,18 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {epoch, newest or ''}
 """
 
-# KEYS: part, win, pair, due, done, jrn. ARGV: epoch, first, last, newest ('' for none),
+# KEYS: part, win, hist, pair, due, done, jrn. ARGV: epoch, first, last, newest ('' for none),
 # allowed_ms ('' for no join: nothing closes), window_ms, retention_ms, ttl_ms, then the
 # inputs, one line each:
 # ``kind \x1f offset \x1f user \x1f event_id \x1f item \x1f category \x1f ts \x1f watermark
 # \x1f history \n`` with kind i (impression), c (click) or l (late click, with the watermark
-# it was judged late by). Returns a flat list: ``a<offset>`` for
-# a click that took or hit an open window, ``<label> \t user \t event_id \t item \t category
-# \t ts \t history`` for each decision, and last the late labels counted.
+# it was judged late by). Returns a flat list: ``a<offset>`` for a click that took or hit an
+# open window, ``<label> \t user \t event_id \t item \t category \t ts \t history`` for each
+# decision, and last the late labels counted. Histories (a kilobyte at 50 behaviours) live
+# in their own hash, read only for a decision: the window's own value stays a few bytes, and
+# closing and forgetting many windows at once are a handful of bulk commands.
 ADVANCE_LUA = """
-local part, win, pair, due, done, jrn = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local part, win, hist, pair, due, done, jrn = unpack(KEYS)
 local epoch = redis.call('HGET', part, 'epoch')
 if epoch ~= ARGV[1] then
   return redis.error_reply('FENCED epoch ' .. tostring(epoch) .. ' of ' .. part .. ', ours ' .. ARGV[1])
@@ -53,44 +57,52 @@ end
 local first, last = tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
 
-local function parse(v)
-  local o, c, x, ts, d, item, cat, hist = string.match(v,
-    '^(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t([^\\t]*)\\t([^\\t]*)\\t(.*)$')
-  return {tonumber(o), tonumber(c), tonumber(x), ts, tonumber(d), item, cat, hist}
+local function parse(v)  -- opened, clicked, closed, ts, deadline, item, category
+  local o, c, x, ts, d, item, cat = string.match(v,
+    '^(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t([^\\t]*)\\t(.*)$')
+  return {tonumber(o), tonumber(c), tonumber(x), ts, tonumber(d), item, cat}
 end
 local function pack(w)
   return string.format('%d\\t%d\\t%d\\t', w[1], w[2], w[3]) .. w[4] .. '\\t' ..
-    string.format('%d', w[5]) .. '\\t' .. w[6] .. '\\t' .. w[7] .. '\\t' .. w[8]
+    string.format('%d', w[5]) .. '\\t' .. w[6] .. '\\t' .. w[7]
 end
-local function unpair(key, w)
+local function member(key, w)  -- the window's entry in pair: user, item, event id
   local user, id = string.match(key, '^([^\\t]*)\\t(.*)$')
-  local pkey = user .. '\\t' .. w[6]
-  local ids, kept = redis.call('HGET', pair, pkey), {}
-  if ids then
-    for eid in string.gmatch(ids, '[^\\t]+') do
-      if eid ~= id then kept[#kept + 1] = eid end
+  return user .. '\\t' .. w[6] .. '\\t' .. id
+end
+local function decision(label, key, w, history)
+  return label .. '\\t' .. key .. '\\t' .. w[6] .. '\\t' .. w[7] .. '\\t' .. w[4] .. '\\t' ..
+    (history or redis.call('HGET', hist, key) or '\\28')
+end
+local function bulk(command, key, args)  -- one command for many arguments, in slices
+  for i = 1, #args, 1000 do
+    redis.call(command, key, unpack(args, i, math.min(i + 999, #args)))
+  end
+end
+local function values(key, fields)  -- HMGET in slices (unpack() has a small stack)
+  local got = {}
+  for i = 1, #fields, 1000 do
+    for _, v in ipairs(redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, #fields)))) do
+      got[#got + 1] = v
     end
   end
-  if #kept == 0 then
-    redis.call('HDEL', pair, pkey)
-  else
-    redis.call('HSET', pair, pkey, table.concat(kept, '\\t'))
-  end
-end
-local function decision(label, key, w)
-  return label .. '\\t' .. key .. '\\t' .. w[6] .. '\\t' .. w[7] .. '\\t' .. w[4] .. '\\t' .. w[8]
+  return got
 end
 
--- undo what the previous batch did at offsets >= first (it never committed)
-for _, key in ipairs(redis.call('SMEMBERS', jrn)) do
+-- undo what the previous batch did at offsets >= first, if it never committed (it ended at
+-- the stamp: before first, it did)
+local mark = redis.call('HMGET', part, 'newest', 'stamp', 'prev_newest', 'prev_stamp')
+local redo = mark[2] and tonumber(mark[2]) >= first
+for _, key in ipairs(redo and redis.call('SMEMBERS', jrn) or {}) do
   local v = redis.call('HGET', win, key)
   if v then
     local w = parse(v)
     if w[1] >= first then
       redis.call('HDEL', win, key)
+      redis.call('HDEL', hist, key)
       redis.call('ZREM', due, key)
       redis.call('ZREM', done, key)
-      unpair(key, w)
+      redis.call('ZREM', pair, member(key, w))
     elseif w[2] >= first or w[3] >= first then
       if w[2] >= first then w[2] = -1 end
       if w[3] >= first then
@@ -103,32 +115,29 @@ for _, key in ipairs(redis.call('SMEMBERS', jrn)) do
   end
 end
 redis.call('DEL', jrn)
-local mark = redis.call('HMGET', part, 'newest', 'stamp', 'prev_newest', 'prev_stamp')
-if mark[2] and tonumber(mark[2]) >= first then
-  mark[1], mark[2] = mark[3], mark[4]
-end
+if redo then mark[1], mark[2] = mark[3], mark[4] end
 
 local out, touched, late = {}, {}, 0
 local text, num = '([^\\31]*)\\31', '(%-?%d+)\\31'
 local line = '([icl])\\31' .. num .. text .. text .. text .. text .. num .. num .. '([^\\n]*)\\n'
-for kind, off, user, id, item, cat, ts, mark, hist in string.gmatch(ARGV[9], line) do
-  local pkey, wm = user .. '\\t' .. item, tonumber(mark)
+for kind, off, user, id, item, cat, ts, mark_, history in string.gmatch(ARGV[9], line) do
+  local pkey, wm = user .. '\\t' .. item, tonumber(mark_)
   if kind == 'i' then
     local key = user .. '\\t' .. id
-    if redis.call('HEXISTS', win, key) == 0 then
-      local deadline = tonumber(ts) + window
-      redis.call('HSET', win, key, pack({tonumber(off), -1, -1, ts, deadline, item, cat, hist}))
+    local deadline = tonumber(ts) + window
+    if redis.call('HSETNX', win, key, pack({tonumber(off), -1, -1, ts, deadline, item, cat})) == 1 then
+      redis.call('HSET', hist, key, history)
       redis.call('ZADD', due, deadline, key)
-      local ids = redis.call('HGET', pair, pkey)
-      redis.call('HSET', pair, pkey, ids and (ids .. '\\t' .. id) or id)
+      redis.call('ZADD', pair, 0, pkey .. '\\t' .. id)
       touched[#touched + 1] = key
     end
   else
-    local ids = redis.call('HGET', pair, pkey)
-    if ids then
+    local shown = redis.call('ZRANGEBYLEX', pair, '[' .. pkey .. '\\t', '(' .. pkey .. '\\t\\255')
+    if #shown > 0 then
       local t = tonumber(ts)
       local best, bestkey, bestid, hit = nil, nil, nil, false
-      for eid in string.gmatch(ids, '[^\\t]+') do
+      for _, m in ipairs(shown) do
+        local eid = string.sub(m, #pkey + 2)
         local key = user .. '\\t' .. eid
         local w = parse(redis.call('HGET', win, key))
         if tonumber(w[4]) <= t and t <= w[5] then
@@ -162,43 +171,52 @@ if ARGV[5] ~= '' and ARGV[4] ~= '' then
   -- start) has passed: no late click of this batch or a later one can count them
   if mark[1] and mark[1] ~= '' then
     local forget = '(' .. string.format('%d', tonumber(mark[1]) - allowed)
-    for _, key in ipairs(redis.call('ZRANGEBYSCORE', done, '-inf', forget)) do
-      local v = redis.call('HGET', win, key)
-      if v then
-        redis.call('HDEL', win, key)
-        unpair(key, parse(v))
-      end
-      redis.call('ZREM', done, key)
+    local gone = redis.call('ZRANGEBYSCORE', done, '-inf', forget)
+    local held, members = values(win, gone), {}
+    for i, key in ipairs(gone) do
+      if held[i] then members[#members + 1] = member(key, parse(held[i])) end
+    end
+    if #gone > 0 then
+      if #members > 0 then bulk('ZREM', pair, members) end
+      bulk('HDEL', win, gone)
+      bulk('HDEL', hist, gone)
+      redis.call('ZREMRANGEBYSCORE', done, '-inf', forget)
     end
   end
   -- close the windows the watermark passed: negatives for those without a click
   local watermark = '(' .. string.format('%d', tonumber(ARGV[4]) - allowed)
-  for _, key in ipairs(redis.call('ZRANGEBYSCORE', due, '-inf', watermark)) do
-    local w = parse(redis.call('HGET', win, key))
-    w[3] = last
-    redis.call('HSET', win, key, pack(w))
-    redis.call('ZREM', due, key)
-    redis.call('ZADD', done, w[5] + retention, key)
-    touched[#touched + 1] = key
-    if w[2] < 0 then out[#out + 1] = decision('0', key, w) end
+  local closing = redis.call('ZRANGEBYSCORE', due, '-inf', watermark)
+  if #closing > 0 then
+    local held, histories, fields, kept = values(win, closing), values(hist, closing), {}, {}
+    for i, key in ipairs(closing) do
+      local w = parse(held[i])
+      w[3] = last
+      fields[#fields + 1] = key
+      fields[#fields + 1] = pack(w)
+      kept[#kept + 1] = w[5] + retention
+      kept[#kept + 1] = key
+      touched[#touched + 1] = key
+      if w[2] < 0 then out[#out + 1] = decision('0', key, w, histories[i] or '\\28') end
+    end
+    bulk('HSET', win, fields)
+    bulk('ZADD', done, kept)
+    redis.call('ZREMRANGEBYSCORE', due, '-inf', watermark)
   end
 end
 
-for i = 1, #touched, 1000 do
-  redis.call('SADD', jrn, unpack(touched, i, math.min(i + 999, #touched)))
-end
+if #touched > 0 then bulk('SADD', jrn, touched) end
 redis.call('HSET', part, 'prev_newest', mark[1] or '', 'prev_stamp', mark[2] or '-1',
   'newest', ARGV[4], 'stamp', ARGV[3])
-for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
+for i = 1, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
 out[#out + 1] = tostring(late)
 return out
 """
 
 
 def partition_keys(prefix: str, partition: Partition) -> list[str]:
-    """The six keys of a partition's state, in the order the scripts take them."""
+    """The seven keys of a partition's state, in the order the scripts take them."""
     tag = f"{{{partition.topic}:{partition.partition}}}"
-    return [f"{prefix}:{name}:{tag}" for name in ("part", "win", "pair", "due", "done", "jrn")]
+    return [f"{prefix}:{name}:{tag}" for name in ("part", "win", "hist", "pair", "due", "done", "jrn")]
 
 
 def parse_claim(reply: Sequence[Any]) -> Claim:
