@@ -25,10 +25,11 @@ def streamrec(args: list[str], env: dict[str, str], timeout: float = 120) -> str
     return proc.stdout
 
 
-def test_produce_consume_learn_snapshot_as_separate_commands(
-    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
-) -> None:
-    env = {
+def services_env(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str
+) -> dict[str, str]:
+    """The environment that points the commands at this test's topics, store and group."""
+    return {
         **os.environ,
         "STREAMREC_KAFKA__BOOTSTRAP_SERVERS": kafka_config.bootstrap_servers,
         "STREAMREC_KAFKA__EVENTS_TOPIC": kafka_config.events_topic,
@@ -37,6 +38,14 @@ def test_produce_consume_learn_snapshot_as_separate_commands(
         "STREAMREC_STORE__URL": store_config.url,
         "STREAMREC_STORE__KEY_PREFIX": store_config.key_prefix,
         "STREAMREC_CONSUMER__GROUP_ID": f"c-{unique_name}",
+    }
+
+
+def test_produce_consume_learn_snapshot_as_separate_commands(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
+) -> None:
+    env = {
+        **services_env(kafka_config, store_config, unique_name),
         "STREAMREC_LEARNER__GROUP_ID": f"l-{unique_name}",
         "STREAMREC_MODEL__TABLES": json.dumps(small_tables()),
         "STREAMREC_LEARNER__SNAPSHOT_DIR": str(tmp_path / "snapshots"),
@@ -61,17 +70,7 @@ def test_a_generated_feed_log_is_labelled_by_the_join_mode_from_the_command_line
     kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
     topic_reader,
 ) -> None:
-    env = {
-        **os.environ,
-        "STREAMREC_KAFKA__BOOTSTRAP_SERVERS": kafka_config.bootstrap_servers,
-        "STREAMREC_KAFKA__EVENTS_TOPIC": kafka_config.events_topic,
-        "STREAMREC_KAFKA__SAMPLES_TOPIC": kafka_config.samples_topic,
-        "STREAMREC_KAFKA__DLQ_TOPIC": kafka_config.dlq_topic,
-        "STREAMREC_STORE__URL": store_config.url,
-        "STREAMREC_STORE__KEY_PREFIX": store_config.key_prefix,
-        "STREAMREC_CONSUMER__GROUP_ID": f"c-{unique_name}",
-        "STREAMREC_CONSUMER__LABELS": "join",
-    }
+    env = {**services_env(kafka_config, store_config, unique_name), "STREAMREC_CONSUMER__LABELS": "join"}
     feed = tmp_path / "feed.jsonl"
     out = streamrec(["generate", str(feed), "--feed", "--events", "300", "--seed", "3"], env)
     count = int(out.split()[1])
