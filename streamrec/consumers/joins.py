@@ -66,8 +66,10 @@ class JoinRule:
             span = spans.get((msg.topic(), msg.partition()))
             if span is None:
                 spans[(msg.topic(), msg.partition())] = [offset, offset]
-            elif offset > span[1]:  # a partition delivers in offset order
+            elif offset > span[1]:
                 span[1] = offset
+            elif offset < span[0]:  # a partition delivers in offset order: only if put back
+                span[0] = offset
         keys = [Partition(topic or "", partition or 0) for topic, partition in spans]
         inputs: dict[Partition, list[JoinInput]] = {key: [] for key in keys}
         if self.impression_action is not None:
