@@ -6,10 +6,11 @@ Keys per partition, hash-tagged ``{<topic>:<partition>}`` so one script call hol
 - ``<prefix>:part:{t:p}``: a hash: ``epoch``, ``newest`` and ``stamp`` (the newest event time
   and the last offset of the batch that set it), ``prev_newest``/``prev_stamp`` before it;
 - ``<prefix>:win:{t:p}``: a hash, ``user \\t event_id`` -> the impression's window,
-  ``opened \\t clicked \\t closed \\t ts \\t deadline \\t item \\t category`` (the three
-  stamps are offsets, -1 while unset);
-- ``<prefix>:hist:{t:p}``: a hash, the same fields -> the impression's history (the items
-  joined by ``\\x1d``, ``\\x1c``, then the categories joined by ``\\x1d``);
+  ``opened \\t clicked \\t closed \\t ts \\t deadline \\t item \\t category \\t history key``
+  (the three stamps are offsets, -1 while unset);
+- ``<prefix>:hist:{t:p}``: a hash, history key -> a history (the items joined by ``\\x1d``,
+  ``\\x1c``, then the categories joined by ``\\x1d``), shared by the impressions of one page
+  (one user, one time): ``<prefix>:refs:{t:p}`` counts the windows holding each;
 - ``<prefix>:pair:{t:p}``: a sorted set of ``user \\t item \\t event_id``, all scored 0: the
   windows of a user and item are one lexicographic range;
 - ``<prefix>:due:{t:p}`` and ``<prefix>:done:{t:p}``: sorted sets of the open windows by
@@ -38,7 +39,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {epoch, newest or ''}
 """
 
-# KEYS: part, win, hist, pair, due, done, jrn. ARGV: epoch, first, last, newest ('' for none),
+# KEYS: part, win, hist, refs, pair, due, done, jrn. ARGV: epoch, first, last, newest ('' for none),
 # allowed_ms ('' for no join: nothing closes), window_ms, retention_ms, ttl_ms, then the
 # inputs, one line each:
 # ``kind \x1f offset \x1f user \x1f event_id \x1f item \x1f category \x1f ts \x1f watermark
@@ -49,7 +50,7 @@ return {epoch, newest or ''}
 # in their own hash, read only for a decision: the window's own value stays a few bytes, and
 # closing and forgetting many windows at once are a handful of bulk commands.
 ADVANCE_LUA = """
-local part, win, hist, pair, due, done, jrn = unpack(KEYS)
+local part, win, hist, refs, pair, due, done, jrn = unpack(KEYS)
 local epoch = redis.call('HGET', part, 'epoch')
 if epoch ~= ARGV[1] then
   return redis.error_reply('FENCED epoch ' .. tostring(epoch) .. ' of ' .. part .. ', ours ' .. ARGV[1])
@@ -57,14 +58,35 @@ end
 local first, last = tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
 
-local function parse(v)  -- opened, clicked, closed, ts, deadline, item, category
-  local o, c, x, ts, d, item, cat = string.match(v,
-    '^(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t([^\\t]*)\\t(.*)$')
-  return {tonumber(o), tonumber(c), tonumber(x), ts, tonumber(d), item, cat}
+local function parse(v)  -- opened, clicked, closed, ts, deadline, item, category, history key
+  local o, c, x, ts, d, item, cat, hk = string.match(v,
+    '^(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t([^\\t]*)\\t([^\\t]*)\\t(.*)$')
+  return {tonumber(o), tonumber(c), tonumber(x), ts, tonumber(d), item, cat, hk}
 end
 local function pack(w)
   return string.format('%d\\t%d\\t%d\\t', w[1], w[2], w[3]) .. w[4] .. '\\t' ..
-    string.format('%d', w[5]) .. '\\t' .. w[6] .. '\\t' .. w[7]
+    string.format('%d', w[5]) .. '\\t' .. w[6] .. '\\t' .. w[7] .. '\\t' .. w[8]
+end
+-- A page's impressions (one user, one time) share one history: it is kept once, under
+-- ``user \\t ts``, with a count of the windows holding it; another history at the same time
+-- (rare) goes under the window's own key and a tab.
+local function share(user, ts, key, history)
+  local hk = user .. '\\t' .. ts
+  local held = redis.call('HGET', hist, hk)
+  if held == history then
+    redis.call('HINCRBY', refs, hk, 1)
+    return hk
+  end
+  if held then hk = key .. '\\t' end
+  redis.call('HSET', hist, hk, history)
+  redis.call('HSET', refs, hk, 1)
+  return hk
+end
+local function release(hk)  -- a window gone: its history too, once no window holds it
+  if redis.call('HINCRBY', refs, hk, -1) <= 0 then
+    redis.call('HDEL', hist, hk)
+    redis.call('HDEL', refs, hk)
+  end
 end
 local function member(key, w)  -- the window's entry in pair: user, item, event id
   local user, id = string.match(key, '^([^\\t]*)\\t(.*)$')
@@ -72,7 +94,7 @@ local function member(key, w)  -- the window's entry in pair: user, item, event 
 end
 local function decision(label, key, w, history)
   return label .. '\\t' .. key .. '\\t' .. w[6] .. '\\t' .. w[7] .. '\\t' .. w[4] .. '\\t' ..
-    (history or redis.call('HGET', hist, key) or '\\28')
+    (history or redis.call('HGET', hist, w[8]) or '\\28')
 end
 local function bulk(command, key, args)  -- one command for many arguments, in slices
   for i = 1, #args, 1000 do
@@ -99,7 +121,7 @@ for _, key in ipairs(redo and redis.call('SMEMBERS', jrn) or {}) do
     local w = parse(v)
     if w[1] >= first then
       redis.call('HDEL', win, key)
-      redis.call('HDEL', hist, key)
+      release(w[8])
       redis.call('ZREM', due, key)
       redis.call('ZREM', done, key)
       redis.call('ZREM', pair, member(key, w))
@@ -125,8 +147,9 @@ for kind, off, user, id, item, cat, ts, mark_, history in string.gmatch(ARGV[9],
   if kind == 'i' then
     local key = user .. '\\t' .. id
     local deadline = tonumber(ts) + window
-    if redis.call('HSETNX', win, key, pack({tonumber(off), -1, -1, ts, deadline, item, cat})) == 1 then
-      redis.call('HSET', hist, key, history)
+    if redis.call('HEXISTS', win, key) == 0 then
+      local hk = share(user, ts, key, history)
+      redis.call('HSET', win, key, pack({tonumber(off), -1, -1, ts, deadline, item, cat, hk}))
       redis.call('ZADD', due, deadline, key)
       redis.call('ZADD', pair, 0, pkey .. '\\t' .. id)
       touched[#touched + 1] = key
@@ -174,12 +197,15 @@ if ARGV[5] ~= '' and ARGV[4] ~= '' then
     local gone = redis.call('ZRANGEBYSCORE', done, '-inf', forget)
     local held, members = values(win, gone), {}
     for i, key in ipairs(gone) do
-      if held[i] then members[#members + 1] = member(key, parse(held[i])) end
+      if held[i] then
+        local w = parse(held[i])
+        members[#members + 1] = member(key, w)
+        release(w[8])
+      end
     end
     if #gone > 0 then
       if #members > 0 then bulk('ZREM', pair, members) end
       bulk('HDEL', win, gone)
-      bulk('HDEL', hist, gone)
       redis.call('ZREMRANGEBYSCORE', done, '-inf', forget)
     end
   end
@@ -187,9 +213,15 @@ if ARGV[5] ~= '' and ARGV[4] ~= '' then
   local watermark = '(' .. string.format('%d', tonumber(ARGV[4]) - allowed)
   local closing = redis.call('ZRANGEBYSCORE', due, '-inf', watermark)
   if #closing > 0 then
-    local held, histories, fields, kept = values(win, closing), values(hist, closing), {}, {}
+    local held, fields, kept = values(win, closing), {}, {}
+    local parsed, hks = {}, {}
+    for i, value in ipairs(held) do
+      parsed[i] = parse(value)
+      hks[i] = parsed[i][8]
+    end
+    local histories = values(hist, hks)
     for i, key in ipairs(closing) do
-      local w = parse(held[i])
+      local w = parsed[i]
       w[3] = last
       fields[#fields + 1] = key
       fields[#fields + 1] = pack(w)
@@ -207,16 +239,17 @@ end
 if #touched > 0 then bulk('SADD', jrn, touched) end
 redis.call('HSET', part, 'prev_newest', mark[1] or '', 'prev_stamp', mark[2] or '-1',
   'newest', ARGV[4], 'stamp', ARGV[3])
-for i = 1, 7 do redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
 out[#out + 1] = tostring(late)
 return out
 """
 
 
 def partition_keys(prefix: str, partition: Partition) -> list[str]:
-    """The seven keys of a partition's state, in the order the scripts take them."""
+    """The eight keys of a partition's state, in the order the scripts take them."""
     tag = f"{{{partition.topic}:{partition.partition}}}"
-    return [f"{prefix}:{name}:{tag}" for name in ("part", "win", "hist", "pair", "due", "done", "jrn")]
+    names = ("part", "win", "hist", "refs", "pair", "due", "done", "jrn")
+    return [f"{prefix}:{name}:{tag}" for name in names]
 
 
 def parse_claim(reply: Sequence[Any]) -> Claim:

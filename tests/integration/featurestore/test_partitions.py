@@ -7,6 +7,7 @@ import random
 from collections.abc import Sequence
 
 import pytest
+import redis
 
 from streamrec.config import RedisStoreConfig
 from streamrec.errors import PartitionFenced
@@ -210,3 +211,23 @@ def test_random_streams_decide_alike_whatever_the_batches_aborts_and_restarts(
     assert reference.late_labels == clean.late_labels
     assert 0 < sum(d.label for d in clean.decided) < len(clean.decided)
     assert sorted(feed.decided, key=lambda d: d.event_id) == sorted(clean.decided, key=lambda d: d.event_id)
+
+
+def test_redis_keeps_a_pages_history_once_and_forgets_it_with_its_last_window(
+    store_config: RedisStoreConfig, redis_client: redis.Redis,
+) -> None:
+    store = RedisFeatureStore(store_config, 3)
+    epoch = store.claim({P: 0})[P].epoch
+    page = [JoinInput("impression", k, imp(k, "u", f"i{k}", 0)[1], ("a", "b"), ("c", "c")) for k in range(4)]
+    odd = JoinInput("impression", 4, imp(4, "u", "i4", 0)[1], ("z",), ("c",))  # same time, other history
+    store.advance([PartitionBatch(P, epoch, 0, 4, T0, ALLOWED, (*page, odd))], WINDOW, WINDOW)
+    hist = f"{store_config.key_prefix}:hist:{{{P.topic}:{P.partition}}}"
+    assert sorted(redis_client.hvals(hist)) == [b"a\x1db\x1cc\x1dc", b"z\x1cc"]
+    late = T0 + 3 * WINDOW + ALLOWED  # closes every window, then forgets them a batch later
+    (closed,) = store.advance([PartitionBatch(P, epoch, 5, 5, late, ALLOWED)], WINDOW, WINDOW)
+    assert sorted((d.event_id, d.items) for d in closed.decisions) == [
+        ("i0", ("a", "b")), ("i1", ("a", "b")), ("i2", ("a", "b")), ("i3", ("a", "b")), ("i4", ("z",))
+    ]
+    store.advance([PartitionBatch(P, epoch, 6, 6, late, ALLOWED)], WINDOW, WINDOW)
+    assert redis_client.hlen(hist) == 0
+    assert redis_client.hlen(f"{store_config.key_prefix}:refs:{{{P.topic}:{P.partition}}}") == 0
