@@ -47,6 +47,11 @@ class JoinRule:
         self.impression_action = impression_action
         self.positive_actions = positive_actions
 
+    @property
+    def enabled(self) -> bool:
+        """Whether the ``join`` mode is on."""
+        return self.impression_action is not None
+
     def is_impression(self, event: Event) -> bool:
         """Whether the event is an unlabelled impression, which the join labels."""
         return event.action == self.impression_action and event.label is None
@@ -72,12 +77,12 @@ class JoinRule:
                 span[0] = offset
         keys = [Partition(topic or "", partition or 0) for topic, partition in spans]
         inputs: dict[Partition, list[JoinInput]] = {key: [] for key in keys}
-        if self.impression_action is not None:
+        if self.enabled:
             for item in judged:
                 joined = self._input(item, watermarks.allowed_ms or 0)
                 if joined is not None:
                     inputs[item.key].append(joined)
-        join = self.impression_action is not None
+        join = self.enabled
         return [
             PartitionBatch(key, epochs[key], first, last, watermarks.newest(key),
                            watermarks.allowed_ms if join else None, tuple(inputs[key]))

@@ -162,7 +162,7 @@ class SampleBuilder:
         samples: list[Sample] = []
         duplicates, late_kept = 0, 0
         first_seen_of = update.first_seen
-        join = self._cfg.labels == "join"
+        join = self._join.enabled
         for i, verdict, seen_at in zip(kept, update.verdicts, update.first_seen_at, strict=True):
             item = judged[i]
             event, msg = item.event, item.msg

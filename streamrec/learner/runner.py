@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from types import TracebackType
 from typing import TypeVar
 
 import numpy as np
 from confluent_kafka import KafkaException, Message, TopicPartition
 
+from streamrec.closing import Closing
 from streamrec.config import StreamrecConfig
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import NonFiniteWeights, SamplesExpired, TrainingDiverged
@@ -104,7 +104,7 @@ class _StepResult:
     train_seconds: float
 
 
-class LearnerRunner:
+class LearnerRunner(Closing):
     """Runs the micro-batch loop over ``samples_topic``; writes snapshots to ``snapshot_dir``."""
 
     def __init__(
@@ -194,19 +194,6 @@ class LearnerRunner:
             self._source.close()
         finally:
             self._lock.release()
-
-    def __enter__(self) -> LearnerRunner:
-        """The runner itself, closed at the end of the ``with`` block."""
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the runner."""
-        self.close()
 
     def run(
         self, stop: threading.Event | None = None, upstream_done: threading.Event | None = None

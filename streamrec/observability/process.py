@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Self
-
 from prometheus_client import CollectorRegistry
 
+from streamrec.closing import Closing
 from streamrec.observability.lag import LagCollector, LagProbe
 from streamrec.observability.server import DEFAULT_HOST, MetricsServer, serve
 
 
-class ProcessMetrics:
+class ProcessMetrics(Closing):
     """A process's metrics in a registry of their own (tests and the demo run several).
 
     Closing it stops its server and its lag client.
@@ -43,16 +41,3 @@ class ProcessMetrics:
             self._server.close()
         if self._lag is not None:
             self._lag.close()
-
-    def __enter__(self) -> Self:
-        """The metrics, closed at the end of the ``with`` block."""
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the server and the lag client."""
-        self.close()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from types import TracebackType
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from streamrec.closing import Closing
 from streamrec.local.ports import address
 
 logger = logging.getLogger(__name__)
@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_HOST = "0.0.0.0"
 
 
-class MetricsServer:
+class MetricsServer(Closing):
     """A running ``/metrics`` endpoint on its own daemon thread.
 
     :meth:`close` stops it and frees the port; one never closed dies with the process, since
@@ -43,19 +43,6 @@ class MetricsServer:
         self._httpd.shutdown()  # returns once serve_forever has left its loop
         self._httpd.server_close()
         self._thread.join()
-
-    def __enter__(self) -> MetricsServer:
-        """The server itself, closed at the end of the ``with`` block."""
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the server."""
-        self.close()
 
 
 def serve(
