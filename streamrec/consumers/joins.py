@@ -35,8 +35,16 @@ class Judged:
 
 
 def partition_of(msg: KafkaMessage) -> Partition:
-    """The partition a record came from."""
-    return Partition(msg.topic() or "", msg.partition() or 0)
+    """The partition a record came from (one shared value per partition: a batch asks this
+    for each record)."""
+    where = (msg.topic(), msg.partition())
+    key = _PARTITIONS.get(where)
+    if key is None:
+        key = _PARTITIONS[where] = Partition(where[0] or "", where[1] or 0)
+    return key
+
+
+_PARTITIONS: dict[tuple[str | None, int | None], Partition] = {}  # as many as partitions read
 
 
 class JoinRule:

@@ -73,7 +73,7 @@ class NoveltyMatchedSampler:
         # ~20x cheaper than seeding a numpy generator per event.
         base = f"{self._seed}:{key}:".encode()
         chosen: list[tuple[str, str]] = []
-        taken = set(exclude)
+        taken: set[str] = set()  # ``exclude`` is only asked, never copied: it may be a history
         draw = 0
         for _ in range(k):
             for _ in range(_MAX_TRIES):
@@ -82,7 +82,7 @@ class NoveltyMatchedSampler:
                 pick = zlib.crc32(base + str(draw).encode()) % len(pool)
                 draw += 1
                 _, item, category, first_seen = pool[pick]
-                if item not in taken and self.is_new(first_seen, ts) == new:
+                if item not in taken and item not in exclude and self.is_new(first_seen, ts) == new:
                     taken.add(item)
                     chosen.append((item, category))
                     break

@@ -278,7 +278,7 @@ class SampleBuilder:
             self._cfg.negatives,
             new=sampler.is_new(first_seen, ts),
             ts=ts,
-            exclude={event.item_id, *items},
+            exclude=(event.item_id, *items),  # a pick is checked against it once or twice
             key=event_id,
         )
         for k, (item, category) in enumerate(negatives):

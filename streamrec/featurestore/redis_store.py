@@ -25,9 +25,9 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -55,6 +55,8 @@ from streamrec.featurestore.redis_partitions import (
 from streamrec.kafka.records import Partition
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # KEYS: seq, ids of each user of the call, in turn. ARGV: cap, ttl_ms, horizon_ms, then one
 # string per user holding its events, one line each (see ``_event_line``):
@@ -124,12 +126,19 @@ for u = 1, #ARGV - 3 do
   for i = 1, #chunk, 1000 do  -- unpack() has a small stack: add in slices
     redis.call('ZADD', seq, unpack(chunk, i, math.min(i + 999, #chunk)))
   end
-  local before = nil  -- entries strictly before low, when a history read has told
+  -- entries stored strictly before low, once known: none for a new user (only this call's
+  -- events are stored), or as a history read at low tells
+  local before = nil
+  if newest == nil then before = 0 end
   for _, at in ipairs(reads) do
     local score = out[at]
-    local history = redis.call('ZREVRANGEBYSCORE', seq, '(' .. score, '-inf', 'WITHSCORES', 'LIMIT', 0, cap)
-    if score == lowscore and #history < 2 * cap then before = #history / 2 end
-    out[at] = '0' .. table.concat(history, '\\t')
+    if before == 0 and tonumber(score) <= low then
+      out[at] = '0'  -- nothing is stored before it: no read
+    else
+      local history = redis.call('ZREVRANGEBYSCORE', seq, '(' .. score, '-inf', 'WITHSCORES', 'LIMIT', 0, cap)
+      if score == lowscore and #history < 2 * cap then before = #history / 2 end
+      out[at] = '0' .. table.concat(history, '\\t')
+    end
   end
   if low ~= nil then
     if before == nil then before = redis.call('ZCOUNT', seq, '-inf', '(' .. lowscore) end
@@ -156,14 +165,18 @@ return out
 """
 # KEYS: item keys. ARGV: ttl_ms, then one time per key. Keeps the earliest time each item was
 # seen, so it does not depend on the order events arrive in (a late event, a rebuild);
-# returns the recorded times.
+# returns the recorded times. A new item, most of them, costs one command.
 _FIRST_SEEN_LUA = """
 local out = {}
 for i = 1, #KEYS do
-  local seen = redis.call('GET', KEYS[i])
-  if not seen or tonumber(ARGV[i + 1]) < tonumber(seen) then
-    redis.call('SET', KEYS[i], ARGV[i + 1], 'PX', ARGV[1])
-    seen = ARGV[i + 1]
+  local ts = ARGV[i + 1]
+  local seen = ts
+  if not redis.call('SET', KEYS[i], ts, 'NX', 'PX', ARGV[1]) then
+    seen = redis.call('GET', KEYS[i])
+    if tonumber(ts) < tonumber(seen) then
+      redis.call('SET', KEYS[i], ts, 'PX', ARGV[1])
+      seen = ts
+    end
   end
   out[i] = seen
 end
@@ -289,28 +302,32 @@ class RedisFeatureStore(FeatureStore):
             by_user[arrival.event.user_id].append(index)
         calls = self._calls(list(by_user), self.key)
         markers = list(self._markers or {})
-        replies = self._run(
-            lambda pipe, shas: self._queue_users(pipe, shas[0], arrivals, by_user, calls, markers)
+
+        def read(replies: Iterator[Any]) -> tuple[list[Verdict], list[str], list[History | None]]:
+            self._check_markers([next(replies) for _ in markers])
+            verdicts = [Verdict.ACCEPTED] * len(arrivals)
+            first_seen_at = [""] * len(arrivals)
+            histories: list[History | None] = [None] * len(arrivals)
+            for users, reply in zip(calls, replies, strict=True):  # each as it comes
+                order = [index for user in users for index in by_user[user]]
+                if len(reply) != len(order):
+                    raise FeatureStoreError(f"redis answered {len(reply)} verdicts for {len(order)} events")
+                for index, answer in zip(order, reply, strict=True):
+                    code = answer[0]
+                    if code != "0":
+                        verdicts[index] = _VERDICTS[code]
+                        first_seen_at[index] = answer.split("\t", 2)[1]  # fingerprint, origin, time
+                    elif arrivals[index].wants_history:
+                        histories[index] = _history(answer)
+            return verdicts, first_seen_at, histories
+
+        verdicts, first_seen_at, histories = self._run(
+            lambda shas: self._user_commands(shas[0], arrivals, by_user, calls, markers), read
         )
-        self._check_markers(replies[: len(markers)])
-        verdicts = [Verdict.ACCEPTED] * len(arrivals)
-        first_seen_at = [""] * len(arrivals)
-        histories: list[History | None] = [None] * len(arrivals)
-        for users, reply in zip(calls, replies[len(markers) :], strict=True):
-            order = [index for user in users for index in by_user[user]]
-            if len(reply) != len(order):
-                raise FeatureStoreError(f"redis answered {len(reply)} verdicts for {len(order)} events")
-            for index, answer in zip(order, reply, strict=True):
-                code = answer[0]
-                if code != "0":
-                    verdicts[index] = _VERDICTS[code]
-                    first_seen_at[index] = answer.split("\t", 2)[1]  # fingerprint, origin, time
-                elif arrivals[index].wants_history:
-                    histories[index] = _history(answer)
         accepted = [a.event for a, v in zip(arrivals, verdicts, strict=True) if v is Verdict.ACCEPTED]
         earliest = earliest_per_item(accepted)
         item_calls = self._calls(list(earliest), self.item_key, _ITEMS_PER_CALL)
-        first = self._run(lambda pipe, shas: self._queue_items(pipe, shas[1], earliest, item_calls))
+        first = self._run(lambda shas: self._item_commands(shas[1], earliest, item_calls), list)
         items = [item for call in item_calls for item in call]
         times = [int(ts) for call in first for ts in call]
         return StoreUpdate(verdicts, histories, first_seen_at, dict(zip(items, times, strict=True)))
@@ -338,17 +355,16 @@ class RedisFeatureStore(FeatureStore):
                 "stop the consumers and run `streamrec consumers rebuild`"
             )
 
-    def _queue_users(
+    def _user_commands(
         self,
-        pipe: Any,
         sha: str,
         arrivals: Sequence[Arrival],
         by_user: dict[str, list[int]],
         calls: list[list[str]],
         markers: list[str],
-    ) -> None:
+    ) -> Iterator[tuple[Any, ...]]:
         for key in markers:  # first in the round trip: read what the batch is checked against
-            pipe.get(key)
+            yield ("GET", key)
         prefix = self._prefix
         for users in calls:
             keys: list[str] = []
@@ -356,41 +372,40 @@ class RedisFeatureStore(FeatureStore):
             for user in users:
                 keys += (f"{prefix}:seq:{{{user}}}", f"{prefix}:ids:{{{user}}}")
                 lines.append("".join([_event_line(arrivals[i]) for i in by_user[user]]))
-            args = (self.length, self._ttl_ms, self.dedup_horizon_ms, *lines)
-            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+            yield ("EVALSHA", sha, len(keys), *keys, self.length, self._ttl_ms, self.dedup_horizon_ms, *lines)
 
-    def _queue_items(
-        self, pipe: Any, sha: str, earliest: dict[str, int], calls: list[list[str]]
-    ) -> None:
+    def _item_commands(
+        self, sha: str, earliest: dict[str, int], calls: list[list[str]]
+    ) -> Iterator[tuple[Any, ...]]:
         for items in calls:
             keys = [self.item_key(item) for item in items]
             times = [earliest[item] for item in items]
-            pipe.execute_command("EVALSHA", sha, len(keys), *keys, self._ttl_ms, *times)
+            yield ("EVALSHA", sha, len(keys), *keys, self._ttl_ms, *times)
 
     def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
         """See :meth:`PartitionStore.claim`."""
         keys = list(starts)
 
-        def queue(pipe: Any, shas: tuple[str, ...]) -> None:
+        def commands(shas: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
             for key in keys:
                 part = partition_keys(self._prefix, key)[0]
-                pipe.execute_command("EVALSHA", shas[2], 1, part, starts[key], self._ttl_ms)
+                yield ("EVALSHA", shas[2], 1, part, starts[key], self._ttl_ms)
 
-        return {key: parse_claim(reply) for key, reply in zip(keys, self._run(queue), strict=True)}
+        return {key: parse_claim(reply) for key, reply in zip(keys, self._run(commands, list), strict=True)}
 
     def advance(
         self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
     ) -> list[PartitionOutcome]:
         """See :meth:`PartitionStore.advance`."""
 
-        def queue(pipe: Any, shas: tuple[str, ...]) -> None:
+        def commands(shas: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
             for batch in batches:
                 keys = partition_keys(self._prefix, batch.partition)
                 args = advance_args(batch, window_ms, retention_ms, self._ttl_ms)
-                pipe.execute_command("EVALSHA", shas[3], len(keys), *keys, *args)
+                yield ("EVALSHA", shas[3], len(keys), *keys, *args)
 
         try:
-            replies = self._run(queue)
+            replies = self._run(commands, list)
         except FeatureStoreError as exc:
             cause = exc.__cause__
             if isinstance(cause, redis.exceptions.ResponseError) and "FENCED" in str(cause):
@@ -398,22 +413,54 @@ class RedisFeatureStore(FeatureStore):
             raise
         return [parse_advance(reply) for reply in replies]
 
-    def _run(self, queue: Callable[[Any, tuple[str, ...]], None]) -> list[Any]:
-        """One pipelined round trip of what ``queue`` adds, the scripts reloaded once if Redis
-        lost them (a restart or failover; every call here can safely run again)."""
+    def _run(
+        self,
+        commands: Callable[[tuple[str, ...]], Iterable[tuple[Any, ...]]],
+        read: Callable[[Iterator[Any]], T],
+    ) -> T:
+        """One pipelined round trip of ``commands(script shas)``, its replies handed to
+        ``read`` as they arrive; all over again with the scripts reloaded if Redis lost them
+        (a restart or failover; every call here can safely run again).
+
+        On a standalone Redis each command goes out as soon as it is made and each reply is
+        read while Redis still runs the later ones: packing and parsing overlap Redis's work.
+        """
         try:
             try:
-                pipe = self._redis.pipeline(transaction=False)
-                queue(pipe, self._scripts())
-                return list(pipe.execute())
+                return self._round_trip(commands(self._scripts()), read)
             except redis.exceptions.NoScriptError:
-                pipe = self._redis.pipeline(transaction=False)
-                queue(pipe, self._scripts(reload=True))
-                return list(pipe.execute())
+                return self._round_trip(commands(self._scripts(reload=True)), read)
         except _UNAVAILABLE as exc:
             raise FeatureStoreUnavailable(f"redis unavailable: {exc}") from exc
         except redis.RedisError as exc:
             raise FeatureStoreError(f"redis pipeline failed: {exc}") from exc
+
+    def _round_trip(self, commands: Iterable[tuple[Any, ...]], read: Callable[[Iterator[Any]], T]) -> T:
+        if isinstance(self._redis, RedisCluster):  # the cluster client routes a pipeline by slot
+            pipe = self._redis.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            return read(iter(pipe.execute()))
+        pool = self._redis.connection_pool
+        conn = pool.get_connection()
+        sent, received = 0, 0
+
+        def replies() -> Iterator[Any]:
+            nonlocal received
+            while received < sent:
+                reply = conn.read_response()
+                received += 1
+                yield reply
+
+        try:
+            for command in commands:
+                conn.send_packed_command(conn.pack_command(*command))
+                sent += 1
+            return read(replies())
+        finally:
+            if received != sent:  # replies left unread (an error, an early stop): out of step
+                conn.disconnect()
+            pool.release(conn)
 
     def sequence(self, user_id: str) -> list[Behaviour]:
         """See :meth:`FeatureStore.sequence`."""
