@@ -34,19 +34,6 @@ class Judged:
     history: History | None = None
 
 
-def partition_of(msg: KafkaMessage) -> Partition:
-    """The partition a record came from (one shared value per partition: a batch asks this
-    for each record)."""
-    where = (msg.topic(), msg.partition())
-    key = _PARTITIONS.get(where)
-    if key is None:
-        key = _PARTITIONS[where] = Partition(where[0] or "", where[1] or 0)
-    return key
-
-
-_PARTITIONS: dict[tuple[str | None, int | None], Partition] = {}  # as many as partitions read
-
-
 class JoinRule:
     """Which events the join takes, by the consumer configuration (None: the ``sampled`` mode)."""
 

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar
 
-from streamrec.kafka.records import KafkaMessage, Partition, event_time
+from streamrec.kafka.records import KafkaMessage, Partition, event_time, partition_of
 
 logger = logging.getLogger(__name__)
 
@@ -109,16 +109,19 @@ class EventTimeAligner(Generic[M]):
     ) -> list[M]:
         """Take newly consumed records and the partitions found at their end after them;
         return up to ``limit`` records now due, merged in event-time order."""
+        buffers, head = self._buffers, self._head
+        arrived: set[Partition] = set()
         for msg in records:
-            key = Partition(msg.topic() or "", msg.partition() or 0)
-            buffer = self._buffers.get(key)
+            key = partition_of(msg)
+            buffer = buffers.get(key)
             if buffer is None:
                 continue  # a partition no longer assigned
-            self._at_end.discard(key)
+            arrived.add(key)
             buffer.append(msg)
-            ts = event_time(msg)
-            if ts > self._head.get(key, -1):
-                self._head[key] = ts
+            ts = msg.timestamp()[1]
+            if ts > head.get(key, -1):
+                head[key] = ts
+        self._at_end -= arrived
         self._at_end.update(key for key in at_end if key in self._buffers)
         return self._release(limit)
 
@@ -160,12 +163,18 @@ class EventTimeAligner(Generic[M]):
         for n, key in enumerate(self._buffers):
             self._push_head(heads, n, key, bounds[key], horizon, out)
         heapq.heapify(heads)
-        while heads and (limit is None or len(out) < limit):
-            ts, n, key = heapq.heappop(heads)
-            out.append(self._buffers[key].popleft())
+        room = math.inf if limit is None else limit
+        while heads and len(out) < room:
+            ts, n, key = heads[0]
+            buffer = self._buffers[key]
+            out.append(buffer.popleft())
             if ts > horizon:
                 self._count_forced(key, "held too long", ts, horizon)
-            self._push_head(heads, n, key, bounds[key], horizon, out)
+            if buffer and (ts := buffer[0].timestamp()[1]) <= horizon:  # the common case, in one step
+                heapq.heapreplace(heads, (ts, n, key))
+            else:
+                heapq.heappop(heads)
+                self._push_head(heads, n, key, bounds[key], horizon, out)
         return out
 
     def _push_head(

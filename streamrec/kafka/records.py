@@ -50,6 +50,19 @@ class Partition(NamedTuple):
         return f"{self.topic}[{self.partition}]"
 
 
+def partition_of(msg: KafkaMessage) -> Partition:
+    """The partition a record came from (one shared value per partition: a batch asks this
+    for each record)."""
+    where = (msg.topic(), msg.partition())
+    key = _PARTITIONS.get(where)
+    if key is None:
+        key = _PARTITIONS[where] = Partition(where[0] or "", where[1] or 0)
+    return key
+
+
+_PARTITIONS: dict[tuple[str | None, int | None], Partition] = {}  # as many as partitions read
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Position:
     """A place in a partition: where a record was read, or the next offset to read there."""
