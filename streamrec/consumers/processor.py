@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from streamrec.config import ConsumerConfig
@@ -59,6 +59,10 @@ class BatchResult:
     late_labels: int = 0
 
 
+#: A batch's records parsed: valid events with their records, and dead letters with reasons.
+Parsed = tuple[list[tuple[Event, KafkaMessage]], list[DeadLetter]]
+
+
 def late_reason(ts: int, behind_ms: int, key: Partition, allowed_ms: int) -> str:
     """The dead-letter reason of a late event."""
     return (
@@ -99,10 +103,9 @@ class SampleBuilder:
         self._tolerance_ms = timestamp_tolerance_ms
         self._mismatch_warned: set[Partition] = set()  # one warning per partition
 
-    def parse(
-        self, records: Sequence[KafkaMessage], now_ms: int
-    ) -> tuple[list[tuple[Event, KafkaMessage]], list[DeadLetter]]:
-        """Split records into valid events (with their records) and dead letters (with reasons)."""
+    def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
+        """Split records into valid events (with their records) and dead letters (with reasons):
+        pure, so it may run ahead of the batch's turn."""
         events: list[tuple[Event, KafkaMessage]] = []
         dead: list[DeadLetter] = []
         for msg in records:
@@ -124,7 +127,14 @@ class SampleBuilder:
         not, is an exposure, not behaviour."""
         return event.action != self._join.impression_action
 
-    def process(self, records: Sequence[KafkaMessage], now_ms: int | None = None) -> BatchResult:
+    def process(
+        self,
+        records: Sequence[KafkaMessage],
+        now_ms: int | None = None,
+        *,
+        parsed: Parsed | None = None,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> BatchResult:
         """Process one batch: update the store once, then build samples in event-time order.
 
         An event id yields its samples once per user, within the store's dedup horizon: a
@@ -135,12 +145,17 @@ class SampleBuilder:
         ``late_events``. In the ``join`` mode an impression yields its one sample when its
         label is decided, in this batch or a later one. The builder itself is unchanged until
         :meth:`commit`, but for the partitions it claims.
+
+        ``parsed`` is what :meth:`parse` made of the records already; ``meanwhile`` runs while
+        the store works (see :meth:`FeatureStore.update`): the runner parses the next batch.
         """
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        parsed, dead = self.parse(records, now_ms)
+        if parsed is None:
+            now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+            parsed = self.parse(records, now_ms)
+        events, dead = parsed[0], list(parsed[1])  # a redo starts from the same dead letters
         self._claim(records)
         watermarks = self.watermarks.copy()
-        judged, mismatches = self._judge(parsed, watermarks)
+        judged, mismatches = self._judge(events, watermarks)
         drop = self._cfg.late_events == "dead_letter"
         allowed = watermarks.allowed_ms or 0
         for item in judged:
@@ -151,7 +166,7 @@ class SampleBuilder:
         # A batch spans a few partitions: event-time order (stable, so each user's own order
         # holds) keeps the negative pools' windows true.
         kept.sort(key=lambda i: judged[i].event.ts)
-        update = self._store.update([self._arrival(judged[i]) for i in kept])
+        update = self._store.update([self._arrival(judged[i]) for i in kept], meanwhile)
         for i, verdict, history in zip(kept, update.verdicts, update.histories, strict=True):
             judged[i].accepted, judged[i].history = verdict is Verdict.ACCEPTED, history
         batches = self._join.batches(records, judged, watermarks, self._epochs)
@@ -188,7 +203,7 @@ class SampleBuilder:
             samples += decided_samples(outcome.decisions)
         late_dropped = len(judged) - len(kept)
         return BatchResult(
-            len(parsed), sampler, samples, dead, duplicates,
+            len(events), sampler, samples, dead, duplicates,
             late=late_kept + late_dropped, timestamp_mismatches=mismatches, watermarks=watermarks,
             late_labels=sum(o.late_labels for o in outcomes),
         )

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.processor import TIMESTAMP_TOLERANCE_MS, BatchResult, SampleBuilder
+from streamrec.consumers.processor import TIMESTAMP_TOLERANCE_MS, BatchResult, Parsed, SampleBuilder
 from streamrec.errors import FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
@@ -100,17 +100,23 @@ class ConsumerRunner:
             self._source.subscribe()
             idle = IdleClock(ccfg.stop_when_idle_s, self._source)
             claimed_at = self._source.assignments
+            # Each batch is polled one turn ahead, so that it is parsed while the batch before
+            # it waits on Redis; the consumer is still only polled between batches.
+            ahead: _Polled | None = None
             while not stop.is_set():
-                records = self._source.poll(ccfg.batch_size, ccfg.batch_timeout_s)
+                records = self._source.poll(ccfg.batch_size, 0.0 if ahead else ccfg.batch_timeout_s)
                 if self._source.assignments != claimed_at:  # a rebalance: claim partitions anew
                     claimed_at = self._source.assignments
                     self.builder.release()
-                if records:
-                    self._handle(records)
+                    ahead = None  # read again from the committed offsets, by their new owner
+                polled = _Polled(self.builder, records) if records else None
+                if ahead is not None:
+                    self._handle(ahead, polled.parse if polled else None)
                     idle.busy()  # a batch redone through an outage must not look like idleness
-                elif idle.expired():
+                elif polled is None and idle.expired():
                     logger.info("idle for %.1fs, stopping", ccfg.stop_when_idle_s)
                     break
+                ahead = polled
         finally:
             self._source.close()
         logger.info(
@@ -139,9 +145,11 @@ class ConsumerRunner:
         joined = self._source.joined_at
         return 0.0 if joined is None else joined - self._source.created_at
 
-    def _handle(self, records: Sequence[Message]) -> None:
+    def _handle(self, batch: _Polled, meanwhile: Callable[[], None] | None) -> None:
         """Process and commit one batch, redoing it after a passing failure of Redis or the
-        broker (with backoff, partitions held) until the retry deadline."""
+        broker (with backoff, partitions held) until the retry deadline; ``meanwhile`` runs
+        while Redis works on it."""
+        records = batch.records
         retry = Backoff(self._cfg.consumer.retry_deadline_s)
 
         def wait(reason: str) -> bool:
@@ -152,7 +160,7 @@ class ConsumerRunner:
         started = time.monotonic()
         while True:
             try:
-                result = self.builder.process(records)
+                result = self.builder.process(records, parsed=batch.parsed(), meanwhile=meanwhile)
                 fault_point("consumer.after_store")
                 self._transactions.commit(
                     functools.partial(self._fill, result=result),
@@ -210,6 +218,25 @@ class ConsumerRunner:
         finally:
             self._source.release()
         return True
+
+
+class _Polled:
+    """A batch of records, parsed once (:meth:`parse`, ahead of its turn or when it comes)."""
+
+    def __init__(self, builder: SampleBuilder, records: list[Message]) -> None:
+        self.records = records
+        self._builder = builder
+        self._parsed: Parsed | None = None
+
+    def parsed(self) -> Parsed:
+        """The records parsed."""
+        if self._parsed is None:
+            self._parsed = self._builder.parse(self.records, int(time.time() * 1000))
+        return self._parsed
+
+    def parse(self) -> None:
+        """Parse the records now, while there is time."""
+        self.parsed()
 
 
 def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:

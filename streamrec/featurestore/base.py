@@ -196,9 +196,10 @@ class FeatureStore(PartitionStore):
         """Declare the store's present contents good (after a rebuild)."""
 
     @abstractmethod
-    def update(self, arrivals: Sequence[Arrival]) -> StoreUpdate:
+    def update(self, arrivals: Sequence[Arrival], meanwhile: Callable[[], None] | None = None) -> StoreUpdate:
         """Judge each arrival by its id, append the accepted ones, and read the histories asked
-        for.
+        for. ``meanwhile`` is work the caller overlaps with the store's (the next batch's
+        parsing): run once, while the store is busy with the request, or first.
 
         A history holds the latest ``length`` behaviours strictly earlier than that event's
         ``ts``, oldest first: the point-in-time view a training sample may see. The first

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from streamrec.featurestore.base import (
@@ -52,8 +52,10 @@ class MemoryFeatureStore(FeatureStore):
     def reset_marker(self) -> None:
         """Nothing to mark (see :meth:`attach`)."""
 
-    def update(self, arrivals: Sequence[Arrival]) -> StoreUpdate:
+    def update(self, arrivals: Sequence[Arrival], meanwhile: Callable[[], None] | None = None) -> StoreUpdate:
         """See :meth:`FeatureStore.update`."""
+        if meanwhile is not None:  # nothing to overlap with: the work is all in this process
+            meanwhile()
         verdicts, first_seen_at = [], []
         low: dict[str, int] = {}  # each user's earliest accepted event time in the batch
         for arrival in arrivals:

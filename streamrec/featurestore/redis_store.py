@@ -291,7 +291,7 @@ class RedisFeatureStore(FeatureStore):
                 break
         return sorted(keys.values())
 
-    def update(self, arrivals: Sequence[Arrival]) -> StoreUpdate:
+    def update(self, arrivals: Sequence[Arrival], meanwhile: Callable[[], None] | None = None) -> StoreUpdate:
         """See :meth:`FeatureStore.update`.
 
         Raises:
@@ -322,7 +322,7 @@ class RedisFeatureStore(FeatureStore):
             return verdicts, first_seen_at, histories
 
         verdicts, first_seen_at, histories = self._run(
-            lambda shas: self._user_commands(shas[0], arrivals, by_user, calls, markers), read
+            lambda shas: self._user_commands(shas[0], arrivals, by_user, calls, markers), read, meanwhile
         )
         accepted = [a.event for a, v in zip(arrivals, verdicts, strict=True) if v is Verdict.ACCEPTED]
         earliest = earliest_per_item(accepted)
@@ -417,29 +417,39 @@ class RedisFeatureStore(FeatureStore):
         self,
         commands: Callable[[tuple[str, ...]], Iterable[tuple[Any, ...]]],
         read: Callable[[Iterator[Any]], T],
+        meanwhile: Callable[[], None] | None = None,
     ) -> T:
         """One pipelined round trip of ``commands(script shas)``, its replies handed to
         ``read`` as they arrive; all over again with the scripts reloaded if Redis lost them
-        (a restart or failover; every call here can safely run again).
+        (a restart or failover; every call here can safely run again). ``meanwhile`` runs
+        once, after the commands went out.
 
         On a standalone Redis each command goes out as soon as it is made and each reply is
         read while Redis still runs the later ones: packing and parsing overlap Redis's work.
         """
+        once = [meanwhile] if meanwhile is not None else []
         try:
             try:
-                return self._round_trip(commands(self._scripts()), read)
+                return self._round_trip(commands(self._scripts()), read, once)
             except redis.exceptions.NoScriptError:
-                return self._round_trip(commands(self._scripts(reload=True)), read)
+                return self._round_trip(commands(self._scripts(reload=True)), read, once)
         except _UNAVAILABLE as exc:
             raise FeatureStoreUnavailable(f"redis unavailable: {exc}") from exc
         except redis.RedisError as exc:
             raise FeatureStoreError(f"redis pipeline failed: {exc}") from exc
 
-    def _round_trip(self, commands: Iterable[tuple[Any, ...]], read: Callable[[Iterator[Any]], T]) -> T:
+    def _round_trip(
+        self,
+        commands: Iterable[tuple[Any, ...]],
+        read: Callable[[Iterator[Any]], T],
+        meanwhile: list[Callable[[], None]],
+    ) -> T:
         if isinstance(self._redis, RedisCluster):  # the cluster client routes a pipeline by slot
             pipe = self._redis.pipeline(transaction=False)
             for command in commands:
                 pipe.execute_command(*command)
+            while meanwhile:  # it sends only in execute(): nothing to overlap with
+                meanwhile.pop()()
             return read(iter(pipe.execute()))
         pool = self._redis.connection_pool
         conn = pool.get_connection()
@@ -456,6 +466,8 @@ class RedisFeatureStore(FeatureStore):
             for command in commands:
                 conn.send_packed_command(conn.pack_command(*command))
                 sent += 1
+            while meanwhile:  # Redis is busy with the commands now
+                meanwhile.pop()()
             return read(replies())
         finally:
             if received != sent:  # replies left unread (an error, an early stop): out of step

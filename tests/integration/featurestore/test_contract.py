@@ -205,6 +205,36 @@ def test_redis_reloads_its_scripts_after_a_flush(
     assert items(update(store, [ev(2)], [ev(2)]).histories[0]) == ["i1"]
 
 
+def test_work_overlapped_with_an_update_runs_once(
+    store: FeatureStore, request: pytest.FixtureRequest
+) -> None:
+    runs: list[int] = []
+    store.update([Arrival(ev(1), "0:e001", False)], lambda: runs.append(1))
+    if request.node.callspec.params["store"] == "redis":  # the scripts go again; the work does not
+        request.getfixturevalue("redis_client").script_flush()
+    got = store.update([Arrival(ev(2), "0:e002", True)], lambda: runs.append(2))
+    assert runs == [1, 2]
+    assert items(got.histories[0]) == ["i1"]
+
+
+def test_redis_drops_a_connection_left_with_replies_unread(
+    store_config: RedisStoreConfig, redis_client: redis.Redis
+) -> None:
+    """Commands go out before their replies are read: a round trip cut short (here by the
+    work overlapped with it) must not leave its replies for the next one to read."""
+    store = RedisFeatureStore(store_config, 3, HOUR)
+
+    def fail() -> None:
+        raise RuntimeError("cut short")
+
+    with pytest.raises(RuntimeError):
+        store.update([Arrival(ev(1), "0:e001", False)], fail)
+    got = update(store, [ev(2), ev(1)], [ev(2)])  # ev(1) arrived above: the same record again
+    assert got.verdicts == [Verdict.ACCEPTED, Verdict.ACCEPTED]
+    assert items(got.histories[0]) == ["i1"]
+    assert update(store, [ev(1)], origin="1").verdicts == [Verdict.DUPLICATE]
+
+
 @pytest.mark.parametrize("cluster", [False, True], ids=["redis", "redis-cluster"])
 def test_redis_answers_as_the_memory_store_on_a_random_stream(
     cluster: bool, request: pytest.FixtureRequest, unique_name: str

@@ -83,6 +83,23 @@ def test_a_batch_redone_after_an_abort_yields_exactly_the_clean_samples() -> Non
     assert a.samples != b.samples
 
 
+def test_a_batch_parsed_ahead_and_redone_yields_what_a_plain_batch_does() -> None:
+    """The runner parses a batch while the one before it waits on Redis, and a redo after an
+    abort reuses that parse: its dead letters must not pile up, its samples must not change."""
+    reused = Event("e3", "u3", "elsewhere", "c", "pv", T0 + 3000)  # e3's id, other content
+    batch = [Record(b"{oops", 100), *_stream(30), Record(reused.to_json(), 101)]
+    plain = builder(negatives=1).process(batch, now_ms=T0 + 10**6)
+    b = builder(negatives=1)
+    parsed = b.parse(batch, T0 + 10**6)
+    ran: list[bool] = []
+    first = b.process(batch, parsed=parsed, meanwhile=lambda: ran.append(True))
+    again = b.process(batch, parsed=parsed)  # the first one's transaction aborted
+    assert ran == [True]
+    for result in (first, again):
+        assert result.samples == plain.samples
+        assert [d.reason for d in result.dead] == [d.reason for d in plain.dead] != []
+
+
 def test_an_uncommitted_batch_changes_nothing_in_memory() -> None:
     b = builder(negatives=1)
     before = b.sampler.pool_sizes()
