@@ -12,7 +12,8 @@ the ``join`` labelling mode, 110k events by default.
 
 Scaling: one consumer process, then two in one group, on the same 4-partition topic (a new
 group and key prefix each), each rate taken from the first batch read to the last batch
-committed, so group joins and idling do not count.
+committed, so group joins and idling do not count; with the machine's busy cores over the
+same window (every process on it: the consumers, Redis and the broker share the cores).
 
 Prints one JSON object as its last line.
 """
@@ -22,7 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import resource
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -66,8 +69,44 @@ def consume(sections: dict[str, dict[str, object]]) -> tuple[int, float, float]:
     return stats.events, window[0], window[1]
 
 
-def scaling(sections: dict[str, dict[str, object]], processes: int) -> float:
-    """Events per second of ``processes`` consumers in one group (each its own process)."""
+class CpuSampler:
+    """The machine's busy CPU time (all processes: consumers, Redis, the broker), sampled from
+    /proc/stat every 0.1 s, to tell how busy the cores were over a window afterwards."""
+
+    def __init__(self) -> None:
+        self._samples: list[tuple[float, float]] = []  # (wall time, busy core-seconds)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while not self._stop.is_set():
+            with open("/proc/stat") as stat:
+                fields = [int(x) for x in stat.readline().split()[1:]]
+            idle = fields[3] + fields[4]  # idle, iowait
+            self._samples.append((time.time(), (sum(fields[:8]) - idle) / tick))
+            self._stop.wait(0.1)
+
+    def busy_cores(self, start: float, end: float) -> float | None:
+        """Cores busy on average between ``start`` and ``end`` (None when unsampled)."""
+        inside = [(t, busy) for t, busy in self._samples if start <= t <= end]
+        if len(inside) < 2:
+            return None
+        (t0, b0), (t1, b1) = inside[0], inside[-1]
+        return (b1 - b0) / (t1 - t0)
+
+
+def scaling(sections: dict[str, dict[str, object]], processes: int) -> tuple[float, float | None]:
+    """Events per second of ``processes`` consumers in one group (each its own process), and
+    how many cores the machine kept busy meanwhile."""
     name = uuid.uuid4().hex[:8]
     own = {
         **sections,
@@ -76,10 +115,11 @@ def scaling(sections: dict[str, dict[str, object]], processes: int) -> float:
         "consumer": {**sections["consumer"], "group_id": f"g-{name}"},
     }
     ensure_topics(StreamrecConfig.model_validate(own).kafka)
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+    with CpuSampler() as cpu, multiprocessing.get_context("spawn").Pool(processes) as pool:
         done = pool.map(consume, [own] * processes)
     events = sum(n for n, _, _ in done)
-    return events / (max(end for _, _, end in done) - min(start for _, start, _ in done))
+    start, end = min(start for _, start, _ in done), max(end for _, _, end in done)
+    return events / (end - start), cpu.busy_cores(start, end)
 
 
 def main() -> None:
@@ -118,7 +158,7 @@ def main() -> None:
         idle = cfg.consumer.stop_when_idle_s or 0.0
         busy = time.perf_counter() - start - idle - runner.join_seconds
         assert stats.events == len(events), stats
-        one, two = (scaling(sections, processes) for processes in (1, 2))
+        (one, one_busy), (two, two_busy) = (scaling(sections, processes) for processes in (1, 2))
     rate = stats.events / busy
     print(json.dumps({
         "bench": "consumer_throughput",
@@ -132,6 +172,11 @@ def main() -> None:
         "one_process_events_per_s": round(one),
         "two_processes_events_per_s": round(two),
         "two_to_one": round(two / one, 3),
+        # the machine's busy cores (consumers, Redis and broker together) while they ran: at
+        # os.cpu_count() the scaling is bound by the cores, not by the consumers
+        "busy_cores_one_process": one_busy and round(one_busy, 2),
+        "busy_cores_two_processes": two_busy and round(two_busy, 2),
+        "cpu_count": os.cpu_count(),
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }))
 

@@ -20,8 +20,7 @@ context without breaking an older learner.
 from __future__ import annotations
 
 import reprlib
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -42,13 +41,15 @@ _SHOW.maxlist = 4
 __all__ = ["MAX_TS_MS", "MIN_TS_MS", "Sample", "parse_sample"]
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(NamedTuple):
     """One labelled (user, target item) pair with the point-in-time behaviour sequence.
 
     ``seq_items``/``seq_categories`` are oldest first, all strictly earlier than ``ts``.
     ``sample_id`` is the event id for a positive or explicit sample and ``<event_id>~n<k>``
     for the k-th sampled negative, so a redelivered event yields the same ids.
+
+    An immutable named tuple rather than a frozen dataclass: the consumers make two for
+    every click, and a tuple is made four times as fast.
     """
 
     sample_id: str

@@ -21,6 +21,7 @@ from collections.abc import Collection
 
 # Draws per negative before giving up on a pool that is nearly all excluded items.
 _MAX_TRIES = 8
+_DRAWS = [str(j).encode() for j in range(64)]  # draw numbers as the crc reads them
 
 
 class NoveltyMatchedSampler:
@@ -49,11 +50,14 @@ class NoveltyMatchedSampler:
     def observe(self, ts: int, item_id: str, category_id: str, first_seen: int) -> None:
         """Add one event's item to the pools and drop what fell out of their windows."""
         entry = (ts, item_id, category_id, first_seen)
-        self._recent.append(entry)
+        recent, debuts = self._recent, self._debuts
+        recent.append(entry)
         if ts == first_seen:
-            self._debuts.append(entry)
-        _evict(self._recent, ts - self.window_ms)
-        _evict(self._debuts, ts - self.novelty_ms)
+            debuts.append(entry)
+        if recent[0][0] < ts - self.window_ms:
+            _evict(recent, ts - self.window_ms)
+        if debuts and debuts[0][0] < ts - self.novelty_ms:
+            _evict(debuts, ts - self.novelty_ms)
 
     def pool_sizes(self) -> tuple[int, int]:
         """(recent events, recent debuts) currently held."""
@@ -70,19 +74,22 @@ class NoveltyMatchedSampler:
             return []
         pool = self._debuts if new else self._recent
         # Draw j picks index crc32(seed:key:j) mod pool size: deterministic per event and
-        # ~20x cheaper than seeding a numpy generator per event.
-        base = f"{self._seed}:{key}:".encode()
+        # ~20x cheaper than seeding a numpy generator per event (the crc of the prefix is
+        # carried into each draw's: the same value, without joining bytes).
+        base = zlib.crc32(f"{self._seed}:{key}:".encode())
         chosen: list[tuple[str, str]] = []
         taken: set[str] = set()  # ``exclude`` is only asked, never copied: it may be a history
+        novel_after = ts - self.novelty_ms  # is_new(), inlined
         draw = 0
         for _ in range(k):
             for _ in range(_MAX_TRIES):
                 if not pool:
                     break
-                pick = zlib.crc32(base + str(draw).encode()) % len(pool)
+                digits = _DRAWS[draw] if draw < len(_DRAWS) else str(draw).encode()
+                pick = zlib.crc32(digits, base) % len(pool)
                 draw += 1
                 _, item, category, first_seen = pool[pick]
-                if item not in taken and item not in exclude and self.is_new(first_seen, ts) == new:
+                if item not in taken and item not in exclude and (first_seen > novel_after) == new:
                     taken.add(item)
                     chosen.append((item, category))
                     break

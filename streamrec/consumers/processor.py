@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from streamrec.config import ConsumerConfig
-from streamrec.consumers.joins import JoinRule, Judged, decided_samples
+from streamrec.consumers.joins import JoinRule, Judged, decided_samples, offset_spans
 from streamrec.consumers.lateness import Watermarks
 from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.deadletters import DeadLetter
@@ -153,7 +153,8 @@ class SampleBuilder:
             now_ms = int(time.time() * 1000) if now_ms is None else now_ms
             parsed = self.parse(records, now_ms)
         events, dead = parsed[0], list(parsed[1])  # a redo starts from the same dead letters
-        self._claim(records)
+        spans = offset_spans(records)
+        self._claim(spans)
         watermarks = self.watermarks.copy()
         judged, mismatches = self._judge(events, watermarks)
         drop = self._cfg.late_events == "dead_letter"
@@ -169,7 +170,7 @@ class SampleBuilder:
         update = self._store.update([self._arrival(judged[i]) for i in kept], meanwhile)
         for i, verdict, history in zip(kept, update.verdicts, update.histories, strict=True):
             judged[i].accepted, judged[i].history = verdict is Verdict.ACCEPTED, history
-        batches = self._join.batches(records, judged, watermarks, self._epochs)
+        batches = self._join.batches(spans, judged, watermarks, self._epochs)
         window = self._cfg.label_window_ms  # closed windows are kept as long, for late labels
         outcomes = self._store.advance(batches, window, window)
         taken = {(b.partition, offset) for b, o in zip(batches, outcomes, strict=True) for offset in o.taken}
@@ -218,14 +219,10 @@ class SampleBuilder:
         wanted = event.label is not None or event.action in self._positive or not stored
         return Arrival(event, origin, on_time and wanted, stored)
 
-    def _claim(self, records: Sequence[KafkaMessage]) -> None:
+    def _claim(self, spans: Mapping[Partition, tuple[int, int]]) -> None:
         """Claim the partitions new to this builder: their epochs, and their watermarks as of
         the offset they are read from (a restart or a rebalance resumes them exactly)."""
-        starts: dict[Partition, int] = {}
-        for msg in records:
-            key = partition_of(msg)
-            if key not in self._epochs:
-                starts[key] = min(starts.get(key, msg.offset() or 0), msg.offset() or 0)
+        starts = {key: first for key, (first, _) in spans.items() if key not in self._epochs}
         if not starts:
             return
         for key, claim in self._store.claim(starts).items():
