@@ -29,6 +29,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from queue import Queue
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -37,6 +38,7 @@ from streamrec.consumers.runner import BatchReport, ConsumerRunner
 from streamrec.datasets import read_events
 from streamrec.datasets.feed import FeedSpec, generate_feed
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
+from streamrec.events import Event
 from streamrec.kafka.topics import ensure_topics
 from streamrec.local.launch import local_services
 from streamrec.producer import publish
@@ -56,16 +58,27 @@ def bare_consume(bootstrap: str, topic: str, partitions: int, total: int) -> flo
     return total / elapsed
 
 
-def consume(sections: dict[str, dict[str, object]]) -> tuple[int, float, float]:
+def consume(
+    sections: dict[str, dict[str, object]], ready: Queue[int], share: int
+) -> tuple[int, float, float]:
     """One consumer process: events processed, when its first batch was read and when its
-    last was committed (wall clock, comparable across processes)."""
+    last was committed (wall clock, comparable across processes). It says on ``ready`` once
+    it holds its ``share`` of the partitions: the group has settled."""
     window: list[float] = []
 
     def on_batch(report: BatchReport) -> None:
         now = time.time()
         window[:] = [min(window[0], now - report.seconds) if window else now - report.seconds, now]
 
-    stats = ConsumerRunner(StreamrecConfig.model_validate(sections), on_batch=on_batch).run()
+    runner = ConsumerRunner(StreamrecConfig.model_validate(sections), on_batch=on_batch)
+
+    def settled() -> None:
+        while len(runner.assigned()) != share:
+            time.sleep(0.05)
+        ready.put(os.getpid())
+
+    threading.Thread(target=settled, daemon=True).start()
+    stats = runner.run()
     return stats.events, window[0], window[1]
 
 
@@ -104,22 +117,36 @@ class CpuSampler:
         return (b1 - b0) / (t1 - t0)
 
 
-def scaling(sections: dict[str, dict[str, object]], processes: int) -> tuple[float, float | None]:
+def scaling(
+    sections: dict[str, dict[str, object]], events: list[Event], processes: int
+) -> tuple[float, float | None]:
     """Events per second of ``processes`` consumers in one group (each its own process), and
-    how many cores the machine kept busy meanwhile."""
+    how many cores the machine kept busy meanwhile. The events are published once the group
+    has settled: a consumer joining late would rebalance the group mid-run (seconds of it on
+    the embedded broker), which measures the join, not the consumers."""
     name = uuid.uuid4().hex[:8]
     own = {
         **sections,
-        "kafka": {**sections["kafka"], "samples_topic": f"s-{name}", "dlq_topic": f"d-{name}"},
+        "kafka": {**sections["kafka"], "events_topic": f"ev-{name}", "samples_topic": f"s-{name}",
+                  "dlq_topic": f"d-{name}"},
         "store": {**sections["store"], "key_prefix": f"bench-{name}"},
-        "consumer": {**sections["consumer"], "group_id": f"g-{name}"},
+        # idle while the others join; the idle end is not measured
+        "consumer": {**sections["consumer"], "group_id": f"g-{name}", "stop_when_idle_s": 10.0},
     }
-    ensure_topics(StreamrecConfig.model_validate(own).kafka)
-    with CpuSampler() as cpu, multiprocessing.get_context("spawn").Pool(processes) as pool:
-        done = pool.map(consume, [own] * processes)
-    events = sum(n for n, _, _ in done)
+    kafka = StreamrecConfig.model_validate(own).kafka
+    ensure_topics(kafka)
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, CpuSampler() as cpu, context.Pool(processes) as pool:
+        ready = manager.Queue()
+        running = pool.starmap_async(consume, [(own, ready, kafka.partitions // processes)] * processes)
+        for _ in range(processes):
+            ready.get(timeout=120)
+        publish(events, kafka)
+        done = running.get()
+    events_done = sum(n for n, _, _ in done)
+    assert events_done == len(events), done
     start, end = min(start for _, start, _ in done), max(end for _, _, end in done)
-    return events / (end - start), cpu.busy_cores(start, end)
+    return events_done / (end - start), cpu.busy_cores(start, end)
 
 
 def main() -> None:
@@ -158,7 +185,7 @@ def main() -> None:
         idle = cfg.consumer.stop_when_idle_s or 0.0
         busy = time.perf_counter() - start - idle - runner.join_seconds
         assert stats.events == len(events), stats
-        (one, one_busy), (two, two_busy) = (scaling(sections, processes) for processes in (1, 2))
+        (one, one_busy), (two, two_busy) = (scaling(sections, events, processes) for processes in (1, 2))
     rate = stats.events / busy
     print(json.dumps({
         "bench": "consumer_throughput",

@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -30,9 +29,12 @@ _IDS = ("event_id", "user_id", "item_id", "category_id", "action")
 _REQUIRED = (*_IDS, "ts")
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One user behaviour at event time ``ts`` (epoch milliseconds)."""
+class Event(NamedTuple):
+    """One user behaviour at event time ``ts`` (epoch milliseconds).
+
+    An immutable named tuple rather than a frozen dataclass: the consumers make one for every
+    record, and a tuple is made several times as fast.
+    """
 
     event_id: str
     user_id: str

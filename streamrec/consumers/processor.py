@@ -167,7 +167,7 @@ class SampleBuilder:
         # A batch spans a few partitions: event-time order (stable, so each user's own order
         # holds) keeps the negative pools' windows true.
         kept.sort(key=lambda i: judged[i].event.ts)
-        update = self._store.update([self._arrival(judged[i]) for i in kept], meanwhile)
+        update = self._store.update(self._arrivals(judged, kept), meanwhile)
         for i, verdict, history in zip(kept, update.verdicts, update.histories, strict=True):
             judged[i].accepted, judged[i].history = verdict is Verdict.ACCEPTED, history
         batches = self._join.batches(spans, judged, watermarks, self._epochs)
@@ -209,15 +209,20 @@ class SampleBuilder:
             late_labels=sum(o.late_labels for o in outcomes),
         )
 
-    def _arrival(self, item: Judged) -> Arrival:
-        """What the store is asked about an event: its history when it may yield a sample; an
-        impression of the join mode is judged by its id but stays out of the sequence."""
-        event = item.event
-        origin = f"{item.key.partition}:{item.msg.offset()}"
-        on_time = item.behind is None
-        stored = self.stores(event)  # an impression wants its history for its window or its label
-        wanted = event.label is not None or event.action in self._positive or not stored
-        return Arrival(event, origin, on_time and wanted, stored)
+    def _arrivals(self, judged: list[Judged], kept: list[int]) -> list[Arrival]:
+        """What the store is asked about each kept event: its history when it may yield a
+        sample; an impression of the join mode is judged by its id but stays out of the
+        sequence (see :meth:`stores`), and wants its history for its window or its label."""
+        positive, impression = self._positive, self._join.impression_action
+        out = []
+        for i in kept:
+            item = judged[i]
+            event = item.event
+            stored = event.action != impression
+            wanted = event.label is not None or event.action in positive or not stored
+            origin = f"{item.key.partition}:{item.msg.offset()}"
+            out.append(Arrival(event, origin, item.behind is None and wanted, stored))
+        return out
 
     def _claim(self, spans: Mapping[Partition, tuple[int, int]]) -> None:
         """Claim the partitions new to this builder: their epochs, and their watermarks as of

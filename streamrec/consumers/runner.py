@@ -139,6 +139,10 @@ class ConsumerRunner:
         """Partition assignments received so far: more than one means a rebalance happened."""
         return self._source.assignments
 
+    def assigned(self) -> list[Partition]:
+        """The partitions assigned now (none before the group is joined, or while it rebalances)."""
+        return self._source.assigned()
+
     @property
     def join_seconds(self) -> float:
         """How long the first group join took (0 before it)."""

@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -41,7 +40,7 @@ def _by_user(events: list[Event]) -> dict[str, list[Event]]:
 
 
 def _with_categories(events: list[Event], categories: list[str]) -> list[Event]:
-    return [replace(e, category_id=c) for e, c in zip(events, categories, strict=True)]
+    return [e._replace(category_id=c) for e, c in zip(events, categories, strict=True)]
 
 
 def _shuffled_categories(events: list[Event]) -> list[Event]:
@@ -162,7 +161,7 @@ def test_user_events_come_in_bursts(events: list[Event]) -> None:
 
     stamps = [e.ts for e in events]
     order = np.random.default_rng(7).permutation(len(stamps))
-    moved = [replace(e, ts=stamps[i]) for e, i in zip(events, order, strict=True)]
+    moved = [e._replace(ts=stamps[i]) for e, i in zip(events, order, strict=True)]
     uniform = sorted(moved, key=lambda e: e.ts)  # same users and counts, times at random
     assert median_gap(events) * 10 < median_gap(uniform)
 
