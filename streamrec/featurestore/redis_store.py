@@ -17,7 +17,10 @@ redo of the batch can need, refresh the TTLs) or a thousand items (keep the earl
 Each call is atomic, and on Redis Cluster (``RedisStoreConfig.cluster``) carries only users
 (or items) of one slot, as a script's keys must. A user's events travel as
 one string and the answers come back as one flat list of strings: redis-py spends its time
-per argument and per reply element, not per byte (``bench/consumer_throughput.py``).
+per argument and per reply element, not per byte (``bench/consumer_throughput.py``). On a
+standalone Redis a round trip is streamed on one connection: each call is sent as soon as it
+is built and each reply parsed as it arrives, while Redis runs the later calls; a round trip
+cut short drops its connection rather than leave replies unread on it.
 """
 
 from __future__ import annotations
