@@ -44,11 +44,13 @@ return {epoch, newest or ''}
 # inputs, one line each:
 # ``kind \x1f offset \x1f user \x1f event_id \x1f item \x1f category \x1f ts \x1f watermark
 # \x1f history \n`` with kind i (impression), c (click) or l (late click, with the watermark
-# it was judged late by). Returns a flat list: ``a<offset>`` for a click that took or hit an
-# open window, ``<label> \t user \t event_id \t item \t category \t ts \t history`` for each
-# decision, and last the late labels counted. Histories (a kilobyte at 50 behaviours) live
-# in their own hash, read only for a decision: the window's own value stays a few bytes, and
-# closing and forgetting many windows at once are a handful of bulk commands.
+# it was judged late by); an impression's history ``\x1e`` is that of the impression before
+# (a page's impressions share one). Returns a flat list: ``a<offset>`` for a click that took
+# or hit an open window, ``<label> \t user \t event_id \t item \t category \t ts \t history``
+# for each decision (``\x1e``: the history of the decision before), and last the late labels
+# counted. Histories (a kilobyte at 50 behaviours) live in their own hash, read only for a
+# decision: the window's own value stays a few bytes, and closing and forgetting many windows
+# at once are a handful of bulk commands.
 ADVANCE_LUA = """
 local part, win, hist, refs, pair, due, done, jrn = unpack(KEYS)
 local epoch = redis.call('HGET', part, 'epoch')
@@ -142,9 +144,11 @@ if redo then mark[1], mark[2] = mark[3], mark[4] end
 local out, touched, late = {}, {}, 0
 local text, num = '([^\\31]*)\\31', '(%-?%d+)\\31'
 local line = '([icl])\\31' .. num .. text .. text .. text .. text .. num .. num .. '([^\\n]*)\\n'
+local page = nil  -- the history of the impression before: \\30 repeats it
 for kind, off, user, id, item, cat, ts, mark_, history in string.gmatch(ARGV[9], line) do
   local pkey, wm = user .. '\\t' .. item, tonumber(mark_)
   if kind == 'i' then
+    if history == '\\30' then history = page else page = history end
     local key = user .. '\\t' .. id
     local deadline = tonumber(ts) + window
     if redis.call('HEXISTS', win, key) == 0 then
@@ -220,6 +224,7 @@ if ARGV[5] ~= '' and ARGV[4] ~= '' then
       hks[i] = parsed[i][8]
     end
     local histories = values(hist, hks)
+    local said = nil  -- the history key of the decision before: \\30 repeats its history
     for i, key in ipairs(closing) do
       local w = parsed[i]
       w[3] = last
@@ -228,7 +233,10 @@ if ARGV[5] ~= '' and ARGV[4] ~= '' then
       kept[#kept + 1] = w[5] + retention
       kept[#kept + 1] = key
       touched[#touched + 1] = key
-      if w[2] < 0 then out[#out + 1] = decision('0', key, w, histories[i] or '\\28') end
+      if w[2] < 0 then
+        out[#out + 1] = decision('0', key, w, w[8] == said and '\\30' or histories[i] or '\\28')
+        said = w[8]
+      end
     end
     bulk('HSET', win, fields)
     bulk('ZADD', done, kept)
@@ -264,16 +272,25 @@ def advance_args(
     """The advance script's arguments for ``batch``."""
     newest = "" if batch.newest is None else batch.newest
     allowed = "" if batch.allowed_ms is None else batch.allowed_ms
-    lines = "".join([_line(i) for i in batch.inputs])
-    return (batch.epoch, batch.first, batch.last, newest, allowed, window_ms, retention_ms, ttl_ms, lines)
+    lines, before = [], None  # the impression before, whose history a page's next ones repeat
+    for item in batch.inputs:
+        history = ""
+        if item.kind == "impression":
+            if before is not None and before.items == item.items and before.categories == item.categories:
+                history = "\x1e"
+            else:
+                history = "\x1d".join(item.items) + "\x1c" + "\x1d".join(item.categories)
+            before = item
+        lines.append(_line(item, history))
+    inputs = "".join(lines)
+    return (batch.epoch, batch.first, batch.last, newest, allowed, window_ms, retention_ms, ttl_ms, inputs)
 
 
 _KINDS = {"impression": "i", "click": "c", "late_click": "l"}
 
 
-def _line(item: JoinInput) -> str:
+def _line(item: JoinInput, history: str) -> str:
     e = item.event
-    history = "\x1d".join(item.items) + "\x1c" + "\x1d".join(item.categories)
     return (f"{_KINDS[item.kind]}\x1f{item.offset}\x1f{e.user_id}\x1f{e.event_id}\x1f{e.item_id}"
             f"\x1f{e.category_id}\x1f{e.ts}\x1f{item.watermark}\x1f{history}\n")
 
@@ -281,15 +298,16 @@ def _line(item: JoinInput) -> str:
 def parse_advance(reply: Sequence[str]) -> PartitionOutcome:
     """The advance script's answer."""
     decisions, taken = [], set()
+    said: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # the history of the decision before
     for answer in reply[:-1]:
         if answer[0] == "a":
             taken.add(int(answer[1:]))
             continue
         label, user, event_id, item, category, ts, history = answer.split("\t")
-        items, _, categories = history.partition("\x1c")
-        decisions.append(
-            Decision(int(label), user, event_id, item, category, int(ts), _ids(items), _ids(categories))
-        )
+        if history != "\x1e":
+            items, _, categories = history.partition("\x1c")
+            said = (_ids(items), _ids(categories))
+        decisions.append(Decision(int(label), user, event_id, item, category, int(ts), *said))
     return PartitionOutcome(decisions, frozenset(taken), int(reply[-1]))
 
 

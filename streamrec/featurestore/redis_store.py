@@ -69,7 +69,9 @@ T = TypeVar("T")
 # one pattern match per line costs Redis.
 # Returns one flat list, one string per event in call order: ``0`` and, when asked for, its
 # history (accepted; the latest `cap` entries strictly before its time, newest first, members
-# and scores joined by tabs), or ``1`` (duplicate) / ``2`` (conflict) and what the id holds.
+# and scores joined by tabs), ``3`` (accepted, and its history is that of the user's event
+# read before it, at the same time), or ``1`` (duplicate) / ``2`` (conflict) and what the id
+# holds.
 # Per user, trims the sequence to the latest `cap` entries before the batch's earliest
 # accepted event, keeping everything from it on, so a batch redone after an aborted commit
 # reads exactly the same histories.
@@ -133,15 +135,19 @@ for u = 1, #ARGV - 3 do
   -- events are stored), or as a history read at low tells
   local before = nil
   if newest == nil then before = 0 end
+  local last = nil  -- the time of the read before: events at one time share their history
   for _, at in ipairs(reads) do
     local score = out[at]
     if before == 0 and tonumber(score) <= low then
       out[at] = '0'  -- nothing is stored before it: no read
+    elseif score == last then
+      out[at] = '3'  -- the history of the read before (a page of impressions, say)
     else
       local history = redis.call('ZREVRANGEBYSCORE', seq, '(' .. score, '-inf', 'WITHSCORES', 'LIMIT', 0, cap)
       if score == lowscore and #history < 2 * cap then before = #history / 2 end
       out[at] = '0' .. table.concat(history, '\\t')
     end
+    last = score
   end
   if low ~= nil then
     if before == nil then before = redis.call('ZCOUNT', seq, '-inf', '(' .. lowscore) end
@@ -312,16 +318,23 @@ class RedisFeatureStore(FeatureStore):
             first_seen_at = [""] * len(arrivals)
             histories: list[History | None] = [None] * len(arrivals)
             for users, reply in zip(calls, replies, strict=True):  # each as it comes
-                order = [index for user in users for index in by_user[user]]
-                if len(reply) != len(order):
-                    raise FeatureStoreError(f"redis answered {len(reply)} verdicts for {len(order)} events")
-                for index, answer in zip(order, reply, strict=True):
-                    code = answer[0]
-                    if code != "0":
-                        verdicts[index] = _VERDICTS[code]
-                        first_seen_at[index] = answer.split("\t", 2)[1]  # fingerprint, origin, time
-                    elif arrivals[index].wants_history:
-                        histories[index] = _history(answer)
+                expected = sum(len(by_user[user]) for user in users)
+                if len(reply) != expected:
+                    raise FeatureStoreError(f"redis answered {len(reply)} verdicts for {expected} events")
+                answers = iter(reply)
+                for user in users:
+                    last = _EMPTY  # the user's history read before, which ``3`` repeats
+                    for index in by_user[user]:
+                        answer = next(answers)
+                        code = answer[0]
+                        if code == "0":
+                            if arrivals[index].wants_history:
+                                histories[index] = last = _history(answer)
+                        elif code == "3":
+                            histories[index] = last
+                        else:
+                            verdicts[index] = _VERDICTS[code]
+                            first_seen_at[index] = answer.split("\t", 2)[1]  # fingerprint, origin, time
             return verdicts, first_seen_at, histories
 
         verdicts, first_seen_at, histories = self._run(

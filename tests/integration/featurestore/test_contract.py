@@ -73,6 +73,16 @@ def test_equal_times_are_excluded_and_ordered_by_event_id(store: FeatureStore) -
     assert [b.event_id for b in store.sequence("u")] == ["e000", "e001", "e002"]
 
 
+def test_events_at_one_time_read_one_history(store: FeatureStore) -> None:
+    """A page of impressions: Redis reads the history once and answers the rest by reference."""
+    update(store, [ev(1), ev(2)])
+    page = [ev(i, ts=5) for i in (10, 11, 12, 13)]
+    later = ev(20, "v", ts=5)  # another user at the same time reads its own
+    got = update(store, [*page, ev(3, ts=4), later], [page[0], page[2], page[3], later]).histories
+    assert [items(got[i]) for i in (0, 2, 3)] == [["i1", "i2", "i3"]] * 3
+    assert got[1] is None and items(got[5]) == []
+
+
 def test_a_redo_is_accepted_and_late_events_land_in_time_order(store: FeatureStore) -> None:
     update(store, [ev(1), ev(3)])
     again = update(store, [ev(1), ev(3), ev(2)])

@@ -74,7 +74,8 @@ class Feed:
                 kind = "late_click"
             elif late:
                 continue
-            history = ((f"h{offset}",), ("c",)) if kind == "impression" else ((), ())
+            # a page: impressions of one user at one time read one history
+            history = ((f"h{event.user_id}:{event.ts}",), ("c",)) if kind == "impression" else ((), ())
             inputs.append(JoinInput(kind, offset, event, history[0], history[1], watermark))
         assert newest is not None
         batch = PartitionBatch(self.partition, self.epoch, self.committed, end - 1, newest, ALLOWED,
@@ -106,7 +107,7 @@ def test_a_click_in_the_window_makes_a_positive_at_once_and_no_click_a_negative_
     # the click itself is outside it, so it is no click of b's impression
     assert [(d.event_id, d.label) for d in feed.batch(rows, 4)] == [("i2", 0)]
     positive = feed.decided[0]
-    assert (positive.user_id, positive.item_id, positive.ts, positive.items) == ("u", "a", T0, ("h0",))
+    assert (positive.user_id, positive.item_id, positive.ts, positive.items) == ("u", "a", T0, (f"hu:{T0}",))
 
 
 def test_the_latest_impression_before_a_click_takes_it_and_a_second_click_takes_nothing(
@@ -180,11 +181,15 @@ def test_random_streams_decide_alike_whatever_the_batches_aborts_and_restarts(
     rng = random.Random(seed)
     rows: list[Row] = []
     minute = 0.0
-    for i in range(300):
+    while len(rows) < 300:
         minute += rng.random()
         at = minute - rng.random() * 8  # out of order, sometimes late
         user, item = rng.choice("uvw"), rng.choice("abcd")
-        rows.append(imp(i, user, item, at) if rng.random() < 0.6 else click(i, user, item, at))
+        if rng.random() < 0.15:  # a page: impressions of one user at one time, one history
+            rows += [imp(len(rows) + k, user, shown, at) for k, shown in enumerate(rng.sample("abcd", 3))]
+        else:
+            i = len(rows)
+            rows.append(imp(i, user, item, at) if rng.random() < 0.6 else click(i, user, item, at))
 
     clean = Feed(store, Partition("clean", seed))
     clean.claim()
@@ -208,6 +213,8 @@ def test_random_streams_decide_alike_whatever_the_batches_aborts_and_restarts(
     reference.claim()
     reference.batch(rows, len(rows))
     assert labels(reference.decided) == labels(clean.decided)
+    by_id = sorted(reference.decided, key=lambda d: d.event_id)
+    assert by_id == sorted(clean.decided, key=lambda d: d.event_id)  # histories too
     assert reference.late_labels == clean.late_labels
     assert 0 < sum(d.label for d in clean.decided) < len(clean.decided)
     assert sorted(feed.decided, key=lambda d: d.event_id) == sorted(clean.decided, key=lambda d: d.event_id)
