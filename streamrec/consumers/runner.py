@@ -143,12 +143,6 @@ class ConsumerRunner:
         """The partitions assigned now (none before the group is joined, or while it rebalances)."""
         return self._source.assigned()
 
-    @property
-    def join_seconds(self) -> float:
-        """How long the first group join took (0 before it)."""
-        joined = self._source.joined_at
-        return 0.0 if joined is None else joined - self._source.created_at
-
     def _handle(self, batch: _Polled, meanwhile: Callable[[], None] | None) -> None:
         """Process and commit one batch, redoing it after a passing failure of Redis or the
         broker (with backoff, partitions held) until the retry deadline; ``meanwhile`` runs

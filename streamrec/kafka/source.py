@@ -58,7 +58,6 @@ class RecordSource:
         self._unread: deque[Message] = deque()  # put back by the caller, delivered first
         self._more_due = False  # the aligner held back due records at the last release
         self._last_new: float | None = None  # when new records last came out
-        self.created_at = clock()
         self.joined_at: float | None = None  # first assignment: before it, nobody is idle
         self.assignments = 0  # assignments received, the first one included
 
