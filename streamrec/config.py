@@ -79,6 +79,21 @@ class KafkaConfig(BaseModel):
         default_factory=dict, description="STREAMREC_KAFKA__CLIENT: extra librdkafka options"
     )
 
+    @model_validator(mode="after")
+    def _eager_rebalancing(self) -> KafkaConfig:
+        # A consumer drops what it polled but did not commit when the group rebalances, and
+        # relies on the rebalance restarting every partition it keeps from its committed
+        # offset: only the eager protocol does. An incremental one keeps the positions of the
+        # partitions it keeps, so those records would be skipped.
+        strategy = str(self.client.get("partition.assignment.strategy", ""))
+        if "cooperative" in strategy or str(self.client.get("group.protocol", "classic")) != "classic":
+            raise ValueError(
+                "streamrec's consumers need eager rebalancing (a rebalance restarts every partition "
+                "from its committed offset): drop the cooperative partition.assignment.strategy or "
+                "group.protocol from STREAMREC_KAFKA__CLIENT"
+            )
+        return self
+
 
 class RedisStoreConfig(BaseModel):
     """The Redis feature store, the default (env ``STREAMREC_STORE__*``)."""
