@@ -59,7 +59,7 @@ class JoinRule:
         epochs: Mapping[Partition, int],
     ) -> list[PartitionBatch]:
         """One :class:`PartitionBatch` per partition of the batch (``spans``: see
-        :func:`offset_spans`), ``judged`` in delivery (offset) order."""
+        :func:`~streamrec.kafka.records.offset_spans`), ``judged`` in delivery (offset) order."""
         keys = list(spans)
         inputs: dict[Partition, list[JoinInput]] = {key: [] for key in keys}
         if self.enabled:
@@ -87,21 +87,6 @@ class JoinRule:
         if item.behind is not None:  # judged by the watermark it fell behind
             return JoinInput("late_click", offset, event, watermark=event.ts + item.behind - allowed_ms)
         return JoinInput("click", offset, event) if item.accepted else None
-
-
-def offset_spans(records: Sequence[KafkaMessage]) -> dict[Partition, tuple[int, int]]:
-    """The first and last offset of the records of each partition."""
-    spans: dict[tuple[str | None, int | None], list[int]] = {}  # a Partition's hash and equality
-    for msg in records:
-        offset = msg.offset() or 0
-        span = spans.get((msg.topic(), msg.partition()))
-        if span is None:
-            spans[(msg.topic(), msg.partition())] = [offset, offset]
-        elif offset > span[1]:
-            span[1] = offset
-        elif offset < span[0]:  # a partition delivers in offset order: only if put back
-            span[0] = offset
-    return {Partition(topic or "", part or 0): (span[0], span[1]) for (topic, part), span in spans.items()}
 
 
 def decided_samples(decisions: Sequence[Decision]) -> list[Sample]:

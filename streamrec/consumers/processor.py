@@ -19,14 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from streamrec.config import ConsumerConfig
-from streamrec.consumers.joins import JoinRule, Judged, decided_samples, offset_spans
+from streamrec.consumers.joins import JoinRule, Judged, decided_samples
 from streamrec.consumers.lateness import Watermarks
 from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import Event, parse_event
 from streamrec.featurestore.base import Arrival, FeatureStore, History, Verdict
-from streamrec.kafka.records import KafkaMessage, Partition, partition_of
+from streamrec.kafka.records import KafkaMessage, Partition, offset_spans, partition_of
 from streamrec.samples import Sample
 
 logger = logging.getLogger(__name__)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -61,6 +62,21 @@ def partition_of(msg: KafkaMessage) -> Partition:
 
 
 _PARTITIONS: dict[tuple[str | None, int | None], Partition] = {}  # as many as partitions read
+
+
+def offset_spans(records: Sequence[KafkaMessage]) -> dict[Partition, tuple[int, int]]:
+    """The first and last offset of the records of each partition."""
+    spans: dict[tuple[str | None, int | None], list[int]] = {}  # a Partition's hash and equality
+    for msg in records:
+        offset = msg.offset() or 0
+        span = spans.get((msg.topic(), msg.partition()))
+        if span is None:
+            spans[(msg.topic(), msg.partition())] = [offset, offset]
+        elif offset > span[1]:
+            span[1] = offset
+        elif offset < span[0]:  # a partition delivers in offset order: only if put back
+            span[0] = offset
+    return {Partition(topic or "", part or 0): (span[0], span[1]) for (topic, part), span in spans.items()}
 
 
 @dataclass(frozen=True, slots=True, order=True)
