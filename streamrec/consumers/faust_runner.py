@@ -58,7 +58,14 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.processor import BatchResult
-from streamrec.consumers.runner import BatchReport, ConsumerStats, attach_store, count_batch, make_builder
+from streamrec.consumers.runner import (
+    BatchReport,
+    ConsumerStats,
+    attach_store,
+    count_batch,
+    make_builder,
+    make_late_log,
+)
 from streamrec.errors import FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
@@ -170,6 +177,7 @@ class FaustRunner:
         )
         self.builder = make_builder(cfg, self._store)
         self.stats = FaustStats()
+        self._late_log = make_late_log(cfg)
         self._sink: BatchSink | None = None
         self._fatal: BaseException | None = None
         # Idleness counts from the last batch or group join; None while (re)joining.
@@ -321,7 +329,7 @@ class FaustRunner:
 
     def _count(self, result: BatchResult, seconds: float) -> None:
         self._idle_since = time.monotonic()
-        count_batch(self.stats, result, self._cfg.consumer.late_events)
+        count_batch(self.stats, result, self._late_log)
         if self._on_batch is not None:
             newest = max((s.ts for s in result.samples), default=None)
             self._on_batch(BatchReport(result, seconds, newest, sorted(self._assigned)))

@@ -83,6 +83,7 @@ class ConsumerRunner:
         )
         self.builder = make_builder(cfg, self._store)
         self.stats = ConsumerStats()
+        self._late_log = make_late_log(cfg)
         self._source = RecordSource(
             make_consumer(cfg.kafka, cfg.consumer.group_id),
             [cfg.kafka.events_topic],
@@ -175,7 +176,7 @@ class ConsumerRunner:
                 if self._source.assignments != assignments:
                     return  # rebalanced while waiting: the batch is read again by its owner
         self.builder.commit(result)  # the batch's in-memory state moves with its offsets
-        count_batch(self.stats, result, self._cfg.consumer.late_events)
+        count_batch(self.stats, result, self._late_log)
         self.stats.out_of_order = self._source.out_of_order
         if self._on_batch is not None:
             newest = max((s.ts for s in result.samples), default=None)
@@ -237,6 +238,12 @@ class _Polled:
         self.parsed()
 
 
+def make_late_log(cfg: StreamrecConfig) -> LateLog | None:
+    """The runners' late-event warning: only late events kept in their sequences are logged
+    (dead-lettered ones are in the dead-letter log)."""
+    return LateLog() if cfg.consumer.late_events == "sequence_only" else None
+
+
 def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
     """The runners' builder: record timestamps are checked against the alignment's skew."""
     skew = cfg.kafka.max_skew_ms
@@ -244,8 +251,33 @@ def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
     return SampleBuilder(cfg.consumer, store, timestamp_tolerance_ms=tolerance)
 
 
-def count_batch(stats: ConsumerStats, result: BatchResult, late_events: str) -> None:
-    """Add a committed batch to the runner's totals and log its dead letters and late events."""
+class LateLog:
+    """The warning for late events kept in their sequences (``late_events=sequence_only``): at
+    most one every ``every_s``, with the count since the one before. A feed with a steady
+    trickle of late events would otherwise log one a batch and bury everything else."""
+
+    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        """Warn at most once every ``every_s`` seconds of ``clock``."""
+        self._every_s = every_s
+        self._clock = clock
+        self._pending = 0
+        self._logged_at: float | None = None
+
+    def add(self, late: int) -> None:
+        """Count a committed batch's late events; warn if the last warning is old enough."""
+        self._pending += late
+        now = self._clock()
+        if self._pending and (self._logged_at is None or now - self._logged_at >= self._every_s):
+            logger.warning(
+                "late events kept in their sequences without samples late=%d (since the last such "
+                "warning; at most one every %gs)", self._pending, self._every_s,
+            )
+            self._pending, self._logged_at = 0, now
+
+
+def count_batch(stats: ConsumerStats, result: BatchResult, late_log: LateLog | None) -> None:
+    """Add a committed batch to the runner's totals and log its dead letters and, through
+    ``late_log`` (None: none to log, they were dead-lettered), its late events."""
     stats.batches += 1
     stats.events += result.events
     stats.samples += len(result.samples)
@@ -258,8 +290,8 @@ def count_batch(stats: ConsumerStats, result: BatchResult, late_events: str) -> 
         logger.warning(
             "dead letter %s offset=%d reason=%r", letter.position.key, letter.position.offset, letter.reason
         )
-    if result.late and late_events == "sequence_only":
-        logger.warning("late events kept in their sequences without samples late=%d", result.late)
+    if late_log is not None:
+        late_log.add(result.late)
 
 
 def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:
