@@ -160,7 +160,8 @@ def scaling(
         # idle while the others join; the idle end is not measured
         "consumer": {**sections["consumer"], "group_id": f"g-{name}", "stop_when_idle_s": 10.0},
     }
-    kafka = StreamrecConfig.model_validate(own).kafka
+    cfg = StreamrecConfig.model_validate(own)
+    kafka = cfg.kafka
     ensure_topics(kafka)
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager, CpuSampler() as cpu, context.Pool(processes) as pool:
@@ -171,8 +172,7 @@ def scaling(
         publish(events, kafka)
         done = running.get()
     assert sum(n for n, _ in done) == len(events), done
-    batch_size = StreamrecConfig.model_validate(own).consumer.batch_size
-    rate, start, end = steady_rate([batches for _, batches in done], batch_size)
+    rate, start, end = steady_rate([batches for _, batches in done], cfg.consumer.batch_size)
     return rate, cpu.busy_cores(start, end)
 
 
