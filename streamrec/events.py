@@ -1,6 +1,6 @@
 """The event contract: one click/behaviour event, its JSON wire form and its validation.
 
-Wire form: a JSON object (orjson) on topic ``streamrec.events``, key = ``user_id``::
+Wire form: a JSON object on topic ``streamrec.events``, key = ``user_id``::
 
     {"event_id": "e-1", "user_id": "42", "item_id": "1001", "category_id": "7",
      "action": "pv", "ts": 1511658000000, "label": 1}
@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from typing import Any, NamedTuple
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 
 from streamrec.errors import InvalidEvent
@@ -29,19 +30,24 @@ _IDS = ("event_id", "user_id", "item_id", "category_id", "action")
 _REQUIRED = (*_IDS, "ts")
 
 
-class Event(NamedTuple):
+_Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH)]
+
+
+class Event(msgspec.Struct, frozen=True, omit_defaults=True):
     """One user behaviour at event time ``ts`` (epoch milliseconds).
 
-    An immutable named tuple rather than a frozen dataclass: the consumers make one for every
-    record, and a tuple is made several times as fast.
+    A frozen msgspec struct: the consumers make one for every record, decoded straight from
+    its JSON (:func:`parse_event`), and it is made about three times as fast as a named
+    tuple and encoded four times as fast as a dict by orjson. The annotations' limits hold
+    for decoded events only; an event made in code is not checked.
     """
 
-    event_id: str
-    user_id: str
-    item_id: str
-    category_id: str
-    action: str
-    ts: int
+    event_id: _Id
+    user_id: _Id
+    item_id: _Id
+    category_id: _Id
+    action: _Id
+    ts: Annotated[int, msgspec.Meta(ge=MIN_TS_MS)]
     label: int | None = None
 
     def fingerprint(self) -> str:
@@ -52,17 +58,15 @@ class Event(NamedTuple):
 
     def to_json(self) -> bytes:
         """Encode in the wire form (``label`` omitted when absent)."""
-        doc: dict[str, Any] = {
-            "event_id": self.event_id,
-            "user_id": self.user_id,
-            "item_id": self.item_id,
-            "category_id": self.category_id,
-            "action": self.action,
-            "ts": self.ts,
-        }
-        if self.label is not None:
-            doc["label"] = self.label
-        return orjson.dumps(doc)
+        return _ENCODER.encode(self)
+
+
+_ENCODER = msgspec.json.Encoder()
+# The contract's common case, decoded and checked in C: string ids of 1 to MAX_ID_LENGTH
+# characters, an integer ``ts`` from MIN_TS_MS, an integer or no label. What it refuses
+# (integer ids, a float ``ts``, a boolean label, any fault) the field-by-field checks
+# take on, and explain when it is a fault.
+_DECODER = msgspec.json.Decoder(Event)
 
 
 def _id(doc: dict[str, Any], name: str) -> str:
@@ -101,30 +105,6 @@ def _label(doc: dict[str, Any]) -> int | None:
     raise InvalidEvent(f"field 'label' must be 0 or 1, got {value!r}")
 
 
-def _well_formed(doc: dict[str, Any], latest_ts: int) -> Event | None:
-    """The event of a document of string ids and no problem at all, in one combined check;
-    None for anything else (integer ids, a float ``ts``, a boolean label, any fault), which
-    the field-by-field checks take on and explain. The consumers parse 10^5 events a second,
-    and this is about half the cost of those checks."""
-    get = doc.get
-    event_id, user_id, item_id, category_id, action = (
-        get("event_id"), get("user_id"), get("item_id"), get("category_id"), get("action")
-    )
-    ts, label = get("ts"), get("label")
-    if (
-        type(event_id) is str and type(user_id) is str and type(item_id) is str
-        and type(category_id) is str and type(action) is str
-        and 0 < len(event_id) <= MAX_ID_LENGTH and 0 < len(user_id) <= MAX_ID_LENGTH
-        and 0 < len(item_id) <= MAX_ID_LENGTH and 0 < len(category_id) <= MAX_ID_LENGTH
-        and 0 < len(action) <= MAX_ID_LENGTH
-        and (event_id + user_id + item_id + category_id + action).isprintable()
-        and type(ts) is int and MIN_TS_MS <= ts <= latest_ts
-        and (label is None or (type(label) is int and (label == 0 or label == 1)))
-    ):
-        return Event(event_id, user_id, item_id, category_id, action, ts, label)
-    return None
-
-
 def parse_event(
     raw: bytes | None, *, now_ms: int, max_future_ms: int, max_bytes: int
 ) -> Event:
@@ -134,14 +114,28 @@ def parse_event(
     if len(raw) > max_bytes:
         raise InvalidEvent(f"record is {len(raw)} bytes, over the {max_bytes}-byte limit")
     try:
+        event = _DECODER.decode(raw)
+    except msgspec.MsgspecError:
+        pass
+    else:
+        label, ids = event.label, event.event_id + event.user_id + event.item_id + event.category_id
+        if (
+            event.ts <= now_ms + max_future_ms
+            and (label is None or label == 0 or label == 1)
+            and (ids + event.action).isprintable()
+        ):
+            return event
+    return _checked(raw, now_ms, max_future_ms)
+
+
+def _checked(raw: bytes, now_ms: int, max_future_ms: int) -> Event:
+    """Field by field: the event of a record the decoder refused that is valid after all
+    (integer ids, a float ``ts`` that is a whole number, a boolean label), or the reason."""
+    try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidEvent(f"not valid JSON: {exc}") from exc
-    if type(doc) is dict:
-        event = _well_formed(doc, now_ms + max_future_ms)
-        if event is not None:
-            return event
-    elif not isinstance(doc, dict):
+    if not isinstance(doc, dict):
         raise InvalidEvent(f"expected a JSON object, got {type(doc).__name__}")
     missing = [name for name in _REQUIRED if name not in doc]
     if missing:

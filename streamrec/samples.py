@@ -3,7 +3,7 @@
 A sample pairs a target item with the user's behaviour sequence *as it was before* the event
 (only behaviours with an earlier event time), so training never sees the future.
 
-Wire form: a JSON object (orjson)::
+Wire form: a JSON object::
 
     {"sample_id": "e-1~n0", "user_id": "42", "ts": 1511658000000, "item_id": "1001",
      "category_id": "7", "label": 0, "seq_items": ["998", "1000"], "seq_categories": ["7", "3"]}
@@ -20,8 +20,9 @@ context without breaking an older learner.
 from __future__ import annotations
 
 import reprlib
-from typing import Any, NamedTuple
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 
 from streamrec.errors import InvalidSample
@@ -41,40 +42,33 @@ _SHOW.maxlist = 4
 __all__ = ["MAX_TS_MS", "MIN_TS_MS", "Sample", "parse_sample"]
 
 
-class Sample(NamedTuple):
+_Id = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class Sample(msgspec.Struct, frozen=True):
     """One labelled (user, target item) pair with the point-in-time behaviour sequence.
 
     ``seq_items``/``seq_categories`` are oldest first, all strictly earlier than ``ts``.
     ``sample_id`` is the event id for a positive or explicit sample and ``<event_id>~n<k>``
     for the k-th sampled negative, so a redelivered event yields the same ids.
 
-    An immutable named tuple rather than a frozen dataclass: the consumers make two for
-    every click, and a tuple is made four times as fast.
+    A frozen msgspec struct, as :class:`~streamrec.events.Event`: the consumers make two for
+    every click and the learner decodes 10^5 a micro-batch. The annotations' limits are the
+    contract's, checked when a sample is decoded (:func:`parse_sample`), not when one is made.
     """
 
-    sample_id: str
-    user_id: str
-    ts: int
-    item_id: str
-    category_id: str
-    label: int
-    seq_items: tuple[str, ...]
-    seq_categories: tuple[str, ...]
+    sample_id: _Id
+    user_id: _Id
+    ts: Annotated[int, msgspec.Meta(ge=MIN_TS_MS, le=MAX_TS_MS)]
+    item_id: _Id
+    category_id: _Id
+    label: Annotated[int, msgspec.Meta(ge=0, le=1)]
+    seq_items: tuple[_Id, ...]
+    seq_categories: tuple[_Id, ...]
 
     def to_json(self) -> bytes:
         """Encode in the wire form."""
-        return orjson.dumps(
-            {
-                "sample_id": self.sample_id,
-                "user_id": self.user_id,
-                "ts": self.ts,
-                "item_id": self.item_id,
-                "category_id": self.category_id,
-                "label": self.label,
-                "seq_items": self.seq_items,
-                "seq_categories": self.seq_categories,
-            }
-        )
+        return _ENCODER.encode(self)
 
     @classmethod
     def from_json(cls, raw: bytes | None) -> Sample:
@@ -95,6 +89,20 @@ def parse_sample(raw: bytes | None) -> Sample:
     Raises:
         InvalidSample: The record breaks the contract; the message says how.
     """
+    if raw is not None:
+        try:
+            sample = _DECODER.decode(raw)  # the contract in C: a valid sample passes at once
+        except msgspec.MsgspecError:
+            pass
+        else:
+            if len(sample.seq_items) == len(sample.seq_categories):
+                return sample
+    return _checked(raw)
+
+
+def _checked(raw: bytes | None) -> Sample:
+    """Field by field: the reason a record is not a valid sample (or the sample, should the
+    decoder have refused a valid one)."""
     doc = _object(raw)
     try:
         sample_id, user_id, item_id, category_id = (
@@ -114,6 +122,10 @@ def parse_sample(raw: bytes | None) -> Sample:
     return Sample(
         sample_id, user_id, ts, item_id, category_id, label, tuple(items), tuple(categories)
     )
+
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(Sample)
 
 
 def _object(raw: bytes | None) -> dict[str, Any]:

@@ -6,7 +6,9 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import NamedTuple, overload
+from typing import overload
+
+import msgspec
 
 from streamrec.events import Event
 from streamrec.featurestore.partitions import PartitionStore
@@ -114,8 +116,9 @@ class Verdict(IntEnum):
     CONFLICT = 2  # the id already arrived with other content: the event is dead-lettered
 
 
-class Arrival(NamedTuple):
-    """An event as it reaches the store (a named tuple, as :class:`Event`: one per record).
+class Arrival(msgspec.Struct, frozen=True):
+    """An event as it reaches the store (a frozen msgspec struct, as :class:`Event`: one per
+    record).
 
     ``origin`` names the record it came in (``partition:offset``): the same record read again
     is a redo, the same content from another record a duplicate. ``wants_history`` asks for

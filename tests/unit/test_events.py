@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import random
+from collections.abc import Callable
+
+import msgspec
 import orjson
 import pytest
 
 from streamrec.errors import InvalidEvent
-from streamrec.events import Event, parse_event
+from streamrec.events import _DECODER, MIN_TS_MS, Event, _checked, parse_event
 
 NOW = 1_700_000_000_000
 
@@ -107,3 +112,44 @@ def test_the_common_case_and_the_field_checks_agree_on_valid_events() -> None:
     assert parse(text_doc(label=True)).label == 1  # booleans are read by the field checks
     assert parse(text_doc(ts=float(NOW))).ts == NOW
     assert parse(text_doc(ts=NOW + 300_000)).ts == NOW + 300_000  # the future limit is inclusive
+
+
+_ODD = [
+    "", "x" * 128, "x" * 129, "a\tb", "é", "\u2028", "\ud800", "1", 0, -1, 7, 2**70, 1.5, True, False,
+    None, [], {}, NOW, MIN_TS_MS - 1, MIN_TS_MS, NOW + 300_000, NOW + 300_001, float(NOW), 1.0, ...,
+]
+
+
+def outcome(raw: bytes, parser: Callable[[bytes], Event]) -> Event | str:
+    try:
+        return parser(raw)
+    except InvalidEvent as exc:
+        return str(exc)
+
+
+def test_the_decoder_accepts_nothing_the_field_checks_refuse() -> None:
+    """The C decoder's common case and the field-by-field checks agree on every record: each
+    field replaced by odd values, one at a time and in random pairs."""
+    fields = ("event_id", "user_id", "item_id", "category_id", "action", "ts", "label")
+    cases = [{name: value} for name in fields for value in _ODD]
+    rng = random.Random(5)
+    cases += [dict(rng.sample(list(case.items()) + list(rng.choice(cases).items()), 2)) for case in cases * 3]
+    fast = 0
+    for over in cases:
+        values: dict[str, object] = {
+            "event_id": "e1", "user_id": "7", "item_id": "i9", "category_id": "3", "action": "pv",
+            "ts": NOW - 1000, **over,
+        }
+        raw = json.dumps({k: v for k, v in values.items() if v is not ...}).encode()  # escapes "\ud800"
+        slow = outcome(raw, lambda r: _checked(r, NOW, 300_000))
+        assert outcome(raw, parse) == slow, over
+        try:
+            fast += _DECODER.decode(raw) == slow
+        except msgspec.MsgspecError:
+            pass
+    assert fast > 25  # the decoder took the common case itself
+
+
+def test_a_repeated_key_counts_once_as_the_last_value_in_both_checks() -> None:
+    raw = text_doc()[:-1] + b',"ts":%d}' % (NOW + 1)
+    assert parse(raw).ts == _checked(raw, NOW, 300_000).ts == NOW + 1

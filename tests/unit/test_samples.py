@@ -6,11 +6,16 @@ nothing malformed can reach training (``label: null`` once turned every weight t
 
 from __future__ import annotations
 
+import json
+import random
+from collections.abc import Callable
+
+import msgspec
 import orjson
 import pytest
 
 from streamrec.errors import InvalidSample, StreamrecError
-from streamrec.samples import MAX_TS_MS, MIN_TS_MS, Sample, parse_sample
+from streamrec.samples import _DECODER, MAX_TS_MS, MIN_TS_MS, Sample, _checked, parse_sample
 
 TS = 1_511_658_000_000
 
@@ -93,3 +98,36 @@ def test_a_reason_stays_short_for_a_huge_value() -> None:
     with pytest.raises(InvalidSample) as info:
         parse_sample(doc(ts="x" * 100_000))
     assert len(str(info.value)) < 200
+
+
+_ODD = [
+    "", "x", "\ud800", 0, 1, 2, -1, 2**70, 1.5, 1.0, True, False, None, [], {}, ["i1"], ["i1", ""],
+    ["i1", 3], ["i1", "i2"], ("i1", None), MIN_TS_MS - 1, MIN_TS_MS, MAX_TS_MS, MAX_TS_MS + 1, float(TS), ...,
+]
+
+
+def outcome(raw: bytes, parser: Callable[[bytes], Sample]) -> Sample | str:
+    try:
+        return parser(raw)
+    except InvalidSample as exc:
+        return str(exc)
+
+
+def test_the_decoder_accepts_nothing_the_field_checks_refuse() -> None:
+    """The C decoder's common case and the field-by-field checks agree on every record: each
+    field replaced by odd values, one at a time and in random pairs."""
+    base = orjson.loads(doc())
+    cases = [{name: value} for name in base for value in _ODD]
+    rng = random.Random(5)
+    cases += [dict(rng.sample(list(case.items()) + list(rng.choice(cases).items()), 2)) for case in cases * 3]
+    fast = 0
+    for over in cases:
+        fields = {**base, **over}
+        raw = json.dumps({k: v for k, v in fields.items() if v is not ...}).encode()  # escapes "\ud800"
+        slow = outcome(raw, _checked)
+        assert outcome(raw, parse_sample) == slow, over
+        try:
+            fast += _DECODER.decode(raw) == slow
+        except msgspec.MsgspecError:
+            pass
+    assert fast > 10  # the decoder took the common case itself

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -40,7 +41,7 @@ def _by_user(events: list[Event]) -> dict[str, list[Event]]:
 
 
 def _with_categories(events: list[Event], categories: list[str]) -> list[Event]:
-    return [e._replace(category_id=c) for e, c in zip(events, categories, strict=True)]
+    return [msgspec.structs.replace(e, category_id=c) for e, c in zip(events, categories, strict=True)]
 
 
 def _shuffled_categories(events: list[Event]) -> list[Event]:
@@ -161,7 +162,7 @@ def test_user_events_come_in_bursts(events: list[Event]) -> None:
 
     stamps = [e.ts for e in events]
     order = np.random.default_rng(7).permutation(len(stamps))
-    moved = [e._replace(ts=stamps[i]) for e, i in zip(events, order, strict=True)]
+    moved = [msgspec.structs.replace(e, ts=stamps[i]) for e, i in zip(events, order, strict=True)]
     uniform = sorted(moved, key=lambda e: e.ts)  # same users and counts, times at random
     assert median_gap(events) * 10 < median_gap(uniform)
 
