@@ -43,6 +43,7 @@ from streamrec.datasets import read_events
 from streamrec.datasets.feed import FeedSpec, generate_feed
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.events import Event
+from streamrec.gcsettings import tune_for_batches
 from streamrec.kafka.topics import ensure_topics
 from streamrec.local.launch import local_services
 from streamrec.producer import publish
@@ -96,6 +97,7 @@ def consume(
 ) -> tuple[int, list[Batch]]:
     """One consumer process: the events it processed and its batches. It says on ``ready``
     once it holds its ``share`` of the partitions: the group has settled."""
+    tune_for_batches()  # as the `streamrec` command does
     batches, on_batch = recorder()
     runner = ConsumerRunner(StreamrecConfig.model_validate(sections), on_batch=on_batch)
 
@@ -205,6 +207,7 @@ def main() -> None:
         publish(events, cfg.kafka)
         ceiling = bare_consume(services.bootstrap_servers, cfg.kafka.events_topic,
                                cfg.kafka.partitions, len(events))
+        tune_for_batches()  # as the `streamrec` command does; the events held here are frozen
         batches, on_batch = recorder()
         stats = ConsumerRunner(cfg, on_batch=on_batch).run()
         assert stats.events == len(events), stats
