@@ -16,12 +16,56 @@ the novelty of its positive: an item is *new* at time t when it was first seen l
 from __future__ import annotations
 
 import zlib
-from collections import deque
 from collections.abc import Collection
 
 # Draws per negative before giving up on a pool that is nearly all excluded items.
 _MAX_TRIES = 8
 _DRAWS = [str(j).encode() for j in range(64)]  # draw numbers as the crc reads them
+
+#: One pooled event: (ts, item, category, the item's first-seen time).
+Entry = tuple[int, str, str, int]
+
+
+class _Pool:
+    """The newest ``size`` entries of a time window, oldest first: a list and the index of its
+    oldest live entry. A draw indexes it at random (a deque walks to the middle: ~0.5 us a
+    draw at 10^5 entries), and a copy is one slice that also drops the evicted entries."""
+
+    __slots__ = ("entries", "head", "size")
+
+    def __init__(self, size: int, entries: list[Entry] | None = None) -> None:
+        self.entries: list[Entry] = entries if entries is not None else []
+        self.head = 0
+        self.size = size
+
+    def copy(self) -> _Pool:
+        return _Pool(self.size, self.entries[self.head :])
+
+    def __len__(self) -> int:
+        return len(self.entries) - self.head
+
+    def add(self, entry: Entry, horizon: int) -> None:
+        """Append ``entry`` (dropping the oldest beyond ``size``), then drop the entries
+        older than ``horizon``, which must not be after the entry's time."""
+        entries = self.entries
+        entries.append(entry)
+        head = self.head + (len(entries) - self.head > self.size)
+        while entries[head][0] < horizon:  # stops at the entry at the latest
+            head += 1
+        self._move(head)
+
+    def evict(self, horizon: int) -> None:
+        """Drop the oldest entries while they are older than ``horizon``."""
+        entries, head, end = self.entries, self.head, len(self.entries)
+        while head < end and entries[head][0] < horizon:
+            head += 1
+        self._move(head)
+
+    def _move(self, head: int) -> None:
+        if head > self.size:  # as many dropped as may live: free them (amortised O(1))
+            del self.entries[:head]
+            head = 0
+        self.head = head
 
 
 class NoveltyMatchedSampler:
@@ -30,14 +74,14 @@ class NoveltyMatchedSampler:
     def __init__(self, window_ms: int, novelty_ms: int, pool_size: int, seed: int = 0) -> None:
         self.window_ms = window_ms
         self.novelty_ms = novelty_ms
-        self._recent: deque[tuple[int, str, str, int]] = deque(maxlen=pool_size)
-        self._debuts: deque[tuple[int, str, str, int]] = deque(maxlen=pool_size)
+        self._recent = _Pool(pool_size)
+        self._debuts = _Pool(pool_size)
         self._seed = seed
         self.short = 0  # negatives that could not be drawn (cold start, tiny pool)
 
     def copy(self) -> NoveltyMatchedSampler:
         """An independent copy: a batch draws from it and it replaces this one on commit."""
-        other = NoveltyMatchedSampler(self.window_ms, self.novelty_ms, self._recent.maxlen or 1, self._seed)
+        other = NoveltyMatchedSampler(self.window_ms, self.novelty_ms, self._recent.size, self._seed)
         other._recent = self._recent.copy()
         other._debuts = self._debuts.copy()
         other.short = self.short
@@ -50,14 +94,11 @@ class NoveltyMatchedSampler:
     def observe(self, ts: int, item_id: str, category_id: str, first_seen: int) -> None:
         """Add one event's item to the pools and drop what fell out of their windows."""
         entry = (ts, item_id, category_id, first_seen)
-        recent, debuts = self._recent, self._debuts
-        recent.append(entry)
+        self._recent.add(entry, ts - self.window_ms)
         if ts == first_seen:
-            debuts.append(entry)
-        if recent[0][0] < ts - self.window_ms:
-            _evict(recent, ts - self.window_ms)
-        if debuts and debuts[0][0] < ts - self.novelty_ms:
-            _evict(debuts, ts - self.novelty_ms)
+            self._debuts.add(entry, ts - self.novelty_ms)
+        else:
+            self._debuts.evict(ts - self.novelty_ms)
 
     def pool_sizes(self) -> tuple[int, int]:
         """(recent events, recent debuts) currently held."""
@@ -73,6 +114,8 @@ class NoveltyMatchedSampler:
         if k == 0:
             return []
         pool = self._debuts if new else self._recent
+        entries, head = pool.entries, pool.head
+        size = len(entries) - head
         # Draw j picks index crc32(seed:key:j) mod pool size: deterministic per event and
         # ~20x cheaper than seeding a numpy generator per event (the crc of the prefix is
         # carried into each draw's: the same value, without joining bytes).
@@ -83,20 +126,15 @@ class NoveltyMatchedSampler:
         draw = 0
         for _ in range(k):
             for _ in range(_MAX_TRIES):
-                if not pool:
+                if not size:
                     break
                 digits = _DRAWS[draw] if draw < len(_DRAWS) else str(draw).encode()
-                pick = zlib.crc32(digits, base) % len(pool)
+                pick = zlib.crc32(digits, base) % size
                 draw += 1
-                _, item, category, first_seen = pool[pick]
+                _, item, category, first_seen = entries[head + pick]
                 if item not in taken and item not in exclude and (first_seen > novel_after) == new:
                     taken.add(item)
                     chosen.append((item, category))
                     break
         self.short += k - len(chosen)
         return chosen
-
-
-def _evict(pool: deque[tuple[int, str, str, int]], horizon: int) -> None:
-    while pool and pool[0][0] < horizon:
-        pool.popleft()

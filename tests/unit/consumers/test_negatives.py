@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from streamrec.consumers.negatives import NoveltyMatchedSampler
+import collections
+import random
+
+from streamrec.consumers.negatives import Entry, NoveltyMatchedSampler, _Pool
 
 MIN = 60_000
 
@@ -57,3 +60,27 @@ def test_empty_pool_draws_nothing() -> None:
     s = sampler()
     assert s.draw(2, new=False, ts=0, exclude=(), key="e") == []
     assert s.short == 2
+
+
+def test_a_pool_keeps_what_a_bounded_deque_evicted_by_time_keeps() -> None:
+    """The list-and-head pool against the plain model: a deque of ``size`` newest entries,
+    the oldest dropped while older than the horizon; copies taken at random points."""
+    rng = random.Random(3)
+    pool, model = _Pool(50), collections.deque[Entry](maxlen=50)
+    ts, width = 0, 0
+    for step in range(5000):
+        if step % 250 == 0:  # windows of a few entries to many more than the size
+            width = rng.choice((5, 40, 400))
+        ts += rng.choice((0, 1, 1, 2, 7))
+        horizon = ts - width
+        if rng.random() < 0.7:
+            pool.add((ts, f"i{step}", "c", ts), horizon)
+            model.append((ts, f"i{step}", "c", ts))
+        else:
+            pool.evict(horizon)
+        while model and model[0][0] < horizon:
+            model.popleft()
+        if rng.random() < 0.005:
+            pool = pool.copy()
+        assert pool.entries[pool.head :] == list(model)
+        assert len(pool.entries) <= 2 * 50 + 1  # the dropped ones are freed as it goes
