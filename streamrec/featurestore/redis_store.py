@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
+import hiredis
 import redis
 from redis.cluster import RedisCluster
 
@@ -480,7 +481,9 @@ class RedisFeatureStore(FeatureStore):
 
         try:
             for command in commands:
-                conn.send_packed_command(conn.pack_command(*command))
+                # hiredis packs in C; redis-py first walks every argument in Python (~2% of
+                # a consumer's time, at hundreds of arguments a call)
+                conn.send_packed_command([hiredis.pack_command(command)])
                 sent += 1
             while meanwhile:  # Redis is busy with the commands now
                 meanwhile.pop()()
