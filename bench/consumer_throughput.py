@@ -111,6 +111,12 @@ def consume(
     return stats.events, batches
 
 
+def process_cpu_s() -> float:
+    """CPU seconds this process has used, user and system, all threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 class CpuSampler:
     """The machine's busy CPU time (all processes: consumers, Redis, the broker), sampled from
     /proc/stat every 0.1 s, to tell how busy the cores were over a window afterwards."""
@@ -209,7 +215,9 @@ def main() -> None:
                                cfg.kafka.partitions, len(events))
         tune_for_batches()  # as the `streamrec` command does; the events held here are frozen
         batches, on_batch = recorder()
+        cpu_before = process_cpu_s()
         stats = ConsumerRunner(cfg, on_batch=on_batch).run()
+        cpu_us = (process_cpu_s() - cpu_before) / stats.events * 1e6
         assert stats.events == len(events), stats
         rate = steady_rate([batches], cfg.consumer.batch_size)[0]
         (one, one_busy), (two, two_busy) = (scaling(sections, events, processes) for processes in (1, 2))
@@ -221,6 +229,9 @@ def main() -> None:
         "ceiling_events_per_s": round(ceiling),
         "streamrec_events_per_s": round(rate),
         "ratio_to_ceiling": round(rate / ceiling, 4),
+        # the consumer process's own CPU (all its threads) an event: steadier than rates on a
+        # shared machine, and what one core's worth of consumer is spent on
+        "consumer_cpu_us_per_event": round(cpu_us, 1),
         "partitions": cfg.kafka.partitions,
         "one_process_events_per_s": round(one),
         "two_processes_events_per_s": round(two),
