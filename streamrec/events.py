@@ -36,10 +36,10 @@ _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH)]
 class Event(msgspec.Struct, frozen=True, omit_defaults=True):
     """One user behaviour at event time ``ts`` (epoch milliseconds).
 
-    A frozen msgspec struct: the consumers make one for every record, decoded straight from
-    its JSON (:func:`parse_event`), and it is made about three times as fast as a named
-    tuple and encoded four times as fast as a dict by orjson. The annotations' limits hold
-    for decoded events only; an event made in code is not checked.
+    A frozen msgspec struct: the consumers make one for every record, decoded and checked
+    straight from its JSON (:func:`parse_event`, ~1 us against ~4 us for a parse and checks
+    in Python), and one is made about three times as fast as a named tuple. The annotations'
+    limits hold for decoded events only; an event made in code is not checked.
     """
 
     event_id: _Id
