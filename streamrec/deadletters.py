@@ -18,6 +18,9 @@ Headers added (values are UTF-8 text):
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from streamrec.kafka.records import Header, KafkaMessage, Position
@@ -74,3 +77,45 @@ def _header_list(msg: KafkaMessage) -> tuple[Header, ...]:
     raw = msg.headers() or ()
     pairs = raw.items() if isinstance(raw, dict) else raw
     return tuple((name, v.encode() if isinstance(v, str) else v) for name, v in pairs)
+
+
+class DeadLetterLog:
+    """The warnings of dead letters, rate-limited: one each for the first ``burst`` of every
+    ``every_s`` seconds, and the rest counted, their number logged when the next period
+    begins. A producer bug can send bad records by the hundred thousand; one line each
+    buried the log (and cost the writer), while the dead-letter topic and the counts keep
+    every one."""
+
+    def __init__(
+        self, logger: logging.Logger, dlq_topic: str, *, burst: int = 20, every_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Log to ``logger`` of letters bound for ``dlq_topic``."""
+        self._logger, self._topic = logger, dlq_topic
+        self._burst, self._every_s, self._clock = burst, every_s, clock
+        self._period: float | None = None  # when this period began
+        self._shown = 0  # letters logged one by one in it
+        self._held = 0  # and those only counted
+
+    def add(self, letters: Sequence[DeadLetter]) -> None:
+        """Log the dead letters of a batch (written, or committed with it)."""
+        if not letters:
+            return
+        now = self._clock()
+        if self._period is None or now - self._period >= self._every_s:
+            if self._held:
+                self._logger.warning(
+                    "dead letters not logged one by one held=%d dlq=%s (in the %gs before; each is "
+                    "on the dead-letter topic with its reason)", self._held, self._topic, self._every_s,
+                )
+            self._period, self._shown, self._held = now, 0, 0
+        for letter in letters:
+            if self._shown == self._burst:
+                self._held += 1
+                continue
+            self._shown += 1
+            pos = letter.position
+            self._logger.warning(
+                "dead letter topic=%s partition=%d offset=%d dlq=%s reason=%r",
+                pos.topic, pos.partition, pos.offset, self._topic, letter.reason,
+            )

@@ -63,8 +63,8 @@ from streamrec.consumers.runner import (
     ConsumerStats,
     attach_store,
     count_batch,
+    make_batch_log,
     make_builder,
-    make_late_log,
 )
 from streamrec.errors import FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
@@ -177,7 +177,7 @@ class FaustRunner:
         )
         self.builder = make_builder(cfg, self._store)
         self.stats = FaustStats()
-        self._late_log = make_late_log(cfg)
+        self._log = make_batch_log(cfg)
         self._sink: BatchSink | None = None
         self._fatal: BaseException | None = None
         # Idleness counts from the last batch or group join; None while (re)joining.
@@ -329,7 +329,7 @@ class FaustRunner:
 
     def _count(self, result: BatchResult, seconds: float) -> None:
         self._idle_since = time.monotonic()
-        count_batch(self.stats, result, self._late_log)
+        count_batch(self.stats, result, self._log)
         if self._on_batch is not None:
             newest = max((s.ts for s in result.samples), default=None)
             self._on_batch(BatchReport(result, seconds, newest, sorted(self._assigned)))

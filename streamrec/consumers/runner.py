@@ -24,6 +24,7 @@ from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.processor import TIMESTAMP_TOLERANCE_MS, BatchResult, Parsed, SampleBuilder
+from streamrec.deadletters import DeadLetterLog
 from streamrec.errors import FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
@@ -83,7 +84,7 @@ class ConsumerRunner:
         )
         self.builder = make_builder(cfg, self._store)
         self.stats = ConsumerStats()
-        self._late_log = make_late_log(cfg)
+        self._log = make_batch_log(cfg)
         self._source = RecordSource(
             make_consumer(cfg.kafka, cfg.consumer.group_id),
             [cfg.kafka.events_topic],
@@ -176,7 +177,7 @@ class ConsumerRunner:
                 if self._source.assignments != assignments:
                     return  # rebalanced while waiting: the batch is read again by its owner
         self.builder.commit(result)  # the batch's in-memory state moves with its offsets
-        count_batch(self.stats, result, self._late_log)
+        count_batch(self.stats, result, self._log)
         self.stats.out_of_order = self._source.out_of_order
         if self._on_batch is not None:
             newest = max((s.ts for s in result.samples), default=None)
@@ -238,10 +239,10 @@ class _Polled:
         self.parsed()
 
 
-def make_late_log(cfg: StreamrecConfig) -> LateLog | None:
-    """The runners' late-event warning: only late events kept in their sequences are logged
-    (dead-lettered ones are in the dead-letter log)."""
-    return LateLog() if cfg.consumer.late_events == "sequence_only" else None
+def make_batch_log(cfg: StreamrecConfig) -> BatchLog:
+    """The runners' warnings of committed batches: late events are logged only when kept in
+    their sequences (dead-lettered ones are among the dead letters)."""
+    return BatchLog(cfg.kafka.dlq_topic, late=cfg.consumer.late_events == "sequence_only")
 
 
 def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
@@ -251,33 +252,40 @@ def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
     return SampleBuilder(cfg.consumer, store, timestamp_tolerance_ms=tolerance)
 
 
-class LateLog:
-    """The warning for late events kept in their sequences (``late_events=sequence_only``): at
-    most one every ``every_s``, with the count since the one before. A feed with a steady
-    trickle of late events would otherwise log one a batch and bury everything else."""
+class BatchLog:
+    """The warnings of committed batches, rate-limited: a flood of bad or late events must not
+    bury the rest of the log (the dead-letter topic and the counts are the full record).
+    Dead letters as :class:`DeadLetterLog` logs them; late events kept in their sequences
+    (``late``) at most once every ``every_s``, with the count since the warning before."""
 
-    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
-        """Warn at most once every ``every_s`` seconds of ``clock``."""
-        self._every_s = every_s
-        self._clock = clock
-        self._pending = 0
-        self._logged_at: float | None = None
+    def __init__(
+        self, dlq_topic: str, *, late: bool, every_s: float = 60.0, burst: int = 20,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Warn of late events when ``late``; at most ``burst`` dead letters every ``every_s``
+        seconds of ``clock``."""
+        self._dead = DeadLetterLog(logger, dlq_topic, burst=burst, every_s=every_s, clock=clock)
+        self._late, self._every_s, self._clock = late, every_s, clock
+        self._late_pending = 0
+        self._late_logged_at: float | None = None
 
-    def add(self, late: int) -> None:
-        """Count a committed batch's late events; warn if the last warning is old enough."""
-        self._pending += late
-        now = self._clock()
-        if self._pending and (self._logged_at is None or now - self._logged_at >= self._every_s):
+    def add(self, result: BatchResult) -> None:
+        """Log what a committed batch calls for."""
+        self._dead.add(result.dead)
+        if not self._late:
+            return
+        self._late_pending += result.late
+        now, last = self._clock(), self._late_logged_at
+        if self._late_pending and (last is None or now - last >= self._every_s):
             logger.warning(
                 "late events kept in their sequences without samples late=%d (since the last such "
-                "warning; at most one every %gs)", self._pending, self._every_s,
+                "warning; at most one every %gs)", self._late_pending, self._every_s,
             )
-            self._pending, self._logged_at = 0, now
+            self._late_pending, self._late_logged_at = 0, now
 
 
-def count_batch(stats: ConsumerStats, result: BatchResult, late_log: LateLog | None) -> None:
-    """Add a committed batch to the runner's totals and log its dead letters and, through
-    ``late_log`` (None: none to log, they were dead-lettered), its late events."""
+def count_batch(stats: ConsumerStats, result: BatchResult, log: BatchLog) -> None:
+    """Add a committed batch to the runner's totals, and log it through ``log``."""
     stats.batches += 1
     stats.events += result.events
     stats.samples += len(result.samples)
@@ -286,12 +294,7 @@ def count_batch(stats: ConsumerStats, result: BatchResult, late_log: LateLog | N
     stats.late += result.late
     stats.late_labels += result.late_labels
     stats.timestamp_mismatches += result.timestamp_mismatches
-    for letter in result.dead:
-        logger.warning(
-            "dead letter %s offset=%d reason=%r", letter.position.key, letter.position.offset, letter.reason
-        )
-    if late_log is not None:
-        late_log.add(result.late)
+    log.add(result)
 
 
 def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:

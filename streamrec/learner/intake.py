@@ -115,13 +115,3 @@ class DeadLetterWriter:
                 f"dead letters to {self.topic}: {len(failed)} refused, {unacknowledged} not "
                 f"acknowledged within {_ACK_TIMEOUT_S:.0f}s{first}"
             )
-
-
-def log_dead(letters: Sequence[DeadLetter], topic: str) -> None:
-    """One warning per dead letter, naming where it was read and why it broke the contract."""
-    for letter in letters:
-        pos = letter.position
-        logger.warning(
-            "dead letter topic=%s partition=%d offset=%d dlq=%s reason=%r",
-            pos.topic, pos.partition, pos.offset, topic, letter.reason,
-        )

@@ -34,7 +34,7 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 
 from streamrec.closing import Closing
 from streamrec.config import StreamrecConfig
-from streamrec.deadletters import DeadLetter
+from streamrec.deadletters import DeadLetter, DeadLetterLog
 from streamrec.errors import NonFiniteWeights, SamplesExpired, TrainingDiverged
 from streamrec.faults import fault_point
 from streamrec.kafka.clients import make_consumer
@@ -43,7 +43,7 @@ from streamrec.kafka.source import IdleClock, RecordSource
 from streamrec.kafka.topics import expired_positions
 from streamrec.learner.base import Learner, TrainResult
 from streamrec.learner.batch import Batch
-from streamrec.learner.intake import DeadLetterWriter, decode, log_dead
+from streamrec.learner.intake import DeadLetterWriter, decode
 from streamrec.learner.metrics import BatchMetrics
 from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
 
@@ -149,6 +149,7 @@ class LearnerRunner(Closing):
         self._dead_letters = dead_letters or DeadLetterWriter(
             cfg.kafka, cfg.consumer.dead_letter_max_bytes
         )
+        self._dead_log = DeadLetterLog(logger, self._dead_letters.topic)
         self._lock = self.snapshots.lock()
         self._closed = False
         try:
@@ -298,7 +299,7 @@ class LearnerRunner(Closing):
             return
         self._run_held(worker.submit(self._dead_letters.write, letters))
         self.stats.dead += len(letters)
-        log_dead(letters, self._dead_letters.topic)
+        self._dead_log.add(letters)
 
     def _record(self, batch: Batch, result: _StepResult, dead: int) -> MicroBatchReport:
         """Count a trained micro-batch in the stats; log and return its report."""
