@@ -14,7 +14,6 @@ dead-letters them again: the samples DLQ is at-least-once, and its ``streamrec.t
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -26,8 +25,6 @@ from streamrec.errors import DeliveryError, InvalidSample
 from streamrec.kafka.clients import make_producer, produce
 from streamrec.kafka.records import KafkaMessage
 from streamrec.samples import Sample, parse_sample
-
-logger = logging.getLogger(__name__)
 
 # How long to wait for the broker to acknowledge a micro-batch's dead letters: a handful of
 # small records take milliseconds; 30 s rides out a leader election, and the loop keeps the
