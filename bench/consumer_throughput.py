@@ -97,7 +97,7 @@ def consume(
 ) -> tuple[int, list[Batch]]:
     """One consumer process: the events it processed and its batches. It says on ``ready``
     once it holds its ``share`` of the partitions: the group has settled."""
-    tune_for_batches()  # as the `streamrec` command does
+    tune_for_batches()  # as `streamrec consumers run` does
     batches, on_batch = recorder()
     runner = ConsumerRunner(StreamrecConfig.model_validate(sections), on_batch=on_batch)
 
@@ -213,7 +213,7 @@ def main() -> None:
         publish(events, cfg.kafka)
         ceiling = bare_consume(services.bootstrap_servers, cfg.kafka.events_topic,
                                cfg.kafka.partitions, len(events))
-        tune_for_batches()  # as the `streamrec` command does; the events held here are frozen
+        tune_for_batches()  # as `streamrec consumers run` does; the events held here are frozen
         batches, on_batch = recorder()
         cpu_before = process_cpu_s()
         stats = ConsumerRunner(cfg, on_batch=on_batch).run()

@@ -1,5 +1,6 @@
-"""Garbage-collector settings for streamrec's processes: batch loops that keep thousands of
-objects alive at a time.
+"""Garbage-collector settings for streamrec's batch loops (the consumers, the learner, the
+replay and the demo commands), which keep thousands of objects alive at a time. Not for
+``streamrec serve``: its requests keep few objects alive, and its latency is what counts.
 
 CPython collects its youngest generation whenever tracked objects allocated exceed those freed
 by 700 (the default). A consumer batch keeps some 10^4 objects alive (records, events,
@@ -22,7 +23,7 @@ YOUNG_THRESHOLD = 100_000
 
 def tune_for_batches(young: int = YOUNG_THRESHOLD) -> None:
     """Collect young objects every ``young`` net allocations instead of 700, and keep what
-    is alive now out of every later collection (once per process, at start-up)."""
+    is alive now out of every later collection (once per process, when its loop starts)."""
     gc.collect()
     gc.freeze()
     _, middle, old = gc.get_threshold()

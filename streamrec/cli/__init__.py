@@ -11,7 +11,6 @@ from streamrec.cli.demo import demo
 from streamrec.cli.generate import generate
 from streamrec.cli.produce import produce
 from streamrec.cli.serving import score, serve
-from streamrec.gcsettings import tune_for_batches
 
 app = typer.Typer(
     help="streamrec: real-time incremental recommendation learning on Kafka, Redis and Paddle.",
@@ -34,5 +33,4 @@ def main() -> None:
     """Console-script entry point."""
     # Paddle warns at import that ccache is missing; it only matters for building extensions.
     warnings.filterwarnings("ignore", message="No ccache found")
-    tune_for_batches()
     app()

@@ -15,6 +15,7 @@ from streamrec.config import StreamrecConfig
 from streamrec.consumers.rebuild import rebuild_store
 from streamrec.consumers.runner import BatchReport
 from streamrec.consumers.runners import make_runner
+from streamrec.gcsettings import tune_for_batches
 from streamrec.kafka.topics import ensure_topics
 from streamrec.observability import ConsumerMetrics, LagProbe, lag_client
 
@@ -128,6 +129,7 @@ def run(
             status = ConsumerStatus()
             runner = make_runner(runner_name, cfg, batch_handler(metrics, status))
             serve_metrics(metrics, cfg)
+            tune_for_batches()
             with live_status(status):
                 stats = runner.run(stop_on_signals())
         console.print(

@@ -16,6 +16,7 @@ from streamrec.cli.learner import print_report
 from streamrec.cli.snapshot import format_positions
 from streamrec.config import RedisStoreConfig
 from streamrec.datasets import FORMATS, load_events
+from streamrec.gcsettings import tune_for_batches
 from streamrec.learner.snapshot import SnapshotStore
 from streamrec.local.launch import local_services
 
@@ -46,6 +47,7 @@ def demo(
     from streamrec.pipeline import run_pipeline  # imports Paddle: only when the demo runs
 
     with cli_errors():
+        tune_for_batches()
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         events = load_events(data or _bundled_movielens(), fmt, limit=limit)
         console.print(f"read {len(events)} events from {data or DEMO_DATA}")

@@ -18,6 +18,7 @@ from streamrec.cli.common import (
     stop_on_signals,
 )
 from streamrec.config import StreamrecConfig
+from streamrec.gcsettings import tune_for_batches
 from streamrec.kafka.records import Partition
 from streamrec.kafka.topics import ensure_topics
 from streamrec.observability import LagProbe, LearnerMetrics, lag_client
@@ -173,6 +174,7 @@ def run(
             ) as runner:
                 # A copy at each scrape: the runner thread moves the positions meanwhile.
                 serve_metrics(metrics, cfg, lambda: runner.positions.copy())
+                tune_for_batches()
                 with live_status(status):
                     stats = runner.run(stop_on_signals())
         console.print(

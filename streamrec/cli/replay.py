@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from streamrec.cli.common import build_config, cli_errors, console
 from streamrec.datasets import FORMATS, load_events
 from streamrec.errors import ConfigError
+from streamrec.gcsettings import tune_for_batches
 from streamrec.kafka.topics import ensure_topics
 from streamrec.producer import publish as publish_events
 
@@ -61,6 +62,7 @@ def backtest(
     from streamrec.replay.strategies import KINDS
 
     with cli_errors():
+        tune_for_batches()
         kinds = _csv(strategies)
         if unknown := [k for k in kinds if k not in KINDS]:
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
