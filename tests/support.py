@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 if TYPE_CHECKING:
     from streamrec.learner.snapshot import SnapshotStore
@@ -55,3 +60,38 @@ def trained_snapshots(root: Path, count: int = 2, seed: int = 0) -> SnapshotStor
         )
         export_snapshot(store, manifest.version)
     return store
+
+
+def decoder_agreement(
+    base: dict[str, Any],
+    odd: list[Any],
+    parse: Callable[[bytes], Any],
+    checked: Callable[[bytes], Any],
+    decoder: msgspec.json.Decoder[Any],
+    error: type[Exception],
+) -> int:
+    """Replace the fields of ``base`` by each ``odd`` value (``...`` removes the field), one at
+    a time and in random pairs, and assert that ``parse`` (the C decoder first) and ``checked``
+    (field by field) give the same value or raise ``error`` with the same reason on every
+    record. Returns how many records the decoder took by itself."""
+
+    def outcome(raw: bytes, parser: Callable[[bytes], Any]) -> Any:
+        try:
+            return parser(raw)
+        except error as exc:
+            return str(exc)
+
+    cases = [{name: value} for name in base for value in odd]
+    rng = random.Random(5)
+    cases += [dict(rng.sample(list(case.items()) + list(rng.choice(cases).items()), 2)) for case in cases * 3]
+    fast = 0
+    for over in cases:
+        values = {**base, **over}
+        raw = json.dumps({k: v for k, v in values.items() if v is not ...}).encode()  # escapes "\ud800"
+        slow = outcome(raw, checked)
+        assert outcome(raw, parse) == slow, over
+        try:
+            fast += decoder.decode(raw) == slow
+        except msgspec.MsgspecError:
+            pass
+    return fast

@@ -6,16 +6,12 @@ nothing malformed can reach training (``label: null`` once turned every weight t
 
 from __future__ import annotations
 
-import json
-import random
-from collections.abc import Callable
-
-import msgspec
 import orjson
 import pytest
 
 from streamrec.errors import InvalidSample, StreamrecError
 from streamrec.samples import _DECODER, MAX_TS_MS, MIN_TS_MS, Sample, _checked, parse_sample
+from tests.support import decoder_agreement
 
 TS = 1_511_658_000_000
 
@@ -106,28 +102,8 @@ _ODD = [
 ]
 
 
-def outcome(raw: bytes, parser: Callable[[bytes], Sample]) -> Sample | str:
-    try:
-        return parser(raw)
-    except InvalidSample as exc:
-        return str(exc)
-
-
 def test_the_decoder_accepts_nothing_the_field_checks_refuse() -> None:
     """The C decoder's common case and the field-by-field checks agree on every record: each
     field replaced by odd values, one at a time and in random pairs."""
-    base = orjson.loads(doc())
-    cases = [{name: value} for name in base for value in _ODD]
-    rng = random.Random(5)
-    cases += [dict(rng.sample(list(case.items()) + list(rng.choice(cases).items()), 2)) for case in cases * 3]
-    fast = 0
-    for over in cases:
-        fields = {**base, **over}
-        raw = json.dumps({k: v for k, v in fields.items() if v is not ...}).encode()  # escapes "\ud800"
-        slow = outcome(raw, _checked)
-        assert outcome(raw, parse_sample) == slow, over
-        try:
-            fast += _DECODER.decode(raw) == slow
-        except msgspec.MsgspecError:
-            pass
+    fast = decoder_agreement(orjson.loads(doc()), _ODD, parse_sample, _checked, _DECODER, InvalidSample)
     assert fast > 10  # the decoder took the common case itself
