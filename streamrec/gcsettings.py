@@ -8,8 +8,8 @@ arrivals, samples) until it is committed, so the collector ran over and over whi
 was built, promoting what it found to older generations and setting off full collections of
 the whole heap: on the Taobao slice 1,400 collections and 0.8 s of 6 s of batch time. A young
 threshold above a batch's live objects leaves that to reference counting, which frees almost
-all of it; cycles are still collected, only later. Objects alive at start-up (imported
-modules, configuration) are frozen out of every collection.
+all of it; cycles are still collected, only later. What is alive when the loop starts
+(imported modules, the configuration, a loaded model) is frozen out of every collection.
 """
 
 from __future__ import annotations
