@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from streamrec.config import ConsumerConfig
@@ -25,7 +25,8 @@ from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import Event, parse_event
-from streamrec.featurestore.base import Arrival, FeatureStore, History, Verdict
+from streamrec.featurestore.base import Answer, Arrival, FeatureStore, History, Verdict
+from streamrec.featurestore.partitions import PartitionOutcome
 from streamrec.kafka.records import KafkaMessage, Partition, offset_spans, partition_of
 from streamrec.samples import Sample
 
@@ -167,39 +168,44 @@ class SampleBuilder:
         # A batch spans a few partitions: event-time order (stable, so each user's own order
         # holds) keeps the negative pools' windows true.
         kept.sort(key=lambda i: judged[i].event.ts)
-        update = self._store.update(self._arrivals(judged, kept), meanwhile)
-        for i, verdict, history in zip(kept, update.verdicts, update.histories, strict=True):
-            judged[i].accepted, judged[i].history = verdict is Verdict.ACCEPTED, history
-        batches = self._join.batches(spans, judged, watermarks, self._epochs)
-        window = self._cfg.label_window_ms  # closed windows are kept as long, for late labels
-        outcomes = self._store.advance(batches, window, window)
-        taken = {(b.partition, offset) for b, o in zip(batches, outcomes, strict=True) for offset in o.taken}
         sampler = self.sampler.copy()
         samples: list[Sample] = []
         duplicates, late_kept = 0, 0
-        first_seen_of = update.first_seen
         join = self._join.enabled
-        for i, verdict, seen_at in zip(kept, update.verdicts, update.first_seen_at, strict=True):
-            item = judged[i]
-            event, msg = item.event, item.msg
-            if verdict is not Verdict.ACCEPTED:
-                if verdict is Verdict.DUPLICATE:
-                    duplicates += 1
-                else:
-                    reason = f"event id {event.event_id!r} reused with other content (first at {seen_at})"
-                    dead.append(DeadLetter.of(msg, reason))
-                continue
-            if item.behind is not None:  # in its sequence now, but neither in the pools nor sampled
-                late_kept += 1
-                continue
-            if join and not self.stores(event):  # an exposure: not in the pools; the join labels it
-                if event.label is not None and item.history is not None:  # unless it has a label
-                    self._samples(samples, sampler, event, item.history, first_seen=0)
-                continue
-            first_seen = first_seen_of[event.item_id]
-            sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
-            if item.history is not None and not (taken and (item.key, msg.offset()) in taken):
-                self._samples(samples, sampler, event, item.history, first_seen)
+        outcomes: list[PartitionOutcome] | None = None
+        taken: set[tuple[Partition, int]] = set()
+        with self._store.update(self._arrivals(judged, kept), meanwhile) as update:
+            # Answers come as the store gives them: samples are built while it still works.
+            answers: Iterable[Answer] = update.answers()
+            if join:  # an impression's window needs its verdict before the partitions advance
+                answers = list(answers)
+                for i, (verdict, history, _) in zip(kept, answers, strict=True):
+                    judged[i].accepted, judged[i].history = verdict is Verdict.ACCEPTED, history
+                outcomes, taken = self._advance(spans, judged, watermarks)
+            first_seen_of = update.first_seen
+            for i, (verdict, history, seen_at) in zip(kept, answers, strict=True):
+                item = judged[i]
+                event, msg = item.event, item.msg
+                if verdict is not Verdict.ACCEPTED:
+                    if verdict is Verdict.DUPLICATE:
+                        duplicates += 1
+                    else:
+                        reason = f"event id {event.event_id!r} reused with other content (first at {seen_at})"
+                        dead.append(DeadLetter.of(msg, reason))
+                    continue
+                if item.behind is not None:  # in its sequence now, but neither in the pools nor sampled
+                    late_kept += 1
+                    continue
+                if join and not self.stores(event):  # an exposure: not in the pools; the join labels it
+                    if event.label is not None and history is not None:  # unless it has a label
+                        self._samples(samples, sampler, event, history, first_seen=0)
+                    continue
+                first_seen = first_seen_of[event.item_id]
+                sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
+                if history is not None and not (taken and (item.key, msg.offset()) in taken):
+                    self._samples(samples, sampler, event, history, first_seen)
+        if outcomes is None:  # no join: nothing in the loop waited for the partitions
+            outcomes, _ = self._advance(spans, judged, watermarks)
         for outcome in outcomes:
             samples += decided_samples(outcome.decisions)
         late_dropped = len(judged) - len(kept)
@@ -208,6 +214,17 @@ class SampleBuilder:
             late=late_kept + late_dropped, timestamp_mismatches=mismatches, watermarks=watermarks,
             late_labels=sum(o.late_labels for o in outcomes),
         )
+
+    def _advance(
+        self, spans: Mapping[Partition, tuple[int, int]], judged: list[Judged], watermarks: Watermarks
+    ) -> tuple[list[PartitionOutcome], set[tuple[Partition, int]]]:
+        """Advance the batch's partitions (watermarks, the join's windows): their outcomes,
+        and the impressions whose samples the join took (partition, offset)."""
+        batches = self._join.batches(spans, judged, watermarks, self._epochs)
+        window = self._cfg.label_window_ms  # closed windows are kept as long, for late labels
+        outcomes = self._store.advance(batches, window, window)
+        taken = {(b.partition, offset) for b, o in zip(batches, outcomes, strict=True) for offset in o.taken}
+        return outcomes, taken
 
     def _arrivals(self, judged: list[Judged], kept: list[int]) -> list[Arrival]:
         """What the store is asked about each kept event: its history when it may yield a

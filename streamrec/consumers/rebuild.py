@@ -71,7 +71,7 @@ def rebuild_store(
             events, dead = builder.parse(records, now_ms=int(time.time() * 1000))
             store.update([
                 Arrival(e, f"{m.partition()}:{m.offset()}", stored=builder.stores(e)) for e, m in events
-            ])
+            ]).all()  # every answer read: the batch is in the store
             stats.events += len(events)
             stats.invalid += len(dead)
     finally:

@@ -137,20 +137,80 @@ class Arrival(msgspec.Struct, frozen=True):
         return f"{self.event.fingerprint()}{SEP}{self.origin}"
 
 
-@dataclass(frozen=True, slots=True)
-class StoreUpdate:
-    """What :meth:`FeatureStore.update` returns, each list aligned with the arrivals.
+#: What the store made of one arrival: its verdict, its point-in-time history (an accepted
+#: arrival that wanted one, else None) and, for a duplicate or a conflict, the origin its id
+#: first came from (else "").
+Answer = tuple[Verdict, History | None, str]
 
-    ``histories[i]`` is the point-in-time history of an accepted arrival that wanted one, else
-    None; ``first_seen_at[i]`` is, for a duplicate or a conflict, the origin the id first came
-    from; ``first_seen`` maps every item of the accepted events to the earliest event time the
-    store has recorded for it.
+
+class StoreUpdate:
+    """What :meth:`FeatureStore.update` returns.
+
+    ``first_seen`` maps the item of every arrival to the earliest event time the store has
+    recorded for it. :meth:`answers` gives each arrival's :data:`Answer`, in arrival order,
+    as the store delivers them: a Redis store hands out the first while Redis still works on
+    later users, so the caller's work on them overlaps the store's. ``verdicts``,
+    ``histories`` and ``first_seen_at`` read them all, as :meth:`all` does. Use it as a context manager, or
+    :meth:`close` it, when the answers may be left unread (an error on the way): a store
+    holding a connection for them drops it.
     """
 
-    verdicts: list[Verdict]
-    histories: list[History | None]
-    first_seen_at: list[str]
-    first_seen: dict[str, int]
+    __slots__ = ("_close", "_read", "_source", "first_seen")
+
+    def __init__(
+        self,
+        first_seen: dict[str, int],
+        answers: Iterable[Answer],
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        """``answers`` one per arrival, read once; ``close`` gives up the unread rest."""
+        self.first_seen = first_seen
+        self._source: Iterator[Answer] | None = iter(answers)
+        self._read: list[Answer] | None = None
+        self._close = close
+
+    def answers(self) -> Iterator[Answer]:
+        """Each arrival's answer, in order, as it arrives: one pass."""
+        if self._read is not None:
+            return iter(self._read)
+        if self._source is None:
+            raise RuntimeError("the answers of a store update are read once")
+        source, self._source = self._source, None
+        return source
+
+    def all(self) -> list[Answer]:
+        """Every answer, read now: the update is in the store."""
+        if self._read is None:
+            self._read = list(self.answers())
+        return self._read
+
+    @property
+    def verdicts(self) -> list[Verdict]:
+        """Each arrival's verdict."""
+        return [answer[0] for answer in self.all()]
+
+    @property
+    def histories(self) -> list[History | None]:
+        """Each arrival's history: an accepted one's that wanted it, else None."""
+        return [answer[1] for answer in self.all()]
+
+    @property
+    def first_seen_at(self) -> list[str]:
+        """For each duplicate or conflict the origin its id first came from, else ``""``."""
+        return [answer[2] for answer in self.all()]
+
+    def close(self) -> None:
+        """Give up the answers not read yet."""
+        if self._close is not None:
+            self._close()
+
+    def __enter__(self) -> StoreUpdate:
+        """The update itself; :meth:`close` on the way out."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """See :meth:`close`."""
+        self.close()
 
 
 def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
@@ -201,11 +261,14 @@ class FeatureStore(PartitionStore):
     def update(self, arrivals: Sequence[Arrival], meanwhile: Callable[[], None] | None = None) -> StoreUpdate:
         """Judge each arrival by its id, append the accepted ones, and read the histories asked
         for. ``meanwhile`` is work the caller overlaps with the store's (the next batch's
-        parsing): run once, while the store is busy with the request, or first.
+        parsing): run once, while the store is busy with the request, or first. The update
+        is in the store once the last answer is read (see :class:`StoreUpdate`).
 
         A history holds the latest ``length`` behaviours strictly earlier than that event's
         ``ts``, oldest first: the point-in-time view a training sample may see. The first
-        time an item is seen is kept: the earliest of its events, whatever their order.
+        time an item is seen is kept: the earliest of its events, whatever their order; every
+        arrival counts, duplicates and reused ids too (an item that was seen was seen, and
+        the store learns it without waiting for the verdicts).
         """
 
     @abstractmethod

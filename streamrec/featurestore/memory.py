@@ -70,17 +70,17 @@ class MemoryFeatureStore(FeatureStore):
             if arrival.stored and event.event_id not in user.stored:
                 user.stored.add(event.event_id)
                 bisect.insort(user.sequence, Behaviour.of(event), key=Behaviour.sort_key)
-        accepted = [a.event for a, v in zip(arrivals, verdicts, strict=True) if v is Verdict.ACCEPTED]
-        for item, ts in earliest_per_item(accepted).items():
-            self._first_seen[item] = min(ts, self._first_seen.get(item, ts))  # the earliest, as Redis
+        earliest = earliest_per_item(a.event for a in arrivals)  # every arrival, as Redis
+        for item, ts in earliest.items():
+            self._first_seen[item] = min(ts, self._first_seen.get(item, ts))
         histories = [
             self._history(a) if v is Verdict.ACCEPTED and a.wants_history else None
             for a, v in zip(arrivals, verdicts, strict=True)
         ]
         for user_id, ts in low.items():
             self._trim(self._users[user_id], ts)
-        first_seen = {e.item_id: self._first_seen[e.item_id] for e in accepted}
-        return StoreUpdate(verdicts, histories, first_seen_at, first_seen)
+        first_seen = {item: self._first_seen[item] for item in earliest}
+        return StoreUpdate(first_seen, list(zip(verdicts, histories, first_seen_at, strict=True)))
 
     def _history(self, arrival: Arrival) -> History:
         seq = self._users[arrival.event.user_id].sequence

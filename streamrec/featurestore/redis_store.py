@@ -35,10 +35,12 @@ from typing import Any, TypeVar, cast
 import hiredis
 import redis
 from redis.cluster import RedisCluster
+from redis.connection import Connection, ConnectionPool
 
 from streamrec.config import RedisStoreConfig
 from streamrec.errors import FeatureStoreError, FeatureStoreLost, FeatureStoreUnavailable, PartitionFenced
 from streamrec.featurestore.base import (
+    Answer,
     Arrival,
     Behaviour,
     FeatureStore,
@@ -304,6 +306,11 @@ class RedisFeatureStore(FeatureStore):
     def update(self, arrivals: Sequence[Arrival], meanwhile: Callable[[], None] | None = None) -> StoreUpdate:
         """See :meth:`FeatureStore.update`.
 
+        One round trip: the markers, the items' first-seen calls, then the users' calls.
+        ``first_seen`` is read before the update is returned; the answers are parsed as the
+        caller asks for them, each user call's reply as it arrives, while Redis runs the
+        later calls.
+
         Raises:
             FeatureStoreLost: the markers :meth:`attach` found are gone: Redis lost its data.
         """
@@ -311,43 +318,60 @@ class RedisFeatureStore(FeatureStore):
         for index, arrival in enumerate(arrivals):
             by_user[arrival.event.user_id].append(index)
         calls = self._calls(list(by_user), self.key)
+        earliest = earliest_per_item(a.event for a in arrivals)
+        item_calls = self._calls(list(earliest), self.item_key, _ITEMS_PER_CALL)
         markers = list(self._markers or {})
 
-        def read(replies: Iterator[Any]) -> tuple[list[Verdict], list[str], list[History | None]]:
+        def commands(shas: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
+            for key in markers:  # first: read what the batch is checked against
+                yield ("GET", key)
+            yield from self._item_commands(shas[1], earliest, item_calls)
+            yield from self._user_commands(shas[0], arrivals, by_user, calls)
+
+        def first_seen(replies: Iterator[Any]) -> dict[str, int]:
             self._check_markers([next(replies) for _ in markers])
-            verdicts = [Verdict.ACCEPTED] * len(arrivals)
-            first_seen_at = [""] * len(arrivals)
-            histories: list[History | None] = [None] * len(arrivals)
-            for users, reply in zip(calls, replies, strict=True):  # each as it comes
+            seen: dict[str, int] = {}
+            for items in item_calls:
+                seen.update(zip(items, map(int, next(replies)), strict=True))
+            return seen
+
+        seen, replies = self._open(commands, first_seen, meanwhile)
+        answers = self._answers(replies, arrivals, by_user, calls)
+        return StoreUpdate(seen, answers, replies.close)
+
+    def _answers(
+        self,
+        replies: Iterator[Any],
+        arrivals: Sequence[Arrival],
+        by_user: dict[str, list[int]],
+        calls: list[list[str]],
+    ) -> Iterator[Answer]:
+        """Each arrival's answer in arrival order, parsing a user call's reply when the first
+        arrival that needs it comes: users are called in the order of their first arrival, so
+        the first answers are out while Redis still runs the later calls."""
+        call_of = {user: k for k, users in enumerate(calls) for user in users}
+        answers: list[Answer] = [_FRESH] * len(arrivals)
+        parsed = 0
+        for index, arrival in enumerate(arrivals):
+            need = call_of[arrival.event.user_id]
+            while parsed <= need:
+                users, reply = calls[parsed], self._next_reply(replies)
                 expected = sum(len(by_user[user]) for user in users)
                 if len(reply) != expected:
                     raise FeatureStoreError(f"redis answered {len(reply)} verdicts for {expected} events")
-                answers = iter(reply)
-                for user in users:
-                    last = _EMPTY  # the user's history read before, which ``3`` repeats
-                    for index in by_user[user]:
-                        answer = next(answers)
-                        code = answer[0]
-                        if code == "0":
-                            if arrivals[index].wants_history:
-                                histories[index] = last = _history(answer)
-                        elif code == "3":
-                            histories[index] = last
-                        else:
-                            verdicts[index] = _VERDICTS[code]
-                            first_seen_at[index] = answer.split("\t", 2)[1]  # fingerprint, origin, time
-            return verdicts, first_seen_at, histories
+                _parse_call(iter(reply), users, by_user, arrivals, answers)
+                parsed += 1
+            yield answers[index]
 
-        verdicts, first_seen_at, histories = self._run(
-            lambda shas: self._user_commands(shas[0], arrivals, by_user, calls, markers), read, meanwhile
-        )
-        accepted = [a.event for a, v in zip(arrivals, verdicts, strict=True) if v is Verdict.ACCEPTED]
-        earliest = earliest_per_item(accepted)
-        item_calls = self._calls(list(earliest), self.item_key, _ITEMS_PER_CALL)
-        first = self._run(lambda shas: self._item_commands(shas[1], earliest, item_calls), list)
-        items = [item for call in item_calls for item in call]
-        times = [int(ts) for call in first for ts in call]
-        return StoreUpdate(verdicts, histories, first_seen_at, dict(zip(items, times, strict=True)))
+    def _next_reply(self, replies: Iterator[Any]) -> Any:
+        """The next reply of a round trip already under way, its failures as the store's."""
+        try:
+            return next(replies)
+        except redis.exceptions.NoScriptError as exc:  # lost after the first calls ran
+            self._shas = None  # loaded again when the batch is redone
+            raise FeatureStoreUnavailable(f"redis lost the scripts mid-batch: {exc}") from exc
+        except redis.RedisError as exc:
+            raise _translated(exc) from exc
 
     def _calls(
         self, names: list[str], key: Callable[[str], str], per_call: int = _USERS_PER_CALL
@@ -378,10 +402,7 @@ class RedisFeatureStore(FeatureStore):
         arrivals: Sequence[Arrival],
         by_user: dict[str, list[int]],
         calls: list[list[str]],
-        markers: list[str],
     ) -> Iterator[tuple[Any, ...]]:
-        for key in markers:  # first in the round trip: read what the batch is checked against
-            yield ("GET", key)
         prefix = self._prefix
         for users in calls:
             keys: list[str] = []
@@ -434,64 +455,69 @@ class RedisFeatureStore(FeatureStore):
         self,
         commands: Callable[[tuple[str, ...]], Iterable[tuple[Any, ...]]],
         read: Callable[[Iterator[Any]], T],
-        meanwhile: Callable[[], None] | None = None,
     ) -> T:
-        """One pipelined round trip of ``commands(script shas)``, its replies handed to
-        ``read`` as they arrive; all over again with the scripts reloaded if Redis lost them
-        (a restart or failover; every call here can safely run again). ``meanwhile`` runs
-        once, after the commands went out.
+        """One pipelined round trip of ``commands(script shas)``, every reply handed to
+        ``read`` (see :meth:`_open`)."""
+        result, replies = self._open(commands, read)
+        replies.close()
+        return result
+
+    def _open(
+        self,
+        commands: Callable[[tuple[str, ...]], Iterable[tuple[Any, ...]]],
+        head: Callable[[Iterator[Any]], T],
+        meanwhile: Callable[[], None] | None = None,
+    ) -> tuple[T, _Replies]:
+        """Send ``commands(script shas)`` in one pipelined round trip and hand the first
+        replies to ``head``; all over again with the scripts reloaded if Redis lost them (a
+        restart or failover; every call here can safely run again). Returns what ``head``
+        made and the replies after its, to be read or closed. ``meanwhile`` runs once, after
+        the commands went out.
 
         On a standalone Redis each command goes out as soon as it is made and each reply is
-        read while Redis still runs the later ones: packing and parsing overlap Redis's work.
+        read when asked for, while Redis still runs the later ones: packing and parsing
+        overlap Redis's work.
         """
         once = [meanwhile] if meanwhile is not None else []
-        try:
+        for reload in (False, True):
+            replies: _Replies | None = None
             try:
-                return self._round_trip(commands(self._scripts()), read, once)
-            except redis.exceptions.NoScriptError:
-                return self._round_trip(commands(self._scripts(reload=True)), read, once)
-        except _UNAVAILABLE as exc:
-            raise FeatureStoreUnavailable(f"redis unavailable: {exc}") from exc
-        except redis.RedisError as exc:
-            raise FeatureStoreError(f"redis pipeline failed: {exc}") from exc
+                replies = self._send(commands(self._scripts(reload)), once)
+                return head(replies), replies
+            except redis.exceptions.NoScriptError as exc:
+                if replies is not None:
+                    replies.close()
+                if reload:
+                    raise FeatureStoreError(f"redis lost the scripts just loaded: {exc}") from exc
+            except redis.RedisError as exc:
+                if replies is not None:
+                    replies.close()
+                raise _translated(exc) from exc
+            except BaseException:
+                if replies is not None:
+                    replies.close()
+                raise
+        raise AssertionError("unreachable: the second pass returns or raises")
 
-    def _round_trip(
-        self,
-        commands: Iterable[tuple[Any, ...]],
-        read: Callable[[Iterator[Any]], T],
-        meanwhile: list[Callable[[], None]],
-    ) -> T:
+    def _send(self, commands: Iterable[tuple[Any, ...]], meanwhile: list[Callable[[], None]]) -> _Replies:
         if isinstance(self._redis, RedisCluster):  # the cluster client routes a pipeline by slot
             pipe = self._redis.pipeline(transaction=False)
             for command in commands:
                 pipe.execute_command(*command)
             while meanwhile:  # it sends only in execute(): nothing to overlap with
                 meanwhile.pop()()
-            return read(iter(pipe.execute()))
+            return _Replies(ready=pipe.execute())
         pool = self._redis.connection_pool
-        conn = pool.get_connection()
-        sent, received = 0, 0
-
-        def replies() -> Iterator[Any]:
-            nonlocal received
-            while received < sent:
-                reply = conn.read_response()
-                received += 1
-                yield reply
-
+        replies = _Replies(pool)
         try:
             for command in commands:
-                # hiredis packs in C; redis-py first walks every argument in Python (~2% of
-                # a consumer's time, at hundreds of arguments a call)
-                conn.send_packed_command([hiredis.pack_command(command)])
-                sent += 1
+                replies.send(command)
             while meanwhile:  # Redis is busy with the commands now
                 meanwhile.pop()()
-            return read(replies())
-        finally:
-            if received != sent:  # replies left unread (an error, an early stop): out of step
-                conn.disconnect()
-            pool.release(conn)
+        except BaseException:
+            replies.close()
+            raise
+        return replies
 
     def sequence(self, user_id: str) -> list[Behaviour]:
         """See :meth:`FeatureStore.sequence`."""
@@ -509,6 +535,88 @@ class RedisFeatureStore(FeatureStore):
             self._redis.ping()
         except redis.RedisError as exc:
             raise FeatureStoreError(f"redis unreachable: {exc}") from exc
+
+
+class _Replies:
+    """The replies of one pipelined round trip, read one at a time, and the connection they
+    come on: given back to the pool once every reply is read, dropped when closed with
+    replies unread (they would be out of step for the connection's next user)."""
+
+    def __init__(self, pool: ConnectionPool | None = None, ready: list[Any] | None = None) -> None:
+        """Replies to come on a connection taken from ``pool``, or ``ready`` (a Cluster
+        pipeline's, read at once)."""
+        self._pool = pool
+        self._conn: Connection | None = None if pool is None else pool.get_connection()
+        self._ready = iter(ready or [])
+        self.left = len(ready or [])
+
+    def send(self, command: tuple[Any, ...]) -> None:
+        """Send one more command on the connection."""
+        if self._conn is None:
+            raise ValueError("no connection to send on")
+        # hiredis packs in C; redis-py first walks every argument in Python (~2% of a
+        # consumer's time, at hundreds of arguments a call)
+        self._conn.send_packed_command([hiredis.pack_command(command)])
+        self.left += 1
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if not self.left:
+            raise StopIteration
+        if self._pool is None:
+            self.left -= 1
+            return next(self._ready)
+        if self._conn is None:
+            raise FeatureStoreUnavailable("the redis connection of this round trip was given up")
+        try:
+            reply = self._conn.read_response()
+        except BaseException:
+            self.close()
+            raise
+        self.left -= 1
+        if not self.left:
+            self.close()
+        return reply
+
+    def close(self) -> None:
+        """Give the connection back, dropped if replies are left unread."""
+        conn, self._conn = self._conn, None
+        if conn is not None and self._pool is not None:
+            if self.left:
+                conn.disconnect()
+            self._pool.release(conn)
+
+
+def _translated(exc: redis.RedisError) -> FeatureStoreError:
+    """A Redis failure as the store's: unavailable for now, or failed."""
+    if isinstance(exc, _UNAVAILABLE):
+        return FeatureStoreUnavailable(f"redis unavailable: {exc}")
+    return FeatureStoreError(f"redis pipeline failed: {exc}")
+
+
+def _parse_call(
+    reply: Iterator[str],
+    users: list[str],
+    by_user: dict[str, list[int]],
+    arrivals: Sequence[Arrival],
+    answers: list[Answer],
+) -> None:
+    """Fill ``answers`` from one user call's reply (see ``_SEQUENCE_LUA``)."""
+    for user in users:
+        last = _EMPTY  # the user's history read before, which ``3`` repeats
+        for index in by_user[user]:
+            answer = next(reply)
+            code = answer[0]
+            if code == "0":
+                if arrivals[index].wants_history:
+                    last = _history(answer)
+                    answers[index] = (Verdict.ACCEPTED, last, "")
+            elif code == "3":
+                answers[index] = (Verdict.ACCEPTED, last, "")
+            else:  # what the id holds: fingerprint, origin, time
+                answers[index] = (_VERDICTS[code], None, answer.split("\t", 2)[1])
 
 
 _VERDICTS = {"0": Verdict.ACCEPTED, "1": Verdict.DUPLICATE, "2": Verdict.CONFLICT}
@@ -549,3 +657,4 @@ def _history(answer: str) -> History:
 
 
 _EMPTY = History((), (), list)
+_FRESH: Answer = (Verdict.ACCEPTED, None, "")  # accepted, no history asked for

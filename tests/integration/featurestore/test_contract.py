@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from streamrec.config import RedisStoreConfig
-from streamrec.errors import FeatureStoreLost
+from streamrec.errors import FeatureStoreError, FeatureStoreLost, FeatureStoreUnavailable
 from streamrec.events import Event
 from streamrec.featurestore import (
     Arrival,
@@ -21,6 +21,7 @@ from streamrec.featurestore import (
     StoreUpdate,
     Verdict,
 )
+from streamrec.featurestore.redis_store import _FIRST_SEEN_LUA
 
 T0 = 1_511_658_000_000
 HOUR = 3_600_000
@@ -108,7 +109,9 @@ def test_a_resent_event_is_a_duplicate_and_a_reused_id_a_conflict(store: Feature
     resent = update(store, [ev(1), ev(2, item="other")], [ev(1)], origin="1")
     assert resent.verdicts == [Verdict.DUPLICATE, Verdict.CONFLICT]
     assert resent.first_seen_at == ["0:e001", "0:e002"]
-    assert resent.histories == [None, None] and resent.first_seen == {}
+    assert resent.histories == [None, None]
+    # an item seen is seen: the store learns it without waiting for the verdicts
+    assert resent.first_seen == {"i1": T0 + 1000, "other": T0 + 2000}
     assert [b.item_id for b in store.sequence("u")] == ["i1", "i2"]  # nothing stored twice
 
 
@@ -245,6 +248,75 @@ def test_redis_drops_a_connection_left_with_replies_unread(
     assert update(store, [ev(1)], origin="1").verdicts == [Verdict.DUPLICATE]
 
 
+def _many_users(n: int) -> list[Arrival]:
+    """One wanted event each for ``n`` users: a few user calls' worth."""
+    return [Arrival(ev(i, user=f"u{i}"), f"0:{i}", True) for i in range(n)]
+
+
+def _in_use(store: RedisFeatureStore) -> int:
+    """Connections of the store's pool taken and not given back."""
+    pool = store._redis.connection_pool  # noqa: SLF001 - what a leak would show
+    return len(cast(redis.ConnectionPool, pool)._in_use_connections)  # noqa: SLF001
+
+
+def test_redis_hands_out_answers_before_the_last_call_is_read(store_config: RedisStoreConfig) -> None:
+    """The first answers come while later user calls' replies are still unread (samples are
+    built meanwhile); the connection goes back to the pool once the last one is read."""
+    store = RedisFeatureStore(store_config, 3, HOUR)
+    with store.update(_many_users(1_000)) as got:
+        answers = got.answers()
+        assert next(answers)[0] is Verdict.ACCEPTED
+        assert _in_use(store) == 1  # replies still to come on it
+        assert len(list(answers)) == 999
+        assert _in_use(store) == 0
+    assert got.first_seen == {f"i{i}": T0 + i * 1000 for i in range(1_000)}
+
+
+def test_redis_drops_a_connection_whose_answers_were_left_unread(
+    store_config: RedisStoreConfig,
+) -> None:
+    """An update given up half read (the batch failed meanwhile) gives its connection back
+    dropped: the next update must not read the replies it left."""
+    store = RedisFeatureStore(store_config, 3, HOUR)
+    with store.update(_many_users(1_000)) as given_up:
+        next(given_up.answers())
+    assert _in_use(store) == 0
+    redo = store.update(_many_users(1_000))  # the batch again: its own records
+    assert redo.verdicts == [Verdict.ACCEPTED] * 1_000
+    assert redo.first_seen_at == [""] * 1_000
+
+
+def test_redis_fails_an_update_whose_later_call_fails(
+    store_config: RedisStoreConfig, redis_client: redis.Redis
+) -> None:
+    """A user call failing after the first answers went out fails the update there, as the
+    store's error, and leaves the store usable."""
+    store = RedisFeatureStore(store_config, 3, HOUR)
+    redis_client.set(store.key("u900"), "not a sorted set")  # its call fails (WRONGTYPE)
+    with store.update(_many_users(1_000)) as got:
+        answers = got.answers()
+        assert next(answers)[0] is Verdict.ACCEPTED
+        with pytest.raises(FeatureStoreError, match="WRONGTYPE"):
+            list(answers)
+    assert _in_use(store) == 0
+    assert update(store, [ev(1, user="v")]).verdicts == [Verdict.ACCEPTED]
+
+
+def test_redis_scripts_lost_after_the_first_calls_make_the_batch_go_again(
+    store_config: RedisStoreConfig, redis_client: redis.Redis
+) -> None:
+    """Scripts lost between the item calls and the user calls (a failover mid-batch): the
+    update fails as unavailable (the consumer redoes the batch), and the redo reloads them."""
+    store = RedisFeatureStore(store_config, 3, HOUR)
+    update(store, [ev(1)])
+    redis_client.script_flush()
+    redis_client.script_load(_FIRST_SEEN_LUA)  # the item calls run; the user calls do not
+    with store.update([Arrival(ev(2), "0:e002", True)]) as got, pytest.raises(FeatureStoreUnavailable):
+        got.all()
+    redo = store.update([Arrival(ev(2), "0:e002", True)])
+    assert items(redo.histories[0]) == ["i1"]
+
+
 @pytest.mark.parametrize("cluster", [False, True], ids=["redis", "redis-cluster"])
 def test_redis_answers_as_the_memory_store_on_a_random_stream(
     cluster: bool, request: pytest.FixtureRequest, unique_name: str
@@ -277,8 +349,9 @@ def test_redis_answers_as_the_memory_store_on_a_random_stream(
             arrivals.append(Arrival(event, origin, rng.random() < 0.7))
         redo = rng.random() < 0.3
         for _ in range(2 if redo else 1):
-            redis_answer, memory_answer = (store.update(arrivals) for store in stores)
-            assert redis_answer == memory_answer, batch_no
+            redis_update, memory_update = (store.update(arrivals) for store in stores)
+            assert redis_update.first_seen == memory_update.first_seen, batch_no
+            assert redis_update.all() == memory_update.all(), batch_no
     for user in (f"u{i}" for i in range(6)):
         assert stores[0].sequence(user) == stores[1].sequence(user)
 
