@@ -11,16 +11,18 @@ Keys per user, hash-tagged ``{<user_id>}`` so they share one Cluster slot:
 
 Per item, ``<prefix>:item:{<item_id>}`` holds the first time it was seen.
 
-A batch is two pipelined round trips of Lua script calls, each carrying a few hundred users
-(ZADD their events, read each asked-for history with an exclusive time bound, trim what no
-redo of the batch can need, refresh the TTLs) or a thousand items (keep the earliest time).
-Each call is atomic, and on Redis Cluster (``RedisStoreConfig.cluster``) carries only users
-(or items) of one slot, as a script's keys must. A user's events travel as
-one string and the answers come back as one flat list of strings: redis-py spends its time
-per argument and per reply element, not per byte (``bench/consumer_throughput.py``). On a
-standalone Redis a round trip is streamed on one connection: each call is sent as soon as it
-is built and each reply parsed as it arrives, while Redis runs the later calls; a round trip
-cut short drops its connection rather than leave replies unread on it.
+A batch is one pipelined round trip of Lua script calls, each carrying a thousand items
+(keep the earliest time; first, for every arrival) or a few hundred users (ZADD their
+events, read each asked-for history with an exclusive time bound, trim what no redo of the
+batch can need, refresh the TTLs). Each call is atomic, and on Redis Cluster
+(``RedisStoreConfig.cluster``) carries only users (or items) of one slot, as a script's keys
+must. A user's events travel as one string and the answers come back as one flat list of
+strings: redis-py spends its time per argument and per reply element, not per byte
+(``bench/consumer_throughput.py``). On a standalone Redis a round trip is streamed on one
+connection: each call is sent as soon as it is built, and each user call's reply is parsed
+when the caller first needs one of its answers, so a consumer builds the samples of the
+first users while Redis runs the calls of the later ones; a round trip cut short drops its
+connection rather than leave replies unread on it.
 """
 
 from __future__ import annotations
