@@ -149,10 +149,10 @@ class StoreUpdate:
     ``first_seen`` maps the item of every arrival to the earliest event time the store has
     recorded for it. :meth:`answers` gives each arrival's :data:`Answer`, in arrival order,
     as the store delivers them: a Redis store hands out the first while Redis still works on
-    later users, so the caller's work on them overlaps the store's. ``verdicts``,
-    ``histories`` and ``first_seen_at`` read them all, as :meth:`all` does. Use it as a context manager, or
-    :meth:`close` it, when the answers may be left unread (an error on the way): a store
-    holding a connection for them drops it.
+    later users, so the caller's work on them overlaps the store's. :meth:`all`,
+    ``verdicts``, ``histories`` and ``first_seen_at`` read them all. Use it as a context
+    manager, or :meth:`close` it, when the answers may be left unread (an error on the way):
+    a store holding a connection for them drops it.
     """
 
     __slots__ = ("_close", "_read", "_source", "first_seen")

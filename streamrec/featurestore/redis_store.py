@@ -343,7 +343,7 @@ class RedisFeatureStore(FeatureStore):
 
     def _answers(
         self,
-        replies: Iterator[Any],
+        replies: _Replies,
         arrivals: Sequence[Arrival],
         by_user: dict[str, list[int]],
         calls: list[list[str]],
@@ -354,16 +354,20 @@ class RedisFeatureStore(FeatureStore):
         call_of = {user: k for k, users in enumerate(calls) for user in users}
         answers: list[Answer] = [_FRESH] * len(arrivals)
         parsed = 0
-        for index, arrival in enumerate(arrivals):
-            need = call_of[arrival.event.user_id]
-            while parsed <= need:
-                users, reply = calls[parsed], self._next_reply(replies)
-                expected = sum(len(by_user[user]) for user in users)
-                if len(reply) != expected:
-                    raise FeatureStoreError(f"redis answered {len(reply)} verdicts for {expected} events")
-                _parse_call(iter(reply), users, by_user, arrivals, answers)
-                parsed += 1
-            yield answers[index]
+        try:
+            for index, arrival in enumerate(arrivals):
+                need = call_of[arrival.event.user_id]
+                while parsed <= need:
+                    users, reply = calls[parsed], self._next_reply(replies)
+                    expected = sum(len(by_user[user]) for user in users)
+                    if len(reply) != expected:
+                        raise FeatureStoreError(f"redis answered {len(reply)} verdicts for {expected} events")
+                    _parse_call(iter(reply), users, by_user, arrivals, answers)
+                    parsed += 1
+                yield answers[index]
+        except BaseException:  # a failure, or the answers given up: no replies left on the connection
+            replies.close()
+            raise
 
     def _next_reply(self, replies: Iterator[Any]) -> Any:
         """The next reply of a round trip already under way, its failures as the store's."""
