@@ -368,6 +368,7 @@ class RedisFeatureStore(FeatureStore):
         except BaseException:  # a failure, or the answers given up: no replies left on the connection
             replies.close()
             raise
+        replies.close()  # given back, if the last reply did not already (a batch with no users)
 
     def _next_reply(self, replies: Iterator[Any]) -> Any:
         """The next reply of a round trip already under way, its failures as the store's."""
@@ -523,6 +524,8 @@ class RedisFeatureStore(FeatureStore):
         except BaseException:
             replies.close()
             raise
+        if not replies.left:  # nothing sent: no reply will give the connection back
+            replies.close()
         return replies
 
     def sequence(self, user_id: str) -> list[Behaviour]:

@@ -272,6 +272,16 @@ def test_redis_hands_out_answers_before_the_last_call_is_read(store_config: Redi
     assert got.first_seen == {f"i{i}": T0 + i * 1000 for i in range(1_000)}
 
 
+def test_redis_gives_back_the_connection_of_an_empty_update(store_config: RedisStoreConfig) -> None:
+    """A batch of nothing but dead letters, or a rebuild's empty poll, before any marker is
+    known: no command goes out, and no connection stays taken."""
+    store = RedisFeatureStore(store_config, 3, HOUR)
+    for _ in range(3):
+        assert store.update([]).all() == []
+        update(store, [ev(1)]).all()
+    assert _in_use(store) == 0
+
+
 def test_redis_drops_a_connection_whose_answers_were_left_unread(
     store_config: RedisStoreConfig,
 ) -> None:
