@@ -53,8 +53,13 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True):
     def fingerprint(self) -> str:
         """A short digest of everything but the id: tells a resent event (same content) from
         an id reused for another one."""
-        fields = (self.user_id, self.item_id, self.category_id, self.action, self.ts, self.label)
-        return f"{zlib.crc32(repr(fields).encode()):08x}"
+        # the repr of the tuple (user, item, category, action, ts, label), written out: a
+        # third faster than building the tuple, and the same text (stored marks depend on it)
+        text = (
+            f"({self.user_id!r}, {self.item_id!r}, {self.category_id!r}, {self.action!r}, "
+            f"{self.ts!r}, {self.label!r})"
+        )
+        return f"{zlib.crc32(text.encode()):08x}"
 
     def to_json(self) -> bytes:
         """Encode in the wire form (``label`` omitted when absent)."""

@@ -158,52 +158,21 @@ class SampleBuilder:
         self._claim(spans)
         watermarks = self.watermarks.copy()
         judged, mismatches = self._judge(events, watermarks)
-        drop = self._cfg.late_events == "dead_letter"
-        allowed = watermarks.allowed_ms or 0
-        for item in judged:
-            if item.behind is not None and drop:
-                reason = late_reason(item.event.ts, item.behind, item.key, allowed)
-                dead.append(DeadLetter.of(item.msg, reason))
-        kept = [i for i, item in enumerate(judged) if item.behind is None or not drop]
-        # A batch spans a few partitions: event-time order (stable, so each user's own order
-        # holds) keeps the negative pools' windows true.
-        kept.sort(key=lambda i: judged[i].event.ts)
+        kept = self._keep(judged, dead)
         sampler = self.sampler.copy()
-        samples: list[Sample] = []
-        duplicates, late_kept = 0, 0
-        join = self._join.enabled
         outcomes: list[PartitionOutcome] | None = None
         taken: set[tuple[Partition, int]] = set()
         with self._store.update(self._arrivals(judged, kept), meanwhile) as update:
-            # Answers come as the store gives them: samples are built while it still works.
             answers: Iterable[Answer] = update.answers()
-            if join:  # an impression's window needs its verdict before the partitions advance
+            if self._join.enabled:  # an impression's window needs its verdict before the partitions advance
                 answers = list(answers)
                 for i, (verdict, history, _) in zip(kept, answers, strict=True):
                     judged[i].accepted, judged[i].history = verdict is Verdict.ACCEPTED, history
                 outcomes, taken = self._advance(spans, judged, watermarks)
-            first_seen_of = update.first_seen
-            for i, (verdict, history, seen_at) in zip(kept, answers, strict=True):
-                item = judged[i]
-                event, msg = item.event, item.msg
-                if verdict is not Verdict.ACCEPTED:
-                    if verdict is Verdict.DUPLICATE:
-                        duplicates += 1
-                    else:
-                        reason = f"event id {event.event_id!r} reused with other content (first at {seen_at})"
-                        dead.append(DeadLetter.of(msg, reason))
-                    continue
-                if item.behind is not None:  # in its sequence now, but neither in the pools nor sampled
-                    late_kept += 1
-                    continue
-                if join and not self.stores(event):  # an exposure: not in the pools; the join labels it
-                    if event.label is not None and history is not None:  # unless it has a label
-                        self._samples(samples, sampler, event, history, first_seen=0)
-                    continue
-                first_seen = first_seen_of[event.item_id]
-                sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
-                if history is not None and not (taken and (item.key, msg.offset()) in taken):
-                    self._samples(samples, sampler, event, history, first_seen)
+            # otherwise the answers come as the store gives them: samples are built meanwhile
+            samples, duplicates, late_kept = self._build(
+                [judged[i] for i in kept], answers, update.first_seen, taken, sampler, dead
+            )
         if outcomes is None:  # no join: nothing in the loop waited for the partitions
             outcomes, _ = self._advance(spans, judged, watermarks)
         for outcome in outcomes:
@@ -214,6 +183,60 @@ class SampleBuilder:
             late=late_kept + late_dropped, timestamp_mismatches=mismatches, watermarks=watermarks,
             late_labels=sum(o.late_labels for o in outcomes),
         )
+
+    def _keep(self, judged: list[Judged], dead: list[DeadLetter]) -> list[int]:
+        """The events that go to the store, as indexes into ``judged``, in event-time order:
+        a batch spans a few partitions, and the negative pools' windows need time order (a
+        stable sort: each user's own order holds). Late events are dead-lettered into
+        ``dead`` instead when ``late_events`` says so."""
+        drop = self._cfg.late_events == "dead_letter"
+        allowed = self.watermarks.allowed_ms or 0
+        kept = []
+        for i, item in enumerate(judged):
+            if item.behind is None or not drop:
+                kept.append(i)
+            else:
+                reason = late_reason(item.event.ts, item.behind, item.key, allowed)
+                dead.append(DeadLetter.of(item.msg, reason))
+        kept.sort(key=lambda i: judged[i].event.ts)
+        return kept
+
+    def _build(
+        self,
+        kept: list[Judged],
+        answers: Iterable[Answer],
+        first_seen_of: Mapping[str, int],
+        taken: set[tuple[Partition, int]],
+        sampler: NoveltyMatchedSampler,
+        dead: list[DeadLetter],
+    ) -> tuple[list[Sample], int, int]:
+        """The samples of the ``kept`` events by the store's ``answers``, in their order, with
+        the negatives ``sampler`` draws; conflicting ids are dead-lettered into ``dead``.
+        Returns the samples, the duplicates and the late events kept without samples."""
+        samples: list[Sample] = []
+        duplicates, late_kept = 0, 0
+        join = self._join.enabled
+        for item, (verdict, history, seen_at) in zip(kept, answers, strict=True):
+            event, msg = item.event, item.msg
+            if verdict is not Verdict.ACCEPTED:
+                if verdict is Verdict.DUPLICATE:
+                    duplicates += 1
+                else:
+                    reason = f"event id {event.event_id!r} reused with other content (first at {seen_at})"
+                    dead.append(DeadLetter.of(msg, reason))
+                continue
+            if item.behind is not None:  # in its sequence now, but neither in the pools nor sampled
+                late_kept += 1
+                continue
+            if join and not self.stores(event):  # an exposure: not in the pools; the join labels it
+                if event.label is not None and history is not None:  # unless it has a label
+                    self._samples(samples, sampler, event, history, first_seen=0)
+                continue
+            first_seen = first_seen_of[event.item_id]
+            sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
+            if history is not None and not (taken and (item.key, msg.offset()) in taken):
+                self._samples(samples, sampler, event, history, first_seen)
+        return samples, duplicates, late_kept
 
     def _advance(
         self, spans: Mapping[Partition, tuple[int, int]], judged: list[Judged], watermarks: Watermarks
