@@ -20,7 +20,7 @@ def _history_source(cfg: StreamrecConfig, use_store: bool) -> Callable[[str], Se
 
     if not use_store:
         return no_history
-    store = make_feature_store(cfg.store, cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms)
+    store = make_feature_store(cfg)
     return store_history(store)
 
 

@@ -172,9 +172,7 @@ class FaustRunner:
         batch whose samples were delivered."""
         self._cfg = cfg
         self._on_batch = on_batch
-        self._store = store or make_feature_store(
-            cfg.store, cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms
-        )
+        self._store = store or make_feature_store(cfg)
         self.builder = make_builder(cfg, self._store)
         self.stats = FaustStats()
         self._log = make_batch_log(cfg)

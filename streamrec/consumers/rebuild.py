@@ -53,7 +53,7 @@ def rebuild_store(
     Raises:
         ConfigError: the store is intact (its marker is there) and ``force`` is not set.
     """
-    store = store or make_feature_store(cfg.store, cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms)
+    store = store or make_feature_store(cfg)
     if not force:
         try:
             store.attach(can_start_empty=False)

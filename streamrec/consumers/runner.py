@@ -79,9 +79,7 @@ class ConsumerRunner:
         hears of every committed batch (metrics, a progress display)."""
         self._cfg = cfg
         self._on_batch = on_batch
-        self._store = store or make_feature_store(
-            cfg.store, cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms
-        )
+        self._store = store or make_feature_store(cfg)
         self.builder = make_builder(cfg, self._store)
         self.stats = ConsumerStats()
         self._log = make_batch_log(cfg)

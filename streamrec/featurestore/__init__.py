@@ -1,6 +1,6 @@
 """Per-user behaviour sequences: the :class:`FeatureStore` interface and its implementations."""
 
-from streamrec.config import MemoryStoreConfig, RedisStoreConfig
+from streamrec.config import MemoryStoreConfig, StreamrecConfig
 from streamrec.featurestore.base import Arrival, Behaviour, FeatureStore, History, StoreUpdate, Verdict
 from streamrec.featurestore.memory import MemoryFeatureStore
 from streamrec.featurestore.redis_store import RedisFeatureStore
@@ -18,14 +18,13 @@ __all__ = [
 ]
 
 
-def make_feature_store(
-    cfg: RedisStoreConfig | MemoryStoreConfig, length: int, dedup_horizon_ms: int
-) -> FeatureStore:
-    """The store the configuration names, keeping each user's latest ``length`` behaviours
-    and the event ids of ``dedup_horizon_ms`` of event time."""
-    if isinstance(cfg, MemoryStoreConfig):
-        return MemoryFeatureStore(length, dedup_horizon_ms)
-    return RedisFeatureStore(cfg, length, dedup_horizon_ms)
+def make_feature_store(cfg: StreamrecConfig) -> FeatureStore:
+    """The store ``cfg.store`` names, keeping each user's latest ``model.sequence_length``
+    behaviours and the event ids of ``consumer.dedup_horizon_ms`` of event time."""
+    length, horizon_ms = cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms
+    if isinstance(cfg.store, MemoryStoreConfig):
+        return MemoryFeatureStore(length, horizon_ms)
+    return RedisFeatureStore(cfg.store, length, horizon_ms)
 
 
 # The top-level ``featurestore/`` folder is a link to this package, so from the repository root the

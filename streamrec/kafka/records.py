@@ -66,17 +66,18 @@ _PARTITIONS: dict[tuple[str | None, int | None], Partition] = {}  # as many as p
 
 def offset_spans(records: Sequence[KafkaMessage]) -> dict[Partition, tuple[int, int]]:
     """The first and last offset of the records of each partition."""
-    spans: dict[tuple[str | None, int | None], list[int]] = {}  # a Partition's hash and equality
+    spans: dict[Partition, list[int]] = {}
     for msg in records:
         offset = msg.offset() or 0
-        span = spans.get((msg.topic(), msg.partition()))
+        key = partition_of(msg)
+        span = spans.get(key)
         if span is None:
-            spans[(msg.topic(), msg.partition())] = [offset, offset]
+            spans[key] = [offset, offset]
         elif offset > span[1]:
             span[1] = offset
         elif offset < span[0]:  # a partition delivers in offset order: only if put back
             span[0] = offset
-    return {Partition(topic or "", part or 0): (span[0], span[1]) for (topic, part), span in spans.items()}
+    return {key: (span[0], span[1]) for key, span in spans.items()}
 
 
 @dataclass(frozen=True, slots=True, order=True)
