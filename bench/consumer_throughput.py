@@ -15,6 +15,11 @@ group and key prefix each), the events published once the group has settled; wit
 machine's busy cores over the same window (every process on it: the consumers, Redis and the
 broker share the cores).
 
+CPU: over the one-process run, the consumer process's own CPU an event, and Redis's and the
+broker's (from ``/proc``); their sum is what an event costs the machine, and
+``cores_bound_events_per_s`` the most its cores carry at that cost, with any number of
+consumer processes.
+
 Every rate is taken from the first batch read to the last full batch committed (see
 :func:`steady_rate`), so group joins, idling and the end of the backlog do not count.
 
@@ -117,6 +122,12 @@ def process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def cpu_s_of(pid: int) -> float:
+    """CPU seconds another process has used, user and system, all threads (``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 class CpuSampler:
     """The machine's busy CPU time (all processes: consumers, Redis, the broker), sampled from
     /proc/stat every 0.1 s, to tell how busy the cores were over a window afterwards."""
@@ -215,9 +226,15 @@ def main() -> None:
                                cfg.kafka.partitions, len(events))
         tune_for_batches()  # as `streamrec consumers run` does; the events held here are frozen
         batches, on_batch = recorder()
+        services_pids = {"redis": services.redis.pid, "broker": services.kafka.pid}
+        services_before = {name: cpu_s_of(pid) for name, pid in services_pids.items()}
         cpu_before = process_cpu_s()
         stats = ConsumerRunner(cfg, on_batch=on_batch).run()
         cpu_us = (process_cpu_s() - cpu_before) / stats.events * 1e6
+        services_us = {
+            name: (cpu_s_of(pid) - services_before[name]) / stats.events * 1e6
+            for name, pid in services_pids.items()
+        }
         assert stats.events == len(events), stats
         rate = steady_rate([batches], cfg.consumer.batch_size)[0]
         (one, one_busy), (two, two_busy) = (scaling(sections, events, processes) for processes in (1, 2))
@@ -232,6 +249,14 @@ def main() -> None:
         # the consumer process's own CPU (all its threads) an event: steadier than rates on a
         # shared machine, and what one core's worth of consumer is spent on
         "consumer_cpu_us_per_event": round(cpu_us, 1),
+        # and what Redis and the broker spent on its behalf: with the consumer's, the core time
+        # an event costs the machine, which bounds what any number of consumer processes can
+        # do on its cores
+        "redis_cpu_us_per_event": round(services_us["redis"], 1),
+        "broker_cpu_us_per_event": round(services_us["broker"], 1),
+        "cores_bound_events_per_s": round(
+            (os.cpu_count() or 1) * 1e6 / (cpu_us + services_us["redis"] + services_us["broker"])
+        ),
         "partitions": cfg.kafka.partitions,
         "one_process_events_per_s": round(one),
         "two_processes_events_per_s": round(two),
