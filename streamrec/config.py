@@ -146,7 +146,7 @@ class ConsumerConfig(BaseModel):
     group_id: str = Field("streamrec-consumers", description="STREAMREC_CONSUMER__GROUP_ID")
     # Up to 5,000 events a batch: the transaction commit and the batch's bookkeeping are paid
     # once a batch, and a user's events of one batch are one Redis update. On the Taobao slice
-    # (bench/consumer_throughput.py) 5,000 ran 17-20% faster than 2,000 and as fast as
+    # (bench/consumer_throughput.py) 5,000 ran 17-29% faster than 2,000 and as fast as
     # 10,000. A batch is cut at ``batch_timeout_s`` too: light traffic waits no longer.
     batch_size: int = Field(5000, ge=1, description="STREAMREC_CONSUMER__BATCH_SIZE")
     batch_timeout_s: float = Field(0.5, gt=0, description="STREAMREC_CONSUMER__BATCH_TIMEOUT_S")
