@@ -491,18 +491,13 @@ class RedisFeatureStore(FeatureStore):
             try:
                 replies = self._send(commands(self._scripts(reload)), once)
                 return head(replies), replies
-            except redis.exceptions.NoScriptError as exc:
+            except BaseException as exc:
                 if replies is not None:
                     replies.close()
-                if reload:
-                    raise FeatureStoreError(f"redis lost the scripts just loaded: {exc}") from exc
-            except redis.RedisError as exc:
-                if replies is not None:
-                    replies.close()
-                raise _translated(exc) from exc
-            except BaseException:
-                if replies is not None:
-                    replies.close()
+                if isinstance(exc, redis.exceptions.NoScriptError) and not reload:
+                    continue
+                if isinstance(exc, redis.RedisError):
+                    raise _translated(exc) from exc
                 raise
         raise AssertionError("unreachable: the second pass returns or raises")
 
