@@ -136,7 +136,8 @@ class SampleBuilder:
         parsed: Parsed | None = None,
         meanwhile: Callable[[], None] | None = None,
     ) -> BatchResult:
-        """Process one batch: update the store once, then build samples in event-time order.
+        """Process one batch: update the store once, building samples in event-time order as
+        its answers come.
 
         An event id yields its samples once per user, within the store's dedup horizon: a
         resent event (the same content from another record) yields nothing and is counted,
@@ -242,7 +243,7 @@ class SampleBuilder:
         self, spans: Mapping[Partition, tuple[int, int]], judged: list[Judged], watermarks: Watermarks
     ) -> tuple[list[PartitionOutcome], set[tuple[Partition, int]]]:
         """Advance the batch's partitions (watermarks, the join's windows): their outcomes,
-        and the impressions whose samples the join took (partition, offset)."""
+        and the clicks the join took (partition, offset), which make no sample of their own."""
         batches = self._join.batches(spans, judged, watermarks, self._epochs)
         window = self._cfg.label_window_ms  # closed windows are kept as long, for late labels
         outcomes = self._store.advance(batches, window, window)
