@@ -13,8 +13,9 @@ Keys per partition, hash-tagged ``{<topic>:<partition>}`` so one script call hol
   (one user, one time): ``<prefix>:refs:{t:p}`` counts the windows holding each;
 - ``<prefix>:pair:{t:p}``: a sorted set of ``user \\t item \\t event_id``, all scored 0: the
   windows of a user and item are one lexicographic range;
-- ``<prefix>:due:{t:p}`` and ``<prefix>:done:{t:p}``: sorted sets of the open windows by
-  deadline and of the closed ones by deadline + retention;
+- ``<prefix>:due:{t:p}`` and ``<prefix>:done:{t:p}``: sorted sets of the open windows and
+  of the closed ones, by deadline (a closed one is forgotten once the watermark passes its
+  deadline + retention);
 - ``<prefix>:jrn:{t:p}``: a set of the windows the last batch touched (what an undo visits).
 
 Every key is refreshed to the store's TTL at each batch.
@@ -65,6 +66,11 @@ local function parse(v)  -- opened, clicked, closed, ts, deadline, item, categor
     '^(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t(%-?%d+)\\t([^\\t]*)\\t([^\\t]*)\\t(.*)$')
   return {tonumber(o), tonumber(c), tonumber(x), ts, tonumber(d), item, cat, hk}
 end
+-- the same as strings, where only a stamp changes: opened, clicked, ts, deadline, item,
+-- category, history key; and a window's item and history key
+local field, skip = '([^\\t]*)\\t', '[^\\t]*\\t'
+local as_strings = '^' .. field .. field .. skip .. field .. field .. field .. field .. '(.*)$'
+local item_and_history = '^' .. string.rep(skip, 5) .. field .. skip .. '(.*)$'
 local function pack(w)
   return string.format('%d\\t%d\\t%d\\t', w[1], w[2], w[3]) .. w[4] .. '\\t' ..
     string.format('%d', w[5]) .. '\\t' .. w[6] .. '\\t' .. w[7] .. '\\t' .. w[8]
@@ -72,22 +78,46 @@ end
 -- A page's impressions (one user, one time) share one history: it is kept once, under
 -- ``user \\t ts``, with a count of the windows holding it; another history at the same time
 -- (rare) goes under the window's own key and a tab.
-local function share(user, ts, key, history)
-  local hk = user .. '\\t' .. ts
-  local held = redis.call('HGET', hist, hk)
-  if held == history then
-    redis.call('HINCRBY', refs, hk, 1)
-    return hk
-  end
-  if held then hk = key .. '\\t' end
-  redis.call('HSET', hist, hk, history)
-  redis.call('HSET', refs, hk, 1)
-  return hk
-end
 local function release(hk)  -- a window gone: its history too, once no window holds it
   if redis.call('HINCRBY', refs, hk, -1) <= 0 then
     redis.call('HDEL', hist, hk)
     redis.call('HDEL', refs, hk)
+  end
+end
+-- The page shared last and the windows it gained since, counted at once when another page
+-- comes (a page's impressions come together).
+local shared_hk, shared_history, pending = nil, nil, 0
+local function settle()
+  if pending > 0 then redis.call('HINCRBY', refs, shared_hk, pending) end
+  pending = 0
+end
+local function share(user, ts, key, history)
+  local hk = user .. '\\t' .. ts
+  if hk == shared_hk and history == shared_history then
+    pending = pending + 1
+    return hk
+  end
+  settle()
+  local held = redis.call('HGET', hist, hk)
+  shared_hk, shared_history = hk, history
+  if held == history then
+    pending = 1
+    return hk
+  end
+  if held then
+    hk = key .. '\\t'
+    shared_hk = nil
+  end
+  redis.call('HSET', hist, hk, history)
+  redis.call('HSET', refs, hk, 1)
+  return hk
+end
+local function unshare(hk)  -- a window not opened after all: the count it took back
+  if hk == shared_hk and pending > 0 then
+    pending = pending - 1
+  else
+    if hk == shared_hk then shared_hk = nil end  -- the history may be gone: look again
+    release(hk)
   end
 end
 local function member(key, w)  -- the window's entry in pair: user, item, event id
@@ -145,23 +175,33 @@ local out, touched, late = {}, {}, 0
 local text, num = '([^\\31]*)\\31', '(%-?%d+)\\31'
 local line = '([icl])\\31' .. num .. text .. text .. text .. text .. num .. num .. '([^\\n]*)\\n'
 local page = nil  -- the history of the impression before: \\30 repeats it
+local dues, pairs_ = {}, {}  -- the windows opened, added to due and pair in bulk
 for kind, off, user, id, item, cat, ts, mark_, history in string.gmatch(ARGV[9], line) do
-  local pkey, wm = user .. '\\t' .. item, tonumber(mark_)
+  local pkey = user .. '\\t' .. item
   if kind == 'i' then
     if history == '\\30' then history = page else page = history end
     local key = user .. '\\t' .. id
-    local deadline = tonumber(ts) + window
-    if redis.call('HEXISTS', win, key) == 0 then
-      local hk = share(user, ts, key, history)
-      redis.call('HSET', win, key, pack({tonumber(off), -1, -1, ts, deadline, item, cat, hk}))
-      redis.call('ZADD', due, deadline, key)
-      redis.call('ZADD', pair, 0, pkey .. '\\t' .. id)
+    local deadline = string.format('%d', tonumber(ts) + window)
+    local hk = share(user, ts, key, history)
+    local value = off .. '\\t-1\\t-1\\t' .. ts .. '\\t' .. deadline .. '\\t' .. item .. '\\t' .. cat ..
+      '\\t' .. hk
+    if redis.call('HSETNX', win, key, value) == 1 then
+      dues[#dues + 1] = deadline
+      dues[#dues + 1] = key
+      pairs_[#pairs_ + 1] = 0
+      pairs_[#pairs_ + 1] = pkey .. '\\t' .. id
       touched[#touched + 1] = key
+    else
+      unshare(hk)
     end
   else
+    if #pairs_ > 0 then  -- the impressions before it, findable
+      bulk('ZADD', pair, pairs_)
+      pairs_ = {}
+    end
     local shown = redis.call('ZRANGEBYLEX', pair, '[' .. pkey .. '\\t', '(' .. pkey .. '\\t\\255')
     if #shown > 0 then
-      local t = tonumber(ts)
+      local t, wm = tonumber(ts), tonumber(mark_)
       local best, bestkey, bestid, hit = nil, nil, nil, false
       for _, m in ipairs(shown) do
         local eid = string.sub(m, #pkey + 2)
@@ -192,22 +232,34 @@ for kind, off, user, id, item, cat, ts, mark_, history in string.gmatch(ARGV[9],
   end
 end
 
+settle()
+if #pairs_ > 0 then bulk('ZADD', pair, pairs_) end
+if #dues > 0 then bulk('ZADD', due, dues) end
 if ARGV[5] ~= '' and ARGV[4] ~= '' then
   local allowed = tonumber(ARGV[5])
   -- forget the closed windows whose retention the committed watermark (as of the batch's
   -- start) has passed: no late click of this batch or a later one can count them
   if mark[1] and mark[1] ~= '' then
-    local forget = '(' .. string.format('%d', tonumber(mark[1]) - allowed)
+    local forget = '(' .. string.format('%d', tonumber(mark[1]) - allowed - retention)
     local gone = redis.call('ZRANGEBYSCORE', done, '-inf', forget)
-    local held, members = values(win, gone), {}
+    local held, members, counts, hks = values(win, gone), {}, {}, {}
     for i, key in ipairs(gone) do
-      if held[i] then
-        local w = parse(held[i])
-        members[#members + 1] = member(key, w)
-        release(w[8])
+      if held[i] then  -- its item and history key; a page's windows go together
+        local item, hk = string.match(held[i], item_and_history)
+        local user, id = string.match(key, '^([^\\t]*)\\t(.*)$')
+        members[#members + 1] = user .. '\\t' .. item .. '\\t' .. id
+        if counts[hk] then counts[hk] = counts[hk] + 1 else counts[hk], hks[#hks + 1] = 1, hk end
       end
     end
     if #gone > 0 then
+      local unheld = {}  -- the histories no window holds any more
+      for _, hk in ipairs(hks) do
+        if redis.call('HINCRBY', refs, hk, -counts[hk]) <= 0 then unheld[#unheld + 1] = hk end
+      end
+      if #unheld > 0 then
+        bulk('HDEL', hist, unheld)
+        bulk('HDEL', refs, unheld)
+      end
       if #members > 0 then bulk('ZREM', pair, members) end
       bulk('HDEL', win, gone)
       redis.call('ZREMRANGEBYSCORE', done, '-inf', forget)
@@ -220,22 +272,24 @@ if ARGV[5] ~= '' and ARGV[4] ~= '' then
     local held, fields, kept = values(win, closing), {}, {}
     local parsed, hks = {}, {}
     for i, value in ipairs(held) do
-      parsed[i] = parse(value)
-      hks[i] = parsed[i][8]
+      parsed[i] = {string.match(value, as_strings)}
+      hks[i] = parsed[i][7]
     end
     local histories = values(hist, hks)
     local said = nil  -- the history key of the decision before: \\30 repeats its history
+    local closed = string.format('%d', last)
     for i, key in ipairs(closing) do
-      local w = parsed[i]
-      w[3] = last
+      local opened, clicked, ts, deadline, item, cat, hk = unpack(parsed[i])
       fields[#fields + 1] = key
-      fields[#fields + 1] = pack(w)
-      kept[#kept + 1] = w[5] + retention
+      fields[#fields + 1] = opened .. '\\t' .. clicked .. '\\t' .. closed .. '\\t' .. ts .. '\\t' ..
+        deadline .. '\\t' .. item .. '\\t' .. cat .. '\\t' .. hk
+      kept[#kept + 1] = deadline
       kept[#kept + 1] = key
       touched[#touched + 1] = key
-      if w[2] < 0 then
-        out[#out + 1] = decision('0', key, w, w[8] == said and '\\30' or histories[i] or '\\28')
-        said = w[8]
+      if clicked == '-1' then
+        out[#out + 1] = '0\\t' .. key .. '\\t' .. item .. '\\t' .. cat .. '\\t' .. ts .. '\\t' ..
+          (hk == said and '\\30' or histories[i] or '\\28')
+        said = hk
       end
     end
     bulk('HSET', win, fields)

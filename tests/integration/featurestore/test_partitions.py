@@ -238,3 +238,39 @@ def test_redis_keeps_a_pages_history_once_and_forgets_it_with_its_last_window(
     store.advance([PartitionBatch(P, epoch, 6, 6, late, ALLOWED)], WINDOW, WINDOW)
     assert redis_client.hlen(hist) == 0
     assert redis_client.hlen(f"{store_config.key_prefix}:refs:{{{P.topic}:{P.partition}}}") == 0
+
+
+def test_an_impression_id_seen_again_opens_no_second_window_and_its_history_goes_with_the_first(
+    store_config: RedisStoreConfig, redis_client: redis.Redis,
+) -> None:
+    store = RedisFeatureStore(store_config, 3)
+    epoch = store.claim({P: 0})[P].epoch
+    history = (("a",), ("c",))
+    page = [JoinInput("impression", k, imp(k, "u", f"i{k}", 0)[1], *history) for k in range(2)]
+    again = JoinInput("impression", 2, imp(0, "u", "i0", 0)[1], *history)  # i0 again, in the page
+    store.advance([PartitionBatch(P, epoch, 0, 2, T0, ALLOWED, (*page, again))], WINDOW, WINDOW)
+    later = JoinInput("impression", 3, imp(1, "u", "i1", 0)[1], *history)  # i1 again, a batch later
+    store.advance([PartitionBatch(P, epoch, 3, 3, T0, ALLOWED, (later,))], WINDOW, WINDOW)
+    refs = f"{store_config.key_prefix}:refs:{{{P.topic}:{P.partition}}}"
+    assert [int(v) for v in redis_client.hvals(refs)] == [2]  # held by the two windows
+    late = T0 + 3 * WINDOW + ALLOWED
+    (closed,) = store.advance([PartitionBatch(P, epoch, 4, 4, late, ALLOWED)], WINDOW, WINDOW)
+    assert sorted(d.event_id for d in closed.decisions) == ["i0", "i1"]
+    store.advance([PartitionBatch(P, epoch, 5, 5, late, ALLOWED)], WINDOW, WINDOW)
+    assert redis_client.hlen(refs) == 0
+    assert redis_client.hlen(f"{store_config.key_prefix}:hist:{{{P.topic}:{P.partition}}}") == 0
+
+
+def test_a_page_whose_first_impression_is_open_already_keeps_its_history_for_the_next(
+    store: FeatureStore,
+) -> None:
+    epoch = store.claim({P: 0})[P].epoch
+    first = JoinInput("impression", 0, imp(0, "u", "i0", 0)[1], ("a",), ("c",))
+    store.advance([PartitionBatch(P, epoch, 0, 0, T0, ALLOWED, (first,))], WINDOW, WINDOW)
+    at = imp(0, "u", "i0", 1)[1]  # a page a minute later, led by i0 again (open already)
+    page = [JoinInput("impression", 1, at, ("b",), ("c",)),
+            JoinInput("impression", 2, imp(2, "u", "i2", 1)[1], ("b",), ("c",))]
+    store.advance([PartitionBatch(P, epoch, 1, 2, at.ts, ALLOWED, tuple(page))], WINDOW, WINDOW)
+    late = T0 + 3 * WINDOW + ALLOWED
+    (closed,) = store.advance([PartitionBatch(P, epoch, 3, 3, late, ALLOWED)], WINDOW, WINDOW)
+    assert sorted((d.event_id, d.items) for d in closed.decisions) == [("i0", ("a",)), ("i2", ("b",))]
