@@ -41,19 +41,15 @@ from pathlib import Path
 from queue import Queue
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from workloads import DEFAULT, label, workload
 
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.runner import BatchReport, ConsumerRunner
-from streamrec.datasets import read_events
-from streamrec.datasets.feed import FeedSpec, generate_feed
-from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.events import Event
 from streamrec.gcsettings import tune_for_batches
 from streamrec.kafka.topics import ensure_topics
 from streamrec.local.launch import local_services
 from streamrec.producer import publish
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "taobao-userbehavior-2h" / "UserBehavior.csv"
 
 
 def bare_consume(bootstrap: str, topic: str, partitions: int, total: int) -> float:
@@ -198,19 +194,10 @@ def scaling(
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=None, help="default: the whole file")
-    parser.add_argument("--data", default=str(DATA) if DATA.exists() else "synthetic")
+    parser.add_argument("--data", default=DEFAULT, help="a UserBehavior file, synthetic or feed")
     args = parser.parse_args()
-    consumer: dict[str, object] = {"stop_when_idle_s": 2.0}
-    if args.data == "feed":  # about 8 events a behaviour; 4 hours of it over 14k users
-        spec = ClickStreamSpec(users=14_000, items=85_000, events=(args.events or 110_300) // 8,
-                               duration_ms=4 * 3_600_000, seed=1)
-        events = generate_feed(FeedSpec(clicks=spec, seed=1)).events[: args.events or 110_300]
-        consumer |= {"labels": "join", "label_window_ms": 600_000, "allowed_lateness_ms": 300_000}
-    elif args.data == "synthetic":
-        spec = ClickStreamSpec(users=66_000, items=85_000, events=args.events or 110_300, seed=1)
-        events = generate_clicks(spec)  # the Taobao slice's shape: many users, few events each
-    else:
-        events = read_events(Path(args.data), limit=args.events)
+    events, settings = workload(args.data, args.events)
+    consumer: dict[str, object] = {"stop_when_idle_s": 2.0, **settings}
     with local_services() as services:
         name = uuid.uuid4().hex[:8]
         sections: dict[str, dict[str, object]] = {
@@ -240,7 +227,7 @@ def main() -> None:
         (one, one_busy), (two, two_busy) = (scaling(sections, events, processes) for processes in (1, 2))
     print(json.dumps({
         "bench": "consumer_throughput",
-        "data": Path(args.data).name if args.data not in ("synthetic", "feed") else args.data,
+        "data": label(args.data),
         "events": stats.events,
         "samples": stats.samples,
         "ceiling_events_per_s": round(ceiling),

@@ -1,0 +1,158 @@
+"""Redis's instructions an event for the consumers' store work, counted by callgrind.
+
+The clock cannot tell a 10% change apart on a shared 2-core machine; an instruction count
+can, and it is the same from run to run. A redis-server runs under ``valgrind
+--tool=callgrind`` and the consumers' sample builder processes the events against it in
+process, in batches of 5,000 over 4 partitions (keyed by user, as the producer does): the
+sequence, first-seen and, in the ``join`` mode, partition scripts, as the consumers call
+them; no broker. Floor, in the same run: the least any store writes for the same events, one
+ZADD to the user's sequence and one HSET of the event's id an event, sent as plain pipelined
+commands to a second such server; ``ratio_to_floor`` is how many times that streamrec spends.
+A server's idle cost (start, a PING, shutdown) is measured too and taken off both.
+
+    .venv/bin/python bench/redis_instructions.py [--events N] [--data PATH|synthetic|feed]
+
+Needs valgrind (``apt-get install valgrind``); 40,000 events take about a minute. Prints one
+JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+from workloads import DEFAULT, label, workload
+
+from streamrec.config import StreamrecConfig
+from streamrec.consumers.runner import make_builder
+from streamrec.events import Event
+from streamrec.featurestore import make_feature_store
+from streamrec.kafka.records import Record
+from streamrec.local.launch import redis_binary
+from streamrec.local.ports import free_port
+
+PARTITIONS = 4
+BATCH = 5_000
+
+
+@contextmanager
+def counted_redis(out: Path) -> Iterator[tuple[str, list[int]]]:
+    """A redis-server under callgrind: its URL, and a list that holds its instruction count
+    once it has shut down."""
+    port = free_port()
+    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", redis_binary(),
+               "--port", str(port), "--save", "", "--appendonly", "no"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise RuntimeError(f"redis-server under valgrind did not start: {command}") from None
+            time.sleep(0.2)
+    count: list[int] = []
+    try:
+        yield f"redis://127.0.0.1:{port}", count
+    finally:
+        try:
+            client.shutdown(nosave=True)
+        except redis.ConnectionError:
+            pass  # the shutdown closes the connection
+        server.wait(timeout=120)
+        found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
+        if found is None:
+            raise RuntimeError(f"no instruction count in {out}")
+        count.append(int(found.group(1)))
+
+
+def records(events: list[Event]) -> list[Record]:
+    """The events as the consumers read them: keyed by user over the partitions, in order."""
+    offsets = [0] * PARTITIONS
+    out = []
+    for event in events:
+        partition = zlib.crc32(event.user_id.encode()) % PARTITIONS
+        out.append(Record(event.to_json(), offsets[partition], partition=partition,
+                          key=event.user_id.encode(), timestamp=event.ts))
+        offsets[partition] += 1
+    return out
+
+
+def streamrec_work(url: str, events: list[Event], consumer: dict[str, object]) -> int:
+    """The sample builder's batches against the store at ``url``; the samples it made."""
+    cfg = StreamrecConfig.model_validate({
+        "store": {"url": url, "key_prefix": f"bench-{uuid.uuid4().hex[:8]}"}, "consumer": consumer,
+    })
+    builder = make_builder(cfg, make_feature_store(cfg))
+    batch = records(events)
+    now_ms = max(e.ts for e in events)  # recorded events: no clock check applies
+    samples = 0
+    for start in range(0, len(batch), BATCH):
+        result = builder.process(batch[start : start + BATCH], now_ms=now_ms)
+        builder.commit(result)
+        samples += len(result.samples)
+    return samples
+
+
+def floor_work(url: str, events: list[Event]) -> None:
+    """One ZADD and one HSET an event, pipelined, in the same batches."""
+    client = redis.Redis.from_url(url)
+    for start in range(0, len(events), BATCH):
+        pipe = client.pipeline(transaction=False)
+        for e in events[start : start + BATCH]:
+            pipe.zadd(f"seq:{{{e.user_id}}}", {f"{e.event_id}\t{e.item_id}": e.ts})
+            pipe.hset(f"ids:{{{e.user_id}}}", e.event_id, e.ts)
+        pipe.execute()
+
+
+def instructions(work: Callable[[str], object], folder: Path, name: str) -> tuple[int, object]:
+    """Redis's instructions for ``work(url)`` on a fresh server, and what ``work`` returned."""
+    with counted_redis(folder / name) as (url, count):
+        returned = work(url)
+    return count[0], returned
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=40_000)
+    parser.add_argument("--data", default=DEFAULT, help="a UserBehavior file, synthetic or feed")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("needs valgrind on PATH: apt-get install valgrind")
+    events, consumer = workload(args.data, args.events)
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        idle, _ = instructions(lambda url: None, tmp, "idle")
+        ours, samples = instructions(lambda url: streamrec_work(url, events, consumer), tmp, "streamrec")
+        floor, _ = instructions(lambda url: floor_work(url, events), tmp, "floor")
+    ours_per_event = (ours - idle) / len(events)
+    floor_per_event = (floor - idle) / len(events)
+    print(json.dumps({
+        "bench": "redis_instructions",
+        "data": label(args.data),
+        "events": len(events),
+        "samples": samples,
+        "redis_instructions_per_event": round(ours_per_event),
+        "floor_instructions_per_event": round(floor_per_event),
+        "ratio_to_floor": round(ours_per_event / floor_per_event, 3),
+        "idle_instructions": idle,
+    }))
+
+
+if __name__ == "__main__":
+    main()
