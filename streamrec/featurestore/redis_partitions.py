@@ -43,9 +43,10 @@ return {epoch, newest or ''}
 # KEYS: part, win, hist, refs, pair, due, done, jrn. ARGV: epoch, first, last, newest ('' for none),
 # allowed_ms ('' for no join: nothing closes), window_ms, retention_ms, ttl_ms, then the
 # inputs, one line each:
-# ``kind \x1f offset \x1f user \x1f event_id \x1f item \x1f category \x1f ts \x1f watermark
-# \x1f history \n`` with kind i (impression), c (click) or l (late click, with the watermark
-# it was judged late by); an impression's history ``\x1e`` is that of the impression before
+# ``kind \x1f offset \x1f user \x1f event_id \x1f item \x1f category \x1f ts \x1f at
+# \x1f history \n`` with kind i (impression, ``at`` its window's deadline, ts + window_ms: Lua
+# turns a 13-digit number into a string slowly), c (click) or l (late click, ``at`` the
+# watermark it was judged late by); an impression's history ``\x1e`` is that of the impression before
 # (a page's impressions share one). Returns a flat list: ``a<offset>`` for a click that took
 # or hit an open window, ``<label> \t user \t event_id \t item \t category \t ts \t history``
 # for each decision (``\x1e``: the history of the decision before), and last the late labels
@@ -59,7 +60,7 @@ if epoch ~= ARGV[1] then
   return redis.error_reply('FENCED epoch ' .. tostring(epoch) .. ' of ' .. part .. ', ours ' .. ARGV[1])
 end
 local first, last = tonumber(ARGV[2]), tonumber(ARGV[3])
-local window, retention = tonumber(ARGV[6]), tonumber(ARGV[7])
+local retention = tonumber(ARGV[7])  -- ARGV[6], window_ms, is in each impression's deadline
 
 local function parse(v)  -- opened, clicked, closed, ts, deadline, item, category, history key
   local o, c, x, ts, d, item, cat, hk = string.match(v,
@@ -176,12 +177,12 @@ local text, num = '([^\\31]*)\\31', '(%-?%d+)\\31'
 local line = '([icl])\\31' .. num .. text .. text .. text .. text .. num .. num .. '([^\\n]*)\\n'
 local page = nil  -- the history of the impression before: \\30 repeats it
 local dues, pairs_ = {}, {}  -- the windows opened, added to due and pair in bulk
-for kind, off, user, id, item, cat, ts, mark_, history in string.gmatch(ARGV[9], line) do
+for kind, off, user, id, item, cat, ts, at, history in string.gmatch(ARGV[9], line) do
   local pkey = user .. '\\t' .. item
   if kind == 'i' then
     if history == '\\30' then history = page else page = history end
     local key = user .. '\\t' .. id
-    local deadline = string.format('%d', tonumber(ts) + window)
+    local deadline = at  -- ts + window
     local hk = share(user, ts, key, history)
     local value = off .. '\\t-1\\t-1\\t' .. ts .. '\\t' .. deadline .. '\\t' .. item .. '\\t' .. cat ..
       '\\t' .. hk
@@ -201,7 +202,7 @@ for kind, off, user, id, item, cat, ts, mark_, history in string.gmatch(ARGV[9],
     end
     local shown = redis.call('ZRANGEBYLEX', pair, '[' .. pkey .. '\\t', '(' .. pkey .. '\\t\\255')
     if #shown > 0 then
-      local t, wm = tonumber(ts), tonumber(mark_)
+      local t, wm = tonumber(ts), tonumber(at)
       local best, bestkey, bestid, hit = nil, nil, nil, false
       for _, m in ipairs(shown) do
         local eid = string.sub(m, #pkey + 2)
@@ -335,7 +336,7 @@ def advance_args(
             else:
                 history = "\x1d".join(item.items) + "\x1c" + "\x1d".join(item.categories)
             before = item
-        lines.append(_line(item, history))
+        lines.append(_line(item, history, window_ms))
     inputs = "".join(lines)
     return (batch.epoch, batch.first, batch.last, newest, allowed, window_ms, retention_ms, ttl_ms, inputs)
 
@@ -343,10 +344,11 @@ def advance_args(
 _KINDS = {"impression": "i", "click": "c", "late_click": "l"}
 
 
-def _line(item: JoinInput, history: str) -> str:
+def _line(item: JoinInput, history: str, window_ms: int) -> str:
     e = item.event
+    at = e.ts + window_ms if item.kind == "impression" else item.watermark
     return (f"{_KINDS[item.kind]}\x1f{item.offset}\x1f{e.user_id}\x1f{e.event_id}\x1f{e.item_id}"
-            f"\x1f{e.category_id}\x1f{e.ts}\x1f{item.watermark}\x1f{history}\n")
+            f"\x1f{e.category_id}\x1f{e.ts}\x1f{at}\x1f{history}\n")
 
 
 def parse_advance(reply: Sequence[str]) -> PartitionOutcome:
