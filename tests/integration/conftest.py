@@ -21,6 +21,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
 from streamrec.errors import ServiceError
+from streamrec.kafka import transactions
+from streamrec.kafka.clients import make_producer
 from streamrec.kafka.topics import create_topics
 from streamrec.local.launch import (
     LocalServices,
@@ -145,6 +147,20 @@ def read_committed(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) 
 def topic_reader(bootstrap_servers: str) -> Callable[[str], list[Message]]:
     """``read(topic)``: all committed records of a topic on the session broker."""
     return lambda topic: read_committed(bootstrap_servers, topic)
+
+
+@pytest.fixture
+def aborts_unsent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The consumers' transactions keep their records queued in the producer until the commit
+    (``linger.ms`` 5 s; a commit flushes at once), so an injected abort drops them unsent.
+
+    The embedded broker hands ``read_committed`` readers the records of an aborted transaction
+    that reached it, which Apache Kafka filters out (README, ``kafka/test_embedded_broker.py``):
+    a crash test on it checks the consumers' side (the abort, the redo, Redis's idempotence,
+    the offsets) only when the aborted records were never sent."""
+    monkeypatch.setattr(
+        transactions, "make_producer", lambda kcfg, **kw: make_producer(kcfg, **kw, **{"linger.ms": 5_000})
+    )
 
 
 @pytest.fixture

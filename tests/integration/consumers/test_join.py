@@ -57,6 +57,7 @@ def assert_labelled_exactly_once(feed: Feed, samples: list[dict[str, object]]) -
 def test_a_crash_mid_batch_changes_no_label(
     point: str, kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
     topic_reader, monkeypatch: pytest.MonkeyPatch,
+    aborts_unsent: None,
 ) -> None:
     feed, events = feed_log()
     assert feed.late_clicks

@@ -103,6 +103,7 @@ def test_malformed_events_go_to_the_dlq_and_valid_ones_are_all_processed(
 def test_a_crash_mid_batch_loses_and_duplicates_nothing(
     point: str, kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
     events: list[Event], topic_reader, monkeypatch: pytest.MonkeyPatch,
+    aborts_unsent: None,
 ) -> None:
     cfg = config(kafka_config, store_config, unique_name)
     send(kafka_config, events)
