@@ -70,7 +70,7 @@ def abort_the_late_batch_once(runner: ConsumerRunner) -> list[int]:
 @pytest.mark.parametrize("policy", ["dead_letter", "sequence_only"])
 def test_a_late_event_is_judged_once_and_the_same_in_a_redone_batch(
     policy: str, kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
-    topic_reader,
+    topic_reader, aborts_unsent: None,
 ) -> None:
     events, late, slightly = stream()
     produce(kafka_config, events)
