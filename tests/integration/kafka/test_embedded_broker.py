@@ -5,52 +5,40 @@ The consumers rely on the second: a batch's transaction opens only once Redis ha
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from confluent_kafka import Message, Producer
+from confluent_kafka import Producer
 
 from streamrec.kafka.topics import TopicSpec, create_topics
+from tests.integration.conftest import read_committed
 
 
-def transactional(bootstrap_servers: str, unique_name: str, linger_ms: int) -> Producer:
+def abort_then_commit(bootstrap_servers: str, topic: str, *, sent: bool) -> list[bytes]:
+    """One transaction aborted (its record sent to the broker first, or still queued), then
+    one committed; what a ``read_committed`` reader reads of the topic."""
+    create_topics(bootstrap_servers, {topic: TopicSpec(1)})
     producer = Producer({
-        "bootstrap.servers": bootstrap_servers, "transactional.id": f"t-{unique_name}-{linger_ms}",
-        "linger.ms": linger_ms,
+        "bootstrap.servers": bootstrap_servers, "transactional.id": f"t-{topic}",
+        "linger.ms": 0 if sent else 30_000,  # 30 s: queued until a flush or a commit
     })
     producer.init_transactions(30)
-    return producer
-
-
-def values(records: list[Message]) -> list[bytes]:
-    return [r.value() or b"" for r in records]
+    producer.begin_transaction()
+    producer.produce(topic, b"aborted")
+    if sent:
+        assert producer.flush(10) == 0  # on the broker
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"committed")
+    producer.commit_transaction(30)
+    return [r.value() or b"" for r in read_committed(bootstrap_servers, topic)]
 
 
 def test_records_of_an_aborted_transaction_that_reached_the_broker_are_read_committed(
-    bootstrap_servers: str, unique_name: str, topic_reader: Callable[[str], list[Message]],
+    bootstrap_servers: str, unique_name: str,
 ) -> None:
-    topic = f"aborted-{unique_name}"
-    create_topics(bootstrap_servers, {topic: TopicSpec(1)})
-    producer = transactional(bootstrap_servers, unique_name, linger_ms=0)
-    producer.begin_transaction()
-    producer.produce(topic, b"sent, then aborted")
-    assert producer.flush(10) == 0  # on the broker
-    producer.abort_transaction(30)
-    producer.begin_transaction()
-    producer.produce(topic, b"committed")
-    producer.commit_transaction(30)
-    assert values(topic_reader(topic)) == [b"sent, then aborted", b"committed"]  # Kafka: [b"committed"]
+    read = abort_then_commit(bootstrap_servers, f"aborted-{unique_name}", sent=True)
+    assert read == [b"aborted", b"committed"]  # Apache Kafka: [b"committed"]
 
 
 def test_records_aborted_before_they_were_sent_never_reach_the_broker(
-    bootstrap_servers: str, unique_name: str, topic_reader: Callable[[str], list[Message]],
+    bootstrap_servers: str, unique_name: str,
 ) -> None:
-    topic = f"unsent-{unique_name}"
-    create_topics(bootstrap_servers, {topic: TopicSpec(1)})
-    producer = transactional(bootstrap_servers, unique_name, linger_ms=30_000)
-    producer.begin_transaction()
-    producer.produce(topic, b"queued, then aborted")
-    producer.abort_transaction(30)
-    producer.begin_transaction()
-    producer.produce(topic, b"committed")
-    producer.commit_transaction(30)
-    assert values(topic_reader(topic)) == [b"committed"]
+    assert abort_then_commit(bootstrap_servers, f"unsent-{unique_name}", sent=False) == [b"committed"]
