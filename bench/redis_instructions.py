@@ -1,9 +1,9 @@
 """Redis's instructions an event for the consumers' store work, counted by callgrind.
 
 The clock cannot tell a 10% change apart on a shared 2-core machine; an instruction count
-can, and it is the same from run to run. A redis-server runs under ``valgrind
---tool=callgrind`` and the consumers' sample builder processes the events against it in
-process, in batches of 5,000 over 4 partitions (keyed by user, as the producer does): the
+can: it varies by 0.3% between runs (Redis seeds its hash tables at random). A redis-server
+runs under ``valgrind --tool=callgrind`` and the consumers' sample builder processes the
+events against it in process, in batches of 5,000 over 4 partitions (keyed by user, as the producer does): the
 sequence, first-seen and, in the ``join`` mode, partition scripts, as the consumers call
 them; no broker. Floor, in the same run: the least any store writes for the same events, one
 ZADD to the user's sequence and one HSET of the event's id an event, sent as plain pipelined
@@ -22,10 +22,8 @@ import argparse
 import json
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
@@ -40,7 +38,7 @@ from streamrec.consumers.runner import make_builder
 from streamrec.events import Event
 from streamrec.featurestore import make_feature_store
 from streamrec.kafka.records import Record
-from streamrec.local.launch import redis_binary
+from streamrec.local.launch import start_redis
 from streamrec.local.ports import free_port
 
 PARTITIONS = 4
@@ -48,37 +46,24 @@ BATCH = 5_000
 
 
 @contextmanager
-def counted_redis(out: Path) -> Iterator[tuple[str, list[int]]]:
+def counted_redis(folder: Path, name: str) -> Iterator[tuple[str, list[int]]]:
     """A redis-server under callgrind: its URL, and a list that holds its instruction count
-    once it has shut down."""
+    once it has stopped."""
+    out = folder / f"{name}.callgrind"
     port = free_port()
-    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", redis_binary(),
-               "--port", str(port), "--save", "", "--appendonly", "no"]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                raise RuntimeError(f"redis-server under valgrind did not start: {command}") from None
-            time.sleep(0.2)
+    server = start_redis(
+        "127.0.0.1", port, folder, timeout_s=120.0,
+        wrapper=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"],
+    )
     count: list[int] = []
     try:
         yield f"redis://127.0.0.1:{port}", count
     finally:
-        try:
-            client.shutdown(nosave=True)
-        except redis.ConnectionError:
-            pass  # the shutdown closes the connection
-        server.wait(timeout=120)
-        found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
-        if found is None:
-            raise RuntimeError(f"no instruction count in {out}")
-        count.append(int(found.group(1)))
+        server.stop(timeout_s=120.0)  # callgrind writes its count as redis-server exits
+    found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
+    if found is None:
+        raise RuntimeError(f"no instruction count in {out}")
+    count.append(int(found.group(1)))
 
 
 def records(events: list[Event]) -> list[Record]:
@@ -122,7 +107,7 @@ def floor_work(url: str, events: list[Event]) -> None:
 
 def instructions(work: Callable[[str], object], folder: Path, name: str) -> tuple[int, object]:
     """Redis's instructions for ``work(url)`` on a fresh server, and what ``work`` returned."""
-    with counted_redis(folder / name) as (url, count):
+    with counted_redis(folder, name) as (url, count):
         returned = work(url)
     return count[0], returned
 

@@ -178,18 +178,20 @@ def start_redis(
     detached: bool = False,
     data_dir: Path | None = None,
     extra_args: Sequence[str] = (),
+    wrapper: Sequence[str] = (),
 ) -> ManagedProcess:
     """Start a redis-server on ``host:port`` and wait until it answers PING.
 
     It keeps nothing unless ``data_dir`` is given (an append-only file there, created if
     missing). Its log is ``state_dir/redis.log``; errors as for ``start_broker``.
-    ``extra_args`` go to redis-server as they are (e.g. cluster mode).
+    ``extra_args`` go to redis-server as they are (e.g. cluster mode); ``wrapper`` runs it
+    (e.g. under valgrind).
     """
     state_dir = Path(state_dir).resolve()
     if data_dir is not None:
         data_dir = Path(data_dir).resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [*redis_command(redis_binary(), host, port, state_dir, data_dir), *extra_args]
+    cmd = [*wrapper, *redis_command(redis_binary(), host, port, state_dir, data_dir), *extra_args]
     return _start(REDIS, cmd, host, port, state_dir, timeout_s, detached)
 
 
