@@ -134,11 +134,11 @@ class BatchSink:
         """Send and flush; raise if anything failed."""
         kcfg, producer, report = self._cfg.kafka, self._producer, self._delivered
         key, user = b"", None
-        for sample in result.samples:
+        for sample, value in zip(result.samples, result.values, strict=True):
             if sample.user_id is not user:  # an event's samples come together: one key
                 user = sample.user_id
                 key = user.encode()
-            produce(producer, kcfg.samples_topic, sample.to_json(), key=key, timestamp_ms=sample.ts,
+            produce(producer, kcfg.samples_topic, value, key=key, timestamp_ms=sample.ts,
                     on_delivery=report)
         limit = self._cfg.consumer.dead_letter_max_bytes
         for letter in result.dead:

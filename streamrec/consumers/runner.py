@@ -186,11 +186,10 @@ class ConsumerRunner:
         kcfg = self._cfg.kafka
         topic, send = kcfg.samples_topic, producer.produce
         key, user = b"", None
-        for sample in result.samples:
+        for sample, value in zip(result.samples, result.values, strict=True):
             if sample.user_id is not user:  # an event's samples come together: one key
                 user = sample.user_id
                 key = user.encode()
-            value = sample.to_json()
             try:  # the common case without the helper's call: ~2 us a sample
                 send(topic, value, key, timestamp=sample.ts)
             except BufferError:

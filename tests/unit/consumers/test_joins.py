@@ -103,6 +103,7 @@ def run(builder_: SampleBuilder, recs: list[Record], rng: random.Random | None) 
         result = builder_.process(recs[at:end], now_ms=NOW)
         builder_.commit(result)
         samples += result.samples
+        assert result.values == [s.to_json() for s in result.samples]  # decided ones included
         late_labels += result.late_labels
         at = end
     return samples, late_labels

@@ -157,6 +157,7 @@ def test_fuzz_resends_reuses_and_aborted_batches_never_double_a_sample() -> None
             result = fuzzed.process(records[start:end], now_ms=T0 + 10**7)  # the first aborted
         fuzzed.commit(result)
         emitted += result.samples
+        assert result.values == [s.to_json() for s in result.samples]  # what the runners send
         start = end
     ids = [s.sample_id for s in emitted]
     assert len(ids) == len(set(ids))
