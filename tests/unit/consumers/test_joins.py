@@ -53,6 +53,19 @@ def test_a_clicked_impression_is_a_positive_with_its_history_and_the_click_makes
     ]
 
 
+def test_a_taken_click_draws_no_negatives() -> None:
+    """A click the join takes makes no sample of its own: no positive, no negatives, and no
+    count of negatives it could not draw."""
+    b = builder(negatives=1)
+    # the pools hold only the clicks' own items, each in its click's history or the click's
+    # own: neither click can draw a negative
+    result = b.process(records([ev("s1", "a", 0), ev("k", "a", 1, "click"), ev("k2", "q", 2, "click")]),
+                       now_ms=NOW)
+    assert [(s.sample_id, s.label) for s in result.samples] == [("k2", 1), ("s1", 1)]
+    assert result.values == [s.to_json() for s in result.samples]
+    assert result.sampler.short == 1  # k2's only
+
+
 def test_an_unclicked_impression_becomes_a_negative_when_the_watermark_passes_its_window() -> None:
     b = builder(negatives=0)
     first = b.process(records([ev("s1", "a", 0), ev("s2", "b", 0)]), now_ms=NOW)
