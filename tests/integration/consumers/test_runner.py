@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import orjson
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Producer
 
 from streamrec import faults
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
@@ -97,6 +97,10 @@ def test_malformed_events_go_to_the_dlq_and_valid_ones_are_all_processed(
     ids = [orjson.loads(m.value())["sample_id"] for m in samples]
     assert len(set(ids)) == len(ids)
     assert sum("~n" not in i for i in ids) == positives
+    for record in samples:  # keyed by user, stamped with the event time
+        sample = orjson.loads(record.value())
+        assert record.key() == sample["user_id"].encode()
+        assert record.timestamp() == (TIMESTAMP_CREATE_TIME, sample["ts"])
 
 
 @pytest.mark.parametrize("point", ["consumer.after_store", "consumer.before_commit"])
