@@ -28,7 +28,7 @@ from streamrec.events import Event, parse_event
 from streamrec.featurestore.base import Answer, Arrival, FeatureStore, History, Verdict
 from streamrec.featurestore.partitions import PartitionOutcome
 from streamrec.kafka.records import KafkaMessage, Partition, offset_spans, partition_of
-from streamrec.samples import Sample
+from streamrec.samples import Sample, encode_sample
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class SampleBuilder:
         for outcome in outcomes:
             decided = decided_samples(outcome.decisions)
             samples += decided
-            values += [sample.to_json() for sample in decided]
+            values += map(encode_sample, decided)
         late_dropped = len(judged) - len(kept)
         return BatchResult(
             len(events), sampler, samples, dead, duplicates,
@@ -203,7 +203,8 @@ class SampleBuilder:
             else:
                 reason = late_reason(item.event.ts, item.behind, item.key, allowed)
                 dead.append(DeadLetter.of(item.msg, reason))
-        kept.sort(key=lambda i: judged[i].event.ts)
+        times = [item.event.ts for item in judged]
+        kept.sort(key=times.__getitem__)
         return kept
 
     def _build(
@@ -343,7 +344,7 @@ class SampleBuilder:
             sample = Sample(event_id, user_id, ts, event.item_id, event.category_id, event.label,
                             items, categories)
             out.append(sample)
-            values.append(sample.to_json())
+            values.append(encode_sample(sample))
             return
         made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories)]
         negatives = sampler.draw(
@@ -356,4 +357,4 @@ class SampleBuilder:
         for k, (item, category) in enumerate(negatives):
             made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories))
         out += made
-        values += [sample.to_json() for sample in made]
+        values += map(encode_sample, made)

@@ -116,9 +116,9 @@ class Verdict(IntEnum):
     CONFLICT = 2  # the id already arrived with other content: the event is dead-lettered
 
 
-class Arrival(msgspec.Struct, frozen=True):
-    """An event as it reaches the store (a frozen msgspec struct, as :class:`Event`: one per
-    record).
+class Arrival(msgspec.Struct, frozen=True, gc=False):
+    """An event as it reaches the store (a frozen msgspec struct, untracked by the garbage
+    collector, as :class:`Event`: one per record).
 
     ``origin`` names the record it came in (``partition:offset``): the same record read again
     is a redo, the same content from another record a duplicate. ``wants_history`` asks for
