@@ -647,19 +647,28 @@ def _event_line(arrival: Arrival) -> str:
 
 def _history(answer: str) -> History:
     """The history in an accepted event's answer: ``0``, then ``member \\t score`` newest
-    first, all joined by tabs. Reversed, each entry reads ``score action category item id``."""
+    first, all joined by tabs: each entry reads ``id item category action score``, the first
+    id after the ``0``.
+
+    The split makes a string of every field, a few microseconds for a full history and most
+    of a consumer's time an event then; the answer is not copied first, nor the fields
+    reversed, only the items and categories a sample carries."""
     if len(answer) == 1:
         return _EMPTY
-    fields = answer[1:].split("\t")
-    fields.reverse()
+    fields = answer.split("\t")
+    items, categories = fields[1::5], fields[2::5]
+    items.reverse()
+    categories.reverse()
 
     def make() -> list[Behaviour]:
+        ids = fields[0::5]
+        ids[0] = ids[0][1:]  # the answer's code before the first id
         return [
-            Behaviour(int(fields[k]), fields[k + 4], fields[k + 3], fields[k + 2], fields[k + 1])
-            for k in range(0, len(fields), 5)
+            Behaviour(int(fields[k + 4]), ids[k // 5], fields[k + 1], fields[k + 2], fields[k + 3])
+            for k in range(len(fields) - 5, -1, -5)
         ]
 
-    return History(tuple(fields[3::5]), tuple(fields[2::5]), make)
+    return History(tuple(items), tuple(categories), make)
 
 
 _EMPTY = History((), (), list)

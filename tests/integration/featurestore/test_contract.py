@@ -14,6 +14,7 @@ from streamrec.errors import FeatureStoreError, FeatureStoreLost, FeatureStoreUn
 from streamrec.events import Event
 from streamrec.featurestore import (
     Arrival,
+    Behaviour,
     FeatureStore,
     History,
     MemoryFeatureStore,
@@ -65,6 +66,14 @@ def test_history_is_strictly_earlier_latest_first_capped(store: FeatureStore) ->
     assert [items(histories[i]) for i in (0, 2, 5)] == [[], ["i0", "i1"], ["i2", "i3", "i4"]]
     assert [histories[i] for i in (1, 3, 4)] == [None, None, None]  # not asked for
     assert [b.event_id for b in store.sequence("u")] == ["e003", "e004", "e005"]
+
+
+def test_a_history_holds_each_behaviour_whole_oldest_first(store: FeatureStore) -> None:
+    events = [ev(i) for i in range(4)]
+    history = update(store, events, [events[3]]).histories[3]
+    assert history is not None
+    assert history.behaviours() == [Behaviour.of(e) for e in events[:3]]  # ids, times, actions
+    assert history.items == ("i0", "i1", "i2") and history.categories == ("c0", "c1", "c0")
 
 
 def test_equal_times_are_excluded_and_ordered_by_event_id(store: FeatureStore) -> None:
