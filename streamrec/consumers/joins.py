@@ -9,7 +9,8 @@ counted as a late label. Inputs go in offset order, so where a batch ends change
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from streamrec.consumers.lateness import Watermarks
 from streamrec.events import Event
@@ -19,12 +20,13 @@ from streamrec.kafka.records import KafkaMessage, Partition
 from streamrec.samples import Sample
 
 
-@dataclass(slots=True)
-class Judged:
+class Judged(msgspec.Struct, gc=False):
     """A valid event of the batch, from partition ``key``, as it is judged: ``behind`` is how
     far behind its partition's newest event time it was when late (else None); ``accepted``
     whether the store took it (a dead-lettered late event never reaches it), and ``history``
-    what the store read for it."""
+    what the store read for it. A msgspec struct, made in C (a dataclass's ``__init__`` is a
+    Python call, one an event); untracked by the garbage collector, as nothing it holds can
+    refer back to it."""
 
     event: Event
     msg: KafkaMessage

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.joins import JoinRule, Judged, decided_samples
@@ -62,8 +63,13 @@ class BatchResult:
     values: list[bytes] = field(default_factory=list, repr=False)
 
 
-#: A batch's records parsed: valid events with their records, and dead letters with reasons.
-Parsed = tuple[list[tuple[Event, KafkaMessage]], list[DeadLetter]]
+class Parsed(NamedTuple):
+    """A batch's records parsed: valid events with their records and partitions, dead letters
+    with reasons, and the offsets the records span in each partition."""
+
+    events: list[tuple[Event, KafkaMessage, Partition]]
+    dead: list[DeadLetter]
+    spans: dict[Partition, tuple[int, int]]
 
 
 def late_reason(ts: int, behind_ms: int, key: Partition, allowed_ms: int) -> str:
@@ -109,9 +115,10 @@ class SampleBuilder:
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
         """Split records into valid events (with their records) and dead letters (with reasons):
         pure, so it may run ahead of the batch's turn."""
-        events: list[tuple[Event, KafkaMessage]] = []
+        events: list[tuple[Event, KafkaMessage, Partition]] = []
         dead: list[DeadLetter] = []
-        for msg in records:
+        keys = [partition_of(msg) for msg in records]
+        for msg, key in zip(records, keys, strict=True):
             try:
                 event = parse_event(
                     msg.value(),
@@ -122,8 +129,8 @@ class SampleBuilder:
             except InvalidEvent as exc:
                 dead.append(DeadLetter.of(msg, str(exc)))
             else:
-                events.append((event, msg))
-        return events, dead
+                events.append((event, msg, key))
+        return Parsed(events, dead, offset_spans(records, keys))
 
     def stores(self, event: Event) -> bool:
         """Whether the event enters its user's sequence: a join-mode impression, labelled or
@@ -156,8 +163,8 @@ class SampleBuilder:
         if parsed is None:
             now_ms = int(time.time() * 1000) if now_ms is None else now_ms
             parsed = self.parse(records, now_ms)
-        events, dead = parsed[0], list(parsed[1])  # a redo starts from the same dead letters
-        spans = offset_spans(records)
+        events, spans = parsed.events, parsed.spans
+        dead = list(parsed.dead)  # a redo starts from the same dead letters
         self._claim(spans)
         watermarks = self.watermarks.copy()
         judged, mismatches = self._judge(events, watermarks)
@@ -294,15 +301,14 @@ class SampleBuilder:
         self.watermarks = Watermarks(self._cfg.allowed_lateness_ms)
 
     def _judge(
-        self, parsed: list[tuple[Event, KafkaMessage]], watermarks: Watermarks
+        self, parsed: list[tuple[Event, KafkaMessage, Partition]], watermarks: Watermarks
     ) -> tuple[list[Judged], int]:
         """Judge each event against its partition's watermark, in the order its partition
         delivered it, and count the record timestamps that are off."""
         judged: list[Judged] = []
         mismatches = 0
         tolerance = self._tolerance_ms
-        for event, msg in parsed:
-            key = partition_of(msg)
+        for event, msg, key in parsed:
             stamp = msg.timestamp()[1]
             if stamp > 0 and abs(stamp - event.ts) > tolerance:  # 0: an in-memory record, unstamped
                 mismatches += 1

@@ -68,12 +68,13 @@ def rebuild_store(
         reading = _assign_everything(consumer, cfg.kafka.events_topic)
         while reading:  # until every partition has reached its end
             records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading)]
-            events, dead = builder.parse(records, now_ms=int(time.time() * 1000))
+            parsed = builder.parse(records, now_ms=int(time.time() * 1000))
             store.update([
-                Arrival(e, f"{m.partition()}:{m.offset()}", stored=builder.stores(e)) for e, m in events
+                Arrival(e, f"{key.partition}:{m.offset()}", stored=builder.stores(e))
+                for e, m, key in parsed.events
             ]).all()  # every answer read: the batch is in the store
-            stats.events += len(events)
-            stats.invalid += len(dead)
+            stats.events += len(parsed.events)
+            stats.invalid += len(parsed.dead)
     finally:
         consumer.close()
     store.reset_marker()

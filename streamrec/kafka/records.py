@@ -64,12 +64,14 @@ def partition_of(msg: KafkaMessage) -> Partition:
 _PARTITIONS: dict[tuple[str | None, int | None], Partition] = {}  # as many as partitions read
 
 
-def offset_spans(records: Sequence[KafkaMessage]) -> dict[Partition, tuple[int, int]]:
-    """The first and last offset of the records of each partition."""
+def offset_spans(
+    records: Sequence[KafkaMessage], keys: Sequence[Partition] | None = None
+) -> dict[Partition, tuple[int, int]]:
+    """The first and last offset of the records of each partition (``keys``: each record's
+    :func:`partition_of`, when known already)."""
     spans: dict[Partition, list[int]] = {}
-    for msg in records:
+    for msg, key in zip(records, keys or map(partition_of, records), strict=True):
         offset = msg.offset() or 0
-        key = partition_of(msg)
         span = spans.get(key)
         if span is None:
             spans[key] = [offset, offset]
