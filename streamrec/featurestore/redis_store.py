@@ -424,8 +424,9 @@ class RedisFeatureStore(FeatureStore):
     def _item_commands(
         self, sha: str, earliest: dict[str, int], calls: list[list[str]]
     ) -> Iterator[tuple[Any, ...]]:
+        prefix = self._prefix
         for items in calls:
-            keys = [self.item_key(item) for item in items]
+            keys = [f"{prefix}:item:{{{item}}}" for item in items]  # item_key(), a call an item less
             times = [earliest[item] for item in items]
             yield ("EVALSHA", sha, len(keys), *keys, self._ttl_ms, *times)
 
