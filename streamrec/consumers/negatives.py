@@ -20,6 +20,7 @@ from collections.abc import Collection
 
 # Draws per negative before giving up on a pool that is nearly all excluded items.
 _MAX_TRIES = 8
+_crc32 = zlib.crc32
 _DRAWS = [str(j).encode() for j in range(64)]  # draw numbers as the crc reads them
 
 #: One pooled event: (ts, item, category, the item's first-seen time).
@@ -111,29 +112,27 @@ class NoveltyMatchedSampler:
 
         ``key`` (the event id) seeds the draw, so the same pools give the same negatives.
         """
-        if k == 0:
-            return []
         pool = self._debuts if new else self._recent
         entries, head = pool.entries, pool.head
         size = len(entries) - head
+        chosen: list[tuple[str, str]] = []
+        if not (k and size):
+            self.short += k
+            return chosen
         # Draw j picks index crc32(seed:key:j) mod pool size: deterministic per event and
         # ~20x cheaper than seeding a numpy generator per event (the crc of the prefix is
         # carried into each draw's: the same value, without joining bytes).
-        base = zlib.crc32(f"{self._seed}:{key}:".encode())
-        chosen: list[tuple[str, str]] = []
-        taken: set[str] = set()  # ``exclude`` is only asked, never copied: it may be a history
+        base = _crc32(f"{self._seed}:{key}:".encode())
+        taken: list[str] = []  # k is small: a list asks faster than a set is made
         novel_after = ts - self.novelty_ms  # is_new(), inlined
         draw = 0
         for _ in range(k):
             for _ in range(_MAX_TRIES):
-                if not size:
-                    break
                 digits = _DRAWS[draw] if draw < len(_DRAWS) else str(draw).encode()
-                pick = zlib.crc32(digits, base) % size
+                _, item, category, first_seen = entries[head + _crc32(digits, base) % size]
                 draw += 1
-                _, item, category, first_seen = entries[head + pick]
-                if item not in taken and item not in exclude and (first_seen > novel_after) == new:
-                    taken.add(item)
+                if (first_seen > novel_after) == new and item not in exclude and item not in taken:
+                    taken.append(item)
                     chosen.append((item, category))
                     break
         self.short += k - len(chosen)
