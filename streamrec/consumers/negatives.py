@@ -53,20 +53,25 @@ class _Pool:
         head = self.head + (len(entries) - self.head > self.size)
         while entries[head][0] < horizon:  # stops at the entry at the latest
             head += 1
-        self._move(head)
+        if head > self.size:
+            self._drop(head)
+        else:  # the common case without a call: one an event, or two
+            self.head = head
 
     def evict(self, horizon: int) -> None:
         """Drop the oldest entries while they are older than ``horizon``."""
         entries, head, end = self.entries, self.head, len(self.entries)
         while head < end and entries[head][0] < horizon:
             head += 1
-        self._move(head)
+        if head > self.size:
+            self._drop(head)
+        else:
+            self.head = head
 
-    def _move(self, head: int) -> None:
-        if head > self.size:  # as many dropped as may live: free them (amortised O(1))
-            del self.entries[:head]
-            head = 0
-        self.head = head
+    def _drop(self, head: int) -> None:
+        """As many dropped as may live: free them (amortised O(1))."""
+        del self.entries[:head]
+        self.head = 0
 
 
 class NoveltyMatchedSampler:
@@ -96,10 +101,11 @@ class NoveltyMatchedSampler:
         """Add one event's item to the pools and drop what fell out of their windows."""
         entry = (ts, item_id, category_id, first_seen)
         self._recent.add(entry, ts - self.window_ms)
+        debuts, horizon = self._debuts, ts - self.novelty_ms
         if ts == first_seen:
-            self._debuts.add(entry, ts - self.novelty_ms)
-        else:
-            self._debuts.evict(ts - self.novelty_ms)
+            debuts.add(entry, horizon)
+        elif debuts.head < len(debuts.entries) and debuts.entries[debuts.head][0] < horizon:
+            debuts.evict(horizon)  # most events find nothing to evict: no call then
 
     def pool_sizes(self) -> tuple[int, int]:
         """(recent events, recent debuts) currently held."""
