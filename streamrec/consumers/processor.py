@@ -103,6 +103,7 @@ class SampleBuilder:
         self._cfg = cfg
         self._store = store
         self._positive = frozenset(cfg.positive_actions)
+        self._negatives = cfg.negatives  # read for every click: a pydantic field costs ~8 plain reads
         self.sampler = sampler or NoveltyMatchedSampler(
             cfg.negative_window_ms, cfg.novelty_ms, cfg.negative_pool_size, cfg.seed
         )
@@ -118,14 +119,10 @@ class SampleBuilder:
         events: list[tuple[Event, KafkaMessage, Partition]] = []
         dead: list[DeadLetter] = []
         keys = [partition_of(msg) for msg in records]
+        future_ms, max_bytes = self._cfg.max_future_ms, self._cfg.max_event_bytes
         for msg, key in zip(records, keys, strict=True):
             try:
-                event = parse_event(
-                    msg.value(),
-                    now_ms=now_ms,
-                    max_future_ms=self._cfg.max_future_ms,
-                    max_bytes=self._cfg.max_event_bytes,
-                )
+                event = parse_event(msg.value(), now_ms=now_ms, max_future_ms=future_ms, max_bytes=max_bytes)
             except InvalidEvent as exc:
                 dead.append(DeadLetter.of(msg, str(exc)))
             else:
@@ -354,7 +351,7 @@ class SampleBuilder:
             return
         made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories)]
         negatives = sampler.draw(
-            self._cfg.negatives,
+            self._negatives,
             new=sampler.is_new(first_seen, ts),
             ts=ts,
             exclude=(event.item_id, *items),  # a pick is checked against it once or twice
