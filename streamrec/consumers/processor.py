@@ -26,7 +26,7 @@ from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import Event, parse_event
-from streamrec.featurestore.base import Answer, Arrival, FeatureStore, History, Verdict
+from streamrec.featurestore.base import ACCEPTED, DUPLICATE, Answer, Arrival, FeatureStore, History
 from streamrec.featurestore.partitions import PartitionOutcome
 from streamrec.kafka.records import KafkaMessage, Partition, offset_spans, partition_of
 from streamrec.samples import Sample, encode_sample
@@ -174,7 +174,7 @@ class SampleBuilder:
             if self._join.enabled:  # an impression's window needs its verdict before the partitions advance
                 answers = list(answers)
                 for i, (verdict, history, _) in zip(kept, answers, strict=True):
-                    judged[i].accepted, judged[i].history = verdict is Verdict.ACCEPTED, history
+                    judged[i].accepted, judged[i].history = verdict is ACCEPTED, history
                 outcomes, taken = self._advance(spans, judged, watermarks)
             # otherwise the answers come as the store gives them: samples are built meanwhile
             samples, values, duplicates, late_kept = self._build(
@@ -235,8 +235,8 @@ class SampleBuilder:
         join = self._join.enabled
         for item, (verdict, history, seen_at) in zip(kept, answers, strict=True):
             event, msg = item.event, item.msg
-            if verdict is not Verdict.ACCEPTED:
-                if verdict is Verdict.DUPLICATE:
+            if verdict is not ACCEPTED:
+                if verdict is DUPLICATE:
                     duplicates += 1
                 else:
                     reason = f"event id {event.event_id!r} reused with other content (first at {seen_at})"

@@ -116,6 +116,11 @@ class Verdict(IntEnum):
     CONFLICT = 2  # the id already arrived with other content: the event is dead-lettered
 
 
+# The verdicts as plain names for code that asks them per event: an enum class's attribute
+# is looked up through ``EnumType.__getattr__`` (Python 3.11), ten times a global's cost.
+ACCEPTED, DUPLICATE, CONFLICT = Verdict.ACCEPTED, Verdict.DUPLICATE, Verdict.CONFLICT
+
+
 class Arrival(msgspec.Struct, frozen=True, gc=False):
     """An event as it reaches the store (a frozen msgspec struct, untracked by the garbage
     collector, as :class:`Event`: one per record).

@@ -42,13 +42,15 @@ from redis.connection import Connection, ConnectionPool
 from streamrec.config import RedisStoreConfig
 from streamrec.errors import FeatureStoreError, FeatureStoreLost, FeatureStoreUnavailable, PartitionFenced
 from streamrec.featurestore.base import (
+    ACCEPTED,
+    CONFLICT,
+    DUPLICATE,
     Answer,
     Arrival,
     Behaviour,
     FeatureStore,
     History,
     StoreUpdate,
-    Verdict,
     earliest_per_item,
 )
 from streamrec.featurestore.partitions import FENCED_ADVICE, Claim, PartitionBatch, PartitionOutcome
@@ -619,14 +621,14 @@ def _parse_call(
             if code == "0":
                 if arrivals[index].wants_history:
                     last = _history(answer)
-                    answers[index] = (Verdict.ACCEPTED, last, "")
+                    answers[index] = (ACCEPTED, last, "")
             elif code == "3":
-                answers[index] = (Verdict.ACCEPTED, last, "")
+                answers[index] = (ACCEPTED, last, "")
             else:  # what the id holds: fingerprint, origin, time
                 answers[index] = (_VERDICTS[code], None, answer.split("\t", 2)[1])
 
 
-_VERDICTS = {"0": Verdict.ACCEPTED, "1": Verdict.DUPLICATE, "2": Verdict.CONFLICT}
+_VERDICTS = {"0": ACCEPTED, "1": DUPLICATE, "2": CONFLICT}
 
 
 _WANT = {(True, False): "0", (True, True): "1", (False, False): "2", (False, True): "3"}
@@ -673,4 +675,4 @@ def _history(answer: str) -> History:
 
 
 _EMPTY = History((), (), list)
-_FRESH: Answer = (Verdict.ACCEPTED, None, "")  # accepted, no history asked for
+_FRESH: Answer = (ACCEPTED, None, "")  # accepted, no history asked for
