@@ -420,7 +420,11 @@ class RedisFeatureStore(FeatureStore):
             lines: list[str] = []
             for user in users:
                 keys += (f"{prefix}:seq:{{{user}}}", f"{prefix}:ids:{{{user}}}")
-                lines.append("".join([_event_line(arrivals[i]) for i in by_user[user]]))
+                indexes = by_user[user]
+                if len(indexes) == 1:  # most users of a batch: no comprehension's frame
+                    lines.append(_event_line(arrivals[indexes[0]]))
+                else:
+                    lines.append("".join([_event_line(arrivals[i]) for i in indexes]))
             yield ("EVALSHA", sha, len(keys), *keys, self.length, self._ttl_ms, self.dedup_horizon_ms, *lines)
 
     def _item_commands(
