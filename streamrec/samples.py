@@ -131,7 +131,7 @@ def _checked(raw: bytes | None) -> Sample:
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(Sample)
 #: :meth:`Sample.to_json` as a plain C callable: the consumers encode about two samples an
-#: event, and a method's Python frame is a tenth of an encoding.
+#: event, each without the method's Python frame.
 encode_sample: Callable[[Sample], bytes] = _ENCODER.encode
 
 
