@@ -65,12 +65,12 @@ _PARTITIONS: dict[tuple[str | None, int | None], Partition] = {}  # as many as p
 
 
 def offset_spans(
-    records: Sequence[KafkaMessage], keys: Sequence[Partition] | None = None
+    records: Sequence[KafkaMessage], keys: Sequence[Partition]
 ) -> dict[Partition, tuple[int, int]]:
     """The first and last offset of the records of each partition (``keys``: each record's
-    :func:`partition_of`, when known already)."""
+    :func:`partition_of`, which the caller has found already)."""
     spans: dict[Partition, list[int]] = {}
-    for msg, key in zip(records, keys or map(partition_of, records), strict=True):
+    for msg, key in zip(records, keys, strict=True):
         offset = msg.offset() or 0
         span = spans.get(key)
         if span is None:
