@@ -15,6 +15,11 @@ group and key prefix each), the events published once the group has settled; wit
 machine's busy cores over the same window (every process on it: the consumers, Redis and the
 broker share the cores).
 
+``two_to_one_per_busy_core`` compares the two runs' events per busy core of the machine: near
+1 when a second process costs no more CPU an event than the first, so that the scaling is
+bound by the cores (on a 2-core machine, where one process keeps about 1.5 busy, two can do
+at most 2/1.5 = 1.33 times one), not by the consumers.
+
 CPU: over the one-process run, the consumer process's own CPU an event, and Redis's and the
 broker's (from ``/proc``); their sum is what an event costs the machine, and
 ``cores_bound_events_per_s`` the most its cores carry at that cost, with any number of
@@ -252,6 +257,11 @@ def main() -> None:
         # os.cpu_count() the scaling is bound by the cores, not by the consumers
         "busy_cores_one_process": one_busy and round(one_busy, 2),
         "busy_cores_two_processes": two_busy and round(two_busy, 2),
+        # the two processes' events per busy core against the one's: 1 when scaling out costs
+        # no CPU (no coordination, no contention beyond the cores), whatever the cores bound
+        "two_to_one_per_busy_core": (
+            round((two / two_busy) / (one / one_busy), 3) if one_busy and two_busy else None
+        ),
         "cpu_count": os.cpu_count(),
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }))
