@@ -48,7 +48,8 @@ class BatchResult:
     the dead letters. ``timestamp_mismatches`` counts records whose timestamp is more than
     the tolerance away from their event time. ``late_labels`` counts the late clicks that
     fell in an impression's window after it closed (the ``join`` mode). ``values`` holds each
-    sample's wire form (:meth:`Sample.to_json`), in the same order.
+    sample's wire form (:meth:`Sample.to_json`), in the same order: one for each sample, or
+    the result is refused when made (``ValueError``), not when its samples are sent.
     """
 
     events: int
@@ -61,6 +62,10 @@ class BatchResult:
     watermarks: Watermarks | None = field(default=None, repr=False)
     late_labels: int = 0
     values: list[bytes] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.values) != len(self.samples):  # the runners send them pairwise
+            raise ValueError(f"{len(self.samples)} samples but {len(self.values)} wire forms")
 
 
 class Parsed(NamedTuple):

@@ -290,6 +290,7 @@ def batch_report(events: int = 100, samples: int = 150, dead: tuple[str, ...] = 
     sample = Sample("s", "u", T0_MS, "i", "c", 1, (), ())
     result = BatchResult(
         events=events, sampler=NoveltyMatchedSampler(1, 1, 1), samples=[sample] * samples,
+        values=[sample.to_json()] * samples,
         dead=[letter(r) for r in dead], duplicates=kw.pop("duplicates", 0),
     )
     fields: dict[str, Any] = dict(seconds=0.08, newest_event_ms=T0_MS, partitions=[Partition("events", 0)])

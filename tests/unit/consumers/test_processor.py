@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from streamrec.config import ConsumerConfig
-from streamrec.consumers.processor import SampleBuilder
+from streamrec.consumers.negatives import NoveltyMatchedSampler
+from streamrec.consumers.processor import BatchResult, SampleBuilder
 from streamrec.events import Event
 from streamrec.featurestore.memory import MemoryFeatureStore
 from streamrec.kafka.records import Record
+from streamrec.samples import encode_sample
 
 T0 = 1_511_658_000_000
 
@@ -39,6 +43,13 @@ def test_implicit_positive_gets_point_in_time_history_and_negatives() -> None:
     negative = by_id["c~n0"]
     assert negative.label == 0 and negative.item_id not in {"i3", "i1", "i2"}
     assert negative.seq_items == by_id["c"].seq_items and negative.ts == by_id["c"].ts
+
+
+def test_a_result_holds_each_samples_wire_form() -> None:
+    result = builder(negatives=1).process(records(Event("a", "u", "i1", "c1", "pv", T0)), now_ms=T0)
+    assert result.values == [encode_sample(s) for s in result.samples] and len(result.values) == 1
+    with pytest.raises(ValueError, match="1 samples but 0 wire forms"):  # not when the runner sends them
+        BatchResult(1, NoveltyMatchedSampler(1, 1, 1), samples=result.samples)
 
 
 def test_explicit_labels_need_no_sampling_and_histories_are_capped() -> None:
