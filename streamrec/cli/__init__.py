@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import warnings
 
-import typer
-
 from streamrec.cli import consumers, learner, replay, services, snapshot
+from streamrec.cli.common import command_group
 from streamrec.cli.demo import demo
 from streamrec.cli.generate import generate
 from streamrec.cli.produce import produce
 from streamrec.cli.serving import score, serve
 
-app = typer.Typer(
-    help="streamrec: real-time incremental recommendation learning on Kafka, Redis and Paddle.",
-    no_args_is_help=True,
+app = command_group(
+    "streamrec: real-time incremental recommendation learning on Kafka, Redis and Paddle.",
     pretty_exceptions_enable=False,
 )
 app.command("produce")(produce)

@@ -23,6 +23,15 @@ from streamrec.errors import StreamrecError
 # Long lines stay whole; piped output (logs, CI) gets room for tables instead of 80 columns.
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, soft_wrap=True)
+
+
+def command_group(help: str, **options: Any) -> typer.Typer:
+    """A group of commands (``options`` as :class:`typer.Typer` takes them), its help written
+    as the docstrings are: paragraphs wrapped in the source and reflowed to the terminal
+    (Markdown; Typer's default keeps every line break of the source), backticks for code."""
+    return typer.Typer(help=help, no_args_is_help=True, rich_markup_mode="markdown", **options)
+
+
 # The status line shows whole seconds (freshness, rates): redrawing once a second is enough.
 _STATUS_REFRESH_PER_S = 1.0
 

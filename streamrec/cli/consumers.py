@@ -10,7 +10,14 @@ from collections.abc import Callable
 import typer
 from rich.text import Text
 
-from streamrec.cli.common import build_config, cli_errors, console, live_status, stop_on_signals
+from streamrec.cli.common import (
+    build_config,
+    cli_errors,
+    command_group,
+    console,
+    live_status,
+    stop_on_signals,
+)
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.rebuild import rebuild_store
 from streamrec.consumers.runner import BatchReport
@@ -19,7 +26,7 @@ from streamrec.gcsettings import tune_for_batches
 from streamrec.kafka.topics import ensure_topics
 from streamrec.observability import ConsumerMetrics, LagProbe, lag_client
 
-app = typer.Typer(help="Window events into Redis sequences and emit training samples.", no_args_is_help=True)
+app = command_group("Window events into Redis sequences and emit training samples.")
 
 # Events per second over the last 10 s: smooths the jitter of half-second batches, and still
 # shows a stall within seconds.

@@ -38,7 +38,7 @@ def demo(
     fmt: str = typer.Option("auto", "--format", help=f"One of: {', '.join(FORMATS)}"),
     limit: int | None = typer.Option(None, help="Replay only the earliest N events"),
     max_batch: int = typer.Option(2500, help="Samples per micro-batch"),
-    snapshot_dir: Path | None = typer.Option(None, help="Default: snapshots/demo-<time>"),
+    snapshot_dir: Path | None = typer.Option(None, help="Default: `snapshots/demo-<time>`"),
     snapshot_every: int = typer.Option(10, help="Snapshot after this many micro-batches"),
     runner: str = typer.Option("native", help="Consumer runner: native (exactly-once) or faust"),
 ) -> None:

@@ -12,6 +12,7 @@ from rich.text import Text
 from streamrec.cli.common import (
     build_config,
     cli_errors,
+    command_group,
     console,
     format_duration,
     live_status,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # the learner imports Paddle (about a second): only when a co
     from streamrec.learner.runner import MicroBatchReport
     from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
 
-app = typer.Typer(help="Train DIN incrementally on the samples stream.", no_args_is_help=True)
+app = command_group("Train DIN incrementally on the samples stream.")
 
 
 def print_report(report: MicroBatchReport) -> None:

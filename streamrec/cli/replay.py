@@ -9,16 +9,14 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from streamrec.cli.common import build_config, cli_errors, console
+from streamrec.cli.common import build_config, cli_errors, command_group, console
 from streamrec.datasets import FORMATS, load_events
 from streamrec.errors import ConfigError
 from streamrec.gcsettings import tune_for_batches
 from streamrec.kafka.topics import ensure_topics
 from streamrec.producer import publish as publish_events
 
-app = typer.Typer(
-    help="Backtest update strategies on recorded events; replay them into Kafka.", no_args_is_help=True
-)
+app = command_group("Backtest update strategies on recorded events; replay them into Kafka.")
 
 _DATASET = typer.Argument(
     ..., help="Taobao CSV, MovieLens dir, ML-100K u.data, JSONL, or synthetic[:events=N,...]"

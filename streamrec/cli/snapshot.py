@@ -17,16 +17,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from streamrec.cli.common import build_config, cli_errors, console
+from streamrec.cli.common import build_config, cli_errors, command_group, console
 from streamrec.config import StreamrecConfig
 from streamrec.errors import SnapshotError
 from streamrec.learner.snapshot import SnapshotEntry, SnapshotManifest, SnapshotStore, version_name
 from streamrec.learner.snapshot_diff import SnapshotDiff, diff_snapshots, flatten
 
-app = typer.Typer(
-    help="Create, inspect, verify, promote, roll back and prune versioned model snapshots.",
-    no_args_is_help=True,
-)
+app = command_group("Create, inspect, verify, promote, roll back and prune versioned model snapshots.")
 
 DirOption = typer.Option(None, "--snapshot-dir", help="The snapshot directory (default: the learner's)")
 JsonOption = typer.Option(False, "--json", help="Print one JSON document instead of text")
