@@ -35,7 +35,9 @@ def backtest(
     interval: str | None = typer.Option(None, help="Micro-batches by event time, e.g. 10m, 1h, 1d"),
     batch_size: int = typer.Option(2500, help="Samples per micro-batch when there is no --interval"),
     strategies: str = typer.Option(
-        "popularity,item-rate,static,finetune,ewc,retrain", help="Comma-separated strategies"
+        "popularity,item-rate,static,finetune,ewc,retrain",
+        help="Comma-separated strategies",
+        show_default="popularity, item-rate, static, finetune, ewc, retrain",  # spaced: wraps whole
     ),
     warmup: float = typer.Option(0.25, help="static: the fraction of micro-batches it trains on"),
     retrain_every: int = typer.Option(10, help="retrain: micro-batches between retrains"),
