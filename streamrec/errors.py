@@ -105,4 +105,5 @@ class SamplesExpired(StreamrecError):
 
 class PartitionFenced(FeatureStoreError):
     """Another consumer claimed a partition this one was still processing (this process was
-    stalled past its session timeout): it stops without writing; restart it to rejoin."""
+    stalled past its session timeout): it stops without writing to it or committing a batch
+    of it; restart it to rejoin."""

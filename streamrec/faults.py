@@ -1,13 +1,15 @@
 """Named fault points, for crash tests: ``STREAMREC_FAULT=<name>[:<nth>]`` fails the nth pass.
 
 With ``STREAMREC_FAULT_MODE=exit`` the process dies on the spot (``os._exit(137)``, as a
-kill -9 would leave it); otherwise :class:`InjectedFault` is raised. Unset, a fault point
-costs one dict lookup.
+kill -9 would leave it); with ``stop`` it freezes there (SIGSTOP, as kill -STOP or a VM
+stall would leave it: every thread, heartbeats too) until someone sends it SIGCONT; otherwise
+:class:`InjectedFault` is raised. Unset, a fault point costs one dict lookup.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from collections import Counter
 
 ENV = "STREAMREC_FAULT"
@@ -29,8 +31,12 @@ def fault_point(name: str) -> None:
     _passes[name] += 1
     if _passes[name] != int(nth or 1):
         return
-    if os.environ.get(f"{ENV}_MODE") == "exit":
+    mode = os.environ.get(f"{ENV}_MODE")
+    if mode == "exit":
         os._exit(137)
+    if mode == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return  # continued: on from here, as the process would
     raise InjectedFault(f"injected fault at {name}")
 
 

@@ -50,6 +50,8 @@ class BatchResult:
     fell in an impression's window after it closed (the ``join`` mode). ``values`` holds each
     sample's wire form (:meth:`Sample.to_json`), in the same order: one for each sample, or
     the result is refused when made (``ValueError``), not when its samples are sent.
+    ``claims`` holds the epochs its partitions were claimed at, to check before its commit
+    (:meth:`~streamrec.featurestore.partitions.PartitionStore.check_claims`).
     """
 
     events: int
@@ -62,6 +64,7 @@ class BatchResult:
     watermarks: Watermarks | None = field(default=None, repr=False)
     late_labels: int = 0
     values: list[bytes] = field(default_factory=list, repr=False)
+    claims: dict[Partition, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.values) != len(self.samples):  # the runners send them pairwise
@@ -196,6 +199,7 @@ class SampleBuilder:
             len(events), sampler, samples, dead, duplicates,
             late=late_kept + late_dropped, timestamp_mismatches=mismatches, watermarks=watermarks,
             late_labels=sum(o.late_labels for o in outcomes), values=values,
+            claims={key: self._epochs[key] for key in spans},
         )
 
     def _keep(self, judged: list[Judged], dead: list[DeadLetter]) -> list[int]:

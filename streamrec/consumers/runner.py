@@ -1,9 +1,11 @@
 """The native consumer runner: confluent-kafka batches, one Kafka transaction per batch.
 
 Per batch: the Redis update (idempotent) first, then one transaction that holds the samples,
-the dead letters and the consumed offsets. A crash anywhere before the commit leaves the
-offsets where they were; the batch is redone, Redis ignores the events it already holds, and
-the aborted samples are never seen by ``read_committed`` readers: exactly-once samples.
+the dead letters and the consumed offsets, begun once the batch's partitions are found still
+this consumer's (:meth:`~streamrec.featurestore.partitions.PartitionStore.check_claims`). A
+crash anywhere before the commit leaves the offsets where they were; the batch is redone,
+Redis ignores the events it already holds, and the aborted samples are never seen by
+``read_committed`` readers: exactly-once samples.
 
 When Redis or the broker fails for a while, the batch is redone with backoff, its partitions
 held and the consumer kept in its group, until ``retry_deadline_s``; only then does the
@@ -160,6 +162,11 @@ class ConsumerRunner:
             try:
                 result = self.builder.process(records, parsed=batch.parsed(), meanwhile=meanwhile)
                 fault_point("consumer.after_store")
+                # a process stalled past its session timeout since its writes finds its
+                # partitions claimed by their new owner, and stops before it sends anything:
+                # the embedded broker would commit its transaction too (Apache Kafka 2.5+
+                # refuses a stale group member's offsets, KIP-447)
+                self._store.check_claims(result.claims)
                 self._transactions.commit(
                     functools.partial(self._fill, result=result),
                     _next_offsets(records),

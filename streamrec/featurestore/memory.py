@@ -108,6 +108,10 @@ class MemoryFeatureStore(FeatureStore):
         """See :meth:`PartitionStore.advance`."""
         return self._partitions.advance(batches, window_ms, retention_ms)
 
+    def check_claims(self, epochs: Mapping[Partition, int]) -> None:
+        """See :meth:`PartitionStore.check_claims`."""
+        self._partitions.check_claims(epochs)
+
     def sequence(self, user_id: str) -> list[Behaviour]:
         """See :meth:`FeatureStore.sequence`."""
         user = self._users.get(user_id)

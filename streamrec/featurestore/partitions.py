@@ -13,7 +13,8 @@ enough; the keys it touched are kept for that.
 A process must not write to a partition another process has taken over since: a
 :meth:`PartitionStore.claim` (at each assignment) raises the partition's epoch, and a batch
 from an older epoch (a consumer paused past its session timeout, then resumed) is refused
-with :class:`~streamrec.errors.PartitionFenced`.
+with :class:`~streamrec.errors.PartitionFenced`; so is its commit, checked just before by
+:meth:`PartitionStore.check_claims` (the pause may fall between its writes and its commit).
 
 Join windows (one per impression): an impression at ``ts`` waits for a click on the same
 user and item with an event time in ``[ts, ts + window_ms]``; the latest such impression
@@ -125,6 +126,16 @@ class PartitionStore(ABC):
             PartitionFenced: a batch's epoch is not its partition's: another process took over.
         """
 
+    @abstractmethod
+    def check_claims(self, epochs: Mapping[Partition, int]) -> None:
+        """Check that no other process claimed these partitions since they were claimed at
+        these epochs: a consumer asks before it commits a batch, so that one stalled past its
+        session timeout after its writes does not commit what the new owner commits too.
+
+        Raises:
+            PartitionFenced: a partition's epoch is no longer the one given.
+        """
+
 
 @dataclass(slots=True)
 class _Window:
@@ -185,8 +196,15 @@ class MemoryPartitionStore(PartitionStore):
         for batch in batches:  # refuse before changing anything
             epoch = self._states.get(batch.partition, _State()).epoch
             if batch.epoch != epoch:
-                raise PartitionFenced(_fenced(batch.partition, batch.epoch, epoch))
+                raise PartitionFenced(fenced_reason(batch.partition, batch.epoch, epoch))
         return [self._advance(self._states[b.partition], b, window_ms, retention_ms) for b in batches]
+
+    def check_claims(self, epochs: Mapping[Partition, int]) -> None:
+        """See :meth:`PartitionStore.check_claims`."""
+        for partition, ours in epochs.items():
+            epoch = self._states.get(partition, _State()).epoch
+            if epoch != ours:
+                raise PartitionFenced(fenced_reason(partition, ours, epoch))
 
     def _advance(
         self, state: _State, batch: PartitionBatch, window_ms: int, retention_ms: int
@@ -238,7 +256,8 @@ FENCED_ADVICE = (
 )
 
 
-def _fenced(partition: Partition, ours: int, theirs: int) -> str:
+def fenced_reason(partition: Partition, ours: int, theirs: object) -> str:
+    """Why a batch of ``partition`` claimed at epoch ``ours`` is refused (it is at ``theirs``)."""
     return f"{FENCED_ADVICE} (partition {partition}, epoch {theirs}, ours {ours})"
 
 

@@ -53,7 +53,13 @@ from streamrec.featurestore.base import (
     StoreUpdate,
     earliest_per_item,
 )
-from streamrec.featurestore.partitions import FENCED_ADVICE, Claim, PartitionBatch, PartitionOutcome
+from streamrec.featurestore.partitions import (
+    FENCED_ADVICE,
+    Claim,
+    PartitionBatch,
+    PartitionOutcome,
+    fenced_reason,
+)
 from streamrec.featurestore.redis_partitions import (
     ADVANCE_LUA,
     CLAIM_LUA,
@@ -466,6 +472,20 @@ class RedisFeatureStore(FeatureStore):
                 raise PartitionFenced(f"{FENCED_ADVICE} ({cause})") from cause
             raise
         return [parse_advance(reply) for reply in replies]
+
+    def check_claims(self, epochs: Mapping[Partition, int]) -> None:
+        """See :meth:`PartitionStore.check_claims`: one round trip, a partition's epoch each."""
+        keys = list(epochs)
+        if not keys:
+            return
+
+        def commands(shas: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
+            for key in keys:
+                yield ("HGET", partition_keys(self._prefix, key)[0], "epoch")
+
+        for key, epoch in zip(keys, self._run(commands, list), strict=True):
+            if epoch is None or int(epoch) != epochs[key]:
+                raise PartitionFenced(fenced_reason(key, epochs[key], epoch))
 
     def _run(
         self,

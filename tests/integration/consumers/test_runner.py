@@ -4,6 +4,10 @@ crashes and rebalances lose and double nothing. Data: the package's generated cl
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -11,7 +15,7 @@ from collections.abc import Sequence
 
 import orjson
 import pytest
-from confluent_kafka import TIMESTAMP_CREATE_TIME, Producer
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, Producer, TopicPartition
 
 from streamrec import faults
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
@@ -128,6 +132,69 @@ def test_a_crash_mid_batch_loses_and_duplicates_nothing(
     positives = {e.event_id for e in events if e.action == "pv"}
     assert {i for i in ids if "~n" not in i} == positives
     assert_sequences_complete(store_config, cfg, events)
+
+
+# A consumer process with the config in argv[1] (JSON); it prints its totals.
+_CONSUMER = (
+    "import sys\n"
+    "from streamrec.config import StreamrecConfig\n"
+    "from streamrec.consumers.runner import ConsumerRunner\n"
+    "print(ConsumerRunner(StreamrecConfig.model_validate_json(sys.argv[1])).run())\n"
+)
+
+
+def process_state(pid: int) -> str:
+    """A process's state letter from /proc: T while stopped."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_consumer_frozen_past_its_session_timeout_before_its_commit_commits_nothing_after(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
+    events: list[Event], topic_reader,
+) -> None:
+    """A consumer process frozen (SIGSTOP: a VM stall, a swap storm) after a batch's Redis
+    write and before its commit, for longer than its session timeout: another consumer takes
+    its partitions and processes the batch itself. When the frozen one resumes, it must not
+    commit the batch too (its samples twice, and its older offsets over the new owner's).
+    The embedded broker does not fence the stale group member's transaction (Apache Kafka
+    2.5+ does, KIP-447); the consumers' partition claims in Redis must."""
+    cfg = config(kafka_config, store_config, unique_name)
+    send(kafka_config, events)
+    env = {**os.environ, faults.ENV: "consumer.after_store:2", f"{faults.ENV}_MODE": "stop"}
+    frozen = subprocess.Popen(
+        [sys.executable, "-c", _CONSUMER, cfg.model_dump_json()], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while process_state(frozen.pid) != "T":
+            assert frozen.poll() is None, frozen.communicate()
+            assert time.monotonic() < deadline, "the consumer never reached its second batch"
+            time.sleep(0.05)
+        taker = ConsumerRunner(cfg).run()  # joins once the frozen one's session times out
+        os.kill(frozen.pid, signal.SIGCONT)
+        _, err = frozen.communicate(timeout=60)
+    finally:
+        if frozen.poll() is None:
+            os.kill(frozen.pid, signal.SIGCONT)
+            frozen.kill()
+    assert taker.events >= len(events) - 300  # all but the frozen one's first batch, at least
+
+    samples = [orjson.loads(m.value()) for m in topic_reader(kafka_config.samples_topic)]
+    ids = Counter(s["sample_id"] for s in samples)
+    twice = sorted(i for i, n in ids.items() if n > 1)
+    assert not twice, f"{len(twice)} samples emitted twice, e.g. {twice[:3]}"
+    assert {i for i in ids if "~n" not in i} == {e.event_id for e in events if e.action == "pv"}
+    group = Consumer({"bootstrap.servers": kafka_config.bootstrap_servers, "group.id": cfg.consumer.group_id})
+    try:
+        committed = group.committed(
+            [TopicPartition(kafka_config.events_topic, p) for p in range(kafka_config.partitions)], 10
+        )
+    finally:
+        group.close()
+    assert sum(tp.offset for tp in committed) == len(events), "the group's offsets moved back"
+    assert frozen.returncode != 0 and "claimed by another consumer" in err, err[-2000:]
 
 
 def test_two_consumers_in_one_group_share_the_work_exactly_once(

@@ -4,6 +4,7 @@ one contract, and redone batches of any size decide exactly what a clean run dec
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 
 import pytest
@@ -161,6 +162,21 @@ def test_a_batch_from_an_older_claim_is_refused_and_changes_nothing(store: Featu
         stalled.batch(rows, 2)
     taker.batch(rows, 2)
     assert labels(taker.decided) == {"i1": 1}
+
+
+def test_claims_are_checked_before_a_commit_as_of_the_epochs_they_were_made_at(store: FeatureStore) -> None:
+    other = Partition("events", 1)
+    first = store.claim({P: 0, other: 0})
+    ours = {key: claim.epoch for key, claim in first.items()}
+    store.check_claims(ours)  # nobody took them since
+    store.check_claims({})
+    taken = store.claim({other: 0})[other].epoch  # another consumer takes one over
+    told = re.escape(f"partition {other}, epoch {taken}, ours {ours[other]}")
+    with pytest.raises(PartitionFenced, match=told):
+        store.check_claims(ours)
+    store.check_claims({P: ours[P], other: taken})
+    with pytest.raises(PartitionFenced):
+        store.check_claims({Partition("events", 9): 1})  # never claimed
 
 
 def test_the_watermark_is_read_as_of_the_offset_a_claim_starts_from(store: FeatureStore) -> None:
