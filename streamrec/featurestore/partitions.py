@@ -193,10 +193,7 @@ class MemoryPartitionStore(PartitionStore):
         self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
     ) -> list[PartitionOutcome]:
         """See :meth:`PartitionStore.advance`."""
-        for batch in batches:  # refuse before changing anything
-            epoch = self._states.get(batch.partition, _State()).epoch
-            if batch.epoch != epoch:
-                raise PartitionFenced(fenced_reason(batch.partition, batch.epoch, epoch))
+        self.check_claims({b.partition: b.epoch for b in batches})  # refuse before changing anything
         return [self._advance(self._states[b.partition], b, window_ms, retention_ms) for b in batches]
 
     def check_claims(self, epochs: Mapping[Partition, int]) -> None:
