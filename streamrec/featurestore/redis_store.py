@@ -96,10 +96,15 @@ T = TypeVar("T")
 # are saved where the answer is known: HSETNX judges a new id in one command, no sorted set
 # of ids to keep in step, and the count before the earliest event is that event's history
 # when it is short. Constant arguments go to redis.call as strings: a Lua number is printed
-# first (a printf each: 6% of Redis's instructions in the benchmark).
+# first (a printf each: 6% of Redis's instructions in the benchmark). Expiry times are
+# absolute (PEXPIREAT here, SET ... PXAT for items, from the script's TIME): Redis rewrites a
+# relative PEXPIRE or PX into the absolute form for propagation, and the rewrite was 3% of
+# its instructions in the benchmark (``bench/redis_instructions.py``).
 _SEQUENCE_LUA = """
 local cap, ttl, horizon = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local quarter = math.max(1, math.floor(tonumber(ttl) / 4))
+local now = redis.call('TIME')
+local expires = string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ttl))
 local out = {}
 for u = 1, #ARGV - 3 do
   local seq, ids = KEYS[2 * u - 1], KEYS[2 * u]
@@ -181,8 +186,8 @@ for u = 1, #ARGV - 3 do
   -- a new user's keys get the TTL, refreshed when the user's newest event time enters a new
   -- quarter of it: two commands a user per quarter TTL, not per batch
   if newest == nil or (high ~= nil and math.floor(high / quarter) > math.floor(newest / quarter)) then
-    redis.call('PEXPIRE', seq, ttl)
-    redis.call('PEXPIRE', ids, ttl)
+    redis.call('PEXPIREAT', seq, expires)
+    redis.call('PEXPIREAT', ids, expires)
   end
 end
 return out
@@ -192,13 +197,15 @@ return out
 # returns the recorded times. A new item, most of them, costs one command.
 _FIRST_SEEN_LUA = """
 local out = {}
+local now = redis.call('TIME')
+local expires = string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[1]))
 for i = 1, #KEYS do
   local ts = ARGV[i + 1]
   local seen = ts
-  if not redis.call('SET', KEYS[i], ts, 'NX', 'PX', ARGV[1]) then
+  if not redis.call('SET', KEYS[i], ts, 'NX', 'PXAT', expires) then
     seen = redis.call('GET', KEYS[i])
     if tonumber(ts) < tonumber(seen) then
-      redis.call('SET', KEYS[i], ts, 'PX', ARGV[1])
+      redis.call('SET', KEYS[i], ts, 'PXAT', expires)
       seen = ts
     end
   end
@@ -272,6 +279,7 @@ class RedisFeatureStore(FeatureStore):
         """
         keys = self._marker_keys()
         try:
+            _check_versions(self._server_versions())
             values = [self._redis.get(key) for key in keys]
             if not any(values) and can_start_empty:
                 value = f"{uuid.uuid4().hex} {datetime.now(UTC).isoformat(timespec='seconds')}"
@@ -289,6 +297,20 @@ class RedisFeatureStore(FeatureStore):
         self._markers = {key: str(value) for key, value in zip(keys, values, strict=True)}
         marker = next(iter(self._markers.values()))
         logger.info("feature store attached prefix=%s marker=%r", self._prefix, marker)
+
+    def _server_versions(self) -> list[str]:
+        """``redis_version`` of each primary (a Cluster's), or of the one server; none when
+        the user may not run INFO (an ACL user held to the store's command groups): on an
+        old Redis the scripts then fail with its own syntax error instead."""
+        try:
+            if isinstance(self._redis, RedisCluster):
+                nodes = self._redis.get_primaries()
+                replies = self._redis.info("server", target_nodes=nodes)
+                return [info["redis_version"] for info in replies.values()]
+            return [self._redis.info("server")["redis_version"]]
+        except redis.exceptions.NoPermissionError:
+            logger.info("redis version not checked: the user may not run INFO")
+            return []
 
     def reset_marker(self) -> None:
         """See :meth:`FeatureStore.reset_marker`."""
@@ -620,6 +642,21 @@ class _Replies:
             if self.left:
                 conn.disconnect()
             self._pool.release(conn)
+
+
+#: The scripts set absolute expiry times (``PXAT``, ``PEXPIREAT``): Redis 6.2 or newer.
+MIN_REDIS_VERSION = (6, 2)
+
+
+def _check_versions(versions: list[str]) -> None:
+    """Refuse a Redis older than :data:`MIN_REDIS_VERSION` before any script runs on it."""
+    for version in versions:
+        parts = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+        if parts < MIN_REDIS_VERSION:
+            need = ".".join(map(str, MIN_REDIS_VERSION))
+            raise FeatureStoreError(
+                f"redis {version} is too old for the feature store: it needs {need} or newer"
+            )
 
 
 def _translated(exc: redis.RedisError) -> FeatureStoreError:

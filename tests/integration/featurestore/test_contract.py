@@ -23,6 +23,8 @@ from streamrec.featurestore import (
     Verdict,
 )
 from streamrec.featurestore.redis_store import _FIRST_SEEN_LUA
+from streamrec.kafka.records import Partition
+from tests.integration.conftest import PrivateService
 
 T0 = 1_511_658_000_000
 HOUR = 3_600_000
@@ -199,6 +201,23 @@ def test_a_cluster_store_keeps_a_marker_on_every_primary(
     update(store, [ev(1)])
 
 
+def test_a_least_privileged_redis_user_runs_the_store(
+    private_redis: PrivateService, unique_name: str
+) -> None:
+    """A user held to the store's keys and the command groups the README names (no INFO):
+    attach skips the version check, and every script runs."""
+    admin = redis.Redis(port=private_redis.port)
+    admin.acl_setuser("app", enabled=True, passwords=["+secret"], keys=[f"{unique_name}:*"],
+                      commands=["+@read", "+@write", "+@scripting", "+@fast"])
+    url = f"redis://app:secret@127.0.0.1:{private_redis.port}"
+    store = RedisFeatureStore(RedisStoreConfig(url=url, key_prefix=unique_name), 3, HOUR)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        redis.Redis.from_url(url).info("server")
+    store.attach(can_start_empty=True)
+    assert items(update(store, [ev(1), ev(2)], [ev(2)]).histories[1]) == ["i1"]
+    partition = Partition("events", 0)  # and the partitions' scripts
+    store.check_claims({partition: store.claim({partition: 0})[partition].epoch})
+
 def test_users_are_independent(store: FeatureStore) -> None:
     update(store, [ev(1, "a"), ev(2, "b")])
     assert [b.item_id for b in store.sequence("a")] == ["i1"]
@@ -212,10 +231,11 @@ def test_redis_keys_are_hash_tagged_and_expire(
     store = RedisFeatureStore(store_config, 3, HOUR)
     update(store, [ev(1, "42")])
     prefix = store_config.key_prefix
-    keys = sorted(k.decode() for k in cast(list[bytes], redis_client.keys(f"{prefix}:*{{42}}")))
-    assert keys == [f"{prefix}:ids:{{42}}", f"{prefix}:seq:{{42}}"]
-    for key in keys:
-        assert 0 < redis_client.pttl(key) <= store_config.ttl_s * 1000
+    keys = sorted(k.decode() for k in cast(list[bytes], redis_client.keys(f"{prefix}:*")))
+    assert keys == [f"{prefix}:ids:{{42}}", f"{prefix}:item:{{i1}}", f"{prefix}:seq:{{42}}"]
+    ttl_ms = store_config.ttl_s * 1000
+    for key in keys:  # the scripts set absolute times (PXAT): from now, in milliseconds
+        assert ttl_ms - 60_000 < redis_client.pttl(key) <= ttl_ms
 
 
 def test_redis_reloads_its_scripts_after_a_flush(

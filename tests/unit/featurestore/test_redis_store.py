@@ -1,0 +1,16 @@
+"""The Redis store's pure parts; its behaviour against a real Redis is in tests/integration."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamrec.errors import FeatureStoreError
+from streamrec.featurestore.redis_store import _check_versions
+
+
+def test_a_redis_older_than_6_2_is_refused_with_its_version() -> None:
+    _check_versions(["7.0.15", "6.2.0", "7.4.1-valkey", "10.0.0"])
+    with pytest.raises(FeatureStoreError, match=r"redis 6\.0\.16 is too old .* needs 6\.2 or newer"):
+        _check_versions(["7.2.4", "6.0.16"])
+    with pytest.raises(FeatureStoreError, match="5.0.7"):
+        _check_versions(["5.0.7"])
