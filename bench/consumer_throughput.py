@@ -6,6 +6,7 @@ offsets in one transaction per batch). Data: the 2-hour Taobao slice (110k real 
 ../shared/data, or, where that is missing (a fresh clone), 110k generated clicks.
 
     .venv/bin/python bench/consumer_throughput.py [--events N] [--data PATH|synthetic|feed]
+        [--cpu-per-consumer CORES]
 
 ``--data feed``: a generated feed log (pages of impressions, clicks on shown items) through
 the ``join`` labelling mode, 110k events by default.
@@ -14,6 +15,11 @@ Scaling: one consumer process, then two in one group, on a 4-partition topic eac
 group and key prefix each), the events published once the group has settled; with the
 machine's busy cores over the same window (every process on it: the consumers, Redis and the
 broker share the cores).
+
+``--cpu-per-consumer 0.4``: each process of the scaling runs is held to 0.4 of a core (a
+cgroup of its own; root), so that two of them, Redis and the broker fit in the machine's
+cores: the scaling measured is then the consumers' own (group, broker, Redis contention), not
+the machine's cores. The first run (ratio, CPU an event) is not held.
 
 ``two_to_one_per_busy_core`` compares the two runs' events per busy core of the machine: near
 1 when a second process costs no more CPU an event than the first, so that the scaling is
@@ -98,11 +104,51 @@ def steady_rate(runs: list[list[Batch]], batch_size: int) -> tuple[float, float,
     return sum(b[2] for b in kept) / (end - start), start, end
 
 
+class CpuQuotas:
+    """A CPU quota of its own for each consumer process (``--cpu-per-consumer``): a Linux
+    cgroup each, v1 (``/sys/fs/cgroup/cpu``) or v2, made and removed by the benchmark (root
+    only). With each consumer held to a fraction of a core, the machine's cores stop being
+    the bound, so the scaling measured is the consumers' own: what a machine with a core for
+    each consumer, Redis and the broker would show."""
+
+    PERIOD_US = 10_000
+
+    def __init__(self, cores: float, count: int) -> None:
+        v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+        self._root = Path("/sys/fs/cgroup") if v2.exists() else Path("/sys/fs/cgroup/cpu")
+        self.paths = [self._root / f"streamrec-bench-{os.getpid()}-{k}" for k in range(count)]
+        quota = round(cores * self.PERIOD_US)
+        try:
+            for path in self.paths:
+                path.mkdir()
+                if v2.exists():
+                    (path / "cpu.max").write_text(f"{quota} {self.PERIOD_US}")
+                else:
+                    (path / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
+                    (path / "cpu.cfs_quota_us").write_text(str(quota))
+        except OSError as exc:
+            self.remove()
+            raise SystemExit(f"--cpu-per-consumer needs a writable cgroup cpu controller: {exc}") from exc
+
+    def remove(self) -> None:
+        for path in self.paths:
+            if path.exists():
+                path.rmdir()  # empty once its process has exited
+
+
+def enter_cgroup(path: str) -> None:
+    """Move this process (every thread it has) into the cgroup at ``path``."""
+    Path(path, "cgroup.procs").write_text(str(os.getpid()))
+
+
 def consume(
-    sections: dict[str, dict[str, object]], ready: Queue[int], share: int
+    sections: dict[str, dict[str, object]], ready: Queue[int], share: int, cgroup: str | None = None
 ) -> tuple[int, list[Batch]]:
     """One consumer process: the events it processed and its batches. It says on ``ready``
-    once it holds its ``share`` of the partitions: the group has settled."""
+    once it holds its ``share`` of the partitions: the group has settled. In ``cgroup`` when
+    given (a CPU quota of its own)."""
+    if cgroup is not None:
+        enter_cgroup(cgroup)
     tune_for_batches()  # as `streamrec consumers run` does
     batches, on_batch = recorder()
     runner = ConsumerRunner(StreamrecConfig.model_validate(sections), on_batch=on_batch)
@@ -165,12 +211,14 @@ class CpuSampler:
 
 
 def scaling(
-    sections: dict[str, dict[str, object]], events: list[Event], processes: int
+    sections: dict[str, dict[str, object]], events: list[Event], processes: int,
+    cpu_per_consumer: float | None = None,
 ) -> tuple[float, float | None]:
-    """Events per second of ``processes`` consumers in one group (each its own process), and
-    how many cores the machine kept busy meanwhile. The events are published once the group
-    has settled: a consumer joining late would rebalance the group mid-run (seconds of it on
-    the embedded broker), which measures the join, not the consumers."""
+    """Events per second of ``processes`` consumers in one group (each its own process, held
+    to ``cpu_per_consumer`` cores when given), and how many cores the machine kept busy
+    meanwhile. The events are published once the group has settled: a consumer joining late
+    would rebalance the group mid-run (seconds of it on the embedded broker), which measures
+    the join, not the consumers."""
     name = uuid.uuid4().hex[:8]
     own = {
         **sections,
@@ -184,13 +232,20 @@ def scaling(
     kafka = cfg.kafka
     ensure_topics(kafka)
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, CpuSampler() as cpu, context.Pool(processes) as pool:
-        ready = manager.Queue()
-        running = pool.starmap_async(consume, [(own, ready, kafka.partitions // processes)] * processes)
-        for _ in range(processes):
-            ready.get(timeout=120)
-        publish(events, kafka)
-        done = running.get()
+    quotas = CpuQuotas(cpu_per_consumer, processes) if cpu_per_consumer else None
+    cgroups = [str(path) for path in quotas.paths] if quotas else [None] * processes
+    share = kafka.partitions // processes
+    try:
+        with context.Manager() as manager, CpuSampler() as cpu, context.Pool(processes) as pool:
+            ready = manager.Queue()
+            running = pool.starmap_async(consume, [(own, ready, share, cgroup) for cgroup in cgroups])
+            for _ in range(processes):
+                ready.get(timeout=120)
+            publish(events, kafka)
+            done = running.get()
+    finally:
+        if quotas:
+            quotas.remove()
     assert sum(n for n, _ in done) == len(events), done
     rate, start, end = steady_rate([batches for _, batches in done], cfg.consumer.batch_size)
     return rate, cpu.busy_cores(start, end)
@@ -200,6 +255,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=None, help="default: the whole file")
     parser.add_argument("--data", default=DEFAULT, help="a UserBehavior file, synthetic or feed")
+    parser.add_argument("--cpu-per-consumer", type=float, default=None, metavar="CORES",
+                        help="hold each process of the scaling runs to this many cores (a cgroup; root)")
     args = parser.parse_args()
     events, settings = workload(args.data, args.events)
     consumer: dict[str, object] = {"stop_when_idle_s": 2.0, **settings}
@@ -229,7 +286,9 @@ def main() -> None:
         }
         assert stats.events == len(events), stats
         rate = steady_rate([batches], cfg.consumer.batch_size)[0]
-        (one, one_busy), (two, two_busy) = (scaling(sections, events, processes) for processes in (1, 2))
+        (one, one_busy), (two, two_busy) = (
+            scaling(sections, events, processes, args.cpu_per_consumer) for processes in (1, 2)
+        )
     print(json.dumps({
         "bench": "consumer_throughput",
         "data": label(args.data),
@@ -250,6 +309,8 @@ def main() -> None:
             (os.cpu_count() or 1) * 1e6 / (cpu_us + services_us["redis"] + services_us["broker"])
         ),
         "partitions": cfg.kafka.partitions,
+        # the scaling runs' CPU quota for each consumer process (None: the whole machine)
+        "cpu_per_consumer": args.cpu_per_consumer,
         "one_process_events_per_s": round(one),
         "two_processes_events_per_s": round(two),
         "two_to_one": round(two / one, 3),
