@@ -303,10 +303,10 @@ class RedisFeatureStore(FeatureStore):
         the user may not run INFO (an ACL user held to the store's command groups): on an
         old Redis the scripts then fail with its own syntax error instead."""
         try:
-            if isinstance(self._redis, RedisCluster):
-                nodes = self._redis.get_primaries()
-                replies = self._redis.info("server", target_nodes=nodes)
-                return [info["redis_version"] for info in replies.values()]
+            if isinstance(self._redis, RedisCluster):  # one node at a time: one reply each
+                cluster = self._redis
+                infos = [cluster.info("server", target_nodes=node) for node in cluster.get_primaries()]
+                return [info["redis_version"] for info in infos]
             return [self._redis.info("server")["redis_version"]]
         except redis.exceptions.NoPermissionError:
             logger.info("redis version not checked: the user may not run INFO")

@@ -188,7 +188,7 @@ def pipeline_config(
 
 
 
-def _cluster_ports(host: str, count: int) -> list[int]:
+def cluster_ports(host: str, count: int) -> list[int]:
     """Free ports whose cluster-bus port (+10000) is free too, so at most 55535."""
     rng = random.Random()
     ports: list[int] = []
@@ -214,7 +214,7 @@ def redis_cluster_url(
 ) -> Iterator[str]:
     """A real three-primary Redis Cluster (no replicas), formed with CLUSTER ADDSLOTS/MEET."""
     host = "127.0.0.1"
-    ports = _cluster_ports(host, 3)
+    ports = cluster_ports(host, 3)
     root = tmp_path_factory.mktemp("redis-cluster")
     procs = []
     try:

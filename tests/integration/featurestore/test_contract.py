@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -24,7 +26,8 @@ from streamrec.featurestore import (
 )
 from streamrec.featurestore.redis_store import _FIRST_SEEN_LUA
 from streamrec.kafka.records import Partition
-from tests.integration.conftest import PrivateService
+from streamrec.local.launch import start_redis
+from tests.integration.conftest import PrivateService, cluster_ports
 
 T0 = 1_511_658_000_000
 HOUR = 3_600_000
@@ -201,6 +204,30 @@ def test_a_cluster_store_keeps_a_marker_on_every_primary(
     update(store, [ev(1)])
 
 
+def test_a_one_primary_cluster_store_attaches(
+    service_binaries: tuple[str, str], tmp_path: Path, unique_name: str
+) -> None:
+    """A Cluster of one primary answers a command sent to all its primaries with one reply,
+    not one per node: the version check asks node by node."""
+    port = cluster_ports("127.0.0.1", 1)[0]
+    node = start_redis("127.0.0.1", port, tmp_path, extra_args=[
+        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+    ])
+    try:
+        client = redis.Redis(port=port)
+        client.execute_command("CLUSTER ADDSLOTSRANGE", 0, 16383)
+        deadline = time.monotonic() + 30
+        while client.cluster("INFO")["cluster_state"] != "ok":
+            assert time.monotonic() < deadline, "the one-node cluster did not come up"
+            time.sleep(0.05)
+        cfg = RedisStoreConfig(url=f"redis://127.0.0.1:{port}", cluster=True, key_prefix=unique_name)
+        store = RedisFeatureStore(cfg, 3, HOUR)
+        store.attach(can_start_empty=True)
+        assert items(update(store, [ev(1), ev(2)], [ev(2)]).histories[1]) == ["i1"]
+    finally:
+        node.stop()
+
+
 def test_a_least_privileged_redis_user_runs_the_store(
     private_redis: PrivateService, unique_name: str
 ) -> None:
@@ -217,6 +244,7 @@ def test_a_least_privileged_redis_user_runs_the_store(
     assert items(update(store, [ev(1), ev(2)], [ev(2)]).histories[1]) == ["i1"]
     partition = Partition("events", 0)  # and the partitions' scripts
     store.check_claims({partition: store.claim({partition: 0})[partition].epoch})
+
 
 def test_users_are_independent(store: FeatureStore) -> None:
     update(store, [ev(1, "a"), ev(2, "b")])
