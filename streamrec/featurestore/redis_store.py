@@ -33,11 +33,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 import hiredis
 import redis
 from redis.cluster import RedisCluster
 from redis.connection import Connection, ConnectionPool
+from redis.exceptions import RedisClusterException
 
 from streamrec.config import RedisStoreConfig
 from streamrec.errors import FeatureStoreError, FeatureStoreLost, FeatureStoreUnavailable, PartitionFenced
@@ -221,6 +223,14 @@ _ITEMS_PER_CALL = 1_000
 # A Redis that stops answering must not hang a batch: a batch's round trip takes
 # milliseconds, so 5 s means Redis is gone (the caller retries).
 _CLIENT_DEFAULTS: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+# Errors that say the settings are wrong (the user, its password, its ACL): checked first,
+# since a refused password is a ConnectionError to redis-py, and no wait will mend it.
+_REFUSED = (
+    redis.exceptions.AuthenticationError,
+    redis.exceptions.AuthenticationWrongNumberOfArgsError,
+    redis.exceptions.AuthorizationError,
+    redis.exceptions.NoPermissionError,
+)
 # Errors that say Redis is away for now rather than that the request is wrong.
 _UNAVAILABLE = (
     redis.exceptions.ConnectionError,
@@ -240,18 +250,42 @@ class RedisFeatureStore(FeatureStore):
         dedup_horizon_ms: int = 6 * 3_600_000,
         client: redis.Redis | None = None,
     ) -> None:
-        """Connect to ``cfg.url`` (a Cluster when ``cfg.cluster``), or use ``client``."""
+        """Connect to ``cfg.url`` (a Cluster when ``cfg.cluster``), or use ``client``.
+
+        A Cluster client connects as it is made (to read the slots), so it is made when the
+        store is first used: a consumer started before its Cluster is up then waits for it
+        in :meth:`attach`, as for a standalone Redis."""
         super().__init__(length, dedup_horizon_ms)
         self._prefix = cfg.key_prefix
         self._ttl_ms = cfg.ttl_s * 1000
-        options = {**_CLIENT_DEFAULTS, **cfg.client}
-        self._redis: redis.Redis | RedisCluster = client or (
-            RedisCluster.from_url(cfg.url, decode_responses=True, **options)
-            if cfg.cluster
-            else redis.Redis.from_url(cfg.url, decode_responses=True, **options)
+        self._url, self._options = cfg.url, {**_CLIENT_DEFAULTS, **cfg.client}
+        self._user = str(self._options.get("username") or urlsplit(cfg.url).username or "default")
+        self._client: redis.Redis | RedisCluster | None = client or (
+            None if cfg.cluster else redis.Redis.from_url(cfg.url, decode_responses=True, **self._options)
         )
         self._shas: tuple[str, ...] | None = None  # loaded on first use, again after NOSCRIPT
         self._markers: dict[str, str] | None = None  # marker key -> value, set by attach()
+
+    @property
+    def _redis(self) -> redis.Redis | RedisCluster:
+        """The client; a Cluster's made on first use (see :meth:`__init__`).
+
+        Raises:
+            FeatureStoreUnavailable: no node of the Cluster answered.
+            FeatureStoreError: the nodes answered, but not as a Cluster.
+        """
+        if self._client is None:
+            try:
+                self._client = RedisCluster.from_url(self._url, decode_responses=True, **self._options)
+            except (RedisClusterException, redis.RedisError) as exc:
+                # redis-py says "cannot be connected" for both: the cause tells them apart
+                cause = exc.__cause__ if isinstance(exc, RedisClusterException) else exc
+                if isinstance(cause, _UNAVAILABLE + (OSError,)) and not isinstance(cause, _REFUSED):
+                    raise FeatureStoreUnavailable(f"cannot reach the Redis Cluster: {exc}") from exc
+                if isinstance(cause, redis.RedisError):
+                    raise self._translated(cause) from exc
+                raise FeatureStoreError(f"redis failed: {exc}") from exc
+        return self._client
 
     def _scripts(self, reload: bool = False) -> tuple[str, ...]:
         """SHA1s of the scripts (sequences, first seen, claim, advance), loaded on every
@@ -277,7 +311,7 @@ class RedisFeatureStore(FeatureStore):
         The marker is one key per primary (on a Cluster, keys whose slots each primary
         serves), so a node that restarts empty is noticed too.
         """
-        keys = self._marker_keys()
+        keys = self._marker_keys()  # makes a Cluster's client, or says why it cannot
         try:
             _check_versions(self._server_versions())
             values = [self._redis.get(key) for key in keys]
@@ -286,8 +320,8 @@ class RedisFeatureStore(FeatureStore):
                 for key in keys:
                     self._redis.set(key, value, nx=True)
                 values = [self._redis.get(key) for key in keys]
-        except _UNAVAILABLE as exc:
-            raise FeatureStoreUnavailable(f"redis unavailable: {exc}") from exc
+        except redis.RedisError as exc:
+            raise self._translated(exc) from exc
         if not all(values):
             raise FeatureStoreLost(
                 f"the feature store at prefix {self._prefix!r} has lost its data (no marker; "
@@ -297,6 +331,19 @@ class RedisFeatureStore(FeatureStore):
         self._markers = {key: str(value) for key, value in zip(keys, values, strict=True)}
         marker = next(iter(self._markers.values()))
         logger.info("feature store attached prefix=%s marker=%r", self._prefix, marker)
+
+    def _translated(self, exc: redis.RedisError) -> FeatureStoreError:
+        """A Redis failure as the store's: refused (the settings), unavailable for now, or
+        failed."""
+        if isinstance(exc, _REFUSED):
+            return FeatureStoreError(
+                f"redis refused user {self._user!r}: {exc} (check the user and password in "
+                "STREAMREC_STORE__URL; the store needs @read, @write, @scripting and @fast on "
+                f"the keys matching '{self._prefix}:*')"
+            )
+        if isinstance(exc, _UNAVAILABLE):
+            return FeatureStoreUnavailable(f"redis unavailable: {exc}")
+        return FeatureStoreError(f"redis failed: {exc}")
 
     def _server_versions(self) -> list[str]:
         """``redis_version`` of each primary (a Cluster's), or of the one server; none when
@@ -410,7 +457,7 @@ class RedisFeatureStore(FeatureStore):
             self._shas = None  # loaded again when the batch is redone
             raise FeatureStoreUnavailable(f"redis lost the scripts mid-batch: {exc}") from exc
         except redis.RedisError as exc:
-            raise _translated(exc) from exc
+            raise self._translated(exc) from exc
 
     def _calls(
         self, names: list[str], key: Callable[[str], str], per_call: int = _USERS_PER_CALL
@@ -548,7 +595,7 @@ class RedisFeatureStore(FeatureStore):
                 if isinstance(exc, redis.exceptions.NoScriptError) and not reload:
                     continue
                 if isinstance(exc, redis.RedisError):
-                    raise _translated(exc) from exc
+                    raise self._translated(exc) from exc
                 raise
         raise AssertionError("unreachable: the second pass returns or raises")
 
@@ -659,11 +706,6 @@ def _check_versions(versions: list[str]) -> None:
             )
 
 
-def _translated(exc: redis.RedisError) -> FeatureStoreError:
-    """A Redis failure as the store's: unavailable for now, or failed."""
-    if isinstance(exc, _UNAVAILABLE):
-        return FeatureStoreUnavailable(f"redis unavailable: {exc}")
-    return FeatureStoreError(f"redis pipeline failed: {exc}")
 
 
 def _parse_call(

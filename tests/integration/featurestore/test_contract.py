@@ -27,6 +27,7 @@ from streamrec.featurestore import (
 from streamrec.featurestore.redis_store import _FIRST_SEEN_LUA
 from streamrec.kafka.records import Partition
 from streamrec.local.launch import start_redis
+from streamrec.local.ports import free_port
 from tests.integration.conftest import PrivateService, cluster_ports
 
 T0 = 1_511_658_000_000
@@ -244,6 +245,39 @@ def test_a_least_privileged_redis_user_runs_the_store(
     assert items(update(store, [ev(1), ev(2)], [ev(2)]).histories[1]) == ["i1"]
     partition = Partition("events", 0)  # and the partitions' scripts
     store.check_claims({partition: store.claim({partition: 0})[partition].epoch})
+
+
+@pytest.mark.parametrize("user", ["reader", "wrong-password"])
+def test_a_redis_user_refused_is_told_at_once_not_retried_as_an_outage(
+    private_redis: PrivateService, unique_name: str, user: str
+) -> None:
+    """A user that may not write, or a wrong password, is a setting to fix, not an outage to
+    wait out: the store says what Redis refused and what the store needs, at once."""
+    admin = redis.Redis(port=private_redis.port)
+    admin.acl_setuser("reader", enabled=True, passwords=["+secret"], keys=["*"],
+                      commands=["+@read", "+@fast"])
+    password = "secret" if user == "reader" else "not-it"
+    url = f"redis://reader:{password}@127.0.0.1:{private_redis.port}"
+    store = RedisFeatureStore(RedisStoreConfig(url=url, key_prefix=unique_name), 3, HOUR)
+    with pytest.raises(FeatureStoreError, match="redis refused user 'reader'") as refused:
+        store.attach(can_start_empty=True)
+    assert not isinstance(refused.value, FeatureStoreUnavailable)
+    assert "@read, @write, @scripting and @fast" in str(refused.value)
+
+
+def test_a_cluster_store_that_cannot_reach_its_cluster_waits_and_one_on_a_plain_redis_is_told(
+    store_config: RedisStoreConfig, unique_name: str
+) -> None:
+    """The Cluster client connects when made: the store makes it when first used, so that a
+    consumer started before its Cluster is up waits for it (attach's outage), and one pointed
+    at a Redis without Cluster mode hears so, instead of a traceback from the constructor."""
+    down = RedisFeatureStore(RedisStoreConfig(url=f"redis://127.0.0.1:{free_port()}", cluster=True), 3)
+    with pytest.raises(FeatureStoreUnavailable, match="cannot reach the Redis Cluster"):
+        down.attach(can_start_empty=True)
+    plain = RedisFeatureStore(RedisStoreConfig(url=store_config.url, cluster=True, key_prefix=unique_name), 3)
+    with pytest.raises(FeatureStoreError, match="Cluster mode is not enabled") as told:
+        plain.attach(can_start_empty=True)
+    assert not isinstance(told.value, FeatureStoreUnavailable)
 
 
 def test_users_are_independent(store: FeatureStore) -> None:
