@@ -313,7 +313,7 @@ class RedisFeatureStore(FeatureStore):
         """
         keys = self._marker_keys()  # makes a Cluster's client, or says why it cannot
         try:
-            _check_versions(self._server_versions())
+            _check_servers(self._server_infos())
             values = [self._redis.get(key) for key in keys]
             if not any(values) and can_start_empty:
                 value = f"{uuid.uuid4().hex} {datetime.now(UTC).isoformat(timespec='seconds')}"
@@ -343,20 +343,30 @@ class RedisFeatureStore(FeatureStore):
             )
         if isinstance(exc, _UNAVAILABLE):
             return FeatureStoreUnavailable(f"redis unavailable: {exc}")
+        if isinstance(exc, redis.exceptions.OutOfMemoryError):
+            return FeatureStoreError(
+                f"redis is out of memory: {exc} (raise its maxmemory, or shorten how long "
+                "sequences are kept, STREAMREC_STORE__TTL_S; the batch was not committed and "
+                "is redone on restart)"
+            )
         return FeatureStoreError(f"redis failed: {exc}")
 
-    def _server_versions(self) -> list[str]:
-        """``redis_version`` of each primary (a Cluster's), or of the one server; none when
-        the user may not run INFO (an ACL user held to the store's command groups): on an
-        old Redis the scripts then fail with its own syntax error instead."""
+    def _server_infos(self) -> list[dict[str, Any]]:
+        """INFO's server and memory sections of each primary (a Cluster's), or of the one
+        server; none when the user may not run INFO (an ACL user held to the store's command
+        groups): the checks are skipped then, and an old Redis fails with its own error."""
         try:
-            if isinstance(self._redis, RedisCluster):  # one node at a time: one reply each
+            # a section a call: Redis before 7.0 takes one; a Cluster's primaries one at a
+            # time, one reply each
+            if isinstance(self._redis, RedisCluster):
                 cluster = self._redis
-                infos = [cluster.info("server", target_nodes=node) for node in cluster.get_primaries()]
-                return [info["redis_version"] for info in infos]
-            return [self._redis.info("server")["redis_version"]]
+                return [
+                    {**cluster.info("server", target_nodes=node), **cluster.info("memory", target_nodes=node)}
+                    for node in cluster.get_primaries()
+                ]
+            return [{**self._redis.info("server"), **self._redis.info("memory")}]
         except redis.exceptions.NoPermissionError:
-            logger.info("redis version not checked: the user may not run INFO")
+            logger.warning("redis version and eviction policy not checked: the user may not run INFO")
             return []
 
     def reset_marker(self) -> None:
@@ -695,14 +705,26 @@ class _Replies:
 MIN_REDIS_VERSION = (6, 2)
 
 
-def _check_versions(versions: list[str]) -> None:
-    """Refuse a Redis older than :data:`MIN_REDIS_VERSION` before any script runs on it."""
-    for version in versions:
+def _check_servers(infos: list[dict[str, Any]]) -> None:
+    """Refuse, before any script runs, a Redis older than :data:`MIN_REDIS_VERSION`, and one
+    that would evict keys: with a memory limit and any policy but ``noeviction``, Redis drops
+    keys under pressure without a word (every key of the store has a TTL, so the volatile
+    policies take them too): sequences cut short, ids forgotten, the join's windows gone."""
+    for info in infos:
+        version = str(info["redis_version"])
         parts = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
         if parts < MIN_REDIS_VERSION:
             need = ".".join(map(str, MIN_REDIS_VERSION))
             raise FeatureStoreError(
                 f"redis {version} is too old for the feature store: it needs {need} or newer"
+            )
+        policy = info.get("maxmemory_policy", "noeviction")
+        if int(info.get("maxmemory", 0)) > 0 and policy != "noeviction":
+            raise FeatureStoreError(
+                f"redis runs with maxmemory {info['maxmemory']} and maxmemory-policy {policy}: "
+                "under memory pressure it would drop the feature store's keys without a word "
+                "(histories cut short, ids forgotten, join windows lost); set maxmemory-policy "
+                "noeviction (Redis's default), or no maxmemory"
             )
 
 

@@ -280,6 +280,53 @@ def test_a_cluster_store_that_cannot_reach_its_cluster_waits_and_one_on_a_plain_
     assert not isinstance(told.value, FeatureStoreUnavailable)
 
 
+@pytest.mark.parametrize(("maxmemory", "policy", "refused"), [
+    ("64mb", "allkeys-lru", True),
+    ("64mb", "volatile-ttl", True),  # every key of the store has a TTL
+    ("64mb", "noeviction", False),
+    ("0", "allkeys-lru", False),  # no limit: nothing is evicted
+])
+def test_a_redis_that_would_evict_the_stores_keys_is_refused(
+    service_binaries: tuple[str, str], tmp_path: Path, unique_name: str,
+    maxmemory: str, policy: str, refused: bool,
+) -> None:
+    """Under memory pressure an evicting Redis drops keys without a word: sequences cut
+    short, ids forgotten (duplicates sent again), the join's windows gone (impressions never
+    labelled). The store refuses one with a memory limit and any policy but noeviction."""
+    port = free_port()
+    server = start_redis("127.0.0.1", port, tmp_path, extra_args=[
+        "--maxmemory", maxmemory, "--maxmemory-policy", policy,
+    ])
+    try:
+        store = RedisFeatureStore(
+            RedisStoreConfig(url=f"redis://127.0.0.1:{port}", key_prefix=unique_name), 3, HOUR
+        )
+        if refused:
+            with pytest.raises(FeatureStoreError, match=f"maxmemory-policy {policy}.*noeviction"):
+                store.attach(can_start_empty=True)
+        else:
+            store.attach(can_start_empty=True)
+    finally:
+        server.stop()
+
+
+def test_a_redis_out_of_memory_stops_the_store_with_what_to_do(
+    private_redis: PrivateService, unique_name: str
+) -> None:
+    admin = redis.Redis(port=private_redis.port)
+    store = RedisFeatureStore(
+        RedisStoreConfig(url=f"redis://127.0.0.1:{private_redis.port}", key_prefix=unique_name), 3, HOUR
+    )
+    store.attach(can_start_empty=True)
+    admin.config_set("maxmemory", 1)  # below what it holds: every write is refused
+    try:
+        with pytest.raises(FeatureStoreError, match="out of memory.*maxmemory.*TTL_S") as told:
+            update(store, [ev(1)])
+        assert not isinstance(told.value, FeatureStoreUnavailable)
+    finally:
+        admin.config_set("maxmemory", 0)
+
+
 def test_users_are_independent(store: FeatureStore) -> None:
     update(store, [ev(1, "a"), ev(2, "b")])
     assert [b.item_id for b in store.sequence("a")] == ["i1"]
