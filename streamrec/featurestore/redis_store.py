@@ -278,12 +278,13 @@ class RedisFeatureStore(FeatureStore):
             try:
                 self._client = RedisCluster.from_url(self._url, decode_responses=True, **self._options)
             except (RedisClusterException, redis.RedisError) as exc:
-                # redis-py says "cannot be connected" for both: the cause tells them apart
-                cause = exc.__cause__ if isinstance(exc, RedisClusterException) else exc
-                if isinstance(cause, _UNAVAILABLE + (OSError,)) and not isinstance(cause, _REFUSED):
-                    raise FeatureStoreUnavailable(f"cannot reach the Redis Cluster: {exc}") from exc
-                if isinstance(cause, redis.RedisError):
+                # redis-py raises "cannot be connected" both when no node answers and when
+                # one answers without Cluster mode: the cause tells them apart
+                cause = exc.__cause__ or exc
+                if isinstance(cause, _REFUSED + _UNAVAILABLE):
                     raise self._translated(cause) from exc
+                if isinstance(cause, OSError):
+                    raise FeatureStoreUnavailable(f"redis unavailable: {exc}") from exc
                 raise FeatureStoreError(f"redis failed: {exc}") from exc
         return self._client
 
@@ -726,7 +727,6 @@ def _check_servers(infos: list[dict[str, Any]]) -> None:
                 "(histories cut short, ids forgotten, join windows lost); set maxmemory-policy "
                 "noeviction (Redis's default), or no maxmemory"
             )
-
 
 
 
