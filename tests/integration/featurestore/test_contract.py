@@ -209,14 +209,14 @@ def test_a_one_primary_cluster_store_attaches(
     service_binaries: tuple[str, str], tmp_path: Path, unique_name: str
 ) -> None:
     """A Cluster of one primary answers a command sent to all its primaries with one reply,
-    not one per node: the version check asks node by node."""
+    not one per node: the store's server checks ask node by node."""
     port = cluster_ports("127.0.0.1", 1)[0]
     node = start_redis("127.0.0.1", port, tmp_path, extra_args=[
         "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
     ])
     try:
         client = redis.Redis(port=port)
-        client.execute_command("CLUSTER ADDSLOTSRANGE", 0, 16383)
+        client.execute_command("CLUSTER ADDSLOTS", *range(16384))  # ADDSLOTSRANGE: 7.0+
         deadline = time.monotonic() + 30
         while client.cluster("INFO")["cluster_state"] != "ok":
             assert time.monotonic() < deadline, "the one-node cluster did not come up"
