@@ -231,6 +231,10 @@ _REFUSED = (
     redis.exceptions.AuthorizationError,
     redis.exceptions.NoPermissionError,
 )
+# Error replies redis-py has no class for that say a server state which passes: busy with
+# another client's script (until it ends or is killed), too few replicas to write to, a
+# replica whose primary is down.
+_PASSING_REPLIES = ("BUSY ", "NOREPLICAS ", "MASTERDOWN ")
 # Errors that say Redis is away for now rather than that the request is wrong.
 _UNAVAILABLE = (
     redis.exceptions.ConnectionError,
@@ -342,7 +346,7 @@ class RedisFeatureStore(FeatureStore):
                 "STREAMREC_STORE__URL; the store needs @read, @write, @scripting and @fast on "
                 f"the keys matching '{self._prefix}:*')"
             )
-        if isinstance(exc, _UNAVAILABLE):
+        if isinstance(exc, _UNAVAILABLE) or str(exc).startswith(_PASSING_REPLIES):
             return FeatureStoreUnavailable(f"redis unavailable: {exc}")
         if isinstance(exc, redis.exceptions.OutOfMemoryError):
             return FeatureStoreError(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -325,6 +327,43 @@ def test_a_redis_out_of_memory_stops_the_store_with_what_to_do(
         assert not isinstance(told.value, FeatureStoreUnavailable)
     finally:
         admin.config_set("maxmemory", 0)
+
+
+def test_a_redis_busy_with_another_clients_script_is_an_outage_to_wait_out(
+    private_redis: PrivateService, unique_name: str
+) -> None:
+    """While another client's script runs past the busy threshold, Redis answers every other
+    command with BUSY until the script ends or is killed: passing, so the batch is redone
+    after a backoff (an outage), not the consumer stopped."""
+    admin = redis.Redis(port=private_redis.port)
+    store = RedisFeatureStore(
+        RedisStoreConfig(url=f"redis://127.0.0.1:{private_redis.port}", key_prefix=unique_name), 3, HOUR
+    )
+    store.attach(can_start_empty=True)
+    admin.config_set("lua-time-limit", 100)
+    blocker = threading.Thread(target=_run_forever, args=(private_redis.port,))
+    blocker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # until Redis says BUSY
+            try:
+                admin.ping()
+            except redis.exceptions.ResponseError:
+                break
+            assert time.monotonic() < deadline, "the blocking script did not make Redis busy"
+            time.sleep(0.05)
+        with pytest.raises(FeatureStoreUnavailable, match="BUSY"):
+            update(store, [ev(1)])
+    finally:
+        admin.script_kill()
+        blocker.join()
+    assert items(update(store, [ev(1), ev(2)], [ev(2)]).histories[1]) == ["i1"]
+
+
+def _run_forever(port: int) -> None:
+    """A script that loops until SCRIPT KILL."""
+    with contextlib.suppress(redis.exceptions.ResponseError):
+        redis.Redis(port=port).eval("while true do end", 0)
 
 
 def test_users_are_independent(store: FeatureStore) -> None:
