@@ -642,16 +642,9 @@ class RedisFeatureStore(FeatureStore):
             # redis-py types zrange's reply loosely; WITHSCORES gives (member, score) pairs.
             reply = self._redis.zrange(self.key(user_id), -self.length, -1, withscores=True)
             rows = cast(list[tuple[str, float]], reply)
-        except redis.RedisError as exc:
-            raise FeatureStoreError(f"redis read failed: {exc}") from exc
+        except redis.RedisError as exc:  # refused, unavailable or failed, as every call here
+            raise self._translated(exc) from exc
         return [Behaviour.from_member(m, int(ts)) for m, ts in rows]
-
-    def ping(self) -> None:
-        """Raise :class:`FeatureStoreError` unless Redis answers."""
-        try:
-            self._redis.ping()
-        except redis.RedisError as exc:
-            raise FeatureStoreError(f"redis unreachable: {exc}") from exc
 
 
 class _Replies:
