@@ -1,10 +1,13 @@
 """Consumer throughput against the broker's own ceiling, measured in the same run.
 
-Ceiling: a bare confluent-kafka batch consume of the same events (each record's value taken;
-no parsing, no Redis, no produce), the best of three, timed as the consumer is: from the first
-batch in hand to the last record (see :func:`bare_consume`). It reads about a million records
-a second here, so the ratio says how much of a consumer's time is streamrec's work (parsing,
-Redis, samples, the transaction: some 25-30 us an event here), not what the broker allows.
+Ceilings, both timed as the consumer is, from the first batch in hand to the last record:
+a bare confluent-kafka batch consume of the same events (each record's value taken; no
+parsing, no Redis, no produce), the best of three (see :func:`bare_consume`), and the
+forwarding floor, the least a Python consumer of these events does: each decoded, one sample
+of it encoded and produced (see :func:`forward_consume`), the best of two. The bare consume
+reads about a million records a second here and does not slow with the machine's Python; the
+floor does, as the consumers do, so ``ratio_to_floor`` tells streamrec's own cost (Redis,
+histories, negatives, the transaction) from the machine's speed that day.
 
 streamrec: the consumer runner end to end (parse, Redis pipeline, samples and
 offsets in one transaction per batch). Data: the 2-hour Taobao slice (110k real events) from
@@ -56,40 +59,128 @@ from collections.abc import Callable
 from pathlib import Path
 from queue import Queue
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+import msgspec
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from workloads import DEFAULT, label, workload
 
-from streamrec.config import StreamrecConfig
+from streamrec.config import KafkaConfig, StreamrecConfig
 from streamrec.consumers.runner import BatchReport, ConsumerRunner
 from streamrec.events import Event
 from streamrec.gcsettings import tune_for_batches
+from streamrec.kafka.clients import make_producer
 from streamrec.kafka.topics import ensure_topics
 from streamrec.local.launch import local_services
 from streamrec.producer import publish
+from streamrec.samples import Sample, encode_sample
+
+#: How long the bare consume waits for a record before it gives up: the records are on the
+#: broker already, so seconds of nothing mean some are missing.
+BARE_IDLE_S = 10.0
 
 
-def bare_consume(bootstrap: str, topic: str, partitions: int, total: int, batch_size: int) -> float:
-    """Records a second a bare batch consume reads, each record's value taken: timed as the
-    consumer's rate is, from the first batch in hand to the last record, so that neither side
-    counts waits the other leaves out. The first batch's call waits for the group-less
-    assignment's start (about 0.5 s on the embedded broker), and a batch call asked for more
-    records than are left blocks for its whole timeout: until the eighth session both were on
-    this clock, a second and a half of waiting in a run of a tenth of a second, and the
-    "ceiling" was the waits' (some 68,000 records a second whatever the machine's speed)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-bare-{uuid.uuid4().hex[:8]}"})
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    seen, start, counted = 0, 0.0, 0
+def timed_read(
+    consume: Callable[[int], int], total: int, batch_size: int,
+    clock: Callable[[], float] = time.perf_counter, finish: Callable[[], None] = lambda: None,
+) -> tuple[int, float]:
+    """Read ``total`` records with ``consume(n)`` (a batch call asked for at most ``n``, that
+    returns how many records it got): the records read after the first batch, and the seconds
+    from the first batch in hand to the last record, ``finish()`` after it included (a flush).
+    The first batch's call waits for the
+    assignment's start (about 0.5 s on the embedded broker) and the consumer's rate is timed
+    from its first batch read too; a call is never asked for more records than are left, as
+    one would block for its whole timeout at the end. Until the eighth session both waits were
+    on this clock, a second and a half in a read of a tenth of a second, and the "ceiling" was
+    the waits' (some 68,000 records a second whatever the machine's speed).
+
+    Raises:
+        ValueError: every record came in the first batch (nothing left to time).
+    """
+    seen, start, first = 0, 0.0, 0
     while seen < total:
-        got = sum(1 for m in consumer.consume(min(batch_size, total - seen), 1.0)
-                  if m.error() is None and m.value() is not None)
+        got = consume(min(batch_size, total - seen))
         if got and not seen:  # the clock starts with the first batch in hand
-            start, counted = time.perf_counter(), -got
+            start, first = clock(), got
         seen += got
-    elapsed = time.perf_counter() - start
-    consumer.close()
-    if not seen + counted:
+    finish()
+    elapsed = clock() - start
+    if seen == first:
         raise ValueError(f"{total} records came in one batch: too few to time a consume")
-    return (seen + counted) / elapsed
+    return seen - first, elapsed
+
+
+def bare_consume(
+    bootstrap: str, topic: str, partitions: int, total: int, batch_size: int, idle_s: float = BARE_IDLE_S
+) -> float:
+    """Records a second a bare confluent-kafka batch consume reads, each record's value taken,
+    timed by :func:`timed_read`. It reads about a million records a second here, from the
+    broker and not only from librdkafka's prefetch: 600,000 records, several times what the
+    prefetch holds, read as fast once ``fetch.queue.backoff.ms`` is short (its default of 1 s
+    pauses fetching for a second whenever the prefetch queue is full, which a consumer slower
+    than the broker never notices).
+
+    Raises:
+        TimeoutError: no record came for ``idle_s`` with some still to read.
+    """
+    return _read(bootstrap, topic, partitions, total, batch_size, idle_s,
+                 lambda records: sum(1 for m in records if m.error() is None and m.value() is not None))
+
+
+def forward_consume(kafka: KafkaConfig, total: int, batch_size: int, idle_s: float = BARE_IDLE_S) -> float:
+    """Events a second of the least a Python consumer of these events does, timed as the bare
+    consume is: each record decoded into an event (checked against the contract, in C) and one
+    sample of it encoded and produced with the consumers' producer settings, until the broker
+    has acknowledged the last. No Redis, history, negatives, alignment or transaction. Unlike
+    the bare consume it slows with the machine's Python as the consumers do, so the consumers'
+    ratio to it tells the cost of their own work from the machine's speed that day.
+
+    Raises:
+        TimeoutError: no record came for ``idle_s`` with some still to read.
+    """
+    producer = make_producer(kafka)
+    decode, send, topic = msgspec.json.Decoder(Event).decode, producer.produce, kafka.samples_topic
+
+    def forward(records: list[Message]) -> int:
+        for m in records:
+            e = decode(m.value() or b"")  # the events are the benchmark's own: all valid
+            sample = Sample(e.event_id, e.user_id, e.ts, e.item_id, e.category_id, 1, (), ())
+            send(topic, encode_sample(sample), e.user_id.encode(), -1, None, None, e.ts)
+        producer.poll(0)
+        return len(records)
+
+    def flush() -> None:
+        if producer.flush(30):
+            raise TimeoutError("the floor's samples were not acknowledged within 30 s")
+
+    return _read(kafka.bootstrap_servers, kafka.events_topic, kafka.partitions, total, batch_size,
+                 idle_s, forward, flush)
+
+
+def _read(
+    bootstrap: str, topic: str, partitions: int, total: int, batch_size: int, idle_s: float,
+    handle: Callable[[list[Message]], int], finish: Callable[[], None] = lambda: None,
+) -> float:
+    """Records a second through ``handle`` (each batch's records in, how many it took out),
+    read from the beginning of every partition of ``topic`` and timed by :func:`timed_read`,
+    ``finish`` on the clock."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-bare-{uuid.uuid4().hex[:8]}",
+                         "fetch.queue.backoff.ms": 10})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    idle_since = time.monotonic()
+
+    def consume(most: int) -> int:
+        nonlocal idle_since
+        got = handle(consumer.consume(most, 1.0))
+        if got:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > idle_s:
+            raise TimeoutError(f"no record of {topic} for {idle_s:g} s: fewer than {total} there")
+        return got
+
+    try:
+        read, seconds = timed_read(consume, total, batch_size, finish=finish)
+    finally:
+        consumer.close()
+    return read / seconds
 
 
 #: One committed batch: when it was read and committed (wall clock, comparable across
@@ -294,6 +385,7 @@ def main() -> None:
             for _ in range(3)
         )
         tune_for_batches()  # as `streamrec consumers run` does; the events held here are frozen
+        floor = max(forward_consume(cfg.kafka, len(events), cfg.consumer.batch_size) for _ in range(2))
         batches, on_batch = recorder()
         services_pids = {"redis": services.redis.pid, "broker": services.kafka.pid}
         services_before = {name: cpu_s_of(pid) for name, pid in services_pids.items()}
@@ -317,6 +409,10 @@ def main() -> None:
         "ceiling_events_per_s": round(ceiling),
         "streamrec_events_per_s": round(rate),
         "ratio_to_ceiling": round(rate / ceiling, 4),
+        # the least a Python consumer does with the events (decode, one sample encoded and
+        # produced): it slows with the machine as the consumers do
+        "floor_events_per_s": round(floor),
+        "ratio_to_floor": round(rate / floor, 4),
         # the consumer process's own CPU (all its threads) an event: steadier than rates on a
         # shared machine, and what one core's worth of consumer is spent on
         "consumer_cpu_us_per_event": round(cpu_us, 1),
