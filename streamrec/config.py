@@ -23,6 +23,10 @@ from streamrec.errors import ConfigError
 
 _SECTION = ConfigDict(frozen=True, extra="forbid")
 
+#: librdkafka's ``partitioner`` for each :attr:`KafkaConfig.partitioner`: keyed records as
+#: the named hash puts them, records without a key at random (as the Java client does).
+LIBRDKAFKA_PARTITIONERS = {"murmur2": "murmur2_random", "crc32": "consistent_random"}
+
 
 class KafkaConfig(BaseModel):
     """Broker address, topic names and pass-through client options (env ``STREAMREC_KAFKA__*``)."""
@@ -75,9 +79,34 @@ class KafkaConfig(BaseModel):
     # No partition waits longer than this (wall clock) for the others: catching up, event
     # time runs far faster than the clock, so only skewed timestamps ever wait this long.
     max_hold_ms: int = Field(300_000, ge=0, description="STREAMREC_KAFKA__MAX_HOLD_MS")
+    # Every producer of the events topic must put each user in one partition, by one
+    # partitioner; murmur2 is the Java client's, which Kafka Streams, Connect, aiokafka and
+    # kafka-python use too (streamrec's producers follow this setting, librdkafka's default
+    # is crc32). The consumers dead-letter records it does not put where they are.
+    partitioner: Literal["murmur2", "crc32"] | None = Field(
+        "murmur2",
+        description="STREAMREC_KAFKA__PARTITIONER: murmur2 (the Java client's), crc32 "
+        "(librdkafka's default), or null (records unchecked: the producers' own rule)",
+    )
     client: dict[str, Any] = Field(
         default_factory=dict, description="STREAMREC_KAFKA__CLIENT: extra librdkafka options"
     )
+
+    @model_validator(mode="after")
+    def _one_partitioner(self) -> KafkaConfig:
+        # streamrec's producers partition by ``partitioner``, and the consumers check records
+        # against it: a client option that partitions otherwise would have every record
+        # these producers write dead-lettered.
+        chosen = self.client.get("partitioner")
+        if chosen is not None and self.partitioner is not None:
+            wanted = LIBRDKAFKA_PARTITIONERS[self.partitioner]
+            if chosen != wanted:
+                raise ValueError(
+                    f"STREAMREC_KAFKA__CLIENT sets partitioner={chosen}, but the consumers check "
+                    f"records by STREAMREC_KAFKA__PARTITIONER={self.partitioner} ({wanted}): set "
+                    "STREAMREC_KAFKA__PARTITIONER instead (murmur2, crc32, or null)"
+                )
+        return self
 
     @model_validator(mode="after")
     def _eager_rebalancing(self) -> KafkaConfig:

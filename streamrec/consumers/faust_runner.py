@@ -65,6 +65,7 @@ from streamrec.consumers.runner import (
     count_batch,
     make_batch_log,
     make_builder,
+    refresh_placement,
 )
 from streamrec.errors import FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
@@ -123,7 +124,7 @@ class BatchSink:
     def __init__(self, cfg: StreamrecConfig, producer: Producer | None = None) -> None:
         """Send to ``cfg``'s topics; ``producer`` defaults to an idempotent one."""
         self._cfg = cfg
-        self._producer = producer or make_producer(cfg.kafka)
+        self.producer = producer or make_producer(cfg.kafka)  # read topic metadata with it too
         self._errors: list[KafkaError] = []
 
     def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
@@ -132,7 +133,7 @@ class BatchSink:
 
     def send(self, result: BatchResult) -> None:
         """Send and flush; raise if anything failed."""
-        kcfg, producer, report = self._cfg.kafka, self._producer, self._delivered
+        kcfg, producer, report = self._cfg.kafka, self.producer, self._delivered
         key, user = b"", None
         for sample, value in zip(result.samples, result.values, strict=True):
             if sample.user_id is not user:  # an event's samples come together: one key
@@ -155,7 +156,7 @@ class BatchSink:
 
     def close(self) -> None:
         """Deliver what is queued."""
-        self._producer.flush(_FLUSH_TIMEOUT_S)
+        self.producer.flush(_FLUSH_TIMEOUT_S)
 
 
 class FaustRunner:
@@ -303,9 +304,11 @@ class FaustRunner:
             self._sink = BatchSink(self._cfg)
         retry = Backoff(self._cfg.consumer.retry_deadline_s)
         started = time.monotonic()
-        if self._reassigned:
+        placement = self.builder.placement
+        if self._reassigned or (placement is not None and not placement.counts):
             self._reassigned = False
             self.builder.release()
+            refresh_placement(self.builder, self._sink.producer, [self._cfg.kafka.events_topic])
         while True:
             try:
                 result = self.builder.process(records)

@@ -23,6 +23,7 @@ from streamrec.config import ConsumerConfig
 from streamrec.consumers.joins import JoinRule, Judged, decided_samples
 from streamrec.consumers.lateness import Watermarks
 from streamrec.consumers.negatives import NoveltyMatchedSampler
+from streamrec.consumers.placement import Placement
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import Event, parse_event
@@ -105,9 +106,12 @@ class SampleBuilder:
         sampler: NoveltyMatchedSampler | None = None,
         *,
         timestamp_tolerance_ms: int = TIMESTAMP_TOLERANCE_MS,
+        placement: Placement | None = None,
     ) -> None:
         """Build samples by ``cfg`` on ``store``; report records whose timestamp is more than
-        ``timestamp_tolerance_ms`` away from their event time."""
+        ``timestamp_tolerance_ms`` away from their event time; dead-letter records that
+        ``placement`` finds misplaced (the runners' records; in-memory ones have no
+        partitioner to check)."""
         self._cfg = cfg
         self._store = store
         self._positive = frozenset(cfg.positive_actions)
@@ -120,10 +124,11 @@ class SampleBuilder:
         self._join = JoinRule(cfg.impression_action if cfg.labels == "join" else None, self._positive)
         self._tolerance_ms = timestamp_tolerance_ms
         self._mismatch_warned: set[Partition] = set()  # one warning per partition
+        self.placement = placement
 
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
-        """Split records into valid events (with their records) and dead letters (with reasons):
-        pure, so it may run ahead of the batch's turn."""
+        """Split records into valid events (with their records) and dead letters (with reasons,
+        misplaced records among them): pure, so it may run ahead of the batch's turn."""
         events: list[tuple[Event, KafkaMessage, Partition]] = []
         dead: list[DeadLetter] = []
         keys = [partition_of(msg) for msg in records]
@@ -135,6 +140,11 @@ class SampleBuilder:
                 dead.append(DeadLetter.of(msg, str(exc)))
             else:
                 events.append((event, msg, key))
+        if self.placement is not None and events:
+            misplaced = self.placement.misplaced(events)
+            if misplaced:
+                dead += [DeadLetter.of(events[i][1], reason) for i, reason in misplaced.items()]
+                events = [item for i, item in enumerate(events) if i not in misplaced]
         return Parsed(events, dead, offset_spans(records, keys))
 
     def stores(self, event: Event) -> bool:

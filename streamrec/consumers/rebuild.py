@@ -7,7 +7,9 @@ into the store: sequences, the
 event ids seen (with the records they came in) and the items' first-seen times. Events the
 consumers have not processed yet are stored too, from the records they will read them in, so
 when the consumers resume those count as a redo and emit their samples with the right
-histories. Finally it writes a new marker, and the consumers can start again.
+histories. Records the consumers dead-letter (not events, or misplaced: see
+:mod:`streamrec.consumers.placement`) are left out as they leave them out. Finally it writes
+a new marker, and the consumers can start again.
 
 Only what the events topic still retains can be rebuilt: keep its retention longer than the
 longest history you need (the sequence TTL).
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.processor import SampleBuilder
+from streamrec.consumers.runner import make_builder, refresh_placement
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
 from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
 from streamrec.kafka.clients import make_consumer
@@ -61,11 +63,12 @@ def rebuild_store(
             pass  # what a rebuild is for
         else:
             raise ConfigError("the feature store is intact (its marker is there): --force rebuilds it anyway")
-    builder = SampleBuilder(cfg.consumer, store)
+    builder = make_builder(cfg, store)  # what the consumers dead-letter, misplaced records too
     consumer = make_consumer(cfg.kafka, f"{cfg.consumer.group_id}-rebuild-{uuid.uuid4().hex[:8]}")
     stats, start = RebuildStats(), time.monotonic()
     try:
         reading = _assign_everything(consumer, cfg.kafka.events_topic)
+        refresh_placement(builder, consumer, [cfg.kafka.events_topic])
         while reading:  # until every partition has reached its end
             records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading)]
             parsed = builder.parse(records, now_ms=int(time.time() * 1000))

@@ -25,20 +25,23 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
 from streamrec.config import StreamrecConfig
+from streamrec.consumers.placement import Placement
 from streamrec.consumers.processor import TIMESTAMP_TOLERANCE_MS, BatchResult, Parsed, SampleBuilder
 from streamrec.deadletters import DeadLetterLog
-from streamrec.errors import FeatureStoreUnavailable, OutageError
+from streamrec.errors import ConsumeError, FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
 from streamrec.kafka.clients import make_consumer, produce
 from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock, RecordSource
+from streamrec.kafka.topics import MetadataClient, partition_counts
 from streamrec.kafka.transactions import TransactionalProducer, describe
 from streamrec.retry import Backoff
 
 logger = logging.getLogger(__name__)
 
-# Reading the group's committed offsets at start: a broker answers in milliseconds.
+# Reading the group's committed offsets at start, and partition counts: a broker answers in
+# milliseconds.
 _COMMITTED_TIMEOUT_S = 10.0
 
 
@@ -110,6 +113,7 @@ class ConsumerRunner:
                 if self._source.assignments != claimed_at:  # a rebalance: claim partitions anew
                     claimed_at = self._source.assignments
                     self.builder.release()
+                    refresh_placement(self.builder, self._source.consumer, [self._cfg.kafka.events_topic])
                     ahead = None  # read again from the committed offsets, by their new owner
                 polled = _Polled(self.builder, records) if records else None
                 if ahead is not None:
@@ -252,10 +256,33 @@ def make_batch_log(cfg: StreamrecConfig) -> BatchLog:
 
 
 def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
-    """The runners' builder: record timestamps are checked against the alignment's skew."""
+    """The runners' builder: record timestamps are checked against the alignment's skew, and
+    records' placement against the configured partitioner (the runner keeps its partition
+    counts, :func:`refresh_placement`)."""
     skew = cfg.kafka.max_skew_ms
     tolerance = TIMESTAMP_TOLERANCE_MS if skew is None else skew
-    return SampleBuilder(cfg.consumer, store, timestamp_tolerance_ms=tolerance)
+    partitioner = cfg.kafka.partitioner
+    placement = None if partitioner is None else Placement(partitioner)
+    return SampleBuilder(cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement)
+
+
+def refresh_placement(builder: SampleBuilder, client: MetadataClient, topics: Sequence[str]) -> None:
+    """Read the topics' partition counts for the builder's placement check, at an assignment
+    (partitions added to a topic rebalance its consumers). A failed read keeps the counts read
+    before, with a warning, and raises only when there are none yet.
+
+    Raises:
+        ConsumeError: the counts could not be read, and none were before.
+    """
+    placement = builder.placement
+    if placement is None:
+        return
+    try:
+        placement.counts = partition_counts(client, topics, _COMMITTED_TIMEOUT_S)
+    except ConsumeError as exc:
+        if not placement.counts:
+            raise
+        logger.warning("partition counts not read again, checking by those read before error=%r", str(exc))
 
 
 class BatchLog:

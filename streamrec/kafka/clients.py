@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from streamrec.config import KafkaConfig
+from streamrec.config import LIBRDKAFKA_PARTITIONERS, KafkaConfig
 from streamrec.errors import ServiceError
 from streamrec.kafka.records import Header
 
@@ -56,6 +56,8 @@ def producer_config(cfg: KafkaConfig, **overrides: Any) -> dict[str, Any]:
         "compression.type": "lz4",
         "logger": client_logger,
     }
+    if cfg.partitioner is not None:  # keyed records where every other producer puts them
+        conf["partitioner"] = LIBRDKAFKA_PARTITIONERS[cfg.partitioner]
     conf.update(overrides)
     conf.update(cfg.client)
     return conf

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from streamrec.config import KafkaConfig
-from streamrec.errors import ConfigError, ServiceError
+from streamrec.errors import ConfigError, ConsumeError, ServiceError
 from streamrec.kafka.clients import client_logger, require_broker
 from streamrec.kafka.records import Partition
 
@@ -100,3 +100,28 @@ def expired_positions(
         for key, offset in positions.items()
         if key in earliest and offset < earliest[key]
     }
+
+
+class MetadataClient(Protocol):
+    """Any confluent-kafka client: each reads topic metadata."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata: ...  # noqa: D102
+
+
+def partition_counts(client: MetadataClient, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
+    """How many partitions each topic has now.
+
+    Raises:
+        ConsumeError: the broker did not answer, or a topic is missing.
+    """
+    counts = {}
+    for topic in topics:
+        try:
+            meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException as exc:
+            raise ConsumeError(f"cannot read the partitions of {topic}: {exc}") from exc
+        if meta is None or meta.error is not None or not meta.partitions:
+            why = meta.error if meta is not None and meta.error is not None else "not found"
+            raise ConsumeError(f"cannot read the partitions of {topic}: {why}")
+        counts[topic] = len(meta.partitions)
+    return counts

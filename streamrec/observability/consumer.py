@@ -42,6 +42,9 @@ REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^field '", "bad_id"),
         (r"^event id .* reused", "conflicting_event_id"),
         (r"^late event", "late"),
+        (r"^record has no key", "no_key"),
+        (r"^record key .* is not the event's user_id", "wrong_key"),
+        (r"^user .* belongs in .* partitioner", "wrong_partition"),
     )
 )
 #: The kind of a reason no pattern knows.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
 from streamrec.errors import ServiceError
@@ -112,6 +112,14 @@ def store_config(redis_url: str, redis_client: redis.Redis, unique_name: str) ->
     """The Redis feature store on the session Redis with a unique key prefix; the db is
     emptied after."""
     return RedisStoreConfig(url=redis_url, key_prefix=f"t{unique_name}")
+
+
+def app_producer(kafka: KafkaConfig, **options: object) -> Producer:
+    """A producer as an application on confluent-kafka makes one, told the Java client's
+    partitioner as the README tells it (librdkafka's own default is CRC32, which the
+    consumers dead-letter under the default ``STREAMREC_KAFKA__PARTITIONER``)."""
+    conf = {"bootstrap.servers": kafka.bootstrap_servers, "partitioner": "murmur2_random"}
+    return Producer({**conf, **options})
 
 
 def read_committed(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> list[Message]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import zlib
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.partitioner import murmur2
 
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.runner import ConsumerRunner
@@ -54,3 +56,42 @@ def test_aiokafka_reads_the_lz4_samples_read_committed(
     for key, value, ts in got:  # key = user, record time = event time
         sample = orjson.loads(value or b"")
         assert key == sample["user_id"].encode() and ts == sample["ts"]
+
+
+def _split_user(partitions: int) -> str:
+    """A user whose record lands in different partitions under librdkafka's default
+    partitioner (CRC32 of the key) and the Java client's (murmur2), which aiokafka, kafka-python,
+    Kafka Streams and Connect use too."""
+    return next(
+        u for u in (f"u{k}" for k in range(1000))
+        if zlib.crc32(u.encode()) % partitions != (murmur2(u.encode()) & 0x7FFFFFFF) % partitions
+    )
+
+
+async def _send(bootstrap: str, topic: str, events: list[Event]) -> None:
+    """Publish as an application on aiokafka would: keyed by user, stamped with the event time."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for e in events:
+            await producer.send_and_wait(topic, e.to_json(), key=e.user_id.encode(), timestamp_ms=e.ts)
+    finally:
+        await producer.stop()
+
+
+def test_an_impression_published_by_streamrec_is_labelled_by_its_click_published_by_aiokafka(
+    pipeline_config, topic_reader
+) -> None:
+    """A feed logs its impressions through streamrec's producer and its clicks from another
+    service on aiokafka, both keyed by user: the click lands in its impression's partition, so
+    the join labels the impression (one positive sample), not the click on its own."""
+    cfg: StreamrecConfig = pipeline_config(consumer={
+        "labels": "join", "label_window_ms": 600_000, "allowed_lateness_ms": 60_000,
+    })
+    user, ts = _split_user(cfg.kafka.partitions), 1_700_000_000_000
+    publish([Event("imp-1", user, "i1", "c1", "impression", ts)], cfg.kafka)
+    asyncio.run(_send(cfg.kafka.bootstrap_servers, cfg.kafka.events_topic,
+                      [Event("clk-1", user, "i1", "c1", "click", ts + 5_000)]))
+    ConsumerRunner(cfg).run()
+    samples = [orjson.loads(m.value()) for m in topic_reader(cfg.kafka.samples_topic)]
+    assert {s["sample_id"]: s["label"] for s in samples} == {"imp-1": 1}

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 import orjson
 import pytest
-from confluent_kafka import Producer
 
 from streamrec import faults
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
@@ -17,6 +16,7 @@ from streamrec.consumers.processor import SampleBuilder
 from streamrec.events import Event
 from streamrec.featurestore.memory import MemoryFeatureStore
 from streamrec.kafka.records import Record
+from tests.integration.conftest import app_producer
 from tests.integration.consumers.test_runner import MALFORMED, assert_sequences_complete, config, send
 
 faust_runner = pytest.importorskip(
@@ -41,7 +41,7 @@ def test_the_faust_runner_emits_every_valid_events_samples_and_dead_letters_the_
     topic_reader,
 ) -> None:
     cfg = config(kafka_config, store_config, unique_name)
-    producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers})
+    producer = app_producer(kafka_config)
     bad_every = len(events) // len(MALFORMED)
     for i, event in enumerate(events):
         producer.produce(kafka_config.events_topic, key=event.user_id.encode(), value=event.to_json(),

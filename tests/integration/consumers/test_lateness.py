@@ -37,6 +37,7 @@ def stream() -> tuple[list[Event], Event, Event]:
 def config(kafka: KafkaConfig, store_cfg: RedisStoreConfig, unique: str, policy: str) -> StreamrecConfig:
     consumer = {"group_id": f"c-{unique}", "stop_when_idle_s": 3.0, "batch_size": 300, "negatives": 1,
                 "allowed_lateness_ms": ALLOWED_MS, "late_events": policy, "metrics_port": 0}
+    kafka = kafka.model_copy(update={"partitioner": None})  # every record on partition 0, by hand
     return StreamrecConfig.model_validate({"kafka": kafka, "store": store_cfg, "consumer": consumer})
 
 

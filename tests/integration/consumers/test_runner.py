@@ -24,11 +24,18 @@ from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.events import Event
 from streamrec.featurestore import RedisFeatureStore
 from streamrec.producer import publish
+from tests.integration.conftest import app_producer
 
 
 def config(kafka: KafkaConfig, store_cfg: RedisStoreConfig, unique: str) -> StreamrecConfig:
     consumer = {"group_id": f"c-{unique}", "stop_when_idle_s": 3.0, "batch_size": 300, "negatives": 1}
     return StreamrecConfig.model_validate({"kafka": kafka, "store": store_cfg, "consumer": consumer})
+
+
+def hand_placed(cfg: StreamrecConfig) -> StreamrecConfig:
+    """``cfg`` for records a test puts in partitions of its own choosing: their placement is
+    not checked (``STREAMREC_KAFKA__PARTITIONER=null``)."""
+    return cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"partitioner": None})})
 
 
 @pytest.fixture
@@ -37,7 +44,8 @@ def events(clicks: list[Event]) -> list[Event]:
 
 
 def send(kafka: KafkaConfig, events: Sequence[Event]) -> None:
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    """Publish as an application on confluent-kafka does (see :func:`app_producer`)."""
+    producer = app_producer(kafka)
     for event in events:
         producer.produce(kafka.events_topic, key=event.user_id.encode(), value=event.to_json())
     assert producer.flush(10) == 0
@@ -63,6 +71,9 @@ MALFORMED = [
                    "action": "pv", "ts": 1511658000}), "looks like seconds"),
     (b'{"pad": "' + b"x" * 20_000 + b'"}', "byte limit"),
     (b"[]", "expected a JSON object"),
+    # a valid event, sent under another user's key (as a producer keying by session would)
+    (orjson.dumps({"event_id": "x5", "user_id": "someone-else", "item_id": "1", "category_id": "2",
+                   "action": "pv", "ts": 1511658000000}), "is not the event's user_id 'someone-else'"),
 ]
 
 
@@ -71,7 +82,7 @@ def test_malformed_events_go_to_the_dlq_and_valid_ones_are_all_processed(
     topic_reader,
 ) -> None:
     cfg = config(kafka_config, store_config, unique_name)
-    producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers})
+    producer = app_producer(kafka_config)
     bad_every = len(events) // len(MALFORMED)
     for i, event in enumerate(events):
         producer.produce(kafka_config.events_topic, key=event.user_id.encode(), value=event.to_json())
@@ -237,7 +248,7 @@ def test_a_consumer_stopping_when_idle_first_drains_what_alignment_holds_back(
 ) -> None:
     """An event an hour later than its neighbour partition's is held back by alignment until
     the other partitions have been quiet for a while: no reason to call the stream idle."""
-    cfg = config(kafka_config, store_config, unique_name)
+    cfg = hand_placed(config(kafka_config, store_config, unique_name))
     cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"stop_when_idle_s": 1.0})})
     now = int(time.time() * 1000)
     early = Event("early", "u1", "i1", "c1", "pv", now - 2 * 3_600_000)
@@ -257,7 +268,7 @@ def test_oversized_and_binary_records_become_dead_letters_that_always_fit(
     """A 1 MB record and 200 KB of control bytes once made a dead letter over the broker's
     limit: every restart died on it and the valid events behind it were never processed."""
     cfg = config(kafka_config, store_config, unique_name)
-    producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers, "message.max.bytes": 2_000_000})
+    producer = app_producer(kafka_config, **{"message.max.bytes": 2_000_000})
     huge = b"x" * 1_000_000
     controls = b"\x01" * 200_000
     invalid_utf8 = b"\xff\xfe{\xc3\x28 not utf-8"
@@ -315,7 +326,7 @@ def test_a_skewed_record_timestamp_does_not_stall_its_partition(
 ) -> None:
     """A record stamped a day ahead of its neighbours (and of the whole stream) is released
     out of order, counted, instead of holding back its partition."""
-    cfg = config(kafka_config, store_config, unique_name)
+    cfg = hand_placed(config(kafka_config, store_config, unique_name))
     producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers})
     for i, event in enumerate(events):
         skew = 24 * 3_600_000 if i == 99 else 0

@@ -1,0 +1,88 @@
+"""Events whose record breaks the events topic's partitioning, told apart before any is stored.
+
+The consumers rely on each user's events coming through one partition (see
+:mod:`streamrec.kafka.partitioning`). A record without a key, keyed by something other than
+its event's user (a session, a device), or put in another partition than the shared
+partitioner gives its key (a producer on another client's default) breaks that: the user's
+events would be processed out of order, by two consumers at once, and in the ``join`` mode a
+click would miss its impression's window, so the impression would be labelled a negative and
+the click a positive of its own. Such records go to the dead-letter topic whole, with the
+reason and what to change, like any other record that breaks the event contract.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from streamrec.events import Event
+from streamrec.kafka.partitioning import Partitioner, partitions_of
+from streamrec.kafka.records import KafkaMessage, Partition
+
+#: What every reason ends with: the rule, and why it matters.
+RULE = "the events topic is keyed by user_id, so that each user's events come through one partition"
+#: How many bytes of a wrong key a reason quotes.
+KEY_QUOTE_BYTES = 64
+
+
+class Placement:
+    """Checks each event's record against ``partitioner`` and the partition counts of the
+    topics read, which the runner keeps up to date (:attr:`counts`, at each assignment)."""
+
+    def __init__(self, partitioner: Partitioner) -> None:
+        """Check records by ``partitioner``; :attr:`counts` must name each topic read."""
+        self.partitioner = partitioner
+        self.counts: dict[str, int] = {}  # topic -> its partitions, as of the last assignment
+
+    def misplaced(self, events: Sequence[tuple[Event, KafkaMessage, Partition]]) -> dict[int, str]:
+        """The events whose record is misplaced, by index into ``events``, with the reason.
+        Each topic's records are checked as whole lists first (most are all in place), one by
+        one only where the lists differ.
+
+        Raises:
+            ValueError: a record's topic has no partition count in :attr:`counts`.
+        """
+        users = [event.user_id.encode() for event, _, _ in events]
+        record_keys = [msg.key() for _, msg, _ in events]
+        reasons: dict[int, str] = {}
+        if record_keys != users:
+            for index, (record_key, user) in enumerate(zip(record_keys, users, strict=True)):
+                if record_key != user:
+                    reasons[index] = _key_reason(record_key, events[index][0].user_id)
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for index, (_, _, key) in enumerate(events):
+            by_topic[key.topic].append(index)
+        for topic, indexes in by_topic.items():
+            count = self.counts.get(topic)
+            if count is None:
+                raise ValueError(f"no partition count for {topic}: the runner sets it at each assignment")
+            if count == 1:
+                continue
+            wanted = partitions_of([users[i] for i in indexes], count, self.partitioner)
+            actual = [events[i][2].partition for i in indexes]
+            if wanted == actual:
+                continue
+            for index, right, got in zip(indexes, wanted, actual, strict=True):
+                if right != got and index not in reasons:  # a wrong key says it first
+                    reasons[index] = self._reason(events[index][0].user_id, events[index][2], right, count)
+        return reasons
+
+    def _reason(self, user: str, key: Partition, wanted: int, count: int) -> str:
+        return (
+            f"user {user!r} belongs in {Partition(key.topic, wanted)} by the {self.partitioner} "
+            f"partitioner over {count} partitions, not {key}: {RULE}. Every producer must "
+            f"partition by {self.partitioner}{_HOW[self.partitioner]}, or "
+            "STREAMREC_KAFKA__PARTITIONER name the one they share"
+        )
+
+
+def _key_reason(record_key: bytes | None, user: str) -> str:
+    if record_key is None:
+        return f"record has no key: {RULE} (publish with key=user_id)"
+    return f"record key {record_key[:KEY_QUOTE_BYTES]!r} is not the event's user_id {user!r}: {RULE}"
+
+
+_HOW = {
+    "murmur2": " (the Java client's default, and aiokafka's; librdkafka clients: partitioner=murmur2_random)",
+    "crc32": " (librdkafka's default, consistent_random)",
+}
