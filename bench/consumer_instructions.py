@@ -39,13 +39,12 @@ from types import SimpleNamespace
 
 import msgspec
 from confluent_kafka import Producer
-from redis_instructions import BATCH, records
+from redis_instructions import BATCH, bench_builder, records
 from workloads import DEFAULT, label, workload
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.runner import ConsumerRunner, make_builder
+from streamrec.consumers.runner import ConsumerRunner
 from streamrec.events import Event
-from streamrec.featurestore import make_feature_store
 from streamrec.gcsettings import tune_for_batches
 from streamrec.kafka.records import Record
 from streamrec.local.launch import start_redis
@@ -72,7 +71,7 @@ def streamrec_work(url: str, batches: list[list[Record]], consumer: dict[str, ob
     cfg = StreamrecConfig.model_validate({
         "store": {"url": url, "key_prefix": f"bench-{uuid.uuid4().hex[:8]}"}, "consumer": consumer,
     })
-    builder = make_builder(cfg, make_feature_store(cfg))
+    builder = bench_builder(cfg)
     producer = held_producer()
     runner = SimpleNamespace(_cfg=cfg)  # what the runner's send loop reads
     samples = 0

@@ -25,7 +25,6 @@ import shutil
 import sys
 import tempfile
 import uuid
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,14 +33,17 @@ import redis
 from workloads import DEFAULT, label, workload
 
 from streamrec.config import StreamrecConfig
+from streamrec.consumers.processor import SampleBuilder
 from streamrec.consumers.runner import make_builder
 from streamrec.events import Event
 from streamrec.featurestore import make_feature_store
+from streamrec.kafka.partitioning import MURMUR2, partitions_of
 from streamrec.kafka.records import Record
 from streamrec.local.launch import start_redis
 from streamrec.local.ports import free_port
 
 PARTITIONS = 4
+TOPIC = "events"
 BATCH = 5_000
 
 
@@ -67,15 +69,25 @@ def counted_redis(folder: Path, name: str) -> Iterator[tuple[str, list[int]]]:
 
 
 def records(events: list[Event]) -> list[Record]:
-    """The events as the consumers read them: keyed by user over the partitions, in order."""
+    """The events as the consumers read them: keyed by user over the partitions (as streamrec's
+    producers put them, murmur2), in order."""
+    keys = [event.user_id.encode() for event in events]
     offsets = [0] * PARTITIONS
     out = []
-    for event in events:
-        partition = zlib.crc32(event.user_id.encode()) % PARTITIONS
-        out.append(Record(event.to_json(), offsets[partition], partition=partition,
-                          key=event.user_id.encode(), timestamp=event.ts))
+    for event, key, partition in zip(events, keys, partitions_of(keys, PARTITIONS, MURMUR2), strict=True):
+        out.append(Record(event.to_json(), offsets[partition], topic=TOPIC, partition=partition,
+                          key=key, timestamp=event.ts))
         offsets[partition] += 1
     return out
+
+
+def bench_builder(cfg: StreamrecConfig) -> SampleBuilder:
+    """The runners' builder on ``cfg``'s store, its placement check told the partition count
+    the runner reads from the broker."""
+    builder = make_builder(cfg, make_feature_store(cfg))
+    if builder.placement is not None:
+        builder.placement.counts = {TOPIC: PARTITIONS}
+    return builder
 
 
 def streamrec_work(url: str, events: list[Event], consumer: dict[str, object]) -> int:
@@ -83,7 +95,7 @@ def streamrec_work(url: str, events: list[Event], consumer: dict[str, object]) -
     cfg = StreamrecConfig.model_validate({
         "store": {"url": url, "key_prefix": f"bench-{uuid.uuid4().hex[:8]}"}, "consumer": consumer,
     })
-    builder = make_builder(cfg, make_feature_store(cfg))
+    builder = bench_builder(cfg)
     batch = records(events)
     now_ms = max(e.ts for e in events)  # recorded events: no clock check applies
     samples = 0

@@ -12,7 +12,7 @@ reason and what to change, like any other record that breaks the event contract.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import operator
 from collections.abc import Sequence
 
 from streamrec.events import Event
@@ -23,6 +23,7 @@ from streamrec.kafka.records import KafkaMessage, Partition
 RULE = "the events topic is keyed by user_id, so that each user's events come through one partition"
 #: How many bytes of a wrong key a reason quotes.
 KEY_QUOTE_BYTES = 64
+_PARTITION = operator.itemgetter(1)  # Partition.partition, read in C
 
 
 class Placement:
@@ -36,35 +37,40 @@ class Placement:
 
     def misplaced(self, events: Sequence[tuple[Event, KafkaMessage, Partition]]) -> dict[int, str]:
         """The events whose record is misplaced, by index into ``events``, with the reason.
-        Each topic's records are checked as whole lists first (most are all in place), one by
-        one only where the lists differ.
+        Each topic's records are checked as whole lists (most batches are all in place, and
+        hold one topic), record by record only where the lists differ.
 
         Raises:
             ValueError: a record's topic has no partition count in :attr:`counts`.
         """
         users = [event.user_id.encode() for event, _, _ in events]
         record_keys = [msg.key() for _, msg, _ in events]
+        where = [key for _, _, key in events]
         reasons: dict[int, str] = {}
         if record_keys != users:
             for index, (record_key, user) in enumerate(zip(record_keys, users, strict=True)):
                 if record_key != user:
                     reasons[index] = _key_reason(record_key, events[index][0].user_id)
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for index, (_, _, key) in enumerate(events):
-            by_topic[key.topic].append(index)
-        for topic, indexes in by_topic.items():
+        topics = {key.topic for key in set(where)}
+        for topic in topics:
             count = self.counts.get(topic)
             if count is None:
                 raise ValueError(f"no partition count for {topic}: the runner sets it at each assignment")
             if count == 1:
                 continue
-            wanted = partitions_of([users[i] for i in indexes], count, self.partitioner)
-            actual = [events[i][2].partition for i in indexes]
+            if len(topics) == 1:  # a runner's batches: no list copied
+                indexes: Sequence[int] = range(len(events))
+                keys, places = users, where
+            else:
+                indexes = [i for i, key in enumerate(where) if key.topic == topic]
+                keys, places = [users[i] for i in indexes], [where[i] for i in indexes]
+            wanted = partitions_of(keys, count, self.partitioner)
+            actual = list(map(_PARTITION, places))
             if wanted == actual:
                 continue
             for index, right, got in zip(indexes, wanted, actual, strict=True):
                 if right != got and index not in reasons:  # a wrong key says it first
-                    reasons[index] = self._reason(events[index][0].user_id, events[index][2], right, count)
+                    reasons[index] = self._reason(events[index][0].user_id, where[index], right, count)
         return reasons
 
     def _reason(self, user: str, key: Partition, wanted: int, count: int) -> str:
