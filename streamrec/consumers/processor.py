@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.joins import JoinRule, Judged, decided_samples
 from streamrec.consumers.lateness import Watermarks
@@ -336,11 +338,18 @@ class SampleBuilder:
         if key in self._mismatch_warned:
             return
         self._mismatch_warned.add(key)
+        # a topic with message.timestamp.type=LogAppendTime has the broker overwrite every
+        # record's timestamp: no producer can set it, the topic's setting must change
+        fix = (
+            "the topic stamps records with the broker's append time (message.timestamp.type="
+            "LogAppendTime): set the events topic's message.timestamp.type to CreateTime"
+            if msg.timestamp()[0] == TIMESTAMP_LOG_APPEND_TIME
+            else "the producer must set each record's timestamp to its event's ts"
+        )
         logger.warning(
             "record timestamp is not the event time partition=%s offset=%s record_ts=%d ts=%d "
-            "difference_ms=%d: alignment orders records by their timestamps; the producer must "
-            "set each record's timestamp to its event's ts (once per partition)",
-            key, msg.offset(), stamp, ts, stamp - ts,
+            "difference_ms=%d: alignment orders records by their timestamps; %s (once per partition)",
+            key, msg.offset(), stamp, ts, stamp - ts, fix,
         )
 
     def commit(self, result: BatchResult) -> None:

@@ -117,7 +117,9 @@ class Record:
     """A record held in memory that satisfies :class:`KafkaMessage`: for replays and backtests
     that feed recorded events to the consumers' logic without a broker."""
 
-    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
+    __slots__ = (
+        "_headers", "_key", "_offset", "_partition", "_timestamp", "_timestamp_type", "_topic", "_value"
+    )
 
     def __init__(
         self,
@@ -129,11 +131,13 @@ class Record:
         key: bytes | None = None,
         timestamp: int = 0,
         headers: list[Header] | None = None,
+        timestamp_type: int = TIMESTAMP_CREATE_TIME,
     ) -> None:
-        """A record at ``topic[partition]`` ``offset`` holding ``value``, stamped ``timestamp``."""
+        """A record at ``topic[partition]`` ``offset`` holding ``value``, stamped ``timestamp``
+        (by its producer, or ``TIMESTAMP_LOG_APPEND_TIME``: by the broker)."""
         self._value, self._offset, self._topic = value, offset, topic
         self._partition, self._key, self._timestamp = partition, key, timestamp
-        self._headers = headers
+        self._headers, self._timestamp_type = headers, timestamp_type
 
     def topic(self) -> str:  # noqa: D102
         return self._topic
@@ -151,7 +155,7 @@ class Record:
         return self._value
 
     def timestamp(self) -> tuple[int, int]:  # noqa: D102
-        return TIMESTAMP_CREATE_TIME, self._timestamp
+        return self._timestamp_type, self._timestamp
 
     def headers(self) -> HeadersType | None:  # noqa: D102
         return list(self._headers) if self._headers is not None else None

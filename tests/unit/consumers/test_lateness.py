@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import pytest
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.lateness import Watermarks
@@ -188,6 +189,19 @@ def test_record_timestamps_far_from_the_event_time_are_counted_and_warned_once_p
     assert len(warnings) == 2  # one per partition, not one per record or per batch
     assert "partition=events[0]" in warnings[0] and f"record_ts={sent_at}" in warnings[0]
     assert len(result.samples) == 8  # only reported: the events are processed as ever
+
+
+def test_a_topic_stamping_records_with_the_append_time_is_told_to_change_the_topic(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With ``message.timestamp.type=LogAppendTime`` the broker overwrites every record's
+    timestamp: the advice is the topic's setting, not the producer's."""
+    b, _ = builder()
+    appended = Record(click("a", T0).to_json(), 0, timestamp=NOW, timestamp_type=TIMESTAMP_LOG_APPEND_TIME)
+    with caplog.at_level(logging.WARNING, logger="streamrec.consumers.processor"):
+        assert b.process([appended], now_ms=NOW).timestamp_mismatches == 1
+    (warning,) = [r.getMessage() for r in caplog.records if "record timestamp is not" in r.getMessage()]
+    assert "message.timestamp.type to CreateTime" in warning and "the producer must" not in warning
 
 
 def test_the_tolerance_is_the_builders_to_set() -> None:
