@@ -23,9 +23,11 @@ from streamrec.errors import ConfigError
 
 _SECTION = ConfigDict(frozen=True, extra="forbid")
 
-#: librdkafka's ``partitioner`` for each :attr:`KafkaConfig.partitioner`: keyed records as
-#: the named hash puts them, records without a key at random (as the Java client does).
-LIBRDKAFKA_PARTITIONERS = {"murmur2": "murmur2_random", "crc32": "consistent_random"}
+#: The hashes a producer partitions keyed records by (:mod:`streamrec.kafka.partitioning`).
+Partitioner = Literal["murmur2", "crc32"]
+#: librdkafka's ``partitioner`` for each: keyed records as the named hash puts them, records
+#: without a key at random (as the Java client does).
+LIBRDKAFKA_PARTITIONERS: dict[Partitioner, str] = {"murmur2": "murmur2_random", "crc32": "consistent_random"}
 
 
 class KafkaConfig(BaseModel):
@@ -83,7 +85,7 @@ class KafkaConfig(BaseModel):
     # partitioner; murmur2 is the Java client's, which Kafka Streams, Connect, aiokafka and
     # kafka-python use too (streamrec's producers follow this setting, librdkafka's default
     # is crc32). The consumers dead-letter records it does not put where they are.
-    partitioner: Literal["murmur2", "crc32"] | None = Field(
+    partitioner: Partitioner | None = Field(
         "murmur2",
         description="STREAMREC_KAFKA__PARTITIONER: murmur2 (the Java client's), crc32 "
         "(librdkafka's default), or null (records unchecked: the producers' own rule)",

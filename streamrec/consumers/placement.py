@@ -15,8 +15,9 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 
+from streamrec.config import Partitioner
 from streamrec.events import Event
-from streamrec.kafka.partitioning import Partitioner, partitions_of
+from streamrec.kafka.partitioning import partitions_of
 from streamrec.kafka.records import KafkaMessage, Partition
 
 #: What every reason ends with: the rule, and why it matters.

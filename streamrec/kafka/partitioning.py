@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Final, Literal
+from typing import Final
 
 import numpy as np
+
+from streamrec.config import Partitioner
 
 #: The Java client's partitioner: murmur2 of the key, its sign bit cleared, modulo the count.
 MURMUR2: Final = "murmur2"
 #: librdkafka's default (``consistent_random``): CRC32 of the key modulo the count.
 CRC32: Final = "crc32"
-Partitioner = Literal["murmur2", "crc32"]
 
 _SEED, _M = 0x9747B28C, np.uint32(0x5BD1E995)
 

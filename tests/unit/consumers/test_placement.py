@@ -7,12 +7,12 @@ import functools
 
 import pytest
 
-from streamrec.config import ConsumerConfig
+from streamrec.config import ConsumerConfig, Partitioner
 from streamrec.consumers.placement import Placement
 from streamrec.consumers.processor import SampleBuilder
 from streamrec.events import Event, parse_event
 from streamrec.featurestore.memory import MemoryFeatureStore
-from streamrec.kafka.partitioning import CRC32, MURMUR2, Partitioner, partitions_of
+from streamrec.kafka.partitioning import CRC32, MURMUR2, partitions_of
 from streamrec.kafka.records import Partition, Record
 from streamrec.observability.consumer import reason_kind
 
