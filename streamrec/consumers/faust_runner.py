@@ -304,8 +304,7 @@ class FaustRunner:
             self._sink = BatchSink(self._cfg)
         retry = Backoff(self._cfg.consumer.retry_deadline_s)
         started = time.monotonic()
-        placement = self.builder.placement
-        if self._reassigned or (placement is not None and not placement.counts):
+        if self._reassigned:
             self._reassigned = False
             self.builder.release()
             refresh_placement(self.builder, self._sink.producer, [self._cfg.kafka.events_topic])

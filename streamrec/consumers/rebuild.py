@@ -29,6 +29,7 @@ from streamrec.consumers.runner import make_builder, refresh_placement
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
 from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
 from streamrec.kafka.clients import make_consumer
+from streamrec.kafka.topics import topic_partitions
 
 logger = logging.getLogger(__name__)
 
@@ -90,11 +91,9 @@ def rebuild_store(
 
 def _assign_everything(consumer: Consumer, topic: str) -> set[int]:
     """Read every partition of ``topic`` from its beginning; returns the partitions."""
-    meta = consumer.list_topics(topic, timeout=_TIMEOUT_S).topics.get(topic)
-    if meta is None or meta.error is not None:
-        raise ConsumeError(f"cannot read topic {topic}: {meta.error if meta else 'not found'}")
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
-    return set(meta.partitions)
+    partitions = topic_partitions(consumer, topic, _TIMEOUT_S)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    return set(partitions)
 
 
 def _keep(msg: Message, reading: set[int]) -> bool:

@@ -108,20 +108,22 @@ class MetadataClient(Protocol):
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata: ...  # noqa: D102
 
 
-def partition_counts(client: MetadataClient, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
-    """How many partitions each topic has now.
+def topic_partitions(client: MetadataClient, topic: str, timeout_s: float) -> list[int]:
+    """The partitions ``topic`` has now.
 
     Raises:
-        ConsumeError: the broker did not answer, or a topic is missing.
+        ConsumeError: the broker did not answer, or the topic is missing.
     """
-    counts = {}
-    for topic in topics:
-        try:
-            meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        except KafkaException as exc:
-            raise ConsumeError(f"cannot read the partitions of {topic}: {exc}") from exc
-        if meta is None or meta.error is not None or not meta.partitions:
-            why = meta.error if meta is not None and meta.error is not None else "not found"
-            raise ConsumeError(f"cannot read the partitions of {topic}: {why}")
-        counts[topic] = len(meta.partitions)
-    return counts
+    try:
+        meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException as exc:
+        raise ConsumeError(f"cannot read the partitions of {topic}: {exc}") from exc
+    if meta is None or meta.error is not None or not meta.partitions:
+        why = meta.error if meta is not None and meta.error is not None else "not found"
+        raise ConsumeError(f"cannot read the partitions of {topic}: {why}")
+    return sorted(meta.partitions)
+
+
+def partition_counts(client: MetadataClient, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
+    """How many partitions each topic has now (see :func:`topic_partitions`)."""
+    return {topic: len(topic_partitions(client, topic, timeout_s)) for topic in topics}

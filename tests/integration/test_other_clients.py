@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import zlib
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.partitioner import murmur2
 
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.runner import ConsumerRunner
 from streamrec.events import Event
 from streamrec.producer import publish
 from tests.integration.conftest import read_committed
+from tests.integration.consumers.test_placement import split_users
 
 Row = tuple[bytes | None, bytes | None, int]  # key, value, record timestamp
 
@@ -58,16 +57,6 @@ def test_aiokafka_reads_the_lz4_samples_read_committed(
         assert key == sample["user_id"].encode() and ts == sample["ts"]
 
 
-def _split_user(partitions: int) -> str:
-    """A user whose record lands in different partitions under librdkafka's default
-    partitioner (CRC32 of the key) and the Java client's (murmur2), which aiokafka, kafka-python,
-    Kafka Streams and Connect use too."""
-    return next(
-        u for u in (f"u{k}" for k in range(1000))
-        if zlib.crc32(u.encode()) % partitions != (murmur2(u.encode()) & 0x7FFFFFFF) % partitions
-    )
-
-
 async def _send(bootstrap: str, topic: str, events: list[Event]) -> None:
     """Publish as an application on aiokafka would: keyed by user, stamped with the event time."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
@@ -88,7 +77,7 @@ def test_an_impression_published_by_streamrec_is_labelled_by_its_click_published
     cfg: StreamrecConfig = pipeline_config(consumer={
         "labels": "join", "label_window_ms": 600_000, "allowed_lateness_ms": 60_000,
     })
-    user, ts = _split_user(cfg.kafka.partitions), 1_700_000_000_000
+    (user,), ts = split_users(1, cfg.kafka.partitions), 1_700_000_000_000
     publish([Event("imp-1", user, "i1", "c1", "impression", ts)], cfg.kafka)
     asyncio.run(_send(cfg.kafka.bootstrap_servers, cfg.kafka.events_topic,
                       [Event("clk-1", user, "i1", "c1", "click", ts + 5_000)]))

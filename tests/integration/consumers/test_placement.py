@@ -22,7 +22,9 @@ T0 = 1_511_658_000_000
 
 
 def split_users(count: int, partitions: int) -> list[str]:
-    """Users that CRC32 and murmur2 put in different partitions."""
+    """Users that librdkafka's default partitioner (CRC32) and the Java client's (murmur2, as
+    aiokafka, kafka-python, Kafka Streams and Connect) put in different partitions, by the
+    reference implementations (zlib's, aiokafka's), not streamrec's."""
     users = (f"s{k}" for k in range(10_000))
     return [
         u for u in users
