@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -95,3 +96,51 @@ def decoder_agreement(
         except msgspec.MsgspecError:
             pass
     return fast
+
+
+def _recording_learner_base() -> type:
+    from streamrec.learner.din import DINLearner
+
+    return DINLearner
+
+
+class RecordingLearner(_recording_learner_base()):  # type: ignore[misc]
+    """A DIN that records the id of every sample it trains on, in order (``trained``); sets
+    ``in_step`` when a training step begins and, given a ``gate``, waits for it (up to a
+    minute) before training, so a test can act while a step runs."""
+
+    def __init__(self, cfg: Any, gate: Any = None) -> None:
+        import threading
+
+        super().__init__(cfg)
+        self.trained: list[str] = []
+        self.in_step = threading.Event()
+        self._gate = gate
+
+    def learn_many(self, batch: Any) -> Any:
+        self.in_step.set()
+        if self._gate is not None:
+            self._gate.wait(60)
+        self.trained += batch.sample_ids
+        return super().learn_many(batch)
+
+
+def recording_learner_main(config_file: str, trained_file: str) -> None:
+    """Run a learner on the config in ``config_file`` (JSON) until it stops; write the sample
+    ids it trained to ``trained_file`` (JSON), atomically."""
+    from streamrec.config import StreamrecConfig
+    from streamrec.learner.runner import LearnerRunner
+
+    logging.basicConfig(level=logging.INFO)
+    cfg = StreamrecConfig.model_validate_json(Path(config_file).read_text())
+    learner = RecordingLearner(cfg.model)
+    LearnerRunner(cfg, learner).run()
+    tmp = Path(f"{trained_file}.tmp")
+    tmp.write_text(json.dumps(learner.trained))
+    tmp.replace(trained_file)
+
+
+if __name__ == "__main__":
+    import sys
+
+    recording_learner_main(sys.argv[1], sys.argv[2])

@@ -209,6 +209,29 @@ class RecordSource:
         committed = self.consumer.committed(parts, timeout=timeout_s) if parts else []
         return any(tp.offset >= 0 for tp in committed)
 
+    def start_positions(self, known: Mapping[Partition, int], timeout_s: float) -> dict[Partition, int]:
+        """The next offset to read for each partition of the topics that ``known`` does not
+        name: the group's committed offset, else the partition's first (never before it).
+
+        Given to ``start_at``, this makes every assignment start where the owner of ``known``
+        left off, even for a partition another member of the group read and committed
+        meanwhile.
+        """
+        positions: dict[Partition, int] = {}
+        for topic in self._topics:
+            meta = self.consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            unknown = [
+                TopicPartition(topic, p) for p in sorted(meta.partitions if meta else ())
+                if Partition(topic, p) not in known
+            ]
+            committed = self.consumer.committed(unknown, timeout=timeout_s) if unknown else []
+            for tp in committed:
+                low, _ = self.consumer.get_watermark_offsets(
+                    TopicPartition(tp.topic, tp.partition), timeout=timeout_s
+                )
+                positions[Partition(tp.topic, tp.partition)] = max(tp.offset, low)
+        return positions
+
     def seek(self, offsets: Mapping[Partition, int]) -> None:
         """Drop what is buffered or put back and read each assigned partition from ``offsets``
         (the beginning where an offset is unknown or negative)."""

@@ -209,6 +209,7 @@ class LearnerRunner(Closing):
         idle = IdleClock(lcfg.stop_when_idle_s, self._source, upstream_done)
         try:
             self._check_retention()
+            self._start_every_partition()
             self._source.subscribe()
             with ThreadPoolExecutor(1, thread_name_prefix="streamrec-train") as worker:
                 while not stop.is_set():
@@ -252,17 +253,43 @@ class LearnerRunner(Closing):
         logger.warning("skipping expired samples count=%d where=%s", lost, where)
         self.positions.update({key: low for key, (_, low) in gaps.items()})
 
+    def _start_every_partition(self) -> None:
+        """Give every partition of the samples topic a position, so that each assignment of
+        it starts where this learner left off: from the snapshot, else the group's committed
+        offset, else its first sample. Without one, a partition handed back after a rebalance
+        would start at whatever another member of the group committed meanwhile."""
+        found = self._source.start_positions(self.positions, _QUERY_TIMEOUT_S)
+        self.positions.update(found)
+        self._snapshotted_positions.update(found)  # a place to start, not progress to save
+
     def _collect(self, stop: threading.Event, idle: IdleClock) -> list[Message]:
-        """Gather samples for one interval, until the batch is full or the stream goes idle."""
+        """Gather samples for one interval, until the batch is full or the stream goes idle.
+
+        A rebalance while gathering (partitions revoked, lost to a session timeout, handed to
+        another member or back) starts each partition assigned again at the trained
+        positions, before what was gathered: a record at or below the highest offset gathered
+        from its partition is a second reading and is left out. Records of a partition lost
+        meanwhile are trained all the same; the positions pass them before it comes back.
+        """
         lcfg = self._cfg.learner
         records: list[Message] = []
+        gathered: dict[Partition, int] = {}  # the highest offset gathered, per partition
+        again = 0
         deadline = time.monotonic() + lcfg.interval_s
         while len(records) < lcfg.max_batch_samples and not stop.is_set() and not idle.expired():
             now = time.monotonic()
             if now >= deadline:
                 break
-            records += self._source.poll(lcfg.max_batch_samples - len(records), min(_POLL_S, deadline - now))
+            for msg in self._source.poll(lcfg.max_batch_samples - len(records), min(_POLL_S, deadline - now)):
+                pos = Position.of(msg)
+                if pos.offset <= gathered.get(pos.key, -1):
+                    again += 1
+                    continue
+                gathered[pos.key] = pos.offset
+                records.append(msg)
             self._serve_requests()
+        if again:
+            logger.info("rebalanced while gathering: left out records read again count=%d", again)
         cut = lcfg.max_batch_samples  # put-back records can make a longer run than asked for
         self._source.unread(records[cut:])
         return records[:cut]
