@@ -33,6 +33,7 @@ import paddle
 
 from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
 from streamrec.errors import InvalidSnapshot, SnapshotWriteError
+from streamrec.faults import fault_point
 from streamrec.fileio import fsync_path, sha256_file
 from streamrec.learner.din import DINLearner
 from streamrec.learner.hashing import PADDING_BUCKET
@@ -128,6 +129,7 @@ def write_export(learner: DINLearner, target: Path, version: int) -> Path:
         tmp.mkdir()
         os.chmod(tmp, _DIR_MODE)
         _fill(learner, tmp, version)
+        fault_point("export.before_rename")
         os.rename(tmp, target)
         fsync_path(parent)
     except OSError as exc:

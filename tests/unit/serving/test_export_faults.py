@@ -5,7 +5,10 @@ newest promoted version that loads, and a repeated load failure is logged once a
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -106,9 +109,15 @@ def test_rollback_skips_a_version_whose_export_is_damaged(store: SnapshotStore) 
 
 
 def test_promote_builds_the_export_a_kill_mid_export_left_missing(store: SnapshotStore) -> None:
-    # kill -9 during the export: its temporary directory left behind, no export in place
     shutil.rmtree(export_dir(store.root, 3))
-    (store.root / "exports" / ".tmp-killed").mkdir()
+    killed = subprocess.run(  # dies as kill -9 would, its export written but not yet renamed
+        [sys.executable, "-m", "streamrec", "snapshot", "export", "3", "--snapshot-dir", str(store.root)],
+        env={**os.environ, "STREAMREC_FAULT": "export.before_rename", "STREAMREC_FAULT_MODE": "exit"},
+        capture_output=True, timeout=120,
+    )
+    assert killed.returncode == 137, killed.stderr.decode()[-2000:]
+    assert not export_dir(store.root, 3).exists() and list((store.root / "exports").glob(".tmp-*"))
+    assert "export missing" in snapshot(store.root, "verify", "3").output
     result = snapshot(store.root, "promote", "3")
     assert "v000003 had no export: built" in result.output
     assert store.current() == 3 and (export_dir(store.root, 3) / PARAMS).is_file()
