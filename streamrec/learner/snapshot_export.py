@@ -68,10 +68,6 @@ class ExportCheck:
         """Present and every checksum matching."""
         return not self.missing and self.problem is None
 
-    def describe(self) -> str:
-        """``ok``, ``missing`` or ``invalid: <file> ...`` for one line of output."""
-        return "missing" if self.missing else "ok" if self.problem is None else f"invalid: {self.problem}"
-
 
 def check_export(root: Path, version: int) -> ExportCheck:
     """Whether ``version``'s export under ``root`` is there and whole (every file hashed)."""
