@@ -70,8 +70,9 @@ def serve(
         app = build_app(
             scorer, _history_source(cfg, store), cfg.serving.poll_s, cfg.serving.max_candidates
         )
+        instead = "" if scorer.serves_current else " (not the version serving/CURRENT names: see the warning)"
         console.print(
-            f"serving v{scorer.version:06d} from {cfg.learner.snapshot_dir} on "
+            f"serving v{scorer.version:06d}{instead} from {cfg.learner.snapshot_dir} on "
             f"http://{cfg.serving.host}:{cfg.serving.port}"
         )
         uvicorn.run(app, host=cfg.serving.host, port=cfg.serving.port, log_level="warning", access_log=False)

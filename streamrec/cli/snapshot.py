@@ -1,4 +1,4 @@
-"""``streamrec snapshot create|list|show|verify|diff|promote|rollback|prune|export``.
+"""``streamrec snapshot create|list|show|verify|diff|promote|rollback|prune|export|materialize``.
 
 Human-readable by default; ``--json`` prints one JSON document on stdout instead (errors still
 go to stderr as one line, exit status 1). A VERSION is ``v000007``, ``7``, ``current`` (the
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from streamrec.cli.common import build_config, cli_errors, command_group, console
+from streamrec.cli.common import build_config, cli_errors, command_group, console, err_console
 from streamrec.config import StreamrecConfig
-from streamrec.errors import SnapshotError
+from streamrec.errors import InvalidSnapshot, SnapshotError
 from streamrec.learner.snapshot import SnapshotEntry, SnapshotManifest, SnapshotStore, version_name
 from streamrec.learner.snapshot_diff import SnapshotDiff, diff_snapshots, flatten
+from streamrec.learner.snapshot_export import ExportCheck, check_export, verify_export
+from streamrec.learner.snapshot_materialize import materialize
 
 app = command_group("Create, inspect, verify, promote, roll back and prune versioned model snapshots.")
 
@@ -53,16 +56,26 @@ def create(
     timeout: float = typer.Option(60.0, help="Seconds to wait for the running learner"),
     as_json: bool = JsonOption,
 ) -> None:
-    """Ask the running learner for a snapshot now and wait until it is written."""
+    """Ask the running learner for a snapshot now and wait until it is written; with nothing
+    trained since its newest version, that version answers (no empty version is written)."""
     with cli_errors():
         store = _store(snapshot_dir)
         request_id = store.request()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            existing = store.answered(request_id)
+            if existing is not None:
+                if as_json:
+                    _print_json({"version": existing, "path": str(store.path(existing)), "new": False})
+                else:
+                    console.print(f"nothing trained since {version_name(existing)}: no new snapshot; "
+                                  f"it is the newest: {store.path(existing)}", highlight=False)
+                return
             manifest = store.find_request(request_id)
             if manifest is not None:
                 if as_json:
-                    _print_json({"version": manifest.version, "path": str(store.path(manifest.version))})
+                    path = str(store.path(manifest.version))
+                    _print_json({"version": manifest.version, "path": path, "new": True})
                 else:
                     console.print(f"snapshot {manifest.name} written: {store.path(manifest.version)}")
                 return
@@ -183,31 +196,60 @@ def verify(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Verify every checksum of one version or of all; exit status 1 if any is invalid."""
+    """Verify every checksum of one version or of all, and of its export; exit status 1 if any
+    is invalid. A version without an export says so (serving builds it when promoted)."""
     with cli_errors():
         store = _store(snapshot_dir)
         versions = [store.resolve(version)] if version is not None else store.versions()
-        results: list[tuple[int, str | None]] = []
+        results: list[tuple[int, str | None, ExportCheck]] = []
         for number in versions:
             try:
                 store.verify(number)
-                results.append((number, None))
+                results.append((number, None, check_export(store.root, number)))
             except SnapshotError as exc:
-                results.append((number, str(exc)))
-        bad = sum(problem is not None for _, problem in results)
+                results.append((number, str(exc), check_export(store.root, number)))
+        bad = sum(problem is not None or export.problem is not None for _, problem, export in results)
         if as_json:
             _print_json({"root": str(store.root), "valid": bad == 0, "versions": [
-                {"version": n, "name": version_name(n), "valid": p is None, "problem": p} for n, p in results
+                {"version": n, "name": version_name(n), "valid": p is None and e.problem is None,
+                 "problem": p, "export": _export_doc(e)}
+                for n, p, e in results
             ]})
         elif not results:
             console.print(f"no snapshots in {store.root}")
         else:
-            for number, problem in results:
+            for number, problem, export in results:
                 status = "ok" if problem is None else f"[red]invalid[/red]: {escape(problem)}"
-                console.print(f"{version_name(number)}  {status}", highlight=False)
+                line = f"{version_name(number)}  {status}; export {_export_text(export)}"
+                console.print(line, highlight=False)
             console.print(f"{len(results) - bad} valid, {bad} invalid", highlight=False)
     if bad:
         raise typer.Exit(1)
+
+
+def _export_doc(check: ExportCheck) -> dict[str, Any]:
+    return {"path": str(check.path), "present": not check.missing, "valid": check.whole,
+            "problem": check.problem}
+
+
+def _export_text(check: ExportCheck) -> str:
+    if check.missing:
+        return f"missing (`streamrec snapshot export {check.version}` builds it)"
+    return "ok" if check.problem is None else f"[red]invalid[/red]: {escape(check.problem)}"
+
+
+def _build_export(store: SnapshotStore) -> Callable[[int], Path | None]:
+    """Build a version's missing export, saying so (serving could not load it otherwise)."""
+
+    def build(version: int) -> Path | None:
+        from streamrec.serving.export import build_missing_export
+
+        path = build_missing_export(store, version)
+        if path is not None:
+            err_console.print(f"{version_name(version)} had no export: built {path}", highlight=False)
+        return path
+
+    return build
 
 
 @app.command("diff")
@@ -257,11 +299,14 @@ def promote(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Verify a version's checksums, then point serving at it (serving/CURRENT)."""
+    """Verify a version's checksums and its export's, then point serving at it (serving/CURRENT).
+
+    A damaged export is refused, naming the file (`snapshot export VERSION --rebuild` mends
+    it); a missing one is built first."""
     with cli_errors():
         store = _store(snapshot_dir)
         number = store.resolve(version)
-        manifest = store.promote(number, reason=reason)
+        manifest = store.promote(number, reason=reason, build_export=_build_export(store))
         previous = store.history()[-1].previous
         if as_json:
             _print_json({"current": manifest.version, "name": manifest.name, "previous": previous})
@@ -276,10 +321,11 @@ def rollback(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
 ) -> None:
-    """Point serving back at the valid version promoted before the current one."""
+    """Point serving back at the valid version promoted before the current one (skipping any
+    whose export is damaged; a missing export is built first)."""
     with cli_errors():
         store = _store(snapshot_dir)
-        version = store.rollback(reason=reason)
+        version = store.rollback(reason=reason, build_export=_build_export(store))
         previous = store.history()[-1].previous
         if as_json:
             _print_json({"current": version, "name": version_name(version), "previous": previous})
@@ -312,18 +358,45 @@ def prune(
 
 @app.command("export")
 def export(
-    version: str = VersionArg, snapshot_dir: Path | None = DirOption, as_json: bool = JsonOption
+    version: str = VersionArg,
+    rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild an export that fails its checksums"),
+    snapshot_dir: Path | None = DirOption,
+    as_json: bool = JsonOption,
 ) -> None:
     """Export a version for Paddle Inference (model, id tables, contract.json) under
     ``<snapshot dir>/exports/``; the learner exports every snapshot it writes."""
-    from streamrec.serving.export import export_snapshot, verify_export
+    from streamrec.serving.export import export_snapshot
 
     with cli_errors():
         store = _store(snapshot_dir)
         number = store.resolve(version)
-        path = export_snapshot(store, number)
+        path = export_snapshot(store, number, rebuild=rebuild)
+        check = check_export(store.root, number)
+        if check.problem is not None:
+            hint = f"rebuild it with `streamrec snapshot export {number} --rebuild`"
+            raise InvalidSnapshot(f"{check.problem}: {hint}")
         files = verify_export(path)
         if as_json:
             _print_json({"version": number, "name": version_name(number), "path": str(path), "files": files})
         else:
             console.print(f"{version_name(number)} exported: {path}", highlight=False)
+
+
+@app.command("materialize")
+def materialize_(
+    version: str = VersionArg,
+    out: Path = typer.Argument(..., help="A new directory for the full snapshot"),
+    snapshot_dir: Path | None = DirOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Write a full (non-delta) snapshot of a version to OUT: its delta chain applied, every
+    tensor whole, checked like any version (name OUT v000007 to list it with the others)."""
+    with cli_errors():
+        store = _store(snapshot_dir)
+        number = store.resolve(version)
+        manifest = materialize(store, number, out)
+        if as_json:
+            _print_json({"version": number, "name": version_name(number), "path": str(out),
+                         "files": manifest.files})
+        else:
+            console.print(f"{version_name(number)} written in full: {out}", highlight=False)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -46,6 +47,7 @@ from streamrec.learner.batch import Batch
 from streamrec.learner.intake import DeadLetterWriter, decode
 from streamrec.learner.metrics import BatchMetrics
 from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
+from streamrec.learner.snapshot_export import export_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +146,7 @@ class LearnerRunner(Closing):
         self.positions: dict[Partition, int] = {}
         self._snapshotted_at = 0  # micro_batches at the last snapshot
         self._snapshotted_positions: dict[Partition, int] = {}  # positions at the last one
+        self._snapshotted_version: int | None = None  # the version written or restored last
         self._bad_in_row = 0  # micro-batches in a row with skipped steps
         # The consumers' limit: it is the broker's record size that bounds both DLQs.
         self._dead_letters = dead_letters or DeadLetterWriter(
@@ -153,7 +156,10 @@ class LearnerRunner(Closing):
         self._lock = self.snapshots.lock()
         self._closed = False
         try:
-            self.snapshots.prepare(sum(a.nbytes for a in learner.state_arrays().values()))
+            arrays = learner.state_arrays()
+            self.snapshots.prepare(
+                sum(a.nbytes for a in arrays.values()), _export_estimate(self.snapshots.root, arrays)
+            )
             self._restore()
             self._source = RecordSource(
                 make_consumer(cfg.kafka, cfg.learner.group_id),
@@ -179,6 +185,7 @@ class LearnerRunner(Closing):
         self.stats.samples_trained = manifest.samples_trained
         self.positions.update({p.key: p.offset for p in manifest.positions})
         self._snapshotted_positions = dict(self.positions)
+        self._snapshotted_version = manifest.version
         logger.info(
             "restored snapshot version=%d micro_batches=%d", manifest.version, manifest.micro_batches
         )
@@ -420,7 +427,13 @@ class LearnerRunner(Closing):
 
     def _serve_requests(self) -> None:
         for request_id in self.snapshots.pending_requests():
-            self.snapshot(request_id)
+            if self._snapshotted_version is not None and not self._unsnapshotted():
+                # Nothing trained since the last version: it answers; an empty delta would not.
+                self.snapshots.answer(request_id, self._snapshotted_version)
+                logger.info("snapshot request answered with version=%d: nothing trained since",
+                            self._snapshotted_version)
+            else:
+                self.snapshot(request_id)
             self.snapshots.done(request_id)
 
     def snapshot(self, request_id: str | None = None) -> SnapshotManifest:
@@ -450,6 +463,7 @@ class LearnerRunner(Closing):
         )
         self._snapshotted_at = self.stats.micro_batches
         self._snapshotted_positions = dict(self.positions)
+        self._snapshotted_version = manifest.version
         if positions:
             try:
                 self._source.consumer.commit(
@@ -487,6 +501,12 @@ def _require_finite(arrays: Mapping[str, np.ndarray], micro_batches: int) -> Non
             f"not snapshotting micro-batch {micro_batches}: {len(bad)} state arrays hold NaN or "
             f"infinite values ({shown}); restart from the last snapshot"
         )
+
+
+def _export_estimate(root: Path, arrays: Mapping[str, np.ndarray]) -> int:
+    """Bytes an export of this model takes: the newest export's size, or before any, the model
+    group's (the export holds the model's parameters and id tables, no optimizer state)."""
+    return export_bytes(root) or sum(a.nbytes for k, a in arrays.items() if k.startswith("model/"))
 
 
 def _grouped(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:

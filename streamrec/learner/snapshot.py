@@ -52,6 +52,7 @@ from streamrec.learner.snapshot_dir import (
     version_name,
 )
 from streamrec.learner.snapshot_dir import free_bytes as disk_free_bytes
+from streamrec.learner.snapshot_export import check_export, refuse_unservable
 from streamrec.learner.snapshot_manifest import (
     MANIFEST,
     MANIFEST_SUM,
@@ -69,6 +70,9 @@ _FILE_MODE = 0o644  # world-readable: serving may run as another user (safetenso
 _DIR_MODE = 0o755
 
 Tensors = dict[str, dict[str, np.ndarray]]
+# Builds a version's missing export (serving's build_missing_export): its path, or None when the
+# version holds no model to export; raises SnapshotError when it cannot.
+BuildExport = Callable[[int], Path | None]
 
 
 @dataclass(frozen=True)
@@ -139,10 +143,10 @@ class SnapshotStore:
         ensure_directory(self.root)
         return SnapshotLock(self.root).acquire()
 
-    def prepare(self, snapshot_bytes: int) -> None:
-        """Check at start that snapshots of ``snapshot_bytes`` fit here; remove the leftovers
-        of crashed writes. Call it holding :meth:`lock`."""
-        prepare_directory(self.root, snapshot_bytes, self._free_bytes)
+    def prepare(self, snapshot_bytes: int, export_bytes: int = 0) -> None:
+        """Check at start that snapshots of ``snapshot_bytes`` with exports of ``export_bytes``
+        fit here; remove the leftovers of crashed writes. Call it holding :meth:`lock`."""
+        prepare_directory(self.root, snapshot_bytes, self._free_bytes, export_bytes)
 
     # --- writing ----------------------------------------------------------------------
 
@@ -408,16 +412,23 @@ class SnapshotStore:
         """Every promotion and rollback, oldest first."""
         return self.serving.history()
 
-    def promote(self, version: int, reason: str = "manual") -> SnapshotManifest:
-        """Verify every checksum of ``version``, then point serving at it.
+    def promote(
+        self, version: int, reason: str = "manual", build_export: BuildExport | None = None
+    ) -> SnapshotManifest:
+        """Verify every checksum of ``version`` and of its export, then point serving at it.
+
+        A damaged export is refused. A missing one is built first by ``build_export(version)``
+        when it is given (serving's promotions give it); without a builder, or when the version
+        holds no model to export (the builder returns None), it is accepted.
 
         Raises:
-            InvalidSnapshot: the version is missing or failed a check (the message names the file);
-                the pointer is unchanged.
+            InvalidSnapshot: the version or its export is missing or failed a check (the message
+                names the file); the pointer is unchanged.
             SnapshotError: the pointer or its history cannot be written.
         """
         with self.serving.locked():
             manifest = self.verify(version)
+            self._require_export(version, build_export)
             previous = self._current_or_none()
             self.serving.record("promote", version, previous, reason)
             self.serving.point(version)
@@ -425,9 +436,32 @@ class SnapshotStore:
                     previous and version_name(previous), reason)
         return manifest
 
-    def rollback(self, reason: str = "manual") -> int:
+    def _require_export(self, version: int, build_export: BuildExport | None) -> None:
+        """Raise unless ``version``'s export is whole (built first if missing and a builder is
+        given); a store given no builder accepts a missing export."""
+        check = check_export(self.root, version)
+        if check.missing:
+            if build_export is None or build_export(version) is None:
+                return  # no builder, or nothing to export: a store without a model
+            logger.info("built the missing export of version=%s before serving it", version_name(version))
+            check = check_export(self.root, version)
+        refuse_unservable(check)
+
+    def _servable_problem(self, version: int, build_export: BuildExport | None) -> str | None:
+        """Why serving cannot take ``version`` (the snapshot or its export), or None."""
+        problem = self.validate(version)
+        if problem is not None:
+            return problem
+        try:
+            self._require_export(version, build_export)
+        except SnapshotError as exc:
+            return str(exc)
+        return None
+
+    def rollback(self, reason: str = "manual", build_export: BuildExport | None = None) -> int:
         """Point serving back at the version promoted before the current one, skipping any that
-        is no longer valid; returns it.
+        is no longer valid or whose export is damaged (see :meth:`promote` for
+        ``build_export``); returns it.
 
         Raises:
             SnapshotError: nothing is promoted, or no earlier promoted version is valid.
@@ -438,7 +472,7 @@ class SnapshotStore:
                 raise SnapshotError(f"no version is promoted in {self.root}: nothing to roll back")
             skipped = []
             for version in self.serving.rollback_candidates(current):
-                problem = self.validate(version)
+                problem = self._servable_problem(version, build_export)
                 if problem is None:
                     self.serving.record("rollback", version, current, reason)
                     self.serving.point(version)
@@ -528,6 +562,22 @@ class SnapshotStore:
     def done(self, request_id: str) -> None:
         """Remove an answered request."""
         (self._requests / request_id).unlink(missing_ok=True)
+
+    def answer(self, request_id: str, version: int) -> None:
+        """Answer a request with an existing version (nothing trained since it was written)."""
+        tmp = self._requests / f".{request_id}.answer.tmp"
+        tmp.write_text(f"{version_name(version)}\n")
+        os.rename(tmp, self._requests / f".{request_id}.answer")
+
+    def answered(self, request_id: str) -> int | None:
+        """The existing version :meth:`answer` gave a request, if any (its answer is consumed)."""
+        path = self._requests / f".{request_id}.answer"
+        try:
+            version = parse_version(path.read_text())
+        except OSError:
+            return None
+        path.unlink(missing_ok=True)
+        return version
 
     def find_request(self, request_id: str) -> SnapshotManifest | None:
         """The snapshot that answered a request, if any (newest first)."""

@@ -69,9 +69,10 @@ def ensure_directory(root: Path) -> None:
 
 
 def prepare_directory(
-    root: Path, snapshot_bytes: int, free: Callable[[Path], int] = free_bytes
+    root: Path, snapshot_bytes: int, free: Callable[[Path], int] = free_bytes, export_bytes: int = 0
 ) -> None:
-    """Check that snapshots of ``snapshot_bytes`` can be written in ``root``; remove leftovers.
+    """Check that snapshots of ``snapshot_bytes`` (and their exports of ``export_bytes``) can be
+    written in ``root``; remove leftovers.
 
     Call it holding the directory's lock: a temporary directory may otherwise be another
     learner's write in progress.
@@ -83,7 +84,7 @@ def prepare_directory(
     ensure_directory(root)
     remove_temporaries(root)
     _check_writable(root)
-    _check_space(root, snapshot_bytes, free)
+    _check_space(root, snapshot_bytes, free, export_bytes)
 
 
 def remove_temporaries(root: Path) -> None:
@@ -118,18 +119,19 @@ def _check_writable(root: Path) -> None:
         ) from exc
 
 
-def _check_space(root: Path, snapshot_bytes: int, free: Callable[[Path], int]) -> None:
+def _check_space(root: Path, snapshot_bytes: int, free: Callable[[Path], int], export_bytes: int = 0) -> None:
     try:
         available = free(root)
     except OSError as exc:
         raise SnapshotDirError(
             f"cannot read the free space of {root}: {describe_os_error(exc)}"
         ) from exc
-    need = SPARE_SNAPSHOTS * snapshot_bytes + HEADROOM_BYTES
+    need = SPARE_SNAPSHOTS * (snapshot_bytes + export_bytes) + HEADROOM_BYTES
     if available < need:
+        exports = f" and their exports of {_mb(export_bytes)}" if export_bytes else ""
         raise SnapshotDirError(
             f"snapshot directory {root} has {_mb(available)} free but needs {_mb(need)} "
-            f"({SPARE_SNAPSHOTS} snapshots of {_mb(snapshot_bytes)}): free some space"
+            f"({SPARE_SNAPSHOTS} snapshots of {_mb(snapshot_bytes)}{exports}): free some space"
         )
 
 

@@ -19,6 +19,7 @@ whole export or none; files are world-readable. Nothing in it is pickled.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -32,29 +33,32 @@ import paddle
 
 from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
 from streamrec.errors import InvalidSnapshot, SnapshotWriteError
+from streamrec.faults import fault_point
 from streamrec.fileio import fsync_path, sha256_file
 from streamrec.learner.din import DINLearner
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
-from streamrec.learner.snapshot import SnapshotStore, version_name
+from streamrec.learner.snapshot import SnapshotStore
 from streamrec.learner.snapshot_dir import TMP_PREFIX, parse_version, remove_temporaries, remove_tree
+from streamrec.learner.snapshot_export import (
+    EXPORTS,
+    MANIFEST,
+    MANIFEST_SUM,
+    check_export,
+    export_dir,
+)
+from streamrec.learner.snapshot_export import verify_export as verify_export  # its old home
 from streamrec.serving.graph import ContextScoringGraph, ScoringGraph
 
 CONTRACT_SCHEMA = 1
 MODEL_PREFIX = "model"
 IDS_DIR = "ids"
 CONTRACT = "contract.json"
-MANIFEST = "manifest.json"
-MANIFEST_SUM = "manifest.sha256"
-EXPORTS = "exports"
+logger = logging.getLogger(__name__)
+
 _FILE_MODE = 0o644
 _DIR_MODE = 0o755
-
-
-def export_dir(root: Path, version: int) -> Path:
-    """Where the export of ``version`` of the snapshots under ``root`` lives."""
-    return Path(root) / EXPORTS / version_name(version)
 
 
 def learner_from_snapshot(store: SnapshotStore, version: int) -> DINLearner:
@@ -75,8 +79,11 @@ def learner_from_snapshot(store: SnapshotStore, version: int) -> DINLearner:
     return learner
 
 
-def export_snapshot(store: SnapshotStore, version: int) -> Path:
+def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -> Path:
     """Export ``version`` (once: an existing export is kept) and return its directory.
+
+    With ``rebuild`` an existing export that fails its checksums is deleted and written
+    again from the snapshot; a whole one is kept.
 
     Raises:
         InvalidSnapshot: the version failed a check.
@@ -84,9 +91,32 @@ def export_snapshot(store: SnapshotStore, version: int) -> Path:
     """
     target = export_dir(store.root, version)
     if target.is_dir():
-        return target
+        check = check_export(store.root, version)
+        if not rebuild or check.whole:
+            return target
+        learner = learner_from_snapshot(store, version)  # the snapshot is valid before deleting
+        try:
+            remove_tree(target)
+        except OSError as exc:
+            raise SnapshotWriteError(f"cannot delete the damaged export {target}: {exc}") from exc
+        logger.warning("rebuilding damaged export version=%s problem=%s", version, check.problem)
+        return write_export(learner, target, version)
     learner = learner_from_snapshot(store, version)
     return write_export(learner, target, version)
+
+
+def build_missing_export(store: SnapshotStore, version: int) -> Path | None:
+    """The ``build_export`` of :meth:`SnapshotStore.promote`: export ``version`` if it has no
+    export yet; None for a version holding no model configuration (a learner other than DIN
+    wrote it: there is nothing to export, and promotion goes on without an export).
+
+    Raises:
+        InvalidSnapshot: the version failed a check.
+        SnapshotWriteError: the export could not be written.
+    """
+    if not isinstance(store.manifest(version).config.get("model"), dict):
+        return None
+    return export_snapshot(store, version)
 
 
 def write_export(learner: DINLearner, target: Path, version: int) -> Path:
@@ -99,6 +129,7 @@ def write_export(learner: DINLearner, target: Path, version: int) -> Path:
         tmp.mkdir()
         os.chmod(tmp, _DIR_MODE)
         _fill(learner, tmp, version)
+        fault_point("export.before_rename")
         os.rename(tmp, target)
         fsync_path(parent)
     except OSError as exc:
@@ -246,29 +277,3 @@ def _fill(learner: DINLearner, tmp: Path, version: int) -> None:
         os.chmod(tmp / name, _FILE_MODE)
         fsync_path(tmp / name)
     fsync_path(tmp)
-
-
-def verify_export(path: Path) -> dict[str, str]:
-    """Check an export's manifest and every file's checksum; return the files' digests.
-
-    Raises:
-        InvalidSnapshot: naming the file that is missing or does not match.
-    """
-    manifest = path / MANIFEST
-    try:
-        raw = manifest.read_bytes()
-        recorded = (path / MANIFEST_SUM).read_text().split()[:1]
-    except OSError as exc:
-        where = getattr(exc, "filename", None) or manifest
-        raise InvalidSnapshot(f"{where} is missing or unreadable") from exc
-    if recorded != [hashlib.sha256(raw).hexdigest()]:
-        raise InvalidSnapshot(f"{manifest} does not match its checksum in {MANIFEST_SUM}")
-    files: dict[str, str] = orjson.loads(raw)["files"]
-    for name, digest in files.items():
-        try:
-            ok = sha256_file(path / name) == digest
-        except OSError as exc:
-            raise InvalidSnapshot(f"{path / name} is missing or unreadable") from exc
-        if not ok:
-            raise InvalidSnapshot(f"{path / name} does not match its checksum")
-    return files

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -22,7 +23,8 @@ from streamrec.errors import SnapshotError, StreamrecError
 from streamrec.learner.batch import Batch
 from streamrec.learner.metrics import auc, logloss
 from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore, version_name
-from streamrec.serving.export import export_snapshot, prune_exports
+from streamrec.learner.snapshot_export import verify_export
+from streamrec.serving.export import build_missing_export, export_snapshot, prune_exports
 from streamrec.serving.scorer import ExportedModel
 
 logger = logging.getLogger(__name__)
@@ -81,7 +83,7 @@ class Promoter:
         unconditional, else keep it for :meth:`on_scored`. A failed export is logged: the
         learner trains on, and serving keeps the version it has."""
         try:
-            export_snapshot(self.store, manifest.version)
+            verify_export(export_snapshot(self.store, manifest.version))  # a kept one checked too
             prune_exports(self.store)  # those of versions retention removed
         except (StreamrecError, OSError) as exc:
             logger.error("export failed version=%s error=%s", manifest.name, exc)
@@ -103,7 +105,12 @@ class Promoter:
         current = self.store.current()
         if candidate is None or current is None or candidate == current:
             return None
-        served = self._served_model(current)
+        try:
+            served = self._served_model(current)
+        except SnapshotError as exc:
+            logger.error("promotion held version=%s: cannot load the served version=%s to judge "
+                         "it by error=%s", version_name(candidate), version_name(current), exc)
+            return None
         passed, reason, figures = judge(
             batch.label, probs, served.score_batch(batch),
             self.cfg.gate_auc_margin, self.cfg.gate_logloss_ratio,
@@ -127,7 +134,7 @@ class Promoter:
 
     def _promote(self, version: int, reason: str) -> None:
         try:
-            self.store.promote(version, reason=reason)
+            self.store.promote(version, reason=reason, build_export=partial(build_missing_export, self.store))
         except SnapshotError as exc:
             logger.error("promotion failed version=%s error=%s", version_name(version), exc)
             return

@@ -4,7 +4,9 @@
   "history": [["i9", "c7"], ...]}`` → ``{"version": 7, "scores": [0.41, ...]}``. Without
   ``history`` the user's sequence is read from the feature store; an unknown user or item
   reads the default rows. A bad request gets 400 with the reason.
-- ``GET /healthz`` → ``{"status": "ok", "version": 7}``.
+- ``GET /healthz`` → ``{"status": "ok", "version": 7, "current": 7, "serves_current": true}``:
+  the served version, the one ``serving/CURRENT`` names (null when unreadable) and whether
+  they agree (not when the named version fails to load and an older one is kept).
 - ``GET /metrics``: Prometheus, in a registry of its own.
 
 Starlette and uvicorn are the well-kept, typed ASGI pair (FastAPI is built on the first): a
@@ -60,6 +62,10 @@ class ServingMetrics:
         )
         self.version = Gauge(
             "streamrec_serving_version", "The version being served", registry=self.registry
+        )
+        self.load_failures = Counter(
+            "streamrec_serving_load_failures", "Failed loads of the promoted version (each retry)",
+            registry=self.registry,
         )
         self.reloads = Counter(
             "streamrec_serving_reloads", "Versions swapped in after the pointer moved",
@@ -141,7 +147,10 @@ def build_app(
         return Response(body, media_type="application/json")
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": scorer.version})
+        return JSONResponse({
+            "status": "ok", "version": scorer.version, "current": scorer.current,
+            "serves_current": scorer.serves_current,
+        })
 
     async def prometheus(request: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -166,12 +175,15 @@ def build_app(
 
 async def _follow_pointer(scorer: Scorer, poll_s: float, metrics: ServingMetrics) -> None:
     """Swap in each newly promoted version, loading it off the event loop."""
+    counted = 0  # the scorer's load failures already in the metric
     while True:
         await asyncio.sleep(poll_s)
         try:
             if await asyncio.to_thread(scorer.refresh):
                 metrics.reloads.inc()
                 metrics.version.set(scorer.version)
+            metrics.load_failures.inc(scorer.load_failures - counted)
+            counted = scorer.load_failures
         except Exception:  # never let the watcher die: the service keeps the version it has
             logger.exception("serving pointer check failed")
 

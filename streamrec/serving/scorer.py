@@ -26,7 +26,8 @@ from streamrec.learner.batch import Batch, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.snapshot import SnapshotStore, version_name
-from streamrec.serving.export import CONTRACT, export_snapshot, verify_export
+from streamrec.learner.snapshot_export import verify_export
+from streamrec.serving.export import CONTRACT, export_snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -173,23 +174,37 @@ class ExportedModel:
 
 
 class Scorer:
-    """Scores with the promoted version of a snapshot directory, following its pointer."""
+    """Scores with the promoted version of a snapshot directory, following its pointer.
+
+    ``current`` is the version the pointer last named (None when unreadable) and
+    ``load_failures`` counts failed loads; :attr:`serves_current` says whether the two agree.
+    A failure is logged once, when it first happens or changes, then only counted.
+    """
 
     def __init__(self, root: Path, threads: int = 1) -> None:
-        """Load the version ``<root>/serving/CURRENT`` names (exporting it if needed).
+        """Load the version ``<root>/serving/CURRENT`` names (exporting it if needed); when it
+        cannot be loaded, the newest promoted version that can, with a warning.
 
         Raises:
-            SnapshotError: nothing is promoted, or the promoted version is invalid.
+            SnapshotError: nothing is promoted, or no promoted version can be loaded.
         """
         self.store = SnapshotStore(root)
         self._threads = threads
         self._reload_lock = threading.Lock()
-        self.model = self._load(self._current())
+        self.current: int | None = None
+        self.load_failures = 0
+        self._failure: tuple[int | None, str] | None = None  # the last one logged
+        self.model = self._start()
 
     @property
     def version(self) -> int:
         """The version being served."""
         return self.model.version
+
+    @property
+    def serves_current(self) -> bool:
+        """Whether the served version is the one the pointer names."""
+        return self.current == self.model.version
 
     def _current(self) -> int:
         current = self.store.current()
@@ -202,28 +217,72 @@ class Scorer:
     def _load(self, version: int) -> ExportedModel:
         return ExportedModel(export_snapshot(self.store, version), self._threads)
 
+    def _start(self) -> ExportedModel:
+        try:
+            self.current = self._current()
+            return self._load(self.current)
+        except SnapshotError as exc:
+            error = exc
+        for version in self._fallbacks():
+            try:
+                model = self._load(version)
+            except SnapshotError as exc:
+                logger.warning("cannot load promoted version=%s error=%s", version_name(version), exc)
+                continue
+            named = "CURRENT" if self.current is None else version_name(self.current)
+            logger.warning(
+                "cannot serve %s, serving version=%s instead (the newest promoted version that "
+                "loads) error=%s", named, version_name(version), error,
+            )
+            self._failed(self.current, error, log=False)
+            return model
+        raise error
+
+    def _fallbacks(self) -> list[int]:
+        """Every promoted version but the current one, newest first."""
+        try:
+            promoted = {e.version for e in self.store.history()}
+        except SnapshotError:
+            return []
+        return sorted(promoted - {self.current}, reverse=True)
+
+    def _failed(self, version: int | None, exc: SnapshotError, log: bool = True) -> None:
+        self.load_failures += 1
+        key = (version, str(exc))
+        if key == self._failure:
+            return
+        self._failure = key
+        if log:
+            named = "unreadable pointer" if version is None else f"promoted version={version_name(version)}"
+            logger.error(
+                "cannot load %s, keeping version=%s (logged once; retries counted in "
+                "streamrec_serving_load_failures_total) error=%s",
+                named, version_name(self.model.version), exc,
+            )
+
     def refresh(self) -> bool:
         """Swap in the promoted version if the pointer moved; True when it did.
 
         The new version is loaded and verified before the swap; requests meanwhile score
-        with the old one. A version that fails to load is logged and the old one kept.
+        with the old one. A version that fails to load is logged once and the old one kept.
         """
         with self._reload_lock:
             try:
                 current = self._current()
             except SnapshotError as exc:
-                logger.warning("serving pointer unreadable, keeping version=%s error=%s", self.version, exc)
+                self.current = None
+                self._failed(None, exc)
                 return False
+            self.current = current
             if current == self.model.version:
+                self._failure = None
                 return False
             try:
                 model = self._load(current)
             except SnapshotError as exc:
-                logger.error(
-                    "cannot load promoted version=%s, keeping version=%s error=%s",
-                    version_name(current), version_name(self.model.version), exc,
-                )
+                self._failed(current, exc)
                 return False
+            self._failure = None
             self.model = model  # one reference swap: a request holds the model it started with
             logger.info("serving version=%s", version_name(current))
             return True

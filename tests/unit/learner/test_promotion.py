@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import stat
 from pathlib import Path
 
@@ -214,3 +215,55 @@ def test_a_prune_cut_short_leaves_a_temporary_the_next_start_removes(
     assert len(list(tmp_path.glob(".tmp-deleted-v00000*"))) == 2
     store.prepare(snapshot_bytes=100)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["serving", "v000003"]
+
+
+def fake_export(store: SnapshotStore, version: int) -> Path:
+    """An export as the store checks it: files, their checksums, the manifest's own."""
+    path = store.root / "exports" / f"v{version:06d}"
+    path.mkdir(parents=True)
+    (path / "model.pdiparams").write_bytes(bytes(range(256)) * 8)
+    raw = orjson.dumps({"version": version, "files": {
+        "model.pdiparams": hashlib.sha256((path / "model.pdiparams").read_bytes()).hexdigest(),
+    }})
+    (path / "manifest.json").write_bytes(raw)
+    (path / "manifest.sha256").write_text(f"{hashlib.sha256(raw).hexdigest()}  manifest.json\n")
+    return path / "model.pdiparams"
+
+
+def test_promote_and_rollback_refuse_a_damaged_export_naming_the_file(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    for _ in range(3):
+        write(store)
+    params = {v: fake_export(store, v) for v in (1, 2, 3)}
+    store.promote(1)
+    store.promote(2)
+    params[3].write_bytes(params[3].read_bytes()[:100])  # truncated
+    with pytest.raises(InvalidSnapshot, match=f"{params[3]} does not match its checksum"):
+        store.promote(3)
+    params[1].write_bytes(b"\xff" + params[1].read_bytes()[1:])  # one byte changed
+    with pytest.raises(SnapshotError, match=r"from v000002 \(invalid: v000001\)"):
+        store.rollback()
+    assert store.current() == 2 and store.promoted() == [1, 2]
+
+
+def test_a_missing_export_is_built_first_or_refused(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    write(store)
+    write(store)
+    built: list[int] = []
+
+    def build(version: int) -> Path:
+        built.append(version)
+        return fake_export(store, version).parent
+
+    store.promote(2, build_export=build)
+    assert built == [2] and store.current() == 2
+
+    def cannot(version: int) -> Path:
+        raise InvalidSnapshot(f"cannot export v{version:06d}")
+
+    with pytest.raises(InvalidSnapshot, match="cannot export v000001"):
+        store.promote(1, build_export=cannot)
+    assert store.current() == 2
+    store.promote(1, build_export=lambda _: None)  # nothing to export: a store without a model
+    assert store.current() == 1

@@ -60,6 +60,9 @@ class FakeConsumer:
     def close(self) -> None:
         self.closed += 1
 
+    def commit(self, **_: object) -> None:
+        pass
+
 
 @pytest.fixture
 def consumers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[FakeConsumer]]:
@@ -156,3 +159,38 @@ def test_no_valid_version_starts_fresh(tmp_path: Path, consumers: list[FakeConsu
     learner = StubLearner()
     with LearnerRunner(config(tmp_path), learner) as runner:
         assert learner.loaded == [] and runner.positions == {} and runner.stats.micro_batches == 0
+
+
+def test_the_space_check_counts_the_exports(tmp_path: Path, consumers: list[FakeConsumer]) -> None:
+    learner = StubLearner()
+    size = sum(a.nbytes for a in learner.state_arrays().values())
+    export = tmp_path / "exports" / "v000001"
+    export.mkdir(parents=True)
+    (export / "model.pdiparams").write_bytes(bytes(3 << 20))  # the newest export: 3 MB
+    headroom = 1 << 20
+    enough_for_snapshots = 10 * size + 2 * headroom  # but not for two exports beside them
+    tight = SnapshotStore(tmp_path, free_bytes=lambda _: enough_for_snapshots)
+    with pytest.raises(SnapshotDirError, match=r"2 snapshots of .* and their exports of 3\.1 MB"):
+        LearnerRunner(config(tmp_path), learner, snapshots=tight)
+    roomy = SnapshotStore(tmp_path, free_bytes=lambda _: enough_for_snapshots + 2 * (3 << 20))
+    LearnerRunner(config(tmp_path), learner, snapshots=roomy).close()
+
+
+def test_a_snapshot_request_with_nothing_trained_since_answers_with_the_newest_version(
+    tmp_path: Path, consumers: list[FakeConsumer]
+) -> None:
+    store = SnapshotStore(tmp_path)
+    store.write({"model": {"w": np.ones(4, np.float32)}, "state": {"n": np.arange(3)}},
+                micro_batches=1, samples_trained=5, positions=(Position("s", 0, 10),))
+    with LearnerRunner(config(tmp_path), StubLearner()) as runner:
+        request = store.request()
+        runner._serve_requests()
+        assert store.versions() == [1]  # no empty version written
+        assert store.pending_requests() == [] and store.answered(request) == 1
+        runner.positions[Partition("s", 0)] = 12  # dead letters passed: that is news
+        request = store.request()
+        runner._serve_requests()
+        assert store.versions() == [1, 2] and store.find_request(request) == store.manifest(2)
+        request = store.request()
+        runner._serve_requests()
+        assert store.versions() == [1, 2] and store.answered(request) == 2

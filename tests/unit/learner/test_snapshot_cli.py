@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +117,19 @@ def test_prune_keeps_the_configured_number(store: SnapshotStore, monkeypatch: py
     assert "deleted v000004; 3 kept" in run(store.root, "prune", "--keep", "2").stdout
     assert "nothing to delete (keeping all)" in run(store.root, "prune", "--keep", "0").stdout
     run(store.root, "prune", "--keep", "-1", code=2)
+
+
+def test_create_with_nothing_trained_answers_with_the_newest_version(store: SnapshotStore) -> None:
+    def learner() -> None:  # as a running learner with nothing trained since v000003 answers
+        while not store.pending_requests():
+            time.sleep(0.01)
+        request = store.pending_requests()[0]
+        store.answer(request, 3)
+        store.done(request)
+
+    thread = threading.Thread(target=learner)
+    thread.start()
+    result = run(store.root, "create", "--timeout", "20")
+    thread.join(10)
+    assert "nothing trained since v000003: no new snapshot" in result.output
+    assert store.versions() == [1, 2, 3]

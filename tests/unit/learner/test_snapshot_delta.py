@@ -248,3 +248,31 @@ def test_full_snapshot_every_is_configured_from_the_environment(monkeypatch: pyt
     assert StreamrecConfig().learner.full_snapshot_every == 10
     monkeypatch.setenv("STREAMREC_LEARNER__FULL_SNAPSHOT_EVERY", "1")
     assert StreamrecConfig().learner.full_snapshot_every == 1
+
+
+def test_materialize_writes_every_tensor_of_a_delta_version_in_full(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path / "snapshots", full_every=4)
+    states = [model_state()]
+    for step in range(1, 4):
+        states.append(evolve(states[-1], step))
+    states[2]["model"]["emb"][5] = np.float32(-0.0)  # bits, not values, must come back
+    manifests = [put(store, s, n) for n, s in enumerate(states)]
+    assert manifests[3].kind == "delta" and manifests[3].parent == 3
+    out = tmp_path / "full" / "v000004"
+    out.parent.mkdir()
+    result = CliRunner().invoke(
+        app, ["snapshot", "materialize", "4", str(out), "--snapshot-dir", str(store.root), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert orjson.loads(result.stdout)["path"] == str(out)
+    # an outside reader: only safetensors and the manifest, no streamrec chain logic
+    read = {p.name.removesuffix(".safetensors"): load_file(str(p)) for p in out.glob("*.safetensors")}
+    assert_bit_identical(read, states[3])
+    copy = SnapshotStore(out.parent)
+    manifest, loaded = copy.load(4)
+    assert (manifest.kind, manifest.parent, manifest.delta) == ("full", None, {})
+    assert manifest.positions == manifests[3].positions
+    assert_bit_identical(loaded, states[3])
+    args = ["snapshot", "materialize", "4", str(out), "--snapshot-dir", str(store.root)]
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 1 and "exists" in again.output

@@ -12,9 +12,9 @@ from streamrec.config import LearnerConfig
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import _grouped
-from streamrec.learner.snapshot import SnapshotStore
+from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
 from streamrec.samples import Sample
-from streamrec.serving.export import export_dir
+from streamrec.serving.export import export_dir, export_snapshot
 from streamrec.serving.gate import Promoter, judge
 from tests.unit.serving.test_export import config
 
@@ -88,3 +88,33 @@ def test_promote_off_and_always(tmp_path: Path) -> None:
                 config={"model": cfg.model_dump(mode="json")},
             ))
         assert store.current() == (None if mode == "off" else 2)
+
+
+def test_the_gate_checks_the_export_too(tmp_path: Path) -> None:
+    cfg = config()
+    learner = DINLearner(cfg)
+    store = SnapshotStore(tmp_path)
+    promoter = Promoter(store, LearnerConfig(promote="always"))
+
+    def snapshot(k: int) -> SnapshotManifest:
+        learner.learn_many(window(200, k, k))
+        return store.write(
+            _grouped(learner.state_arrays()), micro_batches=k, samples_trained=0, positions=(),
+            config={"model": cfg.model_dump(mode="json")},
+        )
+
+    promoter.on_snapshot(snapshot(1))
+    assert store.current() == 1
+    second = snapshot(2)
+    params = export_snapshot(store, 2) / "model.pdiparams"  # its export there already, then damaged
+    params.write_bytes(params.read_bytes()[:-10])
+    promoter.on_snapshot(second)
+    assert store.current() == 1  # not promoted onto an export that fails its checksums
+    gated = Promoter(store, LearnerConfig(promote="gate"))
+    gated.on_snapshot(snapshot(3))
+    assert gated.pending == 3
+    damaged = export_dir(tmp_path, 1) / "model.pdiparams"  # the served version's export
+    damaged.write_bytes(damaged.read_bytes()[:-10])
+    batch = window(200, 9, 9)
+    assert gated.on_scored(batch, learner.predict_many(batch)) is None  # held: nothing to judge by
+    assert store.current() == 1

@@ -15,6 +15,7 @@ import pytest
 import uvicorn
 
 from streamrec.learner.snapshot import SnapshotStore
+from streamrec.serving.export import export_dir
 from streamrec.serving.http import build_app, no_history, parse_request
 from streamrec.serving.scorer import Candidate, Scorer
 from tests.support import trained_snapshots
@@ -59,7 +60,9 @@ def test_score_health_and_metrics(served: tuple[str, SnapshotStore, Scorer]) -> 
     candidates = [Candidate("i0", "c0"), Candidate("i1", "c1"), Candidate("unknown")]
     want = scorer.model.score("u1", [("i1", "c0"), ("i2", "c0")], candidates)
     assert np.allclose(doc["scores"], want, atol=1e-6)
-    assert httpx.get(f"{url}/healthz").json() == {"status": "ok", "version": 1}
+    assert httpx.get(f"{url}/healthz").json() == {
+        "status": "ok", "version": 1, "current": 1, "serves_current": True,
+    }
     metrics = httpx.get(f"{url}/metrics").text
     assert 'streamrec_serving_requests_total{status="200"} 1.0' in metrics
     assert "streamrec_serving_version 1.0" in metrics
@@ -129,3 +132,25 @@ def test_promotions_and_rollbacks_under_load_fail_no_request(
     while httpx.get(f"{url}/healthz").json()["version"] != 1:
         assert time.monotonic() < deadline, "the server did not follow the last rollback"
         time.sleep(0.05)
+
+
+def test_healthz_tells_when_the_current_version_fails_to_load_and_failures_are_counted(
+    served: tuple[str, SnapshotStore, Scorer],
+) -> None:
+    url, store, _ = served
+    params = export_dir(store.root, 2) / "model.pdiparams"
+    params.write_bytes(params.read_bytes()[:100])  # truncated
+    with store.serving.locked():
+        store.serving.point(2)  # pointed at by hand: promote would refuse it
+    deadline = time.monotonic() + 20
+    while httpx.get(f"{url}/healthz").json()["current"] != 2:
+        assert time.monotonic() < deadline, "the server did not read the pointer"
+        time.sleep(0.05)
+    time.sleep(0.3)  # more polls, each a failed load
+    assert httpx.get(f"{url}/healthz").json() == {
+        "status": "ok", "version": 1, "current": 2, "serves_current": False,
+    }
+    metrics = httpx.get(f"{url}/metrics").text
+    line = next(x for x in metrics.splitlines() if x.startswith("streamrec_serving_load_failures_total"))
+    assert float(line.split()[-1]) >= 2
+    assert httpx.post(f"{url}/score", json={"user": "u1", "items": ["i1"]}).json()["version"] == 1

@@ -1,0 +1,116 @@
+"""A version's export as the snapshot directory sees it: where it lives, whether it is whole.
+
+The export itself (a Paddle Inference model, id tables, ``contract.json``) is written by
+:mod:`streamrec.serving.export`; this module only reads files, so the snapshot store can refuse
+to promote a version whose export is damaged without importing Paddle. An export is whole when
+its ``manifest.json`` matches ``manifest.sha256`` and every file matches its checksum there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from streamrec.errors import InvalidSnapshot
+from streamrec.fileio import sha256_file
+from streamrec.learner.snapshot_dir import parse_version, version_name
+
+EXPORTS = "exports"
+MANIFEST = "manifest.json"
+MANIFEST_SUM = "manifest.sha256"
+
+
+def export_dir(root: Path, version: int) -> Path:
+    """Where the export of ``version`` of the snapshots under ``root`` lives."""
+    return Path(root) / EXPORTS / version_name(version)
+
+
+def verify_export(path: Path) -> dict[str, str]:
+    """Check an export's manifest and every file's checksum; return the files' digests.
+
+    Raises:
+        InvalidSnapshot: naming the file that is missing or does not match.
+    """
+    manifest = path / MANIFEST
+    try:
+        raw = manifest.read_bytes()
+        recorded = (path / MANIFEST_SUM).read_text().split()[:1]
+    except (OSError, UnicodeDecodeError) as exc:
+        where = getattr(exc, "filename", None) or manifest
+        raise InvalidSnapshot(f"{where} is missing or unreadable") from exc
+    if recorded != [hashlib.sha256(raw).hexdigest()]:
+        raise InvalidSnapshot(f"{manifest} does not match its checksum in {MANIFEST_SUM}")
+    files: dict[str, str] = orjson.loads(raw)["files"]
+    for name, digest in files.items():
+        try:
+            ok = sha256_file(path / name) == digest
+        except OSError as exc:
+            raise InvalidSnapshot(f"{path / name} is missing or unreadable") from exc
+        if not ok:
+            raise InvalidSnapshot(f"{path / name} does not match its checksum")
+    return files
+
+
+@dataclass(frozen=True)
+class ExportCheck:
+    """What a version's export is: missing, damaged (``problem`` names the file) or whole."""
+
+    version: int
+    path: Path
+    missing: bool
+    problem: str | None  # why a present export is damaged; None when it is whole (or missing)
+
+    @property
+    def whole(self) -> bool:
+        """Present and every checksum matching."""
+        return not self.missing and self.problem is None
+
+
+def check_export(root: Path, version: int) -> ExportCheck:
+    """Whether ``version``'s export under ``root`` is there and whole (every file hashed)."""
+    path = export_dir(root, version)
+    if not path.is_dir():
+        return ExportCheck(version, path, missing=True, problem=None)
+    try:
+        verify_export(path)
+    except InvalidSnapshot as exc:
+        return ExportCheck(version, path, missing=False, problem=str(exc))
+    return ExportCheck(version, path, missing=False, problem=None)
+
+
+def refuse_unservable(check: ExportCheck) -> None:
+    """Raise unless the export is whole; the message says which command mends it.
+
+    Raises:
+        InvalidSnapshot: the export is missing, or a file of it is (naming the file).
+    """
+    name = version_name(check.version)
+    if check.missing:
+        raise InvalidSnapshot(
+            f"{name} has no export ({check.path}): build it with `streamrec snapshot export {check.version}`"
+        )
+    if check.problem is not None:
+        raise InvalidSnapshot(
+            f"the export of {name} is damaged: {check.problem}; rebuild it with "
+            f"`streamrec snapshot export {check.version} --rebuild`"
+        )
+
+
+def export_bytes(root: Path) -> int:
+    """The size of the newest export under ``root`` (0 when there is none): what the next
+    export will need, near enough (the model's shape rarely changes between versions)."""
+    folder = Path(root) / EXPORTS
+    try:
+        versions = sorted(v for p in folder.iterdir() if (v := parse_version(p.name)) is not None)
+    except OSError:
+        return 0
+    if not versions:
+        return 0
+    newest = folder / version_name(versions[-1])
+    try:
+        return sum(p.stat().st_size for p in newest.rglob("*") if p.is_file())
+    except OSError:
+        return 0

@@ -1,0 +1,73 @@
+"""A full snapshot of any version: a delta's chain applied, written as one plain version.
+
+An outside reader of a delta version otherwise has to apply its chain itself (README, "Delta
+snapshots"). The result is a version directory like any other (``manifest.json``, its
+``manifest.sha256`` and one ``<group>.safetensors`` per tensor group), its manifest the
+version's own but ``kind: full`` with no parent, so ``safetensors.numpy.load_file`` on each
+file gives every tensor of the version. It is written beside ``out`` and renamed into place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from safetensors import SafetensorError
+from safetensors.numpy import save_file
+
+from streamrec.errors import SnapshotError, SnapshotWriteError
+from streamrec.fileio import fsync_path, sha256_file
+from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
+from streamrec.learner.snapshot_delta import contiguous
+from streamrec.learner.snapshot_dir import TMP_PREFIX, describe_os_error
+from streamrec.learner.snapshot_manifest import MANIFEST, MANIFEST_SUM, checksum_line
+
+_FILE_MODE = 0o644  # as the store's own versions: world-readable
+_DIR_MODE = 0o755
+
+
+def materialize(store: SnapshotStore, version: int, out: Path) -> SnapshotManifest:
+    """Write ``version`` of ``store`` as a full snapshot in the new directory ``out``.
+
+    Raises:
+        InvalidSnapshot: the version or its chain failed a check.
+        SnapshotError: ``out`` exists.
+        SnapshotWriteError: it could not be written (nothing is left behind).
+    """
+    out = Path(out)
+    if out.exists():
+        raise SnapshotError(f"{out} exists: give a directory that does not")
+    manifest, tensors = store.load(version)
+    tmp = out.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+    try:
+        tmp.mkdir(parents=False)
+        os.chmod(tmp, _DIR_MODE)
+        files = {}
+        for group, arrays in tensors.items():
+            target = tmp / f"{group}.safetensors"
+            save_file({k: contiguous(v) for k, v in arrays.items()}, str(target))
+            _seal(target)
+            files[target.name] = sha256_file(target)
+        full = dataclasses.replace(manifest, files=files, kind="full", parent=None, delta={})
+        raw = full.to_json()
+        for name, data in ((MANIFEST, raw), (MANIFEST_SUM, checksum_line(raw))):
+            (tmp / name).write_bytes(data)
+            _seal(tmp / name)
+        fsync_path(tmp)
+        os.rename(tmp, out)
+        fsync_path(out.parent)
+    except (OSError, SafetensorError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SnapshotWriteError(f"cannot write {out}: {describe_os_error(exc)}") from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return full
+
+
+def _seal(path: Path) -> None:
+    os.chmod(path, _FILE_MODE)
+    fsync_path(path)

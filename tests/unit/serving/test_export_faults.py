@@ -1,0 +1,172 @@
+"""A served version's export damaged, truncated or never written: verify says so, promote and
+rollback refuse it (or build a missing one first), a server starting on it falls back to the
+newest promoted version that loads, and a repeated load failure is logged once and counted."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from typer.testing import CliRunner, Result
+
+from streamrec.cli import app
+from streamrec.errors import InvalidSnapshot, SnapshotError
+from streamrec.learner.snapshot import SnapshotStore
+from streamrec.serving.export import export_dir
+from streamrec.serving.scorer import Scorer
+from tests.support import trained_snapshots
+
+PARAMS = "model.pdiparams"
+
+
+def damage(root: Path, version: int, how: str, name: str = PARAMS) -> Path:
+    """Change one byte of an export's file, or cut it in half; returns the file."""
+    path = export_dir(root, version) / name
+    data = bytearray(path.read_bytes())
+    if how == "byte":
+        data[len(data) // 2] ^= 0xFF
+    else:
+        del data[len(data) // 2 :]
+    path.write_bytes(bytes(data))
+    return path
+
+
+def snapshot(root: Path, *args: str, code: int = 0) -> Result:
+    result = CliRunner().invoke(app, ["snapshot", *args, "--snapshot-dir", str(root)])
+    assert result.exit_code == code, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three trained, exported versions, made once for the module."""
+    root = tmp_path_factory.mktemp("pristine")
+    trained_snapshots(root, count=3)
+    return root
+
+
+@pytest.fixture
+def store(pristine: Path, tmp_path: Path) -> SnapshotStore:
+    root = tmp_path / "snapshots"
+    shutil.copytree(pristine, root)
+    return SnapshotStore(root)
+
+
+@pytest.mark.parametrize("how", ["byte", "truncated"])
+def test_verify_covers_the_export(store: SnapshotStore, how: str) -> None:
+    damaged = damage(store.root, 2, how)
+    result = snapshot(store.root, "verify", "2", code=1)
+    assert f"{damaged} does not match its checksum" in result.output.replace("\n", "")
+    doc = orjson.loads(snapshot(store.root, "verify", "--json", code=1).stdout)
+    exports = {v["version"]: v["export"] for v in doc["versions"]}
+    assert [v["valid"] for v in doc["versions"]] == [True, False, True]
+    assert exports[2]["present"] and not exports[2]["valid"] and str(damaged) in exports[2]["problem"]
+    assert exports[1] == {"path": str(export_dir(store.root, 1)), "present": True, "valid": True,
+                          "problem": None}
+
+
+def test_verify_says_when_a_version_has_no_export(store: SnapshotStore) -> None:
+    shutil.rmtree(export_dir(store.root, 3))
+    result = snapshot(store.root, "verify", "3")
+    assert "export missing" in result.output
+    doc = orjson.loads(snapshot(store.root, "verify", "3", "--json").stdout)
+    assert doc["versions"][0]["export"]["present"] is False and doc["valid"]
+
+
+@pytest.mark.parametrize("how", ["byte", "truncated"])
+def test_promote_refuses_a_damaged_export_naming_the_file(store: SnapshotStore, how: str) -> None:
+    store.promote(1)
+    damaged = damage(store.root, 2, how)
+    with pytest.raises(InvalidSnapshot, match=f"{damaged} does not match its checksum.*--rebuild"):
+        store.promote(2)
+    result = snapshot(store.root, "promote", "2", code=1)
+    assert "does not match its checksum" in result.output and "--rebuild" in result.output
+    assert store.current() == 1 and store.promoted() == [1]
+    snapshot(store.root, "export", "2", code=1)  # refused: it says --rebuild
+    snapshot(store.root, "export", "2", "--rebuild")
+    snapshot(store.root, "promote", "2")
+    assert store.current() == 2
+
+
+def test_rollback_skips_a_version_whose_export_is_damaged(store: SnapshotStore) -> None:
+    for version in (1, 2, 3):
+        store.promote(version)
+    damage(store.root, 2, "byte")
+    result = snapshot(store.root, "rollback")
+    assert "serving v000001" in result.output
+    assert store.current() == 1
+    store.promote(3)
+    damage(store.root, 1, "truncated")
+    with pytest.raises(SnapshotError, match="no earlier promoted valid version"):
+        store.rollback()
+    assert store.current() == 3
+
+
+def test_promote_builds_the_export_a_kill_mid_export_left_missing(store: SnapshotStore) -> None:
+    shutil.rmtree(export_dir(store.root, 3))
+    killed = subprocess.run(  # dies as kill -9 would, its export written but not yet renamed
+        [sys.executable, "-m", "streamrec", "snapshot", "export", "3", "--snapshot-dir", str(store.root)],
+        env={**os.environ, "STREAMREC_FAULT": "export.before_rename", "STREAMREC_FAULT_MODE": "exit"},
+        capture_output=True, timeout=120,
+    )
+    assert killed.returncode == 137, killed.stderr.decode()[-2000:]
+    assert not export_dir(store.root, 3).exists() and list((store.root / "exports").glob(".tmp-*"))
+    assert "export missing" in snapshot(store.root, "verify", "3").output
+    result = snapshot(store.root, "promote", "3")
+    assert "v000003 had no export: built" in result.output
+    assert store.current() == 3 and (export_dir(store.root, 3) / PARAMS).is_file()
+    assert "export ok" in snapshot(store.root, "verify", "3").output
+
+
+def test_a_server_starting_on_a_damaged_current_serves_the_newest_promoted_version_that_loads(
+    store: SnapshotStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.promote(1)
+    store.promote(2)
+    store.promote(3)
+    damage(store.root, 3, "truncated")
+    with caplog.at_level(logging.WARNING, logger="streamrec.serving.scorer"):
+        scorer = Scorer(store.root)
+    assert scorer.version == 2 and scorer.current == 3 and not scorer.serves_current
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("cannot serve v000003, serving version=v000002" in r.getMessage() for r in warnings)
+    assert scorer.load_failures == 1
+
+
+def test_a_server_starting_on_an_unreadable_current_falls_back_too(store: SnapshotStore) -> None:
+    store.promote(1)
+    store.promote(2)
+    store.serving.current_path.write_text("garbage\n")
+    scorer = Scorer(store.root)
+    assert scorer.version == 2 and scorer.current is None and not scorer.serves_current
+
+
+def test_a_server_with_no_promoted_version_that_loads_still_fails(store: SnapshotStore) -> None:
+    store.promote(1)
+    damage(store.root, 1, "byte")
+    with pytest.raises(InvalidSnapshot, match="does not match its checksum"):
+        Scorer(store.root)
+
+
+def test_a_repeated_load_failure_is_logged_once_and_counted(
+    store: SnapshotStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.promote(1)
+    scorer = Scorer(store.root)
+    store.promote(2)
+    damaged = damage(store.root, 2, "byte")  # after its promotion: a disk fault, say
+    with caplog.at_level(logging.INFO, logger="streamrec.serving.scorer"):
+        for _ in range(5):
+            assert not scorer.refresh()
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and str(damaged) in errors[0] and "logged once" in errors[0]
+    assert scorer.load_failures == 5
+    assert scorer.version == 1 and scorer.current == 2 and not scorer.serves_current
+    snapshot(store.root, "export", "2", "--rebuild")
+    assert scorer.refresh() and scorer.version == 2 and scorer.serves_current
