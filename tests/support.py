@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from streamrec.learner.snapshot import SnapshotStore
 
 
@@ -95,3 +100,25 @@ def decoder_agreement(
         except msgspec.MsgspecError:
             pass
     return fast
+
+
+@contextlib.contextmanager
+def serving(app: ASGIApp) -> Iterator[str]:
+    """``app`` on uvicorn on a free port in a thread of this process; yields its base URL."""
+    import uvicorn
+
+    from streamrec.local.ports import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
