@@ -79,7 +79,15 @@ _DECODER = msgspec.json.Decoder(Event)
 
 
 def _id(doc: dict[str, Any], name: str) -> str:
-    value = doc[name]
+    return as_id(doc[name], name)
+
+
+def as_id(value: object, name: str) -> str:
+    """An id as the contract carries it: a string, or an integer as its decimal string.
+
+    Raises:
+        InvalidEvent: naming the field (``name``) and what is wrong.
+    """
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise InvalidEvent(f"field {name!r} must be a string or integer, got {type(value).__name__}")
     text = str(value)

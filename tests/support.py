@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from streamrec.learner.snapshot import SnapshotStore
 
 
@@ -110,8 +115,6 @@ class RecordingLearner(_recording_learner_base()):  # type: ignore[misc]
     minute) before training, so a test can act while a step runs."""
 
     def __init__(self, cfg: Any, gate: Any = None) -> None:
-        import threading
-
         super().__init__(cfg)
         self.trained: list[str] = []
         self.in_step = threading.Event()
@@ -138,6 +141,28 @@ def recording_learner_main(config_file: str, trained_file: str) -> None:
     tmp = Path(f"{trained_file}.tmp")
     tmp.write_text(json.dumps(learner.trained))
     tmp.replace(trained_file)
+
+
+@contextlib.contextmanager
+def serving(app: ASGIApp) -> Iterator[str]:
+    """``app`` on uvicorn on a free port in a thread of this process; yields its base URL."""
+    import uvicorn
+
+    from streamrec.local.ports import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 if __name__ == "__main__":

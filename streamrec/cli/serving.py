@@ -57,8 +57,9 @@ def serve(
     snapshot_dir: Path | None = typer.Option(None, help="The snapshot directory (default: the learner's)"),
     store: bool = typer.Option(True, "--store/--no-store", help="Read users' sequences from the store"),
 ) -> None:
-    """Serve the promoted version over HTTP: POST /score, GET /healthz, GET /metrics. It
-    follows `streamrec snapshot promote|rollback` without dropping a request."""
+    """Serve the promoted version over HTTP: POST /score, GET /readyz (also /healthz), GET
+    /livez, GET /metrics. It follows `streamrec snapshot promote|rollback` without dropping a
+    request."""
     import uvicorn
 
     from streamrec.serving.http import build_app
@@ -67,9 +68,7 @@ def serve(
     with cli_errors():
         cfg = build_config(learner={"snapshot_dir": snapshot_dir}, serving={"host": host, "port": port})
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
-        app = build_app(
-            scorer, _history_source(cfg, store), cfg.serving.poll_s, cfg.serving.max_candidates
-        )
+        app = build_app(scorer, _history_source(cfg, store), cfg.serving)
         instead = "" if scorer.serves_current else " (not the version serving/CURRENT names: see the warning)"
         console.print(
             f"serving v{scorer.version:06d}{instead} from {cfg.learner.snapshot_dir} on "

@@ -3,15 +3,22 @@
 - ``POST /score`` ``{"user": "u1", "items": ["i1", "i2:c7", {"item": "i3", "category": "c2"}],
   "history": [["i9", "c7"], ...]}`` → ``{"version": 7, "scores": [0.41, ...]}``. Without
   ``history`` the user's sequence is read from the feature store; an unknown user or item
-  reads the default rows. A bad request gets 400 with the reason.
-- ``GET /healthz`` → ``{"status": "ok", "version": 7, "current": 7, "serves_current": true}``:
-  the served version, the one ``serving/CURRENT`` names (null when unreadable) and whether
-  they agree (not when the named version fails to load and an older one is kept).
+  reads the default rows. Ids are strings or integers, as in the event contract (``5`` is
+  ``"5"``). A bad request gets 400 with the reason, a body over ``max_body_bytes`` 413 before
+  the rest is read, and a request the server has no room for 503 with ``Retry-After``
+  (:mod:`streamrec.serving.admission`).
+- ``GET /readyz`` → 200 ``{"status": "ok", "version": 7, "current": 7, "serves_current": true}``
+  when the server can score, else 503 ``{"status": "unavailable", ..., "reasons": [...]}``
+  (:mod:`streamrec.serving.readiness`): the served version, the one ``serving/CURRENT`` names
+  (null when unreadable) and whether they agree (not when the named version fails to load and
+  an older one is kept). ``GET /healthz`` answers the same. ``GET /livez`` → 200 while the
+  event loop runs.
 - ``GET /metrics``: Prometheus, in a registry of its own.
 
 Starlette and uvicorn are the well-kept, typed ASGI pair (FastAPI is built on the first): a
-small app with no framework to learn, and uvicorn's httptools loop. A task looks at the serving
-pointer every ``poll_s``; a new version is loaded and verified on a worker thread while
+small app with no framework to learn, and uvicorn's httptools loop. Requests are scored on
+worker threads, so the loop stays free to read, shed and answer probes. A task looks at the
+serving pointer every ``poll_s``; a new version is loaded and verified on a worker thread while
 requests go on with the old one, then swapped in by one reference assignment.
 """
 
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -27,21 +35,38 @@ import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from streamrec.config import ServingConfig
+from streamrec.errors import InvalidEvent
+from streamrec.events import as_id
 from streamrec.featurestore import FeatureStore
+from streamrec.serving.admission import Admission, Overloaded
+from streamrec.serving.readiness import PROBE_USER, Readiness
 from streamrec.serving.scorer import Candidate, Scorer
 
 logger = logging.getLogger(__name__)
 
-# A request scores 100 candidates in about a millisecond; the upper buckets catch a stall.
-REQUEST_SECONDS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+# A request scores 100 candidates in about a millisecond; the upper buckets show the wait of
+# an overloaded server (bounded by max_queue_wait_s, but a worker may be slow too).
+REQUEST_SECONDS_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+SCORE_PATH = "/score"
+ACCEPTED = "streamrec.accepted"  # scope key: perf_counter() when the request reached the app
+RETRY_AFTER_S = "1"  # a shed client may try again in a second: the queue drains within that
 
 
 class BadRequest(ValueError):
     """A request the service cannot score; its message is the 400 response's reason."""
+
+
+class BodyTooLarge(ValueError):
+    """A request body over the limit; its message is the 413 response's reason."""
 
 
 class ServingMetrics:
@@ -54,8 +79,22 @@ class ServingMetrics:
             registry=self.registry,
         )
         self.seconds = Histogram(
-            "streamrec_serving_request_seconds", "Time to answer a score request",
+            "streamrec_serving_request_seconds",
+            "Time to answer a score request, from its arrival (its wait for a worker included)",
             buckets=REQUEST_SECONDS_BUCKETS, registry=self.registry,
+        )
+        self.queue_wait = Histogram(
+            "streamrec_serving_queue_wait_seconds",
+            "Time a score request waited from its arrival until a worker took it",
+            buckets=REQUEST_SECONDS_BUCKETS, registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "streamrec_serving_in_flight", "Score requests admitted: waiting or scoring",
+            registry=self.registry,
+        )
+        self.shed = Counter(
+            "streamrec_serving_shed", "Score requests refused with 503 for want of room, by cause",
+            ["cause"], registry=self.registry,
         )
         self.candidates = Counter(
             "streamrec_serving_candidates", "Candidates scored", registry=self.registry
@@ -73,10 +112,17 @@ class ServingMetrics:
         )
 
 
+class _Inexact(Exception):
+    """An id orjson read as a float: an integer past 64 bits, or a real float."""
+
+
 def parse_request(
     body: bytes, max_candidates: int
 ) -> tuple[str, list[Candidate], list[tuple[str, str]] | None]:
     """The user, candidates and optional history of a ``POST /score`` body.
+
+    Ids are typed as in the event contract: a string, or an integer carried as its decimal
+    string (so ``5`` and ``"5"`` are one id), 1-128 printable characters.
 
     Raises:
         BadRequest: naming what is wrong.
@@ -85,92 +131,192 @@ def parse_request(
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"not valid JSON: {exc}") from exc
+    try:
+        return _parsed(doc, max_candidates, exact=False)
+    except _Inexact:
+        # orjson reads integers beyond 64 bits as floats; the standard parser keeps them
+        # exact (as the event parser does), and a real float is refused on this pass
+        return _parsed(json.loads(body), max_candidates, exact=True)
+
+
+def _parsed(
+    doc: object, max_candidates: int, exact: bool
+) -> tuple[str, list[Candidate], list[tuple[str, str]] | None]:
     if not isinstance(doc, dict):
         raise BadRequest("expected a JSON object with 'user' and 'items'")
-    user, items = doc.get("user"), doc.get("items")
-    if not isinstance(user, str) or not user:
-        raise BadRequest("'user' must be a non-empty string")
+    user, items = _id(doc.get("user"), "user", exact), doc.get("items")
     if not isinstance(items, list) or not items:
         raise BadRequest("'items' must be a non-empty list")
     if len(items) > max_candidates:
         raise BadRequest(f"{len(items)} items; at most {max_candidates} per request")
-    candidates = [_candidate(item) for item in items]
+    candidates = [_candidate(item, exact) for item in items]
     history = doc.get("history")
     if history is None:
         return user, candidates, None
-    if not isinstance(history, list) or not all(
-        isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h) for h in history
-    ):
+    if not isinstance(history, list) or not all(isinstance(h, list) and len(h) == 2 for h in history):
         raise BadRequest("'history' must be a list of [item, category] pairs, oldest first")
-    return user, candidates, [(h[0], h[1]) for h in history]
+    return user, candidates, [(_id(h[0], "history", exact), _id(h[1], "history", exact)) for h in history]
 
 
-def _candidate(item: object) -> Candidate:
+def _id(value: object, name: str, exact: bool) -> str:
+    if isinstance(value, float) and not exact:
+        raise _Inexact
+    try:
+        return as_id(value, name)
+    except InvalidEvent as exc:
+        raise BadRequest(str(exc)) from exc
+
+
+def _candidate(item: object, exact: bool) -> Candidate:
     if isinstance(item, str) and item:
-        return Candidate.parse(item)
-    if isinstance(item, dict) and isinstance(item.get("item"), str) and item["item"]:
+        candidate = Candidate.parse(item)
+        _id(candidate.item_id, "item", exact)
+        if candidate.category_id is not None:
+            _id(candidate.category_id, "category", exact)
+        return candidate
+    if isinstance(item, int | float) and not isinstance(item, bool):
+        return Candidate(_id(item, "item", exact))
+    if isinstance(item, dict) and "item" in item:
         category = item.get("category")
-        if category is not None and not isinstance(category, str):
-            raise BadRequest(f"category of {item['item']!r} must be a string")
-        return Candidate(item["item"], category)
-    raise BadRequest(f"an item is a non-empty string or {{'item': ..., 'category': ...}}: {item!r}")
+        category_id = None if category is None else _id(category, "category", exact)
+        return Candidate(_id(item["item"], "item", exact), category_id)
+    raise BadRequest(
+        f"an item is a non-empty string, an integer or {{'item': ..., 'category': ...}}: {item!r}"
+    )
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, refused as soon as it is known to pass ``limit`` bytes: from its
+    ``Content-Length`` before any is read, or once a chunked body's bytes pass it.
+
+    Raises:
+        BodyTooLarge: naming the limit.
+    """
+    too_large = BodyTooLarge(f"request body over {limit} bytes (STREAMREC_SERVING__MAX_BODY_BYTES)")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class RequestTimer:
+    """The outermost layer for ``POST /score``: stamps each request's arrival (for the queue
+    wait) and observes its whole time and status, whatever answered it."""
+
+    def __init__(self, app: ASGIApp, metrics: ServingMetrics) -> None:
+        """Wrap ``app``."""
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, timing it when it is a score request."""
+        if scope["type"] != "http" or scope["path"] != SCORE_PATH:
+            await self.app(scope, receive, send)
+            return
+        start = scope[ACCEPTED] = time.perf_counter()
+        status = 500
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            self.metrics.requests.labels(str(status)).inc()
+            self.metrics.seconds.observe(time.perf_counter() - start)
+
+
+def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse({"error": reason}, status_code=status, headers=headers)
 
 
 def build_app(
     scorer: Scorer,
     history_of: Callable[[str], Sequence[tuple[str, str]]],
-    poll_s: float = 1.0,
-    max_candidates: int = 1000,
+    cfg: ServingConfig | None = None,
     metrics: ServingMetrics | None = None,
 ) -> Starlette:
-    """The ASGI app: ``scorer`` scores, ``history_of(user)`` reads a user's sequence."""
+    """The ASGI app: ``scorer`` scores, ``history_of(user)`` reads a user's sequence (and,
+    for a user no event can name, tells readiness whether the feature store answers)."""
+    cfg = cfg or ServingConfig()
     metrics = metrics or ServingMetrics()
     metrics.version.set(scorer.version)
+    admission = Admission(cfg.workers, cfg.max_in_flight, cfg.max_queue_wait_s)
+    metrics.in_flight.set_function(lambda: admission.in_flight)
+    readiness = Readiness(scorer, lambda: history_of(PROBE_USER), cfg.ready_cache_s, cfg.ready_timeout_s)
 
     async def score(request: Request) -> Response:
-        start = time.perf_counter()
         try:
-            user, candidates, history = parse_request(await request.body(), max_candidates)
-            model = scorer.model  # the version this request is answered with, start to end
-            scores = model.score(user, history_of(user) if history is None else history, candidates)
+            with admission.admitted():
+                body = await read_body(request, cfg.max_body_bytes)
+                user, candidates, history = parse_request(body, cfg.max_candidates)
+                model = scorer.model  # the version this request is answered with, start to end
+
+                def work() -> list[float]:
+                    behaviours = history_of(user) if history is None else history
+                    return model.score(user, behaviours, candidates).tolist()
+
+                scores, waited = await admission.run(work, request.scope[ACCEPTED])
+        except Overloaded as exc:
+            metrics.shed.labels(exc.cause).inc()
+            return _error(503, f"overloaded: {exc}", {"Retry-After": RETRY_AFTER_S})
         except BadRequest as exc:
-            metrics.requests.labels("400").inc()
-            return JSONResponse({"error": str(exc)}, status_code=400)
+            return _error(400, str(exc))
+        except BodyTooLarge as exc:  # and stop reading: the rest of the body is not wanted
+            return _error(413, str(exc), {"Connection": "close"})
         except Exception as exc:  # the feature store down, say: one line, and a 503
-            metrics.requests.labels("503").inc()
             logger.error("score request failed error=%s", exc)
-            return JSONResponse({"error": f"cannot score now: {exc}"}, status_code=503)
-        metrics.requests.labels("200").inc()
+            return _error(503, f"cannot score now: {exc}")
+        metrics.queue_wait.observe(waited)
         metrics.candidates.inc(len(candidates))
-        metrics.seconds.observe(time.perf_counter() - start)
-        body = orjson.dumps({"version": model.version, "scores": scores.tolist()})
+        body = orjson.dumps({"version": model.version, "scores": scores})
         return Response(body, media_type="application/json")
 
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({
-            "status": "ok", "version": scorer.version, "current": scorer.current,
-            "serves_current": scorer.serves_current,
-        })
+    async def ready(request: Request) -> Response:
+        reasons = await readiness.reasons()
+        doc: dict[str, object] = {
+            "status": "unavailable" if reasons else "ok", "version": scorer.version,
+            "current": scorer.current, "serves_current": scorer.serves_current,
+        }
+        if reasons:
+            doc["reasons"] = reasons
+        return JSONResponse(doc, status_code=503 if reasons else 200)
+
+    async def live(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
 
     async def prometheus(request: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        task = asyncio.create_task(_follow_pointer(scorer, poll_s, metrics))
+        task = asyncio.create_task(_follow_pointer(scorer, cfg.poll_s, metrics))
         try:
             yield
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            admission.close()
 
     routes = [
-        Route("/score", score, methods=["POST"]),
-        Route("/healthz", healthz, methods=["GET"]),
+        Route(SCORE_PATH, score, methods=["POST"]),
+        Route("/readyz", ready, methods=["GET"]),
+        Route("/healthz", ready, methods=["GET"]),
+        Route("/livez", live, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    middleware = [Middleware(RequestTimer, metrics=metrics)]
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
 
 
 async def _follow_pointer(scorer: Scorer, poll_s: float, metrics: ServingMetrics) -> None:

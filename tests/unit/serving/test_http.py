@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import uvicorn
 
+from streamrec.config import ServingConfig
 from streamrec.learner.snapshot import SnapshotStore
 from streamrec.serving.export import export_dir
 from streamrec.serving.http import build_app, no_history, parse_request
@@ -34,7 +35,8 @@ def served(tmp_path: Path) -> Iterator[tuple[str, SnapshotStore, Scorer]]:
     scorer = Scorer(tmp_path)
     port = free_port()
     config = uvicorn.Config(
-        build_app(scorer, no_history, poll_s=0.02), host="127.0.0.1", port=port, log_level="warning"
+        build_app(scorer, no_history, ServingConfig(poll_s=0.02)),
+        host="127.0.0.1", port=port, log_level="warning",
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -75,7 +77,7 @@ def test_score_health_and_metrics(served: tuple[str, SnapshotStore, Scorer]) -> 
         (b"[]", "expected a JSON object"),
         (b'{"items": ["a"]}', "'user' must be"),
         (b'{"user": "u", "items": []}', "'items' must be"),
-        (b'{"user": "u", "items": [3]}', "an item is"),
+        (b'{"user": "u", "items": [true]}', "an item is"),
         (b'{"user": "u", "items": ["a"], "history": [["a"]]}', "'history' must be"),
     ],
 )
