@@ -42,7 +42,9 @@ def test_readiness_follows_the_feature_store(tmp_path: Path, private_redis: Priv
     restarted = None
     with serving(app) as url, httpx.Client(timeout=10) as client:
         try:
-            assert client.get(f"{url}/readyz").json() == {"status": "ok", "version": 1}
+            assert client.get(f"{url}/readyz").json() == {
+                "status": "ok", "version": 1, "current": 1, "serves_current": True,
+            }
             assert client.post(f"{url}/score", json=score).status_code == 200
 
             private_redis.pause()  # hangs: holds its connections, answers nothing

@@ -13,12 +13,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
 
 from streamrec.cli.learner import print_report
 from streamrec.config import KafkaConfig, StreamrecConfig
@@ -78,6 +79,12 @@ class ScriptedConsumer:
 
     def get_watermark_offsets(self, partition: TopicPartition, timeout: float) -> tuple[int, int]:
         return self.earliest, 10**9
+
+    def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+        return SimpleNamespace(topics={TOPIC: SimpleNamespace(partitions={0: None})})
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in partitions]
 
     def assign(self, partitions: list[TopicPartition]) -> None: ...
 
@@ -196,7 +203,8 @@ def test_invalid_samples_are_dead_lettered_before_positions_pass_them(
 
     assert learner.trained == ["s0", "s1", "s2"]
     assert (stats.samples_trained, stats.dead, stats.micro_batches) == (3, 3, 1)
-    assert positions_at_flush == [{}]  # acknowledged while no position had passed them
+    # acknowledged while no position had passed them: the partition's still at its start
+    assert positions_at_flush == [{Partition(TOPIC, 0): 0}]
     assert [r["value"] for r in producer.records] == [b"{oops", None, bad_label]
     assert [r["key"] for r in producer.records] == [b"u"] * 3
     assert all(r["topic"] == DLQ for r in producer.records)
@@ -219,7 +227,7 @@ def test_a_dead_letter_the_broker_refuses_stops_the_learner_before_positions_mov
     runner = LearnerRunner(config(tmp_path, 2), learner, dead_letters=writer(producer))
     with pytest.raises(DeliveryError, match=f"dead letters to {DLQ}: 1 refused"):
         runner.run()
-    assert learner.trained == [] and runner.positions == {}
+    assert learner.trained == [] and runner.positions == {Partition(TOPIC, 0): 0}
     assert SnapshotStore(tmp_path).versions() == []
 
 

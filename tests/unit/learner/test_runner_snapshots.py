@@ -8,6 +8,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -62,6 +63,9 @@ class FakeConsumer:
 
     def commit(self, **_: object) -> None:
         pass
+
+    def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+        return SimpleNamespace(topics={})  # no partitions to give a start position
 
 
 @pytest.fixture
