@@ -560,7 +560,8 @@ def _setting_error(error: Any) -> str:
     shown = f", got {value!r}" if isinstance(value, str | int | float) and len(repr(value)) <= 80 else ""
     if str(error["type"]) == "value_error":
         shown = ""  # our own checks name what they found
-    return f"invalid setting {env_name(tuple(error['loc']))} (or its flag or streamrec.toml entry): {message}{shown}"
+    name = env_name(tuple(error["loc"]))
+    return f"invalid setting {name} (or its flag or streamrec.toml entry): {message}{shown}"
 
 
 def _source_error(exc: SettingsError) -> ConfigError:
