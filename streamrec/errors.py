@@ -105,7 +105,8 @@ class OutageError(StreamrecError):
 
 class FeatureStoreLost(FeatureStoreError):
     """The feature store lost its data (Redis restarted without persistence, or was flushed):
-    stop the consumers, run `streamrec consumers rebuild`, then start them again."""
+    stop the consumers, run `streamrec consumers rebuild`, then start them again. When it was
+    rebuilt while they ran, the message says so: then only restart them."""
 
 
 class SamplesExpired(StreamrecError):

@@ -251,6 +251,8 @@ _UNAVAILABLE = (
     redis.exceptions.ClusterDownError,
     redis.exceptions.TryAgainError,
 )
+# How a rebuild's marker ends: the consumers tell a rebuild from a store started afresh.
+_REBUILT = " rebuilt"
 # No answer at all: the connection failed or timed out (LOADING is an answer, though
 # redis-py counts it a connection error).
 _NO_ANSWER = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
@@ -400,7 +402,7 @@ class RedisFeatureStore(FeatureStore):
 
     def reset_marker(self) -> None:
         """See :meth:`FeatureStore.reset_marker`."""
-        value = f"{uuid.uuid4().hex} {datetime.now(UTC).isoformat(timespec='seconds')} rebuilt"
+        value = f"{uuid.uuid4().hex} {datetime.now(UTC).isoformat(timespec='seconds')}{_REBUILT}"
         try:
             for key in self._marker_keys():
                 self._redis.set(key, value)
@@ -514,12 +516,26 @@ class RedisFeatureStore(FeatureStore):
 
     def _check_markers(self, values: list[Any]) -> None:
         """Raise unless every marker still holds what :meth:`attach` found."""
-        if self._markers is not None and values != list(self._markers.values()):
+        if self._markers is None or values == list(self._markers.values()):
+            return
+        where = f"the feature store at prefix {self._prefix!r}"
+        if all(values) and all(str(v).endswith(_REBUILT) for v in values):
             raise FeatureStoreLost(
-                f"the feature store at prefix {self._prefix!r} lost its data while consumers "
-                "ran (its marker changed: Redis restarted without persistence, or was flushed): "
-                "stop the consumers and run `streamrec consumers rebuild`"
+                f"{where} was rebuilt while the consumers ran (`streamrec consumers rebuild`; its "
+                "marker changed): restart the consumers, nothing else to do; the unfinished batch "
+                "is redone"
             )
+        if all(values):  # a new marker, not a rebuild's: a store started afresh since
+            raise FeatureStoreLost(
+                f"{where} lost its data while consumers ran and was started afresh by another "
+                "process (its marker changed): stop the consumers and run `streamrec consumers "
+                "rebuild --force`"
+            )
+        raise FeatureStoreLost(
+            f"{where} lost its data while consumers ran (its marker is gone: Redis restarted "
+            "without persistence, or was flushed): stop the consumers and run `streamrec "
+            "consumers rebuild`"
+        )
 
     def _user_commands(
         self,
