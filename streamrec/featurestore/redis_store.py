@@ -380,7 +380,9 @@ class RedisFeatureStore(FeatureStore):
         """No answer: an outage once Redis has answered, else a Redis never reached."""
         if self._answered:
             return FeatureStoreUnavailable(f"redis unavailable: {exc}")
-        return FeatureStoreUnreachable(f"redis at {redact_url(self._url)} did not answer: {exc}")
+        return FeatureStoreUnreachable(
+            f"redis at {redact_url(self._url)} did not answer (STREAMREC_STORE__URL, --redis-url): {exc}"
+        )
 
     def _server_infos(self) -> list[dict[str, Any]]:
         """INFO's server and memory sections of each primary (a Cluster's), or of the one

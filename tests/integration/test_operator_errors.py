@@ -105,12 +105,14 @@ def _env(
     return {**env, "STREAMREC_CONSUMER__METRICS_PORT": "0", **extra}
 
 
+@pytest.mark.parametrize("command", ["run", "rebuild"])
 def test_a_redis_that_never_answered_is_one_line_within_seconds(
     kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
+    command: str,
 ) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
     env = _env(kafka_config, store_config, unique_name)
-    run = Running(["consumers", "run", "--redis-url", url], env, tmp_path)
+    run = Running(["consumers", command, "--redis-url", url], env, tmp_path)
     assert run.finish(30) == 1
     assert time.monotonic() - run.started < 20  # STREAMREC_STORE__CONNECT_TIMEOUT_S (5 s) and the start
     errors = [line for line in run.lines if not line.startswith("20")]
