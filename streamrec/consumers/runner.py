@@ -394,7 +394,7 @@ def attach_store(
         except FeatureStoreUnreachable as exc:
             if (pause := unreached.next_pause()) is None:
                 raise FeatureStoreUnreachable(
-                    f"{exc}; waited {connect_timeout_s:g} s (STREAMREC_STORE__CONNECT_TIMEOUT_S): fix "
+                    f"{str(exc).rstrip('.')}; waited {connect_timeout_s:g} s (STREAMREC_STORE__CONNECT_TIMEOUT_S): fix "
                     "the URL, or start Redis (`streamrec up`)"
                 ) from exc
             logger.warning("feature store unavailable at start, waiting error=%r", str(exc))
