@@ -386,16 +386,20 @@ def attach_store(
         FeatureStoreLost: the store lost its data.
     """
     stop = stop or threading.Event()
+    # the connect timeout counts from the first try: a try at a host that drops packets
+    # takes a whole connection timeout of its own
     unreached, retry = Backoff(connect_timeout_s), Backoff(deadline_s)
+    unreached.start()
     while not stop.is_set():
         try:
             store.attach(can_start_empty)
             return True
         except FeatureStoreUnreachable as exc:
             if (pause := unreached.next_pause()) is None:
+                why = str(exc).rstrip(".")
                 raise FeatureStoreUnreachable(
-                    f"{str(exc).rstrip('.')}; waited {connect_timeout_s:g} s (STREAMREC_STORE__CONNECT_TIMEOUT_S): fix "
-                    "the URL, or start Redis (`streamrec up`)"
+                    f"{why}; waited {connect_timeout_s:g} s (STREAMREC_STORE__CONNECT_TIMEOUT_S): fix the "
+                    "URL, or start Redis (`streamrec up`)"
                 ) from exc
             logger.warning("feature store unavailable at start, waiting error=%r", str(exc))
         except FeatureStoreUnavailable as exc:
