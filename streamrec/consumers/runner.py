@@ -390,6 +390,7 @@ def attach_store(
     # takes a whole connection timeout of its own
     unreached, retry = Backoff(connect_timeout_s), Backoff(deadline_s)
     unreached.start()
+    unreached_logged = False
     while not stop.is_set():
         try:
             store.attach(can_start_empty)
@@ -401,7 +402,11 @@ def attach_store(
                     f"{why}; waited {connect_timeout_s:g} s (STREAMREC_STORE__CONNECT_TIMEOUT_S): fix the "
                     "URL, or start Redis (`streamrec up`)"
                 ) from exc
-            logger.warning("feature store unavailable at start, waiting error=%r", str(exc))
+            # once: the error line at the end says the rest
+            log = logger.debug if unreached_logged else logger.warning
+            log("feature store unavailable at start, waiting up to %gs for it to answer error=%r",
+                connect_timeout_s, str(exc))
+            unreached_logged = True
         except FeatureStoreUnavailable as exc:
             if (pause := retry.next_pause()) is None:
                 raise OutageError(f"gave up after {retry.deadline_s:g} s of failures: {exc}") from exc
