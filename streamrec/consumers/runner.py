@@ -10,7 +10,9 @@ Redis ignores the events it already holds, and the aborted samples are never see
 When Redis or the broker fails for a while, the batch is redone with backoff, its partitions
 held and the consumer kept in its group, until ``retry_deadline_s``; only then does the
 runner stop, with :class:`~streamrec.errors.OutageError` (see ``streamrec.kafka.transactions``
-for how a transaction survives a broker stall).
+for how a transaction survives a broker stall). A stop signal ends those retries at once,
+the batch uncommitted. A Redis that never answered since the start is no outage but a wrong
+URL or a Redis not started: it is waited for ``STREAMREC_STORE__CONNECT_TIMEOUT_S`` only.
 """
 
 from __future__ import annotations
