@@ -8,14 +8,28 @@ Nested sections use ``__`` in env names: ``STREAMREC_KAFKA__BOOTSTRAP_SERVERS=ho
 
 from __future__ import annotations
 
+import json
+import os
+import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -144,6 +158,33 @@ class RedisStoreConfig(BaseModel):
     client: dict[str, Any] = Field(
         default_factory=dict, description="STREAMREC_STORE__CLIENT: extra redis-py options"
     )
+    # A Redis that never answered since the process started is a wrong URL or a Redis not
+    # started, not an outage: the consumers say so after this long instead of waiting out
+    # STREAMREC_CONSUMER__RETRY_DEADLINE_S. 5 s is ample for a connection across a data centre.
+    connect_timeout_s: float = Field(5.0, gt=0, description="STREAMREC_STORE__CONNECT_TIMEOUT_S")
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        if urlsplit(url).scheme not in _REDIS_SCHEMES:
+            raise ValueError(
+                f"the Redis URL {redact_url(url)!r} must start with redis://, rediss:// or unix:// "
+                "(STREAMREC_STORE__URL, or --redis-url)"
+            )
+        return url
+
+
+# The schemes redis-py's from_url takes.
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``: fit for an error message."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return parts._replace(netloc=user + parts.netloc.rpartition("@")[2]).geturl()
 
 
 class MemoryStoreConfig(BaseModel):
@@ -516,4 +557,47 @@ def load_config(**overrides: Any) -> StreamrecConfig:
                 merged[section] = values
         return StreamrecConfig.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from exc
+        raise ConfigError("; ".join(_setting_error(error) for error in exc.errors())) from exc
+    except SettingsError as exc:
+        raise _source_error(exc) from exc
+    except tomllib.TOMLDecodeError as exc:
+        path = Path(str(StreamrecConfig.model_config.get("toml_file"))).resolve()
+        raise ConfigError(f"{path} is not valid TOML: {exc}: fix the file") from exc
+
+
+def env_name(loc: tuple[int | str, ...]) -> str:
+    """The env var of a setting at ``loc`` (pydantic's error location): ``("consumer",
+    "batch_size")`` is ``STREAMREC_CONSUMER__BATCH_SIZE``; an item of a list is named by its
+    list's variable and its place in it."""
+    parts = list(loc)
+    if parts[:1] == ["store"] and parts[1:2] in (["redis"], ["memory"]):
+        del parts[1]  # the discriminated union's tag is no setting
+    item = next((i for i, part in enumerate(parts) if isinstance(part, int)), len(parts))
+    name = "STREAMREC_" + "__".join(str(part).upper() for part in parts[:item])
+    inside = " ".join(str(part) for part in parts[item:])
+    return f"{name} (item {inside})" if inside else name
+
+
+def _setting_error(error: Any) -> str:
+    """One pydantic error as the setting it is about and what is wrong with it."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    value = error.get("input")
+    shown = f", got {value!r}" if isinstance(value, str | int | float) and len(repr(value)) <= 80 else ""
+    if str(error["type"]) == "value_error":
+        shown = ""  # our own checks name what they found
+    name = env_name(tuple(error["loc"]))
+    return f"invalid setting {name} (or its flag or streamrec.toml entry): {message}{shown}"
+
+
+def _source_error(exc: SettingsError) -> ConfigError:
+    """A value pydantic-settings could not read (JSON in an env var) as one line naming the
+    variable and the position."""
+    cause = exc.__cause__
+    if isinstance(cause, json.JSONDecodeError):
+        names = [k for k, v in os.environ.items() if k.upper().startswith("STREAMREC_") and v == cause.doc]
+        where = " or ".join(names) or "a STREAMREC_* variable"
+        return ConfigError(
+            f"{where} is not valid JSON: {cause.msg} at line {cause.lineno} column {cause.colno} "
+            f"(char {cause.pos}): fix its value"
+        )
+    return ConfigError(f"invalid configuration: {exc}")

@@ -87,6 +87,17 @@ class FeatureStoreUnavailable(FeatureStoreError):
     deadline; bring Redis back."""
 
 
+class FeatureStoreUnreachable(FeatureStoreUnavailable):
+    """Redis has not answered at the configured URL since this process started (a wrong URL,
+    or Redis not started): check STREAMREC_STORE__URL (--redis-url), or start Redis. Waited
+    for STREAMREC_STORE__CONNECT_TIMEOUT_S at start, not for the retry deadline."""
+
+
+class Stopped(StreamrecError):
+    """A stop signal ended a wait for a service; the unfinished batch was not committed and is
+    redone at the next start."""
+
+
 class OutageError(StreamrecError):
     """A service stayed failing past the retry deadline (STREAMREC_CONSUMER__RETRY_DEADLINE_S):
     bring it back and restart; nothing was lost, the unfinished batch is redone."""
@@ -94,7 +105,8 @@ class OutageError(StreamrecError):
 
 class FeatureStoreLost(FeatureStoreError):
     """The feature store lost its data (Redis restarted without persistence, or was flushed):
-    stop the consumers, run `streamrec consumers rebuild`, then start them again."""
+    stop the consumers, run `streamrec consumers rebuild`, then start them again. When it was
+    rebuilt while they ran, the message says so: then only restart them."""
 
 
 class SamplesExpired(StreamrecError):

@@ -6,8 +6,9 @@ Wire form: a JSON object on topic ``streamrec.events``, key = ``user_id``::
      "action": "pv", "ts": 1511658000000, "label": 1}
 
 ``label`` is optional: present for explicit feedback (1 positive, 0 negative), absent for
-implicit behaviour. Ids may be strings or integers of any size and are carried as strings. Unknown fields
-are ignored, so producers can add context without breaking older consumers.
+implicit behaviour. Ids may be strings or integers of any size and are carried as strings;
+``action`` is a string. Unknown fields are ignored, so producers can add context without
+breaking older consumers.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ MAX_ID_LENGTH = 128  # ids longer than this are almost surely a producer bug, no
 # Epoch-ms below 1e11 (March 1973) means seconds were sent: seconds stay below 1e11 until
 # the year 5138, while every real millisecond time since 1973 is above it.
 MIN_TS_MS = 100_000_000_000
-_IDS = ("event_id", "user_id", "item_id", "category_id", "action")
-_REQUIRED = (*_IDS, "ts")
+_IDS = ("event_id", "user_id", "item_id", "category_id")
+_REQUIRED = (*_IDS, "action", "ts")
 
 
 _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH)]
@@ -90,7 +91,19 @@ def as_id(value: object, name: str) -> str:
     """
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise InvalidEvent(f"field {name!r} must be a string or integer, got {type(value).__name__}")
-    text = str(value)
+    return _text(name, str(value))
+
+
+def _action(doc: dict[str, Any]) -> str:
+    # a string, as the contract says: the consumers match it against string settings
+    # (STREAMREC_CONSUMER__POSITIVE_ACTIONS, IMPRESSION_ACTION), which an integer never equals
+    value = doc["action"]
+    if not isinstance(value, str):
+        raise InvalidEvent(f"field 'action' must be a string (the contract's), got {type(value).__name__}")
+    return _text("action", value)
+
+
+def _text(name: str, text: str) -> str:
     if not text or len(text) > MAX_ID_LENGTH:
         raise InvalidEvent(f"field {name!r} must have 1..{MAX_ID_LENGTH} characters")
     if not text.isprintable():
@@ -166,7 +179,7 @@ def _checked(raw: bytes, now_ms: int, max_future_ms: int) -> Event:
         user_id=_id(doc, "user_id"),
         item_id=_id(doc, "item_id"),
         category_id=_id(doc, "category_id"),
-        action=_id(doc, "action"),
+        action=_action(doc),
         ts=_ts(doc, now_ms, max_future_ms),
         label=_label(doc),
     )

@@ -22,6 +22,10 @@ class Backoff:
         self._started: float | None = None
         self._pause = FIRST_PAUSE_S
 
+    def start(self) -> None:
+        """Count the deadline from now (a first try) rather than from the first failure."""
+        self._started = self._clock()
+
     def next_pause(self) -> float | None:
         """Seconds to wait before the next try, or None once the deadline has passed."""
         now = self._clock()

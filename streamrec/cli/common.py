@@ -66,11 +66,17 @@ def cli_errors() -> Iterator[None]:
 
 
 def stop_on_signals() -> threading.Event:
-    """An event set by SIGINT/SIGTERM, so a loop can finish its batch and exit cleanly."""
+    """An event set by SIGINT/SIGTERM, so a loop can finish its batch and exit cleanly; a
+    second signal interrupts at once (the uncommitted batch is aborted and redone at the next
+    start), whatever the process is waiting for."""
     stop = threading.Event()
 
     def handler(signum: int, frame: object) -> None:
-        err_console.print(f"signal {signal.Signals(signum).name}: finishing the current batch")
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            err_console.print(f"signal {name} again: stopping now")
+            raise KeyboardInterrupt
+        err_console.print(f"signal {name}: finishing the current batch (send it again to stop at once)")
         stop.set()
 
     signal.signal(signal.SIGINT, handler)

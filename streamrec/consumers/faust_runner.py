@@ -62,6 +62,7 @@ from streamrec.consumers.runner import (
     BatchReport,
     ConsumerStats,
     attach_store,
+    connect_timeout,
     count_batch,
     make_batch_log,
     make_builder,
@@ -188,7 +189,8 @@ class FaustRunner:
         """Run the Faust app until ``stop`` is set, ``stop_when_idle_s`` passes without events,
         or a fatal error (raised here, after the app stopped)."""
         stop = stop or threading.Event()
-        self._attach_store()
+        if not self._attach_store(stop):
+            return self.stats
         self._sink = BatchSink(self._cfg)
         try:
             asyncio.run(self._main(stop))
@@ -287,15 +289,17 @@ class FaustRunner:
         finally:
             await app.stop()
 
-    def _attach_store(self) -> None:
-        """Check the store before the first batch, waiting for a Redis that is not up yet."""
+    def _attach_store(self, stop: threading.Event) -> bool:
+        """Check the store before the first batch, waiting for a Redis that is not up yet;
+        False when ``stop`` was set meanwhile."""
         source = RecordSource(make_consumer(self._cfg.kafka, self._cfg.consumer.group_id),
                               [self._cfg.kafka.events_topic], self._cfg.kafka.max_skew_ms)
         try:
             can_start_empty = not source.has_committed_offsets(_COMMITTED_TIMEOUT_S)
         finally:
             source.close()
-        attach_store(self._store, can_start_empty, self._cfg.consumer.retry_deadline_s)
+        deadline_s = self._cfg.consumer.retry_deadline_s
+        return attach_store(self._store, can_start_empty, deadline_s, connect_timeout(self._cfg), stop)
 
     def handle(self, records: Sequence[Record]) -> BatchResult:
         """Process one batch and deliver its samples, redoing it through passing failures of

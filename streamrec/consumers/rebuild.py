@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.runner import make_builder, refresh_placement
+from streamrec.consumers.runner import attach_store, connect_timeout, make_builder, refresh_placement
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
 from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
 from streamrec.kafka.clients import make_consumer
@@ -58,8 +58,8 @@ def rebuild_store(
     """
     store = store or make_feature_store(cfg)
     if not force:
-        try:
-            store.attach(can_start_empty=False)
+        try:  # a Redis never reached fails at the connect timeout, as the consumers do
+            attach_store(store, False, cfg.consumer.retry_deadline_s, connect_timeout(cfg))
         except FeatureStoreLost:
             pass  # what a rebuild is for
         else:

@@ -10,7 +10,9 @@ Redis ignores the events it already holds, and the aborted samples are never see
 When Redis or the broker fails for a while, the batch is redone with backoff, its partitions
 held and the consumer kept in its group, until ``retry_deadline_s``; only then does the
 runner stop, with :class:`~streamrec.errors.OutageError` (see ``streamrec.kafka.transactions``
-for how a transaction survives a broker stall).
+for how a transaction survives a broker stall). A stop signal ends those retries at once,
+the batch uncommitted. A Redis that never answered since the start is no outage but a wrong
+URL or a Redis not started: it is waited for ``STREAMREC_STORE__CONNECT_TIMEOUT_S`` only.
 """
 
 from __future__ import annotations
@@ -24,11 +26,17 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
-from streamrec.config import StreamrecConfig
+from streamrec.config import RedisStoreConfig, StreamrecConfig
 from streamrec.consumers.placement import Placement
 from streamrec.consumers.processor import TIMESTAMP_TOLERANCE_MS, BatchResult, Parsed, SampleBuilder
 from streamrec.deadletters import DeadLetterLog
-from streamrec.errors import ConsumeError, FeatureStoreUnavailable, OutageError
+from streamrec.errors import (
+    ConsumeError,
+    FeatureStoreUnavailable,
+    FeatureStoreUnreachable,
+    OutageError,
+    Stopped,
+)
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
 from streamrec.kafka.clients import make_consumer, produce
@@ -95,10 +103,11 @@ class ConsumerRunner:
             max_hold_ms=cfg.kafka.max_hold_ms,
         )
         self._transactions = TransactionalProducer(cfg.kafka, cfg.consumer.group_id)
+        self._stop = threading.Event()  # run()'s: set by a stop signal
 
     def run(self, stop: threading.Event | None = None) -> ConsumerStats:
         """Process batches until ``stop`` is set or ``stop_when_idle_s`` passes without events."""
-        stop = stop or threading.Event()
+        stop = self._stop = stop or threading.Event()
         ccfg = self._cfg.consumer
         try:
             self._attach_store()
@@ -123,6 +132,8 @@ class ConsumerRunner:
                     logger.info("idle for %.1fs, stopping", ccfg.stop_when_idle_s)
                     break
                 ahead = polled
+        except Stopped as exc:
+            logger.warning("%s", exc)
         finally:
             self._source.close()
         logger.info(
@@ -138,7 +149,10 @@ class ConsumerRunner:
         """Check the store before the first batch, waiting for a Redis that is not up yet."""
         # A store that is empty while the group already processed events lost its data.
         can_start_empty = not self._source.has_committed_offsets(_COMMITTED_TIMEOUT_S)
-        attach_store(self._store, can_start_empty, self._cfg.consumer.retry_deadline_s)
+        attach_store(
+            self._store, can_start_empty, self._cfg.consumer.retry_deadline_s, connect_timeout(self._cfg),
+            self._stop,
+        )
 
     @property
     def assignments(self) -> int:
@@ -216,7 +230,11 @@ class ConsumerRunner:
 
     def _wait(self, retry: Backoff, reason: str) -> bool:
         """Sleep the next backoff with every partition held, serving the consumer (so it stays
-        in its group); False once the deadline has passed."""
+        in its group); False once the deadline has passed.
+
+        Raises:
+            Stopped: the stop event was set: the batch is left uncommitted.
+        """
         pause = retry.next_pause()
         if pause is None:
             return False
@@ -224,6 +242,11 @@ class ConsumerRunner:
         try:
             end = time.monotonic() + pause
             while (left := end - time.monotonic()) > 0:
+                if self._stop.is_set():
+                    raise Stopped(
+                        f"stopped while waiting for a service ({reason}): the unfinished batch was not "
+                        "committed and is redone at the next start"
+                    )
                 self._source.keepalive(min(left, 1.0))
         finally:
             self._source.release()
@@ -347,22 +370,55 @@ def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:
     return out
 
 
-def attach_store(store: FeatureStore, can_start_empty: bool, deadline_s: float) -> None:
+def attach_store(
+    store: FeatureStore,
+    can_start_empty: bool,
+    deadline_s: float,
+    connect_timeout_s: float,
+    stop: threading.Event | None = None,
+) -> bool:
     """Check the store before the first batch (see :meth:`FeatureStore.attach`), waiting with
-    backoff for a Redis that is not up yet, up to ``deadline_s``.
+    backoff for a Redis that is not up yet: up to ``connect_timeout_s`` while it has never
+    answered (a wrong URL, Redis not started), up to ``deadline_s`` once it has (restarting,
+    loading its data). False when ``stop`` was set meanwhile (nothing attached).
 
     Raises:
+        FeatureStoreUnreachable: the store never answered within ``connect_timeout_s``.
         OutageError: the store stayed unavailable past the deadline.
         FeatureStoreLost: the store lost its data.
     """
-    retry = Backoff(deadline_s)
-    while True:
+    stop = stop or threading.Event()
+    # the connect timeout counts from the first try: a try at a host that drops packets
+    # takes a whole connection timeout of its own
+    unreached, retry = Backoff(connect_timeout_s), Backoff(deadline_s)
+    unreached.start()
+    unreached_logged = False
+    while not stop.is_set():
         try:
             store.attach(can_start_empty)
-            return
+            return True
+        except FeatureStoreUnreachable as exc:
+            if (pause := unreached.next_pause()) is None:
+                why = str(exc).rstrip(".")
+                raise FeatureStoreUnreachable(
+                    f"{why}; waited {connect_timeout_s:g} s (STREAMREC_STORE__CONNECT_TIMEOUT_S): fix the "
+                    "URL, or start Redis (`streamrec up`)"
+                ) from exc
+            # once: the error line at the end says the rest
+            log = logger.debug if unreached_logged else logger.warning
+            log("feature store unavailable at start, waiting up to %gs for it to answer error=%r",
+                connect_timeout_s, str(exc))
+            unreached_logged = True
         except FeatureStoreUnavailable as exc:
-            pause = retry.next_pause()
-            if pause is None:
+            if (pause := retry.next_pause()) is None:
                 raise OutageError(f"gave up after {retry.deadline_s:g} s of failures: {exc}") from exc
             logger.warning("feature store unavailable at start, waiting error=%r", str(exc))
-            time.sleep(pause)
+        stop.wait(pause)
+    return False
+
+
+def connect_timeout(cfg: StreamrecConfig) -> float:
+    """How long a store that never answered is waited for at start (a Redis store's
+    ``connect_timeout_s``; the retry deadline for any other)."""
+    store = cfg.store
+    return store.connect_timeout_s if isinstance(store, RedisStoreConfig) else cfg.consumer.retry_deadline_s

@@ -41,8 +41,14 @@ from redis.cluster import RedisCluster
 from redis.connection import Connection, ConnectionPool
 from redis.exceptions import RedisClusterException
 
-from streamrec.config import RedisStoreConfig
-from streamrec.errors import FeatureStoreError, FeatureStoreLost, FeatureStoreUnavailable, PartitionFenced
+from streamrec.config import RedisStoreConfig, redact_url
+from streamrec.errors import (
+    FeatureStoreError,
+    FeatureStoreLost,
+    FeatureStoreUnavailable,
+    FeatureStoreUnreachable,
+    PartitionFenced,
+)
 from streamrec.featurestore.base import (
     ACCEPTED,
     CONFLICT,
@@ -221,8 +227,9 @@ return out
 _USERS_PER_CALL = 256
 _ITEMS_PER_CALL = 1_000
 # A Redis that stops answering must not hang a batch: a batch's round trip takes
-# milliseconds, so 5 s means Redis is gone (the caller retries).
-_CLIENT_DEFAULTS: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+# milliseconds, so 5 s means Redis is gone (the caller retries). A connection is given
+# STREAMREC_STORE__CONNECT_TIMEOUT_S.
+_CLIENT_DEFAULTS: dict[str, Any] = {"socket_timeout": 5.0}
 # Errors that say the settings are wrong (the user, its password, its ACL): checked first,
 # since a refused password is a ConnectionError to redis-py, and no wait will mend it.
 _REFUSED = (
@@ -244,6 +251,13 @@ _UNAVAILABLE = (
     redis.exceptions.ClusterDownError,
     redis.exceptions.TryAgainError,
 )
+# How a rebuild's marker ends: the consumers tell a rebuild from a store started afresh.
+_REBUILT = " rebuilt"
+# No answer at all: the connection failed or timed out (LOADING is an answer, though
+# redis-py counts it a connection error).
+_NO_ANSWER = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
 class RedisFeatureStore(FeatureStore):
     """Length-capped, TTL'd behaviour sequences in Redis (standalone or Cluster-safe keys)."""
 
@@ -262,7 +276,9 @@ class RedisFeatureStore(FeatureStore):
         super().__init__(length, dedup_horizon_ms)
         self._prefix = cfg.key_prefix
         self._ttl_ms = cfg.ttl_s * 1000
-        self._url, self._options = cfg.url, {**_CLIENT_DEFAULTS, **cfg.client}
+        self._url = cfg.url
+        self._options = {**_CLIENT_DEFAULTS, "socket_connect_timeout": cfg.connect_timeout_s, **cfg.client}
+        self._answered = False  # whether Redis answered anything since this store was made
         self._user = str(self._options.get("username") or urlsplit(cfg.url).username or "default")
         self._client: redis.Redis | RedisCluster | None = client or (
             None if cfg.cluster else redis.Redis.from_url(cfg.url, decode_responses=True, **self._options)
@@ -288,7 +304,7 @@ class RedisFeatureStore(FeatureStore):
                 if isinstance(cause, _REFUSED + _UNAVAILABLE):
                     raise self._translated(cause) from exc
                 if isinstance(cause, OSError):
-                    raise FeatureStoreUnavailable(f"redis unavailable: {exc}") from exc
+                    raise self._unavailable(exc) from exc
                 raise FeatureStoreError(f"redis failed: {exc}") from exc
         return self._client
 
@@ -319,6 +335,7 @@ class RedisFeatureStore(FeatureStore):
         keys = self._marker_keys()  # makes a Cluster's client, or says why it cannot
         try:
             _check_servers(self._server_infos())
+            self._answered = True
             values = [self._redis.get(key) for key in keys]
             if not any(values) and can_start_empty:
                 value = f"{uuid.uuid4().hex} {datetime.now(UTC).isoformat(timespec='seconds')}"
@@ -346,6 +363,9 @@ class RedisFeatureStore(FeatureStore):
                 "STREAMREC_STORE__URL; the store needs @read, @write, @scripting and @fast on "
                 f"the keys matching '{self._prefix}:*')"
             )
+        if isinstance(exc, _NO_ANSWER) and not isinstance(exc, redis.exceptions.BusyLoadingError):
+            return self._unavailable(exc)
+        self._answered = True  # anything else is a reply
         if isinstance(exc, _UNAVAILABLE) or str(exc).startswith(_PASSING_REPLIES):
             return FeatureStoreUnavailable(f"redis unavailable: {exc}")
         if isinstance(exc, redis.exceptions.OutOfMemoryError):
@@ -355,6 +375,14 @@ class RedisFeatureStore(FeatureStore):
                 "is redone on restart)"
             )
         return FeatureStoreError(f"redis failed: {exc}")
+
+    def _unavailable(self, exc: Exception) -> FeatureStoreUnavailable:
+        """No answer: an outage once Redis has answered, else a Redis never reached."""
+        if self._answered:
+            return FeatureStoreUnavailable(f"redis unavailable: {exc}")
+        return FeatureStoreUnreachable(
+            f"redis at {redact_url(self._url)} did not answer (STREAMREC_STORE__URL, --redis-url): {exc}"
+        )
 
     def _server_infos(self) -> list[dict[str, Any]]:
         """INFO's server and memory sections of each primary (a Cluster's), or of the one
@@ -376,7 +404,7 @@ class RedisFeatureStore(FeatureStore):
 
     def reset_marker(self) -> None:
         """See :meth:`FeatureStore.reset_marker`."""
-        value = f"{uuid.uuid4().hex} {datetime.now(UTC).isoformat(timespec='seconds')} rebuilt"
+        value = f"{uuid.uuid4().hex} {datetime.now(UTC).isoformat(timespec='seconds')}{_REBUILT}"
         try:
             for key in self._marker_keys():
                 self._redis.set(key, value)
@@ -490,12 +518,26 @@ class RedisFeatureStore(FeatureStore):
 
     def _check_markers(self, values: list[Any]) -> None:
         """Raise unless every marker still holds what :meth:`attach` found."""
-        if self._markers is not None and values != list(self._markers.values()):
+        if self._markers is None or values == list(self._markers.values()):
+            return
+        where = f"the feature store at prefix {self._prefix!r}"
+        if all(values) and all(str(v).endswith(_REBUILT) for v in values):
             raise FeatureStoreLost(
-                f"the feature store at prefix {self._prefix!r} lost its data while consumers "
-                "ran (its marker changed: Redis restarted without persistence, or was flushed): "
-                "stop the consumers and run `streamrec consumers rebuild`"
+                f"{where} was rebuilt while the consumers ran (`streamrec consumers rebuild`; its "
+                "marker changed): restart the consumers, nothing else to do; the unfinished batch "
+                "is redone"
             )
+        if all(values):  # a new marker, not a rebuild's: a store started afresh since
+            raise FeatureStoreLost(
+                f"{where} lost its data while consumers ran and was started afresh by another "
+                "process (its marker changed): stop the consumers and run `streamrec consumers "
+                "rebuild --force`"
+            )
+        raise FeatureStoreLost(
+            f"{where} lost its data while consumers ran (its marker is gone: Redis restarted "
+            "without persistence, or was flushed): stop the consumers and run `streamrec "
+            "consumers rebuild`"
+        )
 
     def _user_commands(
         self,

@@ -7,7 +7,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient
 
 from streamrec.config import LIBRDKAFKA_PARTITIONERS, KafkaConfig
 from streamrec.errors import ServiceError
@@ -92,22 +93,43 @@ def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> Consumer
 
 
 def require_broker(cfg: KafkaConfig, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Return once a bootstrap server accepts a TCP connection; else raise one clear line.
+    """Return once a bootstrap server accepts a TCP connection and answers a metadata
+    request; else raise one clear line.
 
-    librdkafka would retry for many seconds and log every refused connection: checking the
-    address first tells the operator what is wrong before any client starts.
+    librdkafka would retry for many seconds and log every refused connection, and an address
+    that accepts connections but is no Kafka broker (or wants TLS) ends in a controller
+    timeout: checking first tells the operator what is wrong before any client starts.
     """
     problems = []
     for server in cfg.bootstrap_servers.split(","):
         host, port = _host_port(server)
         try:
             with socket.create_connection((host, port), timeout=timeout_s):
-                return
+                break
         except OSError as exc:
             problems.append((exc.strerror or str(exc) or type(exc).__name__).lower())
-    raise ServiceError(
-        f"Kafka broker at {cfg.bootstrap_servers} is unreachable: {'; '.join(dict.fromkeys(problems))}"
-    )
+    else:
+        raise ServiceError(
+            f"Kafka broker at {cfg.bootstrap_servers} is unreachable: {'; '.join(dict.fromkeys(problems))}"
+        )
+    _require_answer(cfg, timeout_s)
+
+
+def _require_answer(cfg: KafkaConfig, timeout_s: float) -> None:
+    """Raise one line unless the brokers answer a metadata request within ``timeout_s``."""
+    # The same pass-through options as every client (TLS, SASL, ...).
+    conf = {"bootstrap.servers": cfg.bootstrap_servers, "logger": client_logger, **cfg.client}
+    try:
+        AdminClient(conf).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        reason = error.str() if isinstance(error, KafkaError) else str(error)
+        raise ServiceError(
+            f"Kafka broker at {cfg.bootstrap_servers} accepted a connection but did not answer a Kafka "
+            f"request within {timeout_s:g} s ({reason}): check that STREAMREC_KAFKA__BOOTSTRAP_SERVERS "
+            "(--bootstrap-servers) names a Kafka broker's listener, and the security options in "
+            "STREAMREC_KAFKA__CLIENT"
+        ) from exc
 
 
 def _host_port(server: str) -> tuple[str, int]:

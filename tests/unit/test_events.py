@@ -51,6 +51,8 @@ def test_unknown_fields_are_ignored() -> None:
         (doc(ts=1_511_658_000), "looks like seconds"),
         (doc(ts=NOW + 3_600_000), "in the future"),
         (doc(label=4), "'label' must be 0 or 1"),
+        (doc(action=1), "'action' must be a string (the contract's), got int"),
+        (doc(action=True), "'action' must be a string (the contract's), got bool"),
         (b"{" + b" " * 2000 + b"}", "over the 1024-byte limit"),
     ],
 )

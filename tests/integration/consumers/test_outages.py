@@ -3,6 +3,7 @@ a deadline, and only then stops with one clear line. Each service here is the te
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -11,7 +12,7 @@ import pytest
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
 from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
-from streamrec.errors import OutageError
+from streamrec.errors import FeatureStoreUnreachable, OutageError
 from streamrec.events import Event
 from streamrec.kafka.topics import ensure_topics
 from streamrec.producer import publish
@@ -80,11 +81,33 @@ def test_a_redis_pause_is_ridden_out(
 def test_a_redis_that_stays_down_ends_in_one_clear_error_after_the_deadline(
     kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event]
 ) -> None:
+    """Redis answered, then went away for good: the batch is retried until the deadline. (A
+    Redis that never answered since the start fails sooner: the test below.)"""
     cfg = config(kafka_config, f"redis://{private_redis.address}/0", unique_name, deadline_s=3.0)
     publish(clicks[:500], kafka_config)
+    runner = ConsumerRunner(cfg)
+    thread, out = run_in_thread(runner)
+    wait_for(lambda: runner.stats.batches >= 1)
     private_redis.proc.stop()
-    with pytest.raises(OutageError, match=r"gave up after 3 s.*redis"):
+    publish(clicks[500:1000], kafka_config)
+    thread.join(120)
+    assert isinstance(out[0], OutageError), out
+    assert re.search(r"gave up after 3 s.*redis", str(out[0]))
+
+
+def test_a_redis_that_never_answered_since_the_start_ends_at_the_connect_timeout(
+    kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event]
+) -> None:
+    """Not an outage but a wrong URL or a Redis not started: the retry deadline (120 s here)
+    is not waited out, only STREAMREC_STORE__CONNECT_TIMEOUT_S."""
+    cfg = config(kafka_config, f"redis://{private_redis.address}/0", unique_name)
+    cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"connect_timeout_s": 2.0})})
+    publish(clicks[:500], kafka_config)
+    private_redis.proc.stop()
+    started = time.monotonic()
+    with pytest.raises(FeatureStoreUnreachable, match=r"did not answer \(STREAMREC_STORE__URL.*waited 2 s"):
         ConsumerRunner(cfg).run()
+    assert time.monotonic() - started < 30
 
 
 def test_a_broker_stall_longer_than_the_transaction_timeout_is_ridden_out(

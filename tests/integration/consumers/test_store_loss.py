@@ -14,7 +14,7 @@ import redis as redis_py
 from streamrec.config import KafkaConfig, RedisStoreConfig, ServicesConfig, StreamrecConfig
 from streamrec.consumers.rebuild import rebuild_store
 from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
-from streamrec.errors import FeatureStoreLost
+from streamrec.errors import ConfigError, FeatureStoreLost
 from streamrec.events import Event
 from streamrec.featurestore import Behaviour
 from streamrec.local import services
@@ -132,3 +132,34 @@ def test_up_with_a_data_dir_keeps_redis_data_across_restarts(
         assert (tmp_path / "data").is_dir()
     finally:
         services.down(cfg)
+
+
+def test_a_forced_rebuild_while_a_consumer_runs_tells_it_to_restart_and_a_restart_carries_on(
+    kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event],
+) -> None:
+    """Once: the consumer said to run `rebuild`, which then refused the store as intact (the
+    rebuild had written a marker of its own, not lost it)."""
+    cfg = config(kafka_config, private_redis, unique_name)
+    cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"stop_when_idle_s": 15.0})})
+    publish(clicks[:1500], kafka_config)
+    runner = ConsumerRunner(cfg)
+    out: list[ConsumerStats | BaseException] = []
+    thread = threading.Thread(target=lambda: out.append(_run(runner)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while runner.stats.batches < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    rebuild_store(cfg, force=True)
+    publish(clicks[1500:3000], kafka_config)
+    thread.join(120)
+    assert isinstance(out[0], FeatureStoreLost), out
+    assert "was rebuilt" in str(out[0]) and "restart the consumers" in str(out[0])
+    assert "run `streamrec consumers rebuild`" not in str(out[0])
+    with pytest.raises(ConfigError, match="intact"):
+        rebuild_store(cfg)  # what the message says agrees with what a rebuild does
+    ConsumerRunner(cfg.model_copy(update={"consumer": cfg.consumer.model_copy(
+        update={"stop_when_idle_s": 3.0})})).run()
+    samples = samples_of(kafka_config)
+    assert len({s.sample_id for s in samples}) == len(samples)
+    assert_point_in_time(samples, clicks[:3000])

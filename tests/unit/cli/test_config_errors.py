@@ -1,0 +1,65 @@
+"""A malformed setting is one line naming the setting (or file) and where it is wrong, at once.
+
+Measured before: malformed JSON in an env var was a 79-line traceback naming neither the
+variable nor the position, a malformed ``streamrec.toml`` 71 lines without the file's name, a
+Redis URL with an unknown scheme 60 lines. These run the real entry point and reach no
+service: each fails while reading its configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+# The process starts Python, Typer and the config: a few seconds on a busy 2-core machine.
+_BOUND_S = 20.0
+
+
+def streamrec_fails(args: list[str], env: dict[str, str], cwd: Path) -> list[str]:
+    """Run ``streamrec`` with only ``env`` over a clean environment; its stderr lines, after
+    checking it failed with status 1 within the bound."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMREC_")}
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamrec", *args], env={**clean, **env}, cwd=cwd,
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert time.monotonic() - started < _BOUND_S
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc.stderr.splitlines()
+
+
+@pytest.mark.parametrize("args", [["consumers", "run"], ["learner", "run"], ["serve"]], ids=str)
+def test_malformed_json_in_an_env_var_names_the_variable_and_the_position(
+    args: list[str], tmp_path: Path
+) -> None:
+    lines = streamrec_fails(args, {"STREAMREC_KAFKA__CLIENT": "{bad json"}, tmp_path)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: STREAMREC_KAFKA__CLIENT is not valid JSON")
+    assert "line 1 column 2" in lines[0]
+
+
+def test_a_malformed_toml_file_names_the_file_and_the_position(tmp_path: Path) -> None:
+    (tmp_path / "streamrec.toml").write_text('log_level = "INFO"\n[kafka\nx = 1\n')
+    lines = streamrec_fails(["consumers", "run"], {}, tmp_path)
+    assert len(lines) == 1, lines
+    assert str(tmp_path / "streamrec.toml") in lines[0] and "line 2, column 7" in lines[0]
+
+
+def test_a_redis_url_with_an_unknown_scheme_names_the_option(tmp_path: Path) -> None:
+    lines = streamrec_fails(["consumers", "run", "--redis-url", "foo://x"], {}, tmp_path)
+    assert len(lines) == 1, lines
+    assert "STREAMREC_STORE__URL" in lines[0] and "--redis-url" in lines[0]
+    assert "redis://" in lines[0] and "foo://x" in lines[0]
+
+
+def test_a_mistyped_setting_is_one_line_naming_the_variable(tmp_path: Path) -> None:
+    lines = streamrec_fails(["consumers", "run"], {"STREAMREC_CONSUMER__BATCH_SIZE": "many"}, tmp_path)
+    assert len(lines) == 1, lines
+    assert "STREAMREC_CONSUMER__BATCH_SIZE" in lines[0] and "'many'" in lines[0]

@@ -1,0 +1,44 @@
+"""Attaching to the store at start: a store never reached is waited for its connect timeout,
+counted from the first try, and a stop ends the wait."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from streamrec.consumers.runner import attach_store
+from streamrec.errors import FeatureStoreUnreachable
+from streamrec.featurestore import MemoryFeatureStore
+
+
+class Unreachable(MemoryFeatureStore):
+    """A store each of whose connection attempts takes ``connect_s`` and fails."""
+
+    def __init__(self, connect_s: float) -> None:
+        super().__init__(3)
+        self.connect_s = connect_s
+        self.tries = 0
+
+    def attach(self, can_start_empty: bool) -> None:
+        self.tries += 1
+        time.sleep(self.connect_s)
+        raise FeatureStoreUnreachable("redis at redis://x did not answer")
+
+
+def test_the_connect_timeout_counts_from_the_first_try() -> None:
+    """A host that drops packets takes a whole connect timeout a try: counting from the first
+    failure instead of the first try waited twice the timeout."""
+    store, started = Unreachable(connect_s=1.0), time.monotonic()
+    with pytest.raises(FeatureStoreUnreachable, match="waited 2 s"):
+        attach_store(store, True, deadline_s=300, connect_timeout_s=2.0)
+    assert time.monotonic() - started < 3.2 and store.tries == 2
+
+
+def test_a_stop_ends_the_wait_for_a_store() -> None:
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    assert attach_store(Unreachable(connect_s=0.1), True, 300, 60, stop) is False
+    assert time.monotonic() - started < 2
