@@ -414,6 +414,11 @@ class LearnerConfig(BaseModel):
     interval_s: float = Field(180.0, gt=0, description="STREAMREC_LEARNER__INTERVAL_S")
     max_batch_samples: int = Field(200_000, ge=1, description="STREAMREC_LEARNER__MAX_BATCH_SAMPLES")
     min_batch_samples: int = Field(1, ge=1, description="STREAMREC_LEARNER__MIN_BATCH_SAMPLES")
+    # A micro-batch of fewer samples is too small to judge a model by (its AUC is noise, or
+    # undefined): it is trained, but its figures are reported as too small and left out of
+    # summaries, and the gate judges no version by it. Backtests cut by count fold a last
+    # micro-batch this small into the one before.
+    min_eval_samples: int = Field(200, ge=1, description="STREAMREC_LEARNER__MIN_EVAL_SAMPLES")
     snapshot_dir: Path = Field(Path("snapshots"), description="STREAMREC_LEARNER__SNAPSHOT_DIR")
     snapshot_every: int = Field(10, ge=1, description="STREAMREC_LEARNER__SNAPSHOT_EVERY micro-batches")
     # Retention: versions kept after each snapshot besides every promoted one; 0 keeps all.

@@ -114,7 +114,13 @@ def _summary(result: PipelineResult, reports: list[MicroBatchReport]) -> None:
     table.add_row("dead letters", str(result.consumer.dead))
     table.add_row("micro-batches trained", str(result.learner.micro_batches))
     table.add_row("samples trained", str(result.learner.samples_trained))
-    later = reports[len(reports) // 4 :]  # past the cold start
+    judged = [r for r in reports if r.judged]
+    if small := [r for r in reports if not r.judged]:
+        table.add_row(
+            "micro-batches too small to judge (left out below)",
+            f"{len(small)} ({sum(r.metrics.samples for r in small)} samples)",
+        )
+    later = judged[len(judged) // 4 :]  # past the cold start
     for label, name in (
         ("progressive AUC", "auc"),
         ("progressive GAUC", "gauc"),

@@ -40,10 +40,16 @@ def print_report(report: MicroBatchReport) -> None:
         problems += f"  dead-lettered {report.dead}"
     if report.skipped_steps:
         problems += f"  skipped {report.skipped_steps}/{report.steps} non-finite steps"
+    figures = (
+        f"AUC {m.auc:.4f}  GAUC {m.gauc:.4f}  known-target AUC {m.known_auc:.4f} "
+        f"(n={m.known_samples})  logloss {m.logloss:.4f}"
+        if report.judged
+        else f"too small to judge ({m.samples} samples < STREAMREC_LEARNER__MIN_EVAL_SAMPLES "
+        f"{report.min_eval_samples})"
+    )
     console.print(
-        f"micro-batch {report.index:>4}  samples {m.samples:>6}  AUC {m.auc:.4f}  "
-        f"GAUC {m.gauc:.4f}  known-target AUC {m.known_auc:.4f} (n={m.known_samples})  "
-        f"logloss {m.logloss:.4f}  trained in {report.train_seconds:.2f}s{problems}",
+        f"micro-batch {report.index:>4}  samples {m.samples:>6}  {figures}  "
+        f"trained in {report.train_seconds:.2f}s{problems}",
         highlight=False,
     )
 

@@ -82,6 +82,12 @@ class MicroBatchReport:
     ids_evicted: Mapping[str, int] = field(default_factory=dict)
     ids_refused: Mapping[str, int] = field(default_factory=dict)
     embedding_rows: Mapping[str, int] = field(default_factory=dict)
+    min_eval_samples: int = 1  # fewer samples than this: too small to judge a model by
+
+    @property
+    def judged(self) -> bool:
+        """Whether its figures judge a model: it held at least ``min_eval_samples``."""
+        return self.metrics.samples >= self.min_eval_samples
 
 
 @dataclass
@@ -349,16 +355,18 @@ class LearnerRunner(Closing):
             penalty_share=train.penalty_share, ids_admitted=train.ids_admitted,
             ids_evicted=train.ids_evicted, ids_refused=train.ids_refused,
             embedding_rows=train.rows_in_use,
+            min_eval_samples=self._cfg.learner.min_eval_samples,
         )
         logger.info(
             "micro_batch index=%d samples=%d dead=%d auc=%.4f gauc=%.4f known_auc=%.4f "
             "novelty_auc=%.4f logloss=%.4f loss=%.4f penalty_share=%.4f steps=%d skipped_steps=%d "
-            "score_seconds=%.3f train_seconds=%.3f ids_admitted=%d ids_evicted=%d ids_refused=%d",
+            "score_seconds=%.3f train_seconds=%.3f ids_admitted=%d ids_evicted=%d ids_refused=%d "
+            "judged=%s",
             report.index, metrics.samples, dead, metrics.auc, metrics.gauc, metrics.known_auc,
             metrics.novelty_auc, metrics.logloss, train.loss, report.penalty_share, train.steps,
             train.skipped_steps, report.score_seconds, report.train_seconds,
             sum(train.ids_admitted.values()), sum(train.ids_evicted.values()),
-            sum(train.ids_refused.values()),
+            sum(train.ids_refused.values()), report.judged,
         )
         return report
 

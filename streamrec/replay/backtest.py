@@ -81,7 +81,7 @@ def micro_batches(cfg: BacktestConfig, settings: StreamrecConfig) -> tuple[int, 
         raise ConfigError(f"{cfg.source}: no events to replay")
     samples = build_samples(events, settings)
     if cfg.interval_ms is None:
-        return len(events), by_count(samples, cfg.batch_size)
+        return len(events), by_count(samples, cfg.batch_size, settings.learner.min_eval_samples)
     return len(events), by_interval(samples, cfg.interval_ms)
 
 
@@ -169,7 +169,10 @@ def sweep(
     samples = build_samples(events, settings)
     rows: list[dict[str, Any]] = []
     for interval in intervals_ms:
-        batches = by_count(samples, cfg.batch_size) if interval is None else by_interval(samples, interval)
+        batches = (
+            by_count(samples, cfg.batch_size, settings.learner.min_eval_samples)
+            if interval is None else by_interval(samples, interval)
+        )
         variants: list[tuple[Kind, float | None]] = [("finetune", None)]
         variants += [("ewc", lam) for lam in ewc_lambdas(cfg, settings)]
         combos = [

@@ -58,11 +58,16 @@ def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]
     return samples
 
 
-def by_count(samples: Sequence[Sample], size: int) -> list[MicroBatch]:
-    """Consecutive micro-batches of ``size`` samples (the last one shorter)."""
+def by_count(samples: Sequence[Sample], size: int, min_size: int = 1) -> list[MicroBatch]:
+    """Consecutive micro-batches of ``size`` samples, the last one shorter; a last one under
+    ``min_size`` (too small to judge a model by) joins the one before it."""
     if size < 1:
         raise ConfigError(f"micro-batch size must be at least 1, not {size}")
-    return [MicroBatch(n, list(samples[i : i + size])) for n, i in enumerate(range(0, len(samples), size))]
+    starts = list(range(0, len(samples), size))
+    if len(starts) > 1 and len(samples) - starts[-1] < min_size:
+        starts.pop()
+    ends = [*starts[1:], len(samples)] if starts else []
+    return [MicroBatch(n, list(samples[i:j])) for n, (i, j) in enumerate(zip(starts, ends, strict=True))]
 
 
 def by_interval(samples: Sequence[Sample], interval_ms: int) -> list[MicroBatch]:

@@ -105,6 +105,16 @@ class Promoter:
         current = self.store.current()
         if candidate is None or current is None or candidate == current:
             return None
+        if len(batch) < self.cfg.min_eval_samples:
+            # Judged by a handful of samples, a version is promoted or held by noise. The
+            # learner trains on them, so the candidate is no longer what it scores next:
+            # leave it, and judge the next snapshot.
+            logger.info(
+                "promotion not judged version=%s samples=%d min_eval_samples=%d: the micro-batch "
+                "after it is too small to judge it by", version_name(candidate), len(batch),
+                self.cfg.min_eval_samples,
+            )
+            return None
         try:
             served = self._served_model(current)
         except SnapshotError as exc:

@@ -328,3 +328,20 @@ def test_a_snapshot_resuming_at_expired_samples_is_refused_or_skipped_when_allow
         runner.run()
     assert runner.positions == {Partition(TOPIC, 0): 7}
     assert "skipping expired samples count=5" in caplog.text
+
+
+def test_a_micro_batch_too_small_to_judge_is_reported_as_such(
+    tmp_path: Path, script: Callable[..., ScriptedConsumer], capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The demo's last micro-batch held 4 samples and printed `AUC nan GAUC nan` as figures."""
+    script([[valid(n) for n in range(6)], [valid(6), valid(7)]])
+    reports: list[MicroBatchReport] = []
+    runner = LearnerRunner(
+        config(tmp_path, 6, min_eval_samples=5), DINLearner(SMALL_MODEL), on_report=reports.append
+    )
+    runner.run()
+    assert [(r.metrics.samples, r.judged) for r in reports] == [(6, True), (2, False)]
+    print_report(reports[1])
+    out = capsys.readouterr().out
+    assert "too small to judge (2 samples < STREAMREC_LEARNER__MIN_EVAL_SAMPLES 5)" in out
+    assert "AUC" not in out

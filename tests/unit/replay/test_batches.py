@@ -62,3 +62,17 @@ def test_a_sample_older_than_those_before_it_stays_where_it_was_emitted() -> Non
     batches = by_interval(samples, hour)
     assert [[s.sample_id for s in b.samples] for b in batches] == [["s0"], ["s1", "s2", "s3"]]
     assert (batches[1].first_ts, batches[1].last_ts) == (10 * hour + 5, 11 * hour + 9)
+
+
+def test_a_last_micro_batch_too_small_to_judge_joins_the_one_before() -> None:
+    """By count, 100,004 samples made 40 micro-batches of 2,500 and one of 4 (AUC nan), which
+    the figures counted as a micro-batch of its own."""
+    samples = build_samples(EVENTS, StreamrecConfig())
+    size = len(samples) // 3
+    tail = len(samples) - 3 * size
+    assert 0 < tail < 50
+    merged = by_count(samples, size, min_size=50)
+    assert [len(b.samples) for b in merged] == [size, size, size + tail]
+    assert [s for b in merged for s in b.samples] == samples
+    assert [len(b.samples) for b in by_count(samples, size, min_size=tail)] == [size] * 3 + [tail]
+    assert [len(b.samples) for b in by_count(samples[:10], 100, min_size=50)] == [10]  # nothing before it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -118,3 +119,29 @@ def test_the_gate_checks_the_export_too(tmp_path: Path) -> None:
     batch = window(200, 9, 9)
     assert gated.on_scored(batch, learner.predict_many(batch)) is None  # held: nothing to judge by
     assert store.current() == 1
+
+
+def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The demo's last micro-batch held 4 samples (AUC nan): a version judged by it is promoted
+    or held by noise. One under ``min_eval_samples`` judges nothing; the next snapshot is."""
+    cfg = config()
+    learner = DINLearner(cfg)
+    store = SnapshotStore(tmp_path)
+    promoter = Promoter(store, LearnerConfig(min_eval_samples=50))
+    for k in range(2):
+        learner.learn_many(window(200, k, k))
+        promoter.on_snapshot(store.write(
+            _grouped(learner.state_arrays()), micro_batches=k + 1, samples_trained=0, positions=(),
+            config={"model": cfg.model_dump(mode="json")},
+        ))
+    assert store.current() == 1 and promoter.pending == 2
+    tiny = window(4, 7, 10_000)
+    with caplog.at_level(logging.INFO, logger="streamrec.serving.gate"):
+        assert promoter.on_scored(tiny, learner.predict_many(tiny)) is None
+    assert store.current() == 1 and promoter.pending is None
+    assert "too small to judge" in caplog.text and "samples=4" in caplog.text
+    enough = window(50, 8, 20_000)
+    promoter.pending = 2
+    assert promoter.on_scored(enough, learner.predict_many(enough)) is not None
