@@ -211,11 +211,13 @@ def test_a_consumer_frozen_past_its_session_timeout_before_its_commit_commits_no
 def test_two_consumers_in_one_group_share_the_work_exactly_once(
     kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, topic_reader,
 ) -> None:
-    # Enough work (about 10 s for one consumer) to outlast the second one's group join.
+    # Half the events before the second one joins, half after: one consumer got through all
+    # 60,000 (3 s) before a join (3 s) and the other had nothing left to share.
     clicks = generate_clicks(ClickStreamSpec(users=3_000, items=20_000, events=60_000, seed=11))
     cfg = config(kafka_config, store_config, unique_name)
     cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"stop_when_idle_s": 5.0})})
-    send(kafka_config, clicks)
+    half = len(clicks) // 2
+    send(kafka_config, clicks[:half])
 
     runners = [ConsumerRunner(cfg), ConsumerRunner(cfg)]
     results: list[ConsumerStats | None] = [None, None]
@@ -229,6 +231,10 @@ def test_two_consumers_in_one_group_share_the_work_exactly_once(
         assert time.monotonic() < deadline, "the first consumer never committed a batch"
         time.sleep(0.05)
     threads[1].start()
+    while runners[1].assignments == 0 or runners[0].assignments < 2:  # the group rebalanced
+        assert time.monotonic() < deadline, "the second consumer never joined"
+        time.sleep(0.05)
+    send(kafka_config, clicks[half:])
     for thread in threads:
         thread.join(120)
     done = [r for r in results if r is not None]

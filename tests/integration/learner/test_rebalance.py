@@ -14,6 +14,7 @@ trained positions and added them again (a frozen learner trained 39,112 of 20,00
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -140,6 +141,7 @@ def learner_config(pipeline_config: Callable[..., StreamrecConfig]) -> Streamrec
 def test_a_member_joining_and_leaving_while_a_micro_batch_is_gathered(
     learner_config: StreamrecConfig, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="streamrec.learner.runner")
     cfg = learner_config
     published = publish(cfg.kafka.bootstrap_servers, cfg.kafka.samples_topic)
     learner = RecordingLearner(cfg.model)
@@ -248,6 +250,7 @@ def test_the_broker_frozen_past_the_session_timeout_while_gathering(
     learner_config: StreamrecConfig, private_broker: PrivateService, private_kafka: KafkaConfig,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="streamrec.learner.runner")
     cfg = learner_config.model_copy(update={"kafka": private_kafka})
     published = publish(private_kafka.bootstrap_servers, private_kafka.samples_topic)
     learner = RecordingLearner(cfg.model)
