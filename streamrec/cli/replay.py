@@ -35,9 +35,9 @@ def backtest(
     interval: str | None = typer.Option(None, help="Micro-batches by event time, e.g. 10m, 1h, 1d"),
     batch_size: int = typer.Option(2500, help="Samples per micro-batch when there is no --interval"),
     strategies: str = typer.Option(
-        "popularity,item-rate,static,finetune,ewc,retrain",
+        "popularity,item-rate,features,static,finetune,ewc,retrain",
         help="Comma-separated strategies",
-        show_default="popularity, item-rate, static, finetune, ewc, retrain",  # spaced: wraps whole
+        show_default="popularity, item-rate, features, static, finetune, ewc, retrain",  # spaced: wraps whole
     ),
     warmup: float = typer.Option(0.25, help="static: the fraction of micro-batches it trains on"),
     retrain_every: int = typer.Option(10, help="retrain: micro-batches between retrains"),
@@ -87,6 +87,7 @@ def backtest(
             _write(report, rp.to_json({"sweep": rows}), None)
             return
         console.print(rp.markdown_table(result), highlight=False)
+        console.print(rp.tells_table(result), highlight=False)
         console.print(_verdict(result), highlight=False)
         _write(report, rp.to_json(result), result)
 
@@ -99,7 +100,7 @@ def _verdict(report: dict[str, Any]) -> str:
         return "no strategy could be scored"
     winner = strategies[best]
     line = f"best GAUC: {best} ({winner['gauc']:.4f}, {winner['train_seconds']:.1f} s training)"
-    baselines = [strategies[b]["gauc"] for b in ("popularity", "item-rate") if b in strategies]
+    baselines = [strategies[b]["gauc"] for b in ("popularity", "item-rate", "features") if b in strategies]
     din = strategies.get("finetune")
     if din is not None and baselines:
         verdict = "beats" if din["gauc"] > max(baselines) else "does NOT beat"
@@ -115,7 +116,7 @@ def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic(path, payload)
     if report is not None:
-        table = rp.markdown_table(report) + "\n\n" + _verdict(report) + "\n"
+        table = rp.markdown_table(report) + "\n\n" + rp.tells_table(report) + "\n\n" + _verdict(report) + "\n"
         _atomic(path.with_suffix(".md"), table.encode())
         rp.plot(report, path.with_suffix(".png"))
     console.print(f"report written to {path}" + (" (and .md, .png beside it)" if report else ""))

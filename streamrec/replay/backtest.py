@@ -19,7 +19,7 @@ from streamrec.config import StreamrecConfig
 from streamrec.datasets import load_events
 from streamrec.errors import ConfigError
 from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
-from streamrec.replay.report import SCHEMA, finish, summarise
+from streamrec.replay.report import SCHEMA, finish, summarise, tells
 from streamrec.replay.strategies import (
     DEFAULT_EWC_LAMBDA,
     KINDS,
@@ -131,6 +131,7 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
             "samples": [len(b.samples) for b in batches],
         },
         "strategies": {run.name: summarise(run, batches) for run in runs},
+        "tells": tells(batches),
     }
     report["wall_seconds"] = time.perf_counter() - start
     return finish(report)
