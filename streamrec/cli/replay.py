@@ -47,6 +47,9 @@ def backtest(
     seed: int = typer.Option(0, help="Seed of the negative sampler and the model"),
     jobs: int = typer.Option(1, help="Strategies run in this many processes"),
     report: Path | None = typer.Option(None, help="Write the JSON report here, with .md and .png beside it"),
+    dump_samples: Path | None = typer.Option(
+        None, help='Write every sample as a JSON line {"micro_batch": N, "sample": {...}} here'
+    ),
     sweep: bool = typer.Option(
         False, help="Sweep interval, learning rate, passes and EWC's λ instead (GAUC against cost)"
     ),
@@ -72,6 +75,7 @@ def backtest(
             batch_size=batch_size, strategies=tuple(kinds),  # type: ignore[arg-type]  # checked above
             warmup=warmup, retrain_every=retrain_every,
             ewc_lambdas=tuple(float(x) for x in _csv(ewc_lambda)), seed=seed, jobs=jobs,
+            dump_samples=dump_samples,
             settings=build_config(quiet=True),
         )
         with _progress() as on_progress:
