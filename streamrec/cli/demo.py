@@ -126,6 +126,8 @@ def _summary(result: PipelineResult, reports: list[MicroBatchReport]) -> None:
         ("progressive GAUC", "gauc"),
         ("known-target AUC", "known_auc"),
         ("novelty AUC, sampler check (~0.5)", "novelty_auc"),
+        ("target in history alone, sampler check (~0.5)", "tell_history_auc"),
+        ("category share alone, sampler check (~0.5)", "tell_category_auc"),
     ):
         pairs = [(getattr(r.metrics, name), r.metrics.samples) for r in later]
         table.add_row(f"{label}, last 3/4 (sample-weighted)", _mean(pairs))

@@ -35,9 +35,9 @@ def backtest(
     interval: str | None = typer.Option(None, help="Micro-batches by event time, e.g. 10m, 1h, 1d"),
     batch_size: int = typer.Option(2500, help="Samples per micro-batch when there is no --interval"),
     strategies: str = typer.Option(
-        "popularity,item-rate,static,finetune,ewc,retrain",
+        "popularity,item-rate,features,static,finetune,ewc,retrain",
         help="Comma-separated strategies",
-        show_default="popularity, item-rate, static, finetune, ewc, retrain",  # spaced: wraps whole
+        show_default="popularity, item-rate, features, static, finetune, ewc, retrain",  # spaced: wraps whole
     ),
     warmup: float = typer.Option(0.25, help="static: the fraction of micro-batches it trains on"),
     retrain_every: int = typer.Option(10, help="retrain: micro-batches between retrains"),
@@ -47,6 +47,9 @@ def backtest(
     seed: int = typer.Option(0, help="Seed of the negative sampler and the model"),
     jobs: int = typer.Option(1, help="Strategies run in this many processes"),
     report: Path | None = typer.Option(None, help="Write the JSON report here, with .md and .png beside it"),
+    dump_samples: Path | None = typer.Option(
+        None, help='Write every sample as a JSON line {"micro_batch": N, "sample": {...}} here'
+    ),
     sweep: bool = typer.Option(
         False, help="Sweep interval, learning rate, passes and EWC's λ instead (GAUC against cost)"
     ),
@@ -72,6 +75,7 @@ def backtest(
             batch_size=batch_size, strategies=tuple(kinds),  # type: ignore[arg-type]  # checked above
             warmup=warmup, retrain_every=retrain_every,
             ewc_lambdas=tuple(float(x) for x in _csv(ewc_lambda)), seed=seed, jobs=jobs,
+            dump_samples=dump_samples,
             settings=build_config(quiet=True),
         )
         with _progress() as on_progress:
@@ -87,6 +91,7 @@ def backtest(
             _write(report, rp.to_json({"sweep": rows}), None)
             return
         console.print(rp.markdown_table(result), highlight=False)
+        console.print(rp.tells_table(result), highlight=False)
         console.print(_verdict(result), highlight=False)
         _write(report, rp.to_json(result), result)
 
@@ -99,7 +104,7 @@ def _verdict(report: dict[str, Any]) -> str:
         return "no strategy could be scored"
     winner = strategies[best]
     line = f"best GAUC: {best} ({winner['gauc']:.4f}, {winner['train_seconds']:.1f} s training)"
-    baselines = [strategies[b]["gauc"] for b in ("popularity", "item-rate") if b in strategies]
+    baselines = [strategies[b]["gauc"] for b in ("popularity", "item-rate", "features") if b in strategies]
     din = strategies.get("finetune")
     if din is not None and baselines:
         verdict = "beats" if din["gauc"] > max(baselines) else "does NOT beat"
@@ -115,7 +120,7 @@ def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic(path, payload)
     if report is not None:
-        table = rp.markdown_table(report) + "\n\n" + _verdict(report) + "\n"
+        table = rp.markdown_table(report) + "\n\n" + rp.tells_table(report) + "\n\n" + _verdict(report) + "\n"
         _atomic(path.with_suffix(".md"), table.encode())
         rp.plot(report, path.with_suffix(".png"))
     console.print(f"report written to {path}" + (" (and .md, .png beside it)" if report else ""))

@@ -7,6 +7,7 @@ weighted by each user's sample count, over users with both classes (the DIN pape
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,9 @@ import numpy as np
 # Probabilities are clipped to [eps, 1 - eps] for log loss: 1e-7 bounds one sample's loss at
 # about 16 nats and stays representable next to 1.0 in float32 model outputs.
 _LOGLOSS_EPS = 1e-7
+
+#: Each tell's metric name -> the match feature (:mod:`streamrec.learner.match`) it scores alone.
+TELLS = {"tell_history_auc": "target_in_history", "tell_category_auc": "category_share"}
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -100,6 +104,10 @@ class BatchMetrics:
     ranking quality from cold start; ``known_samples`` counts them. ``novelty_auc`` scores
     "the target item is new to the model" alone: near 0.5 means the negative sampler gives
     no novelty shortcut; far above it, the AUC would measure the sampler, not the model.
+    ``tell_history_auc`` and ``tell_category_auc`` (:data:`TELLS`) score "the target is in
+    the user's history" and "the share of the history in the target's category" alone: on
+    real impressions near 0.5 (a little above: users do return to what they know); well
+    above it, the negative sampler gives the label away.
     """
 
     samples: int
@@ -112,10 +120,17 @@ class BatchMetrics:
     novelty_auc: float
     mean_prediction: float = math.nan  # calibration: against the observed positive rate
     positive_rate: float = math.nan
+    tell_history_auc: float = math.nan  # NaN: computed without the match features
+    tell_category_auc: float = math.nan
 
     @classmethod
     def compute(
-        cls, labels: np.ndarray, probs: np.ndarray, users: np.ndarray, known_mask: np.ndarray
+        cls,
+        labels: np.ndarray,
+        probs: np.ndarray,
+        users: np.ndarray,
+        known_mask: np.ndarray,
+        features: Mapping[str, np.ndarray] | None = None,
     ) -> BatchMetrics:
         """Compute every metric for one scored batch.
 
@@ -124,9 +139,11 @@ class BatchMetrics:
             probs: [N] predicted probabilities.
             users: [N] user ids.
             known_mask: [N] bool, whether each target item was seen before.
+            features: The batch's match features by name, for the tells; None: NaN tells.
         """
         labels, probs = np.asarray(labels), np.asarray(probs)
         known = np.asarray(known_mask, dtype=bool)
+        tells = {k: math.nan if features is None else auc(labels, features[f]) for k, f in TELLS.items()}
         return cls(
             samples=len(labels),
             positives=int((labels > 0.5).sum()),
@@ -138,4 +155,6 @@ class BatchMetrics:
             novelty_auc=auc(labels, (~known).astype(np.float64)),
             mean_prediction=float(probs.mean()) if len(probs) else math.nan,
             positive_rate=float((labels > 0.5).mean()) if len(labels) else math.nan,
+            tell_history_auc=tells["tell_history_auc"],
+            tell_category_auc=tells["tell_category_auc"],
         )

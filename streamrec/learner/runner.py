@@ -45,6 +45,7 @@ from streamrec.kafka.topics import expired_positions
 from streamrec.learner.base import Learner, TrainResult
 from streamrec.learner.batch import Batch
 from streamrec.learner.intake import DeadLetterWriter, decode
+from streamrec.learner.match import match_features
 from streamrec.learner.metrics import BatchMetrics
 from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
 from streamrec.learner.snapshot_export import export_bytes
@@ -343,7 +344,9 @@ class LearnerRunner(Closing):
 
     def _record(self, batch: Batch, result: _StepResult, dead: int) -> MicroBatchReport:
         """Count a trained micro-batch in the stats; log and return its report."""
-        metrics = BatchMetrics.compute(batch.label, result.probs, batch.user_ids, result.known)
+        metrics = BatchMetrics.compute(
+            batch.label, result.probs, batch.user_ids, result.known, match_features(batch)
+        )
         self.stats.micro_batches += 1
         self.stats.samples_trained += len(batch)
         self.stats.last_metrics = dict(asdict(metrics))
@@ -359,11 +362,13 @@ class LearnerRunner(Closing):
         )
         logger.info(
             "micro_batch index=%d samples=%d dead=%d auc=%.4f gauc=%.4f known_auc=%.4f "
-            "novelty_auc=%.4f logloss=%.4f loss=%.4f penalty_share=%.4f steps=%d skipped_steps=%d "
+            "novelty_auc=%.4f tell_history_auc=%.4f tell_category_auc=%.4f logloss=%.4f loss=%.4f "
+            "penalty_share=%.4f steps=%d skipped_steps=%d "
             "score_seconds=%.3f train_seconds=%.3f ids_admitted=%d ids_evicted=%d ids_refused=%d "
             "judged=%s",
             report.index, metrics.samples, dead, metrics.auc, metrics.gauc, metrics.known_auc,
-            metrics.novelty_auc, metrics.logloss, train.loss, report.penalty_share, train.steps,
+            metrics.novelty_auc, metrics.tell_history_auc, metrics.tell_category_auc, metrics.logloss,
+            train.loss, report.penalty_share, train.steps,
             train.skipped_steps, report.score_seconds, report.train_seconds,
             sum(train.ids_admitted.values()), sum(train.ids_evicted.values()),
             sum(train.ids_refused.values()), report.judged,

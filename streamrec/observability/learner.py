@@ -91,6 +91,12 @@ class LearnerMetrics(ProcessMetrics):
         self.novelty_auc = self._gauge(
             "progressive_novelty_auc", "AUC of 'target item is new' alone: near 0.5 means no sampler leak"
         )
+        self.tell_history_auc = self._gauge(
+            "progressive_tell_history_auc", "AUC of 'target in the user's history' alone: ~0.5: no leak"
+        )
+        self.tell_category_auc = self._gauge(
+            "progressive_tell_category_auc", "AUC of the history's share in the target's category alone"
+        )
         self.mean_prediction = self._gauge("mean_prediction", "Mean predicted probability, last micro-batch")
         self.positive_rate = self._gauge(
             "positive_rate", "Observed share of positive labels, last micro-batch"
@@ -139,6 +145,7 @@ class LearnerMetrics(ProcessMetrics):
         for gauge, value in (
             (self.auc, m.auc), (self.gauc, m.gauc), (self.logloss, m.logloss),
             (self.known_auc, m.known_auc), (self.novelty_auc, m.novelty_auc),
+            (self.tell_history_auc, m.tell_history_auc), (self.tell_category_auc, m.tell_category_auc),
             (self.mean_prediction, m.mean_prediction), (self.positive_rate, m.positive_rate),
             (self.calibration, calibration_ratio(m.mean_prediction, m.positive_rate)),
             (self.loss, report.loss), (self.penalty_share, report.penalty_share),

@@ -13,13 +13,15 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from streamrec.config import StreamrecConfig
 from streamrec.datasets import load_events
 from streamrec.errors import ConfigError
 from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
-from streamrec.replay.report import SCHEMA, finish, summarise
+from streamrec.replay.dump import dump_samples
+from streamrec.replay.report import SCHEMA, finish, summarise, tells
 from streamrec.replay.strategies import (
     DEFAULT_EWC_LAMBDA,
     KINDS,
@@ -46,6 +48,7 @@ class BacktestConfig:
     ewc_lambdas: tuple[float, ...] = ()  # empty: the model's own, DEFAULT_EWC_LAMBDA if that is 0
     seed: int = 0
     jobs: int = 1
+    dump_samples: Path | None = None  # write every micro-batch's samples here (JSON lines)
     settings: StreamrecConfig = field(default_factory=StreamrecConfig)  # consumer and model
 
 
@@ -113,6 +116,8 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
     start = time.perf_counter()
     settings = seeded(cfg)
     events, batches = micro_batches(cfg, settings)
+    if cfg.dump_samples is not None:
+        dump_samples(batches, cfg.dump_samples)
     strategies = strategies_of(cfg, settings)
     runs = run_all(strategies, batches, cfg.jobs, on_progress)
     report = {
@@ -131,6 +136,7 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
             "samples": [len(b.samples) for b in batches],
         },
         "strategies": {run.name: summarise(run, batches) for run in runs},
+        "tells": tells(batches),
     }
     report["wall_seconds"] = time.perf_counter() - start
     return finish(report)

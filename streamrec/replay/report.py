@@ -11,12 +11,18 @@ JSON schema (``schema`` 1), times in epoch ms, NaN as null:
   run (a ranking is judged among what is scored together: pooling years of one user's
   samples would mix the rankings of different model versions), ``logloss`` over every
   sample; ``auc_last_3q`` and ``gauc_last_3q``, the same means over the last three quarters
-  (the demo's summary); ``auc_pooled`` and ``gauc_pooled``, over all samples pooled;
+  (the demo's summary); ``auc_first_q`` and ``gauc_first_q``, over the first quarter (at
+  least one micro-batch: the cold start); ``auc_pooled`` and ``gauc_pooled``, over all
+  samples pooled;
   ``backward_auc`` (the final model on the probes of earlier micro-batches) and
   ``forgetting`` (their AUC right after training on them, minus that);
   ``penalty_share``, the EWC penalty's mean share of the training loss (0 without EWC);
   ``train_seconds`` and ``score_seconds`` (cost); ``series`` of per-micro-batch ``auc``,
   ``gauc``, ``logloss``, ``samples``;
+- ``tells.<feature>``: each causal match feature (:mod:`streamrec.learner.match`) scored
+  alone, ``auc``, ``gauc``, ``auc_first_q``, ``gauc_first_q`` as a strategy's: they depend
+  on the samples only, so once per backtest. On real impressions near 0.5; well above it
+  the negative sampler gives the label away, and a strategy's figures measure the sampler;
 - ``best``: the strategy with the highest ``gauc`` and ``auc``;
 - ``wall_seconds``; ``digest``: the sha256 of the report without its timings, equal for
   runs with the same data, configuration and seed.
@@ -34,6 +40,7 @@ import numpy as np
 import orjson
 
 from streamrec.learner.batch import Batch
+from streamrec.learner.match import match_features
 from streamrec.learner.metrics import auc, gauc, logloss
 from streamrec.replay.batches import MicroBatch
 from streamrec.replay.strategies import StrategyRun, probe
@@ -53,7 +60,7 @@ def summarise(run: StrategyRun, batches: Sequence[MicroBatch]) -> dict[str, Any]
     sizes = [len(c) for c in columns]
     losses = [logloss(c.label, s) for c, s in pairs]
     series = {"auc": aucs, "gauc": gaucs, "logloss": losses, "samples": sizes}
-    later = slice(len(batches) // 4, None)
+    later, first = slice(len(batches) // 4, None), _first_quarter(batches)
     pooled_users = np.concatenate([c.user_ids for c in columns]) if columns else np.array([])
     return {
         "kind": run.kind,
@@ -62,6 +69,8 @@ def summarise(run: StrategyRun, batches: Sequence[MicroBatch]) -> dict[str, Any]
         "logloss": logloss(_cat(labels), _cat(run.scores)),
         "auc_last_3q": _weighted(aucs[later], sizes[later]),
         "gauc_last_3q": _weighted(gaucs[later], sizes[later]),
+        "auc_first_q": _weighted(aucs[first], sizes[first]),
+        "gauc_first_q": _weighted(gaucs[first], sizes[first]),
         "auc_pooled": auc(_cat(labels), _cat(run.scores)),
         "gauc_pooled": gauc(_cat(labels), _cat(run.scores), pooled_users),
         **_backward(run, batches),
@@ -70,6 +79,28 @@ def summarise(run: StrategyRun, batches: Sequence[MicroBatch]) -> dict[str, Any]
         "score_seconds": run.score_seconds,
         "series": series,
     }
+
+
+def _first_quarter(batches: Sequence[MicroBatch]) -> slice:
+    return slice(0, max(1, len(batches) // 4))
+
+
+def tells(batches: Sequence[MicroBatch]) -> dict[str, dict[str, float]]:
+    """Each match feature scored alone, per micro-batch as a strategy's scores (see above)."""
+    columns = [Batch.from_samples(b.samples) for b in batches]
+    features = [match_features(c) for c in columns]
+    sizes, first = [len(c) for c in columns], _first_quarter(batches)
+    out = {}
+    for name in features[0] if features else ():
+        aucs = [auc(c.label, f[name]) for c, f in zip(columns, features, strict=True)]
+        gaucs = [gauc(c.label, f[name], c.user_ids) for c, f in zip(columns, features, strict=True)]
+        out[name] = {
+            "auc": _weighted(aucs, sizes),
+            "gauc": _weighted(gaucs, sizes),
+            "auc_first_q": _weighted(aucs[first], sizes[first]),
+            "gauc_first_q": _weighted(gaucs[first], sizes[first]),
+        }
+    return out
 
 
 def _backward(run: StrategyRun, batches: Sequence[MicroBatch]) -> dict[str, float]:
@@ -128,14 +159,29 @@ def to_json(report: dict[str, Any]) -> bytes:
 def markdown_table(report: dict[str, Any]) -> str:
     """One row per strategy: the headline figures and the cost."""
     rows = [
-        "| strategy | AUC | GAUC | logloss | AUC last 3/4 | GAUC last 3/4 | backward AUC | forgetting "
-        "| train s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| strategy | AUC | GAUC | logloss | GAUC first 1/4 | AUC last 3/4 | GAUC last 3/4 | backward AUC "
+        "| forgetting | train s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in report["strategies"].items():
-        figures = ("auc", "gauc", "logloss", "auc_last_3q", "gauc_last_3q", "backward_auc", "forgetting")
+        figures = (
+            "auc", "gauc", "logloss", "gauc_first_q", "auc_last_3q", "gauc_last_3q", "backward_auc",
+            "forgetting",
+        )
         cells = " | ".join(_fmt(s[k]) for k in figures)
         rows.append(f"| {name} | {cells} | {s['train_seconds']:.1f} |")
+    return "\n".join(rows)
+
+
+def tells_table(report: dict[str, Any]) -> str:
+    """One row per match feature scored alone: the sampler's tells, beside the strategies."""
+    rows = [
+        "| feature alone (tell) | AUC | GAUC | AUC first 1/4 | GAUC first 1/4 |",
+        "|---|---|---|---|---|",
+    ]
+    for name, t in report.get("tells", {}).items():
+        cells = " | ".join(_fmt(t[k]) for k in ("auc", "gauc", "auc_first_q", "gauc_first_q"))
+        rows.append(f"| {name} | {cells} |")
     return "\n".join(rows)
 
 

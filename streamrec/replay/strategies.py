@@ -5,6 +5,8 @@ so every strategy is judged on exactly the same out-of-sample samples:
 
 - ``popularity``: log count of the item's earlier positives;
 - ``item-rate``: the item's smoothed positive rate in earlier micro-batches;
+- ``features``: online logistic regression on the causal match features (the target in the
+  user's history, the history's share in its category, ...);
 - ``static``: a DIN trained on the first ``warmup`` fraction of micro-batches, then frozen;
 - ``finetune``: a DIN updated on every micro-batch, no regularisation;
 - ``ewc``: a DIN updated with online EWC at a given lambda (``finetune`` is lambda 0);
@@ -30,10 +32,11 @@ from streamrec.learner.batch import Batch
 from streamrec.learner.metrics import gauc
 from streamrec.replay.baselines import ItemRateLearner, PopularityLearner
 from streamrec.replay.batches import MicroBatch
+from streamrec.replay.features import FeaturesLearner
 from streamrec.samples import Sample
 
-Kind = Literal["popularity", "item-rate", "static", "finetune", "ewc", "retrain"]
-KINDS: tuple[Kind, ...] = ("popularity", "item-rate", "static", "finetune", "ewc", "retrain")
+Kind = Literal["popularity", "item-rate", "features", "static", "finetune", "ewc", "retrain"]
+KINDS: tuple[Kind, ...] = ("popularity", "item-rate", "features", "static", "finetune", "ewc", "retrain")
 # Every PROBE_EVERY-th sample of a micro-batch is a probe: deterministic, and a fifth is
 # enough for a stable AUC on micro-batches of a few thousand samples.
 PROBE_EVERY = 5
@@ -75,6 +78,8 @@ class Strategy:
             return PopularityLearner()
         if self.kind == "item-rate":
             return ItemRateLearner()
+        if self.kind == "features":
+            return FeaturesLearner()
         from streamrec.learner.din import DINLearner  # Paddle: only for the DIN strategies
 
         return DINLearner(self.model.model_copy(update={"ewc_lambda": self.lam}))

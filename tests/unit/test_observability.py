@@ -69,7 +69,8 @@ def families(registry: CollectorRegistry) -> dict[str, str]:
 def batch_metrics(**overrides: Any) -> BatchMetrics:
     fields: dict[str, Any] = dict(
         samples=1000, positives=250, auc=0.75, gauc=0.7, logloss=0.5, known_auc=0.8,
-        known_samples=600, novelty_auc=0.52, mean_prediction=0.3, positive_rate=0.25,
+        known_samples=600, novelty_auc=0.52, tell_history_auc=0.55, tell_category_auc=0.6,
+        mean_prediction=0.3, positive_rate=0.25,
     )
     return BatchMetrics(**{**fields, **overrides})
 
@@ -108,6 +109,8 @@ LEARNER_FAMILIES = {
     "streamrec_learner_progressive_logloss": "gauge",
     "streamrec_learner_progressive_known_auc": "gauge",
     "streamrec_learner_progressive_novelty_auc": "gauge",
+    "streamrec_learner_progressive_tell_history_auc": "gauge",
+    "streamrec_learner_progressive_tell_category_auc": "gauge",
     "streamrec_learner_mean_prediction": "gauge",
     "streamrec_learner_positive_rate": "gauge",
     "streamrec_learner_calibration_ratio": "gauge",
@@ -157,6 +160,8 @@ def test_reports_feed_counters_gauges_and_histograms() -> None:
     assert value(r, "streamrec_learner_progressive_logloss") == 0.5
     assert value(r, "streamrec_learner_progressive_known_auc") == 0.8
     assert value(r, "streamrec_learner_progressive_novelty_auc") == 0.52
+    assert value(r, "streamrec_learner_progressive_tell_history_auc") == 0.55
+    assert value(r, "streamrec_learner_progressive_tell_category_auc") == 0.6
     assert value(r, "streamrec_learner_mean_prediction") == 0.3
     assert value(r, "streamrec_learner_positive_rate") == 0.25
     assert value(r, "streamrec_learner_calibration_ratio") == pytest.approx(1.2)

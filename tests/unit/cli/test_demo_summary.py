@@ -34,3 +34,4 @@ def test_micro_batches_too_small_to_judge_are_named_and_left_out(
     assert "too small to judge" in out and "1 (4 samples)" in out
     auc_row = next(line for line in out.splitlines() if "progressive AUC" in line)
     assert "1.0000" in auc_row  # the 4-sample micro-batch (AUC 0) left out of the quarters
+    assert "target in history alone" in out and "category share alone" in out  # the sampler's tells

@@ -55,6 +55,12 @@ def test_every_strategy_is_scored_on_the_same_samples(report: dict[str, Any]) ->
     assert math.isnan(strategies["popularity"]["penalty_share"])  # trains no weights
     assert strategies["popularity"]["train_seconds"] < strategies["retrain"]["train_seconds"]
     assert report["best"]["gauc"] in strategies
+    quarter = max(1, len(sizes) // 4)
+    first = strategies["features"]["series"]["gauc"][:quarter]
+    expected = sum(g * n for g, n in zip(first, sizes, strict=False)) / sum(sizes[:quarter])
+    assert strategies["features"]["gauc_first_q"] == pytest.approx(expected)
+    assert strategies["features"]["series"]["gauc"][0] == 0.5  # scored before any training
+    assert set(report["tells"]) == {"target_in_history", "category_share", "category_hit", "empty_history"}
 
 
 def test_the_same_seed_gives_the_same_report(report: dict[str, Any]) -> None:
@@ -134,6 +140,7 @@ def test_the_cli_prints_the_table_and_writes_json_markdown_and_png(tmp_path: Pat
     ])
     assert out.exit_code == 0, out.output
     assert "| popularity |" in out.output and "best GAUC:" in out.output
+    assert "| target_in_history |" in out.output and "| category_share |" in out.output
     assert orjson.loads((tmp_path / "r.json").read_bytes())["schema"] == 1
     assert (tmp_path / "r.md").exists() and (tmp_path / "r.png").exists()
     bad = CliRunner().invoke(app, ["replay", "backtest", SOURCE, "--strategies", "magic"])

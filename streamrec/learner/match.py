@@ -1,0 +1,52 @@
+"""Causal match features: what each sample's own history (strictly earlier than it) says
+about its target, computed from a :class:`~streamrec.learner.batch.Batch` alone.
+
+They are the simplest signals a ranker can use and the first a negative sampler can leak: a
+sampler that never draws from the user's history makes ``target_in_history`` a label tell.
+One place defines them, keyed by name (see :data:`MATCH_FEATURES`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from streamrec.learner.batch import Batch
+
+
+def _sums(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[B] per sample: behaviours whose item is the target's, whose category is, and all."""
+    lengths = batch.seq_lengths
+    rows = np.repeat(np.arange(len(batch), dtype=np.int64), lengths)
+    same_item = np.asarray(batch.seq_items, dtype=np.str_) == np.asarray(batch.item_ids, dtype=np.str_)[rows]
+    same_cat = (
+        np.asarray(batch.seq_categories, dtype=np.str_) == np.asarray(batch.category_ids, dtype=np.str_)[rows]
+    )
+    n = len(batch)
+    return (
+        np.bincount(rows, weights=same_item, minlength=n),
+        np.bincount(rows, weights=same_cat, minlength=n),
+        lengths.astype(np.float64),
+    )
+
+
+def _share(hits: np.ndarray, total: np.ndarray) -> np.ndarray:
+    return np.divide(hits, total, out=np.zeros_like(hits), where=total > 0)
+
+
+#: Each feature from (item hits, category hits, history length), all float64 [B].
+MATCH_FEATURES: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = {
+    "target_in_history": lambda items, cats, n: (items > 0).astype(np.float64),
+    "category_share": lambda items, cats, n: _share(cats, n),
+    "category_hit": lambda items, cats, n: (cats > 0).astype(np.float64),
+    "empty_history": lambda items, cats, n: (n == 0).astype(np.float64),
+}
+
+
+def match_features(batch: Batch) -> dict[str, np.ndarray]:
+    """Every match feature of ``batch``, name -> float64 [B], in :data:`MATCH_FEATURES` order."""
+    if len(batch) == 0:
+        return {name: np.zeros(0) for name in MATCH_FEATURES}
+    sums = _sums(batch)
+    return {name: f(*sums) for name, f in MATCH_FEATURES.items()}
