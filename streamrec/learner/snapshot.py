@@ -96,6 +96,25 @@ def _seal(path: Path) -> None:
         os.fsync(fh.fileno())
 
 
+def write_tensor_files(directory: Path, tensors: Tensors) -> dict[str, str]:
+    """One sealed ``<group>.safetensors`` per tensor group in ``directory``; their sha256 by
+    file name, as a manifest's ``files``."""
+    files = {}
+    for group, arrays in tensors.items():
+        target = directory / f"{group}.safetensors"
+        save_file({k: contiguous(v) for k, v in arrays.items()}, str(target))
+        _seal(target)
+        files[target.name] = sha256_file(target)
+    return files
+
+
+def write_manifest_files(directory: Path, manifest: SnapshotManifest) -> None:
+    """``manifest.json`` and its checksum file in ``directory``, sealed."""
+    raw = manifest.to_json()
+    _write_file(directory / MANIFEST, raw)
+    _write_file(directory / MANIFEST_SUM, checksum_line(raw))
+
+
 class SnapshotStore:
     """The snapshot directory: write, list, load, and snapshot requests."""
 
@@ -203,19 +222,12 @@ class SnapshotStore:
 
     def _fill(self, tmp: Path, tensors: Tensors, fields: dict[str, Any]) -> SnapshotManifest:
         """Write tensors, manifest and its checksum into ``tmp``, each file sealed."""
-        files = {}
-        for name, arrays in tensors.items():
-            target = tmp / f"{name}.safetensors"
-            save_file({k: contiguous(v) for k, v in arrays.items()}, str(target))
-            _seal(target)
-            files[target.name] = sha256_file(target)
+        files = write_tensor_files(tmp, tensors)
         versions = self.versions()
         version = (versions[-1] if versions else 0) + 1
         created = datetime.now(UTC).isoformat(timespec="milliseconds")
         manifest = SnapshotManifest(version=version, created_at=created, files=files, **fields)
-        raw = manifest.to_json()
-        _write_file(tmp / MANIFEST, raw)
-        _write_file(tmp / MANIFEST_SUM, checksum_line(raw))
+        write_manifest_files(tmp, manifest)
         fsync_path(tmp)
         return manifest
 

@@ -16,16 +16,17 @@ import uuid
 from pathlib import Path
 
 from safetensors import SafetensorError
-from safetensors.numpy import save_file
 
 from streamrec.errors import SnapshotError, SnapshotWriteError
-from streamrec.fileio import fsync_path, sha256_file
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
-from streamrec.learner.snapshot_delta import contiguous
+from streamrec.fileio import fsync_path
+from streamrec.learner.snapshot import (
+    SnapshotManifest,
+    SnapshotStore,
+    write_manifest_files,
+    write_tensor_files,
+)
 from streamrec.learner.snapshot_dir import TMP_PREFIX, describe_os_error
-from streamrec.learner.snapshot_manifest import MANIFEST, MANIFEST_SUM, checksum_line
 
-_FILE_MODE = 0o644  # as the store's own versions: world-readable
 _DIR_MODE = 0o755
 
 
@@ -45,17 +46,10 @@ def materialize(store: SnapshotStore, version: int, out: Path) -> SnapshotManife
     try:
         tmp.mkdir(parents=False)
         os.chmod(tmp, _DIR_MODE)
-        files = {}
-        for group, arrays in tensors.items():
-            target = tmp / f"{group}.safetensors"
-            save_file({k: contiguous(v) for k, v in arrays.items()}, str(target))
-            _seal(target)
-            files[target.name] = sha256_file(target)
-        full = dataclasses.replace(manifest, files=files, kind="full", parent=None, delta={})
-        raw = full.to_json()
-        for name, data in ((MANIFEST, raw), (MANIFEST_SUM, checksum_line(raw))):
-            (tmp / name).write_bytes(data)
-            _seal(tmp / name)
+        full = dataclasses.replace(
+            manifest, files=write_tensor_files(tmp, tensors), kind="full", parent=None, delta={}
+        )
+        write_manifest_files(tmp, full)
         fsync_path(tmp)
         os.rename(tmp, out)
         fsync_path(out.parent)
@@ -68,6 +62,3 @@ def materialize(store: SnapshotStore, version: int, out: Path) -> SnapshotManife
     return full
 
 
-def _seal(path: Path) -> None:
-    os.chmod(path, _FILE_MODE)
-    fsync_path(path)
