@@ -17,8 +17,10 @@ from streamrec.config import ModelConfig
 from streamrec.errors import InvalidSnapshot
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
+from streamrec.learner.runner import _grouped
+from streamrec.learner.snapshot import SnapshotStore
 from streamrec.samples import Sample
-from streamrec.serving.export import verify_export, write_export
+from streamrec.serving.export import export_snapshot, verify_export, write_export
 from streamrec.serving.scorer import Candidate, ExportedModel
 from tests.support import small_tables
 
@@ -76,6 +78,22 @@ def test_the_export_scores_as_the_training_model(tmp_path: Path, fields: dict[st
     batch = stream(500, 99, 90_000)  # unseen ids among them read the default rows
     export = write_export(learner, tmp_path / "v000001", 1)
     got = ExportedModel(export).score_batch(batch)
+    assert np.abs(got - learner.predict_many(batch)).max() <= TOLERANCE
+
+
+def test_a_snapshot_from_before_the_match_features_still_exports(tmp_path: Path) -> None:
+    """Its manifest's model configuration has no ``match_features``: it was trained without."""
+    cfg = config(match_features=False)
+    learner = trained(cfg)
+    model_doc = cfg.model_dump(mode="json")
+    del model_doc["match_features"], model_doc["match_lr_scale"]
+    store = SnapshotStore(tmp_path)
+    manifest = store.write(
+        _grouped(learner.state_arrays()), micro_batches=3, samples_trained=0, positions=(),
+        config={"model": model_doc},
+    )
+    batch = stream(200, 99, 90_000)
+    got = ExportedModel(export_snapshot(store, manifest.version)).score_batch(batch)
     assert np.abs(got - learner.predict_many(batch)).max() <= TOLERANCE
 
 
