@@ -74,7 +74,7 @@ def trained(cfg: ModelConfig) -> DINLearner:
 def test_the_export_scores_as_the_training_model(tmp_path: Path, fields: dict[str, Any]) -> None:
     learner = trained(config(**fields))
     if learner.model.match is not None:  # the match features weigh in, so the export must compute them
-        assert np.abs(learner.model.match.weight.numpy()).max() > 0.1
+        assert np.abs(learner.model.match.weight.numpy()).max() > 0.01
     batch = stream(500, 99, 90_000)  # unseen ids among them read the default rows
     export = write_export(learner, tmp_path / "v000001", 1)
     got = ExportedModel(export).score_batch(batch)
