@@ -373,6 +373,10 @@ class ModelConfig(BaseModel):
     # this many times faster than the rest.
     wide: bool = Field(True, description="STREAMREC_MODEL__WIDE")
     id_stats: bool = Field(True, description="STREAMREC_MODEL__ID_STATS")
+    # The target's share and count in its own history, per behaviour table (see
+    # learner.model.MatchArch): the head's inputs and a fast linear term of the logit.
+    match_features: bool = Field(True, description="STREAMREC_MODEL__MATCH_FEATURES")
+    match_lr_scale: float = Field(10.0, gt=0, description="STREAMREC_MODEL__MATCH_LR_SCALE")
     wide_lr_scale: float = Field(10.0, gt=0, description="STREAMREC_MODEL__WIDE_LR_SCALE")
     attention_units: tuple[int, ...] = Field((64, 32), description="STREAMREC_MODEL__ATTENTION_UNITS")
     mlp_units: tuple[int, ...] = Field((128, 64), description="STREAMREC_MODEL__MLP_UNITS")

@@ -17,6 +17,7 @@ from paddle import nn
 
 from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
 from streamrec.learner.hashing import PADDING_BUCKET
+from streamrec.learner.idmap import DEFAULT_ROW
 
 
 class EmbeddingArch(nn.Layer):
@@ -150,6 +151,52 @@ class LocalActivationUnit(nn.Layer):
         return (weights.unsqueeze(-1) * keys).sum(axis=1)
 
 
+class MatchArch(nn.Layer):
+    """Explicit match features between the target and its own history, per behaviour table:
+    the share of the history's behaviours on the target's row, and log(1 + their count).
+
+    A user's history in the target's category (or the target itself in it) tells more than
+    any counter, but attention and an MLP starting at zero learn "same id" slowly; so it is
+    stated. The features are computed in the graph from the history given only (never a
+    sample's own event), so the export computes them from the same rows. Padding matches
+    nothing, nor does a dynamic table's default row (ids not yet admitted all share it). They
+    feed the head and enter the logit with a learned weight per feature, starting at zero and
+    learning ``lr_scale`` times faster than the rest. Nb: behaviour tables.
+    """
+
+    def __init__(self, floors: Sequence[int], lr_scale: float) -> None:
+        """One weight per feature (2 per behaviour table), zero to start.
+
+        Args:
+            floors: Per behaviour table, the highest row that matches nothing (padding, or a
+                dynamic table's default row).
+            lr_scale: The weights' learning rate over the model's.
+        """
+        super().__init__()
+        self.floors = [int(f) for f in floors]
+        self.width = 2 * len(self.floors)
+        attr = paddle.ParamAttr(initializer=nn.initializer.Constant(0.0), learning_rate=lr_scale)
+        self.weight = self.create_parameter([self.width], attr=attr)
+
+    def features(
+        self, targets: list[paddle.Tensor], sequences: list[paddle.Tensor], mask: paddle.Tensor
+    ) -> paddle.Tensor:
+        """[B, 2*Nb]: per table, share and log1p(count) of the [B, T] ``sequences`` rows equal
+        to the [B] ``targets`` row; ``mask`` [B, T] marks the real behaviours."""
+        length = paddle.clip(mask.sum(axis=1), min=1.0)
+        columns: list[paddle.Tensor] = []
+        for i in range(len(targets)):
+            known = (targets[i] > self.floors[i]).astype(mask.dtype).unsqueeze(-1)
+            same = (sequences[i] == targets[i].unsqueeze(-1)).astype(mask.dtype)
+            count = (same * known * mask).sum(axis=1)
+            columns += [count / length, paddle.log1p(count)]
+        return paddle.stack(columns, axis=1)
+
+    def forward(self, features: paddle.Tensor) -> paddle.Tensor:
+        """[B] the features' term of the logit."""
+        return (features * self.weight).sum(axis=-1)
+
+
 class MLPHead(nn.Layer):
     """The click predictor over concat(target, interest, sum-pooled sequence, context) → one logit."""
 
@@ -202,7 +249,11 @@ class DIN(nn.Layer):
             self.prior = self.create_parameter(
                 [len(start)], default_initializer=nn.initializer.Assign(np.array(start, dtype=np.float32))
             )
-        self.head = MLPHead(dim, self.embedding.context_dim + self.dense_dim, cfg.mlp_units)
+        floors = [DEFAULT_ROW if t.ids == "dynamic" else PADDING_BUCKET for t in cfg.tables]
+        floors = [f for f, t in zip(floors, cfg.tables, strict=True) if t.name in self.embedding.behaviour]
+        self.match = MatchArch(floors, cfg.match_lr_scale) if cfg.match_features else None
+        match_dim = self.match.width if self.match is not None else 0
+        self.head = MLPHead(dim, self.embedding.context_dim + self.dense_dim + match_dim, cfg.mlp_units)
         self.wide = WideArch(cfg, sparse, rows) if cfg.wide else None
 
     def forward(
@@ -224,7 +275,12 @@ class DIN(nn.Layer):
             features.append(self.embedding.embed(self.embedding.context, context))
         if self.dense_dim:
             features.append(dense)
+        matches = self.match.features(targets, sequences, mask) if self.match is not None else None
+        if matches is not None:
+            features.append(matches)
         logits = self.head(features)
+        if self.match is not None and matches is not None:
+            logits = logits + self.match(matches)
         if self.dense_dim:
             logits = logits + (dense[:, 0::2] * self.prior).sum(axis=-1)
         if self.wide is not None:

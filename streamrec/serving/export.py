@@ -73,7 +73,9 @@ def learner_from_snapshot(store: SnapshotStore, version: int) -> DINLearner:
     model_doc = manifest.config.get("model")
     if not isinstance(model_doc, dict):
         raise InvalidSnapshot(f"{store.path(version)}: the manifest holds no model configuration")
-    cfg = ModelConfig.model_validate({**model_doc, "device": paddle.device.get_device()})
+    # A configuration without match_features predates them: that model was built without.
+    model_doc = {"match_features": False, **model_doc, "device": paddle.device.get_device()}
+    cfg = ModelConfig.model_validate(model_doc)
     learner = DINLearner(cfg)
     learner.load_state_arrays({f"{g}/{k}": v for g, arrays in tensors.items() for k, v in arrays.items()})
     return learner

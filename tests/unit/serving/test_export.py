@@ -17,8 +17,10 @@ from streamrec.config import ModelConfig
 from streamrec.errors import InvalidSnapshot
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
+from streamrec.learner.runner import _grouped
+from streamrec.learner.snapshot import SnapshotStore
 from streamrec.samples import Sample
-from streamrec.serving.export import verify_export, write_export
+from streamrec.serving.export import export_snapshot, verify_export, write_export
 from streamrec.serving.scorer import Candidate, ExportedModel
 from tests.support import small_tables
 
@@ -65,14 +67,33 @@ def trained(cfg: ModelConfig) -> DINLearner:
         {"tables": [*small_tables(512, 64, dim=4),
                     {"name": "user", "feature": "user", "rows": 64, "dim": 4}]},
         {"id_stats": False, "wide": False},
+        {"match_features": False},
     ],
-    ids=["dynamic", "hashed", "user-table", "plain-din"],
+    ids=["dynamic", "hashed", "user-table", "plain-din", "no-match-features"],
 )
 def test_the_export_scores_as_the_training_model(tmp_path: Path, fields: dict[str, Any]) -> None:
     learner = trained(config(**fields))
+    if learner.model.match is not None:  # the match features weigh in, so the export must compute them
+        assert np.abs(learner.model.match.weight.numpy()).max() > 0.01
     batch = stream(500, 99, 90_000)  # unseen ids among them read the default rows
     export = write_export(learner, tmp_path / "v000001", 1)
     got = ExportedModel(export).score_batch(batch)
+    assert np.abs(got - learner.predict_many(batch)).max() <= TOLERANCE
+
+
+def test_a_snapshot_from_before_the_match_features_still_exports(tmp_path: Path) -> None:
+    """Its manifest's model configuration has no ``match_features``: it was trained without."""
+    cfg = config(match_features=False)
+    learner = trained(cfg)
+    model_doc = cfg.model_dump(mode="json")
+    del model_doc["match_features"], model_doc["match_lr_scale"]
+    store = SnapshotStore(tmp_path)
+    manifest = store.write(
+        _grouped(learner.state_arrays()), micro_batches=3, samples_trained=0, positions=(),
+        config={"model": model_doc},
+    )
+    batch = stream(200, 99, 90_000)
+    got = ExportedModel(export_snapshot(store, manifest.version)).score_batch(batch)
     assert np.abs(got - learner.predict_many(batch)).max() <= TOLERANCE
 
 
