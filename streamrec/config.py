@@ -347,6 +347,11 @@ class TableConfig(BaseModel):
         return self.rows if self.ids == "hashed" else min(self.initial_rows, self.rows)
 
 
+# What a model configuration saved before a setting existed implies for it (a snapshot's
+# manifest keeps the model's settings): the model was built without it.
+MODEL_SETTINGS_BEFORE: dict[str, object] = {"match_features": False}
+
+
 class ModelConfig(BaseModel):
     """DIN hyper-parameters (env ``STREAMREC_MODEL__*``)."""
 

@@ -21,6 +21,7 @@ alive (partitions held, rebalance callbacks served here), however long the step 
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -34,9 +35,9 @@ import numpy as np
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from streamrec.closing import Closing
-from streamrec.config import StreamrecConfig
+from streamrec.config import MODEL_SETTINGS_BEFORE, StreamrecConfig
 from streamrec.deadletters import DeadLetter, DeadLetterLog
-from streamrec.errors import NonFiniteWeights, SamplesExpired, TrainingDiverged
+from streamrec.errors import NonFiniteWeights, SamplesExpired, SnapshotError, TrainingDiverged
 from streamrec.faults import fault_point
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.records import Partition, Position
@@ -185,9 +186,12 @@ class LearnerRunner(Closing):
             logger.info("no snapshot to restore, starting fresh path=%s", self.snapshots.root)
             return
         manifest, tensors = found
-        self.learner.load_state_arrays(
-            {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
-        )
+        try:
+            self.learner.load_state_arrays(
+                {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
+            )
+        except SnapshotError as exc:
+            raise SnapshotError(self._misfit(manifest, exc)) from exc
         self.stats.micro_batches = self._snapshotted_at = manifest.micro_batches
         self.stats.samples_trained = manifest.samples_trained
         self.positions.update({p.key: p.offset for p in manifest.positions})
@@ -195,6 +199,25 @@ class LearnerRunner(Closing):
         self._snapshotted_version = manifest.version
         logger.info(
             "restored snapshot version=%d micro_batches=%d", manifest.version, manifest.micro_batches
+        )
+
+    def _misfit(self, manifest: SnapshotManifest, exc: SnapshotError) -> str:
+        """Why ``manifest``'s state does not load into this model, naming the model settings
+        it was written with where they differ from these (an upgrade that added one, say)."""
+        saved = {**MODEL_SETTINGS_BEFORE, **manifest.config.get("model", {})}
+        now = self._cfg.model.model_dump(mode="json")
+        differ = [
+            f"STREAMREC_MODEL__{key.upper()}={json.dumps(saved[key])} (now {json.dumps(value)})"
+            for key, value in now.items()
+            if key in saved and saved[key] != value and key != "device"
+        ]
+        where = f"snapshot {manifest.name} in {self.snapshots.root}"
+        if not differ:
+            return f"{where} does not load into this model: {exc}"
+        return (
+            f"{where} was written by a model with other settings: {', '.join(differ)}; set "
+            "those to resume it, or give STREAMREC_LEARNER__SNAPSHOT_DIR a new directory to "
+            f"start afresh ({exc})"
         )
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 import orjson
 import paddle
 
-from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
+from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, ModelConfig
 from streamrec.errors import InvalidSnapshot, SnapshotWriteError
 from streamrec.faults import fault_point
 from streamrec.fileio import fsync_path, sha256_file
@@ -73,8 +73,8 @@ def learner_from_snapshot(store: SnapshotStore, version: int) -> DINLearner:
     model_doc = manifest.config.get("model")
     if not isinstance(model_doc, dict):
         raise InvalidSnapshot(f"{store.path(version)}: the manifest holds no model configuration")
-    # A configuration without match_features predates them: that model was built without.
-    model_doc = {"match_features": False, **model_doc, "device": paddle.device.get_device()}
+    # A configuration saved before a setting existed: the model was built without it.
+    model_doc = {**MODEL_SETTINGS_BEFORE, **model_doc, "device": paddle.device.get_device()}
     cfg = ModelConfig.model_validate(model_doc)
     learner = DINLearner(cfg)
     learner.load_state_arrays({f"{g}/{k}": v for g, arrays in tensors.items() for k, v in arrays.items()})

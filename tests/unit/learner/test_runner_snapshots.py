@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from streamrec.config import StreamrecConfig
-from streamrec.errors import SnapshotDirError, SnapshotInUse
+from streamrec.errors import SnapshotDirError, SnapshotError, SnapshotInUse
 from streamrec.kafka.records import Partition, Position
 from streamrec.learner import runner as runner_module
 from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch
+from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import LearnerRunner
 from streamrec.learner.snapshot import SnapshotStore
 
@@ -198,3 +199,24 @@ def test_a_snapshot_request_with_nothing_trained_since_answers_with_the_newest_v
         request = store.request()
         runner._serve_requests()
         assert store.versions() == [1, 2] and store.answered(request) == 2
+
+
+def test_a_snapshot_of_another_model_layout_names_the_settings_that_differ(
+    tmp_path: Path, consumers: list[FakeConsumer]
+) -> None:
+    """A snapshot written before the match features (or with other model settings) failed to
+    resume with `state arrays do not fit this model: missing=[...]`, naming no setting."""
+    from tests.support import small_tables
+
+    model = {"tables": small_tables(512, 64, dim=4), "sequence_length": 6, "mlp_units": (8,)}
+    old = StreamrecConfig.model_validate({
+        "learner": {"snapshot_dir": tmp_path}, "model": {**model, "match_features": False},
+    })
+    with LearnerRunner(old, DINLearner(old.model)) as runner:
+        runner.snapshot()
+    new = StreamrecConfig.model_validate({"learner": {"snapshot_dir": tmp_path}, "model": model})
+    with pytest.raises(SnapshotError) as caught:
+        LearnerRunner(new, DINLearner(new.model))
+    message = str(caught.value)
+    assert "v000001" in message and "STREAMREC_MODEL__MATCH_FEATURES=false" in message
+    assert "\n" not in message
