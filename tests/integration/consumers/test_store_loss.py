@@ -93,25 +93,31 @@ def test_a_restart_while_the_consumer_runs_is_caught_at_the_next_batch(
 ) -> None:
     cfg = config(kafka_config, private_redis, unique_name)
     publish(clicks[:3000], kafka_config)
-    runner = ConsumerRunner(cfg)
-    out: list[ConsumerStats | BaseException] = []
-    thread = threading.Thread(target=lambda: out.append(_run(runner)))
-    thread.start()
-    deadline = time.monotonic() + 60
-    while runner.stats.batches < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    thread, out = running(ConsumerRunner(cfg))
     restart_empty(private_redis, tmp_path)
     thread.join(120)
     assert isinstance(out[0], FeatureStoreLost), out
     assert_point_in_time(samples_of(kafka_config), clicks[:3000])  # no truncated history went out
 
 
-def _run(runner: ConsumerRunner) -> ConsumerStats | BaseException:
-    try:
-        return runner.run()
-    except BaseException as exc:  # handed to the test
-        return exc
+def running(runner: ConsumerRunner) -> tuple[threading.Thread, list[ConsumerStats | BaseException]]:
+    """``runner`` running on a thread, once it has committed two batches; what its run
+    returned or raised lands in the list."""
+    out: list[ConsumerStats | BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(runner.run())
+        except BaseException as exc:  # handed to the test
+            out.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while runner.stats.batches < 2:
+        assert time.monotonic() < deadline, "the consumer committed no two batches"
+        time.sleep(0.01)
+    return thread, out
 
 
 def test_up_with_a_data_dir_keeps_redis_data_across_restarts(
@@ -142,14 +148,7 @@ def test_a_forced_rebuild_while_a_consumer_runs_tells_it_to_restart_and_a_restar
     cfg = config(kafka_config, private_redis, unique_name)
     cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"stop_when_idle_s": 15.0})})
     publish(clicks[:1500], kafka_config)
-    runner = ConsumerRunner(cfg)
-    out: list[ConsumerStats | BaseException] = []
-    thread = threading.Thread(target=lambda: out.append(_run(runner)))
-    thread.start()
-    deadline = time.monotonic() + 60
-    while runner.stats.batches < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    thread, out = running(ConsumerRunner(cfg))
     rebuild_store(cfg, force=True)
     publish(clicks[1500:3000], kafka_config)
     thread.join(120)
