@@ -165,6 +165,30 @@ def serving(app: ASGIApp) -> Iterator[str]:
         thread.join(10)
 
 
+
+def in_thread(run: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """``run()`` started on a thread; what it returns or raises lands in the list."""
+    out: list[Any] = []
+
+    def target() -> None:
+        try:
+            out.append(run())
+        except BaseException as exc:  # handed to the test
+            out.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, out
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
+    """Poll ``condition`` every 50 ms until it holds; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not reached in {timeout_s}s"
+        time.sleep(0.05)
+
+
 if __name__ == "__main__":
     import sys
 

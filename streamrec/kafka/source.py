@@ -202,12 +202,17 @@ class RecordSource:
     def has_committed_offsets(self, timeout_s: float) -> bool:
         """Whether the group has committed offsets on any partition of the topics: whether
         it processed records before."""
+        parts = [TopicPartition(*key) for key in self._partitions(timeout_s)]
+        committed = self.consumer.committed(parts, timeout=timeout_s) if parts else []
+        return any(tp.offset >= 0 for tp in committed)
+
+    def _partitions(self, timeout_s: float) -> list[Partition]:
+        """Every partition of the topics, as the broker's metadata has them now."""
         parts = []
         for topic in self._topics:
             meta = self.consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-            parts += [TopicPartition(topic, p) for p in (meta.partitions if meta else ())]
-        committed = self.consumer.committed(parts, timeout=timeout_s) if parts else []
-        return any(tp.offset >= 0 for tp in committed)
+            parts += [Partition(topic, p) for p in sorted(meta.partitions if meta else ())]
+        return parts
 
     def start_positions(self, known: Mapping[Partition, int], timeout_s: float) -> dict[Partition, int]:
         """The next offset to read for each partition of the topics that ``known`` does not
@@ -217,19 +222,13 @@ class RecordSource:
         left off, even for a partition another member of the group read and committed
         meanwhile.
         """
+        unknown = [TopicPartition(*key) for key in self._partitions(timeout_s) if key not in known]
+        committed = self.consumer.committed(unknown, timeout=timeout_s) if unknown else []
         positions: dict[Partition, int] = {}
-        for topic in self._topics:
-            meta = self.consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-            unknown = [
-                TopicPartition(topic, p) for p in sorted(meta.partitions if meta else ())
-                if Partition(topic, p) not in known
-            ]
-            committed = self.consumer.committed(unknown, timeout=timeout_s) if unknown else []
-            for tp in committed:
-                low, _ = self.consumer.get_watermark_offsets(
-                    TopicPartition(tp.topic, tp.partition), timeout=timeout_s
-                )
-                positions[Partition(tp.topic, tp.partition)] = max(tp.offset, low)
+        for tp in committed:
+            key = Partition(tp.topic, tp.partition)
+            low, _ = self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=timeout_s)
+            positions[key] = max(tp.offset, low)
         return positions
 
     def seek(self, offsets: Mapping[Partition, int]) -> None:

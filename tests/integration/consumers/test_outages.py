@@ -4,9 +4,7 @@ a deadline, and only then stops with one clear line. Each service here is the te
 from __future__ import annotations
 
 import re
-import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -18,6 +16,7 @@ from streamrec.kafka.topics import ensure_topics
 from streamrec.producer import publish
 from streamrec.samples import Sample
 from tests.integration.conftest import PrivateService, read_committed
+from tests.support import in_thread, wait_for
 
 
 def config(kafka: KafkaConfig, redis_url: str, unique: str, deadline_s: float = 120.0) -> StreamrecConfig:
@@ -29,27 +28,6 @@ def config(kafka: KafkaConfig, redis_url: str, unique: str, deadline_s: float = 
             "retry_deadline_s": deadline_s,
         },
     })
-
-
-def run_in_thread(runner: ConsumerRunner) -> tuple[threading.Thread, list[ConsumerStats | BaseException]]:
-    out: list[ConsumerStats | BaseException] = []
-
-    def target() -> None:
-        try:
-            out.append(runner.run())
-        except BaseException as exc:  # handed to the test
-            out.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    return thread, out
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 def assert_exactly_once(kafka: KafkaConfig, events: list[Event]) -> None:
@@ -67,7 +45,7 @@ def test_a_redis_pause_is_ridden_out(
     cfg = config(kafka_config, f"redis://{private_redis.address}/0", unique_name)
     publish(events, kafka_config)
     runner = ConsumerRunner(cfg)
-    thread, out = run_in_thread(runner)
+    thread, out = in_thread(runner.run)
     wait_for(lambda: runner.stats.batches >= 2)
     private_redis.pause()
     time.sleep(4)  # the outage itself: several socket timeouts long
@@ -86,7 +64,7 @@ def test_a_redis_that_stays_down_ends_in_one_clear_error_after_the_deadline(
     cfg = config(kafka_config, f"redis://{private_redis.address}/0", unique_name, deadline_s=3.0)
     publish(clicks[:500], kafka_config)
     runner = ConsumerRunner(cfg)
-    thread, out = run_in_thread(runner)
+    thread, out = in_thread(runner.run)
     wait_for(lambda: runner.stats.batches >= 1)
     private_redis.proc.stop()
     publish(clicks[500:1000], kafka_config)
@@ -123,7 +101,7 @@ def test_a_broker_stall_longer_than_the_transaction_timeout_is_ridden_out(
     events = clicks[:3000]
     publish(events, kafka)
     runner = ConsumerRunner(config(kafka, redis_url, unique_name))
-    thread, out = run_in_thread(runner)
+    thread, out = in_thread(runner.run)
     wait_for(lambda: runner.stats.batches >= 2)
     private_broker.pause()
     time.sleep(25)

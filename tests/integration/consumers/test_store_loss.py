@@ -4,7 +4,6 @@ events topic; ``streamrec up --data-dir`` keeps the embedded Redis's data across
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from streamrec.local.ports import free_ports
 from streamrec.producer import publish
 from streamrec.samples import Sample
 from tests.integration.conftest import PrivateService, read_committed
+from tests.support import in_thread, wait_for
 
 SEQ = 20
 
@@ -101,22 +101,9 @@ def test_a_restart_while_the_consumer_runs_is_caught_at_the_next_batch(
 
 
 def running(runner: ConsumerRunner) -> tuple[threading.Thread, list[ConsumerStats | BaseException]]:
-    """``runner`` running on a thread, once it has committed two batches; what its run
-    returned or raised lands in the list."""
-    out: list[ConsumerStats | BaseException] = []
-
-    def run() -> None:
-        try:
-            out.append(runner.run())
-        except BaseException as exc:  # handed to the test
-            out.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while runner.stats.batches < 2:
-        assert time.monotonic() < deadline, "the consumer committed no two batches"
-        time.sleep(0.01)
+    """``runner`` running on a thread, once it has committed two batches."""
+    thread, out = in_thread(runner.run)
+    wait_for(lambda: runner.stats.batches >= 2, what="the consumer's second batch")
     return thread, out
 
 

@@ -33,7 +33,7 @@ from streamrec.kafka.topics import ensure_topics
 from streamrec.learner.runner import LearnerRunner, LearnerStats
 from streamrec.samples import Sample
 from tests.integration.conftest import PrivateService
-from tests.support import RecordingLearner, small_tables
+from tests.support import RecordingLearner, in_thread, small_tables, wait_for
 
 TS = 1_511_658_000_000
 COUNT = 900
@@ -55,13 +55,6 @@ def publish(bootstrap_servers: str, topic: str, count: int = COUNT) -> set[str]:
         producer.produce(topic, key=s.user_id.encode(), value=s.to_json(), timestamp=s.ts)
     assert producer.flush(10) == 0
     return {sample(n).sample_id for n in range(count)}
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not reached in {timeout_s}s"
-        time.sleep(0.05)
 
 
 def gathered_to_end(runner: LearnerRunner) -> bool:
@@ -103,20 +96,6 @@ class Intruder:
         self.consumer.close()
 
 
-def start(runner: LearnerRunner, stop: threading.Event) -> tuple[threading.Thread, list[object]]:
-    out: list[object] = []
-
-    def target() -> None:
-        try:
-            out.append(runner.run(stop))
-        except BaseException as exc:  # handed to the test
-            out.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    return thread, out
-
-
 def assert_once(trained: list[str], published: set[str]) -> None:
     twice = {sid: n for sid, n in Counter(trained).items() if n > 1}
     assert not twice, f"{len(twice)} samples trained more than once, e.g. {list(twice.items())[:3]}"
@@ -146,7 +125,7 @@ def test_a_member_joining_and_leaving_while_a_micro_batch_is_gathered(
     published = publish(cfg.kafka.bootstrap_servers, cfg.kafka.samples_topic)
     learner = RecordingLearner(cfg.model)
     runner, stop = LearnerRunner(cfg, learner), threading.Event()
-    thread, out = start(runner, stop)
+    thread, out = in_thread(lambda: runner.run(stop))
     try:
         wait_for(lambda: gathered_to_end(runner), what="the learner gathering every sample")
         before = runner._source.assignments
@@ -178,7 +157,7 @@ def test_a_member_joining_and_leaving_while_a_micro_batch_is_trained(
     gate = threading.Event()
     learner = RecordingLearner(cfg.model, gate=gate)
     runner = LearnerRunner(cfg, learner)
-    thread, out = start(runner, threading.Event())
+    thread, out = in_thread(runner.run)
     try:
         wait_for(learner.in_step.is_set, what="the first training step")
         before = runner._source.assignments
@@ -255,7 +234,7 @@ def test_the_broker_frozen_past_the_session_timeout_while_gathering(
     published = publish(private_kafka.bootstrap_servers, private_kafka.samples_topic)
     learner = RecordingLearner(cfg.model)
     runner, stop = LearnerRunner(cfg, learner), threading.Event()
-    thread, out = start(runner, stop)
+    thread, out = in_thread(lambda: runner.run(stop))
     try:
         wait_for(lambda: runner._source.assignments > 0, what="the learner's assignment")
         time.sleep(3)  # gathering every sample (its interval is two minutes)
