@@ -1,17 +1,38 @@
-"""Event consumers: window events into Redis sequences and emit point-in-time samples."""
+"""Event consumers: window events into Redis sequences and emit point-in-time samples.
 
-from streamrec.consumers.negatives import NoveltyMatchedSampler
-from streamrec.consumers.processor import BatchResult, SampleBuilder
-from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
+:class:`ConsumerRunner` is the consumer process: events in, samples and dead letters out, in
+one Kafka transaction per batch. Its logic, free of any client, is :class:`SampleBuilder`
+(one batch of events into :class:`BatchResult`); :class:`NoveltyMatchedSampler` draws the
+negatives.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streamrec.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from streamrec.consumers.negatives import NoveltyMatchedSampler
+    from streamrec.consumers.processor import BatchResult, SampleBuilder
+    from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
 
 __all__ = [
     "BatchResult",
     "ConsumerRunner",
     "ConsumerStats",
-    "SampleBuilder",
     "NoveltyMatchedSampler",
+    "SampleBuilder",
 ]
 
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "streamrec.consumers.negatives": ["NoveltyMatchedSampler"],
+        "streamrec.consumers.processor": ["BatchResult", "SampleBuilder"],
+        "streamrec.consumers.runner": ["ConsumerRunner", "ConsumerStats"],
+    },
+)
 
 # The top-level ``consumers/`` folder is a link to this package, so from the repository root the
 # same files could also import as ``consumers``: two copies of every class. One name only.

@@ -1,11 +1,37 @@
 """Recorded and generated interaction data as contract events, in event-time order.
 
-``read_events`` reads the public dataset formats (Taobao UserBehavior, MovieLens, ML-100K,
-JSONL); ``synthetic`` generates seeded implicit click streams for tests, demos and benchmarks;
-``load_events`` takes either (``synthetic[:field=value,...]`` or a path).
+:func:`read_events` reads the public dataset formats (Taobao UserBehavior, MovieLens, ML-100K,
+JSONL); :func:`generate_clicks` generates seeded implicit click streams (a
+:class:`ClickStreamSpec`) for tests, demos and benchmarks; :func:`load_events` takes either
+(``synthetic[:field=value,...]`` or a path).
 """
 
-from streamrec.datasets.readers import FORMATS, detect_format, read_events
-from streamrec.datasets.sources import SYNTHETIC, load_events
+from __future__ import annotations
 
-__all__ = ["FORMATS", "SYNTHETIC", "detect_format", "load_events", "read_events"]
+from typing import TYPE_CHECKING
+
+from streamrec.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from streamrec.datasets.readers import FORMATS, detect_format, read_events
+    from streamrec.datasets.sources import SYNTHETIC, load_events
+    from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
+
+__all__ = [
+    "FORMATS",
+    "SYNTHETIC",
+    "ClickStreamSpec",
+    "detect_format",
+    "generate_clicks",
+    "load_events",
+    "read_events",
+]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "streamrec.datasets.readers": ["FORMATS", "detect_format", "read_events"],
+        "streamrec.datasets.sources": ["SYNTHETIC", "load_events"],
+        "streamrec.datasets.synthetic": ["ClickStreamSpec", "generate_clicks"],
+    },
+)

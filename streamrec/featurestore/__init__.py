@@ -1,9 +1,21 @@
-"""Per-user behaviour sequences: the :class:`FeatureStore` interface and its implementations."""
+"""Per-user behaviour sequences: the :class:`FeatureStore` interface and its implementations.
 
-from streamrec.config import MemoryStoreConfig, StreamrecConfig
-from streamrec.featurestore.base import Arrival, Behaviour, FeatureStore, History, StoreUpdate, Verdict
-from streamrec.featurestore.memory import MemoryFeatureStore
-from streamrec.featurestore.redis_store import RedisFeatureStore
+:class:`RedisFeatureStore` is the production store; :class:`MemoryFeatureStore` keeps the same
+contract in process, for backtests and tests. :func:`make_feature_store` builds the one the
+settings name.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streamrec.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from streamrec.config import StreamrecConfig
+    from streamrec.featurestore.base import Arrival, Behaviour, FeatureStore, History, StoreUpdate, Verdict
+    from streamrec.featurestore.memory import MemoryFeatureStore
+    from streamrec.featurestore.redis_store import RedisFeatureStore
 
 __all__ = [
     "Arrival",
@@ -17,10 +29,30 @@ __all__ = [
     "make_feature_store",
 ]
 
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "streamrec.featurestore.base": [
+            "Arrival",
+            "Behaviour",
+            "FeatureStore",
+            "History",
+            "StoreUpdate",
+            "Verdict",
+        ],
+        "streamrec.featurestore.memory": ["MemoryFeatureStore"],
+        "streamrec.featurestore.redis_store": ["RedisFeatureStore"],
+    },
+)
+
 
 def make_feature_store(cfg: StreamrecConfig) -> FeatureStore:
     """The store ``cfg.store`` names, keeping each user's latest ``model.sequence_length``
     behaviours and the event ids of ``consumer.dedup_horizon_ms`` of event time."""
+    from streamrec.config import MemoryStoreConfig
+    from streamrec.featurestore.memory import MemoryFeatureStore
+    from streamrec.featurestore.redis_store import RedisFeatureStore
+
     length, horizon_ms = cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms
     if isinstance(cfg.store, MemoryStoreConfig):
         return MemoryFeatureStore(length, horizon_ms)

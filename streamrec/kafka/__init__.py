@@ -1,1 +1,41 @@
-"""Kafka plumbing: clients, topics, record positions, event-time alignment, the record source."""
+"""Kafka plumbing: clients, topics, record positions, event-time alignment, the record source.
+
+:class:`KafkaMessage` is the slice of a ``confluent_kafka.Message`` pure logic reads, and
+:class:`Record` one held in memory; :class:`Partition` and :class:`Position` name a partition
+and a place in it. :class:`RecordSource` owns one consumer's partitions. Clients are made with
+:func:`make_consumer` and :func:`make_producer` from a :class:`~streamrec.config.KafkaConfig`;
+:func:`ensure_topics` creates the topics the pipeline uses.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streamrec.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from streamrec.kafka.clients import make_consumer, make_producer
+    from streamrec.kafka.records import KafkaMessage, Partition, Position, Record
+    from streamrec.kafka.source import RecordSource
+    from streamrec.kafka.topics import ensure_topics
+
+__all__ = [
+    "KafkaMessage",
+    "Partition",
+    "Position",
+    "Record",
+    "RecordSource",
+    "ensure_topics",
+    "make_consumer",
+    "make_producer",
+]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "streamrec.kafka.clients": ["make_consumer", "make_producer"],
+        "streamrec.kafka.records": ["KafkaMessage", "Partition", "Position", "Record"],
+        "streamrec.kafka.source": ["RecordSource"],
+        "streamrec.kafka.topics": ["ensure_topics"],
+    },
+)

@@ -1,4 +1,64 @@
-"""The micro-batch DIN learner: hashing, batches, the model, metrics."""
+"""The micro-batch learner: the learner contract, the DIN model, the learner loop, snapshots.
+
+- :class:`Learner` is the contract every model implements (``learn_many``, ``predict_many``);
+  :class:`DINLearner` is the Deep Interest Network in PaddlePaddle. Both take a
+  :class:`Batch`: samples as columns.
+- :class:`LearnerRunner` is the loop: read a micro-batch of samples from Kafka, score it,
+  train on it, write a snapshot to a :class:`SnapshotStore`.
+- :func:`auc`, :func:`gauc` and :func:`logloss` are the prequential metrics;
+  :func:`fingerprint` is the stable id hash the embedding tables key rows by.
+
+Names are imported when first used: Paddle loads only with :class:`DINLearner`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streamrec.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from streamrec.learner.base import Learner, TrainResult
+    from streamrec.learner.batch import Batch
+    from streamrec.learner.din import DINLearner
+    from streamrec.learner.hashing import fingerprint
+    from streamrec.learner.metrics import auc, gauc, logloss
+    from streamrec.learner.promotion import ServingPointer
+    from streamrec.learner.runner import LearnerRunner, LearnerStats, MicroBatchReport
+    from streamrec.learner.snapshot import SnapshotStore
+    from streamrec.learner.snapshot_manifest import SnapshotManifest
+
+__all__ = [
+    "Batch",
+    "DINLearner",
+    "Learner",
+    "LearnerRunner",
+    "LearnerStats",
+    "MicroBatchReport",
+    "ServingPointer",
+    "SnapshotManifest",
+    "SnapshotStore",
+    "TrainResult",
+    "auc",
+    "fingerprint",
+    "gauc",
+    "logloss",
+]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "streamrec.learner.base": ["Learner", "TrainResult"],
+        "streamrec.learner.batch": ["Batch"],
+        "streamrec.learner.din": ["DINLearner"],
+        "streamrec.learner.hashing": ["fingerprint"],
+        "streamrec.learner.metrics": ["auc", "gauc", "logloss"],
+        "streamrec.learner.promotion": ["ServingPointer"],
+        "streamrec.learner.runner": ["LearnerRunner", "LearnerStats", "MicroBatchReport"],
+        "streamrec.learner.snapshot": ["SnapshotStore"],
+        "streamrec.learner.snapshot_manifest": ["SnapshotManifest"],
+    },
+)
 
 # The top-level ``learner/`` folder is a link to this package, so from the repository root the
 # same files could also import as ``learner``: two copies of every class. One name only.

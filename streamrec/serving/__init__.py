@@ -1,1 +1,29 @@
-"""Serving: export snapshots for Paddle Inference, score candidates, serve over HTTP."""
+"""Serving: export snapshots for Paddle Inference, score candidates, serve over HTTP.
+
+:func:`export_snapshot` writes a version's export (a Paddle Inference model, its id tables and
+``contract.json``); :class:`ExportedModel` scores :class:`Candidate` items with one export, and
+:class:`Scorer` with whichever version the serving pointer names, swapping versions as they are
+promoted. :func:`build_app` is the HTTP app of ``streamrec serve``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streamrec.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from streamrec.serving.export import export_snapshot
+    from streamrec.serving.http import build_app
+    from streamrec.serving.scorer import Candidate, ExportedModel, Scorer
+
+__all__ = ["Candidate", "ExportedModel", "Scorer", "build_app", "export_snapshot"]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "streamrec.serving.export": ["export_snapshot"],
+        "streamrec.serving.http": ["build_app"],
+        "streamrec.serving.scorer": ["Candidate", "ExportedModel", "Scorer"],
+    },
+)
