@@ -165,7 +165,8 @@ def _read(
 ) -> float:
     """Records a second through ``handle`` (each batch's records in, how many it took out),
     read from the beginning of every partition of ``topic`` and timed by :func:`timed_read`,
-    ``finish`` on the clock."""
+    ``finish`` on the clock.
+    """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-bare-{uuid.uuid4().hex[:8]}",
                          "fetch.queue.backoff.ms": 10})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -206,7 +207,8 @@ def recorder() -> tuple[list[Batch], Callable[[BatchReport], None]]:
 def steady_rate(runs: list[list[Batch]], batch_size: int) -> tuple[float, float, float]:
     """Events per second over the runs' full batches, and the window they span. The last
     batches of a finite backlog are small and wait up to the aligner's idle time (2 s) for
-    partitions that reached their end: latency at the end of the input, not throughput."""
+    partitions that reached their end: latency at the end of the input, not throughput.
+    """
     kept = []
     for batches in runs:
         while batches and batches[-1][2] < batch_size // 2:
@@ -221,7 +223,8 @@ class CpuQuotas:
     cgroup each, v1 (``/sys/fs/cgroup/cpu``) or v2, made and removed by the benchmark (root
     only). With each consumer held to a fraction of a core, the machine's cores stop being
     the bound, so the scaling measured is the consumers' own: what a machine with a core for
-    each consumer, Redis and the broker would show."""
+    each consumer, Redis and the broker would show.
+    """
 
     PERIOD_US = 10_000
 
@@ -243,6 +246,7 @@ class CpuQuotas:
             raise SystemExit(f"--cpu-per-consumer needs a writable cgroup cpu controller: {exc}") from exc
 
     def remove(self) -> None:
+        """Remove the cgroups made for the consumers (each is empty once its process exited)."""
         for path in self.paths:
             if path.exists():
                 path.rmdir()  # empty once its process has exited
@@ -258,7 +262,8 @@ def consume(
 ) -> tuple[int, list[Batch]]:
     """One consumer process: the events it processed and its batches. It says on ``ready``
     once it holds its ``share`` of the partitions: the group has settled. In ``cgroup`` when
-    given (a CPU quota of its own)."""
+    given (a CPU quota of its own).
+    """
     if cgroup is not None:
         enter_cgroup(cgroup)
     tune_for_batches()  # as `streamrec consumers run` does
@@ -289,7 +294,8 @@ def cpu_s_of(pid: int) -> float:
 
 class CpuSampler:
     """The machine's busy CPU time (all processes: consumers, Redis, the broker), sampled from
-    /proc/stat every 0.1 s, to tell how busy the cores were over a window afterwards."""
+    /proc/stat every 0.1 s, to tell how busy the cores were over a window afterwards.
+    """
 
     def __init__(self) -> None:
         self._samples: list[tuple[float, float]] = []  # (wall time, busy core-seconds)
@@ -330,7 +336,8 @@ def scaling(
     to ``cpu_per_consumer`` cores when given), and how many cores the machine kept busy
     meanwhile. The events are published once the group has settled: a consumer joining late
     would rebalance the group mid-run (seconds of it on the embedded broker), which measures
-    the join, not the consumers."""
+    the join, not the consumers.
+    """
     name = uuid.uuid4().hex[:8]
     own = {
         **sections,
@@ -364,6 +371,7 @@ def scaling(
 
 
 def main() -> None:
+    """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=None, help="default: the whole file")
     parser.add_argument("--data", default=DEFAULT, help="a UserBehavior file, synthetic or feed")

@@ -48,6 +48,7 @@ def micro_batch(index: int, size: int) -> Batch:
 
 
 def main() -> None:
+    """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=120)
     parser.add_argument("--size", type=int, default=3000)

@@ -37,6 +37,7 @@ def train_seconds(cfg: ModelConfig, prepared: list[EncodedBatch]) -> float:
 
 
 def main() -> None:
+    """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)

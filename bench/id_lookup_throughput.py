@@ -27,6 +27,7 @@ TABLE_IDS = 1_000_000
 
 
 def main() -> None:
+    """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--ids", type=int, default=1_000_000)
     args = parser.parse_args()

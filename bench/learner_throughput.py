@@ -38,6 +38,7 @@ MICRO_BATCH = 2500
 
 
 def wire_samples(limit: int) -> list[bytes]:
+    """The samples topic's records for the first ``limit`` MovieLens events, as the consumers make them."""
     events = read_events(MOVIELENS, limit=limit)
     builder = SampleBuilder(ConsumerConfig(), MemoryFeatureStore(ModelConfig().sequence_length))
     records = [Record(e.to_json(), i) for i, e in enumerate(events)]
@@ -50,6 +51,7 @@ def wire_samples(limit: int) -> list[bytes]:
 
 
 def main() -> None:
+    """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=40_000)
     args = parser.parse_args()

@@ -50,7 +50,8 @@ BATCH = 5_000
 @contextmanager
 def counted_redis(folder: Path, name: str) -> Iterator[tuple[str, list[int]]]:
     """A redis-server under callgrind: its URL, and a list that holds its instruction count
-    once it has stopped."""
+    once it has stopped.
+    """
     out = folder / f"{name}.callgrind"
     port = free_port()
     server = start_redis(
@@ -70,7 +71,8 @@ def counted_redis(folder: Path, name: str) -> Iterator[tuple[str, list[int]]]:
 
 def records(events: list[Event]) -> list[Record]:
     """The events as the consumers read them: keyed by user over the partitions (as streamrec's
-    producers put them, murmur2), in order."""
+    producers put them, murmur2), in order.
+    """
     keys = [event.user_id.encode() for event in events]
     offsets = [0] * PARTITIONS
     out = []
@@ -83,7 +85,8 @@ def records(events: list[Event]) -> list[Record]:
 
 def bench_builder(cfg: StreamrecConfig) -> SampleBuilder:
     """The runners' builder on ``cfg``'s store, its placement check told the partition count
-    the runner reads from the broker."""
+    the runner reads from the broker.
+    """
     builder = make_builder(cfg, make_feature_store(cfg))
     if builder.placement is not None:
         builder.placement.counts = {TOPIC: PARTITIONS}
@@ -125,6 +128,7 @@ def instructions(work: Callable[[str], object], folder: Path, name: str) -> tupl
 
 
 def main() -> None:
+    """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=40_000)
     parser.add_argument("--data", default=DEFAULT, help="a UserBehavior file, synthetic or feed")

@@ -86,12 +86,14 @@ def trained_snapshot(root: Path, limit: int) -> tuple[SnapshotStore, list[dict[s
 
 
 def free_port() -> int:
+    """A TCP port free on localhost now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 def start_server(root: Path, port: int) -> subprocess.Popen[bytes]:
+    """``streamrec serve`` on the snapshots under ``root``, without a feature store."""
     env = {**os.environ, "STREAMREC_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamrec", "serve", "--no-store", "--snapshot-dir", str(root),
@@ -175,6 +177,7 @@ def in_process(path: Path, requests: list[dict[str, Any]], seconds: float) -> tu
 
 
 def main() -> None:
+    """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=20.0)

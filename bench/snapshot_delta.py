@@ -44,7 +44,8 @@ def model_state(rows: int, dim: int) -> Tensors:
 
 def changed(state: Tensors, fraction: float, seed: int) -> Tensors:
     """A copy of ``state`` after a micro-batch touching ``fraction`` of the table's rows (the
-    dense layers all change, as they do in training)."""
+    dense layers all change, as they do in training).
+    """
     rng = np.random.default_rng(seed)
     out = {group: {name: a.copy() for name, a in arrays.items()} for group, arrays in state.items()}
     emb = out["model"]["emb"]
@@ -60,16 +61,19 @@ def changed(state: Tensors, fraction: float, seed: int) -> Tensors:
 
 
 def tensor_bytes(store: SnapshotStore, version: int) -> int:
+    """Bytes of a version's tensor files on disk."""
     return sum(p.stat().st_size for p in store.path(version).glob("*.safetensors"))
 
 
 def write(store: SnapshotStore, state: Tensors) -> tuple[int, float]:
+    """Write ``state`` as the next version: its number and the seconds the write took."""
     start = time.perf_counter()
     manifest = store.write(state, micro_batches=1, samples_trained=1, positions=(Position("t", 0, 1),))
     return manifest.version, time.perf_counter() - start
 
 
 def identical(a: Tensors, b: Tensors) -> bool:
+    """Whether two states hold the same groups, names and values."""
     return a.keys() == b.keys() and all(
         a[g].keys() == b[g].keys()
         and all(x.dtype == b[g][k].dtype and x.shape == b[g][k].shape and x.tobytes() == b[g][k].tobytes()
@@ -122,6 +126,7 @@ def chain_load(root: Path, base: Tensors, length: int) -> dict[str, object]:
 
 
 def main() -> None:
+    """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--dim", type=int, default=16)

@@ -1,10 +1,10 @@
-"""Score with a streamrec export using only Paddle Inference, numpy and xxhash: no streamrec.
+r"""Score with a streamrec export using only Paddle Inference, numpy and xxhash: no streamrec.
 
 Copy this into a serving service. An export (``<snapshots>/exports/v000007/``, or
 ``streamrec snapshot export 7``) holds the model, the id tables and ``contract.json``, which
 describes every input; this file follows it.
 
-    python examples/score_export.py EXPORT_DIR USER_ID ITEM[:CATEGORY] ... \\
+    python examples/score_export.py EXPORT_DIR USER_ID ITEM[:CATEGORY] ... \
         --history ITEM:CATEGORY,ITEM:CATEGORY,...      (the user's behaviours, oldest first)
 """
 
@@ -95,6 +95,7 @@ class Export:
 
 
 def main() -> None:
+    """Score the items on the command line and print one probability per item."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("export", type=Path)
     parser.add_argument("user")

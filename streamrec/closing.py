@@ -9,7 +9,8 @@ from typing import Self
 
 class Closing(ABC):
     """A resource usable in a ``with`` block: the block gives the object and ends with
-    :meth:`close`, whatever happened in it."""
+    :meth:`close`, whatever happened in it.
+    """
 
     @abstractmethod
     def close(self) -> None:

@@ -189,7 +189,8 @@ def redact_url(url: str) -> str:
 
 class MemoryStoreConfig(BaseModel):
     """The in-process store (``STREAMREC_STORE__TYPE=memory``): nothing is shared or kept,
-    so it suits one-process runs, backtests and tests only."""
+    so it suits one-process runs, backtests and tests only.
+    """
 
     model_config = _SECTION
 
@@ -461,7 +462,8 @@ class LearnerConfig(BaseModel):
 
 class ServingConfig(BaseModel):
     """``streamrec serve`` and ``streamrec score`` (env ``STREAMREC_SERVING__*``): they read the
-    promoted version of ``STREAMREC_LEARNER__SNAPSHOT_DIR``."""
+    promoted version of ``STREAMREC_LEARNER__SNAPSHOT_DIR``.
+    """
 
     model_config = _SECTION
 
@@ -582,7 +584,8 @@ def load_config(**overrides: Any) -> StreamrecConfig:
 def env_name(loc: tuple[int | str, ...]) -> str:
     """The env var of a setting at ``loc`` (pydantic's error location): ``("consumer",
     "batch_size")`` is ``STREAMREC_CONSUMER__BATCH_SIZE``; an item of a list is named by its
-    list's variable and its place in it."""
+    list's variable and its place in it.
+    """
     parts = list(loc)
     if parts[:1] == ["store"] and parts[1:2] in (["redis"], ["memory"]):
         del parts[1]  # the discriminated union's tag is no setting
@@ -605,7 +608,8 @@ def _setting_error(error: Any) -> str:
 
 def _source_error(exc: SettingsError) -> ConfigError:
     """A value pydantic-settings could not read (JSON in an env var) as one line naming the
-    variable and the position."""
+    variable and the position.
+    """
     cause = exc.__cause__
     if isinstance(cause, json.JSONDecodeError):
         names = [k for k, v in os.environ.items() if k.upper().startswith("STREAMREC_") and v == cause.doc]

@@ -84,7 +84,8 @@ class DeadLetterLog:
     ``every_s`` seconds, and the rest counted, their number logged when the next period
     begins. A producer bug can send bad records by the hundred thousand; one line each
     buried the log (and cost the writer), while the dead-letter topic and the counts keep
-    every one."""
+    every one.
+    """
 
     def __init__(
         self, logger: logging.Logger, dlq_topic: str, *, burst: int = 20, every_s: float = 60.0,

@@ -48,74 +48,88 @@ class SnapshotError(StreamrecError):
 
 class SnapshotInUse(SnapshotError):
     """Another learner holds the snapshot directory: stop it, or give this learner its own
-    snapshot directory and group."""
+    snapshot directory and group.
+    """
 
 
 class SnapshotDirError(SnapshotError):
     """The snapshot directory is unusable (not a directory, not writable, too little free
-    space): fix the named path or point --snapshot-dir elsewhere, then start again."""
+    space): fix the named path or point --snapshot-dir elsewhere, then start again.
+    """
 
 
 class SnapshotWriteError(SnapshotError):
     """A snapshot could not be written (disk full, permissions): fix the named cause and
-    restart; the learner resumes from its last snapshot."""
+    restart; the learner resumes from its last snapshot.
+    """
 
 
 class InvalidSnapshot(SnapshotError):
     """A snapshot version failed its checks and is skipped: delete it, or restore it from a
-    backup if it is the one you need."""
+    backup if it is the one you need.
+    """
 
 
 class InvalidSample(StreamrecError):
     """A training sample broke the sample contract; the learner routes it to the samples
-    dead-letter topic and trains on the rest, never raised out."""
+    dead-letter topic and trains on the rest, never raised out.
+    """
 
 
 class TrainingDiverged(StreamrecError):
     """Training went non-finite (NaN or infinite loss or gradients) on too many micro-batches
     in a row, or the weights did: nothing was snapshotted from it. Restart from the last
-    snapshot, with a lower learning rate if it recurs, and check the samples it stopped on."""
+    snapshot, with a lower learning rate if it recurs, and check the samples it stopped on.
+    """
 
 
 class NonFiniteWeights(TrainingDiverged):
     """The model's weights are not all finite, so no snapshot was written (serving keeps the
-    last finite one): restart from the last snapshot, with a lower learning rate."""
+    last finite one): restart from the last snapshot, with a lower learning rate.
+    """
 
 
 class FeatureStoreUnavailable(FeatureStoreError):
     """Redis did not answer (down, restarting, failing over): the consumers retry until their
-    deadline; bring Redis back."""
+    deadline; bring Redis back.
+    """
 
 
 class FeatureStoreUnreachable(FeatureStoreUnavailable):
     """Redis has not answered at the configured URL since this process started (a wrong URL,
     or Redis not started): check STREAMREC_STORE__URL (--redis-url), or start Redis. Waited
-    for STREAMREC_STORE__CONNECT_TIMEOUT_S at start, not for the retry deadline."""
+    for STREAMREC_STORE__CONNECT_TIMEOUT_S at start, not for the retry deadline.
+    """
 
 
 class Stopped(StreamrecError):
     """A stop signal ended a wait for a service; the unfinished batch was not committed and is
-    redone at the next start."""
+    redone at the next start.
+    """
 
 
 class OutageError(StreamrecError):
     """A service stayed failing past the retry deadline (STREAMREC_CONSUMER__RETRY_DEADLINE_S):
-    bring it back and restart; nothing was lost, the unfinished batch is redone."""
+    bring it back and restart; nothing was lost, the unfinished batch is redone.
+    """
 
 
 class FeatureStoreLost(FeatureStoreError):
     """The feature store lost its data (Redis restarted without persistence, or was flushed):
     stop the consumers, run `streamrec consumers rebuild`, then start them again. When it was
-    rebuilt while they ran, the message says so: then only restart them."""
+    rebuilt while they ran, the message says so: then only restart them.
+    """
 
 
 class SamplesExpired(StreamrecError):
     """The newest snapshot resumes at samples the topic no longer holds (retention or a
     deleted topic): those were never trained. Raise the samples retention, or set
-    STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS=true to skip them."""
+    STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS=true to skip them.
+    """
 
 
 class PartitionFenced(FeatureStoreError):
     """Another consumer claimed a partition this one was still processing (this process was
     stalled past its session timeout): it stops without writing to it or committing a batch
-    of it; restart it to rejoin."""
+    of it; restart it to rejoin.
+    """

@@ -55,7 +55,8 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
 
     def fingerprint(self) -> str:
         """A short digest of everything but the id: tells a resent event (same content) from
-        an id reused for another one."""
+        an id reused for another one.
+        """
         # the repr of the tuple (user, item, category, action, ts, label), written out: a
         # third faster than building the tuple, and the same text (stored marks depend on it)
         text = (
@@ -160,7 +161,8 @@ def parse_event(
 
 def _checked(raw: bytes, now_ms: int, max_future_ms: int) -> Event:
     """Field by field: the event of a record the decoder refused that is valid after all
-    (integer ids, a float ``ts`` that is a whole number, a boolean label), or the reason."""
+    (integer ids, a float ``ts`` that is a whole number, a boolean label), or the reason.
+    """
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

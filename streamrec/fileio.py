@@ -17,7 +17,7 @@ def sha256_file(path: Path) -> str:
 
 
 def fsync_path(path: Path) -> None:
-    """fsync a file or a directory (a directory's fsync makes renames in it durable)."""
+    """Flush a file or a directory to disk (a directory's ``fsync`` makes renames in it durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -23,7 +23,8 @@ YOUNG_THRESHOLD = 100_000
 
 def tune_for_batches(young: int = YOUNG_THRESHOLD) -> None:
     """Collect young objects every ``young`` net allocations instead of 700, and keep what
-    is alive now out of every later collection (once per process, when its loop starts)."""
+    is alive now out of every later collection (once per process, when its loop starts).
+    """
     gc.collect()
     gc.freeze()
     _, middle, old = gc.get_threshold()

@@ -47,7 +47,8 @@ def run_pipeline(
     runner: str = "native",
 ) -> PipelineResult:
     """Publish ``events``, then consume (with the consumer ``runner`` named) and learn until
-    the stream is idle (or ``stop``)."""
+    the stream is idle (or ``stop``).
+    """
     stop = stop or threading.Event()
     ensure_topics(cfg.kafka)
     published = publish(events, cfg.kafka)

@@ -13,7 +13,8 @@ MAX_PAUSE_S = 10.0
 
 class Backoff:
     """Doubling pauses (0.5 s, 1 s, 2 s ... at most 10 s) until ``deadline_s`` has passed since
-    the first failure."""
+    the first failure.
+    """
 
     def __init__(self, deadline_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         """Give up ``deadline_s`` after the first :meth:`next_pause`."""

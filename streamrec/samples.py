@@ -106,7 +106,8 @@ def parse_sample(raw: bytes | None) -> Sample:
 
 def _checked(raw: bytes | None) -> Sample:
     """Field by field: the reason a record is not a valid sample (or the sample, should the
-    decoder have refused a valid one)."""
+    decoder have refused a valid one).
+    """
     doc = _object(raw)
     try:
         sample_id, user_id, item_id, category_id = (

@@ -1,6 +1,7 @@
 """Shared test fixtures: the bundled MovieLens, a seeded generated click stream, and the real
 Taobao file from ``../shared/data`` where it exists (extra coverage only: no guarantee test
-may depend on it, since a fresh clone has no such folder)."""
+may depend on it, since a fresh clone has no such folder).
+"""
 
 from __future__ import annotations
 

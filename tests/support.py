@@ -24,7 +24,8 @@ def small_tables(
     item_rows: int = 2**14, category_rows: int = 2**12, dim: int = 16, **table: Any
 ) -> list[dict[str, Any]]:
     """Item and category embedding tables small enough for quick tests (``ModelConfig.tables``);
-    ``table`` sets more fields of both (``ids="hashed"``, ``min_count``...)."""
+    ``table`` sets more fields of both (``ids="hashed"``, ``min_count``...).
+    """
     return [
         {"name": "item", "feature": "item", "rows": item_rows, "dim": dim, **table},
         {"name": "category", "feature": "category", "rows": category_rows, "dim": dim, **table},
@@ -33,7 +34,8 @@ def small_tables(
 
 def trained_snapshots(root: Path, count: int = 2, seed: int = 0) -> SnapshotStore:
     """A snapshot directory with ``count`` versions of a small DIN, each trained on one more
-    window of generated clicks, every one exported; nothing promoted."""
+    window of generated clicks, every one exported; nothing promoted.
+    """
     import numpy as np
 
     from streamrec.config import ModelConfig
@@ -79,7 +81,8 @@ def decoder_agreement(
     """Replace the fields of ``base`` by each ``odd`` value (``...`` removes the field), one at
     a time and in random pairs, and assert that ``parse`` (the C decoder first) and ``checked``
     (field by field) give the same value or raise ``error`` with the same reason on every
-    record. Returns how many records the decoder took by itself."""
+    record. Returns how many records the decoder took by itself.
+    """
 
     def outcome(raw: bytes, parser: Callable[[bytes], Any]) -> Any:
         try:
@@ -112,7 +115,8 @@ def _recording_learner_base() -> type:
 class RecordingLearner(_recording_learner_base()):  # type: ignore[misc]
     """A DIN that records the id of every sample it trains on, in order (``trained``); sets
     ``in_step`` when a training step begins and, given a ``gate``, waits for it (up to a
-    minute) before training, so a test can act while a step runs."""
+    minute) before training, so a test can act while a step runs.
+    """
 
     def __init__(self, cfg: Any, gate: Any = None) -> None:
         super().__init__(cfg)
@@ -130,7 +134,8 @@ class RecordingLearner(_recording_learner_base()):  # type: ignore[misc]
 
 def recording_learner_main(config_file: str, trained_file: str) -> None:
     """Run a learner on the config in ``config_file`` (JSON) until it stops; write the sample
-    ids it trained to ``trained_file`` (JSON), atomically."""
+    ids it trained to ``trained_file`` (JSON), atomically.
+    """
     from streamrec.config import StreamrecConfig
     from streamrec.learner.runner import LearnerRunner
 

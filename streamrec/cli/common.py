@@ -28,7 +28,8 @@ err_console = Console(stderr=True, soft_wrap=True)
 def command_group(help: str, **options: Any) -> typer.Typer:
     """A group of commands (``options`` as :class:`typer.Typer` takes them), its help written
     as the docstrings are: paragraphs wrapped in the source and reflowed to the terminal
-    (Markdown; Typer's default keeps every line break of the source), backticks for code."""
+    (Markdown; Typer's default keeps every line break of the source), backticks for code.
+    """
     return typer.Typer(help=help, no_args_is_help=True, rich_markup_mode="markdown", **options)
 
 
@@ -68,7 +69,8 @@ def cli_errors() -> Iterator[None]:
 def stop_on_signals() -> threading.Event:
     """An event set by SIGINT/SIGTERM, so a loop can finish its batch and exit cleanly; a
     second signal interrupts at once (the uncommitted batch is aborted and redone at the next
-    start), whatever the process is waiting for."""
+    start), whatever the process is waiting for.
+    """
     stop = threading.Event()
 
     def handler(signum: int, frame: object) -> None:

@@ -65,7 +65,8 @@ class ConsumerStatus:
 
     def events_per_second(self) -> float:
         """Events of the batches within the window, over the window (or the run, if shorter,
-        but at least a second)."""
+        but at least a second).
+        """
         now = self._clock()
         with self._lock:
             while self._recent and self._recent[0][0] < now - self._window_s:
@@ -99,7 +100,8 @@ def batch_handler(metrics: ConsumerMetrics, status: ConsumerStatus) -> Callable[
 
 def serve_metrics(metrics: ConsumerMetrics, cfg: StreamrecConfig) -> None:
     """Serve ``/metrics`` on the configured port, with the group's lag on the events topic
-    (a client of the metrics' own asks the broker at each scrape); nothing when off."""
+    (a client of the metrics' own asks the broker at each scrape); nothing when off.
+    """
     if metrics.serve(cfg.consumer.metrics_port) is None:
         return
     client = lag_client(cfg.kafka, cfg.consumer.group_id)

@@ -43,7 +43,8 @@ def demo(
     runner: str = typer.Option("native", help="Consumer runner: native (exactly-once) or faust"),
 ) -> None:
     """Start a local broker and Redis, replay a dataset through producer -> consumers ->
-    learner, print progressive metrics per micro-batch and the snapshots written."""
+    learner, print progressive metrics per micro-batch and the snapshots written.
+    """
     from streamrec.pipeline import run_pipeline  # imports Paddle: only when the demo runs
 
     with cli_errors():

@@ -27,7 +27,8 @@ def generate(
     ),
 ) -> None:
     """Generate implicit clicks (pv/cart/fav/buy, heavy-tailed popularity, new items arriving)
-    and write them in event-time order; `streamrec produce OUT` publishes them."""
+    and write them in event-time order; `streamrec produce OUT` publishes them.
+    """
     with cli_errors():
         spec = ClickStreamSpec(users=users, items=items, categories=categories, events=events, seed=seed)
         stream = generate_feed(FeedSpec(clicks=spec, seed=seed)).events if feed else generate_clicks(spec)

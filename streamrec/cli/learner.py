@@ -33,7 +33,8 @@ app = command_group("Train DIN incrementally on the samples stream.")
 
 def print_report(report: MicroBatchReport) -> None:
     """One line per micro-batch: progressive metrics, scored before training; then what was
-    dead-lettered and how many steps were skipped as not finite, when any were."""
+    dead-lettered and how many steps were skipped as not finite, when any were.
+    """
     m = report.metrics
     problems = ""
     if report.dead:
@@ -56,7 +57,8 @@ def print_report(report: MicroBatchReport) -> None:
 
 class LearnerStatus:
     """The live status line: the last micro-batch, samples trained, and freshness read from
-    the metrics at each redraw, so it keeps growing while no samples arrive."""
+    the metrics at each redraw, so it keeps growing while no samples arrive.
+    """
 
     def __init__(self, metrics: LearnerMetrics) -> None:
         """Show ``metrics``' freshness; nothing trained yet."""
@@ -111,7 +113,8 @@ def snapshot_handler(
     then: Callable[[SnapshotManifest], None] | None = None,
 ) -> Callable[[SnapshotManifest], None]:
     """The runner's ``on_snapshot``: metrics and one printed line, then ``then`` (the export
-    and promotion)."""
+    and promotion).
+    """
 
     def on_snapshot(manifest: SnapshotManifest) -> None:
         path = store.path(manifest.version)
@@ -127,7 +130,8 @@ def serve_metrics(
     metrics: LearnerMetrics, cfg: StreamrecConfig, positions: Callable[[], Mapping[Partition, int]]
 ) -> None:
     """Serve ``/metrics`` on the configured port, with the lag of the runner's ``positions``
-    (a client of the metrics' own asks the broker at each scrape); nothing when off."""
+    (a client of the metrics' own asks the broker at each scrape); nothing when off.
+    """
     if metrics.serve(cfg.learner.metrics_port) is None:
         return
     client = lag_client(cfg.kafka, cfg.learner.group_id)

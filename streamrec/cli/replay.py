@@ -1,5 +1,6 @@
 """``streamrec replay backtest|publish``: backtest update strategies on recorded events, or
-send a dataset into Kafka at a multiple of its own event time."""
+send a dataset into Kafka at a multiple of its own event time.
+"""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def backtest(
     sweep_passes: str = typer.Option("1", help="--sweep: comma-separated passes per micro-batch"),
 ) -> None:
     """Replay DATASET through the consumers' logic and every strategy, each micro-batch scored
-    before any strategy trains on it; print the table, write the report."""
+    before any strategy trains on it; print the table, write the report.
+    """
     from streamrec.replay import backtest as bt  # Paddle: only when a backtest runs
     from streamrec.replay import report as rp
     from streamrec.replay.batches import parse_duration
@@ -164,7 +166,8 @@ def publish(
     bootstrap_servers: str | None = typer.Option(None, help="Kafka bootstrap servers"),
 ) -> None:
     """Send DATASET to the events topic at SPEEDUP times its own pace, for end-to-end runs
-    against live consumers and learner."""
+    against live consumers and learner.
+    """
     with cli_errors():
         if speedup <= 0:
             raise ConfigError(f"--speedup must be positive, not {speedup}")

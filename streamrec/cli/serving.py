@@ -1,5 +1,6 @@
 """``streamrec score`` and ``streamrec serve``: the promoted version, from the command line and
-over HTTP."""
+over HTTP.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def score(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document"),
 ) -> None:
     """Score items for a user with the promoted version; unknown users and items read the
-    default rows."""
+    default rows.
+    """
     from streamrec.serving.scorer import Candidate, Scorer
 
     with cli_errors():
@@ -59,7 +61,8 @@ def serve(
 ) -> None:
     """Serve the promoted version over HTTP: POST /score, GET /readyz (also /healthz), GET
     /livez, GET /metrics. It follows `streamrec snapshot promote|rollback` without dropping a
-    request."""
+    request.
+    """
     import uvicorn
 
     from streamrec.serving.http import build_app

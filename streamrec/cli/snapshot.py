@@ -57,7 +57,8 @@ def create(
     as_json: bool = JsonOption,
 ) -> None:
     """Ask the running learner for a snapshot now and wait until it is written; with nothing
-    trained since its newest version, that version answers (no empty version is written)."""
+    trained since its newest version, that version answers (no empty version is written).
+    """
     with cli_errors():
         store = _store(snapshot_dir)
         request_id = store.request()
@@ -107,7 +108,8 @@ def format_kind(manifest: SnapshotManifest) -> str:
 
 def _row(entry: SnapshotEntry, root: Path, serving: str) -> list[str]:
     """A table row: the manifest's figures when it is readable, and whether the version is
-    valid (paths in the reason shown relative to ``root``)."""
+    valid (paths in the reason shown relative to ``root``).
+    """
     problem = entry.problem and entry.problem.replace(f"{root}{os.sep}", "")
     status = "ok" if problem is None else f"[red]invalid[/red]: {escape(problem)}"
     serving = f"[bold green]{serving}[/bold green]" if serving == "CURRENT" else serving
@@ -197,7 +199,8 @@ def verify(
     as_json: bool = JsonOption,
 ) -> None:
     """Verify every checksum of one version or of all, and of its export; exit status 1 if any
-    is invalid. A version without an export says so (serving builds it when promoted)."""
+    is invalid. A version without an export says so (serving builds it when promoted).
+    """
     with cli_errors():
         store = _store(snapshot_dir)
         versions = [store.resolve(version)] if version is not None else store.versions()
@@ -260,7 +263,8 @@ def diff(
     as_json: bool = JsonOption,
 ) -> None:
     """Differences between two versions: metrics, positions, config and, per tensor file, which
-    tensors changed (rows changed, largest absolute difference)."""
+    tensors changed (rows changed, largest absolute difference).
+    """
     with cli_errors():
         store = _store(snapshot_dir)
         result = diff_snapshots(store, store.resolve(a), store.resolve(b))
@@ -302,7 +306,8 @@ def promote(
     """Verify a version's checksums and its export's, then point serving at it (serving/CURRENT).
 
     A damaged export is refused, naming the file (`snapshot export VERSION --rebuild` mends
-    it); a missing one is built first."""
+    it); a missing one is built first.
+    """
     with cli_errors():
         store = _store(snapshot_dir)
         number = store.resolve(version)
@@ -322,7 +327,8 @@ def rollback(
     as_json: bool = JsonOption,
 ) -> None:
     """Point serving back at the valid version promoted before the current one (skipping any
-    whose export is damaged; a missing export is built first)."""
+    whose export is damaged; a missing export is built first).
+    """
     with cli_errors():
         store = _store(snapshot_dir)
         version = store.rollback(reason=reason, build_export=_build_export(store))
@@ -364,7 +370,8 @@ def export(
     as_json: bool = JsonOption,
 ) -> None:
     """Export a version for Paddle Inference (model, id tables, contract.json) under
-    ``<snapshot dir>/exports/``; the learner exports every snapshot it writes."""
+    ``<snapshot dir>/exports/``; the learner exports every snapshot it writes.
+    """
     from streamrec.serving.export import export_snapshot
 
     with cli_errors():
@@ -390,7 +397,8 @@ def materialize_(
     as_json: bool = JsonOption,
 ) -> None:
     """Write a full (non-delta) snapshot of a version to OUT: its delta chain applied, every
-    tensor whole, checked like any version (name OUT v000007 to list it with the others)."""
+    tensor whole, checked like any version (name OUT v000007 to list it with the others).
+    """
     with cli_errors():
         store = _store(snapshot_dir)
         number = store.resolve(version)

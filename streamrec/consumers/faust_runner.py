@@ -98,7 +98,8 @@ class FaustStats(ConsumerStats):
 
 def to_record(message: Any) -> Record:
     """A Faust ``Message`` as the :class:`Record` the builder reads (``partition:offset`` is
-    the origin the store remembers, as with the native runner)."""
+    the origin the store remembers, as with the native runner).
+    """
     timestamp = message.timestamp
     return Record(
         message.value,
@@ -120,7 +121,8 @@ def faust_brokers(bootstrap_servers: str) -> list[str]:
 class BatchSink:
     """Sends a batch's samples and dead letters with an idempotent producer and waits until
     the broker acknowledged every one (same topics, keys, timestamps and headers as the native
-    runner). Raises :class:`KafkaException` when a record was not delivered."""
+    runner). Raises :class:`KafkaException` when a record was not delivered.
+    """
 
     def __init__(self, cfg: StreamrecConfig, producer: Producer | None = None) -> None:
         """Send to ``cfg``'s topics; ``producer`` defaults to an idempotent one."""
@@ -162,7 +164,8 @@ class BatchSink:
 
 class FaustRunner:
     """Consumes ``events_topic`` with a Faust agent; produces ``samples_topic`` and
-    ``dlq_topic``. Same constructor and ``run`` as :class:`ConsumerRunner`."""
+    ``dlq_topic``. Same constructor and ``run`` as :class:`ConsumerRunner`.
+    """
 
     def __init__(
         self,
@@ -171,7 +174,8 @@ class FaustRunner:
         on_batch: Callable[[BatchReport], None] | None = None,
     ) -> None:
         """``store`` defaults to the one ``cfg.store`` names; ``on_batch`` hears of every
-        batch whose samples were delivered."""
+        batch whose samples were delivered.
+        """
         self._cfg = cfg
         self._on_batch = on_batch
         self._store = store or make_feature_store(cfg)
@@ -187,7 +191,8 @@ class FaustRunner:
 
     def run(self, stop: threading.Event | None = None) -> FaustStats:
         """Run the Faust app until ``stop`` is set, ``stop_when_idle_s`` passes without events,
-        or a fatal error (raised here, after the app stopped)."""
+        or a fatal error (raised here, after the app stopped).
+        """
         stop = stop or threading.Event()
         if not self._attach_store(stop):
             return self.stats
@@ -241,7 +246,8 @@ class FaustRunner:
     def agent(self, max_batch: int, within_s: float) -> Callable[[Any], Any]:
         """The agent body: batches of up to ``max_batch`` events, or what came within
         ``within_s``. After a failed batch it stops taking events (the runner then stops the
-        app, raising the error): Faust acks that batch all the same."""
+        app, raising the error): Faust acks that batch all the same.
+        """
 
         async def samples(stream: Any) -> None:
             # aclosing: leaving the loop closes Faust's generator at once, which acks the batch
@@ -258,7 +264,8 @@ class FaustRunner:
 
     async def _finish(self, records: list[Record]) -> bool:
         """Handle a batch off the event loop, to the end even if the agent is cancelled (a
-        stopping app), so that no batch is acked half done; False if it failed."""
+        stopping app), so that no batch is acked half done; False if it failed.
+        """
         work = asyncio.ensure_future(asyncio.to_thread(self.handle, records))
         try:
             await asyncio.shield(work)
@@ -291,7 +298,8 @@ class FaustRunner:
 
     def _attach_store(self, stop: threading.Event) -> bool:
         """Check the store before the first batch, waiting for a Redis that is not up yet;
-        False when ``stop`` was set meanwhile."""
+        False when ``stop`` was set meanwhile.
+        """
         source = RecordSource(make_consumer(self._cfg.kafka, self._cfg.consumer.group_id),
                               [self._cfg.kafka.events_topic], self._cfg.kafka.max_skew_ms)
         try:
@@ -303,7 +311,8 @@ class FaustRunner:
 
     def handle(self, records: Sequence[Record]) -> BatchResult:
         """Process one batch and deliver its samples, redoing it through passing failures of
-        Redis or the broker until the retry deadline (runs off the event loop)."""
+        Redis or the broker until the retry deadline (runs off the event loop).
+        """
         if self._sink is None:
             self._sink = BatchSink(self._cfg)
         retry = Backoff(self._cfg.consumer.retry_deadline_s)

@@ -26,7 +26,8 @@ class Judged(msgspec.Struct, gc=False):
     whether the store took it (a dead-lettered late event never reaches it), and ``history``
     what the store read for it. A msgspec struct, made in C (a dataclass's ``__init__`` is a
     Python call, one an event); untracked by the garbage collector, as nothing it holds can
-    refer back to it."""
+    refer back to it.
+    """
 
     event: Event
     msg: KafkaMessage
@@ -61,7 +62,8 @@ class JoinRule:
         epochs: Mapping[Partition, int],
     ) -> list[PartitionBatch]:
         """One :class:`PartitionBatch` per partition of the batch (``spans``: see
-        :func:`~streamrec.kafka.records.offset_spans`), ``judged`` in delivery (offset) order."""
+        :func:`~streamrec.kafka.records.offset_spans`), ``judged`` in delivery (offset) order.
+        """
         keys = list(spans)
         inputs: dict[Partition, list[JoinInput]] = {key: [] for key in keys}
         if self.enabled:
@@ -93,7 +95,8 @@ class JoinRule:
 
 def decided_samples(decisions: Sequence[Decision]) -> list[Sample]:
     """The samples of impressions whose labels were decided: the impression's id, time, item
-    and history, and the label."""
+    and history, and the label.
+    """
     return [
         Sample(d.event_id, d.user_id, d.ts, d.item_id, d.category_id, d.label, d.items, d.categories)
         for d in decisions

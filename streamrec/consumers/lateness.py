@@ -46,7 +46,8 @@ class Watermarks:
 
     def watermark(self, key: Partition) -> int | None:
         """Events older than this on ``key`` are late; None before its first event, or when
-        nothing is judged late."""
+        nothing is judged late.
+        """
         newest = self._newest.get(key)
         return None if newest is None or self.allowed_ms is None else newest - self.allowed_ms
 
@@ -56,7 +57,8 @@ class Watermarks:
 
     def judge(self, key: Partition, ts: int) -> int | None:
         """Judge the next event of partition ``key``: how many ms it is behind the newest event
-        time seen there when it is late, else None (and it may advance the watermark)."""
+        time seen there when it is late, else None (and it may advance the watermark).
+        """
         newest = self._newest.get(key)
         if newest is None or ts > newest:
             self._newest[key] = ts

@@ -30,7 +30,8 @@ Entry = tuple[int, str, str, int]
 class _Pool:
     """The newest ``size`` entries of a time window, oldest first: a list and the index of its
     oldest live entry. A draw indexes it at random (a deque walks to the middle: ~0.5 us a
-    draw at 10^5 entries), and a copy is one slice that also drops the evicted entries."""
+    draw at 10^5 entries), and a copy is one slice that also drops the evicted entries.
+    """
 
     __slots__ = ("entries", "head", "size")
 
@@ -47,7 +48,8 @@ class _Pool:
 
     def add(self, entry: Entry, horizon: int) -> None:
         """Append ``entry`` (dropping the oldest beyond ``size``), then drop the entries
-        older than ``horizon``, which must not be after the entry's time."""
+        older than ``horizon``, which must not be after the entry's time.
+        """
         entries = self.entries
         entries.append(entry)
         head = self.head + (len(entries) - self.head > self.size)

@@ -29,7 +29,8 @@ _PARTITION = operator.itemgetter(1)  # Partition.partition, read in C
 
 class Placement:
     """Checks each event's record against ``partitioner`` and the partition counts of the
-    topics read, which the runner keeps up to date (:attr:`counts`, at each assignment)."""
+    topics read, which the runner keeps up to date (:attr:`counts`, at each assignment).
+    """
 
     def __init__(self, partitioner: Partitioner) -> None:
         """Check records by ``partitioner``; :attr:`counts` must name each topic read."""

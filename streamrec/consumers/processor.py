@@ -76,7 +76,8 @@ class BatchResult:
 
 class Parsed(NamedTuple):
     """A batch's records parsed: valid events with their records and partitions, dead letters
-    with reasons, and the offsets the records span in each partition."""
+    with reasons, and the offsets the records span in each partition.
+    """
 
     events: list[tuple[Event, KafkaMessage, Partition]]
     dead: list[DeadLetter]
@@ -113,7 +114,8 @@ class SampleBuilder:
         """Build samples by ``cfg`` on ``store``; report records whose timestamp is more than
         ``timestamp_tolerance_ms`` away from their event time; dead-letter records that
         ``placement`` finds misplaced (the runners' records; in-memory ones have no
-        partitioner to check)."""
+        partitioner to check).
+        """
         self._cfg = cfg
         self._store = store
         self._positive = frozenset(cfg.positive_actions)
@@ -130,7 +132,8 @@ class SampleBuilder:
 
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
         """Split records into valid events (with their records) and dead letters (with reasons,
-        misplaced records among them): pure, so it may run ahead of the batch's turn."""
+        misplaced records among them): pure, so it may run ahead of the batch's turn.
+        """
         events: list[tuple[Event, KafkaMessage, Partition]] = []
         dead: list[DeadLetter] = []
         keys = [partition_of(msg) for msg in records]
@@ -151,7 +154,8 @@ class SampleBuilder:
 
     def stores(self, event: Event) -> bool:
         """Whether the event enters its user's sequence: a join-mode impression, labelled or
-        not, is an exposure, not behaviour."""
+        not, is an exposure, not behaviour.
+        """
         return event.action != self._join.impression_action
 
     def process(
@@ -218,7 +222,8 @@ class SampleBuilder:
         """The events that go to the store, as indexes into ``judged``, in event-time order:
         a batch spans a few partitions, and the negative pools' windows need time order (a
         stable sort: each user's own order holds). Late events are dead-lettered into
-        ``dead`` instead when ``late_events`` says so."""
+        ``dead`` instead when ``late_events`` says so.
+        """
         drop = self._cfg.late_events == "dead_letter"
         allowed = self.watermarks.allowed_ms or 0
         kept = []
@@ -249,7 +254,8 @@ class SampleBuilder:
         Each sample is encoded as it is made: the answers come while Redis still runs the calls
         of later users, and the encoding fills that wait instead of adding to the sending
         (``bench/consumer_throughput.py``, alternately: 0.360-0.369 of a bare consume against
-        0.338-0.359 encoding them all when sent)."""
+        0.338-0.359 encoding them all when sent).
+        """
         samples: list[Sample] = []
         values: list[bytes] = []
         duplicates, late_kept = 0, 0
@@ -280,7 +286,8 @@ class SampleBuilder:
         self, spans: Mapping[Partition, tuple[int, int]], judged: list[Judged], watermarks: Watermarks
     ) -> tuple[list[PartitionOutcome], set[tuple[Partition, int]]]:
         """Advance the batch's partitions (watermarks, the join's windows): their outcomes,
-        and the clicks the join took (partition, offset), which make no sample of their own."""
+        and the clicks the join took (partition, offset), which make no sample of their own.
+        """
         batches = self._join.batches(spans, judged, watermarks, self._epochs)
         window = self._cfg.label_window_ms  # closed windows are kept as long, for late labels
         outcomes = self._store.advance(batches, window, window)
@@ -290,7 +297,8 @@ class SampleBuilder:
     def _arrivals(self, judged: list[Judged], kept: list[int]) -> list[Arrival]:
         """What the store is asked about each kept event: its history when it may yield a
         sample; an impression of the join mode is judged by its id but stays out of the
-        sequence (see :meth:`stores`), and wants its history for its window or its label."""
+        sequence (see :meth:`stores`), and wants its history for its window or its label.
+        """
         positive, impression = self._positive, self._join.impression_action
         out = []
         for i in kept:
@@ -304,7 +312,8 @@ class SampleBuilder:
 
     def _claim(self, spans: Mapping[Partition, tuple[int, int]]) -> None:
         """Claim the partitions new to this builder: their epochs, and their watermarks as of
-        the offset they are read from (a restart or a rebalance resumes them exactly)."""
+        the offset they are read from (a restart or a rebalance resumes them exactly).
+        """
         starts = {key: first for key, (first, _) in spans.items() if key not in self._epochs}
         if not starts:
             return
@@ -314,7 +323,8 @@ class SampleBuilder:
 
     def release(self) -> None:
         """Forget the partitions claimed (after a rebalance): each is claimed again, and its
-        watermark read again, when it next comes."""
+        watermark read again, when it next comes.
+        """
         self._epochs.clear()
         self.watermarks = Watermarks(self._cfg.allowed_lateness_ms)
 
@@ -322,7 +332,8 @@ class SampleBuilder:
         self, parsed: list[tuple[Event, KafkaMessage, Partition]], watermarks: Watermarks
     ) -> tuple[list[Judged], int]:
         """Judge each event against its partition's watermark, in the order its partition
-        delivered it, and count the record timestamps that are off."""
+        delivered it, and count the record timestamps that are off.
+        """
         judged: list[Judged] = []
         mismatches = 0
         tolerance = self._tolerance_ms
@@ -368,7 +379,8 @@ class SampleBuilder:
         first_seen: int,
     ) -> None:
         """Add an event's samples to ``out`` and their wire forms to ``values``: its own, and
-        for an implicit positive the sampled negatives, all with the same history."""
+        for an implicit positive the sampled negatives, all with the same history.
+        """
         items, categories = history.items, history.categories
         event_id, user_id, ts = event.event_id, event.user_id, event.ts
         if event.label is not None:

@@ -89,7 +89,8 @@ class ConsumerRunner:
         on_batch: Callable[[BatchReport], None] | None = None,
     ) -> None:
         """Build the clients; ``store`` defaults to the one ``cfg.store`` names; ``on_batch``
-        hears of every committed batch (metrics, a progress display)."""
+        hears of every committed batch (metrics, a progress display).
+        """
         self._cfg = cfg
         self._on_batch = on_batch
         self._store = store or make_feature_store(cfg)
@@ -166,7 +167,8 @@ class ConsumerRunner:
     def _handle(self, batch: _Polled, meanwhile: Callable[[], None] | None) -> None:
         """Process and commit one batch, redoing it after a passing failure of Redis or the
         broker (with backoff, partitions held) until the retry deadline; ``meanwhile`` runs
-        while Redis works on it."""
+        while Redis works on it.
+        """
         records = batch.records
         retry = Backoff(self._cfg.consumer.retry_deadline_s)
 
@@ -274,14 +276,16 @@ class _Polled:
 
 def make_batch_log(cfg: StreamrecConfig) -> BatchLog:
     """The runners' warnings of committed batches: late events are logged only when kept in
-    their sequences (dead-lettered ones are among the dead letters)."""
+    their sequences (dead-lettered ones are among the dead letters).
+    """
     return BatchLog(cfg.kafka.dlq_topic, late=cfg.consumer.late_events == "sequence_only")
 
 
 def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
     """The runners' builder: record timestamps are checked against the alignment's skew, and
     records' placement against the configured partitioner (the runner keeps its partition
-    counts, :func:`refresh_placement`)."""
+    counts, :func:`refresh_placement`).
+    """
     skew = cfg.kafka.max_skew_ms
     tolerance = TIMESTAMP_TOLERANCE_MS if skew is None else skew
     partitioner = cfg.kafka.partitioner
@@ -312,14 +316,16 @@ class BatchLog:
     """The warnings of committed batches, rate-limited: a flood of bad or late events must not
     bury the rest of the log (the dead-letter topic and the counts are the full record).
     Dead letters as :class:`DeadLetterLog` logs them; late events kept in their sequences
-    (``late``) at most once every ``every_s``, with the count since the warning before."""
+    (``late``) at most once every ``every_s``, with the count since the warning before.
+    """
 
     def __init__(
         self, dlq_topic: str, *, late: bool, every_s: float = 60.0, burst: int = 20,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Warn of late events when ``late``; at most ``burst`` dead letters every ``every_s``
-        seconds of ``clock``."""
+        seconds of ``clock``.
+        """
         self._dead = DeadLetterLog(logger, dlq_topic, burst=burst, every_s=every_s, clock=clock)
         self._late, self._every_s, self._clock = late, every_s, clock
         self._late_pending = 0
@@ -419,6 +425,7 @@ def attach_store(
 
 def connect_timeout(cfg: StreamrecConfig) -> float:
     """How long a store that never answered is waited for at start (a Redis store's
-    ``connect_timeout_s``; the retry deadline for any other)."""
+    ``connect_timeout_s``; the retry deadline for any other).
+    """
     store = cfg.store
     return store.connect_timeout_s if isinstance(store, RedisStoreConfig) else cfg.consumer.retry_deadline_s

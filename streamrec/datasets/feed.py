@@ -95,7 +95,8 @@ def generate_feed(spec: FeedSpec = FeedSpec()) -> Feed:
 
 def expected_labels(feed: Feed, window_ms: int) -> dict[str, int]:
     """Each impression's label, by the join's rule, for a log published in event-time order
-    but for the late clicks (which label nothing)."""
+    but for the late clicks (which label nothing).
+    """
     by_pair: dict[tuple[str, str], list[Event]] = {}
     labels: dict[str, int] = {}
     for event in feed.events:

@@ -48,7 +48,8 @@ __getattr__, __dir__ = lazy_exports(
 
 def make_feature_store(cfg: StreamrecConfig) -> FeatureStore:
     """The store ``cfg.store`` names, keeping each user's latest ``model.sequence_length``
-    behaviours and the event ids of ``consumer.dedup_horizon_ms`` of event time."""
+    behaviours and the event ids of ``consumer.dedup_horizon_ms`` of event time.
+    """
     from streamrec.config import MemoryStoreConfig
     from streamrec.featurestore.memory import MemoryFeatureStore
     from streamrec.featurestore.redis_store import RedisFeatureStore

@@ -89,7 +89,8 @@ class MemoryFeatureStore(FeatureStore):
 
     def _trim(self, user: _User, low: int) -> None:
         """As in Redis: keep the latest ``length`` before the batch and all from it on, and
-        the ids within the horizon behind the user's newest event."""
+        the ids within the horizon behind the user's newest event.
+        """
         drop = bisect.bisect_left(user.sequence, low, key=lambda b: b.ts) - self.length
         for gone in user.sequence[: max(drop, 0)]:
             user.stored.discard(gone.event_id)

@@ -48,7 +48,8 @@ class JoinInput(msgspec.Struct, frozen=True):
     """One event of a partition for the join, in offset order; an impression carries its
     history (the user's behaviours strictly before it), a late click the watermark it was
     judged late by. A frozen msgspec struct, as :class:`Event`: one per event, made three
-    times as fast as a frozen dataclass."""
+    times as fast as a frozen dataclass.
+    """
 
     kind: JoinKind
     offset: int
@@ -63,7 +64,8 @@ class PartitionBatch:
     """What one batch read from a partition: offsets ``first``..``last``, the newest event time
     seen there after it (None: no valid event yet), the lateness allowed behind it (the
     watermark windows close at; None: no join, nothing closes), and its join inputs in offset
-    order."""
+    order.
+    """
 
     partition: Partition
     epoch: int
@@ -76,7 +78,8 @@ class PartitionBatch:
 
 class Decision(msgspec.Struct, frozen=True):
     """An impression's label, decided: 1 by a click inside its window, 0 when it closed (a
-    frozen msgspec struct, as :class:`JoinInput`)."""
+    frozen msgspec struct, as :class:`JoinInput`).
+    """
 
     label: int
     user_id: str
@@ -93,7 +96,8 @@ class PartitionOutcome:
     """What a batch decided on its partition: the labels decided (positives in click order,
     then the negatives its watermark closed), the offsets of the clicks that took or hit an
     impression (they make no sample of their own), and the late clicks that hit a closed
-    window."""
+    window.
+    """
 
     decisions: list[Decision] = field(default_factory=list)
     taken: frozenset[int] = frozenset()
@@ -103,7 +107,8 @@ class PartitionOutcome:
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A partition claimed: the epoch its batches carry, and the newest event time seen on it
-    before the offset it is read from (None if nothing was)."""
+    before the offset it is read from (None if nothing was).
+    """
 
     epoch: int
     newest: int | None
@@ -261,7 +266,8 @@ def fenced_reason(partition: Partition, ours: int, theirs: object) -> str:
 def _hits(windows: list[_Window], ts: int, watermark: int, retention_ms: int) -> bool:
     """Whether a late click at ``ts`` fell in the window of an impression without a click that
     its watermark had closed (up to ``retention_ms`` before): a late label. Whether the
-    closure itself ran yet depends on where batches end; this does not."""
+    closure itself ran yet depends on where batches end; this does not.
+    """
     return any(
         w.clicked < 0 and w.ts <= ts <= w.deadline < watermark <= w.deadline + retention_ms
         for w in windows
@@ -270,7 +276,8 @@ def _hits(windows: list[_Window], ts: int, watermark: int, retention_ms: int) ->
 
 def _undo(state: _State, first: int) -> None:
     """Undo what was done at offsets ≥ ``first`` (the previous batch, if it never committed:
-    it ended at ``state.stamp``, so before ``first`` it did)."""
+    it ended at ``state.stamp``, so before ``first`` it did).
+    """
     if state.stamp < first:
         state.touched = set()
         return
@@ -310,7 +317,8 @@ def _close(state: _State, batch: PartitionBatch, watermark: int, retention_ms: i
 
 def _purge(state: _State, watermark: int) -> None:
     """Forget the closed windows whose retention the committed watermark has passed: no late
-    click of this batch or a later one can count them."""
+    click of this batch or a later one can count them.
+    """
     while state.done and state.done[0][0] < watermark:
         _, key = heapq.heappop(state.done)
         window = state.windows.get(key)

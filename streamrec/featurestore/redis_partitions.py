@@ -1,17 +1,17 @@
-"""The partition state of :mod:`streamrec.featurestore.partitions` in Redis: two Lua scripts.
+r"""The partition state of :mod:`streamrec.featurestore.partitions` in Redis: two Lua scripts.
 
 Keys per partition, hash-tagged ``{<topic>:<partition>}`` so one script call holds them all
 (on a Cluster, one slot per partition):
 
 - ``<prefix>:part:{t:p}``: a hash: ``epoch``, ``newest`` and ``stamp`` (the newest event time
   and the last offset of the batch that set it), ``prev_newest``/``prev_stamp`` before it;
-- ``<prefix>:win:{t:p}``: a hash, ``user \\t event_id`` -> the impression's window,
-  ``opened \\t clicked \\t closed \\t ts \\t deadline \\t item \\t category \\t history key``
+- ``<prefix>:win:{t:p}``: a hash, ``user \t event_id`` -> the impression's window,
+  ``opened \t clicked \t closed \t ts \t deadline \t item \t category \t history key``
   (the three stamps are offsets, -1 while unset);
-- ``<prefix>:hist:{t:p}``: a hash, history key -> a history (the items joined by ``\\x1d``,
-  ``\\x1c``, then the categories joined by ``\\x1d``), shared by the impressions of one page
+- ``<prefix>:hist:{t:p}``: a hash, history key -> a history (the items joined by ``\x1d``,
+  ``\x1c``, then the categories joined by ``\x1d``), shared by the impressions of one page
   (one user, one time): ``<prefix>:refs:{t:p}`` counts the windows holding each;
-- ``<prefix>:pair:{t:p}``: a sorted set of ``user \\t item \\t event_id``, all scored 0: the
+- ``<prefix>:pair:{t:p}``: a sorted set of ``user \t item \t event_id``, all scored 0: the
   windows of a user and item are one lexicographic range;
 - ``<prefix>:due:{t:p}`` and ``<prefix>:done:{t:p}``: sorted sets of the open windows and
   of the closed ones, by deadline (a closed one is forgotten once the watermark passes its

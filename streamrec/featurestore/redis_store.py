@@ -1,10 +1,10 @@
-"""Redis feature store: one sorted set per user, scored by event time.
+r"""Redis feature store: one sorted set per user, scored by event time.
 
 Keys per user, hash-tagged ``{<user_id>}`` so they share one Cluster slot:
 
 - ``<prefix>:seq:{u}``: the sequence, a sorted set scored by event time; member
-  ``event_id \\t item \\t category \\t action`` (see :class:`Behaviour`);
-- ``<prefix>:ids:{u}``: a hash, event id -> ``fingerprint \\t partition:offset \\t ts``: what
+  ``event_id \t item \t category \t action`` (see :class:`Behaviour`);
+- ``<prefix>:ids:{u}``: a hash, event id -> ``fingerprint \t partition:offset \t ts``: what
   arrived under each id, from which record and when, for the dedup horizon (an id older than
   the horizon behind the user's newest event counts as forgotten at once, and is deleted when
   the newest event next passes a multiple of the horizon).
@@ -272,7 +272,8 @@ class RedisFeatureStore(FeatureStore):
 
         A Cluster client connects as it is made (to read the slots), so it is made when the
         store is first used: a consumer started before its Cluster is up then waits for it
-        in :meth:`attach`, as for a standalone Redis."""
+        in :meth:`attach`, as for a standalone Redis.
+        """
         super().__init__(length, dedup_horizon_ms)
         self._prefix = cfg.key_prefix
         self._ttl_ms = cfg.ttl_s * 1000
@@ -310,7 +311,8 @@ class RedisFeatureStore(FeatureStore):
 
     def _scripts(self, reload: bool = False) -> tuple[str, ...]:
         """SHA1s of the scripts (sequences, first seen, claim, advance), loaded on every
-        primary (a cluster loads on all)."""
+        primary (a cluster loads on all).
+        """
         if self._shas is None or reload:
             self._shas = tuple(
                 self._redis.script_load(script)
@@ -356,7 +358,8 @@ class RedisFeatureStore(FeatureStore):
 
     def _translated(self, exc: redis.RedisError) -> FeatureStoreError:
         """A Redis failure as the store's: refused (the settings), unavailable for now, or
-        failed."""
+        failed.
+        """
         if isinstance(exc, _REFUSED):
             return FeatureStoreError(
                 f"redis refused user {self._user!r}: {exc} (check the user and password in "
@@ -387,7 +390,8 @@ class RedisFeatureStore(FeatureStore):
     def _server_infos(self) -> list[dict[str, Any]]:
         """INFO's server and memory sections of each primary (a Cluster's), or of the one
         server; none when the user may not run INFO (an ACL user held to the store's command
-        groups): the checks are skipped then, and an old Redis fails with its own error."""
+        groups): the checks are skipped then, and an old Redis fails with its own error.
+        """
         try:
             # a section a call: Redis before 7.0 takes one; a Cluster's primaries one at a
             # time, one reply each
@@ -472,7 +476,8 @@ class RedisFeatureStore(FeatureStore):
     ) -> Iterator[Answer]:
         """Each arrival's answer in arrival order, parsing a user call's reply when the first
         arrival that needs it comes: users are called in the order of their first arrival, so
-        the first answers are out while Redis still runs the later calls."""
+        the first answers are out while Redis still runs the later calls.
+        """
         call_of = {user: k for k, users in enumerate(calls) for user in users}
         answers: list[Answer] = [_FRESH] * len(arrivals)
         parsed = 0
@@ -506,7 +511,8 @@ class RedisFeatureStore(FeatureStore):
         self, names: list[str], key: Callable[[str], str], per_call: int = _USERS_PER_CALL
     ) -> list[list[str]]:
         """Split users (or items) into script calls: a few hundred per call, and on a Cluster
-        only names whose keys share a slot (a script's keys must)."""
+        only names whose keys share a slot (a script's keys must).
+        """
         if isinstance(self._redis, RedisCluster):
             by_slot: dict[int, list[str]] = defaultdict(list)
             for name in names:
@@ -619,7 +625,8 @@ class RedisFeatureStore(FeatureStore):
         read: Callable[[Iterator[Any]], T],
     ) -> T:
         """One pipelined round trip of ``commands(script shas)``, every reply handed to
-        ``read`` (see :meth:`_open`)."""
+        ``read`` (see :meth:`_open`).
+        """
         result, replies = self._open(commands, read)
         replies.close()
         return result
@@ -692,11 +699,13 @@ class RedisFeatureStore(FeatureStore):
 class _Replies:
     """The replies of one pipelined round trip, read one at a time, and the connection they
     come on: given back to the pool once every reply is read, dropped when closed with
-    replies unread (they would be out of step for the connection's next user)."""
+    replies unread (they would be out of step for the connection's next user).
+    """
 
     def __init__(self, pool: ConnectionPool | None = None, ready: list[Any] | None = None) -> None:
         """Replies to come on a connection taken from ``pool``, or ``ready`` (a Cluster
-        pipeline's, read at once)."""
+        pipeline's, read at once).
+        """
         self._pool = pool
         self._conn: Connection | None = None if pool is None else pool.get_connection()
         self._ready = iter(ready or [])
@@ -749,7 +758,8 @@ def _check_servers(infos: list[dict[str, Any]]) -> None:
     """Refuse, before any script runs, a Redis older than :data:`MIN_REDIS_VERSION`, and one
     that would evict keys: with a memory limit and any policy but ``noeviction``, Redis drops
     keys under pressure without a word (every key of the store has a TTL, so the volatile
-    policies take them too): sequences cut short, ids forgotten, the join's windows gone."""
+    policies take them too): sequences cut short, ids forgotten, the join's windows gone.
+    """
     for info in infos:
         version = str(info["redis_version"])
         parts = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
@@ -799,7 +809,7 @@ _WANT = {(True, False): "0", (True, True): "1", (False, False): "2", (False, Tru
 
 
 def _event_line(arrival: Arrival) -> str:
-    """One event as the sequence script reads it: ``ts \\x1f want \\x1f member \\x1f mark \\n``.
+    r"""One event as the sequence script reads it: ``ts \x1f want \x1f member \x1f mark \n``.
 
     Ids are printable (the event contract), so neither the unit separator nor a newline can
     occur inside one.
@@ -813,13 +823,14 @@ def _event_line(arrival: Arrival) -> str:
 
 
 def _history(answer: str) -> History:
-    """The history in an accepted event's answer: ``0``, then ``member \\t score`` newest
+    r"""The history in an accepted event's answer: ``0``, then ``member \t score`` newest
     first, all joined by tabs: each entry reads ``id item category action score``, the first
     id after the ``0``.
 
     The split makes a string of every field: a few microseconds for a full history, a quarter
     of the consumer's time on the 814-user Taobao file (histories ~32 long). So the answer is
-    not copied first, nor every field reversed: only the items and categories a sample carries."""
+    not copied first, nor every field reversed: only the items and categories a sample carries.
+    """
     if len(answer) == 1:
         return _EMPTY
     fields = answer.split("\t")

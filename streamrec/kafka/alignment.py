@@ -83,7 +83,8 @@ class EventTimeAligner(Generic[M]):
 
     def assign(self, partitions: Iterable[Partition]) -> None:
         """Start over for a new assignment; buffered records are dropped (the owner refetches
-        them from its positions)."""
+        them from its positions).
+        """
         self._buffers = {Partition(*p): deque() for p in partitions}
         self._head.clear()
         self._at_end.clear()
@@ -108,7 +109,8 @@ class EventTimeAligner(Generic[M]):
         self, records: Sequence[M], at_end: Iterable[Partition] = (), limit: int | None = None
     ) -> list[M]:
         """Take newly consumed records and the partitions found at their end after them;
-        return up to ``limit`` records now due, merged in event-time order."""
+        return up to ``limit`` records now due, merged in event-time order.
+        """
         buffers, head = self._buffers, self._head
         arrived: set[Partition] = set()
         for msg in records:
@@ -182,7 +184,8 @@ class EventTimeAligner(Generic[M]):
         horizon: int, out: list[M],
     ) -> None:
         """Queue a partition's head if it is due; a head beyond the horizon that an earlier
-        record of its own partition follows is an outlier and goes out at once."""
+        record of its own partition follows is an outlier and goes out at once.
+        """
         buffer = self._buffers[key]
         ahead = max(horizon, bound)
         while len(buffer) > 1 and event_time(buffer[0]) > ahead and event_time(buffer[1]) <= horizon:
@@ -193,7 +196,8 @@ class EventTimeAligner(Generic[M]):
 
     def _bounds(self, horizon: int) -> dict[Partition, float]:
         """How far each partition may be released: the horizon, or all of it once its head
-        has been held back longer than ``max_hold_ms``."""
+        has been held back longer than ``max_hold_ms``.
+        """
         now = self._clock()
         bounds: dict[Partition, float] = {}
         for key, buffer in self._buffers.items():

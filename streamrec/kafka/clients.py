@@ -34,7 +34,8 @@ def produce(
     on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
 ) -> None:
     """``producer.produce`` that waits (serving delivery reports) while the local queue is
-    full, instead of raising BufferError; ``timestamp_ms`` 0 means "now"."""
+    full, instead of raising BufferError; ``timestamp_ms`` 0 means "now".
+    """
     while True:
         try:
             producer.produce(

@@ -23,21 +23,37 @@ Header = tuple[str, str | bytes | None]
 class KafkaMessage(Protocol):
     """Structural type matching ``confluent_kafka.Message``."""
 
-    def topic(self) -> str | None: ...  # noqa: D102
+    def topic(self) -> str | None:
+        """The topic the record was read from."""
+        ...
 
-    def partition(self) -> int | None: ...  # noqa: D102
+    def partition(self) -> int | None:
+        """The partition it was read from."""
+        ...
 
-    def offset(self) -> int | None: ...  # noqa: D102
+    def offset(self) -> int | None:
+        """Its offset in that partition."""
+        ...
 
-    def key(self) -> bytes | None: ...  # noqa: D102
+    def key(self) -> bytes | None:
+        """Its key, or None."""
+        ...
 
-    def value(self) -> bytes | None: ...  # noqa: D102
+    def value(self) -> bytes | None:
+        """Its value, or None (a tombstone)."""
+        ...
 
-    def timestamp(self) -> tuple[int, int]: ...  # noqa: D102
+    def timestamp(self) -> tuple[int, int]:
+        """``(timestamp type, epoch ms)``: the producer's create time or the broker's append time."""
+        ...
 
-    def headers(self) -> HeadersType | None: ...  # noqa: D102
+    def headers(self) -> HeadersType | None:
+        """Its headers, or None."""
+        ...
 
-    def error(self) -> KafkaError | None: ...  # noqa: D102
+    def error(self) -> KafkaError | None:
+        """The error a consumer delivers in place of a record, or None for a record."""
+        ...
 
 
 class Partition(NamedTuple):
@@ -53,7 +69,8 @@ class Partition(NamedTuple):
 
 def partition_of(msg: KafkaMessage) -> Partition:
     """The partition a record came from (one shared value per partition: a batch asks this
-    for each record)."""
+    for each record).
+    """
     where = (msg.topic(), msg.partition())
     key = _PARTITIONS.get(where)
     if key is None:
@@ -68,7 +85,8 @@ def offset_spans(
     records: Sequence[KafkaMessage], keys: Sequence[Partition]
 ) -> dict[Partition, tuple[int, int]]:
     """The first and last offset of the records of each partition (``keys``: each record's
-    :func:`partition_of`, which the caller has found already)."""
+    :func:`partition_of`, which the caller has found already).
+    """
     spans: dict[Partition, list[int]] = {}
     for msg, key in zip(records, keys, strict=True):
         offset = msg.offset() or 0
@@ -115,7 +133,8 @@ def event_time(msg: KafkaMessage) -> int:
 
 class Record:
     """A record held in memory that satisfies :class:`KafkaMessage`: for replays and backtests
-    that feed recorded events to the consumers' logic without a broker."""
+    that feed recorded events to the consumers' logic without a broker.
+    """
 
     __slots__ = (
         "_headers", "_key", "_offset", "_partition", "_timestamp", "_timestamp_type", "_topic", "_value"
@@ -134,31 +153,40 @@ class Record:
         timestamp_type: int = TIMESTAMP_CREATE_TIME,
     ) -> None:
         """A record at ``topic[partition]`` ``offset`` holding ``value``, stamped ``timestamp``
-        (by its producer, or ``TIMESTAMP_LOG_APPEND_TIME``: by the broker)."""
+        (by its producer, or ``TIMESTAMP_LOG_APPEND_TIME``: by the broker).
+        """
         self._value, self._offset, self._topic = value, offset, topic
         self._partition, self._key, self._timestamp = partition, key, timestamp
         self._headers, self._timestamp_type = headers, timestamp_type
 
-    def topic(self) -> str:  # noqa: D102
+    def topic(self) -> str:
+        """The topic the record was read from."""
         return self._topic
 
-    def partition(self) -> int:  # noqa: D102
+    def partition(self) -> int:
+        """The partition it was read from."""
         return self._partition
 
-    def offset(self) -> int:  # noqa: D102
+    def offset(self) -> int:
+        """Its offset in that partition."""
         return self._offset
 
-    def key(self) -> bytes | None:  # noqa: D102
+    def key(self) -> bytes | None:
+        """Its key, or None."""
         return self._key
 
-    def value(self) -> bytes | None:  # noqa: D102
+    def value(self) -> bytes | None:
+        """Its value, or None (a tombstone)."""
         return self._value
 
-    def timestamp(self) -> tuple[int, int]:  # noqa: D102
+    def timestamp(self) -> tuple[int, int]:
+        """``(timestamp type, epoch ms)``, as ``confluent_kafka.Message.timestamp``."""
         return self._timestamp_type, self._timestamp
 
-    def headers(self) -> HeadersType | None:  # noqa: D102
+    def headers(self) -> HeadersType | None:
+        """A copy of its headers, or None."""
         return list(self._headers) if self._headers is not None else None
 
-    def error(self) -> KafkaError | None:  # noqa: D102
+    def error(self) -> KafkaError | None:
+        """Always None: a record in memory is never an error."""
         return None

@@ -79,7 +79,8 @@ class RecordSource:
 
     def idle_for(self) -> float:
         """Seconds since new records last came out (or since the last group join); 0 while
-        (re)joining the group and while the aligner holds records back, still to come."""
+        (re)joining the group and while the aligner holds records back, still to come.
+        """
         if self._last_new is None or (self._aligner is not None and self._aligner.buffered()):
             return 0.0
         return self._clock() - self._last_new
@@ -122,7 +123,8 @@ class RecordSource:
 
     def poll(self, size: int, timeout_s: float) -> list[Message]:
         """Up to ``size`` records in event-time order (put-back records first, which may be
-        more). Nothing comes while held."""
+        more). Nothing comes while held.
+        """
         if self._held:
             self.keepalive(timeout_s)
             return []
@@ -134,7 +136,8 @@ class RecordSource:
 
     def keepalive(self, timeout_s: float = 0.0) -> None:
         """Serve the consumer (group heartbeats, rebalance callbacks) without taking records:
-        anything released meanwhile is kept for the next :meth:`poll`."""
+        anything released meanwhile is kept for the next :meth:`poll`.
+        """
         self._unread.extend(self._consume(1000, timeout_s))
 
     def _consume(self, size: int, timeout_s: float) -> list[Message]:
@@ -178,7 +181,8 @@ class RecordSource:
 
     def hold(self) -> None:
         """Pause every partition (e.g. while a long training step runs); keep calling
-        :meth:`keepalive` to stay in the group."""
+        :meth:`keepalive` to stay in the group.
+        """
         self._held = True
         self._apply_pauses()
 
@@ -201,7 +205,8 @@ class RecordSource:
 
     def has_committed_offsets(self, timeout_s: float) -> bool:
         """Whether the group has committed offsets on any partition of the topics: whether
-        it processed records before."""
+        it processed records before.
+        """
         parts = [TopicPartition(*key) for key in self._partitions(timeout_s)]
         committed = self.consumer.committed(parts, timeout=timeout_s) if parts else []
         return any(tp.offset >= 0 for tp in committed)
@@ -233,7 +238,8 @@ class RecordSource:
 
     def seek(self, offsets: Mapping[Partition, int]) -> None:
         """Drop what is buffered or put back and read each assigned partition from ``offsets``
-        (the beginning where an offset is unknown or negative)."""
+        (the beginning where an offset is unknown or negative).
+        """
         partitions = self.assigned()
         self._reset(partitions)
         for key in partitions:
@@ -249,7 +255,8 @@ class IdleClock:
     """When a loop reading a source should stop for lack of input: ``limit_s`` after the source
     last had new records and the loop last finished work, counted only once ``upstream_done``
     (if given) is set, so a slow producer (a consumer still joining its group, say) does not
-    end the run early. ``limit_s`` None never stops."""
+    end the run early. ``limit_s`` None never stops.
+    """
 
     def __init__(
         self,

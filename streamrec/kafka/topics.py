@@ -71,7 +71,8 @@ def create_topics(
 def ensure_topics(cfg: KafkaConfig) -> None:
     """Create the events and samples topics and their dead-letter topics unless they exist
     (idempotent), with the configured partitions, replication and retention; a broker that
-    cannot be reached is one clear error, at once."""
+    cannot be reached is one clear error, at once.
+    """
     require_broker(cfg)
     create_topics(cfg.bootstrap_servers, topic_specs(cfg), client=cfg.client)
 
@@ -105,7 +106,9 @@ def expired_positions(
 class MetadataClient(Protocol):
     """Any confluent-kafka client: each reads topic metadata."""
 
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata: ...  # noqa: D102
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        """The cluster's metadata: of ``topic`` only, or of every topic when it is None."""
+        ...
 
 
 def topic_partitions(client: MetadataClient, topic: str, timeout_s: float) -> list[int]:

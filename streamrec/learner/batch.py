@@ -1,5 +1,6 @@
 """Micro-batches: samples as columns (:class:`Batch`, what every learner takes) and the row
-ids one model's embedding tables look up (:class:`EncodedBatch`)."""
+ids one model's embedding tables look up (:class:`EncodedBatch`).
+"""
 
 from __future__ import annotations
 
@@ -168,7 +169,8 @@ RowsOf = Callable[[TableConfig, np.ndarray], np.ndarray]
 
 def hashed_rows(table: TableConfig, keys: np.ndarray) -> np.ndarray:
     """Fingerprints hashed into the rows a table starts with: a hashed table's rows; for a
-    dynamic table, what a model with no id map would read."""
+    dynamic table, what a model with no id map would read.
+    """
     return to_buckets(keys, table.start_rows)
 
 

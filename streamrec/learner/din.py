@@ -102,7 +102,8 @@ class DINLearner:
 
     def _build(self, rows: Mapping[str, int]) -> None:
         """(Re)build everything sized by the tables' rows, freshly initialised: model,
-        optimizer and its slots, EWC, id statistics, known items."""
+        optimizer and its slots, EWC, id statistics, known items.
+        """
         self.rows = dict(rows)
         self.model = DIN(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows)
         self.train_module = DINTrain(self.model)
@@ -212,7 +213,8 @@ class DINLearner:
 
     def _resize(self, rows: Mapping[str, int]) -> None:
         """Grow tables to ``rows`` without losing anything: the state is taken, the new rows
-        appended (zero; a row is reset when an id gets it) and everything rebuilt from it."""
+        appended (zero; a row is reset when an id gets it) and everything rebuilt from it.
+        """
         logger.info("tables growing %s", " ".join(f"{n}={self.rows[n]}->{r}" for n, r in rows.items()))
         arrays = self.state_arrays()
         padded = {}
@@ -227,7 +229,8 @@ class DINLearner:
     @paddle.no_grad()
     def _reset_rows(self, table: str, rows: np.ndarray) -> None:
         """Give rows to new ids: the weights start as the default row's (what the id used
-        until now), with no optimizer or EWC state, no id statistics, not known."""
+        until now), with no optimizer or EWC state, no id statistics, not known.
+        """
         if not len(rows):
             return
         index = paddle.to_tensor(rows)
@@ -247,7 +250,8 @@ class DINLearner:
 
     def count(self, batch: Batch) -> None:
         """Add a batch to the id statistics and mark its items known (after training on it:
-        a micro-batch's own labels never feed its scores)."""
+        a micro-batch's own labels never feed its scores).
+        """
         encoded = self.encode(batch)
         if self._stats is not None:
             self._stats.count(encoded.targets, batch.user_ids, encoded.label)
@@ -315,7 +319,8 @@ class DINLearner:
 
     def _looked_up(self, part: EncodedBatch) -> dict[str, paddle.Tensor]:
         """The rows of each sparse parameter a mini-batch looks up (padding left out), by
-        structured parameter name."""
+        structured parameter name.
+        """
         rows: dict[str, paddle.Tensor] = {}
         for name in self.model.embedding.behaviour:
             ids = np.concatenate([part.targets[name], part.sequences[name].ravel()])
@@ -432,7 +437,8 @@ class DINLearner:
 
     def _inputs(self, encoded: EncodedBatch) -> tuple[list[paddle.Tensor] | paddle.Tensor, ...]:
         """The model's id tensors, by kind in table order, and the dense features, on the
-        learner's device."""
+        learner's device.
+        """
         return (
             [paddle.to_tensor(a) for a in encoded.targets.values()],
             [paddle.to_tensor(a) for a in encoded.sequences.values()],

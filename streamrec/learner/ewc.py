@@ -68,7 +68,8 @@ class OnlineEWC:
     @paddle.no_grad()
     def accumulate(self) -> None:
         """Add the squared gradients now on the parameters (a step's data loss) to this
-        micro-batch's Fisher."""
+        micro-batch's Fisher.
+        """
         for name, param in self.params.items():
             grad = param.grad
             if grad is None:
@@ -89,7 +90,8 @@ class OnlineEWC:
     def penalty(self, rows: Mapping[str, paddle.Tensor]) -> paddle.Tensor | None:
         """``(lambda / 2) * sum F * (theta - theta*)^2``; for a sparse parameter over the rows
         in ``rows`` (parameter name -> unique row ids, the rows the step looks up). None
-        before the first anchor, or with lambda 0."""
+        before the first anchor, or with lambda 0.
+        """
         if not self._consolidated or self.lam == 0:
             return None
         terms = []
@@ -135,7 +137,8 @@ class OnlineEWC:
 
     def _updated_rows(self, name: str) -> paddle.Tensor | None:
         """The rows of a sparse parameter this micro-batch reached (and clears the record);
-        None for a dense parameter, which every step updates whole."""
+        None for a dense parameter, which every step updates whole.
+        """
         if name not in self.sparse:
             return None
         rows = np.flatnonzero(self._touched[name])
@@ -145,7 +148,8 @@ class OnlineEWC:
     @paddle.no_grad()
     def reset_rows(self, name: str, rows: np.ndarray) -> None:
         """Forget rows of a sparse parameter given to other ids: no Fisher mass, and the
-        anchor at the row's new value."""
+        anchor at the row's new value.
+        """
         index = paddle.to_tensor(rows.astype(np.int64))
         zeros = paddle.zeros([len(rows), *self.fisher[name].shape[1:]], self.fisher[name].dtype)
         paddle.scatter_(self.fisher[name], index, zeros)
@@ -154,8 +158,10 @@ class OnlineEWC:
 
     def state_arrays(self, prefix: str) -> dict[str, np.ndarray]:
         """Fisher estimates and anchors, keyed ``<prefix>fisher/<param>`` and ``anchor/``,
-        and whether an anchor exists yet. (Taken between micro-batches: the micro-batch in
-        progress is not part of it.)"""
+        and whether an anchor exists yet.
+
+        Taken between micro-batches: the micro-batch in progress is not part of it.
+        """
         out = {f"{prefix}{FISHER}{n}": t.numpy() for n, t in self.fisher.items()}
         out.update({f"{prefix}{ANCHOR}{n}": t.numpy() for n, t in self.anchor.items()})
         out[f"{prefix}consolidated"] = np.array([int(self._consolidated)], dtype=np.int64)

@@ -90,7 +90,8 @@ class IdMap:
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """The rows of ``keys`` (uint64 fingerprints): an admitted id's own row, else the
-        default row. Changes nothing."""
+        default row. Changes nothing.
+        """
         at = self._find(keys)
         found = at >= 0
         out = np.full(len(keys), DEFAULT_ROW, np.int64)
@@ -146,7 +147,8 @@ class IdMap:
 
     def _make_room(self, needed: int, now_ms: int) -> int:
         """Take back up to ``needed`` rows from the least recently seen admitted ids not
-        seen in this micro-batch; returns how many."""
+        seen in this micro-batch; returns how many.
+        """
         owners = np.flatnonzero((self.rows != _UNADMITTED) & (self.last_seen < now_ms))
         if needed <= 0 or not len(owners):
             return 0
@@ -232,7 +234,8 @@ class IdMap:
 
     def state_arrays(self, prefix: str) -> dict[str, np.ndarray]:
         """The map, keyed ``<prefix><keys|rows|counts|last_seen>``; the capacity is the
-        embedding table's rows."""
+        embedding table's rows.
+        """
         return {prefix + name: getattr(self, name).copy() for name in _KEYS}
 
     def load_state_arrays(self, arrays: Mapping[str, np.ndarray], prefix: str, capacity: int) -> None:

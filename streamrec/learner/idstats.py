@@ -47,7 +47,8 @@ class IdStats:
     def features(self, targets: Mapping[str, np.ndarray], users: np.ndarray) -> np.ndarray:
         """float32 [B, width]: per behaviour table (in ``targets``' order) the target row's
         smoothed rate log-odds and log1p(samples), then the user's centred rate log-odds
-        and log1p(samples)."""
+        and log1p(samples).
+        """
         prior = self._global_rate()
         columns = []
         for name, rows in targets.items():
@@ -95,5 +96,11 @@ class IdStats:
 
 
 def log_odds(rate: np.ndarray | np.floating) -> np.ndarray:
+    """The log-odds ``log(p / (1 - p))`` of rates, clipped to ``[RATE_EPS, 1 - RATE_EPS]`` first.
+
+    Examples:
+        >>> log_odds(np.array([0.5, 0.9, 0.0])).round(2)
+        array([ 0.  ,  2.2 , -9.21])
+    """
     clipped = np.clip(rate, RATE_EPS, 1 - RATE_EPS)
     return np.asarray(np.log(clipped / (1 - clipped)))

@@ -34,7 +34,8 @@ class SnapshotLock:
 
     def __init__(self, root: Path) -> None:
         """Lock ``root`` (which must exist) through ``root/.lock``; nothing happens until
-        :meth:`acquire`."""
+        :meth:`acquire`.
+        """
         self.root = Path(root)
         self.path = self.root / LOCK
         self._fd: int | None = None

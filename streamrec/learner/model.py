@@ -182,7 +182,8 @@ class MatchArch(nn.Layer):
         self, targets: list[paddle.Tensor], sequences: list[paddle.Tensor], mask: paddle.Tensor
     ) -> paddle.Tensor:
         """[B, 2*Nb]: per table, share and log1p(count) of the [B, T] ``sequences`` rows equal
-        to the [B] ``targets`` row; ``mask`` [B, T] marks the real behaviours."""
+        to the [B] ``targets`` row; ``mask`` [B, T] marks the real behaviours.
+        """
         length = paddle.clip(mask.sum(axis=1), min=1.0)
         columns: list[paddle.Tensor] = []
         for i in range(len(targets)):
@@ -289,8 +290,11 @@ class DIN(nn.Layer):
 
 
 class DINTrain(nn.Layer):
-    """The training wrapper: mean binary cross-entropy on the logits. (Online EWC's penalty
-    is added by the learner, after the data loss's gradients fed its Fisher estimate.)"""
+    """The training wrapper: mean binary cross-entropy on the logits.
+
+    Online EWC's penalty is added by the learner, after the data loss's gradients fed its
+    Fisher estimate.
+    """
 
     def __init__(self, model: DIN) -> None:
         """Wrap ``model``."""

@@ -1,6 +1,6 @@
-"""The serving pointer: which snapshot version serving loads, and the history of promotions.
+r"""The serving pointer: which snapshot version serving loads, and the history of promotions.
 
-``<root>/serving/CURRENT`` holds one version name (``v000007\\n``). It is replaced atomically
+``<root>/serving/CURRENT`` holds one version name (``v000007\n``). It is replaced atomically
 (written beside, fsynced, ``os.replace``, directory fsynced), so a reader sees the old name or
 the new one, never a torn file; serving needs no lock to read it. ``<root>/serving/history.jsonl``
 is append-only JSON lines (time, action ``promote`` or ``rollback``, version, previous,
@@ -175,7 +175,8 @@ class ServingPointer:
 
     def rollback_candidates(self, current: int) -> list[int]:
         """The versions served before ``current``, most recent first (a rollback takes the first
-        valid one). A promote pushes a version; a rollback pops back to its target."""
+        valid one). A promote pushes a version; a rollback pops back to its target.
+        """
         stack: list[int] = []
         for event in self.history():
             if event.action == "rollback" and event.version in stack:

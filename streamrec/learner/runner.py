@@ -95,7 +95,8 @@ class MicroBatchReport:
 @dataclass
 class LearnerStats:
     """Running totals of one runner. ``micro_batches`` and ``samples_trained`` are restored
-    from the snapshot it resumed; the others count this runner's life only."""
+    from the snapshot it resumed; the others count this runner's life only.
+    """
 
     micro_batches: int = 0
     samples_trained: int = 0
@@ -203,7 +204,8 @@ class LearnerRunner(Closing):
 
     def _misfit(self, manifest: SnapshotManifest, exc: SnapshotError) -> str:
         """Why ``manifest``'s state does not load into this model, naming the model settings
-        it was written with where they differ from these (an upgrade that added one, say)."""
+        it was written with where they differ from these (an upgrade that added one, say).
+        """
         saved = {**MODEL_SETTINGS_BEFORE, **manifest.config.get("model", {})}
         now = self._cfg.model.model_dump(mode="json")
         differ = [
@@ -270,7 +272,8 @@ class LearnerRunner(Closing):
 
     def _check_retention(self) -> None:
         """Refuse to resume at samples the topic no longer holds (or skip them, if allowed):
-        the consumer would silently jump to the earliest offset left."""
+        the consumer would silently jump to the earliest offset left.
+        """
         consumer = self._source.consumer
         earliest = {
             key: consumer.get_watermark_offsets(TopicPartition(*key), timeout=_QUERY_TIMEOUT_S)[0]
@@ -294,7 +297,8 @@ class LearnerRunner(Closing):
         """Give every partition of the samples topic a position, so that each assignment of
         it starts where this learner left off: from the snapshot, else the group's committed
         offset, else its first sample. Without one, a partition handed back after a rebalance
-        would start at whatever another member of the group committed meanwhile."""
+        would start at whatever another member of the group committed meanwhile.
+        """
         found = self._source.start_positions(self.positions, _QUERY_TIMEOUT_S)
         self.positions.update(found)
         self._snapshotted_positions.update(found)  # a place to start, not progress to save
@@ -358,7 +362,8 @@ class LearnerRunner(Closing):
 
     def _dead_letter(self, letters: Sequence[DeadLetter], worker: ThreadPoolExecutor) -> None:
         """Write dead letters and wait for the broker's acknowledgement, on the worker thread
-        so the consumer stays served however long the broker takes."""
+        so the consumer stays served however long the broker takes.
+        """
         if not letters:
             return
         self._run_held(worker.submit(self._dead_letters.write, letters))
@@ -434,7 +439,8 @@ class LearnerRunner(Closing):
 
     def _run_held(self, step: Future[_T]) -> _T:
         """Wait for work on the worker thread with every partition held, serving the consumer
-        meanwhile."""
+        meanwhile.
+        """
         self._source.hold()
         try:
             while True:
@@ -541,13 +547,15 @@ def _require_finite(arrays: Mapping[str, np.ndarray], micro_batches: int) -> Non
 
 def _export_estimate(root: Path, arrays: Mapping[str, np.ndarray]) -> int:
     """Bytes an export of this model takes: the newest export's size, or before any, the model
-    group's (the export holds the model's parameters and id tables, no optimizer state)."""
+    group's (the export holds the model's parameters and id tables, no optimizer state).
+    """
     return export_bytes(root) or sum(a.nbytes for k, a in arrays.items() if k.startswith("model/"))
 
 
 def _grouped(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
     """Split ``<group>/<name>`` state keys into one tensor file per group: what serving needs
-    (``model``) apart from what only resumed training needs (``optimizer``, ``state``)."""
+    (``model``) apart from what only resumed training needs (``optimizer``, ``state``).
+    """
     groups: dict[str, dict[str, np.ndarray]] = {}
     for key, array in arrays.items():
         group, _, name = key.partition("/")

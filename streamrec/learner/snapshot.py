@@ -98,7 +98,8 @@ def _seal(path: Path) -> None:
 
 def write_tensor_files(directory: Path, tensors: Tensors) -> dict[str, str]:
     """One sealed ``<group>.safetensors`` per tensor group in ``directory``; their sha256 by
-    file name, as a manifest's ``files``."""
+    file name, as a manifest's ``files``.
+    """
     files = {}
     for group, arrays in tensors.items():
         target = directory / f"{group}.safetensors"
@@ -164,7 +165,8 @@ class SnapshotStore:
 
     def prepare(self, snapshot_bytes: int, export_bytes: int = 0) -> None:
         """Check at start that snapshots of ``snapshot_bytes`` with exports of ``export_bytes``
-        fit here; remove the leftovers of crashed writes. Call it holding :meth:`lock`."""
+        fit here; remove the leftovers of crashed writes. Call it holding :meth:`lock`.
+        """
         prepare_directory(self.root, snapshot_bytes, self._free_bytes, export_bytes)
 
     # --- writing ----------------------------------------------------------------------
@@ -243,7 +245,8 @@ class SnapshotStore:
 
     def validate(self, version: int) -> str | None:
         """Why a version is invalid (every checksum of it and of its chain is verified), or None
-        when it is valid."""
+        when it is valid.
+        """
         return self._entry(version, {}).problem
 
     def _verify(self, version: int, manifest: SnapshotManifest) -> None:
@@ -450,7 +453,8 @@ class SnapshotStore:
 
     def _require_export(self, version: int, build_export: BuildExport | None) -> None:
         """Raise unless ``version``'s export is whole (built first if missing and a builder is
-        given); a store given no builder accepts a missing export."""
+        given); a store given no builder accepts a missing export.
+        """
         check = check_export(self.root, version)
         if check.missing:
             if build_export is None or build_export(version) is None:

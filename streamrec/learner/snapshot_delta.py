@@ -97,7 +97,8 @@ def _row_nbytes(a: np.ndarray) -> int:
 
 def changed_rows(old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
     """Indices of the rows of ``new`` that differ bitwise from ``old`` or that ``old`` lacks;
-    None when the two cannot be patched row by row (dtype, rank or trailing shape differ)."""
+    None when the two cannot be patched row by row (dtype, rank or trailing shape differ).
+    """
     if new.ndim == 0 or old.dtype != new.dtype or old.shape[1:] != new.shape[1:]:
         return None
     common = min(old.shape[0], new.shape[0])

@@ -101,7 +101,8 @@ def refuse_unservable(check: ExportCheck) -> None:
 
 def export_bytes(root: Path) -> int:
     """The size of the newest export under ``root`` (0 when there is none): what the next
-    export will need, near enough (the model's shape rarely changes between versions)."""
+    export will need, near enough (the model's shape rarely changes between versions).
+    """
     folder = Path(root) / EXPORTS
     try:
         versions = sorted(v for p in folder.iterdir() if (v := parse_version(p.name)) is not None)

@@ -98,7 +98,8 @@ def redis_command(
 ) -> list[str]:
     """redis-server arguments: foreground, no RDB snapshots; nothing persists unless
     ``data_dir`` is given, where an append-only file keeps every write (fsync each second,
-    Redis's default trade: at most a second of writes lost in a machine crash)."""
+    Redis's default trade: at most a second of writes lost in a machine crash).
+    """
     options = {
         "--port": str(port),
         "--bind": host,

@@ -54,7 +54,8 @@ class LagClient(Protocol):
 
 def lag_client(cfg: KafkaConfig, group_id: str) -> Consumer:
     """A consumer of ``group_id`` that only queries offsets: it never subscribes, so it never
-    joins the group nor changes its assignments."""
+    joins the group nor changes its assignments.
+    """
     return Consumer(consumer_config(cfg, group_id))
 
 
@@ -84,7 +85,8 @@ class LagProbe:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Measure ``topic``; ``positions`` returns the reader's own next offsets, where it
-        keeps them (the others come from the group's committed offsets)."""
+        keeps them (the others come from the group's committed offsets).
+        """
         self.topic = topic
         self._client = client
         self._positions = positions
@@ -140,7 +142,8 @@ class LagProbe:
 
 class LagCollector(Collector):
     """``<prefix>_lag_records`` per partition, measured at each scrape, and
-    ``<prefix>_lag_query_success`` (0 when the broker did not answer; the lag is then absent)."""
+    ``<prefix>_lag_query_success`` (0 when the broker did not answer; the lag is then absent).
+    """
 
     def __init__(self, probe: LagProbe, prefix: str) -> None:
         """Collect ``probe``'s lag under metric names starting with ``prefix``."""

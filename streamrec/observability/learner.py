@@ -166,7 +166,8 @@ class LearnerMetrics(ProcessMetrics):
 
     def observe_snapshot(self, manifest: SnapshotManifest, size_bytes: int | None = None) -> None:
         """Count a written snapshot; its lag is measured against the newest sample trained
-        (unknown, and left as it was, when this process trained nothing yet)."""
+        (unknown, and left as it was, when this process trained nothing yet).
+        """
         created = datetime.fromisoformat(manifest.created_at).timestamp()
         self.snapshots.inc()
         self.snapshot_version.set(manifest.version)

@@ -169,7 +169,8 @@ def sweep(
 ) -> list[dict[str, Any]]:
     """GAUC against cost over micro-batch intervals, learning rates, passes per micro-batch
     and EWC's λ: one row per combination (the incremental DIN: ``finetune``, or ``ewc`` at
-    each λ)."""
+    each λ).
+    """
     settings = seeded(cfg)
     events = load_events(cfg.source, cfg.fmt, limit=cfg.limit)
     samples = build_samples(events, settings)

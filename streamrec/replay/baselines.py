@@ -72,7 +72,8 @@ class PopularityLearner(_ItemCounts):
 class ItemRateLearner(_ItemCounts):
     """Scores the item's positive rate in earlier micro-batches, smoothed by a Beta prior
     centred on the global rate: ``(positives + k * global) / (samples + k)``, k =
-    :data:`PRIOR_SAMPLES`. On explicit ratings it is the strongest simple baseline."""
+    :data:`PRIOR_SAMPLES`. On explicit ratings it is the strongest simple baseline.
+    """
 
     def predict_many(self, batch: Batch) -> np.ndarray:
         """See :class:`~streamrec.learner.base.Learner`."""

@@ -1,6 +1,7 @@
 """Recorded events into samples, through the consumers' own logic, and samples into
 micro-batches by event time or by count: the cadence of a learner updating every few minutes,
-simulated."""
+simulated.
+"""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ class MicroBatch:
 
 def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]:
     """The samples the consumers would emit for ``events`` (in event-time order), built by
-    :class:`SampleBuilder` on the in-memory store: sequences, labels, negatives and all."""
+    :class:`SampleBuilder` on the in-memory store: sequences, labels, negatives and all.
+    """
     store = MemoryFeatureStore(cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms)
     builder = SampleBuilder(cfg.consumer, store)
     records = [
@@ -60,7 +62,8 @@ def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]
 
 def by_count(samples: Sequence[Sample], size: int, min_size: int = 1) -> list[MicroBatch]:
     """Consecutive micro-batches of ``size`` samples, the last one shorter; a last one under
-    ``min_size`` (too small to judge a model by) joins the one before it."""
+    ``min_size`` (too small to judge a model by) joins the one before it.
+    """
     if size < 1:
         raise ConfigError(f"micro-batch size must be at least 1, not {size}")
     starts = list(range(0, len(samples), size))
@@ -75,7 +78,8 @@ def by_interval(samples: Sequence[Sample], interval_ms: int) -> list[MicroBatch]
     multiples of it (as a learner cutting every few minutes would). Samples stay in the order
     they were emitted: one older than the newest so far (a negative of the ``join`` mode,
     emitted when its impression's window closed) goes with those emitted around it, as it
-    would reach a learner."""
+    would reach a learner.
+    """
     if interval_ms < 1:
         raise ConfigError(f"interval must be positive, not {interval_ms} ms")
     batches: list[list[Sample]] = []

@@ -1,6 +1,7 @@
 """The samples of a backtest as JSON lines, to check what the strategies were scored on
 (outside references, other tools): one line per sample, in order,
-``{"micro_batch": <index>, "sample": <the samples topic's wire form>}``."""
+``{"micro_batch": <index>, "sample": <the samples topic's wire form>}``.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from streamrec.replay.batches import MicroBatch
 
 def dump_samples(batches: Sequence[MicroBatch], path: Path) -> None:
     """Write every sample of ``batches`` with its micro-batch index to ``path``, atomically:
-    a reader sees the whole file or none (written beside it, then renamed)."""
+    a reader sees the whole file or none (written beside it, then renamed).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("wb") as fh:

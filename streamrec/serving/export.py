@@ -147,7 +147,8 @@ def write_export(learner: DINLearner, target: Path, version: int) -> Path:
 
 def prune_exports(store: SnapshotStore) -> list[int]:
     """Delete the exports of versions retention removed, and temporaries a crash left;
-    returns the versions whose exports were deleted."""
+    returns the versions whose exports were deleted.
+    """
     folder = store.root / EXPORTS
     if not folder.is_dir():
         return []

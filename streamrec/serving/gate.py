@@ -81,7 +81,8 @@ class Promoter:
     def on_snapshot(self, manifest: SnapshotManifest) -> None:
         """Export the new version; promote it now if nothing is served or promotion is
         unconditional, else keep it for :meth:`on_scored`. A failed export is logged: the
-        learner trains on, and serving keeps the version it has."""
+        learner trains on, and serving keeps the version it has.
+        """
         try:
             verify_export(export_snapshot(self.store, manifest.version))  # a kept one checked too
             prune_exports(self.store)  # those of versions retention removed
@@ -100,7 +101,8 @@ class Promoter:
     def on_scored(self, batch: Batch, probs: np.ndarray) -> Judgement | None:
         """Judge the pending version by the micro-batch after it: ``probs`` are the learner's
         scores before training on ``batch`` (the candidate's, since nothing was trained in
-        between). Returns the judgement, or None when nothing was pending."""
+        between). Returns the judgement, or None when nothing was pending.
+        """
         candidate, self.pending = self.pending, None
         current = self.store.current()
         if candidate is None or current is None or candidate == current:

@@ -34,7 +34,8 @@ class ScoringGraph(nn.Layer):
         positives: Mapping[str, np.ndarray] | None,
     ) -> None:
         """Wrap a trained ``model``; ``samples``/``positives`` are the id statistics' counts
-        per behaviour table and ``user`` (None when the model reads no statistics)."""
+        per behaviour table and ``user`` (None when the model reads no statistics).
+        """
         super().__init__()
         self.model = model
         self.n_behaviour = len(behaviour)
@@ -99,7 +100,8 @@ class ScoringGraph(nn.Layer):
 
 class ContextScoringGraph(ScoringGraph):
     """:class:`ScoringGraph` with a fourth input, ``context`` int64 [B, Nc]: a row per context
-    table (a user table, say), in table order."""
+    table (a user table, say), in table order.
+    """
 
     def forward(  # type: ignore[override]
         self, targets: paddle.Tensor, sequences: paddle.Tensor, users: paddle.Tensor, context: paddle.Tensor

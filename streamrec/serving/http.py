@@ -207,7 +207,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 class RequestTimer:
     """The outermost layer for ``POST /score``: stamps each request's arrival (for the queue
-    wait) and observes its whole time and status, whatever answered it."""
+    wait) and observes its whole time and status, whatever answered it.
+    """
 
     def __init__(self, app: ASGIApp, metrics: ServingMetrics) -> None:
         """Wrap ``app``."""
@@ -246,7 +247,8 @@ def build_app(
     metrics: ServingMetrics | None = None,
 ) -> Starlette:
     """The ASGI app: ``scorer`` scores, ``history_of(user)`` reads a user's sequence (and,
-    for a user no event can name, tells readiness whether the feature store answers)."""
+    for a user no event can name, tells readiness whether the feature store answers).
+    """
     cfg = cfg or ServingConfig()
     metrics = metrics or ServingMetrics()
     metrics.version.set(scorer.version)

@@ -62,7 +62,8 @@ class _Table:
 
     def rows_of(self, ids: Sequence[str | None]) -> np.ndarray:
         """int64 rows of raw ids; None (an unknown category) reads the default row of a
-        dynamic table and padding (zeros) of a hashed one."""
+        dynamic table and padding (zeros) of a hashed one.
+        """
         out = np.full(len(ids), DEFAULT_ROW if self.dynamic else PADDING_BUCKET, np.int64)
         present = [k for k, i in enumerate(ids) if i is not None]
         out[present] = self.rows_of_keys(fingerprint([i for i in ids if i is not None]))
@@ -115,7 +116,8 @@ class ExportedModel:
         candidates: Sequence[Candidate],
     ) -> np.ndarray:
         """float32 [len(candidates)]: each candidate's click probability for a user whose
-        behaviours, oldest first, are ``history`` ((item, category) pairs)."""
+        behaviours, oldest first, are ``history`` ((item, category) pairs).
+        """
         recent = list(history)[-self.length :]
         sequences = np.full((1, len(self.behaviour), self.length), PADDING_BUCKET, np.int64)
         targets = np.empty((len(candidates), len(self.behaviour)), np.int64)
@@ -143,7 +145,8 @@ class ExportedModel:
 
     def score_batch(self, batch: Batch) -> np.ndarray:
         """float64 [B]: a learner's batch scored by the export, each sample with its own
-        history (the gate compares the served version with a candidate this way)."""
+        history (the gate compares the served version with a candidate this way).
+        """
         encoded = encode(batch, self._cfg, rows_of=self._rows_of_table)
         inputs = {
             "targets": np.stack([encoded.targets[t.name] for t in self.behaviour], axis=1),

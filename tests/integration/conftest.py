@@ -110,14 +110,16 @@ def kafka_config(bootstrap_servers: str, unique_name: str) -> KafkaConfig:
 @pytest.fixture
 def store_config(redis_url: str, redis_client: redis.Redis, unique_name: str) -> RedisStoreConfig:
     """The Redis feature store on the session Redis with a unique key prefix; the db is
-    emptied after."""
+    emptied after.
+    """
     return RedisStoreConfig(url=redis_url, key_prefix=f"t{unique_name}")
 
 
 def app_producer(kafka: KafkaConfig, **options: object) -> Producer:
     """A producer as an application on confluent-kafka makes one, told the Java client's
     partitioner as the README tells it (librdkafka's own default is CRC32, which the
-    consumers dead-letter under the default ``STREAMREC_KAFKA__PARTITIONER``)."""
+    consumers dead-letter under the default ``STREAMREC_KAFKA__PARTITIONER``).
+    """
     conf = {"bootstrap.servers": kafka.bootstrap_servers, "partitioner": "murmur2_random"}
     return Producer({**conf, **options})
 
@@ -165,7 +167,8 @@ def aborts_unsent(monkeypatch: pytest.MonkeyPatch) -> None:
     The embedded broker hands ``read_committed`` readers the records of an aborted transaction
     that reached it, which Apache Kafka filters out (README, ``kafka/test_embedded_broker.py``):
     a crash test on it checks the consumers' side (the abort, the redo, Redis's idempotence,
-    the offsets) only when the aborted records were never sent."""
+    the offsets) only when the aborted records were never sent.
+    """
     monkeypatch.setattr(
         transactions, "make_producer", lambda kcfg, **kw: make_producer(kcfg, **kw, **{"linger.ms": 5_000})
     )
@@ -177,7 +180,8 @@ def pipeline_config(
 ) -> Callable[..., StreamrecConfig]:
     """``make(consumer={...}, model={...}, learner={...})``: a whole config on this test's
     topics, keys and snapshot dir, with small tables and short idle stops; the given
-    sections override."""
+    sections override.
+    """
 
     def make(**sections: dict[str, object]) -> StreamrecConfig:
         base: dict[str, dict[str, object]] = {

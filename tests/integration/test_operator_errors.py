@@ -143,7 +143,8 @@ def test_a_stop_signal_ends_the_retries_of_an_outage(
     kafka_config: KafkaConfig, unique_name: str, tmp_path: Path, private_redis, signum: signal.Signals,
 ) -> None:
     """Redis answered, then froze: the batch is retried until the retry deadline, but a stop
-    signal ends the retries; the batch was not committed, and is redone at the next start."""
+    signal ends the retries; the batch was not committed, and is redone at the next start.
+    """
     store = RedisStoreConfig(url=f"redis://127.0.0.1:{private_redis.port}/0", key_prefix=unique_name)
     env = _env(kafka_config, store, unique_name, STREAMREC_CONSUMER__RETRY_DEADLINE_S="300",
                STREAMREC_STORE__CLIENT='{"socket_timeout": 1}')

@@ -19,7 +19,8 @@ Row = tuple[bytes | None, bytes | None, int]  # key, value, record timestamp
 
 async def _read(bootstrap: str, topic: str, partitions: int, want: int) -> list[Row]:
     """Up to ``want`` records from the beginning (the embedded broker's end offsets are
-    unreliable, so it reads until it has them, or until it stops getting any)."""
+    unreliable, so it reads until it has them, or until it stops getting any).
+    """
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
     )
@@ -73,7 +74,8 @@ def test_an_impression_published_by_streamrec_is_labelled_by_its_click_published
 ) -> None:
     """A feed logs its impressions through streamrec's producer and its clicks from another
     service on aiokafka, both keyed by user: the click lands in its impression's partition, so
-    the join labels the impression (one positive sample), not the click on its own."""
+    the join labels the impression (one positive sample), not the click on its own.
+    """
     cfg: StreamrecConfig = pipeline_config(consumer={
         "labels": "join", "label_window_ms": 600_000, "allowed_lateness_ms": 60_000,
     })

@@ -21,7 +21,8 @@ from streamrec.kafka.clients import producer_config
 )
 def test_incremental_rebalancing_is_refused(client: dict[str, str]) -> None:
     """It keeps a partition's position across a rebalance, and a consumer drops what it polled
-    but did not commit: the records between would be skipped."""
+    but did not commit: the records between would be skipped.
+    """
     with pytest.raises(ValidationError, match="eager rebalancing"):
         KafkaConfig(client=client)
 

@@ -68,7 +68,7 @@ def test_null_record_is_invalid() -> None:
 
 
 def test_integer_ids_of_any_size_are_kept_exactly() -> None:
-    """orjson reads integers beyond 64 bits as floats: 2**70 was once dead-lettered as a float."""
+    """The orjson parser reads integers beyond 64 bits as floats: 2**70 was once dead-lettered as a float."""
     raw = b'{"event_id": 1, "user_id": 1180591620717411303424, "item_id": 18446744073709551615,' \
         b' "category_id": -5, "action": "pv", "ts": %d}' % NOW
     event = parse_event(raw, now_ms=NOW, max_future_ms=0, max_bytes=1000)
@@ -122,7 +122,8 @@ _ODD = [
 
 def test_the_decoder_accepts_nothing_the_field_checks_refuse() -> None:
     """The C decoder's common case and the field-by-field checks agree on every record: each
-    field replaced by odd values, one at a time and in random pairs."""
+    field replaced by odd values, one at a time and in random pairs.
+    """
     base = {"event_id": "e1", "user_id": "7", "item_id": "i9", "category_id": "3", "action": "pv",
             "ts": NOW - 1000, "label": ...}
     fast = decoder_agreement(base, _ODD, parse, lambda r: _checked(r, NOW, 300_000), _DECODER, InvalidEvent)
@@ -141,7 +142,8 @@ def test_a_repeated_key_counts_once_as_the_last_value_in_both_checks() -> None:
 ])
 def test_the_fingerprint_is_the_crc_of_the_content_tuple_as_stored_marks_have_it(event: Event) -> None:
     """Ids already in Redis carry fingerprints made as ``crc32(repr(tuple))``: a different
-    digest after an upgrade would turn a resend into a conflict and a redo into its own."""
+    digest after an upgrade would turn a resend into a conflict and a redo into its own.
+    """
     fields = (event.user_id, event.item_id, event.category_id, event.action, event.ts, event.label)
     assert event.fingerprint() == f"{zlib.crc32(repr(fields).encode()):08x}"
 

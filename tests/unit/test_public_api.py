@@ -58,7 +58,8 @@ def test_every_name_in_all_imports(package: str) -> None:
 def test_no_export_hides_a_module(package: str) -> None:
     """A re-exported ``backtest`` function would replace ``streamrec.replay.backtest`` the module
     as the package's attribute once read: ``from streamrec.replay import backtest`` would then
-    give either, depending on what ran first."""
+    give either, depending on what ran first.
+    """
     module = importlib.import_module(package)
     submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
     assert not submodules & set(module.__all__)

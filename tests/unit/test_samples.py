@@ -104,6 +104,7 @@ _ODD = [
 
 def test_the_decoder_accepts_nothing_the_field_checks_refuse() -> None:
     """The C decoder's common case and the field-by-field checks agree on every record: each
-    field replaced by odd values, one at a time and in random pairs."""
+    field replaced by odd values, one at a time and in random pairs.
+    """
     fast = decoder_agreement(orjson.loads(doc()), _ODD, parse_sample, _checked, _DECODER, InvalidSample)
     assert fast > 10  # the decoder took the common case itself

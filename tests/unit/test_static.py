@@ -31,6 +31,28 @@ def test_ruff() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("path", "codes"),
+    [("streamrec/undocumented.py", {"D100", "D103"}), ("tests/unit/test_undocumented.py", set())],
+)
+def test_ruff_checks_docstrings_outside_tests(path: str, codes: set[str]) -> None:
+    """The API reference is rendered from the package's docstrings, so a missing one fails the
+    lint; a test's name says what it checks, so tests need none.
+    """
+    run("ruff", "--version")  # skips when ruff is missing
+    ruff = str(Path(sys.executable).parent / "ruff")
+    proc = subprocess.run(
+        [ruff, "check", "--output-format", "concise", "--stdin-filename", path],
+        input="def f() -> None:\n    pass\n",
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert set(re.findall(r"\b(D\d{3})\b", proc.stdout)) == codes, proc.stdout
+
+
 def test_mypy() -> None:
     proc = run("mypy")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -70,7 +92,8 @@ def test_mypy_catches_a_wrong_call_into_each_package(tmp_path: Path) -> None:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_each_module_has_one_import_name(package: str) -> None:
     """The design card's top-level folders link into streamrec/ and cannot import as
-    themselves, so no file loads as two modules with two copies of its classes."""
+    themselves, so no file loads as two modules with two copies of its classes.
+    """
     link = ROOT / package
     assert link.is_symlink() and link.resolve() == (ROOT / "streamrec" / package).resolve()
     proc = subprocess.run(

@@ -1,6 +1,7 @@
 """The consumer benchmark's ceilings on a real broker: the bare consume reads every record
 once, and says so rather than hang when records are missing; the forwarding floor sends one
-sample of each event (their clock: ``tests/unit/bench``)."""
+sample of each event (their clock: ``tests/unit/bench``).
+"""
 
 from __future__ import annotations
 

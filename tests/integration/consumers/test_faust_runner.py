@@ -1,7 +1,8 @@
 """The Faust runner on the real broker and Redis: the consumer contract where its guarantees
 allow (every valid event's samples, bad events dead-lettered with reasons, offsets kept), and
 the one guarantee that differs from the native runner, shown: a batch whose agent raised is
-acked by Faust and never redone. Data: the package's generated click stream."""
+acked by Faust and never redone. Data: the package's generated click stream.
+"""
 
 from __future__ import annotations
 
@@ -99,7 +100,8 @@ def test_an_agent_exception_acks_its_batch_so_its_samples_are_lost_where_the_nat
     events: list[Event], topic_reader, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The native runner's twin, ``test_a_crash_mid_batch_loses_and_duplicates_nothing``, redoes
-    the failed batch and loses nothing; under Faust the same fault skips the batch for good."""
+    the failed batch and loses nothing; under Faust the same fault skips the batch for good.
+    """
     cfg = config(kafka_config, store_config, unique_name)
     send(kafka_config, events)
 

@@ -1,5 +1,6 @@
 """The join labelling mode on the real broker and Redis: each impression of a generated feed log
-yields exactly one sample, labelled by its clicks, through crashes, restarts and rebalances."""
+yields exactly one sample, labelled by its clicks, through crashes, restarts and rebalances.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def config(
 
 def feed_log(users: int = 60, behaviours: int = 600) -> tuple[Feed, list[Event]]:
     """A feed log, and after it one event per user an hour later (not a click): it moves every
-    partition's watermark past the last window."""
+    partition's watermark past the last window.
+    """
     clicks = ClickStreamSpec(users=users, events=behaviours, duration_ms=90 * MINUTE, seed=3)
     feed = generate_feed(FeedSpec(clicks=clicks, seed=3))
     end = max(e.ts for e in feed.events) + 60 * MINUTE

@@ -1,7 +1,8 @@
 """Late events on the real broker and Redis: the native runner dead-letters them (reason
 ``late event``) or keeps them in their sequences without samples, decides the same when it
 redoes an aborted batch, and reports records whose timestamp is not the event time.
-Data: hand-made clicks of 20 users on one partition."""
+Data: hand-made clicks of 20 users on one partition.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def config(kafka: KafkaConfig, store_cfg: RedisStoreConfig, unique: str, policy:
 
 def produce(kafka: KafkaConfig, events: list[Event], unstamped: Collection[str] = ()) -> None:
     """All on partition 0, stamped with their event time except ``unstamped`` ones (as kcat
-    sends them: the broker's clock)."""
+    sends them: the broker's clock).
+    """
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
     for event in events:
         stamp: dict[str, Any] = {} if event.event_id in unstamped else {"timestamp": event.ts}
@@ -54,7 +56,8 @@ def produce(kafka: KafkaConfig, events: list[Event], unstamped: Collection[str] 
 
 def abort_the_late_batch_once(runner: ConsumerRunner) -> list[int]:
     """Make the transaction of the batch holding a late event abort once, after its records
-    were produced into it (as when the broker aborts it): the runner redoes the batch."""
+    were produced into it (as when the broker aborts it): the runner redoes the batch.
+    """
     aborted: list[int] = []
     fill = runner._fill
 
@@ -118,7 +121,8 @@ def test_record_timestamps_that_are_not_event_times_are_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A producer that leaves the record timestamp at the send time (kcat, for one): the
-    events are processed as ever, and the mismatch is counted and warned about."""
+    events are processed as ever, and the mismatch is counted and warned about.
+    """
     events, _, _ = stream()
     events = events[:100]
     unstamped = {e.event_id for e in events[::10]}

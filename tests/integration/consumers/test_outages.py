@@ -1,5 +1,6 @@
 """The consumer rides out Redis and broker outages: it retries with backoff (abort, redo) up to
-a deadline, and only then stops with one clear line. Each service here is the test's own."""
+a deadline, and only then stops with one clear line. Each service here is the test's own.
+"""
 
 from __future__ import annotations
 
@@ -59,8 +60,10 @@ def test_a_redis_pause_is_ridden_out(
 def test_a_redis_that_stays_down_ends_in_one_clear_error_after_the_deadline(
     kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event]
 ) -> None:
-    """Redis answered, then went away for good: the batch is retried until the deadline. (A
-    Redis that never answered since the start fails sooner: the test below.)"""
+    """Redis answered, then went away for good: the batch is retried until the deadline.
+
+    A Redis that never answered since the start fails sooner: the test below.
+    """
     cfg = config(kafka_config, f"redis://{private_redis.address}/0", unique_name, deadline_s=3.0)
     publish(clicks[:500], kafka_config)
     runner = ConsumerRunner(cfg)
@@ -77,7 +80,8 @@ def test_a_redis_that_never_answered_since_the_start_ends_at_the_connect_timeout
     kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event]
 ) -> None:
     """Not an outage but a wrong URL or a Redis not started: the retry deadline (120 s here)
-    is not waited out, only STREAMREC_STORE__CONNECT_TIMEOUT_S."""
+    is not waited out, only STREAMREC_STORE__CONNECT_TIMEOUT_S.
+    """
     cfg = config(kafka_config, f"redis://{private_redis.address}/0", unique_name)
     cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update={"connect_timeout_s": 2.0})})
     publish(clicks[:500], kafka_config)

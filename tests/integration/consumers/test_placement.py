@@ -1,7 +1,8 @@
 """Records that break the events topic's partitioning, published as other clients publish them:
 on librdkafka's default partitioner (CRC32), and without a key (as ``kcat -P`` without ``-K``).
 They go to the dead-letter topic whole, with what to change, and stay out of the store; a
-topic written consistently by another partitioner is read by naming it."""
+topic written consistently by another partitioner is read by naming it.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ T0 = 1_511_658_000_000
 def split_users(count: int, partitions: int) -> list[str]:
     """Users that librdkafka's default partitioner (CRC32) and the Java client's (murmur2, as
     aiokafka, kafka-python, Kafka Streams and Connect) put in different partitions, by the
-    reference implementations (zlib's, aiokafka's), not streamrec's."""
+    reference implementations (zlib's, aiokafka's), not streamrec's.
+    """
     users = (f"s{k}" for k in range(10_000))
     return [
         u for u in users

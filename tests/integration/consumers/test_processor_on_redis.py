@@ -1,7 +1,8 @@
 """SampleBuilder on Redis against the same builder on the in-memory store: the answers Redis
 streams (several user calls a batch, read as the builder needs them) make the same samples
 and dead letters, batch by batch, whatever the cuts, redos, resends, reused ids and late
-events."""
+events.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ LENGTH, HORIZON_MS = 5, 3_600_000
 
 def _stream(rng: random.Random) -> list[Record]:
     """3,000 events of 700 users over two partitions: late ones, several at one time, resends,
-    reused ids."""
+    reused ids.
+    """
     events: list[Event] = []
     for i in range(3_000):
         at = T0 + i * 400 - (rng.randrange(120_000) if rng.random() < 0.05 else 0)

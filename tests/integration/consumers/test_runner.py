@@ -1,5 +1,6 @@
 """The consumer runner on the real broker and Redis: bad input never crashes or vanishes,
-crashes and rebalances lose and double nothing. Data: the package's generated click stream."""
+crashes and rebalances lose and double nothing. Data: the package's generated click stream.
+"""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def config(kafka: KafkaConfig, store_cfg: RedisStoreConfig, unique: str) -> Stre
 
 def hand_placed(cfg: StreamrecConfig) -> StreamrecConfig:
     """``cfg`` for records a test puts in partitions of its own choosing: their placement is
-    not checked (``STREAMREC_KAFKA__PARTITIONER=null``)."""
+    not checked (``STREAMREC_KAFKA__PARTITIONER=null``).
+    """
     return cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"partitioner": None})})
 
 
@@ -169,7 +171,8 @@ def test_a_consumer_frozen_past_its_session_timeout_before_its_commit_commits_no
     its partitions and processes the batch itself. When the frozen one resumes, it must not
     commit the batch too (its samples twice, and its older offsets over the new owner's).
     The embedded broker does not fence the stale group member's transaction (Apache Kafka
-    2.5+ does, KIP-447); the consumers' partition claims in Redis must."""
+    2.5+ does, KIP-447); the consumers' partition claims in Redis must.
+    """
     cfg = config(kafka_config, store_config, unique_name)
     send(kafka_config, events)
     env = {**os.environ, faults.ENV: "consumer.after_store:2", f"{faults.ENV}_MODE": "stop"}
@@ -253,7 +256,8 @@ def test_a_consumer_stopping_when_idle_first_drains_what_alignment_holds_back(
     kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str
 ) -> None:
     """An event an hour later than its neighbour partition's is held back by alignment until
-    the other partitions have been quiet for a while: no reason to call the stream idle."""
+    the other partitions have been quiet for a while: no reason to call the stream idle.
+    """
     cfg = hand_placed(config(kafka_config, store_config, unique_name))
     cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"stop_when_idle_s": 1.0})})
     now = int(time.time() * 1000)
@@ -272,7 +276,8 @@ def test_oversized_and_binary_records_become_dead_letters_that_always_fit(
     events: list[Event], topic_reader,
 ) -> None:
     """A 1 MB record and 200 KB of control bytes once made a dead letter over the broker's
-    limit: every restart died on it and the valid events behind it were never processed."""
+    limit: every restart died on it and the valid events behind it were never processed.
+    """
     cfg = config(kafka_config, store_config, unique_name)
     producer = app_producer(kafka_config, **{"message.max.bytes": 2_000_000})
     huge = b"x" * 1_000_000
@@ -315,7 +320,8 @@ def test_events_resent_after_delivery_yield_no_second_samples(
     events: list[Event], topic_reader,
 ) -> None:
     """What an application does after EventProducer raised on a flush timeout: send again.
-    Once, that turned 500 delivered events into 497 duplicate samples."""
+    Once, that turned 500 delivered events into 497 duplicate samples.
+    """
     cfg = config(kafka_config, store_config, unique_name)
     resent = events[:500]
     publish(resent, kafka_config)
@@ -331,7 +337,8 @@ def test_a_skewed_record_timestamp_does_not_stall_its_partition(
     kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, events: list[Event]
 ) -> None:
     """A record stamped a day ahead of its neighbours (and of the whole stream) is released
-    out of order, counted, instead of holding back its partition."""
+    out of order, counted, instead of holding back its partition.
+    """
     cfg = hand_placed(config(kafka_config, store_config, unique_name))
     producer = Producer({"bootstrap.servers": kafka_config.bootstrap_servers})
     for i, event in enumerate(events):

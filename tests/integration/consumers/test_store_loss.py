@@ -1,5 +1,6 @@
 """A Redis that lost its data is detected, never silently used, and can be rebuilt from the
-events topic; ``streamrec up --data-dir`` keeps the embedded Redis's data across restarts."""
+events topic; ``streamrec up --data-dir`` keeps the embedded Redis's data across restarts.
+"""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def test_a_redis_restart_stops_the_consumer_and_a_rebuild_restores_the_store(
     tmp_path: Path,
 ) -> None:
     """Once: Redis restarted within a second, 44% of the stored events were gone and 88
-    samples went out with truncated histories, with no error and no warning."""
+    samples went out with truncated histories, with no error and no warning.
+    """
     events = clicks[:3000]
     cfg = config(kafka_config, private_redis, unique_name)
     publish(events[:1500], kafka_config)
@@ -131,7 +133,8 @@ def test_a_forced_rebuild_while_a_consumer_runs_tells_it_to_restart_and_a_restar
     kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event],
 ) -> None:
     """Once: the consumer said to run `rebuild`, which then refused the store as intact (the
-    rebuild had written a marker of its own, not lost it)."""
+    rebuild had written a marker of its own, not lost it).
+    """
     cfg = config(kafka_config, private_redis, unique_name)
     cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"stop_when_idle_s": 15.0})})
     publish(clicks[:1500], kafka_config)

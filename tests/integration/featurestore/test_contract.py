@@ -61,7 +61,8 @@ def update(
     store: FeatureStore, events: Sequence[Event], wanted: Sequence[Event] = (), origin: str = "0"
 ) -> StoreUpdate:
     """Each event arrives from its own record (``<origin>:<event id>``): the same call again
-    is a redo, another ``origin`` a resend."""
+    is a redo, another ``origin`` a resend.
+    """
     return store.update([Arrival(e, f"{origin}:{e.event_id}", e in wanted) for e in events])
 
 
@@ -216,7 +217,8 @@ def test_a_one_primary_cluster_store_attaches(
     service_binaries: tuple[str, str], tmp_path: Path, unique_name: str
 ) -> None:
     """A Cluster of one primary answers a command sent to all its primaries with one reply,
-    not one per node: the store's server checks ask node by node."""
+    not one per node: the store's server checks ask node by node.
+    """
     port = cluster_ports("127.0.0.1", 1)[0]
     node = start_redis("127.0.0.1", port, tmp_path, extra_args=[
         "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -240,7 +242,8 @@ def test_a_least_privileged_redis_user_runs_the_store(
     private_redis: PrivateService, unique_name: str
 ) -> None:
     """A user held to the store's keys and the command groups the README names (no INFO):
-    attach skips the version check, and every script runs."""
+    attach skips the version check, and every script runs.
+    """
     admin = redis.Redis(port=private_redis.port)
     admin.acl_setuser("app", enabled=True, passwords=["+secret"], keys=[f"{unique_name}:*"],
                       commands=["+@read", "+@write", "+@scripting", "+@fast"])
@@ -259,7 +262,8 @@ def test_a_redis_user_refused_is_told_at_once_not_retried_as_an_outage(
     private_redis: PrivateService, unique_name: str, user: str
 ) -> None:
     """A user that may not write, or a wrong password, is a setting to fix, not an outage to
-    wait out: the store says what Redis refused and what the store needs, at once."""
+    wait out: the store says what Redis refused and what the store needs, at once.
+    """
     admin = redis.Redis(port=private_redis.port)
     admin.acl_setuser("reader", enabled=True, passwords=["+secret"], keys=["*"],
                       commands=["+@read", "+@fast"])
@@ -278,7 +282,8 @@ def test_a_cluster_store_that_cannot_reach_its_cluster_waits_and_one_on_a_plain_
     """The Cluster client connects when made: the store makes it when first used, so that a
     consumer started before its Cluster is up waits for it as for a standalone Redis never
     reached (STREAMREC_STORE__CONNECT_TIMEOUT_S), and one pointed at a Redis without Cluster
-    mode hears so, instead of a traceback from the constructor."""
+    mode hears so, instead of a traceback from the constructor.
+    """
     down = RedisFeatureStore(RedisStoreConfig(url=f"redis://127.0.0.1:{free_port()}", cluster=True), 3)
     with pytest.raises(FeatureStoreUnreachable, match="did not answer"):
         down.attach(can_start_empty=True)
@@ -300,7 +305,8 @@ def test_a_redis_that_would_evict_the_stores_keys_is_refused(
 ) -> None:
     """Under memory pressure an evicting Redis drops keys without a word: sequences cut
     short, ids forgotten (duplicates sent again), the join's windows gone (impressions never
-    labelled). The store refuses one with a memory limit and any policy but noeviction."""
+    labelled). The store refuses one with a memory limit and any policy but noeviction.
+    """
     port = free_port()
     server = start_redis("127.0.0.1", port, tmp_path, extra_args=[
         "--maxmemory", maxmemory, "--maxmemory-policy", policy,
@@ -340,7 +346,8 @@ def test_a_redis_busy_with_another_clients_script_is_an_outage_to_wait_out(
 ) -> None:
     """While another client's script runs past the busy threshold, Redis answers every other
     command with BUSY until the script ends or is killed: passing, so the batch is redone
-    after a backoff (an outage), not the consumer stopped."""
+    after a backoff (an outage), not the consumer stopped.
+    """
     admin = redis.Redis(port=private_redis.port)
     store = RedisFeatureStore(
         RedisStoreConfig(url=f"redis://127.0.0.1:{private_redis.port}", key_prefix=unique_name), 3, HOUR
@@ -417,7 +424,8 @@ def test_redis_drops_a_connection_left_with_replies_unread(
     store_config: RedisStoreConfig, redis_client: redis.Redis
 ) -> None:
     """Commands go out before their replies are read: a round trip cut short (here by the
-    work overlapped with it) must not leave its replies for the next one to read."""
+    work overlapped with it) must not leave its replies for the next one to read.
+    """
     store = RedisFeatureStore(store_config, 3, HOUR)
 
     def fail() -> None:
@@ -444,7 +452,8 @@ def _in_use(store: RedisFeatureStore) -> int:
 
 def test_redis_hands_out_answers_before_the_last_call_is_read(store_config: RedisStoreConfig) -> None:
     """The first answers come while later user calls' replies are still unread (samples are
-    built meanwhile); the connection goes back to the pool once the last one is read."""
+    built meanwhile); the connection goes back to the pool once the last one is read.
+    """
     store = RedisFeatureStore(store_config, 3, HOUR)
     with store.update(_many_users(1_000)) as got:
         answers = got.answers()
@@ -457,7 +466,8 @@ def test_redis_hands_out_answers_before_the_last_call_is_read(store_config: Redi
 
 def test_redis_gives_back_the_connection_of_an_empty_update(store_config: RedisStoreConfig) -> None:
     """A batch of nothing but dead letters, or a rebuild's empty poll, before any marker is
-    known: no command goes out, and no connection stays taken."""
+    known: no command goes out, and no connection stays taken.
+    """
     store = RedisFeatureStore(store_config, 3, HOUR)
     for _ in range(3):
         assert store.update([]).all() == []
@@ -469,7 +479,8 @@ def test_redis_drops_a_connection_whose_answers_were_left_unread(
     store_config: RedisStoreConfig,
 ) -> None:
     """An update given up half read (the batch failed meanwhile) gives its connection back
-    dropped: the next update must not read the replies it left."""
+    dropped: the next update must not read the replies it left.
+    """
     store = RedisFeatureStore(store_config, 3, HOUR)
     with store.update(_many_users(1_000)) as given_up:
         next(given_up.answers())
@@ -483,7 +494,8 @@ def test_redis_fails_an_update_whose_later_call_fails(
     store_config: RedisStoreConfig, redis_client: redis.Redis
 ) -> None:
     """A user call failing after the first answers went out fails the update there, as the
-    store's error, and leaves the store usable."""
+    store's error, and leaves the store usable.
+    """
     store = RedisFeatureStore(store_config, 3, HOUR)
     redis_client.set(store.key("u900"), "not a sorted set")  # its call fails (WRONGTYPE)
     with store.update(_many_users(1_000)) as got:
@@ -499,7 +511,8 @@ def test_redis_scripts_lost_after_the_first_calls_make_the_batch_go_again(
     store_config: RedisStoreConfig, redis_client: redis.Redis
 ) -> None:
     """Scripts lost between the item calls and the user calls (a failover mid-batch): the
-    update fails as unavailable (the consumer redoes the batch), and the redo reloads them."""
+    update fails as unavailable (the consumer redoes the batch), and the redo reloads them.
+    """
     store = RedisFeatureStore(store_config, 3, HOUR)
     update(store, [ev(1)])
     redis_client.script_flush()
@@ -515,7 +528,8 @@ def test_redis_answers_as_the_memory_store_on_a_random_stream(
     cluster: bool, request: pytest.FixtureRequest, unique_name: str
 ) -> None:
     """Resends, reused ids, redone batches, late events, long histories past the cap and
-    ids past the horizon, in random batches: Redis answers every update as memory does."""
+    ids past the horizon, in random batches: Redis answers every update as memory does.
+    """
     if cluster:
         cfg = RedisStoreConfig(url=request.getfixturevalue("redis_cluster_url"), cluster=True,
                                key_prefix=unique_name)
@@ -553,7 +567,8 @@ def test_redis_deletes_forgotten_ids_once_the_newest_crosses_a_horizon(
     store_config: RedisStoreConfig, redis_client: redis.Redis
 ) -> None:
     """Forgetting is exact at once; the ids themselves go when the user's newest event passes
-    a multiple of the horizon, so none stays in Redis longer than two horizons."""
+    a multiple of the horizon, so none stays in Redis longer than two horizons.
+    """
     store = RedisFeatureStore(store_config, 3, HOUR)
     key = f"{store_config.key_prefix}:ids:{{u}}"
 
@@ -572,7 +587,8 @@ def test_redis_reads_ids_remembered_without_their_time(
     store_config: RedisStoreConfig, redis_client: redis.Redis
 ) -> None:
     """Ids written before the time was kept with them: the same record is a redo, another a
-    resend."""
+    resend.
+    """
     store = RedisFeatureStore(store_config, 3, HOUR)
     arrival = Arrival(ev(1), "0:7")
     redis_client.hset(f"{store_config.key_prefix}:ids:{{u}}", "e001", arrival.mark)

@@ -1,5 +1,6 @@
 """The partition state (watermarks, impression windows) on Redis, a Redis Cluster and in memory:
-one contract, and redone batches of any size decide exactly what a clean run decides."""
+one contract, and redone batches of any size decide exactly what a clean run decides.
+"""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def click(i: int, user: str, item: str, minute: float) -> Row:
 
 class Feed:
     """Runs one partition's rows through a store in batches, as the consumers do: claim at the
-    start, the watermark from the newest event time so far, late clicks judged late."""
+    start, the watermark from the newest event time so far, late clicks judged late.
+    """
 
     def __init__(self, store: FeatureStore, partition: Partition = P) -> None:
         self.store, self.partition = store, partition

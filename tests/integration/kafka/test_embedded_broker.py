@@ -1,7 +1,8 @@
 """What the embedded Tansu broker does with aborted transactions, as the README states it: it
 hands ``read_committed`` readers the records of an aborted transaction that reached it
 (Apache Kafka filters them), while records aborted before they were sent never reach it.
-The consumers rely on the second: a batch's transaction opens only once Redis has answered."""
+The consumers rely on the second: a batch's transaction opens only once Redis has answered.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from tests.integration.conftest import read_committed
 
 def abort_then_commit(bootstrap_servers: str, topic: str, *, sent: bool) -> list[bytes]:
     """One transaction aborted (its record sent to the broker first, or still queued), then
-    one committed; what a ``read_committed`` reader reads of the topic."""
+    one committed; what a ``read_committed`` reader reads of the topic.
+    """
     create_topics(bootstrap_servers, {topic: TopicSpec(1)})
     producer = Producer({
         "bootstrap.servers": bootstrap_servers, "transactional.id": f"t-{topic}",

@@ -60,7 +60,8 @@ MALFORMED: list[tuple[bytes | None, str]] = [
 
 def publish(bootstrap_servers: str, topic: str) -> None:
     """The valid samples with a malformed record after every 18th, keyed by user as the
-    consumers key them, stamped with event time."""
+    consumers key them, stamped with event time.
+    """
     producer = Producer({"bootstrap.servers": bootstrap_servers})
     every = VALID // len(MALFORMED)
     for n in range(VALID):

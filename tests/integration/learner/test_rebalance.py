@@ -72,7 +72,8 @@ def gathered_to_end(runner: LearnerRunner) -> bool:
 
 class Intruder:
     """Another member of the learner's group: a plain consumer that reads what it is given and
-    commits it (auto-commit on), as a stray tool started with the learner's group id would."""
+    commits it (auto-commit on), as a stray tool started with the learner's group id would.
+    """
 
     def __init__(self, kafka: KafkaConfig, group_id: str) -> None:
         self.consumer = Consumer({
@@ -177,7 +178,8 @@ def test_a_member_joining_and_leaving_while_a_micro_batch_is_trained(
 
 def run_learner_process(cfg: StreamrecConfig, trained_file: Path) -> subprocess.Popen[bytes]:
     """``tests.support.recording_learner_main``: a learner process that writes the sample ids it
-    trained to ``trained_file`` when it stops, and its log beside it (``.log``)."""
+    trained to ``trained_file`` when it stops, and its log beside it (``.log``).
+    """
     cfg_file = trained_file.with_suffix(".config.json")
     cfg_file.write_text(cfg.model_dump_json())
     with trained_file.with_suffix(".log").open("wb") as log:  # the child keeps its own copy

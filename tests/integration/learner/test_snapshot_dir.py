@@ -1,5 +1,6 @@
 """The learner's snapshot directory from outside: a second learner is refused with the holder
-named, a killed holder frees it, an unusable directory fails at start in one line."""
+named, a killed holder frees it, an unusable directory fails at start in one line.
+"""
 
 from __future__ import annotations
 

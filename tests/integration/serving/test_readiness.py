@@ -1,6 +1,7 @@
 """``streamrec serve`` in front of a real Redis that stops, hangs and comes back: ``/readyz`` and
 ``/healthz`` say 503 with the reason while it cannot score from the store, ``/livez`` stays 200,
-and readiness comes back with the store."""
+and readiness comes back with the store.
+"""
 
 from __future__ import annotations
 

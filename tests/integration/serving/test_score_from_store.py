@@ -1,5 +1,6 @@
 """Serving reads each user's sequence from the real Redis feature store the consumers fill:
-`POST /score` and `streamrec score` without a history score as with the stored one."""
+`POST /score` and `streamrec score` without a history score as with the stored one.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The consumer benchmark's ceiling is a rate of reading, not of waiting: its clock, read
-against a scripted consume and a clock that counts the calls made so far."""
+against a scripted consume and a clock that counts the calls made so far.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from consumer_throughput import timed_read  # noqa: E402  (bench/ is a folder of
 
 class Script:
     """A batch consume that hands out ``batches`` in turn (0: a call that found nothing), and
-    a clock that reads the number of calls made so far."""
+    a clock that reads the number of calls made so far.
+    """
 
     def __init__(self, batches: list[int]) -> None:
         self.batches, self.asked = list(batches), list[int]()

@@ -22,7 +22,8 @@ _BOUND_S = 20.0
 
 def streamrec_fails(args: list[str], env: dict[str, str], cwd: Path) -> list[str]:
     """Run ``streamrec`` with only ``env`` over a clean environment; its stderr lines, after
-    checking it failed with status 1 within the bound."""
+    checking it failed with status 1 within the bound.
+    """
     clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMREC_")}
     started = time.monotonic()
     proc = subprocess.run(

@@ -1,5 +1,6 @@
 """The demo's summary: figures over the last three quarters of the micro-batches it can judge
-a model by. Before, a last micro-batch of 4 samples (AUC nan) counted as one of them."""
+a model by. Before, a last micro-batch of 4 samples (AUC nan) counted as one of them.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Attaching to the store at start: a store never reached is waited for its connect timeout,
-counted from the first try, and a stop ends the wait."""
+counted from the first try, and a stop ends the wait.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ class Unreachable(MemoryFeatureStore):
 
 def test_the_connect_timeout_counts_from_the_first_try() -> None:
     """A host that drops packets takes a whole connect timeout a try: counting from the first
-    failure instead of the first try waited twice the timeout."""
+    failure instead of the first try waited twice the timeout.
+    """
     store, started = Unreachable(connect_s=1.0), time.monotonic()
     with pytest.raises(FeatureStoreUnreachable, match="waited 2 s"):
         attach_store(store, True, deadline_s=300, connect_timeout_s=2.0)

@@ -1,5 +1,6 @@
 """The ``join`` labelling mode on the in-memory store: impressions labelled by the clicks in
-their windows, one sample each, whatever the batches, aborts and restarts."""
+their windows, one sample each, whatever the batches, aborts and restarts.
+"""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def test_a_clicked_impression_is_a_positive_with_its_history_and_the_click_makes
 
 def test_a_taken_click_draws_no_negatives() -> None:
     """A click the join takes makes no sample of its own: no positive, no negatives, and no
-    count of negatives it could not draw."""
+    count of negatives it could not draw.
+    """
     b = builder(negatives=1)
     # the pools hold only the clicks' own items, each in its click's history or the click's
     # own: neither click can draw a negative

@@ -1,5 +1,6 @@
 """Event-time lateness: per-partition watermarks, both policies, redo decisions, and the
-record-timestamp check; on hand-made events and the in-memory store."""
+record-timestamp check; on hand-made events and the in-memory store.
+"""
 
 from __future__ import annotations
 
@@ -175,7 +176,7 @@ def test_an_aborted_batch_does_not_move_the_watermark() -> None:
 def test_record_timestamps_far_from_the_event_time_are_counted_and_warned_once_per_partition(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """kcat and producers that leave the timestamp at the send time: alignment orders by it."""
+    """Kcat and producers that leave the timestamp at the send time: alignment orders by it."""
     b, _ = builder()
     sent_at = NOW  # years after the events
     batch = [rec(click(f"e{i}", T0 + i), i, partition=i % 2, stamp=sent_at) for i in range(6)]
@@ -195,7 +196,8 @@ def test_a_topic_stamping_records_with_the_append_time_is_told_to_change_the_top
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """With ``message.timestamp.type=LogAppendTime`` the broker overwrites every record's
-    timestamp: the advice is the topic's setting, not the producer's."""
+    timestamp: the advice is the topic's setting, not the producer's.
+    """
     b, _ = builder()
     appended = Record(click("a", T0).to_json(), 0, timestamp=NOW, timestamp_type=TIMESTAMP_LOG_APPEND_TIME)
     with caplog.at_level(logging.WARNING, logger="streamrec.consumers.processor"):

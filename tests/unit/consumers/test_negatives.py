@@ -64,7 +64,8 @@ def test_empty_pool_draws_nothing() -> None:
 
 def test_a_pool_keeps_what_a_bounded_deque_evicted_by_time_keeps() -> None:
     """The list-and-head pool against the plain model: a deque of ``size`` newest entries,
-    the oldest dropped while older than the horizon; copies taken at random points."""
+    the oldest dropped while older than the horizon; copies taken at random points.
+    """
     rng = random.Random(3)
     pool, model = _Pool(50), collections.deque[Entry](maxlen=50)
     ts, width = 0, 0

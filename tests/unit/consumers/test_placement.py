@@ -1,5 +1,6 @@
 """Records that break the events topic's partitioning become dead letters with a reason that
-says what to change; the rest of the batch goes on."""
+says what to change; the rest of the batch goes on.
+"""
 
 from __future__ import annotations
 

@@ -96,7 +96,8 @@ def test_a_batch_redone_after_an_abort_yields_exactly_the_clean_samples() -> Non
 
 def test_a_batch_parsed_ahead_and_redone_yields_what_a_plain_batch_does() -> None:
     """The runner parses a batch while the one before it waits on Redis, and a redo after an
-    abort reuses that parse: its dead letters must not pile up, its samples must not change."""
+    abort reuses that parse: its dead letters must not pile up, its samples must not change.
+    """
     reused = Event("e3", "u3", "elsewhere", "c", "pv", T0 + 3000)  # e3's id, other content
     batch = [Record(b"{oops", 100), *_stream(30), Record(reused.to_json(), 101)]
     plain = builder(negatives=1).process(batch, now_ms=T0 + 10**6)
@@ -144,7 +145,8 @@ def test_a_resent_event_yields_nothing_and_a_reused_id_is_dead_lettered() -> Non
 
 def test_fuzz_resends_reuses_and_aborted_batches_never_double_a_sample() -> None:
     """Random resends, reused ids, batch cuts and aborted batches: every sample id once, and
-    exactly the samples of one clean pass over the first record of each id."""
+    exactly the samples of one clean pass over the first record of each id.
+    """
     rng = random.Random(5)
     originals = [
         Event(f"e{i}", f"u{i % 7}", f"i{rng.randrange(60)}", "c", "pv", T0 + i * 1000) for i in range(300)

@@ -1,5 +1,6 @@
 """Dataset readers on the bundled MovieLens, files written here, and the real Taobao file
-in ../shared/data when present (extra coverage only)."""
+in ../shared/data when present (extra coverage only).
+"""
 
 from __future__ import annotations
 

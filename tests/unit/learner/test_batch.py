@@ -1,5 +1,6 @@
 """Tests for ``streamrec.learner.batch``: columns, hashing per table, right-aligned padding,
-truncation, take."""
+truncation, take.
+"""
 
 from __future__ import annotations
 
@@ -96,6 +97,7 @@ def test_table_configs_are_checked() -> None:
 @pytest.mark.parametrize("label", [None, 2, 0.5, float("nan")])
 def test_a_label_other_than_0_or_1_never_becomes_a_column(label: Any) -> None:
     """Decoding refuses such samples; a Sample built in code is refused here too, because a
-    NaN label (from ``None``) once turned every weight of the model to NaN."""
+    NaN label (from ``None``) once turned every weight of the model to NaN.
+    """
     with pytest.raises(ValueError, match="label must be 0 or 1"):
         Batch.from_samples([_sample(1), _sample(2, label=label)])

@@ -69,7 +69,8 @@ def _tensors(encoded: EncodedBatch, model: DIN) -> tuple[Any, ...]:
 
 def _awake(model: DIN) -> DIN:
     """The head's last layer starts at zero (the MLP adds nothing until trained): give it
-    weights, so what reaches the head shows in the output."""
+    weights, so what reaches the head shows in the output.
+    """
     last = model.head.mlp[-1]
     last.weight.set_value(np.random.default_rng(1).normal(size=last.weight.shape).astype(np.float32))
     return model
@@ -83,7 +84,8 @@ def test_din_logit_shape() -> None:
 
 def test_an_untrained_din_scores_by_the_id_statistics_alone() -> None:
     """The head and the wide biases start at zero: the logit is the item's rate log-odds plus
-    the user's centred one, as a counter would score."""
+    the user's centred one, as a counter would score.
+    """
     paddle.seed(0)
     model = DIN(CFG)
     targets, sequences, context, dense = _tensors(encode(_batch(6, 1), CFG), model)
@@ -284,7 +286,8 @@ ITEM_WEIGHT = "model/model.embedding.tables.item.weight"
 
 def _training_state(learner: DINLearner) -> dict[str, np.ndarray]:
     """What a step changes: parameters and Adam slots (copies); the id statistics count the
-    data seen, trained on or not."""
+    data seen, trained on or not.
+    """
     return {
         k: v.copy()
         for k, v in learner.state_arrays().items()

@@ -1,5 +1,6 @@
 """Tests for the match features (``streamrec.learner.model.MatchArch``) and what they let the
-default DIN learn."""
+default DIN learn.
+"""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def test_match_features_count_the_targets_row_in_its_own_history() -> None:
 
 def test_padding_and_the_default_row_match_nothing() -> None:
     """Unadmitted ids all read the default row, so two of them are not the same id; padding
-    under a real category is no behaviour."""
+    under a real category is no behaviour.
+    """
     got = _features([[DEFAULT_ROW, 0]], [[[DEFAULT_ROW, DEFAULT_ROW, 0], [0, 0, 0]]])
     np.testing.assert_allclose(got, np.zeros((2, 2)), atol=0)
 
@@ -53,7 +55,8 @@ def _sample(k: int, target: str, seq: tuple[str, ...], label: int) -> Sample:
 
 def test_match_features_are_causal_they_read_only_the_history_given() -> None:
     """A sample's own target, label or the other samples of its batch never enter its
-    features: only the sequence it carries."""
+    features: only the sequence it carries.
+    """
     cfg = ModelConfig.model_validate({"tables": small_tables(64, 8, dim=4, ids="hashed"), "device": "cpu"})
     match = DIN(cfg).match
     assert match is not None
@@ -73,7 +76,8 @@ def test_match_features_are_causal_they_read_only_the_history_given() -> None:
 
 def _stream(n: int, seed: int) -> Batch:
     """Clicks where the label is "the target's category is in the user's history": what a
-    counter of item or user rates cannot see (every item and user is as often clicked)."""
+    counter of item or user rates cannot see (every item and user is as often clicked).
+    """
     rng = np.random.default_rng(seed)
     samples = []
     for k in range(n):
@@ -92,7 +96,8 @@ def _stream(n: int, seed: int) -> Batch:
 def test_the_default_din_learns_a_history_match_within_a_few_micro_batches() -> None:
     """Prequential, default hyper-parameters (smaller tables): after seven micro-batches of
     2,500 samples the DIN ranks by the match (GAUC > 0.9), which id rates (~0.5) cannot; without
-    the match features it scored 0.67 there."""
+    the match features it scored 0.67 there.
+    """
     paddle.seed(0)
     cfg = ModelConfig.model_validate({"tables": small_tables(2**10, 2**7), "device": "cpu"})
     learner = DINLearner(cfg)

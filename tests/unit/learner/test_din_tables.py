@@ -1,5 +1,6 @@
 """``DINLearner`` with dynamic tables: rows given and taken back, state reset on reuse,
-growth without a restart, the id maps in snapshots, memory bounded on an endless stream."""
+growth without a restart, the id maps in snapshots, memory bounded on an endless stream.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Tests for ``streamrec.learner.hashing``: stable, in range, well spread.
 
-Its speed is measured by ``bench/hashing_throughput.py``, not here."""
+Its speed is measured by ``bench/hashing_throughput.py``, not here.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The learner's intake: records decoded or dead-lettered with the reason, and dead letters
-acknowledged before the writer returns."""
+acknowledged before the writer returns.
+"""
 
 from __future__ import annotations
 

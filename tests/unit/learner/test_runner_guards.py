@@ -49,7 +49,8 @@ def valid(n: int) -> bytes:
 
 class ScriptedConsumer:
     """One partition of ``TOPIC``, assigned at the first consume; each scripted batch comes out
-    of one consume call, then nothing."""
+    of one consume call, then nothing.
+    """
 
     def __init__(self, batches: list[list[bytes | None]]) -> None:
         self._batches: deque[list[Record]] = deque()
@@ -281,7 +282,8 @@ def test_a_nan_producing_din_keeps_its_weights_and_writes_no_snapshot(
 ) -> None:
     """A NaN weight (as a poisoned step once left) makes every loss NaN: each step is skipped,
     the weights stay exactly as they were, the learner stops after max_bad_batches, and the
-    final snapshot is never written."""
+    final snapshot is never written.
+    """
     script([[valid(10 * k + i) for i in range(10)] for k in range(3)])
     learner = DINLearner(SMALL_MODEL)
     arrays = learner.state_arrays()
@@ -316,7 +318,8 @@ def test_a_snapshot_resuming_at_expired_samples_is_refused_or_skipped_when_allow
     tmp_path: Path, script: Callable[..., ScriptedConsumer], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Retention deleted samples the newest snapshot had not trained: the consumer would jump
-    to the earliest offset left without a word."""
+    to the earliest offset left without a word.
+    """
     script([[valid(0), valid(1)]])
     LearnerRunner(config(tmp_path, 2), ScriptedLearner([GOOD])).run()  # snapshot at offset 2
     script([]).earliest = 7

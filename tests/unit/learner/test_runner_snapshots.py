@@ -1,6 +1,7 @@
 """LearnerRunner and its snapshot directory: one runner per directory, checked before any
 training, resumed from the newest valid version. The Kafka consumer is a stand-in: nothing
-here reaches a broker."""
+here reaches a broker.
+"""
 
 from __future__ import annotations
 
@@ -205,7 +206,8 @@ def test_a_snapshot_of_another_model_layout_names_the_settings_that_differ(
     tmp_path: Path, consumers: list[FakeConsumer]
 ) -> None:
     """A snapshot written before the match features (or with other model settings) failed to
-    resume with `state arrays do not fit this model: missing=[...]`, naming no setting."""
+    resume with `state arrays do not fit this model: missing=[...]`, naming no setting.
+    """
     from tests.support import small_tables
 
     model = {"tables": small_tables(512, 64, dim=4), "sequence_length": 6, "mlp_units": (8,)}

@@ -246,7 +246,7 @@ def test_prepare_refuses_a_read_only_directory(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not Path("/sys/kernel").is_dir(), reason="needs Linux sysfs")
 def test_an_unwritable_directory_is_refused_even_for_root() -> None:
-    """sysfs refuses new entries to every user, root included."""
+    """The sysfs file system refuses new entries to every user, root included."""
     store = SnapshotStore(Path("/sys/kernel"))
     with pytest.raises(SnapshotDirError, match="/sys/kernel"):
         store.lock()

@@ -57,7 +57,8 @@ while True:
 def tensors(seed: int) -> dict[str, dict[str, np.ndarray]]:
     """What the child writes for ``seed``: the test regenerates it to compare. A fixed base
     with a few rows changed and a table of a varying length, so consecutive versions differ in
-    some rows only (what deltas are for) and in shape now and then."""
+    some rows only (what deltas are for) and in shape now and then.
+    """
     base = np.random.default_rng(0)
     rng = np.random.default_rng(seed)
     w = base.standard_normal((512 + 8 * (seed % 3), 256)).astype(np.float32)

@@ -1,5 +1,6 @@
 """Sampler tells: a match feature alone scoring the labels reads ~0.5 on honest samples and
-~1.0 where the negative sampler gives the label away."""
+~1.0 where the negative sampler gives the label away.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ CATEGORIES = ("c0", "c1", "c2", "c3")
 def samples(planted: bool, n: int = 2000, seed: int = 0) -> list[Sample]:
     """Users with a history; with ``planted`` a positive's target is always from the history
     and in its category, a negative's never (as a sampler that avoids the history); else the
-    target is from the history half the time whatever the label."""
+    target is from the history half the time whatever the label.
+    """
     rng = np.random.default_rng(seed)
     out = []
     for k in range(n):

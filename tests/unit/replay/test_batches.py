@@ -52,7 +52,8 @@ def test_durations() -> None:
 
 def test_a_sample_older_than_those_before_it_stays_where_it_was_emitted() -> None:
     """A join-mode negative comes out when its impression's window closes, older than the
-    samples around it: it joins their micro-batch rather than opening one of its own."""
+    samples around it: it joins their micro-batch rather than opening one of its own.
+    """
     hour = 3_600_000
 
     def sample(i: int, ts: int) -> Sample:
@@ -66,7 +67,8 @@ def test_a_sample_older_than_those_before_it_stays_where_it_was_emitted() -> Non
 
 def test_a_last_micro_batch_too_small_to_judge_joins_the_one_before() -> None:
     """By count, 100,004 samples made 40 micro-batches of 2,500 and one of 4 (AUC nan), which
-    the figures counted as a micro-batch of its own."""
+    the figures counted as a micro-batch of its own.
+    """
     samples = build_samples(EVENTS, StreamrecConfig())
     size = len(samples) // 3
     tail = len(samples) - 3 * size

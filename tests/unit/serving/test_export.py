@@ -1,5 +1,6 @@
 """The export: Paddle Inference reproduces the training model's scores, in this process and in
-one that imports no streamrec; its files are world-readable and checked."""
+one that imports no streamrec; its files are world-readable and checked.
+"""
 
 from __future__ import annotations
 

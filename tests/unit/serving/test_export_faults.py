@@ -1,6 +1,7 @@
 """A served version's export damaged, truncated or never written: verify says so, promote and
 rollback refuse it (or build a missing one first), a server starting on it falls back to the
-newest promoted version that loads, and a repeated load failure is logged once and counted."""
+newest promoted version that loads, and a repeated load failure is logged once and counted.
+"""
 
 from __future__ import annotations
 

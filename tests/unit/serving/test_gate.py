@@ -125,7 +125,8 @@ def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The demo's last micro-batch held 4 samples (AUC nan): a version judged by it is promoted
-    or held by noise. One under ``min_eval_samples`` judges nothing; the next snapshot is."""
+    or held by noise. One under ``min_eval_samples`` judges nothing; the next snapshot is.
+    """
     cfg = config()
     learner = DINLearner(cfg)
     store = SnapshotStore(tmp_path)

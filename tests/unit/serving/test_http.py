@@ -1,5 +1,6 @@
 """``streamrec serve`` over real HTTP: score, health, metrics, bad requests, and promotions and
-rollbacks under load without one failed request."""
+rollbacks under load without one failed request.
+"""
 
 from __future__ import annotations
 

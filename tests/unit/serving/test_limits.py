@@ -1,6 +1,7 @@
 """``streamrec serve`` under overload, oversized bodies and ids typed as the event contract types
 them: a bounded queue that sheds with 503 and Retry-After, a latency metric that includes the
-wait, 413 before a body is read, integer ids scored as their string form."""
+wait, 413 before a body is read, integer ids scored as their string form.
+"""
 
 from __future__ import annotations
 
@@ -208,7 +209,8 @@ def test_ids_are_checked_as_the_event_contract_checks_them() -> None:
 
 def test_liveness_apart_from_readiness(scorer: Scorer) -> None:
     """Readiness follows the feature store, checked at most once per ``ready_cache_s`` whatever
-    the probe rate; liveness answers 200 throughout."""
+    the probe rate; liveness answers 200 throughout.
+    """
     calls: list[str] = []
     down = threading.Event()
 
