@@ -554,6 +554,17 @@ def load_config(**overrides: Any) -> StreamrecConfig:
     """Build the config; ``overrides`` are nested dicts by section (``kafka={"partitions": 2}``).
 
     A section given here is merged over what env and TOML say for that section.
+
+    Raises:
+        ConfigError: A setting is invalid; the message names its env variable.
+
+    Examples:
+        >>> load_config(consumer={"batch_size": 500}).consumer.batch_size
+        500
+        >>> load_config(consumer={"batch_size": 0})
+        Traceback (most recent call last):
+        ...
+        streamrec.errors.ConfigError: invalid setting STREAMREC_CONSUMER__BATCH_SIZE ...
     """
     try:
         base = StreamrecConfig()
@@ -585,6 +596,12 @@ def env_name(loc: tuple[int | str, ...]) -> str:
     """The env var of a setting at ``loc`` (pydantic's error location): ``("consumer",
     "batch_size")`` is ``STREAMREC_CONSUMER__BATCH_SIZE``; an item of a list is named by its
     list's variable and its place in it.
+
+    Examples:
+        >>> env_name(("consumer", "batch_size"))
+        'STREAMREC_CONSUMER__BATCH_SIZE'
+        >>> env_name(("model", "tables", 0, "rows"))
+        'STREAMREC_MODEL__TABLES (item 0 rows)'
     """
     parts = list(loc)
     if parts[:1] == ["store"] and parts[1:2] in (["redis"], ["memory"]):

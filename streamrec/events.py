@@ -43,6 +43,13 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     limits hold for decoded events only; an event made in code is not checked. Untracked by
     the garbage collector (``gc=False``): it holds strings and numbers only, so it is never
     part of a reference cycle, and a batch's thousands of events cost the collector nothing.
+
+    Examples:
+        >>> event = Event("e1", "u1", "i1", "c1", "click", ts=1_700_000_000_000)
+        >>> event.to_json()
+        b'{"event_id":"e1","user_id":"u1",...,"action":"click","ts":1700000000000}'
+        >>> event.fingerprint() == Event("e2", "u1", "i1", "c1", "click", 1_700_000_000_000).fingerprint()
+        True
     """
 
     event_id: _Id
@@ -89,6 +96,14 @@ def as_id(value: object, name: str) -> str:
 
     Raises:
         InvalidEvent: naming the field (``name``) and what is wrong.
+
+    Examples:
+        >>> as_id(42, "user_id")
+        '42'
+        >>> as_id(4.2, "user_id")
+        Traceback (most recent call last):
+        ...
+        streamrec.errors.InvalidEvent: field 'user_id' must be a string or integer, got float
     """
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise InvalidEvent(f"field {name!r} must be a string or integer, got {type(value).__name__}")
@@ -139,7 +154,29 @@ def _label(doc: dict[str, Any]) -> int | None:
 def parse_event(
     raw: bytes | None, *, now_ms: int, max_future_ms: int, max_bytes: int
 ) -> Event:
-    """Decode and validate one wire record; raises :class:`InvalidEvent` with the reason."""
+    """Decode and validate one wire record.
+
+    Args:
+        raw: The record's value (None: a null value).
+        now_ms: The time now, epoch ms: events further than ``max_future_ms`` ahead of it are
+            refused.
+        max_future_ms: How far ahead of ``now_ms`` an event may be stamped.
+        max_bytes: The largest record accepted.
+
+    Raises:
+        InvalidEvent: The record breaks the event contract; the message says how.
+
+    Examples:
+        >>> now = 1_700_000_000_000
+        >>> raw = b'{"event_id":1,"user_id":2,"item_id":3,"category_id":4,"action":"click","ts":%d}' % now
+        >>> event = parse_event(raw, now_ms=now, max_future_ms=0, max_bytes=1024)
+        >>> event.user_id, event.item_id, event.ts
+        ('2', '3', 1700000000000)
+        >>> parse_event(raw.replace(b"000}", b"}"), now_ms=now, max_future_ms=0, max_bytes=1024)
+        Traceback (most recent call last):
+        ...
+        streamrec.errors.InvalidEvent: field 'ts'=1700000000 looks like seconds: send epoch milliseconds
+    """
     if raw is None:
         raise InvalidEvent("empty record (null value)")
     if len(raw) > max_bytes:

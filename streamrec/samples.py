@@ -58,6 +58,13 @@ class Sample(msgspec.Struct, frozen=True, gc=False):
     contract's, checked when a sample is decoded (:func:`parse_sample`), not when one is made.
     Untracked by the garbage collector, as an event (strings, numbers and tuples of strings
     cannot form a reference cycle).
+
+    Examples:
+        >>> sample = Sample("e2", "u1", 1_700_000_060_000, "i2", "c1", 1, ("i1",), ("c1",))
+        >>> sample.to_json()
+        b'{"sample_id":"e2","user_id":"u1",...,"label":1,"seq_items":["i1"],"seq_categories":["c1"]}'
+        >>> Sample.from_json(sample.to_json()) == sample
+        True
     """
 
     sample_id: _Id
@@ -92,6 +99,14 @@ def parse_sample(raw: bytes | None) -> Sample:
 
     Raises:
         InvalidSample: The record breaks the contract; the message says how.
+
+    Examples:
+        >>> raw = b'{"sample_id":"e2","user_id":"u1","ts":1700000060000,"item_id":"i2",'
+        >>> raw += b'"category_id":"c1","label":2,"seq_items":[],"seq_categories":[]}'
+        >>> parse_sample(raw)
+        Traceback (most recent call last):
+        ...
+        streamrec.errors.InvalidSample: field 'label' must be 0 or 1 (an integer), got 2 (int)
     """
     if raw is not None:
         try:

@@ -100,6 +100,21 @@ class SampleBuilder:
     ``negatives`` sampled negatives; other events only extend the sequence. An event late
     for its partition's watermark yields no sample whatever its label (see
     :mod:`streamrec.consumers.lateness`).
+
+    Examples:
+        Three views by one user, on the in-memory store: each is a positive whose sequence
+        holds what the user did strictly before it (no negatives yet: the pool is empty).
+
+        >>> from streamrec.config import ConsumerConfig
+        >>> from streamrec.events import Event
+        >>> from streamrec.featurestore import MemoryFeatureStore
+        >>> from streamrec.kafka import Record
+        >>> builder = SampleBuilder(ConsumerConfig(), MemoryFeatureStore(length=50))
+        >>> views = [Event(f"e{k}", "u1", f"i{k}", "c1", "pv", 1_700_000_000_000 + k) for k in range(3)]
+        >>> result = builder.process([Record(view.to_json(), k) for k, view in enumerate(views)])
+        >>> builder.commit(result)
+        >>> [(s.item_id, s.label, s.seq_items) for s in result.samples]
+        [('i0', 1, ()), ('i1', 1, ('i0',)), ('i2', 1, ('i0', 'i1'))]
     """
 
     def __init__(

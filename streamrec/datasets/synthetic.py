@@ -203,6 +203,13 @@ def generate_clicks(spec: ClickStreamSpec = ClickStreamSpec()) -> list[Event]:
     Returns:
         ``spec.events`` implicit events (``label=None``) sorted by ``ts``, ties in a fixed
         order; event ids ``g<seed>-<n>`` are unique and stable for a seed.
+
+    Examples:
+        >>> events = generate_clicks(ClickStreamSpec(users=3, items=10, categories=2, events=5, seed=1))
+        >>> len(events), events[0].event_id, events[0].action
+        (5, 'g1-0', 'pv')
+        >>> events == generate_clicks(ClickStreamSpec(users=3, items=10, categories=2, events=5, seed=1))
+        True
     """
     stream = _simulate(spec)
     users = [f"u{u}" for u in range(spec.users)]

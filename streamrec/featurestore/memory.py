@@ -37,7 +37,25 @@ class _User:
 
 
 class MemoryFeatureStore(FeatureStore):
-    """Sequences in a dict of sorted lists; no TTL (a backtest is bounded)."""
+    """Sequences in a dict of sorted lists; no TTL (a backtest is bounded).
+
+    Examples:
+        A store keeping two behaviours per user; each click asks for its point-in-time history:
+
+        >>> from streamrec.events import Event
+        >>> store = MemoryFeatureStore(length=2)
+        >>> clicks = [Event(f"e{k}", "u1", f"i{k}", "c1", "click", 1_700_000_000_000 + k) for k in range(3)]
+        >>> update = store.update([Arrival(e, f"0:{k}", wants_history=True) for k, e in enumerate(clicks)])
+        >>> [history.items for history in update.histories]
+        [(), ('i0',), ('i0', 'i1')]
+        >>> [behaviour.item_id for behaviour in store.sequence("u1")]
+        ['i1', 'i2']
+
+        The same event again, from another record, is a duplicate and adds nothing:
+
+        >>> store.update([Arrival(clicks[0], "0:9")]).verdicts
+        [<Verdict.DUPLICATE: 1>]
+    """
 
     def __init__(self, length: int, dedup_horizon_ms: int = 6 * 3_600_000) -> None:
         """An empty store keeping each user's latest ``length`` behaviours."""

@@ -77,7 +77,16 @@ def _finish(h: np.ndarray) -> np.ndarray:
 
 
 def partitions_of(keys: Sequence[bytes], count: int, partitioner: Partitioner) -> list[int]:
-    """The partition of ``count`` that ``partitioner`` gives each key."""
+    """The partition of ``count`` that ``partitioner`` gives each key.
+
+    Examples:
+        The two partitioners put the same users in different partitions:
+
+        >>> partitions_of([b"u1", b"u2", b"u3"], 4, "murmur2")
+        [0, 2, 2]
+        >>> partitions_of([b"u1", b"u2", b"u3"], 4, "crc32")
+        [2, 0, 2]
+    """
     if partitioner == MURMUR2:
         return ((murmur2(keys) & np.uint32(0x7FFFFFFF)) % np.uint32(count)).tolist()
     return [zlib.crc32(key) % count for key in keys]

@@ -28,6 +28,19 @@ class Batch:
         seq_lengths: int64[B] behaviours per sample.
         seq_items: [N] behaviour item ids, sample after sample, each oldest first.
         seq_categories: [N] their categories.
+
+    Examples:
+        A click on ``i1`` after ``i2``, and a sampled negative for it:
+
+        >>> from streamrec.samples import Sample
+        >>> batch = Batch.from_samples([
+        ...     Sample("e1", "u1", 1_700_000_000_000, "i1", "c1", 1, ("i2",), ("c1",)),
+        ...     Sample("e1~n0", "u1", 1_700_000_000_000, "i3", "c2", 0, ("i2",), ("c1",)),
+        ... ])
+        >>> len(batch), batch.item_ids, batch.label
+        (2, ['i1', 'i3'], array([1., 0.], dtype=float32))
+        >>> batch.seq_lengths, batch.seq_items
+        (array([1, 1]), ['i2', 'i2'])
     """
 
     sample_ids: list[str]

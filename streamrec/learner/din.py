@@ -75,6 +75,37 @@ class DINLearner:
 
     "Known" items are the item-table rows the learner has trained on (targets and
     behaviours); without an item table no item counts as known.
+
+    Examples:
+        A tiny model, scored before and after it trains on one micro-batch (prequential, as
+        the learner loop does):
+
+        >>> from streamrec.config import ModelConfig, TableConfig
+        >>> from streamrec.samples import Sample
+        >>> cfg = ModelConfig(
+        ...     tables=(TableConfig(name="item", feature="item", rows=64, dim=4),),
+        ...     attention_units=(8,), mlp_units=(8,), device="cpu",
+        ... )
+        >>> learner = DINLearner(cfg)
+        >>> batch = Batch.from_samples([
+        ...     Sample("e1", "u1", 1_700_000_000_000, "i1", "c1", 1, ("i2",), ("c1",)),
+        ...     Sample("e1~n0", "u1", 1_700_000_000_000, "i3", "c2", 0, ("i2",), ("c1",)),
+        ... ])
+        >>> learner.predict_many(batch).shape, learner.is_known(batch)
+        ((2,), array([False, False]))
+        >>> result = learner.learn_many(batch)
+        >>> result.steps, result.ids_admitted
+        (1, {'item': 2})
+        >>> for _ in range(20):
+        ...     _ = learner.learn_many(batch)
+        >>> scores = learner.predict_many(batch)
+        >>> bool(scores[0] > scores[1])
+        True
+
+        Its whole state is named numpy arrays, which a snapshot stores:
+
+        >>> state = learner.state_arrays()
+        >>> DINLearner(cfg).load_state_arrays(state)
     """
 
     def __init__(self, cfg: ModelConfig, rows: Mapping[str, int] | None = None) -> None:

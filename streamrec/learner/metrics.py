@@ -26,6 +26,12 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     Args:
         labels: [N] labels; values above 0.5 are positives.
         scores: [N] scores, higher meaning more likely positive.
+
+    Examples:
+        >>> auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8]))
+        0.75
+        >>> auc(np.array([1, 1]), np.array([0.1, 0.2]))
+        nan
     """
     groups = np.zeros(len(labels), dtype=np.int64)
     per_group, _, valid = _grouped_auc(np.asarray(labels), np.asarray(scores), groups)
@@ -39,6 +45,17 @@ def gauc(labels: np.ndarray, scores: np.ndarray, users: np.ndarray) -> float:
         labels: [N] labels; values above 0.5 are positives.
         scores: [N] scores.
         users: [N] user ids (any hashable numpy dtype).
+
+    Examples:
+        Each user's items are ranked right, though the two users' scores overlap: the AUC
+        over all samples is 0.75, the GAUC 1. User ``c`` has no negative and does not count.
+
+        >>> labels = np.array([0, 1, 0, 1, 1])
+        >>> scores = np.array([0.1, 0.2, 0.8, 0.9, 0.3])
+        >>> gauc(labels, scores, np.array(["a", "a", "b", "b", "c"]))
+        1.0
+        >>> auc(labels[:4], scores[:4])
+        0.75
     """
     if len(labels) == 0:
         return math.nan
@@ -50,7 +67,12 @@ def gauc(labels: np.ndarray, scores: np.ndarray, users: np.ndarray) -> float:
 
 
 def logloss(labels: np.ndarray, probs: np.ndarray) -> float:
-    """Mean binary cross-entropy of probabilities clipped away from 0 and 1; NaN if empty."""
+    """Mean binary cross-entropy of probabilities clipped away from 0 and 1; NaN if empty.
+
+    Examples:
+        >>> round(logloss(np.array([1, 0]), np.array([0.9, 0.2])), 4)
+        0.1643
+    """
     if len(labels) == 0:
         return math.nan
     y = (np.asarray(labels) > 0.5).astype(np.float64)

@@ -117,7 +117,25 @@ def write_manifest_files(directory: Path, manifest: SnapshotManifest) -> None:
 
 
 class SnapshotStore:
-    """The snapshot directory: write, list, load, and snapshot requests."""
+    """The snapshot directory: write, list, load, and snapshot requests.
+
+    Examples:
+        >>> import shutil, tempfile
+        >>> from streamrec.kafka import Position
+        >>> store = SnapshotStore(Path(tempfile.mkdtemp()))
+        >>> manifest = store.write(
+        ...     {"model": {"w": np.ones(3, dtype=np.float32)}},
+        ...     micro_batches=1, samples_trained=2, positions=(Position("samples", 0, 2),),
+        ... )
+        >>> manifest.version, store.versions()
+        (1, [1])
+        >>> sorted(path.name for path in store.path(1).iterdir())
+        ['manifest.json', 'manifest.sha256', 'model.safetensors']
+        >>> manifest, tensors = store.load(1)
+        >>> manifest.positions, tensors["model"]["w"]
+        ((Position(topic='samples', partition=0, offset=2),), array([1., 1., 1.], dtype=float32))
+        >>> shutil.rmtree(store.root)
+    """
 
     def __init__(
         self, root: Path, free_bytes: Callable[[Path], int] = disk_free_bytes, full_every: int = 1

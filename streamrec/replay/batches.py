@@ -63,6 +63,13 @@ def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]
 def by_count(samples: Sequence[Sample], size: int, min_size: int = 1) -> list[MicroBatch]:
     """Consecutive micro-batches of ``size`` samples, the last one shorter; a last one under
     ``min_size`` (too small to judge a model by) joins the one before it.
+
+    Examples:
+        >>> sample = Sample("e1", "u1", 1_700_000_000_000, "i1", "c1", 1, (), ())
+        >>> [len(batch.samples) for batch in by_count([sample] * 7, 3)]
+        [3, 3, 1]
+        >>> [len(batch.samples) for batch in by_count([sample] * 7, 3, min_size=2)]
+        [3, 4]
     """
     if size < 1:
         raise ConfigError(f"micro-batch size must be at least 1, not {size}")
@@ -97,6 +104,10 @@ def parse_duration(text: str) -> int:
 
     Raises:
         ConfigError: Not a number followed by s, m, h or d.
+
+    Examples:
+        >>> parse_duration("10m"), parse_duration("1.5h")
+        (600000, 5400000)
     """
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text)
     if match is None:
