@@ -1,6 +1,7 @@
-"""The consumer's own instructions an event, counted by callgrind: its Python work, which is
-what bounds a consumer process (``bench/consumer_throughput.py``: the consumer's CPU is its
-critical path, Redis runs on another core meanwhile).
+"""The consumer's own instructions an event, counted by callgrind.
+
+Its Python work, which is what bounds a consumer process (``bench/consumer_throughput.py``: the
+consumer's CPU is its critical path, Redis runs on another core meanwhile).
 
 The clock cannot tell a 10% change apart on a shared 2-core machine (the same code's consumer
 CPU an event ranged 29-45 us within an hour); an instruction count repeats to within 0.1%.

@@ -82,7 +82,9 @@ def timed_read(
     consume: Callable[[int], int], total: int, batch_size: int,
     clock: Callable[[], float] = time.perf_counter, finish: Callable[[], None] = lambda: None,
 ) -> tuple[int, float]:
-    """Read ``total`` records with ``consume(n)`` (a batch call asked for at most ``n``, that
+    """Time a read of ``total`` records.
+
+    Read ``total`` records with ``consume(n)`` (a batch call asked for at most ``n``, that
     returns how many records it got): the records read after the first batch, and the seconds
     from the first batch in hand to the last record, ``finish()`` after it included (a flush).
 
@@ -112,7 +114,9 @@ def timed_read(
 def bare_consume(
     bootstrap: str, topic: str, partitions: int, total: int, batch_size: int, idle_s: float = BARE_IDLE_S
 ) -> float:
-    """Records a second a bare confluent-kafka batch consume reads, each record's value taken,
+    """The bare consume: records a second confluent-kafka alone reads.
+
+    Records a second a bare confluent-kafka batch consume reads, each record's value taken,
     timed by :func:`timed_read`. It reads about a million records a second here, from the
     broker and not only from librdkafka's prefetch: 600,000 records, several times what the
     prefetch holds, read as fast once ``fetch.queue.backoff.ms`` is short (its default of 1 s
@@ -127,12 +131,13 @@ def bare_consume(
 
 
 def forward_consume(kafka: KafkaConfig, total: int, batch_size: int, idle_s: float = BARE_IDLE_S) -> float:
-    """Events a second of the least a Python consumer of these events does, timed as the bare
-    consume is: each record decoded into an event (checked against the contract, in C) and one
-    sample of it encoded and produced with the consumers' producer settings, until the broker
-    has acknowledged the last. No Redis, history, negatives, alignment or transaction. Unlike
-    the bare consume it slows with the machine's Python as the consumers do, so the consumers'
-    ratio to it tells the cost of their own work from the machine's speed that day.
+    """Events a second of the least a Python consumer of these events does, timed as the bare consume is.
+
+    Each record decoded into an event (checked against the contract, in C) and one sample of it
+    encoded and produced with the consumers' producer settings, until the broker has
+    acknowledged the last. No Redis, history, negatives, alignment or transaction. Unlike the
+    bare consume it slows with the machine's Python as the consumers do, so the consumers' ratio
+    to it tells the cost of their own work from the machine's speed that day.
 
     Raises:
         TimeoutError: no record came for ``idle_s`` with some still to read.
@@ -163,7 +168,9 @@ def _read(
     bootstrap: str, topic: str, partitions: int, total: int, batch_size: int, idle_s: float,
     handle: Callable[[list[Message]], int], finish: Callable[[], None] = lambda: None,
 ) -> float:
-    """Records a second through ``handle`` (each batch's records in, how many it took out),
+    """Records a second through ``handle``.
+
+    Records a second through ``handle`` (each batch's records in, how many it took out),
     read from the beginning of every partition of ``topic`` and timed by :func:`timed_read`,
     ``finish`` on the clock.
     """
@@ -205,9 +212,10 @@ def recorder() -> tuple[list[Batch], Callable[[BatchReport], None]]:
 
 
 def steady_rate(runs: list[list[Batch]], batch_size: int) -> tuple[float, float, float]:
-    """Events per second over the runs' full batches, and the window they span. The last
-    batches of a finite backlog are small and wait up to the aligner's idle time (2 s) for
-    partitions that reached their end: latency at the end of the input, not throughput.
+    """Events per second over the runs' full batches, and the window they span.
+
+    The last batches of a finite backlog are small and wait up to the aligner's idle time (2 s)
+    for partitions that reached their end: latency at the end of the input, not throughput.
     """
     kept = []
     for batches in runs:
@@ -219,9 +227,10 @@ def steady_rate(runs: list[list[Batch]], batch_size: int) -> tuple[float, float,
 
 
 class CpuQuotas:
-    """A CPU quota of its own for each consumer process (``--cpu-per-consumer``): a Linux
-    cgroup each, v1 (``/sys/fs/cgroup/cpu``) or v2, made and removed by the benchmark (root
-    only). With each consumer held to a fraction of a core, the machine's cores stop being
+    """A CPU quota of its own for each consumer process (``--cpu-per-consumer``).
+
+    A Linux cgroup each, v1 (``/sys/fs/cgroup/cpu``) or v2, made and removed by the benchmark
+    (root only). With each consumer held to a fraction of a core, the machine's cores stop being
     the bound, so the scaling measured is the consumers' own: what a machine with a core for
     each consumer, Redis and the broker would show.
     """
@@ -260,9 +269,10 @@ def enter_cgroup(path: str) -> None:
 def consume(
     sections: dict[str, dict[str, object]], ready: Queue[int], share: int, cgroup: str | None = None
 ) -> tuple[int, list[Batch]]:
-    """One consumer process: the events it processed and its batches. It says on ``ready``
-    once it holds its ``share`` of the partitions: the group has settled. In ``cgroup`` when
-    given (a CPU quota of its own).
+    """One consumer process.
+
+    The events it processed and its batches. It says on ``ready`` once it holds its ``share`` of
+    the partitions: the group has settled. In ``cgroup`` when given (a CPU quota of its own).
     """
     if cgroup is not None:
         enter_cgroup(cgroup)
@@ -293,7 +303,9 @@ def cpu_s_of(pid: int) -> float:
 
 
 class CpuSampler:
-    """The machine's busy CPU time (all processes: consumers, Redis, the broker), sampled from
+    """The machine's busy CPU time, sampled in the background.
+
+    The machine's busy CPU time (all processes: consumers, Redis, the broker), sampled from
     /proc/stat every 0.1 s, to tell how busy the cores were over a window afterwards.
     """
 
@@ -332,7 +344,9 @@ def scaling(
     sections: dict[str, dict[str, object]], events: list[Event], processes: int,
     cpu_per_consumer: float | None = None,
 ) -> tuple[float, float | None]:
-    """Events per second of ``processes`` consumers in one group (each its own process, held
+    """Events per second of a group of consumer processes.
+
+    Events per second of ``processes`` consumers in one group (each its own process, held
     to ``cpu_per_consumer`` cores when given), and how many cores the machine kept busy
     meanwhile. The events are published once the group has settled: a consumer joining late
     would rebalance the group mid-run (seconds of it on the embedded broker), which measures

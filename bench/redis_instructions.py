@@ -49,8 +49,9 @@ BATCH = 5_000
 
 @contextmanager
 def counted_redis(folder: Path, name: str) -> Iterator[tuple[str, list[int]]]:
-    """A redis-server under callgrind: its URL, and a list that holds its instruction count
-    once it has stopped.
+    """A redis-server under callgrind.
+
+    Its URL, and a list that holds its instruction count once it has stopped.
     """
     out = folder / f"{name}.callgrind"
     port = free_port()
@@ -70,8 +71,9 @@ def counted_redis(folder: Path, name: str) -> Iterator[tuple[str, list[int]]]:
 
 
 def records(events: list[Event]) -> list[Record]:
-    """The events as the consumers read them: keyed by user over the partitions (as streamrec's
-    producers put them, murmur2), in order.
+    """The events as the consumers read them.
+
+    Keyed by user over the partitions (as streamrec's producers put them, murmur2), in order.
     """
     keys = [event.user_id.encode() for event in events]
     offsets = [0] * PARTITIONS
@@ -84,7 +86,9 @@ def records(events: list[Event]) -> list[Record]:
 
 
 def bench_builder(cfg: StreamrecConfig) -> SampleBuilder:
-    """The runners' builder on ``cfg``'s store, its placement check told the partition count
+    """The runners' builder on ``cfg``'s store.
+
+    The runners' builder on ``cfg``'s store, its placement check told the partition count
     the runner reads from the broker.
     """
     builder = make_builder(cfg, make_feature_store(cfg))

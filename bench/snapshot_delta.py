@@ -43,7 +43,9 @@ def model_state(rows: int, dim: int) -> Tensors:
 
 
 def changed(state: Tensors, fraction: float, seed: int) -> Tensors:
-    """A copy of ``state`` after a micro-batch touching ``fraction`` of the table's rows (the
+    """A copy of ``state`` after a simulated micro-batch.
+
+    A copy of ``state`` after a micro-batch touching ``fraction`` of the table's rows (the
     dense layers all change, as they do in training).
     """
     rng = np.random.default_rng(seed)

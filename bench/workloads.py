@@ -14,7 +14,9 @@ DEFAULT = str(TAOBAO) if TAOBAO.exists() else "synthetic"
 
 
 def workload(data: str, events: int | None) -> tuple[list[Event], dict[str, object]]:
-    """The events of ``data`` (a file of Taobao UserBehavior, ``synthetic`` or ``feed``; the
+    """The events of a workload and the consumer settings they need.
+
+    The events of ``data`` (a file of Taobao UserBehavior, ``synthetic`` or ``feed``; the
     first ``events``, or 110,300 generated) and the consumer settings they need.
 
     ``feed``: a generated feed log (pages of impressions, clicks on shown items, about 8

@@ -8,8 +8,9 @@ from typing import Self
 
 
 class Closing(ABC):
-    """A resource usable in a ``with`` block: the block gives the object and ends with
-    :meth:`close`, whatever happened in it.
+    """A resource usable in a ``with`` block.
+
+    The block gives the object and ends with :meth:`close`, whatever happened in it.
     """
 
     @abstractmethod

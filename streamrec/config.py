@@ -188,8 +188,9 @@ def redact_url(url: str) -> str:
 
 
 class MemoryStoreConfig(BaseModel):
-    """The in-process store (``STREAMREC_STORE__TYPE=memory``): nothing is shared or kept,
-    so it suits one-process runs, backtests and tests only.
+    """The in-process store (``STREAMREC_STORE__TYPE=memory``).
+
+    Nothing is shared or kept, so it suits one-process runs, backtests and tests only.
     """
 
     model_config = _SECTION
@@ -309,8 +310,9 @@ BEHAVIOUR_FEATURES: tuple[Feature, ...] = ("item", "category")
 
 
 class TableConfig(BaseModel):
-    """One embedding table, as torchrec's ``EmbeddingBagConfig``: the feature whose ids it
-    embeds, its rows and its width, and how ids get rows.
+    """One embedding table, as torchrec's ``EmbeddingBagConfig``.
+
+    The feature whose ids it embeds, its rows and its width, and how ids get rows.
 
     ``item`` and ``category`` are behaviour features: the table embeds the target's id and
     every id along the behaviour sequence, and DIN attends over them. ``user`` is a context
@@ -461,8 +463,9 @@ class LearnerConfig(BaseModel):
 
 
 class ServingConfig(BaseModel):
-    """``streamrec serve`` and ``streamrec score`` (env ``STREAMREC_SERVING__*``): they read the
-    promoted version of ``STREAMREC_LEARNER__SNAPSHOT_DIR``.
+    """``streamrec serve`` and ``streamrec score`` (env ``STREAMREC_SERVING__*``).
+
+    They read the promoted version of ``STREAMREC_LEARNER__SNAPSHOT_DIR``.
     """
 
     model_config = _SECTION
@@ -593,9 +596,10 @@ def load_config(**overrides: Any) -> StreamrecConfig:
 
 
 def env_name(loc: tuple[int | str, ...]) -> str:
-    """The env var of a setting at ``loc`` (pydantic's error location): ``("consumer",
-    "batch_size")`` is ``STREAMREC_CONSUMER__BATCH_SIZE``; an item of a list is named by its
-    list's variable and its place in it.
+    """The env var of a setting at ``loc`` (pydantic's error location).
+
+    ``("consumer", "batch_size")`` is ``STREAMREC_CONSUMER__BATCH_SIZE``; an item of a list is
+    named by its list's variable and its place in it.
 
     Examples:
         >>> env_name(("consumer", "batch_size"))
@@ -624,7 +628,9 @@ def _setting_error(error: Any) -> str:
 
 
 def _source_error(exc: SettingsError) -> ConfigError:
-    """A value pydantic-settings could not read (JSON in an env var) as one line naming the
+    """A settings value that could not be read, as one clear line.
+
+    A value pydantic-settings could not read (JSON in an env var) as one line naming the
     variable and the position.
     """
     cause = exc.__cause__

@@ -80,11 +80,12 @@ def _header_list(msg: KafkaMessage) -> tuple[Header, ...]:
 
 
 class DeadLetterLog:
-    """The warnings of dead letters, rate-limited: one each for the first ``burst`` of every
-    ``every_s`` seconds, and the rest counted, their number logged when the next period
-    begins. A producer bug can send bad records by the hundred thousand; one line each
-    buried the log (and cost the writer), while the dead-letter topic and the counts keep
-    every one.
+    """The warnings of dead letters, rate-limited.
+
+    One each for the first ``burst`` of every ``every_s`` seconds, and the rest counted, their
+    number logged when the next period begins. A producer bug can send bad records by the
+    hundred thousand; one line each buried the log (and cost the writer), while the dead-letter
+    topic and the counts keep every one.
     """
 
     def __init__(

@@ -47,89 +47,107 @@ class SnapshotError(StreamrecError):
 
 
 class SnapshotInUse(SnapshotError):
-    """Another learner holds the snapshot directory: stop it, or give this learner its own
-    snapshot directory and group.
+    """Another learner holds the snapshot directory.
+
+    Stop it, or give this learner its own snapshot directory and group.
     """
 
 
 class SnapshotDirError(SnapshotError):
-    """The snapshot directory is unusable (not a directory, not writable, too little free
-    space): fix the named path or point --snapshot-dir elsewhere, then start again.
+    """The snapshot directory is unusable (not a directory, not writable, too little free space).
+
+    Fix the named path or point --snapshot-dir elsewhere, then start again.
     """
 
 
 class SnapshotWriteError(SnapshotError):
-    """A snapshot could not be written (disk full, permissions): fix the named cause and
-    restart; the learner resumes from its last snapshot.
+    """A snapshot could not be written (disk full, permissions).
+
+    Fix the named cause and restart; the learner resumes from its last snapshot.
     """
 
 
 class InvalidSnapshot(SnapshotError):
-    """A snapshot version failed its checks and is skipped: delete it, or restore it from a
-    backup if it is the one you need.
+    """A snapshot version failed its checks and is skipped.
+
+    Delete it, or restore it from a backup if it is the one you need.
     """
 
 
 class InvalidSample(StreamrecError):
-    """A training sample broke the sample contract; the learner routes it to the samples
-    dead-letter topic and trains on the rest, never raised out.
+    """A training sample broke the sample contract.
+
+    The learner routes it to the samples dead-letter topic and trains on the rest, never raised
+    out.
     """
 
 
 class TrainingDiverged(StreamrecError):
-    """Training went non-finite (NaN or infinite loss or gradients) on too many micro-batches
+    """Training went non-finite on too many micro-batches in a row.
+
+    Training went non-finite (NaN or infinite loss or gradients) on too many micro-batches
     in a row, or the weights did: nothing was snapshotted from it. Restart from the last
     snapshot, with a lower learning rate if it recurs, and check the samples it stopped on.
     """
 
 
 class NonFiniteWeights(TrainingDiverged):
-    """The model's weights are not all finite, so no snapshot was written (serving keeps the
-    last finite one): restart from the last snapshot, with a lower learning rate.
+    """The model's weights are not all finite, so no snapshot was written (serving keeps the last finite one).
+
+    Restart from the last snapshot, with a lower learning rate.
     """
 
 
 class FeatureStoreUnavailable(FeatureStoreError):
-    """Redis did not answer (down, restarting, failing over): the consumers retry until their
-    deadline; bring Redis back.
+    """Redis did not answer (down, restarting, failing over).
+
+    The consumers retry until their deadline; bring Redis back.
     """
 
 
 class FeatureStoreUnreachable(FeatureStoreUnavailable):
-    """Redis has not answered at the configured URL since this process started (a wrong URL,
+    """Redis has not answered at the configured URL since this process started.
+
+    Redis has not answered at the configured URL since this process started (a wrong URL,
     or Redis not started): check STREAMREC_STORE__URL (--redis-url), or start Redis. Waited
     for STREAMREC_STORE__CONNECT_TIMEOUT_S at start, not for the retry deadline.
     """
 
 
 class Stopped(StreamrecError):
-    """A stop signal ended a wait for a service; the unfinished batch was not committed and is
-    redone at the next start.
+    """A stop signal ended a wait for a service.
+
+    The unfinished batch was not committed and is redone at the next start.
     """
 
 
 class OutageError(StreamrecError):
-    """A service stayed failing past the retry deadline (STREAMREC_CONSUMER__RETRY_DEADLINE_S):
-    bring it back and restart; nothing was lost, the unfinished batch is redone.
+    """A service stayed failing past the retry deadline (STREAMREC_CONSUMER__RETRY_DEADLINE_S).
+
+    Bring it back and restart; nothing was lost, the unfinished batch is redone.
     """
 
 
 class FeatureStoreLost(FeatureStoreError):
-    """The feature store lost its data (Redis restarted without persistence, or was flushed):
-    stop the consumers, run `streamrec consumers rebuild`, then start them again. When it was
+    """The feature store lost its data (Redis restarted without persistence, or was flushed).
+
+    Stop the consumers, run `streamrec consumers rebuild`, then start them again. When it was
     rebuilt while they ran, the message says so: then only restart them.
     """
 
 
 class SamplesExpired(StreamrecError):
-    """The newest snapshot resumes at samples the topic no longer holds (retention or a
-    deleted topic): those were never trained. Raise the samples retention, or set
+    """The newest snapshot resumes at samples the topic no longer holds (retention or a deleted topic).
+
+    Those were never trained. Raise the samples retention, or set
     STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS=true to skip them.
     """
 
 
 class PartitionFenced(FeatureStoreError):
-    """Another consumer claimed a partition this one was still processing (this process was
+    """Another consumer claimed a partition this one was still processing.
+
+    Another consumer claimed a partition this one was still processing (this process was
     stalled past its session timeout): it stops without writing to it or committing a batch
     of it; restart it to rejoin.
     """

@@ -61,8 +61,9 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     label: int | None = None
 
     def fingerprint(self) -> str:
-        """A short digest of everything but the id: tells a resent event (same content) from
-        an id reused for another one.
+        """A short digest of everything but the id.
+
+        Tells a resent event (same content) from an id reused for another one.
         """
         # the repr of the tuple (user, item, category, action, ts, label), written out: a
         # third faster than building the tuple, and the same text (stored marks depend on it)
@@ -197,8 +198,10 @@ def parse_event(
 
 
 def _checked(raw: bytes, now_ms: int, max_future_ms: int) -> Event:
-    """Field by field: the event of a record the decoder refused that is valid after all
-    (integer ids, a float ``ts`` that is a whole number, a boolean label), or the reason.
+    """Check a record field by field.
+
+    The event of a record the decoder refused that is valid after all (integer ids, a float
+    ``ts`` that is a whole number, a boolean label), or the reason.
     """
     try:
         doc = orjson.loads(raw)

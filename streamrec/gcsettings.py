@@ -1,5 +1,7 @@
-"""Garbage-collector settings for streamrec's batch loops (the consumers, the learner, the
-replay and the demo commands), which keep thousands of objects alive at a time. Not for
+"""Garbage-collector settings for streamrec's batch loops.
+
+The consumers, the learner, the replay and the demo commands keep thousands of objects alive
+at a time. Not for
 ``streamrec serve``: its requests keep few objects alive, and its latency is what counts.
 
 CPython collects its youngest generation whenever tracked objects allocated exceed those freed
@@ -22,7 +24,9 @@ YOUNG_THRESHOLD = 100_000
 
 
 def tune_for_batches(young: int = YOUNG_THRESHOLD) -> None:
-    """Collect young objects every ``young`` net allocations instead of 700, and keep what
+    """Tune the garbage collector for a long-running batch loop.
+
+    Collect young objects every ``young`` net allocations instead of 700, and keep what
     is alive now out of every later collection (once per process, when its loop starts).
     """
     gc.collect()

@@ -46,7 +46,9 @@ def run_pipeline(
     stop: threading.Event | None = None,
     runner: str = "native",
 ) -> PipelineResult:
-    """Publish ``events``, then consume (with the consumer ``runner`` named) and learn until
+    """Run the whole pipeline in this process.
+
+    Publish ``events``, then consume (with the consumer ``runner`` named) and learn until
     the stream is idle (or ``stop``).
     """
     stop = stop or threading.Event()

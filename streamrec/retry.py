@@ -12,7 +12,9 @@ MAX_PAUSE_S = 10.0
 
 
 class Backoff:
-    """Doubling pauses (0.5 s, 1 s, 2 s ... at most 10 s) until ``deadline_s`` has passed since
+    """Doubling pauses until a deadline.
+
+    Doubling pauses (0.5 s, 1 s, 2 s ... at most 10 s) until ``deadline_s`` has passed since
     the first failure.
     """
 

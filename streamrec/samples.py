@@ -120,8 +120,10 @@ def parse_sample(raw: bytes | None) -> Sample:
 
 
 def _checked(raw: bytes | None) -> Sample:
-    """Field by field: the reason a record is not a valid sample (or the sample, should the
-    decoder have refused a valid one).
+    """Check a record field by field.
+
+    The reason a record is not a valid sample (or the sample, should the decoder have refused a
+    valid one).
     """
     doc = _object(raw)
     try:

@@ -1,5 +1,7 @@
-"""The Faust consumer runner: the same :class:`SampleBuilder` and feature store, driven by a
-faust-streaming agent (aiokafka transport) instead of confluent-kafka transactions.
+"""The Faust consumer runner.
+
+The same :class:`SampleBuilder` and feature store, driven by a faust-streaming agent (aiokafka
+transport) instead of confluent-kafka transactions.
 
 One agent reads the events topic in batches (``stream.take_events``), runs
 ``SampleBuilder.process`` (the Redis update), sends the samples and dead letters with an
@@ -97,7 +99,9 @@ class FaustStats(ConsumerStats):
 
 
 def to_record(message: Any) -> Record:
-    """A Faust ``Message`` as the :class:`Record` the builder reads (``partition:offset`` is
+    """A Faust ``Message`` as a :class:`Record`.
+
+    A Faust ``Message`` as the :class:`Record` the builder reads (``partition:offset`` is
     the origin the store remembers, as with the native runner).
     """
     timestamp = message.timestamp
@@ -119,7 +123,9 @@ def faust_brokers(bootstrap_servers: str) -> list[str]:
 
 
 class BatchSink:
-    """Sends a batch's samples and dead letters with an idempotent producer and waits until
+    """Delivers a batch's samples and dead letters, acknowledged.
+
+    Sends a batch's samples and dead letters with an idempotent producer and waits until
     the broker acknowledged every one (same topics, keys, timestamps and headers as the native
     runner). Raises :class:`KafkaException` when a record was not delivered.
     """
@@ -163,8 +169,10 @@ class BatchSink:
 
 
 class FaustRunner:
-    """Consumes ``events_topic`` with a Faust agent; produces ``samples_topic`` and
-    ``dlq_topic``. Same constructor and ``run`` as :class:`ConsumerRunner`.
+    """Consumes ``events_topic`` with a Faust agent.
+
+    Produces ``samples_topic`` and ``dlq_topic``. Same constructor and ``run`` as
+    :class:`ConsumerRunner`.
     """
 
     def __init__(
@@ -173,8 +181,9 @@ class FaustRunner:
         store: FeatureStore | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
     ) -> None:
-        """``store`` defaults to the one ``cfg.store`` names; ``on_batch`` hears of every
-        batch whose samples were delivered.
+        """``store`` defaults to the one ``cfg.store`` names.
+
+        ``on_batch`` hears of every batch whose samples were delivered.
         """
         self._cfg = cfg
         self._on_batch = on_batch
@@ -190,7 +199,9 @@ class FaustRunner:
         self._reassigned = False
 
     def run(self, stop: threading.Event | None = None) -> FaustStats:
-        """Run the Faust app until ``stop`` is set, ``stop_when_idle_s`` passes without events,
+        """Run the Faust app until stopped, idle, or failed.
+
+        Run the Faust app until ``stop`` is set, ``stop_when_idle_s`` passes without events,
         or a fatal error (raised here, after the app stopped).
         """
         stop = stop or threading.Event()
@@ -244,9 +255,11 @@ class FaustRunner:
         return app
 
     def agent(self, max_batch: int, within_s: float) -> Callable[[Any], Any]:
-        """The agent body: batches of up to ``max_batch`` events, or what came within
-        ``within_s``. After a failed batch it stops taking events (the runner then stops the
-        app, raising the error): Faust acks that batch all the same.
+        """The agent body.
+
+        Batches of up to ``max_batch`` events, or what came within ``within_s``. After a failed
+        batch it stops taking events (the runner then stops the app, raising the error): Faust
+        acks that batch all the same.
         """
 
         async def samples(stream: Any) -> None:
@@ -263,7 +276,9 @@ class FaustRunner:
         return samples
 
     async def _finish(self, records: list[Record]) -> bool:
-        """Handle a batch off the event loop, to the end even if the agent is cancelled (a
+        """Handle a batch off the event loop, to the end.
+
+        Handle a batch off the event loop, to the end even if the agent is cancelled (a
         stopping app), so that no batch is acked half done; False if it failed.
         """
         work = asyncio.ensure_future(asyncio.to_thread(self.handle, records))
@@ -297,7 +312,8 @@ class FaustRunner:
             await app.stop()
 
     def _attach_store(self, stop: threading.Event) -> bool:
-        """Check the store before the first batch, waiting for a Redis that is not up yet;
+        """Check the store before the first batch, waiting for a Redis that is not up yet.
+
         False when ``stop`` was set meanwhile.
         """
         source = RecordSource(make_consumer(self._cfg.kafka, self._cfg.consumer.group_id),
@@ -310,7 +326,9 @@ class FaustRunner:
         return attach_store(self._store, can_start_empty, deadline_s, connect_timeout(self._cfg), stop)
 
     def handle(self, records: Sequence[Record]) -> BatchResult:
-        """Process one batch and deliver its samples, redoing it through passing failures of
+        """Process one batch and deliver its samples, retrying passing failures.
+
+        Process one batch and deliver its samples, redoing it through passing failures of
         Redis or the broker until the retry deadline (runs off the event loop).
         """
         if self._sink is None:

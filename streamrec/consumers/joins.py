@@ -1,5 +1,7 @@
-"""A batch's part in each partition's stored state: its offsets and watermark, and in the
-``join`` labelling mode its impressions and clicks (see :mod:`streamrec.featurestore.partitions`).
+"""A batch's part in each partition's stored state.
+
+Its offsets and watermark, and in the ``join`` labelling mode its impressions and clicks (see
+:mod:`streamrec.featurestore.partitions`).
 
 An impression (``impression_action``, no ``label``) on time opens a window with the history it
 read; an on-time click (a positive action, no ``label``) may take one; a late click can only be
@@ -21,12 +23,13 @@ from streamrec.samples import Sample
 
 
 class Judged(msgspec.Struct, gc=False):
-    """A valid event of the batch, from partition ``key``, as it is judged: ``behind`` is how
-    far behind its partition's newest event time it was when late (else None); ``accepted``
-    whether the store took it (a dead-lettered late event never reaches it), and ``history``
-    what the store read for it. A msgspec struct, made in C (a dataclass's ``__init__`` is a
-    Python call, one an event); untracked by the garbage collector, as nothing it holds can
-    refer back to it.
+    """A valid event of the batch, from partition ``key``, as it is judged.
+
+    ``behind`` is how far behind its partition's newest event time it was when late (else None);
+    ``accepted`` whether the store took it (a dead-lettered late event never reaches it), and
+    ``history`` what the store read for it. A msgspec struct, made in C (a dataclass's
+    ``__init__`` is a Python call, one an event); untracked by the garbage collector, as nothing
+    it holds can refer back to it.
     """
 
     event: Event
@@ -61,7 +64,9 @@ class JoinRule:
         watermarks: Watermarks,
         epochs: Mapping[Partition, int],
     ) -> list[PartitionBatch]:
-        """One :class:`PartitionBatch` per partition of the batch (``spans``: see
+        """One :class:`PartitionBatch` per partition of the batch.
+
+        One :class:`PartitionBatch` per partition of the batch (``spans``: see
         :func:`~streamrec.kafka.records.offset_spans`), ``judged`` in delivery (offset) order.
         """
         keys = list(spans)
@@ -94,8 +99,9 @@ class JoinRule:
 
 
 def decided_samples(decisions: Sequence[Decision]) -> list[Sample]:
-    """The samples of impressions whose labels were decided: the impression's id, time, item
-    and history, and the label.
+    """The samples of impressions whose labels were decided.
+
+    The impression's id, time, item and history, and the label.
     """
     return [
         Sample(d.event_id, d.user_id, d.ts, d.item_id, d.category_id, d.label, d.items, d.categories)

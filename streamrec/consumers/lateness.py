@@ -45,8 +45,9 @@ class Watermarks:
             self._newest[key] = newest
 
     def watermark(self, key: Partition) -> int | None:
-        """Events older than this on ``key`` are late; None before its first event, or when
-        nothing is judged late.
+        """Events older than this on ``key`` are late.
+
+        None before its first event, or when nothing is judged late.
         """
         newest = self._newest.get(key)
         return None if newest is None or self.allowed_ms is None else newest - self.allowed_ms
@@ -56,8 +57,10 @@ class Watermarks:
         return self._newest.get(key)
 
     def judge(self, key: Partition, ts: int) -> int | None:
-        """Judge the next event of partition ``key``: how many ms it is behind the newest event
-        time seen there when it is late, else None (and it may advance the watermark).
+        """Judge the next event of partition ``key``.
+
+        How many ms it is behind the newest event time seen there when it is late, else None
+        (and it may advance the watermark).
         """
         newest = self._newest.get(key)
         if newest is None or ts > newest:

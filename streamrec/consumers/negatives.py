@@ -28,9 +28,11 @@ Entry = tuple[int, str, str, int]
 
 
 class _Pool:
-    """The newest ``size`` entries of a time window, oldest first: a list and the index of its
-    oldest live entry. A draw indexes it at random (a deque walks to the middle: ~0.5 us a
-    draw at 10^5 entries), and a copy is one slice that also drops the evicted entries.
+    """The newest ``size`` entries of a time window, oldest first.
+
+    A list and the index of its oldest live entry. A draw indexes it at random (a deque walks to
+    the middle: ~0.5 us a draw at 10^5 entries), and a copy is one slice that also drops the
+    evicted entries.
     """
 
     __slots__ = ("entries", "head", "size")
@@ -47,7 +49,9 @@ class _Pool:
         return len(self.entries) - self.head
 
     def add(self, entry: Entry, horizon: int) -> None:
-        """Append ``entry`` (dropping the oldest beyond ``size``), then drop the entries
+        """Append ``entry`` and drop what left the window.
+
+        Append ``entry`` (dropping the oldest beyond ``size``), then drop the entries
         older than ``horizon``, which must not be after the entry's time.
         """
         entries = self.entries

@@ -28,7 +28,9 @@ _PARTITION = operator.itemgetter(1)  # Partition.partition, read in C
 
 
 class Placement:
-    """Checks each event's record against ``partitioner`` and the partition counts of the
+    """Checks that each record came through the partition its key belongs in.
+
+    Checks each event's record against ``partitioner`` and the partition counts of the
     topics read, which the runner keeps up to date (:attr:`counts`, at each assignment).
     """
 
@@ -39,8 +41,9 @@ class Placement:
 
     def misplaced(self, events: Sequence[tuple[Event, KafkaMessage, Partition]]) -> dict[int, str]:
         """The events whose record is misplaced, by index into ``events``, with the reason.
-        Each topic's records are checked as whole lists (most batches are all in place, and
-        hold one topic), record by record only where the lists differ.
+
+        Each topic's records are checked as whole lists (most batches are all in place, and hold
+        one topic), record by record only where the lists differ.
 
         Raises:
             ValueError: a record's topic has no partition count in :attr:`counts`.

@@ -75,8 +75,10 @@ class BatchResult:
 
 
 class Parsed(NamedTuple):
-    """A batch's records parsed: valid events with their records and partitions, dead letters
-    with reasons, and the offsets the records span in each partition.
+    """A batch's records parsed.
+
+    Valid events with their records and partitions, dead letters with reasons, and the offsets
+    the records span in each partition.
     """
 
     events: list[tuple[Event, KafkaMessage, Partition]]
@@ -126,10 +128,11 @@ class SampleBuilder:
         timestamp_tolerance_ms: int = TIMESTAMP_TOLERANCE_MS,
         placement: Placement | None = None,
     ) -> None:
-        """Build samples by ``cfg`` on ``store``; report records whose timestamp is more than
-        ``timestamp_tolerance_ms`` away from their event time; dead-letter records that
-        ``placement`` finds misplaced (the runners' records; in-memory ones have no
-        partitioner to check).
+        """Build samples by ``cfg`` on ``store``.
+
+        Report records whose timestamp is more than ``timestamp_tolerance_ms`` away from their
+        event time; dead-letter records that ``placement`` finds misplaced (the runners'
+        records; in-memory ones have no partitioner to check).
         """
         self._cfg = cfg
         self._store = store
@@ -146,7 +149,9 @@ class SampleBuilder:
         self.placement = placement
 
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
-        """Split records into valid events (with their records) and dead letters (with reasons,
+        """Split records into valid events and dead letters.
+
+        Split records into valid events (with their records) and dead letters (with reasons,
         misplaced records among them): pure, so it may run ahead of the batch's turn.
         """
         events: list[tuple[Event, KafkaMessage, Partition]] = []
@@ -168,8 +173,9 @@ class SampleBuilder:
         return Parsed(events, dead, offset_spans(records, keys))
 
     def stores(self, event: Event) -> bool:
-        """Whether the event enters its user's sequence: a join-mode impression, labelled or
-        not, is an exposure, not behaviour.
+        """Whether the event enters its user's sequence.
+
+        A join-mode impression, labelled or not, is an exposure, not behaviour.
         """
         return event.action != self._join.impression_action
 
@@ -181,8 +187,9 @@ class SampleBuilder:
         parsed: Parsed | None = None,
         meanwhile: Callable[[], None] | None = None,
     ) -> BatchResult:
-        """Process one batch: update the store once, building samples in event-time order as
-        its answers come.
+        """Process one batch.
+
+        Update the store once, building samples in event-time order as its answers come.
 
         An event id yields its samples once per user, within the store's dedup horizon: a
         resent event (the same content from another record) yields nothing and is counted,
@@ -234,10 +241,11 @@ class SampleBuilder:
         )
 
     def _keep(self, judged: list[Judged], dead: list[DeadLetter]) -> list[int]:
-        """The events that go to the store, as indexes into ``judged``, in event-time order:
-        a batch spans a few partitions, and the negative pools' windows need time order (a
-        stable sort: each user's own order holds). Late events are dead-lettered into
-        ``dead`` instead when ``late_events`` says so.
+        """The events that go to the store, as indexes into ``judged``, in event-time order.
+
+        A batch spans a few partitions, and the negative pools' windows need time order (a
+        stable sort: each user's own order holds). Late events are dead-lettered into ``dead``
+        instead when ``late_events`` says so.
         """
         drop = self._cfg.late_events == "dead_letter"
         allowed = self.watermarks.allowed_ms or 0
@@ -261,7 +269,9 @@ class SampleBuilder:
         sampler: NoveltyMatchedSampler,
         dead: list[DeadLetter],
     ) -> tuple[list[Sample], list[bytes], int, int]:
-        """The samples of the ``kept`` events by the store's ``answers``, in their order, with
+        """The samples of the ``kept`` events, by the store's answers.
+
+        The samples of the ``kept`` events by the store's ``answers``, in their order, with
         the negatives ``sampler`` draws; conflicting ids are dead-lettered into ``dead``.
         Returns the samples, their wire forms, the duplicates and the late events kept without
         samples.
@@ -300,8 +310,10 @@ class SampleBuilder:
     def _advance(
         self, spans: Mapping[Partition, tuple[int, int]], judged: list[Judged], watermarks: Watermarks
     ) -> tuple[list[PartitionOutcome], set[tuple[Partition, int]]]:
-        """Advance the batch's partitions (watermarks, the join's windows): their outcomes,
-        and the clicks the join took (partition, offset), which make no sample of their own.
+        """Advance the batch's partitions (watermarks, the join's windows).
+
+        Their outcomes, and the clicks the join took (partition, offset), which make no sample
+        of their own.
         """
         batches = self._join.batches(spans, judged, watermarks, self._epochs)
         window = self._cfg.label_window_ms  # closed windows are kept as long, for late labels
@@ -310,9 +322,11 @@ class SampleBuilder:
         return outcomes, taken
 
     def _arrivals(self, judged: list[Judged], kept: list[int]) -> list[Arrival]:
-        """What the store is asked about each kept event: its history when it may yield a
-        sample; an impression of the join mode is judged by its id but stays out of the
-        sequence (see :meth:`stores`), and wants its history for its window or its label.
+        """What the store is asked about each kept event.
+
+        Its history when it may yield a sample; an impression of the join mode is judged by its
+        id but stays out of the sequence (see :meth:`stores`), and wants its history for its
+        window or its label.
         """
         positive, impression = self._positive, self._join.impression_action
         out = []
@@ -326,8 +340,10 @@ class SampleBuilder:
         return out
 
     def _claim(self, spans: Mapping[Partition, tuple[int, int]]) -> None:
-        """Claim the partitions new to this builder: their epochs, and their watermarks as of
-        the offset they are read from (a restart or a rebalance resumes them exactly).
+        """Claim the partitions new to this builder.
+
+        Their epochs, and their watermarks as of the offset they are read from (a restart or a
+        rebalance resumes them exactly).
         """
         starts = {key: first for key, (first, _) in spans.items() if key not in self._epochs}
         if not starts:
@@ -337,8 +353,9 @@ class SampleBuilder:
             self.watermarks.restore(key, claim.newest)
 
     def release(self) -> None:
-        """Forget the partitions claimed (after a rebalance): each is claimed again, and its
-        watermark read again, when it next comes.
+        """Forget the partitions claimed (after a rebalance).
+
+        Each is claimed again, and its watermark read again, when it next comes.
         """
         self._epochs.clear()
         self.watermarks = Watermarks(self._cfg.allowed_lateness_ms)
@@ -346,7 +363,9 @@ class SampleBuilder:
     def _judge(
         self, parsed: list[tuple[Event, KafkaMessage, Partition]], watermarks: Watermarks
     ) -> tuple[list[Judged], int]:
-        """Judge each event against its partition's watermark, in the order its partition
+        """Judge each event against its partition's watermark.
+
+        Judge each event against its partition's watermark, in the order its partition
         delivered it, and count the record timestamps that are off.
         """
         judged: list[Judged] = []
@@ -393,8 +412,9 @@ class SampleBuilder:
         history: History,
         first_seen: int,
     ) -> None:
-        """Add an event's samples to ``out`` and their wire forms to ``values``: its own, and
-        for an implicit positive the sampled negatives, all with the same history.
+        """Add an event's samples to ``out`` and their wire forms to ``values``.
+
+        Its own, and for an implicit positive the sampled negatives, all with the same history.
         """
         items, categories = history.items, history.categories
         event_id, user_id, ts = event.event_id, event.user_id, event.ts

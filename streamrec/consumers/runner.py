@@ -88,8 +88,10 @@ class ConsumerRunner:
         store: FeatureStore | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
     ) -> None:
-        """Build the clients; ``store`` defaults to the one ``cfg.store`` names; ``on_batch``
-        hears of every committed batch (metrics, a progress display).
+        """Build the clients.
+
+        ``store`` defaults to the one ``cfg.store`` names; ``on_batch`` hears of every committed
+        batch (metrics, a progress display).
         """
         self._cfg = cfg
         self._on_batch = on_batch
@@ -165,7 +167,9 @@ class ConsumerRunner:
         return self._source.assigned()
 
     def _handle(self, batch: _Polled, meanwhile: Callable[[], None] | None) -> None:
-        """Process and commit one batch, redoing it after a passing failure of Redis or the
+        """Process and commit one batch, retrying passing failures.
+
+        Process and commit one batch, redoing it after a passing failure of Redis or the
         broker (with backoff, partitions held) until the retry deadline; ``meanwhile`` runs
         while Redis works on it.
         """
@@ -231,8 +235,9 @@ class ConsumerRunner:
             )
 
     def _wait(self, retry: Backoff, reason: str) -> bool:
-        """Sleep the next backoff with every partition held, serving the consumer (so it stays
-        in its group); False once the deadline has passed.
+        """Sleep the next backoff with every partition held, serving the consumer (so it stays in its group).
+
+        False once the deadline has passed.
 
         Raises:
             Stopped: the stop event was set: the batch is left uncommitted.
@@ -275,16 +280,20 @@ class _Polled:
 
 
 def make_batch_log(cfg: StreamrecConfig) -> BatchLog:
-    """The runners' warnings of committed batches: late events are logged only when kept in
-    their sequences (dead-lettered ones are among the dead letters).
+    """The runners' warnings of committed batches.
+
+    Late events are logged only when kept in their sequences (dead-lettered ones are among the
+    dead letters).
     """
     return BatchLog(cfg.kafka.dlq_topic, late=cfg.consumer.late_events == "sequence_only")
 
 
 def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
-    """The runners' builder: record timestamps are checked against the alignment's skew, and
-    records' placement against the configured partitioner (the runner keeps its partition
-    counts, :func:`refresh_placement`).
+    """The runners' builder.
+
+    Record timestamps are checked against the alignment's skew, and records' placement against
+    the configured partitioner (the runner keeps its partition counts,
+    :func:`refresh_placement`).
     """
     skew = cfg.kafka.max_skew_ms
     tolerance = TIMESTAMP_TOLERANCE_MS if skew is None else skew
@@ -294,7 +303,9 @@ def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
 
 
 def refresh_placement(builder: SampleBuilder, client: MetadataClient, topics: Sequence[str]) -> None:
-    """Read the topics' partition counts for the builder's placement check, at an assignment
+    """Read the topics' partition counts for the placement check.
+
+    Read the topics' partition counts for the builder's placement check, at an assignment
     (partitions added to a topic rebalance its consumers). A failed read keeps the counts read
     before, with a warning, and raises only when there are none yet.
 
@@ -313,18 +324,21 @@ def refresh_placement(builder: SampleBuilder, client: MetadataClient, topics: Se
 
 
 class BatchLog:
-    """The warnings of committed batches, rate-limited: a flood of bad or late events must not
-    bury the rest of the log (the dead-letter topic and the counts are the full record).
-    Dead letters as :class:`DeadLetterLog` logs them; late events kept in their sequences
-    (``late``) at most once every ``every_s``, with the count since the warning before.
+    """The warnings of committed batches, rate-limited.
+
+    A flood of bad or late events must not bury the rest of the log (the dead-letter topic and
+    the counts are the full record). Dead letters as :class:`DeadLetterLog` logs them; late
+    events kept in their sequences (``late``) at most once every ``every_s``, with the count
+    since the warning before.
     """
 
     def __init__(
         self, dlq_topic: str, *, late: bool, every_s: float = 60.0, burst: int = 20,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Warn of late events when ``late``; at most ``burst`` dead letters every ``every_s``
-        seconds of ``clock``.
+        """Warn of late events when ``late``.
+
+        At most ``burst`` dead letters every ``every_s`` seconds of ``clock``.
         """
         self._dead = DeadLetterLog(logger, dlq_topic, burst=burst, every_s=every_s, clock=clock)
         self._late, self._every_s, self._clock = late, every_s, clock
@@ -383,7 +397,9 @@ def attach_store(
     connect_timeout_s: float,
     stop: threading.Event | None = None,
 ) -> bool:
-    """Check the store before the first batch (see :meth:`FeatureStore.attach`), waiting with
+    """Check the store before the first batch, waiting for it to come up.
+
+    Check the store before the first batch (see :meth:`FeatureStore.attach`), waiting with
     backoff for a Redis that is not up yet: up to ``connect_timeout_s`` while it has never
     answered (a wrong URL, Redis not started), up to ``deadline_s`` once it has (restarting,
     loading its data). False when ``stop`` was set meanwhile (nothing attached).
@@ -424,7 +440,9 @@ def attach_store(
 
 
 def connect_timeout(cfg: StreamrecConfig) -> float:
-    """How long a store that never answered is waited for at start (a Redis store's
+    """How long a store that never answered is waited for at start.
+
+    How long a store that never answered is waited for at start (a Redis store's
     ``connect_timeout_s``; the retry deadline for any other).
     """
     store = cfg.store

@@ -18,8 +18,10 @@ RUNNERS = ("native", "faust")
 def make_runner(
     name: str, cfg: StreamrecConfig, on_batch: Callable[[BatchReport], None] | None = None
 ) -> ConsumerRunner | FaustRunner:
-    """The runner ``name`` names; ``on_batch`` hears of every batch done. The Faust runner
-    needs faust-streaming (``pip install 'streamrec[faust]'``).
+    """The runner ``name`` names.
+
+    ``on_batch`` hears of every batch done. The Faust runner needs faust-streaming (``pip
+    install 'streamrec[faust]'``).
     """
     if name == "native":
         return ConsumerRunner(cfg, on_batch=on_batch)

@@ -1,5 +1,7 @@
-"""A seeded feed log: what a feed showed (``impression`` events) and what was clicked, in the
-order an application publishes it; for the consumers' ``join`` labelling mode.
+"""A seeded feed log.
+
+What a feed showed (``impression`` events) and what was clicked, in the order an application
+publishes it; for the consumers' ``join`` labelling mode.
 
 Built on :func:`~streamrec.datasets.synthetic.generate_clicks`: each ``pv`` of the click
 stream becomes a ``click`` on one item of a page of ``page_size`` impressions shown
@@ -94,7 +96,9 @@ def generate_feed(spec: FeedSpec = FeedSpec()) -> Feed:
 
 
 def expected_labels(feed: Feed, window_ms: int) -> dict[str, int]:
-    """Each impression's label, by the join's rule, for a log published in event-time order
+    """Each impression's label, by the join's rule.
+
+    Each impression's label, by the join's rule, for a log published in event-time order
     but for the late clicks (which label nothing).
     """
     by_pair: dict[tuple[str, str], list[Event]] = {}

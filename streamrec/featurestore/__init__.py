@@ -47,7 +47,9 @@ __getattr__, __dir__ = lazy_exports(
 
 
 def make_feature_store(cfg: StreamrecConfig) -> FeatureStore:
-    """The store ``cfg.store`` names, keeping each user's latest ``model.sequence_length``
+    """The feature store the settings name.
+
+    The store ``cfg.store`` names, keeping each user's latest ``model.sequence_length``
     behaviours and the event ids of ``consumer.dedup_horizon_ms`` of event time.
     """
     from streamrec.config import MemoryStoreConfig

@@ -122,7 +122,9 @@ ACCEPTED, DUPLICATE, CONFLICT = Verdict.ACCEPTED, Verdict.DUPLICATE, Verdict.CON
 
 
 class Arrival(msgspec.Struct, frozen=True, gc=False):
-    """An event as it reaches the store (a frozen msgspec struct, untracked by the garbage
+    """An event as it reaches the store.
+
+    An event as it reaches the store (a frozen msgspec struct, untracked by the garbage
     collector, as :class:`Event`: one per record).
 
     ``origin`` names the record it came in (``partition:offset``): the same record read again
@@ -228,8 +230,9 @@ def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
 
 
 class FeatureStore(PartitionStore):
-    """Event-time-ordered, length-capped behaviour sequences per user, and the event ids seen;
-    and, as a :class:`PartitionStore`, each partition's watermark and impression windows.
+    """Event-time-ordered, length-capped behaviour sequences per user, and the event ids seen.
+
+    And, as a :class:`PartitionStore`, each partition's watermark and impression windows.
 
     An event id yields its behaviour once: the store remembers each id, with a fingerprint of
     its content and the record it came in, for ``dedup_horizon_ms`` of the user's event time.
@@ -264,10 +267,11 @@ class FeatureStore(PartitionStore):
 
     @abstractmethod
     def update(self, arrivals: Sequence[Arrival], meanwhile: Callable[[], None] | None = None) -> StoreUpdate:
-        """Judge each arrival by its id, append the accepted ones, and read the histories asked
-        for. ``meanwhile`` is work the caller overlaps with the store's (the next batch's
-        parsing): run once, while the store is busy with the request, or first. The update
-        is in the store once the last answer is read (see :class:`StoreUpdate`).
+        """Judge each arrival by its id, append the accepted ones, and read the histories asked for.
+
+        ``meanwhile`` is work the caller overlaps with the store's (the next batch's parsing):
+        run once, while the store is busy with the request, or first. The update is in the store
+        once the last answer is read (see :class:`StoreUpdate`).
 
         A history holds the latest ``length`` behaviours strictly earlier than that event's
         ``ts``, oldest first: the point-in-time view a training sample may see. The first

@@ -106,8 +106,10 @@ class MemoryFeatureStore(FeatureStore):
         return History.of(seq[max(0, end - self.length) : end])
 
     def _trim(self, user: _User, low: int) -> None:
-        """As in Redis: keep the latest ``length`` before the batch and all from it on, and
-        the ids within the horizon behind the user's newest event.
+        """Trim a user's state, as the Redis store does.
+
+        Keep the latest ``length`` before the batch and all from it on, and the ids within the
+        horizon behind the user's newest event.
         """
         drop = bisect.bisect_left(user.sequence, low, key=lambda b: b.ts) - self.length
         for gone in user.sequence[: max(drop, 0)]:

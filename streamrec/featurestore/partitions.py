@@ -1,5 +1,6 @@
-"""Per-partition state that must survive restarts: the watermark, and the impression windows of
-the ``join`` labelling mode.
+"""Per-partition state that must survive restarts.
+
+The watermark, and the impression windows of the ``join`` labelling mode.
 
 Every change is stamped with the offset of the record that made it (a closure with the
 partition's last offset in its batch), and the state is read *as of* an offset: a batch that
@@ -45,10 +46,11 @@ JoinKind = Literal["impression", "click", "late_click"]
 
 
 class JoinInput(msgspec.Struct, frozen=True):
-    """One event of a partition for the join, in offset order; an impression carries its
-    history (the user's behaviours strictly before it), a late click the watermark it was
-    judged late by. A frozen msgspec struct, as :class:`Event`: one per event, made three
-    times as fast as a frozen dataclass.
+    """One event of a partition for the join, in offset order.
+
+    An impression carries its history (the user's behaviours strictly before it), a late click
+    the watermark it was judged late by. A frozen msgspec struct, as :class:`Event`: one per
+    event, made three times as fast as a frozen dataclass.
     """
 
     kind: JoinKind
@@ -61,10 +63,11 @@ class JoinInput(msgspec.Struct, frozen=True):
 
 @dataclass(frozen=True, slots=True)
 class PartitionBatch:
-    """What one batch read from a partition: offsets ``first``..``last``, the newest event time
-    seen there after it (None: no valid event yet), the lateness allowed behind it (the
-    watermark windows close at; None: no join, nothing closes), and its join inputs in offset
-    order.
+    """What one batch read from a partition.
+
+    Offsets ``first``..``last``, the newest event time seen there after it (None: no valid event
+    yet), the lateness allowed behind it (the watermark windows close at; None: no join, nothing
+    closes), and its join inputs in offset order.
     """
 
     partition: Partition
@@ -77,8 +80,10 @@ class PartitionBatch:
 
 
 class Decision(msgspec.Struct, frozen=True):
-    """An impression's label, decided: 1 by a click inside its window, 0 when it closed (a
-    frozen msgspec struct, as :class:`JoinInput`).
+    """An impression's label, decided.
+
+    1 by a click inside its window, 0 when it closed (a frozen msgspec struct, as
+    :class:`JoinInput`).
     """
 
     label: int
@@ -93,10 +98,11 @@ class Decision(msgspec.Struct, frozen=True):
 
 @dataclass(frozen=True, slots=True)
 class PartitionOutcome:
-    """What a batch decided on its partition: the labels decided (positives in click order,
-    then the negatives its watermark closed), the offsets of the clicks that took or hit an
-    impression (they make no sample of their own), and the late clicks that hit a closed
-    window.
+    """What a batch decided on its partition.
+
+    The labels decided (positives in click order, then the negatives its watermark closed), the
+    offsets of the clicks that took or hit an impression (they make no sample of their own), and
+    the late clicks that hit a closed window.
     """
 
     decisions: list[Decision] = field(default_factory=list)
@@ -106,8 +112,10 @@ class PartitionOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A partition claimed: the epoch its batches carry, and the newest event time seen on it
-    before the offset it is read from (None if nothing was).
+    """A partition claimed.
+
+    The epoch its batches carry, and the newest event time seen on it before the offset it is
+    read from (None if nothing was).
     """
 
     epoch: int
@@ -133,9 +141,10 @@ class PartitionStore(ABC):
 
     @abstractmethod
     def check_claims(self, epochs: Mapping[Partition, int]) -> None:
-        """Check that no other process claimed these partitions since they were claimed at
-        these epochs: a consumer asks before it commits a batch, so that one stalled past its
-        session timeout after its writes does not commit what the new owner commits too.
+        """Check that no other process claimed these partitions since they were claimed at these epochs.
+
+        A consumer asks before it commits a batch, so that one stalled past its session timeout
+        after its writes does not commit what the new owner commits too.
 
         Raises:
             PartitionFenced: a partition's epoch is no longer the one given.
@@ -264,7 +273,9 @@ def fenced_reason(partition: Partition, ours: int, theirs: object) -> str:
 
 
 def _hits(windows: list[_Window], ts: int, watermark: int, retention_ms: int) -> bool:
-    """Whether a late click at ``ts`` fell in the window of an impression without a click that
+    """Whether a late click would have labelled a closed window.
+
+    Whether a late click at ``ts`` fell in the window of an impression without a click that
     its watermark had closed (up to ``retention_ms`` before): a late label. Whether the
     closure itself ran yet depends on where batches end; this does not.
     """
@@ -275,7 +286,9 @@ def _hits(windows: list[_Window], ts: int, watermark: int, retention_ms: int) ->
 
 
 def _undo(state: _State, first: int) -> None:
-    """Undo what was done at offsets ≥ ``first`` (the previous batch, if it never committed:
+    """Undo an uncommitted batch's changes to a partition's state.
+
+    Undo what was done at offsets ≥ ``first`` (the previous batch, if it never committed:
     it ended at ``state.stamp``, so before ``first`` it did).
     """
     if state.stamp < first:
@@ -316,8 +329,9 @@ def _close(state: _State, batch: PartitionBatch, watermark: int, retention_ms: i
 
 
 def _purge(state: _State, watermark: int) -> None:
-    """Forget the closed windows whose retention the committed watermark has passed: no late
-    click of this batch or a later one can count them.
+    """Forget the closed windows whose retention the committed watermark has passed.
+
+    No late click of this batch or a later one can count them.
     """
     while state.done and state.done[0][0] < watermark:
         _, key = heapq.heappop(state.done)

@@ -310,7 +310,9 @@ class RedisFeatureStore(FeatureStore):
         return self._client
 
     def _scripts(self, reload: bool = False) -> tuple[str, ...]:
-        """SHA1s of the scripts (sequences, first seen, claim, advance), loaded on every
+        """The SHA1s of the store's scripts, loaded on every primary.
+
+        SHA1s of the scripts (sequences, first seen, claim, advance), loaded on every
         primary (a cluster loads on all).
         """
         if self._shas is None or reload:
@@ -357,8 +359,9 @@ class RedisFeatureStore(FeatureStore):
         logger.info("feature store attached prefix=%s marker=%r", self._prefix, marker)
 
     def _translated(self, exc: redis.RedisError) -> FeatureStoreError:
-        """A Redis failure as the store's: refused (the settings), unavailable for now, or
-        failed.
+        """A Redis failure as the store's.
+
+        Refused (the settings), unavailable for now, or failed.
         """
         if isinstance(exc, _REFUSED):
             return FeatureStoreError(
@@ -388,9 +391,10 @@ class RedisFeatureStore(FeatureStore):
         )
 
     def _server_infos(self) -> list[dict[str, Any]]:
-        """INFO's server and memory sections of each primary (a Cluster's), or of the one
-        server; none when the user may not run INFO (an ACL user held to the store's command
-        groups): the checks are skipped then, and an old Redis fails with its own error.
+        """INFO's server and memory sections of each primary (a Cluster's), or of the one server.
+
+        None when the user may not run INFO (an ACL user held to the store's command groups):
+        the checks are skipped then, and an old Redis fails with its own error.
         """
         try:
             # a section a call: Redis before 7.0 takes one; a Cluster's primaries one at a
@@ -474,7 +478,9 @@ class RedisFeatureStore(FeatureStore):
         by_user: dict[str, list[int]],
         calls: list[list[str]],
     ) -> Iterator[Answer]:
-        """Each arrival's answer in arrival order, parsing a user call's reply when the first
+        """Each arrival's answer in arrival order, parsed as needed.
+
+        Each arrival's answer in arrival order, parsing a user call's reply when the first
         arrival that needs it comes: users are called in the order of their first arrival, so
         the first answers are out while Redis still runs the later calls.
         """
@@ -510,8 +516,10 @@ class RedisFeatureStore(FeatureStore):
     def _calls(
         self, names: list[str], key: Callable[[str], str], per_call: int = _USERS_PER_CALL
     ) -> list[list[str]]:
-        """Split users (or items) into script calls: a few hundred per call, and on a Cluster
-        only names whose keys share a slot (a script's keys must).
+        """Split users (or items) into script calls.
+
+        A few hundred per call, and on a Cluster only names whose keys share a slot (a script's
+        keys must).
         """
         if isinstance(self._redis, RedisCluster):
             by_slot: dict[int, list[str]] = defaultdict(list)
@@ -624,7 +632,9 @@ class RedisFeatureStore(FeatureStore):
         commands: Callable[[tuple[str, ...]], Iterable[tuple[Any, ...]]],
         read: Callable[[Iterator[Any]], T],
     ) -> T:
-        """One pipelined round trip of ``commands(script shas)``, every reply handed to
+        """One pipelined round trip, every reply handed to ``read``.
+
+        One pipelined round trip of ``commands(script shas)``, every reply handed to
         ``read`` (see :meth:`_open`).
         """
         result, replies = self._open(commands, read)
@@ -637,11 +647,11 @@ class RedisFeatureStore(FeatureStore):
         head: Callable[[Iterator[Any]], T],
         meanwhile: Callable[[], None] | None = None,
     ) -> tuple[T, _Replies]:
-        """Send ``commands(script shas)`` in one pipelined round trip and hand the first
-        replies to ``head``; all over again with the scripts reloaded if Redis lost them (a
-        restart or failover; every call here can safely run again). Returns what ``head``
-        made and the replies after its, to be read or closed. ``meanwhile`` runs once, after
-        the commands went out.
+        """Send ``commands(script shas)`` in one pipelined round trip and hand the first replies to ``head``.
+
+        All over again with the scripts reloaded if Redis lost them (a restart or failover;
+        every call here can safely run again). Returns what ``head`` made and the replies after
+        its, to be read or closed. ``meanwhile`` runs once, after the commands went out.
 
         On a standalone Redis each command goes out as soon as it is made and each reply is
         read when asked for, while Redis still runs the later ones: packing and parsing
@@ -697,13 +707,16 @@ class RedisFeatureStore(FeatureStore):
 
 
 class _Replies:
-    """The replies of one pipelined round trip, read one at a time, and the connection they
-    come on: given back to the pool once every reply is read, dropped when closed with
-    replies unread (they would be out of step for the connection's next user).
+    """The replies of one pipelined round trip, read one at a time, and the connection they come on.
+
+    Given back to the pool once every reply is read, dropped when closed with replies unread
+    (they would be out of step for the connection's next user).
     """
 
     def __init__(self, pool: ConnectionPool | None = None, ready: list[Any] | None = None) -> None:
-        """Replies to come on a connection taken from ``pool``, or ``ready`` (a Cluster
+        """Replies to come on a connection from ``pool``, or ready ones.
+
+        Replies to come on a connection taken from ``pool``, or ``ready`` (a Cluster
         pipeline's, read at once).
         """
         self._pool = pool
@@ -755,7 +768,9 @@ MIN_REDIS_VERSION = (6, 2)
 
 
 def _check_servers(infos: list[dict[str, Any]]) -> None:
-    """Refuse, before any script runs, a Redis older than :data:`MIN_REDIS_VERSION`, and one
+    """Refuse a Redis too old or one that would evict keys.
+
+    Refuse, before any script runs, a Redis older than :data:`MIN_REDIS_VERSION`, and one
     that would evict keys: with a memory limit and any policy but ``noeviction``, Redis drops
     keys under pressure without a word (every key of the store has a TTL, so the volatile
     policies take them too): sequences cut short, ids forgotten, the join's windows gone.
@@ -823,9 +838,10 @@ def _event_line(arrival: Arrival) -> str:
 
 
 def _history(answer: str) -> History:
-    r"""The history in an accepted event's answer: ``0``, then ``member \t score`` newest
-    first, all joined by tabs: each entry reads ``id item category action score``, the first
-    id after the ``0``.
+    r"""The history in an accepted event's answer.
+
+    ``0``, then ``member \t score`` newest first, all joined by tabs: each entry reads ``id item
+    category action score``, the first id after the ``0``.
 
     The split makes a string of every field: a few microseconds for a full history, a quarter
     of the consumer's time on the 814-user Taobao file (histories ~32 long). So the answer is

@@ -82,8 +82,9 @@ class EventTimeAligner(Generic[M]):
         self._full: set[Partition] = set()
 
     def assign(self, partitions: Iterable[Partition]) -> None:
-        """Start over for a new assignment; buffered records are dropped (the owner refetches
-        them from its positions).
+        """Start over for a new assignment.
+
+        Buffered records are dropped (the owner refetches them from its positions).
         """
         self._buffers = {Partition(*p): deque() for p in partitions}
         self._head.clear()
@@ -108,8 +109,9 @@ class EventTimeAligner(Generic[M]):
     def push(
         self, records: Sequence[M], at_end: Iterable[Partition] = (), limit: int | None = None
     ) -> list[M]:
-        """Take newly consumed records and the partitions found at their end after them;
-        return up to ``limit`` records now due, merged in event-time order.
+        """Take newly consumed records and the partitions found at their end after them.
+
+        Return up to ``limit`` records now due, merged in event-time order.
         """
         buffers, head = self._buffers, self._head
         arrived: set[Partition] = set()
@@ -183,8 +185,10 @@ class EventTimeAligner(Generic[M]):
         self, heads: list[tuple[int, int, Partition]], n: int, key: Partition, bound: float,
         horizon: int, out: list[M],
     ) -> None:
-        """Queue a partition's head if it is due; a head beyond the horizon that an earlier
-        record of its own partition follows is an outlier and goes out at once.
+        """Queue a partition's head if it is due.
+
+        A head beyond the horizon that an earlier record of its own partition follows is an
+        outlier and goes out at once.
         """
         buffer = self._buffers[key]
         ahead = max(horizon, bound)
@@ -195,8 +199,9 @@ class EventTimeAligner(Generic[M]):
             heapq.heappush(heads, (ts, n, key))
 
     def _bounds(self, horizon: int) -> dict[Partition, float]:
-        """How far each partition may be released: the horizon, or all of it once its head
-        has been held back longer than ``max_hold_ms``.
+        """How far each partition may be released.
+
+        The horizon, or all of it once its head has been held back longer than ``max_hold_ms``.
         """
         now = self._clock()
         bounds: dict[Partition, float] = {}

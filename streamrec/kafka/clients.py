@@ -33,7 +33,9 @@ def produce(
     headers: list[Header] | None = None,
     on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
 ) -> None:
-    """``producer.produce`` that waits (serving delivery reports) while the local queue is
+    """``producer.produce`` that waits while the local queue is full.
+
+    ``producer.produce`` that waits (serving delivery reports) while the local queue is
     full, instead of raising BufferError; ``timestamp_ms`` 0 means "now".
     """
     while True:
@@ -94,8 +96,9 @@ def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> Consumer
 
 
 def require_broker(cfg: KafkaConfig, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Return once a bootstrap server accepts a TCP connection and answers a metadata
-    request; else raise one clear line.
+    """Return once a bootstrap server accepts a TCP connection and answers a metadata request.
+
+    Else raise one clear line.
 
     librdkafka would retry for many seconds and log every refused connection, and an address
     that accepts connections but is no Kafka broker (or wants TLS) ends in a controller

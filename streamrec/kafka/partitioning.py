@@ -33,7 +33,9 @@ _SEED, _M = 0x9747B28C, np.uint32(0x5BD1E995)
 
 
 def murmur2(keys: Sequence[bytes]) -> np.ndarray:
-    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``) of each key, as
+    """Kafka's murmur2 of each key, as the Java client computes it.
+
+    Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``) of each key, as
     unsigned 32-bit integers (uint32 arithmetic wraps as Java's int does).
 
     The keys are padded with zero bytes to one width and hashed together, four bytes a column:

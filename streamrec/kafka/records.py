@@ -68,7 +68,9 @@ class Partition(NamedTuple):
 
 
 def partition_of(msg: KafkaMessage) -> Partition:
-    """The partition a record came from (one shared value per partition: a batch asks this
+    """The partition a record came from.
+
+    The partition a record came from (one shared value per partition: a batch asks this
     for each record).
     """
     where = (msg.topic(), msg.partition())
@@ -84,7 +86,9 @@ _PARTITIONS: dict[tuple[str | None, int | None], Partition] = {}  # as many as p
 def offset_spans(
     records: Sequence[KafkaMessage], keys: Sequence[Partition]
 ) -> dict[Partition, tuple[int, int]]:
-    """The first and last offset of the records of each partition (``keys``: each record's
+    """The first and last offset of the records of each partition.
+
+    The first and last offset of the records of each partition (``keys``: each record's
     :func:`partition_of`, which the caller has found already).
     """
     spans: dict[Partition, list[int]] = {}
@@ -132,8 +136,10 @@ def event_time(msg: KafkaMessage) -> int:
 
 
 class Record:
-    """A record held in memory that satisfies :class:`KafkaMessage`: for replays and backtests
-    that feed recorded events to the consumers' logic without a broker.
+    """A record held in memory that satisfies :class:`KafkaMessage`.
+
+    For replays and backtests that feed recorded events to the consumers' logic without a
+    broker.
     """
 
     __slots__ = (
@@ -152,7 +158,9 @@ class Record:
         headers: list[Header] | None = None,
         timestamp_type: int = TIMESTAMP_CREATE_TIME,
     ) -> None:
-        """A record at ``topic[partition]`` ``offset`` holding ``value``, stamped ``timestamp``
+        """A record held in memory.
+
+        A record at ``topic[partition]`` ``offset`` holding ``value``, stamped ``timestamp``
         (by its producer, or ``TIMESTAMP_LOG_APPEND_TIME``: by the broker).
         """
         self._value, self._offset, self._topic = value, offset, topic

@@ -78,8 +78,9 @@ class RecordSource:
         return 0 if self._aligner is None else self._aligner.forced
 
     def idle_for(self) -> float:
-        """Seconds since new records last came out (or since the last group join); 0 while
-        (re)joining the group and while the aligner holds records back, still to come.
+        """Seconds since new records last came out (or since the last group join).
+
+        0 while (re)joining the group and while the aligner holds records back, still to come.
         """
         if self._last_new is None or (self._aligner is not None and self._aligner.buffered()):
             return 0.0
@@ -122,8 +123,9 @@ class RecordSource:
     # --- records ----------------------------------------------------------------------
 
     def poll(self, size: int, timeout_s: float) -> list[Message]:
-        """Up to ``size`` records in event-time order (put-back records first, which may be
-        more). Nothing comes while held.
+        """Up to ``size`` records in event-time order (put-back records first, which may be more).
+
+        Nothing comes while held.
         """
         if self._held:
             self.keepalive(timeout_s)
@@ -135,8 +137,9 @@ class RecordSource:
         return out + self._consume(size - len(out), timeout_s)
 
     def keepalive(self, timeout_s: float = 0.0) -> None:
-        """Serve the consumer (group heartbeats, rebalance callbacks) without taking records:
-        anything released meanwhile is kept for the next :meth:`poll`.
+        """Serve the consumer (group heartbeats, rebalance callbacks) without taking records.
+
+        Anything released meanwhile is kept for the next :meth:`poll`.
         """
         self._unread.extend(self._consume(1000, timeout_s))
 
@@ -180,8 +183,9 @@ class RecordSource:
     # --- pauses and seeks ---------------------------------------------------------------
 
     def hold(self) -> None:
-        """Pause every partition (e.g. while a long training step runs); keep calling
-        :meth:`keepalive` to stay in the group.
+        """Pause every partition (e.g. while a long training step runs).
+
+        Keep calling :meth:`keepalive` to stay in the group.
         """
         self._held = True
         self._apply_pauses()
@@ -204,8 +208,9 @@ class RecordSource:
         self._paused = want
 
     def has_committed_offsets(self, timeout_s: float) -> bool:
-        """Whether the group has committed offsets on any partition of the topics: whether
-        it processed records before.
+        """Whether the group has committed offsets on any partition of the topics.
+
+        That is, whether it processed records before.
         """
         parts = [TopicPartition(*key) for key in self._partitions(timeout_s)]
         committed = self.consumer.committed(parts, timeout=timeout_s) if parts else []
@@ -220,8 +225,9 @@ class RecordSource:
         return parts
 
     def start_positions(self, known: Mapping[Partition, int], timeout_s: float) -> dict[Partition, int]:
-        """The next offset to read for each partition of the topics that ``known`` does not
-        name: the group's committed offset, else the partition's first (never before it).
+        """The next offset to read for each partition of the topics that ``known`` does not name.
+
+        The group's committed offset, else the partition's first (never before it).
 
         Given to ``start_at``, this makes every assignment start where the owner of ``known``
         left off, even for a partition another member of the group read and committed
@@ -237,7 +243,9 @@ class RecordSource:
         return positions
 
     def seek(self, offsets: Mapping[Partition, int]) -> None:
-        """Drop what is buffered or put back and read each assigned partition from ``offsets``
+        """Start over from ``offsets``.
+
+        Drop what is buffered or put back and read each assigned partition from ``offsets``
         (the beginning where an offset is unknown or negative).
         """
         partitions = self.assigned()
@@ -252,10 +260,11 @@ class RecordSource:
 
 
 class IdleClock:
-    """When a loop reading a source should stop for lack of input: ``limit_s`` after the source
-    last had new records and the loop last finished work, counted only once ``upstream_done``
-    (if given) is set, so a slow producer (a consumer still joining its group, say) does not
-    end the run early. ``limit_s`` None never stops.
+    """When a loop reading a source should stop for lack of input.
+
+    ``limit_s`` after the source last had new records and the loop last finished work, counted
+    only once ``upstream_done`` (if given) is set, so a slow producer (a consumer still joining
+    its group, say) does not end the run early. ``limit_s`` None never stops.
     """
 
     def __init__(

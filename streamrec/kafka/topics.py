@@ -31,8 +31,9 @@ def create_topics(
     timeout_s: float = 10,
     client: Mapping[str, Any] | None = None,
 ) -> None:
-    """Create each topic (a spec, or just its partition count); an existing topic counts as
-    created and is left as it is.
+    """Create each topic (a spec, or just its partition count).
+
+    An existing topic counts as created and is left as it is.
 
     Raises ConfigError for a count below 1 (Tansu would accept 0) and ServiceError for any
     other failure, such as an unreachable broker.
@@ -69,7 +70,9 @@ def create_topics(
 
 
 def ensure_topics(cfg: KafkaConfig) -> None:
-    """Create the events and samples topics and their dead-letter topics unless they exist
+    """Create the pipeline's topics unless they exist.
+
+    Create the events and samples topics and their dead-letter topics unless they exist
     (idempotent), with the configured partitions, replication and retention; a broker that
     cannot be reached is one clear error, at once.
     """

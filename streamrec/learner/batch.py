@@ -1,5 +1,7 @@
-"""Micro-batches: samples as columns (:class:`Batch`, what every learner takes) and the row
-ids one model's embedding tables look up (:class:`EncodedBatch`).
+"""Micro-batches.
+
+Samples as columns (:class:`Batch`, what every learner takes) and the row ids one model's
+embedding tables look up (:class:`EncodedBatch`).
 """
 
 from __future__ import annotations
@@ -181,8 +183,9 @@ RowsOf = Callable[[TableConfig, np.ndarray], np.ndarray]
 
 
 def hashed_rows(table: TableConfig, keys: np.ndarray) -> np.ndarray:
-    """Fingerprints hashed into the rows a table starts with: a hashed table's rows; for a
-    dynamic table, what a model with no id map would read.
+    """Fingerprints hashed into the rows a table starts with.
+
+    A hashed table's rows; for a dynamic table, what a model with no id map would read.
     """
     return to_buckets(keys, table.start_rows)
 
@@ -190,7 +193,9 @@ def hashed_rows(table: TableConfig, keys: np.ndarray) -> np.ndarray:
 def encode(
     batch: Batch, cfg: ModelConfig, keys: BatchKeys | None = None, rows_of: RowsOf = hashed_rows
 ) -> EncodedBatch:
-    """Map a batch's ids to the rows of ``cfg.tables`` and pad sequences to
+    """Encode a batch for a model's tables.
+
+    Map a batch's ids to the rows of ``cfg.tables`` and pad sequences to
     ``cfg.sequence_length``.
 
     Args:

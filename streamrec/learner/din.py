@@ -132,8 +132,9 @@ class DINLearner:
         self._keys: tuple[Batch, BatchKeys] | None = None
 
     def _build(self, rows: Mapping[str, int]) -> None:
-        """(Re)build everything sized by the tables' rows, freshly initialised: model,
-        optimizer and its slots, EWC, id statistics, known items.
+        """(Re)build everything sized by the tables' rows, freshly initialised.
+
+        Model, optimizer and its slots, EWC, id statistics, known items.
         """
         self.rows = dict(rows)
         self.model = DIN(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows)
@@ -199,7 +200,9 @@ class DINLearner:
         return out
 
     def learn_many(self, batch: Batch) -> TrainResult:
-        """Train ``cfg.passes`` passes of shuffled mini-batches over ``batch``, then mark its
+        """Train on a labelled batch.
+
+        Train ``cfg.passes`` passes of shuffled mini-batches over ``batch``, then mark its
         items known.
 
         Returns:
@@ -218,9 +221,10 @@ class DINLearner:
         )
 
     def admit(self, batch: Batch) -> dict[str, Admission]:
-        """Let the dynamic tables' id maps see a batch before training on it: evict stale
-        ids, admit those seen often enough (growing a table when it has no free row), and
-        reset every row given to a new id.
+        """Let the dynamic tables' id maps see a batch before training on it.
+
+        Evict stale ids, admit those seen often enough (growing a table when it has no free
+        row), and reset every row given to a new id.
 
         Returns:
             What each dynamic table's id map did, by table name.
@@ -243,8 +247,10 @@ class DINLearner:
         return done
 
     def _resize(self, rows: Mapping[str, int]) -> None:
-        """Grow tables to ``rows`` without losing anything: the state is taken, the new rows
-        appended (zero; a row is reset when an id gets it) and everything rebuilt from it.
+        """Grow tables to ``rows`` without losing anything.
+
+        The state is taken, the new rows appended (zero; a row is reset when an id gets it) and
+        everything rebuilt from it.
         """
         logger.info("tables growing %s", " ".join(f"{n}={self.rows[n]}->{r}" for n, r in rows.items()))
         arrays = self.state_arrays()
@@ -259,8 +265,10 @@ class DINLearner:
 
     @paddle.no_grad()
     def _reset_rows(self, table: str, rows: np.ndarray) -> None:
-        """Give rows to new ids: the weights start as the default row's (what the id used
-        until now), with no optimizer or EWC state, no id statistics, not known.
+        """Give rows to new ids.
+
+        The weights start as the default row's (what the id used until now), with no optimizer
+        or EWC state, no id statistics, not known.
         """
         if not len(rows):
             return
@@ -280,7 +288,9 @@ class DINLearner:
             self.known_items[rows] = 0
 
     def count(self, batch: Batch) -> None:
-        """Add a batch to the id statistics and mark its items known (after training on it:
+        """Count a batch into the id statistics and mark its items known.
+
+        Add a batch to the id statistics and mark its items known (after training on it:
         a micro-batch's own labels never feed its scores).
         """
         encoded = self.encode(batch)
@@ -325,9 +335,10 @@ class DINLearner:
         return TrainResult(float(total) / trained, steps, skipped, float(penalties) / trained)
 
     def _step(self, part: EncodedBatch) -> tuple[paddle.Tensor, paddle.Tensor] | None:
-        """One optimizer step on a mini-batch: its data loss and EWC penalty, or None, with
-        the weights and the optimizer's state untouched, when the loss or a gradient is not
-        finite.
+        """One optimizer step on a mini-batch.
+
+        Its data loss and EWC penalty, or None, with the weights and the optimizer's state
+        untouched, when the loss or a gradient is not finite.
 
         The penalty's gradient is added after the data loss's gradients went into the Fisher
         estimate: EWC measures what the data says, not its own pull.
@@ -349,7 +360,9 @@ class DINLearner:
         return loss.detach(), (paddle.zeros([]) if penalty is None else penalty.detach())
 
     def _looked_up(self, part: EncodedBatch) -> dict[str, paddle.Tensor]:
-        """The rows of each sparse parameter a mini-batch looks up (padding left out), by
+        """The rows each sparse parameter looks up in a mini-batch.
+
+        The rows of each sparse parameter a mini-batch looks up (padding left out), by
         structured parameter name.
         """
         rows: dict[str, paddle.Tensor] = {}
@@ -467,7 +480,9 @@ class DINLearner:
         return rows
 
     def _inputs(self, encoded: EncodedBatch) -> tuple[list[paddle.Tensor] | paddle.Tensor, ...]:
-        """The model's id tensors, by kind in table order, and the dense features, on the
+        """The model's input tensors for an encoded batch.
+
+        The model's id tensors, by kind in table order, and the dense features, on the
         learner's device.
         """
         return (

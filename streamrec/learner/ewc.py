@@ -67,7 +67,9 @@ class OnlineEWC:
 
     @paddle.no_grad()
     def accumulate(self) -> None:
-        """Add the squared gradients now on the parameters (a step's data loss) to this
+        """Add the current gradients to this micro-batch's Fisher.
+
+        Add the squared gradients now on the parameters (a step's data loss) to this
         micro-batch's Fisher.
         """
         for name, param in self.params.items():
@@ -88,9 +90,10 @@ class OnlineEWC:
                 self._batch[name].add_(grad.square())
 
     def penalty(self, rows: Mapping[str, paddle.Tensor]) -> paddle.Tensor | None:
-        """``(lambda / 2) * sum F * (theta - theta*)^2``; for a sparse parameter over the rows
-        in ``rows`` (parameter name -> unique row ids, the rows the step looks up). None
-        before the first anchor, or with lambda 0.
+        """``(lambda / 2) * sum F * (theta - theta*)^2``.
+
+        For a sparse parameter over the rows in ``rows`` (parameter name -> unique row ids, the
+        rows the step looks up). None before the first anchor, or with lambda 0.
         """
         if not self._consolidated or self.lam == 0:
             return None
@@ -136,7 +139,8 @@ class OnlineEWC:
         self._consolidated = True
 
     def _updated_rows(self, name: str) -> paddle.Tensor | None:
-        """The rows of a sparse parameter this micro-batch reached (and clears the record);
+        """The rows of a sparse parameter this micro-batch reached (and clears the record).
+
         None for a dense parameter, which every step updates whole.
         """
         if name not in self.sparse:
@@ -147,8 +151,9 @@ class OnlineEWC:
 
     @paddle.no_grad()
     def reset_rows(self, name: str, rows: np.ndarray) -> None:
-        """Forget rows of a sparse parameter given to other ids: no Fisher mass, and the
-        anchor at the row's new value.
+        """Forget rows of a sparse parameter given to other ids.
+
+        No Fisher mass, and the anchor at the row's new value.
         """
         index = paddle.to_tensor(rows.astype(np.int64))
         zeros = paddle.zeros([len(rows), *self.fisher[name].shape[1:]], self.fisher[name].dtype)
@@ -157,7 +162,9 @@ class OnlineEWC:
         paddle.scatter_(self.anchor[name], index, paddle.index_select(self.params[name], index))
 
     def state_arrays(self, prefix: str) -> dict[str, np.ndarray]:
-        """Fisher estimates and anchors, keyed ``<prefix>fisher/<param>`` and ``anchor/``,
+        """Fisher estimates and anchors, as named arrays.
+
+        Fisher estimates and anchors, keyed ``<prefix>fisher/<param>`` and ``anchor/``,
         and whether an anchor exists yet.
 
         Taken between micro-batches: the micro-batch in progress is not part of it.

@@ -1,5 +1,6 @@
-"""Collisionless dynamic embedding rows: an id -> row table per feature, with admission,
-eviction and growth.
+"""Collisionless dynamic embedding rows.
+
+An id -> row table per feature, with admission, eviction and growth.
 
 Ids are keyed by their 64-bit xxh3 hash (:func:`~streamrec.learner.hashing.fingerprint`):
 two ids share a row only if their 64-bit hashes collide, about once in 2 x 10^5 tables
@@ -89,8 +90,9 @@ class IdMap:
         return sum(a.nbytes for a in (self.keys, self.rows, self.counts, self.last_seen, self._free))
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
-        """The rows of ``keys`` (uint64 fingerprints): an admitted id's own row, else the
-        default row. Changes nothing.
+        """The rows of ``keys`` (uint64 fingerprints).
+
+        An admitted id's own row, else the default row. Changes nothing.
         """
         at = self._find(keys)
         found = at >= 0
@@ -146,7 +148,9 @@ class IdMap:
         return len(released)
 
     def _make_room(self, needed: int, now_ms: int) -> int:
-        """Take back up to ``needed`` rows from the least recently seen admitted ids not
+        """Take back rows from the least recently seen ids.
+
+        Take back up to ``needed`` rows from the least recently seen admitted ids not
         seen in this micro-batch; returns how many.
         """
         owners = np.flatnonzero((self.rows != _UNADMITTED) & (self.last_seen < now_ms))
@@ -233,8 +237,9 @@ class IdMap:
         return np.flatnonzero(~owned).astype(np.int64)
 
     def state_arrays(self, prefix: str) -> dict[str, np.ndarray]:
-        """The map, keyed ``<prefix><keys|rows|counts|last_seen>``; the capacity is the
-        embedding table's rows.
+        """The map, keyed ``<prefix><keys|rows|counts|last_seen>``.
+
+        The capacity is the embedding table's rows.
         """
         return {prefix + name: getattr(self, name).copy() for name in _KEYS}
 

@@ -45,9 +45,10 @@ class IdStats:
         return 2 * len(self.samples)
 
     def features(self, targets: Mapping[str, np.ndarray], users: np.ndarray) -> np.ndarray:
-        """float32 [B, width]: per behaviour table (in ``targets``' order) the target row's
-        smoothed rate log-odds and log1p(samples), then the user's centred rate log-odds
-        and log1p(samples).
+        """float32 [B, width].
+
+        Per behaviour table (in ``targets``' order) the target row's smoothed rate log-odds and
+        log1p(samples), then the user's centred rate log-odds and log1p(samples).
         """
         prior = self._global_rate()
         columns = []

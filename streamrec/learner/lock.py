@@ -33,8 +33,9 @@ class SnapshotLock:
     """Exclusive hold on a snapshot directory for one process's learner."""
 
     def __init__(self, root: Path) -> None:
-        """Lock ``root`` (which must exist) through ``root/.lock``; nothing happens until
-        :meth:`acquire`.
+        """Lock ``root`` (which must exist) through ``root/.lock``.
+
+        Nothing happens until :meth:`acquire`.
         """
         self.root = Path(root)
         self.path = self.root / LOCK

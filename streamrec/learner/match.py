@@ -1,5 +1,7 @@
-"""Causal match features: what each sample's own history (strictly earlier than it) says
-about its target, computed from a :class:`~streamrec.learner.batch.Batch` alone.
+"""Causal match features.
+
+What each sample's own history (strictly earlier than it) says about its target, computed from a
+:class:`~streamrec.learner.batch.Batch` alone.
 
 They are the simplest signals a ranker can use and the first a negative sampler can leak: a
 sampler that never draws from the user's history makes ``target_in_history`` a label tell.

@@ -56,8 +56,10 @@ class EmbeddingArch(nn.Layer):
 
 
 class WideArch(nn.Layer):
-    """The wide part: one learned bias per id of each target-side table (the item's, the
-    category's, the user's), added to the logit.
+    """The wide part.
+
+    One learned bias per id of each target-side table (the item's, the category's, the user's),
+    added to the logit.
 
     A counter knows each item's positive rate after a few samples; an embedding read through
     the MLP needs many. A bias per id learns it directly, with its own, larger learning rate
@@ -152,8 +154,9 @@ class LocalActivationUnit(nn.Layer):
 
 
 class MatchArch(nn.Layer):
-    """Explicit match features between the target and its own history, per behaviour table:
-    the share of the history's behaviours on the target's row, and log(1 + their count).
+    """Explicit match features between the target and its own history, per behaviour table.
+
+    The share of the history's behaviours on the target's row, and log(1 + their count).
 
     A user's history in the target's category (or the target itself in it) tells more than
     any counter, but attention and an MLP starting at zero learn "same id" slowly; so it is
@@ -181,8 +184,10 @@ class MatchArch(nn.Layer):
     def features(
         self, targets: list[paddle.Tensor], sequences: list[paddle.Tensor], mask: paddle.Tensor
     ) -> paddle.Tensor:
-        """[B, 2*Nb]: per table, share and log1p(count) of the [B, T] ``sequences`` rows equal
-        to the [B] ``targets`` row; ``mask`` [B, T] marks the real behaviours.
+        """[B, 2*Nb].
+
+        Per table, share and log1p(count) of the [B, T] ``sequences`` rows equal to the [B]
+        ``targets`` row; ``mask`` [B, T] marks the real behaviours.
         """
         length = paddle.clip(mask.sum(axis=1), min=1.0)
         columns: list[paddle.Tensor] = []

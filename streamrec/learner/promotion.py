@@ -174,8 +174,9 @@ class ServingPointer:
         return list(seen)
 
     def rollback_candidates(self, current: int) -> list[int]:
-        """The versions served before ``current``, most recent first (a rollback takes the first
-        valid one). A promote pushes a version; a rollback pops back to its target.
+        """The versions served before ``current``, most recent first (a rollback takes the first valid one).
+
+        A promote pushes a version; a rollback pops back to its target.
         """
         stack: list[int] = []
         for event in self.history():

@@ -94,8 +94,10 @@ class MicroBatchReport:
 
 @dataclass
 class LearnerStats:
-    """Running totals of one runner. ``micro_batches`` and ``samples_trained`` are restored
-    from the snapshot it resumed; the others count this runner's life only.
+    """Running totals of one runner.
+
+    ``micro_batches`` and ``samples_trained`` are restored from the snapshot it resumed; the
+    others count this runner's life only.
     """
 
     micro_batches: int = 0
@@ -203,7 +205,9 @@ class LearnerRunner(Closing):
         )
 
     def _misfit(self, manifest: SnapshotManifest, exc: SnapshotError) -> str:
-        """Why ``manifest``'s state does not load into this model, naming the model settings
+        """Why a snapshot's state does not load into this model.
+
+        Why ``manifest``'s state does not load into this model, naming the model settings
         it was written with where they differ from these (an upgrade that added one, say).
         """
         saved = {**MODEL_SETTINGS_BEFORE, **manifest.config.get("model", {})}
@@ -271,8 +275,9 @@ class LearnerRunner(Closing):
         return self.stats
 
     def _check_retention(self) -> None:
-        """Refuse to resume at samples the topic no longer holds (or skip them, if allowed):
-        the consumer would silently jump to the earliest offset left.
+        """Refuse to resume at samples the topic no longer holds (or skip them, if allowed).
+
+        The consumer would silently jump to the earliest offset left.
         """
         consumer = self._source.consumer
         earliest = {
@@ -294,7 +299,9 @@ class LearnerRunner(Closing):
         self.positions.update({key: low for key, (_, low) in gaps.items()})
 
     def _start_every_partition(self) -> None:
-        """Give every partition of the samples topic a position, so that each assignment of
+        """Give every partition of the samples topic a position.
+
+        Give every partition of the samples topic a position, so that each assignment of
         it starts where this learner left off: from the snapshot, else the group's committed
         offset, else its first sample. Without one, a partition handed back after a rebalance
         would start at whatever another member of the group committed meanwhile.
@@ -361,7 +368,9 @@ class LearnerRunner(Closing):
         self._count_bad(report)
 
     def _dead_letter(self, letters: Sequence[DeadLetter], worker: ThreadPoolExecutor) -> None:
-        """Write dead letters and wait for the broker's acknowledgement, on the worker thread
+        """Write dead letters and wait for the broker's acknowledgement.
+
+        Write dead letters and wait for the broker's acknowledgement, on the worker thread
         so the consumer stays served however long the broker takes.
         """
         if not letters:
@@ -438,7 +447,9 @@ class LearnerRunner(Closing):
         return _StepResult(probs, known, train, scored - start, time.monotonic() - scored)
 
     def _run_held(self, step: Future[_T]) -> _T:
-        """Wait for work on the worker thread with every partition held, serving the consumer
+        """Wait for work on the worker thread, serving the consumer.
+
+        Wait for work on the worker thread with every partition held, serving the consumer
         meanwhile.
         """
         self._source.hold()
@@ -452,7 +463,9 @@ class LearnerRunner(Closing):
             self._source.release()
 
     def _advance_positions(self, handled: Sequence[Message], assignments: int) -> None:
-        """Move each partition's position past what was trained or dead-lettered, but never
+        """Move each partition's position past what is done.
+
+        Move each partition's position past what was trained or dead-lettered, but never
         past a record still waiting (event-time order can put a lower offset there).
 
         ``assignments`` is the source's count when the micro-batch began: a rebalance since
@@ -546,15 +559,19 @@ def _require_finite(arrays: Mapping[str, np.ndarray], micro_batches: int) -> Non
 
 
 def _export_estimate(root: Path, arrays: Mapping[str, np.ndarray]) -> int:
-    """Bytes an export of this model takes: the newest export's size, or before any, the model
-    group's (the export holds the model's parameters and id tables, no optimizer state).
+    """Bytes an export of this model takes.
+
+    The newest export's size, or before any, the model group's (the export holds the model's
+    parameters and id tables, no optimizer state).
     """
     return export_bytes(root) or sum(a.nbytes for k, a in arrays.items() if k.startswith("model/"))
 
 
 def _grouped(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-    """Split ``<group>/<name>`` state keys into one tensor file per group: what serving needs
-    (``model``) apart from what only resumed training needs (``optimizer``, ``state``).
+    """Split ``<group>/<name>`` state keys into one tensor file per group.
+
+    What serving needs (``model``) apart from what only resumed training needs (``optimizer``,
+    ``state``).
     """
     groups: dict[str, dict[str, np.ndarray]] = {}
     for key, array in arrays.items():

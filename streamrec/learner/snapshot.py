@@ -97,8 +97,9 @@ def _seal(path: Path) -> None:
 
 
 def write_tensor_files(directory: Path, tensors: Tensors) -> dict[str, str]:
-    """One sealed ``<group>.safetensors`` per tensor group in ``directory``; their sha256 by
-    file name, as a manifest's ``files``.
+    """One sealed ``<group>.safetensors`` per tensor group in ``directory``.
+
+    Their sha256 by file name, as a manifest's ``files``.
     """
     files = {}
     for group, arrays in tensors.items():
@@ -182,8 +183,9 @@ class SnapshotStore:
         return SnapshotLock(self.root).acquire()
 
     def prepare(self, snapshot_bytes: int, export_bytes: int = 0) -> None:
-        """Check at start that snapshots of ``snapshot_bytes`` with exports of ``export_bytes``
-        fit here; remove the leftovers of crashed writes. Call it holding :meth:`lock`.
+        """Check at start that snapshots of ``snapshot_bytes`` with exports of ``export_bytes`` fit here.
+
+        Remove the leftovers of crashed writes. Call it holding :meth:`lock`.
         """
         prepare_directory(self.root, snapshot_bytes, self._free_bytes, export_bytes)
 
@@ -262,7 +264,9 @@ class SnapshotStore:
         return read_manifest(self.path(version), version)
 
     def validate(self, version: int) -> str | None:
-        """Why a version is invalid (every checksum of it and of its chain is verified), or None
+        """Why a version is invalid, or None when it is valid.
+
+        Why a version is invalid (every checksum of it and of its chain is verified), or None
         when it is valid.
         """
         return self._entry(version, {}).problem
@@ -285,7 +289,9 @@ class SnapshotStore:
                 raise InvalidSnapshot(f"{path} is not a safetensors file: {exc}") from exc
 
     def verify(self, version: int) -> SnapshotManifest:
-        """Verify every checksum of a version and, for a delta, of its whole chain back to a
+        """Verify every checksum of a version; return its manifest.
+
+        Verify every checksum of a version and, for a delta, of its whole chain back to a
         full snapshot (tensors not loaded); return its manifest.
 
         Raises:
@@ -327,7 +333,9 @@ class SnapshotStore:
         return versions[::-1]
 
     def load(self, version: int) -> tuple[SnapshotManifest, Tensors]:
-        """Read a version's manifest and tensors, verifying every checksum (of the whole chain
+        """Read a version's manifest and tensors, verified.
+
+        Read a version's manifest and tensors, verifying every checksum (of the whole chain
         for a delta) and applying a delta's chain in order.
 
         Raises:
@@ -405,7 +413,9 @@ class SnapshotStore:
             return None
 
     def resolve(self, spec: str) -> int:
-        """A version named as ``v000007``, ``7``, ``current`` (the promoted one) or ``latest``
+        """The version a name such as ``7``, ``current`` or ``latest`` names.
+
+        A version named as ``v000007``, ``7``, ``current`` (the promoted one) or ``latest``
         (the newest valid one).
 
         Raises:
@@ -470,8 +480,9 @@ class SnapshotStore:
         return manifest
 
     def _require_export(self, version: int, build_export: BuildExport | None) -> None:
-        """Raise unless ``version``'s export is whole (built first if missing and a builder is
-        given); a store given no builder accepts a missing export.
+        """Raise unless ``version``'s export is whole (built first if missing and a builder is given).
+
+        A store given no builder accepts a missing export.
         """
         check = check_export(self.root, version)
         if check.missing:
@@ -493,7 +504,9 @@ class SnapshotStore:
         return None
 
     def rollback(self, reason: str = "manual", build_export: BuildExport | None = None) -> int:
-        """Point serving back at the version promoted before the current one, skipping any that
+        """Point serving back at the version promoted before the current one.
+
+        Point serving back at the version promoted before the current one, skipping any that
         is no longer valid or whose export is damaged (see :meth:`promote` for
         ``build_export``); returns it.
 

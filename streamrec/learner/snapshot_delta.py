@@ -96,7 +96,8 @@ def _row_nbytes(a: np.ndarray) -> int:
 
 
 def changed_rows(old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
-    """Indices of the rows of ``new`` that differ bitwise from ``old`` or that ``old`` lacks;
+    """Indices of the rows of ``new`` that differ bitwise from ``old`` or that ``old`` lacks.
+
     None when the two cannot be patched row by row (dtype, rank or trailing shape differ).
     """
     if new.ndim == 0 or old.dtype != new.dtype or old.shape[1:] != new.shape[1:]:
@@ -117,8 +118,9 @@ def _words(a: np.ndarray) -> np.ndarray:
 
 
 def apply_delta(base: Tensors, files: Tensors, spec: DeltaSpec, where: str) -> Tensors:
-    """The tensors of a delta version: ``base`` (its parent's, not modified) patched by the
-    delta's tensor ``files`` and ``spec``.
+    """The tensors of a delta version.
+
+    ``base`` (its parent's, not modified) patched by the delta's tensor ``files`` and ``spec``.
 
     Raises:
         InvalidSnapshot: the delta does not fit its parent (``where`` names the version).

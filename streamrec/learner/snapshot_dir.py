@@ -71,7 +71,9 @@ def ensure_directory(root: Path) -> None:
 def prepare_directory(
     root: Path, snapshot_bytes: int, free: Callable[[Path], int] = free_bytes, export_bytes: int = 0
 ) -> None:
-    """Check that snapshots of ``snapshot_bytes`` (and their exports of ``export_bytes``) can be
+    """Check a snapshot directory at start; remove leftovers.
+
+    Check that snapshots of ``snapshot_bytes`` (and their exports of ``export_bytes``) can be
     written in ``root``; remove leftovers.
 
     Call it holding the directory's lock: a temporary directory may otherwise be another
@@ -95,9 +97,11 @@ def remove_temporaries(root: Path) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    """Delete a directory crash-safely: renamed to a ``.tmp-`` name first, so it stops being a
-    version in one atomic step, then removed. A crash in between leaves a temporary directory
-    that :func:`remove_temporaries` deletes at the next start.
+    """Delete a directory crash-safely.
+
+    Renamed to a ``.tmp-`` name first, so it stops being a version in one atomic step, then
+    removed. A crash in between leaves a temporary directory that :func:`remove_temporaries`
+    deletes at the next start.
 
     Raises:
         OSError: the rename failed (the directory is left as it was).

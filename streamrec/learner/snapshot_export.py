@@ -100,8 +100,10 @@ def refuse_unservable(check: ExportCheck) -> None:
 
 
 def export_bytes(root: Path) -> int:
-    """The size of the newest export under ``root`` (0 when there is none): what the next
-    export will need, near enough (the model's shape rarely changes between versions).
+    """The size of the newest export under ``root`` (0 when there is none).
+
+    What the next export will need, near enough (the model's shape rarely changes between
+    versions).
     """
     folder = Path(root) / EXPORTS
     try:

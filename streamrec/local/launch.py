@@ -96,9 +96,11 @@ def broker_command(binary: str, host: str, port: int) -> list[str]:
 def redis_command(
     binary: str, host: str, port: int, state_dir: Path, data_dir: Path | None = None
 ) -> list[str]:
-    """redis-server arguments: foreground, no RDB snapshots; nothing persists unless
-    ``data_dir`` is given, where an append-only file keeps every write (fsync each second,
-    Redis's default trade: at most a second of writes lost in a machine crash).
+    """redis-server arguments.
+
+    Foreground, no RDB snapshots; nothing persists unless ``data_dir`` is given, where an
+    append-only file keeps every write (fsync each second, Redis's default trade: at most a
+    second of writes lost in a machine crash).
     """
     options = {
         "--port": str(port),

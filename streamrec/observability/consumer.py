@@ -1,5 +1,6 @@
-"""The consumers' Prometheus metrics: events, samples, dead letters by reason, late events,
-batch time, lag.
+"""The consumers' Prometheus metrics.
+
+Events, samples, dead letters by reason, late events, batch time, lag.
 
 Fed from :class:`~streamrec.consumers.runner.ConsumerRunner`'s ``on_batch`` hook, one
 committed batch at a time.

@@ -53,8 +53,9 @@ class LagClient(Protocol):
 
 
 def lag_client(cfg: KafkaConfig, group_id: str) -> Consumer:
-    """A consumer of ``group_id`` that only queries offsets: it never subscribes, so it never
-    joins the group nor changes its assignments.
+    """A consumer of ``group_id`` that only queries offsets.
+
+    It never subscribes, so it never joins the group nor changes its assignments.
     """
     return Consumer(consumer_config(cfg, group_id))
 
@@ -84,8 +85,10 @@ class LagProbe:
         budget_s: float = QUERY_BUDGET_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Measure ``topic``; ``positions`` returns the reader's own next offsets, where it
-        keeps them (the others come from the group's committed offsets).
+        """Measure ``topic``.
+
+        ``positions`` returns the reader's own next offsets, where it keeps them (the others
+        come from the group's committed offsets).
         """
         self.topic = topic
         self._client = client
@@ -141,7 +144,9 @@ class LagProbe:
 
 
 class LagCollector(Collector):
-    """``<prefix>_lag_records`` per partition, measured at each scrape, and
+    """The consumer lag of each partition, measured at each scrape.
+
+    ``<prefix>_lag_records`` per partition, measured at each scrape, and
     ``<prefix>_lag_query_success`` (0 when the broker did not answer; the lag is then absent).
     """
 

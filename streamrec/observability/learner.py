@@ -165,8 +165,10 @@ class LearnerMetrics(ProcessMetrics):
             self.rows_in_use.labels(table).set(rows)
 
     def observe_snapshot(self, manifest: SnapshotManifest, size_bytes: int | None = None) -> None:
-        """Count a written snapshot; its lag is measured against the newest sample trained
-        (unknown, and left as it was, when this process trained nothing yet).
+        """Count a written snapshot.
+
+        Its lag is measured against the newest sample trained (unknown, and left as it was, when
+        this process trained nothing yet).
         """
         created = datetime.fromisoformat(manifest.created_at).timestamp()
         self.snapshots.inc()

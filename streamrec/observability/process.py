@@ -1,5 +1,6 @@
-"""What the learner's and the consumers' metrics share: a registry of their own, a
-``/metrics`` server, the lag probe, and closing both.
+"""What the learner's and the consumers' metrics share.
+
+A registry of their own, a ``/metrics`` server, the lag probe, and closing both.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ class ProcessMetrics(Closing):
     """
 
     def __init__(self, prefix: str, port_setting: str) -> None:
-        """Metric names start with ``prefix``; ``port_setting`` names the port's flag and env
-        variable in the warning about a taken port.
+        """Metric names start with ``prefix``.
+
+        ``port_setting`` names the port's flag and env variable in the warning about a taken
+        port.
         """
         self.registry = CollectorRegistry()
         self._prefix = prefix

@@ -167,9 +167,9 @@ def sweep(
     passes: Sequence[int] = (1,),
     on_progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
-    """GAUC against cost over micro-batch intervals, learning rates, passes per micro-batch
-    and EWC's λ: one row per combination (the incremental DIN: ``finetune``, or ``ewc`` at
-    each λ).
+    """GAUC against cost over micro-batch intervals, learning rates, passes per micro-batch and EWC's λ.
+
+    One row per combination (the incremental DIN: ``finetune``, or ``ewc`` at each λ).
     """
     settings = seeded(cfg)
     events = load_events(cfg.source, cfg.fmt, limit=cfg.limit)

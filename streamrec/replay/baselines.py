@@ -70,7 +70,9 @@ class PopularityLearner(_ItemCounts):
 
 
 class ItemRateLearner(_ItemCounts):
-    """Scores the item's positive rate in earlier micro-batches, smoothed by a Beta prior
+    """Scores the item's smoothed positive rate in earlier micro-batches.
+
+    Scores the item's positive rate in earlier micro-batches, smoothed by a Beta prior
     centred on the global rate: ``(positives + k * global) / (samples + k)``, k =
     :data:`PRIOR_SAMPLES`. On explicit ratings it is the strongest simple baseline.
     """

@@ -1,6 +1,7 @@
-"""Recorded events into samples, through the consumers' own logic, and samples into
-micro-batches by event time or by count: the cadence of a learner updating every few minutes,
-simulated.
+"""Recorded events into samples, and samples into micro-batches.
+
+Samples are built by the consumers' own logic; micro-batches are cut by event time or by
+count: the cadence of a learner updating every few minutes, simulated.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ class MicroBatch:
 
 
 def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]:
-    """The samples the consumers would emit for ``events`` (in event-time order), built by
+    """The samples the consumers would emit for ``events``.
+
+    The samples the consumers would emit for ``events`` (in event-time order), built by
     :class:`SampleBuilder` on the in-memory store: sequences, labels, negatives and all.
     """
     store = MemoryFeatureStore(cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms)
@@ -61,8 +64,9 @@ def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]
 
 
 def by_count(samples: Sequence[Sample], size: int, min_size: int = 1) -> list[MicroBatch]:
-    """Consecutive micro-batches of ``size`` samples, the last one shorter; a last one under
-    ``min_size`` (too small to judge a model by) joins the one before it.
+    """Consecutive micro-batches of ``size`` samples, the last one shorter.
+
+    A last one under ``min_size`` (too small to judge a model by) joins the one before it.
 
     Examples:
         >>> sample = Sample("e1", "u1", 1_700_000_000_000, "i1", "c1", 1, (), ())
@@ -81,7 +85,9 @@ def by_count(samples: Sequence[Sample], size: int, min_size: int = 1) -> list[Mi
 
 
 def by_interval(samples: Sequence[Sample], interval_ms: int) -> list[MicroBatch]:
-    """One micro-batch per ``interval_ms`` of event time that has samples, aligned to
+    """One micro-batch per ``interval_ms`` of event time.
+
+    One micro-batch per ``interval_ms`` of event time that has samples, aligned to
     multiples of it (as a learner cutting every few minutes would). Samples stay in the order
     they were emitted: one older than the newest so far (a negative of the ``join`` mode,
     emitted when its impression's window closed) goes with those emitted around it, as it

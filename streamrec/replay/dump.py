@@ -1,5 +1,7 @@
-"""The samples of a backtest as JSON lines, to check what the strategies were scored on
-(outside references, other tools): one line per sample, in order,
+"""The samples of a backtest as JSON lines.
+
+To check what the strategies were scored on (outside references, other tools): one line per
+sample, in order,
 ``{"micro_batch": <index>, "sample": <the samples topic's wire form>}``.
 """
 
@@ -13,8 +15,9 @@ from streamrec.replay.batches import MicroBatch
 
 
 def dump_samples(batches: Sequence[MicroBatch], path: Path) -> None:
-    """Write every sample of ``batches`` with its micro-batch index to ``path``, atomically:
-    a reader sees the whole file or none (written beside it, then renamed).
+    """Write every sample of ``batches`` with its micro-batch index to ``path``, atomically.
+
+    A reader sees the whole file or none (written beside it, then renamed).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

@@ -1,5 +1,7 @@
-"""The ``features`` baseline: an online logistic regression on the causal match features
-(:mod:`streamrec.learner.match`) and a bias, as a learner of the same contract.
+"""The ``features`` baseline.
+
+An online logistic regression on the causal match features (:mod:`streamrec.learner.match`) and
+a bias, as a learner of the same contract.
 
 It knows no ids, only how each sample's own history relates to its target: a DIN that does
 not beat it learns nothing that "is the target in the history, or in its categories" does

@@ -60,7 +60,9 @@ class Admission:
             self.in_flight -= 1
 
     async def run(self, work: Callable[[], T], since: float) -> tuple[T, float]:
-        """``work()`` on a worker thread, and the seconds from ``since`` (``perf_counter``,
+        """Run ``work()`` on a worker thread.
+
+        ``work()`` on a worker thread, and the seconds from ``since`` (``perf_counter``,
         the request's arrival) until a worker took it.
 
         Raises:

@@ -62,7 +62,9 @@ _DIR_MODE = 0o755
 
 
 def learner_from_snapshot(store: SnapshotStore, version: int) -> DINLearner:
-    """A learner holding ``version``'s state (its checksums verified), on the device this
+    """A learner holding a snapshot version's state.
+
+    A learner holding ``version``'s state (its checksums verified), on the device this
     process already uses (Paddle's device is process-global: a learner exporting beside its
     training must not move it).
 
@@ -108,9 +110,11 @@ def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -
 
 
 def build_missing_export(store: SnapshotStore, version: int) -> Path | None:
-    """The ``build_export`` of :meth:`SnapshotStore.promote`: export ``version`` if it has no
-    export yet; None for a version holding no model configuration (a learner other than DIN
-    wrote it: there is nothing to export, and promotion goes on without an export).
+    """The ``build_export`` of :meth:`SnapshotStore.promote`.
+
+    Export ``version`` if it has no export yet; None for a version holding no model
+    configuration (a learner other than DIN wrote it: there is nothing to export, and promotion
+    goes on without an export).
 
     Raises:
         InvalidSnapshot: the version failed a check.
@@ -146,8 +150,9 @@ def write_export(learner: DINLearner, target: Path, version: int) -> Path:
 
 
 def prune_exports(store: SnapshotStore) -> list[int]:
-    """Delete the exports of versions retention removed, and temporaries a crash left;
-    returns the versions whose exports were deleted.
+    """Delete the exports of versions retention removed, and temporaries a crash left.
+
+    Returns the versions whose exports were deleted.
     """
     folder = store.root / EXPORTS
     if not folder.is_dir():

@@ -79,9 +79,11 @@ class Promoter:
         self._served: ExportedModel | None = None
 
     def on_snapshot(self, manifest: SnapshotManifest) -> None:
-        """Export the new version; promote it now if nothing is served or promotion is
-        unconditional, else keep it for :meth:`on_scored`. A failed export is logged: the
-        learner trains on, and serving keeps the version it has.
+        """Export the new version.
+
+        Promote it now if nothing is served or promotion is unconditional, else keep it for
+        :meth:`on_scored`. A failed export is logged: the learner trains on, and serving keeps
+        the version it has.
         """
         try:
             verify_export(export_snapshot(self.store, manifest.version))  # a kept one checked too
@@ -99,9 +101,11 @@ class Promoter:
         self.pending = manifest.version
 
     def on_scored(self, batch: Batch, probs: np.ndarray) -> Judgement | None:
-        """Judge the pending version by the micro-batch after it: ``probs`` are the learner's
-        scores before training on ``batch`` (the candidate's, since nothing was trained in
-        between). Returns the judgement, or None when nothing was pending.
+        """Judge the pending version by the micro-batch after it.
+
+        ``probs`` are the learner's scores before training on ``batch`` (the candidate's, since
+        nothing was trained in between). Returns the judgement, or None when nothing was
+        pending.
         """
         candidate, self.pending = self.pending, None
         current = self.store.current()

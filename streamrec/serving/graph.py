@@ -33,8 +33,10 @@ class ScoringGraph(nn.Layer):
         samples: Mapping[str, np.ndarray] | None,
         positives: Mapping[str, np.ndarray] | None,
     ) -> None:
-        """Wrap a trained ``model``; ``samples``/``positives`` are the id statistics' counts
-        per behaviour table and ``user`` (None when the model reads no statistics).
+        """Wrap a trained ``model``.
+
+        ``samples``/``positives`` are the id statistics' counts per behaviour table and ``user``
+        (None when the model reads no statistics).
         """
         super().__init__()
         self.model = model
@@ -99,8 +101,9 @@ class ScoringGraph(nn.Layer):
 
 
 class ContextScoringGraph(ScoringGraph):
-    """:class:`ScoringGraph` with a fourth input, ``context`` int64 [B, Nc]: a row per context
-    table (a user table, say), in table order.
+    """:class:`ScoringGraph` with a fourth input, ``context`` int64 [B, Nc].
+
+    A row per context table (a user table, say), in table order.
     """
 
     def forward(  # type: ignore[override]

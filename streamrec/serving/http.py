@@ -186,8 +186,9 @@ def _candidate(item: object, exact: bool) -> Candidate:
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The request's body, refused as soon as it is known to pass ``limit`` bytes: from its
-    ``Content-Length`` before any is read, or once a chunked body's bytes pass it.
+    """The request's body, refused as soon as it is known to pass ``limit`` bytes.
+
+    From its ``Content-Length`` before any is read, or once a chunked body's bytes pass it.
 
     Raises:
         BodyTooLarge: naming the limit.
@@ -206,8 +207,10 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 class RequestTimer:
-    """The outermost layer for ``POST /score``: stamps each request's arrival (for the queue
-    wait) and observes its whole time and status, whatever answered it.
+    """The outermost layer for ``POST /score``.
+
+    Stamps each request's arrival (for the queue wait) and observes its whole time and status,
+    whatever answered it.
     """
 
     def __init__(self, app: ASGIApp, metrics: ServingMetrics) -> None:
@@ -246,8 +249,10 @@ def build_app(
     cfg: ServingConfig | None = None,
     metrics: ServingMetrics | None = None,
 ) -> Starlette:
-    """The ASGI app: ``scorer`` scores, ``history_of(user)`` reads a user's sequence (and,
-    for a user no event can name, tells readiness whether the feature store answers).
+    """The ASGI app.
+
+    ``scorer`` scores, ``history_of(user)`` reads a user's sequence (and, for a user no event
+    can name, tells readiness whether the feature store answers).
     """
     cfg = cfg or ServingConfig()
     metrics = metrics or ServingMetrics()

@@ -61,8 +61,10 @@ class _Table:
             self.key_rows = np.load(export / spec["key_rows"], allow_pickle=False)
 
     def rows_of(self, ids: Sequence[str | None]) -> np.ndarray:
-        """int64 rows of raw ids; None (an unknown category) reads the default row of a
-        dynamic table and padding (zeros) of a hashed one.
+        """int64 rows of raw ids.
+
+        None (an unknown category) reads the default row of a dynamic table and padding (zeros)
+        of a hashed one.
         """
         out = np.full(len(ids), DEFAULT_ROW if self.dynamic else PADDING_BUCKET, np.int64)
         present = [k for k, i in enumerate(ids) if i is not None]
@@ -115,8 +117,10 @@ class ExportedModel:
         history: Sequence[tuple[str, str]],
         candidates: Sequence[Candidate],
     ) -> np.ndarray:
-        """float32 [len(candidates)]: each candidate's click probability for a user whose
-        behaviours, oldest first, are ``history`` ((item, category) pairs).
+        """float32 [len(candidates)].
+
+        Each candidate's click probability for a user whose behaviours, oldest first, are
+        ``history`` ((item, category) pairs).
         """
         recent = list(history)[-self.length :]
         sequences = np.full((1, len(self.behaviour), self.length), PADDING_BUCKET, np.int64)
@@ -144,8 +148,10 @@ class ExportedModel:
         return self._run(inputs)
 
     def score_batch(self, batch: Batch) -> np.ndarray:
-        """float64 [B]: a learner's batch scored by the export, each sample with its own
-        history (the gate compares the served version with a candidate this way).
+        """float64 [B].
+
+        A learner's batch scored by the export, each sample with its own history (the gate
+        compares the served version with a candidate this way).
         """
         encoded = encode(batch, self._cfg, rows_of=self._rows_of_table)
         inputs = {
@@ -185,8 +191,9 @@ class Scorer:
     """
 
     def __init__(self, root: Path, threads: int = 1) -> None:
-        """Load the version ``<root>/serving/CURRENT`` names (exporting it if needed); when it
-        cannot be loaded, the newest promoted version that can, with a warning.
+        """Load the version ``<root>/serving/CURRENT`` names (exporting it if needed).
+
+        When it cannot be loaded, the newest promoted version that can, with a warning.
 
         Raises:
             SnapshotError: nothing is promoted, or no promoted version can be loaded.
