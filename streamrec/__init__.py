@@ -18,10 +18,9 @@ Examples:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from streamrec.lazy import lazy_exports
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
     from streamrec.config import StreamrecConfig, load_config
     from streamrec.errors import StreamrecError

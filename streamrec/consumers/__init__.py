@@ -8,10 +8,9 @@ negatives.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from streamrec.lazy import lazy_exports
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
     from streamrec.consumers.negatives import NoveltyMatchedSampler
     from streamrec.consumers.processor import BatchResult, SampleBuilder

@@ -8,10 +8,9 @@ JSONL); :func:`generate_clicks` generates seeded implicit click streams (a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from streamrec.lazy import lazy_exports
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
     from streamrec.datasets.readers import FORMATS, detect_format, read_events
     from streamrec.datasets.sources import SYNTHETIC, load_events

@@ -7,10 +7,9 @@ settings name.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from streamrec.lazy import lazy_exports
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
     from streamrec.config import StreamrecConfig
     from streamrec.featurestore.base import Arrival, Behaviour, FeatureStore, History, StoreUpdate, Verdict

@@ -9,10 +9,9 @@ and a place in it. :class:`RecordSource` owns one consumer's partitions. Clients
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from streamrec.lazy import lazy_exports
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
     from streamrec.kafka.clients import make_consumer, make_producer
     from streamrec.kafka.records import KafkaMessage, Partition, Position, Record

@@ -13,10 +13,9 @@ Names are imported when first used: Paddle loads only with :class:`DINLearner`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from streamrec.lazy import lazy_exports
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
     from streamrec.learner.base import Learner, TrainResult
     from streamrec.learner.batch import Batch

@@ -10,10 +10,9 @@ baselines every model must beat.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from streamrec.lazy import lazy_exports
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
     from streamrec.replay.backtest import BacktestConfig
     from streamrec.replay.baselines import ItemRateLearner, PopularityLearner

@@ -8,10 +8,9 @@ promoted. :func:`build_app` is the HTTP app of ``streamrec serve``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from streamrec.lazy import lazy_exports
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
     from streamrec.serving.export import export_snapshot
     from streamrec.serving.http import build_app
