@@ -6,10 +6,12 @@ first read, so these checks run each in a fresh interpreter where import order m
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +54,26 @@ def test_every_name_in_all_imports(package: str) -> None:
             # the re-export is the object its module defines, not a copy or a stale alias
             assert getattr(importlib.import_module(defined_in), name) is value
     assert set(names) <= set(dir(module))
+
+
+@pytest.mark.parametrize("package", [p for p in PACKAGES if p != "streamrec.observability"])
+def test_type_checkers_see_every_lazy_export(package: str) -> None:
+    """A name re-exported lazily but not imported under ``if TYPE_CHECKING:`` would reach mypy
+    and the API reference through ``__getattr__`` as ``Any``.
+    """
+    module = importlib.import_module(package)
+    tree = ast.parse(Path(module.__file__ or "").read_text())
+    typed = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for stmt in node.body
+        if isinstance(stmt, ast.ImportFrom)
+        for alias in stmt.names
+    }
+    defined = {name for name in module.__all__ if name in vars(module) and name not in typed}
+    lazy = set(module.__all__) - defined
+    assert lazy <= typed, f"not imported under TYPE_CHECKING: {sorted(lazy - typed)}"
 
 
 @pytest.mark.parametrize("package", PACKAGES)
