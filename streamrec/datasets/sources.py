@@ -21,7 +21,20 @@ SYNTHETIC = "synthetic"
 def load_events(
     source: str | Path, fmt: str = "auto", *, positive_rating: float = 4.0, limit: int | None = None
 ) -> list[Event]:
-    """The events of ``source`` in event-time order, at most the earliest ``limit``."""
+    """The events of ``source`` in event-time order, at most the earliest ``limit``.
+
+    Args:
+        source: A dataset file (Taobao UserBehavior, MovieLens, ML-100K or JSONL), or
+            ``synthetic[:field=value,...]`` for a generated stream.
+        fmt: The file's format, or ``auto`` to detect it.
+        positive_rating: For rating datasets, the lowest rating that counts as a positive.
+        limit: At most this many events (the earliest).
+
+    Examples:
+        >>> events = load_events("synthetic:events=5,users=2,seed=3")
+        >>> len(events), events[0].event_id
+        (5, 'g3-0')
+    """
     if str(source).split(":", 1)[0] == SYNTHETIC:
         events = generate_clicks(synthetic_spec(str(source)))
         return events if limit is None else events[:limit]

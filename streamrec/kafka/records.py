@@ -140,6 +140,11 @@ class Record:
 
     For replays and backtests that feed recorded events to the consumers' logic without a
     broker.
+
+    Examples:
+        >>> record = Record(b'{"event_id": "e1"}', 7, topic="events", partition=2, key=b"u1")
+        >>> Position.of(record), partition_of(record)
+        (Position(topic='events', partition=2, offset=7), Partition(topic='events', partition=2))
     """
 
     __slots__ = (
