@@ -130,47 +130,53 @@ def _models(annotation: Any) -> list[type]:
     return found
 
 
-def _section(out: list[str], model: type, env_prefix: str, title: str) -> None:
-    from pydantic import BaseModel
+def _is_section(annotation: Any) -> bool:
+    """A nested settings section (one model, or a union of variants), not a list of models."""
+    return bool(_models(annotation)) and typing.get_origin(annotation) not in (tuple, list)
 
+
+def _row(name: str, env: str, field: Any, comments: dict[str, str]) -> str:
+    why = comments.get(name, "")
+    what = _description(env, field)
+    text = " ".join(x for x in (what, f"*Why:* {why}" if why else "") if x)
+    return f"| `{env}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))} | {_cell(text)} |"
+
+
+def _sections(out: list[str], annotation: Any, env: str) -> None:
+    """A section's page part, or one for each variant of a union (the store's ``type``)."""
+    arms = _models(annotation)
+    if len(arms) == 1:
+        _section(out, arms[0], f"{env}__", f"`{env}__*`")
+        return
+    for arm in arms:
+        kind = arm.model_fields["type"].default  # type: ignore[attr-defined]
+        _section(out, arm, f"{env}__", f"`{env}__*` with `{env}__TYPE={kind}`")
+
+
+def _section(out: list[str], model: type, env_prefix: str, title: str) -> None:
     out += [f"## {title}", ""]
     doc = _rst(inspect.getdoc(model) or "")
     if doc:
         out += [doc, ""]
     comments = _comments(model)
     rows: list[str] = []
-    nested: list[tuple[str, Any, str]] = []
+    nested: list[tuple[Any, str]] = []
     item_models: list[tuple[str, type]] = []
     for name, field in model.model_fields.items():  # type: ignore[attr-defined]
         env = f"{env_prefix}{name.upper()}"
-        arms = _models(field.annotation)
-        if arms and all(issubclass(a, BaseModel) for a in arms) and typing.get_origin(field.annotation) not in (
-            tuple,
-            list,
-        ):
-            nested.append((name, field.annotation, env))
+        if _is_section(field.annotation):
+            nested.append((field.annotation, env))
             continue
-        if typing.get_origin(field.annotation) in (tuple, list) and arms:
-            item_models.append((name, arms[0]))
-        why = comments.get(name, "")
-        what = _description(env, field)
-        text = what + (" " if what and why else "") + (f"*Why:* {why}" if why else "")
-        rows.append(
-            f"| `{env}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))} | {_cell(text)} |"
-        )
+        if _models(field.annotation):  # a list of objects, as STREAMREC_MODEL__TABLES
+            item_models.append((env, _models(field.annotation)[0]))
+        rows.append(_row(name, env, field, comments))
     if rows:
         out += ["| env | type | default | description |", "|---|---|---|---|", *rows, ""]
-    for name, model_type in item_models:
-        out += [f"Each entry of `{env_prefix}{name.upper()}` (a JSON list of objects) has these keys:", ""]
+    for env, model_type in item_models:
+        out += [f"Each entry of `{env}` (a JSON list of objects) has these keys:", ""]
         _keys(out, model_type)
-    for name, annotation, env in nested:
-        arms = _models(annotation)
-        if len(arms) == 1:
-            _section(out, arms[0], f"{env}__", f"`{env}__*`")
-            continue
-        for arm in arms:
-            kind = arm.model_fields["type"].default  # type: ignore[attr-defined]
-            _section(out, arm, f"{env}__", f"`{env}__*` with `{env}__TYPE={kind}`")
+    for annotation, env in nested:
+        _sections(out, annotation, env)
 
 
 def _keys(out: list[str], model: type) -> None:
@@ -181,14 +187,13 @@ def _keys(out: list[str], model: type) -> None:
     out += ["| key | type | default | description |", "|---|---|---|---|"]
     for name, field in model.model_fields.items():  # type: ignore[attr-defined]
         text = " ".join(x for x in ((field.description or "").strip(), comments.get(name, "")) if x)
-        out.append(f"| `{name}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))} | {_cell(text)} |")
+        kind, default = _cell(_type_name(field.annotation)), _cell(_default(field))
+        out.append(f"| `{name}` | {kind} | {default} | {_cell(text)} |")
     out.append("")
 
 
 def configuration_page() -> str:
     """The configuration reference, walked from :class:`streamrec.config.StreamrecConfig`."""
-    from pydantic import BaseModel
-
     from streamrec import config
 
     out = [
@@ -205,29 +210,16 @@ def configuration_page() -> str:
         "",
     ]
     top = config.StreamrecConfig
-    rows: list[str] = []
-    sections: list[tuple[str, Any]] = []
     comments = _comments(top)
-    for name, field in top.model_fields.items():
-        if _models(field.annotation) and all(issubclass(a, BaseModel) for a in _models(field.annotation)):
-            sections.append((name, field.annotation))
-            continue
-        env = f"{PREFIX}{name.upper()}"
-        why = comments.get(name, "")
-        text = _description(env, field) + (f" *Why:* {why}" if why else "")
-        rows.append(
-            f"| `{env}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field))} | {_cell(text)} |"
-        )
+    rows = [
+        _row(name, f"{PREFIX}{name.upper()}", field, comments)
+        for name, field in top.model_fields.items()
+        if not _is_section(field.annotation)
+    ]
     out += ["## Top level", "", "| env | type | default | description |", "|---|---|---|---|", *rows, ""]
-    for name, annotation in sections:
-        env = f"{PREFIX}{name.upper()}"
-        arms = _models(annotation)
-        if len(arms) == 1:
-            _section(out, arms[0], f"{env}__", f"`{env}__*`")
-        else:
-            for arm in arms:
-                kind = arm.model_fields["type"].default  # type: ignore[attr-defined]
-                _section(out, arm, f"{env}__", f"`{env}__*` with `{env}__TYPE={kind}`")
+    for name, field in top.model_fields.items():
+        if _is_section(field.annotation):
+            _sections(out, field.annotation, f"{PREFIX}{name.upper()}")
     return "\n".join(out) + "\n"
 
 

@@ -105,7 +105,7 @@ def _all_settings(model: Any, prefix: str = "STREAMREC_") -> set[str]:
     found: set[str] = set()
     for name, annotation in _fields(model).items():
         arms = _fields(annotation)
-        is_section = bool(arms) and not (getattr(annotation, "__origin__", None) in (tuple, list))
+        is_section = bool(arms) and getattr(annotation, "__origin__", None) not in (tuple, list)
         if is_section:
             found |= _all_settings(annotation, f"{prefix}{name.upper()}__")
         else:
