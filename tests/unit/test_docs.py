@@ -1,5 +1,6 @@
-"""The README, the docs pages and compose.yaml name only settings that exist; the README stays a
-front page that links only to pages that exist; the generated references cover everything.
+"""The README, the docs pages and compose.yaml name only settings, commands and flags that exist;
+the README stays a front page that links only to pages that exist; the generated references
+cover every setting and command.
 
 The site itself is built with ``mkdocs build --strict`` in CI (``./dev docs build``), which fails
 on a broken link, a missing anchor or a page left out of the navigation.
@@ -139,3 +140,61 @@ def test_the_cli_reference_has_every_command() -> None:
     walk(root, ctx, "streamrec")
     assert "streamrec consumers run" in commands
     assert sorted(c for c in commands if f"`{c}`" not in page) == []
+
+
+def _cli_tree() -> dict[str, set[str]]:
+    """Command path ("streamrec snapshot list") -> the options it takes."""
+    import typer
+
+    from streamrec.cli import app
+
+    tree: dict[str, set[str]] = {}
+
+    def walk(cmd: Any, context: Any, path: str) -> None:
+        options = {"--help"}
+        for param in cmd.get_params(context):
+            options.update(o for o in [*param.opts, *param.secondary_opts] if o.startswith("-"))
+        tree[path] = options
+        for name in getattr(cmd, "list_commands", lambda _ctx: [])(context):
+            sub = cmd.get_command(context, name)
+            walk(sub, sub.context_class(sub, info_name=name, parent=context), f"{path} {name}")
+
+    root = typer.main.get_command(app)
+    walk(root, root.context_class(root, info_name="streamrec"), "streamrec")
+    return tree
+
+
+def _code(text: str) -> list[str]:
+    """The code of a Markdown page: fenced blocks (Mermaid diagrams aside) and inline spans."""
+    blocks = re.findall(r"^\s*```(\w*)\n(.*?)^\s*```", text, re.MULTILINE | re.DOTALL)
+    prose = re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.MULTILINE | re.DOTALL)
+    return [body for lang, body in blocks if lang != "mermaid"] + re.findall(r"`([^`\n]+)`", prose)
+
+
+def _invocations(text: str) -> list[tuple[str, list[str]]]:
+    """Each ``streamrec ...`` invocation in the page's code: its words up to the end of the
+    command (a pipe, ``&&``, ``;`` or a comment)."""
+    found = []
+    for code in _code(text):
+        for match in re.finditer(r"(?:^|[\s/])streamrec ([^\n#;&|]*)", code, re.MULTILINE):
+            found.append((match.group(0), match.group(1).split()))
+    return found
+
+
+@pytest.mark.parametrize("doc", ["README.md", *PAGES])
+def test_every_documented_command_and_flag_exists(doc: str) -> None:
+    tree = _cli_tree()
+    wrong = []
+    for shown, words in _invocations((ROOT / doc).read_text()):
+        path = "streamrec"
+        for word in words:
+            if f"{path} {word}" not in tree:
+                break
+            path = f"{path} {word}"
+        if path == "streamrec" and words and re.fullmatch(r"[a-z]+", words[0]):
+            wrong.append(f"{shown.strip()}: no command {words[0]!r}")
+            continue
+        for flag in (w.split("=")[0] for w in words if w.startswith("--")):
+            if flag not in tree[path]:
+                wrong.append(f"{shown.strip()}: `{path}` has no {flag}")
+    assert wrong == []
