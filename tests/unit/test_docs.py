@@ -198,3 +198,27 @@ def test_every_documented_command_and_flag_exists(doc: str) -> None:
             if flag not in tree[path]:
                 wrong.append(f"{shown.strip()}: `{path}` has no {flag}")
     assert wrong == []
+
+
+def _metric_names() -> set[str]:
+    """Every metric name the learner, the consumers and the server expose, as scraped."""
+    from streamrec.observability.consumer import ConsumerMetrics
+    from streamrec.observability.lag import LagCollector
+    from streamrec.observability.learner import LearnerMetrics
+    from streamrec.serving.http import ServingMetrics
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
+    names: set[str] = set()
+    for metrics in (LearnerMetrics(), ConsumerMetrics(), ServingMetrics()):
+        for family in metrics.registry.collect():
+            names |= {family.name, *(family.name + s for s in suffixes.get(family.type, ()))}
+    for prefix in ("streamrec_learner", "streamrec_consumer"):
+        # describe() names the lag families without asking a broker (the probe is never used)
+        names |= {family.name for family in LagCollector(None, prefix).describe()}  # type: ignore[arg-type]
+    return names
+
+
+@pytest.mark.parametrize("doc", ["README.md", *PAGES])
+def test_every_documented_metric_exists(doc: str) -> None:
+    named = set(re.findall(r"streamrec_(?:learner|consumer|serving)_[a-z_]+[a-z]", (ROOT / doc).read_text()))
+    assert sorted(named - _metric_names()) == []
