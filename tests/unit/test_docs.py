@@ -1,9 +1,17 @@
-"""The README and compose.yaml name only settings that exist."""
+"""The README, the docs pages and compose.yaml name only settings, commands and flags that exist;
+the README stays a front page that links only to pages that exist; the generated references
+cover every setting and command.
+
+The site itself is built with ``mkdocs build --strict`` in CI (``./dev docs build``), which fails
+on a broken link, a missing anchor or a page left out of the navigation.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -12,8 +20,12 @@ from pydantic import BaseModel
 from streamrec.config import StreamrecConfig
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
 # Environment variables that are not settings: fault injection and the test data folder.
 NOT_SETTINGS = {"STREAMREC_FAULT", "STREAMREC_FAULT_MODE", "STREAMREC_SHARED_DATA"}
+# A front page, not a manual: what, why, the first commands, current figures, links.
+README_MAX_LINES = 200
+SETTING = re.compile(r"STREAMREC_[A-Z0-9_]+[A-Z0-9]")
 
 
 def _fields(model: Any) -> dict[str, Any]:
@@ -36,8 +48,177 @@ def _is_setting(env: str) -> bool:
     return name in fields
 
 
-@pytest.mark.parametrize("doc", ["README.md", "compose.yaml"])
+def _settings_named(text: str) -> set[str]:
+    return set(SETTING.findall(text)) - NOT_SETTINGS
+
+
+PAGES = sorted(str(p.relative_to(ROOT)) for p in DOCS.rglob("*.md"))
+
+
+@pytest.mark.parametrize("doc", ["README.md", "compose.yaml", *PAGES])
 def test_every_documented_setting_exists(doc: str) -> None:
-    names = set(re.findall(r"STREAMREC_[A-Z0-9_]+[A-Z0-9]", (ROOT / doc).read_text())) - NOT_SETTINGS
-    assert names, f"{doc} names no settings"
+    names = _settings_named((ROOT / doc).read_text())
+    if doc in ("README.md", "compose.yaml"):
+        assert names, f"{doc} names no settings"
     assert sorted(n for n in names if not _is_setting(n)) == []
+
+
+def test_the_check_finds_a_setting_that_does_not_exist() -> None:
+    assert _is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVERS")
+    assert not _is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVER")
+    assert not _is_setting("STREAMREC_NOSECTION__URL")
+
+
+def test_readme_is_a_front_page() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+def _relative_links(text: str) -> list[str]:
+    """Targets of Markdown links and images that are not URLs or in-page anchors."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    return [t for t in targets if not re.match(r"^[a-z]+:|^#", t)]
+
+
+def test_readme_links_only_to_files_that_exist() -> None:
+    links = _relative_links((ROOT / "README.md").read_text())
+    assert any(link.startswith("docs/") for link in links), "the README links into no docs page"
+    missing = [link for link in links if not (ROOT / link.split("#")[0]).exists()]
+    assert missing == []
+
+
+def test_readme_links_into_the_pages_a_newcomer_needs() -> None:
+    links = {link.split("#")[0] for link in _relative_links((ROOT / "README.md").read_text())}
+    for page in ("docs/your-data.md", "docs/operating/deployment.md", "docs/getting-started.md"):
+        assert page in links, f"the README does not link to {page}"
+
+
+def _hook() -> ModuleType:
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
+    spec = importlib.util.spec_from_file_location("docs_reference_hook", DOCS / "hooks" / "reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _all_settings(model: Any, prefix: str = "STREAMREC_") -> set[str]:
+    found: set[str] = set()
+    for name, annotation in _fields(model).items():
+        arms = _fields(annotation)
+        is_section = bool(arms) and getattr(annotation, "__origin__", None) not in (tuple, list)
+        if is_section:
+            found |= _all_settings(annotation, f"{prefix}{name.upper()}__")
+        else:
+            found.add(f"{prefix}{name.upper()}")
+    return found
+
+
+def test_the_configuration_reference_names_every_setting() -> None:
+    page = _hook().configuration_page()
+    settings = _all_settings(StreamrecConfig)
+    assert "STREAMREC_STORE__URL" in settings and "STREAMREC_MODEL__TABLES" in settings
+    assert sorted(s for s in settings if f"`{s}`" not in page) == []
+
+
+def test_the_cli_reference_has_every_command() -> None:
+    import typer
+
+    from streamrec.cli import app
+
+    page = _hook().cli_page()
+    root = typer.main.get_command(app)
+    ctx = root.context_class(root, info_name="streamrec")
+    commands: list[str] = []
+
+    def walk(cmd: Any, context: Any, path: str) -> None:
+        commands.append(path)
+        for name in getattr(cmd, "list_commands", lambda _ctx: [])(context):
+            sub = cmd.get_command(context, name)
+            walk(sub, sub.context_class(sub, info_name=name, parent=context), f"{path} {name}")
+
+    walk(root, ctx, "streamrec")
+    assert "streamrec consumers run" in commands
+    assert sorted(c for c in commands if f"`{c}`" not in page) == []
+
+
+def _cli_tree() -> dict[str, set[str]]:
+    """Command path ("streamrec snapshot list") -> the options it takes."""
+    import typer
+
+    from streamrec.cli import app
+
+    tree: dict[str, set[str]] = {}
+
+    def walk(cmd: Any, context: Any, path: str) -> None:
+        options = {"--help"}
+        for param in cmd.get_params(context):
+            options.update(o for o in [*param.opts, *param.secondary_opts] if o.startswith("-"))
+        tree[path] = options
+        for name in getattr(cmd, "list_commands", lambda _ctx: [])(context):
+            sub = cmd.get_command(context, name)
+            walk(sub, sub.context_class(sub, info_name=name, parent=context), f"{path} {name}")
+
+    root = typer.main.get_command(app)
+    walk(root, root.context_class(root, info_name="streamrec"), "streamrec")
+    return tree
+
+
+def _code(text: str) -> list[str]:
+    """The code of a Markdown page: fenced blocks (Mermaid diagrams aside) and inline spans."""
+    blocks = re.findall(r"^\s*```(\w*)\n(.*?)^\s*```", text, re.MULTILINE | re.DOTALL)
+    prose = re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.MULTILINE | re.DOTALL)
+    return [body for lang, body in blocks if lang != "mermaid"] + re.findall(r"`([^`\n]+)`", prose)
+
+
+def _invocations(text: str) -> list[tuple[str, list[str]]]:
+    """Each ``streamrec ...`` invocation in the page's code: its words up to the end of the
+    command (a pipe, ``&&``, ``;`` or a comment)."""
+    found = []
+    for code in _code(text):
+        for match in re.finditer(r"(?:^|[\s/])streamrec ([^\n#;&|]*)", code, re.MULTILINE):
+            found.append((match.group(0), match.group(1).split()))
+    return found
+
+
+@pytest.mark.parametrize("doc", ["README.md", *PAGES])
+def test_every_documented_command_and_flag_exists(doc: str) -> None:
+    tree = _cli_tree()
+    wrong = []
+    for shown, words in _invocations((ROOT / doc).read_text()):
+        path = "streamrec"
+        for word in words:
+            if f"{path} {word}" not in tree:
+                break
+            path = f"{path} {word}"
+        if path == "streamrec" and words and re.fullmatch(r"[a-z]+", words[0]):
+            wrong.append(f"{shown.strip()}: no command {words[0]!r}")
+            continue
+        for flag in (w.split("=")[0] for w in words if w.startswith("--")):
+            if flag not in tree[path]:
+                wrong.append(f"{shown.strip()}: `{path}` has no {flag}")
+    assert wrong == []
+
+
+def _metric_names() -> set[str]:
+    """Every metric name the learner, the consumers and the server expose, as scraped."""
+    from streamrec.observability.consumer import ConsumerMetrics
+    from streamrec.observability.lag import LagCollector
+    from streamrec.observability.learner import LearnerMetrics
+    from streamrec.serving.http import ServingMetrics
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
+    names: set[str] = set()
+    for metrics in (LearnerMetrics(), ConsumerMetrics(), ServingMetrics()):
+        for family in metrics.registry.collect():
+            names |= {family.name, *(family.name + s for s in suffixes.get(family.type, ()))}
+    for prefix in ("streamrec_learner", "streamrec_consumer"):
+        # describe() names the lag families without asking a broker (the probe is never used)
+        names |= {family.name for family in LagCollector(None, prefix).describe()}  # type: ignore[arg-type]
+    return names
+
+
+@pytest.mark.parametrize("doc", ["README.md", *PAGES])
+def test_every_documented_metric_exists(doc: str) -> None:
+    named = set(re.findall(r"streamrec_(?:learner|consumer|serving)_[a-z_]+[a-z]", (ROOT / doc).read_text()))
+    assert sorted(named - _metric_names()) == []
