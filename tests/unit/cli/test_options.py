@@ -1,0 +1,247 @@
+"""Flags that set a setting read the same on every command: one name per job, the env var
+behind it and its default shown the same way, and the default the settings model's.
+
+Measured before: defaults were shown three ways ("(default 180)" in the help, ``[default:
+native]``, "default: the learner's") or not at all, only ``up``, ``down`` and ``status`` named
+the env var (in their own ``[STREAMREC_...]`` style), ``--topic`` was only on ``produce``,
+``--redis-url`` on ``consumers run`` but not on ``serve``/``score``, and ``learner run`` had
+no ``--group-id``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from streamrec.cli import app
+from streamrec.cli.generate import DEFAULTS as GENERATE_DEFAULTS
+from streamrec.cli.options import FLAGS, FORMATS
+from streamrec.config import StreamrecConfig, env_name
+
+# Per command, every flag that sets a setting and its env var: the commands that use a
+# setting offer its flag.
+EXPECTED: dict[str, dict[str, str]] = {
+    "produce": {
+        "--bootstrap-servers": "STREAMREC_KAFKA__BOOTSTRAP_SERVERS",
+        "--events-topic": "STREAMREC_KAFKA__EVENTS_TOPIC",
+    },
+    "replay publish": {
+        "--bootstrap-servers": "STREAMREC_KAFKA__BOOTSTRAP_SERVERS",
+        "--events-topic": "STREAMREC_KAFKA__EVENTS_TOPIC",
+    },
+    "replay backtest": {"--device": "STREAMREC_MODEL__DEVICE"},
+    "consumers run": {
+        "--bootstrap-servers": "STREAMREC_KAFKA__BOOTSTRAP_SERVERS",
+        "--events-topic": "STREAMREC_KAFKA__EVENTS_TOPIC",
+        "--samples-topic": "STREAMREC_KAFKA__SAMPLES_TOPIC",
+        "--dlq-topic": "STREAMREC_KAFKA__DLQ_TOPIC",
+        "--redis-url": "STREAMREC_STORE__URL",
+        "--group-id": "STREAMREC_CONSUMER__GROUP_ID",
+        "--negatives": "STREAMREC_CONSUMER__NEGATIVES",
+        "--stop-when-idle": "STREAMREC_CONSUMER__STOP_WHEN_IDLE_S",
+        "--metrics-port": "STREAMREC_CONSUMER__METRICS_PORT",
+    },
+    "consumers rebuild": {
+        "--bootstrap-servers": "STREAMREC_KAFKA__BOOTSTRAP_SERVERS",
+        "--events-topic": "STREAMREC_KAFKA__EVENTS_TOPIC",
+        "--redis-url": "STREAMREC_STORE__URL",
+    },
+    "learner run": {
+        "--bootstrap-servers": "STREAMREC_KAFKA__BOOTSTRAP_SERVERS",
+        "--samples-topic": "STREAMREC_KAFKA__SAMPLES_TOPIC",
+        "--samples-dlq-topic": "STREAMREC_KAFKA__SAMPLES_DLQ_TOPIC",
+        "--group-id": "STREAMREC_LEARNER__GROUP_ID",
+        "--interval": "STREAMREC_LEARNER__INTERVAL_S",
+        "--max-batch": "STREAMREC_LEARNER__MAX_BATCH_SAMPLES",
+        "--snapshot-dir": "STREAMREC_LEARNER__SNAPSHOT_DIR",
+        "--snapshot-every": "STREAMREC_LEARNER__SNAPSHOT_EVERY",
+        "--stop-when-idle": "STREAMREC_LEARNER__STOP_WHEN_IDLE_S",
+        "--metrics-port": "STREAMREC_LEARNER__METRICS_PORT",
+        "--device": "STREAMREC_MODEL__DEVICE",
+    },
+    "score": {"--snapshot-dir": "STREAMREC_LEARNER__SNAPSHOT_DIR", "--redis-url": "STREAMREC_STORE__URL"},
+    "serve": {
+        "--snapshot-dir": "STREAMREC_LEARNER__SNAPSHOT_DIR",
+        "--redis-url": "STREAMREC_STORE__URL",
+        "--host": "STREAMREC_SERVING__HOST",
+        "--port": "STREAMREC_SERVING__PORT",
+    },
+    "demo": {"--device": "STREAMREC_MODEL__DEVICE"},
+    **{
+        f"snapshot {name}": {"--snapshot-dir": "STREAMREC_LEARNER__SNAPSHOT_DIR"}
+        for name in ("create", "list", "show", "verify", "diff", "promote", "rollback", "export",
+                     "materialize")
+    },
+    "snapshot prune": {
+        "--snapshot-dir": "STREAMREC_LEARNER__SNAPSHOT_DIR",
+        "--keep": "STREAMREC_LEARNER__KEEP_SNAPSHOTS",
+    },
+    **{
+        name: {
+            "--host": "STREAMREC_SERVICES__HOST",
+            "--kafka-port": "STREAMREC_SERVICES__KAFKA_PORT",
+            "--redis-port": "STREAMREC_SERVICES__REDIS_PORT",
+            "--state-dir": "STREAMREC_SERVICES__STATE_DIR",
+        }
+        for name in ("down", "status")
+    },
+    "up": {
+        "--host": "STREAMREC_SERVICES__HOST",
+        "--kafka-port": "STREAMREC_SERVICES__KAFKA_PORT",
+        "--redis-port": "STREAMREC_SERVICES__REDIS_PORT",
+        "--state-dir": "STREAMREC_SERVICES__STATE_DIR",
+        "--data-dir": "STREAMREC_SERVICES__DATA_DIR",
+    },
+}
+# Every command that builds its configuration has --log-level (generate builds none).
+for _flags in EXPECTED.values():
+    _flags["--log-level"] = "STREAMREC_LOG_LEVEL"
+
+# Flags whose setting belongs to the process the command starts: the same job (its consumer
+# group, its /metrics port, when it stops, where it listens) in that process's own section.
+PER_PROCESS = {"--group-id", "--metrics-port", "--stop-when-idle", "--host"}
+
+
+def commands(command: Any = None, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
+    """Every command and group, by its path of names (the root is ``""``)."""
+    command = command or get_command(app)
+    yield " ".join(path), command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from commands(sub, (*path, name))
+
+
+ALL = dict(commands())
+
+
+def settings_options(command: Any) -> dict[str, Any]:
+    """A command's visible options that name an env var, by flag."""
+    return {
+        p.opts[0]: p for p in command.params
+        if p.param_type_name == "option" and getattr(p, "envvar", None) and not p.hidden
+    }
+
+
+def options_shown(help_text: str) -> dict[str, str]:
+    """A help's options, by flag: the words of each option's rows, one space apart."""
+    entries: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in re.sub(r"[│╭╮╰╯─]", " ", help_text).splitlines():
+        words = line.split()
+        if words and words[0].startswith("--"):
+            current = entries[words[0].split(",")[0]] = []
+        current.extend(words)
+    return {flag: " ".join(words) for flag, words in entries.items()}
+
+
+def setting_default(env: str) -> object:
+    """The settings model's default of the setting behind ``env``."""
+    model: Any = StreamrecConfig()  # no STREAMREC_* env var is set in the unit tests
+    parts = env.removeprefix("STREAMREC_").lower().split("__")
+    for part in parts:
+        model = getattr(model, part)
+    return model
+
+
+def test_every_command_is_in_the_table() -> None:
+    assert set(ALL) - set(EXPECTED) == {"", "consumers", "learner", "snapshot", "replay", "generate"}
+
+
+@pytest.mark.parametrize("path", [*EXPECTED, "", "generate"], ids=lambda p: p or "streamrec")
+def test_each_command_offers_the_flags_of_the_settings_it_uses(path: str) -> None:
+    found = {flag: p.envvar for flag, p in settings_options(ALL[path]).items()}
+    assert found == EXPECTED.get(path, {})
+
+
+@pytest.mark.parametrize("path", list(EXPECTED))
+def test_each_settings_flag_shows_its_env_var_and_default_the_same_way(path: str) -> None:
+    result = CliRunner().invoke(app, [*path.split(), "--help"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    entries = options_shown(result.output)
+    for flag, env in EXPECTED[path].items():
+        default = setting_default(env)
+        shown = "null" if default is None else str(default)
+        assert entries[flag].endswith(f"[env var: {env}] [default: {shown}]"), (path, entries[flag])
+
+
+def test_the_same_flag_sets_the_same_setting_on_every_command() -> None:
+    settings: dict[str, set[str]] = {}
+    for path in EXPECTED:
+        for flag, env in EXPECTED[path].items():
+            settings.setdefault(flag, set()).add(env if flag not in PER_PROCESS else env.rsplit("__", 1)[1])
+    assert {flag: envs for flag, envs in settings.items() if len(envs) > 1} == {}
+
+
+def test_the_same_setting_has_the_same_flag_on_every_command() -> None:
+    flags: dict[str, set[str]] = {}
+    for command in ALL.values():
+        for flag, param in settings_options(command).items():
+            flags.setdefault(param.envvar, set()).add(flag)
+    assert {env: names for env, names in flags.items() if len(names) > 1} == {}
+
+
+def test_settings_flags_name_the_settings_env_names() -> None:
+    for command in ALL.values():
+        for param in settings_options(command).values():
+            parts = param.envvar.removeprefix("STREAMREC_").lower().split("__")
+            assert env_name(tuple(parts)) == param.envvar
+            setting_default(param.envvar)  # raises if the setting does not exist
+
+
+def test_old_flag_spellings_stay_as_hidden_aliases() -> None:
+    topic = next(p for p in ALL["produce"].params if "--topic" in p.opts)
+    assert topic.hidden
+
+
+def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The real entry point over an environment without other STREAMREC_* variables."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STREAMREC_")}
+    return subprocess.run(
+        [sys.executable, "-m", "streamrec", *args], env={**clean, **env}, cwd=cwd,
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+def test_the_env_var_is_read_by_the_settings_and_a_flag_overrides_it(tmp_path: Path) -> None:
+    env = {"STREAMREC_LEARNER__SNAPSHOT_DIR": str(tmp_path / "from-env")}
+    by_env = run_cli(["snapshot", "list", "--json"], env, tmp_path)
+    assert by_env.returncode == 0, by_env.stderr
+    assert orjson.loads(by_env.stdout)["root"] == str(tmp_path / "from-env")
+    flag = str(tmp_path / "from-flag")
+    by_flag = run_cli(["snapshot", "list", "--json", "--snapshot-dir", flag], env, tmp_path)
+    assert orjson.loads(by_flag.stdout)["root"] == flag
+
+
+def test_a_bad_value_in_a_flags_env_var_is_the_settings_one_line_error(tmp_path: Path) -> None:
+    # Not Click's usage error: the settings read the variable (null, JSON, their messages).
+    proc = run_cli(["snapshot", "prune"], {"STREAMREC_LEARNER__KEEP_SNAPSHOTS": "many"}, tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "STREAMREC_LEARNER__KEEP_SNAPSHOTS" in lines[0], lines
+    assert "Usage:" not in proc.stderr
+
+
+def test_the_declared_defaults_are_the_settings_models() -> None:
+    # options.py writes them down so that --help need not import pydantic
+    for flag in FLAGS.values():
+        default = setting_default(flag.env)
+        assert flag.default == ("null" if default is None else str(default)), flag.path
+        assert isinstance(default, flag.kind | type(None)), flag.path
+
+
+def test_the_declared_formats_and_generator_defaults_are_the_libraries() -> None:
+    from streamrec.datasets import FORMATS as LIBRARY_FORMATS
+    from streamrec.datasets.synthetic import ClickStreamSpec
+
+    assert FORMATS == LIBRARY_FORMATS
+    spec = ClickStreamSpec()
+    assert {name: getattr(spec, name) for name in GENERATE_DEFAULTS} == GENERATE_DEFAULTS
