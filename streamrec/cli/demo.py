@@ -13,7 +13,7 @@ from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
 from streamrec.cli.learner import print_report
-from streamrec.cli.options import LogLevel, dataset_format, setting
+from streamrec.cli.options import LogLevel, dataset_format, dataset_limit, setting
 from streamrec.cli.snapshot import format_positions
 
 if TYPE_CHECKING:  # Paddle and the clients: the demo imports them when it runs, not for --help
@@ -29,10 +29,12 @@ def _bundled_movielens() -> Path:
 
 def demo(
     data: str | None = typer.Option(
-        None, help="Dataset path or synthetic[:events=N,...] (default: the bundled MovieLens latest-small)"
+        None,
+        help="Dataset path or synthetic[:events=N,...]",
+        show_default="the bundled MovieLens latest-small",
     ),
     fmt: str = dataset_format(),
-    limit: int | None = typer.Option(None, help="Replay only the earliest N events"),
+    limit: int | None = dataset_limit(),
     # The demo's own micro-batches and snapshots, whatever the learner's settings say.
     max_batch: int = typer.Option(2500, help="Cap on samples per micro-batch (the demo's own)"),
     snapshot_dir: Path | None = typer.Option(

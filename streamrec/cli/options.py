@@ -148,3 +148,13 @@ FORMATS = ("auto", "taobao", "movielens", "ml100k", "jsonl")
 def dataset_format() -> Any:
     """The ``--format`` of a command that reads a dataset."""
     return typer.Option("auto", "--format", help=f"One of: {', '.join(FORMATS)}")
+
+
+def dataset_limit() -> Any:
+    """The ``--limit`` of a command that reads a dataset."""
+    return typer.Option(None, help="Read only the earliest N events of the dataset", show_default="all")
+
+
+def json_output() -> Any:
+    """The ``--json`` of a command that prints a result."""
+    return typer.Option(False, "--json", help="Print one JSON document instead of text")

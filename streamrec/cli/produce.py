@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, console
-from streamrec.cli.options import FORMATS, LogLevel, alias, dataset_format, given, setting
+from streamrec.cli.options import FORMATS, LogLevel, alias, dataset_format, dataset_limit, given, setting
 from streamrec.errors import ConfigError
 
 
@@ -17,7 +17,7 @@ def produce(
     ),
     fmt: str = dataset_format(),
     rate: float = typer.Option(0.0, help="Events per second; 0 = as fast as possible"),
-    limit: int | None = typer.Option(None, help="Publish only the earliest N events"),
+    limit: int | None = dataset_limit(),
     positive_rating: float = typer.Option(4.0, help="MovieLens: ratings >= this are label 1"),
     bootstrap_servers: str | None = setting("kafka.bootstrap_servers"),
     events_topic: str | None = setting("kafka.events_topic"),

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, command_group, console
-from streamrec.cli.options import LogLevel, dataset_format, setting
+from streamrec.cli.options import LogLevel, dataset_format, dataset_limit, setting
 from streamrec.errors import ConfigError
 
 app = command_group("Backtest update strategies on recorded events; replay them into Kafka.")
@@ -27,8 +27,10 @@ def _csv(text: str) -> list[str]:
 def backtest(
     dataset: str = _DATASET,
     fmt: str = dataset_format(),
-    limit: int | None = typer.Option(None, help="Replay only the earliest N events"),
-    interval: str | None = typer.Option(None, help="Micro-batches by event time, e.g. 10m, 1h, 1d"),
+    limit: int | None = dataset_limit(),
+    interval: str | None = typer.Option(
+        None, help="Micro-batches by event time, e.g. 10m, 1h, 1d", show_default="by count, --batch-size"
+    ),
     batch_size: int = typer.Option(2500, help="Samples per micro-batch when there is no --interval"),
     strategies: str = typer.Option(
         "popularity,item-rate,features,static,finetune,ewc,retrain",
@@ -38,18 +40,24 @@ def backtest(
     warmup: float = typer.Option(0.25, help="static: the fraction of micro-batches it trains on"),
     retrain_every: int = typer.Option(10, help="retrain: micro-batches between retrains"),
     ewc_lambda: str = typer.Option(
-        "", help="ewc: comma-separated λ values (default: STREAMREC_MODEL__EWC_LAMBDA, or 0.1 if 0)"
+        "", help="ewc: comma-separated λ values", show_default="STREAMREC_MODEL__EWC_LAMBDA, or 0.1 if 0"
     ),
     seed: int = typer.Option(0, help="Seed of the negative sampler and the model"),
     jobs: int = typer.Option(1, help="Strategies run in this many processes"),
-    report: Path | None = typer.Option(None, help="Write the JSON report here, with .md and .png beside it"),
+    report: Path | None = typer.Option(
+        None, help="Write the JSON report here, with .md and .png beside it", show_default="not written"
+    ),
     dump_samples: Path | None = typer.Option(
-        None, help='Write every sample as a JSON line {"micro_batch": N, "sample": {...}} here'
+        None,
+        help='Write every sample as a JSON line {"micro_batch": N, "sample": {...}} here',
+        show_default="not written",
     ),
     sweep: bool = typer.Option(
         False, help="Sweep interval, learning rate, passes and EWC's λ instead (GAUC against cost)"
     ),
-    sweep_intervals: str = typer.Option("", help="--sweep: comma-separated intervals (default: --interval)"),
+    sweep_intervals: str = typer.Option(
+        "", help="--sweep: comma-separated intervals", show_default="--interval"
+    ),
     sweep_lrs: str = typer.Option("0.0003,0.001,0.003", help="--sweep: comma-separated learning rates"),
     sweep_passes: str = typer.Option("1", help="--sweep: comma-separated passes per micro-batch"),
     device: str | None = setting("model.device"),
@@ -161,7 +169,7 @@ def publish(
     dataset: str = _DATASET,
     fmt: str = dataset_format(),
     speedup: float = typer.Option(60.0, help="Multiple of the data's own event time (60: an hour a minute)"),
-    limit: int | None = typer.Option(None, help="Publish only the earliest N events"),
+    limit: int | None = dataset_limit(),
     bootstrap_servers: str | None = setting("kafka.bootstrap_servers"),
     events_topic: str | None = setting("kafka.events_topic"),
     log_level: str | None = LogLevel,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, console
-from streamrec.cli.options import LogLevel, setting
+from streamrec.cli.options import LogLevel, json_output, setting
 
 if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
@@ -33,7 +33,7 @@ def score(
     snapshot_dir: Path | None = setting("learner.snapshot_dir"),
     store: bool = typer.Option(True, "--store/--no-store", help="Read the user's sequence from the store"),
     redis_url: str | None = setting("store.url"),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document"),
+    as_json: bool = json_output(),
     log_level: str | None = LogLevel,
 ) -> None:
     """Score items for a user with the promoted version; unknown users and items read the

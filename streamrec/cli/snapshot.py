@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, command_group, console, err_console
-from streamrec.cli.options import LogLevel, setting
+from streamrec.cli.options import LogLevel, json_output, setting
 from streamrec.errors import InvalidSnapshot, SnapshotError
 
 if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command runs, not for --help
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command 
 app = command_group("Create, inspect, verify, promote, roll back and prune versioned model snapshots.")
 
 DirOption = setting("learner.snapshot_dir")
-JsonOption = typer.Option(False, "--json", help="Print one JSON document instead of text")
+JsonOption = json_output()
 VersionArg = typer.Argument(..., help="v000007, 7, current or latest")
 
 
@@ -209,7 +209,7 @@ def show(
 
 @app.command("verify")
 def verify(
-    version: str | None = typer.Argument(None, help="One version (default: every version)"),
+    version: str | None = typer.Argument(None, help="One version", show_default="every version"),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,

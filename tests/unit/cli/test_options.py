@@ -245,3 +245,21 @@ def test_the_declared_formats_and_generator_defaults_are_the_libraries() -> None
     assert FORMATS == LIBRARY_FORMATS
     spec = ClickStreamSpec()
     assert {name: getattr(spec, name) for name in GENERATE_DEFAULTS} == GENERATE_DEFAULTS
+
+
+def test_no_help_text_states_a_default_of_its_own() -> None:
+    # Every default sits in the one [default: ...] slot, never in the help's prose.
+    for path, command in ALL.items():
+        for param in command.params:
+            assert "default" not in (getattr(param, "help", None) or "").lower(), (path, param.opts)
+
+
+@pytest.mark.parametrize("path", [p for p, c in ALL.items() if not hasattr(c, "commands")])
+def test_every_option_shows_its_default_but_bare_switches(path: str) -> None:
+    result = CliRunner().invoke(app, [*path.split(), "--help"], env={"COLUMNS": "250"})
+    params = ALL[path].params
+    switches = {p.opts[0] for p in params if getattr(p, "is_flag", False) and not p.secondary_opts}
+    switches.add("--help")
+    for flag, text in options_shown(result.output).items():
+        if flag not in switches:
+            assert "[default: " in text or "[required]" in text, (path, text)
