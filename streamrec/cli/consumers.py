@@ -19,7 +19,7 @@ from streamrec.cli.common import (
     live_status,
     stop_on_signals,
 )
-from streamrec.cli.options import LogLevel, setting
+from streamrec.cli.options import LogLevel, consumer_runner, setting
 
 if TYPE_CHECKING:  # the Kafka and Redis clients: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
@@ -119,10 +119,7 @@ def run(
     negatives: int | None = setting("consumer.negatives"),
     stop_when_idle: float | None = setting("consumer.stop_when_idle_s"),
     metrics_port: int | None = setting("consumer.metrics_port"),
-    runner_name: str = typer.Option(
-        "native", "--runner",
-        help="native: exactly-once (Kafka transactions); faust: a faust-streaming agent, at-least-once",
-    ),
+    runner_name: str = consumer_runner(),
     log_level: str | None = LogLevel,
 ) -> None:
     """Consume events until interrupted (or idle for --stop-when-idle seconds)."""

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
 from streamrec.cli.learner import print_report
-from streamrec.cli.options import LogLevel, dataset_format, dataset_limit, setting
+from streamrec.cli.options import LogLevel, consumer_runner, dataset_format, dataset_limit, setting
 from streamrec.cli.snapshot import format_positions
 
 if TYPE_CHECKING:  # Paddle and the clients: the demo imports them when it runs, not for --help
@@ -41,7 +41,7 @@ def demo(
         None, help="The snapshot directory (the demo's own)", show_default="snapshots/demo-<time>"
     ),
     snapshot_every: int = typer.Option(10, help="Snapshot after this many micro-batches (the demo's own)"),
-    runner: str = typer.Option("native", help="Consumer runner: native (exactly-once) or faust"),
+    runner: str = consumer_runner(),
     device: str | None = setting("model.device"),
     log_level: str | None = LogLevel,
 ) -> None:

@@ -68,7 +68,7 @@ _FLAGS = (
     Flag("--device", "model.device", str, "auto", "auto, cpu or gpu[:N]"),
     Flag("--host", "serving.host", str, "127.0.0.1", "Interface to listen on"),
     Flag("--port", "serving.port", int, "8000", "Port to listen on"),
-    Flag("--host", "services.host", str, "127.0.0.1", "Listen address"),
+    Flag("--host", "services.host", str, "127.0.0.1", "Interface to listen on"),
     Flag("--kafka-port", "services.kafka_port", int, "9092", "Broker port"),
     Flag("--redis-port", "services.redis_port", int, "6380", "Redis port"),
     Flag("--state-dir", "services.state_dir", Path, ".streamrec", "Pid and log files"),
@@ -158,3 +158,12 @@ def dataset_limit() -> Any:
 def json_output() -> Any:
     """The ``--json`` of a command that prints a result."""
     return typer.Option(False, "--json", help="Print one JSON document instead of text")
+
+
+def consumer_runner() -> Any:
+    """The ``--runner`` of a command that runs the consumers."""
+    return typer.Option(
+        "native",
+        "--runner",
+        help="native: exactly-once (Kafka transactions); faust: a faust-streaming agent, at-least-once",
+    )

@@ -15,6 +15,10 @@ from streamrec.cli.options import LogLevel, json_output, setting
 if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
 
+StoreOption = typer.Option(
+    True, "--store/--no-store", help="Read users' sequences from the feature store (else every user is new)"
+)
+
 
 def _history_source(cfg: StreamrecConfig, use_store: bool) -> Callable[[str], Sequence[tuple[str, str]]]:
     """Users' sequences from the configured feature store, or none (every user new)."""
@@ -31,7 +35,7 @@ def score(
     user: str = typer.Option(..., "--user", help="The user to score for"),
     items: str = typer.Option(..., "--items", help="Comma-separated ITEM or ITEM:CATEGORY"),
     snapshot_dir: Path | None = setting("learner.snapshot_dir"),
-    store: bool = typer.Option(True, "--store/--no-store", help="Read the user's sequence from the store"),
+    store: bool = StoreOption,
     redis_url: str | None = setting("store.url"),
     as_json: bool = json_output(),
     log_level: str | None = LogLevel,
@@ -63,7 +67,7 @@ def serve(
     host: str | None = setting("serving.host"),
     port: int | None = setting("serving.port"),
     snapshot_dir: Path | None = setting("learner.snapshot_dir"),
-    store: bool = typer.Option(True, "--store/--no-store", help="Read users' sequences from the store"),
+    store: bool = StoreOption,
     redis_url: str | None = setting("store.url"),
     log_level: str | None = LogLevel,
 ) -> None:

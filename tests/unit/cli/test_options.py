@@ -263,3 +263,22 @@ def test_every_option_shows_its_default_but_bare_switches(path: str) -> None:
     for flag, text in options_shown(result.output).items():
         if flag not in switches:
             assert "[default: " in text or "[required]" in text, (path, text)
+
+
+# Flags whose help differs between commands on purpose: the demo's own micro-batches and
+# snapshots; what stops the consumers and the learner; and three names that do different
+# jobs in different commands (left as they are, not to break scripts).
+DIFFERENT_HELP = {
+    "--max-batch", "--snapshot-dir", "--snapshot-every", "--stop-when-idle",
+    "--items", "--seed", "--interval",
+}
+
+
+def test_the_same_flag_reads_the_same_on_every_command() -> None:
+    helps: dict[str, set[str]] = {}
+    for command in ALL.values():
+        for param in command.params:
+            if param.param_type_name == "option" and not param.hidden:
+                helps.setdefault(param.opts[0], set()).add(param.help or "")
+    differing = {flag for flag, texts in helps.items() if len(texts) > 1}
+    assert differing == DIFFERENT_HELP
