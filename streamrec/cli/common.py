@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -38,9 +39,13 @@ _STATUS_REFRESH_PER_S = 1.0
 
 
 def build_config(
-    quiet: bool = False, log_level: str | None = None, **sections: dict[str, Any]
+    quiet: bool = False,
+    log_level: str | None = None,
+    config_file: Path | None = None,
+    **sections: dict[str, Any],
 ) -> StreamrecConfig:
-    """Config from env/TOML with the flags that were given (``None`` = not given) on top.
+    """Config from env/TOML (``config_file``, else ``./streamrec.toml``) with the flags that
+    were given (``None`` = not given) on top.
 
     ``quiet`` shows only warnings unless ``--log-level`` or ``STREAMREC_LOG_LEVEL`` asks for
     more: for commands whose console output already tells the story.
@@ -52,7 +57,7 @@ def build_config(
     }
     if log_level is not None:
         given["log_level"] = log_level
-    cfg = load_config(**{name: values for name, values in given.items() if values})
+    cfg = load_config(config_file, **{name: values for name, values in given.items() if values})
     quiet = quiet and log_level is None and "STREAMREC_LOG_LEVEL" not in os.environ
     logs.configure("WARNING" if quiet else cfg.log_level)
     return cfg

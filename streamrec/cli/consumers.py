@@ -6,6 +6,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -19,7 +20,7 @@ from streamrec.cli.common import (
     live_status,
     stop_on_signals,
 )
-from streamrec.cli.options import LogLevel, consumer_runner, setting
+from streamrec.cli.options import ConfigFile, LogLevel, consumer_runner, setting
 
 if TYPE_CHECKING:  # the Kafka and Redis clients: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
@@ -121,6 +122,7 @@ def run(
     metrics_port: int | None = setting("consumer.metrics_port"),
     runner_name: str = consumer_runner(),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Consume events until interrupted (or idle for --stop-when-idle seconds)."""
     from streamrec.consumers.runners import make_runner
@@ -131,6 +133,7 @@ def run(
     with cli_errors():
         cfg = build_config(
             log_level=log_level,
+            config_file=config_file,
             kafka={
                 "bootstrap_servers": bootstrap_servers,
                 "events_topic": events_topic,
@@ -165,6 +168,7 @@ def rebuild(
     redis_url: str | None = setting("store.url"),
     force: bool = typer.Option(False, help="Rebuild even a store that is intact"),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Rebuild a feature store that lost its data from the events topic, emitting nothing.
 
@@ -176,6 +180,7 @@ def rebuild(
     with cli_errors():
         cfg = build_config(
             log_level=log_level,
+            config_file=config_file,
             kafka={"bootstrap_servers": bootstrap_servers, "events_topic": events_topic},
             store={"url": redis_url},
         )

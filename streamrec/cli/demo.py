@@ -13,7 +13,14 @@ from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
 from streamrec.cli.learner import print_report
-from streamrec.cli.options import LogLevel, consumer_runner, dataset_format, dataset_limit, setting
+from streamrec.cli.options import (
+    ConfigFile,
+    LogLevel,
+    consumer_runner,
+    dataset_format,
+    dataset_limit,
+    setting,
+)
 from streamrec.cli.snapshot import format_positions
 
 if TYPE_CHECKING:  # Paddle and the clients: the demo imports them when it runs, not for --help
@@ -44,6 +51,7 @@ def demo(
     runner: str = consumer_runner(),
     device: str | None = setting("model.device"),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Start a local broker and Redis, replay a dataset through producer -> consumers ->
     learner, print progressive metrics per micro-batch and the snapshots written."""
@@ -62,6 +70,7 @@ def demo(
         base = build_config(
             quiet=True,
             log_level=log_level,
+            config_file=config_file,
             model={"device": device},
             consumer={"stop_when_idle_s": 5.0},
             learner={

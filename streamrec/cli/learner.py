@@ -17,7 +17,7 @@ from streamrec.cli.common import (
     live_status,
     stop_on_signals,
 )
-from streamrec.cli.options import LogLevel, setting
+from streamrec.cli.options import ConfigFile, LogLevel, setting
 
 if TYPE_CHECKING:  # Paddle, the Kafka client, pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
@@ -148,6 +148,7 @@ def run(
     metrics_port: int | None = setting("learner.metrics_port"),
     device: str | None = setting("model.device"),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Score then train each micro-batch; snapshot every N micro-batches and on request."""
     from streamrec.gcsettings import tune_for_batches
@@ -161,6 +162,7 @@ def run(
     with cli_errors():
         cfg = build_config(
             log_level=log_level,
+            config_file=config_file,
             kafka={
                 "bootstrap_servers": bootstrap_servers,
                 "samples_topic": samples_topic,

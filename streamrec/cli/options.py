@@ -126,6 +126,15 @@ def setting(path: str) -> Any:
 #: The ``--log-level`` of every command that logs.
 LogLevel: Any = setting("log_level")
 
+#: The ``--config`` of every command that reads the settings.
+ConfigFile: Any = typer.Option(
+    None,
+    "--config",
+    help="TOML file of settings; env vars and flags override it",
+    show_default="streamrec.toml, if there is one",
+    metavar="<path>",
+)
+
 
 def alias(path: str, name: str) -> Any:
     """A hidden option ``name``: an older spelling of the flag of the setting at ``path``."""

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, console
-from streamrec.cli.options import FORMATS, LogLevel, alias, dataset_format, dataset_limit, given, setting
+from streamrec.cli.options import (
+    FORMATS,
+    ConfigFile,
+    LogLevel,
+    alias,
+    dataset_format,
+    dataset_limit,
+    given,
+    setting,
+)
 from streamrec.errors import ConfigError
 
 
@@ -23,6 +34,7 @@ def produce(
     events_topic: str | None = setting("kafka.events_topic"),
     topic: str | None = alias("kafka.events_topic", "--topic"),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Publish a dataset to the events topic in event-time order, keyed by user."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -36,6 +48,7 @@ def produce(
             raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         cfg = build_config(
             log_level=log_level,
+            config_file=config_file,
             kafka={"bootstrap_servers": bootstrap_servers, "events_topic": given(events_topic, topic)}
         )
         events = load_events(source, fmt, positive_rating=positive_rating, limit=limit)

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, command_group, console
-from streamrec.cli.options import LogLevel, dataset_format, dataset_limit, setting
+from streamrec.cli.options import ConfigFile, LogLevel, dataset_format, dataset_limit, setting
 from streamrec.errors import ConfigError
 
 app = command_group("Backtest update strategies on recorded events; replay them into Kafka.")
@@ -62,6 +62,7 @@ def backtest(
     sweep_passes: str = typer.Option("1", help="--sweep: comma-separated passes per micro-batch"),
     device: str | None = setting("model.device"),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Replay DATASET through the consumers' logic and every strategy, each micro-batch scored
     before any strategy trains on it; print the table, write the report."""
@@ -83,7 +84,9 @@ def backtest(
             warmup=warmup, retrain_every=retrain_every,
             ewc_lambdas=tuple(float(x) for x in _csv(ewc_lambda)), seed=seed, jobs=jobs,
             dump_samples=dump_samples,
-            settings=build_config(quiet=True, log_level=log_level, model={"device": device}),
+            settings=build_config(
+                quiet=True, log_level=log_level, config_file=config_file, model={"device": device}
+            ),
         )
         with _progress() as on_progress:
             if sweep:
@@ -173,6 +176,7 @@ def publish(
     bootstrap_servers: str | None = setting("kafka.bootstrap_servers"),
     events_topic: str | None = setting("kafka.events_topic"),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Send DATASET to the events topic at SPEEDUP times its own pace, for end-to-end runs
     against live consumers and learner."""
@@ -184,7 +188,9 @@ def publish(
         if speedup <= 0:
             raise ConfigError(f"--speedup must be positive, not {speedup}")
         cfg = build_config(
-            log_level=log_level, kafka={"bootstrap_servers": bootstrap_servers, "events_topic": events_topic}
+            log_level=log_level,
+            config_file=config_file,
+            kafka={"bootstrap_servers": bootstrap_servers, "events_topic": events_topic},
         )
         events = load_events(dataset, fmt, limit=limit)
         ensure_topics(cfg.kafka)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors
 from streamrec.cli.common import console as _out
-from streamrec.cli.options import LogLevel, setting
+from streamrec.cli.options import ConfigFile, LogLevel, setting
 
 if TYPE_CHECKING:  # the Kafka and Redis clients, pydantic: imported when a command runs
     from streamrec.config import ServicesConfig
@@ -24,6 +24,7 @@ def _config(
     redis_port: int | None,
     state_dir: Path | None,
     log_level: str | None,
+    config_file: Path | None,
     data_dir: Path | None = None,
 ) -> ServicesConfig:
     given = {
@@ -33,7 +34,7 @@ def _config(
         "state_dir": state_dir,
         "data_dir": data_dir,
     }
-    return build_config(log_level=log_level, services=given).services
+    return build_config(log_level=log_level, config_file=config_file, services=given).services
 
 
 def _table(rows: Sequence[ServiceStatus]) -> Table:
@@ -52,6 +53,7 @@ def up(
     state_dir: Path | None = setting("services.state_dir"),
     data_dir: Path | None = setting("services.data_dir"),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Start the local Kafka broker and Redis in the background.
 
@@ -60,7 +62,7 @@ def up(
     from streamrec.local import services
 
     with cli_errors():
-        cfg = _config(host, kafka_port, redis_port, state_dir, log_level, data_dir)
+        cfg = _config(host, kafka_port, redis_port, state_dir, log_level, config_file, data_dir)
         _out.print(_table(services.up(cfg)))
         kept = f"in {cfg.data_dir} (append-only file)" if cfg.data_dir else "nothing (no --data-dir)"
         _out.print(f"Redis keeps {kept}; the broker keeps nothing once stopped.")
@@ -72,12 +74,13 @@ def down(
     redis_port: int | None = setting("services.redis_port"),
     state_dir: Path | None = setting("services.state_dir"),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Stop the services that ``streamrec up`` started."""
     from streamrec.local import services
 
     with cli_errors():
-        cfg = _config(host, kafka_port, redis_port, state_dir, log_level)
+        cfg = _config(host, kafka_port, redis_port, state_dir, log_level, config_file)
         services.down(cfg)
         _out.print(_table(services.status(cfg)))
 
@@ -88,12 +91,14 @@ def status(
     redis_port: int | None = setting("services.redis_port"),
     state_dir: Path | None = setting("services.state_dir"),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Show whether the local Kafka broker and Redis are running."""
     from streamrec.local import services
 
     with cli_errors():
-        _out.print(_table(services.status(_config(host, kafka_port, redis_port, state_dir, log_level))))
+        cfg = _config(host, kafka_port, redis_port, state_dir, log_level, config_file)
+        _out.print(_table(services.status(cfg)))
 
 
 def register(app: typer.Typer) -> None:

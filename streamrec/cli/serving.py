@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, console
-from streamrec.cli.options import LogLevel, json_output, setting
+from streamrec.cli.options import ConfigFile, LogLevel, json_output, setting
 
 if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
@@ -39,6 +39,7 @@ def score(
     redis_url: str | None = setting("store.url"),
     as_json: bool = json_output(),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Score items for a user with the promoted version; unknown users and items read the
     default rows."""
@@ -48,7 +49,12 @@ def score(
 
     with cli_errors():
         cfg = build_config(
-            quiet=True, log_level=log_level, learner={"snapshot_dir": snapshot_dir}, store={"url": redis_url})
+            quiet=True,
+            log_level=log_level,
+            config_file=config_file,
+            learner={"snapshot_dir": snapshot_dir},
+            store={"url": redis_url},
+        )
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
         candidates = [Candidate.parse(i) for i in items.split(",") if i]
         history = _history_source(cfg, store)(user)
@@ -70,6 +76,7 @@ def serve(
     store: bool = StoreOption,
     redis_url: str | None = setting("store.url"),
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Serve the promoted version over HTTP: POST /score, GET /readyz (also /healthz), GET
     /livez, GET /metrics. It follows `streamrec snapshot promote|rollback` without dropping a
@@ -82,6 +89,7 @@ def serve(
     with cli_errors():
         cfg = build_config(
             log_level=log_level,
+            config_file=config_file,
             learner={"snapshot_dir": snapshot_dir},
             serving={"host": host, "port": port},
             store={"url": redis_url},

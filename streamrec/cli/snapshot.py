@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, command_group, console, err_console
-from streamrec.cli.options import LogLevel, json_output, setting
+from streamrec.cli.options import ConfigFile, LogLevel, json_output, setting
 from streamrec.errors import InvalidSnapshot, SnapshotError
 
 if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command runs, not for --help
@@ -34,10 +34,14 @@ JsonOption = json_output()
 VersionArg = typer.Argument(..., help="v000007, 7, current or latest")
 
 
-def _store(snapshot_dir: Path | None, log_level: str | None) -> SnapshotStore:
+def _store(
+    snapshot_dir: Path | None, log_level: str | None, config_file: Path | None
+) -> SnapshotStore:
     from streamrec.learner.snapshot import SnapshotStore
 
-    cfg = build_config(quiet=True, log_level=log_level, learner={"snapshot_dir": snapshot_dir})
+    cfg = build_config(
+        quiet=True, log_level=log_level, config_file=config_file, learner={"snapshot_dir": snapshot_dir}
+    )
     return SnapshotStore(cfg.learner.snapshot_dir)
 
 
@@ -63,11 +67,12 @@ def create(
     timeout: float = typer.Option(60.0, help="Seconds to wait for the running learner"),
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Ask the running learner for a snapshot now and wait until it is written; with nothing
     trained since its newest version, that version answers (no empty version is written)."""
     with cli_errors():
-        store = _store(snapshot_dir, log_level)
+        store = _store(snapshot_dir, log_level, config_file)
         request_id = store.request()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -134,6 +139,7 @@ def list_(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """List snapshots, oldest first, verifying every checksum; invalid ones say why.
 
@@ -141,7 +147,7 @@ def list_(
     from the newest valid one. Listing needs no lock, so it works while a learner runs.
     """
     with cli_errors():
-        store = _store(snapshot_dir, log_level)
+        store = _store(snapshot_dir, log_level, config_file)
         entries = store.entries()
         current, promoted = store.current(), set(store.promoted())
         if as_json:
@@ -172,10 +178,11 @@ def show(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Print a version's manifest (positions, metrics, config, file checksums) and its status."""
     with cli_errors():
-        store = _store(snapshot_dir, log_level)
+        store = _store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         manifest = store.manifest(number)
         problem = store.validate(number)
@@ -213,13 +220,14 @@ def verify(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Verify every checksum of one version or of all, and of its export; exit status 1 if any
     is invalid. A version without an export says so (serving builds it when promoted)."""
     from streamrec.learner.snapshot_export import check_export
 
     with cli_errors():
-        store = _store(snapshot_dir, log_level)
+        store = _store(snapshot_dir, log_level, config_file)
         versions = [store.resolve(version)] if version is not None else store.versions()
         results: list[tuple[int, str | None, ExportCheck]] = []
         for number in versions:
@@ -279,13 +287,14 @@ def diff(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Differences between two versions: metrics, positions, config and, per tensor file, which
     tensors changed (rows changed, largest absolute difference)."""
     from streamrec.learner.snapshot_diff import diff_snapshots
 
     with cli_errors():
-        store = _store(snapshot_dir, log_level)
+        store = _store(snapshot_dir, log_level, config_file)
         result = diff_snapshots(store, store.resolve(a), store.resolve(b))
         if as_json:
             _print_json(result)
@@ -322,13 +331,14 @@ def promote(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Verify a version's checksums and its export's, then point serving at it (serving/CURRENT).
 
     A damaged export is refused, naming the file (`snapshot export VERSION --rebuild` mends
     it); a missing one is built first."""
     with cli_errors():
-        store = _store(snapshot_dir, log_level)
+        store = _store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         manifest = store.promote(number, reason=reason, build_export=_build_export(store))
         previous = store.history()[-1].previous
@@ -345,11 +355,12 @@ def rollback(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Point serving back at the valid version promoted before the current one (skipping any
     whose export is damaged; a missing export is built first)."""
     with cli_errors():
-        store = _store(snapshot_dir, log_level)
+        store = _store(snapshot_dir, log_level, config_file)
         version = store.rollback(reason=reason, build_export=_build_export(store))
         previous = store.history()[-1].previous
         if as_json:
@@ -365,13 +376,17 @@ def prune(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Delete all but the newest versions; promoted ones and the newest valid one are kept."""
     from streamrec.learner.snapshot import SnapshotStore
 
     with cli_errors():
         cfg = build_config(
-            quiet=True, log_level=log_level, learner={"snapshot_dir": snapshot_dir, "keep_snapshots": keep}
+            quiet=True,
+            log_level=log_level,
+            config_file=config_file,
+            learner={"snapshot_dir": snapshot_dir, "keep_snapshots": keep},
         )
         store = SnapshotStore(cfg.learner.snapshot_dir)
         keep_last = cfg.learner.keep_snapshots
@@ -392,6 +407,7 @@ def export(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Export a version for Paddle Inference (model, id tables, contract.json) under
     ``<snapshot dir>/exports/``; the learner exports every snapshot it writes."""
@@ -399,7 +415,7 @@ def export(
     from streamrec.serving.export import export_snapshot
 
     with cli_errors():
-        store = _store(snapshot_dir, log_level)
+        store = _store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         path = export_snapshot(store, number, rebuild=rebuild)
         check = check_export(store.root, number)
@@ -420,13 +436,14 @@ def materialize_(
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Write a full (non-delta) snapshot of a version to OUT: its delta chain applied, every
     tensor whole, checked like any version (name OUT v000007 to list it with the others)."""
     from streamrec.learner.snapshot_materialize import materialize
 
     with cli_errors():
-        store = _store(snapshot_dir, log_level)
+        store = _store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         manifest = materialize(store, number, out)
         if as_json:

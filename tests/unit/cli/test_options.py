@@ -282,3 +282,28 @@ def test_the_same_flag_reads_the_same_on_every_command() -> None:
                 helps.setdefault(param.opts[0], set()).add(param.help or "")
     differing = {flag for flag, texts in helps.items() if len(texts) > 1}
     assert differing == DIFFERENT_HELP
+
+
+def test_every_command_that_reads_the_settings_takes_a_settings_file() -> None:
+    for path in EXPECTED:
+        options = {p.opts[0] for p in ALL[path].params if p.param_type_name == "option"}
+        assert "--config" in options, path
+
+
+def test_a_settings_file_is_read_under_the_env_vars_and_the_flags(tmp_path: Path) -> None:
+    settings = tmp_path / "elsewhere.toml"
+    settings.write_text(f'[learner]\nsnapshot_dir = "{tmp_path / "from-file"}"\n')
+    listed = run_cli(["snapshot", "list", "--json", "--config", str(settings)], {}, tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert orjson.loads(listed.stdout)["root"] == str(tmp_path / "from-file")
+    env = {"STREAMREC_LEARNER__SNAPSHOT_DIR": str(tmp_path / "from-env")}
+    by_env = run_cli(["snapshot", "list", "--json", "--config", str(settings)], env, tmp_path)
+    assert orjson.loads(by_env.stdout)["root"] == str(tmp_path / "from-env")
+
+
+def test_a_missing_settings_file_is_one_line(tmp_path: Path) -> None:
+    proc = run_cli(["snapshot", "list", "--config", str(tmp_path / "nothing.toml")], {}, tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"error: the settings file {tmp_path / 'nothing.toml'} does not exist: give an existing TOML file"
+    ]
