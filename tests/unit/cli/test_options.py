@@ -143,6 +143,11 @@ def options_shown(help_text: str) -> dict[str, str]:
     return {flag: " ".join(words) for flag, words in entries.items()}
 
 
+def words(text: str) -> list[str]:
+    """The words of a rendered help or error, box drawing left out."""
+    return re.sub(r"[│╭╮╰╯─]", " ", text).split()
+
+
 def setting_default(env: str) -> object:
     """The settings model's default of the setting behind ``env``."""
     model: Any = StreamrecConfig()  # no STREAMREC_* env var is set in the unit tests
@@ -307,3 +312,28 @@ def test_a_missing_settings_file_is_one_line(tmp_path: Path) -> None:
     assert proc.stderr.splitlines() == [
         f"error: the settings file {tmp_path / 'nothing.toml'} does not exist: give an existing TOML file"
     ]
+
+
+def test_a_settings_flag_passes_on_only_what_the_command_line_gave() -> None:
+    import typer
+
+    from streamrec.cli.options import alias, given, setting
+
+    seen: list[object] = []
+    probe = typer.Typer()
+
+    @probe.command()
+    def run(
+        port: int | None = setting("serving.port"),
+        topic: str | None = setting("kafka.events_topic"),
+        old_topic: str | None = alias("kafka.events_topic", "--topic"),
+    ) -> None:
+        seen.append((port, given(topic, old_topic)))
+
+    runner = CliRunner()
+    assert runner.invoke(probe, ["--port", "9000", "--topic", "t"]).exit_code == 0
+    # the env var and the default are the settings' to read: the command gets None
+    assert runner.invoke(probe, [], env={"STREAMREC_SERVING__PORT": "null"}).exit_code == 0
+    assert seen == [(9000, "t"), (None, None)]
+    bad = runner.invoke(probe, ["--port", "many"])
+    assert bad.exit_code == 2 and "'many' is not a valid int" in " ".join(words(bad.output))
