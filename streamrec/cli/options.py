@@ -1,14 +1,16 @@
-"""The flags that set a setting, each declared once: its name, help, env var and default read
-the same on every command that offers it.
+"""The options several commands share, each declared once, so that its name, help, env var
+and default read the same on every command that offers it: the flags that set a setting,
+and ``--config``, ``--format``, ``--limit``, ``--json`` and ``--runner``.
 
 A flag overrides its ``STREAMREC_*`` setting for one run. Not given, the setting's env var
-applies, then ``streamrec.toml``, then the default shown. The env var is read by the
+applies, then the ``--config`` file (``./streamrec.toml`` if there is one), then the
+default shown. The env var is read by the
 settings themselves (with ``null``, JSON and their one-line errors), not by the flag: the
 flag only names it in its help.
 
 The defaults are written here rather than read from :mod:`streamrec.config`, so that
-``--help`` need not import pydantic; ``tests/unit/cli/test_options.py`` checks each one
-against the settings model.
+``--help`` need not import the settings (pydantic-settings, a third of a second);
+``tests/unit/cli/test_options.py`` checks each one against the settings model.
 """
 
 from __future__ import annotations
