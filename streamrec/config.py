@@ -553,10 +553,11 @@ class StreamrecConfig(BaseSettings):
         return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
 
 
-def load_config(**overrides: Any) -> StreamrecConfig:
+def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecConfig:
     """Build the config; ``overrides`` are nested dicts by section (``kafka={"partitions": 2}``).
 
-    A section given here is merged over what env and TOML say for that section.
+    A section given here is merged over what env and TOML say for that section. The TOML file
+    is ``toml_file`` when given (it must exist), else ``./streamrec.toml`` if there is one.
 
     Raises:
         ConfigError: A setting is invalid; the message names its env variable.
@@ -569,9 +570,12 @@ def load_config(**overrides: Any) -> StreamrecConfig:
         ...
         streamrec.errors.ConfigError: invalid setting STREAMREC_CONSUMER__BATCH_SIZE ...
     """
+    toml_path = Path(toml_file or str(StreamrecConfig.model_config.get("toml_file")))
     try:
-        base = StreamrecConfig()
-        if not overrides:
+        if toml_file is not None and not toml_file.is_file():
+            raise ConfigError(f"the settings file {toml_file} does not exist: give an existing TOML file")
+        base = StreamrecConfig() if toml_file is None else _reading(toml_file)()
+        if not overrides and toml_file is None:
             return base
         merged = base.model_dump()
         for section, values in overrides.items():
@@ -591,8 +595,19 @@ def load_config(**overrides: Any) -> StreamrecConfig:
     except SettingsError as exc:
         raise _source_error(exc) from exc
     except tomllib.TOMLDecodeError as exc:
-        path = Path(str(StreamrecConfig.model_config.get("toml_file"))).resolve()
-        raise ConfigError(f"{path} is not valid TOML: {exc}: fix the file") from exc
+        raise ConfigError(f"{toml_path.resolve()} is not valid TOML: {exc}: fix the file") from exc
+
+
+def _reading(toml_file: Path) -> type[StreamrecConfig]:
+    """The configuration class, reading ``toml_file`` instead of ``./streamrec.toml``.
+
+    :func:`load_config` validates the result again as a :class:`StreamrecConfig`.
+    """
+
+    class FromFile(StreamrecConfig):
+        model_config = SettingsConfigDict(toml_file=toml_file)
+
+    return FromFile
 
 
 def env_name(loc: tuple[int | str, ...]) -> str:

@@ -1,4 +1,8 @@
-"""The ``streamrec`` command: one group, one module per subcommand group."""
+"""The ``streamrec`` command: one group, one module per subcommand group.
+
+Each module imports what its commands need (Paddle, the Kafka and Redis clients, pydantic) in
+the commands' bodies, so that ``--help`` stays fast.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ app = command_group(
     "streamrec: real-time incremental recommendation learning on Kafka, Redis and Paddle.",
     pretty_exceptions_enable=False,
 )
+
+
 app.command("produce")(produce)
 app.command("demo")(demo)
 app.command("generate")(generate)

@@ -9,16 +9,18 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console, RenderableType
-from rich.live import Live
 from rich.markup import escape
 
 from streamrec import logs
-from streamrec.config import StreamrecConfig, load_config
 from streamrec.errors import StreamrecError
+
+if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
+    from streamrec.config import StreamrecConfig
 
 # Long lines stay whole; piped output (logs, CI) gets room for tables instead of 80 columns.
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -37,15 +39,27 @@ def command_group(help: str, **options: Any) -> typer.Typer:
 _STATUS_REFRESH_PER_S = 1.0
 
 
-def build_config(quiet: bool = False, **sections: dict[str, Any]) -> StreamrecConfig:
-    """Config from env/TOML with the flags that were given (``None`` = not given) on top.
+def build_config(
+    quiet: bool = False,
+    log_level: str | None = None,
+    config_file: Path | None = None,
+    **sections: dict[str, Any],
+) -> StreamrecConfig:
+    """Config from env/TOML (``config_file``, else ``./streamrec.toml``) with the flags that
+    were given (``None`` = not given) on top.
 
-    ``quiet`` shows only warnings unless ``STREAMREC_LOG_LEVEL`` asks for more: for commands
-    whose console output already tells the story.
+    ``quiet`` shows only warnings unless ``--log-level`` or ``STREAMREC_LOG_LEVEL`` asks for
+    more: for commands whose console output already tells the story.
     """
-    given = {name: {k: v for k, v in values.items() if v is not None} for name, values in sections.items()}
-    cfg = load_config(**{name: values for name, values in given.items() if values})
-    quiet = quiet and "STREAMREC_LOG_LEVEL" not in os.environ
+    from streamrec.config import load_config
+
+    given: dict[str, Any] = {
+        name: {k: v for k, v in values.items() if v is not None} for name, values in sections.items()
+    }
+    if log_level is not None:
+        given["log_level"] = log_level
+    cfg = load_config(config_file, **{name: values for name, values in given.items() if values})
+    quiet = quiet and log_level is None and "STREAMREC_LOG_LEVEL" not in os.environ
     logs.configure("WARNING" if quiet else cfg.log_level)
     return cfg
 
@@ -98,6 +112,8 @@ def live_status(status: RenderableType) -> Iterator[None]:
     if not console.is_terminal:
         yield
         return
+    from rich.live import Live
+
     with Live(status, console=console, refresh_per_second=_STATUS_REFRESH_PER_S, redirect_stderr=True):
         yield
 

@@ -6,6 +6,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.text import Text
@@ -18,13 +20,12 @@ from streamrec.cli.common import (
     live_status,
     stop_on_signals,
 )
-from streamrec.config import StreamrecConfig
-from streamrec.consumers.rebuild import rebuild_store
-from streamrec.consumers.runner import BatchReport
-from streamrec.consumers.runners import make_runner
-from streamrec.gcsettings import tune_for_batches
-from streamrec.kafka.topics import ensure_topics
-from streamrec.observability import ConsumerMetrics, LagProbe, lag_client
+from streamrec.cli.options import ConfigFile, LogLevel, consumer_runner, setting
+
+if TYPE_CHECKING:  # the Kafka and Redis clients: imported when a command runs, not for --help
+    from streamrec.config import StreamrecConfig
+    from streamrec.consumers.runner import BatchReport
+    from streamrec.observability import ConsumerMetrics
 
 app = command_group("Window events into Redis sequences and emit training samples.")
 
@@ -102,6 +103,8 @@ def serve_metrics(metrics: ConsumerMetrics, cfg: StreamrecConfig) -> None:
     """Serve ``/metrics`` on the configured port, with the group's lag on the events topic
     (a client of the metrics' own asks the broker at each scrape); nothing when off.
     """
+    from streamrec.observability import LagProbe, lag_client
+
     if metrics.serve(cfg.consumer.metrics_port) is None:
         return
     client = lag_client(cfg.kafka, cfg.consumer.group_id)
@@ -110,21 +113,35 @@ def serve_metrics(metrics: ConsumerMetrics, cfg: StreamrecConfig) -> None:
 
 @app.command("run")
 def run(
-    bootstrap_servers: str | None = typer.Option(None, help="Kafka bootstrap servers"),
-    redis_url: str | None = typer.Option(None, help="Redis URL of the feature store"),
-    group_id: str | None = typer.Option(None, help="Consumer group"),
-    negatives: int | None = typer.Option(None, help="Sampled negatives per implicit positive"),
-    stop_when_idle: float | None = typer.Option(None, help="Stop after this many seconds without events"),
-    metrics_port: int | None = typer.Option(None, help="Port of Prometheus /metrics (default 9465; 0: off)"),
-    runner_name: str = typer.Option(
-        "native", "--runner",
-        help="native: exactly-once (Kafka transactions); faust: a faust-streaming agent, at-least-once",
-    ),
+    bootstrap_servers: str | None = setting("kafka.bootstrap_servers"),
+    events_topic: str | None = setting("kafka.events_topic"),
+    samples_topic: str | None = setting("kafka.samples_topic"),
+    dlq_topic: str | None = setting("kafka.dlq_topic"),
+    redis_url: str | None = setting("store.url"),
+    group_id: str | None = setting("consumer.group_id"),
+    negatives: int | None = setting("consumer.negatives"),
+    stop_when_idle: float | None = setting("consumer.stop_when_idle_s"),
+    metrics_port: int | None = setting("consumer.metrics_port"),
+    runner_name: str = consumer_runner(),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Consume events until interrupted (or idle for --stop-when-idle seconds)."""
+    from streamrec.consumers.runners import make_runner
+    from streamrec.gcsettings import tune_for_batches
+    from streamrec.kafka.topics import ensure_topics
+    from streamrec.observability import ConsumerMetrics
+
     with cli_errors():
         cfg = build_config(
-            kafka={"bootstrap_servers": bootstrap_servers},
+            log_level=log_level,
+            config_file=config_file,
+            kafka={
+                "bootstrap_servers": bootstrap_servers,
+                "events_topic": events_topic,
+                "samples_topic": samples_topic,
+                "dlq_topic": dlq_topic,
+            },
             store={"url": redis_url},
             consumer={
                 "group_id": group_id,
@@ -148,16 +165,27 @@ def run(
 
 @app.command("rebuild")
 def rebuild(
-    bootstrap_servers: str | None = typer.Option(None, help="Kafka bootstrap servers"),
-    redis_url: str | None = typer.Option(None, help="Redis URL of the feature store"),
+    bootstrap_servers: str | None = setting("kafka.bootstrap_servers"),
+    events_topic: str | None = setting("kafka.events_topic"),
+    redis_url: str | None = setting("store.url"),
     force: bool = typer.Option(False, help="Rebuild even a store that is intact"),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Rebuild a feature store that lost its data from the events topic, emitting nothing.
 
     Stop the consumers first; start them again afterwards.
     """
+    from streamrec.consumers.rebuild import rebuild_store
+    from streamrec.kafka.topics import ensure_topics
+
     with cli_errors():
-        cfg = build_config(kafka={"bootstrap_servers": bootstrap_servers}, store={"url": redis_url})
+        cfg = build_config(
+            log_level=log_level,
+            config_file=config_file,
+            kafka={"bootstrap_servers": bootstrap_servers, "events_topic": events_topic},
+            store={"url": redis_url},
+        )
         ensure_topics(cfg.kafka)
         stats = rebuild_store(cfg, force=force)
         console.print(

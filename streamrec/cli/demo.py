@@ -13,14 +13,17 @@ from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
 from streamrec.cli.learner import print_report
+from streamrec.cli.options import (
+    ConfigFile,
+    LogLevel,
+    consumer_runner,
+    dataset_format,
+    dataset_limit,
+    setting,
+)
 from streamrec.cli.snapshot import format_positions
-from streamrec.config import RedisStoreConfig
-from streamrec.datasets import FORMATS, load_events
-from streamrec.gcsettings import tune_for_batches
-from streamrec.learner.snapshot import SnapshotStore
-from streamrec.local.launch import local_services
 
-if TYPE_CHECKING:  # both import Paddle; the demo imports them when it runs
+if TYPE_CHECKING:  # Paddle and the clients: the demo imports them when it runs, not for --help
     from streamrec.learner.runner import MicroBatchReport
     from streamrec.pipeline import PipelineResult
 
@@ -33,18 +36,31 @@ def _bundled_movielens() -> Path:
 
 def demo(
     data: str | None = typer.Option(
-        None, help="Dataset path or synthetic[:events=N,...] (default: the bundled MovieLens latest-small)"
+        None,
+        help="Dataset path or synthetic[:events=N,...]",
+        show_default="the bundled MovieLens latest-small",
     ),
-    fmt: str = typer.Option("auto", "--format", help=f"One of: {', '.join(FORMATS)}"),
-    limit: int | None = typer.Option(None, help="Replay only the earliest N events"),
-    max_batch: int = typer.Option(2500, help="Samples per micro-batch"),
-    snapshot_dir: Path | None = typer.Option(None, help="Default: `snapshots/demo-<time>`"),
-    snapshot_every: int = typer.Option(10, help="Snapshot after this many micro-batches"),
-    runner: str = typer.Option("native", help="Consumer runner: native (exactly-once) or faust"),
+    fmt: str = dataset_format(),
+    limit: int | None = dataset_limit(),
+    # The demo's own micro-batches and snapshots, whatever the learner's settings say.
+    max_batch: int = typer.Option(2500, help="Cap on samples per micro-batch (the demo's own)"),
+    snapshot_dir: Path | None = typer.Option(
+        None, help="The snapshot directory (the demo's own)", show_default="snapshots/demo-<time>"
+    ),
+    snapshot_every: int = typer.Option(10, help="Snapshot after this many micro-batches (the demo's own)"),
+    runner: str = consumer_runner(),
+    device: str | None = setting("model.device"),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Start a local broker and Redis, replay a dataset through producer -> consumers ->
     learner, print progressive metrics per micro-batch and the snapshots written.
     """
+    from streamrec.config import RedisStoreConfig
+    from streamrec.datasets import load_events
+    from streamrec.gcsettings import tune_for_batches
+    from streamrec.learner.snapshot import SnapshotStore
+    from streamrec.local.launch import local_services
     from streamrec.pipeline import run_pipeline  # imports Paddle: only when the demo runs
 
     with cli_errors():
@@ -54,6 +70,9 @@ def demo(
         console.print(f"read {len(events)} events from {data or DEMO_DATA}")
         base = build_config(
             quiet=True,
+            log_level=log_level,
+            config_file=config_file,
+            model={"device": device},
             consumer={"stop_when_idle_s": 5.0},
             learner={
                 # Micro-batches are cut by size here: the replay is faster than real time.

@@ -7,20 +7,20 @@ from pathlib import Path
 import typer
 
 from streamrec.cli.common import cli_errors, console
-from streamrec.datasets.feed import FeedSpec, generate_feed
-from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.errors import DatasetError
 
-_DEFAULT = ClickStreamSpec()
+# ClickStreamSpec's defaults (streamrec.datasets.synthetic imports numpy, so --help does not
+# read them there; tests/unit/cli/test_options.py checks they are the same).
+DEFAULTS = {"events": 20_000, "users": 500, "items": 5_000, "categories": 50, "seed": 0}
 
 
 def generate(
     out: Path = typer.Argument(..., help="JSONL file to write (the event contract, one per line)"),
-    events: int = typer.Option(_DEFAULT.events, help="Events to generate"),
-    users: int = typer.Option(_DEFAULT.users, help="Users"),
-    items: int = typer.Option(_DEFAULT.items, help="Items in the catalogue by the end"),
-    categories: int = typer.Option(_DEFAULT.categories, help="Item categories"),
-    seed: int = typer.Option(_DEFAULT.seed, help="Random seed: the same seed, the same stream"),
+    events: int = typer.Option(DEFAULTS["events"], help="Events to generate"),
+    users: int = typer.Option(DEFAULTS["users"], help="Users"),
+    items: int = typer.Option(DEFAULTS["items"], help="Items in the catalogue by the end"),
+    categories: int = typer.Option(DEFAULTS["categories"], help="Item categories"),
+    seed: int = typer.Option(DEFAULTS["seed"], help="Random seed: the same seed, the same stream"),
     feed: bool = typer.Option(
         False, "--feed", help="A feed log for STREAMREC_CONSUMER__LABELS=join: pages of impressions, "
         "each pv a click on one shown item (about 8 events per behaviour)",
@@ -29,6 +29,9 @@ def generate(
     """Generate implicit clicks (pv/cart/fav/buy, heavy-tailed popularity, new items arriving)
     and write them in event-time order; `streamrec produce OUT` publishes them.
     """
+    from streamrec.datasets.feed import FeedSpec, generate_feed
+    from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
+
     with cli_errors():
         spec = ClickStreamSpec(users=users, items=items, categories=categories, events=events, seed=seed)
         stream = generate_feed(FeedSpec(clicks=spec, seed=seed)).events if feed else generate_clicks(spec)

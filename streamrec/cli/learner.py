@@ -6,7 +6,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
 from rich.text import Text
 
 from streamrec.cli.common import (
@@ -18,15 +17,14 @@ from streamrec.cli.common import (
     live_status,
     stop_on_signals,
 )
-from streamrec.config import StreamrecConfig
-from streamrec.gcsettings import tune_for_batches
-from streamrec.kafka.records import Partition
-from streamrec.kafka.topics import ensure_topics
-from streamrec.observability import LagProbe, LearnerMetrics, lag_client
+from streamrec.cli.options import ConfigFile, LogLevel, setting
 
-if TYPE_CHECKING:  # the learner imports Paddle (about a second): only when a command needs it
+if TYPE_CHECKING:  # Paddle, the Kafka client, pydantic: imported when a command runs, not for --help
+    from streamrec.config import StreamrecConfig
+    from streamrec.kafka.records import Partition
     from streamrec.learner.runner import MicroBatchReport
     from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
+    from streamrec.observability import LearnerMetrics
 
 app = command_group("Train DIN incrementally on the samples stream.")
 
@@ -132,6 +130,8 @@ def serve_metrics(
     """Serve ``/metrics`` on the configured port, with the lag of the runner's ``positions``
     (a client of the metrics' own asks the broker at each scrape); nothing when off.
     """
+    from streamrec.observability import LagProbe, lag_client
+
     if metrics.serve(cfg.learner.metrics_port) is None:
         return
     client = lag_client(cfg.kafka, cfg.learner.group_id)
@@ -140,28 +140,41 @@ def serve_metrics(
 
 @app.command("run")
 def run(
-    interval: float | None = typer.Option(None, help="Seconds per micro-batch (default 180)"),
-    max_batch: int | None = typer.Option(None, help="Cap on samples per micro-batch"),
-    snapshot_dir: Path | None = typer.Option(None, help="Where snapshots are written"),
-    snapshot_every: int | None = typer.Option(None, help="Snapshot after this many micro-batches"),
-    stop_when_idle: float | None = typer.Option(
-        None, help="Stop (after a final snapshot) when no sample arrives for this many seconds"
-    ),
-    device: str | None = typer.Option(None, help="auto, cpu or gpu[:N]"),
-    bootstrap_servers: str | None = typer.Option(None, help="Kafka bootstrap servers"),
-    metrics_port: int | None = typer.Option(None, help="Port of Prometheus /metrics (default 9464; 0: off)"),
+    bootstrap_servers: str | None = setting("kafka.bootstrap_servers"),
+    samples_topic: str | None = setting("kafka.samples_topic"),
+    samples_dlq_topic: str | None = setting("kafka.samples_dlq_topic"),
+    group_id: str | None = setting("learner.group_id"),
+    interval: float | None = setting("learner.interval_s"),
+    max_batch: int | None = setting("learner.max_batch_samples"),
+    snapshot_dir: Path | None = setting("learner.snapshot_dir"),
+    snapshot_every: int | None = setting("learner.snapshot_every"),
+    stop_when_idle: float | None = setting("learner.stop_when_idle_s"),
+    metrics_port: int | None = setting("learner.metrics_port"),
+    device: str | None = setting("model.device"),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Score then train each micro-batch; snapshot every N micro-batches and on request."""
+    from streamrec.gcsettings import tune_for_batches
+    from streamrec.kafka.topics import ensure_topics
     from streamrec.learner.din import DINLearner
     from streamrec.learner.runner import LearnerRunner
     from streamrec.learner.snapshot import SnapshotStore
+    from streamrec.observability import LearnerMetrics
     from streamrec.serving.gate import Promoter
 
     with cli_errors():
         cfg = build_config(
-            kafka={"bootstrap_servers": bootstrap_servers},
+            log_level=log_level,
+            config_file=config_file,
+            kafka={
+                "bootstrap_servers": bootstrap_servers,
+                "samples_topic": samples_topic,
+                "samples_dlq_topic": samples_dlq_topic,
+            },
             model={"device": device},
             learner={
+                "group_id": group_id,
                 "interval_s": interval,
                 "max_batch_samples": max_batch,
                 "snapshot_dir": snapshot_dir,

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from streamrec.cli.common import build_config, cli_errors, console
-from streamrec.datasets import FORMATS, load_events
+from streamrec.cli.options import (
+    FORMATS,
+    ConfigFile,
+    LogLevel,
+    alias,
+    dataset_format,
+    dataset_limit,
+    given,
+    setting,
+)
 from streamrec.errors import ConfigError
-from streamrec.kafka.topics import ensure_topics
-from streamrec.producer import publish
 
 
 def produce(
@@ -18,18 +26,31 @@ def produce(
         help="Taobao CSV, MovieLens ratings.csv/dir, ML-100K u.data, JSONL, or "
         "synthetic[:events=N,users=N,seed=N,...] (the click generator)",
     ),
-    fmt: str = typer.Option("auto", "--format", help=f"One of: {', '.join(FORMATS)}"),
+    fmt: str = dataset_format(),
     rate: float = typer.Option(0.0, help="Events per second; 0 = as fast as possible"),
-    limit: int | None = typer.Option(None, help="Publish only the earliest N events"),
+    limit: int | None = dataset_limit(),
     positive_rating: float = typer.Option(4.0, help="MovieLens: ratings >= this are label 1"),
-    bootstrap_servers: str | None = typer.Option(None, help="Kafka bootstrap servers"),
-    topic: str | None = typer.Option(None, help="Events topic"),
+    bootstrap_servers: str | None = setting("kafka.bootstrap_servers"),
+    events_topic: str | None = setting("kafka.events_topic"),
+    topic: str | None = alias("kafka.events_topic", "--topic"),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Publish a dataset to the events topic in event-time order, keyed by user."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from streamrec.datasets import load_events
+    from streamrec.kafka.topics import ensure_topics
+    from streamrec.producer import publish
+
     with cli_errors():
         if fmt not in FORMATS:
             raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-        cfg = build_config(kafka={"bootstrap_servers": bootstrap_servers, "events_topic": topic})
+        cfg = build_config(
+            log_level=log_level,
+            config_file=config_file,
+            kafka={"bootstrap_servers": bootstrap_servers, "events_topic": given(events_topic, topic)}
+        )
         events = load_events(source, fmt, positive_rating=positive_rating, limit=limit)
         ensure_topics(cfg.kafka)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())

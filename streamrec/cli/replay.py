@@ -8,14 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from streamrec.cli.common import build_config, cli_errors, command_group, console
-from streamrec.datasets import FORMATS, load_events
+from streamrec.cli.options import ConfigFile, LogLevel, dataset_format, dataset_limit, setting
 from streamrec.errors import ConfigError
-from streamrec.gcsettings import tune_for_batches
-from streamrec.kafka.topics import ensure_topics
-from streamrec.producer import publish as publish_events
 
 app = command_group("Backtest update strategies on recorded events; replay them into Kafka.")
 
@@ -31,9 +27,11 @@ def _csv(text: str) -> list[str]:
 @app.command("backtest")
 def backtest(
     dataset: str = _DATASET,
-    fmt: str = typer.Option("auto", "--format", help=f"One of: {', '.join(FORMATS)}"),
-    limit: int | None = typer.Option(None, help="Replay only the earliest N events"),
-    interval: str | None = typer.Option(None, help="Micro-batches by event time, e.g. 10m, 1h, 1d"),
+    fmt: str = dataset_format(),
+    limit: int | None = dataset_limit(),
+    interval: str | None = typer.Option(
+        None, help="Micro-batches by event time, e.g. 10m, 1h, 1d", show_default="by count, --batch-size"
+    ),
     batch_size: int = typer.Option(2500, help="Samples per micro-batch when there is no --interval"),
     strategies: str = typer.Option(
         "popularity,item-rate,features,static,finetune,ewc,retrain",
@@ -43,24 +41,34 @@ def backtest(
     warmup: float = typer.Option(0.25, help="static: the fraction of micro-batches it trains on"),
     retrain_every: int = typer.Option(10, help="retrain: micro-batches between retrains"),
     ewc_lambda: str = typer.Option(
-        "", help="ewc: comma-separated λ values (default: STREAMREC_MODEL__EWC_LAMBDA, or 0.1 if 0)"
+        "", help="ewc: comma-separated λ values", show_default="STREAMREC_MODEL__EWC_LAMBDA, or 0.1 if 0"
     ),
     seed: int = typer.Option(0, help="Seed of the negative sampler and the model"),
     jobs: int = typer.Option(1, help="Strategies run in this many processes"),
-    report: Path | None = typer.Option(None, help="Write the JSON report here, with .md and .png beside it"),
+    report: Path | None = typer.Option(
+        None, help="Write the JSON report here, with .md and .png beside it", show_default="not written"
+    ),
     dump_samples: Path | None = typer.Option(
-        None, help='Write every sample as a JSON line {"micro_batch": N, "sample": {...}} here'
+        None,
+        help='Write every sample as a JSON line {"micro_batch": N, "sample": {...}} here',
+        show_default="not written",
     ),
     sweep: bool = typer.Option(
         False, help="Sweep interval, learning rate, passes and EWC's λ instead (GAUC against cost)"
     ),
-    sweep_intervals: str = typer.Option("", help="--sweep: comma-separated intervals (default: --interval)"),
+    sweep_intervals: str = typer.Option(
+        "", help="--sweep: comma-separated intervals", show_default="--interval"
+    ),
     sweep_lrs: str = typer.Option("0.0003,0.001,0.003", help="--sweep: comma-separated learning rates"),
     sweep_passes: str = typer.Option("1", help="--sweep: comma-separated passes per micro-batch"),
+    device: str | None = setting("model.device"),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Replay DATASET through the consumers' logic and every strategy, each micro-batch scored
     before any strategy trains on it; print the table, write the report.
     """
+    from streamrec.gcsettings import tune_for_batches
     from streamrec.replay import backtest as bt  # Paddle: only when a backtest runs
     from streamrec.replay import report as rp
     from streamrec.replay.batches import parse_duration
@@ -78,7 +86,9 @@ def backtest(
             warmup=warmup, retrain_every=retrain_every,
             ewc_lambdas=tuple(float(x) for x in _csv(ewc_lambda)), seed=seed, jobs=jobs,
             dump_samples=dump_samples,
-            settings=build_config(quiet=True),
+            settings=build_config(
+                quiet=True, log_level=log_level, config_file=config_file, model={"device": device}
+            ),
         )
         with _progress() as on_progress:
             if sweep:
@@ -138,6 +148,8 @@ class _progress:
     """A progress bar fed by the backtest: strategy, micro-batch, the latest GAUC."""
 
     def __enter__(self) -> Any:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         self._bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, transient=True,
@@ -160,18 +172,29 @@ class _progress:
 @app.command("publish")
 def publish(
     dataset: str = _DATASET,
-    fmt: str = typer.Option("auto", "--format", help=f"One of: {', '.join(FORMATS)}"),
+    fmt: str = dataset_format(),
     speedup: float = typer.Option(60.0, help="Multiple of the data's own event time (60: an hour a minute)"),
-    limit: int | None = typer.Option(None, help="Publish only the earliest N events"),
-    bootstrap_servers: str | None = typer.Option(None, help="Kafka bootstrap servers"),
+    limit: int | None = dataset_limit(),
+    bootstrap_servers: str | None = setting("kafka.bootstrap_servers"),
+    events_topic: str | None = setting("kafka.events_topic"),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Send DATASET to the events topic at SPEEDUP times its own pace, for end-to-end runs
     against live consumers and learner.
     """
+    from streamrec.datasets import load_events
+    from streamrec.kafka.topics import ensure_topics
+    from streamrec.producer import publish as publish_events
+
     with cli_errors():
         if speedup <= 0:
             raise ConfigError(f"--speedup must be positive, not {speedup}")
-        cfg = build_config(kafka={"bootstrap_servers": bootstrap_servers})
+        cfg = build_config(
+            log_level=log_level,
+            config_file=config_file,
+            kafka={"bootstrap_servers": bootstrap_servers, "events_topic": events_topic},
+        )
         events = load_events(dataset, fmt, limit=limit)
         ensure_topics(cfg.kafka)
         span_s = (events[-1].ts - events[0].ts) / 1000 / speedup if events else 0.0

@@ -4,29 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors
 from streamrec.cli.common import console as _out
-from streamrec.config import ServicesConfig
-from streamrec.local import services
+from streamrec.cli.options import ConfigFile, LogLevel, setting
 
-Host = Annotated[
-    str | None, typer.Option("--host", help="Listen address [STREAMREC_SERVICES__HOST]")
-]
-KafkaPort = Annotated[
-    int | None, typer.Option("--kafka-port", help="Broker port [STREAMREC_SERVICES__KAFKA_PORT]")
-]
-RedisPort = Annotated[
-    int | None, typer.Option("--redis-port", help="Redis port [STREAMREC_SERVICES__REDIS_PORT]")
-]
-StateDir = Annotated[
-    Path | None,
-    typer.Option("--state-dir", help="Pid and log files [STREAMREC_SERVICES__STATE_DIR]"),
-]
+if TYPE_CHECKING:  # the Kafka and Redis clients, pydantic: imported when a command runs
+    from streamrec.config import ServicesConfig
+    from streamrec.local.services import ServiceStatus
 
 
 def _config(
@@ -34,6 +23,8 @@ def _config(
     kafka_port: int | None,
     redis_port: int | None,
     state_dir: Path | None,
+    log_level: str | None,
+    config_file: Path | None,
     data_dir: Path | None = None,
 ) -> ServicesConfig:
     given = {
@@ -43,10 +34,10 @@ def _config(
         "state_dir": state_dir,
         "data_dir": data_dir,
     }
-    return build_config(services=given).services
+    return build_config(log_level=log_level, config_file=config_file, services=given).services
 
 
-def _table(rows: Sequence[services.ServiceStatus]) -> Table:
+def _table(rows: Sequence[ServiceStatus]) -> Table:
     table = Table("service", "address", "pid", "state")
     colour = {"started": "green", "running": "green", "stopped": "dim"}
     for row in rows:
@@ -56,52 +47,58 @@ def _table(rows: Sequence[services.ServiceStatus]) -> Table:
 
 
 def up(
-    host: Host = None,
-    kafka_port: KafkaPort = None,
-    redis_port: RedisPort = None,
-    state_dir: StateDir = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--data-dir",
-            help="Keep Redis's data here (append-only file) across restarts "
-            "[STREAMREC_SERVICES__DATA_DIR]",
-        ),
-    ] = None,
+    host: str | None = setting("services.host"),
+    kafka_port: int | None = setting("services.kafka_port"),
+    redis_port: int | None = setting("services.redis_port"),
+    state_dir: Path | None = setting("services.state_dir"),
+    data_dir: Path | None = setting("services.data_dir"),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Start the local Kafka broker and Redis in the background.
 
     The broker keeps nothing once stopped; Redis keeps nothing either unless --data-dir.
     """
+    from streamrec.local import services
+
     with cli_errors():
-        cfg = _config(host, kafka_port, redis_port, state_dir, data_dir)
+        cfg = _config(host, kafka_port, redis_port, state_dir, log_level, config_file, data_dir)
         _out.print(_table(services.up(cfg)))
         kept = f"in {cfg.data_dir} (append-only file)" if cfg.data_dir else "nothing (no --data-dir)"
         _out.print(f"Redis keeps {kept}; the broker keeps nothing once stopped.")
 
 
 def down(
-    host: Host = None,
-    kafka_port: KafkaPort = None,
-    redis_port: RedisPort = None,
-    state_dir: StateDir = None,
+    host: str | None = setting("services.host"),
+    kafka_port: int | None = setting("services.kafka_port"),
+    redis_port: int | None = setting("services.redis_port"),
+    state_dir: Path | None = setting("services.state_dir"),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Stop the services that ``streamrec up`` started."""
+    from streamrec.local import services
+
     with cli_errors():
-        cfg = _config(host, kafka_port, redis_port, state_dir)
+        cfg = _config(host, kafka_port, redis_port, state_dir, log_level, config_file)
         services.down(cfg)
         _out.print(_table(services.status(cfg)))
 
 
 def status(
-    host: Host = None,
-    kafka_port: KafkaPort = None,
-    redis_port: RedisPort = None,
-    state_dir: StateDir = None,
+    host: str | None = setting("services.host"),
+    kafka_port: int | None = setting("services.kafka_port"),
+    redis_port: int | None = setting("services.redis_port"),
+    state_dir: Path | None = setting("services.state_dir"),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Show whether the local Kafka broker and Redis are running."""
+    from streamrec.local import services
+
     with cli_errors():
-        _out.print(_table(services.status(_config(host, kafka_port, redis_port, state_dir))))
+        cfg = _config(host, kafka_port, redis_port, state_dir, log_level, config_file)
+        _out.print(_table(services.status(cfg)))
 
 
 def register(app: typer.Typer) -> None:

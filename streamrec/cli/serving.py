@@ -6,12 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import orjson
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, console
-from streamrec.config import StreamrecConfig
+from streamrec.cli.options import ConfigFile, LogLevel, json_output, setting
+
+if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
+    from streamrec.config import StreamrecConfig
+
+StoreOption = typer.Option(
+    True, "--store/--no-store", help="Read users' sequences from the feature store (else every user is new)"
+)
 
 
 def _history_source(cfg: StreamrecConfig, use_store: bool) -> Callable[[str], Sequence[tuple[str, str]]]:
@@ -28,17 +35,28 @@ def _history_source(cfg: StreamrecConfig, use_store: bool) -> Callable[[str], Se
 def score(
     user: str = typer.Option(..., "--user", help="The user to score for"),
     items: str = typer.Option(..., "--items", help="Comma-separated ITEM or ITEM:CATEGORY"),
-    snapshot_dir: Path | None = typer.Option(None, help="The snapshot directory (default: the learner's)"),
-    store: bool = typer.Option(True, "--store/--no-store", help="Read the user's sequence from the store"),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document"),
+    snapshot_dir: Path | None = setting("learner.snapshot_dir"),
+    store: bool = StoreOption,
+    redis_url: str | None = setting("store.url"),
+    as_json: bool = json_output(),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Score items for a user with the promoted version; unknown users and items read the
     default rows.
     """
+    import orjson
+
     from streamrec.serving.scorer import Candidate, Scorer
 
     with cli_errors():
-        cfg = build_config(quiet=True, learner={"snapshot_dir": snapshot_dir})
+        cfg = build_config(
+            quiet=True,
+            log_level=log_level,
+            config_file=config_file,
+            learner={"snapshot_dir": snapshot_dir},
+            store={"url": redis_url},
+        )
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
         candidates = [Candidate.parse(i) for i in items.split(",") if i]
         history = _history_source(cfg, store)(user)
@@ -54,10 +72,13 @@ def score(
 
 
 def serve(
-    host: str | None = typer.Option(None, help="Interface to listen on (default 127.0.0.1)"),
-    port: int | None = typer.Option(None, help="Port (default 8000)"),
-    snapshot_dir: Path | None = typer.Option(None, help="The snapshot directory (default: the learner's)"),
-    store: bool = typer.Option(True, "--store/--no-store", help="Read users' sequences from the store"),
+    host: str | None = setting("serving.host"),
+    port: int | None = setting("serving.port"),
+    snapshot_dir: Path | None = setting("learner.snapshot_dir"),
+    store: bool = StoreOption,
+    redis_url: str | None = setting("store.url"),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Serve the promoted version over HTTP: POST /score, GET /readyz (also /healthz), GET
     /livez, GET /metrics. It follows `streamrec snapshot promote|rollback` without dropping a
@@ -69,7 +90,13 @@ def serve(
     from streamrec.serving.scorer import Scorer
 
     with cli_errors():
-        cfg = build_config(learner={"snapshot_dir": snapshot_dir}, serving={"host": host, "port": port})
+        cfg = build_config(
+            log_level=log_level,
+            config_file=config_file,
+            learner={"snapshot_dir": snapshot_dir},
+            serving={"host": host, "port": port},
+            store={"url": redis_url},
+        )
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
         app = build_app(scorer, _history_source(cfg, store), cfg.serving)
         instead = "" if scorer.serves_current else " (not the version serving/CURRENT names: see the warning)"

@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
@@ -19,26 +19,37 @@ from rich.markup import escape
 from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, command_group, console, err_console
-from streamrec.config import StreamrecConfig
+from streamrec.cli.options import ConfigFile, LogLevel, json_output, setting
 from streamrec.errors import InvalidSnapshot, SnapshotError
-from streamrec.learner.snapshot import SnapshotEntry, SnapshotManifest, SnapshotStore, version_name
-from streamrec.learner.snapshot_diff import SnapshotDiff, diff_snapshots, flatten
-from streamrec.learner.snapshot_export import ExportCheck, check_export, verify_export
-from streamrec.learner.snapshot_materialize import materialize
+
+if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command runs, not for --help
+    from streamrec.learner.snapshot import SnapshotEntry, SnapshotManifest, SnapshotStore
+    from streamrec.learner.snapshot_diff import SnapshotDiff
+    from streamrec.learner.snapshot_export import ExportCheck
 
 app = command_group("Create, inspect, verify, promote, roll back and prune versioned model snapshots.")
 
-DirOption = typer.Option(None, "--snapshot-dir", help="The snapshot directory (default: the learner's)")
-JsonOption = typer.Option(False, "--json", help="Print one JSON document instead of text")
+DirOption = setting("learner.snapshot_dir")
+JsonOption = json_output()
 VersionArg = typer.Argument(..., help="v000007, 7, current or latest")
 
 
-def _config(snapshot_dir: Path | None) -> StreamrecConfig:
-    return build_config(quiet=True, learner={"snapshot_dir": snapshot_dir})
+def _store(
+    snapshot_dir: Path | None, log_level: str | None, config_file: Path | None
+) -> SnapshotStore:
+    from streamrec.learner.snapshot import SnapshotStore
+
+    cfg = build_config(
+        quiet=True, log_level=log_level, config_file=config_file, learner={"snapshot_dir": snapshot_dir}
+    )
+    return SnapshotStore(cfg.learner.snapshot_dir)
 
 
-def _store(snapshot_dir: Path | None) -> SnapshotStore:
-    return SnapshotStore(_config(snapshot_dir).learner.snapshot_dir)
+def version_name(version: int) -> str:
+    """``v000007``: :func:`streamrec.learner.snapshot.version_name`, imported when called."""
+    from streamrec.learner.snapshot import version_name as name
+
+    return name(version)
 
 
 def _print_json(doc: object) -> None:
@@ -55,12 +66,14 @@ def create(
     snapshot_dir: Path | None = DirOption,
     timeout: float = typer.Option(60.0, help="Seconds to wait for the running learner"),
     as_json: bool = JsonOption,
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Ask the running learner for a snapshot now and wait until it is written; with nothing
     trained since its newest version, that version answers (no empty version is written).
     """
     with cli_errors():
-        store = _store(snapshot_dir)
+        store = _store(snapshot_dir, log_level, config_file)
         request_id = store.request()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -124,14 +137,19 @@ def _row(entry: SnapshotEntry, root: Path, serving: str) -> list[str]:
 
 
 @app.command("list")
-def list_(snapshot_dir: Path | None = DirOption, as_json: bool = JsonOption) -> None:
+def list_(
+    snapshot_dir: Path | None = DirOption,
+    as_json: bool = JsonOption,
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
+) -> None:
     """List snapshots, oldest first, verifying every checksum; invalid ones say why.
 
     The served version is marked CURRENT, earlier promoted ones "promoted". A learner resumes
     from the newest valid one. Listing needs no lock, so it works while a learner runs.
     """
     with cli_errors():
-        store = _store(snapshot_dir)
+        store = _store(snapshot_dir, log_level, config_file)
         entries = store.entries()
         current, promoted = store.current(), set(store.promoted())
         if as_json:
@@ -158,11 +176,15 @@ def list_(snapshot_dir: Path | None = DirOption, as_json: bool = JsonOption) -> 
 
 @app.command("show")
 def show(
-    version: str = VersionArg, snapshot_dir: Path | None = DirOption, as_json: bool = JsonOption
+    version: str = VersionArg,
+    snapshot_dir: Path | None = DirOption,
+    as_json: bool = JsonOption,
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Print a version's manifest (positions, metrics, config, file checksums) and its status."""
     with cli_errors():
-        store = _store(snapshot_dir)
+        store = _store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         manifest = store.manifest(number)
         problem = store.validate(number)
@@ -185,6 +207,8 @@ def show(
             ("request", manifest.request_id or "-"),
         ]
         lines += [(f"metrics.{k}", _fmt(v)) for k, v in sorted(manifest.metrics.items())]
+        from streamrec.learner.snapshot_diff import flatten
+
         lines += [(f"config.{k}", str(v)) for k, v in sorted(flatten(manifest.config).items())]
         lines += [(f"files.{name}", digest) for name, digest in sorted(manifest.files.items())]
         width = max(len(k) for k, _ in lines)
@@ -194,15 +218,19 @@ def show(
 
 @app.command("verify")
 def verify(
-    version: str | None = typer.Argument(None, help="One version (default: every version)"),
+    version: str | None = typer.Argument(None, help="One version", show_default="every version"),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Verify every checksum of one version or of all, and of its export; exit status 1 if any
     is invalid. A version without an export says so (serving builds it when promoted).
     """
+    from streamrec.learner.snapshot_export import check_export
+
     with cli_errors():
-        store = _store(snapshot_dir)
+        store = _store(snapshot_dir, log_level, config_file)
         versions = [store.resolve(version)] if version is not None else store.versions()
         results: list[tuple[int, str | None, ExportCheck]] = []
         for number in versions:
@@ -261,12 +289,16 @@ def diff(
     b: str = typer.Argument(..., help="The newer version"),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Differences between two versions: metrics, positions, config and, per tensor file, which
     tensors changed (rows changed, largest absolute difference).
     """
+    from streamrec.learner.snapshot_diff import diff_snapshots
+
     with cli_errors():
-        store = _store(snapshot_dir)
+        store = _store(snapshot_dir, log_level, config_file)
         result = diff_snapshots(store, store.resolve(a), store.resolve(b))
         if as_json:
             _print_json(result)
@@ -302,6 +334,8 @@ def promote(
     reason: str = typer.Option("manual", help="Why, for the serving history"),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Verify a version's checksums and its export's, then point serving at it (serving/CURRENT).
 
@@ -309,7 +343,7 @@ def promote(
     it); a missing one is built first.
     """
     with cli_errors():
-        store = _store(snapshot_dir)
+        store = _store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         manifest = store.promote(number, reason=reason, build_export=_build_export(store))
         previous = store.history()[-1].previous
@@ -325,12 +359,14 @@ def rollback(
     reason: str = typer.Option("manual", help="Why, for the serving history"),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Point serving back at the valid version promoted before the current one (skipping any
     whose export is damaged; a missing export is built first).
     """
     with cli_errors():
-        store = _store(snapshot_dir)
+        store = _store(snapshot_dir, log_level, config_file)
         version = store.rollback(reason=reason, build_export=_build_export(store))
         previous = store.history()[-1].previous
         if as_json:
@@ -342,16 +378,24 @@ def rollback(
 
 @app.command("prune")
 def prune(
-    keep: int | None = typer.Option(None, "--keep", min=0, help="Versions to keep (default: "
-                                    "STREAMREC_LEARNER__KEEP_SNAPSHOTS; 0 keeps all)"),
+    keep: int | None = setting("learner.keep_snapshots"),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Delete all but the newest versions; promoted ones and the newest valid one are kept."""
+    from streamrec.learner.snapshot import SnapshotStore
+
     with cli_errors():
-        cfg = _config(snapshot_dir)
+        cfg = build_config(
+            quiet=True,
+            log_level=log_level,
+            config_file=config_file,
+            learner={"snapshot_dir": snapshot_dir, "keep_snapshots": keep},
+        )
         store = SnapshotStore(cfg.learner.snapshot_dir)
-        keep_last = cfg.learner.keep_snapshots if keep is None else keep
+        keep_last = cfg.learner.keep_snapshots
         deleted = store.prune(keep_last)
         if as_json:
             _print_json({"keep": keep_last, "deleted": deleted, "kept": store.versions()})
@@ -368,14 +412,17 @@ def export(
     rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild an export that fails its checksums"),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Export a version for Paddle Inference (model, id tables, contract.json) under
     ``<snapshot dir>/exports/``; the learner exports every snapshot it writes.
     """
+    from streamrec.learner.snapshot_export import check_export, verify_export
     from streamrec.serving.export import export_snapshot
 
     with cli_errors():
-        store = _store(snapshot_dir)
+        store = _store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         path = export_snapshot(store, number, rebuild=rebuild)
         check = check_export(store.root, number)
@@ -395,12 +442,16 @@ def materialize_(
     out: Path = typer.Argument(..., help="A new directory for the full snapshot"),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
 ) -> None:
     """Write a full (non-delta) snapshot of a version to OUT: its delta chain applied, every
     tensor whole, checked like any version (name OUT v000007 to list it with the others).
     """
+    from streamrec.learner.snapshot_materialize import materialize
+
     with cli_errors():
-        store = _store(snapshot_dir)
+        store = _store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         manifest = materialize(store, number, out)
         if as_json:

@@ -116,7 +116,10 @@ def test_prune_keeps_the_configured_number(store: SnapshotStore, monkeypatch: py
     assert run_json(store.root, "prune") == {"keep": 3, "deleted": [2, 3], "kept": [1, 4, 5, 6]}
     assert "deleted v000004; 3 kept" in run(store.root, "prune", "--keep", "2").stdout
     assert "nothing to delete (keeping all)" in run(store.root, "prune", "--keep", "0").stdout
-    run(store.root, "prune", "--keep", "-1", code=2)
+    # refused by the settings, as every flag that sets one is: one line naming it, status 1
+    refused = run(store.root, "prune", "--keep", "-1", code=1).output
+    assert "STREAMREC_LEARNER__KEEP_SNAPSHOTS (or its flag" in refused
+    assert "greater than or equal to 0" in refused
 
 
 def test_create_with_nothing_trained_answers_with_the_newest_version(store: SnapshotStore) -> None:
