@@ -165,10 +165,11 @@ def _cli_tree() -> dict[str, set[str]]:
 
 
 def _code(text: str) -> list[str]:
-    """The code of a Markdown page: fenced blocks (Mermaid diagrams aside) and inline spans."""
+    """The shell code of a Markdown page: fenced blocks (Mermaid and Python aside) and inline spans."""
     blocks = re.findall(r"^\s*```(\w*)\n(.*?)^\s*```", text, re.MULTILINE | re.DOTALL)
     prose = re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.MULTILINE | re.DOTALL)
-    return [body for lang, body in blocks if lang != "mermaid"] + re.findall(r"`([^`\n]+)`", prose)
+    shell = [body for lang, body in blocks if lang not in ("mermaid", "python")]
+    return shell + re.findall(r"`([^`\n]+)`", prose)
 
 
 def _invocations(text: str) -> list[tuple[str, list[str]]]:
