@@ -17,14 +17,14 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.joins import JoinRule, Judged, decided_samples
 from streamrec.consumers.lateness import Watermarks
-from streamrec.consumers.negatives import NoveltyMatchedSampler
+from streamrec.consumers.negatives import MixedSampler, NoveltyMatchedSampler, sampler_for
 from streamrec.consumers.placement import Placement
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
@@ -118,9 +118,8 @@ class SampleBuilder:
         self._store = store
         self._positive = frozenset(cfg.positive_actions)
         self._negatives = cfg.negatives  # read for every click: a pydantic field costs ~8 plain reads
-        self.sampler = sampler or NoveltyMatchedSampler(
-            cfg.negative_window_ms, cfg.novelty_ms, cfg.negative_pool_size, cfg.seed
-        )
+        self.sampler = sampler or sampler_for(cfg)
+        self._mixed = isinstance(self.sampler, MixedSampler)  # negatives from the user's own world too
         self.watermarks = Watermarks(cfg.allowed_lateness_ms)
         self._epochs: dict[Partition, int] = {}  # partitions claimed, and their epochs
         self._join = JoinRule(cfg.impression_action if cfg.labels == "join" else None, self._positive)
@@ -378,13 +377,19 @@ class SampleBuilder:
             values.append(encode_sample(sample))
             return
         made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories)]
-        negatives = sampler.draw(
-            self._negatives,
-            new=sampler.is_new(first_seen, ts),
-            ts=ts,
-            exclude=(event.item_id, *items),  # a pick is checked against it once or twice
-            key=event_id,
-        )
+        if self._mixed:
+            negatives = cast(MixedSampler, sampler).draw_mixed(
+                self._negatives, new=sampler.is_new(first_seen, ts), ts=ts, target=event.item_id,
+                items=items, categories=categories, key=event_id,
+            )
+        else:
+            negatives = sampler.draw(
+                self._negatives,
+                new=sampler.is_new(first_seen, ts),
+                ts=ts,
+                exclude=(event.item_id, *items),  # a pick is checked against it once or twice
+                key=event_id,
+            )
         for k, (item, category) in enumerate(negatives):
             made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories))
         out += made

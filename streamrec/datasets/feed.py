@@ -46,6 +46,11 @@ class FeedSpec:
     late_share: float = 0.05
     late_by_ms: int = 20 * 60_000
     seed: int = 0
+    # Of a page's other items: the share from a category of the user's earlier events (as a
+    # feed that retrieves by category shows), and the share re-shown from the user's earlier
+    # items; the rest uniform over the catalogue. 0 and 0: every other item uniform.
+    same_category_share: float = 0.0
+    history_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -68,21 +73,23 @@ def generate_feed(spec: FeedSpec = FeedSpec()) -> Feed:
     def publish(at: int, event: Event) -> None:
         published.append((at, len(published), event))
 
+    shown = _Shown(spec, items, rng)
     for event in clicks:
         if event.action != "pv":
             publish(event.ts, event)
+            shown.saw(event)
             continue
         low, high = spec.click_delay_ms
         shown_at = event.ts - int(rng.integers(low, high + 1))
         for page in range(1 + spec.unclicked_pages):
             at = shown_at - page * high  # earlier pages of the same visit
-            others = rng.choice(len(items), spec.page_size - (page == 0), replace=False)
-            page_items = [items[k] for k in others.tolist()]
+            page_items = shown.others(event, at, spec.page_size - (page == 0))
             if page == 0:
                 page_items.insert(int(rng.integers(0, spec.page_size)), (event.item_id, event.category_id))
             for slot, (item, category) in enumerate(page_items):
                 shown_id = f"{event.event_id}-p{page}s{slot}"
                 publish(at, Event(shown_id, event.user_id, item, category, IMPRESSION, at))
+        shown.saw(event)
         click = Event(event.event_id, event.user_id, event.item_id, event.category_id, CLICK, event.ts)
         if rng.random() < spec.late_share and click.ts < end - 2 * spec.late_by_ms:
             late.add(click.event_id)
@@ -91,6 +98,44 @@ def generate_feed(spec: FeedSpec = FeedSpec()) -> Feed:
             publish(click.ts, click)
     published.sort(key=lambda row: (row[0], row[1]))
     return Feed([event for _, _, event in published], frozenset(late))
+
+
+class _Shown:
+    """Which other items a page shows: uniform over the catalogue, or (by the spec's shares)
+    from the user's own earlier events and their categories, as of the page's time."""
+
+    def __init__(self, spec: FeedSpec, items: list[tuple[str, str]], rng: np.random.Generator) -> None:
+        self.spec, self.items, self.rng = spec, items, rng
+        self.earlier: dict[str, list[Event]] = {}  # per user, in event-time order
+        self.by_category: dict[str, list[tuple[str, str]]] = {}
+        for item in items:
+            self.by_category.setdefault(item[1], []).append(item)
+
+    def saw(self, event: Event) -> None:
+        """Remember an event of the user's."""
+        self.earlier.setdefault(event.user_id, []).append(event)
+
+    def others(self, event: Event, at: int, n: int) -> list[tuple[str, str]]:
+        """``n`` distinct items other than the clicked one, shown to its user at ``at``."""
+        spec, rng = self.spec, self.rng
+        if not (spec.same_category_share or spec.history_share):  # the generator's old draws, exactly
+            return [self.items[k] for k in rng.choice(len(self.items), n, replace=False).tolist()]
+        before = [e for e in self.earlier.get(event.user_id, ()) if e.ts < at]
+        out: list[tuple[str, str]] = []
+        clicked = (event.item_id, event.category_id)
+        while len(out) < n:
+            u = rng.random()
+            if before and u < spec.history_share:
+                e = before[int(rng.integers(len(before)))]
+                item = (e.item_id, e.category_id)
+            elif before and u < spec.history_share + spec.same_category_share:
+                pool = self.by_category[before[int(rng.integers(len(before)))].category_id]
+                item = pool[int(rng.integers(len(pool)))]
+            else:
+                item = self.items[int(rng.integers(len(self.items)))]
+            if item != clicked and item not in out:
+                out.append(item)
+        return out
 
 
 def expected_labels(feed: Feed, window_ms: int) -> dict[str, int]:
