@@ -247,7 +247,13 @@ class MixedSampler(NoveltyMatchedSampler):
         return chosen
 
     def _from_history(
-        self, target: str, items: Sequence[str], categories: Sequence[str], taken: list[str], base: int, draw: int
+        self,
+        target: str,
+        items: Sequence[str],
+        categories: Sequence[str],
+        taken: list[str],
+        base: int,
+        draw: int,
     ) -> tuple[tuple[str, str] | None, int]:
         """An item of the history (as often as it holds it), not the target nor one taken."""
         for _ in range(_MAX_TRIES):

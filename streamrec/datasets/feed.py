@@ -24,6 +24,9 @@ from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.events import Event
 
 IMPRESSION = "impression"
+# Draws from the user's own items and categories before a page slot is filled from anywhere:
+# a user with one item in a one-item category would otherwise draw it for ever.
+_MAX_TRIES = 20
 CLICK = "click"
 
 
@@ -123,8 +126,10 @@ class _Shown:
         before = [e for e in self.earlier.get(event.user_id, ()) if e.ts < at]
         out: list[tuple[str, str]] = []
         clicked = (event.item_id, event.category_id)
+        tries = 0
         while len(out) < n:
-            u = rng.random()
+            u = rng.random() if tries < _MAX_TRIES else 1.0  # a user whose world is this page: anywhere
+            tries += 1
             if before and u < spec.history_share:
                 e = before[int(rng.integers(len(before)))]
                 item = (e.item_id, e.category_id)
@@ -135,6 +140,7 @@ class _Shown:
                 item = self.items[int(rng.integers(len(self.items)))]
             if item != clicked and item not in out:
                 out.append(item)
+                tries = 0
         return out
 
 

@@ -40,9 +40,8 @@ def shares(samples: list[Sample]) -> tuple[float, float]:
 def tells(samples: list[Sample]) -> dict[str, float]:
     """The tells as the learner computes them, over all the samples."""
     batch = Batch.from_samples(samples)
-    m = BatchMetrics.compute(
-        batch.label, np.full(len(batch), 0.5), batch.user_ids, np.ones(len(batch), bool), match_features(batch)
-    )
+    flat, known = np.full(len(batch), 0.5), np.ones(len(batch), bool)
+    m = BatchMetrics.compute(batch.label, flat, batch.user_ids, known, match_features(batch))
     return {name: getattr(m, name) for name in TELLS}
 
 
@@ -118,8 +117,8 @@ def test_same_category_negatives_come_from_the_users_categories_and_stay_out_of_
     with_history = [s for s in negatives if s.seq_items]
     assert all(s.item_id not in s.seq_items for s in negatives)
     same = np.mean([s.category_id in s.seq_categories for s in with_history])
-    default = samples_of()
-    assert same > np.mean([s.category_id in s.seq_categories for s in default if s.label == 0 and s.seq_items]) + 0.25
+    default = [s for s in samples_of() if s.label == 0 and s.seq_items]
+    assert same > np.mean([s.category_id in s.seq_categories for s in default]) + 0.25
 
 
 def test_a_planted_tell_is_caught_by_its_metric_and_the_mix_removes_it() -> None:
