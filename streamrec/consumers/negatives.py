@@ -193,7 +193,7 @@ class MixedSampler(NoveltyMatchedSampler):
         other._latest = self._latest
         horizon = self._latest - self.window_ms
         for category, pool in self._by_category.items():
-            if pool.entries[-1][0] >= horizon:
+            if len(pool) and pool.entries[-1][0] >= horizon:  # a draw's eviction may empty one
                 other._by_category[category] = pool.copy()
         return other
 

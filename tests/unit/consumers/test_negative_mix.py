@@ -144,3 +144,12 @@ def test_a_copy_draws_what_the_original_draws_and_stale_categories_are_dropped()
     assert drawn == s.copy().draw_mixed(3, **kw)  # type: ignore[arg-type]
     assert {category for _, category in drawn} == {"c3"}
     assert "gone" not in s.copy().categories()
+
+
+def test_a_category_pool_emptied_by_a_draw_is_dropped_by_the_next_copy() -> None:
+    s = MixedSampler(10 * MIN, MIN, 2, category_share=1.0)
+    for i in range(3):
+        s.observe(i, f"i{i}", "c", first_seen=0)
+    kw = {"new": False, "target": "t", "items": ("h",), "categories": ("c",), "key": "e"}
+    s.draw_mixed(1, ts=100 * MIN, **kw)  # type: ignore[arg-type]  # the keywords above
+    assert s.copy().categories() == []
