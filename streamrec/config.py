@@ -235,6 +235,18 @@ class ConsumerConfig(BaseModel):
     # micro-batch every few minutes has not trained on it. New positives get new negatives.
     novelty_ms: int = Field(600_000, ge=1, description="STREAMREC_CONSUMER__NOVELTY_MS")
     negative_pool_size: int = Field(100_000, ge=1, description="STREAMREC_CONSUMER__NEGATIVE_POOL_SIZE")
+    # Shares of the negatives drawn from the recent items of the user's own history categories
+    # and from the user's own history (an item acted on before, not the target), the rest from
+    # the global pools above. A global-only sampler makes "the target is in the history" and
+    # "the target's category is the user's" label tells no real impression log has; a feed
+    # whose retrieval shows the user's categories and re-shows items has exposures like these
+    # (bench/sampler_agreement.py measures which mix ranks strategies as true labels do).
+    negative_category_share: float = Field(
+        0.0, ge=0.0, le=1.0, description="STREAMREC_CONSUMER__NEGATIVE_CATEGORY_SHARE"
+    )
+    negative_history_share: float = Field(
+        0.0, ge=0.0, le=1.0, description="STREAMREC_CONSUMER__NEGATIVE_HISTORY_SHARE"
+    )
     max_event_bytes: int = Field(16_384, ge=64, description="STREAMREC_CONSUMER__MAX_EVENT_BYTES")
     # Half of Kafka's default 1 MB record limit leaves room for the headers a dead letter
     # adds and for brokers configured below the default; longer values are cut (with their
@@ -288,6 +300,18 @@ class ConsumerConfig(BaseModel):
     )
     # Prometheus's exporter range; one consumer per host gets it, others set their own (0: off).
     metrics_port: int = Field(9465, ge=0, le=65535, description="STREAMREC_CONSUMER__METRICS_PORT (0: off)")
+
+    @model_validator(mode="after")
+    def _negative_shares_fit(self) -> ConsumerConfig:
+        total = self.negative_category_share + self.negative_history_share
+        if total > 1.0 + 1e-9:  # a float sum such as 0.7 + 0.3 may land a hair above 1
+            raise ValueError(
+                f"STREAMREC_CONSUMER__NEGATIVE_CATEGORY_SHARE ({self.negative_category_share:g}) plus "
+                f"STREAMREC_CONSUMER__NEGATIVE_HISTORY_SHARE ({self.negative_history_share:g}) is "
+                f"{total:g}: they are shares of the negatives and must sum to at most 1 (the rest "
+                "are drawn from the global pools)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _join_needs_a_watermark(self) -> ConsumerConfig:

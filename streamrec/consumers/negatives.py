@@ -16,7 +16,9 @@ the novelty of its positive: an item is *new* at time t when it was first seen l
 from __future__ import annotations
 
 import zlib
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+
+from streamrec.config import ConsumerConfig
 
 # Draws per negative before giving up on a pool that is nearly all excluded items.
 _MAX_TRIES = 8
@@ -149,3 +151,172 @@ class NoveltyMatchedSampler:
                     break
         self.short += k - len(chosen)
         return chosen
+
+
+class MixedSampler(NoveltyMatchedSampler):
+    """The novelty-matched sampler, with shares of negatives from the user's own world.
+
+    A global-only sampler never draws an item of the user's history and seldom one of the
+    user's categories, so "the target is in the history" and "the history's share in the
+    target's category" separate its labels (the tells, :data:`streamrec.learner.metrics.TELLS`)
+    as no impression log of a feed that retrieves by category and re-shows items would. Of
+    each event's negatives, a ``history_share`` (in expectation) is an item of the user's
+    history as of the event (not the target), a ``category_share`` a recent item of a category
+    along that history (picked as often as the history holds it, novelty-matched like the
+    global draws, outside the history), and the rest global. A draw that finds nothing fitting
+    within a few tries (an empty history, a category with no recent item of the positive's
+    novelty) falls back to a global one, so every event still gets its ``k``.
+
+    Same-category draws need pools per category: kept only by this class, so a consumer with
+    both shares at 0 (a plain :class:`NoveltyMatchedSampler`) pays nothing for them.
+    """
+
+    def __init__(
+        self,
+        window_ms: int,
+        novelty_ms: int,
+        pool_size: int,
+        seed: int = 0,
+        *,
+        category_share: float = 0.0,
+        history_share: float = 0.0,
+    ) -> None:
+        super().__init__(window_ms, novelty_ms, pool_size, seed)
+        self.category_share = category_share
+        self.history_share = history_share
+        self._by_category: dict[str, _Pool] = {}
+        self._latest = 0  # the newest event time observed
+
+    def copy(self) -> MixedSampler:
+        """An independent copy; categories with no event inside the window are dropped."""
+        other = MixedSampler(
+            self.window_ms, self.novelty_ms, self._recent.size, self._seed,
+            category_share=self.category_share, history_share=self.history_share,
+        )
+        other._recent = self._recent.copy()
+        other._debuts = self._debuts.copy()
+        other.short = self.short
+        other._latest = self._latest
+        horizon = self._latest - self.window_ms
+        for category, pool in self._by_category.items():
+            if len(pool) and pool.entries[-1][0] >= horizon:  # a draw's eviction may empty one
+                other._by_category[category] = pool.copy()
+        return other
+
+    def categories(self) -> list[str]:
+        """The categories with a pool of recent events."""
+        return list(self._by_category)
+
+    def observe(self, ts: int, item_id: str, category_id: str, first_seen: int) -> None:
+        """Add one event's item to the pools, its category's among them."""
+        super().observe(ts, item_id, category_id, first_seen)
+        self._latest = max(self._latest, ts)
+        if self.category_share:
+            pool = self._by_category.get(category_id)
+            if pool is None:
+                pool = self._by_category[category_id] = _Pool(self._recent.size)
+            pool.add((ts, item_id, category_id, first_seen), ts - self.window_ms)
+
+    def draw_mixed(
+        self,
+        k: int,
+        *,
+        new: bool,
+        ts: int,
+        target: str,
+        items: Sequence[str],
+        categories: Sequence[str],
+        key: str,
+    ) -> list[tuple[str, str]]:
+        """Up to ``k`` distinct (item, category) pairs for a positive on ``target`` with the
+        point-in-time history ``items`` and ``categories``; ``key`` seeds the draws."""
+        base = _crc32(f"{self._seed}:{key}:".encode())
+        exclude = (target, *items)
+        chosen: list[tuple[str, str]] = []
+        taken: list[str] = []
+        history_cut = self.history_share
+        category_cut = history_cut + self.category_share
+        draw = 0
+        for j in range(k):
+            kind = _crc32(b"kind%d" % j, base) / 4_294_967_296  # uniform in [0, 1)
+            pick: tuple[str, str] | None = None
+            if kind < history_cut and items:
+                pick, draw = self._from_history(target, items, categories, taken, base, draw)
+            elif history_cut <= kind < category_cut and categories:
+                pick, draw = self._same_category(new, ts, categories, exclude, taken, base, draw)
+            if pick is None:
+                pick, draw = self._global(new, ts, exclude, taken, base, draw)
+            if pick is not None:
+                taken.append(pick[0])
+                chosen.append(pick)
+        self.short += k - len(chosen)
+        return chosen
+
+    def _from_history(
+        self,
+        target: str,
+        items: Sequence[str],
+        categories: Sequence[str],
+        taken: list[str],
+        base: int,
+        draw: int,
+    ) -> tuple[tuple[str, str] | None, int]:
+        """An item of the history (as often as it holds it), not the target nor one taken."""
+        for _ in range(_MAX_TRIES):
+            index = _crc32(b"h%d" % draw, base) % len(items)
+            draw += 1
+            item = items[index]
+            if item != target and item not in taken:
+                return (item, categories[index]), draw
+        return None, draw
+
+    def _same_category(
+        self,
+        new: bool,
+        ts: int,
+        categories: Sequence[str],
+        exclude: Collection[str],
+        taken: list[str],
+        base: int,
+        draw: int,
+    ) -> tuple[tuple[str, str] | None, int]:
+        """A recent item of a category along the history, of the positive's novelty."""
+        horizon, novel_after = ts - self.window_ms, ts - self.novelty_ms
+        for _ in range(_MAX_TRIES):
+            pool = self._by_category.get(categories[_crc32(b"c%d" % draw, base) % len(categories)])
+            draw += 1
+            if pool is None:
+                continue
+            pool.evict(horizon)  # only its own category's events evict it otherwise
+            size = len(pool)
+            if not size:
+                continue
+            _, item, category, first_seen = pool.entries[pool.head + _crc32(b"p%d" % draw, base) % size]
+            if (first_seen > novel_after) == new and item not in exclude and item not in taken:
+                return (item, category), draw
+        return None, draw
+
+    def _global(
+        self, new: bool, ts: int, exclude: Collection[str], taken: list[str], base: int, draw: int
+    ) -> tuple[tuple[str, str] | None, int]:
+        """One draw as :meth:`NoveltyMatchedSampler.draw` makes them."""
+        pool = self._debuts if new else self._recent
+        entries, head = pool.entries, pool.head
+        size = len(entries) - head
+        novel_after = ts - self.novelty_ms
+        for _ in range(_MAX_TRIES if size else 0):
+            _, item, category, first_seen = entries[head + _crc32(b"g%d" % draw, base) % size]
+            draw += 1
+            if (first_seen > novel_after) == new and item not in exclude and item not in taken:
+                return (item, category), draw
+        return None, draw
+
+
+def sampler_for(cfg: ConsumerConfig) -> NoveltyMatchedSampler:
+    """The sampler ``cfg`` asks for: the plain one unless a share of mixed negatives is set."""
+    if cfg.negative_category_share or cfg.negative_history_share:
+        return MixedSampler(
+            cfg.negative_window_ms, cfg.novelty_ms, cfg.negative_pool_size, cfg.seed,
+            category_share=cfg.negative_category_share, history_share=cfg.negative_history_share,
+        )
+    return NoveltyMatchedSampler(cfg.negative_window_ms, cfg.novelty_ms, cfg.negative_pool_size, cfg.seed)

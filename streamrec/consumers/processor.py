@@ -17,14 +17,14 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.joins import JoinRule, Judged, decided_samples
 from streamrec.consumers.lateness import Watermarks
-from streamrec.consumers.negatives import NoveltyMatchedSampler
+from streamrec.consumers.negatives import MixedSampler, NoveltyMatchedSampler, sampler_for
 from streamrec.consumers.placement import Placement
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
@@ -138,9 +138,10 @@ class SampleBuilder:
         self._store = store
         self._positive = frozenset(cfg.positive_actions)
         self._negatives = cfg.negatives  # read for every click: a pydantic field costs ~8 plain reads
-        self.sampler = sampler or NoveltyMatchedSampler(
-            cfg.negative_window_ms, cfg.novelty_ms, cfg.negative_pool_size, cfg.seed
-        )
+        self.sampler = sampler or sampler_for(cfg)
+        if isinstance(self.sampler, MixedSampler):  # negatives from the user's own world too
+            # Chosen once here, not per click: the plain sampler's path stays as cheap as it was.
+            self._samples = self._mixed_samples  # type: ignore[method-assign]  # per builder, by config
         self.watermarks = Watermarks(cfg.allowed_lateness_ms)
         self._epochs: dict[Partition, int] = {}  # partitions claimed, and their epochs
         self._join = JoinRule(cfg.impression_action if cfg.labels == "join" else None, self._positive)
@@ -431,6 +432,32 @@ class SampleBuilder:
             ts=ts,
             exclude=(event.item_id, *items),  # a pick is checked against it once or twice
             key=event_id,
+        )
+        for k, (item, category) in enumerate(negatives):
+            made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories))
+        out += made
+        values += map(encode_sample, made)
+
+    def _mixed_samples(
+        self,
+        out: list[Sample],
+        values: list[bytes],
+        sampler: NoveltyMatchedSampler,
+        event: Event,
+        history: History,
+        first_seen: int,
+    ) -> None:
+        """:meth:`_samples` with a :class:`MixedSampler`: an implicit positive's negatives come
+        from the user's history and categories too, by the sampler's shares."""
+        if event.label is not None:
+            SampleBuilder._samples(self, out, values, sampler, event, history, first_seen)
+            return
+        items, categories = history.items, history.categories
+        event_id, user_id, ts = event.event_id, event.user_id, event.ts
+        made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories)]
+        negatives = cast(MixedSampler, sampler).draw_mixed(
+            self._negatives, new=sampler.is_new(first_seen, ts), ts=ts, target=event.item_id,
+            items=items, categories=categories, key=event_id,
         )
         for k, (item, category) in enumerate(negatives):
             made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories))

@@ -1,0 +1,42 @@
+"""The generated feed's exposures: uniform by default, or the user's own world by its shares."""
+
+from __future__ import annotations
+
+from streamrec.datasets.feed import CLICK, IMPRESSION, FeedSpec, generate_feed
+from streamrec.datasets.synthetic import ClickStreamSpec
+
+CLICKS = ClickStreamSpec(users=30, events=600, duration_ms=3_600_000, seed=2)
+
+
+def shown_from_own_world(spec: FeedSpec) -> tuple[float, float]:
+    """Of the impressions not clicked, shown to a user with earlier events: the share of the
+    user's earlier items, and of items in the user's earlier categories."""
+    feed = generate_feed(spec)
+    clicked = {(e.user_id, e.item_id, e.ts) for e in feed.events if e.action == CLICK}
+    earlier: dict[str, list[tuple[int, str, str]]] = {}
+    for e in sorted((e for e in feed.events if e.action != IMPRESSION), key=lambda e: e.ts):
+        earlier.setdefault(e.user_id, []).append((e.ts, e.item_id, e.category_id))
+    items = categories = total = 0
+    for e in feed.events:
+        before = [(item, cat) for ts, item, cat in earlier.get(e.user_id, ()) if ts < e.ts]
+        if e.action != IMPRESSION or not before or (e.user_id, e.item_id, e.ts) in clicked:
+            continue
+        total += 1
+        items += any(item == e.item_id for item, _ in before)
+        categories += any(cat == e.category_id for _, cat in before)
+    return items / total, categories / total
+
+
+def test_a_feed_can_show_the_users_own_items_and_categories() -> None:
+    plain_items, plain_categories = shown_from_own_world(FeedSpec(clicks=CLICKS))
+    items, _ = shown_from_own_world(FeedSpec(clicks=CLICKS, history_share=0.5))
+    _, categories = shown_from_own_world(FeedSpec(clicks=CLICKS, same_category_share=0.5))
+    assert plain_items < 0.05 and plain_categories < 0.4
+    assert items > plain_items + 0.35
+    assert categories > plain_categories + 0.3
+
+
+def test_a_feed_of_a_user_whose_world_is_one_item_still_fills_its_pages() -> None:
+    tiny = ClickStreamSpec(users=2, items=20, categories=2, events=40, duration_ms=600_000, seed=1)
+    feed = generate_feed(FeedSpec(clicks=tiny, same_category_share=0.8, history_share=0.2))
+    assert sum(e.action == IMPRESSION for e in feed.events) == 8 * sum(e.action == CLICK for e in feed.events)
