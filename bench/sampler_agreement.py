@@ -1,5 +1,7 @@
-"""Which negative sampler gives honest offline rankings: judged on a generated feed log whose
-impressions give true labels (``STREAMREC_CONSUMER__LABELS=join``).
+"""Which negative sampler gives honest offline rankings.
+
+Judged on a generated feed log whose impressions give true labels
+(``STREAMREC_CONSUMER__LABELS=join``).
 
 The same feed is replayed twice over: once with the join (each impression a sample labelled
 by whether its click came), and once as a click-only log (impressions dropped, each click a
@@ -46,8 +48,11 @@ MIN = 60_000
 
 
 def settings(labels: str, category: float, history: float, seed: int) -> StreamrecConfig:
-    """The consumer settings of one replay: the feed's 10-minute label window and 5 minutes of
-    allowed lateness (:class:`FeedSpec`'s), the sampler's shares, the seed."""
+    """The consumer settings of one replay.
+
+    The feed's 10-minute label window and 5 minutes of allowed lateness (:class:`FeedSpec`'s),
+    the sampler's shares, the seed.
+    """
     cfg = StreamrecConfig()
     consumer = cfg.consumer.model_copy(update={
         "labels": labels, "label_window_ms": 10 * MIN, "allowed_lateness_ms": 5 * MIN, "seed": seed,
@@ -123,8 +128,11 @@ def compare(
     interval_minutes: int = 30,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """The report: the join's figures on a feed whose exposures have the shares ``feed``
-    (category, history), and each sampler's (category, history) with its agreement."""
+    """The report: the join's figures and each sampler's, with its agreement.
+
+    The feed's exposures have the shares ``feed`` (category, history); each sampler is a
+    (category, history) pair.
+    """
     start = time.perf_counter()
     clicks = ClickStreamSpec(users=users, events=events, duration_ms=int(hours * 3_600_000), seed=seed)
     log = generate_feed(FeedSpec(clicks=clicks, late_share=0.0, seed=seed,
@@ -150,6 +158,7 @@ def compare(
 
 
 def main() -> None:
+    """Compare the samplers named on the command line; print the report as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--events", type=int, default=4_000, help="behaviours before the feed's impressions")

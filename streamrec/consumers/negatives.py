@@ -228,8 +228,10 @@ class MixedSampler(NoveltyMatchedSampler):
         categories: Sequence[str],
         key: str,
     ) -> list[tuple[str, str]]:
-        """Up to ``k`` distinct (item, category) pairs for a positive on ``target`` with the
-        point-in-time history ``items`` and ``categories``; ``key`` seeds the draws."""
+        """Up to ``k`` distinct (item, category) pairs for a positive on ``target``.
+
+        ``items`` and ``categories`` are the point-in-time history; ``key`` seeds the draws.
+        """
         base = _crc32(f"{self._seed}:{key}:".encode())
         exclude = (target, *items)
         chosen: list[tuple[str, str]] = []

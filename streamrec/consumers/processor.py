@@ -447,8 +447,11 @@ class SampleBuilder:
         history: History,
         first_seen: int,
     ) -> None:
-        """:meth:`_samples` with a :class:`MixedSampler`: an implicit positive's negatives come
-        from the user's history and categories too, by the sampler's shares."""
+        """:meth:`_samples` with a :class:`MixedSampler`.
+
+        An implicit positive's negatives come from the user's history and categories too, by
+        the sampler's shares.
+        """
         if event.label is not None:
             SampleBuilder._samples(self, out, values, sampler, event, history, first_seen)
             return

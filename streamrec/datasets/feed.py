@@ -107,8 +107,11 @@ def generate_feed(spec: FeedSpec = FeedSpec()) -> Feed:
 
 
 class _Shown:
-    """Which other items a page shows: uniform over the catalogue, or (by the spec's shares)
-    from the user's own earlier events and their categories, as of the page's time."""
+    """Which other items a page shows.
+
+    Uniform over the catalogue, or (by the spec's shares) from the user's own earlier events
+    and their categories, as of the page's time.
+    """
 
     def __init__(self, spec: FeedSpec, items: list[tuple[str, str]], rng: np.random.Generator) -> None:
         self.spec, self.items, self.rng = spec, items, rng

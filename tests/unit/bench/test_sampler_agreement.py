@@ -1,5 +1,6 @@
 """The sampler judge: against join-mode labels, the sampler whose negatives resemble the feed's
-exposures gives offline figures nearest the truth, on a small seeded feed (seconds)."""
+exposures gives offline figures nearest the truth, on a small seeded feed (seconds).
+"""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def test_rank_correlations_of_known_orders() -> None:
 
 def test_the_sampler_that_resembles_the_exposures_is_nearest_the_join() -> None:
     """On a feed showing random items the plain sampler is nearer the truth; on one showing
-    the user's categories and re-showing items, the mix is: the judge tells them apart."""
+    the user's categories and re-showing items, the mix is: the judge tells them apart.
+    """
     def run(feed: tuple[float, float]) -> dict[str, Any]:
         samplers, kinds = [PLAIN, MIXED], ["item-rate", "features"]
         return compare(users=100, events=2_000, hours=4.0, feed=feed, samplers=samplers, kinds=kinds, seed=1)

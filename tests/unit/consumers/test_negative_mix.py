@@ -1,6 +1,7 @@
 """The mixed negative sampler: shares of same-category and history negatives besides the global
 ones, honoured, deterministic, point in time, and its effect caught by the tells the learner
-reports (a sampler with a planted tell is caught by its metric)."""
+reports (a sampler with a planted tell is caught by its metric).
+"""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def samples_of(**consumer: object) -> list[Sample]:
 
 def shares(samples: list[Sample]) -> tuple[float, float]:
     """Of the negatives: the share whose item is in their history, and the share whose
-    category is (the item not)."""
+    category is (the item not).
+    """
     negatives = [s for s in samples if s.label == 0]
     in_history = [s.item_id in s.seq_items for s in negatives]
     in_category = [s.item_id not in s.seq_items and s.category_id in s.seq_categories for s in negatives]
@@ -124,7 +126,8 @@ def test_same_category_negatives_come_from_the_users_categories_and_stay_out_of_
 def test_a_planted_tell_is_caught_by_its_metric_and_the_mix_removes_it() -> None:
     """The default sampler never draws from the history and seldom from the user's
     categories: its tells give the label away, and the learner's tell metrics say so; with
-    the mix they fall toward 0.5 (a positive's own history still tells a little)."""
+    the mix they fall toward 0.5 (a positive's own history still tells a little).
+    """
     planted = tells(samples_of())
     mixed = tells(samples_of(negative_history_share=0.2, negative_category_share=0.6))
     assert planted["tell_history_auc"] > 0.55

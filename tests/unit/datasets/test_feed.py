@@ -10,7 +10,8 @@ CLICKS = ClickStreamSpec(users=30, events=600, duration_ms=3_600_000, seed=2)
 
 def shown_from_own_world(spec: FeedSpec) -> tuple[float, float]:
     """Of the impressions not clicked, shown to a user with earlier events: the share of the
-    user's earlier items, and of items in the user's earlier categories."""
+    user's earlier items, and of items in the user's earlier categories.
+    """
     feed = generate_feed(spec)
     clicked = {(e.user_id, e.item_id, e.ts) for e in feed.events if e.action == CLICK}
     earlier: dict[str, list[tuple[int, str, str]]] = {}
