@@ -1,0 +1,115 @@
+"""Every learner against the learner contract (:mod:`streamrec.learner.checks`).
+
+One parameter per learner and check. A new learner is one more :class:`Entry` in
+``LEARNERS``: its factory, what it promises, and the optional packages it needs (without
+them its checks are skipped, with the reason). A check that fails on a learner for a known
+reason is listed in ``KNOWN_FAILURES`` with that reason (a strict xfail: once fixed, it
+fails until removed from the list).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streamrec.config import ModelConfig, TableConfig
+from streamrec.learner.base import Learner
+from streamrec.learner.batch import Batch
+from streamrec.learner.checks import LearnerFactory, Promises, yield_checks
+from streamrec.replay.baselines import ItemRateLearner, PopularityLearner
+from streamrec.replay.features import FeaturesLearner
+from tests.support import small_tables
+
+# As small as a DIN gets with every part in (dynamic ids, id statistics, wide, match
+# features): each check builds a few and trains them on a few hundred samples.
+DIN_CONFIG = ModelConfig.model_validate({
+    "tables": small_tables(256, 64, dim=4), "sequence_length": 6, "attention_units": (8,),
+    "mlp_units": (8,), "train_batch_size": 64, "device": "cpu", "learning_rate": 0.01,
+})
+
+
+# The training state the default leaves out: online EWC's, a user table's, two passes.
+DIN_EWC_CONFIG = DIN_CONFIG.model_copy(update={
+    "tables": (*DIN_CONFIG.tables, TableConfig(name="user", feature="user", rows=64, dim=4)),
+    "ewc_lambda": 0.5, "passes": 2,
+})
+
+
+def din(cfg: ModelConfig = DIN_CONFIG) -> Learner:
+    from streamrec.learner.din import DINLearner
+
+    return DINLearner(cfg)
+
+
+def din_export(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
+    """The serving path: a snapshot of the learner, exported, scored by Paddle Inference."""
+    from streamrec.learner.din import DINLearner
+    from streamrec.learner.runner import _grouped
+    from streamrec.learner.snapshot import SnapshotStore
+    from streamrec.serving.export import export_snapshot
+    from streamrec.serving.scorer import ExportedModel
+
+    assert isinstance(learner, DINLearner)
+    store = SnapshotStore(root)
+    manifest = store.write(
+        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": learner.cfg.model_dump(mode="json")},
+    )
+    return ExportedModel(export_snapshot(store, manifest.version)).score_batch
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A learner under test: its name in test ids, factory, promises, optional packages."""
+
+    name: str
+    factory: LearnerFactory
+    promises: Promises = Promises()
+    requires: tuple[str, ...] = ()
+
+
+LEARNERS = (
+    Entry("din", din, Promises(export=din_export), requires=("paddle",)),
+    Entry("din-ewc-user", partial(din, DIN_EWC_CONFIG), Promises(export=din_export), requires=("paddle",)),
+    Entry("popularity", PopularityLearner),
+    Entry("item-rate", ItemRateLearner),
+    Entry("features", FeaturesLearner, Promises(knows_targets=False)),
+)
+
+#: (learner, check) -> why it fails today.
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
+
+
+def _params() -> list[Any]:  # pytest.param's type is private to pytest
+    params = []
+    for entry in LEARNERS:
+        missing = [m for m in entry.requires if importlib.util.find_spec(m) is None]
+        for check in yield_checks(entry.factory, entry.promises):
+            marks = []
+            if missing:
+                marks.append(pytest.mark.skip(reason=f"{entry.name} needs {', '.join(missing)}"))
+            reason = KNOWN_FAILURES.get((entry.name, check.name))
+            if reason is not None:
+                marks.append(pytest.mark.xfail(reason=reason, raises=AssertionError))
+            params.append(pytest.param(check, id=f"{entry.name}-{check.name}", marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("check", _params())
+def test_contract(check: Callable[[], None]) -> None:
+    check()
+
+
+def test_every_learner_runs_the_core_checks() -> None:
+    """No promise left out drops a check every learner owes."""
+    core = {"scores_before_training", "predict_changes_nothing", "empty_batch", "one_sample_batch",
+            "unknown_ids", "state_round_trip", "state_is_plain_arrays", "is_known"}
+    for entry in LEARNERS:
+        assert core <= {c.name for c in yield_checks(entry.factory, entry.promises)}, entry.name
