@@ -113,3 +113,12 @@ def test_every_learner_runs_the_core_checks() -> None:
             "unknown_ids", "state_round_trip", "state_is_plain_arrays", "is_known"}
     for entry in LEARNERS:
         assert core <= {c.name for c in yield_checks(entry.factory, entry.promises)}, entry.name
+
+
+def test_the_documented_example_learner_passes_its_checks() -> None:
+    """The example in docs/concepts/model.md ("Writing your own learner") runs as written."""
+    page = (Path(__file__).parents[3] / "docs" / "concepts" / "model.md").read_text()
+    section = page.split("## Writing your own learner", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "check_learner(GlobalRate" in code
+    exec(compile(code, "docs/concepts/model.md", "exec"), {"__name__": "model_md"})
