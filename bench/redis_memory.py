@@ -33,6 +33,7 @@ def used_memory(url: str) -> int:
 
 
 def main() -> None:
+    """Measure Redis bytes a user and an event, and print them."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=40_000)
     parser.add_argument("--data", default=DEFAULT, help="a UserBehavior file, synthetic or feed")

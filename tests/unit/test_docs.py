@@ -173,7 +173,8 @@ def _code(text: str) -> list[str]:
 
 def _invocations(text: str) -> list[tuple[str, list[str]]]:
     """Each ``streamrec ...`` invocation in the page's code: its words up to the end of the
-    command (a pipe, ``&&``, ``;`` or a comment)."""
+    command (a pipe, ``&&``, ``;`` or a comment).
+    """
     found = []
     for code in _code(text):
         for match in re.finditer(r"(?:^|[\s/])streamrec ([^\n#;&|]*)", code, re.MULTILINE):
