@@ -26,9 +26,8 @@ def _sums(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         np.asarray(batch.seq_categories, dtype=np.str_) == np.asarray(batch.category_ids, dtype=np.str_)[rows]
     )
     n = len(batch)
-    # float64 whatever the counts: bincount of no behaviours at all returns int64 zeros, which a
-    # float division (the shares) cannot write into.
     return (
+        # as float: over no behaviours at all (every history empty) bincount gives int64
         np.bincount(rows, weights=same_item, minlength=n).astype(np.float64),
         np.bincount(rows, weights=same_cat, minlength=n).astype(np.float64),
         lengths.astype(np.float64),

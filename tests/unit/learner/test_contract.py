@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from streamrec.config import ModelConfig, TableConfig
+from streamrec.errors import ConfigError
 from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
 from streamrec.learner.checks import LearnerFactory, Promises, yield_checks
@@ -65,6 +66,14 @@ def din_export(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
     return ExportedModel(export_snapshot(store, manifest.version)).score_batch
 
 
+def vw() -> Learner:
+    # The vw extra's learner (streamrec.replay.vw, on its way from another branch): optional.
+    from streamrec.replay.vw import VWLearner  # type: ignore[import-not-found,unused-ignore]  # see above
+
+    learner: Learner = VWLearner()
+    return learner
+
+
 @dataclass(frozen=True)
 class Entry:
     """A learner under test: its name in test ids, factory, promises, optional packages."""
@@ -81,23 +90,40 @@ LEARNERS = (
     Entry("popularity", PopularityLearner),
     Entry("item-rate", ItemRateLearner),
     Entry("features", FeaturesLearner, Promises(knows_targets=False)),
+    Entry("vw", vw, requires=("vowpalwabbit", "streamrec.replay.vw")),
 )
 
 #: (learner, check) -> why it fails today.
-KNOWN_FAILURES: dict[tuple[str, str], str] = {}
+_VW_STRINGS = "VWLearner keeps state/known_items as a str array, which a snapshot (safetensors) cannot store"
+KNOWN_FAILURES: dict[tuple[str, str], str] = {
+    ("vw", "predict_changes_nothing"): "VW's predict updates counters saved in its model file",
+    ("vw", "state_is_plain_arrays"): _VW_STRINGS,
+    ("vw", "state_round_trip"): _VW_STRINGS + "; and predict's counters change the model file",
+    ("vw", "restored_state_resumes_exactly"): _VW_STRINGS + "; and, that fixed, a model loaded with "
+    "'-i' alone drops its settings: resumed scores differ by up to 0.46 (the original args with -i: 0)",
+}
+
+
+def _missing(entry: Entry) -> list[str]:
+    """The optional packages ``entry`` needs that are not installed."""
+    return [m for m in entry.requires if importlib.util.find_spec(m) is None]
+
+
+def _available(entry: Entry) -> bool:
+    return not _missing(entry)
 
 
 def _params() -> list[Any]:  # pytest.param's type is private to pytest
     params = []
     for entry in LEARNERS:
-        missing = [m for m in entry.requires if importlib.util.find_spec(m) is None]
+        missing = _missing(entry)
         for check in yield_checks(entry.factory, entry.promises):
             marks = []
             if missing:
                 marks.append(pytest.mark.skip(reason=f"{entry.name} needs {', '.join(missing)}"))
             reason = KNOWN_FAILURES.get((entry.name, check.name))
             if reason is not None:
-                marks.append(pytest.mark.xfail(reason=reason, raises=AssertionError))
+                marks.append(pytest.mark.xfail(reason=reason))
             params.append(pytest.param(check, id=f"{entry.name}-{check.name}", marks=marks))
     return params
 
@@ -122,3 +148,16 @@ def test_the_documented_example_learner_passes_its_checks() -> None:
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert "check_learner(GlobalRate" in code
     exec(compile(code, "docs/concepts/model.md", "exec"), {"__name__": "model_md"})
+
+
+def test_every_backtester_strategy_runs_a_checked_learner() -> None:
+    """A new strategy's learner fails here until it has its line in ``LEARNERS``."""
+    from streamrec.replay.strategies import KINDS, Strategy
+
+    checked = {type(entry.factory()) for entry in LEARNERS if _available(entry)}
+    for kind in KINDS:
+        try:
+            learner = Strategy(kind, kind).make_learner()
+        except (ImportError, ConfigError):  # an optional package missing: its entry is skipped too
+            continue
+        assert type(learner) in checked, f"strategy {kind}: add {type(learner).__name__} to LEARNERS"

@@ -34,13 +34,3 @@ def test_each_feature_reads_the_samples_own_history() -> None:
 def test_an_empty_batch_has_empty_features() -> None:
     f = match_features(Batch.from_samples([]))
     assert all(len(v) == 0 for v in f.values())
-
-
-def test_a_batch_where_no_sample_has_a_history() -> None:
-    """Every user's first click: nothing to count, and the shares are 0.0, not a numpy error
-    (``bincount`` of no behaviours returns integers, which a float division cannot write into).
-    """
-    f = match_features(Batch.from_samples([sample(0, "a", "x", ()), sample(1, "b", "y", ())]))
-    assert f["category_share"].tolist() == [0.0, 0.0]
-    assert f["empty_history"].tolist() == [1.0, 1.0]
-    assert all(v.dtype == np.float64 and v.shape == (2,) for v in f.values())
