@@ -5,6 +5,8 @@
   :class:`Batch`: samples as columns.
 - :class:`LearnerRunner` is the loop: read a micro-batch of samples from Kafka, score it,
   train on it, write a snapshot to a :class:`SnapshotStore`.
+- :func:`yield_checks` and :func:`check_learner` check a learner against the contract (as
+  river's ``checks``), :class:`Promises` saying what it promises beyond it;
 - :func:`auc`, :func:`gauc` and :func:`logloss` are the prequential metrics;
   :func:`fingerprint` is the stable id hash the embedding tables key rows by.
 
@@ -19,6 +21,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy rea
 if TYPE_CHECKING:
     from streamrec.learner.base import Learner, TrainResult
     from streamrec.learner.batch import Batch
+    from streamrec.learner.checks import Check, Promises, check_learner, yield_checks
     from streamrec.learner.din import DINLearner
     from streamrec.learner.hashing import fingerprint
     from streamrec.learner.metrics import auc, gauc, logloss
@@ -29,19 +32,23 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Batch",
+    "Check",
     "DINLearner",
     "Learner",
     "LearnerRunner",
     "LearnerStats",
     "MicroBatchReport",
+    "Promises",
     "ServingPointer",
     "SnapshotManifest",
     "SnapshotStore",
     "TrainResult",
     "auc",
+    "check_learner",
     "fingerprint",
     "gauc",
     "logloss",
+    "yield_checks",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -49,6 +56,7 @@ __getattr__, __dir__ = lazy_exports(
     {
         "streamrec.learner.base": ["Learner", "TrainResult"],
         "streamrec.learner.batch": ["Batch"],
+        "streamrec.learner.checks": ["Check", "Promises", "check_learner", "yield_checks"],
         "streamrec.learner.din": ["DINLearner"],
         "streamrec.learner.hashing": ["fingerprint"],
         "streamrec.learner.metrics": ["auc", "gauc", "logloss"],

@@ -13,6 +13,7 @@ import numpy as np
 
 from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch
+from streamrec.learner.hashing import fingerprint
 
 # The Beta prior's weight in pseudo-samples: an item needs about this many samples before
 # its own rate outweighs the global one. Ten is the usual choice for rates of a few percent
@@ -21,25 +22,34 @@ PRIOR_SAMPLES = 10.0
 
 
 class _ItemCounts:
-    """Per-item positives and samples from the micro-batches learnt so far."""
+    """Per-item positives and samples from the micro-batches learnt so far.
+
+    Items are keyed by their :func:`~streamrec.learner.hashing.fingerprint`, as the model's
+    id maps key them, so the state is numbers a snapshot (safetensors) stores.
+    """
 
     def __init__(self) -> None:
-        self.positives: dict[str, float] = {}
-        self.samples: dict[str, float] = {}
+        self.positives: dict[int, float] = {}
+        self.samples: dict[int, float] = {}
+
+    @staticmethod
+    def keys(batch: Batch) -> list[int]:
+        """[B] each target item's fingerprint."""
+        return fingerprint(batch.item_ids).tolist()
 
     def learn(self, batch: Batch) -> TrainResult:
-        for item, label in zip(batch.item_ids, batch.label.tolist(), strict=True):
+        for item, label in zip(self.keys(batch), batch.label.tolist(), strict=True):
             self.positives[item] = self.positives.get(item, 0.0) + label
             self.samples[item] = self.samples.get(item, 0.0) + 1.0
         return TrainResult(math.nan, steps=1)
 
     def is_known(self, batch: Batch) -> np.ndarray:
-        return np.fromiter((i in self.samples for i in batch.item_ids), dtype=bool, count=len(batch))
+        return np.fromiter((i in self.samples for i in self.keys(batch)), dtype=bool, count=len(batch))
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         items = sorted(self.samples)
         return {
-            "state/items": np.array(items, dtype=np.str_),
+            "state/items": np.array(items, dtype=np.uint64),
             "state/positives": np.array([self.positives[i] for i in items], dtype=np.float64),
             "state/samples": np.array([self.samples[i] for i in items], dtype=np.float64),
         }
@@ -60,7 +70,7 @@ class PopularityLearner(_ItemCounts):
     def predict_many(self, batch: Batch) -> np.ndarray:
         """See :class:`~streamrec.learner.base.Learner`."""
         counts = np.fromiter(
-            (self.positives.get(i, 0.0) for i in batch.item_ids), dtype=np.float64, count=len(batch)
+            (self.positives.get(i, 0.0) for i in self.keys(batch)), dtype=np.float64, count=len(batch)
         )
         return 1.0 - 1.0 / (2.0 + np.log1p(counts))
 
@@ -81,8 +91,9 @@ class ItemRateLearner(_ItemCounts):
         """See :class:`~streamrec.learner.base.Learner`."""
         total = sum(self.samples.values())
         prior = sum(self.positives.values()) / total if total else 0.5
-        pos = np.fromiter((self.positives.get(i, 0.0) for i in batch.item_ids), np.float64, len(batch))
-        n = np.fromiter((self.samples.get(i, 0.0) for i in batch.item_ids), np.float64, len(batch))
+        keys = self.keys(batch)
+        pos = np.fromiter((self.positives.get(i, 0.0) for i in keys), np.float64, len(batch))
+        n = np.fromiter((self.samples.get(i, 0.0) for i in keys), np.float64, len(batch))
         return (pos + PRIOR_SAMPLES * prior) / (n + PRIOR_SAMPLES)
 
     def learn_many(self, batch: Batch) -> TrainResult:

@@ -26,6 +26,7 @@ MODULES = (
     "streamrec.kafka.records",
     "streamrec.lazy",
     "streamrec.learner.batch",
+    "streamrec.learner.checks",
     "streamrec.learner.din",
     "streamrec.learner.hashing",
     "streamrec.learner.idstats",

@@ -348,3 +348,16 @@ def test_a_micro_batch_too_small_to_judge_is_reported_as_such(
     out = capsys.readouterr().out
     assert "too small to judge (2 samples < STREAMREC_LEARNER__MIN_EVAL_SAMPLES 5)" in out
     assert "AUC" not in out
+
+
+def test_a_micro_batch_of_first_clicks_only_trains(
+    tmp_path: Path, script: Callable[..., ScriptedConsumer]
+) -> None:
+    """Every user's first click has no history: the report's match features are zeros (once a
+    numpy casting error that stopped the learner when no sample of a micro-batch had a history).
+    """
+    first = [Sample(f"s{n}", f"u{n}", TS + n, f"i{n}", "c1", n % 2, (), ()).to_json() for n in range(2)]
+    script([first])
+    learner = ScriptedLearner([])
+    stats = LearnerRunner(config(tmp_path, 2), learner).run()
+    assert learner.trained == ["s0", "s1"] and stats.micro_batches == 1

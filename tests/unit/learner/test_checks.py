@@ -1,0 +1,148 @@
+"""The contract checks catch what they are for: each fails on a learner broken in its way.
+
+Each broken learner is the item-rate baseline (which passes every check) with one defect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamrec.learner.base import Learner, TrainResult
+from streamrec.learner.batch import Batch
+from streamrec.learner.checks import Promises, check_learner, yield_checks
+from streamrec.replay.baselines import ItemRateLearner
+
+
+class Float32Scores(ItemRateLearner):
+    def predict_many(self, batch: Batch) -> np.ndarray:
+        return super().predict_many(batch).astype(np.float32)
+
+
+class CountsWhatItScores(ItemRateLearner):
+    def predict_many(self, batch: Batch) -> np.ndarray:
+        scores = super().predict_many(batch)
+        self.learn(batch)
+        return scores
+
+
+class RanksWithinTheBatch(ItemRateLearner):
+    def predict_many(self, batch: Batch) -> np.ndarray:
+        scores = super().predict_many(batch)
+        return scores / scores.max() if len(scores) else scores
+
+
+class CountsEmptyBatches(ItemRateLearner):
+    def learn_many(self, batch: Batch) -> TrainResult:
+        self.samples[0] = self.samples.get(0, 0.0) + 1.0
+        self.positives.setdefault(0, 0.0)
+        return super().learn_many(batch)
+
+
+class NeedsTwoSamples(ItemRateLearner):
+    def learn_many(self, batch: Batch) -> TrainResult:
+        if len(batch) == 1:
+            raise ValueError("a batch of one")
+        return super().learn_many(batch)
+
+
+class NaNForStrangers(ItemRateLearner):
+    def predict_many(self, batch: Batch) -> np.ndarray:
+        scores = super().predict_many(batch)
+        scores[~self.is_known(batch)] = np.nan
+        return scores
+
+
+class KeepsStringsInItsState(ItemRateLearner):
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return {**super().state_arrays(), "state/names": np.array(["a", "b"])}
+
+
+class LoadsOnlyTheCounts(ItemRateLearner):
+    def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
+        super().load_state_arrays(arrays)
+        self.positives = dict.fromkeys(self.positives, 0.0)
+
+
+class KnowsEverything(ItemRateLearner):
+    def is_known(self, batch: Batch) -> np.ndarray:
+        return np.ones(len(batch), dtype=bool)
+
+
+class Unseeded(ItemRateLearner):
+    def learn_many(self, batch: Batch) -> TrainResult:
+        result = super().learn_many(batch)
+        for key in self.samples:
+            self.samples[key] += float(np.random.default_rng().random())
+        return result
+
+
+class ForgetsItsClock(ItemRateLearner):
+    """Halves the counts every third call, but keeps the call count out of its state."""
+
+    calls = 0
+
+    def learn_many(self, batch: Batch) -> TrainResult:
+        self.calls += 1
+        if self.calls % 3 == 0:
+            self.samples = {k: v / 2 for k, v in self.samples.items()}
+            self.positives = {k: v / 2 for k, v in self.positives.items()}
+        return super().learn_many(batch)
+
+
+class LearnsNothing(ItemRateLearner):
+    def learn_many(self, batch: Batch) -> TrainResult:
+        return TrainResult()
+
+
+def export_off_by_a_little(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
+    return lambda batch: learner.predict_many(batch) * 0.999
+
+
+BROKEN: list[tuple[type[ItemRateLearner], str]] = [
+    (Float32Scores, "scores_before_training"),
+    (CountsWhatItScores, "predict_changes_nothing"),
+    (RanksWithinTheBatch, "scores_are_per_sample"),
+    (CountsEmptyBatches, "empty_batch"),
+    (NeedsTwoSamples, "one_sample_batch"),
+    (NaNForStrangers, "unknown_ids"),
+    (KeepsStringsInItsState, "state_is_plain_arrays"),
+    (LoadsOnlyTheCounts, "state_round_trip"),
+    (KnowsEverything, "is_known"),
+    (Unseeded, "seeded_runs_agree"),
+    (ForgetsItsClock, "restored_state_resumes_exactly"),
+    (LearnsNothing, "learns_a_learnable_batch"),
+]
+
+
+def _check(factory: Callable[[], Learner], name: str, promises: Promises | None = None) -> Callable[[], None]:
+    (check,) = [c for c in yield_checks(factory, promises) if c.name == name]
+    return check
+
+
+@pytest.mark.parametrize(("broken", "name"), BROKEN, ids=[name for _, name in BROKEN])
+def test_the_check_catches_its_defect(broken: type[ItemRateLearner], name: str) -> None:
+    _check(ItemRateLearner, name)()  # the learner it breaks passes
+    with pytest.raises((AssertionError, ValueError, TypeError)):
+        _check(broken, name)()
+
+
+def test_the_export_check_catches_an_export_that_scores_otherwise() -> None:
+    exact = Promises(export=lambda learner, root: learner.predict_many)
+    _check(ItemRateLearner, "export_scores_as_the_learner", exact)()
+    with pytest.raises(AssertionError, match="export: scores differ"):
+        _check(ItemRateLearner, "export_scores_as_the_learner", Promises(export=export_off_by_a_little))()
+
+
+def test_promises_not_made_are_not_checked() -> None:
+    names = {c.name for c in yield_checks(ItemRateLearner, Promises(deterministic=False, learns=False))}
+    assert not names & {"seeded_runs_agree", "restored_state_resumes_exactly", "learns_a_learnable_batch",
+                        "export_scores_as_the_learner"}
+
+
+def test_check_learner_names_the_check_that_failed() -> None:
+    with pytest.raises(AssertionError, match="^predict_changes_nothing: "):
+        check_learner(CountsWhatItScores)
