@@ -29,6 +29,8 @@ RIDGE = 1.0
 # handful; the loop stops earlier once a step moves no weight by more than STEP_TOLERANCE.
 NEWTON_STEPS = 8
 STEP_TOLERANCE = 1e-8
+# The shortest damped step tried before a Newton step is taken as it is.
+MIN_STEP_SCALE = 1e-3
 
 
 def design(batch: Batch) -> np.ndarray:
@@ -59,6 +61,11 @@ class FeaturesLearner:
         """See :class:`~streamrec.learner.base.Learner`."""
         x, y = design(batch), batch.label.astype(np.float64)
         start, w, steps = self.weights, self.weights.copy(), 0
+
+        def objective(v: np.ndarray) -> float:
+            z, d = x @ v, v - start
+            return float(np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * d @ self.precision @ d)
+
         for steps in range(1, self.newton_steps + 1):  # noqa: B007  # steps counts those taken
             p = _sigmoid(x @ w)
             grad = x.T @ (p - y) + self.precision @ (w - start)
@@ -66,8 +73,14 @@ class FeaturesLearner:
             step = np.linalg.solve(hess, grad)
             if not np.isfinite(step).all():
                 return TrainResult(steps=steps, skipped_steps=1)
-            w = w - step
-            if np.abs(step).max() < STEP_TOLERANCE:
+            # Damped: halve the step until the objective falls. A full Newton step on a
+            # nearly separable micro-batch overshoots into saturation (weights of +-200, every
+            # score tied at 0 or 1), which the next micro-batches cannot undo.
+            before, scale = objective(w), 1.0
+            while scale > MIN_STEP_SCALE and objective(w - scale * step) > before:
+                scale *= 0.5
+            w = w - scale * step
+            if np.abs(scale * step).max() < STEP_TOLERANCE:
                 break
         p = _sigmoid(x @ w)
         self.precision = self.precision + (x * (p * (1.0 - p))[:, None]).T @ x
