@@ -25,8 +25,9 @@ def _sums(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
     n = len(batch)
     return (
-        np.bincount(rows, weights=same_item, minlength=n),
-        np.bincount(rows, weights=same_cat, minlength=n),
+        # as float: over no behaviours at all (every history empty) bincount gives int64
+        np.bincount(rows, weights=same_item, minlength=n).astype(np.float64),
+        np.bincount(rows, weights=same_cat, minlength=n).astype(np.float64),
         lengths.astype(np.float64),
     )
 
