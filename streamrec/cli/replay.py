@@ -104,7 +104,8 @@ def _verdict(report: dict[str, Any]) -> str:
         return "no strategy could be scored"
     winner = strategies[best]
     line = f"best GAUC: {best} ({winner['gauc']:.4f}, {winner['train_seconds']:.1f} s training)"
-    baselines = [strategies[b]["gauc"] for b in ("popularity", "item-rate", "features", "vw") if b in strategies]
+    simple = ("popularity", "item-rate", "features", "vw")
+    baselines = [strategies[b]["gauc"] for b in simple if b in strategies]
     din = strategies.get("finetune")
     if din is not None and baselines:
         verdict = "beats" if din["gauc"] > max(baselines) else "does NOT beat"

@@ -21,7 +21,6 @@ from streamrec.datasets import load_events
 from streamrec.errors import ConfigError
 from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
 from streamrec.replay.dump import dump_samples
-from streamrec.replay.vw import require_vw
 from streamrec.replay.report import SCHEMA, finish, summarise, tells
 from streamrec.replay.strategies import (
     DEFAULT_EWC_LAMBDA,
@@ -32,6 +31,7 @@ from streamrec.replay.strategies import (
     StrategyRun,
     run_strategy,
 )
+from streamrec.replay.vw import require_vw
 
 
 @dataclass(frozen=True)

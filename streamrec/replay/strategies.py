@@ -38,7 +38,9 @@ from streamrec.replay.features import FeaturesLearner
 from streamrec.samples import Sample
 
 Kind = Literal["popularity", "item-rate", "features", "vw", "static", "finetune", "ewc", "retrain"]
-KINDS: tuple[Kind, ...] = ("popularity", "item-rate", "features", "vw", "static", "finetune", "ewc", "retrain")
+KINDS: tuple[Kind, ...] = (
+    "popularity", "item-rate", "features", "vw", "static", "finetune", "ewc", "retrain"
+)
 #: What a backtest runs unless told: every strategy but the optional ones (``vw`` needs an extra).
 DEFAULT_KINDS: tuple[Kind, ...] = tuple(k for k in KINDS if k != "vw")
 # Every PROBE_EVERY-th sample of a micro-batch is a probe: deterministic, and a fifth is
