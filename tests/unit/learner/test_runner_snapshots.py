@@ -220,4 +220,3 @@ def test_a_snapshot_of_another_model_layout_names_the_settings_that_differ(
     message = str(caught.value)
     assert "v000001" in message and "STREAMREC_MODEL__MATCH_FEATURES=false" in message
     assert "\n" not in message
-
