@@ -35,7 +35,7 @@ def backtest(
     batch_size: int = typer.Option(2500, help="Samples per micro-batch when there is no --interval"),
     strategies: str = typer.Option(
         "popularity,item-rate,features,static,finetune,ewc,retrain",
-        help="Comma-separated strategies",
+        help="Comma-separated strategies; also vw (Vowpal Wabbit: pip install 'streamrec[vw]')",
         show_default="popularity, item-rate, features, static, finetune, ewc, retrain",  # spaced: wraps whole
     ),
     warmup: float = typer.Option(0.25, help="static: the fraction of micro-batches it trains on"),
@@ -116,7 +116,8 @@ def _verdict(report: dict[str, Any]) -> str:
         return "no strategy could be scored"
     winner = strategies[best]
     line = f"best GAUC: {best} ({winner['gauc']:.4f}, {winner['train_seconds']:.1f} s training)"
-    baselines = [strategies[b]["gauc"] for b in ("popularity", "item-rate", "features") if b in strategies]
+    simple = ("popularity", "item-rate", "features", "vw")
+    baselines = [strategies[b]["gauc"] for b in simple if b in strategies]
     din = strategies.get("finetune")
     if din is not None and baselines:
         verdict = "beats" if din["gauc"] > max(baselines) else "does NOT beat"

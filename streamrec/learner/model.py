@@ -163,22 +163,25 @@ class MatchArch(nn.Layer):
     stated. The features are computed in the graph from the history given only (never a
     sample's own event), so the export computes them from the same rows. Padding matches
     nothing, nor does a dynamic table's default row (ids not yet admitted all share it). They
-    feed the head and enter the logit with a learned weight per feature, starting at zero and
-    learning ``lr_scale`` times faster than the rest. Nb: behaviour tables.
+    feed the head and enter the logit with a learned weight per feature, starting at zero (a
+    share's at ``init``) and learning ``lr_scale`` times faster than the rest. Nb: behaviour
+    tables.
     """
 
-    def __init__(self, floors: Sequence[int], lr_scale: float) -> None:
-        """One weight per feature (2 per behaviour table), zero to start.
+    def __init__(self, floors: Sequence[int], lr_scale: float, init: float = 0.0) -> None:
+        """One weight per feature (2 per behaviour table).
 
         Args:
             floors: Per behaviour table, the highest row that matches nothing (padding, or a
                 dynamic table's default row).
             lr_scale: The weights' learning rate over the model's.
+            init: Each table's share feature's starting weight (the counts' start at zero).
         """
         super().__init__()
         self.floors = [int(f) for f in floors]
         self.width = 2 * len(self.floors)
-        attr = paddle.ParamAttr(initializer=nn.initializer.Constant(0.0), learning_rate=lr_scale)
+        start = np.array([init, 0.0] * len(self.floors), dtype=np.float32)
+        attr = paddle.ParamAttr(initializer=nn.initializer.Assign(start), learning_rate=lr_scale)
         self.weight = self.create_parameter([self.width], attr=attr)
 
     def features(
@@ -257,7 +260,7 @@ class DIN(nn.Layer):
             )
         floors = [DEFAULT_ROW if t.ids == "dynamic" else PADDING_BUCKET for t in cfg.tables]
         floors = [f for f, t in zip(floors, cfg.tables, strict=True) if t.name in self.embedding.behaviour]
-        self.match = MatchArch(floors, cfg.match_lr_scale) if cfg.match_features else None
+        self.match = MatchArch(floors, cfg.match_lr_scale, cfg.match_init) if cfg.match_features else None
         match_dim = self.match.width if self.match is not None else 0
         self.head = MLPHead(dim, self.embedding.context_dim + self.dense_dim + match_dim, cfg.mlp_units)
         self.wide = WideArch(cfg, sparse, rows) if cfg.wide else None

@@ -24,13 +24,14 @@ from streamrec.replay.dump import dump_samples
 from streamrec.replay.report import SCHEMA, finish, summarise, tells
 from streamrec.replay.strategies import (
     DEFAULT_EWC_LAMBDA,
-    KINDS,
+    DEFAULT_KINDS,
     Kind,
     Progress,
     Strategy,
     StrategyRun,
     run_strategy,
 )
+from streamrec.replay.vw import require_vw
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class BacktestConfig:
     limit: int | None = None  # the earliest events only
     interval_ms: int | None = None  # micro-batches by event time; None: by count
     batch_size: int = 2_500  # samples per micro-batch when cut by count (the demo's)
-    strategies: tuple[Kind, ...] = KINDS
+    strategies: tuple[Kind, ...] = DEFAULT_KINDS
     warmup: float = 0.25
     retrain_every: int = 10
     ewc_lambdas: tuple[float, ...] = ()  # empty: the model's own, DEFAULT_EWC_LAMBDA if that is 0
@@ -114,6 +115,8 @@ def _quiet_worker() -> None:
 def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[str, Any]:
     """Run the backtest ``cfg`` describes; returns the report (see ``streamrec.replay.report``)."""
     start = time.perf_counter()
+    if "vw" in cfg.strategies:
+        require_vw()  # before minutes of sample building, not after
     settings = seeded(cfg)
     events, batches = micro_batches(cfg, settings)
     if cfg.dump_samples is not None:

@@ -7,6 +7,8 @@ so every strategy is judged on exactly the same out-of-sample samples:
 - ``item-rate``: the item's smoothed positive rate in earlier micro-batches;
 - ``features``: online logistic regression on the causal match features (the target in the
   user's history, the history's share in its category, ...);
+- ``vw``: Vowpal Wabbit's online logistic regression on the ids, their pairwise interactions
+  and the match features (:mod:`streamrec.replay.vw`; optional: the ``vw`` extra);
 - ``static``: a DIN trained on the first ``warmup`` fraction of micro-batches, then frozen;
 - ``finetune``: a DIN updated on every micro-batch, no regularisation;
 - ``ewc``: a DIN updated with online EWC at a given lambda (``finetune`` is lambda 0);
@@ -35,8 +37,12 @@ from streamrec.replay.batches import MicroBatch
 from streamrec.replay.features import FeaturesLearner
 from streamrec.samples import Sample
 
-Kind = Literal["popularity", "item-rate", "features", "static", "finetune", "ewc", "retrain"]
-KINDS: tuple[Kind, ...] = ("popularity", "item-rate", "features", "static", "finetune", "ewc", "retrain")
+Kind = Literal["popularity", "item-rate", "features", "vw", "static", "finetune", "ewc", "retrain"]
+KINDS: tuple[Kind, ...] = (
+    "popularity", "item-rate", "features", "vw", "static", "finetune", "ewc", "retrain"
+)
+#: What a backtest runs unless told: every strategy but the optional ones (``vw`` needs an extra).
+DEFAULT_KINDS: tuple[Kind, ...] = tuple(k for k in KINDS if k != "vw")
 # Every PROBE_EVERY-th sample of a micro-batch is a probe: deterministic, and a fifth is
 # enough for a stable AUC on micro-batches of a few thousand samples.
 PROBE_EVERY = 5
@@ -80,6 +86,10 @@ class Strategy:
             return ItemRateLearner()
         if self.kind == "features":
             return FeaturesLearner()
+        if self.kind == "vw":
+            from streamrec.replay.vw import VWLearner  # optional: the vw extra
+
+            return VWLearner()
         from streamrec.learner.din import DINLearner  # Paddle: only for the DIN strategies
 
         return DINLearner(self.model.model_copy(update={"ewc_lambda": self.lam}))

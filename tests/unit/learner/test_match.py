@@ -34,3 +34,10 @@ def test_each_feature_reads_the_samples_own_history() -> None:
 def test_an_empty_batch_has_empty_features() -> None:
     f = match_features(Batch.from_samples([]))
     assert all(len(v) == 0 for v in f.values())
+
+
+def test_a_batch_without_any_history_reads_all_empty() -> None:
+    # every sample a user's first: no behaviour at all in the batch (a live micro-batch can be)
+    f = match_features(Batch.from_samples([sample(0, "a", "x", ()), sample(1, "b", "y", ())]))
+    assert f["empty_history"].tolist() == [1, 1] and f["category_share"].tolist() == [0, 0]
+    assert all(v.dtype == np.float64 for v in f.values())

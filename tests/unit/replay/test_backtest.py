@@ -19,7 +19,7 @@ from streamrec.config import StreamrecConfig
 from streamrec.replay import strategies as strategies_module
 from streamrec.replay.backtest import BacktestConfig, backtest, micro_batches, seeded, sweep
 from streamrec.replay.report import TIMINGS, markdown_table, plot, sweep_table, to_json
-from streamrec.replay.strategies import KINDS, Strategy, run_strategy
+from streamrec.replay.strategies import DEFAULT_KINDS, Strategy, run_strategy
 from tests.support import small_tables
 
 SOURCE = "synthetic:events=4000,users=200,items=1500,seed=3"
@@ -43,7 +43,7 @@ def report() -> dict[str, Any]:
 
 def test_every_strategy_is_scored_on_the_same_samples(report: dict[str, Any]) -> None:
     strategies = report["strategies"]
-    assert list(strategies) == list(KINDS)
+    assert list(strategies) == list(DEFAULT_KINDS)
     sizes = report["micro_batches"]["samples"]
     assert sum(sizes) == report["dataset"]["samples"] and report["micro_batches"]["count"] == len(sizes)
     for name, s in strategies.items():
@@ -116,7 +116,7 @@ def test_the_report_has_its_documented_outputs(report: dict[str, Any], tmp_path:
     assert set(doc) >= {"dataset", "config", "micro_batches", "strategies", "best", "digest", "wall_seconds"}
     assert doc["config"]["batch_size"] == 500 and doc["config"]["model"]["sequence_length"] == 10
     table = markdown_table(report)
-    assert table.count("\n") == len(KINDS) + 1 and "| ewc | " in table
+    assert table.count("\n") == len(DEFAULT_KINDS) + 1 and "| ewc | " in table
     plot(report, tmp_path / "gauc.png")
     assert (tmp_path / "gauc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
