@@ -55,8 +55,11 @@ _SPECIAL = re.compile(r"[%|:\s]")
 
 @functools.lru_cache(maxsize=1 << 20)
 def vw_token(raw: str) -> str:
-    """``raw`` as one VW feature name: ``%``, ``|``, ``:`` and whitespace percent-escaped
-    (as in a URL), so distinct ids stay distinct and none splits the example."""
+    """``raw`` as one VW feature name.
+
+    ``%``, ``|``, ``:`` and whitespace are percent-escaped (as in a URL), so distinct ids stay
+    distinct and none splits the example.
+    """
     return _SPECIAL.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), raw)
 
 
@@ -98,8 +101,10 @@ def _workspace(args: str) -> Any:
 
 
 class VWLearner:
-    """Online logistic regression in Vowpal Wabbit, one pass in sample order; see the module
-    docstring. The constructor's arguments are VW's settings."""
+    """Online logistic regression in Vowpal Wabbit, one pass in sample order.
+
+    See the module docstring. The constructor's arguments are VW's settings.
+    """
 
     def __init__(
         self,
@@ -127,8 +132,11 @@ class VWLearner:
         return np.fromiter((self._ws.predict(line) for line in lines), dtype=np.float64, count=len(lines))
 
     def learn_many(self, batch: Batch) -> TrainResult:
-        """One online update per sample, in sample order. No loss is reported: VW's own
-        progressive loss would cost a second scoring of every sample."""
+        """One online update per sample, in sample order.
+
+        No loss is reported: VW's own progressive loss would cost a second scoring of every
+        sample.
+        """
         for line in examples(batch, labelled=True):
             self._ws.learn(line)
         self._known.update(batch.item_ids)

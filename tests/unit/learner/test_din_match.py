@@ -114,7 +114,8 @@ def test_match_init_ranks_by_the_category_match_before_anything_is_learnt() -> N
     freshly started learner serves: with a hashed category table (every category has its row
     from the first event, not once it was a target) and the share features starting at
     ``match_init``, the DIN ranks by the category match at once (Taobao's first micro-batch:
-    GAUC 0.77, as the category share alone, instead of 0.50). By default it knows nothing."""
+    GAUC 0.77, as the category share alone, instead of 0.50). By default it knows nothing.
+    """
     hashed = small_tables(2**10, 2**7)
     hashed[1]["ids"] = "hashed"
     batch = _stream(500, 1)

@@ -1,5 +1,6 @@
 """The optional ``vw`` strategy: Vowpal Wabbit examples from samples, and an online linear
-learner on the backtester's micro-batches (skipped only where vowpalwabbit is not installed)."""
+learner on the backtester's micro-batches (skipped only where vowpalwabbit is not installed).
+"""
 
 from __future__ import annotations
 
