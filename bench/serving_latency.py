@@ -14,7 +14,11 @@ costs the client least of the well-kept Python clients; one process):
 Ceiling, in the same run: the same requests scored in process by the export's predictor, no
 HTTP (what the model itself costs). The ratio is the ceiling's requests/s over the server's.
 
-    .venv/bin/python bench/serving_latency.py [--rate 100] [--seconds 20]
+With ``--curve 25,50,100,...`` it also runs the open loop at each offered load, up to and past
+capacity, and reports p50/p99 of the answered requests and the share shed (503: the server's
+admission limits); ``--plot PATH`` draws that curve (PNG) for sizing a fleet.
+
+    .venv/bin/python bench/serving_latency.py [--rate 100] [--seconds 20] [--curve R1,R2,...] [--plot P]
 
 Prints one JSON object as its last line.
 """
@@ -111,8 +115,14 @@ def start_server(root: Path, port: int) -> subprocess.Popen[bytes]:
     raise RuntimeError("streamrec serve did not start")
 
 
-async def open_loop(url: str, requests: list[dict[str, Any]], rate: float, seconds: float) -> list[float]:
-    """Latencies (s) of requests sent on a fixed schedule; a failed request fails the run."""
+async def open_loop(
+    url: str, requests: list[dict[str, Any]], rate: float, seconds: float, *, shed: list[float] | None = None
+) -> list[float]:
+    """Latencies (s) of requests sent on a fixed schedule, from when each was due.
+
+    A request the server sheds (503) is appended to ``shed`` when given (its latency, how soon
+    the server said no); without ``shed``, or on any other failure, the run fails.
+    """
     latencies: list[float] = []
     bodies = [orjson.dumps(r) for r in requests]
     headers = {"content-type": "application/json"}
@@ -120,6 +130,10 @@ async def open_loop(url: str, requests: list[dict[str, Any]], rate: float, secon
 
         async def one(body: bytes, due: float) -> None:
             async with client.post(url, data=body, headers=headers) as response:
+                if response.status == 503 and shed is not None:
+                    await response.read()
+                    shed.append(time.perf_counter() - due)
+                    return
                 response.raise_for_status()
                 await response.read()
             latencies.append(time.perf_counter() - due)
@@ -176,13 +190,65 @@ def in_process(path: Path, requests: list[dict[str, Any]], seconds: float) -> tu
     return len(times) / sum(times), float(np.percentile(times, 50))
 
 
+def curve_point(url: str, requests: list[dict[str, Any]], rate: float, seconds: float) -> dict[str, float]:
+    """One point of the latency curve: p50/p99 of the answered requests and the share shed."""
+    shed: list[float] = []
+    answered = np.array(asyncio.run(open_loop(url, requests, rate, seconds, shed=shed)))
+    sent = len(answered) + len(shed)
+
+    def ms(q: float) -> float:
+        return round(float(np.percentile(answered, q)) * 1e3, 2) if len(answered) else float("nan")
+
+    return {
+        "offered_per_s": rate,
+        "answered_per_s": round(len(answered) / seconds, 1),
+        "p50_ms": ms(50),
+        "p99_ms": ms(99),
+        "shed_share": round(len(shed) / sent, 4) if sent else 0.0,
+    }
+
+
+def plot_curve(points: list[dict[str, float]], ceiling_rps: float, path: Path) -> None:
+    """Draw p50/p99 (log scale) and the share shed against offered load; write a PNG to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    offered = [p["offered_per_s"] for p in points]
+    fig, latency = plt.subplots(figsize=(7, 4))
+    latency.plot(offered, [p["p50_ms"] for p in points], "o-", label="p50")
+    latency.plot(offered, [p["p99_ms"] for p in points], "s-", label="p99")
+    latency.set_yscale("log")
+    latency.set_xlabel(f"offered requests/s ({CANDIDATES} candidates each)")
+    latency.set_ylabel("latency of answered requests (ms)")
+    latency.axvline(ceiling_rps, color="grey", linestyle=":", label="in-process ceiling")
+    shed = latency.twinx()
+    shed.bar(offered, [p["shed_share"] for p in points], width=max(offered) / 40, alpha=0.25, color="red",
+             label="shed (503)")
+    shed.set_ylim(0, 1)
+    shed.set_ylabel("share shed")
+    lines, labels = latency.get_legend_handles_labels()
+    more, more_labels = shed.get_legend_handles_labels()
+    latency.legend(lines + more, labels + more_labels, loc="upper left")
+    latency.set_title("streamrec serve: latency against offered load (open loop)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--train-events", type=int, default=20_000)
+    parser.add_argument("--curve", default="", help="offered loads (requests/s), comma-separated")
+    parser.add_argument("--plot", type=Path, default=None, help="write the curve as a PNG here")
     args = parser.parse_args()
+    rates = [float(r) for r in args.curve.split(",") if r.strip()]
+    curve: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         store, requests = trained_snapshot(root, args.train_events)
@@ -194,10 +260,11 @@ def main() -> None:
             asyncio.run(open_loop(url, requests, args.rate, 2.0))  # warm-up
             latencies = np.array(asyncio.run(open_loop(url, requests, args.rate, args.seconds)))
             max_rps = asyncio.run(closed_loop(url, requests, 10.0, 4))
+            curve = [curve_point(url, requests, rate, args.seconds) for rate in rates]
         finally:
             server.terminate()
             server.wait(10)
-    result = {
+    result: dict[str, Any] = {
         "benchmark": "serving_latency",
         "candidates_per_request": CANDIDATES,
         "rate": args.rate,
@@ -211,6 +278,10 @@ def main() -> None:
         "ratio": round(max_rps / ceiling_rps, 3),
         "goal_p99_ms": 10.0,
     }
+    if curve:
+        result["curve"] = curve
+        if args.plot is not None:
+            plot_curve(curve, ceiling_rps, args.plot)
     print(json.dumps(result))
 
 
