@@ -48,8 +48,8 @@ from streamrec.learner.batch import Batch
 from streamrec.learner.intake import DeadLetterWriter, decode
 from streamrec.learner.match import match_features
 from streamrec.learner.metrics import BatchMetrics
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
-from streamrec.learner.snapshot_export import export_bytes
+from streamrec.snapshots.exports import export_bytes
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 logger = logging.getLogger(__name__)
 

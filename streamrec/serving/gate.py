@@ -22,10 +22,10 @@ from streamrec.config import LearnerConfig
 from streamrec.errors import SnapshotError, StreamrecError
 from streamrec.learner.batch import Batch
 from streamrec.learner.metrics import auc, logloss
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore, version_name
-from streamrec.learner.snapshot_export import verify_export
 from streamrec.serving.export import build_missing_export, export_snapshot, prune_exports
 from streamrec.serving.scorer import ExportedModel
+from streamrec.snapshots.exports import verify_export
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore, version_name
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import LearnerRunner
-from streamrec.learner.snapshot import SnapshotStore
+from streamrec.snapshots.store import SnapshotStore
 
 
 class StubLearner:

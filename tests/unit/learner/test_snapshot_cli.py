@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from streamrec.cli import app
-from streamrec.learner.snapshot import SnapshotStore
-from tests.unit.learner.test_promotion import corrupt
-from tests.unit.learner.test_snapshot import write
+from streamrec.snapshots.store import SnapshotStore
+from tests.unit.snapshots.test_promotion import corrupt
+from tests.unit.snapshots.test_snapshot import write
 
 
 def run(root: Path, *args: str, code: int = 0) -> Result:

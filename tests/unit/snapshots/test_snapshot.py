@@ -16,8 +16,8 @@ from streamrec import faults
 from streamrec.cli import app
 from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotWriteError
 from streamrec.kafka.records import Position
-from streamrec.learner import snapshot as snapshot_module
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
+from streamrec.snapshots import store as snapshot_module
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 
 def write(store: SnapshotStore, value: float = 1.0, **fields: object) -> SnapshotManifest:

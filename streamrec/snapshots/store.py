@@ -9,12 +9,12 @@ world-readable, so a serving process under another user can load them.
 A snapshot is written into ``<root>/.tmp-*``, fsynced, then renamed into place: readers see a
 whole snapshot or none. A version that fails any checksum (the manifest's included) is
 invalid: readers skip it with a warning and a learner resumes from the newest valid one.
-One learner at a time writes here (:mod:`streamrec.learner.lock`); ``streamrec snapshot
+One learner at a time writes here (:mod:`streamrec.snapshots.lock`); ``streamrec snapshot
 create`` asks it for a snapshot by dropping a request file in ``<root>/.requests/``.
-Serving loads the version ``<root>/serving/CURRENT`` names (:mod:`streamrec.learner.promotion`):
+Serving loads the version ``<root>/serving/CURRENT`` names (:mod:`streamrec.snapshots.promotion`):
 promote, rollback and retention (:meth:`SnapshotStore.prune`) act on it.
 
-With ``full_every`` K > 1 a version may be a delta (:mod:`streamrec.learner.snapshot_delta`):
+With ``full_every`` K > 1 a version may be a delta (:mod:`streamrec.snapshots.delta`):
 only the rows changed since its parent, the version before it, with a full snapshot every K
 versions. A delta is valid only with its whole chain back to that full one; loading it applies
 the chain in order, and retention keeps every version a kept one needs.
@@ -39,10 +39,10 @@ from safetensors.numpy import load_file, save_file
 from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotWriteError
 from streamrec.faults import fault_point
 from streamrec.fileio import fsync_path, sha256_file
-from streamrec.learner.lock import SnapshotLock
-from streamrec.learner.promotion import ServingEvent, ServingPointer
-from streamrec.learner.snapshot_delta import apply_delta, contiguous, delta_allowed, make_delta
-from streamrec.learner.snapshot_dir import (
+from streamrec.snapshots.lock import SnapshotLock
+from streamrec.snapshots.promotion import ServingEvent, ServingPointer
+from streamrec.snapshots.delta import apply_delta, contiguous, delta_allowed, make_delta
+from streamrec.snapshots.directory import (
     TMP_PREFIX,
     describe_os_error,
     ensure_directory,
@@ -51,9 +51,9 @@ from streamrec.learner.snapshot_dir import (
     remove_tree,
     version_name,
 )
-from streamrec.learner.snapshot_dir import free_bytes as disk_free_bytes
-from streamrec.learner.snapshot_export import check_export, refuse_unservable
-from streamrec.learner.snapshot_manifest import (
+from streamrec.snapshots.directory import free_bytes as disk_free_bytes
+from streamrec.snapshots.exports import check_export, refuse_unservable
+from streamrec.snapshots.manifest import (
     MANIFEST,
     MANIFEST_SUM,
     SnapshotEntry,

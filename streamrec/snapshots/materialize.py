@@ -19,13 +19,13 @@ from safetensors import SafetensorError
 
 from streamrec.errors import SnapshotError, SnapshotWriteError
 from streamrec.fileio import fsync_path
-from streamrec.learner.snapshot import (
+from streamrec.snapshots.store import (
     SnapshotManifest,
     SnapshotStore,
     write_manifest_files,
     write_tensor_files,
 )
-from streamrec.learner.snapshot_dir import TMP_PREFIX, describe_os_error
+from streamrec.snapshots.directory import TMP_PREFIX, describe_os_error
 
 _DIR_MODE = 0o755
 

@@ -28,7 +28,7 @@ import orjson
 
 from streamrec.errors import SnapshotError
 from streamrec.fileio import fsync_path
-from streamrec.learner.snapshot_dir import describe_os_error, parse_version
+from streamrec.snapshots.directory import describe_os_error, parse_version
 
 logger = logging.getLogger(__name__)
 
