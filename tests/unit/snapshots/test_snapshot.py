@@ -16,7 +16,7 @@ from streamrec import faults
 from streamrec.cli import app
 from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotWriteError
 from streamrec.kafka.records import Position
-from streamrec.snapshots import store as snapshot_module
+from streamrec.snapshots import files as snapshot_files
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 
@@ -198,7 +198,7 @@ def test_a_failing_write_leaves_nothing_and_says_why(
         Path(filename).write_bytes(b"partial")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
 
-    monkeypatch.setattr(snapshot_module, "save_file", full_disk)
+    monkeypatch.setattr(snapshot_files, "save_file", full_disk)
     with pytest.raises(SnapshotWriteError, match=f"cannot write snapshot in {tmp_path}: No space left"):
         write(store)
     assert list(tmp_path.iterdir()) == []
