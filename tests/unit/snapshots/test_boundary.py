@@ -24,7 +24,7 @@ FORBIDDEN = ("streamrec.learner", "streamrec.serving", "streamrec.cli", "streamr
 
 def imported(source: str) -> set[str]:
     """Every module name ``source`` imports, wherever the import stands."""
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
