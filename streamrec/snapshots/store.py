@@ -58,7 +58,13 @@ from streamrec.snapshots.files import (
     write_tensor_files,
 )
 from streamrec.snapshots.lock import SnapshotLock
-from streamrec.snapshots.manifest import MANIFEST, MANIFEST_SUM, SnapshotEntry, SnapshotManifest, read_manifest
+from streamrec.snapshots.manifest import (
+    MANIFEST,
+    MANIFEST_SUM,
+    SnapshotEntry,
+    SnapshotManifest,
+    read_manifest,
+)
 from streamrec.snapshots.promotion import BuildExport, ServingEvent, ServingPointer
 from streamrec.snapshots.requests import SnapshotRequests
 
@@ -231,9 +237,6 @@ class SnapshotStore:
         """
         return self._entry(version, {}).problem
 
-    def _verify(self, version: int, manifest: SnapshotManifest) -> None:
-        verify_tensor_files(self.path(version), manifest)
-
     def verify(self, version: int) -> SnapshotManifest:
         """Verify every checksum of a version; return its manifest.
 
@@ -251,7 +254,7 @@ class SnapshotStore:
         if not self.path(version).is_dir():
             raise InvalidSnapshot(f"no snapshot version {version_name(version)} in {self.root}")
         manifest = self.manifest(version)
-        self._verify(version, manifest)
+        verify_tensor_files(self.path(version), manifest)
         parent = manifest.parent
         if parent is not None:
             if parent not in known:
