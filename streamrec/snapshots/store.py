@@ -3,14 +3,16 @@
 Layout of ``<root>/v000007/``: ``manifest.json`` (version, time, the Kafka positions trained up
 to, metrics, config, file checksums), ``manifest.sha256`` (the manifest's own checksum, in
 ``sha256sum`` format) and one ``<name>.safetensors`` per tensor group (``model``,
-``optimizer``, ``state``). Nothing is pickled, so loading a snapshot runs no code. Files are
-world-readable, so a serving process under another user can load them.
+``optimizer``, ``state``), written and read by :mod:`streamrec.snapshots.files`. Nothing is
+pickled, so loading a snapshot runs no code. Files are world-readable, so a serving process
+under another user can load them.
 
 A snapshot is written into ``<root>/.tmp-*``, fsynced, then renamed into place: readers see a
 whole snapshot or none. A version that fails any checksum (the manifest's included) is
 invalid: readers skip it with a warning and a learner resumes from the newest valid one.
 One learner at a time writes here (:mod:`streamrec.snapshots.lock`); ``streamrec snapshot
-create`` asks it for a snapshot by dropping a request file in ``<root>/.requests/``.
+create`` asks it for a snapshot by dropping a request file in ``<root>/.requests/``
+(:mod:`streamrec.snapshots.requests`).
 Serving loads the version ``<root>/serving/CURRENT`` names (:mod:`streamrec.snapshots.promotion`):
 promote, rollback and retention (:meth:`SnapshotStore.prune`) act on it.
 

@@ -65,5 +65,17 @@ def test_loading_the_store_loads_neither_the_learner_nor_serving() -> None:
         "print(' '.join(sorted(m for m in sys.modules if m.startswith(('streamrec.learner', "
         "'streamrec.serving', 'paddle')))))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     assert proc.stdout.split() == []
+
+
+LEARNER = PACKAGE.parent / "learner"
+
+
+@pytest.mark.parametrize("path", sorted(LEARNER.glob("*.py")), ids=lambda p: p.name)
+def test_the_learner_writes_versions_without_reaching_into_serving(path: Path) -> None:
+    """The learner hands each version to serving's gate through a callback (``on_snapshot``)."""
+    names = imported(path.read_text())
+    assert sorted(n for n in names if n == "streamrec.serving" or n.startswith("streamrec.serving.")) == []
