@@ -74,10 +74,10 @@ def create(
     """
     with cli_errors():
         store = _store(snapshot_dir, log_level, config_file)
-        request_id = store.request()
+        request_id = store.requests.request()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            existing = store.answered(request_id)
+            existing = store.requests.answered(request_id)
             if existing is not None:
                 if as_json:
                     _print_json({"version": existing, "path": str(store.path(existing)), "new": False})
@@ -94,7 +94,7 @@ def create(
                     console.print(f"snapshot {manifest.name} written: {store.path(manifest.version)}")
                 return
             time.sleep(0.2)
-        store.done(request_id)
+        store.requests.done(request_id)
         raise SnapshotError(
             f"no learner answered within {timeout:.0f}s: is `streamrec learner run` running "
             f"with snapshot dir {store.root}?"

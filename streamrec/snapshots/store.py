@@ -119,7 +119,7 @@ class SnapshotStore:
         self.root = Path(root)
         self._free_bytes = free_bytes
         self.serving = ServingPointer(self.root)
-        self.requests = SnapshotRequests(self.root)
+        self.requests = SnapshotRequests(self.root)  # `streamrec snapshot create` -> the learner
         self.full_every = full_every
         self._parent: _Parent | None = None
 
@@ -413,27 +413,7 @@ class SnapshotStore:
         """Delete old versions, never a promoted one: :func:`streamrec.snapshots.promotion.prune`."""
         return promotion.prune(self, keep_last)
 
-    # --- requests from `streamrec snapshot create` (streamrec.snapshots.requests) ---------
-
-    def request(self) -> str:
-        """File a request for a snapshot; returns its id."""
-        return self.requests.request()
-
-    def pending_requests(self) -> list[str]:
-        """Ids of requests no snapshot has answered yet."""
-        return self.requests.pending()
-
-    def done(self, request_id: str) -> None:
-        """Remove an answered request."""
-        self.requests.done(request_id)
-
-    def answer(self, request_id: str, version: int) -> None:
-        """Answer a request with an existing version (nothing trained since it was written)."""
-        self.requests.answer(request_id, version)
-
-    def answered(self, request_id: str) -> int | None:
-        """The existing version :meth:`answer` gave a request, if any (its answer is consumed)."""
-        return self.requests.answered(request_id)
+    # --- requests from `streamrec snapshot create`: filed in self.requests ---------------
 
     def find_request(self, request_id: str) -> SnapshotManifest | None:
         """The snapshot that answered a request, if any (newest first)."""

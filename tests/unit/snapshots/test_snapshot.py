@@ -67,11 +67,11 @@ def test_leftover_temporary_directories_are_not_snapshots(tmp_path: Path) -> Non
 
 def test_requests_are_filed_answered_and_found(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path)
-    request = store.request()
-    assert store.pending_requests() == [request]
+    request = store.requests.request()
+    assert store.requests.pending() == [request]
     write(store, request_id=request)
-    store.done(request)
-    assert store.pending_requests() == []
+    store.requests.done(request)
+    assert store.requests.pending() == []
     found = store.find_request(request)
     assert found is not None and found.version == 1
     assert store.find_request("other") is None
