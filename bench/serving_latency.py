@@ -50,9 +50,9 @@ from streamrec.kafka.records import Record
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import _grouped
-from streamrec.learner.snapshot import SnapshotStore
 from streamrec.serving.export import export_snapshot
 from streamrec.serving.scorer import Candidate, ExportedModel
+from streamrec.snapshots.store import SnapshotStore
 
 MOVIELENS = Path(__file__).resolve().parents[1] / "streamrec" / "demo_data" / "movielens-latest-small"
 CANDIDATES = 100

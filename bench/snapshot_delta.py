@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from streamrec.kafka.records import Position
-from streamrec.learner.snapshot import SnapshotStore
+from streamrec.snapshots.store import SnapshotStore
 
 Tensors = dict[str, dict[str, np.ndarray]]
 

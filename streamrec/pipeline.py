@@ -19,9 +19,9 @@ from streamrec.events import Event
 from streamrec.kafka.topics import ensure_topics
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import LearnerRunner, LearnerStats, MicroBatchReport
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
 from streamrec.producer import publish
 from streamrec.serving.gate import Promoter
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 logger = logging.getLogger(__name__)
 

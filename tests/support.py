@@ -17,7 +17,7 @@ import msgspec
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-    from streamrec.learner.snapshot import SnapshotStore
+    from streamrec.snapshots.store import SnapshotStore
 
 
 def small_tables(
@@ -42,9 +42,9 @@ def trained_snapshots(root: Path, count: int = 2, seed: int = 0) -> SnapshotStor
     from streamrec.learner.batch import Batch
     from streamrec.learner.din import DINLearner
     from streamrec.learner.runner import _grouped
-    from streamrec.learner.snapshot import SnapshotStore
     from streamrec.samples import Sample
     from streamrec.serving.export import export_snapshot
+    from streamrec.snapshots.store import SnapshotStore
 
     cfg = ModelConfig.model_validate({
         "tables": small_tables(512, 64, dim=4), "sequence_length": 6, "attention_units": (8,),

@@ -59,9 +59,9 @@ def demo(
     from streamrec.config import RedisStoreConfig
     from streamrec.datasets import load_events
     from streamrec.gcsettings import tune_for_batches
-    from streamrec.learner.snapshot import SnapshotStore
     from streamrec.local.launch import local_services
     from streamrec.pipeline import run_pipeline  # imports Paddle: only when the demo runs
+    from streamrec.snapshots.store import SnapshotStore
 
     with cli_errors():
         tune_for_batches()

@@ -23,8 +23,8 @@ if TYPE_CHECKING:  # Paddle, the Kafka client, pydantic: imported when a command
     from streamrec.config import StreamrecConfig
     from streamrec.kafka.records import Partition
     from streamrec.learner.runner import MicroBatchReport
-    from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
     from streamrec.observability import LearnerMetrics
+    from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 app = command_group("Train DIN incrementally on the samples stream.")
 
@@ -159,9 +159,9 @@ def run(
     from streamrec.kafka.topics import ensure_topics
     from streamrec.learner.din import DINLearner
     from streamrec.learner.runner import LearnerRunner
-    from streamrec.learner.snapshot import SnapshotStore
     from streamrec.observability import LearnerMetrics
     from streamrec.serving.gate import Promoter
+    from streamrec.snapshots.store import SnapshotStore
 
     with cli_errors():
         cfg = build_config(

@@ -23,9 +23,9 @@ from streamrec.cli.options import ConfigFile, LogLevel, json_output, setting
 from streamrec.errors import InvalidSnapshot, SnapshotError
 
 if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command runs, not for --help
-    from streamrec.learner.snapshot import SnapshotEntry, SnapshotManifest, SnapshotStore
-    from streamrec.learner.snapshot_diff import SnapshotDiff
-    from streamrec.learner.snapshot_export import ExportCheck
+    from streamrec.snapshots.diff import SnapshotDiff
+    from streamrec.snapshots.exports import ExportCheck
+    from streamrec.snapshots.store import SnapshotEntry, SnapshotManifest, SnapshotStore
 
 app = command_group("Create, inspect, verify, promote, roll back and prune versioned model snapshots.")
 
@@ -37,7 +37,7 @@ VersionArg = typer.Argument(..., help="v000007, 7, current or latest")
 def _store(
     snapshot_dir: Path | None, log_level: str | None, config_file: Path | None
 ) -> SnapshotStore:
-    from streamrec.learner.snapshot import SnapshotStore
+    from streamrec.snapshots.store import SnapshotStore
 
     cfg = build_config(
         quiet=True, log_level=log_level, config_file=config_file, learner={"snapshot_dir": snapshot_dir}
@@ -46,8 +46,8 @@ def _store(
 
 
 def version_name(version: int) -> str:
-    """``v000007``: :func:`streamrec.learner.snapshot.version_name`, imported when called."""
-    from streamrec.learner.snapshot import version_name as name
+    """``v000007``: :func:`streamrec.snapshots.store.version_name`, imported when called."""
+    from streamrec.snapshots.store import version_name as name
 
     return name(version)
 
@@ -74,10 +74,10 @@ def create(
     """
     with cli_errors():
         store = _store(snapshot_dir, log_level, config_file)
-        request_id = store.request()
+        request_id = store.requests.request()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            existing = store.answered(request_id)
+            existing = store.requests.answered(request_id)
             if existing is not None:
                 if as_json:
                     _print_json({"version": existing, "path": str(store.path(existing)), "new": False})
@@ -94,7 +94,7 @@ def create(
                     console.print(f"snapshot {manifest.name} written: {store.path(manifest.version)}")
                 return
             time.sleep(0.2)
-        store.done(request_id)
+        store.requests.done(request_id)
         raise SnapshotError(
             f"no learner answered within {timeout:.0f}s: is `streamrec learner run` running "
             f"with snapshot dir {store.root}?"
@@ -207,7 +207,7 @@ def show(
             ("request", manifest.request_id or "-"),
         ]
         lines += [(f"metrics.{k}", _fmt(v)) for k, v in sorted(manifest.metrics.items())]
-        from streamrec.learner.snapshot_diff import flatten
+        from streamrec.snapshots.diff import flatten
 
         lines += [(f"config.{k}", str(v)) for k, v in sorted(flatten(manifest.config).items())]
         lines += [(f"files.{name}", digest) for name, digest in sorted(manifest.files.items())]
@@ -227,7 +227,7 @@ def verify(
     """Verify every checksum of one version or of all, and of its export; exit status 1 if any
     is invalid. A version without an export says so (serving builds it when promoted).
     """
-    from streamrec.learner.snapshot_export import check_export
+    from streamrec.snapshots.exports import check_export
 
     with cli_errors():
         store = _store(snapshot_dir, log_level, config_file)
@@ -295,7 +295,7 @@ def diff(
     """Differences between two versions: metrics, positions, config and, per tensor file, which
     tensors changed (rows changed, largest absolute difference).
     """
-    from streamrec.learner.snapshot_diff import diff_snapshots
+    from streamrec.snapshots.diff import diff_snapshots
 
     with cli_errors():
         store = _store(snapshot_dir, log_level, config_file)
@@ -385,7 +385,7 @@ def prune(
     config_file: Path | None = ConfigFile,
 ) -> None:
     """Delete all but the newest versions; promoted ones and the newest valid one are kept."""
-    from streamrec.learner.snapshot import SnapshotStore
+    from streamrec.snapshots.store import SnapshotStore
 
     with cli_errors():
         cfg = build_config(
@@ -418,8 +418,8 @@ def export(
     """Export a version for Paddle Inference (model, id tables, contract.json) under
     ``<snapshot dir>/exports/``; the learner exports every snapshot it writes.
     """
-    from streamrec.learner.snapshot_export import check_export, verify_export
     from streamrec.serving.export import export_snapshot
+    from streamrec.snapshots.exports import check_export, verify_export
 
     with cli_errors():
         store = _store(snapshot_dir, log_level, config_file)
@@ -448,7 +448,7 @@ def materialize_(
     """Write a full (non-delta) snapshot of a version to OUT: its delta chain applied, every
     tensor whole, checked like any version (name OUT v000007 to list it with the others).
     """
-    from streamrec.learner.snapshot_materialize import materialize
+    from streamrec.snapshots.materialize import materialize
 
     with cli_errors():
         store = _store(snapshot_dir, log_level, config_file)

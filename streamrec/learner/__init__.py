@@ -1,10 +1,11 @@
-"""The micro-batch learner: the learner contract, the DIN model, the learner loop, snapshots.
+"""The micro-batch learner: the learner contract, the DIN model, the learner loop.
 
 - :class:`Learner` is the contract every model implements (``learn_many``, ``predict_many``);
   :class:`DINLearner` is the Deep Interest Network in PaddlePaddle. Both take a
   :class:`Batch`: samples as columns.
 - :class:`LearnerRunner` is the loop: read a micro-batch of samples from Kafka, score it,
-  train on it, write a snapshot to a :class:`SnapshotStore`.
+  train on it, write a snapshot to a :class:`~streamrec.snapshots.SnapshotStore`
+  (:mod:`streamrec.snapshots`; re-exported here for older imports).
 - :func:`yield_checks` and :func:`check_learner` check a learner against the contract (as
   river's ``checks``), :class:`Promises` saying what it promises beyond it;
 - :func:`auc`, :func:`gauc` and :func:`logloss` are the prequential metrics;
@@ -25,10 +26,10 @@ if TYPE_CHECKING:
     from streamrec.learner.din import DINLearner
     from streamrec.learner.hashing import fingerprint
     from streamrec.learner.metrics import auc, gauc, logloss
-    from streamrec.learner.promotion import ServingPointer
     from streamrec.learner.runner import LearnerRunner, LearnerStats, MicroBatchReport
-    from streamrec.learner.snapshot import SnapshotStore
-    from streamrec.learner.snapshot_manifest import SnapshotManifest
+    from streamrec.snapshots.manifest import SnapshotManifest
+    from streamrec.snapshots.promotion import ServingPointer
+    from streamrec.snapshots.store import SnapshotStore
 
 __all__ = [
     "Batch",
@@ -60,10 +61,11 @@ __getattr__, __dir__ = lazy_exports(
         "streamrec.learner.din": ["DINLearner"],
         "streamrec.learner.hashing": ["fingerprint"],
         "streamrec.learner.metrics": ["auc", "gauc", "logloss"],
-        "streamrec.learner.promotion": ["ServingPointer"],
         "streamrec.learner.runner": ["LearnerRunner", "LearnerStats", "MicroBatchReport"],
-        "streamrec.learner.snapshot": ["SnapshotStore"],
-        "streamrec.learner.snapshot_manifest": ["SnapshotManifest"],
+        # snapshots are their own package now (streamrec.snapshots): these names stay for older imports
+        "streamrec.snapshots.manifest": ["SnapshotManifest"],
+        "streamrec.snapshots.promotion": ["ServingPointer"],
+        "streamrec.snapshots.store": ["SnapshotStore"],
     },
 )
 

@@ -48,8 +48,8 @@ from streamrec.learner.batch import Batch
 from streamrec.learner.intake import DeadLetterWriter, decode
 from streamrec.learner.match import match_features
 from streamrec.learner.metrics import BatchMetrics
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
-from streamrec.learner.snapshot_export import export_bytes
+from streamrec.snapshots.exports import export_bytes
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 logger = logging.getLogger(__name__)
 
@@ -481,15 +481,15 @@ class LearnerRunner(Closing):
             self._source.seek(self.positions)
 
     def _serve_requests(self) -> None:
-        for request_id in self.snapshots.pending_requests():
+        for request_id in self.snapshots.requests.pending():
             if self._snapshotted_version is not None and not self._unsnapshotted():
                 # Nothing trained since the last version: it answers; an empty delta would not.
-                self.snapshots.answer(request_id, self._snapshotted_version)
+                self.snapshots.requests.answer(request_id, self._snapshotted_version)
                 logger.info("snapshot request answered with version=%d: nothing trained since",
                             self._snapshotted_version)
             else:
                 self.snapshot(request_id)
-            self.snapshots.done(request_id)
+            self.snapshots.requests.done(request_id)
 
     def snapshot(self, request_id: str | None = None) -> SnapshotManifest:
         """Write a snapshot of the model and positions, then commit the positions to Kafka.

@@ -23,7 +23,7 @@ from streamrec.observability.process import ProcessMetrics
 
 if TYPE_CHECKING:  # the learner's modules import numpy and Kafka: only for the type checker
     from streamrec.learner.runner import MicroBatchReport
-    from streamrec.learner.snapshot import SnapshotManifest
+    from streamrec.snapshots.store import SnapshotManifest
 
 PREFIX = "streamrec_learner"
 

@@ -39,17 +39,17 @@ from streamrec.learner.din import DINLearner
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
-from streamrec.learner.snapshot import SnapshotStore
-from streamrec.learner.snapshot_dir import TMP_PREFIX, parse_version, remove_temporaries, remove_tree
-from streamrec.learner.snapshot_export import (
+from streamrec.serving.graph import ContextScoringGraph, ScoringGraph
+from streamrec.snapshots.directory import TMP_PREFIX, parse_version, remove_temporaries, remove_tree
+from streamrec.snapshots.exports import (
     EXPORTS,
     MANIFEST,
     MANIFEST_SUM,
     check_export,
     export_dir,
 )
-from streamrec.learner.snapshot_export import verify_export as verify_export  # its old home
-from streamrec.serving.graph import ContextScoringGraph, ScoringGraph
+from streamrec.snapshots.exports import verify_export as verify_export  # its old home
+from streamrec.snapshots.store import SnapshotStore
 
 CONTRACT_SCHEMA = 1
 MODEL_PREFIX = "model"

@@ -22,10 +22,11 @@ from streamrec.config import LearnerConfig
 from streamrec.errors import SnapshotError, StreamrecError
 from streamrec.learner.batch import Batch
 from streamrec.learner.metrics import auc, logloss
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore, version_name
-from streamrec.learner.snapshot_export import verify_export
 from streamrec.serving.export import build_missing_export, export_snapshot, prune_exports
 from streamrec.serving.scorer import ExportedModel
+from streamrec.snapshots.exports import verify_export
+from streamrec.snapshots.promotion import promote
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore, version_name
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +151,8 @@ class Promoter:
 
     def _promote(self, version: int, reason: str) -> None:
         try:
-            self.store.promote(version, reason=reason, build_export=partial(build_missing_export, self.store))
+            build = partial(build_missing_export, self.store)
+            promote(self.store, version, reason=reason, build_export=build)
         except SnapshotError as exc:
             logger.error("promotion failed version=%s error=%s", version_name(version), exc)
             return

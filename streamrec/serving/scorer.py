@@ -25,9 +25,9 @@ from streamrec.errors import SnapshotError
 from streamrec.learner.batch import Batch, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
-from streamrec.learner.snapshot import SnapshotStore, version_name
-from streamrec.learner.snapshot_export import verify_export
 from streamrec.serving.export import CONTRACT, export_snapshot
+from streamrec.snapshots.exports import verify_export
+from streamrec.snapshots.store import SnapshotStore, version_name
 
 logger = logging.getLogger(__name__)
 

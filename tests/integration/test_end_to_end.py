@@ -20,10 +20,10 @@ from streamrec.featurestore import Behaviour, RedisFeatureStore
 from streamrec.learner.din import DINLearner
 from streamrec.learner.metrics import auc
 from streamrec.learner.runner import LearnerRunner, MicroBatchReport
-from streamrec.learner.snapshot import SnapshotStore
 from streamrec.pipeline import run_pipeline
 from streamrec.producer import publish
 from streamrec.samples import Sample
+from streamrec.snapshots.store import SnapshotStore
 
 SEQ = 20
 

@@ -31,9 +31,9 @@ MODULES = (
     "streamrec.learner.hashing",
     "streamrec.learner.idstats",
     "streamrec.learner.metrics",
-    "streamrec.learner.snapshot",
     "streamrec.replay.batches",
     "streamrec.samples",
+    "streamrec.snapshots.store",
 )
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

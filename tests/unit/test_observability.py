@@ -25,7 +25,6 @@ from streamrec.events import parse_event
 from streamrec.kafka.records import Partition, Position
 from streamrec.learner.metrics import BatchMetrics
 from streamrec.learner.runner import MicroBatchReport
-from streamrec.learner.snapshot import SnapshotManifest
 from streamrec.observability import (
     ConsumerMetrics,
     LagCollector,
@@ -37,6 +36,7 @@ from streamrec.observability import (
 )
 from streamrec.observability.consumer import BATCH_SECONDS_BUCKETS, OTHER_REASON, REASONS
 from streamrec.observability.learner import TRAIN_SECONDS_BUCKETS
+from streamrec.snapshots.store import SnapshotManifest
 
 T0_MS = 1_700_000_000_000  # an event time, epoch ms
 

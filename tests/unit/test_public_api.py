@@ -27,6 +27,7 @@ PACKAGES = (
     "streamrec.observability",
     "streamrec.replay",
     "streamrec.serving",
+    "streamrec.snapshots",
 )
 # Importing any of these must not load them: ``streamrec --help`` imports the packages.
 HEAVY = ("paddle", "redis", "confluent_kafka", "starlette", "matplotlib")

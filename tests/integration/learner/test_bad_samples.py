@@ -17,8 +17,8 @@ from confluent_kafka import Message, Producer
 from streamrec.config import StreamrecConfig
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import LearnerRunner, LearnerStats
-from streamrec.learner.snapshot import SnapshotStore
 from streamrec.samples import Sample
+from streamrec.snapshots.store import SnapshotStore
 from tests.support import small_tables
 
 TS = 1_511_658_000_000

@@ -25,7 +25,7 @@ from tests.support import small_tables
 _HOLDER = """
 import sys
 from pathlib import Path
-from streamrec.learner.snapshot import SnapshotStore
+from streamrec.snapshots.store import SnapshotStore
 SnapshotStore(Path(sys.argv[1])).lock()
 print("locked", flush=True)
 sys.stdin.read()

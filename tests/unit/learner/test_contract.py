@@ -53,9 +53,9 @@ def din_export(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
     """The serving path: a snapshot of the learner, exported, scored by Paddle Inference."""
     from streamrec.learner.din import DINLearner
     from streamrec.learner.runner import _grouped
-    from streamrec.learner.snapshot import SnapshotStore
     from streamrec.serving.export import export_snapshot
     from streamrec.serving.scorer import ExportedModel
+    from streamrec.snapshots.store import SnapshotStore
 
     assert isinstance(learner, DINLearner)
     store = SnapshotStore(root)

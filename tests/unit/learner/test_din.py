@@ -22,8 +22,8 @@ from streamrec.learner.batch import Batch, EncodedBatch, encode
 from streamrec.learner.din import OPTIMIZER_PREFIX, DINLearner, resolve_device
 from streamrec.learner.model import DIN
 from streamrec.learner.runner import _grouped
-from streamrec.learner.snapshot import SnapshotStore
 from streamrec.samples import Sample
+from streamrec.snapshots.store import SnapshotStore
 from tests.support import small_tables
 
 CFG = ModelConfig.model_validate(

@@ -15,8 +15,8 @@ from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.runner import _grouped
-from streamrec.learner.snapshot import SnapshotStore
 from streamrec.samples import Sample
+from streamrec.snapshots.store import SnapshotStore
 from tests.support import small_tables
 
 DAY_MS = 86_400_000

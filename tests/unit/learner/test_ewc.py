@@ -18,7 +18,7 @@ from streamrec.errors import SnapshotError
 from streamrec.learner.din import EWC_PREFIX, DINLearner
 from streamrec.learner.ewc import OnlineEWC
 from streamrec.learner.runner import _grouped
-from streamrec.learner.snapshot import SnapshotStore
+from streamrec.snapshots.store import SnapshotStore
 from tests.unit.learner.test_din import CFG, _batch
 
 EWC = CFG.model_copy(update={"ewc_lambda": 10.0})

@@ -32,8 +32,8 @@ from streamrec.learner.din import DINLearner
 from streamrec.learner.intake import DeadLetterWriter
 from streamrec.learner.metrics import BatchMetrics
 from streamrec.learner.runner import LearnerRunner, MicroBatchReport
-from streamrec.learner.snapshot import SnapshotStore
 from streamrec.samples import Sample
+from streamrec.snapshots.store import SnapshotStore
 from tests.unit.learner.test_din import HASHED as SMALL_MODEL
 
 TOPIC = "samples"

@@ -22,7 +22,7 @@ from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import LearnerRunner
-from streamrec.learner.snapshot import SnapshotStore
+from streamrec.snapshots.store import SnapshotStore
 
 
 class StubLearner:
@@ -189,17 +189,17 @@ def test_a_snapshot_request_with_nothing_trained_since_answers_with_the_newest_v
     store.write({"model": {"w": np.ones(4, np.float32)}, "state": {"n": np.arange(3)}},
                 micro_batches=1, samples_trained=5, positions=(Position("s", 0, 10),))
     with LearnerRunner(config(tmp_path), StubLearner()) as runner:
-        request = store.request()
+        request = store.requests.request()
         runner._serve_requests()
         assert store.versions() == [1]  # no empty version written
-        assert store.pending_requests() == [] and store.answered(request) == 1
+        assert store.requests.pending() == [] and store.requests.answered(request) == 1
         runner.positions[Partition("s", 0)] = 12  # dead letters passed: that is news
-        request = store.request()
+        request = store.requests.request()
         runner._serve_requests()
         assert store.versions() == [1, 2] and store.find_request(request) == store.manifest(2)
-        request = store.request()
+        request = store.requests.request()
         runner._serve_requests()
-        assert store.versions() == [1, 2] and store.answered(request) == 2
+        assert store.versions() == [1, 2] and store.requests.answered(request) == 2
 
 
 def test_a_snapshot_of_another_model_layout_names_the_settings_that_differ(

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from streamrec.cli import app
-from streamrec.learner.snapshot import SnapshotStore
-from tests.unit.learner.test_promotion import corrupt
-from tests.unit.learner.test_snapshot import write
+from streamrec.snapshots.store import SnapshotStore
+from tests.unit.snapshots.test_promotion import corrupt
+from tests.unit.snapshots.test_snapshot import write
 
 
 def run(root: Path, *args: str, code: int = 0) -> Result:
@@ -124,11 +124,11 @@ def test_prune_keeps_the_configured_number(store: SnapshotStore, monkeypatch: py
 
 def test_create_with_nothing_trained_answers_with_the_newest_version(store: SnapshotStore) -> None:
     def learner() -> None:  # as a running learner with nothing trained since v000003 answers
-        while not store.pending_requests():
+        while not store.requests.pending():
             time.sleep(0.01)
-        request = store.pending_requests()[0]
-        store.answer(request, 3)
-        store.done(request)
+        request = store.requests.pending()[0]
+        store.requests.answer(request, 3)
+        store.requests.done(request)
 
     thread = threading.Thread(target=learner)
     thread.start()

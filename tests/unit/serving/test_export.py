@@ -19,10 +19,10 @@ from streamrec.errors import InvalidSnapshot
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import _grouped
-from streamrec.learner.snapshot import SnapshotStore
 from streamrec.samples import Sample
 from streamrec.serving.export import export_snapshot, verify_export, write_export
 from streamrec.serving.scorer import Candidate, ExportedModel
+from streamrec.snapshots.store import SnapshotStore
 from tests.support import small_tables
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "score_export.py"

@@ -18,9 +18,9 @@ from typer.testing import CliRunner, Result
 
 from streamrec.cli import app
 from streamrec.errors import InvalidSnapshot, SnapshotError
-from streamrec.learner.snapshot import SnapshotStore
 from streamrec.serving.export import export_dir
 from streamrec.serving.scorer import Scorer
+from streamrec.snapshots.store import SnapshotStore
 from tests.support import trained_snapshots
 
 PARAMS = "model.pdiparams"

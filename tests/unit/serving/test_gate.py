@@ -13,10 +13,10 @@ from streamrec.config import LearnerConfig
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import _grouped
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
 from streamrec.samples import Sample
 from streamrec.serving.export import export_dir, export_snapshot
 from streamrec.serving.gate import Promoter, judge
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 from tests.unit.serving.test_export import config
 
 

@@ -16,10 +16,10 @@ import pytest
 import uvicorn
 
 from streamrec.config import ServingConfig
-from streamrec.learner.snapshot import SnapshotStore
 from streamrec.serving.export import export_dir
 from streamrec.serving.http import build_app, no_history, parse_request
 from streamrec.serving.scorer import Candidate, Scorer
+from streamrec.snapshots.store import SnapshotStore
 from tests.support import trained_snapshots
 
 

@@ -19,15 +19,10 @@ from safetensors import SafetensorError
 
 from streamrec.errors import SnapshotError, SnapshotWriteError
 from streamrec.fileio import fsync_path
-from streamrec.learner.snapshot import (
-    SnapshotManifest,
-    SnapshotStore,
-    write_manifest_files,
-    write_tensor_files,
-)
-from streamrec.learner.snapshot_dir import TMP_PREFIX, describe_os_error
-
-_DIR_MODE = 0o755
+from streamrec.snapshots.directory import TMP_PREFIX, describe_os_error
+from streamrec.snapshots.files import DIR_MODE, write_manifest_files, write_tensor_files
+from streamrec.snapshots.manifest import SnapshotManifest
+from streamrec.snapshots.store import SnapshotStore
 
 
 def materialize(store: SnapshotStore, version: int, out: Path) -> SnapshotManifest:
@@ -45,7 +40,7 @@ def materialize(store: SnapshotStore, version: int, out: Path) -> SnapshotManife
     tmp = out.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
     try:
         tmp.mkdir(parents=False)
-        os.chmod(tmp, _DIR_MODE)
+        os.chmod(tmp, DIR_MODE)
         full = dataclasses.replace(
             manifest, files=write_tensor_files(tmp, tensors), kind="full", parent=None, delta={}
         )

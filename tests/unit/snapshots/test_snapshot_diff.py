@@ -9,8 +9,8 @@ import pytest
 
 from streamrec.errors import InvalidSnapshot
 from streamrec.kafka.records import Position
-from streamrec.learner.snapshot import SnapshotStore
-from streamrec.learner.snapshot_diff import TensorDiff, diff_snapshots, flatten
+from streamrec.snapshots.diff import TensorDiff, diff_snapshots, flatten
+from streamrec.snapshots.store import SnapshotStore
 
 
 def test_diff_reports_what_changed(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ from streamrec.cli import app
 from streamrec.config import StreamrecConfig
 from streamrec.errors import InvalidSnapshot, SnapshotError
 from streamrec.kafka.records import Position
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
-from streamrec.learner.snapshot_delta import ROWS_SUFFIX
-from tests.unit.learner.test_promotion import corrupt
+from streamrec.snapshots.delta import ROWS_SUFFIX
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
+from tests.unit.snapshots.test_promotion import corrupt
 
 Tensors = dict[str, dict[str, np.ndarray]]
 

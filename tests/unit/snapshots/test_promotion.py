@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from streamrec.errors import InvalidSnapshot, SnapshotError
-from streamrec.learner import snapshot_dir
-from streamrec.learner.snapshot import SnapshotStore
-from tests.unit.learner.test_snapshot import write
+from streamrec.snapshots import directory as snapshot_dir
+from streamrec.snapshots.store import SnapshotStore
+from tests.unit.snapshots.test_snapshot import write
 
 
 def corrupt(store: SnapshotStore, version: int, name: str = "model.safetensors") -> Path:

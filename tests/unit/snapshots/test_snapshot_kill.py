@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from streamrec.errors import InvalidSnapshot
-from streamrec.learner.snapshot import SnapshotStore
+from streamrec.snapshots.store import SnapshotStore
 
 TRIALS = 20
 # Each write is ~1 MB in three files and several fsyncs (a few ms): kills within this window
@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from streamrec.kafka.records import Position
-from streamrec.learner.snapshot import SnapshotStore
-from tests.unit.learner.test_snapshot_kill import tensors
+from streamrec.snapshots.store import SnapshotStore
+from tests.unit.snapshots.test_snapshot_kill import tensors
 
 store = SnapshotStore(Path(sys.argv[1]), full_every=int(sys.argv[3]))
 rng = np.random.default_rng(int(sys.argv[2]))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 _FIELDS = ("created_at", "micro_batches", "samples_trained", "request_id")
 

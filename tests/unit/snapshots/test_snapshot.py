@@ -16,8 +16,8 @@ from streamrec import faults
 from streamrec.cli import app
 from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotWriteError
 from streamrec.kafka.records import Position
-from streamrec.learner import snapshot as snapshot_module
-from streamrec.learner.snapshot import SnapshotManifest, SnapshotStore
+from streamrec.snapshots import files as snapshot_files
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 
 def write(store: SnapshotStore, value: float = 1.0, **fields: object) -> SnapshotManifest:
@@ -67,11 +67,11 @@ def test_leftover_temporary_directories_are_not_snapshots(tmp_path: Path) -> Non
 
 def test_requests_are_filed_answered_and_found(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path)
-    request = store.request()
-    assert store.pending_requests() == [request]
+    request = store.requests.request()
+    assert store.requests.pending() == [request]
     write(store, request_id=request)
-    store.done(request)
-    assert store.pending_requests() == []
+    store.requests.done(request)
+    assert store.requests.pending() == []
     found = store.find_request(request)
     assert found is not None and found.version == 1
     assert store.find_request("other") is None
@@ -198,7 +198,7 @@ def test_a_failing_write_leaves_nothing_and_says_why(
         Path(filename).write_bytes(b"partial")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
 
-    monkeypatch.setattr(snapshot_module, "save_file", full_disk)
+    monkeypatch.setattr(snapshot_files, "save_file", full_disk)
     with pytest.raises(SnapshotWriteError, match=f"cannot write snapshot in {tmp_path}: No space left"):
         write(store)
     assert list(tmp_path.iterdir()) == []

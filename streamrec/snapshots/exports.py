@@ -16,7 +16,7 @@ import orjson
 
 from streamrec.errors import InvalidSnapshot
 from streamrec.fileio import sha256_file
-from streamrec.learner.snapshot_dir import parse_version, version_name
+from streamrec.snapshots.directory import parse_version, version_name
 
 EXPORTS = "exports"
 MANIFEST = "manifest.json"

@@ -2,7 +2,7 @@
 
 ``manifest.json`` is pretty JSON sealed by ``manifest.sha256`` (``sha256sum`` format). It may
 only name plain ``*.safetensors`` files of its own directory, and a delta (see
-:mod:`streamrec.learner.snapshot_delta`) only an earlier version as its parent.
+:mod:`streamrec.snapshots.delta`) only an earlier version as its parent.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import orjson
 
 from streamrec.errors import InvalidSnapshot
 from streamrec.kafka.records import Position
-from streamrec.learner.snapshot_delta import DeltaSpec
-from streamrec.learner.snapshot_dir import describe_os_error, version_name
+from streamrec.snapshots.delta import DeltaSpec
+from streamrec.snapshots.directory import describe_os_error, version_name
 
 # A manifest may only name tensor files inside its own directory: no paths, no other formats.
 _TENSOR_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.safetensors$")

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from streamrec.cli import app
 from streamrec.errors import InvalidSnapshot
-from streamrec.learner.snapshot import SnapshotStore
-from tests.unit.learner.test_snapshot import write
+from streamrec.snapshots.store import SnapshotStore
+from tests.unit.snapshots.test_snapshot import write
 
 
 class _Payload:

@@ -3,18 +3,20 @@
 Layout of ``<root>/v000007/``: ``manifest.json`` (version, time, the Kafka positions trained up
 to, metrics, config, file checksums), ``manifest.sha256`` (the manifest's own checksum, in
 ``sha256sum`` format) and one ``<name>.safetensors`` per tensor group (``model``,
-``optimizer``, ``state``). Nothing is pickled, so loading a snapshot runs no code. Files are
-world-readable, so a serving process under another user can load them.
+``optimizer``, ``state``), written and read by :mod:`streamrec.snapshots.files`. Nothing is
+pickled, so loading a snapshot runs no code. Files are world-readable, so a serving process
+under another user can load them.
 
 A snapshot is written into ``<root>/.tmp-*``, fsynced, then renamed into place: readers see a
 whole snapshot or none. A version that fails any checksum (the manifest's included) is
 invalid: readers skip it with a warning and a learner resumes from the newest valid one.
-One learner at a time writes here (:mod:`streamrec.learner.lock`); ``streamrec snapshot
-create`` asks it for a snapshot by dropping a request file in ``<root>/.requests/``.
-Serving loads the version ``<root>/serving/CURRENT`` names (:mod:`streamrec.learner.promotion`):
+One learner at a time writes here (:mod:`streamrec.snapshots.lock`); ``streamrec snapshot
+create`` asks it for a snapshot by dropping a request file in ``<root>/.requests/``
+(:mod:`streamrec.snapshots.requests`).
+Serving loads the version ``<root>/serving/CURRENT`` names (:mod:`streamrec.snapshots.promotion`):
 promote, rollback and retention (:meth:`SnapshotStore.prune`) act on it.
 
-With ``full_every`` K > 1 a version may be a delta (:mod:`streamrec.learner.snapshot_delta`):
+With ``full_every`` K > 1 a version may be a delta (:mod:`streamrec.snapshots.delta`):
 only the rows changed since its parent, the version before it, with a full snapshot every K
 versions. A delta is valid only with its whole chain back to that full one; loading it applies
 the chain in order, and retention keeps every version a kept one needs.
@@ -26,53 +28,51 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors import SafetensorError, safe_open
-from safetensors.numpy import load_file, save_file
+from safetensors import SafetensorError
 
 from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotWriteError
 from streamrec.faults import fault_point
-from streamrec.fileio import fsync_path, sha256_file
-from streamrec.learner.lock import SnapshotLock
-from streamrec.learner.promotion import ServingEvent, ServingPointer
-from streamrec.learner.snapshot_delta import apply_delta, contiguous, delta_allowed, make_delta
-from streamrec.learner.snapshot_dir import (
+from streamrec.fileio import fsync_path
+from streamrec.snapshots import promotion
+from streamrec.snapshots.delta import apply_delta, delta_allowed, make_delta
+from streamrec.snapshots.directory import (
     TMP_PREFIX,
     describe_os_error,
     ensure_directory,
     parse_version,
     prepare_directory,
-    remove_tree,
     version_name,
 )
-from streamrec.learner.snapshot_dir import free_bytes as disk_free_bytes
-from streamrec.learner.snapshot_export import check_export, refuse_unservable
-from streamrec.learner.snapshot_manifest import (
+from streamrec.snapshots.directory import free_bytes as disk_free_bytes
+from streamrec.snapshots.files import (
+    DIR_MODE,
+    Tensors,
+    read_tensor_files,
+    verify_tensor_files,
+    write_manifest_files,
+    write_tensor_files,
+)
+from streamrec.snapshots.lock import SnapshotLock
+from streamrec.snapshots.manifest import (
     MANIFEST,
     MANIFEST_SUM,
     SnapshotEntry,
     SnapshotManifest,
-    checksum_line,
     read_manifest,
 )
+from streamrec.snapshots.promotion import BuildExport, ServingEvent, ServingPointer
+from streamrec.snapshots.requests import SnapshotRequests
 
 __all__ = ["MANIFEST", "MANIFEST_SUM", "SnapshotEntry", "SnapshotManifest", "SnapshotStore", "version_name"]
 
 logger = logging.getLogger(__name__)
-
-_FILE_MODE = 0o644  # world-readable: serving may run as another user (safetensors writes 0600)
-_DIR_MODE = 0o755
-
-Tensors = dict[str, dict[str, np.ndarray]]
-# Builds a version's missing export (serving's build_missing_export): its path, or None when the
-# version holds no model to export; raises SnapshotError when it cannot.
-BuildExport = Callable[[int], Path | None]
 
 
 @dataclass(frozen=True)
@@ -82,39 +82,6 @@ class _Parent:
     manifest: SnapshotManifest
     tensors: Tensors  # private copies
     depth: int  # deltas since the last full snapshot: 0 for a full one
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    path.write_bytes(data)
-    _seal(path)
-
-
-def _seal(path: Path) -> None:
-    """Make a written file world-readable and durable."""
-    os.chmod(path, _FILE_MODE)
-    with path.open("rb+") as fh:
-        os.fsync(fh.fileno())
-
-
-def write_tensor_files(directory: Path, tensors: Tensors) -> dict[str, str]:
-    """One sealed ``<group>.safetensors`` per tensor group in ``directory``.
-
-    Their sha256 by file name, as a manifest's ``files``.
-    """
-    files = {}
-    for group, arrays in tensors.items():
-        target = directory / f"{group}.safetensors"
-        save_file({k: contiguous(v) for k, v in arrays.items()}, str(target))
-        _seal(target)
-        files[target.name] = sha256_file(target)
-    return files
-
-
-def write_manifest_files(directory: Path, manifest: SnapshotManifest) -> None:
-    """``manifest.json`` and its checksum file in ``directory``, sealed."""
-    raw = manifest.to_json()
-    _write_file(directory / MANIFEST, raw)
-    _write_file(directory / MANIFEST_SUM, checksum_line(raw))
 
 
 class SnapshotStore:
@@ -152,6 +119,7 @@ class SnapshotStore:
         self.root = Path(root)
         self._free_bytes = free_bytes
         self.serving = ServingPointer(self.root)
+        self.requests = SnapshotRequests(self.root)  # `streamrec snapshot create` -> the learner
         self.full_every = full_every
         self._parent: _Parent | None = None
 
@@ -210,7 +178,7 @@ class SnapshotStore:
         try:
             ensure_directory(self.root)
             tmp.mkdir()
-            os.chmod(tmp, _DIR_MODE)
+            os.chmod(tmp, DIR_MODE)
             manifest = self._fill(tmp, written, fields)
             fault_point("snapshot.before_rename")
             os.rename(tmp, self.path(manifest.version))  # fails if the version exists: no overwrite
@@ -271,23 +239,6 @@ class SnapshotStore:
         """
         return self._entry(version, {}).problem
 
-    def _verify(self, version: int, manifest: SnapshotManifest) -> None:
-        for name, digest in manifest.files.items():
-            path = self.path(version) / name
-            try:
-                matches = sha256_file(path) == digest
-            except FileNotFoundError as exc:
-                raise InvalidSnapshot(f"{path} is missing") from exc
-            except OSError as exc:
-                raise InvalidSnapshot(f"cannot read {path}: {describe_os_error(exc)}") from exc
-            if not matches:
-                raise InvalidSnapshot(f"{path} does not match its checksum")
-            try:  # the header only: a file that is not safetensors fails here, never executes
-                with safe_open(str(path), framework="np"):
-                    pass
-            except (OSError, SafetensorError) as exc:
-                raise InvalidSnapshot(f"{path} is not a safetensors file: {exc}") from exc
-
     def verify(self, version: int) -> SnapshotManifest:
         """Verify every checksum of a version; return its manifest.
 
@@ -305,7 +256,7 @@ class SnapshotStore:
         if not self.path(version).is_dir():
             raise InvalidSnapshot(f"no snapshot version {version_name(version)} in {self.root}")
         manifest = self.manifest(version)
-        self._verify(version, manifest)
+        verify_tensor_files(self.path(version), manifest)
         parent = manifest.parent
         if parent is not None:
             if parent not in known:
@@ -351,14 +302,7 @@ class SnapshotStore:
         return manifest, tensors
 
     def _read(self, manifest: SnapshotManifest) -> Tensors:
-        tensors = {}
-        for name in manifest.files:
-            path = self.path(manifest.version) / name
-            try:
-                tensors[name.removesuffix(".safetensors")] = load_file(str(path))
-            except (OSError, SafetensorError) as exc:
-                raise InvalidSnapshot(f"cannot read {path}: {describe_os_error(exc)}") from exc
-        return tensors
+        return read_tensor_files(self.path(manifest.version), manifest)
 
     def latest_valid(self) -> tuple[SnapshotManifest, Tensors] | None:
         """The newest version that passes every check, loaded; None when there is none.
@@ -437,7 +381,7 @@ class SnapshotStore:
             raise SnapshotError(f"{spec!r} is not a version: give v000007, 7, current or latest")
         return int(digits)
 
-    # --- serving: the promoted version, rollback, retention ------------------------------
+    # --- serving: the promoted version, rollback, retention (streamrec.snapshots.promotion) ---
 
     def current(self) -> int | None:
         """The promoted version serving loads (``serving/CURRENT``), or None if none is.
@@ -458,173 +402,18 @@ class SnapshotStore:
     def promote(
         self, version: int, reason: str = "manual", build_export: BuildExport | None = None
     ) -> SnapshotManifest:
-        """Verify every checksum of ``version`` and of its export, then point serving at it.
-
-        A damaged export is refused. A missing one is built first by ``build_export(version)``
-        when it is given (serving's promotions give it); without a builder, or when the version
-        holds no model to export (the builder returns None), it is accepted.
-
-        Raises:
-            InvalidSnapshot: the version or its export is missing or failed a check (the message
-                names the file); the pointer is unchanged.
-            SnapshotError: the pointer or its history cannot be written.
-        """
-        with self.serving.locked():
-            manifest = self.verify(version)
-            self._require_export(version, build_export)
-            previous = self._current_or_none()
-            self.serving.record("promote", version, previous, reason)
-            self.serving.point(version)
-        logger.info("promoted snapshot version=%s previous=%s reason=%s", manifest.name,
-                    previous and version_name(previous), reason)
-        return manifest
-
-    def _require_export(self, version: int, build_export: BuildExport | None) -> None:
-        """Raise unless ``version``'s export is whole (built first if missing and a builder is given).
-
-        A store given no builder accepts a missing export.
-        """
-        check = check_export(self.root, version)
-        if check.missing:
-            if build_export is None or build_export(version) is None:
-                return  # no builder, or nothing to export: a store without a model
-            logger.info("built the missing export of version=%s before serving it", version_name(version))
-            check = check_export(self.root, version)
-        refuse_unservable(check)
-
-    def _servable_problem(self, version: int, build_export: BuildExport | None) -> str | None:
-        """Why serving cannot take ``version`` (the snapshot or its export), or None."""
-        problem = self.validate(version)
-        if problem is not None:
-            return problem
-        try:
-            self._require_export(version, build_export)
-        except SnapshotError as exc:
-            return str(exc)
-        return None
+        """Point serving at ``version``: :func:`streamrec.snapshots.promotion.promote`."""
+        return promotion.promote(self, version, reason, build_export)
 
     def rollback(self, reason: str = "manual", build_export: BuildExport | None = None) -> int:
-        """Point serving back at the version promoted before the current one.
-
-        Point serving back at the version promoted before the current one, skipping any that
-        is no longer valid or whose export is damaged (see :meth:`promote` for
-        ``build_export``); returns it.
-
-        Raises:
-            SnapshotError: nothing is promoted, or no earlier promoted version is valid.
-        """
-        with self.serving.locked():
-            current = self.current()
-            if current is None:
-                raise SnapshotError(f"no version is promoted in {self.root}: nothing to roll back")
-            skipped = []
-            for version in self.serving.rollback_candidates(current):
-                problem = self._servable_problem(version, build_export)
-                if problem is None:
-                    self.serving.record("rollback", version, current, reason)
-                    self.serving.point(version)
-                    logger.info("rolled back serving version=%s from=%s", version_name(version),
-                                version_name(current))
-                    return version
-                logger.warning("not rolling back to invalid version=%s reason=%s",
-                               version_name(version), problem)
-                skipped.append(version_name(version))
-        note = f" (invalid: {', '.join(skipped)})" if skipped else ""
-        raise SnapshotError(
-            f"no earlier promoted valid version to roll back to from {version_name(current)}{note}: "
-            "promote one with `streamrec snapshot promote VERSION`"
-        )
+        """Point serving back a version: :func:`streamrec.snapshots.promotion.rollback`."""
+        return promotion.rollback(self, reason, build_export)
 
     def prune(self, keep_last: int) -> list[int]:
-        """Delete all but the newest ``keep_last`` versions (0 keeps all); returns those deleted.
+        """Delete old versions, never a promoted one: :func:`streamrec.snapshots.promotion.prune`."""
+        return promotion.prune(self, keep_last)
 
-        Never deleted: a version ever promoted, the current one, the newest valid one (what a
-        learner resumes from), and every version the chain of a kept delta needs. Each is
-        renamed to a ``.tmp-`` name before it is removed, so a crash leaves no half-deleted
-        version, only a temporary removed at the next start.
-
-        Raises:
-            SnapshotError: a negative ``keep_last``, an unreadable pointer, or a failed rename.
-        """
-        if keep_last < 0:
-            raise SnapshotError(f"keep_last must be 0 (keep all) or more, not {keep_last}")
-        if keep_last == 0:
-            return []
-        deleted = []
-        with self.serving.locked():
-            versions = self.versions()
-            newest_valid = next((v for v in reversed(versions) if self.validate(v) is None), None)
-            kept = set(versions[-keep_last:]) | set(self.promoted()) | {newest_valid}
-            keep = {v for version in kept if version is not None for v in self._ancestry(version)}
-            for version in versions:
-                if version in keep:
-                    continue
-                try:
-                    remove_tree(self.path(version))
-                except OSError as exc:
-                    cause = describe_os_error(exc)
-                    raise SnapshotError(f"cannot delete snapshot {self.path(version)}: {cause}") from exc
-                deleted.append(version)
-        if deleted:
-            logger.info("pruned snapshots path=%s deleted=%s kept=%d", self.root,
-                        ",".join(map(version_name, deleted)), len(versions) - len(deleted))
-        return deleted
-
-    def _ancestry(self, version: int) -> Iterator[int]:
-        """``version`` and the parents its chain names, as far as their manifests are readable."""
-        seen: int | None = version
-        while seen is not None:
-            yield seen
-            manifest = self._manifest_or_none(seen)
-            seen = None if manifest is None else manifest.parent
-
-    def _current_or_none(self) -> int | None:
-        try:
-            return self.current()
-        except SnapshotError as exc:  # a broken pointer is what a promotion repairs
-            logger.warning("replacing an unreadable serving pointer error=%s", exc)
-            return None
-
-    # --- requests from `streamrec snapshot create` -------------------------------------
-
-    @property
-    def _requests(self) -> Path:
-        return self.root / ".requests"
-
-    def request(self) -> str:
-        """File a request for a snapshot; returns its id."""
-        request_id = uuid.uuid4().hex
-        self._requests.mkdir(parents=True, exist_ok=True)
-        tmp = self._requests / f".{request_id}.tmp"
-        tmp.write_bytes(b"")
-        os.rename(tmp, self._requests / request_id)
-        return request_id
-
-    def pending_requests(self) -> list[str]:
-        """Ids of requests no snapshot has answered yet."""
-        if not self._requests.is_dir():
-            return []
-        return sorted(p.name for p in self._requests.iterdir() if not p.name.startswith("."))
-
-    def done(self, request_id: str) -> None:
-        """Remove an answered request."""
-        (self._requests / request_id).unlink(missing_ok=True)
-
-    def answer(self, request_id: str, version: int) -> None:
-        """Answer a request with an existing version (nothing trained since it was written)."""
-        tmp = self._requests / f".{request_id}.answer.tmp"
-        tmp.write_text(f"{version_name(version)}\n")
-        os.rename(tmp, self._requests / f".{request_id}.answer")
-
-    def answered(self, request_id: str) -> int | None:
-        """The existing version :meth:`answer` gave a request, if any (its answer is consumed)."""
-        path = self._requests / f".{request_id}.answer"
-        try:
-            version = parse_version(path.read_text())
-        except OSError:
-            return None
-        path.unlink(missing_ok=True)
-        return version
+    # --- requests from `streamrec snapshot create`: filed in self.requests ---------------
 
     def find_request(self, request_id: str) -> SnapshotManifest | None:
         """The snapshot that answered a request, if any (newest first)."""

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from streamrec.errors import SnapshotInUse
-from streamrec.learner.lock import SnapshotLock
+from streamrec.snapshots.lock import SnapshotLock
 
 # Takes the lock, says so, then holds it until killed (stdin never closes before that).
 _HOLDER = """
 import sys
 from pathlib import Path
-from streamrec.learner.lock import SnapshotLock
+from streamrec.snapshots.lock import SnapshotLock
 SnapshotLock(Path(sys.argv[1])).acquire()
 print("locked", flush=True)
 sys.stdin.read()

@@ -21,7 +21,7 @@ from types import TracebackType
 import orjson
 
 from streamrec.errors import SnapshotDirError, SnapshotInUse
-from streamrec.learner.snapshot_dir import describe_os_error
+from streamrec.snapshots.directory import describe_os_error
 
 logger = logging.getLogger(__name__)
 

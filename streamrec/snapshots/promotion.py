@@ -1,0 +1,362 @@
+r"""Promotion: which snapshot version serving loads, how it moves, and what retention keeps.
+
+``<root>/serving/CURRENT`` holds one version name (``v000007\n``). It is replaced atomically
+(written beside, fsynced, ``os.replace``, directory fsynced), so a reader sees the old name or
+the new one, never a torn file; serving needs no lock to read it. ``<root>/serving/history.jsonl``
+is append-only JSON lines (time, action ``promote`` or ``rollback``, version, previous,
+reason): every version it names was once served, so retention never deletes it.
+
+Operators promote and roll back while a learner writes, so pointer updates take their own
+short ``flock`` (``<root>/serving/.lock``), never the learner's. The history line is written
+before the pointer moves: a crash between the two leaves a version recorded (and so kept)
+that was not served, never one served and unrecorded.
+
+:func:`promote` and :func:`rollback` move the pointer only to a version whose every checksum
+(and its export's) holds; :func:`prune` deletes old versions but never one the pointer ever
+named. :class:`~streamrec.snapshots.store.SnapshotStore` offers all three as methods.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+import orjson
+
+from streamrec.errors import SnapshotError
+from streamrec.fileio import fsync_path
+from streamrec.snapshots.directory import describe_os_error, parse_version, remove_tree, version_name
+from streamrec.snapshots.exports import check_export, refuse_unservable
+from streamrec.snapshots.manifest import SnapshotManifest
+
+logger = logging.getLogger(__name__)
+
+SERVING = "serving"
+CURRENT = "CURRENT"
+HISTORY = "history.jsonl"
+_LOCK = ".lock"
+_CURRENT_TMP = ".CURRENT.tmp"  # one name: writers hold the lock, so a crash leaves one at most
+_MODE = 0o644  # serving may run as another user
+# How long an update waits for another one (a promote verifying a large snapshot) to finish.
+LOCK_TIMEOUT_S = 60.0
+_LOCK_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class ServingEvent:
+    """One line of the serving history."""
+
+    time: str
+    action: str  # "promote" or "rollback"
+    version: int  # the version served from then on
+    previous: int | None  # the version served before, None at the first promotion
+    reason: str
+
+
+class ServingPointer:
+    """``<root>/serving/``: the CURRENT pointer, its history and its lock."""
+
+    def __init__(self, root: Path) -> None:
+        """The pointer of the snapshot directory ``root`` (nothing is created until written)."""
+        self.dir = Path(root) / SERVING
+        self.current_path = self.dir / CURRENT
+        self.history_path = self.dir / HISTORY
+
+    def current(self) -> int | None:
+        """The version serving should load, or None when nothing was ever promoted.
+
+        Raises:
+            SnapshotError: CURRENT exists but is unreadable or names no version.
+        """
+        try:
+            text = self.current_path.read_text()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SnapshotError(f"cannot read {self.current_path}: {describe_os_error(exc)}") from exc
+        version = parse_version(text)
+        if version is None:
+            raise SnapshotError(
+                f"{self.current_path} names no version ({text.strip()[:40]!r}): promote one again"
+            )
+        return version
+
+    def history(self) -> list[ServingEvent]:
+        """Every promotion and rollback, oldest first (a line torn by a crash is skipped)."""
+        try:
+            raw = self.history_path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise SnapshotError(f"cannot read {self.history_path}: {describe_os_error(exc)}") from exc
+        events = []
+        for number, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                events.append(ServingEvent(**orjson.loads(line)))
+            except (orjson.JSONDecodeError, TypeError) as exc:
+                logger.warning("skipping unreadable serving history line path=%s line=%d error=%s",
+                               self.history_path, number, exc)
+        return events
+
+    @contextmanager
+    def locked(self, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+        """Hold the pointer's lock (waiting up to ``timeout_s`` for another update).
+
+        Raises:
+            SnapshotError: the lock cannot be created, or another update held it too long.
+        """
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.dir / _LOCK, os.O_RDWR | os.O_CREAT, _MODE)
+        except OSError as exc:
+            raise SnapshotError(f"cannot create {self.dir / _LOCK}: {describe_os_error(exc)}") from exc
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise SnapshotError(
+                            f"{self.dir / _LOCK} stayed locked for {timeout_s:.0f}s: another "
+                            "promote, rollback or prune is running; try again when it ends"
+                        ) from None
+                    time.sleep(_LOCK_POLL_S)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
+    def record(self, action: str, version: int, previous: int | None, reason: str) -> ServingEvent:
+        """Append one event to the history, durably. Call it holding :meth:`locked`."""
+        event = ServingEvent(
+            time=datetime.now(UTC).isoformat(timespec="milliseconds"),
+            action=action, version=version, previous=previous, reason=reason,
+        )
+        line = orjson.dumps(asdict(event)) + b"\n"
+        try:
+            fd = os.open(self.history_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, _MODE)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a crash
+                    line = b"\n" + line
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise SnapshotError(f"cannot write {self.history_path}: {describe_os_error(exc)}") from exc
+        return event
+
+    def point(self, version: int) -> None:
+        """Swap CURRENT to ``version`` atomically. Call it holding :meth:`locked`."""
+        tmp = self.dir / _CURRENT_TMP
+        try:
+            with tmp.open("wb") as fh:
+                fh.write(f"v{version:06d}\n".encode())
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, _MODE)
+            os.replace(tmp, self.current_path)
+            fsync_path(self.dir)
+        except OSError as exc:
+            raise SnapshotError(f"cannot write {self.current_path}: {describe_os_error(exc)}") from exc
+
+    def promoted(self) -> list[int]:
+        """Every version ever served, in order of first promotion (CURRENT's included)."""
+        seen = dict.fromkeys(e.version for e in self.history())
+        current = self.current()
+        if current is not None:
+            seen.setdefault(current)
+        return list(seen)
+
+    def rollback_candidates(self, current: int) -> list[int]:
+        """The versions served before ``current``, most recent first (a rollback takes the first valid one).
+
+        A promote pushes a version; a rollback pops back to its target.
+        """
+        stack: list[int] = []
+        for event in self.history():
+            if event.action == "rollback" and event.version in stack:
+                del stack[stack.index(event.version) + 1:]
+            elif not stack or stack[-1] != event.version:
+                stack.append(event.version)
+        if current in stack:  # the history may run past CURRENT after a crash between the two
+            del stack[len(stack) - 1 - stack[::-1].index(current):]
+        return [v for v in reversed(stack) if v != current]
+
+
+# Builds a version's missing export (serving's build_missing_export): its path, or None when the
+# version holds no model to export; raises SnapshotError when it cannot.
+BuildExport = Callable[[int], Path | None]
+
+
+class Versions(Protocol):
+    """What promotion needs of a snapshot directory (:class:`~streamrec.snapshots.store.SnapshotStore`)."""
+
+    root: Path
+    serving: ServingPointer
+
+    def versions(self) -> list[int]:
+        """Version directories, oldest first."""
+
+    def path(self, version: int) -> Path:
+        """Directory of a version."""
+
+    def manifest(self, version: int) -> SnapshotManifest:
+        """One manifest, its own checksum verified."""
+
+    def verify(self, version: int) -> SnapshotManifest:
+        """Every checksum of a version and its chain verified; its manifest."""
+
+    def validate(self, version: int) -> str | None:
+        """Why a version is invalid, or None."""
+
+
+def promote(
+    store: Versions, version: int, reason: str = "manual", build_export: BuildExport | None = None
+) -> SnapshotManifest:
+    """Verify every checksum of ``version`` and of its export, then point serving at it.
+
+    A damaged export is refused. A missing one is built first by ``build_export(version)``
+    when it is given (serving's promotions give it); without a builder, or when the version
+    holds no model to export (the builder returns None), it is accepted.
+
+    Raises:
+        InvalidSnapshot: the version or its export is missing or failed a check (the message
+            names the file); the pointer is unchanged.
+        SnapshotError: the pointer or its history cannot be written.
+    """
+    with store.serving.locked():
+        manifest = store.verify(version)
+        _require_export(store, version, build_export)
+        previous = _current_or_none(store.serving)
+        store.serving.record("promote", version, previous, reason)
+        store.serving.point(version)
+    logger.info("promoted snapshot version=%s previous=%s reason=%s", manifest.name,
+                previous and version_name(previous), reason)
+    return manifest
+
+
+def _require_export(store: Versions, version: int, build_export: BuildExport | None) -> None:
+    """Raise unless ``version``'s export is whole (built first if missing and a builder is given).
+
+    A store given no builder accepts a missing export.
+    """
+    check = check_export(store.root, version)
+    if check.missing:
+        if build_export is None or build_export(version) is None:
+            return  # no builder, or nothing to export: a store without a model
+        logger.info("built the missing export of version=%s before serving it", version_name(version))
+        check = check_export(store.root, version)
+    refuse_unservable(check)
+
+
+def _servable_problem(store: Versions, version: int, build_export: BuildExport | None) -> str | None:
+    """Why serving cannot take ``version`` (the snapshot or its export), or None."""
+    problem = store.validate(version)
+    if problem is not None:
+        return problem
+    try:
+        _require_export(store, version, build_export)
+    except SnapshotError as exc:
+        return str(exc)
+    return None
+
+
+def rollback(store: Versions, reason: str = "manual", build_export: BuildExport | None = None) -> int:
+    """Point serving back at the version promoted before the current one.
+
+    Point serving back at the version promoted before the current one, skipping any that
+    is no longer valid or whose export is damaged (see :func:`promote` for
+    ``build_export``); returns it.
+
+    Raises:
+        SnapshotError: nothing is promoted, or no earlier promoted version is valid.
+    """
+    with store.serving.locked():
+        current = store.serving.current()
+        if current is None:
+            raise SnapshotError(f"no version is promoted in {store.root}: nothing to roll back")
+        skipped = []
+        for version in store.serving.rollback_candidates(current):
+            problem = _servable_problem(store, version, build_export)
+            if problem is None:
+                store.serving.record("rollback", version, current, reason)
+                store.serving.point(version)
+                logger.info("rolled back serving version=%s from=%s", version_name(version),
+                            version_name(current))
+                return version
+            logger.warning("not rolling back to invalid version=%s reason=%s",
+                           version_name(version), problem)
+            skipped.append(version_name(version))
+    note = f" (invalid: {', '.join(skipped)})" if skipped else ""
+    raise SnapshotError(
+        f"no earlier promoted valid version to roll back to from {version_name(current)}{note}: "
+        "promote one with `streamrec snapshot promote VERSION`"
+    )
+
+
+def prune(store: Versions, keep_last: int) -> list[int]:
+    """Delete all but the newest ``keep_last`` versions (0 keeps all); returns those deleted.
+
+    Never deleted: a version ever promoted, the current one, the newest valid one (what a
+    learner resumes from), and every version the chain of a kept delta needs. Each is
+    renamed to a ``.tmp-`` name before it is removed, so a crash leaves no half-deleted
+    version, only a temporary removed at the next start.
+
+    Raises:
+        SnapshotError: a negative ``keep_last``, an unreadable pointer, or a failed rename.
+    """
+    if keep_last < 0:
+        raise SnapshotError(f"keep_last must be 0 (keep all) or more, not {keep_last}")
+    if keep_last == 0:
+        return []
+    deleted = []
+    with store.serving.locked():
+        versions = store.versions()
+        newest_valid = next((v for v in reversed(versions) if store.validate(v) is None), None)
+        kept = set(versions[-keep_last:]) | set(store.serving.promoted()) | {newest_valid}
+        keep = {v for version in kept if version is not None for v in _ancestry(store, version)}
+        for version in versions:
+            if version in keep:
+                continue
+            try:
+                remove_tree(store.path(version))
+            except OSError as exc:
+                cause = describe_os_error(exc)
+                raise SnapshotError(f"cannot delete snapshot {store.path(version)}: {cause}") from exc
+            deleted.append(version)
+    if deleted:
+        logger.info("pruned snapshots path=%s deleted=%s kept=%d", store.root,
+                    ",".join(map(version_name, deleted)), len(versions) - len(deleted))
+    return deleted
+
+
+def _ancestry(store: Versions, version: int) -> Iterator[int]:
+    """``version`` and the parents its chain names, as far as their manifests are readable."""
+    seen: int | None = version
+    while seen is not None:
+        yield seen
+        try:
+            seen = store.manifest(seen).parent
+        except SnapshotError:
+            seen = None
+
+
+def _current_or_none(pointer: ServingPointer) -> int | None:
+    try:
+        return pointer.current()
+    except SnapshotError as exc:  # a broken pointer is what a promotion repairs
+        logger.warning("replacing an unreadable serving pointer error=%s", exc)
+        return None
