@@ -82,7 +82,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# KEYS: seq, ids of each user of the call, in turn. ARGV: cap, ttl_ms, horizon_ms, then one
+# KEYS: seq, ids of each user of the call, in turn. ARGV: cap, ttl_ms, horizon_ms, Redis's
+# compact sorted-set limits (entries, member bytes: see ``_compact_limits``), then one
 # string per user holding its events, one line each (see ``_event_line``):
 # ``ts \x1f want \x1f member \x1f mark \n``, want 1 when a history is asked for (2 and 3 as
 # 0 and 1 for an event judged by its id but not stored, an impression). One string
@@ -95,7 +96,11 @@ T = TypeVar("T")
 # holds.
 # Per user, trims the sequence to the latest `cap` entries before the batch's earliest
 # accepted event, keeping everything from it on, so a batch redone after an aborted commit
-# reads exactly the same histories.
+# reads exactly the same histories. A batch can so push the sequence past Redis's compact
+# limit (128 entries) before the trim: Redis makes it a skiplist (about five times the bytes)
+# and never turns it back, so once the trim brings it within the limit again the sequence is
+# written afresh, compact. Only a call that may have passed the limit (the entries before the
+# batch and the batch's own exceed it) checks: none of a user's usual calls.
 # An id is remembered as ``mark \t ts``. It counts as forgotten once it is older than the
 # horizon behind the user's newest event before the call (the newest entry of the sequence,
 # which trimming never removes), as if it had been deleted then; it is deleted for real when
@@ -110,17 +115,34 @@ T = TypeVar("T")
 # its instructions in the benchmark (``bench/redis_instructions.py``).
 _SEQUENCE_LUA = """
 local cap, ttl, horizon = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local entries, value = tonumber(ARGV[4]), tonumber(ARGV[5])
 local quarter = math.max(1, math.floor(tonumber(ttl) / 4))
 local now = redis.call('TIME')
 local expires = string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ttl))
+-- a sequence Redis turned into a skiplist (it passed `entries`) written afresh, compact, once
+-- it fits again: Redis never turns one back by itself
+local function compact(seq, ids)
+  if redis.call('ZCARD', seq) > entries or redis.call('OBJECT', 'ENCODING', seq) ~= 'skiplist' then
+    return
+  end
+  local all, args = redis.call('ZRANGE', seq, '0', '-1', 'WITHSCORES'), {}
+  for i = 1, #all, 2 do
+    if #all[i] > value then return end  -- too long a member for the compact form
+    args[i], args[i + 1] = all[i + 1], all[i]
+  end
+  redis.call('DEL', seq)
+  redis.call('ZADD', seq, unpack(args))
+  redis.call('PEXPIREAT', seq, expires)
+  redis.call('PEXPIREAT', ids, expires)
+end
 local out = {}
-for u = 1, #ARGV - 3 do
+for u = 1, #ARGV - 5 do
   local seq, ids = KEYS[2 * u - 1], KEYS[2 * u]
   local top = redis.call('ZREVRANGE', seq, '0', '0', 'WITHSCORES')
   local newest = tonumber(top[2])  -- nil for a user without a sequence
   local chunk, added, reads, low, lowscore, high = {}, {}, {}, nil, nil, newest
   for score, want, member, id, mark in
-      string.gmatch(ARGV[u + 3], '(%-?%d+)\\31(%d)\\31(([^\\t]*)[^\\31]*)\\31([^\\n]*)\\n') do
+      string.gmatch(ARGV[u + 5], '(%-?%d+)\\31(%d)\\31(([^\\t]*)[^\\31]*)\\31([^\\n]*)\\n') do
     local code, seen, value = 0, nil, mark .. '\\t' .. score
     if redis.call('HSETNX', ids, id, value) == 0 then
       seen = redis.call('HGET', ids, id)
@@ -180,6 +202,7 @@ for u = 1, #ARGV - 3 do
   if low ~= nil then
     if before == nil then before = redis.call('ZCOUNT', seq, '-inf', '(' .. lowscore) end
     if before > cap then redis.call('ZREMRANGEBYRANK', seq, 0, before - cap - 1) end
+    if before + #chunk / 2 > entries then compact(seq, ids) end  -- it may have passed them
     if newest ~= nil and horizon > 0 and math.floor(high / horizon) > math.floor(newest / horizon) then
       local all, old = redis.call('HGETALL', ids), {}
       for i = 1, #all, 2 do
@@ -221,6 +244,9 @@ for i = 1, #KEYS do
 end
 return out
 """
+# Redis's defaults for zset-max-listpack-entries and zset-max-listpack-value: a sorted set of
+# at most so many entries, none longer than so many bytes, is kept compact (a listpack).
+_COMPACT_DEFAULTS = (128, 64)
 # Users (and items) per script call: one call per user cost most of the consumer's time in
 # redis-py packing and parsing; a few hundred per call keep each call to a millisecond or
 # so, short enough not to hold up other clients of Redis.
@@ -285,6 +311,7 @@ class RedisFeatureStore(FeatureStore):
             None if cfg.cluster else redis.Redis.from_url(cfg.url, decode_responses=True, **self._options)
         )
         self._shas: tuple[str, ...] | None = None  # loaded on first use, again after NOSCRIPT
+        self._limits = _COMPACT_DEFAULTS  # Redis's compact sorted-set limits, read with the scripts
         self._markers: dict[str, str] | None = None  # marker key -> value, set by attach()
 
     @property
@@ -316,6 +343,7 @@ class RedisFeatureStore(FeatureStore):
         primary (a cluster loads on all).
         """
         if self._shas is None or reload:
+            self._limits = _compact_limits(self._redis, self.length)
             self._shas = tuple(
                 self._redis.script_load(script)
                 for script in (_SEQUENCE_LUA, _FIRST_SEEN_LUA, CLAIM_LUA, ADVANCE_LUA)
@@ -561,6 +589,7 @@ class RedisFeatureStore(FeatureStore):
         calls: list[list[str]],
     ) -> Iterator[tuple[Any, ...]]:
         prefix = self._prefix
+        limits = self._limits
         for users in calls:
             keys: list[str] = []
             lines: list[str] = []
@@ -571,7 +600,17 @@ class RedisFeatureStore(FeatureStore):
                     lines.append(_event_line(arrivals[indexes[0]]))
                 else:
                     lines.append("".join([_event_line(arrivals[i]) for i in indexes]))
-            yield ("EVALSHA", sha, len(keys), *keys, self.length, self._ttl_ms, self.dedup_horizon_ms, *lines)
+            yield (
+                "EVALSHA",
+                sha,
+                len(keys),
+                *keys,
+                self.length,
+                self._ttl_ms,
+                self.dedup_horizon_ms,
+                *limits,
+                *lines,
+            )
 
     def _item_commands(
         self, sha: str, earliest: dict[str, int], calls: list[list[str]]
@@ -792,6 +831,30 @@ def _check_servers(infos: list[dict[str, Any]]) -> None:
                 "noeviction (Redis's default), or no maxmemory"
             )
 
+
+def _compact_limits(client: redis.Redis | RedisCluster, length: int) -> tuple[int, int]:
+    """Redis's compact sorted-set limits: entries, and bytes a member.
+
+    Redis's defaults when the user may not run CONFIG GET. Warns when a full sequence alone
+    cannot stay compact (``STREAMREC_MODEL__SEQUENCE_LENGTH`` past the entries limit).
+    """
+    limits = list(_COMPACT_DEFAULTS)
+    try:
+        for k, name in enumerate(("zset-max-listpack-entries", "zset-max-listpack-value")):
+            reply = client.config_get(name) or client.config_get(name.replace("listpack", "ziplist"))
+            if reply:  # Redis 7 names the setting listpack, 6.2 ziplist
+                limits[k] = int(str(next(iter(reply.values()))))
+    except redis.RedisError as exc:  # an ACL user held to the store's commands, a managed Redis
+        logger.debug("redis compact limits not read, defaults assumed: %s", exc)
+    if length > limits[0]:
+        logger.warning(
+            "sequences of %s behaviours (STREAMREC_MODEL__SEQUENCE_LENGTH) pass redis's "
+            "zset-max-listpack-entries %s: every full sequence is kept as a skiplist, about five "
+            "times the bytes; set zset-max-listpack-entries to at least twice the length",
+            length,
+            limits[0],
+        )
+    return limits[0], limits[1]
 
 
 def _parse_call(
