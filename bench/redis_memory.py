@@ -3,7 +3,9 @@
 The consumers' sample builder processes the events in process against a fresh redis-server
 (in batches of 5,000 over 4 partitions, as ``redis_instructions.py`` does; no broker), and
 Redis's ``used_memory`` after, less before, is divided by the distinct users and by the
-events, and by the behaviours the sequences hold. Each sequence's encoding is counted
+events, and by the behaviours the sequences hold; the sequences' own ``MEMORY USAGE`` a user
+and a behaviour apart (``used_memory`` also holds the event ids and the items' first-seen
+times). Each sequence's encoding is counted
 (``OBJECT ENCODING``: ``listpack``, the compact one, or ``skiplist``), with its mean
 ``MEMORY USAGE`` and the longest member (Redis keeps a sorted set compact up to
 ``zset-max-listpack-entries``, 128, entries of up to ``zset-max-listpack-value``, 64 bytes).
@@ -55,8 +57,11 @@ def sequences(url: str) -> dict[str, object]:
         by.setdefault(name, []).append(int(usage))
         behaviours += int(size)
         longest = max([longest, *map(len, members)])
+    total = sum(sum(v) for v in by.values())
     return {
         "behaviours": behaviours,
+        "sequence_bytes_per_user": round(total / max(1, len(keys))),
+        "sequence_bytes_per_behaviour": round(total / max(1, behaviours)),
         "longest_member_bytes": longest,
         "encodings": {name: len(sizes) for name, sizes in sorted(by.items())},
         "sequence_bytes_by_encoding": {name: round(sum(v) / len(v)) for name, v in sorted(by.items())},

@@ -31,7 +31,8 @@ from streamrec.featurestore import (
     StoreUpdate,
     Verdict,
 )
-from streamrec.featurestore.redis_store import _FIRST_SEEN_LUA
+from streamrec.featurestore.redis_markers import marker_keys
+from streamrec.featurestore.redis_scripts import FIRST_SEEN_LUA
 from streamrec.kafka.records import Partition
 from streamrec.local.launch import start_redis
 from streamrec.local.ports import free_port
@@ -207,7 +208,7 @@ def test_a_cluster_store_keeps_a_marker_on_every_primary(
 ) -> None:
     cfg = RedisStoreConfig(url=redis_cluster_url, cluster=True, key_prefix=unique_name)
     store = RedisFeatureStore(cfg, 3)
-    keys = store._marker_keys()  # the layout is what this test checks
+    keys = marker_keys(store._redis, unique_name)  # the layout is what this test checks
     assert len(keys) == 3
     store.attach(can_start_empty=True)
     update(store, [ev(1)])
@@ -516,7 +517,7 @@ def test_redis_scripts_lost_after_the_first_calls_make_the_batch_go_again(
     store = RedisFeatureStore(store_config, 3, HOUR)
     update(store, [ev(1)])
     redis_client.script_flush()
-    redis_client.script_load(_FIRST_SEEN_LUA)  # the item calls run; the user calls do not
+    redis_client.script_load(FIRST_SEEN_LUA)  # the item calls run; the user calls do not
     with store.update([Arrival(ev(2), "0:e002", True)]) as got, pytest.raises(FeatureStoreUnavailable):
         got.all()
     redo = store.update([Arrival(ev(2), "0:e002", True)])
