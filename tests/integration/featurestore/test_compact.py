@@ -13,6 +13,7 @@ from typing import cast
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from streamrec.config import RedisStoreConfig
 from streamrec.events import Event
@@ -80,6 +81,21 @@ def test_a_batch_that_passes_the_compact_limit_before_the_trim_leaves_the_user_c
     assert update(store, batch) == first  # a redo reads the same histories
     assert first[0] == [f"e{i:06d}" for i in range(50, 100)]
     assert [b.event_id for b in store.sequence("u")] == [f"e{i:06d}" for i in range(110, 160)]
+
+
+def test_a_cluster_store_leaves_the_user_compact_too(redis_cluster_url: str, unique_name: str) -> None:
+    """The same script on a Redis Cluster: the user's keys on their own primary."""
+    cfg = RedisStoreConfig(url=redis_cluster_url, cluster=True, key_prefix=unique_name)
+    store = RedisFeatureStore(cfg, LENGTH, HOUR)
+    client = RedisCluster.from_url(redis_cluster_url)
+    try:
+        update(store, events(0, 100))
+        update(store, events(100, 60))
+        key = store.key("u")
+        assert client.zcard(key) == LENGTH + 60
+        assert str(client.object("encoding", key), "ascii") in COMPACT
+    finally:
+        client.close()
 
 
 def test_a_user_that_was_over_the_limit_once_is_compact_again(
