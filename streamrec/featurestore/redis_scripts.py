@@ -22,7 +22,8 @@ arguments and parses its replies (``redis_codec``).
 # limit (128 entries) before the trim: Redis makes it a skiplist (about five times the bytes)
 # and never turns it back, so once the trim brings it within the limit again the sequence is
 # written afresh, compact. Only a call that may have passed the limit (the entries before the
-# batch and the batch's own exceed it) checks: none of a user's usual calls.
+# batch and the batch's own exceed it, or the batch reaches back before the newest stored
+# entry: late events, a redo) counts the sequence: none of a user's usual calls.
 # An id is remembered as ``mark \t ts``. It counts as forgotten once it is older than the
 # horizon behind the user's newest event before the call (the newest entry of the sequence,
 # which trimming never removes), as if it had been deleted then; it is deleted for real when
@@ -41,12 +42,12 @@ local entries, value = tonumber(ARGV[4]), tonumber(ARGV[5])
 local quarter = math.max(1, math.floor(tonumber(ttl) / 4))
 local now = redis.call('TIME')
 local expires = string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ttl))
--- a sequence Redis turned into a skiplist (it passed `entries`) written afresh, compact, once
--- it fits again: Redis never turns one back by itself
-local function compact(seq, ids)
-  if redis.call('ZCARD', seq) > entries or redis.call('OBJECT', 'ENCODING', seq) ~= 'skiplist' then
-    return
-  end
+-- a sequence Redis turned into a skiplist (it passed `entries` in this call: it held `removed`
+-- more before the trim, or the call began past them) written afresh, compact, once it fits
+-- again: Redis never turns one back by itself
+local function compact(seq, ids, removed)
+  local size = redis.call('ZCARD', seq)
+  if size > entries or size + removed <= entries then return end  -- still past, or never was
   local all, args = redis.call('ZRANGE', seq, '0', '-1', 'WITHSCORES'), {}
   for i = 1, #all, 2 do
     if #all[i] > value then return end  -- too long a member for the compact form
@@ -123,8 +124,11 @@ for u = 1, #ARGV - 5 do
   end
   if low ~= nil then
     if before == nil then before = redis.call('ZCOUNT', seq, '-inf', '(' .. lowscore) end
-    if before > cap then redis.call('ZREMRANGEBYRANK', seq, 0, before - cap - 1) end
-    if before + #chunk / 2 > entries then compact(seq, ids) end  -- it may have passed them
+    local removed = math.max(0, before - cap)
+    if removed > 0 then redis.call('ZREMRANGEBYRANK', seq, 0, removed - 1) end
+    -- it may have passed `entries`: more than that before and in the batch, or entries from
+    -- `low` on stored before (a late event, a redo) that `before` does not count
+    if before + #chunk / 2 > entries or (newest ~= nil and low <= newest) then compact(seq, ids, removed) end
     if newest ~= nil and horizon > 0 and math.floor(high / horizon) > math.floor(newest / horizon) then
       local all, old = redis.call('HGETALL', ids), {}
       for i = 1, #all, 2 do

@@ -17,7 +17,9 @@ from redis.cluster import RedisCluster
 
 from streamrec.config import RedisStoreConfig
 from streamrec.events import Event
-from streamrec.featurestore import Arrival, FeatureStore, RedisFeatureStore, Verdict
+from streamrec.featurestore import Arrival, FeatureStore, MemoryFeatureStore, RedisFeatureStore, Verdict
+from tests.integration.conftest import PrivateService
+from tests.integration.featurestore.test_contract import random_batches
 
 T0 = 1_511_658_000_000
 HOUR = 3_600_000
@@ -125,3 +127,33 @@ def test_a_sequence_longer_than_the_compact_limit_is_warned_of(
     with caplog.at_level("WARNING", logger="streamrec.featurestore"):
         update(RedisFeatureStore(store_config, LENGTH, HOUR), events(1, 1))
     assert caplog.text == ""
+
+
+def test_a_random_stream_past_a_small_compact_limit_answers_as_memory_does(
+    private_redis: PrivateService, unique_name: str
+) -> None:
+    """Redis told to keep only 6 entries compact: sequences of 4 pass it and are written afresh
+    in many batches, redone ones too; every answer is still the memory store's, and every
+    sequence within the limit is compact.
+    """
+    client = redis.Redis(host="127.0.0.1", port=private_redis.port)
+    client.config_set("zset-max-listpack-entries", 6)
+    cfg = RedisStoreConfig(url=f"redis://127.0.0.1:{private_redis.port}", key_prefix=unique_name)
+    store = RedisFeatureStore(cfg, 4, HOUR)
+    memory = MemoryFeatureStore(4, HOUR)
+    over: set[str] = set()  # users whose sequence was past the limit
+    rewritten = 0
+    for batch_no, arrivals, times in random_batches(11):
+        for _ in range(times):
+            assert store.update(arrivals).all() == memory.update(arrivals).all(), batch_no
+            for user in {a.event.user_id for a in arrivals}:
+                key = store.key(user)
+                if client.zcard(key) > 6:
+                    over.add(user)
+                    continue
+                assert encoding(client, key) in COMPACT, (batch_no, user)
+                rewritten += user in over
+                over.discard(user)
+    assert rewritten > 5
+    for user in (f"u{i}" for i in range(6)):
+        assert store.sequence(user) == memory.sequence(user)
