@@ -124,8 +124,11 @@ for u = 1, #ARGV - 5 do
   end
   if low ~= nil then
     if before == nil then before = redis.call('ZCOUNT', seq, '-inf', '(' .. lowscore) end
-    local removed = math.max(0, before - cap)
-    if removed > 0 then redis.call('ZREMRANGEBYRANK', seq, 0, removed - 1) end
+    local removed = 0
+    if before > cap then
+      removed = before - cap
+      redis.call('ZREMRANGEBYRANK', seq, 0, removed - 1)
+    end
     -- it may have passed `entries`: more than that before and in the batch, or entries from
     -- `low` on stored before (a late event, a redo) that `before` does not count
     if before + #chunk / 2 > entries or (newest ~= nil and low <= newest) then compact(seq, ids, removed) end
