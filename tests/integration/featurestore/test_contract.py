@@ -6,7 +6,7 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -31,7 +31,8 @@ from streamrec.featurestore import (
     StoreUpdate,
     Verdict,
 )
-from streamrec.featurestore.redis_store import _FIRST_SEEN_LUA
+from streamrec.featurestore.redis_markers import marker_keys
+from streamrec.featurestore.redis_scripts import FIRST_SEEN_LUA
 from streamrec.kafka.records import Partition
 from streamrec.local.launch import start_redis
 from streamrec.local.ports import free_port
@@ -207,7 +208,7 @@ def test_a_cluster_store_keeps_a_marker_on_every_primary(
 ) -> None:
     cfg = RedisStoreConfig(url=redis_cluster_url, cluster=True, key_prefix=unique_name)
     store = RedisFeatureStore(cfg, 3)
-    keys = store._marker_keys()  # the layout is what this test checks
+    keys = marker_keys(store._redis, unique_name)  # the layout is what this test checks
     assert len(keys) == 3
     store.attach(can_start_empty=True)
     update(store, [ev(1)])
@@ -516,27 +517,19 @@ def test_redis_scripts_lost_after_the_first_calls_make_the_batch_go_again(
     store = RedisFeatureStore(store_config, 3, HOUR)
     update(store, [ev(1)])
     redis_client.script_flush()
-    redis_client.script_load(_FIRST_SEEN_LUA)  # the item calls run; the user calls do not
+    redis_client.script_load(FIRST_SEEN_LUA)  # the item calls run; the user calls do not
     with store.update([Arrival(ev(2), "0:e002", True)]) as got, pytest.raises(FeatureStoreUnavailable):
         got.all()
     redo = store.update([Arrival(ev(2), "0:e002", True)])
     assert items(redo.histories[0]) == ["i1"]
 
 
-@pytest.mark.parametrize("cluster", [False, True], ids=["redis", "redis-cluster"])
-def test_redis_answers_as_the_memory_store_on_a_random_stream(
-    cluster: bool, request: pytest.FixtureRequest, unique_name: str
-) -> None:
-    """Resends, reused ids, redone batches, late events, long histories past the cap and
-    ids past the horizon, in random batches: Redis answers every update as memory does.
+def random_batches(seed: int) -> Iterator[tuple[int, list[Arrival], int]]:
+    """Random batches of six users' events: resends, reused ids, late events, hours going by.
+
+    Each as its number, its arrivals and how many times it runs (twice: redone after an abort).
     """
-    if cluster:
-        cfg = RedisStoreConfig(url=request.getfixturevalue("redis_cluster_url"), cluster=True,
-                               key_prefix=unique_name)
-    else:
-        cfg = request.getfixturevalue("store_config")
-    stores: list[FeatureStore] = [RedisFeatureStore(cfg, 4, HOUR), MemoryFeatureStore(4, HOUR)]
-    rng = random.Random(7)
+    rng = random.Random(seed)
     sent: list[Event] = []
     for batch_no in range(40):
         arrivals = []
@@ -554,8 +547,24 @@ def test_redis_answers_as_the_memory_store_on_a_random_stream(
                 sent.append(event)
                 origin = f"0:{batch_no}.{k}"
             arrivals.append(Arrival(event, origin, rng.random() < 0.7))
-        redo = rng.random() < 0.3
-        for _ in range(2 if redo else 1):
+        yield batch_no, arrivals, 2 if rng.random() < 0.3 else 1
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["redis", "redis-cluster"])
+def test_redis_answers_as_the_memory_store_on_a_random_stream(
+    cluster: bool, request: pytest.FixtureRequest, unique_name: str
+) -> None:
+    """Resends, reused ids, redone batches, late events, long histories past the cap and
+    ids past the horizon, in random batches: Redis answers every update as memory does.
+    """
+    if cluster:
+        cfg = RedisStoreConfig(url=request.getfixturevalue("redis_cluster_url"), cluster=True,
+                               key_prefix=unique_name)
+    else:
+        cfg = request.getfixturevalue("store_config")
+    stores: list[FeatureStore] = [RedisFeatureStore(cfg, 4, HOUR), MemoryFeatureStore(4, HOUR)]
+    for batch_no, arrivals, times in random_batches(7):
+        for _ in range(times):
             redis_update, memory_update = (store.update(arrivals) for store in stores)
             assert redis_update.first_seen == memory_update.first_seen, batch_no
             assert redis_update.all() == memory_update.all(), batch_no

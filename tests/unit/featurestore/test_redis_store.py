@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamrec.errors import FeatureStoreError
-from streamrec.featurestore.redis_store import _check_servers
+from streamrec.featurestore.redis_server import check_servers
 
 
 def servers(*versions: str) -> list[dict[str, object]]:
@@ -13,8 +13,8 @@ def servers(*versions: str) -> list[dict[str, object]]:
 
 
 def test_a_redis_older_than_6_2_is_refused_with_its_version() -> None:
-    _check_servers(servers("7.0.15", "6.2.0", "7.4.1-valkey", "10.0.0"))
+    check_servers(servers("7.0.15", "6.2.0", "7.4.1-valkey", "10.0.0"))
     with pytest.raises(FeatureStoreError, match=r"redis 6\.0\.16 is too old .* needs 6\.2 or newer"):
-        _check_servers(servers("7.2.4", "6.0.16"))
+        check_servers(servers("7.2.4", "6.0.16"))
     with pytest.raises(FeatureStoreError, match="5.0.7"):
-        _check_servers(servers("5.0.7"))
+        check_servers(servers("5.0.7"))
