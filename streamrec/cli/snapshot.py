@@ -145,29 +145,36 @@ def list_(
 ) -> None:
     """List snapshots, oldest first, verifying every checksum; invalid ones say why.
 
-    The served version is marked CURRENT, earlier promoted ones "promoted". A learner resumes
-    from the newest valid one. Listing needs no lock, so it works while a learner runs.
+    The served version is marked CURRENT, earlier promoted ones "promoted"; the export column
+    says whether serving's export is ok, missing or damaged (`snapshot verify` names the file).
+    A learner resumes from the newest valid one. Listing needs no lock, so it works while a
+    learner runs.
     """
     with cli_errors():
         store = _store(snapshot_dir, log_level, config_file)
+        from streamrec.snapshots.exports import check_export
+
         entries = store.entries()
         current, promoted = store.current(), set(store.promoted())
+        exports = {e.version: check_export(store.root, e.version) for e in entries}
         if as_json:
             _print_json({"root": str(store.root), "current": current, "versions": [
                 {
                     "version": e.version, "name": e.name, "valid": e.problem is None, "problem": e.problem,
                     "current": e.version == current, "promoted": e.version in promoted,
                     "manifest": e.manifest and _manifest_doc(e.manifest),
+                    "export": _export_doc(exports[e.version]),
                 }
                 for e in entries
             ]})
             return
         table = Table(
             "version", "serving", "kind", "created (UTC)", "micro-batches", "samples", "AUC", "GAUC",
-            "positions", "status",
+            "positions", "status", "export",
         )
         for entry in entries:
-            table.add_row(*_row(entry, store.root, _serving_mark(entry.version, current, promoted)))
+            row = _row(entry, store.root, _serving_mark(entry.version, current, promoted))
+            table.add_row(*row, _export_word(exports[entry.version]))
         if table.row_count == 0:
             console.print(f"no snapshots in {store.root}")
         else:
@@ -261,6 +268,13 @@ def verify(
 def _export_doc(check: ExportCheck) -> dict[str, Any]:
     return {"path": str(check.path), "present": not check.missing, "valid": check.whole,
             "problem": check.problem}
+
+
+def _export_word(check: ExportCheck) -> str:
+    """One word for a table cell: ok, missing or damaged (`snapshot verify` says which file)."""
+    if check.missing:
+        return "missing"
+    return "ok" if check.problem is None else "[red]damaged[/red]"
 
 
 def _export_text(check: ExportCheck) -> str:

@@ -136,3 +136,35 @@ def test_create_with_nothing_trained_answers_with_the_newest_version(store: Snap
     thread.join(10)
     assert "nothing trained since v000003: no new snapshot" in result.output
     assert store.versions() == [1, 2, 3]
+
+
+def _fake_export(root: Path, version: int, *, damaged: bool = False) -> None:
+    """An export directory as `verify_export` reads it: files, their digests, the digest's digest."""
+    import hashlib
+
+    from streamrec.snapshots.exports import export_dir
+
+    path = export_dir(root, version)
+    path.mkdir(parents=True)
+    (path / "model.pdiparams").write_bytes(b"weights")
+    manifest = orjson.dumps({"files": {"model.pdiparams": hashlib.sha256(b"weights").hexdigest()}})
+    (path / "manifest.json").write_bytes(manifest)
+    (path / "manifest.sha256").write_text(hashlib.sha256(manifest).hexdigest() + "\n")
+    if damaged:
+        (path / "model.pdiparams").write_bytes(b"weightz")
+
+
+def test_list_shows_each_versions_export(store: SnapshotStore) -> None:
+    _fake_export(store.root, 1)
+    _fake_export(store.root, 2, damaged=True)
+    rows = {
+        cells[0]: cells[-1]
+        for line in run(store.root, "list").stdout.splitlines()
+        if (cells := [c.strip() for c in line.strip("│ ").split("│")])[0].startswith("v0")
+    }
+    assert rows == {"v000001": "ok", "v000002": "damaged", "v000003": "missing"}
+    doc = run_json(store.root, "list")
+    assert [(v["export"]["present"], v["export"]["valid"]) for v in doc["versions"]] == [
+        (True, True), (True, False), (False, False),
+    ]
+    assert "model.pdiparams does not match its checksum" in doc["versions"][1]["export"]["problem"]
