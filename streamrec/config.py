@@ -389,7 +389,7 @@ class ModelConfig(BaseModel):
 
     # Items: a dynamic table, starting small and growing with the ids in use, up to 2^21 (about
     # 250 bytes a row with Adam, 450 with EWC, at D=16: ~0.5-0.9 GB when full). Categories: a
-    # hashed table of 2^16 rows (~13 MB with Adam), so every category has its row from its first
+    # hashed table of 2^16 rows (~14 MB with Adam), so every category has its row from its first
     # event, where a dynamic table gives a new id the shared default row until a micro-batch
     # has been learnt (and the match features read zero for all of the first one). Taobao's
     # full dataset has ~9.4k categories: ~13% of them share a row with another, which costs
