@@ -121,7 +121,7 @@ def test_match_init_ranks_by_the_category_match_before_anything_is_learnt() -> N
     hashed[1]["ids"] = "hashed"
     batch = _stream(500, 1)
     warm = ModelConfig.model_validate({"tables": hashed, "device": "cpu"})
-    assert warm.match_init == 1.0 and ModelConfig().table("category").ids == "hashed"
+    assert warm.match_init == 1.0 and ModelConfig().tables[1].ids == "hashed"
     assert gauc(batch.label, DINLearner(warm).predict_many(batch), batch.user_ids) > 0.95
     cold = ModelConfig.model_validate({"tables": hashed, "match_init": 0.0, "device": "cpu"})
     assert np.ptp(DINLearner(cold).predict_many(batch)) == 0  # every score alike

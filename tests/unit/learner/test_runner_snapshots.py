@@ -246,7 +246,7 @@ def test_a_snapshot_with_the_former_default_tables_names_the_tables_setting_that
     with LearnerRunner(old, DINLearner(old.model)) as runner:
         runner.snapshot()
     new = StreamrecConfig.model_validate({"learner": {"snapshot_dir": tmp_path}, "model": small})
-    assert new.model.table("category").ids == "hashed" and new.model.match_init == 1.0
+    assert new.model.tables[1].ids == "hashed" and new.model.match_init == 1.0
     with pytest.raises(SnapshotError) as caught:
         LearnerRunner(new, DINLearner(new.model))
     message = str(caught.value)
