@@ -94,12 +94,7 @@ LEARNERS = (
 )
 
 #: (learner, check) -> why it fails today.
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    # Avoidable only at a cost: VW counts every finished example in counters its model file
-    # keeps, and an example predicted but not finished leaks (~32 KB each, measured); scoring
-    # on a second workspace reloaded after every micro-batch would double VW's memory.
-    ("vw", "predict_changes_nothing"): "VW's predict updates counters saved in its model file",
-}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 
 def _missing(entry: Entry) -> list[str]:
