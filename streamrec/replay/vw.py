@@ -139,9 +139,8 @@ class VWLearner:
         """
         vw = require_vw()
         lines = examples(batch, labelled=False)
-        return np.fromiter(
-            (self._ws.predict(vw.Example(self._ws, line)) for line in lines), dtype=np.float64, count=len(lines)
-        )
+        scores = (self._ws.predict(vw.Example(self._ws, line)) for line in lines)
+        return np.fromiter(scores, dtype=np.float64, count=len(lines))
 
     def learn_many(self, batch: Batch) -> TrainResult:
         """One online update per sample, in sample order.
