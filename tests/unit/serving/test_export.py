@@ -103,7 +103,9 @@ def test_a_snapshot_from_before_the_match_features_still_exports(tmp_path: Path)
     assert np.abs(got - learner.predict_many(batch)).max() <= TOLERANCE
 
 
-@pytest.mark.parametrize("tables", [small_tables(512, 64, dim=4), DEFAULT_LAYOUT], ids=["dynamic", "default-layout"])
+@pytest.mark.parametrize(
+    "tables", [small_tables(512, 64, dim=4), DEFAULT_LAYOUT], ids=["dynamic", "default-layout"]
+)
 def test_a_process_without_streamrec_scores_as_the_training_model(
     tmp_path: Path, tables: list[dict[str, Any]]
 ) -> None:
