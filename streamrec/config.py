@@ -377,6 +377,9 @@ class TableConfig(BaseModel):
 # What a model configuration saved before a setting existed implies for it (a snapshot's
 # manifest keeps the model's settings): the model was built without it.
 MODEL_SETTINGS_BEFORE: dict[str, object] = {"match_features": False}
+# Settings that only start a model (or place it): a snapshot loads whatever they are, so a
+# snapshot that does not load is never down to them.
+MODEL_SETTINGS_INIT_ONLY: frozenset[str] = frozenset({"device", "seed", "match_init"})
 
 
 class ModelConfig(BaseModel):
@@ -384,13 +387,20 @@ class ModelConfig(BaseModel):
 
     model_config = _SECTION
 
-    # Dynamic tables start small and grow with the ids in use: up to 2^21 items (about
-    # 250 bytes a row with Adam, 450 with EWC, at D=16: ~0.5-0.9 GB when full). Adding a
-    # table (a user table, say) is a change here, not in the code.
+    # Items: a dynamic table, starting small and growing with the ids in use, up to 2^21 (about
+    # 250 bytes a row with Adam, 450 with EWC, at D=16: ~0.5-0.9 GB when full). Categories: a
+    # hashed table of 2^16 rows (~14 MB with Adam), so every category has its row from its first
+    # event, where a dynamic table gives a new id the shared default row until a micro-batch
+    # has been learnt (and the match features read zero for all of the first one). Taobao's
+    # full dataset has ~9.4k categories: ~13% of them share a row with another, which costs
+    # little as a category's row is a coarse signal. Before this default the category table was
+    # dynamic: STREAMREC_MODEL__TABLES='[{"name": "item", "feature": "item", "rows": 2097152},
+    # {"name": "category", "feature": "category", "rows": 65536}]' resumes such a snapshot.
+    # Adding a table (a user table, say) is a change here, not in the code.
     tables: tuple[TableConfig, ...] = Field(
         (
             TableConfig(name="item", feature="item", rows=2**21, dim=16),
-            TableConfig(name="category", feature="category", rows=2**16, dim=16),
+            TableConfig(name="category", feature="category", ids="hashed", rows=2**16, dim=16),
         ),
         description=(
             "STREAMREC_MODEL__TABLES (JSON list of {name, feature, rows, dim, ids, min_count, "
@@ -410,11 +420,11 @@ class ModelConfig(BaseModel):
     match_features: bool = Field(True, description="STREAMREC_MODEL__MATCH_FEATURES")
     match_lr_scale: float = Field(10.0, gt=0, description="STREAMREC_MODEL__MATCH_LR_SCALE")
     # The weight each behaviour table's share feature starts at in the logit: 0 learns it from
-    # nothing, as every other weight; 1 with a hashed category table ranks by the category
-    # match from the first event (Taobao first quarter GAUC 0.798 -> 0.829, but MovieLens,
-    # where genres tell nothing, 0.001 lower: hence not the default). Initialisation only:
-    # snapshots load whatever it is.
-    match_init: float = Field(0.0, description="STREAMREC_MODEL__MATCH_INIT")
+    # nothing, as every other weight; 1, with the hashed category table, ranks by the category
+    # match from the first event (Taobao first quarter GAUC 0.798 -> 0.829; MovieLens, where
+    # genres tell little, 0.001 lower: a near-tie). Initialisation only: snapshots load
+    # whatever it is.
+    match_init: float = Field(1.0, description="STREAMREC_MODEL__MATCH_INIT")
     wide_lr_scale: float = Field(10.0, gt=0, description="STREAMREC_MODEL__WIDE_LR_SCALE")
     attention_units: tuple[int, ...] = Field((64, 32), description="STREAMREC_MODEL__ATTENTION_UNITS")
     mlp_units: tuple[int, ...] = Field((128, 64), description="STREAMREC_MODEL__MLP_UNITS")

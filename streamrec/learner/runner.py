@@ -35,7 +35,7 @@ import numpy as np
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from streamrec.closing import Closing
-from streamrec.config import MODEL_SETTINGS_BEFORE, StreamrecConfig
+from streamrec.config import MODEL_SETTINGS_BEFORE, MODEL_SETTINGS_INIT_ONLY, StreamrecConfig
 from streamrec.deadletters import DeadLetter, DeadLetterLog
 from streamrec.errors import NonFiniteWeights, SamplesExpired, SnapshotError, TrainingDiverged
 from streamrec.faults import fault_point
@@ -215,7 +215,7 @@ class LearnerRunner(Closing):
         differ = [
             f"STREAMREC_MODEL__{key.upper()}={json.dumps(saved[key])} (now {json.dumps(value)})"
             for key, value in now.items()
-            if key in saved and saved[key] != value and key != "device"
+            if key in saved and saved[key] != value and key not in MODEL_SETTINGS_INIT_ONLY
         ]
         where = f"snapshot {manifest.name} in {self.snapshots.root}"
         if not differ:

@@ -94,14 +94,7 @@ LEARNERS = (
 )
 
 #: (learner, check) -> why it fails today.
-_VW_STRINGS = "VWLearner keeps state/known_items as a str array, which a snapshot (safetensors) cannot store"
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("vw", "predict_changes_nothing"): "VW's predict updates counters saved in its model file",
-    ("vw", "state_is_plain_arrays"): _VW_STRINGS,
-    ("vw", "state_round_trip"): _VW_STRINGS + "; and predict's counters change the model file",
-    ("vw", "restored_state_resumes_exactly"): _VW_STRINGS + "; and, that fixed, a model loaded with "
-    "'-i' alone drops its settings: resumed scores differ by up to 0.46 (the original args with -i: 0)",
-}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 
 def _missing(entry: Entry) -> list[str]:

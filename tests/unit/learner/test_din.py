@@ -83,11 +83,12 @@ def test_din_logit_shape() -> None:
 
 
 def test_an_untrained_din_scores_by_the_id_statistics_alone() -> None:
-    """The head and the wide biases start at zero: the logit is the item's rate log-odds plus
-    the user's centred one, as a counter would score.
+    """The head and the wide biases start at zero, and with ``match_init`` 0 the match weights
+    too: the logit is the item's rate log-odds plus the user's centred one, as a counter would
+    score (``match_init``'s default, 1, adds the category share: tests/unit/learner/test_din_match.py).
     """
     paddle.seed(0)
-    model = DIN(CFG)
+    model = DIN(CFG.model_copy(update={"match_init": 0.0}))
     targets, sequences, context, dense = _tensors(encode(_batch(6, 1), CFG), model)
     logits = model(targets, sequences, context, dense).numpy()
     rates = dense.numpy()

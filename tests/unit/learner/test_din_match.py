@@ -114,13 +114,14 @@ def test_match_init_ranks_by_the_category_match_before_anything_is_learnt() -> N
     freshly started learner serves: with a hashed category table (every category has its row
     from the first event, not once it was a target) and the share features starting at
     ``match_init``, the DIN ranks by the category match at once (Taobao's first micro-batch:
-    GAUC 0.77, as the category share alone, instead of 0.50). By default it knows nothing.
+    GAUC 0.77, as the category share alone, instead of 0.50); both are the defaults. With
+    ``match_init`` 0 it knows nothing.
     """
     hashed = small_tables(2**10, 2**7)
     hashed[1]["ids"] = "hashed"
     batch = _stream(500, 1)
-    warm = ModelConfig.model_validate({"tables": hashed, "match_init": 1.0, "device": "cpu"})
+    warm = ModelConfig.model_validate({"tables": hashed, "device": "cpu"})
+    assert warm.match_init == 1.0 and ModelConfig().tables[1].ids == "hashed"
     assert gauc(batch.label, DINLearner(warm).predict_many(batch), batch.user_ids) > 0.95
-    cold = ModelConfig.model_validate({"tables": hashed, "device": "cpu"})
-    assert cold.match_init == 0.0
+    cold = ModelConfig.model_validate({"tables": hashed, "match_init": 0.0, "device": "cpu"})
     assert np.ptp(DINLearner(cold).predict_many(batch)) == 0  # every score alike

@@ -5,6 +5,7 @@ here reaches a broker.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -222,3 +223,37 @@ def test_a_snapshot_of_another_model_layout_names_the_settings_that_differ(
     message = str(caught.value)
     assert "v000001" in message and "STREAMREC_MODEL__MATCH_FEATURES=false" in message
     assert "\n" not in message
+
+
+def test_a_snapshot_with_the_former_default_tables_names_the_tables_setting_that_resumes_it(
+    tmp_path: Path, consumers: list[FakeConsumer]
+) -> None:
+    """The category table became hashed by default (and the match head's starting weight 1):
+    a snapshot written with the former default, a dynamic category table, must be refused in
+    one line naming the STREAMREC_MODEL__TABLES that reproduces it, and not the starting
+    weight, which a snapshot overrides.
+    """
+    before = [
+        {"name": "item", "feature": "item", "rows": 2**21, "dim": 16},
+        {"name": "category", "feature": "category", "rows": 2**16, "dim": 16},
+    ]
+    small = {"sequence_length": 6, "attention_units": (4,), "mlp_units": (8,)}
+    old = StreamrecConfig.model_validate({
+        "learner": {"snapshot_dir": tmp_path},
+        "model": {**small, "tables": before, "match_init": 0.0},
+    })
+    assert old.model.tables[1].ids == "dynamic"
+    with LearnerRunner(old, DINLearner(old.model)) as runner:
+        runner.snapshot()
+    new = StreamrecConfig.model_validate({"learner": {"snapshot_dir": tmp_path}, "model": small})
+    assert new.model.tables[1].ids == "hashed" and new.model.match_init == 1.0
+    with pytest.raises(SnapshotError) as caught:
+        LearnerRunner(new, DINLearner(new.model))
+    message = str(caught.value)
+    saved = json.dumps(old.model.model_dump(mode="json")["tables"])
+    assert f"STREAMREC_MODEL__TABLES={saved} (now " in message
+    assert "MATCH_INIT" not in message and "\n" not in message
+    resumed = StreamrecConfig.model_validate({
+        "learner": {"snapshot_dir": tmp_path}, "model": {**small, "tables": json.loads(saved)},
+    })
+    LearnerRunner(resumed, DINLearner(resumed.model)).close()
