@@ -2,9 +2,9 @@
 
 Ceilings, both timed as the consumer is, from the first batch in hand to the last record:
 a bare confluent-kafka batch consume of the same events (each record's value taken; no
-parsing, no Redis, no produce), the best of three (see :func:`bare_consume`), and the
+parsing, no Redis, no produce), the best of three (see `bare_consume`), and the
 forwarding floor, the least a Python consumer of these events does: each decoded, one sample
-of it encoded and produced (see :func:`forward_consume`), the best of two. The bare consume
+of it encoded and produced (see `forward_consume`), the best of two. The bare consume
 reads about a million records a second here and does not slow with the machine's Python; the
 floor does, as the consumers do, so ``ratio_to_floor`` tells streamrec's own cost (Redis,
 histories, negatives, the transaction) from the machine's speed that day.
@@ -40,7 +40,7 @@ broker's (from ``/proc``); their sum is what an event costs the machine, and
 consumer processes.
 
 Every rate is taken from the first batch read to the last full batch committed (see
-:func:`steady_rate`), so group joins, idling and the end of the backlog do not count.
+`steady_rate`), so group joins, idling and the end of the backlog do not count.
 
 Prints one JSON object as its last line.
 """
@@ -117,7 +117,7 @@ def bare_consume(
     """The bare consume: records a second confluent-kafka alone reads.
 
     Records a second a bare confluent-kafka batch consume reads, each record's value taken,
-    timed by :func:`timed_read`. It reads about a million records a second here, from the
+    timed by `timed_read`. It reads about a million records a second here, from the
     broker and not only from librdkafka's prefetch: 600,000 records, several times what the
     prefetch holds, read as fast once ``fetch.queue.backoff.ms`` is short (its default of 1 s
     pauses fetching for a second whenever the prefetch queue is full, which a consumer slower
@@ -171,7 +171,7 @@ def _read(
     """Records a second through ``handle``.
 
     Records a second through ``handle`` (each batch's records in, how many it took out),
-    read from the beginning of every partition of ``topic`` and timed by :func:`timed_read`,
+    read from the beginning of every partition of ``topic`` and timed by `timed_read`,
     ``finish`` on the clock.
     """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-bare-{uuid.uuid4().hex[:8]}",

@@ -1,8 +1,8 @@
 """Id lookup throughput against its irreducible part, measured in the same run.
 
 Ceiling: xxh3_64 over the encoded ids alone (the per-id Python work no lookup can avoid).
-streamrec: :func:`~streamrec.learner.hashing.fingerprint` (the same hash into a numpy array)
-then :meth:`~streamrec.learner.idmap.IdMap.lookup` (a vectorised binary search) against a
+streamrec: `fingerprint` (the same hash into a numpy array)
+then `lookup` (a vectorised binary search) against a
 dynamic table holding 1,000,000 ids; half the ids looked up are in it, half are not.
 
     .venv/bin/python bench/id_lookup_throughput.py [--ids N]

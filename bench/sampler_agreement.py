@@ -50,7 +50,7 @@ MIN = 60_000
 def settings(labels: str, category: float, history: float, seed: int) -> StreamrecConfig:
     """The consumer settings of one replay.
 
-    The feed's 10-minute label window and 5 minutes of allowed lateness (:class:`FeedSpec`'s),
+    The feed's 10-minute label window and 5 minutes of allowed lateness (`FeedSpec`'s),
     the sampler's shares, the seed.
     """
     cfg = StreamrecConfig()

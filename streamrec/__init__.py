@@ -5,9 +5,9 @@ training samples feed a DIN model in PaddlePaddle that learns in micro-batches a
 versioned snapshots.
 
 The top level names the settings, the two wire contracts and the error root; each part has
-its own package: :mod:`streamrec.learner` (the model, the learner loop, snapshots),
-:mod:`streamrec.consumers`, :mod:`streamrec.featurestore`, :mod:`streamrec.kafka`,
-:mod:`streamrec.serving`, :mod:`streamrec.replay` and :mod:`streamrec.datasets`. Names are
+its own package: `streamrec.learner` (the model, the learner loop, snapshots),
+`streamrec.consumers`, `streamrec.featurestore`, `streamrec.kafka`,
+`streamrec.serving`, `streamrec.replay` and `streamrec.datasets`. Names are
 imported when first used, so ``import streamrec`` stays fast.
 
 Examples:

@@ -10,7 +10,7 @@ from typing import Self
 class Closing(ABC):
     """A resource usable in a ``with`` block.
 
-    The block gives the object and ends with :meth:`close`, whatever happened in it.
+    The block gives the object and ends with `close`, whatever happened in it.
     """
 
     @abstractmethod

@@ -37,7 +37,7 @@ from streamrec.errors import ConfigError
 
 _SECTION = ConfigDict(frozen=True, extra="forbid")
 
-#: The hashes a producer partitions keyed records by (:mod:`streamrec.kafka.partitioning`).
+#: The hashes a producer partitions keyed records by (`streamrec.kafka.partitioning`).
 Partitioner = Literal["murmur2", "crc32"]
 #: librdkafka's ``partitioner`` for each: keyed records as the named hash puts them, records
 #: without a key at random (as the Java client does).
@@ -342,7 +342,7 @@ class TableConfig(BaseModel):
     every id along the behaviour sequence, and DIN attends over them. ``user`` is a context
     feature: embedded once per sample and fed to the MLP head.
 
-    ``ids="dynamic"`` (the default, :mod:`streamrec.learner.idmap`): an id seen ``min_count``
+    ``ids="dynamic"`` (the default, `streamrec.learner.idmap`): an id seen ``min_count``
     times as a target (or as the context) gets a row of its own, so ids never share one;
     until then it uses the table's learned default row. The table starts at
     ``initial_rows`` and doubles as ids arrive, up to ``rows``; an id unseen for ``ttl_s``
@@ -641,7 +641,7 @@ def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecCon
 def _reading(toml_file: Path) -> type[StreamrecConfig]:
     """The configuration class, reading ``toml_file`` instead of ``./streamrec.toml``.
 
-    :func:`load_config` validates the result again as a :class:`StreamrecConfig`.
+    `load_config` validates the result again as a `StreamrecConfig`.
     """
 
     class FromFile(StreamrecConfig):

@@ -38,7 +38,7 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One user behaviour at event time ``ts`` (epoch milliseconds).
 
     A frozen msgspec struct: the consumers make one for every record, decoded and checked
-    straight from its JSON (:func:`parse_event`, ~1 us against ~4 us for a parse and checks
+    straight from its JSON (`parse_event`, ~1 us against ~4 us for a parse and checks
     in Python), and one is made about three times as fast as a named tuple. The annotations'
     limits hold for decoded events only; an event made in code is not checked. Untracked by
     the garbage collector (``gc=False``): it holds strings and numbers only, so it is never

@@ -3,7 +3,7 @@
 With ``STREAMREC_FAULT_MODE=exit`` the process dies on the spot (``os._exit(137)``, as a
 kill -9 would leave it); with ``stop`` it freezes there (SIGSTOP, as kill -STOP or a VM
 stall would leave it: every thread, heartbeats too) until someone sends it SIGCONT; otherwise
-:class:`InjectedFault` is raised. Unset, a fault point costs one dict lookup.
+`InjectedFault` is raised. Unset, a fault point costs one dict lookup.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Re-exports a package resolves on first use (PEP 562), so importing the package stays cheap.
 
 A package's ``__init__`` names its public surface in ``__all__`` and imports those names for
-type checkers only; at run time :func:`lazy_exports` imports the defining module the first
+type checkers only; at run time `lazy_exports` imports the defining module the first
 time a name is read. ``import streamrec`` (and so ``streamrec --help``) therefore never pays
 for Paddle, Redis or Kafka clients, and ``streamrec.learner.hashing`` does not drag in the
 learner loop.

@@ -1,4 +1,4 @@
-"""Publishing events: :class:`EventProducer` for applications, :func:`publish` for datasets."""
+"""Publishing events: `EventProducer` for applications, `publish` for datasets."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 class EventProducer:
     """Sends contract events to the events topic, keyed by user, with delivery reports checked.
 
-    Use as a context manager; leaving it flushes and raises :class:`DeliveryError` if any
+    Use as a context manager; leaving it flushes and raises `DeliveryError` if any
     event was not acknowledged::
 
         with EventProducer(cfg) as producer:

@@ -19,7 +19,7 @@ class Backoff:
     """
 
     def __init__(self, deadline_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        """Give up ``deadline_s`` after the first :meth:`next_pause`."""
+        """Give up ``deadline_s`` after the first `next_pause`."""
         self.deadline_s = deadline_s
         self._clock = clock
         self._started: float | None = None

@@ -11,7 +11,7 @@ Wire form: a JSON object::
 Decoding is strict, because one malformed sample used to end the learner on every restart
 and a ``label: null`` turned every weight to NaN: ids are non-empty strings (the consumers
 write them so, even for integer event ids), ``ts`` is an integer of epoch milliseconds,
-``label`` is exactly the integer 0 or 1 (``true``/``false`` are refused: :meth:`Sample.to_json`
+``label`` is exactly the integer 0 or 1 (``true``/``false`` are refused: `Sample.to_json`
 never writes them, so a boolean means another writer), and the two sequences are lists of
 non-empty strings of one length. Unknown fields are ignored, so a newer consumer can add
 context without breaking an older learner.
@@ -53,9 +53,9 @@ class Sample(msgspec.Struct, frozen=True, gc=False):
     ``sample_id`` is the event id for a positive or explicit sample and ``<event_id>~n<k>``
     for the k-th sampled negative, so a redelivered event yields the same ids.
 
-    A frozen msgspec struct, as :class:`~streamrec.events.Event`: the consumers make two for
+    A frozen msgspec struct, as `Event`: the consumers make two for
     every click and the learner decodes 10^5 a micro-batch. The annotations' limits are the
-    contract's, checked when a sample is decoded (:func:`parse_sample`), not when one is made.
+    contract's, checked when a sample is decoded (`parse_sample`), not when one is made.
     Untracked by the garbage collector, as an event (strings, numbers and tuples of strings
     cannot form a reference cycle).
 
@@ -82,7 +82,7 @@ class Sample(msgspec.Struct, frozen=True, gc=False):
 
     @classmethod
     def from_json(cls, raw: bytes | None) -> Sample:
-        """Decode and validate the wire form: :func:`parse_sample`.
+        """Decode and validate the wire form: `parse_sample`.
 
         Raises:
             InvalidSample: The record breaks the contract; the message says how.
@@ -94,7 +94,7 @@ def parse_sample(raw: bytes | None) -> Sample:
     """Decode and validate one samples-topic record value (``None``: a null value).
 
     The learner decodes about 10^5 of these per micro-batch, so a valid sample is decoded and
-    checked in C by msgspec (the limits on :class:`Sample`'s fields); only a refused one is
+    checked in C by msgspec (the limits on `Sample`'s fields); only a refused one is
     examined field by field for its reason.
 
     Raises:
@@ -148,7 +148,7 @@ def _checked(raw: bytes | None) -> Sample:
 
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(Sample)
-#: :meth:`Sample.to_json` as a plain C callable: the consumers encode about two samples an
+#: `Sample.to_json` as a plain C callable: the consumers encode about two samples an
 #: event, each without the method's Python frame.
 encode_sample: Callable[[Sample], bytes] = _ENCODER.encode
 

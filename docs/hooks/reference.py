@@ -1,9 +1,9 @@
 """MkDocs hook: reference pages generated from the code at build time, so they cannot drift.
 
-- ``reference/configuration.md`` from the pydantic settings in :mod:`streamrec.config`: every
+- ``reference/configuration.md`` from the pydantic settings in `streamrec.config`: every
   field of every section (nested models and the store's variants included), its env name,
   type, default, description and the comment above it in the source (why that default).
-- ``reference/cli.md`` from the Typer app in :mod:`streamrec.cli`: every command, its usage,
+- ``reference/cli.md`` from the Typer app in `streamrec.cli`: every command, its usage,
   help and options, as ``--help`` has them.
 - ``benchmarks-history.md`` from ``bench/HISTORY.md``, the log of earlier figures.
 
@@ -35,7 +35,7 @@ SKIP = {"help", "install_completion", "show_completion"}
 
 
 def _rst(text: str) -> str:
-    """Sphinx roles (``:mod:`x` ``) as plain code spans."""
+    """Sphinx roles (```x` ``) as plain code spans."""
     return re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", text)
 
 
@@ -193,7 +193,7 @@ def _keys(out: list[str], model: type) -> None:
 
 
 def configuration_page() -> str:
-    """The configuration reference, walked from :class:`streamrec.config.StreamrecConfig`."""
+    """The configuration reference, walked from `streamrec.config.StreamrecConfig`."""
     from streamrec import config
 
     out = [
@@ -279,7 +279,7 @@ def _command(out: list[str], cmd: Any, ctx: Any, path: str, depth: int) -> None:
 
 
 def cli_page() -> str:
-    """The CLI reference, walked from the Typer app in :mod:`streamrec.cli`."""
+    """The CLI reference, walked from the Typer app in `streamrec.cli`."""
     import typer
 
     from streamrec.cli import app

@@ -28,7 +28,7 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 
 def command_group(help: str, **options: Any) -> typer.Typer:
-    """A group of commands (``options`` as :class:`typer.Typer` takes them), its help written
+    """A group of commands (``options`` as `typer.Typer` takes them), its help written
     as the docstrings are: paragraphs wrapped in the source and reflowed to the terminal
     (Markdown; Typer's default keeps every line break of the source), backticks for code.
     """

@@ -8,7 +8,7 @@ default shown. The env var is read by the
 settings themselves (with ``null``, JSON and their one-line errors), not by the flag: the
 flag only names it in its help.
 
-The defaults are written here rather than read from :mod:`streamrec.config`, so that
+The defaults are written here rather than read from `streamrec.config`, so that
 ``--help`` need not import the settings (pydantic-settings, a third of a second);
 ``tests/unit/cli/test_options.py`` checks each one against the settings model.
 """
@@ -111,7 +111,7 @@ def _only_given(kind: type) -> Any:
 
 def setting(path: str) -> Any:
     """The option of the setting at ``path`` (an older spelling of its flag is an
-    :func:`alias` beside it).
+    `alias` beside it).
     """
     flag = FLAGS[path]
     return typer.Option(
@@ -153,7 +153,7 @@ def given(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
-#: The dataset formats :func:`streamrec.datasets.load_events` reads (``streamrec.datasets.FORMATS``,
+#: The dataset formats `streamrec.datasets.load_events` reads (``streamrec.datasets.FORMATS``,
 #: which imports numpy; a test checks they are the same).
 FORMATS = ("auto", "taobao", "movielens", "ml100k", "jsonl")
 

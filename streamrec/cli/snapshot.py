@@ -46,7 +46,7 @@ def _store(
 
 
 def version_name(version: int) -> str:
-    """``v000007``: :func:`streamrec.snapshots.store.version_name`, imported when called."""
+    """``v000007``: `streamrec.snapshots.store.version_name`, imported when called."""
     from streamrec.snapshots.store import version_name as name
 
     return name(version)

@@ -1,8 +1,8 @@
 """Event consumers: window events into Redis sequences and emit point-in-time samples.
 
-:class:`ConsumerRunner` is the consumer process: events in, samples and dead letters out, in
-one Kafka transaction per batch. Its logic, free of any client, is :class:`SampleBuilder`
-(one batch of events into :class:`BatchResult`); :class:`NoveltyMatchedSampler` draws the
+`ConsumerRunner` is the consumer process: events in, samples and dead letters out, in
+one Kafka transaction per batch. Its logic, free of any client, is `SampleBuilder`
+(one batch of events into `BatchResult`); `NoveltyMatchedSampler` draws the
 negatives.
 """
 

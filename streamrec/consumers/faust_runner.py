@@ -1,6 +1,6 @@
 """The Faust consumer runner.
 
-The same :class:`SampleBuilder` and feature store, driven by a faust-streaming agent (aiokafka
+The same `SampleBuilder` and feature store, driven by a faust-streaming agent (aiokafka
 transport) instead of confluent-kafka transactions.
 
 One agent reads the events topic in batches (``stream.take_events``), runs
@@ -20,7 +20,7 @@ the agent is done with it *even when the agent raised*. Precisely:
   runner redoes such a batch at the next start and loses nothing. Passing outages of Redis
   or the broker are no failure: the batch is redone in place with backoff until
   ``retry_deadline_s``, as in the native runner; then the runner stops with
-  :class:`~streamrec.errors.OutageError`, and that batch too is skipped. (Only the failed
+  `OutageError`, and that batch too is skipped. (Only the failed
   batch: the agent holds it until the app stops, so that Faust's stream does not go on acking
   the events fetched behind it, as it does once an agent's loop is left.)
 - *A crash of the process* (kill -9, a lost host) between the store update and Faust's
@@ -99,9 +99,9 @@ class FaustStats(ConsumerStats):
 
 
 def to_record(message: Any) -> Record:
-    """A Faust ``Message`` as a :class:`Record`.
+    """A Faust ``Message`` as a `Record`.
 
-    A Faust ``Message`` as the :class:`Record` the builder reads (``partition:offset`` is
+    A Faust ``Message`` as the `Record` the builder reads (``partition:offset`` is
     the origin the store remembers, as with the native runner).
     """
     timestamp = message.timestamp
@@ -127,7 +127,7 @@ class BatchSink:
 
     Sends a batch's samples and dead letters with an idempotent producer and waits until
     the broker acknowledged every one (same topics, keys, timestamps and headers as the native
-    runner). Raises :class:`KafkaException` when a record was not delivered.
+    runner). Raises `KafkaException` when a record was not delivered.
     """
 
     def __init__(self, cfg: StreamrecConfig, producer: Producer | None = None) -> None:
@@ -172,7 +172,7 @@ class FaustRunner:
     """Consumes ``events_topic`` with a Faust agent.
 
     Produces ``samples_topic`` and ``dlq_topic``. Same constructor and ``run`` as
-    :class:`ConsumerRunner`.
+    `ConsumerRunner`.
     """
 
     def __init__(

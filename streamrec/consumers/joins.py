@@ -1,7 +1,7 @@
 """A batch's part in each partition's stored state.
 
 Its offsets and watermark, and in the ``join`` labelling mode its impressions and clicks (see
-:mod:`streamrec.featurestore.partitions`).
+`streamrec.featurestore.partitions`).
 
 An impression (``impression_action``, no ``label``) on time opens a window with the history it
 read; an on-time click (a positive action, no ``label``) may take one; a late click can only be
@@ -64,10 +64,10 @@ class JoinRule:
         watermarks: Watermarks,
         epochs: Mapping[Partition, int],
     ) -> list[PartitionBatch]:
-        """One :class:`PartitionBatch` per partition of the batch.
+        """One `PartitionBatch` per partition of the batch.
 
-        One :class:`PartitionBatch` per partition of the batch (``spans``: see
-        :func:`~streamrec.kafka.records.offset_spans`), ``judged`` in delivery (offset) order.
+        One `PartitionBatch` per partition of the batch (``spans``: see
+        `offset_spans`), ``judged`` in delivery (offset) order.
         """
         keys = list(spans)
         inputs: dict[Partition, list[JoinInput]] = {key: [] for key in keys}

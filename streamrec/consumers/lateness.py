@@ -12,7 +12,7 @@ batch is sorted by event time, so the decision depends only on the partition's e
 records. The watermarks are a batch's in-memory state like the negative pools: staged in
 the batch's result and kept only when it commits, so a batch redone after an abort decides
 exactly as a clean run. They are also stored with each partition's state in the feature
-store, as of the offset each batch ends at (:mod:`streamrec.featurestore.partitions`): after
+store, as of the offset each batch ends at (`streamrec.featurestore.partitions`): after
 a restart or a rebalance a partition's watermark resumes where its committed offset left it.
 """
 

@@ -158,7 +158,7 @@ class MixedSampler(NoveltyMatchedSampler):
 
     A global-only sampler never draws an item of the user's history and seldom one of the
     user's categories, so "the target is in the history" and "the history's share in the
-    target's category" separate its labels (the tells, :data:`streamrec.learner.metrics.TELLS`)
+    target's category" separate its labels (the tells, `streamrec.learner.metrics.TELLS`)
     as no impression log of a feed that retrieves by category and re-shows items would. Of
     each event's negatives, a ``history_share`` (in expectation) is an item of the user's
     history as of the event (not the target), a ``category_share`` a recent item of a category
@@ -168,7 +168,7 @@ class MixedSampler(NoveltyMatchedSampler):
     novelty) falls back to a global one, so every event still gets its ``k``.
 
     Same-category draws need pools per category: kept only by this class, so a consumer with
-    both shares at 0 (a plain :class:`NoveltyMatchedSampler`) pays nothing for them.
+    both shares at 0 (a plain `NoveltyMatchedSampler`) pays nothing for them.
     """
 
     def __init__(
@@ -301,7 +301,7 @@ class MixedSampler(NoveltyMatchedSampler):
     def _global(
         self, new: bool, ts: int, exclude: Collection[str], taken: list[str], base: int, draw: int
     ) -> tuple[tuple[str, str] | None, int]:
-        """One draw as :meth:`NoveltyMatchedSampler.draw` makes them."""
+        """One draw as `NoveltyMatchedSampler.draw` makes them."""
         pool = self._debuts if new else self._recent
         entries, head = pool.entries, pool.head
         size = len(entries) - head

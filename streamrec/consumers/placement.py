@@ -1,7 +1,7 @@
 """Events whose record breaks the events topic's partitioning, told apart before any is stored.
 
 The consumers rely on each user's events coming through one partition (see
-:mod:`streamrec.kafka.partitioning`). A record without a key, keyed by something other than
+`streamrec.kafka.partitioning`). A record without a key, keyed by something other than
 its event's user (a session, a device), or put in another partition than the shared
 partitioner gives its key (a producer on another client's default) breaks that: the user's
 events would be processed out of order, by two consumers at once, and in the ``join`` mode a
@@ -31,11 +31,11 @@ class Placement:
     """Checks that each record came through the partition its key belongs in.
 
     Checks each event's record against ``partitioner`` and the partition counts of the
-    topics read, which the runner keeps up to date (:attr:`counts`, at each assignment).
+    topics read, which the runner keeps up to date (`counts`, at each assignment).
     """
 
     def __init__(self, partitioner: Partitioner) -> None:
-        """Check records by ``partitioner``; :attr:`counts` must name each topic read."""
+        """Check records by ``partitioner``; `counts` must name each topic read."""
         self.partitioner = partitioner
         self.counts: dict[str, int] = {}  # topic -> its partitions, as of the last assignment
 
@@ -46,7 +46,7 @@ class Placement:
         one topic), record by record only where the lists differ.
 
         Raises:
-            ValueError: a record's topic has no partition count in :attr:`counts`.
+            ValueError: a record's topic has no partition count in `counts`.
         """
         users = [event.user_id.encode() for event, _, _ in events]
         record_keys = [msg.key() for _, msg, _ in events]

@@ -1,9 +1,9 @@
 """Pure batch logic: records in, sequences updated, samples and dead letters out.
 
-A batch's in-memory effects (the negative pools) are staged in its :class:`BatchResult` and
-installed by :meth:`SampleBuilder.commit` only once its samples and offsets are committed: a
+A batch's in-memory effects (the negative pools) are staged in its `BatchResult` and
+installed by `SampleBuilder.commit` only once its samples and offsets are committed: a
 batch redone after an aborted transaction draws exactly the negatives a clean run draws. The
-partitions' watermarks (:mod:`streamrec.consumers.lateness`) move the same way, so a redo
+partitions' watermarks (`streamrec.consumers.lateness`) move the same way, so a redo
 judges the same events late.
 
 The builder also reports records whose timestamp is not their event time (a producer such
@@ -51,10 +51,10 @@ class BatchResult:
     the dead letters. ``timestamp_mismatches`` counts records whose timestamp is more than
     the tolerance away from their event time. ``late_labels`` counts the late clicks that
     fell in an impression's window after it closed (the ``join`` mode). ``values`` holds each
-    sample's wire form (:meth:`Sample.to_json`), in the same order: one for each sample, or
+    sample's wire form (`Sample.to_json`), in the same order: one for each sample, or
     the result is refused when made (``ValueError``), not when its samples are sent.
     ``claims`` holds the epochs its partitions were claimed at, to check before its commit
-    (:meth:`~streamrec.featurestore.partitions.PartitionStore.check_claims`).
+    (`check_claims`).
     """
 
     events: int
@@ -101,7 +101,7 @@ class SampleBuilder:
     an unlabelled event whose action is in ``positive_actions`` is a positive plus
     ``negatives`` sampled negatives; other events only extend the sequence. An event late
     for its partition's watermark yields no sample whatever its label (see
-    :mod:`streamrec.consumers.lateness`).
+    `streamrec.consumers.lateness`).
 
     Examples:
         Three views by one user, on the in-memory store: each is a positive whose sequence
@@ -199,10 +199,10 @@ class SampleBuilder:
         partition's watermark yields no sample: it is dead-lettered or only stored, by
         ``late_events``. In the ``join`` mode an impression yields its one sample when its
         label is decided, in this batch or a later one. The builder itself is unchanged until
-        :meth:`commit`, but for the partitions it claims.
+        `commit`, but for the partitions it claims.
 
-        ``parsed`` is what :meth:`parse` made of the records already; ``meanwhile`` runs while
-        the store works (see :meth:`FeatureStore.update`): the runner parses the next batch.
+        ``parsed`` is what `parse` made of the records already; ``meanwhile`` runs while
+        the store works (see `FeatureStore.update`): the runner parses the next batch.
         """
         if parsed is None:
             now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -326,7 +326,7 @@ class SampleBuilder:
         """What the store is asked about each kept event.
 
         Its history when it may yield a sample; an impression of the join mode is judged by its
-        id but stays out of the sequence (see :meth:`stores`), and wants its history for its
+        id but stays out of the sequence (see `stores`), and wants its history for its
         window or its label.
         """
         positive, impression = self._positive, self._join.impression_action
@@ -447,7 +447,7 @@ class SampleBuilder:
         history: History,
         first_seen: int,
     ) -> None:
-        """:meth:`_samples` with a :class:`MixedSampler`.
+        """`_samples` with a `MixedSampler`.
 
         An implicit positive's negatives come from the user's history and categories too, by
         the sampler's shares.

@@ -8,7 +8,7 @@ event ids seen (with the records they came in) and the items' first-seen times. 
 consumers have not processed yet are stored too, from the records they will read them in, so
 when the consumers resume those count as a redo and emit their samples with the right
 histories. Records the consumers dead-letter (not events, or misplaced: see
-:mod:`streamrec.consumers.placement`) are left out as they leave them out. Finally it writes
+`streamrec.consumers.placement`) are left out as they leave them out. Finally it writes
 a new marker, and the consumers can start again.
 
 Only what the events topic still retains can be rebuilt: keep its retention longer than the

@@ -2,14 +2,14 @@
 
 Per batch: the Redis update (idempotent) first, then one transaction that holds the samples,
 the dead letters and the consumed offsets, begun once the batch's partitions are found still
-this consumer's (:meth:`~streamrec.featurestore.partitions.PartitionStore.check_claims`). A
+this consumer's (`check_claims`). A
 crash anywhere before the commit leaves the offsets where they were; the batch is redone,
 Redis ignores the events it already holds, and the aborted samples are never seen by
 ``read_committed`` readers: exactly-once samples.
 
 When Redis or the broker fails for a while, the batch is redone with backoff, its partitions
 held and the consumer kept in its group, until ``retry_deadline_s``; only then does the
-runner stop, with :class:`~streamrec.errors.OutageError` (see ``streamrec.kafka.transactions``
+runner stop, with `OutageError` (see ``streamrec.kafka.transactions``
 for how a transaction survives a broker stall). A stop signal ends those retries at once,
 the batch uncommitted. A Redis that never answered since the start is no outage but a wrong
 URL or a Redis not started: it is waited for ``STREAMREC_STORE__CONNECT_TIMEOUT_S`` only.
@@ -261,7 +261,7 @@ class ConsumerRunner:
 
 
 class _Polled:
-    """A batch of records, parsed once (:meth:`parse`, ahead of its turn or when it comes)."""
+    """A batch of records, parsed once (`parse`, ahead of its turn or when it comes)."""
 
     def __init__(self, builder: SampleBuilder, records: list[Message]) -> None:
         self.records = records
@@ -293,7 +293,7 @@ def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
 
     Record timestamps are checked against the alignment's skew, and records' placement against
     the configured partitioner (the runner keeps its partition counts,
-    :func:`refresh_placement`).
+    `refresh_placement`).
     """
     skew = cfg.kafka.max_skew_ms
     tolerance = TIMESTAMP_TOLERANCE_MS if skew is None else skew
@@ -327,7 +327,7 @@ class BatchLog:
     """The warnings of committed batches, rate-limited.
 
     A flood of bad or late events must not bury the rest of the log (the dead-letter topic and
-    the counts are the full record). Dead letters as :class:`DeadLetterLog` logs them; late
+    the counts are the full record). Dead letters as `DeadLetterLog` logs them; late
     events kept in their sequences (``late``) at most once every ``every_s``, with the count
     since the warning before.
     """
@@ -399,7 +399,7 @@ def attach_store(
 ) -> bool:
     """Check the store before the first batch, waiting for it to come up.
 
-    Check the store before the first batch (see :meth:`FeatureStore.attach`), waiting with
+    Check the store before the first batch (see `FeatureStore.attach`), waiting with
     backoff for a Redis that is not up yet: up to ``connect_timeout_s`` while it has never
     answered (a wrong URL, Redis not started), up to ``deadline_s`` once it has (restarting,
     loading its data). False when ``stop`` was set meanwhile (nothing attached).

@@ -1,8 +1,8 @@
 """Recorded and generated interaction data as contract events, in event-time order.
 
-:func:`read_events` reads the public dataset formats (Taobao UserBehavior, MovieLens, ML-100K,
-JSONL); :func:`generate_clicks` generates seeded implicit click streams (a
-:class:`ClickStreamSpec`) for tests, demos and benchmarks; :func:`load_events` takes either
+`read_events` reads the public dataset formats (Taobao UserBehavior, MovieLens, ML-100K,
+JSONL); `generate_clicks` generates seeded implicit click streams (a
+`ClickStreamSpec`) for tests, demos and benchmarks; `load_events` takes either
 (``synthetic[:field=value,...]`` or a path).
 """
 

@@ -3,7 +3,7 @@
 What a feed showed (``impression`` events) and what was clicked, in the order an application
 publishes it; for the consumers' ``join`` labelling mode.
 
-Built on :func:`~streamrec.datasets.synthetic.generate_clicks`: each ``pv`` of the click
+Built on `generate_clicks`: each ``pv`` of the click
 stream becomes a ``click`` on one item of a page of ``page_size`` impressions shown
 ``click_delay_ms`` earlier (the clicked item and others: uniform over the catalogue, or by
 ``same_category_share`` and ``history_share`` from the categories and items of the user's own
@@ -13,7 +13,7 @@ fav, buy) stay as they are. A share of the clicks (``late_share``, none in the s
 ``2 * late_by_ms``) is published ``late_by_ms`` after its event time, as from a device that
 was offline: such a click arrives after its impression's window has closed.
 
-The truth a test checks against is :func:`expected_labels`: an impression is positive when
+The truth a test checks against is `expected_labels`: an impression is positive when
 a click published on time falls in its window (the latest impression before the click takes it).
 """
 

@@ -1,8 +1,8 @@
 """One way to name any event source: a dataset path, or the seeded click generator.
 
 ``synthetic`` or ``synthetic:events=50000,users=2000,seed=7`` names a generated stream (the
-fields of :class:`~streamrec.datasets.synthetic.ClickStreamSpec`); anything else is a path
-read by :func:`~streamrec.datasets.readers.read_events`.
+fields of `ClickStreamSpec`); anything else is a path
+read by `read_events`.
 """
 
 from __future__ import annotations

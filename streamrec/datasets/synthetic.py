@@ -1,7 +1,7 @@
 """Seeded synthetic implicit-feedback click streams, shaped like Taobao UserBehavior.
 
-What it generates: contract :class:`~streamrec.events.Event` objects (``label=None``, action
-``pv``/``cart``/``fav``/``buy``) sorted by event time, from a :class:`ClickStreamSpec`. The same
+What it generates: contract `Event` objects (``label=None``, action
+``pv``/``cart``/``fav``/``buy``) sorted by event time, from a `ClickStreamSpec`. The same
 spec, seed included, gives exactly the same events in every process.
 
 Why: the real Taobao data may not be redistributed, so it is absent from a fresh clone and
@@ -230,7 +230,7 @@ def generate_clicks(spec: ClickStreamSpec = ClickStreamSpec()) -> list[Event]:
 
 
 def item_debuts(spec: ClickStreamSpec = ClickStreamSpec()) -> dict[str, int]:
-    """The items of :func:`generate_clicks` that debut during the stream, with debut times.
+    """The items of `generate_clicks` that debut during the stream, with debut times.
 
     An item's debut is its first event; the other items exist from ``spec.start_ms``. For
     backtests that score cold-start items separately. Costs a generation without the events.

@@ -1,7 +1,7 @@
-"""Per-user behaviour sequences: the :class:`FeatureStore` interface and its implementations.
+"""Per-user behaviour sequences: the `FeatureStore` interface and its implementations.
 
-:class:`RedisFeatureStore` is the production store; :class:`MemoryFeatureStore` keeps the same
-contract in process, for backtests and tests. :func:`make_feature_store` builds the one the
+`RedisFeatureStore` is the production store; `MemoryFeatureStore` keeps the same
+contract in process, for backtests and tests. `make_feature_store` builds the one the
 settings name.
 """
 

@@ -37,7 +37,7 @@ class Behaviour:
 
     @classmethod
     def from_member(cls, member: str, ts: int) -> Behaviour:
-        """Inverse of :meth:`member`."""
+        """Inverse of `member`."""
         event_id, item_id, category_id, action = member.split(SEP)
         return cls(ts, event_id, item_id, category_id, action)
 
@@ -125,7 +125,7 @@ class Arrival(msgspec.Struct, frozen=True, gc=False):
     """An event as it reaches the store.
 
     An event as it reaches the store (a frozen msgspec struct, untracked by the garbage
-    collector, as :class:`Event`: one per record).
+    collector, as `Event`: one per record).
 
     ``origin`` names the record it came in (``partition:offset``): the same record read again
     is a redo, the same content from another record a duplicate. ``wants_history`` asks for
@@ -151,14 +151,14 @@ Answer = tuple[Verdict, History | None, str]
 
 
 class StoreUpdate:
-    """What :meth:`FeatureStore.update` returns.
+    """What `FeatureStore.update` returns.
 
     ``first_seen`` maps the item of every arrival to the earliest event time the store has
-    recorded for it. :meth:`answers` gives each arrival's :data:`Answer`, in arrival order,
+    recorded for it. `answers` gives each arrival's `Answer`, in arrival order,
     as the store delivers them: a Redis store hands out the first while Redis still works on
-    later users, so the caller's work on them overlaps the store's. :meth:`all`,
+    later users, so the caller's work on them overlaps the store's. `all`,
     ``verdicts``, ``histories`` and ``first_seen_at`` read them all. Use it as a context
-    manager, or :meth:`close` it, when the answers may be left unread (an error on the way):
+    manager, or `close` it, when the answers may be left unread (an error on the way):
     a store holding a connection for them drops it.
     """
 
@@ -212,11 +212,11 @@ class StoreUpdate:
             self._close()
 
     def __enter__(self) -> StoreUpdate:
-        """The update itself; :meth:`close` on the way out."""
+        """The update itself; `close` on the way out."""
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """See :meth:`close`."""
+        """See `close`."""
         self.close()
 
 
@@ -232,7 +232,7 @@ def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
 class FeatureStore(PartitionStore):
     """Event-time-ordered, length-capped behaviour sequences per user, and the event ids seen.
 
-    And, as a :class:`PartitionStore`, each partition's watermark and impression windows.
+    And, as a `PartitionStore`, each partition's watermark and impression windows.
 
     An event id yields its behaviour once: the store remembers each id, with a fingerprint of
     its content and the record it came in, for ``dedup_horizon_ms`` of the user's event time.
@@ -271,7 +271,7 @@ class FeatureStore(PartitionStore):
 
         ``meanwhile`` is work the caller overlaps with the store's (the next batch's parsing):
         run once, while the store is busy with the request, or first. The update is in the store
-        once the last answer is read (see :class:`StoreUpdate`).
+        once the last answer is read (see `StoreUpdate`).
 
         A history holds the latest ``length`` behaviours strictly earlier than that event's
         ``ts``, oldest first: the point-in-time view a training sample may see. The first

@@ -68,10 +68,10 @@ class MemoryFeatureStore(FeatureStore):
         """Nothing to check: the store lives and dies with the process that fills it."""
 
     def reset_marker(self) -> None:
-        """Nothing to mark (see :meth:`attach`)."""
+        """Nothing to mark (see `attach`)."""
 
     def update(self, arrivals: Sequence[Arrival], meanwhile: Callable[[], None] | None = None) -> StoreUpdate:
-        """See :meth:`FeatureStore.update`."""
+        """See `FeatureStore.update`."""
         if meanwhile is not None:  # nothing to overlap with: the work is all in this process
             meanwhile()
         verdicts, first_seen_at = [], []
@@ -120,21 +120,21 @@ class MemoryFeatureStore(FeatureStore):
             user.marks.pop(heapq.heappop(user.by_time)[1], None)
 
     def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
-        """See :meth:`PartitionStore.claim`."""
+        """See `PartitionStore.claim`."""
         return self._partitions.claim(starts)
 
     def advance(
         self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
     ) -> list[PartitionOutcome]:
-        """See :meth:`PartitionStore.advance`."""
+        """See `PartitionStore.advance`."""
         return self._partitions.advance(batches, window_ms, retention_ms)
 
     def check_claims(self, epochs: Mapping[Partition, int]) -> None:
-        """See :meth:`PartitionStore.check_claims`."""
+        """See `PartitionStore.check_claims`."""
         self._partitions.check_claims(epochs)
 
     def sequence(self, user_id: str) -> list[Behaviour]:
-        """See :meth:`FeatureStore.sequence`."""
+        """See `FeatureStore.sequence`."""
         user = self._users.get(user_id)
         return [] if user is None else user.sequence[-self.length :]
 

@@ -12,10 +12,10 @@ batch per partition can be uncommitted at a time, so undoing the last batch's ch
 enough; the keys it touched are kept for that.
 
 A process must not write to a partition another process has taken over since: a
-:meth:`PartitionStore.claim` (at each assignment) raises the partition's epoch, and a batch
+`PartitionStore.claim` (at each assignment) raises the partition's epoch, and a batch
 from an older epoch (a consumer paused past its session timeout, then resumed) is refused
-with :class:`~streamrec.errors.PartitionFenced`; so is its commit, checked just before by
-:meth:`PartitionStore.check_claims` (the pause may fall between its writes and its commit).
+with `PartitionFenced`; so is its commit, checked just before by
+`PartitionStore.check_claims` (the pause may fall between its writes and its commit).
 
 Join windows (one per impression): an impression at ``ts`` waits for a click on the same
 user and item with an event time in ``[ts, ts + window_ms]``; the latest such impression
@@ -49,7 +49,7 @@ class JoinInput(msgspec.Struct, frozen=True):
     """One event of a partition for the join, in offset order.
 
     An impression carries its history (the user's behaviours strictly before it), a late click
-    the watermark it was judged late by. A frozen msgspec struct, as :class:`Event`: one per
+    the watermark it was judged late by. A frozen msgspec struct, as `Event`: one per
     event, made three times as fast as a frozen dataclass.
     """
 
@@ -83,7 +83,7 @@ class Decision(msgspec.Struct, frozen=True):
     """An impression's label, decided.
 
     1 by a click inside its window, 0 when it closed (a frozen msgspec struct, as
-    :class:`JoinInput`).
+    `JoinInput`).
     """
 
     label: int
@@ -194,7 +194,7 @@ class MemoryPartitionStore(PartitionStore):
         self._states: dict[Partition, _State] = {}
 
     def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
-        """See :meth:`PartitionStore.claim`."""
+        """See `PartitionStore.claim`."""
         out = {}
         for key, start in starts.items():
             state = self._states.setdefault(key, _State())
@@ -206,12 +206,12 @@ class MemoryPartitionStore(PartitionStore):
     def advance(
         self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
     ) -> list[PartitionOutcome]:
-        """See :meth:`PartitionStore.advance`."""
+        """See `PartitionStore.advance`."""
         self.check_claims({b.partition: b.epoch for b in batches})  # refuse before changing anything
         return [self._advance(self._states[b.partition], b, window_ms, retention_ms) for b in batches]
 
     def check_claims(self, epochs: Mapping[Partition, int]) -> None:
-        """See :meth:`PartitionStore.check_claims`."""
+        """See `PartitionStore.check_claims`."""
         for partition, ours in epochs.items():
             epoch = self._states.get(partition, _State()).epoch
             if epoch != ours:

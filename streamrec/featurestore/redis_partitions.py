@@ -1,4 +1,4 @@
-r"""The partition state of :mod:`streamrec.featurestore.partitions` in Redis: two Lua scripts.
+r"""The partition state of `streamrec.featurestore.partitions` in Redis: two Lua scripts.
 
 Keys per partition, hash-tagged ``{<topic>:<partition>}`` so one script call holds them all
 (on a Cluster, one slot per partition):

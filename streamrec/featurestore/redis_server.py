@@ -52,7 +52,7 @@ MIN_REDIS_VERSION = (6, 2)
 def check_servers(infos: list[dict[str, Any]]) -> None:
     """Refuse a Redis too old or one that would evict keys.
 
-    Refuse, before any script runs, a Redis older than :data:`MIN_REDIS_VERSION`, and one
+    Refuse, before any script runs, a Redis older than `MIN_REDIS_VERSION`, and one
     that would evict keys: with a memory limit and any policy but ``noeviction``, Redis drops
     keys under pressure without a word (every key of the store has a TTL, so the volatile
     policies take them too): sequences cut short, ids forgotten, the join's windows gone.

@@ -3,7 +3,7 @@ r"""Redis feature store: one sorted set per user, scored by event time.
 Keys per user, hash-tagged ``{<user_id>}`` so they share one Cluster slot:
 
 - ``<prefix>:seq:{u}``: the sequence, a sorted set scored by event time; member
-  ``event_id \t item \t category \t action`` (see :class:`Behaviour`);
+  ``event_id \t item \t category \t action`` (see `Behaviour`);
 - ``<prefix>:ids:{u}``: a hash, event id -> ``fingerprint \t partition:offset \t ts``: what
   arrived under each id, from which record and when, for the dedup horizon (an id older than
   the horizon behind the user's newest event counts as forgotten at once, and is deleted when
@@ -115,7 +115,7 @@ class RedisFeatureStore(FeatureStore):
 
         A Cluster client connects as it is made (to read the slots), so it is made when the
         store is first used: a consumer started before its Cluster is up then waits for it
-        in :meth:`attach`, as for a standalone Redis.
+        in `attach`, as for a standalone Redis.
         """
         super().__init__(length, dedup_horizon_ms)
         self._prefix = cfg.key_prefix
@@ -133,7 +133,7 @@ class RedisFeatureStore(FeatureStore):
 
     @property
     def _redis(self) -> redis.Redis | RedisCluster:
-        """The client; a Cluster's made on first use (see :meth:`__init__`).
+        """The client; a Cluster's made on first use (see `__init__`).
 
         Raises:
             FeatureStoreUnavailable: no node of the Cluster answered.
@@ -172,7 +172,7 @@ class RedisFeatureStore(FeatureStore):
         return f"{self._prefix}:item:{{{item_id}}}"
 
     def attach(self, can_start_empty: bool) -> None:
-        """See :meth:`FeatureStore.attach`.
+        """See `FeatureStore.attach`.
 
         The marker is one key per primary (on a Cluster, keys whose slots each primary
         serves), so a node that restarts empty is noticed too.
@@ -232,7 +232,7 @@ class RedisFeatureStore(FeatureStore):
         )
 
     def reset_marker(self) -> None:
-        """See :meth:`FeatureStore.reset_marker`."""
+        """See `FeatureStore.reset_marker`."""
         value = new_marker(rebuilt=True)
         try:
             for key in marker_keys(self._redis, self._prefix):
@@ -242,7 +242,7 @@ class RedisFeatureStore(FeatureStore):
         self._markers = None
 
     def update(self, arrivals: Sequence[Arrival], meanwhile: Callable[[], None] | None = None) -> StoreUpdate:
-        """See :meth:`FeatureStore.update`.
+        """See `FeatureStore.update`.
 
         One round trip: the markers, the items' first-seen calls, then the users' calls.
         ``first_seen`` is read before the update is returned; the answers are parsed as the
@@ -250,7 +250,7 @@ class RedisFeatureStore(FeatureStore):
         later calls.
 
         Raises:
-            FeatureStoreLost: the markers :meth:`attach` found are gone: Redis lost its data.
+            FeatureStoreLost: the markers `attach` found are gone: Redis lost its data.
         """
         by_user: dict[str, list[int]] = defaultdict(list)  # user -> indexes into arrivals
         for index, arrival in enumerate(arrivals):
@@ -377,7 +377,7 @@ class RedisFeatureStore(FeatureStore):
             yield ("EVALSHA", sha, len(keys), *keys, self._ttl_ms, *times)
 
     def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
-        """See :meth:`PartitionStore.claim`."""
+        """See `PartitionStore.claim`."""
         keys = list(starts)
 
         def commands(shas: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
@@ -390,7 +390,7 @@ class RedisFeatureStore(FeatureStore):
     def advance(
         self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
     ) -> list[PartitionOutcome]:
-        """See :meth:`PartitionStore.advance`."""
+        """See `PartitionStore.advance`."""
 
         def commands(shas: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
             for batch in batches:
@@ -408,7 +408,7 @@ class RedisFeatureStore(FeatureStore):
         return [parse_advance(reply) for reply in replies]
 
     def check_claims(self, epochs: Mapping[Partition, int]) -> None:
-        """See :meth:`PartitionStore.check_claims`: one round trip, a partition's epoch each."""
+        """See `PartitionStore.check_claims`: one round trip, a partition's epoch each."""
         keys = list(epochs)
         if not keys:
             return
@@ -426,7 +426,7 @@ class RedisFeatureStore(FeatureStore):
         commands: Callable[[tuple[str, ...]], Iterable[tuple[Any, ...]]],
         read: Callable[[Iterator[Any]], T],
     ) -> T:
-        """One pipelined round trip of ``commands(script shas)``; each reply to ``read`` (:meth:`_open`)."""
+        """One pipelined round trip of ``commands(script shas)``; each reply to ``read`` (`_open`)."""
         result, replies = self._open(commands, read)
         replies.close()
         return result
@@ -486,7 +486,7 @@ class RedisFeatureStore(FeatureStore):
         return replies
 
     def sequence(self, user_id: str) -> list[Behaviour]:
-        """See :meth:`FeatureStore.sequence`."""
+        """See `FeatureStore.sequence`."""
         try:
             # redis-py types zrange's reply loosely; WITHSCORES gives (member, score) pairs.
             reply = self._redis.zrange(self.key(user_id), -self.length, -1, withscores=True)

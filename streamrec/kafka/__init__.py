@@ -1,10 +1,10 @@
 """Kafka plumbing: clients, topics, record positions, event-time alignment, the record source.
 
-:class:`KafkaMessage` is the slice of a ``confluent_kafka.Message`` pure logic reads, and
-:class:`Record` one held in memory; :class:`Partition` and :class:`Position` name a partition
-and a place in it. :class:`RecordSource` owns one consumer's partitions. Clients are made with
-:func:`make_consumer` and :func:`make_producer` from a :class:`~streamrec.config.KafkaConfig`;
-:func:`ensure_topics` creates the topics the pipeline uses.
+`KafkaMessage` is the slice of a ``confluent_kafka.Message`` pure logic reads, and
+`Record` one held in memory; `Partition` and `Position` name a partition
+and a place in it. `RecordSource` owns one consumer's partitions. Clients are made with
+`make_consumer` and `make_producer` from a `KafkaConfig`;
+`ensure_topics` creates the topics the pipeline uses.
 """
 
 from __future__ import annotations

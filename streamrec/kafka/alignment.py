@@ -18,10 +18,10 @@ Alignment assumes each partition is roughly in event-time order. A record stampe
 of the records behind it in its own partition (a skewed clock) would hold them all back for
 as long as traffic flows, so it is released at once, out of order. And no partition is held
 longer than ``max_hold_ms`` of wall-clock time. Both count as forced releases
-(:attr:`EventTimeAligner.forced`) and are logged.
+(`EventTimeAligner.forced`) and are logged.
 
 The aligner is pure logic: it never touches a consumer. It names the partitions whose
-buffers are full (:meth:`EventTimeAligner.full`), and the owner of the consumer pauses them.
+buffers are full (`EventTimeAligner.full`), and the owner of the consumer pauses them.
 """
 
 from __future__ import annotations

@@ -86,12 +86,12 @@ def consumer_config(cfg: KafkaConfig, group_id: str, **overrides: Any) -> dict[s
 
 
 def make_producer(cfg: KafkaConfig, **overrides: Any) -> Producer:
-    """A producer with :func:`producer_config`."""
+    """A producer with `producer_config`."""
     return Producer(producer_config(cfg, **overrides))
 
 
 def make_consumer(cfg: KafkaConfig, group_id: str, **overrides: Any) -> Consumer:
-    """A consumer with :func:`consumer_config`."""
+    """A consumer with `consumer_config`."""
     return Consumer(consumer_config(cfg, group_id, **overrides))
 
 

@@ -6,10 +6,10 @@ partition where its impression opened a window. Producers choose the partition, 
 the key, and clients differ in the hash: the Java client (so Kafka Streams and Connect),
 aiokafka and kafka-python take murmur2, librdkafka's clients (confluent-kafka in
 every language, kcat) CRC32 unless told ``partitioner=murmur2_random``. Two producers with
-different ones put most users in two partitions. :data:`MURMUR2`, the Java client's, is the
+different ones put most users in two partitions. `MURMUR2`, the Java client's, is the
 default: the one most producers already use.
 
-Records are checked a batch at a time: :func:`murmur2` hashes a batch's keys together with
+Records are checked a batch at a time: `murmur2` hashes a batch's keys together with
 NumPy (the hash written in Python takes 3 us a key, a tenth of a consumer's whole work on an
 event); no maintained Python package ships Kafka's murmur2 in C.
 """

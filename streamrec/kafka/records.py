@@ -1,9 +1,9 @@
 """What a Kafka record is and where it sits, without a live client.
 
-- :class:`KafkaMessage`: the slice of ``confluent_kafka.Message`` that pure logic reads, so the
+- `KafkaMessage`: the slice of ``confluent_kafka.Message`` that pure logic reads, so the
   consumers' logic and the aligner run on in-memory records too.
-- :class:`Record`: such a record held in memory, for replays, backtests and tests.
-- :class:`Partition` and :class:`Position`: the one name for a partition and for a place in
+- `Record`: such a record held in memory, for replays, backtests and tests.
+- `Partition` and `Position`: the one name for a partition and for a place in
   it (a record's offset, or the next offset to read).
 """
 
@@ -89,7 +89,7 @@ def offset_spans(
     """The first and last offset of the records of each partition.
 
     The first and last offset of the records of each partition (``keys``: each record's
-    :func:`partition_of`, which the caller has found already).
+    `partition_of`, which the caller has found already).
     """
     spans: dict[Partition, list[int]] = {}
     for msg, key in zip(records, keys, strict=True):
@@ -136,7 +136,7 @@ def event_time(msg: KafkaMessage) -> int:
 
 
 class Record:
-    """A record held in memory that satisfies :class:`KafkaMessage`.
+    """A record held in memory that satisfies `KafkaMessage`.
 
     For replays and backtests that feed recorded events to the consumers' logic without a
     broker.

@@ -1,6 +1,6 @@
 """The records one Kafka consumer delivers, and the one owner of its partition state.
 
-:class:`RecordSource` subscribes the consumer and answers its rebalance callbacks itself; it
+`RecordSource` subscribes the consumer and answers its rebalance callbacks itself; it
 alone pauses and resumes partitions (the aligner's full buffers, a caller's hold during a
 long training step) and seeks. Callers only poll, hold and release, put records back, and
 restart from positions: no one else touches the consumer's partitions.
@@ -64,7 +64,7 @@ class RecordSource:
     # --- subscription and rebalances ------------------------------------------------
 
     def subscribe(self) -> None:
-        """Join the group; assignments arrive during :meth:`poll`."""
+        """Join the group; assignments arrive during `poll`."""
         self.consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     @property
@@ -139,7 +139,7 @@ class RecordSource:
     def keepalive(self, timeout_s: float = 0.0) -> None:
         """Serve the consumer (group heartbeats, rebalance callbacks) without taking records.
 
-        Anything released meanwhile is kept for the next :meth:`poll`.
+        Anything released meanwhile is kept for the next `poll`.
         """
         self._unread.extend(self._consume(1000, timeout_s))
 
@@ -168,7 +168,7 @@ class RecordSource:
         return records
 
     def unread(self, records: Iterable[Message]) -> None:
-        """Put records back: the next :meth:`poll` delivers them first, in this order."""
+        """Put records back: the next `poll` delivers them first, in this order."""
         self._unread.extendleft(reversed(list(records)))
 
     def unread_floor(self) -> dict[Partition, int]:
@@ -185,13 +185,13 @@ class RecordSource:
     def hold(self) -> None:
         """Pause every partition (e.g. while a long training step runs).
 
-        Keep calling :meth:`keepalive` to stay in the group.
+        Keep calling `keepalive` to stay in the group.
         """
         self._held = True
         self._apply_pauses()
 
     def release(self) -> None:
-        """Undo :meth:`hold`; the aligner's own pauses stay."""
+        """Undo `hold`; the aligner's own pauses stay."""
         self._held = False
         self._apply_pauses()
 

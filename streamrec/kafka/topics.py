@@ -131,5 +131,5 @@ def topic_partitions(client: MetadataClient, topic: str, timeout_s: float) -> li
 
 
 def partition_counts(client: MetadataClient, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
-    """How many partitions each topic has now (see :func:`topic_partitions`)."""
+    """How many partitions each topic has now (see `topic_partitions`)."""
     return {topic: len(topic_partitions(client, topic, timeout_s)) for topic in topics}

@@ -18,7 +18,7 @@ going away mid-transaction is survived without breaking exactly-once:
 
 ``wait`` decides between tries: it sleeps (keeping the consumer alive) and returns False
 once the caller's retry deadline has passed, which ends the attempt with
-:class:`~streamrec.errors.OutageError`.
+`OutageError`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def describe(exc: BaseException) -> str:
 
 
 class TransactionalProducer:
-    """A transactional producer whose :meth:`commit` is exactly-once through broker outages."""
+    """A transactional producer whose `commit` is exactly-once through broker outages."""
 
     def __init__(self, cfg: KafkaConfig, id_prefix: str) -> None:
         """Transactional ids are ``<id_prefix>-<random>``: one per producer, never reused."""

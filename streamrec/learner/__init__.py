@@ -1,17 +1,17 @@
 """The micro-batch learner: the learner contract, the DIN model, the learner loop.
 
-- :class:`Learner` is the contract every model implements (``learn_many``, ``predict_many``);
-  :class:`DINLearner` is the Deep Interest Network in PaddlePaddle. Both take a
-  :class:`Batch`: samples as columns.
-- :class:`LearnerRunner` is the loop: read a micro-batch of samples from Kafka, score it,
-  train on it, write a snapshot to a :class:`~streamrec.snapshots.SnapshotStore`
-  (:mod:`streamrec.snapshots`; re-exported here for older imports).
-- :func:`yield_checks` and :func:`check_learner` check a learner against the contract (as
-  river's ``checks``), :class:`Promises` saying what it promises beyond it;
-- :func:`auc`, :func:`gauc` and :func:`logloss` are the prequential metrics;
-  :func:`fingerprint` is the stable id hash the embedding tables key rows by.
+- `Learner` is the contract every model implements (``learn_many``, ``predict_many``);
+  `DINLearner` is the Deep Interest Network in PaddlePaddle. Both take a
+  `Batch`: samples as columns.
+- `LearnerRunner` is the loop: read a micro-batch of samples from Kafka, score it,
+  train on it, write a snapshot to a `SnapshotStore`
+  (`streamrec.snapshots`; re-exported here for older imports).
+- `yield_checks` and `check_learner` check a learner against the contract (as
+  river's ``checks``), `Promises` saying what it promises beyond it;
+- `auc`, `gauc` and `logloss` are the prequential metrics;
+  `fingerprint` is the stable id hash the embedding tables key rows by.
 
-Names are imported when first used: Paddle loads only with :class:`DINLearner`.
+Names are imported when first used: Paddle loads only with `DINLearner`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 As river's ``MiniBatchClassifier``: constructor arguments are the hyper-parameters, and the
 loop depends on these few methods only, so another model (a baseline, a new architecture)
-plugs in by implementing them. Micro-batches arrive as :class:`~streamrec.learner.batch.Batch`
+plugs in by implementing them. Micro-batches arrive as `Batch`
 columns; a model encodes them as it needs (hashing, id tables).
 """
 
@@ -20,7 +20,7 @@ from streamrec.learner.batch import Batch
 
 @dataclass(frozen=True, slots=True)
 class TrainResult:
-    """What one :meth:`Learner.learn_many` call did.
+    """What one `Learner.learn_many` call did.
 
     A step whose loss or gradients were not finite (NaN or infinite) is skipped, leaving the
     weights as they were: one poisoned step would otherwise spread NaN through every weight.
@@ -83,5 +83,5 @@ class Learner(Protocol):
         ...
 
     def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Restore what :meth:`state_arrays` returned, from this or another process."""
+        """Restore what `state_arrays` returned, from this or another process."""
         ...

@@ -1,7 +1,7 @@
 """Micro-batches.
 
-Samples as columns (:class:`Batch`, what every learner takes) and the row ids one model's
-embedding tables look up (:class:`EncodedBatch`).
+Samples as columns (`Batch`, what every learner takes) and the row ids one model's
+embedding tables look up (`EncodedBatch`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class Batch:
     def from_samples(cls, samples: Sequence[Sample]) -> Batch:
         """Columns of ``samples``.
 
-        Decoding (:meth:`Sample.from_json`) already refuses both; these checks guard samples
+        Decoding (`Sample.from_json`) already refuses both; these checks guard samples
         built in code, since one NaN label (from ``None``) poisons every weight.
 
         Raises:
@@ -149,7 +149,7 @@ class EncodedBatch:
 
 @dataclass(frozen=True, eq=False)
 class BatchKeys:
-    """The :func:`~streamrec.learner.hashing.fingerprint` of every id of a batch, per table.
+    """The `fingerprint` of every id of a batch, per table.
 
     A batch's sequences repeat few ids many times (each user's history in each of its
     samples), so they are kept as their distinct ids, sorted, and where each behaviour's is:

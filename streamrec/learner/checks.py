@@ -1,11 +1,11 @@
 """The learner contract as checks every learner runs: DIN, the baselines, and yours.
 
-As river's ``checks``: :func:`yield_checks` yields one named :class:`Check` per promise of
-:class:`~streamrec.learner.base.Learner`, each bound to a factory of fresh learners; call
-it, and it raises ``AssertionError`` naming what broke. :func:`check_learner` runs them all.
+As river's ``checks``: `yield_checks` yields one named `Check` per promise of
+`Learner`, each bound to a factory of fresh learners; call
+it, and it raises ``AssertionError`` naming what broke. `check_learner` runs them all.
 The test suite parametrizes pytest over every learner and every check, so a new learner is
 one more line there. What a learner promises beyond the contract (that it learns from ids,
-that a seed fixes it, that it can be exported) is stated in :class:`Promises`, and the checks
+that a seed fixes it, that it can be exported) is stated in `Promises`, and the checks
 of a promise not made are not yielded.
 
 The samples are small and generated from fixed seeds, so each check runs in well under a
@@ -124,7 +124,7 @@ def yield_checks(factory: LearnerFactory, promises: Promises | None = None) -> I
 
 
 def check_learner(factory: LearnerFactory, promises: Promises | None = None) -> None:
-    """Run every check of :func:`yield_checks`, stopping at the first that fails."""
+    """Run every check of `yield_checks`, stopping at the first that fails."""
     for check in yield_checks(factory, promises):
         try:
             check()

@@ -1,6 +1,6 @@
 """The DIN learner: device choice, seeded training in mini-batches, scoring, and its full state.
 
-:class:`DINLearner` implements :class:`~streamrec.learner.base.Learner`.
+`DINLearner` implements `Learner`.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ class DINLearner:
         return self.predict_encoded(self.encode(batch))
 
     def predict_encoded(self, encoded: EncodedBatch) -> np.ndarray:
-        """:meth:`predict_many` on an already encoded batch."""
+        """`predict_many` on an already encoded batch."""
         self.train_module.eval()
         chunk = self.cfg.train_batch_size * _PREDICT_CHUNK_FACTOR
         out = np.empty(len(encoded), dtype=np.float64)
@@ -304,7 +304,7 @@ class DINLearner:
                 self.known_items[DEFAULT_ROW] = 0
 
     def learn_encoded(self, encoded: EncodedBatch) -> TrainResult:
-        """The training passes of :meth:`learn_many` on an already encoded batch."""
+        """The training passes of `learn_many` on an already encoded batch."""
         if len(encoded) == 0:
             return TrainResult()
         self.train_module.train()

@@ -175,7 +175,7 @@ class OnlineEWC:
         return out
 
     def load_state_arrays(self, arrays: Mapping[str, np.ndarray], prefix: str) -> None:
-        """Restore what :meth:`state_arrays` returned (shapes checked by the caller)."""
+        """Restore what `state_arrays` returned (shapes checked by the caller)."""
         for name in self.params:
             self.fisher[name] = paddle.to_tensor(arrays[f"{prefix}{FISHER}{name}"])
             self.anchor[name] = paddle.to_tensor(arrays[f"{prefix}{ANCHOR}{name}"])

@@ -3,8 +3,8 @@
 A fingerprint is the id's UTF-8 bytes under xxh3_64 (python-xxhash, the reference C
 implementation, also available in every language a serving stack is written in): the same
 in every process and on every machine, which rules out Python's salted ``hash()``. Dynamic
-tables (:mod:`streamrec.learner.idmap`) key ids by it; hashed tables and the user counts of
-:mod:`streamrec.learner.idstats` take it modulo their rows.
+tables (`streamrec.learner.idmap`) key ids by it; hashed tables and the user counts of
+`streamrec.learner.idstats` take it modulo their rows.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def bucketize(ids: Sequence[str], buckets: int) -> np.ndarray:
 
 
 def to_buckets(fingerprints: np.ndarray, buckets: int) -> np.ndarray:
-    """Map :func:`fingerprint` values into ``1..buckets-1`` (int64); row 0 stays padding."""
+    """Map `fingerprint` values into ``1..buckets-1`` (int64); row 0 stays padding."""
     if buckets < 2:
         raise ValueError(f"buckets must be at least 2, got {buckets}")
     return (fingerprints % np.uint64(buckets - 1)).astype(np.int64) + 1

@@ -2,7 +2,7 @@
 
 An id -> row table per feature, with admission, eviction and growth.
 
-Ids are keyed by their 64-bit xxh3 hash (:func:`~streamrec.learner.hashing.fingerprint`):
+Ids are keyed by their 64-bit xxh3 hash (`fingerprint`):
 two ids share a row only if their 64-bit hashes collide, about once in 2 x 10^5 tables
 of ten million ids. Keys are kept sorted in numpy arrays (28 bytes per tracked id) and
 looked up with a vectorised binary search, not a Python dict (over 100 bytes per id).
@@ -10,7 +10,7 @@ looked up with a vectorised binary search, not a Python dict (over 100 bytes per
 Rows: 0 is padding, 1 is the table's learned default row, every admitted id owns one of
 the rest. An id is a *candidate* until it has been seen ``min_count`` times as a target;
 candidates and unknown ids look up the default row. At the end of each micro-batch
-(:meth:`IdMap.observe`):
+(`IdMap.observe`):
 
 1. ids unseen for ``ttl_ms`` of event time are evicted: their rows go back to the free
    list (candidates are dropped);
@@ -44,7 +44,7 @@ _KEYS = ("keys", "rows", "counts", "last_seen")
 
 @dataclass(frozen=True)
 class Admission:
-    """What one :meth:`IdMap.observe` did.
+    """What one `IdMap.observe` did.
 
     Attributes:
         rows: The rows newly given to ids (int64): their state must be reset.
@@ -244,7 +244,7 @@ class IdMap:
         return {prefix + name: getattr(self, name).copy() for name in _KEYS}
 
     def load_state_arrays(self, arrays: Mapping[str, np.ndarray], prefix: str, capacity: int) -> None:
-        """Restore what :meth:`state_arrays` returned, for a table of ``capacity`` rows.
+        """Restore what `state_arrays` returned, for a table of ``capacity`` rows.
 
         Raises:
             ValueError: If the arrays are not one consistent map for such a table.

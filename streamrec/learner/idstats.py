@@ -78,7 +78,7 @@ class IdStats:
         return out
 
     def load_state_arrays(self, arrays: Mapping[str, np.ndarray], prefix: str) -> None:
-        """Restore what :meth:`state_arrays` returned (shapes checked by the caller)."""
+        """Restore what `state_arrays` returned (shapes checked by the caller)."""
         for name in self.samples:
             self.samples[name] = np.asarray(arrays[f"{prefix}{name}/samples"], np.float32).copy()
             self.positives[name] = np.asarray(arrays[f"{prefix}{name}/positives"], np.float32).copy()

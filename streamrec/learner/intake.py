@@ -2,10 +2,10 @@
 
 A malformed sample used to end the learner on every restart (or, with ``label: null``, turn
 every weight to NaN). Now each record is validated as it is decoded; an invalid one becomes a
-:class:`~streamrec.deadletters.DeadLetter` on ``samples_dlq_topic`` (the record itself, with
+`DeadLetter` on ``samples_dlq_topic`` (the record itself, with
 the reason in headers) and the rest are trained on.
 
-Dead letters are durable before the positions that pass them are: :meth:`DeadLetterWriter.write`
+Dead letters are durable before the positions that pass them are: `DeadLetterWriter.write`
 returns only once the broker has acknowledged every one, and the loop advances its positions
 (which a snapshot then stores) only after that. A crash in between re-reads the records and
 dead-letters them again: the samples DLQ is at-least-once, and its ``streamrec.topic``,

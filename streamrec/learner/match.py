@@ -1,11 +1,11 @@
 """Causal match features.
 
 What each sample's own history (strictly earlier than it) says about its target, computed from a
-:class:`~streamrec.learner.batch.Batch` alone.
+`Batch` alone.
 
 They are the simplest signals a ranker can use and the first a negative sampler can leak: a
 sampler that never draws from the user's history makes ``target_in_history`` a label tell.
-One place defines them, keyed by name (see :data:`MATCH_FEATURES`).
+One place defines them, keyed by name (see `MATCH_FEATURES`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ MATCH_FEATURES: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndar
 
 
 def match_features(batch: Batch) -> dict[str, np.ndarray]:
-    """Every match feature of ``batch``, name -> float64 [B], in :data:`MATCH_FEATURES` order."""
+    """Every match feature of ``batch``, name -> float64 [B], in `MATCH_FEATURES` order."""
     if len(batch) == 0:
         return {name: np.zeros(0) for name in MATCH_FEATURES}
     sums = _sums(batch)

@@ -16,7 +16,7 @@ import numpy as np
 # about 16 nats and stays representable next to 1.0 in float32 model outputs.
 _LOGLOSS_EPS = 1e-7
 
-#: Each tell's metric name -> the match feature (:mod:`streamrec.learner.match`) it scores alone.
+#: Each tell's metric name -> the match feature (`streamrec.learner.match`) it scores alone.
 TELLS = {"tell_history_auc": "target_in_history", "tell_category_auc": "category_share"}
 
 
@@ -126,7 +126,7 @@ class BatchMetrics:
     ranking quality from cold start; ``known_samples`` counts them. ``novelty_auc`` scores
     "the target item is new to the model" alone: near 0.5 means the negative sampler gives
     no novelty shortcut; far above it, the AUC would measure the sampler, not the model.
-    ``tell_history_auc`` and ``tell_category_auc`` (:data:`TELLS`) score "the target is in
+    ``tell_history_auc`` and ``tell_category_auc`` (`TELLS`) score "the target is in
     the user's history" and "the share of the history in the target's category" alone: on
     real impressions near 0.5 (a little above: users do return to what they know); well
     above it, the negative sampler gives the label away.

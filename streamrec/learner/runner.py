@@ -11,10 +11,10 @@ Bad input never stops the loop, and bad training never reaches a snapshot: a sam
 breaks the contract is dead-lettered to ``samples_dlq_topic`` (acknowledged before the
 positions pass it); a training step whose loss or gradients are not finite is skipped; after
 ``max_bad_batches`` micro-batches in a row with skipped steps the learner stops with
-:class:`~streamrec.errors.TrainingDiverged`, and a snapshot whose weights are not all finite
-is refused (:class:`~streamrec.errors.NonFiniteWeights`).
+`TrainingDiverged`, and a snapshot whose weights are not all finite
+is refused (`NonFiniteWeights`).
 
-Control flows one way: the model is any :class:`~streamrec.learner.base.Learner` and is only
+Control flows one way: the model is any `Learner` and is only
 called, never calls back. A step runs on a worker thread while this loop keeps the consumer
 alive (partitions held, rebalance callbacks served here), however long the step takes.
 """
@@ -132,8 +132,8 @@ class LearnerRunner(Closing):
     ) -> None:
         """Train ``learner``; restore it from the newest valid snapshot in ``snapshot_dir``.
 
-        The snapshot directory is locked for the runner's life (until :meth:`run` ends or
-        :meth:`close`), and checked before anything is trained, so a second learner, a
+        The snapshot directory is locked for the runner's life (until `run` ends or
+        `close`), and checked before anything is trained, so a second learner, a
         directory that is a file, read-only or full fails here. ``snapshots`` replaces the
         store made from ``cfg`` (tests inject one with a free-space function);
         ``dead_letters`` the writer to ``cfg.kafka.samples_dlq_topic``. ``on_scored(batch,
@@ -227,7 +227,7 @@ class LearnerRunner(Closing):
         )
 
     def close(self) -> None:
-        """Leave the group and release the snapshot directory; :meth:`run` does it on return.
+        """Leave the group and release the snapshot directory; `run` does it on return.
 
         Safe to call more than once.
         """

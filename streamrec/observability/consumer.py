@@ -2,7 +2,7 @@
 
 Events, samples, dead letters by reason, late events, batch time, lag.
 
-Fed from :class:`~streamrec.consumers.runner.ConsumerRunner`'s ``on_batch`` hook, one
+Fed from `ConsumerRunner`'s ``on_batch`` hook, one
 committed batch at a time.
 """
 

@@ -20,7 +20,7 @@ DEFAULT_HOST = "0.0.0.0"
 class MetricsServer(Closing):
     """A running ``/metrics`` endpoint on its own daemon thread.
 
-    :meth:`close` stops it and frees the port; one never closed dies with the process, since
+    `close` stops it and frees the port; one never closed dies with the process, since
     its thread is a daemon.
     """
 

@@ -1,10 +1,10 @@
 """Replay and backtesting: recorded events through the consumers' logic and the learners.
 
 In process, with no broker and no Redis, to compare update strategies on exactly the same
-samples (``streamrec replay``). :func:`streamrec.replay.backtest.backtest` runs every strategy a
-:class:`BacktestConfig` names and returns the report (the function is not re-exported here: it
-would hide its module of the same name). :func:`build_samples` and :class:`MicroBatch` are its
-steps, and :class:`PopularityLearner`, :class:`ItemRateLearner` and :class:`FeaturesLearner` the
+samples (``streamrec replay``). `streamrec.replay.backtest.backtest` runs every strategy a
+`BacktestConfig` names and returns the report (the function is not re-exported here: it
+would hide its module of the same name). `build_samples` and `MicroBatch` are its
+steps, and `PopularityLearner`, `ItemRateLearner` and `FeaturesLearner` the
 baselines every model must beat.
 """
 

@@ -24,7 +24,7 @@ PRIOR_SAMPLES = 10.0
 class _ItemCounts:
     """Per-item positives and samples from the micro-batches learnt so far.
 
-    Items are keyed by their :func:`~streamrec.learner.hashing.fingerprint`, as the model's
+    Items are keyed by their `fingerprint`, as the model's
     id maps key them, so the state is numbers a snapshot (safetensors) stores.
     """
 
@@ -68,14 +68,14 @@ class PopularityLearner(_ItemCounts):
     """
 
     def predict_many(self, batch: Batch) -> np.ndarray:
-        """See :class:`~streamrec.learner.base.Learner`."""
+        """See `Learner`."""
         counts = np.fromiter(
             (self.positives.get(i, 0.0) for i in self.keys(batch)), dtype=np.float64, count=len(batch)
         )
         return 1.0 - 1.0 / (2.0 + np.log1p(counts))
 
     def learn_many(self, batch: Batch) -> TrainResult:
-        """See :class:`~streamrec.learner.base.Learner`."""
+        """See `Learner`."""
         return self.learn(batch)
 
 
@@ -84,11 +84,11 @@ class ItemRateLearner(_ItemCounts):
 
     Scores the item's positive rate in earlier micro-batches, smoothed by a Beta prior
     centred on the global rate: ``(positives + k * global) / (samples + k)``, k =
-    :data:`PRIOR_SAMPLES`. On explicit ratings it is the strongest simple baseline.
+    `PRIOR_SAMPLES`. On explicit ratings it is the strongest simple baseline.
     """
 
     def predict_many(self, batch: Batch) -> np.ndarray:
-        """See :class:`~streamrec.learner.base.Learner`."""
+        """See `Learner`."""
         total = sum(self.samples.values())
         prior = sum(self.positives.values()) / total if total else 0.5
         keys = self.keys(batch)
@@ -97,5 +97,5 @@ class ItemRateLearner(_ItemCounts):
         return (pos + PRIOR_SAMPLES * prior) / (n + PRIOR_SAMPLES)
 
     def learn_many(self, batch: Batch) -> TrainResult:
-        """See :class:`~streamrec.learner.base.Learner`."""
+        """See `Learner`."""
         return self.learn(batch)

@@ -46,7 +46,7 @@ def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]
     """The samples the consumers would emit for ``events``.
 
     The samples the consumers would emit for ``events`` (in event-time order), built by
-    :class:`SampleBuilder` on the in-memory store: sequences, labels, negatives and all.
+    `SampleBuilder` on the in-memory store: sequences, labels, negatives and all.
     """
     store = MemoryFeatureStore(cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms)
     builder = SampleBuilder(cfg.consumer, store)

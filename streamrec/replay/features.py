@@ -1,6 +1,6 @@
 """The ``features`` baseline.
 
-An online logistic regression on the causal match features (:mod:`streamrec.learner.match`) and
+An online logistic regression on the causal match features (`streamrec.learner.match`) and
 a bias, as a learner of the same contract.
 
 It knows no ids, only how each sample's own history relates to its target: a DIN that does
@@ -34,7 +34,7 @@ MIN_STEP_SCALE = 1e-3
 
 
 def design(batch: Batch) -> np.ndarray:
-    """float64 [B, F + 1]: the match features in :data:`MATCH_FEATURES` order, then a bias."""
+    """float64 [B, F + 1]: the match features in `MATCH_FEATURES` order, then a bias."""
     columns = list(match_features(batch).values())
     return np.column_stack([*columns, np.ones(len(batch))]) if len(batch) else np.zeros((0, len(columns) + 1))
 
@@ -54,11 +54,11 @@ class FeaturesLearner:
         self.precision = ridge * np.eye(width)  # the past's curvature, plus the ridge
 
     def predict_many(self, batch: Batch) -> np.ndarray:
-        """See :class:`~streamrec.learner.base.Learner`."""
+        """See `Learner`."""
         return _sigmoid(design(batch) @ self.weights)
 
     def learn_many(self, batch: Batch) -> TrainResult:
-        """See :class:`~streamrec.learner.base.Learner`."""
+        """See `Learner`."""
         x, y = design(batch), batch.label.astype(np.float64)
         start, w, steps = self.weights, self.weights.copy(), 0
 
@@ -92,10 +92,10 @@ class FeaturesLearner:
         return np.zeros(len(batch), dtype=bool)
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """See :class:`~streamrec.learner.base.Learner`."""
+        """See `Learner`."""
         return {"model/weights": self.weights.copy(), "state/precision": self.precision.copy()}
 
     def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """See :class:`~streamrec.learner.base.Learner`."""
+        """See `Learner`."""
         self.weights = np.array(arrays["model/weights"], dtype=np.float64)
         self.precision = np.array(arrays["state/precision"], dtype=np.float64)

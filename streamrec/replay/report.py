@@ -19,7 +19,7 @@ JSON schema (``schema`` 1), times in epoch ms, NaN as null:
   ``penalty_share``, the EWC penalty's mean share of the training loss (0 without EWC);
   ``train_seconds`` and ``score_seconds`` (cost); ``series`` of per-micro-batch ``auc``,
   ``gauc``, ``logloss``, ``samples``;
-- ``tells.<feature>``: each causal match feature (:mod:`streamrec.learner.match`) scored
+- ``tells.<feature>``: each causal match feature (`streamrec.learner.match`) scored
   alone, ``auc``, ``gauc``, ``auc_first_q``, ``gauc_first_q`` as a strategy's: they depend
   on the samples only, so once per backtest. On real impressions near 0.5; well above it
   the negative sampler gives the label away, and a strategy's figures measure the sampler;

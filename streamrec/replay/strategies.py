@@ -8,7 +8,7 @@ so every strategy is judged on exactly the same out-of-sample samples:
 - ``features``: online logistic regression on the causal match features (the target in the
   user's history, the history's share in its category, ...);
 - ``vw``: Vowpal Wabbit's online logistic regression on the ids, their pairwise interactions
-  and the match features (:mod:`streamrec.replay.vw`; optional: the ``vw`` extra);
+  and the match features (`streamrec.replay.vw`; optional: the ``vw`` extra);
 - ``static``: a DIN trained on the first ``warmup`` fraction of micro-batches, then frozen;
 - ``finetune``: a DIN updated on every micro-batch, no regularisation;
 - ``ewc``: a DIN updated with online EWC at a given lambda (``finetune`` is lambda 0);

@@ -2,12 +2,12 @@
 
 What the DIN adds over a linear model with pairwise interactions of the same inputs (the
 user, the target's item and category, the history's items and categories) and the causal
-match features (:mod:`streamrec.learner.match`), learnt in one online pass: the backtester
+match features (`streamrec.learner.match`), learnt in one online pass: the backtester
 scores each micro-batch, then VW learns it, sample after sample in time order.
 
 Needs the ``vw`` extra (``pip install 'streamrec[vw]'``); nothing else imports this module's
 learner, so streamrec runs without it. Examples are VW's text format, one a sample; ids are
-percent-escaped (:func:`vw_token`), since ``|``, ``:`` and whitespace separate its fields.
+percent-escaped (`vw_token`), since ``|``, ``:`` and whitespace separate its fields.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def examples(batch: Batch, labelled: bool) -> list[str]:
 
 
 def require_vw() -> Any:
-    """The ``vowpalwabbit`` module, or a one-line :class:`ConfigError` naming the extra."""
+    """The ``vowpalwabbit`` module, or a one-line `ConfigError` naming the extra."""
     try:
         import vowpalwabbit
     except ImportError as exc:
@@ -130,7 +130,7 @@ class VWLearner:
         )
 
     def predict_many(self, batch: Batch) -> np.ndarray:
-        """See :class:`~streamrec.learner.base.Learner`.
+        """See `Learner`.
 
         Scoring changes nothing: each example is built on its own (``Example(workspace, line)``)
         and never finished, since finishing one counts it in counters the model file keeps; an
@@ -168,7 +168,7 @@ class VWLearner:
         return {"model/vw": weights, "state/known_items": np.array(sorted(self._known), dtype=np.uint64)}
 
     def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """See :class:`~streamrec.learner.base.Learner`.
+        """See `Learner`.
 
         The model file is loaded with this learner's own arguments besides ``-i``: with ``-i``
         alone VW drops settings the file does not keep, and a resumed model scored up to 0.46

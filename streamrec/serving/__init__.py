@@ -1,9 +1,9 @@
 """Serving: export snapshots for Paddle Inference, score candidates, serve over HTTP.
 
-:func:`export_snapshot` writes a version's export (a Paddle Inference model, its id tables and
-``contract.json``); :class:`ExportedModel` scores :class:`Candidate` items with one export, and
-:class:`Scorer` with whichever version the serving pointer names, swapping versions as they are
-promoted. :func:`build_app` is the HTTP app of ``streamrec serve``.
+`export_snapshot` writes a version's export (a Paddle Inference model, its id tables and
+``contract.json``); `ExportedModel` scores `Candidate` items with one export, and
+`Scorer` with whichever version the serving pointer names, swapping versions as they are
+promoted. `build_app` is the HTTP app of ``streamrec serve``.
 """
 
 from __future__ import annotations

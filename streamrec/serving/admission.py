@@ -4,7 +4,7 @@ Requests are scored on a pool of worker threads, never on the event loop, so the
 reading requests, answering probes and shedding while the workers are busy. The only queue is
 the requests admitted but waiting for a worker: at most ``max_in_flight`` requests are admitted
 (one more is refused at once), and an admitted one that finds no free worker within
-``max_wait_s`` of its arrival is refused too. Refusals are :class:`Overloaded`; the HTTP layer
+``max_wait_s`` of its arrival is refused too. Refusals are `Overloaded`; the HTTP layer
 answers them 503 with ``Retry-After``. Before this, scoring ran on the event loop itself:
 requests queued unseen in the loop and the socket, a 2-core machine offered twice what it could
 score answered after 19-41 s, and nothing was refused.

@@ -2,7 +2,7 @@
 
 ``<snapshots>/exports/v000007/`` holds:
 
-- ``model.json`` and ``model.pdiparams``: the :class:`~streamrec.serving.graph.ScoringGraph`,
+- ``model.json`` and ``model.pdiparams``: the `ScoringGraph`,
   saved by ``paddle.jit.save``; ``paddle.inference.create_predictor`` loads it without any
   streamrec code. The id statistics are constants inside it.
 - ``ids/<table>.keys.npy`` per dynamic table (uint64, sorted: the xxh3_64 fingerprints of
@@ -110,7 +110,7 @@ def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -
 
 
 def build_missing_export(store: SnapshotStore, version: int) -> Path | None:
-    """The ``build_export`` of :meth:`SnapshotStore.promote`.
+    """The ``build_export`` of `SnapshotStore.promote`.
 
     Export ``version`` if it has no export yet; None for a version holding no model
     configuration (a learner other than DIN wrote it: there is nothing to export, and promotion
@@ -183,7 +183,7 @@ def scoring_graph(learner: DINLearner) -> ScoringGraph:
 
 
 def input_specs(cfg: ModelConfig) -> list[paddle.static.InputSpec]:
-    """The graph's inputs, in order (see :func:`contract`)."""
+    """The graph's inputs, in order (see `contract`)."""
     nb = sum(t.feature in BEHAVIOUR_FEATURES for t in cfg.tables)
     nc = len(cfg.tables) - nb
     specs = [

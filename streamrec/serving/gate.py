@@ -83,7 +83,7 @@ class Promoter:
         """Export the new version.
 
         Promote it now if nothing is served or promotion is unconditional, else keep it for
-        :meth:`on_scored`. A failed export is logged: the learner trains on, and serving keeps
+        `on_scored`. A failed export is logged: the learner trains on, and serving keeps
         the version it has.
         """
         try:

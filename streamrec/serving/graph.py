@@ -1,7 +1,7 @@
 """The exported scoring graph: the DIN with its id statistics inside, so serving feeds rows.
 
 ``paddle.jit.save`` traces ``forward`` from this file's source, so the graph stays free of
-lambdas and closures. The id statistics (:mod:`streamrec.learner.idstats`) become constant
+lambdas and closures. The id statistics (`streamrec.learner.idstats`) become constant
 tensors of the graph: a serving process turns raw ids into rows (the export's id tables) and
 needs nothing else from the learner.
 """
@@ -101,7 +101,7 @@ class ScoringGraph(nn.Layer):
 
 
 class ContextScoringGraph(ScoringGraph):
-    """:class:`ScoringGraph` with a fourth input, ``context`` int64 [B, Nc].
+    """`ScoringGraph` with a fourth input, ``context`` int64 [B, Nc].
 
     A row per context table (a user table, say), in table order.
     """

@@ -6,10 +6,10 @@
   reads the default rows. Ids are strings or integers, as in the event contract (``5`` is
   ``"5"``). A bad request gets 400 with the reason, a body over ``max_body_bytes`` 413 before
   the rest is read, and a request the server has no room for 503 with ``Retry-After``
-  (:mod:`streamrec.serving.admission`).
+  (`streamrec.serving.admission`).
 - ``GET /readyz`` → 200 ``{"status": "ok", "version": 7, "current": 7, "serves_current": true}``
   when the server can score, else 503 ``{"status": "unavailable", ..., "reasons": [...]}``
-  (:mod:`streamrec.serving.readiness`): the served version, the one ``serving/CURRENT`` names
+  (`streamrec.serving.readiness`): the served version, the one ``serving/CURRENT`` names
   (null when unreadable) and whether they agree (not when the named version fails to load and
   an older one is kept). ``GET /healthz`` answers the same. ``GET /livez`` → 200 while the
   event loop runs.

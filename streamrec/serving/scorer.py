@@ -1,8 +1,8 @@
 """Scoring with an export: raw ids in, click probabilities out, through Paddle Inference.
 
-:class:`ExportedModel` is one verified export and its predictor; it follows the export's
+`ExportedModel` is one verified export and its predictor; it follows the export's
 ``contract.json`` exactly as a serving team's own code would (``examples/score_export.py`` is
-the same in 60 lines with no streamrec import). :class:`Scorer` serves the promoted version:
+the same in 60 lines with no streamrec import). `Scorer` serves the promoted version:
 it follows the snapshot directory's serving pointer and swaps in a new version only once it
 is loaded, so a request never waits on or fails for a reload.
 """
@@ -186,7 +186,7 @@ class Scorer:
     """Scores with the promoted version of a snapshot directory, following its pointer.
 
     ``current`` is the version the pointer last named (None when unreadable) and
-    ``load_failures`` counts failed loads; :attr:`serves_current` says whether the two agree.
+    ``load_failures`` counts failed loads; `serves_current` says whether the two agree.
     A failure is logged once, when it first happens or changes, then only counted.
     """
 

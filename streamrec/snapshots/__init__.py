@@ -3,15 +3,15 @@
 The learner writes versions here, serving reads them, the CLI inspects them; this package
 imports neither the learner's internals nor serving.
 
-- :class:`SnapshotStore` is the snapshot directory: write, list, verify, load versions
-  (:class:`SnapshotManifest` each, :class:`SnapshotEntry` with why one is invalid).
-- :class:`ServingPointer` is ``serving/CURRENT`` and its history (:class:`ServingEvent`);
-  :meth:`SnapshotStore.promote`, :meth:`~SnapshotStore.rollback` and
-  :meth:`~SnapshotStore.prune` move it and keep what it needs.
-- :class:`SnapshotLock` lets one learner at a time write a directory.
-- :func:`diff_snapshots` compares two versions; :func:`check_export` and
-  :func:`verify_export` check a version's export, which :mod:`streamrec.serving.export`
-  builds; :func:`streamrec.snapshots.materialize.materialize` writes a delta's chain as one
+- `SnapshotStore` is the snapshot directory: write, list, verify, load versions
+  (`SnapshotManifest` each, `SnapshotEntry` with why one is invalid).
+- `ServingPointer` is ``serving/CURRENT`` and its history (`ServingEvent`);
+  `SnapshotStore.promote`, `rollback` and
+  `prune` move it and keep what it needs.
+- `SnapshotLock` lets one learner at a time write a directory.
+- `diff_snapshots` compares two versions; `check_export` and
+  `verify_export` check a version's export, which `streamrec.serving.export`
+  builds; `streamrec.snapshots.materialize.materialize` writes a delta's chain as one
   full version.
 
 Names are imported when first used.

@@ -2,7 +2,7 @@
 
 A learner that only finds out at its first snapshot that the directory is a file, read-only
 or full has trained for nothing; one killed mid-write leaves a ``.tmp-*`` directory the size
-of a snapshot. :func:`prepare_directory` finds the first three and removes the last.
+of a snapshot. `prepare_directory` finds the first three and removes the last.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def remove_tree(path: Path) -> None:
     """Delete a directory crash-safely.
 
     Renamed to a ``.tmp-`` name first, so it stops being a version in one atomic step, then
-    removed. A crash in between leaves a temporary directory that :func:`remove_temporaries`
+    removed. A crash in between leaves a temporary directory that `remove_temporaries`
     deletes at the next start.
 
     Raises:

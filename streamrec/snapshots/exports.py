@@ -1,7 +1,7 @@
 """A version's export as the snapshot directory sees it: where it lives, whether it is whole.
 
 The export itself (a Paddle Inference model, id tables, ``contract.json``) is written by
-:mod:`streamrec.serving.export`; this module only reads files, so the snapshot store can refuse
+`streamrec.serving.export`; this module only reads files, so the snapshot store can refuse
 to promote a version whose export is damaged without importing Paddle. An export is whole when
 its ``manifest.json`` matches ``manifest.sha256`` and every file matches its checksum there.
 """

@@ -35,7 +35,7 @@ class SnapshotLock:
     def __init__(self, root: Path) -> None:
         """Lock ``root`` (which must exist) through ``root/.lock``.
 
-        Nothing happens until :meth:`acquire`.
+        Nothing happens until `acquire`.
         """
         self.root = Path(root)
         self.path = self.root / LOCK

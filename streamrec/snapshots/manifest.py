@@ -2,7 +2,7 @@
 
 ``manifest.json`` is pretty JSON sealed by ``manifest.sha256`` (``sha256sum`` format). It may
 only name plain ``*.safetensors`` files of its own directory, and a delta (see
-:mod:`streamrec.snapshots.delta`) only an earlier version as its parent.
+`streamrec.snapshots.delta`) only an earlier version as its parent.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ short ``flock`` (``<root>/serving/.lock``), never the learner's. The history lin
 before the pointer moves: a crash between the two leaves a version recorded (and so kept)
 that was not served, never one served and unrecorded.
 
-:func:`promote` and :func:`rollback` move the pointer only to a version whose every checksum
-(and its export's) holds; :func:`prune` deletes old versions but never one the pointer ever
-named. :class:`~streamrec.snapshots.store.SnapshotStore` offers all three as methods.
+`promote` and `rollback` move the pointer only to a version whose every checksum
+(and its export's) holds; `prune` deletes old versions but never one the pointer ever
+named. `SnapshotStore` offers all three as methods.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class ServingPointer:
             os.close(fd)  # releases the flock
 
     def record(self, action: str, version: int, previous: int | None, reason: str) -> ServingEvent:
-        """Append one event to the history, durably. Call it holding :meth:`locked`."""
+        """Append one event to the history, durably. Call it holding `locked`."""
         event = ServingEvent(
             time=datetime.now(UTC).isoformat(timespec="milliseconds"),
             action=action, version=version, previous=previous, reason=reason,
@@ -159,7 +159,7 @@ class ServingPointer:
         return event
 
     def point(self, version: int) -> None:
-        """Swap CURRENT to ``version`` atomically. Call it holding :meth:`locked`."""
+        """Swap CURRENT to ``version`` atomically. Call it holding `locked`."""
         tmp = self.dir / _CURRENT_TMP
         try:
             with tmp.open("wb") as fh:
@@ -202,7 +202,7 @@ BuildExport = Callable[[int], Path | None]
 
 
 class Versions(Protocol):
-    """What promotion needs of a snapshot directory (:class:`~streamrec.snapshots.store.SnapshotStore`)."""
+    """What promotion needs of a snapshot directory (`SnapshotStore`)."""
 
     root: Path
     serving: ServingPointer
@@ -278,7 +278,7 @@ def rollback(store: Versions, reason: str = "manual", build_export: BuildExport 
     """Point serving back at the version promoted before the current one.
 
     Point serving back at the version promoted before the current one, skipping any that
-    is no longer valid or whose export is damaged (see :func:`promote` for
+    is no longer valid or whose export is damaged (see `promote` for
     ``build_export``); returns it.
 
     Raises:

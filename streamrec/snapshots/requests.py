@@ -50,7 +50,7 @@ class SnapshotRequests:
         os.rename(tmp, self.dir / f".{request_id}.answer")
 
     def answered(self, request_id: str) -> int | None:
-        """The existing version :meth:`answer` gave a request, if any (its answer is consumed)."""
+        """The existing version `answer` gave a request, if any (its answer is consumed)."""
         path = self.dir / f".{request_id}.answer"
         try:
             version = parse_version(path.read_text())

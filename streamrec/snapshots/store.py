@@ -3,20 +3,20 @@
 Layout of ``<root>/v000007/``: ``manifest.json`` (version, time, the Kafka positions trained up
 to, metrics, config, file checksums), ``manifest.sha256`` (the manifest's own checksum, in
 ``sha256sum`` format) and one ``<name>.safetensors`` per tensor group (``model``,
-``optimizer``, ``state``), written and read by :mod:`streamrec.snapshots.files`. Nothing is
+``optimizer``, ``state``), written and read by `streamrec.snapshots.files`. Nothing is
 pickled, so loading a snapshot runs no code. Files are world-readable, so a serving process
 under another user can load them.
 
 A snapshot is written into ``<root>/.tmp-*``, fsynced, then renamed into place: readers see a
 whole snapshot or none. A version that fails any checksum (the manifest's included) is
 invalid: readers skip it with a warning and a learner resumes from the newest valid one.
-One learner at a time writes here (:mod:`streamrec.snapshots.lock`); ``streamrec snapshot
+One learner at a time writes here (`streamrec.snapshots.lock`); ``streamrec snapshot
 create`` asks it for a snapshot by dropping a request file in ``<root>/.requests/``
-(:mod:`streamrec.snapshots.requests`).
-Serving loads the version ``<root>/serving/CURRENT`` names (:mod:`streamrec.snapshots.promotion`):
-promote, rollback and retention (:meth:`SnapshotStore.prune`) act on it.
+(`streamrec.snapshots.requests`).
+Serving loads the version ``<root>/serving/CURRENT`` names (`streamrec.snapshots.promotion`):
+promote, rollback and retention (`SnapshotStore.prune`) act on it.
 
-With ``full_every`` K > 1 a version may be a delta (:mod:`streamrec.snapshots.delta`):
+With ``full_every`` K > 1 a version may be a delta (`streamrec.snapshots.delta`):
 only the rows changed since its parent, the version before it, with a full snapshot every K
 versions. A delta is valid only with its whole chain back to that full one; loading it applies
 the chain in order, and retention keeps every version a kept one needs.
@@ -153,7 +153,7 @@ class SnapshotStore:
     def prepare(self, snapshot_bytes: int, export_bytes: int = 0) -> None:
         """Check at start that snapshots of ``snapshot_bytes`` with exports of ``export_bytes`` fit here.
 
-        Remove the leftovers of crashed writes. Call it holding :meth:`lock`.
+        Remove the leftovers of crashed writes. Call it holding `lock`.
         """
         prepare_directory(self.root, snapshot_bytes, self._free_bytes, export_bytes)
 
@@ -252,7 +252,7 @@ class SnapshotStore:
         return self._check(version, {})
 
     def _check(self, version: int, known: dict[int, str | None]) -> SnapshotManifest:
-        """:meth:`verify`; ``known`` holds the verdicts on versions already checked."""
+        """`verify`; ``known`` holds the verdicts on versions already checked."""
         if not self.path(version).is_dir():
             raise InvalidSnapshot(f"no snapshot version {version_name(version)} in {self.root}")
         manifest = self.manifest(version)
@@ -343,7 +343,7 @@ class SnapshotStore:
         return [m for m in map(self._manifest_or_none, self.versions()) if m is not None]
 
     def latest(self) -> SnapshotManifest | None:
-        """The newest readable manifest, or None (tensors not verified: see :meth:`latest_valid`)."""
+        """The newest readable manifest, or None (tensors not verified: see `latest_valid`)."""
         for version in reversed(self.versions()):
             manifest = self._manifest_or_none(version)
             if manifest is not None:
@@ -402,15 +402,15 @@ class SnapshotStore:
     def promote(
         self, version: int, reason: str = "manual", build_export: BuildExport | None = None
     ) -> SnapshotManifest:
-        """Point serving at ``version``: :func:`streamrec.snapshots.promotion.promote`."""
+        """Point serving at ``version``: `streamrec.snapshots.promotion.promote`."""
         return promotion.promote(self, version, reason, build_export)
 
     def rollback(self, reason: str = "manual", build_export: BuildExport | None = None) -> int:
-        """Point serving back a version: :func:`streamrec.snapshots.promotion.rollback`."""
+        """Point serving back a version: `streamrec.snapshots.promotion.rollback`."""
         return promotion.rollback(self, reason, build_export)
 
     def prune(self, keep_last: int) -> list[int]:
-        """Delete old versions, never a promoted one: :func:`streamrec.snapshots.promotion.prune`."""
+        """Delete old versions, never a promoted one: `streamrec.snapshots.promotion.prune`."""
         return promotion.prune(self, keep_last)
 
     # --- requests from `streamrec snapshot create`: filed in self.requests ---------------

@@ -270,7 +270,7 @@ class PrivateService:
         os.kill(self.proc.pid, signal.SIGSTOP)
 
     def resume(self) -> None:
-        """Undo :meth:`pause` (nothing to do once it has stopped)."""
+        """Undo `pause` (nothing to do once it has stopped)."""
         if self.proc.alive():
             os.kill(self.proc.pid, signal.SIGCONT)
 

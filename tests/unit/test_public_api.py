@@ -1,6 +1,6 @@
 """Each package's public surface: what ``__all__`` names exists, and importing it stays cheap.
 
-Packages re-export lazily (:mod:`streamrec.lazy`): a name is imported from its module when it is
+Packages re-export lazily (`streamrec.lazy`): a name is imported from its module when it is
 first read, so these checks run each in a fresh interpreter where import order matters.
 """
 

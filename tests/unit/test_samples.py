@@ -1,6 +1,6 @@
 """The sample contract: valid samples round-trip, every kind of malformed one has a reason.
 
-The learner decodes with :meth:`Sample.from_json`; whatever it refuses is dead-lettered, so
+The learner decodes with `Sample.from_json`; whatever it refuses is dead-lettered, so
 nothing malformed can reach training (``label: null`` once turned every weight to NaN).
 """
 

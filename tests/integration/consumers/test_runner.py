@@ -46,7 +46,7 @@ def events(clicks: list[Event]) -> list[Event]:
 
 
 def send(kafka: KafkaConfig, events: Sequence[Event]) -> None:
-    """Publish as an application on confluent-kafka does (see :func:`app_producer`)."""
+    """Publish as an application on confluent-kafka does (see `app_producer`)."""
     producer = app_producer(kafka)
     for event in events:
         producer.produce(kafka.events_topic, key=event.user_id.encode(), value=event.to_json())

@@ -1,6 +1,6 @@
-"""Every learner against the learner contract (:mod:`streamrec.learner.checks`).
+"""Every learner against the learner contract (`streamrec.learner.checks`).
 
-One parameter per learner and check. A new learner is one more :class:`Entry` in
+One parameter per learner and check. A new learner is one more `Entry` in
 ``LEARNERS``: its factory, what it promises, and the optional packages it needs (without
 them its checks are skipped, with the reason). A check that fails on a learner for a known
 reason is listed in ``KNOWN_FAILURES`` with that reason (a strict xfail: once fixed, it
