@@ -384,6 +384,17 @@ class ModelConfig(BaseModel):
 
     model_config = _SECTION
 
+    # Which model learns: a built-in by its short name, or a user's own class by its import
+    # path, as feast loads backends (see streamrec.learner.registry).
+    learner: str = Field(
+        "din",
+        min_length=1,
+        description=(
+            "STREAMREC_MODEL__LEARNER (a built-in: din; or your own learner class as "
+            "package.module:ClassName)"
+        ),
+    )
+
     # Dynamic tables start small and grow with the ids in use: up to 2^21 items (about
     # 250 bytes a row with Adam, 450 with EWC, at D=16: ~0.5-0.9 GB when full). Adding a
     # table (a user table, say) is a change here, not in the code.

@@ -157,7 +157,7 @@ def run(
     """Score then train each micro-batch; snapshot every N micro-batches and on request."""
     from streamrec.gcsettings import tune_for_batches
     from streamrec.kafka.topics import ensure_topics
-    from streamrec.learner.din import DINLearner
+    from streamrec.learner.registry import make_learner
     from streamrec.learner.runner import LearnerRunner
     from streamrec.observability import LearnerMetrics
     from streamrec.serving.gate import Promoter
@@ -190,7 +190,7 @@ def run(
             status = LearnerStatus(metrics)
             with LearnerRunner(  # refuses a snapshot directory another learner holds
                 cfg,
-                DINLearner(cfg.model),
+                make_learner(cfg.model),
                 on_report=report_handler(metrics, status),
                 on_snapshot=snapshot_handler(metrics, store, promoter.on_snapshot),
                 snapshots=store,
