@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any, NoReturn, cast
+from typing import NoReturn, cast
 
 from streamrec.config import ModelConfig
 from streamrec.errors import ConfigError
@@ -29,12 +29,6 @@ def _din(cfg: ModelConfig) -> Learner:
 
 
 BUILTINS: dict[str, Callable[[ModelConfig], Learner]] = {"din": _din}
-
-
-def learner_type(model_doc: dict[str, Any]) -> str:
-    """The learner type a saved model configuration names; ``din`` before the setting existed."""
-    value = model_doc.get("learner", DEFAULT_LEARNER)
-    return value if isinstance(value, str) else DEFAULT_LEARNER
 
 
 def make_learner(cfg: ModelConfig) -> Learner:

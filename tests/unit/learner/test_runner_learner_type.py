@@ -1,0 +1,73 @@
+"""A learner chosen by configuration trains and snapshots through the loop; snapshots record
+its type, and a resume under another type is refused before anything is consumed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamrec.config import StreamrecConfig
+from streamrec.errors import ConfigError
+from streamrec.learner import runner as runner_module
+from streamrec.learner.registry import make_learner
+from streamrec.learner.runner import LearnerRunner
+from streamrec.snapshots.manifest import SnapshotManifest
+from streamrec.snapshots.store import SnapshotStore
+from tests.unit.learner.test_runner_guards import FakeProducer, ScriptedConsumer, config, valid, writer
+from tests.unit.learner.tiny_learner import CLASS_PATH, TinyLearner
+
+
+def tiny_config(tmp_path: Path) -> StreamrecConfig:
+    cfg = config(tmp_path, 3)
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"learner": CLASS_PATH})})
+
+
+def run_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, samples: int = 6) -> TinyLearner:
+    consumer = ScriptedConsumer([[valid(n) for n in range(samples)]])
+    monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: consumer)
+    cfg = tiny_config(tmp_path)
+    learner = make_learner(cfg.model)
+    assert isinstance(learner, TinyLearner)
+    LearnerRunner(cfg, learner, dead_letters=writer(FakeProducer())).run()
+    return learner
+
+
+def test_a_configured_learner_trains_and_its_snapshot_records_its_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    learner = run_tiny(tmp_path, monkeypatch)
+    assert learner.counts[1] == 6
+    manifest = SnapshotStore(tmp_path).latest()
+    assert manifest is not None and manifest.samples_trained == 6
+    assert manifest.learner == CLASS_PATH
+    resumed = make_learner(tiny_config(tmp_path).model)
+    monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: ScriptedConsumer([]))
+    LearnerRunner(tiny_config(tmp_path), resumed, dead_letters=writer(FakeProducer())).close()
+    assert isinstance(resumed, TinyLearner)
+    np.testing.assert_array_equal(resumed.counts, learner.counts)
+
+
+def test_resuming_under_another_learner_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_tiny(tmp_path, monkeypatch)
+    made: list[object] = []
+    monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: made.append(1))
+    with pytest.raises(ConfigError) as info:
+        LearnerRunner(config(tmp_path, 3), TinyLearner(), dead_letters=writer(FakeProducer()))
+    message = str(info.value)
+    assert "\n" not in message
+    assert "STREAMREC_MODEL__LEARNER" in message
+    assert f"'{CLASS_PATH}'" in message and "'din'" in message
+    assert made == []  # refused before it made a consumer
+    monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: ScriptedConsumer([]))
+    LearnerRunner(tiny_config(tmp_path), TinyLearner(), dead_letters=writer(FakeProducer())).close()
+
+
+@pytest.mark.parametrize("config_doc", [{}, {"model": {}}, {"model": {"learner": None}}])
+def test_a_manifest_from_before_the_setting_reads_as_din(config_doc: dict[str, object]) -> None:
+    manifest = SnapshotManifest(1, "2026-01-01T00:00:00+00:00", 1, 1, (), config=config_doc)
+    assert manifest.learner == "din"
