@@ -74,6 +74,14 @@ class InvalidSnapshot(SnapshotError):
     """
 
 
+class NotExportable(SnapshotError):
+    """The snapshot's learner cannot be exported for serving (it has no exporter).
+
+    Training and snapshots work without one; to serve it, give its class an
+    ``export_for_serving(directory, version)`` method that writes its model and ``contract.json``.
+    """
+
+
 class InvalidSample(StreamrecError):
     """A training sample broke the sample contract.
 

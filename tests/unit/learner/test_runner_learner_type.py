@@ -10,25 +10,30 @@ import numpy as np
 import pytest
 
 from streamrec.config import StreamrecConfig
-from streamrec.errors import ConfigError
+from streamrec.errors import ConfigError, NotExportable
 from streamrec.learner import runner as runner_module
 from streamrec.learner.registry import make_learner
 from streamrec.learner.runner import LearnerRunner
 from streamrec.snapshots.manifest import SnapshotManifest
 from streamrec.snapshots.store import SnapshotStore
 from tests.unit.learner.test_runner_guards import FakeProducer, ScriptedConsumer, config, valid, writer
-from tests.unit.learner.tiny_learner import CLASS_PATH, TinyLearner
+from tests.unit.learner.tiny_learner import (
+    CLASS_PATH,
+    CONTRACTLESS_PATH,
+    EXPORTABLE_PATH,
+    TinyLearner,
+)
 
 
-def tiny_config(tmp_path: Path) -> StreamrecConfig:
+def tiny_config(tmp_path: Path, class_path: str = CLASS_PATH) -> StreamrecConfig:
     cfg = config(tmp_path, 3)
-    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"learner": CLASS_PATH})})
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"learner": class_path})})
 
 
-def run_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, samples: int = 6) -> TinyLearner:
-    consumer = ScriptedConsumer([[valid(n) for n in range(samples)]])
+def run_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, class_path: str = CLASS_PATH) -> TinyLearner:
+    consumer = ScriptedConsumer([[valid(n) for n in range(6)]])
     monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: consumer)
-    cfg = tiny_config(tmp_path)
+    cfg = tiny_config(tmp_path, class_path)
     learner = make_learner(cfg.model)
     assert isinstance(learner, TinyLearner)
     LearnerRunner(cfg, learner, dead_letters=writer(FakeProducer())).run()
@@ -71,3 +76,53 @@ def test_resuming_under_another_learner_is_refused_in_one_line(
 def test_a_manifest_from_before_the_setting_reads_as_din(config_doc: dict[str, object]) -> None:
     manifest = SnapshotManifest(1, "2026-01-01T00:00:00+00:00", 1, 1, (), config=config_doc)
     assert manifest.learner == "din"
+
+
+def test_a_learner_without_an_exporter_is_refused_by_export_and_the_gate_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from streamrec.serving.export import export_snapshot
+    from streamrec.serving.gate import Promoter
+
+    run_tiny(tmp_path, monkeypatch)
+    store = SnapshotStore(tmp_path)
+    manifest = store.latest()
+    assert manifest is not None
+    with pytest.raises(NotExportable) as info:
+        export_snapshot(store, manifest.version)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"learner {CLASS_PATH} cannot be exported for serving: ")
+    Promoter(store, tiny_config(tmp_path).learner).on_snapshot(manifest)  # logs, trains on
+    assert f"learner {CLASS_PATH} cannot be exported for serving" in caplog.text
+    assert not (tmp_path / "exports" / manifest.name).exists()
+
+
+def test_a_learner_that_exports_itself_is_exported_with_its_contract(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamrec.serving.export import export_snapshot, verify_export
+
+    learner = run_tiny(tmp_path, monkeypatch, EXPORTABLE_PATH)
+    store = SnapshotStore(tmp_path)
+    manifest = store.latest()
+    assert manifest is not None and manifest.learner == EXPORTABLE_PATH
+    path = export_snapshot(store, manifest.version)
+    assert {"rate.npy", "contract.json"} <= set(verify_export(path))
+    expected = (learner.counts[0] + learner.prior) / (learner.counts[1] + 1.0)
+    assert np.load(path / "rate.npy", allow_pickle=False)[0] == pytest.approx(expected)
+
+
+def test_an_export_without_a_scoring_contract_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamrec.serving.export import export_snapshot
+
+    run_tiny(tmp_path, monkeypatch, CONTRACTLESS_PATH)
+    store = SnapshotStore(tmp_path)
+    manifest = store.latest()
+    assert manifest is not None
+    refused = f"learner {CONTRACTLESS_PATH} cannot be exported for serving: .*contract.json"
+    with pytest.raises(NotExportable, match=refused):
+        export_snapshot(store, manifest.version)
+    assert not (tmp_path / "exports" / manifest.name).exists()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
+import orjson
 
 from streamrec.config import ModelConfig
 from streamrec.learner.base import TrainResult
@@ -48,3 +50,24 @@ class NotALearner:
 
     def predict_many(self, batch: Batch) -> np.ndarray:
         return np.zeros(len(batch))
+
+
+class ExportableTinyLearner(TinyLearner):
+    """A :class:`TinyLearner` that exports itself: its rate and a contract saying how to read it."""
+
+    def export_for_serving(self, directory: Path, version: int) -> None:
+        rate = (self.counts[0] + self.prior) / (self.counts[1] + 1.0)
+        np.save(directory / "rate.npy", np.array([rate]), allow_pickle=False)
+        contract = {"version": version, "output": "every candidate scores rate.npy[0]"}
+        (directory / "contract.json").write_bytes(orjson.dumps(contract))
+
+
+class ContractlessLearner(TinyLearner):
+    """Exports a model but states no scoring contract."""
+
+    def export_for_serving(self, directory: Path, version: int) -> None:
+        (directory / "rate.txt").write_text("0.5")
+
+
+EXPORTABLE_PATH = "tests.unit.learner.tiny_learner:ExportableTinyLearner"
+CONTRACTLESS_PATH = "tests.unit.learner.tiny_learner:ContractlessLearner"
