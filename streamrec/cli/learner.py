@@ -183,6 +183,7 @@ def run(
                 "metrics_port": metrics_port,
             },
         )
+        learner = make_learner(cfg.model)  # a setting naming no learner fails before the broker
         ensure_topics(cfg.kafka)
         store = SnapshotStore(cfg.learner.snapshot_dir, full_every=cfg.learner.full_snapshot_every)
         promoter = Promoter(store, cfg.learner)
@@ -190,7 +191,7 @@ def run(
             status = LearnerStatus(metrics)
             with LearnerRunner(  # refuses a snapshot directory another learner holds
                 cfg,
-                make_learner(cfg.model),
+                learner,
                 on_report=report_handler(metrics, status),
                 on_snapshot=snapshot_handler(metrics, store, promoter.on_snapshot),
                 snapshots=store,

@@ -47,6 +47,16 @@ def make_learner(cfg: ModelConfig) -> Learner:
     return cast(Learner, learner)
 
 
+def check_setting(value: str) -> None:
+    """Fail now, before any service starts, when ``value`` names no learner that loads.
+
+    Raises:
+        ConfigError: as :func:`make_learner` would.
+    """
+    if value not in BUILTINS:
+        load_class(value)
+
+
 def load_class(value: str) -> type:
     """The class ``package.module:ClassName`` names, checked against the contract.
 
