@@ -82,6 +82,13 @@ class NotExportable(SnapshotError):
     """
 
 
+class NotServable(SnapshotError):
+    """An export is not DIN's, and ``streamrec serve`` and the gate score DIN's exports only.
+
+    Score it as its own ``contract.json`` says, outside streamrec's server.
+    """
+
+
 class InvalidSample(StreamrecError):
     """A training sample broke the sample contract.
 

@@ -126,3 +126,22 @@ def test_an_export_without_a_scoring_contract_is_refused(
     with pytest.raises(NotExportable, match=refused):
         export_snapshot(store, manifest.version)
     assert not (tmp_path / "exports" / manifest.name).exists()
+
+
+def test_serving_refuses_another_learners_export_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamrec.errors import SnapshotError
+    from streamrec.serving.export import export_snapshot
+    from streamrec.serving.scorer import ExportedModel
+
+    run_tiny(tmp_path, monkeypatch, EXPORTABLE_PATH)
+    store = SnapshotStore(tmp_path)
+    manifest = store.latest()
+    assert manifest is not None
+    path = export_snapshot(store, manifest.version)
+    with pytest.raises(SnapshotError) as info:  # the gate holds a promotion on it, serve exits
+        ExportedModel(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{path}" in message and "DIN" in message
