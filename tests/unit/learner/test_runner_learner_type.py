@@ -40,6 +40,14 @@ def run_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, class_path: str = 
     return learner
 
 
+def newest(tmp_path: Path) -> tuple[SnapshotStore, SnapshotManifest]:
+    """The snapshot directory and its newest version."""
+    store = SnapshotStore(tmp_path)
+    manifest = store.latest()
+    assert manifest is not None
+    return store, manifest
+
+
 def test_a_configured_learner_trains_and_its_snapshot_records_its_type(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -85,9 +93,7 @@ def test_a_learner_without_an_exporter_is_refused_by_export_and_the_gate_in_one_
     from streamrec.serving.gate import Promoter
 
     run_tiny(tmp_path, monkeypatch)
-    store = SnapshotStore(tmp_path)
-    manifest = store.latest()
-    assert manifest is not None
+    store, manifest = newest(tmp_path)
     with pytest.raises(NotExportable) as info:
         export_snapshot(store, manifest.version)
     message = str(info.value)
@@ -104,9 +110,8 @@ def test_a_learner_that_exports_itself_is_exported_with_its_contract(
     from streamrec.serving.export import export_snapshot, verify_export
 
     learner = run_tiny(tmp_path, monkeypatch, EXPORTABLE_PATH)
-    store = SnapshotStore(tmp_path)
-    manifest = store.latest()
-    assert manifest is not None and manifest.learner == EXPORTABLE_PATH
+    store, manifest = newest(tmp_path)
+    assert manifest.learner == EXPORTABLE_PATH
     path = export_snapshot(store, manifest.version)
     assert {"rate.npy", "contract.json"} <= set(verify_export(path))
     expected = (learner.counts[0] + learner.prior) / (learner.counts[1] + 1.0)
@@ -119,9 +124,7 @@ def test_an_export_without_a_scoring_contract_is_refused(
     from streamrec.serving.export import export_snapshot
 
     run_tiny(tmp_path, monkeypatch, CONTRACTLESS_PATH)
-    store = SnapshotStore(tmp_path)
-    manifest = store.latest()
-    assert manifest is not None
+    store, manifest = newest(tmp_path)
     refused = f"learner {CONTRACTLESS_PATH} cannot be exported for serving: .*contract.json"
     with pytest.raises(NotExportable, match=refused):
         export_snapshot(store, manifest.version)
@@ -136,9 +139,7 @@ def test_serving_refuses_another_learners_export_in_one_line(
     from streamrec.serving.scorer import ExportedModel
 
     run_tiny(tmp_path, monkeypatch, EXPORTABLE_PATH)
-    store = SnapshotStore(tmp_path)
-    manifest = store.latest()
-    assert manifest is not None
+    store, manifest = newest(tmp_path)
     path = export_snapshot(store, manifest.version)
     with pytest.raises(SnapshotError) as info:  # the gate holds a promotion on it, serve exits
         ExportedModel(path)
