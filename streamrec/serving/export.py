@@ -126,6 +126,8 @@ def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -
 
     Raises:
         InvalidSnapshot: the version failed a check.
+        ConfigError: the version's learner type does not load here.
+        NotExportable: its learner type has no exporter (nothing is left behind).
         SnapshotWriteError: the export could not be written (nothing is left behind).
     """
     target = export_dir(store.root, version)
@@ -149,11 +151,12 @@ def build_missing_export(store: SnapshotStore, version: int) -> Path | None:
     """The ``build_export`` of :meth:`SnapshotStore.promote`.
 
     Export ``version`` if it has no export yet; None for a version holding no model
-    configuration (a learner other than DIN wrote it: there is nothing to export, and promotion
+    configuration (written outside the learner loop: there is nothing to export, and promotion
     goes on without an export).
 
     Raises:
         InvalidSnapshot: the version failed a check.
+        NotExportable: its learner type has no exporter.
         SnapshotWriteError: the export could not be written.
     """
     if not isinstance(store.manifest(version).config.get("model"), dict):
