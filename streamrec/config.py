@@ -387,6 +387,17 @@ class ModelConfig(BaseModel):
 
     model_config = _SECTION
 
+    # Which model learns: a built-in by its short name, or a user's own class by its import
+    # path, as feast loads backends (see streamrec.learner.registry).
+    learner: str = Field(
+        "din",
+        min_length=1,
+        description=(
+            "STREAMREC_MODEL__LEARNER (a built-in: din; or your own learner class as "
+            "package.module:ClassName)"
+        ),
+    )
+
     # Items: a dynamic table, starting small and growing with the ids in use, up to 2^21 (about
     # 250 bytes a row with Adam, 450 with EWC, at D=16: ~0.5-0.9 GB when full). Categories: a
     # hashed table of 2^16 rows (~14 MB with Adam), so every category has its row from its first

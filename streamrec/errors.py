@@ -74,6 +74,21 @@ class InvalidSnapshot(SnapshotError):
     """
 
 
+class NotExportable(SnapshotError):
+    """The snapshot's learner cannot be exported for serving (it has no exporter).
+
+    Training and snapshots work without one; to serve it, give its class an
+    ``export_for_serving(directory, version)`` method that writes its model and ``contract.json``.
+    """
+
+
+class NotServable(SnapshotError):
+    """An export is not DIN's, and ``streamrec serve`` and the gate score DIN's exports only.
+
+    Score it as its own ``contract.json`` says, outside streamrec's server.
+    """
+
+
 class InvalidSample(StreamrecError):
     """A training sample broke the sample contract.
 

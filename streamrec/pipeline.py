@@ -17,7 +17,7 @@ from streamrec.consumers.runner import ConsumerStats
 from streamrec.consumers.runners import make_runner
 from streamrec.events import Event
 from streamrec.kafka.topics import ensure_topics
-from streamrec.learner.din import DINLearner
+from streamrec.learner.registry import make_learner
 from streamrec.learner.runner import LearnerRunner, LearnerStats, MicroBatchReport
 from streamrec.producer import publish
 from streamrec.serving.gate import Promoter
@@ -80,7 +80,7 @@ def run_pipeline(
         promoter.on_snapshot(manifest)
 
     learner = LearnerRunner(
-        cfg, DINLearner(cfg.model), on_report=on_report, on_snapshot=snapshot_written,
+        cfg, make_learner(cfg.model), on_report=on_report, on_snapshot=snapshot_written,
         snapshots=store, on_scored=promoter.on_scored,
     )
     thread.start()

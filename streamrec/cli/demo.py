@@ -59,6 +59,7 @@ def demo(
     from streamrec.config import RedisStoreConfig
     from streamrec.datasets import load_events
     from streamrec.gcsettings import tune_for_batches
+    from streamrec.learner.registry import check_setting
     from streamrec.local.launch import local_services
     from streamrec.pipeline import run_pipeline  # imports Paddle: only when the demo runs
     from streamrec.snapshots.store import SnapshotStore
@@ -83,6 +84,7 @@ def demo(
                 "snapshot_dir": snapshot_dir or Path("snapshots") / f"demo-{stamp}",
             },
         )
+        check_setting(base.model.learner)  # before starting the services
         with local_services() as services:
             console.print(
                 f"broker at {services.bootstrap_servers} (Tansu, in memory), "

@@ -157,7 +157,7 @@ def run(
     """Score then train each micro-batch; snapshot every N micro-batches and on request."""
     from streamrec.gcsettings import tune_for_batches
     from streamrec.kafka.topics import ensure_topics
-    from streamrec.learner.din import DINLearner
+    from streamrec.learner.registry import make_learner
     from streamrec.learner.runner import LearnerRunner
     from streamrec.observability import LearnerMetrics
     from streamrec.serving.gate import Promoter
@@ -183,6 +183,7 @@ def run(
                 "metrics_port": metrics_port,
             },
         )
+        learner = make_learner(cfg.model)  # a setting naming no learner fails before the broker
         ensure_topics(cfg.kafka)
         store = SnapshotStore(cfg.learner.snapshot_dir, full_every=cfg.learner.full_snapshot_every)
         promoter = Promoter(store, cfg.learner)
@@ -190,7 +191,7 @@ def run(
             status = LearnerStatus(metrics)
             with LearnerRunner(  # refuses a snapshot directory another learner holds
                 cfg,
-                DINLearner(cfg.model),
+                learner,
                 on_report=report_handler(metrics, status),
                 on_snapshot=snapshot_handler(metrics, store, promoter.on_snapshot),
                 snapshots=store,

@@ -37,7 +37,13 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 from streamrec.closing import Closing
 from streamrec.config import MODEL_SETTINGS_BEFORE, MODEL_SETTINGS_INIT_ONLY, StreamrecConfig
 from streamrec.deadletters import DeadLetter, DeadLetterLog
-from streamrec.errors import NonFiniteWeights, SamplesExpired, SnapshotError, TrainingDiverged
+from streamrec.errors import (
+    ConfigError,
+    NonFiniteWeights,
+    SamplesExpired,
+    SnapshotError,
+    TrainingDiverged,
+)
 from streamrec.faults import fault_point
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.records import Partition, Position
@@ -189,6 +195,13 @@ class LearnerRunner(Closing):
             logger.info("no snapshot to restore, starting fresh path=%s", self.snapshots.root)
             return
         manifest, tensors = found
+        if manifest.learner != self._cfg.model.learner:
+            raise ConfigError(
+                f"snapshot {manifest.name} in {self.snapshots.root} was written by "
+                f"STREAMREC_MODEL__LEARNER={manifest.learner!r}, not {self._cfg.model.learner!r}: "
+                "set it back to resume, or give STREAMREC_LEARNER__SNAPSHOT_DIR a new directory "
+                "to start afresh"
+            )
         try:
             self.learner.load_state_arrays(
                 {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}

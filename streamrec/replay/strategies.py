@@ -32,6 +32,7 @@ from streamrec.config import ModelConfig
 from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
 from streamrec.learner.metrics import gauc
+from streamrec.learner.registry import make_learner
 from streamrec.replay.baselines import ItemRateLearner, PopularityLearner
 from streamrec.replay.batches import MicroBatch
 from streamrec.replay.features import FeaturesLearner
@@ -90,9 +91,8 @@ class Strategy:
             from streamrec.replay.vw import VWLearner  # optional: the vw extra
 
             return VWLearner()
-        from streamrec.learner.din import DINLearner  # Paddle: only for the DIN strategies
-
-        return DINLearner(self.model.model_copy(update={"ewc_lambda": self.lam}))
+        # The configured learner (DIN by default: Paddle loads only then).
+        return make_learner(self.model.model_copy(update={"ewc_lambda": self.lam}))
 
     def trains_on(self, index: int, total: int) -> bool:
         """Whether the strategy trains on micro-batch ``index`` of ``total``."""

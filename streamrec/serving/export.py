@@ -12,6 +12,12 @@
   an id becomes a row, the output), the model version and the training configuration.
 - ``manifest.json`` with every file's sha256, and ``manifest.sha256``.
 
+That is DIN's export. The export is the learner's own: each learner type has its exporter
+(`EXPORTERS`, looked up by the snapshot's learner type), or its class exports itself with
+an ``export_for_serving(directory, version)`` method that writes its files and its scoring
+contract (``contract.json``); the checksums and the atomic rename are the same for all. A
+learner with neither trains and snapshots, but is refused here in one line.
+
 An export is written into a temporary directory and renamed into place, so serving sees a
 whole export or none; files are world-readable. Nothing in it is pickled.
 """
@@ -24,6 +30,8 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +40,15 @@ import orjson
 import paddle
 
 from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, ModelConfig
-from streamrec.errors import InvalidSnapshot, SnapshotWriteError
+from streamrec.errors import InvalidSnapshot, NotExportable, SnapshotWriteError
 from streamrec.faults import fault_point
 from streamrec.fileio import fsync_path, sha256_file
+from streamrec.learner.base import Learner
 from streamrec.learner.din import DINLearner
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
+from streamrec.learner.registry import make_learner
 from streamrec.serving.graph import ContextScoringGraph, ScoringGraph
 from streamrec.snapshots.directory import TMP_PREFIX, parse_version, remove_temporaries, remove_tree
 from streamrec.snapshots.exports import (
@@ -49,6 +59,7 @@ from streamrec.snapshots.exports import (
     export_dir,
 )
 from streamrec.snapshots.exports import verify_export as verify_export  # its old home
+from streamrec.snapshots.manifest import DEFAULT_LEARNER
 from streamrec.snapshots.store import SnapshotStore
 
 CONTRACT_SCHEMA = 1
@@ -61,15 +72,20 @@ _FILE_MODE = 0o644
 _DIR_MODE = 0o755
 
 
-def learner_from_snapshot(store: SnapshotStore, version: int) -> DINLearner:
-    """A learner holding a snapshot version's state.
+# Writes a learner's serving files (its model and contract.json) into an export's directory.
+Exporter = Callable[[Path, int], None]
 
-    A learner holding ``version``'s state (its checksums verified), on the device this
+
+def learner_from_snapshot(store: SnapshotStore, version: int) -> tuple[str, Learner]:
+    """The learner type of a snapshot version and a learner of that type holding its state.
+
+    The learner holds ``version``'s state (its checksums verified), on the device this
     process already uses (Paddle's device is process-global: a learner exporting beside its
     training must not move it).
 
     Raises:
         InvalidSnapshot: the version failed a check or holds no model configuration.
+        ConfigError: the learner type it names does not load here.
     """
     manifest, tensors = store.load(version)
     model_doc = manifest.config.get("model")
@@ -78,9 +94,28 @@ def learner_from_snapshot(store: SnapshotStore, version: int) -> DINLearner:
     # A configuration saved before a setting existed: the model was built without it.
     model_doc = {**MODEL_SETTINGS_BEFORE, **model_doc, "device": paddle.device.get_device()}
     cfg = ModelConfig.model_validate(model_doc)
-    learner = DINLearner(cfg)
+    learner = make_learner(cfg)
     learner.load_state_arrays({f"{g}/{k}": v for g, arrays in tensors.items() for k, v in arrays.items()})
-    return learner
+    return manifest.learner, learner
+
+
+def exporter(learner: Learner, learner_type: str = DEFAULT_LEARNER) -> Exporter:
+    """How ``learner`` (of type ``learner_type``) writes its export.
+
+    Raises:
+        NotExportable: the learner has no exporter and exports no way of its own.
+    """
+    own = getattr(learner, "export_for_serving", None)
+    if callable(own):
+        return own  # the learner's own method, found by name
+    builtin = EXPORTERS.get(learner_type)
+    if builtin is not None:
+        return partial(builtin, learner)
+    raise NotExportable(
+        f"learner {learner_type} cannot be exported for serving: it has no registered exporter "
+        "and its class no export_for_serving(directory, version) method (training and snapshots "
+        "work without one)"
+    )
 
 
 def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -> Path:
@@ -91,6 +126,8 @@ def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -
 
     Raises:
         InvalidSnapshot: the version failed a check.
+        ConfigError: the version's learner type does not load here.
+        NotExportable: its learner type has no exporter (nothing is left behind).
         SnapshotWriteError: the export could not be written (nothing is left behind).
     """
     target = export_dir(store.root, version)
@@ -98,26 +135,28 @@ def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -
         check = check_export(store.root, version)
         if not rebuild or check.whole:
             return target
-        learner = learner_from_snapshot(store, version)  # the snapshot is valid before deleting
+        kind, learner = learner_from_snapshot(store, version)  # the snapshot is valid before deleting
+        write = exporter(learner, kind)
         try:
             remove_tree(target)
         except OSError as exc:
             raise SnapshotWriteError(f"cannot delete the damaged export {target}: {exc}") from exc
         logger.warning("rebuilding damaged export version=%s problem=%s", version, check.problem)
-        return write_export(learner, target, version)
-    learner = learner_from_snapshot(store, version)
-    return write_export(learner, target, version)
+        return _write(write, kind, target, version)
+    kind, learner = learner_from_snapshot(store, version)
+    return _write(exporter(learner, kind), kind, target, version)
 
 
 def build_missing_export(store: SnapshotStore, version: int) -> Path | None:
     """The ``build_export`` of `SnapshotStore.promote`.
 
     Export ``version`` if it has no export yet; None for a version holding no model
-    configuration (a learner other than DIN wrote it: there is nothing to export, and promotion
+    configuration (written outside the learner loop: there is nothing to export, and promotion
     goes on without an export).
 
     Raises:
         InvalidSnapshot: the version failed a check.
+        NotExportable: its learner type has no exporter.
         SnapshotWriteError: the export could not be written.
     """
     if not isinstance(store.manifest(version).config.get("model"), dict):
@@ -125,8 +164,17 @@ def build_missing_export(store: SnapshotStore, version: int) -> Path | None:
     return export_snapshot(store, version)
 
 
-def write_export(learner: DINLearner, target: Path, version: int) -> Path:
-    """Write ``learner``'s scoring graph, id tables and contract to ``target`` atomically."""
+def write_export(learner: Learner, target: Path, version: int, learner_type: str = DEFAULT_LEARNER) -> Path:
+    """Write ``learner``'s export (DIN's: scoring graph, id tables, contract) to ``target`` atomically.
+
+    Raises:
+        NotExportable: the learner cannot be exported (nothing is left behind).
+        SnapshotWriteError: the export could not be written (nothing is left behind).
+    """
+    return _write(exporter(learner, learner_type), learner_type, target, version)
+
+
+def _write(write: Exporter, learner_type: str, target: Path, version: int) -> Path:
     parent = target.parent
     tmp = parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
     try:
@@ -134,7 +182,13 @@ def write_export(learner: DINLearner, target: Path, version: int) -> Path:
         os.chmod(parent, _DIR_MODE)
         tmp.mkdir()
         os.chmod(tmp, _DIR_MODE)
-        _fill(learner, tmp, version)
+        write(tmp, version)
+        if not (tmp / CONTRACT).is_file():
+            raise NotExportable(
+                f"learner {learner_type} cannot be exported for serving: its export states no "
+                f"scoring contract ({CONTRACT})"
+            )
+        _seal(tmp, version)
         fault_point("export.before_rename")
         os.rename(tmp, target)
         fsync_path(parent)
@@ -255,7 +309,8 @@ def _ids_files(table: str) -> tuple[str, str]:
     return f"{IDS_DIR}/{table}.keys.npy", f"{IDS_DIR}/{table}.rows.npy"
 
 
-def _fill(learner: DINLearner, tmp: Path, version: int) -> None:
+def _din_export(learner: DINLearner, tmp: Path, version: int) -> None:
+    """DIN's exporter: its scoring graph, id tables and contract."""
     graph = scoring_graph(learner)
     # jit.save writes through the path's directory; keep its scratch out of the export.
     with tempfile.TemporaryDirectory() as scratch:
@@ -272,12 +327,18 @@ def _fill(learner: DINLearner, tmp: Path, version: int) -> None:
         np.save(tmp / keys, np.ascontiguousarray(idmap.keys[owned]), allow_pickle=False)
         np.save(tmp / rows, np.ascontiguousarray(idmap.rows[owned].astype(np.int64)), allow_pickle=False)
     (tmp / CONTRACT).write_bytes(orjson.dumps(contract(learner, version), option=orjson.OPT_INDENT_2))
+
+
+def _seal(tmp: Path, version: int) -> None:
+    """Make the export's files world-readable and durable, and record their checksums."""
     files = {}
     for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
         os.chmod(path, _FILE_MODE)
         fsync_path(path)
         files[path.relative_to(tmp).as_posix()] = sha256_file(path)
-    fsync_path(tmp / IDS_DIR)
+    for folder in sorted(p for p in tmp.rglob("*") if p.is_dir()):
+        os.chmod(folder, _DIR_MODE)
+        fsync_path(folder)
     raw = orjson.dumps({"version": version, "files": files}, option=orjson.OPT_INDENT_2)
     (tmp / MANIFEST).write_bytes(raw)
     (tmp / MANIFEST_SUM).write_text(f"{hashlib.sha256(raw).hexdigest()}  {MANIFEST}\n")
@@ -285,3 +346,7 @@ def _fill(learner: DINLearner, tmp: Path, version: int) -> None:
         os.chmod(tmp / name, _FILE_MODE)
         fsync_path(tmp / name)
     fsync_path(tmp)
+
+
+# Exporters by learner type (``STREAMREC_MODEL__LEARNER``); other learners export themselves.
+EXPORTERS: dict[str, Callable[[Any, Path, int], None]] = {"din": _din_export}

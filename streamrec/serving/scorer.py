@@ -21,12 +21,13 @@ import orjson
 from paddle import inference
 
 from streamrec.config import ModelConfig, TableConfig
-from streamrec.errors import SnapshotError
+from streamrec.errors import NotServable, SnapshotError
 from streamrec.learner.batch import Batch, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
-from streamrec.serving.export import CONTRACT, export_snapshot
+from streamrec.serving.export import CONTRACT, CONTRACT_SCHEMA, export_snapshot
 from streamrec.snapshots.exports import verify_export
+from streamrec.snapshots.manifest import DEFAULT_LEARNER
 from streamrec.snapshots.store import SnapshotStore, version_name
 
 logger = logging.getLogger(__name__)
@@ -91,10 +92,18 @@ class ExportedModel:
 
         Raises:
             InvalidSnapshot: a file is missing or does not match its checksum.
+            NotServable: another learner's export (its contract is not DIN's).
         """
         self.path = Path(path)
         verify_export(self.path)
         self.contract: dict[str, Any] = orjson.loads((self.path / CONTRACT).read_bytes())
+        model = self.contract.get("model")
+        learner = model.get("learner", DEFAULT_LEARNER) if isinstance(model, dict) else None
+        if self.contract.get("schema") != CONTRACT_SCHEMA or learner != DEFAULT_LEARNER:
+            raise NotServable(
+                f"{self.path} is not a DIN export: streamrec serves DIN's exports only; score "
+                f"another learner's as its {CONTRACT} says"
+            )
         self.version: int = self.contract["version"]
         self.tables = [_Table(t, self.path) for t in self.contract["tables"]]
         self.behaviour = [t for t in self.tables if t.feature in ("item", "category")]

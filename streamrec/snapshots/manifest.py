@@ -24,6 +24,8 @@ from streamrec.snapshots.directory import describe_os_error, version_name
 _TENSOR_FILE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\.safetensors$")
 MANIFEST = "manifest.json"
 MANIFEST_SUM = "manifest.sha256"
+# The learner type of a snapshot written before STREAMREC_MODEL__LEARNER existed: DIN was all.
+DEFAULT_LEARNER = "din"
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,13 @@ class SnapshotManifest:
     def name(self) -> str:
         """The version's name, ``v000007``."""
         return version_name(self.version)
+
+    @property
+    def learner(self) -> str:
+        """The learner type that wrote it (``STREAMREC_MODEL__LEARNER``); ``din`` before the setting."""
+        model = self.config.get("model")
+        value = model.get("learner") if isinstance(model, dict) else None
+        return value if isinstance(value, str) and value else DEFAULT_LEARNER
 
     def to_json(self) -> bytes:
         """Pretty JSON, NaN metrics as null."""

@@ -64,3 +64,12 @@ def test_a_mistyped_setting_is_one_line_naming_the_variable(tmp_path: Path) -> N
     lines = streamrec_fails(["consumers", "run"], {"STREAMREC_CONSUMER__BATCH_SIZE": "many"}, tmp_path)
     assert len(lines) == 1, lines
     assert "STREAMREC_CONSUMER__BATCH_SIZE" in lines[0] and "'many'" in lines[0]
+
+
+@pytest.mark.parametrize("args", [["learner", "run"], ["demo"]], ids=str)
+def test_a_learner_class_path_that_does_not_import_is_one_line_before_any_service(
+    args: list[str], tmp_path: Path
+) -> None:
+    lines = streamrec_fails(args, {"STREAMREC_MODEL__LEARNER": "no_such_pkg_xyz:Mine"}, tmp_path)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: STREAMREC_MODEL__LEARNER='no_such_pkg_xyz:Mine': cannot import")

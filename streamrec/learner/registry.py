@@ -1,0 +1,84 @@
+"""The learner chosen by configuration (``STREAMREC_MODEL__LEARNER``): one factory for all.
+
+``din`` names the built-in DIN; ``package.module:ClassName`` names a user's own class, loaded
+as feast loads its backends. A class with a ``from_config(model_cfg)`` classmethod is built
+by it; any other with no arguments (its own defaults). Either way it must have the methods of
+the `Learner` contract.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import NoReturn, cast
+
+from streamrec.config import ModelConfig
+from streamrec.errors import ConfigError
+from streamrec.learner.base import Learner
+
+SETTING = "STREAMREC_MODEL__LEARNER"
+DEFAULT_LEARNER = "din"
+# The methods the learner loop calls: a class lacking one fails at start, not mid-stream.
+CONTRACT_METHODS = ("predict_many", "learn_many", "is_known", "state_arrays", "load_state_arrays")
+
+
+def _din(cfg: ModelConfig) -> Learner:
+    from streamrec.learner.din import DINLearner  # Paddle loads only when DIN is chosen
+
+    return DINLearner(cfg)
+
+
+BUILTINS: dict[str, Callable[[ModelConfig], Learner]] = {"din": _din}
+
+
+def make_learner(cfg: ModelConfig) -> Learner:
+    """A fresh learner of the type ``cfg.learner`` names, built from ``cfg``.
+
+    Raises:
+        ConfigError: the value names no built-in, its class does not import, or the class
+            lacks a method of the contract.
+    """
+    builtin = BUILTINS.get(cfg.learner)
+    if builtin is not None:
+        return builtin(cfg)
+    cls = load_class(cfg.learner)
+    from_config = getattr(cls, "from_config", None)
+    learner = from_config(cfg) if callable(from_config) else cls()
+    return cast(Learner, learner)
+
+
+def check_setting(value: str) -> None:
+    """Fail now, before any service starts, when ``value`` names no learner that loads.
+
+    Raises:
+        ConfigError: as `make_learner` would.
+    """
+    if value not in BUILTINS:
+        load_class(value)
+
+
+def load_class(value: str) -> type:
+    """The class ``package.module:ClassName`` names, checked against the contract.
+
+    Raises:
+        ConfigError: one line naming the setting, its value and what is wrong.
+    """
+    module_name, sep, class_name = value.partition(":")
+    if not sep or not module_name or not class_name:
+        _refuse(value, f"neither a built-in learner ({', '.join(sorted(BUILTINS))}) nor a "
+                "package.module:ClassName")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        _refuse(value, f"cannot import {module_name}: {exc}")
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type):
+        _refuse(value, f"{module_name} has no {class_name} class")
+    missing = [name for name in CONTRACT_METHODS if not callable(getattr(cls, name, None))]
+    if missing:
+        _refuse(value, f"{class_name} is not a learner: it lacks {', '.join(missing)}")
+    return cls
+
+
+def _refuse(value: str, why: str) -> NoReturn:
+    raise ConfigError(f"{SETTING}={value!r}: {why}".replace("\n", " "))

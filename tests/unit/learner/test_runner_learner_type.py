@@ -1,0 +1,148 @@
+"""A learner chosen by configuration trains and snapshots through the loop; snapshots record
+its type, and a resume under another type is refused before anything is consumed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamrec.config import StreamrecConfig
+from streamrec.errors import ConfigError, NotExportable
+from streamrec.learner import runner as runner_module
+from streamrec.learner.registry import make_learner
+from streamrec.learner.runner import LearnerRunner
+from streamrec.snapshots.manifest import SnapshotManifest
+from streamrec.snapshots.store import SnapshotStore
+from tests.unit.learner.test_runner_guards import FakeProducer, ScriptedConsumer, config, valid, writer
+from tests.unit.learner.tiny_learner import (
+    CLASS_PATH,
+    CONTRACTLESS_PATH,
+    EXPORTABLE_PATH,
+    TinyLearner,
+)
+
+
+def tiny_config(tmp_path: Path, class_path: str = CLASS_PATH) -> StreamrecConfig:
+    cfg = config(tmp_path, 3)
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"learner": class_path})})
+
+
+def run_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, class_path: str = CLASS_PATH) -> TinyLearner:
+    consumer = ScriptedConsumer([[valid(n) for n in range(6)]])
+    monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: consumer)
+    cfg = tiny_config(tmp_path, class_path)
+    learner = make_learner(cfg.model)
+    assert isinstance(learner, TinyLearner)
+    LearnerRunner(cfg, learner, dead_letters=writer(FakeProducer())).run()
+    return learner
+
+
+def newest(tmp_path: Path) -> tuple[SnapshotStore, SnapshotManifest]:
+    """The snapshot directory and its newest version."""
+    store = SnapshotStore(tmp_path)
+    manifest = store.latest()
+    assert manifest is not None
+    return store, manifest
+
+
+def test_a_configured_learner_trains_and_its_snapshot_records_its_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    learner = run_tiny(tmp_path, monkeypatch)
+    assert learner.counts[1] == 6
+    manifest = SnapshotStore(tmp_path).latest()
+    assert manifest is not None and manifest.samples_trained == 6
+    assert manifest.learner == CLASS_PATH
+    resumed = make_learner(tiny_config(tmp_path).model)
+    monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: ScriptedConsumer([]))
+    LearnerRunner(tiny_config(tmp_path), resumed, dead_letters=writer(FakeProducer())).close()
+    assert isinstance(resumed, TinyLearner)
+    np.testing.assert_array_equal(resumed.counts, learner.counts)
+
+
+def test_resuming_under_another_learner_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_tiny(tmp_path, monkeypatch)
+    made: list[object] = []
+    monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: made.append(1))
+    with pytest.raises(ConfigError) as info:
+        LearnerRunner(config(tmp_path, 3), TinyLearner(), dead_letters=writer(FakeProducer()))
+    message = str(info.value)
+    assert "\n" not in message
+    assert "STREAMREC_MODEL__LEARNER" in message
+    assert f"'{CLASS_PATH}'" in message and "'din'" in message
+    assert made == []  # refused before it made a consumer
+    monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: ScriptedConsumer([]))
+    LearnerRunner(tiny_config(tmp_path), TinyLearner(), dead_letters=writer(FakeProducer())).close()
+
+
+@pytest.mark.parametrize("config_doc", [{}, {"model": {}}, {"model": {"learner": None}}])
+def test_a_manifest_from_before_the_setting_reads_as_din(config_doc: dict[str, object]) -> None:
+    manifest = SnapshotManifest(1, "2026-01-01T00:00:00+00:00", 1, 1, (), config=config_doc)
+    assert manifest.learner == "din"
+
+
+def test_a_learner_without_an_exporter_is_refused_by_export_and_the_gate_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from streamrec.serving.export import export_snapshot
+    from streamrec.serving.gate import Promoter
+
+    run_tiny(tmp_path, monkeypatch)
+    store, manifest = newest(tmp_path)
+    with pytest.raises(NotExportable) as info:
+        export_snapshot(store, manifest.version)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"learner {CLASS_PATH} cannot be exported for serving: ")
+    Promoter(store, tiny_config(tmp_path).learner).on_snapshot(manifest)  # logs, trains on
+    assert f"learner {CLASS_PATH} cannot be exported for serving" in caplog.text
+    assert not (tmp_path / "exports" / manifest.name).exists()
+
+
+def test_a_learner_that_exports_itself_is_exported_with_its_contract(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamrec.serving.export import export_snapshot, verify_export
+
+    learner = run_tiny(tmp_path, monkeypatch, EXPORTABLE_PATH)
+    store, manifest = newest(tmp_path)
+    assert manifest.learner == EXPORTABLE_PATH
+    path = export_snapshot(store, manifest.version)
+    assert {"rate.npy", "contract.json"} <= set(verify_export(path))
+    expected = (learner.counts[0] + learner.prior) / (learner.counts[1] + 1.0)
+    assert np.load(path / "rate.npy", allow_pickle=False)[0] == pytest.approx(expected)
+
+
+def test_an_export_without_a_scoring_contract_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamrec.serving.export import export_snapshot
+
+    run_tiny(tmp_path, monkeypatch, CONTRACTLESS_PATH)
+    store, manifest = newest(tmp_path)
+    refused = f"learner {CONTRACTLESS_PATH} cannot be exported for serving: .*contract.json"
+    with pytest.raises(NotExportable, match=refused):
+        export_snapshot(store, manifest.version)
+    assert not (tmp_path / "exports" / manifest.name).exists()
+
+
+def test_serving_refuses_another_learners_export_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamrec.errors import SnapshotError
+    from streamrec.serving.export import export_snapshot
+    from streamrec.serving.scorer import ExportedModel
+
+    run_tiny(tmp_path, monkeypatch, EXPORTABLE_PATH)
+    store, manifest = newest(tmp_path)
+    path = export_snapshot(store, manifest.version)
+    with pytest.raises(SnapshotError) as info:  # the gate holds a promotion on it, serve exits
+        ExportedModel(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{path}" in message and "DIN" in message
