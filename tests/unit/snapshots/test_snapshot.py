@@ -162,14 +162,14 @@ def test_snapshot_list_shows_invalid_versions(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["snapshot", "list", "--snapshot-dir", str(tmp_path)])
     assert out.exit_code == 0, out.output
     rows = {
-        cells[0]: cells[-1]
+        cells[0]: (cells[-2], cells[-1])  # status, export
         for line in out.output.splitlines()
         if (cells := [c.strip() for c in line.strip("│ ").split("│")])[0].startswith("v0")
     }
     assert rows == {
-        "v000001": "ok",
-        "v000002": "invalid: v000002/manifest.json is missing",
-        "v000009": "invalid: v000009/manifest.json is missing",
+        "v000001": ("ok", "missing"),
+        "v000002": ("invalid: v000002/manifest.json is missing", "missing"),
+        "v000009": ("invalid: v000009/manifest.json is missing", "missing"),
     }
 
 
