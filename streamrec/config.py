@@ -34,6 +34,7 @@ from pydantic_settings import (
 )
 
 from streamrec.errors import ConfigError
+from streamrec.features.schema import FeatureSchema, FeatureSpec
 
 _SECTION = ConfigDict(frozen=True, extra="forbid")
 
@@ -590,6 +591,18 @@ class StreamrecConfig(BaseSettings):
     learner: LearnerConfig = LearnerConfig()
     services: ServicesConfig = ServicesConfig()
     serving: ServingConfig = ServingConfig()
+    # The features beyond item and category, in order (streamrec.features): a JSON list in
+    # STREAMREC_FEATURES, or [[features]] tables in streamrec.toml.
+    features: tuple[FeatureSpec, ...] = Field((), description="STREAMREC_FEATURES")
+
+    @model_validator(mode="after")
+    def _schema_holds(self) -> StreamrecConfig:
+        self.feature_schema()  # two features with one name or one field: refused here, named
+        return self
+
+    def feature_schema(self) -> FeatureSchema:
+        """The deployment's feature schema: item and category, then ``features``."""
+        return FeatureSchema.of(self.features)
 
     @classmethod
     def settings_customise_sources(

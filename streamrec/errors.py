@@ -14,6 +14,13 @@ class ConfigError(StreamrecError):
     """The configuration is invalid: fix the named setting (flag, STREAMREC_* env var or TOML)."""
 
 
+class SchemaChange(ConfigError):
+    """A record (sample, snapshot, export) was written under a feature schema this one cannot read.
+
+    Declare the feature as it was, or start afresh; the message says which feature.
+    """
+
+
 class ServiceError(StreamrecError):
     """A local service (broker or Redis) could not start or is unreachable: read the message."""
 

@@ -29,6 +29,9 @@ import orjson
 from streamrec.errors import InvalidSample
 from streamrec.events import MIN_TS_MS
 
+# A declared feature's value on the wire (streamrec.features.Value): an id, ids or a number.
+FeatureValue = str | tuple[str, ...] | float
+
 # 9999-12-31T23:59:59.999Z: the last millisecond a calendar date can show, far inside int64
 # (so a batch's int64 ts column cannot overflow), and no real event time is later.
 MAX_TS_MS = 253_402_300_799_999
@@ -46,7 +49,7 @@ __all__ = ["MAX_TS_MS", "MIN_TS_MS", "Sample", "encode_sample", "parse_sample"]
 _Id = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class Sample(msgspec.Struct, frozen=True, gc=False):
+class Sample(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One labelled (user, target item) pair with the point-in-time behaviour sequence.
 
     ``seq_items``/``seq_categories`` are oldest first, all strictly earlier than ``ts``.
@@ -75,6 +78,14 @@ class Sample(msgspec.Struct, frozen=True, gc=False):
     label: Annotated[int, msgspec.Meta(ge=0, le=1)]
     seq_items: tuple[_Id, ...]
     seq_categories: tuple[_Id, ...]
+    # The declared features beyond item and category (streamrec.features), by name: the
+    # target's behaviour features, the user's as of ``ts`` and the moment's context. A feature
+    # absent here reads its default. Omitted from the wire when empty, so the default schema's
+    # samples are as before.
+    features: dict[str, FeatureValue] = msgspec.field(default_factory=dict)
+    # Each declared behaviour feature along the sequence, aligned with ``seq_items``; a
+    # behaviour stored before the feature was declared holds null there (its default).
+    seq_features: dict[str, tuple[FeatureValue | None, ...]] = msgspec.field(default_factory=dict)
 
     def to_json(self) -> bytes:
         """Encode in the wire form."""
@@ -114,8 +125,17 @@ def parse_sample(raw: bytes | None) -> Sample:
         except msgspec.MsgspecError:
             pass
         else:
-            if len(sample.seq_items) == len(sample.seq_categories):
+            n = len(sample.seq_items)
+            if len(sample.seq_categories) == n and (
+                not sample.seq_features or all(len(v) == n for v in sample.seq_features.values())
+            ):
                 return sample
+            if len(sample.seq_categories) == n:
+                name = next(k for k, v in sample.seq_features.items() if len(v) != n)
+                raise InvalidSample(
+                    f"field 'seq_features' holds {len(sample.seq_features[name])} values of {name!r} "
+                    f"for {n} seq_items"
+                )
     return _checked(raw)
 
 

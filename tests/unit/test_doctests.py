@@ -21,6 +21,7 @@ MODULES = (
     "streamrec.datasets.sources",
     "streamrec.datasets.synthetic",
     "streamrec.events",
+    "streamrec.features.schema",
     "streamrec.featurestore.memory",
     "streamrec.kafka.partitioning",
     "streamrec.kafka.records",
