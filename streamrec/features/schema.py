@@ -5,7 +5,8 @@ A feature has a name, the event field it is read from, a kind and a role:
 - kind ``id`` (one categorical id), ``ids`` (several, such as genres or tags, at most
   ``max_ids``) or ``number`` (a float, with a declared ``transform``);
 - role ``behaviour`` (a property of what the user acted on: stored with every behaviour of the
-  user's sequence, embedded for the target and along the sequence), ``user`` (a property of
+  user's sequence, embedded for the target and along the sequence; or, with ``outcome``, how
+  the behaviour went, such as a rating: along the sequence only), ``user`` (a property of
   the user: its latest value as of a sample's time is joined into the sample) or ``context``
   (a property of the moment, from the event itself; at serving time, from the request).
 
@@ -70,6 +71,10 @@ class FeatureSpec(BaseModel):
     # variance, kept in the learner's state), bucket (into ids by ``boundaries``).
     transform: Transform = "identity"
     boundaries: tuple[float, ...] = ()
+    # ``behaviour`` only: an outcome of the behaviour (a rating, a dwell time), not a property
+    # of what was acted on. It is stored along the history, where it tells the user's taste,
+    # but never read for a target: a target's own outcome is its label.
+    outcome: bool = False
 
     @property
     def source(self) -> str:
@@ -80,6 +85,8 @@ class FeatureSpec(BaseModel):
     def _consistent(self) -> FeatureSpec:
         if self.source in RESERVED_FIELDS:
             raise ValueError(f"feature {self.name!r} cannot read the event contract's field {self.source!r}")
+        if self.outcome and self.role != "behaviour":
+            raise ValueError(f"feature {self.name!r}: only a behaviour feature can be an outcome")
         if self.kind != "number" and (self.transform != "identity" or self.boundaries):
             raise ValueError(f"feature {self.name!r}: a transform is for kind 'number' only")
         if self.transform == "bucket":

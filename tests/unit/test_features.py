@@ -38,6 +38,7 @@ def test_declared_in_env_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
         ([{"name": "tags", "kind": "ids", "transform": "log1p"}], "kind 'number' only"),
         ([{"name": "price", "kind": "number", "transform": "bucket", "boundaries": [3, 1]}], "increasing"),
         ([{"name": "Bad-Name"}], "STREAMREC_FEATURES"),
+        ([{"name": "age", "role": "user", "outcome": True}], "only a behaviour feature can be an outcome"),
     ],
 )
 def test_bad_declarations_are_refused_naming_the_setting(declared: list[dict[str, str]], says: str) -> None:
