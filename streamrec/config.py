@@ -329,9 +329,12 @@ class ConsumerConfig(BaseModel):
         return self
 
 
-Feature = Literal["item", "category", "user"]
+#: A table's feature: ``item``, ``category``, ``user`` (the user id) or a declared feature's name.
+Feature = str
 #: Features seen both as the target and along the behaviour sequence (DIN attends over them).
 BEHAVIOUR_FEATURES: tuple[Feature, ...] = ("item", "category")
+#: The features of the event contract itself; a table of any other embeds a declared feature.
+BUILTIN_TABLE_FEATURES: tuple[Feature, ...] = ("item", "category", "user")
 
 
 class TableConfig(BaseModel):
@@ -342,6 +345,11 @@ class TableConfig(BaseModel):
     ``item`` and ``category`` are behaviour features: the table embeds the target's id and
     every id along the behaviour sequence, and DIN attends over them. ``user`` is a context
     feature: embedded once per sample and fed to the MLP head.
+
+    Any other ``feature`` names a declared feature (``STREAMREC_FEATURES``); ``also`` names
+    more declared features that share the table's rows (a ``genres`` and a ``main_genre``, say).
+    A declared feature's table is hashed (``ids="hashed"``); a declared feature with no table
+    here gets a hashed one of its own (`streamrec.learner.features`).
 
     ``ids="dynamic"`` (the default, `streamrec.learner.idmap`): an id seen ``min_count``
     times as a target (or as the context) gets a row of its own, so ids never share one;
@@ -354,7 +362,9 @@ class TableConfig(BaseModel):
     model_config = _SECTION
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    feature: Feature
+    feature: Feature = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    # More declared features embedded in this table (declared features' tables only).
+    also: tuple[str, ...] = ()
     ids: Literal["dynamic", "hashed"] = "dynamic"
     # The most rows, padding (row 0) and, for dynamic tables, the default row (1) included.
     rows: int = Field(ge=3)
@@ -416,7 +426,8 @@ class ModelConfig(BaseModel):
         ),
         description=(
             "STREAMREC_MODEL__TABLES (JSON list of {name, feature, rows, dim, ids, min_count, "
-            "ttl_s, initial_rows})"
+            "ttl_s, initial_rows, also}; feature: item, category, user or a declared feature, "
+            "also: more declared features sharing the table)"
         ),
     )
     # Behaviours per sample: the consumers keep and emit each user's latest this many, and
@@ -456,16 +467,26 @@ class ModelConfig(BaseModel):
     @model_validator(mode="after")
     def _tables_fit_din(self) -> ModelConfig:
         names = [t.name for t in self.tables]
-        features = [t.feature for t in self.tables]
+        features = [f for t in self.tables for f in (t.feature, *t.also)]
         if len(set(names)) != len(names) or len(set(features)) != len(features):
             raise ValueError(f"table names and features must be unique: {names} / {features}")
+        for t in self.tables:
+            if t.feature in BUILTIN_TABLE_FEATURES and t.also:
+                raise ValueError(f"table {t.name}: only a declared feature's table can be shared (also)")
+            if t.feature not in BUILTIN_TABLE_FEATURES and t.ids != "hashed":
+                raise ValueError(f"table {t.name}: a declared feature's table must be ids='hashed'")
         if not any(f in BEHAVIOUR_FEATURES for f in features):
             raise ValueError(f"DIN needs a behaviour table (one of {BEHAVIOUR_FEATURES})")
         return self
 
     def table(self, feature: Feature) -> TableConfig | None:
         """The table embedding ``feature``, if any."""
-        return next((t for t in self.tables if t.feature == feature), None)
+        return next((t for t in self.tables if feature in (t.feature, *t.also)), None)
+
+    @property
+    def builtin_tables(self) -> tuple[TableConfig, ...]:
+        """The tables of the event contract's features (item, category, user), in order."""
+        return tuple(t for t in self.tables if t.feature in BUILTIN_TABLE_FEATURES)
 
 
 class LearnerConfig(BaseModel):

@@ -80,7 +80,7 @@ def run_pipeline(
         promoter.on_snapshot(manifest)
 
     learner = LearnerRunner(
-        cfg, make_learner(cfg.model), on_report=on_report, on_snapshot=snapshot_written,
+        cfg, make_learner(cfg.model, cfg.feature_schema()), on_report=on_report, on_snapshot=snapshot_written,
         snapshots=store, on_scored=promoter.on_scored,
     )
     thread.start()

@@ -6,8 +6,8 @@ embedding tables look up (`EncodedBatch`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,6 +43,20 @@ class Batch:
         (2, ['i1', 'i3'], array([1., 0.], dtype=float32))
         >>> batch.seq_lengths, batch.seq_items
         (array([1, 1]), ['i2', 'i2'])
+
+        Declared features (`Sample.features`, `Sample.seq_features`) become ``extras``, one
+        `FeatureColumn` per feature name, by the kind of their values:
+
+        >>> batch = Batch.from_samples([
+        ...     Sample("e1", "u1", 1, "i1", "c1", 1, ("i2",), ("c1",),
+        ...            features={"device": "ios", "genres": ("a", "b")}, seq_features={"genres": (("c",),)}),
+        ...     Sample("e2", "u2", 2, "i3", "c2", 0, (), (), features={"genres": ()}),
+        ... ])
+        >>> batch.extras["device"].target
+        ['ios', '']
+        >>> genres = batch.extras["genres"]
+        >>> genres.target.values, genres.target.offsets, genres.sequence.values
+        (['a', 'b'], array([0, 2, 2]), ['c'])
     """
 
     sample_ids: list[str]
@@ -54,6 +68,8 @@ class Batch:
     seq_lengths: np.ndarray
     seq_items: list[str]
     seq_categories: list[str]
+    # The declared features beyond item and category, by feature name; empty without them.
+    extras: Mapping[str, FeatureColumn] = field(default_factory=dict)
 
     @classmethod
     def from_samples(cls, samples: Sequence[Sample]) -> Batch:
@@ -83,6 +99,7 @@ class Batch:
             seq_lengths=np.fromiter((len(s.seq_items) for s in samples), dtype=np.int64, count=len(samples)),
             seq_items=[i for s in samples for i in s.seq_items],
             seq_categories=[c for s in samples for c in s.seq_categories],
+            extras=feature_columns(samples) if any(s.features or s.seq_features for s in samples) else {},
         )
 
     def __len__(self) -> int:
@@ -98,6 +115,92 @@ class Batch:
     def sequence_ids(self, feature: Feature) -> Sequence[str]:
         """[N] the ids of a behaviour feature along every sample's sequence."""
         return {"item": self.seq_items, "category": self.seq_categories}[feature]
+
+
+@dataclass(frozen=True, eq=False)
+class Jagged:
+    """Lists of ids, as torchrec's ``KeyedJaggedTensor`` holds one key: values and offsets.
+
+    Attributes:
+        values: [V] every list's ids, list after list.
+        offsets: int64[L+1]: list ``i`` is ``values[offsets[i]:offsets[i+1]]``.
+    """
+
+    values: list[str]
+    offsets: np.ndarray
+
+    @classmethod
+    def of(cls, lists: Sequence[tuple[str, ...]]) -> Jagged:
+        """The lists ``lists`` (an empty one: absent)."""
+        offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum([len(x) for x in lists], out=offsets[1:])
+        return cls([v for x in lists for v in x], offsets)
+
+
+#: One side of a declared feature in a batch: ``id`` -> str[L] ("" absent), ``ids`` ->
+#: `Jagged`, ``number`` -> float32[L] (NaN absent).
+Column = list[str] | Jagged | np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class FeatureColumn:
+    """One declared feature of a batch. B: batch, N: behaviours of all samples together.
+
+    Attributes:
+        kind: ``id``, ``ids`` or ``number`` (as the values read).
+        target: [B] the sample's value (the target's, the user's or the context's); None for
+            an outcome feature, which only the sequence holds.
+        sequence: [N] along the sequences, aligned with ``Batch.seq_items``; None for a
+            user or context feature.
+    """
+
+    kind: str
+    target: Column | None
+    sequence: Column | None
+
+
+def feature_columns(samples: Sequence[Sample]) -> dict[str, FeatureColumn]:
+    """The declared features of ``samples`` as columns, by name, each of the kind its values read.
+
+    Raises:
+        ValueError: a feature's values are of two kinds.
+    """
+    names = dict.fromkeys(n for s in samples for n in (*s.features, *s.seq_features))
+    columns = {}
+    for name in names:
+        targets = [s.features.get(name) for s in samples]
+        in_sequence = any(name in s.seq_features for s in samples)
+        along: list[object] = []
+        if in_sequence:
+            for s in samples:
+                values = s.seq_features.get(name)
+                if values is not None and len(values) != len(s.seq_items):
+                    raise ValueError(
+                        f"sample {s.sample_id}: feature {name!r} has {len(values)} values along "
+                        f"{len(s.seq_items)} behaviours"
+                    )
+                along.extend(values if values is not None else (None,) * len(s.seq_items))
+        kind = _kind(name, [*targets, *along])
+        has_target = any(v is not None for v in targets) or not in_sequence
+        columns[name] = FeatureColumn(
+            kind, _column(kind, targets) if has_target else None, _column(kind, along) if in_sequence else None
+        )
+    return columns
+
+
+def _kind(name: str, values: Sequence[object]) -> str:
+    kinds = {"ids" if isinstance(v, tuple) else "id" if isinstance(v, str) else "number" for v in values if v is not None}
+    if len(kinds) > 1:
+        raise ValueError(f"feature {name!r} holds values of kinds {sorted(kinds)} in one batch")
+    return kinds.pop() if kinds else "number"
+
+
+def _column(kind: str, values: Sequence[object]) -> Column:
+    if kind == "id":
+        return [v if isinstance(v, str) else "" for v in values]
+    if kind == "ids":
+        return Jagged.of([v if isinstance(v, tuple) else () for v in values])
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float32)
 
 
 def _labels(samples: Sequence[Sample]) -> np.ndarray:
@@ -123,6 +226,8 @@ class EncodedBatch:
         context: int64[B] per context table (e.g. the user's row).
         label: float32[B].
         dense: float32[B, F] numeric features (F may be 0), e.g. the target's id statistics.
+        extras: the declared features' inputs, ``<name>/target`` and ``<name>/sequence``
+            (`streamrec.learner.features.encode_features`); empty without them.
     """
 
     targets: dict[str, np.ndarray]
@@ -130,6 +235,7 @@ class EncodedBatch:
     context: dict[str, np.ndarray]
     label: np.ndarray
     dense: np.ndarray
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         """The number of samples, B."""
@@ -144,6 +250,7 @@ class EncodedBatch:
             context={k: v[idx] for k, v in self.context.items()},
             label=self.label[idx],
             dense=self.dense[idx],
+            extras={k: v[idx] for k, v in self.extras.items()},
         )
 
 
@@ -170,12 +277,29 @@ class BatchKeys:
 def batch_keys(batch: Batch, cfg: ModelConfig) -> BatchKeys:
     """Fingerprint each id column of ``batch`` once per table of ``cfg``."""
     targets, sequences, index = {}, {}, {}
-    for table in cfg.tables:
+    for table in cfg.builtin_tables:
         targets[table.name] = fingerprint(batch.target_ids(table.feature))
         if table.feature in BEHAVIOUR_FEATURES:
             distinct, inverse = np.unique(fingerprint(batch.sequence_ids(table.feature)), return_inverse=True)
             sequences[table.name], index[table.name] = distinct, inverse.astype(np.int64).ravel()
     return BatchKeys(targets, sequences, index)
+
+
+def positions(lengths: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each behaviour's row and column in a right-aligned [B, T] sequence, and which fit.
+
+    Right-aligned so the latest sits at T-1; the older ones of a sequence longer than T fall
+    left of column 0 and are dropped.
+
+    Returns:
+        rows, cols (of the kept behaviours) and keep (bool [N]: within the latest T).
+    """
+    starts = np.cumsum(lengths) - lengths
+    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
+    cols = within + np.repeat(t - lengths, lengths)
+    rows = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    keep = cols >= 0
+    return rows[keep], cols[keep], keep
 
 
 #: Maps a table and fingerprints to the table's rows.
@@ -206,17 +330,9 @@ def encode(
     """
     keys = batch_keys(batch, cfg) if keys is None else keys
     t = cfg.sequence_length
-    lengths = batch.seq_lengths
-    # Each behaviour's column within its row, right-aligned so the latest sits at T-1; the
-    # older ones of a sequence longer than T fall left of column 0 and are dropped.
-    starts = np.cumsum(lengths) - lengths
-    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
-    cols = within + np.repeat(t - lengths, lengths)
-    rows = np.repeat(np.arange(len(batch), dtype=np.int64), lengths)
-    keep = cols >= 0
-    rows, cols = rows[keep], cols[keep]
+    rows, cols, keep = positions(batch.seq_lengths, t)
     targets, sequences, context = {}, {}, {}
-    for table in cfg.tables:
+    for table in cfg.builtin_tables:
         ids = rows_of(table, keys.targets[table.name])
         if table.feature not in BEHAVIOUR_FEATURES:
             context[table.name] = ids

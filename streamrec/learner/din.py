@@ -16,9 +16,11 @@ import paddle
 
 from streamrec.config import ModelConfig, TableConfig
 from streamrec.errors import SnapshotError
+from streamrec.features import FeatureSchema
 from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch, BatchKeys, EncodedBatch, batch_keys, encode, hashed_rows
 from streamrec.learner.ewc import OnlineEWC
+from streamrec.learner.features import FeaturePlan, Moments, encode_features, feature_values
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW, Admission, IdMap
 from streamrec.learner.idstats import IdStats
@@ -47,6 +49,8 @@ STATS_PREFIX = "model/stats/"
 EWC_PREFIX = "ewc/"
 # The dynamic tables' id -> row maps: serving needs them to turn ids into rows.
 IDS_PREFIX = "model/ids/"
+# Standardized features' running moments: serving needs them, so they go with the weights.
+FEATURES_PREFIX = "model/features/"
 _EMBEDDING = "model.embedding.tables.{}.weight"
 _WIDE = "model.wide.biases.{}.weight"
 # Arrays whose first axis is a table's rows: its parameters, their Adam moments, their EWC
@@ -108,28 +112,41 @@ class DINLearner:
         >>> DINLearner(cfg).load_state_arrays(state)
     """
 
-    def __init__(self, cfg: ModelConfig, rows: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self, cfg: ModelConfig, rows: Mapping[str, int] | None = None, schema: FeatureSchema | None = None
+    ) -> None:
         """Build the model and optimizer, seeded from ``cfg.seed``, on ``cfg.device``.
 
         Args:
             cfg: The model hyper-parameters.
             rows: Each table's rows to start with (default: what the configuration starts
                 with), for a model that trains on batches encoded by another learner.
+            schema: The declared features (default: item and category only).
+
+        Raises:
+            ConfigError: a table names an undeclared feature (see `FeaturePlan`).
         """
         self.cfg = cfg
+        self.schema = FeatureSchema.default() if schema is None else schema
+        self.plan = FeaturePlan(cfg, self.schema)
         self.device = resolve_device(cfg.device)
         # Paddle's device is process-global; every learner in a process shares it.
         paddle.device.set_device(self.device)
         paddle.seed(cfg.seed)
         item = cfg.table("item")
         self._item_table = None if item is None else item.name
-        self._maps = {t.name: IdMap(t) for t in cfg.tables if t.ids == "dynamic"}
-        self._build(dict(rows) if rows is not None else {t.name: t.start_rows for t in cfg.tables})
+        self._maps = {t.name: IdMap(t) for t in cfg.builtin_tables if t.ids == "dynamic"}
+        self._build(dict(rows) if rows is not None else {t.name: t.start_rows for t in cfg.builtin_tables})
         self._shuffle_seed = cfg.seed
         self._learn_calls = 0
         # The last batch encoded: scoring and then training the same micro-batch hash it once.
         self._encoded: tuple[Batch, EncodedBatch] | None = None
         self._keys: tuple[Batch, BatchKeys] | None = None
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, schema: FeatureSchema | None = None) -> DINLearner:
+        """A fresh learner of ``cfg`` reading ``schema``'s features."""
+        return cls(cfg, schema=schema)
 
     def _build(self, rows: Mapping[str, int]) -> None:
         """(Re)build everything sized by the tables' rows, freshly initialised.
@@ -137,7 +154,7 @@ class DINLearner:
         Model, optimizer and its slots, EWC, id statistics, known items.
         """
         self.rows = dict(rows)
-        self.model = DIN(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows)
+        self.model = DIN(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows, plan=self.plan)
         self.train_module = DINTrain(self.model)
         self._optimizer = paddle.optimizer.Adam(
             learning_rate=self.cfg.learning_rate,
@@ -149,6 +166,7 @@ class DINLearner:
         self._named = dict(self.train_module.named_parameters())
         self._ewc = _make_ewc(self.cfg, self.train_module)
         self._stats = IdStats(self.cfg, rows) if self.cfg.id_stats else None
+        self._moments = Moments(self.plan.standardized)
         items = 0 if self._item_table is None else rows[self._item_table]
         self.known_items = np.zeros(items, dtype=np.uint8)
 
@@ -169,6 +187,9 @@ class DINLearner:
             if self._stats is not None:
                 dense = self._stats.features(encoded.targets, batch.user_ids)
                 encoded = dataclasses.replace(encoded, dense=dense)
+            if self.plan.sequence or self.plan.head:
+                extras = encode_features(batch, self.plan, self.cfg.sequence_length, self._moments)
+                encoded = dataclasses.replace(encoded, extras=extras)
             self._encoded = (batch, encoded)
         return self._encoded[1]
 
@@ -257,7 +278,7 @@ class DINLearner:
         padded = {}
         for key, array in arrays.items():
             table = _table_of(key, self.cfg)
-            if table is not None and rows[table] != array.shape[0]:
+            if table is not None and rows.get(table, array.shape[0]) != array.shape[0]:
                 extra = np.zeros((rows[table] - array.shape[0], *array.shape[1:]), array.dtype)
                 array = np.concatenate([array, extra])
             padded[key] = array
@@ -296,6 +317,8 @@ class DINLearner:
         encoded = self.encode(batch)
         if self._stats is not None:
             self._stats.count(encoded.targets, batch.user_ids, encoded.label)
+        for name in self._moments.arrays:
+            self._moments.update(name, feature_values(batch, self.plan, name))
         if self._item_table is not None and len(encoded):
             self.known_items[encoded.targets[self._item_table]] = 1
             self.known_items[encoded.sequences[self._item_table].ravel()] = 1
@@ -373,6 +396,15 @@ class DINLearner:
         for name in self.model.embedding.context:
             rows[f"model.embedding.tables.{name}.weight"] = _unique_rows(part.context[name])
             rows[f"model.wide.biases.{name}.weight"] = rows[f"model.embedding.tables.{name}.weight"]
+        looked: dict[str, list[np.ndarray]] = {}
+        for key, array in part.extras.items():
+            feature = self.plan.schema[key.split("/")[0]]
+            table = self.plan.table_of(feature.name)
+            if table is not None:
+                looked.setdefault(table, []).append(array.ravel())
+        for table in self.plan.tables:
+            ids = looked.get(table, [np.zeros(0, np.int64)])
+            rows[f"model.embedding.tables.{table}.weight"] = _unique_rows(np.concatenate(ids))
         return rows
 
     def is_known(self, batch: Batch) -> np.ndarray:
@@ -396,6 +428,7 @@ class DINLearner:
         arrays[SHUFFLE_KEY] = np.array([self._shuffle_seed, self._learn_calls], dtype=np.int64)
         if self._stats is not None:
             arrays.update(self._stats.state_arrays(STATS_PREFIX))
+        arrays.update(self._moments.state_arrays(FEATURES_PREFIX))
         if self._ewc is not None:
             arrays.update(self._ewc.state_arrays(EWC_PREFIX))
         for name, idmap in self._maps.items():
@@ -421,6 +454,7 @@ class DINLearner:
         params = {PARAM_PREFIX + n: t for n, t in self.train_module.state_dict().items()}
         targets = {**params, **self._slots}
         stats = {} if self._stats is None else self._stats.state_arrays(STATS_PREFIX)
+        stats.update(self._moments.state_arrays(FEATURES_PREFIX))
         ewc = {k: a for k, a in arrays.items() if k.startswith(EWC_PREFIX)}
         ids = {k: a for k, a in arrays.items() if k.startswith(IDS_PREFIX)}
         arrays = {k: a for k, a in arrays.items() if not k.startswith((EWC_PREFIX, IDS_PREFIX))}
@@ -445,6 +479,7 @@ class DINLearner:
         self._shuffle_seed, self._learn_calls = (int(v) for v in arrays[SHUFFLE_KEY])
         if self._stats is not None:
             self._stats.load_state_arrays(arrays, STATS_PREFIX)
+        self._moments.load_state_arrays(arrays, FEATURES_PREFIX)
         self._ewc = _make_ewc(self.cfg, self.train_module)  # anchored at the new weights
         if self._ewc is not None and ewc:
             self._ewc.load_state_arrays(ewc, EWC_PREFIX)
@@ -454,6 +489,54 @@ class DINLearner:
             except ValueError as exc:
                 raise SnapshotError(f"id map of table {name} is inconsistent: {exc}") from exc
         self._encoded = None
+
+    def adopt_state(self, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema) -> dict[str, np.ndarray]:
+        """State saved under ``recorded`` (fewer declared features), made to fit this model.
+
+        Call on a fresh learner. The added features' tables (and moments) start as this
+        learner's; the two layers that read every feature (attention's first, the head's
+        first) get zero weights for the new inputs, so the model scores as before until it
+        learns them. EWC state is left out (it restarts, as `load_state_arrays` allows).
+        """
+        added = [n for n in self.schema.names if n not in recorded]
+        if not added:
+            return dict(arrays)
+        fresh = self.state_arrays()
+        owned = tuple(f"tables.{self.plan.table_of(n)}." for n in added if self.plan.table_of(n)) + tuple(
+            f"{FEATURES_PREFIX}{n}/" for n in added
+        )
+        old, new = self._layouts(recorded), self._layouts(self.schema)
+        out: dict[str, np.ndarray] = {}
+        for key, start in fresh.items():
+            if key.startswith(EWC_PREFIX):
+                continue
+            saved = arrays.get(key)
+            layer = next((layer for layer in new if f"model.{layer}.weight" in key), None)
+            if saved is None and any(o in key for o in owned):
+                out[key] = start
+            elif saved is not None and layer is not None and saved.shape != start.shape:
+                out[key] = _widen(saved, old[layer], new[layer])
+            elif saved is not None:
+                out[key] = saved
+        out.update({k: v for k, v in arrays.items() if k not in fresh and not k.startswith(EWC_PREFIX)})
+        return out
+
+    def _layouts(self, schema: FeatureSchema) -> dict[str, list[tuple[str, int]]]:
+        """The input columns of the layers reading every feature, as (segment, width), under ``schema``."""
+        known = [f for f in (*self.plan.sequence, *self.plan.head) if f.name in schema]
+        query = [(f.name, f.width) for f in known if f.query]
+        outcome = [(f.name, f.width) for f in known if f.spec.outcome]
+        head = [(f.name, f.width) for f in known if f.spec.role != "behaviour"]
+        vector = [("builtin", self.model.embedding.behaviour_dim), *query, *outcome]
+        match = 0 if self.model.match is None else self.model.match.width
+        return {
+            "attention.score.0": [(f"{b}:{n}", w) for b in "qkdp" for n, w in vector],
+            "head.mlp.0": [
+                *((f"{b}:{n}", w) for b in "tip" for n, w in vector),
+                ("context", self.model.embedding.context_dim), *head,
+                ("dense", self.model.dense_dim), ("match", match),
+            ],
+        }
 
     def _ids_state(self) -> dict[str, np.ndarray]:
         """The id maps' state arrays."""
@@ -465,7 +548,13 @@ class DINLearner:
     def _rows_in(self, arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
         """Each table's rows in a state: its embedding's; checked against the configuration."""
         rows = {}
-        for table in self.cfg.tables:
+        for name, (n, _) in self.plan.tables.items():
+            key = f"{PARAM_PREFIX}{_EMBEDDING.format(name)}"
+            if key not in arrays:
+                raise SnapshotError(f"state arrays do not fit this model: missing={[key]}")
+            if int(arrays[key].shape[0]) != n:
+                raise SnapshotError(f"table {name} has {arrays[key].shape[0]} rows in the state; this model has {n}")
+        for table in self.cfg.builtin_tables:
             key = f"{PARAM_PREFIX}{_EMBEDDING.format(table.name)}"
             if key not in arrays:
                 raise SnapshotError(f"state arrays do not fit this model: missing={[key]}")
@@ -490,6 +579,7 @@ class DINLearner:
             [paddle.to_tensor(a) for a in encoded.sequences.values()],
             [paddle.to_tensor(a) for a in encoded.context.values()],
             paddle.to_tensor(encoded.dense),
+            [paddle.to_tensor(encoded.extras[k]) for k in self.plan.input_keys],
         )
 
 
@@ -504,10 +594,23 @@ def _table_of(key: str, cfg: ModelConfig) -> str | None:
     if match:
         return match.group(2)
     stats = key.removeprefix(STATS_PREFIX).split("/")
-    if key.startswith(STATS_PREFIX) and any(t.name == stats[0] for t in cfg.tables):
+    if key.startswith(STATS_PREFIX) and any(t.name == stats[0] for t in cfg.builtin_tables):
         return stats[0]
     item = cfg.table("item")
     return item.name if key == KNOWN_ITEMS_KEY and item is not None else None
+
+
+def _widen(array: np.ndarray, old: list[tuple[str, int]], new: list[tuple[str, int]]) -> np.ndarray:
+    """A first layer's [in, H] array for the ``new`` input layout: old rows kept, new ones zero."""
+    out = np.zeros((sum(w for _, w in new), *array.shape[1:]), array.dtype)
+    starts, at = {}, 0
+    for name, width in new:
+        starts[name], at = at, at + width
+    at = 0
+    for name, width in old:
+        out[starts[name] : starts[name] + width] = array[at : at + width]
+        at += width
+    return out
 
 
 def _make_ewc(cfg: ModelConfig, module: paddle.nn.Layer) -> OnlineEWC | None:

@@ -16,6 +16,7 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
+from streamrec.learner.features import FeaturePlan, PlannedFeature
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 
@@ -25,10 +26,13 @@ class EmbeddingArch(nn.Layer):
 
     Behaviour tables embed the target and the sequence; a behaviour or target vector is the
     concatenation of their embeddings, in table order. Context tables embed one id per sample.
-    Row 0 of every table is padding: it looks up as zeros and is never updated.
+    Row 0 of every table is padding: it looks up as zeros and is never updated. The declared
+    features' tables (``plan.tables``) sit beside them, by table name.
     """
 
-    def __init__(self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int]) -> None:
+    def __init__(
+        self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int], plan: FeaturePlan | None = None
+    ) -> None:
         """Build the tables.
 
         Args:
@@ -36,23 +40,40 @@ class EmbeddingArch(nn.Layer):
             sparse: Emit sparse (row) gradients, so an optimizer step touches only looked-up
                 rows rather than the whole table.
             rows: Each table's rows now (a dynamic table grows).
+            plan: The declared features' tables, if any.
         """
         super().__init__()
-        self.tables = nn.LayerDict(
-            {
-                t.name: nn.Embedding(rows[t.name], t.dim, padding_idx=PADDING_BUCKET, sparse=sparse)
-                for t in cfg.tables
-            }
-        )
-        self.behaviour = [t.name for t in cfg.tables if t.feature in BEHAVIOUR_FEATURES]
-        self.context = [t.name for t in cfg.tables if t.feature not in BEHAVIOUR_FEATURES]
-        self.behaviour_dim = sum(t.dim for t in cfg.tables if t.name in self.behaviour)
-        self.context_dim = sum(t.dim for t in cfg.tables if t.name in self.context)
+        builtin = cfg.builtin_tables
+        layers = {
+            t.name: nn.Embedding(rows[t.name], t.dim, padding_idx=PADDING_BUCKET, sparse=sparse)
+            for t in builtin
+        }
+        for name, (n, dim) in ({} if plan is None else plan.tables).items():
+            layers[name] = nn.Embedding(n, dim, padding_idx=PADDING_BUCKET, sparse=sparse)
+        self.tables = nn.LayerDict(layers)
+        self.behaviour = [t.name for t in builtin if t.feature in BEHAVIOUR_FEATURES]
+        self.context = [t.name for t in builtin if t.feature not in BEHAVIOUR_FEATURES]
+        self.behaviour_dim = sum(t.dim for t in builtin if t.name in self.behaviour)
+        self.context_dim = sum(t.dim for t in builtin if t.name in self.context)
 
     def embed(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> paddle.Tensor:
         """Look ``ids[i]`` (any shape [...]) up in table ``names[i]``; concatenate [..., sum D]."""
         # Indexing, not zip(strict=True): paddle.jit's tracer (the serving export) lacks it.
         return paddle.concat([self.tables[names[i]](ids[i]) for i in range(len(names))], axis=-1)
+
+    def embed_feature(self, feature: PlannedFeature, x: paddle.Tensor) -> paddle.Tensor:
+        """One declared feature's vectors [..., width] from its input.
+
+        An id's rows [...] look up its table; ids' rows [..., M] are mean-pooled over the
+        non-padding ones (none: zeros); a number [...] is its own one column.
+        """
+        if feature.table is None:
+            return x.unsqueeze(-1)
+        vectors = self.tables[feature.table](x)
+        if not feature.pooled:
+            return vectors
+        present = (x != PADDING_BUCKET).astype(vectors.dtype).unsqueeze(-1)
+        return (vectors * present).sum(axis=-2) / paddle.clip(present.sum(axis=-2), min=1.0)
 
 
 class WideArch(nn.Layer):
@@ -67,7 +88,7 @@ class WideArch(nn.Layer):
     """
 
     def __init__(self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int]) -> None:
-        """One ``rows`` x 1 table per table of ``cfg.tables``."""
+        """One ``rows`` x 1 table per table of ``cfg.builtin_tables``."""
         super().__init__()
         attr = paddle.ParamAttr(
             initializer=nn.initializer.Constant(0.0), learning_rate=cfg.wide_lr_scale
@@ -77,7 +98,7 @@ class WideArch(nn.Layer):
                 t.name: nn.Embedding(
                     rows[t.name], 1, padding_idx=PADDING_BUCKET, sparse=sparse, weight_attr=attr
                 )
-                for t in cfg.tables
+                for t in cfg.builtin_tables
             }
         )
 
@@ -226,15 +247,33 @@ class MLPHead(nn.Layer):
 
 
 class DIN(nn.Layer):
-    """Deep Interest Network. B: batch, T: sequence length, D: width of the behaviour tables.
+    """Deep Interest Network. B: batch, T: sequence length, M: a feature's max_ids.
+
+    D: width of a behaviour vector = the behaviour tables' widths + the declared behaviour
+    features' (Dq: the target's own) + the outcome features' (Do), in that order.
 
     Inputs are int64 table rows, lists in the order of the tables of each kind: ``targets``
     [B] and ``sequences`` [B, T] (0 for padding) per behaviour table, ``context`` [B] per
-    context table. The output is [B] click logits.
+    context table; ``dense`` float32 [B, F]; ``extras`` the declared features' inputs in
+    `FeaturePlan` order: the target's per ``plan.query`` feature, along the sequence per
+    ``plan.sequence`` feature, then per ``plan.head`` feature (an id: [B] / [B, T] rows; ids:
+    [B, M] / [B, T, M]; a number: float32 [B] / [B, T], transformed). The output is [B]
+    click logits.
+
+    A declared behaviour feature is embedded for the target and each behaviour and
+    concatenated into their vectors, as the paper concatenates goods, shop and category. An
+    outcome (a rating) belongs to a behaviour only: its columns of the target (query) vector
+    are zeros, so attention reads it in the keys (k and q-k; q*k is 0 there) and the pooled
+    interest carries it, with one attention unit and no second projection. User and context
+    features go into the head beside the user table's vector.
     """
 
     def __init__(
-        self, cfg: ModelConfig, sparse: bool = True, rows: Mapping[str, int] | None = None
+        self,
+        cfg: ModelConfig,
+        sparse: bool = True,
+        rows: Mapping[str, int] | None = None,
+        plan: FeaturePlan | None = None,
     ) -> None:
         """Build the three parts from ``cfg``.
 
@@ -242,11 +281,17 @@ class DIN(nn.Layer):
             cfg: The model hyper-parameters.
             sparse: Sparse embedding gradients (see ``EmbeddingArch``).
             rows: Each table's rows; default: the rows it starts with.
+            plan: The declared features (none: the default schema).
         """
         super().__init__()
-        rows = {t.name: t.start_rows for t in cfg.tables} if rows is None else rows
-        self.embedding = EmbeddingArch(cfg, sparse, rows)
-        dim = self.embedding.behaviour_dim
+        rows = {t.name: t.start_rows for t in cfg.builtin_tables} if rows is None else rows
+        self.embedding = EmbeddingArch(cfg, sparse, rows, plan)
+        self.x_query = [] if plan is None else list(plan.query)
+        self.x_sequence = [] if plan is None else list(plan.sequence)
+        self.x_head = [] if plan is None else list(plan.head)
+        self.outcome_width = 0 if plan is None else plan.outcome_width
+        extra_query = 0 if plan is None else plan.query_width
+        dim = self.embedding.behaviour_dim + extra_query + self.outcome_width
         self.attention = LocalActivationUnit(dim, cfg.attention_units)
         # Rate and count per behaviour table, then the user's (see learner.idstats).
         self.dense_dim = 2 * len(self.embedding.behaviour) + 2 if cfg.id_stats else 0
@@ -258,11 +303,17 @@ class DIN(nn.Layer):
             self.prior = self.create_parameter(
                 [len(start)], default_initializer=nn.initializer.Assign(np.array(start, dtype=np.float32))
             )
-        floors = [DEFAULT_ROW if t.ids == "dynamic" else PADDING_BUCKET for t in cfg.tables]
-        floors = [f for f, t in zip(floors, cfg.tables, strict=True) if t.name in self.embedding.behaviour]
+        floors = [
+            DEFAULT_ROW if t.ids == "dynamic" else PADDING_BUCKET
+            for t in cfg.builtin_tables
+            if t.name in self.embedding.behaviour
+        ]
         self.match = MatchArch(floors, cfg.match_lr_scale, cfg.match_init) if cfg.match_features else None
         match_dim = self.match.width if self.match is not None else 0
-        self.head = MLPHead(dim, self.embedding.context_dim + self.dense_dim + match_dim, cfg.mlp_units)
+        head_extra = 0 if plan is None else plan.head_width
+        self.head = MLPHead(
+            dim, self.embedding.context_dim + head_extra + self.dense_dim + match_dim, cfg.mlp_units
+        )
         self.wide = WideArch(cfg, sparse, rows) if cfg.wide else None
 
     def forward(
@@ -271,17 +322,22 @@ class DIN(nn.Layer):
         sequences: list[paddle.Tensor],
         context: list[paddle.Tensor],
         dense: paddle.Tensor,
+        extras: list[paddle.Tensor] | None = None,
     ) -> paddle.Tensor:
         """Score each target against its user's behaviour sequence; returns [B] logits."""
         behaviour = self.embedding.behaviour
         target = self.embedding.embed(behaviour, targets)
         keys = self.embedding.embed(behaviour, sequences)
         mask = (sequences[0] != PADDING_BUCKET).astype(keys.dtype)
+        head_extras: list[paddle.Tensor] = []
+        if extras:
+            target, keys, head_extras = self._with_extras(target, keys, extras)
         interest = self.attention(target, keys, mask)
         pooled = (keys * mask.unsqueeze(-1)).sum(axis=1)
         features = [target, interest, pooled]
         if context:
             features.append(self.embedding.embed(self.embedding.context, context))
+        features.extend(head_extras)
         if self.dense_dim:
             features.append(dense)
         matches = self.match.features(targets, sequences, mask) if self.match is not None else None
@@ -295,6 +351,24 @@ class DIN(nn.Layer):
         if self.wide is not None:
             logits = logits + self.wide([*behaviour, *self.embedding.context], [*targets, *context])
         return logits
+
+    def _with_extras(
+        self, target: paddle.Tensor, keys: paddle.Tensor, extras: list[paddle.Tensor]
+    ) -> tuple[paddle.Tensor, paddle.Tensor, list[paddle.Tensor]]:
+        """The target [B, D] and keys [B, T, D] with the declared features, and the head's extras."""
+        nq, ns = len(self.x_query), len(self.x_sequence)
+        query = [target]
+        for i in range(nq):
+            query.append(self.embedding.embed_feature(self.x_query[i], extras[i]))
+        if self.outcome_width:
+            query.append(paddle.tile(paddle.zeros_like(target[:, :1]), [1, self.outcome_width]))
+        along = [keys]
+        for i in range(ns):
+            along.append(self.embedding.embed_feature(self.x_sequence[i], extras[nq + i]))
+        head = []
+        for i in range(len(self.x_head)):
+            head.append(self.embedding.embed_feature(self.x_head[i], extras[nq + ns + i]))
+        return paddle.concat(query, axis=-1), paddle.concat(along, axis=-1), head
 
 
 class DINTrain(nn.Layer):
@@ -315,8 +389,9 @@ class DINTrain(nn.Layer):
         sequences: list[paddle.Tensor],
         context: list[paddle.Tensor],
         dense: paddle.Tensor,
+        extras: list[paddle.Tensor],
         label: paddle.Tensor,
     ) -> paddle.Tensor:
         """The scalar training loss for one mini-batch; ``label`` is float32 [B]."""
-        logits = self.model(targets, sequences, context, dense)
+        logits = self.model(targets, sequences, context, dense, extras)
         return F.binary_cross_entropy_with_logits(logits, label)

@@ -3,7 +3,9 @@
 ``din`` names the built-in DIN; ``package.module:ClassName`` names a user's own class, loaded
 as feast loads its backends. A class with a ``from_config(model_cfg)`` classmethod is built
 by it; any other with no arguments (its own defaults). Either way it must have the methods of
-the `Learner` contract.
+the `Learner` contract. Under a schema with declared features (``STREAMREC_FEATURES``) the
+learner is given it: DIN as ``schema``, a user's class as ``from_config(model_cfg, schema)``
+(a class that takes no schema is refused then, in one line).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import NoReturn, cast
 
 from streamrec.config import ModelConfig
 from streamrec.errors import ConfigError
+from streamrec.features import FeatureSchema
 from streamrec.learner.base import Learner
 
 SETTING = "STREAMREC_MODEL__LEARNER"
@@ -22,27 +25,36 @@ DEFAULT_LEARNER = "din"
 CONTRACT_METHODS = ("predict_many", "learn_many", "is_known", "state_arrays", "load_state_arrays")
 
 
-def _din(cfg: ModelConfig) -> Learner:
+def _din(cfg: ModelConfig, schema: FeatureSchema) -> Learner:
     from streamrec.learner.din import DINLearner  # Paddle loads only when DIN is chosen
 
-    return DINLearner(cfg)
+    return DINLearner(cfg, schema=schema)
 
 
-BUILTINS: dict[str, Callable[[ModelConfig], Learner]] = {"din": _din}
+BUILTINS: dict[str, Callable[[ModelConfig, FeatureSchema], Learner]] = {"din": _din}
 
 
-def make_learner(cfg: ModelConfig) -> Learner:
-    """A fresh learner of the type ``cfg.learner`` names, built from ``cfg``.
+def make_learner(cfg: ModelConfig, schema: FeatureSchema | None = None) -> Learner:
+    """A fresh learner of the type ``cfg.learner`` names, built from ``cfg``, reading ``schema``.
 
     Raises:
-        ConfigError: the value names no built-in, its class does not import, or the class
-            lacks a method of the contract.
+        ConfigError: the value names no built-in, its class does not import, the class
+            lacks a method of the contract, or features are declared and it takes no schema.
     """
+    schema = FeatureSchema.default() if schema is None else schema
     builtin = BUILTINS.get(cfg.learner)
     if builtin is not None:
-        return builtin(cfg)
+        return builtin(cfg, schema)
     cls = load_class(cfg.learner)
     from_config = getattr(cls, "from_config", None)
+    if schema.extras:
+        if not callable(from_config):
+            _refuse(cfg.learner, "features are declared (STREAMREC_FEATURES) and it has no "
+                    "from_config(model_cfg, schema) to take them")
+        try:
+            return cast(Learner, from_config(cfg, schema))
+        except TypeError as exc:
+            _refuse(cfg.learner, f"features are declared and from_config(model_cfg, schema) failed: {exc}")
     learner = from_config(cfg) if callable(from_config) else cls()
     return cast(Learner, learner)
 

@@ -151,6 +151,7 @@ class LearnerRunner(Closing):
             SnapshotDirError: the directory cannot take snapshots.
         """
         self._cfg = cfg
+        self._schema = cfg.feature_schema()
         self._on_report = on_report
         self._on_snapshot = on_snapshot
         self._on_scored = on_scored
@@ -202,10 +203,16 @@ class LearnerRunner(Closing):
                 "set it back to resume, or give STREAMREC_LEARNER__SNAPSHOT_DIR a new directory "
                 "to start afresh"
             )
+        arrays = {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
+        recorded = manifest.schema
+        # A removed or redeclared feature refuses the snapshot in one line (SchemaChange).
+        added = self._schema.check_evolution(recorded, f"snapshot {manifest.name} in {self.snapshots.root}")
+        adopt = getattr(self.learner, "adopt_state", None)
+        if added and callable(adopt):
+            arrays = adopt(arrays, recorded)
+            logger.info("features added since snapshot version=%d added=%s", manifest.version, ",".join(added))
         try:
-            self.learner.load_state_arrays(
-                {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
-            )
+            self.learner.load_state_arrays(arrays)
         except SnapshotError as exc:
             raise SnapshotError(self._misfit(manifest, exc)) from exc
         self.stats.micro_batches = self._snapshotted_at = manifest.micro_batches
@@ -524,6 +531,7 @@ class LearnerRunner(Closing):
             metrics=self.stats.last_metrics,
             config={
                 "model": self._cfg.model.model_dump(mode="json"),
+                "features": self._schema.to_json(),
                 "learner": self._cfg.learner.model_dump(mode="json"),
                 "kafka": {"samples_topic": self._cfg.kafka.samples_topic},
             },

@@ -74,7 +74,9 @@ def strategies_of(cfg: BacktestConfig, settings: StreamrecConfig) -> list[Strate
         lambdas: Sequence[float | None] = (cfg.ewc_lambdas or (None,)) if kind == "ewc" else (None,)
         for lam in lambdas:
             name = kind if len(lambdas) == 1 else f"ewc λ={lam:g}"
-            out.append(Strategy(name, kind, settings.model, cfg.warmup, cfg.retrain_every, lam))
+            out.append(Strategy(
+                name, kind, settings.model, cfg.warmup, cfg.retrain_every, lam, settings.feature_schema()
+            ))
     return out
 
 
@@ -189,6 +191,7 @@ def sweep(
             Strategy(
                 f"{kind} lr={lr:g} passes={n}" + (f" λ={lam:g}" if lam is not None else ""),
                 kind, settings.model.model_copy(update={"learning_rate": lr, "passes": n}), ewc_lambda=lam,
+                schema=settings.feature_schema(),
             )
             for lr in learning_rates
             for n in passes

@@ -32,6 +32,7 @@ from streamrec.config import ModelConfig
 from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
 from streamrec.learner.metrics import gauc
+from streamrec.features import FeatureSchema
 from streamrec.learner.registry import make_learner
 from streamrec.replay.baselines import ItemRateLearner, PopularityLearner
 from streamrec.replay.batches import MicroBatch
@@ -69,6 +70,8 @@ class Strategy:
     retrain_every: int = 10  # retrain: micro-batches between retrains from scratch
     # ewc: None takes the model's, or DEFAULT_EWC_LAMBDA when that is 0; the others train without
     ewc_lambda: float | None = None
+    # The declared features the configured learner reads (STREAMREC_FEATURES).
+    schema: FeatureSchema = field(default_factory=FeatureSchema.default)
 
     @property
     def lam(self) -> float:
@@ -92,7 +95,7 @@ class Strategy:
 
             return VWLearner()
         # The configured learner (DIN by default: Paddle loads only then).
-        return make_learner(self.model.model_copy(update={"ewc_lambda": self.lam}))
+        return make_learner(self.model.model_copy(update={"ewc_lambda": self.lam}), self.schema)
 
     def trains_on(self, index: int, total: int) -> bool:
         """Whether the strategy trains on micro-batch ``index`` of ``total``."""

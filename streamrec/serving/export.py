@@ -94,7 +94,7 @@ def learner_from_snapshot(store: SnapshotStore, version: int) -> tuple[str, Lear
     # A configuration saved before a setting existed: the model was built without it.
     model_doc = {**MODEL_SETTINGS_BEFORE, **model_doc, "device": paddle.device.get_device()}
     cfg = ModelConfig.model_validate(model_doc)
-    learner = make_learner(cfg)
+    learner = make_learner(cfg, manifest.schema)  # the features the model was trained to read
     learner.load_state_arrays({f"{g}/{k}": v for g, arrays in tensors.items() for k, v in arrays.items()})
     return manifest.learner, learner
 

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from streamrec.errors import InvalidSnapshot
+from streamrec.features import FeatureSchema
 from streamrec.kafka.records import Position
 from streamrec.snapshots.delta import DeltaSpec
 from streamrec.snapshots.directory import describe_os_error, version_name
@@ -56,6 +57,12 @@ class SnapshotManifest:
         model = self.config.get("model")
         value = model.get("learner") if isinstance(model, dict) else None
         return value if isinstance(value, str) and value else DEFAULT_LEARNER
+
+    @property
+    def schema(self) -> FeatureSchema:
+        """The feature schema the model read (``config.features``); the default before schemas."""
+        doc = self.config.get("features")
+        return FeatureSchema.from_json(doc if isinstance(doc, list) else None)
 
     def to_json(self) -> bytes:
         """Pretty JSON, NaN metrics as null."""

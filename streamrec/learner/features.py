@@ -1,0 +1,269 @@
+"""The declared features a DIN reads beyond item, category and user: their tables and inputs.
+
+A `FeaturePlan` says, from the model configuration and the feature schema, which table
+embeds each declared feature and how wide it enters the model; `encode_features` turns a
+batch's `FeatureColumn`s into the model's extra inputs.
+
+A declared ``id``/``ids`` feature without a table in ``STREAMREC_MODEL__TABLES`` gets a
+hashed table of its own, named after it, of `DEFAULT_ROWS` rows x `DEFAULT_DIM`; a
+``bucket`` number one of ``len(boundaries) + 2`` rows (row 0: absent, then one per bucket)
+x `DEFAULT_DIM`. Other numbers use no table: they enter as one column, transformed
+(``log1p``; ``standardize`` by the running mean and variance the learner keeps in its
+state, `Moments`), absent as 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamrec.config import BUILTIN_TABLE_FEATURES, ModelConfig
+from streamrec.errors import ConfigError
+from streamrec.features import FeatureSchema, FeatureSpec
+from streamrec.learner.batch import Batch, Column, FeatureColumn, Jagged, positions
+from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
+
+# 2^16 rows: genres, tags, devices and countries number far fewer, so few ids share a row;
+# at D=8 with Adam's two moments about 6 MB a table.
+DEFAULT_ROWS = 2**16
+# Narrower than the item's 16: a declared feature is a coarser signal than the item itself.
+DEFAULT_DIM = 8
+# Keeps standardize finite for a constant feature (variance 0).
+STANDARDIZE_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class PlannedFeature:
+    """One declared feature as the model reads it.
+
+    Attributes:
+        spec: Its declaration.
+        table: The table embedding it; None for a number read as one column.
+        width: The columns it adds: its table's width, or 1.
+    """
+
+    spec: FeatureSpec
+    table: str | None
+    width: int
+
+    @property
+    def name(self) -> str:
+        """The feature's name."""
+        return self.spec.name
+
+    @property
+    def pooled(self) -> bool:
+        """Whether a value holds several ids (``ids``), mean-pooled into one vector."""
+        return self.spec.kind == "ids"
+
+    @property
+    def query(self) -> bool:
+        """Whether the target has it (a behaviour feature, not an outcome)."""
+        return self.spec.role == "behaviour" and not self.spec.outcome
+
+
+class FeaturePlan:
+    """The declared features of a schema as a DIN reads them, in schema order.
+
+    ``sequence`` lists the behaviour features, those of the target (``query``) first and the
+    outcomes after them, so a target vector's columns line up with a behaviour's; ``head``
+    the user and context features.
+    """
+
+    def __init__(self, cfg: ModelConfig, schema: FeatureSchema) -> None:
+        """Plan ``schema``'s declared features for the tables of ``cfg``.
+
+        Raises:
+            ConfigError: a table names a feature the schema does not declare, a number
+                without ``bucket`` has a table, or a default table's name is taken.
+        """
+        self.schema = schema
+        self.tables: dict[str, tuple[int, int]] = {}  # table -> (rows, dim)
+        declared = {f.name for f in schema.extras}
+        taken = {t.name for t in cfg.tables}
+        features: list[PlannedFeature] = []
+        for table in cfg.tables:
+            for name in (table.feature, *table.also):
+                if name not in BUILTIN_TABLE_FEATURES and name not in declared:
+                    raise ConfigError(
+                        f"table {table.name} embeds feature {name!r}, which is not declared "
+                        "(STREAMREC_FEATURES)"
+                    )
+        for spec in schema.extras:
+            table = cfg.table(spec.name)
+            if spec.kind == "number" and spec.transform != "bucket":
+                if table is not None:
+                    raise ConfigError(f"table {table.name}: number feature {spec.name!r} has no ids to embed")
+                features.append(PlannedFeature(spec, None, 1))
+                continue
+            if table is not None:
+                self.tables[table.name] = (table.rows, table.dim)
+                features.append(PlannedFeature(spec, table.name, table.dim))
+                continue
+            if spec.name in taken:
+                raise ConfigError(
+                    f"feature {spec.name!r} needs a table and table {spec.name} embeds another "
+                    f"feature: give {spec.name!r} a table in STREAMREC_MODEL__TABLES"
+                )
+            rows = len(spec.boundaries) + 2 if spec.transform == "bucket" else DEFAULT_ROWS
+            self.tables[spec.name] = (rows, DEFAULT_DIM)
+            features.append(PlannedFeature(spec, spec.name, DEFAULT_DIM))
+        self.query = [f for f in features if f.query]
+        self.sequence = [*self.query, *(f for f in features if f.spec.outcome)]
+        self.head = [f for f in features if f.spec.role != "behaviour"]
+
+    @property
+    def input_keys(self) -> list[str]:
+        """The extra inputs' keys (see `encode_features`), in the model's order."""
+        return [
+            *(f"{f.name}/target" for f in self.query),
+            *(f"{f.name}/sequence" for f in self.sequence),
+            *(f"{f.name}/target" for f in self.head),
+        ]
+
+    def table_of(self, name: str) -> str | None:
+        """The table embedding feature ``name`` (None: a number read as a column)."""
+        return next((f.table for f in (*self.sequence, *self.head) if f.name == name), None)
+
+    @property
+    def query_width(self) -> int:
+        """Columns the target's and each behaviour's vector gain (their own features)."""
+        return sum(f.width for f in self.query)
+
+    @property
+    def outcome_width(self) -> int:
+        """Columns a behaviour's vector gains from outcome features (the target's are zero)."""
+        return sum(f.width for f in self.sequence if not f.query)
+
+    @property
+    def head_width(self) -> int:
+        """Columns the head gains from user and context features."""
+        return sum(f.width for f in self.head)
+
+    @property
+    def standardized(self) -> list[str]:
+        """The features standardized by running moments."""
+        return [f.name for f in self.sequence + self.head if f.spec.transform == "standardize"]
+
+
+class Moments:
+    """Running count, mean and variance (Welford, merged per batch) of standardized features.
+
+    Updated after each batch is learnt, as the id statistics: a batch's own values never
+    shape its scores. State: float64[3] (count, mean, sum of squared deviations) per feature.
+    """
+
+    def __init__(self, names: list[str]) -> None:
+        """Empty moments for ``names``."""
+        self.arrays = {n: np.zeros(3, np.float64) for n in names}
+
+    def state_arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        """The moments as state arrays under ``prefix``."""
+        return {f"{prefix}{n}/moments": a.copy() for n, a in self.arrays.items()}
+
+    def load_state_arrays(self, arrays: Mapping[str, np.ndarray], prefix: str) -> None:
+        """Restore what `state_arrays` returned."""
+        for name in self.arrays:
+            self.arrays[name] = np.asarray(arrays[f"{prefix}{name}/moments"], np.float64).copy()
+
+    def standardize(self, name: str, x: np.ndarray) -> np.ndarray:
+        """``x`` centred and scaled by the moments so far (unchanged before any)."""
+        n, mean, m2 = self.arrays[name]
+        std = np.sqrt(m2 / n + STANDARDIZE_EPS) if n else 1.0
+        return ((x - mean) / std).astype(np.float32)
+
+    def update(self, name: str, x: np.ndarray) -> None:
+        """Merge the finite values of ``x``."""
+        x = x[np.isfinite(x)].astype(np.float64)
+        if not len(x):
+            return
+        n, mean, m2 = self.arrays[name]
+        k, xmean = len(x), float(x.mean())
+        xm2 = float(((x - xmean) ** 2).sum())
+        total = n + k
+        delta = xmean - mean
+        self.arrays[name] = np.array([total, mean + delta * k / total, m2 + xm2 + delta**2 * n * k / total])
+
+
+def encode_features(
+    batch: Batch, plan: FeaturePlan, t: int, moments: Moments
+) -> dict[str, np.ndarray]:
+    """The model's extra inputs of ``batch``: ``<name>/target`` and ``<name>/sequence`` arrays.
+
+    Per feature: an id's rows int64 [B] and [B, T]; ids' int64 [B, M] and [B, T, M] (M its
+    ``max_ids``, 0 padding); a number's float32 [B] and [B, T]. A feature the batch lacks
+    reads as absent (row 0, or 0.0).
+
+    Raises:
+        ValueError: a feature's values are not of its declared kind.
+    """
+    b = len(batch)
+    rows, cols, keep = positions(batch.seq_lengths, t)
+    n = int(batch.seq_lengths.sum())
+    out: dict[str, np.ndarray] = {}
+    for f in plan.sequence + plan.head:
+        column = batch.extras.get(f.name)
+        _check_kind(f, column)
+        if f.query or f.spec.role != "behaviour":
+            out[f"{f.name}/target"] = _encode(f, None if column is None else column.target, b, plan, moments)
+        if f.spec.role == "behaviour":
+            along = _encode(f, None if column is None else column.sequence, n, plan, moments)
+            seq = np.zeros((b, t, *along.shape[1:]), dtype=along.dtype)
+            seq[rows, cols] = along[keep]
+            out[f"{f.name}/sequence"] = seq
+    return out
+
+
+def feature_values(batch: Batch, plan: FeaturePlan, name: str) -> np.ndarray:
+    """float32: a number feature's raw values in ``batch`` (the target's, or along sequences)."""
+    column = batch.extras.get(name)
+    if column is None:
+        return np.zeros(0, np.float32)
+    side = column.target if column.target is not None else column.sequence
+    return side if isinstance(side, np.ndarray) else np.zeros(0, np.float32)
+
+
+def _check_kind(f: PlannedFeature, column: FeatureColumn | None) -> None:
+    if column is None or column.kind == f.spec.kind:
+        return
+    sides = [s for s in (column.target, column.sequence) if s is not None]
+    if column.kind == "number" and all(isinstance(s, np.ndarray) and np.isnan(s).all() for s in sides):
+        return  # no value at all reads as a number: absent
+    raise ValueError(f"feature {f.name!r} is declared {f.spec.kind} but the batch holds {column.kind} values")
+
+
+def _encode(
+    f: PlannedFeature, column: Column | None, size: int, plan: FeaturePlan, moments: Moments
+) -> np.ndarray:
+    """One side of a feature as model input (see `encode_features`)."""
+    spec = f.spec
+    if spec.kind == "number":
+        x = np.full(size, np.nan, np.float32) if not isinstance(column, np.ndarray) else column
+        if spec.transform == "bucket":
+            ids = np.searchsorted(np.asarray(spec.boundaries), x, side="right") + 1
+            return np.where(np.isnan(x), PADDING_BUCKET, ids).astype(np.int64)
+        if spec.transform == "log1p":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                x = np.log1p(np.where(x > -1, x, np.nan)).astype(np.float32)
+        elif spec.transform == "standardize":
+            x = moments.standardize(f.name, x)
+        return np.nan_to_num(x, nan=0.0).astype(np.float32)
+    assert f.table is not None
+    table_rows = plan.tables[f.table][0]
+    if spec.kind == "id":
+        ids = column if isinstance(column, list) else [""] * size
+        out = to_buckets(fingerprint(ids), table_rows)
+        out[np.array([not v for v in ids], dtype=bool)] = PADDING_BUCKET
+        return out
+    jagged = column if isinstance(column, Jagged) else Jagged([], np.zeros(size + 1, np.int64))
+    m = spec.max_ids
+    out = np.zeros((size, m), np.int64)
+    lengths = np.diff(jagged.offsets)
+    owner = np.repeat(np.arange(size, dtype=np.int64), lengths)
+    slot = np.arange(len(jagged.values), dtype=np.int64) - np.repeat(jagged.offsets[:-1], lengths)
+    fits = slot < m
+    if len(jagged.values):
+        out[owner[fits], slot[fits]] = to_buckets(fingerprint(jagged.values), table_rows)[fits]
+    return out
