@@ -1,0 +1,290 @@
+"""Declared features on the learner side: keyed batch columns, their encoding, the DIN reading
+them, snapshots that record the schema and resume under an added feature.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamrec.config import ModelConfig, StreamrecConfig, TableConfig
+from streamrec.errors import ConfigError, SchemaChange
+from streamrec.features import FeatureSchema, FeatureSpec
+from streamrec.learner.batch import Batch, Jagged
+from streamrec.learner.features import DEFAULT_DIM, DEFAULT_ROWS, FeaturePlan, Moments, encode_features
+from streamrec.learner.metrics import gauc
+from streamrec.samples import Sample
+
+T0 = 1_700_000_000_000
+GENRES = FeatureSpec(name="genres", kind="ids", max_ids=3)
+RATING = FeatureSpec(name="rating", kind="number", outcome=True, transform="standardize")
+DEVICE = FeatureSpec(name="device", role="context")
+AGE = FeatureSpec(name="age", kind="number", role="user", transform="bucket", boundaries=(18.0, 30.0, 50.0))
+PRICE = FeatureSpec(name="price", kind="number", transform="log1p")
+SCHEMA = FeatureSchema.of([GENRES, RATING, DEVICE, AGE, PRICE])
+
+
+def model(**update: object) -> ModelConfig:
+    base = {
+        "tables": [{"name": "item", "feature": "item", "rows": 256, "dim": 4},
+                   {"name": "category", "feature": "category", "ids": "hashed", "rows": 64, "dim": 4}],
+        "sequence_length": 4, "attention_units": (8,), "mlp_units": (8,), "device": "cpu",
+        "train_batch_size": 64, "learning_rate": 0.01,
+    }
+    return ModelConfig.model_validate({**base, **update})
+
+
+def featured(n: int = 2) -> list[Sample]:
+    """``n`` samples of user u1 with every kind of feature, the history two behaviours long."""
+    return [
+        Sample(f"e{i}", "u1", T0, f"i{i}", "c1", i % 2, ("i8", "i9"), ("c1", "c2"),
+               features={"genres": ("a", "b"), "device": "ios", "age": 33.0, "price": 3.0},
+               seq_features={"genres": (("a",), None), "rating": (4.0, None)})
+        for i in range(n)
+    ]
+
+
+# -- the keyed batch ------------------------------------------------------------------------
+
+def test_a_batch_without_declared_features_has_no_extras() -> None:
+    batch = Batch.from_samples([Sample("e1", "u1", T0, "i1", "c1", 1, ("i2",), ("c1",))])
+    assert batch.extras == {}
+
+
+def test_each_kind_becomes_its_column() -> None:
+    samples = featured(1) + [Sample("e9", "u2", T0, "i1", "c1", 0, ("i3",), ("c3",))]
+    extras = Batch.from_samples(samples).extras
+    assert extras["device"].kind == "id" and extras["device"].target == ["ios", ""]
+    assert extras["device"].sequence is None  # a context feature has no sequence side
+    genres = extras["genres"]
+    assert isinstance(genres.target, Jagged) and isinstance(genres.sequence, Jagged)
+    assert genres.target.values == ["a", "b"] and genres.target.offsets.tolist() == [0, 2, 2]
+    # along the sequences, aligned with seq_items: (a), missing, and u2's behaviour without it
+    assert genres.sequence.values == ["a"] and genres.sequence.offsets.tolist() == [0, 1, 1, 1]
+    rating = extras["rating"]
+    assert rating.target is None  # an outcome: along the sequence only
+    assert isinstance(rating.sequence, np.ndarray) and rating.sequence.dtype == np.float32
+    np.testing.assert_array_equal(rating.sequence, [4.0, np.nan, np.nan])
+    assert isinstance(extras["age"].target, np.ndarray)
+    np.testing.assert_array_equal(extras["age"].target, [33.0, np.nan])
+
+
+def test_a_sequence_feature_of_another_length_than_the_history_is_refused() -> None:
+    bad = Sample("e1", "u1", T0, "i1", "c1", 1, ("i2", "i3"), ("c1", "c1"), seq_features={"rating": (1.0,)})
+    with pytest.raises(ValueError, match="feature 'rating' has 1 values along 2 behaviours"):
+        Batch.from_samples([bad])
+
+
+def test_a_feature_of_two_kinds_in_one_batch_is_refused() -> None:
+    samples = [Sample("e1", "u1", T0, "i1", "c1", 1, (), (), features={"x": "a"}),
+               Sample("e2", "u1", T0, "i1", "c1", 1, (), (), features={"x": 1.0})]
+    with pytest.raises(ValueError, match="feature 'x' holds values of kinds"):
+        Batch.from_samples(samples)
+
+
+# -- the plan and the encoding ----------------------------------------------------------------
+
+def test_the_plan_gives_declared_features_their_tables() -> None:
+    cfg = model(tables=[*model().model_dump()["tables"],
+                        {"name": "tags", "feature": "genres", "ids": "hashed", "rows": 32, "dim": 3}])
+    plan = FeaturePlan(cfg, SCHEMA)
+    assert plan.tables == {"tags": (32, 3), "device": (DEFAULT_ROWS, DEFAULT_DIM), "age": (5, DEFAULT_DIM)}
+    assert [f.name for f in plan.sequence] == ["genres", "price", "rating"]  # the target's first
+    assert [f.name for f in plan.head] == ["device", "age"]
+    assert (plan.query_width, plan.outcome_width, plan.head_width) == (4, 1, 16)
+
+
+def test_two_features_may_share_a_table() -> None:
+    schema = FeatureSchema.of([GENRES, FeatureSpec(name="main_genre")])
+    cfg = model(tables=[*model().model_dump()["tables"],
+                        {"name": "genre", "feature": "genres", "also": ["main_genre"], "ids": "hashed",
+                         "rows": 32, "dim": 3}])
+    plan = FeaturePlan(cfg, schema)
+    assert plan.tables == {"genre": (32, 3)}
+    assert plan.table_of("genres") == plan.table_of("main_genre") == "genre"
+
+
+@pytest.mark.parametrize(("table", "error"), [
+    ({"name": "t", "feature": "colour", "ids": "hashed", "rows": 8}, "feature 'colour', which is not declared"),
+    ({"name": "t", "feature": "price", "ids": "hashed", "rows": 8}, "number feature 'price' has no ids"),
+])
+def test_a_table_of_an_undeclared_feature_or_a_number_is_refused(table: dict[str, object], error: str) -> None:
+    cfg = model(tables=[*model().model_dump()["tables"], table])
+    with pytest.raises(ConfigError, match=error):
+        FeaturePlan(cfg, SCHEMA)
+
+
+def test_a_declared_features_table_must_be_hashed() -> None:
+    with pytest.raises(ValueError, match="must be ids='hashed'"):
+        model(tables=[*model().model_dump()["tables"], {"name": "t", "feature": "genres", "rows": 8}])
+
+
+def test_encoding_pads_aligns_and_transforms() -> None:
+    plan = FeaturePlan(model(), SCHEMA)
+    batch = Batch.from_samples(featured(1))
+    x = encode_features(batch, plan, 4, Moments(plan.standardized))
+    assert x["genres/target"].shape == (1, 3) and (x["genres/target"][0, :2] > 0).all()
+    assert x["genres/target"][0, 2] == 0  # padding
+    # right-aligned as the items: the history (i8, i9) sits at columns 2 and 3
+    assert x["genres/sequence"].shape == (1, 4, 3)
+    assert x["genres/sequence"][0, 2, 0] > 0 and (x["genres/sequence"][0, 3] == 0).all()
+    assert x["rating/sequence"][0].tolist() == [0.0, 0.0, 4.0, 0.0]  # no moments yet: as is
+    assert "rating/target" not in x
+    assert x["age/target"].tolist() == [3]  # 33 in [30, 50): the third bucket, row 3
+    assert x["price/target"][0] == pytest.approx(np.log1p(3.0))
+    assert x["device/target"].dtype == np.int64 and x["device/target"][0] > 0
+
+
+def test_standardize_uses_the_running_moments() -> None:
+    moments = Moments(["r"])
+    moments.update("r", np.array([1.0, 3.0, np.nan], np.float32))
+    moments.update("r", np.array([5.0], np.float32))
+    n, mean, m2 = moments.arrays["r"]
+    assert (n, mean) == (3, 3.0) and m2 / n == pytest.approx(np.var([1, 3, 5]))
+    assert moments.standardize("r", np.array([3.0], np.float32))[0] == pytest.approx(0.0)
+
+
+# -- the DIN ------------------------------------------------------------------------------------
+
+def din(schema: FeatureSchema = SCHEMA, **update: object):  # type: ignore[no-untyped-def]
+    from streamrec.learner.din import DINLearner
+
+    return DINLearner(model(**update), schema=schema)
+
+
+def test_din_with_every_kind_trains_scores_and_round_trips(tmp_path: Path) -> None:
+    from streamrec.learner.din import DINLearner
+    from streamrec.learner.runner import _grouped
+    from streamrec.snapshots.store import SnapshotStore
+
+    learner = din()
+    batch = Batch.from_samples(featured(8))
+    for _ in range(5):
+        learner.learn_many(batch)
+    state = learner.state_arrays()
+    assert state["model/features/rating/moments"][0] == 5 * 8  # one rating in each history, 5 times
+    store = SnapshotStore(tmp_path)
+    store.write(_grouped(state), micro_batches=1, samples_trained=8, positions=())
+    _, tensors = store.latest_valid()  # type: ignore[misc]
+    restored = DINLearner(model(), schema=SCHEMA)
+    restored.load_state_arrays({f"{g}/{k}": v for g, a in tensors.items() for k, v in a.items()})
+    fresh = Batch.from_samples(featured(8))
+    np.testing.assert_allclose(restored.predict_many(fresh), learner.predict_many(fresh), rtol=1e-6)
+
+
+def test_an_outcome_is_never_in_the_target_vector() -> None:
+    """Changing a behaviour's rating moves the score; the target has no rating to change."""
+    learner = din(FeatureSchema.of([RATING]), mlp_units=(8,))
+    samples = featured(64)
+    for _ in range(3):
+        learner.learn_many(Batch.from_samples(samples))
+    other = [Sample(s.sample_id, s.user_id, s.ts, s.item_id, s.category_id, s.label, s.seq_items,
+                    s.seq_categories, seq_features={"rating": (-3.0, 2.0)}) for s in samples[:2]]
+    assert not np.allclose(learner.predict_many(Batch.from_samples(samples[:2])),
+                           learner.predict_many(Batch.from_samples(other)))
+
+
+def clicks_decided_by_context(n: int, seed: int) -> list[Sample]:
+    """Users clicking at random items exactly when the context feature ``slot`` is ``top``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        top = bool(rng.random() < 0.5)
+        history = tuple(f"i{j}" for j in rng.integers(0, 500, 3))
+        out.append(Sample(
+            f"e{seed}-{i}", f"u{rng.integers(0, 20)}", T0 + i, f"i{rng.integers(0, 500)}",
+            f"c{rng.integers(0, 10)}", int(top), history, tuple("c0" for _ in history),
+            features={"slot": "top" if top else f"s{rng.integers(0, 5)}"},
+        ))
+    return out
+
+
+def test_a_context_feature_that_decides_the_click_is_learnt() -> None:
+    schema = FeatureSchema.of([FeatureSpec(name="slot", role="context")])
+    train = [Batch.from_samples(clicks_decided_by_context(512, seed)) for seed in range(6)]
+    test = Batch.from_samples(clicks_decided_by_context(512, 99))
+
+    def score(s: FeatureSchema) -> float:
+        learner = din(s, id_stats=False, wide=False)
+        for batch in train:
+            learner.learn_many(batch)
+        return gauc(test.label, learner.predict_many(test), test.user_ids)
+
+    with_slot, without = score(schema), score(FeatureSchema.default())
+    assert with_slot > 0.9 and without < 0.65, (with_slot, without)
+
+
+# -- snapshots and evolution -----------------------------------------------------------------------
+
+
+def config(snapshot_dir: Path, features: list[FeatureSpec]) -> StreamrecConfig:
+    return StreamrecConfig.model_validate({
+        "learner": {"snapshot_dir": snapshot_dir}, "model": model().model_dump(), "features": features,
+    })
+
+
+@pytest.fixture
+def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamrec.learner import runner as runner_module
+    from tests.unit.learner.test_runner_snapshots import FakeConsumer
+
+    monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: FakeConsumer())
+
+
+def snapshot_under(root: Path, features: list[FeatureSpec]) -> tuple[object, Batch]:
+    """A DIN trained under ``features``, snapshotted in ``root`` by its runner."""
+    from streamrec.learner.registry import make_learner
+    from streamrec.learner.runner import LearnerRunner
+
+    cfg = config(root, features)
+    learner = make_learner(cfg.model, cfg.feature_schema())
+    batch = Batch.from_samples(featured(16))
+    learner.learn_many(batch)
+    with LearnerRunner(cfg, learner) as runner:
+        runner.stats.micro_batches = 1
+        manifest = runner.snapshot()
+    assert manifest.schema == cfg.feature_schema()
+    return learner, batch
+
+
+def test_a_snapshot_resumes_under_an_added_feature_scoring_as_before(tmp_path: Path, no_broker: None) -> None:
+    from streamrec.learner.registry import make_learner
+    from streamrec.learner.runner import LearnerRunner
+
+    old, batch = snapshot_under(tmp_path, [GENRES])
+    cfg = config(tmp_path, [GENRES, RATING, DEVICE])
+    learner = make_learner(cfg.model, cfg.feature_schema())
+    with LearnerRunner(cfg, learner):
+        pass
+    # the new features' inputs enter with zero weights: the same scores until it learns them
+    fresh = Batch.from_samples(featured(16))  # not the trained batch, whose encoding is cached
+    np.testing.assert_allclose(learner.predict_many(fresh), old.predict_many(fresh), rtol=1e-5)  # type: ignore[attr-defined]
+    learner.learn_many(batch)  # and it trains
+
+
+@pytest.mark.parametrize(("features", "error"), [
+    ([], "feature 'genres', which is no longer declared"),
+    ([FeatureSpec(name="genres", kind="id", max_ids=3)], "feature 'genres' declared otherwise \\(kind changed\\)"),
+])
+def test_a_removed_or_redeclared_feature_refuses_the_snapshot(
+    tmp_path: Path, no_broker: None, features: list[FeatureSpec], error: str
+) -> None:
+    from streamrec.learner.registry import make_learner
+    from streamrec.learner.runner import LearnerRunner
+
+    snapshot_under(tmp_path, [GENRES])
+    cfg = config(tmp_path, features)
+    with pytest.raises(SchemaChange, match=error) as caught:
+        LearnerRunner(cfg, make_learner(cfg.model, cfg.feature_schema()))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_snapshot_from_before_schemas_reads_as_the_default_schema(tmp_path: Path) -> None:
+    from streamrec.snapshots.store import SnapshotStore
+
+    store = SnapshotStore(tmp_path)
+    manifest = store.write({"model": {"w": np.ones(2, np.float32)}}, micro_batches=1, samples_trained=1,
+                           positions=(), config={"model": {}})
+    assert manifest.schema == FeatureSchema.default()
