@@ -21,6 +21,7 @@ import pytest
 
 from streamrec.config import ModelConfig, TableConfig
 from streamrec.errors import ConfigError
+from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
 from streamrec.learner.checks import LearnerFactory, Promises, yield_checks
@@ -43,10 +44,20 @@ DIN_EWC_CONFIG = DIN_CONFIG.model_copy(update={
 })
 
 
-def din(cfg: ModelConfig = DIN_CONFIG) -> Learner:
+# Declared features of every kind and role (the checks' samples carry none: each reads absent).
+FEATURES = FeatureSchema.of([
+    FeatureSpec(name="genres", kind="ids", max_ids=3),
+    FeatureSpec(name="rating", kind="number", outcome=True, transform="standardize"),
+    FeatureSpec(name="device", role="context"),
+    FeatureSpec(name="age", kind="number", role="user", transform="bucket", boundaries=(18.0, 30.0)),
+    FeatureSpec(name="price", kind="number", transform="log1p"),
+])
+
+
+def din(cfg: ModelConfig = DIN_CONFIG, schema: FeatureSchema | None = None) -> Learner:
     from streamrec.learner.din import DINLearner
 
-    return DINLearner(cfg)
+    return DINLearner(cfg, schema=schema)
 
 
 def din_export(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
@@ -87,6 +98,7 @@ class Entry:
 LEARNERS = (
     Entry("din", din, Promises(export=din_export), requires=("paddle",)),
     Entry("din-ewc-user", partial(din, DIN_EWC_CONFIG), Promises(export=din_export), requires=("paddle",)),
+    Entry("din-features", partial(din, schema=FEATURES), requires=("paddle",)),
     Entry("popularity", PopularityLearner),
     Entry("item-rate", ItemRateLearner),
     Entry("features", FeaturesLearner, Promises(knows_targets=False)),

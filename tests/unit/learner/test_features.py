@@ -288,3 +288,21 @@ def test_a_snapshot_from_before_schemas_reads_as_the_default_schema(tmp_path: Pa
     manifest = store.write({"model": {"w": np.ones(2, np.float32)}}, micro_batches=1, samples_trained=1,
                            positions=(), config={"model": {}})
     assert manifest.schema == FeatureSchema.default()
+
+
+def test_learner_run_refuses_a_redeclared_feature_in_one_line(
+    tmp_path: Path, no_broker: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orjson
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+
+    snapshot_under(tmp_path, [GENRES])
+    monkeypatch.setattr("streamrec.kafka.topics.ensure_topics", lambda *_: None)
+    monkeypatch.setenv("STREAMREC_MODEL__TABLES", orjson.dumps(model().model_dump()["tables"]).decode())
+    monkeypatch.setenv("STREAMREC_FEATURES", orjson.dumps([{"name": "genres", "kind": "id"}]).decode())
+    result = CliRunner().invoke(app, ["learner", "run", "--snapshot-dir", str(tmp_path), "--device", "cpu"])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.strip().splitlines() if " level=" not in line]  # logs aside
+    assert len(lines) == 1 and lines[0].startswith("error: snapshot v000001") and "feature 'genres' declared otherwise" in lines[0], lines
