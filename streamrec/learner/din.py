@@ -176,6 +176,11 @@ class DINLearner:
         return self._maps
 
     @property
+    def feature_moments(self) -> Mapping[str, np.ndarray]:
+        """The standardized features' running moments, float64 [count, mean, m2], by name."""
+        return self._moments.arrays
+
+    @property
     def id_stats(self) -> IdStats | None:
         """The id statistics, None when the model reads none."""
         return self._stats

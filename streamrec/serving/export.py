@@ -9,7 +9,9 @@
   the ids with a row of their own) and ``ids/<table>.rows.npy`` (int64, their rows): plain
   ``.npy`` arrays, which ``numpy.load(allow_pickle=False)`` reads without running code.
 - ``contract.json``: the scoring contract (inputs, their order, shapes, dtypes, padding, how
-  an id becomes a row, the output), the model version and the training configuration.
+  an id becomes a row, the output), the model version and the training configuration; with
+  declared features, ``features`` (each one's kind, role, outcome, table, transform and
+  inputs), the schema (``feature_schema``) and its ``feature_fingerprint``.
 - ``manifest.json`` with every file's sha256, and ``manifest.sha256``.
 
 That is DIN's export. The export is the learner's own: each learner type has its exporter
@@ -41,15 +43,23 @@ import paddle
 
 from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, ModelConfig
 from streamrec.errors import InvalidSnapshot, NotExportable, SnapshotWriteError
+from streamrec.features import FeatureSchema
 from streamrec.faults import fault_point
 from streamrec.fileio import fsync_path, sha256_file
 from streamrec.learner.base import Learner
+from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
+from streamrec.learner.features import FeaturePlan, Moments, encode_features
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
 from streamrec.learner.registry import make_learner
-from streamrec.serving.graph import ContextScoringGraph, ScoringGraph
+from streamrec.serving.graph import (
+    ContextScoringGraph,
+    FeatureContextScoringGraph,
+    FeatureScoringGraph,
+    ScoringGraph,
+)
 from streamrec.snapshots.directory import TMP_PREFIX, parse_version, remove_temporaries, remove_tree
 from streamrec.snapshots.exports import (
     EXPORTS,
@@ -225,21 +235,23 @@ def prune_exports(store: SnapshotStore) -> list[int]:
 def scoring_graph(learner: DINLearner) -> ScoringGraph:
     """The learner's model with its id statistics as constants, in eval mode."""
     cfg = learner.cfg
-    behaviour = [t.name for t in cfg.tables if t.feature in BEHAVIOUR_FEATURES]
-    context = [t.name for t in cfg.tables if t.feature not in BEHAVIOUR_FEATURES]
+    behaviour = [t.name for t in cfg.builtin_tables if t.feature in BEHAVIOUR_FEATURES]
+    context = [t.name for t in cfg.builtin_tables if t.feature not in BEHAVIOUR_FEATURES]
     stats = learner.id_stats
     samples = None if stats is None else stats.samples
     positives = None if stats is None else stats.positives
-    cls = ContextScoringGraph if context else ScoringGraph
+    cls: type[ScoringGraph] = ContextScoringGraph if context else ScoringGraph
+    if learner.plan.input_keys:
+        cls = FeatureContextScoringGraph if context else FeatureScoringGraph
     graph = cls(learner.model, behaviour, samples, positives)
     graph.eval()
     return graph
 
 
-def input_specs(cfg: ModelConfig) -> list[paddle.static.InputSpec]:
-    """The graph's inputs, in order (see `contract`)."""
-    nb = sum(t.feature in BEHAVIOUR_FEATURES for t in cfg.tables)
-    nc = len(cfg.tables) - nb
+def input_specs(cfg: ModelConfig, plan: FeaturePlan | None = None) -> list[Any]:
+    """The graph's inputs, in order (see `contract`); the declared features' as one list, last."""
+    nb = sum(t.feature in BEHAVIOUR_FEATURES for t in cfg.builtin_tables)
+    nc = len(cfg.builtin_tables) - nb
     specs = [
         paddle.static.InputSpec([None, nb], "int64", "targets"),
         paddle.static.InputSpec([None, nb, cfg.sequence_length], "int64", "sequences"),
@@ -247,7 +259,86 @@ def input_specs(cfg: ModelConfig) -> list[paddle.static.InputSpec]:
     ]
     if nc:
         specs.append(paddle.static.InputSpec([None, nc], "int64", "context"))
+    if plan is not None and plan.input_keys:
+        specs.append([
+            paddle.static.InputSpec(i["shape"], i["dtype"], i["name"]) for i in feature_inputs(plan, cfg.sequence_length)
+        ])
     return specs
+
+
+# -- declared features (streamrec.learner.features) -----------------------------------------------
+
+
+def _input_name(key: str) -> str:
+    """A feature input's name in the graph: ``genres/target`` -> ``genres__target``."""
+    return key.replace("/", "__")
+
+
+def feature_inputs(plan: FeaturePlan, t: int) -> list[dict[str, Any]]:
+    """The declared features' graph inputs, in order: name, dtype, shape (None: any batch)."""
+    out = []
+    for key in plan.input_keys:
+        name, side = key.split("/")
+        f = next(f for f in (*plan.sequence, *plan.head) if f.name == name)
+        shape: list[int | None] = [None] if side == "target" else [None, t]
+        if f.pooled:
+            shape.append(f.spec.max_ids)
+        out.append({"name": _input_name(key), "dtype": "int64" if f.table else "float32", "shape": shape})
+    return out
+
+
+def feature_contract(learner: DINLearner) -> dict[str, Any]:
+    """The contract's part on declared features (empty under the default schema)."""
+    plan, schema = learner.plan, learner.schema
+    if not plan.input_keys:
+        return {}
+    moments = learner.feature_moments
+    features = []
+    for f in (*plan.sequence, *plan.head):
+        entry: dict[str, Any] = {
+            "name": f.name, "kind": f.spec.kind, "role": f.spec.role, "outcome": f.spec.outcome,
+            "table": f.table, "transform": f.spec.transform,
+            "inputs": [_input_name(k) for k in plan.input_keys if k.split("/")[0] == f.name],
+        }
+        if f.table is not None:
+            rows = plan.tables[f.table][0]
+            entry["rows"] = rows
+            entry["row_of_id"] = (
+                f"bucket: 1 + the number of boundaries <= x, {PADDING_BUCKET} when absent"
+                if f.spec.transform == "bucket" else f"xxh3_64(id) % {rows - 1} + 1, {PADDING_BUCKET} when absent"
+            )
+        if f.spec.kind == "ids":
+            entry["pooling"] = f"mean over the ids, padded with {PADDING_BUCKET} to max_ids={f.spec.max_ids}"
+        if f.spec.transform == "bucket":
+            entry["boundaries"] = list(f.spec.boundaries)
+        if f.spec.transform == "standardize":
+            entry["moments"] = [float(v) for v in moments[f.name]]
+        features.append(entry)
+    return {
+        "features": features,
+        "feature_schema": schema.to_json(),
+        "feature_fingerprint": schema.fingerprint,
+        "feature_what": (
+            "a number input is transformed (log1p; standardize: (x - mean) / sqrt(m2 / n + 1e-6) "
+            "from moments [n, mean, m2]), 0.0 when absent; behaviour features' sequence inputs "
+            "are right-aligned as the sequences, outcomes have no target input"
+        ),
+    }
+
+
+def din_feature_inputs(contract: dict[str, Any], batch: Batch) -> dict[str, np.ndarray]:
+    """The declared features' inputs of a DIN export for ``batch``, by graph input name (none without)."""
+    doc = contract.get("feature_schema")
+    if not doc:
+        return {}
+    cfg = ModelConfig.model_validate({**MODEL_SETTINGS_BEFORE, **contract["model"], "device": "cpu"})
+    plan = FeaturePlan(cfg, FeatureSchema.from_json(doc))
+    moments = Moments(plan.standardized)
+    for f in contract["features"]:
+        if "moments" in f:
+            moments.arrays[f["name"]] = np.asarray(f["moments"], np.float64)
+    extras = encode_features(batch, plan, cfg.sequence_length, moments)
+    return {_input_name(k): v for k, v in extras.items()}
 
 
 def contract(learner: DINLearner, version: int) -> dict[str, Any]:
@@ -275,7 +366,7 @@ def contract(learner: DINLearner, version: int) -> dict[str, Any]:
              "what": "per candidate, the row of its context id (the user's) in each context table"}
         )
     tables = []
-    for table in cfg.tables:
+    for table in cfg.builtin_tables:
         entry: dict[str, Any] = {
             "name": table.name, "feature": table.feature, "ids": table.ids,
             "kind": "behaviour" if table.feature in BEHAVIOUR_FEATURES else "context",
@@ -290,7 +381,13 @@ def contract(learner: DINLearner, version: int) -> dict[str, Any]:
         else:
             entry["row_of_id"] = f"xxh3_64(id) % {table.rows - 1} + 1"
         tables.append(entry)
+    if learner.plan.input_keys:
+        inputs.extend(
+            {**i, "shape": [-1 if d is None else d for d in i["shape"]], "what": "a declared feature: see features"}
+            for i in feature_inputs(learner.plan, t)
+        )
     return {
+        **feature_contract(learner),
         "schema": CONTRACT_SCHEMA,
         "version": version,
         "fingerprint": "xxh3_64 (seed 0) of the id's UTF-8 bytes, as an unsigned 64-bit integer",
@@ -315,7 +412,7 @@ def _din_export(learner: DINLearner, tmp: Path, version: int) -> None:
     # jit.save writes through the path's directory; keep its scratch out of the export.
     with tempfile.TemporaryDirectory() as scratch:
         prefix = Path(scratch) / MODEL_PREFIX
-        paddle.jit.save(graph, str(prefix), input_spec=input_specs(learner.cfg))
+        paddle.jit.save(graph, str(prefix), input_spec=input_specs(learner.cfg, learner.plan))
         for produced in Path(scratch).iterdir():
             if produced.suffix in (".json", ".pdiparams", ".pdmodel"):
                 shutil.copyfile(produced, tmp / produced.name)

@@ -80,17 +80,23 @@ class ScoringGraph(nn.Layer):
         sequences: paddle.Tensor,
         users: paddle.Tensor,
         context: list[paddle.Tensor],
+        extras: list[paddle.Tensor] | None = None,
     ) -> paddle.Tensor:
-        """[B] probabilities; ``context`` holds one [B] row tensor per context table."""
+        """[B] probabilities.
+
+        ``context`` holds one [B] row tensor per context table, ``extras`` the declared
+        features' inputs (see `DIN`).
+        """
         target_list = [targets[:, i] for i in range(self.n_behaviour)]
         sequence_list = [sequences[:, i, :] for i in range(self.n_behaviour)]
         if self.stats:
-            logits = self.model(target_list, sequence_list, context, self._dense(targets, users))
+            logits = self.model(target_list, sequence_list, context, self._dense(targets, users), extras)
         else:
             # The contract keeps one list of inputs: without statistics ``users`` is read as a
             # zero term (an input the graph does not use cannot be exported).
             unused = targets.astype("float32")  # a model without statistics ignores dense
-            logits = self.model(target_list, sequence_list, context, unused) + 0.0 * users.astype("float32")
+            logits = self.model(target_list, sequence_list, context, unused, extras)
+            logits = logits + 0.0 * users.astype("float32")
         return F.sigmoid(logits)
 
     def forward(
@@ -112,3 +118,33 @@ class ContextScoringGraph(ScoringGraph):
         """[B] click probabilities."""
         n_context = len(self.model.embedding.context)
         return self.score(targets, sequences, users, [context[:, i] for i in range(n_context)])
+
+
+# Declared features (streamrec.learner.features): the graphs above with one more input per
+# `FeaturePlan.input_keys` entry, last, as the contract lists them.
+
+
+class FeatureScoringGraph(ScoringGraph):
+    """`ScoringGraph` with the declared features' inputs, ``extras``, after ``users``."""
+
+    def forward(  # type: ignore[override]
+        self, targets: paddle.Tensor, sequences: paddle.Tensor, users: paddle.Tensor, extras: list[paddle.Tensor]
+    ) -> paddle.Tensor:
+        """[B] click probabilities (no context tables)."""
+        return self.score(targets, sequences, users, [], extras)
+
+
+class FeatureContextScoringGraph(ScoringGraph):
+    """`ContextScoringGraph` with the declared features' inputs, ``extras``, after ``context``."""
+
+    def forward(  # type: ignore[override]
+        self,
+        targets: paddle.Tensor,
+        sequences: paddle.Tensor,
+        users: paddle.Tensor,
+        context: paddle.Tensor,
+        extras: list[paddle.Tensor],
+    ) -> paddle.Tensor:
+        """[B] click probabilities."""
+        n_context = len(self.model.embedding.context)
+        return self.score(targets, sequences, users, [context[:, i] for i in range(n_context)], extras)

@@ -25,7 +25,7 @@ from streamrec.errors import NotServable, SnapshotError
 from streamrec.learner.batch import Batch, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
-from streamrec.serving.export import CONTRACT, CONTRACT_SCHEMA, export_snapshot
+from streamrec.serving.export import CONTRACT, CONTRACT_SCHEMA, din_feature_inputs, export_snapshot
 from streamrec.snapshots.exports import verify_export
 from streamrec.snapshots.manifest import DEFAULT_LEARNER
 from streamrec.snapshots.store import SnapshotStore, version_name
@@ -170,6 +170,7 @@ class ExportedModel:
         }
         if self.context:
             inputs["context"] = np.stack([encoded.context[t.name] for t in self.context], axis=1)
+        inputs.update(din_feature_inputs(self.contract, batch))  # declared features (export.py)
         out = np.empty(len(batch), np.float64)
         for start in range(0, len(batch), _CHUNK):
             part = {k: v[start : start + _CHUNK] for k, v in inputs.items()}

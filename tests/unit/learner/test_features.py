@@ -306,3 +306,39 @@ def test_learner_run_refuses_a_redeclared_feature_in_one_line(
     assert result.exit_code == 1, result.output
     lines = [line for line in result.output.strip().splitlines() if " level=" not in line]  # logs aside
     assert len(lines) == 1 and lines[0].startswith("error: snapshot v000001") and "feature 'genres' declared otherwise" in lines[0], lines
+
+
+# -- the export ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("user_table", [False, True], ids=["no-user-table", "user-table"])
+def test_the_export_scores_declared_features_as_the_learner(tmp_path: Path, user_table: bool) -> None:
+    import orjson
+
+    from streamrec.learner.din import DINLearner
+    from streamrec.learner.runner import _grouped
+    from streamrec.serving.export import export_snapshot
+    from streamrec.serving.scorer import ExportedModel
+    from streamrec.snapshots.store import SnapshotStore
+
+    tables = list(model().model_dump()["tables"])
+    if user_table:
+        tables.append({"name": "user", "feature": "user", "rows": 64, "dim": 4})
+    cfg = model(tables=tables)
+    learner = DINLearner(cfg, schema=SCHEMA)
+    samples = featured(32)
+    for _ in range(3):
+        learner.learn_many(Batch.from_samples(samples))
+    store = SnapshotStore(tmp_path)
+    manifest = store.write(
+        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": cfg.model_dump(mode="json"), "features": SCHEMA.to_json()},
+    )
+    export = export_snapshot(store, manifest.version)
+    contract = orjson.loads((export / "contract.json").read_bytes())
+    assert contract["feature_fingerprint"] == SCHEMA.fingerprint
+    assert [f["name"] for f in contract["features"]] == ["genres", "price", "rating", "device", "age"]
+    rating = next(f for f in contract["features"] if f["name"] == "rating")
+    assert rating["outcome"] and rating["inputs"] == ["rating__sequence"] and rating["moments"][0] == 3 * 32
+    batch = Batch.from_samples([*featured(4), Sample("e9", "u2", T0, "i1", "c1", 0, (), ())])
+    np.testing.assert_allclose(ExportedModel(export).score_batch(batch), learner.predict_many(batch), rtol=1e-4, atol=1e-6)
