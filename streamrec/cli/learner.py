@@ -183,7 +183,8 @@ def run(
                 "metrics_port": metrics_port,
             },
         )
-        learner = make_learner(cfg.model, cfg.feature_schema())  # a setting naming no learner fails before the broker
+        # A setting naming no learner fails before the broker.
+        learner = make_learner(cfg.model, cfg.feature_schema())
         ensure_topics(cfg.kafka)
         store = SnapshotStore(cfg.learner.snapshot_dir, full_every=cfg.learner.full_snapshot_every)
         promoter = Promoter(store, cfg.learner)

@@ -183,13 +183,19 @@ def feature_columns(samples: Sequence[Sample]) -> dict[str, FeatureColumn]:
         kind = _kind(name, [*targets, *along])
         has_target = any(v is not None for v in targets) or not in_sequence
         columns[name] = FeatureColumn(
-            kind, _column(kind, targets) if has_target else None, _column(kind, along) if in_sequence else None
+            kind,
+            _column(kind, targets) if has_target else None,
+            _column(kind, along) if in_sequence else None,
         )
     return columns
 
 
 def _kind(name: str, values: Sequence[object]) -> str:
-    kinds = {"ids" if isinstance(v, tuple) else "id" if isinstance(v, str) else "number" for v in values if v is not None}
+    kinds = {
+        "ids" if isinstance(v, tuple) else "id" if isinstance(v, str) else "number"
+        for v in values
+        if v is not None
+    }
     if len(kinds) > 1:
         raise ValueError(f"feature {name!r} holds values of kinds {sorted(kinds)} in one batch")
     return kinds.pop() if kinds else "number"

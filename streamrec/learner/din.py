@@ -408,8 +408,8 @@ class DINLearner:
             if table is not None:
                 looked.setdefault(table, []).append(array.ravel())
         for table in self.plan.tables:
-            ids = looked.get(table, [np.zeros(0, np.int64)])
-            rows[f"model.embedding.tables.{table}.weight"] = _unique_rows(np.concatenate(ids))
+            parts = looked.get(table, [np.zeros(0, np.int64)])
+            rows[f"model.embedding.tables.{table}.weight"] = _unique_rows(np.concatenate(parts))
         return rows
 
     def is_known(self, batch: Batch) -> np.ndarray:
@@ -558,7 +558,9 @@ class DINLearner:
             if key not in arrays:
                 raise SnapshotError(f"state arrays do not fit this model: missing={[key]}")
             if int(arrays[key].shape[0]) != n:
-                raise SnapshotError(f"table {name} has {arrays[key].shape[0]} rows in the state; this model has {n}")
+                raise SnapshotError(
+                    f"table {name} has {arrays[key].shape[0]} rows in the state; this model has {n}"
+                )
         for table in self.cfg.builtin_tables:
             key = f"{PARAM_PREFIX}{_EMBEDDING.format(table.name)}"
             if key not in arrays:

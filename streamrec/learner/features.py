@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamrec.config import BUILTIN_TABLE_FEATURES, ModelConfig
+from streamrec.config import BUILTIN_TABLE_FEATURES, ModelConfig, TableConfig
 from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.learner.batch import Batch, Column, FeatureColumn, Jagged, positions
@@ -84,15 +84,15 @@ class FeaturePlan:
         declared = {f.name for f in schema.extras}
         taken = {t.name for t in cfg.tables}
         features: list[PlannedFeature] = []
-        for table in cfg.tables:
-            for name in (table.feature, *table.also):
+        for declared_table in cfg.tables:
+            for name in (declared_table.feature, *declared_table.also):
                 if name not in BUILTIN_TABLE_FEATURES and name not in declared:
                     raise ConfigError(
-                        f"table {table.name} embeds feature {name!r}, which is not declared "
+                        f"table {declared_table.name} embeds feature {name!r}, which is not declared "
                         "(STREAMREC_FEATURES)"
                     )
         for spec in schema.extras:
-            table = cfg.table(spec.name)
+            table: TableConfig | None = cfg.table(spec.name)
             if spec.kind == "number" and spec.transform != "bucket":
                 if table is not None:
                     raise ConfigError(f"table {table.name}: number feature {spec.name!r} has no ids to embed")
@@ -242,8 +242,8 @@ def _encode(
     if spec.kind == "number":
         x = np.full(size, np.nan, np.float32) if not isinstance(column, np.ndarray) else column
         if spec.transform == "bucket":
-            ids = np.searchsorted(np.asarray(spec.boundaries), x, side="right") + 1
-            return np.where(np.isnan(x), PADDING_BUCKET, ids).astype(np.int64)
+            buckets = np.searchsorted(np.asarray(spec.boundaries), x, side="right") + 1
+            return np.where(np.isnan(x), PADDING_BUCKET, buckets).astype(np.int64)
         if spec.transform == "log1p":
             with np.errstate(invalid="ignore", divide="ignore"):
                 x = np.log1p(np.where(x > -1, x, np.nan)).astype(np.float32)
@@ -253,10 +253,10 @@ def _encode(
     assert f.table is not None
     table_rows = plan.tables[f.table][0]
     if spec.kind == "id":
-        ids = column if isinstance(column, list) else [""] * size
-        out = to_buckets(fingerprint(ids), table_rows)
-        out[np.array([not v for v in ids], dtype=bool)] = PADDING_BUCKET
-        return out
+        ids: list[str] = column if isinstance(column, list) else [""] * size
+        rows = to_buckets(fingerprint(ids), table_rows)
+        rows[np.array([not v for v in ids], dtype=bool)] = PADDING_BUCKET
+        return rows
     jagged = column if isinstance(column, Jagged) else Jagged([], np.zeros(size + 1, np.int64))
     m = spec.max_ids
     out = np.zeros((size, m), np.int64)

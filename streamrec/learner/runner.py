@@ -210,7 +210,9 @@ class LearnerRunner(Closing):
         adopt = getattr(self.learner, "adopt_state", None)
         if added and callable(adopt):
             arrays = adopt(arrays, recorded)
-            logger.info("features added since snapshot version=%d added=%s", manifest.version, ",".join(added))
+            logger.info(
+                "features added since snapshot version=%d added=%s", manifest.version, ",".join(added)
+            )
         try:
             self.learner.load_state_arrays(arrays)
         except SnapshotError as exc:

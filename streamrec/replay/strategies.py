@@ -29,10 +29,10 @@ from typing import Literal
 import numpy as np
 
 from streamrec.config import ModelConfig
+from streamrec.features import FeatureSchema
 from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
 from streamrec.learner.metrics import gauc
-from streamrec.features import FeatureSchema
 from streamrec.learner.registry import make_learner
 from streamrec.replay.baselines import ItemRateLearner, PopularityLearner
 from streamrec.replay.batches import MicroBatch

@@ -43,8 +43,8 @@ import paddle
 
 from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, ModelConfig
 from streamrec.errors import InvalidSnapshot, NotExportable, SnapshotWriteError
-from streamrec.features import FeatureSchema
 from streamrec.faults import fault_point
+from streamrec.features import FeatureSchema
 from streamrec.fileio import fsync_path, sha256_file
 from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
@@ -252,7 +252,7 @@ def input_specs(cfg: ModelConfig, plan: FeaturePlan | None = None) -> list[Any]:
     """The graph's inputs, in order (see `contract`); the declared features' as one list, last."""
     nb = sum(t.feature in BEHAVIOUR_FEATURES for t in cfg.builtin_tables)
     nc = len(cfg.builtin_tables) - nb
-    specs = [
+    specs: list[Any] = [
         paddle.static.InputSpec([None, nb], "int64", "targets"),
         paddle.static.InputSpec([None, nb, cfg.sequence_length], "int64", "sequences"),
         paddle.static.InputSpec([None], "int64", "users"),
@@ -261,7 +261,8 @@ def input_specs(cfg: ModelConfig, plan: FeaturePlan | None = None) -> list[Any]:
         specs.append(paddle.static.InputSpec([None, nc], "int64", "context"))
     if plan is not None and plan.input_keys:
         specs.append([
-            paddle.static.InputSpec(i["shape"], i["dtype"], i["name"]) for i in feature_inputs(plan, cfg.sequence_length)
+            paddle.static.InputSpec(i["shape"], i["dtype"], i["name"])
+            for i in feature_inputs(plan, cfg.sequence_length)
         ])
     return specs
 
@@ -305,7 +306,8 @@ def feature_contract(learner: DINLearner) -> dict[str, Any]:
             entry["rows"] = rows
             entry["row_of_id"] = (
                 f"bucket: 1 + the number of boundaries <= x, {PADDING_BUCKET} when absent"
-                if f.spec.transform == "bucket" else f"xxh3_64(id) % {rows - 1} + 1, {PADDING_BUCKET} when absent"
+                if f.spec.transform == "bucket"
+                else f"xxh3_64(id) % {rows - 1} + 1, {PADDING_BUCKET} when absent"
             )
         if f.spec.kind == "ids":
             entry["pooling"] = f"mean over the ids, padded with {PADDING_BUCKET} to max_ids={f.spec.max_ids}"
@@ -383,7 +385,8 @@ def contract(learner: DINLearner, version: int) -> dict[str, Any]:
         tables.append(entry)
     if learner.plan.input_keys:
         inputs.extend(
-            {**i, "shape": [-1 if d is None else d for d in i["shape"]], "what": "a declared feature: see features"}
+            {**i, "shape": [-1 if d is None else d for d in i["shape"]],
+             "what": "a declared feature: see features"}
             for i in feature_inputs(learner.plan, t)
         )
     return {

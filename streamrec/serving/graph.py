@@ -128,7 +128,11 @@ class FeatureScoringGraph(ScoringGraph):
     """`ScoringGraph` with the declared features' inputs, ``extras``, after ``users``."""
 
     def forward(  # type: ignore[override]
-        self, targets: paddle.Tensor, sequences: paddle.Tensor, users: paddle.Tensor, extras: list[paddle.Tensor]
+        self,
+        targets: paddle.Tensor,
+        sequences: paddle.Tensor,
+        users: paddle.Tensor,
+        extras: list[paddle.Tensor],
     ) -> paddle.Tensor:
         """[B] click probabilities (no context tables)."""
         return self.score(targets, sequences, users, [], extras)

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamrec.config import ModelConfig, StreamrecConfig, TableConfig
+from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.errors import ConfigError, SchemaChange
 from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.learner.batch import Batch, Jagged
+from streamrec.learner.din import DINLearner
 from streamrec.learner.features import DEFAULT_DIM, DEFAULT_ROWS, FeaturePlan, Moments, encode_features
 from streamrec.learner.metrics import gauc
 from streamrec.samples import Sample
@@ -107,10 +108,13 @@ def test_two_features_may_share_a_table() -> None:
 
 
 @pytest.mark.parametrize(("table", "error"), [
-    ({"name": "t", "feature": "colour", "ids": "hashed", "rows": 8}, "feature 'colour', which is not declared"),
+    ({"name": "t", "feature": "colour", "ids": "hashed", "rows": 8},
+     "feature 'colour', which is not declared"),
     ({"name": "t", "feature": "price", "ids": "hashed", "rows": 8}, "number feature 'price' has no ids"),
 ])
-def test_a_table_of_an_undeclared_feature_or_a_number_is_refused(table: dict[str, object], error: str) -> None:
+def test_a_table_of_an_undeclared_feature_or_a_number_is_refused(
+    table: dict[str, object], error: str
+) -> None:
     cfg = model(tables=[*model().model_dump()["tables"], table])
     with pytest.raises(ConfigError, match=error):
         FeaturePlan(cfg, SCHEMA)
@@ -148,8 +152,7 @@ def test_standardize_uses_the_running_moments() -> None:
 
 # -- the DIN ------------------------------------------------------------------------------------
 
-def din(schema: FeatureSchema = SCHEMA, **update: object):  # type: ignore[no-untyped-def]
-    from streamrec.learner.din import DINLearner
+def din(schema: FeatureSchema = SCHEMA, **update: object) -> DINLearner:
 
     return DINLearner(model(**update), schema=schema)
 
@@ -266,7 +269,8 @@ def test_a_snapshot_resumes_under_an_added_feature_scoring_as_before(tmp_path: P
 
 @pytest.mark.parametrize(("features", "error"), [
     ([], "feature 'genres', which is no longer declared"),
-    ([FeatureSpec(name="genres", kind="id", max_ids=3)], "feature 'genres' declared otherwise \\(kind changed\\)"),
+    ([FeatureSpec(name="genres", kind="id", max_ids=3)],
+     "feature 'genres' declared otherwise \\(kind changed\\)"),
 ])
 def test_a_removed_or_redeclared_feature_refuses_the_snapshot(
     tmp_path: Path, no_broker: None, features: list[FeatureSpec], error: str
@@ -305,7 +309,9 @@ def test_learner_run_refuses_a_redeclared_feature_in_one_line(
     result = CliRunner().invoke(app, ["learner", "run", "--snapshot-dir", str(tmp_path), "--device", "cpu"])
     assert result.exit_code == 1, result.output
     lines = [line for line in result.output.strip().splitlines() if " level=" not in line]  # logs aside
-    assert len(lines) == 1 and lines[0].startswith("error: snapshot v000001") and "feature 'genres' declared otherwise" in lines[0], lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: snapshot v000001"), lines
+    assert "feature 'genres' declared otherwise" in lines[0], lines
 
 
 # -- the export ---------------------------------------------------------------------------------
@@ -341,4 +347,5 @@ def test_the_export_scores_declared_features_as_the_learner(tmp_path: Path, user
     rating = next(f for f in contract["features"] if f["name"] == "rating")
     assert rating["outcome"] and rating["inputs"] == ["rating__sequence"] and rating["moments"][0] == 3 * 32
     batch = Batch.from_samples([*featured(4), Sample("e9", "u2", T0, "i1", "c1", 0, (), ())])
-    np.testing.assert_allclose(ExportedModel(export).score_batch(batch), learner.predict_many(batch), rtol=1e-4, atol=1e-6)
+    scores = ExportedModel(export).score_batch(batch)
+    np.testing.assert_allclose(scores, learner.predict_many(batch), rtol=1e-4, atol=1e-6)
