@@ -8,7 +8,11 @@ mark known items. The ratio is what decoding, id lookup and batch assembly cost.
 Data: MovieLens latest-small (real ratings), samples built by the consumers' own logic on
 the in-memory feature store; micro-batches of 2,500, one pass each.
 
-    .venv/bin/python bench/learner_throughput.py [--samples N]
+    .venv/bin/python bench/learner_throughput.py [--samples N] [--extras]
+
+``--extras`` declares four features (genres: ids; rating: an outcome, standardized; device:
+context; age: a user number, bucketed) and gives every sample values for them, derived from
+its ids (the consumers' side fills them from real events).
 
 Prints one JSON object as its last line.
 """
@@ -19,13 +23,16 @@ import argparse
 import json
 import resource
 import time
+import zlib
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from streamrec.config import ConsumerConfig, ModelConfig
 from streamrec.consumers.processor import SampleBuilder
 from streamrec.datasets import read_events
+from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.featurestore import MemoryFeatureStore
 from streamrec.kafka.records import Record
 from streamrec.learner.batch import Batch
@@ -35,6 +42,31 @@ from streamrec.samples import Sample
 
 MOVIELENS = Path(__file__).resolve().parents[1] / "streamrec" / "demo_data" / "movielens-latest-small"
 MICRO_BATCH = 2500
+EXTRAS = FeatureSchema.of([
+    FeatureSpec(name="genres", kind="ids", max_ids=4),
+    FeatureSpec(name="rating", kind="number", outcome=True, transform="standardize"),
+    FeatureSpec(name="device", role="context"),
+    FeatureSpec(
+        name="age", kind="number", role="user", transform="bucket", boundaries=(18.0, 25.0, 35.0, 50.0)
+    ),
+])
+
+
+def _h(text: str) -> int:
+    """A stable small hash (``hash`` differs between processes)."""
+    return zlib.crc32(text.encode())
+
+
+def with_extras(raw: bytes) -> bytes:
+    """A sample with values for `EXTRAS`, derived from its ids."""
+    s = Sample.from_json(raw)
+    genres = (f"g{_h(s.item_id) % 20}", f"g{_h(s.category_id) % 20}")
+    features = {"genres": genres, "device": f"d{_h(s.sample_id) % 4}", "age": float(_h(s.user_id) % 70)}
+    seq = {
+        "genres": tuple((f"g{_h(i) % 20}",) for i in s.seq_items),
+        "rating": tuple(float(_h(i) % 5 + 1) for i in s.seq_items),
+    }
+    return msgspec.structs.replace(s, features=features, seq_features=seq).to_json()
 
 
 def wire_samples(limit: int) -> list[bytes]:
@@ -54,29 +86,33 @@ def main() -> None:
     """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=40_000)
+    parser.add_argument("--extras", action="store_true", help="four declared features (see above)")
     args = parser.parse_args()
     wire = wire_samples(args.samples)
+    schema = EXTRAS if args.extras else FeatureSchema.default()
+    if args.extras:
+        wire = [with_extras(r) for r in wire]
     cfg = ModelConfig()
     chunks = [wire[i : i + MICRO_BATCH] for i in range(0, len(wire), MICRO_BATCH)]
 
     # Ceiling: score and train, on batches encoded outside the timed region (by a learner
     # that has admitted ids and counted the same data, so its rows and id statistics are
     # those the run will see), by a model with as many rows as that learner ends with.
-    counter = DINLearner(cfg)
+    counter = DINLearner(cfg, schema=schema)
     prepared = []
     for chunk in chunks:
         batch = Batch.from_samples([Sample.from_json(r) for r in chunk])
         counter.admit(batch)
         prepared.append(counter.encode(batch))
         counter.count(batch)
-    bare = DINLearner(cfg, rows=counter.rows)
+    bare = DINLearner(cfg, rows=counter.rows, schema=schema)
     start = time.perf_counter()
     for encoded in prepared:
         bare.predict_encoded(encoded)
         bare.learn_encoded(encoded)
     ceiling = len(wire) / (time.perf_counter() - start)
 
-    learner = DINLearner(cfg)
+    learner = DINLearner(cfg, schema=schema)
     aucs = []
     start = time.perf_counter()
     for chunk in chunks:
@@ -89,6 +125,7 @@ def main() -> None:
     print(json.dumps({
         "bench": "learner_throughput",
         "samples": len(wire),
+        "features": list(schema.names),
         "micro_batch": MICRO_BATCH,
         "ceiling_samples_per_s": round(ceiling),
         "streamrec_samples_per_s": round(rate),
