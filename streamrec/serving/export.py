@@ -32,7 +32,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,9 @@ import paddle
 
 from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, ModelConfig
 from streamrec.errors import InvalidSnapshot, NotExportable, SnapshotWriteError
+from streamrec.events import MIN_TS_MS
 from streamrec.faults import fault_point
-from streamrec.features import FeatureSchema
+from streamrec.features import FeatureSchema, Value
 from streamrec.fileio import fsync_path, sha256_file
 from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
@@ -54,6 +55,7 @@ from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
 from streamrec.learner.registry import make_learner
+from streamrec.samples import Sample
 from streamrec.serving.graph import (
     ContextScoringGraph,
     FeatureContextScoringGraph,
@@ -341,6 +343,23 @@ def din_feature_inputs(contract: dict[str, Any], batch: Batch) -> dict[str, np.n
             moments.arrays[f["name"]] = np.asarray(f["moments"], np.float64)
     extras = encode_features(batch, plan, cfg.sequence_length, moments)
     return {_input_name(k): v for k, v in extras.items()}
+
+
+def din_request_inputs(
+    contract: dict[str, Any], user_id: str, items: Sequence[str], context: Mapping[str, Value] | None
+) -> dict[str, np.ndarray]:
+    """The declared features' inputs of a request scoring ``items`` for ``user_id`` (none without).
+
+    A request carries its ``context`` features (by name; the others it names are ignored);
+    every other declared feature reads absent, its default: the request's history holds item
+    and category only.
+    """
+    if not contract.get("feature_schema"):
+        return {}
+    schema = FeatureSchema.from_json(contract["feature_schema"])
+    given = {k: v for k, v in (context or {}).items() if k in schema and schema[k].role == "context"}
+    samples = [Sample("request", user_id, MIN_TS_MS, item, "-", 0, (), (), features=given) for item in items]
+    return din_feature_inputs(contract, Batch.from_samples(samples))
 
 
 def contract(learner: DINLearner, version: int) -> dict[str, Any]:

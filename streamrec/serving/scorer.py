@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,17 @@ from paddle import inference
 
 from streamrec.config import ModelConfig, TableConfig
 from streamrec.errors import NotServable, SnapshotError
+from streamrec.features import Value
 from streamrec.learner.batch import Batch, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
-from streamrec.serving.export import CONTRACT, CONTRACT_SCHEMA, din_feature_inputs, export_snapshot
+from streamrec.serving.export import (
+    CONTRACT,
+    CONTRACT_SCHEMA,
+    din_feature_inputs,
+    din_request_inputs,
+    export_snapshot,
+)
 from streamrec.snapshots.exports import verify_export
 from streamrec.snapshots.manifest import DEFAULT_LEARNER
 from streamrec.snapshots.store import SnapshotStore, version_name
@@ -125,11 +132,13 @@ class ExportedModel:
         user_id: str,
         history: Sequence[tuple[str, str]],
         candidates: Sequence[Candidate],
+        context: Mapping[str, Value] | None = None,
     ) -> np.ndarray:
         """float32 [len(candidates)].
 
         Each candidate's click probability for a user whose behaviours, oldest first, are
-        ``history`` ((item, category) pairs).
+        ``history`` ((item, category) pairs); ``context`` gives the request's declared context
+        features, by name (any other declared feature reads absent).
         """
         recent = list(history)[-self.length :]
         sequences = np.full((1, len(self.behaviour), self.length), PADDING_BUCKET, np.int64)
@@ -154,6 +163,8 @@ class ExportedModel:
             inputs["context"] = np.repeat(
                 np.stack([t.rows_of([user_id]) for t in self.context], axis=1), n, axis=0
             )
+        # Declared features (export.py): the request's context, the rest absent.
+        inputs.update(din_request_inputs(self.contract, user_id, [c.item_id for c in candidates], context))
         return self._run(inputs)
 
     def score_batch(self, batch: Batch) -> np.ndarray:

@@ -349,3 +349,28 @@ def test_the_export_scores_declared_features_as_the_learner(tmp_path: Path, user
     batch = Batch.from_samples([*featured(4), Sample("e9", "u2", T0, "i1", "c1", 0, (), ())])
     scores = ExportedModel(export).score_batch(batch)
     np.testing.assert_allclose(scores, learner.predict_many(batch), rtol=1e-4, atol=1e-6)
+
+
+def test_a_request_scores_an_export_with_declared_features_reading_its_context(tmp_path: Path) -> None:
+    """Serving has no declared feature but the request's context: the rest read absent."""
+    from streamrec.learner.runner import _grouped
+    from streamrec.serving.export import export_snapshot
+    from streamrec.serving.scorer import Candidate, ExportedModel
+    from streamrec.snapshots.store import SnapshotStore
+
+    learner = din(FeatureSchema.of([GENRES, DEVICE]))
+    store = SnapshotStore(tmp_path)
+    manifest = store.write(
+        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
+    )
+    exported = ExportedModel(export_snapshot(store, manifest.version))
+    candidates = [Candidate("i1", "c1"), Candidate("i2")]
+    history = [("i8", "c1"), ("i9", "c2")]
+    batch = Batch.from_samples([
+        Sample("r", "u1", T0, "i1", "c1", 0, ("i8", "i9"), ("c1", "c2"), features={"device": "ios"}),
+    ])
+    scores = exported.score("u1", history, candidates, context={"device": "ios"})
+    assert scores.shape == (2,)
+    assert scores[0] == pytest.approx(learner.predict_many(batch)[0], rel=1e-4)
+    assert exported.score("u1", history, candidates).shape == (2,)  # no context: absent
