@@ -45,7 +45,7 @@ from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, ModelCon
 from streamrec.errors import InvalidSnapshot, NotExportable, SnapshotWriteError
 from streamrec.events import MIN_TS_MS
 from streamrec.faults import fault_point
-from streamrec.features import FeatureSchema, Value
+from streamrec.features import FeatureSchema, read_value
 from streamrec.fileio import fsync_path, sha256_file
 from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
@@ -346,18 +346,25 @@ def din_feature_inputs(contract: dict[str, Any], batch: Batch) -> dict[str, np.n
 
 
 def din_request_inputs(
-    contract: dict[str, Any], user_id: str, items: Sequence[str], context: Mapping[str, Value] | None
+    contract: dict[str, Any], user_id: str, items: Sequence[str], context: Mapping[str, object] | None
 ) -> dict[str, np.ndarray]:
     """The declared features' inputs of a request scoring ``items`` for ``user_id`` (none without).
 
-    A request carries its ``context`` features (by name; the others it names are ignored);
-    every other declared feature reads absent, its default: the request's history holds item
-    and category only.
+    A request carries its ``context`` features (by name, raw values checked as an event's;
+    the other names are ignored); every other declared feature reads absent, its default: the
+    request's history holds item and category only.
+
+    Raises:
+        InvalidEvent: a context value breaks its declaration.
     """
     if not contract.get("feature_schema"):
         return {}
     schema = FeatureSchema.from_json(contract["feature_schema"])
-    given = {k: v for k, v in (context or {}).items() if k in schema and schema[k].role == "context"}
+    given = {
+        k: read_value(schema[k], v)
+        for k, v in (context or {}).items()
+        if k in schema and schema[k].role == "context" and v is not None
+    }
     samples = [Sample("request", user_id, MIN_TS_MS, item, "-", 0, (), (), features=given) for item in items]
     return din_feature_inputs(contract, Batch.from_samples(samples))
 

@@ -1,7 +1,9 @@
 """``streamrec serve``: the promoted model over HTTP, on Starlette (ASGI) and uvicorn.
 
 - ``POST /score`` ``{"user": "u1", "items": ["i1", "i2:c7", {"item": "i3", "category": "c2"}],
-  "history": [["i9", "c7"], ...]}`` → ``{"version": 7, "scores": [0.41, ...]}``. Without
+  "history": [["i9", "c7"], ...], "context": {"device": "ios"}}`` → ``{"version": 7,
+  "scores": [0.41, ...]}``. ``context`` gives the model's declared context features
+  (``STREAMREC_FEATURES``, role ``context``) by name; one missing reads its default. Without
   ``history`` the user's sequence is read from the feature store; an unknown user or item
   reads the default rows. Ids are strings or integers, as in the event contract (``5`` is
   ``"5"``). A bad request gets 400 with the reason, a body over ``max_body_bytes`` 413 before
@@ -119,7 +121,19 @@ class _Inexact(Exception):
 def parse_request(
     body: bytes, max_candidates: int
 ) -> tuple[str, list[Candidate], list[tuple[str, str]] | None]:
-    """The user, candidates and optional history of a ``POST /score`` body.
+    """The user, candidates and optional history of a ``POST /score`` body (see `parse_score_request`).
+
+    Raises:
+        BadRequest: naming what is wrong.
+    """
+    user, candidates, history, _ = parse_score_request(body, max_candidates)
+    return user, candidates, history
+
+
+def parse_score_request(
+    body: bytes, max_candidates: int
+) -> tuple[str, list[Candidate], list[tuple[str, str]] | None, dict[str, object]]:
+    """The user, candidates, optional history and context features of a ``POST /score`` body.
 
     Ids are typed as in the event contract: a string, or an integer carried as its decimal
     string (so ``5`` and ``"5"`` are one id), 1-128 printable characters.
@@ -132,11 +146,16 @@ def parse_request(
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"not valid JSON: {exc}") from exc
     try:
-        return _parsed(doc, max_candidates, exact=False)
+        parsed = _parsed(doc, max_candidates, exact=False)
     except _Inexact:
         # orjson reads integers beyond 64 bits as floats; the standard parser keeps them
         # exact (as the event parser does), and a real float is refused on this pass
-        return _parsed(json.loads(body), max_candidates, exact=True)
+        doc = json.loads(body)
+        parsed = _parsed(doc, max_candidates, exact=True)
+    context = doc.get("context") or {}
+    if not isinstance(context, dict):
+        raise BadRequest("'context' must be an object of feature names and values")
+    return (*parsed, context)
 
 
 def _parsed(
@@ -265,12 +284,15 @@ def build_app(
         try:
             with admission.admitted():
                 body = await read_body(request, cfg.max_body_bytes)
-                user, candidates, history = parse_request(body, cfg.max_candidates)
+                user, candidates, history, context = parse_score_request(body, cfg.max_candidates)
                 model = scorer.model  # the version this request is answered with, start to end
 
                 def work() -> list[float]:
                     behaviours = history_of(user) if history is None else history
-                    return model.score(user, behaviours, candidates).tolist()
+                    try:
+                        return model.score(user, behaviours, candidates, context).tolist()
+                    except InvalidEvent as exc:  # a context value breaking its declaration
+                        raise BadRequest(str(exc)) from exc
 
                 scores, waited = await admission.run(work, request.scope[ACCEPTED])
         except Overloaded as exc:

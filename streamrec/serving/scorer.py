@@ -22,7 +22,6 @@ from paddle import inference
 
 from streamrec.config import ModelConfig, TableConfig
 from streamrec.errors import NotServable, SnapshotError
-from streamrec.features import Value
 from streamrec.learner.batch import Batch, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
@@ -132,7 +131,7 @@ class ExportedModel:
         user_id: str,
         history: Sequence[tuple[str, str]],
         candidates: Sequence[Candidate],
-        context: Mapping[str, Value] | None = None,
+        context: Mapping[str, object] | None = None,
     ) -> np.ndarray:
         """float32 [len(candidates)].
 

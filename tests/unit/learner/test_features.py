@@ -374,3 +374,37 @@ def test_a_request_scores_an_export_with_declared_features_reading_its_context(t
     assert scores.shape == (2,)
     assert scores[0] == pytest.approx(learner.predict_many(batch)[0], rel=1e-4)
     assert exported.score("u1", history, candidates).shape == (2,)  # no context: absent
+
+
+def test_serve_reads_the_context_features_from_the_request(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from streamrec.config import ServingConfig
+    from streamrec.learner.runner import _grouped
+    from streamrec.serving.http import build_app, no_history
+    from streamrec.serving.scorer import Candidate, Scorer
+    from streamrec.snapshots.store import SnapshotStore
+
+    learner = din(FeatureSchema.of([DEVICE]))
+    learner.learn_many(Batch.from_samples([
+        Sample(f"e{i}", "u1", T0, f"i{i}", "c1", i % 2, (), (),
+               features={"device": "ios" if i % 2 else "web"})
+        for i in range(64)
+    ]))
+    store = SnapshotStore(tmp_path)
+    manifest = store.write(
+        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
+    )
+    store.promote(manifest.version)
+    scorer = Scorer(tmp_path)
+    with TestClient(build_app(scorer, no_history, ServingConfig())) as client:
+        body = {"user": "u1", "items": ["i1:c1"], "history": [], "context": {"device": "ios"}}
+        response = client.post("/score", json=body)
+        assert response.status_code == 200, response.text
+        want = scorer.model.score("u1", [], [Candidate("i1", "c1")], {"device": "ios"})
+        assert response.json()["scores"] == pytest.approx(want.tolist(), rel=1e-6)
+        other = client.post("/score", json={**body, "context": {"device": "web"}}).json()["scores"]
+        assert other != pytest.approx(want.tolist(), rel=1e-6)  # the context moves the score
+        bad = client.post("/score", json={**body, "context": {"device": ["a"]}})
+        assert bad.status_code == 400 and "feature 'device'" in bad.text
