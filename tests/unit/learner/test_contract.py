@@ -72,7 +72,7 @@ def din_export(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
     store = SnapshotStore(root)
     manifest = store.write(
         _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
-        config={"model": learner.cfg.model_dump(mode="json")},
+        config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
     )
     return ExportedModel(export_snapshot(store, manifest.version)).score_batch
 
@@ -98,7 +98,9 @@ class Entry:
 LEARNERS = (
     Entry("din", din, Promises(export=din_export), requires=("paddle",)),
     Entry("din-ewc-user", partial(din, DIN_EWC_CONFIG), Promises(export=din_export), requires=("paddle",)),
-    Entry("din-features", partial(din, schema=FEATURES), requires=("paddle",)),
+    Entry("din-features", partial(din, schema=FEATURES), Promises(export=din_export), requires=("paddle",)),
+    Entry("din-features-ewc-user", partial(din, DIN_EWC_CONFIG, FEATURES), Promises(export=din_export),
+          requires=("paddle",)),
     Entry("popularity", PopularityLearner),
     Entry("item-rate", ItemRateLearner),
     Entry("features", FeaturesLearner, Promises(knows_targets=False)),
