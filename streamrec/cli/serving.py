@@ -35,6 +35,9 @@ def _history_source(cfg: StreamrecConfig, use_store: bool) -> Callable[[str], Se
 def score(
     user: str = typer.Option(..., "--user", help="The user to score for"),
     items: str = typer.Option(..., "--items", help="Comma-separated ITEM or ITEM:CATEGORY"),
+    context: str = typer.Option(
+        "{}", "--context", help='The declared context features, a JSON object: {"device": "ios"}'
+    ),
     snapshot_dir: Path | None = setting("learner.snapshot_dir"),
     store: bool = StoreOption,
     redis_url: str | None = setting("store.url"),
@@ -59,8 +62,9 @@ def score(
         )
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
         candidates = [Candidate.parse(i) for i in items.split(",") if i]
+        given = _context(context)
         history = _history_source(cfg, store)(user)
-        scores = scorer.model.score(user, history, candidates)
+        scores = scorer.model.score(user, history, candidates, given)
         if as_json:
             doc = {"version": scorer.version, "user": user, "history": len(history),
                    "scores": {c.item_id: float(s) for c, s in zip(candidates, scores, strict=True)}}
@@ -69,6 +73,21 @@ def score(
         console.print(f"version v{scorer.version:06d}, user {user} with {len(history)} behaviours")
         for candidate, value in sorted(zip(candidates, scores, strict=True), key=lambda x: -x[1]):
             console.print(f"  {candidate.item_id}\t{value:.6f}", highlight=False)
+
+
+def _context(text: str) -> dict[str, object]:
+    """``--context``: a JSON object of feature names and values."""
+    import orjson
+
+    from streamrec.errors import ConfigError
+
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"--context is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ConfigError("--context must be a JSON object of feature names and values")
+    return doc
 
 
 def serve(

@@ -408,3 +408,31 @@ def test_serve_reads_the_context_features_from_the_request(tmp_path: Path) -> No
         assert other != pytest.approx(want.tolist(), rel=1e-6)  # the context moves the score
         bad = client.post("/score", json={**body, "context": {"device": ["a"]}})
         assert bad.status_code == 400 and "feature 'device'" in bad.text
+
+
+def test_score_reads_the_context_features_from_its_flag(tmp_path: Path) -> None:
+    import orjson
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+    from streamrec.learner.runner import _grouped
+    from streamrec.serving.export import export_snapshot
+    from streamrec.serving.scorer import Candidate, ExportedModel
+    from streamrec.snapshots.store import SnapshotStore
+
+    learner = din(FeatureSchema.of([DEVICE]))
+    store = SnapshotStore(tmp_path)
+    manifest = store.write(
+        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
+    )
+    store.promote(manifest.version)
+    args = ["score", "--user", "u1", "--items", "i1:c1", "--no-store", "--snapshot-dir", str(tmp_path),
+            "--json"]
+    result = CliRunner().invoke(app, [*args, "--context", '{"device": "ios"}'])
+    assert result.exit_code == 0, result.output
+    exported = ExportedModel(export_snapshot(store, 1))
+    want = exported.score("u1", [], [Candidate("i1", "c1")], {"device": "ios"})
+    assert orjson.loads(result.stdout)["scores"]["i1"] == pytest.approx(float(want[0]), rel=1e-6)
+    bad = CliRunner().invoke(app, [*args, "--context", '{"device": 1.5}'])
+    assert bad.exit_code == 1 and "feature 'device'" in bad.output
