@@ -1,9 +1,9 @@
 """The learner chosen by configuration (``STREAMREC_MODEL__LEARNER``): one factory for all.
 
-``din`` names the built-in DIN; ``package.module:ClassName`` names a user's own class, loaded
-as feast loads its backends. A class with a ``from_config(model_cfg)`` classmethod is built
-by it; any other with no arguments (its own defaults). Either way it must have the methods of
-the `Learner` contract.
+``din`` names the built-in DIN, ``deepfm`` the built-in DeepFM;
+``package.module:ClassName`` names a user's own class, loaded as feast loads its backends.
+A class with a ``from_config(model_cfg)`` classmethod is built by it; any other with no
+arguments (its own defaults). Either way it must have the methods of the `Learner` contract.
 """
 
 from __future__ import annotations
@@ -28,7 +28,13 @@ def _din(cfg: ModelConfig) -> Learner:
     return DINLearner(cfg)
 
 
-BUILTINS: dict[str, Callable[[ModelConfig], Learner]] = {"din": _din}
+def _deepfm(cfg: ModelConfig) -> Learner:
+    from streamrec.learner.deepfm_learner import DeepFMLearner
+
+    return DeepFMLearner(cfg)
+
+
+BUILTINS: dict[str, Callable[[ModelConfig], Learner]] = {"din": _din, "deepfm": _deepfm}
 
 
 def make_learner(cfg: ModelConfig) -> Learner:

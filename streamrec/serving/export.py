@@ -12,8 +12,12 @@
   an id becomes a row, the output), the model version and the training configuration.
 - ``manifest.json`` with every file's sha256, and ``manifest.sha256``.
 
-That is DIN's export. The export is the learner's own: each learner type has its exporter
-(`EXPORTERS`, looked up by the snapshot's learner type), or its class exports itself with
+That is the export of DIN and of DeepFM (one scoring graph: both models take the same
+inputs). Each input in the contract states its ``source`` (the target's rows, the sequence's,
+the context ids', the user's statistics bucket), from which serving builds it.
+
+The export is the learner's own: each learner type has its exporter (`EXPORTERS`, looked
+up by the snapshot's learner type), or its class exports itself with
 an ``export_for_serving(directory, version)`` method that writes its files and its scoring
 contract (``contract.json``); the checksums and the atomic rename are the same for all. A
 learner with neither trains and snapshots, but is refused here in one line.
@@ -44,11 +48,11 @@ from streamrec.errors import InvalidSnapshot, NotExportable, SnapshotWriteError
 from streamrec.faults import fault_point
 from streamrec.fileio import fsync_path, sha256_file
 from streamrec.learner.base import Learner
-from streamrec.learner.din import DINLearner
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
 from streamrec.learner.registry import make_learner
+from streamrec.learner.trainer import TableLearner
 from streamrec.serving.graph import ContextScoringGraph, ScoringGraph
 from streamrec.snapshots.directory import TMP_PREFIX, parse_version, remove_temporaries, remove_tree
 from streamrec.snapshots.exports import (
@@ -222,7 +226,7 @@ def prune_exports(store: SnapshotStore) -> list[int]:
     return sorted(deleted)
 
 
-def scoring_graph(learner: DINLearner) -> ScoringGraph:
+def scoring_graph(learner: TableLearner) -> ScoringGraph:
     """The learner's model with its id statistics as constants, in eval mode."""
     cfg = learner.cfg
     behaviour = [t.name for t in cfg.tables if t.feature in BEHAVIOUR_FEATURES]
@@ -250,27 +254,28 @@ def input_specs(cfg: ModelConfig) -> list[paddle.static.InputSpec]:
     return specs
 
 
-def contract(learner: DINLearner, version: int) -> dict[str, Any]:
+def contract(learner: TableLearner, version: int) -> dict[str, Any]:
     """The scoring contract of an export, as a JSON document."""
     cfg = learner.cfg
     behaviour = [t for t in cfg.tables if t.feature in BEHAVIOUR_FEATURES]
     context = [t for t in cfg.tables if t.feature not in BEHAVIOUR_FEATURES]
     t = cfg.sequence_length
     inputs = [
-        {"name": "targets", "dtype": "int64", "shape": [-1, len(behaviour)],
+        {"name": "targets", "source": "target_rows", "dtype": "int64", "shape": [-1, len(behaviour)],
          "columns": [x.name for x in behaviour],
          "what": "per candidate, its row in each behaviour table, in column order"},
-        {"name": "sequences", "dtype": "int64", "shape": [-1, len(behaviour), t],
+        {"name": "sequences", "source": "sequence_rows", "dtype": "int64",
+         "shape": [-1, len(behaviour), t],
          "columns": [x.name for x in behaviour],
          "what": f"the user's latest {t} behaviours as rows of each behaviour table, oldest first and "
                  f"right-aligned (the latest at position {t - 1}), {PADDING_BUCKET} for padding on the left; "
                  "the same for every candidate of one user"},
-        {"name": "users", "dtype": "int64", "shape": [-1],
+        {"name": "users", "source": "user_bucket", "dtype": "int64", "shape": [-1],
          "what": f"the user's statistics bucket: xxh3_64(user id) % {USER_BUCKETS - 1} + 1"},
     ]
     if context:
         inputs.append(
-            {"name": "context", "dtype": "int64", "shape": [-1, len(context)],
+            {"name": "context", "source": "context_rows", "dtype": "int64", "shape": [-1, len(context)],
              "columns": [x.name for x in context],
              "what": "per candidate, the row of its context id (the user's) in each context table"}
         )
@@ -309,8 +314,8 @@ def _ids_files(table: str) -> tuple[str, str]:
     return f"{IDS_DIR}/{table}.keys.npy", f"{IDS_DIR}/{table}.rows.npy"
 
 
-def _din_export(learner: DINLearner, tmp: Path, version: int) -> None:
-    """DIN's exporter: its scoring graph, id tables and contract."""
+def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
+    """The exporter of a table model (DIN, DeepFM): its scoring graph, id tables and contract."""
     graph = scoring_graph(learner)
     # jit.save writes through the path's directory; keep its scratch out of the export.
     with tempfile.TemporaryDirectory() as scratch:
@@ -349,4 +354,5 @@ def _seal(tmp: Path, version: int) -> None:
 
 
 # Exporters by learner type (``STREAMREC_MODEL__LEARNER``); other learners export themselves.
-EXPORTERS: dict[str, Callable[[Any, Path, int], None]] = {"din": _din_export}
+# DIN and DeepFM take the same inputs, so one scoring graph and contract serve both.
+EXPORTERS: dict[str, Callable[[Any, Path, int], None]] = {"din": _table_export, "deepfm": _table_export}
