@@ -20,6 +20,10 @@ from paddle import inference
 
 PADDING = 0  # row 0 of every table: padding, reads zeros
 DEFAULT = 1  # row 1 of a dynamic table: the learned default for ids without their own row
+# Exports written before each input stated its source.
+LEGACY_SOURCES = {
+    "targets": "target_rows", "sequences": "sequence_rows", "users": "user_bucket", "context": "context_rows"
+}
 
 
 def fingerprint(ids: list[str]) -> np.ndarray:
@@ -61,31 +65,40 @@ class Export:
             out[present] = found
         return out
 
+    def of(self, table: str, pair: tuple[str, str | None]) -> str | None:
+        """The id ``table`` embeds of an (item, category) pair."""
+        return pair[0] if self.tables[table]["feature"] == "item" else pair[1]
+
     def score(
         self, user: str, history: list[tuple[str, str]], candidates: list[tuple[str, str | None]]
     ) -> np.ndarray:
-        """Click probabilities of ``candidates`` ((item, category or None)) for ``user``."""
-        inputs = {spec["name"]: spec for spec in self.contract["inputs"]}
+        """Click probabilities of ``candidates`` ((item, category or None)) for ``user``.
+
+        Each input is built as the contract declares it (its ``source`` and ``columns``), so
+        this serves every streamrec model's export (DIN, DeepFM) alike.
+        """
         n, t = len(candidates), self.contract["sequence_length"]
         recent = history[-t:]
-        columns = inputs["targets"]["columns"]
-        targets = np.zeros((n, len(columns)), np.int64)
-        sequences = np.full((n, len(columns), t), PADDING, np.int64)
-        for col, table in enumerate(columns):
-            item = self.tables[table]["feature"] == "item"
-            targets[:, col] = self.rows(table, [c[0] if item else c[1] for c in candidates])
-            if recent:
-                seq = self.rows(table, [h[0] if item else h[1] for h in recent])
-                sequences[:, col, t - len(recent) :] = seq  # right-aligned, padding on the left
         buckets = self.contract["user_buckets"]
-        feed = {
-            "targets": targets,
-            "sequences": sequences,
-            "users": np.repeat((fingerprint([user]) % np.uint64(buckets - 1)).astype(np.int64) + 1, n),
-        }
-        if "context" in inputs:
-            row = [self.rows(table, [user])[0] for table in inputs["context"]["columns"]]
-            feed["context"] = np.tile(np.array(row, np.int64), (n, 1))
+        feed = {}
+        for spec in self.contract["inputs"]:
+            source = spec.get("source") or LEGACY_SOURCES[spec["name"]]
+            columns = spec.get("columns", [])
+            if source == "user_bucket":
+                array = np.repeat((fingerprint([user]) % np.uint64(buckets - 1)).astype(np.int64) + 1, n)
+            elif source == "context_rows":  # the user's row in each context table
+                array = np.tile(np.array([self.rows(c, [user])[0] for c in columns], np.int64), (n, 1))
+            elif source == "target_rows":
+                array = np.stack([self.rows(c, [self.of(c, x) for x in candidates]) for c in columns], 1)
+            elif source == "sequence_rows":  # right-aligned, padding on the left
+                array = np.full((n, len(columns), t), PADDING, np.int64)
+                for col, table in enumerate(columns):
+                    if recent:
+                        seq = self.rows(table, [self.of(table, h) for h in recent])
+                        array[:, col, t - len(recent) :] = seq
+            else:
+                raise ValueError(f"input {spec['name']}: unknown source {source!r}")
+            feed[spec["name"]] = array.astype(spec["dtype"])
         for name in self.predictor.get_input_names():
             handle = self.predictor.get_input_handle(name)
             handle.reshape(feed[name].shape)
