@@ -20,7 +20,8 @@ from paddle import nn
 from streamrec.config import ModelConfig
 from streamrec.errors import ConfigError
 from streamrec.learner.hashing import PADDING_BUCKET
-from streamrec.learner.model import EmbeddingArch, WideArch, _mlp
+from streamrec.learner.idmap import DEFAULT_ROW
+from streamrec.learner.model import EmbeddingArch, MatchArch, WideArch, _mlp
 
 
 class FMInteraction(nn.Layer):
@@ -64,7 +65,9 @@ class DeepFM(nn.Layer):
     its history mean-pooled (a user without history: zeros), each context table's vector.
     First order: each id's learned weight (the history's mean-pooled) and, with id statistics,
     a linear term over them that starts as DIN's does (the item's and the user's positive
-    rate log-odds with weight 1).
+    rate log-odds with weight 1). With ``cfg.match_features`` DIN's `MatchArch` features (the
+    target's share and count in its own history, per behaviour table) are numeric fields too:
+    inputs of the deep part and a linear term of the logit, as in DIN.
     """
 
     def __init__(
@@ -93,7 +96,11 @@ class DeepFM(nn.Layer):
             self.prior = self.create_parameter(
                 [len(start)], default_initializer=nn.initializer.Assign(np.array(start, dtype=np.float32))
             )
-        self.dnn = DNNArch(fields * dims[0] + self.dense_dim, cfg.mlp_units)
+        behaviour = [t for t in cfg.tables if t.name in self.embedding.behaviour]
+        floors = [DEFAULT_ROW if t.ids == "dynamic" else PADDING_BUCKET for t in behaviour]
+        self.match = MatchArch(floors, cfg.match_lr_scale, cfg.match_init) if cfg.match_features else None
+        match_dim = self.match.width if self.match is not None else 0
+        self.dnn = DNNArch(fields * dims[0] + self.dense_dim + match_dim, cfg.mlp_units)
 
     def forward(
         self,
@@ -121,10 +128,15 @@ class DeepFM(nn.Layer):
             fields.append(self.embedding.tables[names[i]](context[i]))
             first.append(self.wide.biases[names[i]](context[i]).squeeze(-1))
         stacked = paddle.stack(fields, axis=1)
-        deep = paddle.flatten(stacked, start_axis=1)
+        deep = [paddle.flatten(stacked, start_axis=1)]
         if self.dense_dim:
-            deep = paddle.concat([deep, dense], axis=-1)
-        logits = paddle.add_n(first) + self.interaction(stacked) + self.dnn(deep)
+            deep.append(dense)
+        matches = self.match.features(targets, sequences, mask) if self.match is not None else None
+        if matches is not None:
+            deep.append(matches)
+        logits = paddle.add_n(first) + self.interaction(stacked) + self.dnn(paddle.concat(deep, axis=-1))
+        if self.match is not None and matches is not None:
+            logits = logits + self.match(matches)
         if self.dense_dim:
             logits = logits + (dense[:, 0::2] * self.prior).sum(axis=-1)
         return logits
