@@ -176,3 +176,31 @@ def test_export_files_are_world_readable_and_verified(tmp_path: Path) -> None:
     with pytest.raises(InvalidSnapshot, match=r"ids/item\.rows\.npy does not match"):
         ExportedModel(export)
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def contract_with(inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"schema": 1, "tables": [{"name": "item"}, {"name": "category"}], "inputs": inputs}
+
+
+def test_serving_builds_the_inputs_a_contract_declares_and_reads_old_ones_by_name() -> None:
+    from streamrec.serving.scorer import _servable_inputs
+
+    declared = [{"name": "rows", "source": "target_rows", "columns": ["category"], "dtype": "int64"},
+                {"name": "users", "dtype": "int64"}]  # written before inputs stated their source
+    got = _servable_inputs(contract_with(declared), Path("v000001"))
+    assert [(i["name"], i["source"]) for i in got] == [("rows", "target_rows"), ("users", "user_bucket")]
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [({"name": "price", "source": "price_bucket"}, "built from 'price_bucket'"),
+     ({"name": "targets", "source": "target_rows", "columns": ["shop"]}, "reads tables it does not list"),
+     ({"name": "anything"}, "built from None")],
+)
+def test_an_input_serving_cannot_build_is_refused_in_one_line(spec: dict[str, Any], why: str) -> None:
+    from streamrec.errors import NotServable
+    from streamrec.serving.scorer import _servable_inputs
+
+    with pytest.raises(NotServable, match=why) as info:
+        _servable_inputs(contract_with([{**spec, "dtype": "int64"}]), Path("v000001"))
+    assert "\n" not in str(info.value) and "contract.json" in str(info.value)
