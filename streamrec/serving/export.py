@@ -169,7 +169,7 @@ def build_missing_export(store: SnapshotStore, version: int) -> Path | None:
 
 
 def write_export(learner: Learner, target: Path, version: int, learner_type: str = DEFAULT_LEARNER) -> Path:
-    """Write ``learner``'s export (DIN's: scoring graph, id tables, contract) to ``target`` atomically.
+    """Write ``learner``'s export (a table model's: graph, id tables, contract) to ``target`` atomically.
 
     Raises:
         NotExportable: the learner cannot be exported (nothing is left behind).

@@ -185,8 +185,10 @@ def contract_with(inputs: list[dict[str, Any]]) -> dict[str, Any]:
 def test_serving_builds_the_inputs_a_contract_declares_and_reads_old_ones_by_name() -> None:
     from streamrec.serving.scorer import _servable_inputs
 
-    declared = [{"name": "rows", "source": "target_rows", "columns": ["category"], "dtype": "int64"},
-                {"name": "users", "dtype": "int64"}]  # written before inputs stated their source
+    declared: list[dict[str, Any]] = [
+        {"name": "rows", "source": "target_rows", "columns": ["category"], "dtype": "int64"},
+        {"name": "users", "dtype": "int64"},  # written before inputs stated their source
+    ]
     got = _servable_inputs(contract_with(declared), Path("v000001"))
     assert [(i["name"], i["source"]) for i in got] == [("rows", "target_rows"), ("users", "user_bucket")]
 
