@@ -6,13 +6,16 @@ describes every input; this file follows it.
 
     python examples/score_export.py EXPORT_DIR USER_ID ITEM[:CATEGORY] ... \
         --history ITEM:CATEGORY,ITEM:CATEGORY,...      (the user's behaviours, oldest first)
+        --context '{"device": "ios"}'                 (the model's declared context features)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -20,6 +23,10 @@ from paddle import inference
 
 PADDING = 0  # row 0 of every table: padding, reads zeros
 DEFAULT = 1  # row 1 of a dynamic table: the learned default for ids without their own row
+# Exports written before each input stated its source.
+LEGACY_SOURCES = {
+    "targets": "target_rows", "sequences": "sequence_rows", "users": "user_bucket", "context": "context_rows"
+}
 
 
 def fingerprint(ids: list[str]) -> np.ndarray:
@@ -33,6 +40,7 @@ class Export:
     def __init__(self, path: Path) -> None:
         self.contract = json.loads((path / "contract.json").read_text())
         self.tables = {t["name"]: t for t in self.contract["tables"]}
+        self.features = {f["name"]: f for f in self.contract.get("features", [])}  # declared ones
         self.ids = {  # sorted fingerprints and their rows, per dynamic table
             t["name"]: (np.load(path / t["keys"], allow_pickle=False), np.load(path / t["key_rows"]))
             for t in self.contract["tables"] if t["ids"] == "dynamic"
@@ -61,31 +69,87 @@ class Export:
             out[present] = found
         return out
 
+    def of(self, table: str, pair: tuple[str, str | None]) -> str | None:
+        """The id ``table`` embeds of an (item, category) pair."""
+        return pair[0] if self.tables[table]["feature"] == "item" else pair[1]
+
+    def encoded(self, name: str, value: Any) -> Any:
+        """A declared feature's value as its input: a row, rows or a number (None: absent)."""
+        f = self.features[name]
+        if f["kind"] == "id":
+            rows = self.rows_of_feature(f, [str(value)] if value not in (None, "") else [])
+            return rows[0] if len(rows) else PADDING
+        if f["kind"] == "ids":
+            return self.rows_of_feature(f, [str(v) for v in value or []])
+        x = math.nan if value is None else float(str(value))
+        if f["transform"] == "bucket":
+            return PADDING if math.isnan(x) else 1 + sum(b <= x for b in f["boundaries"])
+        if f["transform"] == "log1p":
+            x = math.log1p(x) if x > -1 else math.nan
+        elif f["transform"] == "standardize":
+            count, mean, m2 = f["moments"]
+            x = (x - mean) / (math.sqrt(m2 / count + 1e-6) if count else 1.0)
+        return 0.0 if math.isnan(x) else x
+
+    def rows_of_feature(self, f: dict, ids: list[str]) -> list[int]:
+        """A declared id feature's rows of ``ids`` (its hashed table)."""
+        return [int(k % np.uint64(f["rows"] - 1)) + 1 for k in fingerprint(ids)]
+
+    def feature_input(self, spec: dict, n: int, context: dict) -> np.ndarray:
+        """A ``feature`` input: the request's context value, every other one absent (its default)."""
+        # Exports written before each input stated its source name them <feature>__<side>.
+        name, side = spec.get("feature"), spec.get("side")
+        if name is None:
+            name, side = spec["name"].rsplit("__", 1)
+        f = self.features[name]
+        given = f["role"] == "context" and side == "target"
+        value = self.encoded(f["name"], context.get(f["name"]) if given else None)
+        shape = [n if d == -1 else d for d in spec["shape"]]
+        array = np.zeros(shape, spec["dtype"])
+        if f["kind"] == "ids":  # [..., max_ids]: the rows first, padding (0) after
+            rows = value[: shape[-1]]
+            array[..., : len(rows)] = rows
+        else:
+            array[...] = value
+        return array
+
     def score(
-        self, user: str, history: list[tuple[str, str]], candidates: list[tuple[str, str | None]]
+        self,
+        user: str,
+        history: list[tuple[str, str]],
+        candidates: list[tuple[str, str | None]],
+        context: dict | None = None,
     ) -> np.ndarray:
-        """Click probabilities of ``candidates`` ((item, category or None)) for ``user``."""
-        inputs = {spec["name"]: spec for spec in self.contract["inputs"]}
+        """Click probabilities of ``candidates`` ((item, category or None)) for ``user``.
+
+        Each input is built as the contract declares it (its ``source`` and ``columns``), so
+        this serves every streamrec model's export (DIN, DeepFM) alike. ``context`` holds the
+        request's declared context features by name; every other declared feature reads absent.
+        """
         n, t = len(candidates), self.contract["sequence_length"]
         recent = history[-t:]
-        columns = inputs["targets"]["columns"]
-        targets = np.zeros((n, len(columns)), np.int64)
-        sequences = np.full((n, len(columns), t), PADDING, np.int64)
-        for col, table in enumerate(columns):
-            item = self.tables[table]["feature"] == "item"
-            targets[:, col] = self.rows(table, [c[0] if item else c[1] for c in candidates])
-            if recent:
-                seq = self.rows(table, [h[0] if item else h[1] for h in recent])
-                sequences[:, col, t - len(recent) :] = seq  # right-aligned, padding on the left
         buckets = self.contract["user_buckets"]
-        feed = {
-            "targets": targets,
-            "sequences": sequences,
-            "users": np.repeat((fingerprint([user]) % np.uint64(buckets - 1)).astype(np.int64) + 1, n),
-        }
-        if "context" in inputs:
-            row = [self.rows(table, [user])[0] for table in inputs["context"]["columns"]]
-            feed["context"] = np.tile(np.array(row, np.int64), (n, 1))
+        feed = {}
+        for spec in self.contract["inputs"]:
+            source = spec.get("source") or LEGACY_SOURCES.get(spec["name"], "feature")
+            columns = spec.get("columns", [])
+            if source == "user_bucket":
+                array = np.repeat((fingerprint([user]) % np.uint64(buckets - 1)).astype(np.int64) + 1, n)
+            elif source == "context_rows":  # the user's row in each context table
+                array = np.tile(np.array([self.rows(c, [user])[0] for c in columns], np.int64), (n, 1))
+            elif source == "target_rows":
+                array = np.stack([self.rows(c, [self.of(c, x) for x in candidates]) for c in columns], 1)
+            elif source == "sequence_rows":  # right-aligned, padding on the left
+                array = np.full((n, len(columns), t), PADDING, np.int64)
+                for col, table in enumerate(columns):
+                    if recent:
+                        seq = self.rows(table, [self.of(table, h) for h in recent])
+                        array[:, col, t - len(recent) :] = seq
+            elif source == "feature":  # a declared feature's value, the target's or along the sequence
+                array = self.feature_input(spec, n, context or {})
+            else:
+                raise ValueError(f"input {spec['name']}: unknown source {source!r}")
+            feed[spec["name"]] = array.astype(spec["dtype"])
         for name in self.predictor.get_input_names():
             handle = self.predictor.get_input_handle(name)
             handle.reshape(feed[name].shape)
@@ -101,10 +165,11 @@ def main() -> None:
     parser.add_argument("user")
     parser.add_argument("items", nargs="+", help="ITEM or ITEM:CATEGORY")
     parser.add_argument("--history", default="", help="ITEM:CATEGORY,... oldest first")
+    parser.add_argument("--context", default="{}", help="declared context features, a JSON object")
     args = parser.parse_args()
     history = [(h.partition(":")[0], h.partition(":")[2]) for h in args.history.split(",") if h]
     candidates = [(i.partition(":")[0], i.partition(":")[2] or None) for i in args.items]
-    scores = Export(args.export).score(args.user, history, candidates)
+    scores = Export(args.export).score(args.user, history, candidates, json.loads(args.context))
     print(json.dumps({item: round(float(s), 6) for item, s in zip(args.items, scores, strict=True)}))
 
 

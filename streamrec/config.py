@@ -404,7 +404,7 @@ class ModelConfig(BaseModel):
         "din",
         min_length=1,
         description=(
-            "STREAMREC_MODEL__LEARNER (a built-in: din; or your own learner class as "
+            "STREAMREC_MODEL__LEARNER (a built-in: din or deepfm; or your own learner class as "
             "package.module:ClassName)"
         ),
     )

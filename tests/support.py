@@ -32,15 +32,16 @@ def small_tables(
     ]
 
 
-def trained_snapshots(root: Path, count: int = 2, seed: int = 0) -> SnapshotStore:
-    """A snapshot directory with ``count`` versions of a small DIN, each trained on one more
-    window of generated clicks, every one exported; nothing promoted.
+def trained_snapshots(root: Path, count: int = 2, seed: int = 0, learner: str = "din") -> SnapshotStore:
+    """A snapshot directory with ``count`` versions of a small DIN (or the built-in ``learner``
+    named), each trained on one more window of generated clicks, every one exported; nothing
+    promoted.
     """
     import numpy as np
 
     from streamrec.config import ModelConfig
     from streamrec.learner.batch import Batch
-    from streamrec.learner.din import DINLearner
+    from streamrec.learner.registry import make_learner
     from streamrec.learner.runner import _grouped
     from streamrec.samples import Sample
     from streamrec.serving.export import export_snapshot
@@ -49,8 +50,9 @@ def trained_snapshots(root: Path, count: int = 2, seed: int = 0) -> SnapshotStor
     cfg = ModelConfig.model_validate({
         "tables": small_tables(512, 64, dim=4), "sequence_length": 6, "attention_units": (8,),
         "mlp_units": (8,), "train_batch_size": 32, "device": "cpu", "learning_rate": 0.01, "seed": seed,
+        "learner": learner,
     })
-    learner, store = DINLearner(cfg), SnapshotStore(root)
+    model, store = make_learner(cfg), SnapshotStore(root)
     rng = np.random.default_rng(seed)
     for k in range(count):
         samples = []
@@ -61,9 +63,9 @@ def trained_snapshots(root: Path, count: int = 2, seed: int = 0) -> SnapshotStor
                 f"s{k}-{n}", f"u{rng.integers(30)}", k * 10_000 + n, f"i{item}", f"c{item % 5}",
                 int((item % 2 == 0) == (rng.random() < 0.8)), history, tuple("c0" for _ in history),
             ))
-        learner.learn_many(Batch.from_samples(samples))
+        model.learn_many(Batch.from_samples(samples))
         manifest = store.write(
-            _grouped(learner.state_arrays()), micro_batches=k + 1, samples_trained=400 * (k + 1),
+            _grouped(model.state_arrays()), micro_batches=k + 1, samples_trained=400 * (k + 1),
             positions=(), config={"model": cfg.model_dump(mode="json")},
         )
         export_snapshot(store, manifest.version)

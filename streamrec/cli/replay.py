@@ -35,7 +35,8 @@ def backtest(
     batch_size: int = typer.Option(2500, help="Samples per micro-batch when there is no --interval"),
     strategies: str = typer.Option(
         "popularity,item-rate,features,static,finetune,ewc,retrain",
-        help="Comma-separated strategies; also vw (Vowpal Wabbit: pip install 'streamrec[vw]')",
+        help="Comma-separated strategies; also deepfm (the second model), and vw (Vowpal Wabbit: "
+        "pip install 'streamrec[vw]')",
         show_default="popularity, item-rate, features, static, finetune, ewc, retrain",  # spaced: wraps whole
     ),
     warmup: float = typer.Option(0.25, help="static: the fraction of micro-batches it trains on"),

@@ -1,7 +1,8 @@
 """The micro-batch learner: the learner contract, the DIN model, the learner loop.
 
 - `Learner` is the contract every model implements (``learn_many``, ``predict_many``);
-  `DINLearner` is the Deep Interest Network in PaddlePaddle. Both take a
+  `DINLearner` is the Deep Interest Network in PaddlePaddle, `DeepFMLearner` DeepFM on the
+  same tables (``STREAMREC_MODEL__LEARNER`` chooses). All take a
   `Batch`: samples as columns.
 - `LearnerRunner` is the loop: read a micro-batch of samples from Kafka, score it,
   train on it, write a snapshot to a `SnapshotStore`
@@ -11,7 +12,7 @@
 - `auc`, `gauc` and `logloss` are the prequential metrics;
   `fingerprint` is the stable id hash the embedding tables key rows by.
 
-Names are imported when first used: Paddle loads only with `DINLearner`.
+Names are imported when first used: Paddle loads only with `DINLearner` or `DeepFMLearner`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from streamrec.learner.base import Learner, TrainResult
     from streamrec.learner.batch import Batch
     from streamrec.learner.checks import Check, Promises, check_learner, yield_checks
+    from streamrec.learner.deepfm_learner import DeepFMLearner
     from streamrec.learner.din import DINLearner
     from streamrec.learner.hashing import fingerprint
     from streamrec.learner.metrics import auc, gauc, logloss
@@ -35,6 +37,7 @@ __all__ = [
     "Batch",
     "Check",
     "DINLearner",
+    "DeepFMLearner",
     "Learner",
     "LearnerRunner",
     "LearnerStats",
@@ -58,6 +61,7 @@ __getattr__, __dir__ = lazy_exports(
         "streamrec.learner.base": ["Learner", "TrainResult"],
         "streamrec.learner.batch": ["Batch"],
         "streamrec.learner.checks": ["Check", "Promises", "check_learner", "yield_checks"],
+        "streamrec.learner.deepfm_learner": ["DeepFMLearner"],
         "streamrec.learner.din": ["DINLearner"],
         "streamrec.learner.hashing": ["fingerprint"],
         "streamrec.learner.metrics": ["auc", "gauc", "logloss"],

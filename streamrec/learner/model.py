@@ -2,7 +2,7 @@
 
 ``DIN`` = ``EmbeddingArch`` (hashed tables from ``ModelConfig.tables``) + ``LocalActivationUnit``
 (target-aware attention over the behaviour sequence) + ``MLPHead`` (the click predictor).
-``DINTrain`` owns the loss. The model stays in this module, free of lambdas and closures,
+``ClickTrain`` owns the loss (for DeepFM too). The model stays in this module, free of lambdas and closures,
 because ``paddle.jit.save`` reads the source of ``forward`` from a real file.
 """
 
@@ -371,14 +371,14 @@ class DIN(nn.Layer):
         return paddle.concat(query, axis=-1), paddle.concat(along, axis=-1), head
 
 
-class DINTrain(nn.Layer):
-    """The training wrapper: mean binary cross-entropy on the logits.
+class ClickTrain(nn.Layer):
+    """The training wrapper of any table model (DIN, DeepFM): mean binary cross-entropy on its logits.
 
     Online EWC's penalty is added by the learner, after the data loss's gradients fed its
     Fisher estimate.
     """
 
-    def __init__(self, model: DIN) -> None:
+    def __init__(self, model: nn.Layer) -> None:
         """Wrap ``model``."""
         super().__init__()
         self.model = model

@@ -1,11 +1,12 @@
 """The learner chosen by configuration (``STREAMREC_MODEL__LEARNER``): one factory for all.
 
-``din`` names the built-in DIN; ``package.module:ClassName`` names a user's own class, loaded
-as feast loads its backends. A class with a ``from_config(model_cfg)`` classmethod is built
-by it; any other with no arguments (its own defaults). Either way it must have the methods of
-the `Learner` contract. Under a schema with declared features (``STREAMREC_FEATURES``) the
-learner is given it: DIN as ``schema``, a user's class as ``from_config(model_cfg, schema)``
-(a class that takes no schema is refused then, in one line).
+``din`` names the built-in DIN, ``deepfm`` the built-in DeepFM;
+``package.module:ClassName`` names a user's own class, loaded as feast loads its backends.
+A class with a ``from_config(model_cfg)`` classmethod is built by it; any other with no
+arguments (its own defaults). Either way it must have the methods of the `Learner` contract.
+Under a schema with declared features (``STREAMREC_FEATURES``) the learner is given it: a
+built-in as ``schema`` (DeepFM refuses declared features, in one line), a user's class as
+``from_config(model_cfg, schema)`` (a class that takes no schema is refused then, in one line).
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ def _din(cfg: ModelConfig, schema: FeatureSchema) -> Learner:
     return DINLearner(cfg, schema=schema)
 
 
-BUILTINS: dict[str, Callable[[ModelConfig, FeatureSchema], Learner]] = {"din": _din}
+def _deepfm(cfg: ModelConfig, schema: FeatureSchema) -> Learner:
+    from streamrec.learner.deepfm_learner import DeepFMLearner
+
+    return DeepFMLearner(cfg, schema=schema)
+
+
+BUILTINS: dict[str, Callable[[ModelConfig, FeatureSchema], Learner]] = {"din": _din, "deepfm": _deepfm}
 
 
 def make_learner(cfg: ModelConfig, schema: FeatureSchema | None = None) -> Learner:

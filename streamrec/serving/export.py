@@ -14,8 +14,13 @@
   inputs), the schema (``feature_schema``) and its ``feature_fingerprint``.
 - ``manifest.json`` with every file's sha256, and ``manifest.sha256``.
 
-That is DIN's export. The export is the learner's own: each learner type has its exporter
-(`EXPORTERS`, looked up by the snapshot's learner type), or its class exports itself with
+That is the export of DIN and of DeepFM (one scoring graph: both models take the same
+inputs). Each input in the contract states its ``source`` (the target's rows, the sequence's,
+the context ids', the user's statistics bucket, a declared feature's value for the target or
+along the sequence), from which serving builds it.
+
+The export is the learner's own: each learner type has its exporter (`EXPORTERS`, looked
+up by the snapshot's learner type), or its class exports itself with
 an ``export_for_serving(directory, version)`` method that writes its files and its scoring
 contract (``contract.json``); the checksums and the atomic rename are the same for all. A
 learner with neither trains and snapshots, but is refused here in one line.
@@ -49,12 +54,12 @@ from streamrec.features import FeatureSchema, read_value
 from streamrec.fileio import fsync_path, sha256_file
 from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
-from streamrec.learner.din import DINLearner
 from streamrec.learner.features import FeaturePlan, Moments, encode_features
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
 from streamrec.learner.registry import make_learner
+from streamrec.learner.trainer import TableLearner
 from streamrec.samples import Sample
 from streamrec.serving.graph import (
     ContextScoringGraph,
@@ -177,7 +182,7 @@ def build_missing_export(store: SnapshotStore, version: int) -> Path | None:
 
 
 def write_export(learner: Learner, target: Path, version: int, learner_type: str = DEFAULT_LEARNER) -> Path:
-    """Write ``learner``'s export (DIN's: scoring graph, id tables, contract) to ``target`` atomically.
+    """Write ``learner``'s export (a table model's: graph, id tables, contract) to ``target`` atomically.
 
     Raises:
         NotExportable: the learner cannot be exported (nothing is left behind).
@@ -234,7 +239,7 @@ def prune_exports(store: SnapshotStore) -> list[int]:
     return sorted(deleted)
 
 
-def scoring_graph(learner: DINLearner) -> ScoringGraph:
+def scoring_graph(learner: TableLearner) -> ScoringGraph:
     """The learner's model with its id statistics as constants, in eval mode."""
     cfg = learner.cfg
     behaviour = [t.name for t in cfg.builtin_tables if t.feature in BEHAVIOUR_FEATURES]
@@ -278,7 +283,12 @@ def _input_name(key: str) -> str:
 
 
 def feature_inputs(plan: FeaturePlan, t: int) -> list[dict[str, Any]]:
-    """The declared features' graph inputs, in order: name, dtype, shape (None: any batch)."""
+    """The declared features' graph inputs, in order: name, source, feature, side, dtype, shape.
+
+    Their ``source`` is ``feature``: the value of declared feature ``feature`` for the
+    candidate (``side`` ``target``) or along the user's sequence (``sequence``), encoded as
+    the contract's ``features`` entry says. A shape's None is any batch.
+    """
     out = []
     for key in plan.input_keys:
         name, side = key.split("/")
@@ -286,11 +296,14 @@ def feature_inputs(plan: FeaturePlan, t: int) -> list[dict[str, Any]]:
         shape: list[int | None] = [None] if side == "target" else [None, t]
         if f.pooled:
             shape.append(f.spec.max_ids)
-        out.append({"name": _input_name(key), "dtype": "int64" if f.table else "float32", "shape": shape})
+        out.append({
+            "name": _input_name(key), "source": "feature", "feature": name, "side": side,
+            "dtype": "int64" if f.table else "float32", "shape": shape,
+        })
     return out
 
 
-def feature_contract(learner: DINLearner) -> dict[str, Any]:
+def feature_contract(learner: TableLearner) -> dict[str, Any]:
     """The contract's part on declared features (empty under the default schema)."""
     plan, schema = learner.plan, learner.schema
     if not plan.input_keys:
@@ -330,8 +343,8 @@ def feature_contract(learner: DINLearner) -> dict[str, Any]:
     }
 
 
-def din_feature_inputs(contract: dict[str, Any], batch: Batch) -> dict[str, np.ndarray]:
-    """The declared features' inputs of a DIN export for ``batch``, by graph input name (none without)."""
+def feature_batch_inputs(contract: Mapping[str, Any], batch: Batch) -> dict[str, np.ndarray]:
+    """The declared features' inputs of an export for ``batch``, by ``<feature>/<side>`` (none without)."""
     doc = contract.get("feature_schema")
     if not doc:
         return {}
@@ -341,12 +354,11 @@ def din_feature_inputs(contract: dict[str, Any], batch: Batch) -> dict[str, np.n
     for f in contract["features"]:
         if "moments" in f:
             moments.arrays[f["name"]] = np.asarray(f["moments"], np.float64)
-    extras = encode_features(batch, plan, cfg.sequence_length, moments)
-    return {_input_name(k): v for k, v in extras.items()}
+    return encode_features(batch, plan, cfg.sequence_length, moments)
 
 
-def din_request_inputs(
-    contract: dict[str, Any], user_id: str, items: Sequence[str], context: Mapping[str, object] | None
+def feature_request_inputs(
+    contract: Mapping[str, Any], user_id: str, items: Sequence[str], context: Mapping[str, object] | None
 ) -> dict[str, np.ndarray]:
     """The declared features' inputs of a request scoring ``items`` for ``user_id`` (none without).
 
@@ -366,30 +378,31 @@ def din_request_inputs(
         if k in schema and schema[k].role == "context" and v is not None
     }
     samples = [Sample("request", user_id, MIN_TS_MS, item, "-", 0, (), (), features=given) for item in items]
-    return din_feature_inputs(contract, Batch.from_samples(samples))
+    return feature_batch_inputs(contract, Batch.from_samples(samples))
 
 
-def contract(learner: DINLearner, version: int) -> dict[str, Any]:
+def contract(learner: TableLearner, version: int) -> dict[str, Any]:
     """The scoring contract of an export, as a JSON document."""
     cfg = learner.cfg
-    behaviour = [t for t in cfg.tables if t.feature in BEHAVIOUR_FEATURES]
-    context = [t for t in cfg.tables if t.feature not in BEHAVIOUR_FEATURES]
+    behaviour = [t for t in cfg.builtin_tables if t.feature in BEHAVIOUR_FEATURES]
+    context = [t for t in cfg.builtin_tables if t.feature not in BEHAVIOUR_FEATURES]
     t = cfg.sequence_length
     inputs = [
-        {"name": "targets", "dtype": "int64", "shape": [-1, len(behaviour)],
+        {"name": "targets", "source": "target_rows", "dtype": "int64", "shape": [-1, len(behaviour)],
          "columns": [x.name for x in behaviour],
          "what": "per candidate, its row in each behaviour table, in column order"},
-        {"name": "sequences", "dtype": "int64", "shape": [-1, len(behaviour), t],
+        {"name": "sequences", "source": "sequence_rows", "dtype": "int64",
+         "shape": [-1, len(behaviour), t],
          "columns": [x.name for x in behaviour],
          "what": f"the user's latest {t} behaviours as rows of each behaviour table, oldest first and "
                  f"right-aligned (the latest at position {t - 1}), {PADDING_BUCKET} for padding on the left; "
                  "the same for every candidate of one user"},
-        {"name": "users", "dtype": "int64", "shape": [-1],
+        {"name": "users", "source": "user_bucket", "dtype": "int64", "shape": [-1],
          "what": f"the user's statistics bucket: xxh3_64(user id) % {USER_BUCKETS - 1} + 1"},
     ]
     if context:
         inputs.append(
-            {"name": "context", "dtype": "int64", "shape": [-1, len(context)],
+            {"name": "context", "source": "context_rows", "dtype": "int64", "shape": [-1, len(context)],
              "columns": [x.name for x in context],
              "what": "per candidate, the row of its context id (the user's) in each context table"}
         )
@@ -435,8 +448,8 @@ def _ids_files(table: str) -> tuple[str, str]:
     return f"{IDS_DIR}/{table}.keys.npy", f"{IDS_DIR}/{table}.rows.npy"
 
 
-def _din_export(learner: DINLearner, tmp: Path, version: int) -> None:
-    """DIN's exporter: its scoring graph, id tables and contract."""
+def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
+    """The exporter of a table model (DIN, DeepFM): its scoring graph, id tables and contract."""
     graph = scoring_graph(learner)
     # jit.save writes through the path's directory; keep its scratch out of the export.
     with tempfile.TemporaryDirectory() as scratch:
@@ -475,4 +488,5 @@ def _seal(tmp: Path, version: int) -> None:
 
 
 # Exporters by learner type (``STREAMREC_MODEL__LEARNER``); other learners export themselves.
-EXPORTERS: dict[str, Callable[[Any, Path, int], None]] = {"din": _din_export}
+# DIN and DeepFM take the same inputs, so one scoring graph and contract serve both.
+EXPORTERS: dict[str, Callable[[Any, Path, int], None]] = {"din": _table_export, "deepfm": _table_export}

@@ -1,4 +1,6 @@
-"""The exported scoring graph: the DIN with its id statistics inside, so serving feeds rows.
+"""The exported scoring graph: a table model (DIN, DeepFM) with its id statistics inside.
+
+Serving feeds rows.
 
 ``paddle.jit.save`` traces ``forward`` from this file's source, so the graph stays free of
 lambdas and closures. The id statistics (`streamrec.learner.idstats`) become constant
@@ -16,7 +18,6 @@ import paddle.nn.functional as F
 from paddle import nn
 
 from streamrec.learner.idstats import PRIOR_SAMPLES, RATE_EPS, USER, log_odds
-from streamrec.learner.model import DIN
 
 
 class ScoringGraph(nn.Layer):
@@ -28,7 +29,7 @@ class ScoringGraph(nn.Layer):
 
     def __init__(
         self,
-        model: DIN,
+        model: nn.Layer,
         behaviour: list[str],
         samples: Mapping[str, np.ndarray] | None,
         positives: Mapping[str, np.ndarray] | None,

@@ -28,12 +28,11 @@ from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.serving.export import (
     CONTRACT,
     CONTRACT_SCHEMA,
-    din_feature_inputs,
-    din_request_inputs,
     export_snapshot,
+    feature_batch_inputs,
+    feature_request_inputs,
 )
 from streamrec.snapshots.exports import verify_export
-from streamrec.snapshots.manifest import DEFAULT_LEARNER
 from streamrec.snapshots.store import SnapshotStore, version_name
 
 logger = logging.getLogger(__name__)
@@ -61,6 +60,7 @@ class _Table:
     def __init__(self, spec: dict[str, Any], export: Path) -> None:
         self.name = spec["name"]
         self.feature = spec["feature"]
+        self.kind = spec.get("kind") or ("behaviour" if self.feature in ("item", "category") else "context")
         self.dynamic = spec["ids"] == "dynamic"
         self.rows = int(spec["rows"])
         if self.dynamic:  # plain .npy arrays: np.load without pickle runs no code
@@ -98,22 +98,17 @@ class ExportedModel:
 
         Raises:
             InvalidSnapshot: a file is missing or does not match its checksum.
-            NotServable: another learner's export (its contract is not DIN's).
+            NotServable: its contract declares an input this scorer cannot build (another
+                learner's export, scored as its ``contract.json`` says).
         """
         self.path = Path(path)
         verify_export(self.path)
         self.contract: dict[str, Any] = orjson.loads((self.path / CONTRACT).read_bytes())
-        model = self.contract.get("model")
-        learner = model.get("learner", DEFAULT_LEARNER) if isinstance(model, dict) else None
-        if self.contract.get("schema") != CONTRACT_SCHEMA or learner != DEFAULT_LEARNER:
-            raise NotServable(
-                f"{self.path} is not a DIN export: streamrec serves DIN's exports only; score "
-                f"another learner's as its {CONTRACT} says"
-            )
+        self.inputs = _servable_inputs(self.contract, self.path)
         self.version: int = self.contract["version"]
         self.tables = [_Table(t, self.path) for t in self.contract["tables"]]
-        self.behaviour = [t for t in self.tables if t.feature in ("item", "category")]
-        self.context = [t for t in self.tables if t.feature not in ("item", "category")]
+        self.behaviour = [t for t in self.tables if t.kind == "behaviour"]
+        self.context = [t for t in self.tables if t.kind == "context"]
         self.length = int(self.contract["sequence_length"])
         self._cfg = ModelConfig.model_validate(self.contract["model"])
         self._by_name = {t.name: t for t in self.tables}
@@ -140,31 +135,25 @@ class ExportedModel:
         features, by name (any other declared feature reads absent).
         """
         recent = list(history)[-self.length :]
-        sequences = np.full((1, len(self.behaviour), self.length), PADDING_BUCKET, np.int64)
-        targets = np.empty((len(candidates), len(self.behaviour)), np.int64)
-        for col, table in enumerate(self.behaviour):
+        n = len(candidates)
+        targets, sequences = {}, {}
+        for table in self.behaviour:
             if table.feature == "item":
                 seq_ids: list[str | None] = [item for item, _ in recent]
                 target_ids: list[str | None] = [c.item_id for c in candidates]
             else:
                 seq_ids = [category for _, category in recent]
                 target_ids = [c.category_id for c in candidates]
+            sequence = np.full((1, self.length), PADDING_BUCKET, np.int64)
             if recent:
-                sequences[0, col, self.length - len(recent) :] = table.rows_of(seq_ids)
-            targets[:, col] = table.rows_of(target_ids)
-        n = len(candidates)
-        inputs = {
-            "targets": targets,
-            "sequences": np.repeat(sequences, n, axis=0),
-            "users": np.repeat(to_buckets(fingerprint([user_id]), self.user_buckets), n),
-        }
-        if self.context:
-            inputs["context"] = np.repeat(
-                np.stack([t.rows_of([user_id]) for t in self.context], axis=1), n, axis=0
-            )
-        # Declared features (export.py): the request's context, the rest absent.
-        inputs.update(din_request_inputs(self.contract, user_id, [c.item_id for c in candidates], context))
-        return self._run(inputs)
+                sequence[0, self.length - len(recent) :] = table.rows_of(seq_ids)
+            sequences[table.name] = np.repeat(sequence, n, axis=0)
+            targets[table.name] = table.rows_of(target_ids)
+        rows = {t.name: np.repeat(t.rows_of([user_id]), n) for t in self.context}
+        users = np.repeat(to_buckets(fingerprint([user_id]), self.user_buckets), n)
+        # Declared features: the request's context, the rest absent (see feature_request_inputs).
+        features = feature_request_inputs(self.contract, user_id, [c.item_id for c in candidates], context)
+        return self._run(self._feed(targets, sequences, rows, users, features))
 
     def score_batch(self, batch: Batch) -> np.ndarray:
         """float64 [B].
@@ -173,19 +162,42 @@ class ExportedModel:
         compares the served version with a candidate this way).
         """
         encoded = encode(batch, self._cfg, rows_of=self._rows_of_table)
-        inputs = {
-            "targets": np.stack([encoded.targets[t.name] for t in self.behaviour], axis=1),
-            "sequences": np.stack([encoded.sequences[t.name] for t in self.behaviour], axis=1),
-            "users": to_buckets(fingerprint(batch.user_ids.tolist()), self.user_buckets),
-        }
-        if self.context:
-            inputs["context"] = np.stack([encoded.context[t.name] for t in self.context], axis=1)
-        inputs.update(din_feature_inputs(self.contract, batch))  # declared features (export.py)
+        users = to_buckets(fingerprint(batch.user_ids.tolist()), self.user_buckets)
+        features = feature_batch_inputs(self.contract, batch)
+        inputs = self._feed(encoded.targets, encoded.sequences, encoded.context, users, features)
         out = np.empty(len(batch), np.float64)
         for start in range(0, len(batch), _CHUNK):
             part = {k: v[start : start + _CHUNK] for k, v in inputs.items()}
             out[start : start + _CHUNK] = self._run(part)
         return out
+
+    def _feed(
+        self,
+        targets: Mapping[str, np.ndarray],
+        sequences: Mapping[str, np.ndarray],
+        context: Mapping[str, np.ndarray],
+        users: np.ndarray,
+        features: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        """The predictor's inputs as the contract declares them, from rows per table name.
+
+        ``targets`` and ``context`` hold [B] rows, ``sequences`` [B, T], ``users`` the [B]
+        statistics buckets, ``features`` the declared features' encoded inputs by
+        ``<feature>/<side>``; each declared input stacks its ``columns`` in their order.
+        """
+        feed = {}
+        for spec in self.inputs:
+            source, columns = spec["source"], spec.get("columns", ())
+            if source == "user_bucket":
+                array = users
+            elif source == "feature":
+                array = features[f"{spec['feature']}/{spec['side']}"]
+            else:
+                rows = {"target_rows": targets, "sequence_rows": sequences, "context_rows": context}
+                by_table = rows[source]
+                array = np.stack([by_table[c] for c in columns], axis=1)
+            feed[spec["name"]] = array.astype(spec["dtype"], copy=False)
+        return feed
 
     def _rows_of_table(self, table: TableConfig, keys: np.ndarray) -> np.ndarray:
         return self._by_name[table.name].rows_of_keys(keys)
@@ -200,6 +212,70 @@ class ExportedModel:
             self._predictor.run()
             output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
             return np.asarray(output.copy_to_cpu(), np.float32)
+
+
+# How each input of a contract is built (its ``source``): the target's rows in the behaviour
+# tables named by ``columns``, the user's sequence in them, the context ids' rows in the
+# context tables named, the user's statistics bucket, or a declared feature's value (its
+# ``feature`` and ``side``: the candidate's, ``target``, or along the sequence, ``sequence``).
+SOURCES = ("target_rows", "sequence_rows", "context_rows", "user_bucket", "feature")
+SIDES = ("target", "sequence")
+# Exports written before the contract stated each input's source: DIN's four, by name.
+_SOURCE_BY_NAME = {
+    "targets": "target_rows", "sequences": "sequence_rows", "context": "context_rows", "users": "user_bucket"
+}
+
+
+def _servable_inputs(contract: Mapping[str, Any], path: Path) -> list[dict[str, Any]]:
+    """The contract's inputs, each with its ``source``, in the predictor's order.
+
+    Raises:
+        NotServable: the contract is not one this scorer reads, or declares an input it
+            cannot build (another learner's own export).
+    """
+    inputs = contract.get("inputs")
+    tables = {t.get("name") for t in contract.get("tables", ()) if isinstance(t, dict)}
+    features = [f.get("name") for f in contract.get("features", ()) if isinstance(f, dict)]
+    readable = {(f, side) for f in features for side in SIDES}
+    problem = None
+    if contract.get("schema") != CONTRACT_SCHEMA or not isinstance(inputs, list) or not inputs:
+        problem = f"its {CONTRACT} declares no inputs of contract schema {CONTRACT_SCHEMA}"
+    else:
+        inputs = [_with_source(spec, contract) for spec in inputs]
+        for spec in inputs:
+            source = spec.get("source")
+            unknown = [c for c in spec.get("columns", ()) if c not in tables]
+            if source not in SOURCES:
+                problem = f"its input {spec.get('name')!r} is built from {source!r}, not one of {SOURCES}"
+            elif unknown:
+                problem = f"its input {spec.get('name')!r} reads tables it does not list: {unknown}"
+            elif source == "feature" and (spec.get("feature"), spec.get("side")) not in readable:
+                problem = (
+                    f"its input {spec.get('name')!r} reads feature {spec.get('feature')!r} "
+                    f"(side {spec.get('side')!r}), which its features do not list"
+                )
+            if problem is not None:
+                break
+    if problem is not None or not isinstance(inputs, list):
+        raise NotServable(
+            f"{path} cannot be served by streamrec: {problem}; score it as its {CONTRACT} says"
+        )
+    return inputs
+
+
+def _with_source(spec: dict[str, Any], contract: Mapping[str, Any]) -> dict[str, Any]:
+    """An input spec with its ``source``.
+
+    Exports written before inputs stated it: DIN's four inputs by name, a declared feature's
+    (``<feature>__<side>``, listed in its ``features`` entry) as source ``feature``.
+    """
+    if not isinstance(spec, dict) or spec.get("source"):
+        return spec
+    name = spec.get("name")
+    for f in contract.get("features", ()):
+        if isinstance(f, dict) and name in f.get("inputs", ()):
+            return {**spec, "source": "feature", "feature": f["name"], "side": str(name).rsplit("__", 1)[-1]}
+    return {**spec, "source": _SOURCE_BY_NAME.get(str(name))}
 
 
 class Scorer:

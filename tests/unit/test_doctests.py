@@ -28,6 +28,7 @@ MODULES = (
     "streamrec.lazy",
     "streamrec.learner.batch",
     "streamrec.learner.checks",
+    "streamrec.learner.deepfm_learner",
     "streamrec.learner.din",
     "streamrec.learner.hashing",
     "streamrec.learner.idstats",

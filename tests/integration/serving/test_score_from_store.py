@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pytest
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -21,8 +22,11 @@ from streamrec.serving.scorer import Candidate, Scorer
 from tests.support import trained_snapshots
 
 
-def test_scores_read_the_users_sequence_from_redis(tmp_path: Path, store_config: RedisStoreConfig) -> None:
-    snapshots = trained_snapshots(tmp_path / "snapshots", count=1)
+@pytest.mark.parametrize("learner", ["din", "deepfm"])
+def test_scores_read_the_users_sequence_from_redis(
+    tmp_path: Path, store_config: RedisStoreConfig, learner: str
+) -> None:
+    snapshots = trained_snapshots(tmp_path / "snapshots", count=1, learner=learner)
     snapshots.promote(1)
     store = RedisFeatureStore(store_config, length=6, dedup_horizon_ms=86_400_000)
     store.attach(can_start_empty=True)
@@ -34,6 +38,7 @@ def test_scores_read_the_users_sequence_from_redis(tmp_path: Path, store_config:
     history_of = store_history(store)
     assert history_of("u7") == behaviours
     scorer = Scorer(tmp_path / "snapshots")
+    assert scorer.model.contract["model"]["learner"] == learner
     candidates = [Candidate("i1", "c1"), Candidate("i3", "c3"), Candidate("new", None)]
     want = scorer.model.score("u7", behaviours, candidates)
     assert not np.allclose(want, scorer.model.score("u7", [], candidates))  # the history matters

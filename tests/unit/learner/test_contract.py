@@ -60,15 +60,21 @@ def din(cfg: ModelConfig = DIN_CONFIG, schema: FeatureSchema | None = None) -> L
     return DINLearner(cfg, schema=schema)
 
 
+def deepfm(cfg: ModelConfig = DIN_CONFIG) -> Learner:
+    from streamrec.learner.deepfm_learner import DeepFMLearner
+
+    return DeepFMLearner(cfg.model_copy(update={"learner": "deepfm"}))
+
+
 def din_export(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
     """The serving path: a snapshot of the learner, exported, scored by Paddle Inference."""
-    from streamrec.learner.din import DINLearner
     from streamrec.learner.runner import _grouped
+    from streamrec.learner.trainer import TableLearner
     from streamrec.serving.export import export_snapshot
     from streamrec.serving.scorer import ExportedModel
     from streamrec.snapshots.store import SnapshotStore
 
-    assert isinstance(learner, DINLearner)
+    assert isinstance(learner, TableLearner)  # DIN or DeepFM
     store = SnapshotStore(root)
     manifest = store.write(
         _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
@@ -101,6 +107,10 @@ LEARNERS = (
     Entry("din-features", partial(din, schema=FEATURES), Promises(export=din_export), requires=("paddle",)),
     Entry("din-features-ewc-user", partial(din, DIN_EWC_CONFIG, FEATURES), Promises(export=din_export),
           requires=("paddle",)),
+    Entry("deepfm", deepfm, Promises(export=din_export), requires=("paddle",)),
+    Entry(
+        "deepfm-ewc-user", partial(deepfm, DIN_EWC_CONFIG), Promises(export=din_export), requires=("paddle",)
+    ),
     Entry("popularity", PopularityLearner),
     Entry("item-rate", ItemRateLearner),
     Entry("features", FeaturesLearner, Promises(knows_targets=False)),

@@ -34,7 +34,7 @@ def test_a_class_path_loads_that_learner_built_from_the_model_section() -> None:
         ("no_such_module_xyz:Learner", "cannot import no_such_module_xyz"),
         ("tests.unit.learner.tiny_learner:Missing", "has no Missing"),
         ("tests.unit.learner.tiny_learner:NotALearner", "lacks learn_many"),
-        ("dn", "neither a built-in learner (din) nor a package.module:ClassName"),
+        ("dn", "neither a built-in learner (deepfm, din) nor a package.module:ClassName"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_setting(value: str, why: str) -> None:

@@ -145,4 +145,4 @@ def test_serving_refuses_another_learners_export_in_one_line(
         ExportedModel(path)
     message = str(info.value)
     assert "\n" not in message
-    assert f"{path}" in message and "DIN" in message
+    assert f"{path}" in message and "contract.json" in message

@@ -17,8 +17,10 @@ import pytest
 from streamrec.config import ModelConfig
 from streamrec.errors import InvalidSnapshot
 from streamrec.learner.batch import Batch
+from streamrec.learner.deepfm_learner import DeepFMLearner
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import _grouped
+from streamrec.learner.trainer import TableLearner
 from streamrec.samples import Sample
 from streamrec.serving.export import export_snapshot, verify_export, write_export
 from streamrec.serving.scorer import Candidate, ExportedModel
@@ -57,8 +59,10 @@ def stream(n: int, seed: int, ts: int) -> Batch:
     return Batch.from_samples(samples)
 
 
-def trained(cfg: ModelConfig) -> DINLearner:
-    learner = DINLearner(cfg)
+def trained(cfg: ModelConfig, model: str = "din") -> TableLearner:
+    learner: TableLearner = DINLearner(cfg)
+    if model == "deepfm":
+        learner = DeepFMLearner(cfg.model_copy(update={"learner": "deepfm"}))
     for k in range(3):
         learner.learn_many(stream(600, k, k * 10_000))
     return learner
@@ -77,12 +81,14 @@ def trained(cfg: ModelConfig) -> DINLearner:
     ],
     ids=["dynamic", "hashed", "user-table", "plain-din", "no-match-features", "default-layout"],
 )
-def test_the_export_scores_as_the_training_model(tmp_path: Path, fields: dict[str, Any]) -> None:
-    learner = trained(config(**fields))
-    if learner.model.match is not None:  # the match features weigh in, so the export must compute them
-        assert np.abs(learner.model.match.weight.numpy()).max() > 0.01
+@pytest.mark.parametrize("model", ["din", "deepfm"])
+def test_the_export_scores_as_the_training_model(tmp_path: Path, fields: dict[str, Any], model: str) -> None:
+    learner = trained(config(**fields), model)
+    match = getattr(learner.model, "match", None)
+    if match is not None:  # the match features weigh in, so the export must compute them
+        assert np.abs(match.weight.numpy()).max() > 0.01
     batch = stream(500, 99, 90_000)  # unseen ids among them read the default rows
-    export = write_export(learner, tmp_path / "v000001", 1)
+    export = write_export(learner, tmp_path / "v000001", 1, learner.cfg.learner)
     got = ExportedModel(export).score_batch(batch)
     assert np.abs(got - learner.predict_many(batch)).max() <= TOLERANCE
 
@@ -106,11 +112,12 @@ def test_a_snapshot_from_before_the_match_features_still_exports(tmp_path: Path)
 @pytest.mark.parametrize(
     "tables", [small_tables(512, 64, dim=4), DEFAULT_LAYOUT], ids=["dynamic", "default-layout"]
 )
+@pytest.mark.parametrize("model", ["din", "deepfm"])
 def test_a_process_without_streamrec_scores_as_the_training_model(
-    tmp_path: Path, tables: list[dict[str, Any]]
+    tmp_path: Path, tables: list[dict[str, Any]], model: str
 ) -> None:
-    learner = trained(config(tables=tables))
-    export = write_export(learner, tmp_path / "v000001", 1)
+    learner = trained(config(tables=tables), model)
+    export = write_export(learner, tmp_path / "v000001", 1, learner.cfg.learner)
     history = [("i1", "c1"), ("i2", "c2"), ("i1", "c1"), ("i59", "c3")]
     candidates = [("i1", "c1"), ("i3", "c3"), ("never-seen", "c0"), ("i4", None)]
     samples = [
@@ -169,3 +176,33 @@ def test_export_files_are_world_readable_and_verified(tmp_path: Path) -> None:
     with pytest.raises(InvalidSnapshot, match=r"ids/item\.rows\.npy does not match"):
         ExportedModel(export)
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def contract_with(inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"schema": 1, "tables": [{"name": "item"}, {"name": "category"}], "inputs": inputs}
+
+
+def test_serving_builds_the_inputs_a_contract_declares_and_reads_old_ones_by_name() -> None:
+    from streamrec.serving.scorer import _servable_inputs
+
+    declared: list[dict[str, Any]] = [
+        {"name": "rows", "source": "target_rows", "columns": ["category"], "dtype": "int64"},
+        {"name": "users", "dtype": "int64"},  # written before inputs stated their source
+    ]
+    got = _servable_inputs(contract_with(declared), Path("v000001"))
+    assert [(i["name"], i["source"]) for i in got] == [("rows", "target_rows"), ("users", "user_bucket")]
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [({"name": "price", "source": "price_bucket"}, "built from 'price_bucket'"),
+     ({"name": "targets", "source": "target_rows", "columns": ["shop"]}, "reads tables it does not list"),
+     ({"name": "anything"}, "built from None")],
+)
+def test_an_input_serving_cannot_build_is_refused_in_one_line(spec: dict[str, Any], why: str) -> None:
+    from streamrec.errors import NotServable
+    from streamrec.serving.scorer import _servable_inputs
+
+    with pytest.raises(NotServable, match=why) as info:
+        _servable_inputs(contract_with([{**spec, "dtype": "int64"}]), Path("v000001"))
+    assert "\n" not in str(info.value) and "contract.json" in str(info.value)
