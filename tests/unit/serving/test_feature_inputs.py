@@ -1,0 +1,112 @@
+"""Declared features in a table model's export: inputs of source ``feature``, built from the contract.
+
+The contract-driven scorer and ``examples/score_export.py`` (no streamrec) build them alike; DeepFM
+refuses declared features in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from streamrec.errors import ConfigError
+from streamrec.features import FeatureSchema
+from streamrec.learner.batch import Batch
+from streamrec.learner.registry import make_learner
+from tests.unit.learner.test_features import SCHEMA, featured, model
+
+pytest.importorskip("paddle")
+
+EXAMPLE = Path(__file__).parents[3] / "examples" / "score_export.py"
+
+
+def test_deepfm_refuses_declared_features_in_one_line() -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_learner(model(learner="deepfm"), SCHEMA)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "STREAMREC_FEATURES" in message and "STREAMREC_MODEL__LEARNER" in message and "genres" in message
+    assert make_learner(model(learner="deepfm"), FeatureSchema.default()) is not None
+
+
+def _export(tmp_path: Path) -> Path:
+    from streamrec.learner.runner import _grouped
+    from streamrec.serving.export import export_snapshot
+    from streamrec.snapshots.store import SnapshotStore
+
+    tables = [*model().model_dump()["tables"], {"name": "user", "feature": "user", "rows": 64, "dim": 4}]
+    from streamrec.learner.din import DINLearner
+
+    learner = DINLearner(model(tables=tables), schema=SCHEMA)
+    for _ in range(3):
+        learner.learn_many(Batch.from_samples(featured(32)))
+    store = SnapshotStore(tmp_path / "snapshots")
+    manifest = store.write(
+        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": learner.cfg.model_dump(mode="json"), "features": SCHEMA.to_json()},
+    )
+    return export_snapshot(store, manifest.version)
+
+
+def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(tmp_path: Path) -> None:
+    from streamrec.serving.scorer import Candidate, ExportedModel
+
+    export = _export(tmp_path)
+    contract = orjson.loads((export / "contract.json").read_bytes())
+    features = [i for i in contract["inputs"] if i["source"] == "feature"]
+    assert [(i["name"], i["feature"], i["side"]) for i in features][:2] == [
+        ("genres__target", "genres", "target"), ("price__target", "price", "target"),
+    ]
+    assert {i["name"] for i in features} == {n for f in contract["features"] for n in f["inputs"]}
+    history = [("i8", "c1"), ("i9", "c2")]
+    candidates = [("i1", "c1"), ("i2", "c2"), ("never-seen", "c0")]
+    context = {"device": "ios"}
+    exported = ExportedModel(export)
+    want = exported.score("u1", history, [Candidate(i, c) for i, c in candidates], context=context)
+    script = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(EXAMPLE.parent)!r})\n"
+        "import score_export\n"
+        f"e = score_export.Export(score_export.Path({str(export)!r}))\n"
+        f"print(json.dumps([[float(s) for s in e.score('u1', {history!r}, {candidates!r}, c)]"
+        f" for c in ({context!r}, {{}})]))\n"
+        "assert not [m for m in sys.modules if m.startswith('streamrec')], 'imported streamrec'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with_context, without = json.loads(proc.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(with_context, want, rtol=1e-4, atol=1e-6)
+    absent = exported.score("u1", history, [Candidate(i, c) for i, c in candidates])
+    np.testing.assert_allclose(without, absent, rtol=1e-4, atol=1e-6)
+
+
+def test_an_export_from_before_feature_sources_is_served_by_name(tmp_path: Path) -> None:
+    from streamrec.serving.scorer import _servable_inputs
+
+    export = _export(tmp_path)
+    contract = orjson.loads((export / "contract.json").read_bytes())
+    old = {**contract, "inputs": [
+        {k: v for k, v in i.items() if k not in ("source", "feature", "side")} for i in contract["inputs"]
+    ]}
+    assert _servable_inputs(old, export) == contract["inputs"]
+
+
+def test_a_feature_input_of_an_unlisted_feature_is_refused_in_one_line(tmp_path: Path) -> None:
+    from streamrec.errors import NotServable
+    from streamrec.serving.scorer import _servable_inputs
+
+    export = _export(tmp_path)
+    contract = orjson.loads((export / "contract.json").read_bytes())
+    bad = {**contract, "inputs": [*contract["inputs"], {**contract["inputs"][-1], "feature": "nope"}]}
+    with pytest.raises(NotServable, match="feature 'nope'"):
+        _servable_inputs(bad, export)
