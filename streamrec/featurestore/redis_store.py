@@ -50,6 +50,7 @@ from streamrec.errors import (
     FeatureStoreUnreachable,
     PartitionFenced,
 )
+from streamrec.features.schema import FeatureSchema
 from streamrec.featurestore.base import (
     Answer,
     Arrival,
@@ -65,7 +66,7 @@ from streamrec.featurestore.partitions import (
     PartitionOutcome,
     fenced_reason,
 )
-from streamrec.featurestore.redis_codec import FRESH, event_line, parse_call
+from streamrec.featurestore.redis_codec import FRESH, event_line, event_line_with, parse_call
 from streamrec.featurestore.redis_markers import check_markers, marker_keys, new_marker
 from streamrec.featurestore.redis_partitions import (
     ADVANCE_LUA,
@@ -110,6 +111,7 @@ class RedisFeatureStore(FeatureStore):
         length: int,
         dedup_horizon_ms: int = 6 * 3_600_000,
         client: redis.Redis | None = None,
+        schema: FeatureSchema | None = None,
     ) -> None:
         """Connect to ``cfg.url`` (a Cluster when ``cfg.cluster``), or use ``client``.
 
@@ -117,7 +119,7 @@ class RedisFeatureStore(FeatureStore):
         store is first used: a consumer started before its Cluster is up then waits for it
         in `attach`, as for a standalone Redis.
         """
-        super().__init__(length, dedup_horizon_ms)
+        super().__init__(length, dedup_horizon_ms, schema)
         self._prefix = cfg.key_prefix
         self._ttl_ms = cfg.ttl_s * 1000
         self._url = cfg.url
@@ -301,7 +303,7 @@ class RedisFeatureStore(FeatureStore):
                     expected = sum(len(by_user[user]) for user in users)
                     if len(reply) != expected:
                         raise FeatureStoreError(f"redis answered {len(reply)} verdicts for {expected} events")
-                    parse_call(iter(reply), users, by_user, arrivals, answers)
+                    parse_call(iter(reply), users, by_user, arrivals, answers, self.behaviour_features)
                     parsed += 1
                 yield answers[index]
         except BaseException:  # a failure, or the answers given up: no replies left on the connection
@@ -345,6 +347,8 @@ class RedisFeatureStore(FeatureStore):
     ) -> Iterator[tuple[Any, ...]]:
         prefix = self._prefix
         limits = self._limits
+        specs = self.behaviour_features
+        line = event_line if not specs else lambda arrival: event_line_with(arrival, specs)
         for users in calls:
             keys: list[str] = []
             lines: list[str] = []
@@ -352,9 +356,9 @@ class RedisFeatureStore(FeatureStore):
                 keys += (f"{prefix}:seq:{{{user}}}", f"{prefix}:ids:{{{user}}}")
                 indexes = by_user[user]
                 if len(indexes) == 1:  # most users of a batch: no comprehension's frame
-                    lines.append(event_line(arrivals[indexes[0]]))
+                    lines.append(line(arrivals[indexes[0]]))
                 else:
-                    lines.append("".join([event_line(arrivals[i]) for i in indexes]))
+                    lines.append("".join([line(arrivals[i]) for i in indexes]))
             yield (
                 "EVALSHA",
                 sha,
