@@ -81,12 +81,14 @@ from streamrec.featurestore.redis_scripts import FIRST_SEEN_LUA, SEQUENCE_LUA
 from streamrec.featurestore.redis_server import (
     CLIENT_DEFAULTS,
     COMPACT_DEFAULTS,
+    FEATURED_MEMBER_BYTES,
     NO_ANSWER,
     PASSING_REPLIES,
     REFUSED,
     UNAVAILABLE,
     check_servers,
     compact_limits,
+    raise_member_limit,
     server_infos,
 )
 from streamrec.kafka.records import Partition
@@ -158,6 +160,8 @@ class RedisFeatureStore(FeatureStore):
     def _scripts(self, reload: bool = False) -> tuple[str, ...]:
         """The SHA1s of the scripts (sequences, first seen, claim, advance), loaded on every primary."""
         if self._shas is None or reload:
+            if self.behaviour_features:  # longer entries: keep the sequences compact
+                raise_member_limit(self._redis, FEATURED_MEMBER_BYTES)
             self._limits = compact_limits(self._redis, self.length)
             self._shas = tuple(
                 self._redis.script_load(script)

@@ -13,6 +13,7 @@ from streamrec.config import RedisStoreConfig
 from streamrec.events import Event
 from streamrec.features.schema import FeatureSchema, FeatureSpec, Value
 from streamrec.featurestore import Arrival, FeatureStore, MemoryFeatureStore, RedisFeatureStore
+from tests.integration.conftest import PrivateService
 
 T0 = 1_511_658_000_000
 HOUR = 3_600_000
@@ -89,3 +90,32 @@ def test_the_default_schema_writes_the_members_it_always_wrote(
     featured = RedisFeatureStore(store_config, 3, HOUR, schema=SCHEMA)
     featured.update([Arrival(ev(1, shop="s1", tags=("a", "b"), price=3.0), "0:1")])
     assert redis_client.zrange(plain.key("u"), 1, 1) == [b"e1\ti1\tc\tpv\x1ds1\x1da\x1eb\x1d3\x1d"]
+
+
+def test_a_featured_store_raises_the_member_limit_so_long_entries_stay_compact(
+    private_redis: PrivateService, unique_name: str
+) -> None:
+    client = redis.Redis(port=private_redis.port)
+    assert client.config_get("zset-max-listpack-value") == {"zset-max-listpack-value": "64"}
+    cfg = RedisStoreConfig(url=f"redis://127.0.0.1:{private_redis.port}", key_prefix=unique_name)
+    store = RedisFeatureStore(cfg, 50, HOUR, schema=SCHEMA)
+    tags = ("tag-0000001", "tag-0000002", "tag-0000003")
+    store.update([Arrival(ev(i, shop="shop-000042", tags=tags, price=1234.5), f"0:{i}") for i in range(50)])
+    key = store.key("u")
+    assert max(map(len, client.zrange(key, 0, -1))) > 64
+    assert client.config_get("zset-max-listpack-value") == {"zset-max-listpack-value": "128"}
+    assert client.object("encoding", key) == b"listpack"
+
+
+def test_a_user_that_may_not_raise_the_limit_is_told_what_to_set(
+    private_redis: PrivateService, unique_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    admin = redis.Redis(port=private_redis.port)
+    admin.acl_setuser("app", enabled=True, passwords=["+secret"], keys=[f"{unique_name}:*"],
+                      commands=["+@read", "+@write", "+@scripting", "+@fast"])
+    url = f"redis://app:secret@127.0.0.1:{private_redis.port}"
+    store = RedisFeatureStore(RedisStoreConfig(url=url, key_prefix=unique_name), 3, HOUR, schema=SCHEMA)
+    with caplog.at_level("WARNING", logger="streamrec.featurestore"):
+        store.update([Arrival(ev(0, shop="s"), "0:0")])
+    assert "set it to at least 128 on the server" in caplog.text
+    assert admin.config_get("zset-max-listpack-value") == {"zset-max-listpack-value": "64"}
