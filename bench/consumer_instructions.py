@@ -129,7 +129,8 @@ def child(args: argparse.Namespace) -> None:
         port = free_port()
         server = start_redis("127.0.0.1", port, Path(folder))
         try:
-            print(len(events), streamrec_work(f"redis://127.0.0.1:{port}", batches, consumer, now_ms, features))
+            url = f"redis://127.0.0.1:{port}"
+            print(len(events), streamrec_work(url, batches, consumer, now_ms, features))
         finally:
             server.stop()
 
@@ -157,7 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--data", default=DEFAULT, help="a UserBehavior file, synthetic or feed")
-    parser.add_argument("--features", type=int, default=0, help="declared behaviour features the events carry: 0 or 4")
+    parser.add_argument("--features", type=int, default=0, help="behaviour features declared: 0 or 4")
     parser.add_argument("--child", choices=["streamrec", "floor"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

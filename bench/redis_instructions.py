@@ -98,7 +98,10 @@ def bench_builder(cfg: StreamrecConfig) -> SampleBuilder:
 
 
 def streamrec_work(
-    url: str, events: list[Event], consumer: dict[str, object], features: list[dict[str, object]] | None = None
+    url: str,
+    events: list[Event],
+    consumer: dict[str, object],
+    features: list[dict[str, object]] | None = None,
 ) -> int:
     """The sample builder's batches against the store at ``url``; the samples it made.
 

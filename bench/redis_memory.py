@@ -76,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=40_000)
     parser.add_argument("--data", default=DEFAULT, help="a UserBehavior file, synthetic or feed")
-    parser.add_argument("--features", type=int, default=0, help="declared behaviour features the events carry: 0 or 4")
+    parser.add_argument("--features", type=int, default=0, help="behaviour features declared: 0 or 4")
     args = parser.parse_args()
     events, consumer = workload(args.data, args.events)
     events, features = with_features(events, args.features)

@@ -42,7 +42,8 @@ _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH)]
 #: decoding an event makes no dict for them.
 NO_FEATURES: Mapping[str, Value] = types.MappingProxyType({})
 # Event.features's name to the struct's decoder: a name no producer writes, so the C decoder
-# never fills it from the wire (declared features are top-level fields, read by `parse_event`).
+# does not fill it from the wire (declared features are top-level fields, read by
+# `parse_event`, which replaces it; not checked without them: a check an event costs).
 _FEATURES_WIRE_NAME = "\u00a7features"
 
 
@@ -88,15 +89,16 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
             f"({self.user_id!r}, {self.item_id!r}, {self.category_id!r}, {self.action!r}, "
             f"{self.ts!r}, {self.label!r})"
         )
-        if self.features:
-            text += repr(sorted(self.features.items()))
+        if self.features:  # in schema order, as `parse_event` reads them whatever the JSON's order
+            text += repr(tuple(self.features.items()))
         # 8 hex digits, zero-padded: as f"{crc:08x}" writes them, which parses its format
         # spec every call (~2,000 instructions, a fifth of the fingerprint)
         return zlib.crc32(text.encode()).to_bytes(4).hex()
 
     def __hash__(self) -> int:
-        """By the contract's fields (equal events have equal ones; the features, a mapping, are unhashable)."""
-        return hash((self.event_id, self.user_id, self.item_id, self.category_id, self.action, self.ts, self.label))
+        """By the contract's fields: equal events have equal ones (the features, a mapping, do not hash)."""
+        return hash((self.event_id, self.user_id, self.item_id, self.category_id, self.action, self.ts,
+                     self.label))
 
     def to_json(self, schema: FeatureSchema | None = None) -> bytes:
         """Encode in the wire form (``label`` omitted when absent).
@@ -241,18 +243,15 @@ def parse_event(
             event.ts <= now_ms + max_future_ms
             and (label is None or label == 0 or label == 1)
             and (ids + event.action).isprintable()
-            and event.features is NO_FEATURES  # never filled from the wire
         ):
-            if not extras:
-                return event
-            features = read_features(_document(raw), extras)
-            return msgspec.structs.replace(event, features=features) if features else event
+            if extras:  # the declared ones: they replace anything the wire name held
+                return msgspec.structs.replace(event, features=read_features(_document(raw), extras) or NO_FEATURES)
+            return event
     doc = _document(raw)
     event = _event_of(doc, raw, now_ms, max_future_ms)
-    if not extras:
-        return event
-    features = read_features(doc, extras)
-    return msgspec.structs.replace(event, features=features) if features else event
+    if extras:
+        return msgspec.structs.replace(event, features=read_features(doc, extras) or NO_FEATURES)
+    return event
 
 
 def _document(raw: bytes) -> dict[str, Any]:

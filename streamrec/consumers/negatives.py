@@ -317,7 +317,8 @@ class MixedSampler(NoveltyMatchedSampler):
             size = len(pool)
             if not size:
                 continue
-            _, item, category, first_seen, values = pool.entries[pool.head + _crc32(b"p%d" % draw, base) % size]
+            index = pool.head + _crc32(b"p%d" % draw, base) % size
+            _, item, category, first_seen, values = pool.entries[index]
             if (first_seen > novel_after) == new and item not in exclude and item not in taken:
                 return (item, category, values), draw
         return None, draw

@@ -13,6 +13,7 @@ timestamps, so such a topic is aligned by send time, silently, unless someone sa
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -182,12 +183,12 @@ class SampleBuilder:
         events: list[tuple[Event, KafkaMessage, Partition]] = []
         dead: list[DeadLetter] = []
         keys = [partition_of(msg) for msg in records]
-        future_ms, max_bytes, extras = self._cfg.max_future_ms, self._cfg.max_event_bytes, self._extras
+        future_ms, max_bytes = self._cfg.max_future_ms, self._cfg.max_event_bytes
+        # the default schema's call as it always was: no argument more an event
+        parse = functools.partial(parse_event, extras=self._extras) if self._extras else parse_event
         for msg, key in zip(records, keys, strict=True):
             try:
-                event = parse_event(
-                    msg.value(), now_ms=now_ms, max_future_ms=future_ms, max_bytes=max_bytes, extras=extras
-                )
+                event = parse(msg.value(), now_ms=now_ms, max_future_ms=future_ms, max_bytes=max_bytes)
             except InvalidEvent as exc:
                 dead.append(DeadLetter.of(msg, str(exc)))
             else:

@@ -299,8 +299,9 @@ def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
     tolerance = TIMESTAMP_TOLERANCE_MS if skew is None else skew
     partitioner = cfg.kafka.partitioner
     placement = None if partitioner is None else Placement(partitioner)
+    schema = cfg.feature_schema()
     return SampleBuilder(
-        cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement, schema=cfg.feature_schema()
+        cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement, schema=schema
     )
 
 

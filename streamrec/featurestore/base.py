@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from abc import abstractmethod
 import types
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -41,12 +41,16 @@ class Behaviour:
     @classmethod
     def of(cls, event: Event, specs: Sequence[FeatureSpec] = ()) -> Behaviour:
         """The behaviour an event adds to its user's sequence, with its values of ``specs``."""
-        extras = values.encode(event.features, specs) if specs else ""
-        return cls(event.ts, event.event_id, event.item_id, event.category_id, event.action, extras)
+        if specs:
+            extras = values.encode(event.features, specs)
+            return cls(event.ts, event.event_id, event.item_id, event.category_id, event.action, extras)
+        return cls(event.ts, event.event_id, event.item_id, event.category_id, event.action)
 
     def member(self) -> str:
         """Stable encoding; event id first, so equal-time entries order by event id."""
-        return SEP.join((self.event_id, self.item_id, self.category_id, self.action + self.extras))
+        if self.extras:
+            return SEP.join((self.event_id, self.item_id, self.category_id, self.action + self.extras))
+        return SEP.join((self.event_id, self.item_id, self.category_id, self.action))
 
     @classmethod
     def from_member(cls, member: str, ts: int) -> Behaviour:
@@ -74,19 +78,16 @@ class History(Sequence[Behaviour]):
     the default schema, and for an empty history.
     """
 
-    __slots__ = ("_made", "_make", "categories", "features", "items")
+    __slots__ = ("_made", "_make", "categories", "items")
+    # a class attribute: the default schema's histories, most of them, set nothing more
+    features: Mapping[str, tuple[Value | None, ...]] = NO_COLUMNS
 
     def __init__(
-        self,
-        items: tuple[str, ...],
-        categories: tuple[str, ...],
-        make: Callable[[], list[Behaviour]],
-        features: Mapping[str, tuple[Value | None, ...]] = NO_COLUMNS,
+        self, items: tuple[str, ...], categories: tuple[str, ...], make: Callable[[], list[Behaviour]]
     ) -> None:
         """A history of ``items`` and ``categories``; ``make()`` gives its behaviours."""
         self.items = items
         self.categories = categories
-        self.features = features
         self._make = make
         self._made: list[Behaviour] | None = None
 
@@ -94,11 +95,12 @@ class History(Sequence[Behaviour]):
     def of(cls, behaviours: list[Behaviour], specs: Sequence[FeatureSpec] = ()) -> History:
         """The history of these behaviours (oldest first), with their values of ``specs``."""
         items = tuple([b.item_id for b in behaviours])
-        features = NO_COLUMNS
+        categories = tuple([b.category_id for b in behaviours])
         if specs and behaviours:
             rows = [b.values(specs) for b in behaviours]
             features = {spec.name: tuple([row[k] for row in rows]) for k, spec in enumerate(specs)}
-        return cls(items, tuple([b.category_id for b in behaviours]), lambda: behaviours, features)
+            return FeaturedHistory(items, categories, lambda: behaviours, features)
+        return cls(items, categories, lambda: behaviours)
 
     def behaviours(self) -> list[Behaviour]:
         """The behaviours, oldest first."""
@@ -135,6 +137,23 @@ class History(Sequence[Behaviour]):
     def __repr__(self) -> str:
         """As the list of behaviours."""
         return f"History({self.behaviours()!r})"
+
+
+class FeaturedHistory(History):
+    """A `History` with its declared behaviour features along it."""
+
+    __slots__ = ("features",)
+
+    def __init__(
+        self,
+        items: tuple[str, ...],
+        categories: tuple[str, ...],
+        make: Callable[[], list[Behaviour]],
+        features: Mapping[str, tuple[Value | None, ...]],
+    ) -> None:
+        """See `History`; ``features`` by name, aligned with ``items``."""
+        super().__init__(items, categories, make)
+        self.features = features
 
 
 class Verdict(IntEnum):

@@ -90,7 +90,8 @@ class MemoryFeatureStore(FeatureStore):
             low[event.user_id] = min(event.ts, low.get(event.user_id, event.ts))
             if arrival.stored and event.event_id not in user.stored:
                 user.stored.add(event.event_id)
-                bisect.insort(user.sequence, Behaviour.of(event, self.behaviour_features), key=Behaviour.sort_key)
+                behaviour = Behaviour.of(event, self.behaviour_features)
+                bisect.insort(user.sequence, behaviour, key=Behaviour.sort_key)
         earliest = earliest_per_item(a.event for a in arrivals)  # every arrival, as Redis
         for item, ts in earliest.items():
             self._first_seen[item] = min(ts, self._first_seen.get(item, ts))

@@ -16,6 +16,7 @@ from streamrec.featurestore.base import (
     Answer,
     Arrival,
     Behaviour,
+    FeaturedHistory,
     History,
 )
 
@@ -100,7 +101,9 @@ def history(answer: str, specs: Sequence[FeatureSpec] = ()) -> History:
         ids = fields[0::5]
         ids[0] = ids[0][1:]  # the answer's code before the first id
         return [
-            Behaviour(int(fields[k + 4]), ids[k // 5], fields[k + 1], fields[k + 2], *values.split(fields[k + 3]))
+            Behaviour(
+                int(fields[k + 4]), ids[k // 5], fields[k + 1], fields[k + 2], *values.split(fields[k + 3])
+            )
             for k in range(len(fields) - 5, -1, -5)
         ]
 
@@ -108,7 +111,7 @@ def history(answer: str, specs: Sequence[FeatureSpec] = ()) -> History:
         return History(tuple(items), tuple(categories), make)
     actions = fields[3::5]
     actions.reverse()
-    return History(tuple(items), tuple(categories), make, values.columns(actions, specs))
+    return FeaturedHistory(tuple(items), tuple(categories), make, values.columns(actions, specs))
 
 
 EMPTY = History((), (), list)

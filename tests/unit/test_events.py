@@ -167,7 +167,8 @@ def parse_with(raw: bytes, schema: FeatureSchema = SCHEMA) -> Event:
 def test_declared_features_are_read_from_top_level_fields_by_name() -> None:
     event = parse_with(doc(genres=["a", 7], price_cents=250, device="ios"))
     assert event.features == {"genres": ("a", "7"), "price": 250.0, "device": "ios"}
-    assert parse_with(doc(ts=float(NOW - 1000), price_cents=1)).features == {"price": 1.0}  # the checked path too
+    checked = parse_with(doc(ts=float(NOW - 1000), price_cents=1))  # the field-by-field path too
+    assert checked.features == {"price": 1.0}
 
 
 def test_declared_features_round_trip_through_the_wire_form() -> None:
@@ -185,19 +186,26 @@ def test_declared_features_round_trip_through_the_wire_form() -> None:
         ({"price_cents": 1, "device": ["ios"]}, "feature 'device' (field 'device') must hold string"),
     ],
 )
-def test_a_value_breaking_its_declaration_is_refused_naming_the_feature(over: dict[str, object], reason: str) -> None:
+def test_a_value_breaking_its_declaration_is_refused_naming_the_feature(
+    over: dict[str, object], reason: str
+) -> None:
     with pytest.raises(InvalidEvent) as info:
         parse_with(doc(**over))
     assert str(info.value).startswith(reason)
 
 
 def test_the_default_schema_ignores_feature_fields_and_keeps_its_fingerprint() -> None:
-    raw = doc(genres=["a"], features={"genres": "x"}, **{"\u00a7features": {"genres": "x"}})
+    raw = doc(genres=["a"], features={"genres": "x"})
     event = parse(raw)
     assert not event.features and event == parse(doc())
     assert event.to_json() == Event("e1", "7", "i9", "3", "pv", NOW - 1000).to_json()
     text = f"('7', 'i9', '3', 'pv', {NOW - 1000}, None)"  # the fingerprint stored marks depend on
     assert event.fingerprint() == zlib.crc32(text.encode()).to_bytes(4).hex()
+
+
+def test_declared_features_replace_whatever_the_wire_name_held() -> None:
+    raw = doc(price_cents=1, **{"\u00a7features": {"genres": "x"}})
+    assert parse_with(raw).features == {"price": 1.0}
 
 
 def test_features_count_in_the_fingerprint_only_when_present() -> None:

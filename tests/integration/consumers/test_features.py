@@ -113,9 +113,8 @@ def test_the_default_schema_makes_byte_identical_samples(store_config: RedisStor
         partition = zlib.crc32(e.user_id.encode()) % 2
         records.append(Record(e.to_json(), offsets[partition], partition=partition))
         offsets[partition] += 1
-    builder = SampleBuilder(
-        ConsumerConfig(negatives=2, negative_history_share=0.3), RedisFeatureStore(store_config, 10, 3_600_000)
-    )
+    cfg = ConsumerConfig(negatives=2, negative_history_share=0.3)
+    builder = SampleBuilder(cfg, RedisFeatureStore(store_config, 10, 3_600_000))
     digest, count = hashlib.sha256(), 0
     for start in range(0, len(records), 500):
         result = builder.process(records[start : start + 500], now_ms=events[-1].ts + 1)

@@ -71,7 +71,9 @@ def test_numbers_and_ids_keep_their_values(store: FeatureStore) -> None:
     assert [history.features[name][0] for name in STORED] == ["x" * 128, ("é", "1 2", "-"), -0.1, 1e-300]
 
 
-def test_behaviours_stored_before_the_features_were_declared_read_none(store_config: RedisStoreConfig) -> None:
+def test_behaviours_stored_before_the_features_were_declared_read_none(
+    store_config: RedisStoreConfig,
+) -> None:
     before = RedisFeatureStore(store_config, 3, HOUR)
     before.update([Arrival(Event("e0", "u", "i0", "c", "pv", T0), "0:0")])
     after = RedisFeatureStore(store_config, 3, HOUR, schema=SCHEMA)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import random
 
-from streamrec.consumers.negatives import Entry, NoveltyMatchedSampler, _Pool
+from streamrec.consumers.negatives import NO_VALUES, Entry, NoveltyMatchedSampler, _Pool
 
 MIN = 60_000
 
@@ -75,8 +75,8 @@ def test_a_pool_keeps_what_a_bounded_deque_evicted_by_time_keeps() -> None:
         ts += rng.choice((0, 1, 1, 2, 7))
         horizon = ts - width
         if rng.random() < 0.7:
-            pool.add((ts, f"i{step}", "c", ts), horizon)
-            model.append((ts, f"i{step}", "c", ts))
+            pool.add((ts, f"i{step}", "c", ts, NO_VALUES), horizon)
+            model.append((ts, f"i{step}", "c", ts, NO_VALUES))
         else:
             pool.evict(horizon)
         while model and model[0][0] < horizon:
