@@ -245,7 +245,8 @@ def parse_event(
             and (ids + event.action).isprintable()
         ):
             if extras:  # the declared ones: they replace anything the wire name held
-                return msgspec.structs.replace(event, features=read_features(_document(raw), extras) or NO_FEATURES)
+                features = read_features(_document(raw), extras) or NO_FEATURES
+                return msgspec.structs.replace(event, features=features)
             return event
     doc = _document(raw)
     event = _event_of(doc, raw, now_ms, max_future_ms)

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
+import orjson
 import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
@@ -49,6 +50,7 @@ from streamrec.errors import (
     FeatureStoreUnavailable,
     FeatureStoreUnreachable,
     PartitionFenced,
+    SchemaChange,
 )
 from streamrec.features.schema import FeatureSchema
 from streamrec.featurestore.base import (
@@ -187,6 +189,7 @@ class RedisFeatureStore(FeatureStore):
         try:
             check_servers(server_infos(self._redis))
             self._answered = True
+            self._check_features()
             values = [self._redis.get(key) for key in keys]
             if not any(values) and can_start_empty:
                 value = new_marker()
@@ -204,6 +207,30 @@ class RedisFeatureStore(FeatureStore):
         self._markers = {key: str(value) for key, value in zip(keys, values, strict=True)}
         marker = next(iter(self._markers.values()))
         logger.info("feature store attached prefix=%s marker=%r", self._prefix, marker)
+
+    def _check_features(self) -> None:
+        """Refuse behaviour features declared in another order than the stored entries hold them.
+
+        A behaviour's values are stored by position (`streamrec.featurestore.values`):
+        ``<prefix>:features`` records the longest list of names the entries were written with,
+        and the declared list must extend it, or be a start of it (a feature dropped from the
+        end: its stored values are ignored).
+
+        Raises:
+            SchemaChange: a feature declared in the middle, renamed or removed before another.
+        """
+        key = f"{self._prefix}:features"
+        names = [spec.name for spec in self.behaviour_features]
+        raw = self._redis.get(key)
+        stored: list[str] = orjson.loads(raw) if raw else []
+        if names[: len(stored)] != stored[: len(names)]:
+            raise SchemaChange(
+                f"the feature store at prefix {self._prefix!r} holds behaviour features {stored} by "
+                f"position, and {names} are declared: declare them in that order with new ones at "
+                "the end (STREAMREC_FEATURES), or rebuild the store (`streamrec consumers rebuild`)"
+            )
+        if len(names) > len(stored):
+            self._redis.set(key, orjson.dumps(names))
 
     def _translated(self, exc: redis.RedisError) -> FeatureStoreError:
         """A Redis failure as the store's.

@@ -11,9 +11,9 @@ and the store's scripts and answer parsing stay as they are. The default schema'
 are exactly as before.
 
 Values are positional: a feature added to the end of the declared list reads None in the
-entries stored before it (its default); one declared in the middle would misread them, so
-`check_order` refuses a schema that is not an extension of the one the store was written
-with.
+entries stored before it (its default); one declared in the middle would misread them, so the
+Redis store refuses, as it attaches, a list that does not extend the one its entries were
+written with (`RedisFeatureStore.attach`).
 
 Examples:
     >>> from streamrec.features.schema import FeatureSpec

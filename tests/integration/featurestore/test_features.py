@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from streamrec.config import RedisStoreConfig
+from streamrec.errors import SchemaChange
 from streamrec.events import Event
 from streamrec.features.schema import FeatureSchema, FeatureSpec, Value
 from streamrec.featurestore import Arrival, FeatureStore, MemoryFeatureStore, RedisFeatureStore
@@ -121,3 +122,16 @@ def test_a_user_that_may_not_raise_the_limit_is_told_what_to_set(
         store.update([Arrival(ev(0, shop="s"), "0:0")])
     assert "set it to at least 128 on the server" in caplog.text
     assert admin.config_get("zset-max-listpack-value") == {"zset-max-listpack-value": "64"}
+
+
+def test_a_store_refuses_behaviour_features_declared_out_of_the_stored_order(
+    store_config: RedisStoreConfig,
+) -> None:
+    RedisFeatureStore(store_config, 3, HOUR, schema=SCHEMA).attach(can_start_empty=True)
+    RedisFeatureStore(store_config, 3, HOUR).attach(can_start_empty=True)  # features dropped: ignored
+    added = FeatureSchema((*SCHEMA.features, FeatureSpec(name="brand")))
+    RedisFeatureStore(store_config, 3, HOUR, schema=added).attach(can_start_empty=True)  # one more at the end
+    inserted = FeatureSchema.of([FeatureSpec(name="brand"), *SCHEMA.extras])
+    stored = r"holds behaviour features \['shop', 'tags', 'price', 'rating', 'brand'\]"
+    with pytest.raises(SchemaChange, match=stored):
+        RedisFeatureStore(store_config, 3, HOUR, schema=inserted).attach(can_start_empty=True)
