@@ -18,6 +18,7 @@ from streamrec.events import Event
 from streamrec.features.schema import Value
 from streamrec.featurestore import RedisFeatureStore
 from streamrec.kafka.records import Record
+from streamrec.producer import publish
 from tests.integration.conftest import app_producer
 
 T0 = 1_511_658_000_000
@@ -123,3 +124,14 @@ def test_the_default_schema_makes_byte_identical_samples(store_config: RedisStor
         for value in result.values:
             digest.update(value + b"\n")
     assert (count, digest.hexdigest()) == BEFORE
+
+
+def test_the_producer_writes_declared_features_at_their_fields(
+    kafka_config: KafkaConfig, topic_reader
+) -> None:
+    cfg = StreamrecConfig.model_validate({"kafka": kafka_config, "features": FEATURES})
+    [event] = stream()[:1]
+    assert publish([event], kafka_config, schema=cfg.feature_schema()) == 1
+    [record] = topic_reader(kafka_config.events_topic)
+    doc = orjson.loads(record.value())
+    assert doc["price_cents"] == 0.0 and "price" not in doc and doc["device"] == "ios"
