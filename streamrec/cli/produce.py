@@ -57,6 +57,7 @@ def produce(
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task(f"publishing to {cfg.kafka.events_topic}", total=len(events))
             sent = publish(
-                events, cfg.kafka, rate=rate, on_progress=lambda n: progress.advance(task, n)
+                events, cfg.kafka, rate=rate, on_progress=lambda n: progress.advance(task, n),
+                schema=cfg.feature_schema(),
             )
         console.print(f"published {sent} events to {cfg.kafka.events_topic}")

@@ -299,7 +299,10 @@ def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
     tolerance = TIMESTAMP_TOLERANCE_MS if skew is None else skew
     partitioner = cfg.kafka.partitioner
     placement = None if partitioner is None else Placement(partitioner)
-    return SampleBuilder(cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement)
+    schema = cfg.feature_schema()
+    return SampleBuilder(
+        cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement, schema=schema
+    )
 
 
 def refresh_placement(builder: SampleBuilder, client: MetadataClient, topics: Sequence[str]) -> None:

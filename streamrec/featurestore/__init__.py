@@ -49,16 +49,18 @@ def make_feature_store(cfg: StreamrecConfig) -> FeatureStore:
     """The feature store the settings name.
 
     The store ``cfg.store`` names, keeping each user's latest ``model.sequence_length``
-    behaviours and the event ids of ``consumer.dedup_horizon_ms`` of event time.
+    behaviours, with their values of the declared behaviour features (``STREAMREC_FEATURES``),
+    and the event ids of ``consumer.dedup_horizon_ms`` of event time.
     """
     from streamrec.config import MemoryStoreConfig
     from streamrec.featurestore.memory import MemoryFeatureStore
     from streamrec.featurestore.redis_store import RedisFeatureStore
 
     length, horizon_ms = cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms
+    schema = cfg.feature_schema()  # its behaviour features are stored with each behaviour
     if isinstance(cfg.store, MemoryStoreConfig):
-        return MemoryFeatureStore(length, horizon_ms)
-    return RedisFeatureStore(cfg.store, length, horizon_ms)
+        return MemoryFeatureStore(length, horizon_ms, schema)
+    return RedisFeatureStore(cfg.store, length, horizon_ms, schema=schema)
 
 
 # The top-level ``featurestore/`` folder is a link to this package, so from the repository root the
