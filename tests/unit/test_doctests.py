@@ -23,6 +23,7 @@ MODULES = (
     "streamrec.events",
     "streamrec.features.schema",
     "streamrec.featurestore.memory",
+    "streamrec.featurestore.profiles",
     "streamrec.kafka.partitioning",
     "streamrec.kafka.records",
     "streamrec.lazy",
