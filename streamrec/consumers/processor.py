@@ -26,11 +26,14 @@ from streamrec.consumers.joins import JoinRule, Judged, decided_samples
 from streamrec.consumers.lateness import Watermarks
 from streamrec.consumers.negatives import MixedSampler, NoveltyMatchedSampler, sampler_for
 from streamrec.consumers.placement import Placement
+from streamrec.consumers.user_features import UserFeatures
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import Event, parse_event
+from streamrec.features.schema import FeatureSpec
 from streamrec.featurestore.base import ACCEPTED, DUPLICATE, Answer, Arrival, FeatureStore, History
 from streamrec.featurestore.partitions import PartitionOutcome
+from streamrec.featurestore.profiles import Profile, ProfileStore
 from streamrec.kafka.records import KafkaMessage, Partition, offset_spans, partition_of
 from streamrec.samples import Sample, encode_sample
 
@@ -127,12 +130,15 @@ class SampleBuilder:
         *,
         timestamp_tolerance_ms: int = TIMESTAMP_TOLERANCE_MS,
         placement: Placement | None = None,
+        profiles: ProfileStore | None = None,
+        user_features: Sequence[FeatureSpec] = (),
     ) -> None:
         """Build samples by ``cfg`` on ``store``.
 
         Report records whose timestamp is more than ``timestamp_tolerance_ms`` away from their
         event time; dead-letter records that ``placement`` finds misplaced (the runners'
-        records; in-memory ones have no partitioner to check).
+        records; in-memory ones have no partitioner to check). Join the ``user_features`` as of
+        each sample's time from ``profiles``.
         """
         self._cfg = cfg
         self._store = store
@@ -148,6 +154,9 @@ class SampleBuilder:
         self._tolerance_ms = timestamp_tolerance_ms
         self._mismatch_warned: set[Partition] = set()  # one warning per partition
         self.placement = placement
+        # -- user features (issue 28), "-- user feat" below: see streamrec.consumers.user_features
+        self.profiles = UserFeatures(profiles, user_features)
+        self._as_of: dict[str, Profile] = {}  # the batch's users' profiles, read before its samples
 
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
         """Split records into valid events and dead letters.
@@ -162,6 +171,7 @@ class SampleBuilder:
         for msg, key in zip(records, keys, strict=True):
             try:
                 event = parse_event(msg.value(), now_ms=now_ms, max_future_ms=future_ms, max_bytes=max_bytes)
+                self.profiles.check(msg.value())  # -- user features: a bad value dead-letters the event
             except InvalidEvent as exc:
                 dead.append(DeadLetter.of(msg, str(exc)))
             else:
@@ -214,6 +224,7 @@ class SampleBuilder:
         judged, mismatches = self._judge(events, watermarks)
         kept = self._keep(judged, dead)
         sampler = self.sampler.copy()
+        self._as_of = self.profiles.update([(judged[i].event, judged[i].msg) for i in kept])  # -- user feats
         outcomes: list[PartitionOutcome] | None = None
         taken: set[tuple[Partition, int]] = set()
         with self._store.update(self._arrivals(judged, kept), meanwhile) as update:
@@ -419,13 +430,14 @@ class SampleBuilder:
         """
         items, categories = history.items, history.categories
         event_id, user_id, ts = event.event_id, event.user_id, event.ts
+        feats = self.profiles.as_of(self._as_of, event)  # -- user features ({} when none declared)
         if event.label is not None:
             sample = Sample(event_id, user_id, ts, event.item_id, event.category_id, event.label,
-                            items, categories)
+                            items, categories, feats)
             out.append(sample)
             values.append(encode_sample(sample))
             return
-        made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories)]
+        made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories, feats)]
         negatives = sampler.draw(
             self._negatives,
             new=sampler.is_new(first_seen, ts),
@@ -434,7 +446,7 @@ class SampleBuilder:
             key=event_id,
         )
         for k, (item, category) in enumerate(negatives):
-            made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories))
+            made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories, feats))
         out += made
         values += map(encode_sample, made)
 
@@ -457,12 +469,13 @@ class SampleBuilder:
             return
         items, categories = history.items, history.categories
         event_id, user_id, ts = event.event_id, event.user_id, event.ts
-        made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories)]
+        feats = self.profiles.as_of(self._as_of, event)  # -- user features ({} when none declared)
+        made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories, feats)]
         negatives = cast(MixedSampler, sampler).draw_mixed(
             self._negatives, new=sampler.is_new(first_seen, ts), ts=ts, target=event.item_id,
             items=items, categories=categories, key=event_id,
         )
         for k, (item, category) in enumerate(negatives):
-            made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories))
+            made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories, feats))
         out += made
         values += map(encode_sample, made)

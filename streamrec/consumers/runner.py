@@ -39,6 +39,7 @@ from streamrec.errors import (
 )
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
+from streamrec.featurestore.profiles import make_profile_store
 from streamrec.kafka.clients import make_consumer, produce
 from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock, RecordSource
@@ -299,7 +300,10 @@ def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
     tolerance = TIMESTAMP_TOLERANCE_MS if skew is None else skew
     partitioner = cfg.kafka.partitioner
     placement = None if partitioner is None else Placement(partitioner)
-    return SampleBuilder(cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement)
+    users = cfg.feature_schema().role("user")  # -- user features: a profile store when any is declared
+    profiles = make_profile_store(cfg) if users else None
+    return SampleBuilder(cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement,
+                         profiles=profiles, user_features=users)
 
 
 def refresh_placement(builder: SampleBuilder, client: MetadataClient, topics: Sequence[str]) -> None:
