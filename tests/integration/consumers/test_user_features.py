@@ -1,0 +1,63 @@
+"""Declared user features through the consumer runner, on the real broker and Redis: each sample,
+negatives included, carries the user's value as of its time, and Redis holds the points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import orjson
+import redis
+from confluent_kafka import Message
+
+from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.consumers.runner import ConsumerRunner
+from tests.integration.conftest import app_producer
+
+T0 = 1_511_658_000_000
+
+
+def click(k: int, seconds: int, user: str = "u1", **extra: object) -> dict[str, Any]:
+    return {"event_id": f"e{k}", "user_id": user, "item_id": f"i{k}", "category_id": "c1",
+            "action": "pv", "ts": T0 + seconds * 1000, **extra}
+
+
+def test_samples_carry_the_users_features_as_of_their_time(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, redis_client: redis.Redis,
+    unique_name: str, topic_reader: Callable[[str], list[Message]],
+) -> None:
+    cfg = StreamrecConfig.model_validate({
+        "kafka": kafka_config, "store": store_config,
+        "consumer": {"group_id": f"c-{unique_name}", "stop_when_idle_s": 3.0, "negatives": 1},
+        "features": [{"name": "tier", "field": "membership", "role": "user"}],
+    })
+    docs = [  # one user's events out of order: gold, stamped last but one, arrives first
+        click(0, 1, "u2"),  # another user's item, for the negatives
+        click(1, 30, membership="gold"),
+        click(2, 10, membership="silver"),
+        click(3, 20),
+        click(4, 5),
+        click(5, 40),
+        click(2, 10, membership="silver"),  # resent: a duplicate, no samples, no new point
+    ]
+    producer = app_producer(kafka_config)
+    for doc in docs:
+        producer.produce(kafka_config.events_topic, key=doc["user_id"].encode(), value=orjson.dumps(doc))
+    assert producer.flush(10) == 0
+    stats = ConsumerRunner(cfg).run()
+    assert stats.duplicates == 1
+    samples = [orjson.loads(m.value()) for m in topic_reader(kafka_config.samples_topic)]
+    tiers = {s["sample_id"]: s.get("features", {}).get("tier") for s in samples if s["user_id"] == "u1"}
+    assert tiers == {
+        "e1": "gold", "e1~n0": "gold",
+        "e2": "silver", "e2~n0": "silver",
+        "e3": "silver", "e3~n0": "silver",  # not gold: gold is stamped later
+        "e4": None, "e4~n0": None,  # before any value: the default (no "features" on the wire)
+        "e5": "gold", "e5~n0": "gold",
+    }
+    key = f"{store_config.key_prefix}:prof:{{u1}}"
+    stored = cast(dict[bytes, bytes], redis_client.hgetall(key))
+    assert stored == {b"tier": f'{T0 + 10_000}\x1f"silver"\x1e{T0 + 30_000}\x1f"gold"'.encode()}
+    assert 0 < redis_client.pttl(key) <= store_config.ttl_s * 1000
+    assert not redis_client.exists(f"{store_config.key_prefix}:prof:{{u2}}")  # no user features, no key
