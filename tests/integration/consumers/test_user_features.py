@@ -47,7 +47,7 @@ def test_samples_carry_the_users_features_as_of_their_time(
     assert producer.flush(10) == 0
     stats = ConsumerRunner(cfg).run()
     assert stats.duplicates == 1
-    samples = [orjson.loads(m.value()) for m in topic_reader(kafka_config.samples_topic)]
+    samples = [orjson.loads(cast(bytes, m.value())) for m in topic_reader(kafka_config.samples_topic)]
     tiers = {s["sample_id"]: s.get("features", {}).get("tier") for s in samples if s["user_id"] == "u1"}
     assert tiers == {
         "e1": "gold", "e1~n0": "gold",
