@@ -12,6 +12,7 @@ import redis
 from confluent_kafka import Message
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.consumers.rebuild import rebuild_store
 from streamrec.consumers.runner import ConsumerRunner
 from tests.integration.conftest import app_producer
 
@@ -23,15 +24,26 @@ def click(k: int, seconds: int, user: str = "u1", **extra: object) -> dict[str, 
             "action": "pv", "ts": T0 + seconds * 1000, **extra}
 
 
+def config(kafka: KafkaConfig, store: RedisStoreConfig, unique: str) -> StreamrecConfig:
+    return StreamrecConfig.model_validate({
+        "kafka": kafka, "store": store,
+        "consumer": {"group_id": f"c-{unique}", "stop_when_idle_s": 3.0, "negatives": 1},
+        "features": [{"name": "tier", "field": "membership", "role": "user"}],
+    })
+
+
+def send(kafka: KafkaConfig, docs: list[dict[str, Any]]) -> None:
+    producer = app_producer(kafka)
+    for doc in docs:
+        producer.produce(kafka.events_topic, key=doc["user_id"].encode(), value=orjson.dumps(doc))
+    assert producer.flush(10) == 0
+
+
 def test_samples_carry_the_users_features_as_of_their_time(
     kafka_config: KafkaConfig, store_config: RedisStoreConfig, redis_client: redis.Redis,
     unique_name: str, topic_reader: Callable[[str], list[Message]],
 ) -> None:
-    cfg = StreamrecConfig.model_validate({
-        "kafka": kafka_config, "store": store_config,
-        "consumer": {"group_id": f"c-{unique_name}", "stop_when_idle_s": 3.0, "negatives": 1},
-        "features": [{"name": "tier", "field": "membership", "role": "user"}],
-    })
+    cfg = config(kafka_config, store_config, unique_name)
     docs = [  # one user's events out of order: gold, stamped last but one, arrives first
         click(0, 1, "u2"),  # another user's item, for the negatives
         click(1, 30, membership="gold"),
@@ -41,10 +53,7 @@ def test_samples_carry_the_users_features_as_of_their_time(
         click(5, 40),
         click(2, 10, membership="silver"),  # resent: a duplicate, no samples, no new point
     ]
-    producer = app_producer(kafka_config)
-    for doc in docs:
-        producer.produce(kafka_config.events_topic, key=doc["user_id"].encode(), value=orjson.dumps(doc))
-    assert producer.flush(10) == 0
+    send(kafka_config, docs)
     stats = ConsumerRunner(cfg).run()
     assert stats.duplicates == 1
     samples = [orjson.loads(cast(bytes, m.value())) for m in topic_reader(kafka_config.samples_topic)]
@@ -61,3 +70,12 @@ def test_samples_carry_the_users_features_as_of_their_time(
     assert stored == {b"tier": f'{T0 + 10_000}\x1f"silver"\x1e{T0 + 30_000}\x1f"gold"'.encode()}
     assert 0 < redis_client.pttl(key) <= store_config.ttl_s * 1000
     assert not redis_client.exists(f"{store_config.key_prefix}:prof:{{u2}}")  # no user features, no key
+
+
+def test_a_rebuild_restores_the_users_features(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, redis_client: redis.Redis, unique_name: str,
+) -> None:
+    send(kafka_config, [click(1, 30, membership="gold"), click(2, 10, membership="silver"), click(3, 20)])
+    rebuild_store(config(kafka_config, store_config, unique_name), force=True)
+    stored = cast(dict[bytes, bytes], redis_client.hgetall(f"{store_config.key_prefix}:prof:{{u1}}"))
+    assert stored == {b"tier": f'{T0 + 10_000}\x1f"silver"\x1e{T0 + 30_000}\x1f"gold"'.encode()}
