@@ -13,6 +13,7 @@ from streamrec.config import RedisStoreConfig
 from streamrec.features.schema import FeatureSchema, FeatureSpec, read_features
 from streamrec.featurestore.profiles import MemoryProfileStore, ProfilePoint, ProfileStore, user_values
 from streamrec.featurestore.redis_profiles import RedisProfileStore
+from tests.integration.conftest import PrivateService
 
 T0 = 1_511_658_000_000
 KEEP = 3
@@ -228,3 +229,16 @@ def test_events_user_features_reach_redis_and_read_back_as_of_each_sample(
         "e3": {"tier": "gold", "age_band": "30-39"},
     }
     assert orjson.loads(stored["tier"].split("\x1e")[0].split("\x1f")[1]) == "silver"
+
+
+def test_a_least_privileged_redis_user_runs_the_profile_store(
+    private_redis: PrivateService, unique_name: str
+) -> None:
+    """The command groups the deployment docs name are enough for the profile store too."""
+    admin = redis.Redis(port=private_redis.port)
+    admin.acl_setuser("app", enabled=True, passwords=["+secret"], keys=[f"{unique_name}:*"],
+                      commands=["+@read", "+@write", "+@scripting", "+@fast"])
+    url = f"redis://app:secret@127.0.0.1:{private_redis.port}"
+    store = RedisProfileStore(RedisStoreConfig(url=url, key_prefix=unique_name), KEEP)
+    store.update([tier(10, "silver"), tier(20, "gold")])
+    assert as_of(store, 15) == {"tier": "silver"}
