@@ -28,6 +28,7 @@ is `streamrec.featurestore.redis_profiles.RedisProfileStore`.
 from __future__ import annotations
 
 import bisect
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,9 @@ def encode_value(value: Value) -> bytes:
     return orjson.dumps(value)
 
 
+# A user feature takes few distinct values (tiers, age bands), read back by the thousand a batch:
+# a cache of this size holds them all, and its values (str, float, tuple) are immutable.
+@functools.lru_cache(maxsize=4096)
 def decode_value(raw: bytes | str) -> Value:
     """Inverse of `encode_value` (a list comes back as a tuple)."""
     value = orjson.loads(raw)
