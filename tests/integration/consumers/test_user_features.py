@@ -4,6 +4,8 @@ negatives included, carries the user's value as of its time, and Redis holds the
 
 from __future__ import annotations
 
+import random
+import zlib
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -11,9 +13,15 @@ import orjson
 import redis
 from confluent_kafka import Message
 
-from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.config import ConsumerConfig, KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.consumers.processor import SampleBuilder
 from streamrec.consumers.rebuild import rebuild_store
 from streamrec.consumers.runner import ConsumerRunner
+from streamrec.features.schema import FeatureSpec
+from streamrec.featurestore import MemoryFeatureStore, RedisFeatureStore
+from streamrec.featurestore.profiles import MemoryProfileStore
+from streamrec.featurestore.redis_profiles import RedisProfileStore
+from streamrec.kafka.records import Record
 from tests.integration.conftest import app_producer
 
 T0 = 1_511_658_000_000
@@ -79,3 +87,51 @@ def test_a_rebuild_restores_the_users_features(
     rebuild_store(config(kafka_config, store_config, unique_name), force=True)
     stored = cast(dict[bytes, bytes], redis_client.hgetall(f"{store_config.key_prefix}:prof:{{u1}}"))
     assert stored == {b"tier": f'{T0 + 10_000}\x1f"silver"\x1e{T0 + 30_000}\x1f"gold"'.encode()}
+
+
+def _stream(rng: random.Random) -> list[Record]:
+    """2,000 events of 300 users over two partitions: some late, some resent, a few reused ids,
+    most carrying a tier that changes now and then.
+    """
+    docs: list[dict[str, Any]] = []
+    for i in range(2_000):
+        seconds = i - (rng.randrange(60) if rng.random() < 0.1 else 0)
+        doc = click(i, seconds, f"u{rng.randrange(300)}")
+        if rng.random() < 0.8:
+            doc["membership"] = rng.choice(["basic", "silver", "gold"])
+        docs.append(doc)
+        if rng.random() < 0.05:
+            docs.append(docs[rng.randrange(len(docs))])  # resent
+        if rng.random() < 0.02:
+            docs.append({**docs[rng.randrange(len(docs))], "item_id": "reused"})
+    offsets = [0, 0]
+    records = []
+    for doc in docs:
+        partition = zlib.crc32(doc["user_id"].encode()) % 2
+        records.append(Record(orjson.dumps(doc), offsets[partition], partition=partition))
+        offsets[partition] += 1
+    return records
+
+
+def test_redis_and_memory_join_the_same_user_features(store_config: RedisStoreConfig) -> None:
+    rng = random.Random(28)
+    records = _stream(rng)
+    cfg = ConsumerConfig(negatives=1, allowed_lateness_ms=30_000, late_events="sequence_only")
+    users = (FeatureSpec(name="tier", field="membership", role="user"),)
+    on_redis = SampleBuilder(cfg, RedisFeatureStore(store_config, 5),
+                             profiles=RedisProfileStore(store_config, 4), user_features=users)
+    in_memory = SampleBuilder(cfg, MemoryFeatureStore(5), profiles=MemoryProfileStore(4), user_features=users)
+    start, with_tier = 0, 0
+    while start < len(records):
+        end = min(len(records), start + rng.randrange(100, 500))
+        batch = records[start:end]
+        for builder in (on_redis, in_memory):
+            if rng.random() < 0.3:
+                builder.process(batch, now_ms=T0 + 10**8)  # aborted: done again below
+        got = [builder.process(batch, now_ms=T0 + 10**8) for builder in (on_redis, in_memory)]
+        assert got[0].values == got[1].values
+        for builder, result in zip((on_redis, in_memory), got, strict=True):
+            builder.commit(result)
+        with_tier += sum("tier" in s.features for s in got[0].samples)
+        start = end
+    assert with_tier > 1000

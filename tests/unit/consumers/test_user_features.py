@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import orjson
@@ -95,3 +96,30 @@ def test_without_user_features_samples_are_as_before() -> None:
     before, after = (b.process(records(docs), now_ms=T0 + 10**6) for b in (plain, hooked))
     assert after.values == before.values and len(after.values) == 2
     assert all(b'"features"' not in value for value in after.values)
+
+
+def test_random_streams_never_leak_a_later_value() -> None:
+    """Oracle: a sample's tier is the newest stamped at or before its time among the events that
+    arrived by the end of its batch (ties: the greatest JSON), whatever the order and the cuts.
+    """
+    rng = random.Random(5)
+    docs = []
+    for k in range(1_500):
+        doc = click(k, k - (rng.randrange(40) if rng.random() < 0.2 else 0), f"u{rng.randrange(40)}")
+        if rng.random() < 0.6:
+            doc["membership"] = rng.choice(["basic", "silver", "gold"])
+        docs.append(doc)
+    b = SampleBuilder(ConsumerConfig(negatives=1), MemoryFeatureStore(length=50),
+                      profiles=MemoryProfileStore(points=10_000), user_features=SCHEMA.role("user"))
+    arrived: list[dict[str, Any]] = []
+    start, checked = 0, 0
+    while start < len(docs):
+        end = min(len(docs), start + rng.randrange(1, 200))
+        arrived += docs[start:end]
+        for sample in run(b, docs[start:end], first=start):
+            known = [(d["ts"], orjson.dumps(d["membership"]), d["membership"]) for d in arrived
+                     if d["user_id"] == sample.user_id and "membership" in d and d["ts"] <= sample.ts]
+            assert sample.features.get("tier") == (max(known)[2] if known else None), sample.sample_id
+            checked += 1
+        start = end
+    assert checked > 2_000
