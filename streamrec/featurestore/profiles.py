@@ -19,7 +19,8 @@ already there, changes nothing. Hence:
 Every point counts, a value equal to the one before it too: dropping such a point is wrong
 once a late point with another value lands between the two. A feature sent with every
 event so fills its points with the user's last ``points`` events' values, and a sample reads
-it exactly as long as its event is fewer than ``points`` of its user's points late.
+it exactly unless ``points`` or more of its user's later-stamped points arrived before it.
+Lowering ``points`` trims a feature's points at its next write.
 
 `ProfileStore` is the interface, `MemoryProfileStore` the in-process store; the Redis one
 is `streamrec.featurestore.redis_profiles.RedisProfileStore`.
