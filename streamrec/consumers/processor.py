@@ -27,10 +27,11 @@ from streamrec.consumers.joins import JoinRule, Judged, decided_samples
 from streamrec.consumers.lateness import Watermarks
 from streamrec.consumers.negatives import ItemValues, MixedSampler, NoveltyMatchedSampler, sampler_for
 from streamrec.consumers.placement import Placement
+from streamrec.consumers.user_features import UserFeatures
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import Event, parse_event
-from streamrec.features.schema import FeatureSchema, Value
+from streamrec.features.schema import FeatureSchema, FeatureSpec, Value
 from streamrec.featurestore.base import (
     ACCEPTED,
     DUPLICATE,
@@ -41,6 +42,7 @@ from streamrec.featurestore.base import (
     behaviour_features,
 )
 from streamrec.featurestore.partitions import PartitionOutcome
+from streamrec.featurestore.profiles import Profile, ProfileStore
 from streamrec.kafka.records import KafkaMessage, Partition, offset_spans, partition_of
 from streamrec.samples import Sample, encode_sample
 
@@ -138,6 +140,8 @@ class SampleBuilder:
         timestamp_tolerance_ms: int = TIMESTAMP_TOLERANCE_MS,
         placement: Placement | None = None,
         schema: FeatureSchema | None = None,
+        profiles: ProfileStore | None = None,
+        user_features: Sequence[FeatureSpec] = (),
     ) -> None:
         """Build samples by ``cfg`` on ``store``.
 
@@ -148,7 +152,8 @@ class SampleBuilder:
         ones): a sample
         carries its target's behaviour features (not outcomes) and the event's context ones
         in `Sample.features`, the history's in `Sample.seq_features`; a negative its item's
-        values as last seen by the sampler, and its event's context.
+        values as last seen by the sampler, and its event's context. Join the user features
+        (the schema's, and ``user_features``) as of each sample's time from ``profiles``.
         """
         self._cfg = cfg
         self._store = store
@@ -167,11 +172,15 @@ class SampleBuilder:
         schema = schema or store.schema
         if behaviour_features(schema) != store.behaviour_features:
             raise ValueError("the feature store keeps other behaviour features than the schema declares")
-        self._extras = schema.extras
+        users = (*schema.role("user"), *(f for f in user_features if f not in schema.features))
+        self._extras = (*schema.extras, *(f for f in users if f not in schema.extras))
+        # user features (streamrec.consumers.user_features): written per batch, read as of each sample
+        self.profiles = UserFeatures(profiles, users)
+        self._as_of: dict[str, Profile] = {}  # the batch's users' profiles, read before its samples
         # the target's own: behaviour features but outcomes (a target's outcome is its label)
         self._item_features = tuple(f.name for f in self._extras if f.role == "behaviour" and not f.outcome)
         self._context_features = tuple(f.name for f in schema.extras if f.role == "context")
-        if self._item_features or self._context_features:  # chosen once: the default path stays as it was
+        if self._item_features or self._context_features or users:  # chosen once: the default path as it was
             self._samples = self._featured_samples  # type: ignore[method-assign]  # per builder, by schema
 
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
@@ -241,6 +250,7 @@ class SampleBuilder:
         judged, mismatches = self._judge(events, watermarks)
         kept = self._keep(judged, dead)
         sampler = self.sampler.copy()
+        self._as_of = self.profiles.update([judged[i].event for i in kept])
         outcomes: list[PartitionOutcome] | None = None
         taken: set[tuple[Partition, int]] = set()
         with self._store.update(self._arrivals(judged, kept), meanwhile) as update:
@@ -517,7 +527,9 @@ class SampleBuilder:
         """
         items, categories = history.items, history.categories
         event_id, user_id, ts = event.event_id, event.user_id, event.ts
-        context = _picked(event.features, self._context_features)
+        # the event's context and the user's features as of its time: the negatives' too
+        context = self.profiles.as_of(self._as_of, event)
+        context.update(_picked(event.features, self._context_features))
         target = {**_picked(event.features, self._item_features), **context}
         seq = dict(history.features)
         if event.label is not None:

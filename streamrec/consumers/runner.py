@@ -39,6 +39,7 @@ from streamrec.errors import (
 )
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
+from streamrec.featurestore.profiles import make_profile_store
 from streamrec.kafka.clients import make_consumer, produce
 from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock, RecordSource
@@ -300,8 +301,10 @@ def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
     partitioner = cfg.kafka.partitioner
     placement = None if partitioner is None else Placement(partitioner)
     schema = cfg.feature_schema()
+    profiles = make_profile_store(cfg) if schema.role("user") else None  # kept when any is declared
     return SampleBuilder(
-        cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement, schema=schema
+        cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement, schema=schema,
+        profiles=profiles,
     )
 
 

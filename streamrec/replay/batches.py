@@ -15,6 +15,7 @@ from streamrec.consumers.processor import SampleBuilder
 from streamrec.errors import ConfigError
 from streamrec.events import Event
 from streamrec.featurestore import MemoryFeatureStore
+from streamrec.featurestore.profiles import MemoryProfileStore
 from streamrec.kafka.records import Record
 from streamrec.samples import Sample
 
@@ -49,7 +50,9 @@ def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]
     `SampleBuilder` on the in-memory store: sequences, labels, negatives and all.
     """
     store = MemoryFeatureStore(cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms)
-    builder = SampleBuilder(cfg.consumer, store)
+    users = cfg.feature_schema().role("user")  # -- user features, in memory as the sequences
+    builder = SampleBuilder(cfg.consumer, store, profiles=MemoryProfileStore(cfg.consumer.profile_points),
+                            user_features=users)
     records = [
         Record(e.to_json(), offset, key=e.user_id.encode(), timestamp=e.ts) for offset, e in enumerate(events)
     ]

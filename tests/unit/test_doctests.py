@@ -24,6 +24,7 @@ MODULES = (
     "streamrec.features.schema",
     "streamrec.featurestore.memory",
     "streamrec.featurestore.values",
+    "streamrec.featurestore.profiles",
     "streamrec.kafka.partitioning",
     "streamrec.kafka.records",
     "streamrec.lazy",
