@@ -18,6 +18,7 @@ MODULES = (
     "streamrec",
     "streamrec.config",
     "streamrec.consumers.processor",
+    "streamrec.datasets.declared",
     "streamrec.datasets.sources",
     "streamrec.datasets.synthetic",
     "streamrec.events",
