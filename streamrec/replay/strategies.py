@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 
 from streamrec.config import ModelConfig
+from streamrec.features import FeatureSchema
 from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
 from streamrec.learner.metrics import gauc
@@ -69,6 +70,8 @@ class Strategy:
     retrain_every: int = 10  # retrain: micro-batches between retrains from scratch
     # ewc: None takes the model's, or DEFAULT_EWC_LAMBDA when that is 0; the others train without
     ewc_lambda: float | None = None
+    # The features its learner is made for: the deployment's, or an ablation's reduced one.
+    schema: FeatureSchema = field(default_factory=FeatureSchema.default)
 
     @property
     def lam(self) -> float:
