@@ -33,6 +33,7 @@ MODULES = (
     "streamrec.learner.hashing",
     "streamrec.learner.idstats",
     "streamrec.learner.metrics",
+    "streamrec.replay.ablation",
     "streamrec.replay.batches",
     "streamrec.samples",
     "streamrec.snapshots.store",
