@@ -8,9 +8,11 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import msgspec
 import numpy as np
+import orjson
 import pytest
 
 from streamrec.datasets.declared import CARRIES_FEATURES
@@ -294,3 +296,20 @@ def test_the_schema_decides_whether_events_carry_the_device() -> None:
 def test_a_bad_device_effect_is_refused() -> None:
     with pytest.raises(ConfigError, match="device_effect"):
         ClickStreamSpec(device_effect=1.5)
+
+
+def test_generate_writes_the_device_as_a_top_level_field(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+
+    out = tmp_path / "clicks.jsonl"
+    for effect in ("0", "0.5"):
+        result = CliRunner().invoke(app, ["generate", str(out), "--events", "300", "--device-effect", effect])
+        assert result.exit_code == 0, result.output
+        lines = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+        devices = {line.get("device") for line in lines}
+        assert devices == ({None} if effect == "0" else set(DEVICES))
+    spec = ClickStreamSpec(events=300, device_effect=0.5)
+    assert [line["event_id"] for line in lines] == [e.event_id for e, _ in generate_rows(spec)]
+    assert [line["device"] for line in lines] == [f["device"] for _, f in generate_rows(spec)]
