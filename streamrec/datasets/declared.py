@@ -24,25 +24,25 @@ from streamrec.features import FeatureSpec, Value, read_features
 CARRIES_FEATURES = "features" in Event.__struct_fields__
 
 
-def declare(event: Event, fields: Mapping[str, object], specs: Sequence[FeatureSpec], where: str) -> Event:
+def declare(event: Event, fields: Mapping[str, object], specs: Sequence[FeatureSpec], source: str) -> Event:
     """``event`` with the values of ``specs`` read from ``fields``.
 
     Args:
         event: The contract event.
         fields: The event's other top-level fields, by field name.
         specs: The declared features to read (a schema's ``extras``); none: ``event`` as it is.
-        where: Where the event was read (``path:line``), for the error.
+        source: Where the event was read (a path), for the error.
 
     Raises:
-        DatasetError: a field breaks its declaration (saying where and which feature), or this
-            build's events cannot carry declared features.
+        DatasetError: a field breaks its declaration (naming the source, the event and the
+            feature), or this build's events cannot carry declared features.
     """
     if not specs:
         return event
     try:
         values = read_features(fields, specs)
     except InvalidEvent as exc:
-        raise DatasetError(f"{where}: {exc}") from exc
+        raise DatasetError(f"{source}: event {event.event_id}: {exc}") from exc
     return with_features(event, values)
 
 

@@ -245,8 +245,7 @@ def generate_clicks(
         True
     """
     specs = () if schema is None else schema.extras
-    rows = generate_rows(spec)
-    return [declare(event, fields, specs, f"generated event {event.event_id}") for event, fields in rows]
+    return [declare(event, fields, specs, "generated stream") for event, fields in generate_rows(spec)]
 
 
 def generate_rows(spec: ClickStreamSpec = ClickStreamSpec()) -> list[tuple[Event, dict[str, object]]]:
