@@ -51,7 +51,9 @@ def produce(
             config_file=config_file,
             kafka={"bootstrap_servers": bootstrap_servers, "events_topic": given(events_topic, topic)}
         )
-        events = load_events(source, fmt, positive_rating=positive_rating, limit=limit)
+        # the declared features (STREAMREC_FEATURES) travel as the events' top-level fields
+        schema = cfg.feature_schema()
+        events = load_events(source, fmt, positive_rating=positive_rating, limit=limit, schema=schema)
         ensure_topics(cfg.kafka)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, console=console, transient=False) as progress:
