@@ -38,8 +38,7 @@ from streamrec.errors import (
     Stopped,
 )
 from streamrec.faults import fault_point
-from streamrec.featurestore import FeatureStore, make_feature_store
-from streamrec.featurestore.profiles import make_profile_store
+from streamrec.featurestore import FeatureStore, make_feature_store, make_profile_store
 from streamrec.kafka.clients import make_consumer, produce
 from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock, RecordSource

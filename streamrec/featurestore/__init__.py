@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from streamrec.config import StreamrecConfig
     from streamrec.featurestore.base import Arrival, Behaviour, FeatureStore, History, StoreUpdate, Verdict
     from streamrec.featurestore.memory import MemoryFeatureStore
+    from streamrec.featurestore.profiles import ProfileStore
     from streamrec.featurestore.redis_store import RedisFeatureStore
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "StoreUpdate",
     "Verdict",
     "make_feature_store",
+    "make_profile_store",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -61,6 +63,18 @@ def make_feature_store(cfg: StreamrecConfig) -> FeatureStore:
     if isinstance(cfg.store, MemoryStoreConfig):
         return MemoryFeatureStore(length, horizon_ms, schema)
     return RedisFeatureStore(cfg.store, length, horizon_ms, schema=schema)
+
+
+def make_profile_store(cfg: StreamrecConfig) -> ProfileStore:
+    """The profile store beside the feature store ``cfg.store`` names, keeping ``consumer.profile_points``."""
+    from streamrec.config import MemoryStoreConfig
+    from streamrec.featurestore.profiles import MemoryProfileStore
+    from streamrec.featurestore.redis_profiles import RedisProfileStore
+
+    points = cfg.consumer.profile_points
+    if isinstance(cfg.store, MemoryStoreConfig):
+        return MemoryProfileStore(points)
+    return RedisProfileStore(cfg.store, points)
 
 
 # The top-level ``featurestore/`` folder is a link to this package, so from the repository root the

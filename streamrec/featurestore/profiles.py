@@ -41,7 +41,7 @@ from streamrec.features.schema import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
-    from streamrec.config import StreamrecConfig
+    pass
 
 #: A user's points: feature name -> (event time, value), oldest first.
 Profile = dict[str, tuple[tuple[int, Value], ...]]
@@ -178,14 +178,3 @@ class MemoryProfileStore(ProfileStore):
             for name, points in features.items()
             if points
         }
-
-
-def make_profile_store(cfg: StreamrecConfig) -> ProfileStore:
-    """The profile store beside the feature store ``cfg.store`` names, keeping ``consumer.profile_points``."""
-    from streamrec.config import MemoryStoreConfig
-    from streamrec.featurestore.redis_profiles import RedisProfileStore
-
-    points = cfg.consumer.profile_points
-    if isinstance(cfg.store, MemoryStoreConfig):
-        return MemoryProfileStore(points)
-    return RedisProfileStore(cfg.store, points)
