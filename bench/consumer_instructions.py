@@ -18,7 +18,10 @@ Instructions are not time: hiredis's and glibc's C runs several instructions a c
 interpreter fewer. Use it to tell whether a change to the consumer's Python made it cheaper,
 and the throughput benchmark for what the machine does.
 
-    .venv/bin/python bench/consumer_instructions.py [--events N] [--data PATH|synthetic|feed]
+    .venv/bin/python bench/consumer_instructions.py [--events N] [--data PATH|synthetic|feed] [--features 4]
+
+``--features 4`` gives the events four declared behaviour features (``workloads.FOUR_FEATURES``:
+shop, brand, three tags, a price), stored with each behaviour and carried by the samples.
 
 Needs valgrind (``apt-get install valgrind``); 20,000 events take about a minute. Prints one
 JSON object as its last line.
@@ -41,7 +44,7 @@ from types import SimpleNamespace
 import msgspec
 from confluent_kafka import Producer
 from redis_instructions import BATCH, bench_builder, records
-from workloads import DEFAULT, label, workload
+from workloads import DEFAULT, label, with_features, workload
 
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.runner import ConsumerRunner
@@ -67,10 +70,17 @@ def counting(on: bool) -> None:
                    check=True, capture_output=True)
 
 
-def streamrec_work(url: str, batches: list[list[Record]], consumer: dict[str, object], now_ms: int) -> int:
+def streamrec_work(
+    url: str,
+    batches: list[list[Record]],
+    consumer: dict[str, object],
+    now_ms: int,
+    features: list[dict[str, object]] | None = None,
+) -> int:
     """Parse, build and send every batch as the consumer runner does; the samples made."""
     cfg = StreamrecConfig.model_validate({
         "store": {"url": url, "key_prefix": f"bench-{uuid.uuid4().hex[:8]}"}, "consumer": consumer,
+        "features": features or [],
     })
     builder = bench_builder(cfg)
     producer = held_producer()
@@ -107,6 +117,7 @@ def floor_work(batches: list[list[Record]]) -> int:
 def child(args: argparse.Namespace) -> None:
     """One side, in the process callgrind runs: prints its events and the samples it made."""
     events, consumer = workload(args.data, args.events)
+    events, features = with_features(events, args.features)
     recorded = records(events)
     batches = [recorded[i : i + BATCH] for i in range(0, len(recorded), BATCH)]
     now_ms = max(e.ts for e in events)  # recorded events: no clock check applies
@@ -118,7 +129,8 @@ def child(args: argparse.Namespace) -> None:
         port = free_port()
         server = start_redis("127.0.0.1", port, Path(folder))
         try:
-            print(len(events), streamrec_work(f"redis://127.0.0.1:{port}", batches, consumer, now_ms))
+            url = f"redis://127.0.0.1:{port}"
+            print(len(events), streamrec_work(url, batches, consumer, now_ms, features))
         finally:
             server.stop()
 
@@ -129,6 +141,7 @@ def instructions(side: str, args: argparse.Namespace, folder: Path) -> tuple[int
     command = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
         sys.executable, __file__, "--child", side, "--data", args.data, "--events", str(args.events),
+        "--features", str(args.features),
     ]
     # the same hash seed each run: sets and dicts of strings iterate in the same order
     done = subprocess.run(command, check=True, capture_output=True, text=True,
@@ -145,6 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--data", default=DEFAULT, help="a UserBehavior file, synthetic or feed")
+    parser.add_argument("--features", type=int, default=0, help="behaviour features declared: 0 or 4")
     parser.add_argument("--child", choices=["streamrec", "floor"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -160,6 +174,7 @@ def main() -> None:
         "data": label(args.data),
         "events": events,
         "samples": samples,
+        "features": args.features,
         "consumer_instructions_per_event": round(ours / events),
         "floor_instructions_per_event": round(floor / events),
         "ratio_to_floor": round(ours / floor, 3),

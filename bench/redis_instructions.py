@@ -97,10 +97,19 @@ def bench_builder(cfg: StreamrecConfig) -> SampleBuilder:
     return builder
 
 
-def streamrec_work(url: str, events: list[Event], consumer: dict[str, object]) -> int:
-    """The sample builder's batches against the store at ``url``; the samples it made."""
+def streamrec_work(
+    url: str,
+    events: list[Event],
+    consumer: dict[str, object],
+    features: list[dict[str, object]] | None = None,
+) -> int:
+    """The sample builder's batches against the store at ``url``; the samples it made.
+
+    ``features``: the declared features (``STREAMREC_FEATURES``) the events carry.
+    """
     cfg = StreamrecConfig.model_validate({
         "store": {"url": url, "key_prefix": f"bench-{uuid.uuid4().hex[:8]}"}, "consumer": consumer,
+        "features": features or [],
     })
     builder = bench_builder(cfg)
     batch = records(events)

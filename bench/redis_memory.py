@@ -13,7 +13,10 @@ Sequences are capped at ``STREAMREC_MODEL__SEQUENCE_LENGTH`` (50) behaviours, so
 bytes grow with their events only up to that; event ids are kept for
 ``STREAMREC_CONSUMER__DEDUP_HORIZON_MS`` of the user's event time.
 
-    .venv/bin/python bench/redis_memory.py [--events N] [--data PATH|synthetic|feed]
+    .venv/bin/python bench/redis_memory.py [--events N] [--data PATH|synthetic|feed] [--features 4]
+
+``--features 4`` gives the events four declared behaviour features (``workloads.FOUR_FEATURES``:
+shop, brand, three tags, a price), stored in each sequence entry after its action.
 
 Prints one JSON object as its last line.
 """
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import redis
 from redis_instructions import streamrec_work
-from workloads import DEFAULT, label, workload
+from workloads import DEFAULT, label, with_features, workload
 
 from streamrec.local.launch import start_redis
 from streamrec.local.ports import free_port
@@ -73,15 +76,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=40_000)
     parser.add_argument("--data", default=DEFAULT, help="a UserBehavior file, synthetic or feed")
+    parser.add_argument("--features", type=int, default=0, help="behaviour features declared: 0 or 4")
     args = parser.parse_args()
     events, consumer = workload(args.data, args.events)
+    events, features = with_features(events, args.features)
     with tempfile.TemporaryDirectory() as folder:
         port = free_port()
         server = start_redis("127.0.0.1", port, Path(folder))
         try:
             url = f"redis://127.0.0.1:{port}"
             before = used_memory(url)
-            samples = streamrec_work(url, events, consumer)
+            samples = streamrec_work(url, events, consumer, features)
             grown = used_memory(url) - before
             keys = int(redis.Redis.from_url(url).dbsize())
             seqs = sequences(url)
@@ -92,6 +97,7 @@ def main() -> None:
         "bench": "redis_memory",
         "data": label(args.data),
         "events": len(events),
+        "features": args.features,
         "users": users,
         "samples": samples,
         "keys": keys,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
+
+import msgspec
 
 from streamrec.datasets import read_events
 from streamrec.datasets.feed import FeedSpec, generate_feed
@@ -37,3 +40,35 @@ def workload(data: str, events: int | None) -> tuple[list[Event], dict[str, obje
 def label(data: str) -> str:
     """The data's name in a benchmark's JSON."""
     return data if data in ("synthetic", "feed") else Path(data).name
+
+
+#: Four declared behaviour features, as a shop's catalogue has them (``--features 4``): a shop
+#: id, a brand id, three tag ids and a price.
+FOUR_FEATURES: list[dict[str, object]] = [
+    {"name": "shop", "kind": "id"},
+    {"name": "brand", "kind": "id"},
+    {"name": "tags", "kind": "ids", "max_ids": 3},
+    {"name": "price", "kind": "number", "transform": "log1p"},
+]
+
+
+def with_features(events: list[Event], count: int) -> tuple[list[Event], list[dict[str, object]]]:
+    """The events with ``count`` (0 or 4) declared behaviour features, and their declarations.
+
+    Each item's values follow from its id (a catalogue's): shop ids up to 5,000, brands up to
+    800, tags up to 2,000, prices of 0.01 to 999.99 with two decimals.
+    """
+    if not count:
+        return events, []
+    if count != len(FOUR_FEATURES):
+        raise SystemExit(f"--features takes 0 or {len(FOUR_FEATURES)}")
+    out = []
+    for event in events:
+        h = zlib.crc32(event.item_id.encode())
+        features = {
+            "shop": str(h % 5_000), "brand": str(h % 800),
+            "tags": (str(h % 2_000), str(h // 7 % 2_000), str(h // 49 % 2_000)),
+            "price": (h % 99_999 + 1) / 100,
+        }
+        out.append(msgspec.structs.replace(event, features=features))
+    return out, FOUR_FEATURES

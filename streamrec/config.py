@@ -296,6 +296,12 @@ class ConsumerConfig(BaseModel):
     dedup_horizon_ms: int = Field(
         6 * 3_600_000, ge=0, description="STREAMREC_CONSUMER__DEDUP_HORIZON_MS"
     )
+    # User features (role ``user``): the newest points (event time, value) kept per user and
+    # feature. Every point counts, a repeat of the value before too (dropping one is wrong once
+    # a late point lands between), so a feature sent with every event keeps the user's last 16
+    # events' values: a sample reads it exactly unless its event is 16 of its user's events
+    # late, for ~25 bytes a point (streamrec.featurestore.profiles).
+    profile_points: int = Field(16, ge=1, description="STREAMREC_CONSUMER__PROFILE_POINTS")
     stop_when_idle_s: float | None = Field(
         None, description="STREAMREC_CONSUMER__STOP_WHEN_IDLE_S: stop after this long without events"
     )

@@ -15,13 +15,19 @@ from __future__ import annotations
 
 import json
 import math
+import types
 import zlib
-from typing import Annotated, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import orjson
 
 from streamrec.errors import InvalidEvent
+from streamrec.features.schema import Value, read_features
+
+if TYPE_CHECKING:
+    from streamrec.features.schema import FeatureSchema, FeatureSpec
 
 MAX_ID_LENGTH = 128  # ids longer than this are almost surely a producer bug, not an id
 # Epoch-ms below 1e11 (March 1973) means seconds were sent: seconds stay below 1e11 until
@@ -32,6 +38,13 @@ _REQUIRED = (*_IDS, "action", "ts")
 
 
 _Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH)]
+#: The features of an event of the default schema: one shared, read-only empty mapping, so
+#: decoding an event makes no dict for them.
+NO_FEATURES: Mapping[str, Value] = types.MappingProxyType({})
+# Event.features's name to the struct's decoder: a name no producer writes, so the C decoder
+# does not fill it from the wire (declared features are top-level fields, read by
+# `parse_event`, which replaces it; not checked without them: a check an event costs).
+_FEATURES_WIRE_NAME = "\u00a7features"
 
 
 class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -59,11 +72,16 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     action: _Id
     ts: Annotated[int, msgspec.Meta(ge=MIN_TS_MS)]
     label: int | None = None
+    # The declared features beyond item and category (`streamrec.features`), by feature name:
+    # read from the event's top-level fields by `parse_event` when a schema declares them.
+    features: Mapping[str, Value] = msgspec.field(default=NO_FEATURES, name=_FEATURES_WIRE_NAME)
 
     def fingerprint(self) -> str:
         """A short digest of everything but the id.
 
-        Tells a resent event (same content) from an id reused for another one.
+        Tells a resent event (same content) from an id reused for another one. The declared
+        features count when the event has any: an event of the default schema keeps the
+        fingerprint it always had.
         """
         # the repr of the tuple (user, item, category, action, ts, label), written out: a
         # third faster than building the tuple, and the same text (stored marks depend on it)
@@ -71,13 +89,37 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
             f"({self.user_id!r}, {self.item_id!r}, {self.category_id!r}, {self.action!r}, "
             f"{self.ts!r}, {self.label!r})"
         )
+        if self.features:  # in schema order, as `parse_event` reads them whatever the JSON's order
+            text += repr(tuple(self.features.items()))
         # 8 hex digits, zero-padded: as f"{crc:08x}" writes them, which parses its format
         # spec every call (~2,000 instructions, a fifth of the fingerprint)
         return zlib.crc32(text.encode()).to_bytes(4).hex()
 
-    def to_json(self) -> bytes:
-        """Encode in the wire form (``label`` omitted when absent)."""
-        return _ENCODER.encode(self)
+    def __hash__(self) -> int:
+        """By the contract's fields: equal events have equal ones (the features, a mapping, do not hash)."""
+        return hash((self.event_id, self.user_id, self.item_id, self.category_id, self.action, self.ts,
+                     self.label))
+
+    def to_json(self, schema: FeatureSchema | None = None) -> bytes:
+        """Encode in the wire form (``label`` omitted when absent).
+
+        The declared features are top-level fields: each at its feature's event field in
+        ``schema``, at its name without one (or for a feature ``schema`` does not declare).
+
+        Examples:
+            >>> event = Event("e1", "u1", "i1", "c1", "click", 1_700_000_000_000, features={"genres": ("a",)})
+            >>> event.to_json()
+            b'{"event_id":"e1",...,"ts":1700000000000,"genres":["a"]}'
+        """
+        if not self.features:
+            return _ENCODER.encode(self)
+        head = _ENCODER.encode(msgspec.structs.replace(self, features=NO_FEATURES))
+        fields = {_field(schema, name): value for name, value in self.features.items()}
+        return head[:-1] + b"," + _ENCODER.encode(fields)[1:]
+
+
+def _field(schema: FeatureSchema | None, name: str) -> str:
+    return schema[name].source if schema is not None and name in schema else name
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -153,7 +195,12 @@ def _label(doc: dict[str, Any]) -> int | None:
 
 
 def parse_event(
-    raw: bytes | None, *, now_ms: int, max_future_ms: int, max_bytes: int
+    raw: bytes | None,
+    *,
+    now_ms: int,
+    max_future_ms: int,
+    max_bytes: int,
+    extras: Sequence[FeatureSpec] = (),
 ) -> Event:
     """Decode and validate one wire record.
 
@@ -163,9 +210,13 @@ def parse_event(
             refused.
         max_future_ms: How far ahead of ``now_ms`` an event may be stamped.
         max_bytes: The largest record accepted.
+        extras: The declared features beyond item and category (`FeatureSchema.extras`),
+            read from the record's top-level fields into `Event.features`. None: the record
+            is decoded and checked in C alone, as ever.
 
     Raises:
-        InvalidEvent: The record breaks the event contract; the message says how.
+        InvalidEvent: The record breaks the event contract, or a declared feature its
+            declaration; the message says how (naming the feature).
 
     Examples:
         >>> now = 1_700_000_000_000
@@ -193,8 +244,26 @@ def parse_event(
             and (label is None or label == 0 or label == 1)
             and (ids + event.action).isprintable()
         ):
+            if extras:  # the declared ones: they replace anything the wire name held
+                features = read_features(_document(raw), extras) or NO_FEATURES
+                return msgspec.structs.replace(event, features=features)
             return event
-    return _checked(raw, now_ms, max_future_ms)
+    doc = _document(raw)
+    event = _event_of(doc, raw, now_ms, max_future_ms)
+    if extras:
+        return msgspec.structs.replace(event, features=read_features(doc, extras) or NO_FEATURES)
+    return event
+
+
+def _document(raw: bytes) -> dict[str, Any]:
+    """The record's JSON object, or the reason it is none."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidEvent(f"not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise InvalidEvent(f"expected a JSON object, got {type(doc).__name__}")
+    return doc
 
 
 def _checked(raw: bytes, now_ms: int, max_future_ms: int) -> Event:
@@ -203,12 +272,11 @@ def _checked(raw: bytes, now_ms: int, max_future_ms: int) -> Event:
     The event of a record the decoder refused that is valid after all (integer ids, a float
     ``ts`` that is a whole number, a boolean label), or the reason.
     """
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidEvent(f"not valid JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise InvalidEvent(f"expected a JSON object, got {type(doc).__name__}")
+    return _event_of(_document(raw), raw, now_ms, max_future_ms)
+
+
+def _event_of(doc: dict[str, Any], raw: bytes, now_ms: int, max_future_ms: int) -> Event:
+    """`_checked` on the record's object ``doc``, already read."""
     missing = [name for name in _REQUIRED if name not in doc]
     if missing:
         raise InvalidEvent(f"missing field(s): {', '.join(missing)}")

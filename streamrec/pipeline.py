@@ -53,7 +53,7 @@ def run_pipeline(
     """
     stop = stop or threading.Event()
     ensure_topics(cfg.kafka)
-    published = publish(events, cfg.kafka)
+    published = publish(events, cfg.kafka, schema=cfg.feature_schema())
     consumer = make_runner(runner, cfg)
     failure: list[BaseException] = []
     consumer_done = threading.Event()

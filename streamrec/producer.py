@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 from streamrec.config import KafkaConfig
 from streamrec.errors import DeliveryError
 from streamrec.events import Event
+from streamrec.features.schema import FeatureSchema
 from streamrec.kafka.clients import make_producer, produce
 
 logger = logging.getLogger(__name__)
@@ -28,8 +29,10 @@ class EventProducer:
             producer.send(Event("e-1", "42", "1001", "7", "click", now_ms))
     """
 
-    def __init__(self, cfg: KafkaConfig) -> None:
+    def __init__(self, cfg: KafkaConfig, schema: FeatureSchema | None = None) -> None:
+        """Send to ``cfg``'s events topic; declared features at their ``schema`` fields."""
         self._cfg = cfg
+        self._schema = schema
         self._producer = make_producer(cfg)  # idempotent: a retried send is not written twice
         self.delivered = 0
         self._pending: dict[int, str] = {}  # send number -> what was sent, until acknowledged
@@ -53,7 +56,7 @@ class EventProducer:
 
         The record timestamp is the event time, which consumers align partitions on.
         """
-        self._send(event.event_id, event.user_id.encode(), event.to_json(), event.ts)
+        self._send(event.event_id, event.user_id.encode(), event.to_json(self._schema), event.ts)
 
     def send_raw(self, key: bytes | None, value: bytes, timestamp_ms: int = 0) -> None:
         """Queue raw bytes on the events topic (for bridges that already hold the wire form).
@@ -110,16 +113,18 @@ def publish(
     rate: float = 0.0,
     speedup: float = 0.0,
     on_progress: Callable[[int], None] | None = None,
+    schema: FeatureSchema | None = None,
 ) -> int:
     """Publish ``events`` in order; return the count.
 
     ``rate`` paces them at that many events/s; ``speedup`` at that multiple of their own event
-    time (60: an hour of events in a minute); neither (0) sends as fast as possible.
+    time (60: an hour of events in a minute); neither (0) sends as fast as possible. Declared
+    features go to their fields in ``schema`` (`Event.to_json`).
     """
     sent = 0
     start = time.monotonic()
     first_ts: int | None = None
-    with EventProducer(cfg) as producer:
+    with EventProducer(cfg, schema) as producer:
         for event in events:
             first_ts = event.ts if first_ts is None else first_ts
             due = sent / rate if rate > 0 else (event.ts - first_ts) / 1000 / speedup if speedup > 0 else 0.0

@@ -21,6 +21,11 @@ def generate(
     items: int = typer.Option(DEFAULTS["items"], help="Items in the catalogue by the end"),
     categories: int = typer.Option(DEFAULTS["categories"], help="Item categories"),
     seed: int = typer.Option(DEFAULTS["seed"], help="Random seed: the same seed, the same stream"),
+    device_effect: float = typer.Option(
+        0.0, help="Give each session a device (ios, android, web; the field device) and redraw this "
+        "share of events' categories from their device's: a context feature with a known effect",
+        show_default="0: no device field",
+    ),
     feed: bool = typer.Option(
         False, "--feed", help="A feed log for STREAMREC_CONSUMER__LABELS=join: pages of impressions, "
         "each pv a click on one shown item (about 8 events per behaviour)",
@@ -29,15 +34,23 @@ def generate(
     """Generate implicit clicks (pv/cart/fav/buy, heavy-tailed popularity, new items arriving)
     and write them in event-time order; `streamrec produce OUT` publishes them.
     """
+    from streamrec.datasets.declared import wire
     from streamrec.datasets.feed import FeedSpec, generate_feed
-    from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
+    from streamrec.datasets.synthetic import ClickStreamSpec, generate_rows
 
     with cli_errors():
-        spec = ClickStreamSpec(users=users, items=items, categories=categories, events=events, seed=seed)
-        stream = generate_feed(FeedSpec(clicks=spec, seed=seed)).events if feed else generate_clicks(spec)
+        spec = ClickStreamSpec(
+            users=users, items=items, categories=categories, events=events, seed=seed,
+            device_effect=device_effect,
+        )
+        if feed:
+            log = generate_feed(FeedSpec(clicks=spec, seed=seed))
+            stream = [(e, log.fields.get(e.event_id, {})) for e in log.events]
+        else:
+            stream = generate_rows(spec)
         tmp = out.with_name(f".{out.name}.tmp")
         try:
-            tmp.write_bytes(b"".join(e.to_json() + b"\n" for e in stream))
+            tmp.write_bytes(b"".join(wire(e, fields) + b"\n" for e, fields in stream))
             tmp.replace(out)  # whole or not at all
         except OSError as exc:
             tmp.unlink(missing_ok=True)

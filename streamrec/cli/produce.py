@@ -51,12 +51,15 @@ def produce(
             config_file=config_file,
             kafka={"bootstrap_servers": bootstrap_servers, "events_topic": given(events_topic, topic)}
         )
-        events = load_events(source, fmt, positive_rating=positive_rating, limit=limit)
+        # the declared features (STREAMREC_FEATURES) travel as the events' top-level fields
+        schema = cfg.feature_schema()
+        events = load_events(source, fmt, positive_rating=positive_rating, limit=limit, schema=schema)
         ensure_topics(cfg.kafka)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, console=console, transient=False) as progress:
             task = progress.add_task(f"publishing to {cfg.kafka.events_topic}", total=len(events))
             sent = publish(
-                events, cfg.kafka, rate=rate, on_progress=lambda n: progress.advance(task, n)
+                events, cfg.kafka, rate=rate, on_progress=lambda n: progress.advance(task, n),
+                schema=cfg.feature_schema(),
             )
         console.print(f"published {sent} events to {cfg.kafka.events_topic}")

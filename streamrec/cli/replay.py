@@ -54,6 +54,10 @@ def backtest(
         help='Write every sample as a JSON line {"micro_batch": N, "sample": {...}} here',
         show_default="not written",
     ),
+    ablate: str = typer.Option(
+        "", help="Rerun the strategies without each declared feature in turn (on the same samples): "
+        "all, or comma-separated feature names", show_default="no ablation",
+    ),
     sweep: bool = typer.Option(
         False, help="Sweep interval, learning rate, passes and EWC's λ instead (GAUC against cost)"
     ),
@@ -70,6 +74,7 @@ def backtest(
     before any strategy trains on it; print the table, write the report.
     """
     from streamrec.gcsettings import tune_for_batches
+    from streamrec.replay import ablation as ab
     from streamrec.replay import backtest as bt  # Paddle: only when a backtest runs
     from streamrec.replay import report as rp
     from streamrec.replay.batches import parse_duration
@@ -80,13 +85,15 @@ def backtest(
         kinds = _csv(strategies)
         if unknown := [k for k in kinds if k not in KINDS]:
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
+        if sweep and ablate:
+            raise ConfigError("--ablate is for a backtest, not a --sweep: run them one after the other")
         cfg = bt.BacktestConfig(
             source=dataset, fmt=fmt, limit=limit,
             interval_ms=None if interval is None else parse_duration(interval),
             batch_size=batch_size, strategies=tuple(kinds),  # type: ignore[arg-type]  # checked above
             warmup=warmup, retrain_every=retrain_every,
             ewc_lambdas=tuple(float(x) for x in _csv(ewc_lambda)), seed=seed, jobs=jobs,
-            dump_samples=dump_samples,
+            dump_samples=dump_samples, ablate=tuple(_csv(ablate)),
             settings=build_config(
                 quiet=True, log_level=log_level, config_file=config_file, model={"device": device}
             ),
@@ -105,6 +112,8 @@ def backtest(
             return
         console.print(rp.markdown_table(result), highlight=False)
         console.print(rp.tells_table(result), highlight=False)
+        if "ablation" in result:
+            console.print(ab.table(result), highlight=False)
         console.print(_verdict(result), highlight=False)
         _write(report, rp.to_json(result), result)
 
@@ -129,12 +138,14 @@ def _verdict(report: dict[str, Any]) -> str:
 def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> None:
     if path is None:
         return
+    from streamrec.replay import ablation as ab
     from streamrec.replay import report as rp
 
     path.parent.mkdir(parents=True, exist_ok=True)
     _atomic(path, payload)
     if report is not None:
-        table = rp.markdown_table(report) + "\n\n" + rp.tells_table(report) + "\n\n" + _verdict(report) + "\n"
+        tables = [rp.markdown_table(report), rp.tells_table(report), ab.table(report), _verdict(report)]
+        table = "\n\n".join(t for t in tables if t) + "\n"
         _atomic(path.with_suffix(".md"), table.encode())
         rp.plot(report, path.with_suffix(".png"))
     console.print(f"report written to {path}" + (" (and .md, .png beside it)" if report else ""))
@@ -197,7 +208,7 @@ def publish(
             config_file=config_file,
             kafka={"bootstrap_servers": bootstrap_servers, "events_topic": events_topic},
         )
-        events = load_events(dataset, fmt, limit=limit)
+        events = load_events(dataset, fmt, limit=limit, schema=cfg.feature_schema())
         ensure_topics(cfg.kafka)
         span_s = (events[-1].ts - events[0].ts) / 1000 / speedup if events else 0.0
         console.print(f"publishing {len(events)} events over {span_s:.0f} s ({speedup:g}x event time)")

@@ -15,18 +15,27 @@ the novelty of its positive: an item is *new* at time t when it was first seen l
 
 from __future__ import annotations
 
+import types
 import zlib
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from streamrec.config import ConsumerConfig
+from streamrec.features.schema import Value
 
 # Draws per negative before giving up on a pool that is nearly all excluded items.
 _MAX_TRIES = 8
 _crc32 = zlib.crc32
 _DRAWS = [str(j).encode() for j in range(64)]  # draw numbers as the crc reads them
 
-#: One pooled event: (ts, item, category, the item's first-seen time).
-Entry = tuple[int, str, str, int]
+#: An item's declared behaviour features (not outcomes) as one event saw them, by name.
+ItemValues = Mapping[str, Value]
+#: The values of an event of the default schema: none (shared, read-only).
+NO_VALUES: ItemValues = types.MappingProxyType({})
+_NO_COLUMNS: Mapping[str, Sequence[Value | None]] = types.MappingProxyType({})
+#: One pooled event: (ts, item, category, the item's first-seen time, the item's values).
+Entry = tuple[int, str, str, int, ItemValues]
+#: A drawn negative: its item, category and values (those of the pooled event it was drawn from).
+Pick = tuple[str, str, ItemValues]
 
 
 class _Pool:
@@ -105,9 +114,15 @@ class NoveltyMatchedSampler:
         """Whether an item first seen at ``first_seen`` counts as new at ``ts``."""
         return first_seen > ts - self.novelty_ms
 
-    def observe(self, ts: int, item_id: str, category_id: str, first_seen: int) -> None:
-        """Add one event's item to the pools and drop what fell out of their windows."""
-        entry = (ts, item_id, category_id, first_seen)
+    def observe(
+        self, ts: int, item_id: str, category_id: str, first_seen: int, values: ItemValues = NO_VALUES
+    ) -> None:
+        """Add one event's item to the pools and drop what fell out of their windows.
+
+        ``values`` are the item's behaviour features as the event has them: a negative drawn
+        from this entry carries them (an item's latest values as of the draw, as its category).
+        """
+        entry = (ts, item_id, category_id, first_seen, values)
         self._recent.add(entry, ts - self.window_ms)
         debuts, horizon = self._debuts, ts - self.novelty_ms
         if ts == first_seen:
@@ -121,15 +136,15 @@ class NoveltyMatchedSampler:
 
     def draw(
         self, k: int, *, new: bool, ts: int, exclude: Collection[str], key: str
-    ) -> list[tuple[str, str]]:
-        """Up to ``k`` distinct (item, category) pairs, new or known at ``ts``, not excluded.
+    ) -> list[Pick]:
+        """Up to ``k`` distinct (item, category, values), new or known at ``ts``, not excluded.
 
         ``key`` (the event id) seeds the draw, so the same pools give the same negatives.
         """
         pool = self._debuts if new else self._recent
         entries, head = pool.entries, pool.head
         size = len(entries) - head
-        chosen: list[tuple[str, str]] = []
+        chosen: list[Pick] = []
         if not (k and size):
             self.short += k
             return chosen
@@ -143,11 +158,11 @@ class NoveltyMatchedSampler:
         for _ in range(k):
             for _ in range(_MAX_TRIES):
                 digits = _DRAWS[draw] if draw < len(_DRAWS) else str(draw).encode()
-                _, item, category, first_seen = entries[head + _crc32(digits, base) % size]
+                _, item, category, first_seen, values = entries[head + _crc32(digits, base) % size]
                 draw += 1
                 if (first_seen > novel_after) == new and item not in exclude and item not in taken:
                     taken.append(item)
-                    chosen.append((item, category))
+                    chosen.append((item, category, values))
                     break
         self.short += k - len(chosen)
         return chosen
@@ -207,15 +222,17 @@ class MixedSampler(NoveltyMatchedSampler):
         """The categories with a pool of recent events."""
         return list(self._by_category)
 
-    def observe(self, ts: int, item_id: str, category_id: str, first_seen: int) -> None:
+    def observe(
+        self, ts: int, item_id: str, category_id: str, first_seen: int, values: ItemValues = NO_VALUES
+    ) -> None:
         """Add one event's item to the pools, its category's among them."""
-        super().observe(ts, item_id, category_id, first_seen)
+        super().observe(ts, item_id, category_id, first_seen, values)
         self._latest = max(self._latest, ts)
         if self.category_share:
             pool = self._by_category.get(category_id)
             if pool is None:
                 pool = self._by_category[category_id] = _Pool(self._recent.size)
-            pool.add((ts, item_id, category_id, first_seen), ts - self.window_ms)
+            pool.add((ts, item_id, category_id, first_seen, values), ts - self.window_ms)
 
     def draw_mixed(
         self,
@@ -227,23 +244,25 @@ class MixedSampler(NoveltyMatchedSampler):
         items: Sequence[str],
         categories: Sequence[str],
         key: str,
-    ) -> list[tuple[str, str]]:
-        """Up to ``k`` distinct (item, category) pairs for a positive on ``target``.
+        features: Mapping[str, Sequence[Value | None]] = _NO_COLUMNS,
+    ) -> list[Pick]:
+        """Up to ``k`` distinct (item, category, values) for a positive on ``target``.
 
-        ``items`` and ``categories`` are the point-in-time history; ``key`` seeds the draws.
+        ``items`` and ``categories`` are the point-in-time history, ``features`` the item
+        features along it (a history's item takes its values there); ``key`` seeds the draws.
         """
         base = _crc32(f"{self._seed}:{key}:".encode())
         exclude = (target, *items)
-        chosen: list[tuple[str, str]] = []
+        chosen: list[Pick] = []
         taken: list[str] = []
         history_cut = self.history_share
         category_cut = history_cut + self.category_share
         draw = 0
         for j in range(k):
             kind = _crc32(b"kind%d" % j, base) / 4_294_967_296  # uniform in [0, 1)
-            pick: tuple[str, str] | None = None
+            pick: Pick | None = None
             if kind < history_cut and items:
-                pick, draw = self._from_history(target, items, categories, taken, base, draw)
+                pick, draw = self._from_history(target, items, categories, features, taken, base, draw)
             elif history_cut <= kind < category_cut and categories:
                 pick, draw = self._same_category(new, ts, categories, exclude, taken, base, draw)
             if pick is None:
@@ -259,17 +278,22 @@ class MixedSampler(NoveltyMatchedSampler):
         target: str,
         items: Sequence[str],
         categories: Sequence[str],
+        features: Mapping[str, Sequence[Value | None]],
         taken: list[str],
         base: int,
         draw: int,
-    ) -> tuple[tuple[str, str] | None, int]:
+    ) -> tuple[Pick | None, int]:
         """An item of the history (as often as it holds it), not the target nor one taken."""
         for _ in range(_MAX_TRIES):
             index = _crc32(b"h%d" % draw, base) % len(items)
             draw += 1
             item = items[index]
             if item != target and item not in taken:
-                return (item, categories[index]), draw
+                values = NO_VALUES
+                if features:
+                    picked = {n: v[index] for n, v in features.items()}
+                    values = {n: v for n, v in picked.items() if v is not None}
+                return (item, categories[index], values), draw
         return None, draw
 
     def _same_category(
@@ -281,7 +305,7 @@ class MixedSampler(NoveltyMatchedSampler):
         taken: list[str],
         base: int,
         draw: int,
-    ) -> tuple[tuple[str, str] | None, int]:
+    ) -> tuple[Pick | None, int]:
         """A recent item of a category along the history, of the positive's novelty."""
         horizon, novel_after = ts - self.window_ms, ts - self.novelty_ms
         for _ in range(_MAX_TRIES):
@@ -293,24 +317,25 @@ class MixedSampler(NoveltyMatchedSampler):
             size = len(pool)
             if not size:
                 continue
-            _, item, category, first_seen = pool.entries[pool.head + _crc32(b"p%d" % draw, base) % size]
+            index = pool.head + _crc32(b"p%d" % draw, base) % size
+            _, item, category, first_seen, values = pool.entries[index]
             if (first_seen > novel_after) == new and item not in exclude and item not in taken:
-                return (item, category), draw
+                return (item, category, values), draw
         return None, draw
 
     def _global(
         self, new: bool, ts: int, exclude: Collection[str], taken: list[str], base: int, draw: int
-    ) -> tuple[tuple[str, str] | None, int]:
+    ) -> tuple[Pick | None, int]:
         """One draw as `NoveltyMatchedSampler.draw` makes them."""
         pool = self._debuts if new else self._recent
         entries, head = pool.entries, pool.head
         size = len(entries) - head
         novel_after = ts - self.novelty_ms
         for _ in range(_MAX_TRIES if size else 0):
-            _, item, category, first_seen = entries[head + _crc32(b"g%d" % draw, base) % size]
+            _, item, category, first_seen, values = entries[head + _crc32(b"g%d" % draw, base) % size]
             draw += 1
             if (first_seen > novel_after) == new and item not in exclude and item not in taken:
-                return (item, category), draw
+                return (item, category, values), draw
         return None, draw
 
 

@@ -13,6 +13,7 @@ timestamps, so such a topic is aligned by send time, silently, unless someone sa
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -24,13 +25,24 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.joins import JoinRule, Judged, decided_samples
 from streamrec.consumers.lateness import Watermarks
-from streamrec.consumers.negatives import MixedSampler, NoveltyMatchedSampler, sampler_for
+from streamrec.consumers.negatives import ItemValues, MixedSampler, NoveltyMatchedSampler, sampler_for
 from streamrec.consumers.placement import Placement
+from streamrec.consumers.user_features import UserFeatures
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import Event, parse_event
-from streamrec.featurestore.base import ACCEPTED, DUPLICATE, Answer, Arrival, FeatureStore, History
+from streamrec.features.schema import FeatureSchema, FeatureSpec, Value
+from streamrec.featurestore.base import (
+    ACCEPTED,
+    DUPLICATE,
+    Answer,
+    Arrival,
+    FeatureStore,
+    History,
+    behaviour_features,
+)
 from streamrec.featurestore.partitions import PartitionOutcome
+from streamrec.featurestore.profiles import Profile, ProfileStore
 from streamrec.kafka.records import KafkaMessage, Partition, offset_spans, partition_of
 from streamrec.samples import Sample, encode_sample
 
@@ -127,12 +139,21 @@ class SampleBuilder:
         *,
         timestamp_tolerance_ms: int = TIMESTAMP_TOLERANCE_MS,
         placement: Placement | None = None,
+        schema: FeatureSchema | None = None,
+        profiles: ProfileStore | None = None,
+        user_features: Sequence[FeatureSpec] = (),
     ) -> None:
         """Build samples by ``cfg`` on ``store``.
 
         Report records whose timestamp is more than ``timestamp_tolerance_ms`` away from their
         event time; dead-letter records that ``placement`` finds misplaced (the runners'
-        records; in-memory ones have no partitioner to check).
+        records; in-memory ones have no partitioner to check). Read the declared features of
+        ``schema`` (`streamrec.features`; by default the store's, which keeps its behaviour
+        ones): a sample
+        carries its target's behaviour features (not outcomes) and the event's context ones
+        in `Sample.features`, the history's in `Sample.seq_features`; a negative its item's
+        values as last seen by the sampler, and its event's context. Join the user features
+        (the schema's, and ``user_features``) as of each sample's time from ``profiles``.
         """
         self._cfg = cfg
         self._store = store
@@ -148,6 +169,19 @@ class SampleBuilder:
         self._tolerance_ms = timestamp_tolerance_ms
         self._mismatch_warned: set[Partition] = set()  # one warning per partition
         self.placement = placement
+        schema = schema or store.schema
+        if behaviour_features(schema) != store.behaviour_features:
+            raise ValueError("the feature store keeps other behaviour features than the schema declares")
+        users = (*schema.role("user"), *(f for f in user_features if f not in schema.features))
+        self._extras = (*schema.extras, *(f for f in users if f not in schema.extras))
+        # user features (streamrec.consumers.user_features): written per batch, read as of each sample
+        self.profiles = UserFeatures(profiles, users)
+        self._as_of: dict[str, Profile] = {}  # the batch's users' profiles, read before its samples
+        # the target's own: behaviour features but outcomes (a target's outcome is its label)
+        self._item_features = tuple(f.name for f in self._extras if f.role == "behaviour" and not f.outcome)
+        self._context_features = tuple(f.name for f in schema.extras if f.role == "context")
+        if self._item_features or self._context_features or users:  # chosen once: the default path as it was
+            self._samples = self._featured_samples  # type: ignore[method-assign]  # per builder, by schema
 
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
         """Split records into valid events and dead letters.
@@ -159,9 +193,11 @@ class SampleBuilder:
         dead: list[DeadLetter] = []
         keys = [partition_of(msg) for msg in records]
         future_ms, max_bytes = self._cfg.max_future_ms, self._cfg.max_event_bytes
+        # the default schema's call as it always was: no argument more an event
+        parse = functools.partial(parse_event, extras=self._extras) if self._extras else parse_event
         for msg, key in zip(records, keys, strict=True):
             try:
-                event = parse_event(msg.value(), now_ms=now_ms, max_future_ms=future_ms, max_bytes=max_bytes)
+                event = parse(msg.value(), now_ms=now_ms, max_future_ms=future_ms, max_bytes=max_bytes)
             except InvalidEvent as exc:
                 dead.append(DeadLetter.of(msg, str(exc)))
             else:
@@ -214,6 +250,7 @@ class SampleBuilder:
         judged, mismatches = self._judge(events, watermarks)
         kept = self._keep(judged, dead)
         sampler = self.sampler.copy()
+        self._as_of = self.profiles.update([judged[i].event for i in kept])
         outcomes: list[PartitionOutcome] | None = None
         taken: set[tuple[Partition, int]] = set()
         with self._store.update(self._arrivals(judged, kept), meanwhile) as update:
@@ -286,6 +323,7 @@ class SampleBuilder:
         values: list[bytes] = []
         duplicates, late_kept = 0, 0
         join = self._join.enabled
+        item_features = self._item_features
         for item, (verdict, history, seen_at) in zip(kept, answers, strict=True):
             event, msg = item.event, item.msg
             if verdict is not ACCEPTED:
@@ -303,7 +341,11 @@ class SampleBuilder:
                     self._samples(samples, values, sampler, event, history, first_seen=0)
                 continue
             first_seen = first_seen_of[event.item_id]
-            sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
+            if item_features:
+                own = _picked(event.features, item_features)
+                sampler.observe(event.ts, event.item_id, event.category_id, first_seen, own)
+            else:
+                sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
             if history is not None and not (taken and (item.key, msg.offset()) in taken):
                 self._samples(samples, values, sampler, event, history, first_seen)
         return samples, values, duplicates, late_kept
@@ -433,7 +475,7 @@ class SampleBuilder:
             exclude=(event.item_id, *items),  # a pick is checked against it once or twice
             key=event_id,
         )
-        for k, (item, category) in enumerate(negatives):
+        for k, (item, category, _) in enumerate(negatives):
             made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories))
         out += made
         values += map(encode_sample, made)
@@ -462,7 +504,58 @@ class SampleBuilder:
             self._negatives, new=sampler.is_new(first_seen, ts), ts=ts, target=event.item_id,
             items=items, categories=categories, key=event_id,
         )
-        for k, (item, category) in enumerate(negatives):
+        for k, (item, category, _) in enumerate(negatives):
             made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories))
         out += made
         values += map(encode_sample, made)
+
+    def _featured_samples(
+        self,
+        out: list[Sample],
+        values: list[bytes],
+        sampler: NoveltyMatchedSampler,
+        event: Event,
+        history: History,
+        first_seen: int,
+    ) -> None:
+        """`_samples` (and `_mixed_samples`) with declared features.
+
+        The target's behaviour values (outcomes aside) and the event's context in
+        `Sample.features`; the history's behaviour values, outcomes included, in
+        `Sample.seq_features`. A negative carries its item's values (`NoveltyMatchedSampler.observe`)
+        and the event's context.
+        """
+        items, categories = history.items, history.categories
+        event_id, user_id, ts = event.event_id, event.user_id, event.ts
+        # the event's context and the user's features as of its time: the negatives' too
+        context = self.profiles.as_of(self._as_of, event)
+        context.update(_picked(event.features, self._context_features))
+        target = {**_picked(event.features, self._item_features), **context}
+        seq = dict(history.features)
+        if event.label is not None:
+            made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, event.label,
+                           items, categories, target, seq)]
+        else:
+            made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories,
+                           target, seq)]
+            new = sampler.is_new(first_seen, ts)
+            if isinstance(sampler, MixedSampler):
+                along = {name: seq[name] for name in self._item_features if name in seq}
+                negatives = sampler.draw_mixed(
+                    self._negatives, new=new, ts=ts, target=event.item_id, items=items,
+                    categories=categories, key=event_id, features=along,
+                )
+            else:
+                negatives = sampler.draw(
+                    self._negatives, new=new, ts=ts, exclude=(event.item_id, *items), key=event_id
+                )
+            for k, (item, category, item_values) in enumerate(negatives):
+                made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories,
+                                   {**item_values, **context}, seq))
+        out += made
+        values += map(encode_sample, made)
+
+
+def _picked(features: ItemValues, names: tuple[str, ...]) -> dict[str, Value]:
+    """The values of ``names`` among an event's ``features`` (the missing ones left out)."""
+    return {name: features[name] for name in names if name in features} if features else {}

@@ -4,7 +4,8 @@ After the store lost its data (Redis restarted without persistence), the consume
 run: their samples would carry truncated histories. This re-reads every retained event, up to
 the end of each partition, in offset order as the consumers first read it, and replays it
 into the store: sequences, the
-event ids seen (with the records they came in) and the items' first-seen times. Events the
+event ids seen (with the records they came in), the items' first-seen times and the users'
+declared user features (`streamrec.consumers.user_features`). Events the
 consumers have not processed yet are stored too, from the records they will read them in, so
 when the consumers resume those count as a redo and emit their samples with the right
 histories. Records the consumers dead-letter (not events, or misplaced: see
@@ -77,6 +78,7 @@ def rebuild_store(
                 Arrival(e, f"{key.partition}:{m.offset()}", stored=builder.stores(e))
                 for e, m, key in parsed.events
             ]).all()  # every answer read: the batch is in the store
+            builder.profiles.update([e for e, _, _ in parsed.events], read=False)  # user features
             stats.events += len(parsed.events)
             stats.invalid += len(parsed.dead)
     finally:

@@ -38,7 +38,7 @@ from streamrec.errors import (
     Stopped,
 )
 from streamrec.faults import fault_point
-from streamrec.featurestore import FeatureStore, make_feature_store
+from streamrec.featurestore import FeatureStore, make_feature_store, make_profile_store
 from streamrec.kafka.clients import make_consumer, produce
 from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock, RecordSource
@@ -299,7 +299,12 @@ def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
     tolerance = TIMESTAMP_TOLERANCE_MS if skew is None else skew
     partitioner = cfg.kafka.partitioner
     placement = None if partitioner is None else Placement(partitioner)
-    return SampleBuilder(cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement)
+    schema = cfg.feature_schema()
+    profiles = make_profile_store(cfg) if schema.role("user") else None  # kept when any is declared
+    return SampleBuilder(
+        cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement, schema=schema,
+        profiles=profiles,
+    )
 
 
 def refresh_placement(builder: SampleBuilder, client: MetadataClient, topics: Sequence[str]) -> None:

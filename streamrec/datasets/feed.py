@@ -13,17 +13,22 @@ fav, buy) stay as they are. A share of the clicks (``late_share``, none in the s
 ``2 * late_by_ms``) is published ``late_by_ms`` after its event time, as from a device that
 was offline: such a click arrives after its impression's window has closed.
 
+With ``clicks.device_effect`` above 0 (`streamrec.datasets.synthetic`), a visit's pages are
+shown on its click's device: each impression has the click's ``device`` field (`Feed.fields`),
+so a context feature ``device`` tells which categories are clicked on which device.
+
 The truth a test checks against is `expected_labels`: an impression is positive when
 a click published on time falls in its window (the latest impression before the click takes it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
+from streamrec.datasets.synthetic import ClickStreamSpec, generate_rows
 from streamrec.events import Event
 
 IMPRESSION = "impression"
@@ -61,16 +66,22 @@ class FeedSpec:
 
 @dataclass(frozen=True)
 class Feed:
-    """The log in publish order, and which clicks were published late (their ids)."""
+    """The log in publish order, which clicks were published late (their ids), and fields.
+
+    ``fields``: by event id, an event's other top-level fields (``device``); absent: none.
+    """
 
     events: list[Event]
     late_clicks: frozenset[str]
+    fields: Mapping[str, dict[str, object]] = field(default_factory=dict)
 
 
 def generate_feed(spec: FeedSpec = FeedSpec()) -> Feed:
     """Generate the feed log ``spec`` describes; the same spec gives the same log."""
     rng = np.random.default_rng(spec.seed)
-    clicks = generate_clicks(spec.clicks)
+    rows = generate_rows(spec.clicks)
+    clicks = [event for event, _ in rows]
+    extra = {event.event_id: fields for event, fields in rows if fields}
     items = sorted({(e.item_id, e.category_id) for e in clicks})
     published: list[tuple[int, int, Event]] = []  # publish time, order, event
     late: set[str] = set()
@@ -95,6 +106,8 @@ def generate_feed(spec: FeedSpec = FeedSpec()) -> Feed:
             for slot, (item, category) in enumerate(page_items):
                 shown_id = f"{event.event_id}-p{page}s{slot}"
                 publish(at, Event(shown_id, event.user_id, item, category, IMPRESSION, at))
+                if event.event_id in extra:  # shown on the click's device
+                    extra[shown_id] = extra[event.event_id]
         shown.saw(event)
         click = Event(event.event_id, event.user_id, event.item_id, event.category_id, CLICK, event.ts)
         if rng.random() < spec.late_share and click.ts < end - 2 * spec.late_by_ms:
@@ -103,7 +116,7 @@ def generate_feed(spec: FeedSpec = FeedSpec()) -> Feed:
         else:
             publish(click.ts, click)
     published.sort(key=lambda row: (row[0], row[1]))
-    return Feed([event for _, _, event in published], frozenset(late))
+    return Feed([event for _, _, event in published], frozenset(late), extra)
 
 
 class _Shown:

@@ -14,12 +14,18 @@ from streamrec.datasets.readers import read_events
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.errors import DatasetError
 from streamrec.events import Event
+from streamrec.features import FeatureSchema
 
 SYNTHETIC = "synthetic"
 
 
 def load_events(
-    source: str | Path, fmt: str = "auto", *, positive_rating: float = 4.0, limit: int | None = None
+    source: str | Path,
+    fmt: str = "auto",
+    *,
+    positive_rating: float = 4.0,
+    limit: int | None = None,
+    schema: FeatureSchema | None = None,
 ) -> list[Event]:
     """The events of ``source`` in event-time order, at most the earliest ``limit``.
 
@@ -29,6 +35,8 @@ def load_events(
         fmt: The file's format, or ``auto`` to detect it.
         positive_rating: For rating datasets, the lowest rating that counts as a positive.
         limit: At most this many events (the earliest).
+        schema: The deployment's features: each event carries the values of its declared
+            extras (a dataset's fields, a generated stream's context); None: none.
 
     Examples:
         >>> events = load_events("synthetic:events=5,users=2,seed=3")
@@ -36,9 +44,9 @@ def load_events(
         (5, 'g3-0')
     """
     if str(source).split(":", 1)[0] == SYNTHETIC:
-        events = generate_clicks(synthetic_spec(str(source)))
+        events = generate_clicks(synthetic_spec(str(source)), schema)
         return events if limit is None else events[:limit]
-    return read_events(Path(source), fmt, positive_rating=positive_rating, limit=limit)
+    return read_events(Path(source), fmt, positive_rating=positive_rating, limit=limit, schema=schema)
 
 
 def synthetic_spec(source: str) -> ClickStreamSpec:

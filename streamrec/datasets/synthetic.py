@@ -33,6 +33,17 @@ brackets):
   previous five [59%], the signal DIN learns;
 - generated in about 0.05 s; 200,000 events (5,000 users, 50,000 items) in about 0.5 s.
 
+A context feature with a known effect, for checking that a model uses a declared feature (and
+that the backtest's ablation sees it): with ``device_effect`` above 0 every session runs on a
+device, ``ios``, ``android`` or ``web`` (45/35/20%), given as the field ``device`` of its
+events, and a ``device_effect`` share of events has its category redrawn, by popularity, from
+its device's categories (category ``c<k>`` belongs to device ``k % 3``, `device_of`). With
+0.5, about two thirds of a device's events are in its categories against a third without: the
+category a user clicks depends on the device. Declare it as a context feature (``{"name":
+"device", "role": "context"}``) to have the events carry it (`generate_clicks`'s ``schema``).
+Device draws have a generator of their own, so the stream's other draws are those of the same
+spec without devices; the default, 0, gives the stream as it always was, with no device.
+
 Usage::
 
     from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
@@ -49,8 +60,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from streamrec.datasets.declared import declare
 from streamrec.errors import ConfigError
 from streamrec.events import MIN_TS_MS, Event
+from streamrec.features import FeatureSchema
 
 # Per-user activity is log-normal with this sigma: over 500 users the most active one makes
 # about 20x the median's events, a few "whales" and many light users. Taobao's 814-user sample
@@ -82,6 +95,14 @@ _HOT_WINDOW_MS = 15 * 60_000
 # Chance that a click in a category with hot (just-debuted) items goes to one of them rather
 # than to the established catalogue: new listings get a strong, short boost in the feed.
 _HOT_SHARE = 0.8
+#: The devices of a stream with ``device_effect`` > 0; category ``c<k>`` is device ``k % 3``'s.
+DEVICES = ("ios", "android", "web")
+# Sessions per device: roughly a mobile-first shop's mix, uneven so a device's share of events
+# alone tells something different from its categories' share.
+_DEVICE_SHARES = (0.45, 0.35, 0.20)
+# The device draws' generator is seeded by (seed, this): its own stream of draws, so turning
+# devices on changes only what they change.
+_DEVICE_STREAM = 1
 
 
 # --- validation (above the spec: its default instance is checked at import) ---------------
@@ -114,6 +135,9 @@ def _check_shares(spec: ClickStreamSpec) -> None:
     share = spec.new_item_share
     if not isinstance(share, int | float) or not 0.0 <= share <= 1.0:
         raise ConfigError(f"ClickStreamSpec.new_item_share must be in [0, 1], got {share!r}")
+    effect = spec.device_effect
+    if not isinstance(effect, int | float) or not 0.0 <= effect <= 1.0:
+        raise ConfigError(f"ClickStreamSpec.device_effect must be in [0, 1], got {effect!r}")
     exponent = spec.popularity_exponent
     if not isinstance(exponent, int | float) or not (math.isfinite(exponent) and exponent >= 0):
         raise ConfigError(
@@ -160,6 +184,9 @@ class ClickStreamSpec:
             a steady arrival of new items, while the default events stay dense enough for new
             items to meet their first clicks. (Sessions start uniformly: no day/night rhythm.)
         seed: Seed of ``numpy.random.default_rng``; non-negative. Also in the event ids.
+        device_effect: Share of events whose category is redrawn from their session's
+            device's categories (the module docstring); 0, the default: no devices, no
+            ``device`` field. In [0, 1].
     """
 
     users: int = 500
@@ -178,6 +205,8 @@ class ClickStreamSpec:
     duration_ms: int = 2 * 24 * 3_600_000
     seed: int = 0
 
+    device_effect: float = 0.0
+
     def __post_init__(self) -> None:
         _check_counts(self)
         _check_time_and_seed(self)
@@ -194,11 +223,15 @@ class ClickStreamSpec:
         return max(0, min(round(self.items * self.new_item_share), self.events, self.items - 1))
 
 
-def generate_clicks(spec: ClickStreamSpec = ClickStreamSpec()) -> list[Event]:
+def generate_clicks(
+    spec: ClickStreamSpec = ClickStreamSpec(), schema: FeatureSchema | None = None
+) -> list[Event]:
     """Generate the click stream described by ``spec``.
 
     Args:
         spec: The stream's shape and seed.
+        schema: The deployment's features: each event carries the values of the declared
+            extras among its fields (``device``); None: none.
 
     Returns:
         ``spec.events`` implicit events (``label=None``) sorted by ``ts``, ties in a fixed
@@ -211,6 +244,12 @@ def generate_clicks(spec: ClickStreamSpec = ClickStreamSpec()) -> list[Event]:
         >>> events == generate_clicks(ClickStreamSpec(users=3, items=10, categories=2, events=5, seed=1))
         True
     """
+    specs = () if schema is None else schema.extras
+    return [declare(event, fields, specs, "generated stream") for event, fields in generate_rows(spec)]
+
+
+def generate_rows(spec: ClickStreamSpec = ClickStreamSpec()) -> list[tuple[Event, dict[str, object]]]:
+    """`generate_clicks`'s events, each with its other fields (``device``, when there are devices)."""
     stream = _simulate(spec)
     users = [f"u{u}" for u in range(spec.users)]
     categories = [f"c{c}" for c in range(spec.categories)]
@@ -223,10 +262,23 @@ def generate_clicks(spec: ClickStreamSpec = ClickStreamSpec()) -> list[Event]:
         stream.ts.tolist(),
         strict=True,
     )
-    return [
+    events = [
         Event(f"g{spec.seed}-{n}", users[u], stream.item_names[i], categories[c], actions[a], t)
         for n, (u, i, c, a, t) in enumerate(rows)
     ]
+    if stream.device is None:
+        return [(event, {}) for event in events]
+    return [(event, {"device": DEVICES[d]}) for event, d in zip(events, stream.device.tolist(), strict=True)]
+
+
+def device_of(category: str) -> str:
+    """The device whose sessions favour ``category`` (``c<k>``: ``DEVICES[k % 3]``).
+
+    Examples:
+        >>> device_of("c0"), device_of("c4"), device_of("c5")
+        ('ios', 'android', 'web')
+    """
+    return DEVICES[int(category[1:]) % len(DEVICES)]
 
 
 def item_debuts(spec: ClickStreamSpec = ClickStreamSpec()) -> dict[str, int]:
@@ -253,6 +305,7 @@ class _Stream(NamedTuple):
     ts: np.ndarray
     item_names: list[str]
     debut_ms: np.ndarray  # per item index; old items: start_ms - 1
+    device: np.ndarray | None = None  # per event, an index into DEVICES; None: no devices
 
 
 class _Catalogue(NamedTuple):
@@ -270,6 +323,7 @@ def _simulate(spec: ClickStreamSpec) -> _Stream:
     sessions = _sessions(spec, rng)
     user, ts = sessions.user, sessions.ts
     category = _categories(spec, sessions, cat_weights, rng)
+    device = _devices(spec, sessions, category, cat_weights) if spec.device_effect > 0 else None
     anchors = rng.choice(len(ts), size=spec.new_items, replace=False)
     catalogue = _catalogue(spec, category[anchors], ts[anchors], cat_weights, rng)
     item = _pick_items(spec, catalogue, category, ts, rng)
@@ -279,8 +333,24 @@ def _simulate(spec: ClickStreamSpec) -> _Stream:
     order = np.argsort(ts, kind="stable")
     return _Stream(
         user[order], item[order], catalogue.category[item][order], action[order], ts[order],
-        names, spec.start_ms - 1 + catalogue.debut_rel,
+        names, spec.start_ms - 1 + catalogue.debut_rel, None if device is None else device[order],
     )
+
+
+def _devices(
+    spec: ClickStreamSpec, sessions: _Sessions, category: np.ndarray, cat_weights: np.ndarray
+) -> np.ndarray:
+    """Each event's device (its session's); moves a ``device_effect`` share of ``category`` to it."""
+    rng = np.random.default_rng([spec.seed, _DEVICE_STREAM])
+    device = rng.choice(len(DEVICES), size=len(sessions.session_user), p=_DEVICE_SHARES)[sessions.session]
+    moved = rng.random(len(category)) < spec.device_effect
+    owner = np.arange(spec.categories) % len(DEVICES)
+    for d in range(len(DEVICES)):
+        pool = np.flatnonzero(owner == d)
+        chosen = moved & (device == d)
+        if len(pool):  # a stream of fewer categories than devices leaves the others as they are
+            category[chosen] = rng.choice(pool, size=int(chosen.sum()), p=_normalised(cat_weights[pool]))
+    return device
 
 
 def _zipf(n: int, exponent: float) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import types
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import overload
@@ -11,35 +12,55 @@ from typing import overload
 import msgspec
 
 from streamrec.events import Event
+from streamrec.features.schema import FeatureSchema, FeatureSpec, Value
+from streamrec.featurestore import values
 from streamrec.featurestore.partitions import PartitionStore
 
 SEP = "\t"  # ids are printable (the contract forbids tabs), so a tab cannot occur inside one
 
 
+#: The features along a history of the default schema: none (shared, read-only).
+NO_COLUMNS: Mapping[str, tuple[Value | None, ...]] = types.MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class Behaviour:
-    """One entry of a user's sequence."""
+    """One entry of a user's sequence.
+
+    ``extras`` holds its declared behaviour features' values, encoded as the entry carries
+    them (`streamrec.featurestore.values`; ``""`` in the default schema): `values` reads them.
+    """
 
     ts: int
     event_id: str
     item_id: str
     category_id: str
     action: str
+    extras: str = ""
 
     @classmethod
-    def of(cls, event: Event) -> Behaviour:
-        """The behaviour an event adds to its user's sequence."""
+    def of(cls, event: Event, specs: Sequence[FeatureSpec] = ()) -> Behaviour:
+        """The behaviour an event adds to its user's sequence, with its values of ``specs``."""
+        if specs:
+            extras = values.encode(event.features, specs)
+            return cls(event.ts, event.event_id, event.item_id, event.category_id, event.action, extras)
         return cls(event.ts, event.event_id, event.item_id, event.category_id, event.action)
 
     def member(self) -> str:
         """Stable encoding; event id first, so equal-time entries order by event id."""
+        if self.extras:
+            return SEP.join((self.event_id, self.item_id, self.category_id, self.action + self.extras))
         return SEP.join((self.event_id, self.item_id, self.category_id, self.action))
 
     @classmethod
     def from_member(cls, member: str, ts: int) -> Behaviour:
         """Inverse of `member`."""
         event_id, item_id, category_id, action = member.split(SEP)
-        return cls(ts, event_id, item_id, category_id, action)
+        return cls(ts, event_id, item_id, category_id, *values.split(action))
+
+    def values(self, specs: Sequence[FeatureSpec]) -> tuple[Value | None, ...]:
+        """Its values of ``specs`` (the store's behaviour features), None where it has none."""
+        return values.decode(self.extras, specs)
 
     def sort_key(self) -> tuple[int, str]:
         """Sequence order: event time, then the encoded member (Redis sorted-set order)."""
@@ -51,10 +72,15 @@ class History(Sequence[Behaviour]):
 
     ``items`` and ``categories``, what a sample carries, are tuples from the start; the
     behaviours themselves are made only when asked for: making 50 of them per event cost the
-    consumers ~40 us an event once histories were full.
+    consumers ~40 us an event once histories were full. ``features`` holds each declared
+    behaviour feature along the history, by name, aligned with ``items`` (None where a
+    behaviour has no value: stored before the feature was declared, or missing); empty in
+    the default schema, and for an empty history.
     """
 
     __slots__ = ("_made", "_make", "categories", "items")
+    # a class attribute: the default schema's histories, most of them, set nothing more
+    features: Mapping[str, tuple[Value | None, ...]] = NO_COLUMNS
 
     def __init__(
         self, items: tuple[str, ...], categories: tuple[str, ...], make: Callable[[], list[Behaviour]]
@@ -66,10 +92,15 @@ class History(Sequence[Behaviour]):
         self._made: list[Behaviour] | None = None
 
     @classmethod
-    def of(cls, behaviours: list[Behaviour]) -> History:
-        """The history of these behaviours (oldest first)."""
+    def of(cls, behaviours: list[Behaviour], specs: Sequence[FeatureSpec] = ()) -> History:
+        """The history of these behaviours (oldest first), with their values of ``specs``."""
         items = tuple([b.item_id for b in behaviours])
-        return cls(items, tuple([b.category_id for b in behaviours]), lambda: behaviours)
+        categories = tuple([b.category_id for b in behaviours])
+        if specs and behaviours:
+            rows = [b.values(specs) for b in behaviours]
+            features = {spec.name: tuple([row[k] for row in rows]) for k, spec in enumerate(specs)}
+            return FeaturedHistory(items, categories, lambda: behaviours, features)
+        return cls(items, categories, lambda: behaviours)
 
     def behaviours(self) -> list[Behaviour]:
         """The behaviours, oldest first."""
@@ -106,6 +137,23 @@ class History(Sequence[Behaviour]):
     def __repr__(self) -> str:
         """As the list of behaviours."""
         return f"History({self.behaviours()!r})"
+
+
+class FeaturedHistory(History):
+    """A `History` with its declared behaviour features along it."""
+
+    __slots__ = ("features",)
+
+    def __init__(
+        self,
+        items: tuple[str, ...],
+        categories: tuple[str, ...],
+        make: Callable[[], list[Behaviour]],
+        features: Mapping[str, tuple[Value | None, ...]],
+    ) -> None:
+        """See `History`; ``features`` by name, aligned with ``items``."""
+        super().__init__(items, categories, make)
+        self.features = features
 
 
 class Verdict(IntEnum):
@@ -220,6 +268,11 @@ class StoreUpdate:
         self.close()
 
 
+def behaviour_features(schema: FeatureSchema) -> tuple[FeatureSpec, ...]:
+    """The features a behaviour is stored with: ``schema``'s declared behaviour ones, in order."""
+    return tuple(spec for spec in schema.extras if spec.role == "behaviour")
+
+
 def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
     """The earliest event time of each item in ``events``."""
     earliest: dict[str, int] = {}
@@ -243,10 +296,16 @@ class FeatureStore(PartitionStore):
     the configuration.
     """
 
-    def __init__(self, length: int, dedup_horizon_ms: int) -> None:
-        """Keep each user's latest ``length`` behaviours and ``dedup_horizon_ms`` of ids."""
+    def __init__(self, length: int, dedup_horizon_ms: int, schema: FeatureSchema | None = None) -> None:
+        """Keep each user's latest ``length`` behaviours and ``dedup_horizon_ms`` of ids.
+
+        With each behaviour, its values of ``schema``'s declared behaviour features (outcomes
+        included), returned along its histories (`History.features`).
+        """
         self.length = length
         self.dedup_horizon_ms = dedup_horizon_ms
+        self.schema = schema or FeatureSchema.default()
+        self.behaviour_features = behaviour_features(self.schema)
 
     @abstractmethod
     def attach(self, can_start_empty: bool) -> None:

@@ -7,6 +7,7 @@ import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from streamrec.features.schema import FeatureSchema
 from streamrec.featurestore.base import (
     Arrival,
     Behaviour,
@@ -57,9 +58,11 @@ class MemoryFeatureStore(FeatureStore):
         [<Verdict.DUPLICATE: 1>]
     """
 
-    def __init__(self, length: int, dedup_horizon_ms: int = 6 * 3_600_000) -> None:
-        """An empty store keeping each user's latest ``length`` behaviours."""
-        super().__init__(length, dedup_horizon_ms)
+    def __init__(
+        self, length: int, dedup_horizon_ms: int = 6 * 3_600_000, schema: FeatureSchema | None = None
+    ) -> None:
+        """An empty store keeping each user's latest ``length`` behaviours (see `FeatureStore`)."""
+        super().__init__(length, dedup_horizon_ms, schema)
         self._users: dict[str, _User] = {}
         self._first_seen: dict[str, int] = {}
         self._partitions = MemoryPartitionStore()
@@ -87,7 +90,8 @@ class MemoryFeatureStore(FeatureStore):
             low[event.user_id] = min(event.ts, low.get(event.user_id, event.ts))
             if arrival.stored and event.event_id not in user.stored:
                 user.stored.add(event.event_id)
-                bisect.insort(user.sequence, Behaviour.of(event), key=Behaviour.sort_key)
+                behaviour = Behaviour.of(event, self.behaviour_features)
+                bisect.insort(user.sequence, behaviour, key=Behaviour.sort_key)
         earliest = earliest_per_item(a.event for a in arrivals)  # every arrival, as Redis
         for item, ts in earliest.items():
             self._first_seen[item] = min(ts, self._first_seen.get(item, ts))
@@ -103,7 +107,7 @@ class MemoryFeatureStore(FeatureStore):
     def _history(self, arrival: Arrival) -> History:
         seq = self._users[arrival.event.user_id].sequence
         end = bisect.bisect_left(seq, arrival.event.ts, key=lambda b: b.ts)
-        return History.of(seq[max(0, end - self.length) : end])
+        return History.of(seq[max(0, end - self.length) : end], self.behaviour_features)
 
     def _trim(self, user: _User, low: int) -> None:
         """Trim a user's state, as the Redis store does.

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from streamrec.features.schema import FeatureSpec
+from streamrec.featurestore import values
 from streamrec.featurestore.base import (
     ACCEPTED,
     CONFLICT,
@@ -14,6 +16,7 @@ from streamrec.featurestore.base import (
     Answer,
     Arrival,
     Behaviour,
+    FeaturedHistory,
     History,
 )
 
@@ -24,8 +27,12 @@ def parse_call(
     by_user: dict[str, list[int]],
     arrivals: Sequence[Arrival],
     answers: list[Answer],
+    specs: Sequence[FeatureSpec] = (),
 ) -> None:
-    """Fill ``answers`` from one user call's reply (see ``redis_scripts.SEQUENCE_LUA``)."""
+    """Fill ``answers`` from one user call's reply (see ``redis_scripts.SEQUENCE_LUA``).
+
+    Histories carry their values of ``specs``, the store's behaviour features.
+    """
     for user in users:
         last = EMPTY  # the user's history read before, which ``3`` repeats
         for index in by_user[user]:
@@ -33,7 +40,7 @@ def parse_call(
             code = answer[0]
             if code == "0":
                 if arrivals[index].wants_history:
-                    last = history(answer)
+                    last = history(answer, specs)
                     answers[index] = (ACCEPTED, last, "")
             elif code == "3":
                 answers[index] = (ACCEPTED, last, "")
@@ -61,7 +68,18 @@ def event_line(arrival: Arrival) -> str:
     )
 
 
-def history(answer: str) -> History:
+def event_line_with(arrival: Arrival, specs: Sequence[FeatureSpec]) -> str:
+    """`event_line` with the event's values of ``specs`` after its action (`values.encode`)."""
+    e = arrival.event
+    want = _WANT[arrival.stored, arrival.wants_history]
+    extras = values.encode(e.features, specs)
+    return (
+        f"{e.ts}\x1f{want}\x1f{e.event_id}\t{e.item_id}\t{e.category_id}\t{e.action}{extras}"
+        f"\x1f{e.fingerprint()}\t{arrival.origin}\n"
+    )
+
+
+def history(answer: str, specs: Sequence[FeatureSpec] = ()) -> History:
     r"""The history in an accepted event's answer.
 
     ``0``, then ``member \t score`` newest first, all joined by tabs: each entry reads ``id item
@@ -69,7 +87,8 @@ def history(answer: str) -> History:
 
     The split makes a string of every field: a few microseconds for a full history, a quarter
     of the consumer's time on the 814-user Taobao file (histories ~32 long). So the answer is
-    not copied first, nor every field reversed: only the items and categories a sample carries.
+    not copied first, nor every field reversed: only the items and categories a sample carries,
+    and, when the store keeps behaviour features (``specs``), each one's values along it.
     """
     if len(answer) == 1:
         return EMPTY
@@ -82,11 +101,17 @@ def history(answer: str) -> History:
         ids = fields[0::5]
         ids[0] = ids[0][1:]  # the answer's code before the first id
         return [
-            Behaviour(int(fields[k + 4]), ids[k // 5], fields[k + 1], fields[k + 2], fields[k + 3])
+            Behaviour(
+                int(fields[k + 4]), ids[k // 5], fields[k + 1], fields[k + 2], *values.split(fields[k + 3])
+            )
             for k in range(len(fields) - 5, -1, -5)
         ]
 
-    return History(tuple(items), tuple(categories), make)
+    if not specs:
+        return History(tuple(items), tuple(categories), make)
+    actions = fields[3::5]
+    actions.reverse()
+    return FeaturedHistory(tuple(items), tuple(categories), make, values.columns(actions, specs))
 
 
 EMPTY = History((), (), list)

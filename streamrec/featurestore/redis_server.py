@@ -75,6 +75,41 @@ def check_servers(infos: list[dict[str, Any]]) -> None:
             )
 
 
+# The member bytes a sequence entry may need with declared behaviour features: its values
+# follow the action (``values``), so an entry of four features (a shop, a brand, three tags,
+# a price) on Taobao's ids is up to 59 bytes, against 28 without (``bench/redis_memory.py
+# --features 4``); longer ids pass Redis's default 64 and turn the user's sequence into a
+# skiplist (a 50-entry sequence of 70-byte members: 9,192 bytes, against 5,176 compact).
+# Twice the measured entry leaves room for longer ids, while a full compact sequence (128
+# entries) stays a few kilobytes that Redis scans in microseconds.
+FEATURED_MEMBER_BYTES = 128
+
+
+def raise_member_limit(client: redis.Redis | RedisCluster, wanted: int) -> None:
+    """Raise Redis's ``zset-max-listpack-value`` to ``wanted`` bytes if it is lower.
+
+    A store that keeps declared behaviour features does so as it starts, so their longer
+    entries keep sequences compact. A user that may not run CONFIG (a managed Redis, an ACL
+    user held to the store's commands) is told once what to set instead.
+    """
+    name = "zset-max-listpack-value"
+    try:
+        reply = client.config_get(name)
+        if not reply:  # Redis 6.2 names it ziplist
+            name = "zset-max-ziplist-value"
+            reply = client.config_get(name)
+        if reply and int(str(next(iter(reply.values())))) < wanted:
+            client.config_set(name, wanted)
+            logger.info("redis %s raised to %s for the declared behaviour features", name, wanted)
+    except redis.RedisError as exc:
+        logger.warning(
+            "redis zset-max-listpack-value not raised to %s (%s): sequence entries with declared "
+            "behaviour features longer than its value turn a user's sequence into a skiplist, about "
+            "twice the bytes; set it to at least %s on the server",
+            wanted, exc, wanted,
+        )
+
+
 def compact_limits(client: redis.Redis | RedisCluster, length: int) -> tuple[int, int]:
     """Redis's compact sorted-set limits: entries, and bytes a member.
 

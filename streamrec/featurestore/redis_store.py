@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
+import orjson
 import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
@@ -49,7 +50,9 @@ from streamrec.errors import (
     FeatureStoreUnavailable,
     FeatureStoreUnreachable,
     PartitionFenced,
+    SchemaChange,
 )
+from streamrec.features.schema import FeatureSchema
 from streamrec.featurestore.base import (
     Answer,
     Arrival,
@@ -65,7 +68,7 @@ from streamrec.featurestore.partitions import (
     PartitionOutcome,
     fenced_reason,
 )
-from streamrec.featurestore.redis_codec import FRESH, event_line, parse_call
+from streamrec.featurestore.redis_codec import FRESH, event_line, event_line_with, parse_call
 from streamrec.featurestore.redis_markers import check_markers, marker_keys, new_marker
 from streamrec.featurestore.redis_partitions import (
     ADVANCE_LUA,
@@ -80,12 +83,14 @@ from streamrec.featurestore.redis_scripts import FIRST_SEEN_LUA, SEQUENCE_LUA
 from streamrec.featurestore.redis_server import (
     CLIENT_DEFAULTS,
     COMPACT_DEFAULTS,
+    FEATURED_MEMBER_BYTES,
     NO_ANSWER,
     PASSING_REPLIES,
     REFUSED,
     UNAVAILABLE,
     check_servers,
     compact_limits,
+    raise_member_limit,
     server_infos,
 )
 from streamrec.kafka.records import Partition
@@ -110,6 +115,7 @@ class RedisFeatureStore(FeatureStore):
         length: int,
         dedup_horizon_ms: int = 6 * 3_600_000,
         client: redis.Redis | None = None,
+        schema: FeatureSchema | None = None,
     ) -> None:
         """Connect to ``cfg.url`` (a Cluster when ``cfg.cluster``), or use ``client``.
 
@@ -117,7 +123,7 @@ class RedisFeatureStore(FeatureStore):
         store is first used: a consumer started before its Cluster is up then waits for it
         in `attach`, as for a standalone Redis.
         """
-        super().__init__(length, dedup_horizon_ms)
+        super().__init__(length, dedup_horizon_ms, schema)
         self._prefix = cfg.key_prefix
         self._ttl_ms = cfg.ttl_s * 1000
         self._url = cfg.url
@@ -156,6 +162,8 @@ class RedisFeatureStore(FeatureStore):
     def _scripts(self, reload: bool = False) -> tuple[str, ...]:
         """The SHA1s of the scripts (sequences, first seen, claim, advance), loaded on every primary."""
         if self._shas is None or reload:
+            if self.behaviour_features:  # longer entries: keep the sequences compact
+                raise_member_limit(self._redis, FEATURED_MEMBER_BYTES)
             self._limits = compact_limits(self._redis, self.length)
             self._shas = tuple(
                 self._redis.script_load(script)
@@ -181,6 +189,7 @@ class RedisFeatureStore(FeatureStore):
         try:
             check_servers(server_infos(self._redis))
             self._answered = True
+            self._check_features()
             values = [self._redis.get(key) for key in keys]
             if not any(values) and can_start_empty:
                 value = new_marker()
@@ -198,6 +207,30 @@ class RedisFeatureStore(FeatureStore):
         self._markers = {key: str(value) for key, value in zip(keys, values, strict=True)}
         marker = next(iter(self._markers.values()))
         logger.info("feature store attached prefix=%s marker=%r", self._prefix, marker)
+
+    def _check_features(self) -> None:
+        """Refuse behaviour features declared in another order than the stored entries hold them.
+
+        A behaviour's values are stored by position (`streamrec.featurestore.values`):
+        ``<prefix>:features`` records the longest list of names the entries were written with,
+        and the declared list must extend it, or be a start of it (a feature dropped from the
+        end: its stored values are ignored).
+
+        Raises:
+            SchemaChange: a feature declared in the middle, renamed or removed before another.
+        """
+        key = f"{self._prefix}:features"
+        names = [spec.name for spec in self.behaviour_features]
+        raw = self._redis.get(key)
+        stored: list[str] = orjson.loads(raw) if raw else []
+        if names[: len(stored)] != stored[: len(names)]:
+            raise SchemaChange(
+                f"the feature store at prefix {self._prefix!r} holds behaviour features {stored} by "
+                f"position, and {names} are declared: declare them in that order with new ones at "
+                "the end (STREAMREC_FEATURES), or rebuild the store (`streamrec consumers rebuild`)"
+            )
+        if len(names) > len(stored):
+            self._redis.set(key, orjson.dumps(names))
 
     def _translated(self, exc: redis.RedisError) -> FeatureStoreError:
         """A Redis failure as the store's.
@@ -301,7 +334,7 @@ class RedisFeatureStore(FeatureStore):
                     expected = sum(len(by_user[user]) for user in users)
                     if len(reply) != expected:
                         raise FeatureStoreError(f"redis answered {len(reply)} verdicts for {expected} events")
-                    parse_call(iter(reply), users, by_user, arrivals, answers)
+                    parse_call(iter(reply), users, by_user, arrivals, answers, self.behaviour_features)
                     parsed += 1
                 yield answers[index]
         except BaseException:  # a failure, or the answers given up: no replies left on the connection
@@ -345,6 +378,8 @@ class RedisFeatureStore(FeatureStore):
     ) -> Iterator[tuple[Any, ...]]:
         prefix = self._prefix
         limits = self._limits
+        specs = self.behaviour_features
+        line = event_line if not specs else lambda arrival: event_line_with(arrival, specs)
         for users in calls:
             keys: list[str] = []
             lines: list[str] = []
@@ -352,9 +387,9 @@ class RedisFeatureStore(FeatureStore):
                 keys += (f"{prefix}:seq:{{{user}}}", f"{prefix}:ids:{{{user}}}")
                 indexes = by_user[user]
                 if len(indexes) == 1:  # most users of a batch: no comprehension's frame
-                    lines.append(event_line(arrivals[indexes[0]]))
+                    lines.append(line(arrivals[indexes[0]]))
                 else:
-                    lines.append("".join([event_line(arrivals[i]) for i in indexes]))
+                    lines.append("".join([line(arrivals[i]) for i in indexes]))
             yield (
                 "EVALSHA",
                 sha,

@@ -7,6 +7,7 @@ same data, configuration and seed give the same report (its ``digest``).
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import time
 import warnings
@@ -19,6 +20,8 @@ from typing import Any
 from streamrec.config import StreamrecConfig
 from streamrec.datasets import load_events
 from streamrec.errors import ConfigError
+from streamrec.features import FeatureSchema
+from streamrec.replay import ablation
 from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
 from streamrec.replay.dump import dump_samples
 from streamrec.replay.report import SCHEMA, finish, summarise, tells
@@ -50,16 +53,30 @@ class BacktestConfig:
     seed: int = 0
     jobs: int = 1
     dump_samples: Path | None = None  # write every micro-batch's samples here (JSON lines)
-    settings: StreamrecConfig = field(default_factory=StreamrecConfig)  # consumer and model
+    settings: StreamrecConfig = field(default_factory=StreamrecConfig)  # consumer, model, features
+    # Declared features to remove one at a time (rerunning the strategies without each); "all": every one
+    ablate: tuple[str, ...] = ()
+
+    @property
+    def schema(self) -> FeatureSchema:
+        """The deployment's feature schema: the settings' (STREAMREC_FEATURES, streamrec.toml)."""
+        return self.settings.feature_schema()
 
 
-def seeded(cfg: BacktestConfig) -> StreamrecConfig:
-    """The settings with ``cfg.seed`` as both the negative sampler's and the model's seed."""
+def seeded(cfg: BacktestConfig, schema: FeatureSchema | None = None) -> StreamrecConfig:
+    """The settings with ``cfg.seed`` as both the negative sampler's and the model's seed.
+
+    With ``schema``, its declared features replace the settings' (an ablation's reduced schema),
+    so that what a run records of its settings is what it ran with.
+    """
     s = cfg.settings
-    return s.model_copy(update={
+    update: dict[str, Any] = {
         "consumer": s.consumer.model_copy(update={"seed": cfg.seed}),
         "model": s.model.model_copy(update={"seed": cfg.seed}),
-    })
+    }
+    if schema is not None:
+        update["features"] = schema.extras
+    return s.model_copy(update=update)
 
 
 def ewc_lambdas(cfg: BacktestConfig, settings: StreamrecConfig) -> tuple[float, ...]:
@@ -67,25 +84,35 @@ def ewc_lambdas(cfg: BacktestConfig, settings: StreamrecConfig) -> tuple[float, 
     return cfg.ewc_lambdas or (settings.model.ewc_lambda or DEFAULT_EWC_LAMBDA,)
 
 
-def strategies_of(cfg: BacktestConfig, settings: StreamrecConfig) -> list[Strategy]:
-    """The strategies to run, ``ewc`` once per λ."""
+def strategies_of(
+    cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchema | None = None
+) -> list[Strategy]:
+    """The strategies to run, ``ewc`` once per λ, their learners made under ``schema``.
+
+    ``schema`` defaults to the settings' own.
+    """
+    schema = settings.feature_schema() if schema is None else schema
     out = []
     for kind in cfg.strategies:
         lambdas: Sequence[float | None] = (cfg.ewc_lambdas or (None,)) if kind == "ewc" else (None,)
         for lam in lambdas:
             name = kind if len(lambdas) == 1 else f"ewc λ={lam:g}"
-            out.append(Strategy(
-                name, kind, settings.model, cfg.warmup, cfg.retrain_every, lam, settings.feature_schema()
-            ))
+            out.append(Strategy(name, kind, settings.model, cfg.warmup, cfg.retrain_every, lam, schema))
     return out
 
 
-def micro_batches(cfg: BacktestConfig, settings: StreamrecConfig) -> tuple[int, list[MicroBatch]]:
-    """The events' count and their samples cut into micro-batches."""
-    events = load_events(cfg.source, cfg.fmt, limit=cfg.limit)
+def micro_batches(
+    cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchema | None = None
+) -> tuple[int, list[MicroBatch]]:
+    """The events' count and their samples, with ``schema``'s features, cut into micro-batches.
+
+    ``schema`` defaults to the settings' own.
+    """
+    schema = settings.feature_schema() if schema is None else schema
+    events = load_events(cfg.source, cfg.fmt, limit=cfg.limit, schema=schema)
     if not events:
         raise ConfigError(f"{cfg.source}: no events to replay")
-    samples = build_samples(events, settings)
+    samples = build_samples(events, settings, schema)
     if cfg.interval_ms is None:
         return len(events), by_count(samples, cfg.batch_size, settings.learner.min_eval_samples)
     return len(events), by_interval(samples, cfg.interval_ms)
@@ -119,12 +146,15 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
     start = time.perf_counter()
     if "vw" in cfg.strategies:
         require_vw()  # before minutes of sample building, not after
-    settings = seeded(cfg)
-    events, batches = micro_batches(cfg, settings)
+    schema = cfg.schema
+    removed = ablation.ablated(cfg.ablate, schema)  # a name not declared: now, not after the runs
+    settings = seeded(cfg, schema)
+    events, batches = micro_batches(cfg, settings, schema)
     if cfg.dump_samples is not None:
         dump_samples(batches, cfg.dump_samples)
-    strategies = strategies_of(cfg, settings)
+    strategies = strategies_of(cfg, settings, schema)
     runs = run_all(strategies, batches, cfg.jobs, on_progress)
+    summaries = {run.name: summarise(run, batches) for run in runs}
     report = {
         "schema": SCHEMA,
         "dataset": {
@@ -133,21 +163,47 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
             "samples": sum(len(b.samples) for b in batches),
             "positives": sum(s.label for b in batches for s in b.samples),
         },
-        "config": _config(cfg, settings),
+        "config": _config(cfg, settings, schema),
         "micro_batches": {
             "count": len(batches),
             "first_ts": [b.first_ts for b in batches],
             "last_ts": [b.last_ts for b in batches],
             "samples": [len(b.samples) for b in batches],
         },
-        "strategies": {run.name: summarise(run, batches) for run in runs},
+        "strategies": summaries,
         "tells": tells(batches),
     }
+    if removed:
+        report["ablation"] = ablate(cfg, schema, batches, summaries, removed, on_progress)
     report["wall_seconds"] = time.perf_counter() - start
     return finish(report)
 
 
-def _config(cfg: BacktestConfig, settings: StreamrecConfig) -> dict[str, Any]:
+def ablate(
+    cfg: BacktestConfig,
+    schema: FeatureSchema,
+    batches: Sequence[MicroBatch],
+    summaries: dict[str, dict[str, Any]],
+    removed: Sequence[str],
+    on_progress: Progress | None = None,
+) -> dict[str, Any]:
+    """The report's ``ablation``: the strategies rerun without each of ``removed`` in turn.
+
+    Each rerun takes the same micro-batches with the feature stripped from every sample, and
+    learners made under the schema without it; ``summaries`` are the runs with every feature.
+    """
+    reduced: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in removed:
+        smaller = ablation.without(schema, {name})
+        stripped = ablation.strip_batches(batches, {name})
+        strategies = strategies_of(cfg, seeded(cfg, smaller), smaller)
+        shown = [dataclasses.replace(s, name=f"{s.name} −{name}") for s in strategies]  # in the progress bar
+        runs = run_all(shown, stripped, cfg.jobs, on_progress)
+        reduced[name] = {s.name: summarise(run, stripped) for s, run in zip(strategies, runs, strict=True)}
+    return ablation.section(removed, summaries, reduced)
+
+
+def _config(cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchema) -> dict[str, Any]:
     cut = {"batch_size": cfg.batch_size} if cfg.interval_ms is None else {"interval_ms": cfg.interval_ms}
     return {
         **cut,
@@ -158,6 +214,8 @@ def _config(cfg: BacktestConfig, settings: StreamrecConfig) -> dict[str, Any]:
         "seed": cfg.seed,
         "consumer": settings.consumer.model_dump(mode="json"),
         "model": settings.model.model_dump(mode="json"),
+        # the declared extras (item and category are every schema's); [] for the default schema
+        "features": [f.meaning() for f in schema.extras],
     }
 
 
@@ -176,9 +234,10 @@ def sweep(
 
     One row per combination (the incremental DIN: ``finetune``, or ``ewc`` at each λ).
     """
-    settings = seeded(cfg)
-    events = load_events(cfg.source, cfg.fmt, limit=cfg.limit)
-    samples = build_samples(events, settings)
+    schema = cfg.schema
+    settings = seeded(cfg, schema)
+    events = load_events(cfg.source, cfg.fmt, limit=cfg.limit, schema=schema)
+    samples = build_samples(events, settings, schema)
     rows: list[dict[str, Any]] = []
     for interval in intervals_ms:
         batches = (
@@ -191,7 +250,7 @@ def sweep(
             Strategy(
                 f"{kind} lr={lr:g} passes={n}" + (f" λ={lam:g}" if lam is not None else ""),
                 kind, settings.model.model_copy(update={"learning_rate": lr, "passes": n}), ewc_lambda=lam,
-                schema=settings.feature_schema(),
+                schema=schema,
             )
             for lr in learning_rates
             for n in passes

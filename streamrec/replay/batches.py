@@ -14,7 +14,9 @@ from streamrec.config import StreamrecConfig
 from streamrec.consumers.processor import SampleBuilder
 from streamrec.errors import ConfigError
 from streamrec.events import Event
+from streamrec.features import FeatureSchema
 from streamrec.featurestore import MemoryFeatureStore
+from streamrec.featurestore.profiles import MemoryProfileStore
 from streamrec.kafka.records import Record
 from streamrec.samples import Sample
 
@@ -42,16 +44,20 @@ class MicroBatch:
         return max(s.ts for s in self.samples)
 
 
-def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]:
+def build_samples(
+    events: Sequence[Event], cfg: StreamrecConfig, schema: FeatureSchema | None = None
+) -> list[Sample]:
     """The samples the consumers would emit for ``events``.
 
     The samples the consumers would emit for ``events`` (in event-time order), built by
-    `SampleBuilder` on the in-memory store: sequences, labels, negatives and all.
+    `SampleBuilder` on the in-memory store: sequences, labels, negatives and all, with the
+    features ``schema`` declares (default: ``cfg``'s, STREAMREC_FEATURES).
     """
-    store = MemoryFeatureStore(cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms)
-    builder = SampleBuilder(cfg.consumer, store)
+    schema = cfg.feature_schema() if schema is None else schema
+    builder = sample_builder(cfg, schema)
     records = [
-        Record(e.to_json(), offset, key=e.user_id.encode(), timestamp=e.ts) for offset, e in enumerate(events)
+        Record(e.to_json(schema), offset, key=e.user_id.encode(), timestamp=e.ts)
+        for offset, e in enumerate(events)
     ]
     # Recorded events are in the past: no clock check applies (now = the last event time).
     now_ms = max((e.ts for e in events), default=0)
@@ -61,6 +67,14 @@ def build_samples(events: Sequence[Event], cfg: StreamrecConfig) -> list[Sample]
         builder.commit(result)
         samples += result.samples
     return samples
+
+
+def sample_builder(cfg: StreamrecConfig, schema: FeatureSchema) -> SampleBuilder:
+    """The consumers' sample builder on a fresh in-memory store, for ``schema``'s features."""
+    store = MemoryFeatureStore(cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms, schema)
+    # user features in memory, as the sequences
+    profiles = MemoryProfileStore(cfg.consumer.profile_points) if schema.role("user") else None
+    return SampleBuilder(cfg.consumer, store, schema=schema, profiles=profiles)
 
 
 def by_count(samples: Sequence[Sample], size: int, min_size: int = 1) -> list[MicroBatch]:

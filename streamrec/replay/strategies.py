@@ -76,7 +76,7 @@ class Strategy:
     retrain_every: int = 10  # retrain: micro-batches between retrains from scratch
     # ewc: None takes the model's, or DEFAULT_EWC_LAMBDA when that is 0; the others train without
     ewc_lambda: float | None = None
-    # The declared features the configured learner reads (STREAMREC_FEATURES).
+    # The features its learner is made for: the deployment's, or an ablation's reduced one.
     schema: FeatureSchema = field(default_factory=FeatureSchema.default)
 
     @property

@@ -9,6 +9,7 @@ import pytest
 
 from streamrec.errors import InvalidEvent
 from streamrec.events import _DECODER, MIN_TS_MS, Event, _checked, parse_event
+from streamrec.features.schema import FeatureSchema, FeatureSpec
 from tests.support import decoder_agreement
 
 NOW = 1_700_000_000_000
@@ -150,3 +151,65 @@ def test_the_fingerprint_is_the_crc_of_the_content_tuple_as_stored_marks_have_it
 
 def test_the_fingerprint_of_one_event_is_pinned() -> None:
     assert Event("e1", "u1", "i1", "c1", "pv", 1_511_658_000_000).fingerprint() == "b7a93d44"
+
+
+# Declared features (streamrec.features): top-level fields, read only when declared.
+GENRES = FeatureSpec(name="genres", kind="ids", max_ids=2)
+PRICE = FeatureSpec(name="price", field="price_cents", kind="number", required=True)
+DEVICE = FeatureSpec(name="device", role="context")
+SCHEMA = FeatureSchema.of([GENRES, PRICE, DEVICE])
+
+
+def parse_with(raw: bytes, schema: FeatureSchema = SCHEMA) -> Event:
+    return parse_event(raw, now_ms=NOW, max_future_ms=300_000, max_bytes=1024, extras=schema.extras)
+
+
+def test_declared_features_are_read_from_top_level_fields_by_name() -> None:
+    event = parse_with(doc(genres=["a", 7], price_cents=250, device="ios"))
+    assert event.features == {"genres": ("a", "7"), "price": 250.0, "device": "ios"}
+    checked = parse_with(doc(ts=float(NOW - 1000), price_cents=1))  # the field-by-field path too
+    assert checked.features == {"price": 1.0}
+
+
+def test_declared_features_round_trip_through_the_wire_form() -> None:
+    event = parse_with(doc(genres=["a"], price_cents=2.5, label=1))
+    assert orjson.loads(event.to_json(SCHEMA))["price_cents"] == 2.5
+    assert parse_with(event.to_json(SCHEMA)) == event
+
+
+@pytest.mark.parametrize(
+    ("over", "reason"),
+    [
+        ({}, "feature 'price' is required: field 'price_cents' is missing"),
+        ({"price_cents": "cheap"}, "feature 'price' (field 'price_cents') must be a number"),
+        ({"price_cents": 1, "genres": ["a", "b", "c"]}, "feature 'genres' (field 'genres') has 3 ids"),
+        ({"price_cents": 1, "device": ["ios"]}, "feature 'device' (field 'device') must hold string"),
+    ],
+)
+def test_a_value_breaking_its_declaration_is_refused_naming_the_feature(
+    over: dict[str, object], reason: str
+) -> None:
+    with pytest.raises(InvalidEvent) as info:
+        parse_with(doc(**over))
+    assert str(info.value).startswith(reason)
+
+
+def test_the_default_schema_ignores_feature_fields_and_keeps_its_fingerprint() -> None:
+    raw = doc(genres=["a"], features={"genres": "x"})
+    event = parse(raw)
+    assert not event.features and event == parse(doc())
+    assert event.to_json() == Event("e1", "7", "i9", "3", "pv", NOW - 1000).to_json()
+    text = f"('7', 'i9', '3', 'pv', {NOW - 1000}, None)"  # the fingerprint stored marks depend on
+    assert event.fingerprint() == zlib.crc32(text.encode()).to_bytes(4).hex()
+
+
+def test_declared_features_replace_whatever_the_wire_name_held() -> None:
+    raw = doc(price_cents=1, **{"\u00a7features": {"genres": "x"}})
+    assert parse_with(raw).features == {"price": 1.0}
+
+
+def test_features_count_in_the_fingerprint_only_when_present() -> None:
+    plain = parse_with(doc(price_cents=1), FeatureSchema.default())
+    priced = parse_with(doc(price_cents=1))
+    assert priced.fingerprint() != plain.fingerprint() != parse_with(doc(price_cents=2)).fingerprint()
+    assert hash(priced) == hash(plain)  # equal contract fields: a mapping is not hashed

@@ -67,7 +67,7 @@ def test_the_mix_is_honoured_where_every_kind_of_draw_can_succeed() -> None:
     items, categories = tuple(f"h{j}" for j in range(20)), ("c1",) * 20
     kinds = []
     for n in range(3_000):
-        [(item, category)] = s.draw_mixed(
+        [(item, category, _)] = s.draw_mixed(
             1, new=False, ts=2_000_000, target="t", items=items, categories=categories, key=f"e{n}"
         )
         kinds.append("history" if item in items else "category" if category == "c1" else "global")
@@ -145,7 +145,7 @@ def test_a_copy_draws_what_the_original_draws_and_stale_categories_are_dropped()
     kw = {"new": False, "ts": 200 * MIN, "target": "i0", "items": ("i3",), "categories": ("c3",), "key": "e"}
     drawn = s.draw_mixed(3, **kw)  # type: ignore[arg-type]  # the keywords, typed by the call
     assert drawn == s.copy().draw_mixed(3, **kw)  # type: ignore[arg-type]
-    assert {category for _, category in drawn} == {"c3"}
+    assert {category for _, category, _ in drawn} == {"c3"}
     assert "gone" not in s.copy().categories()
 
 

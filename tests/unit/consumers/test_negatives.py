@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import random
 
-from streamrec.consumers.negatives import Entry, NoveltyMatchedSampler, _Pool
+from streamrec.consumers.negatives import NO_VALUES, Entry, NoveltyMatchedSampler, _Pool
 
 MIN = 60_000
 
@@ -22,8 +22,8 @@ def test_new_positives_get_recent_debuts_known_ones_get_known_items() -> None:
     s.observe(31 * MIN, "fresh", "c", first_seen=31 * MIN)  # debut: new until minute 41
     t = 35 * MIN
     assert s.is_new(31 * MIN, t) and not s.is_new(0, t)
-    assert s.draw(1, new=True, ts=t, exclude=(), key="e") == [("fresh", "c")]
-    assert s.draw(1, new=False, ts=t, exclude=(), key="e") == [("old", "c")]
+    assert s.draw(1, new=True, ts=t, exclude=(), key="e") == [("fresh", "c", {})]
+    assert s.draw(1, new=False, ts=t, exclude=(), key="e") == [("old", "c", {})]
 
 
 def test_pools_keep_only_their_event_time_windows() -> None:
@@ -40,7 +40,7 @@ def test_draws_are_distinct_exclude_given_items_and_count_shortfalls() -> None:
     for i in range(3):
         s.observe(i, f"i{i}", f"c{i}", first_seen=i)
     drawn = s.draw(5, new=True, ts=3, exclude={"i0"}, key="e")
-    assert sorted(drawn) == [("i1", "c1"), ("i2", "c2")]
+    assert sorted(drawn) == [("i1", "c1", {}), ("i2", "c2", {})]
     assert s.short == 3
 
 
@@ -75,8 +75,8 @@ def test_a_pool_keeps_what_a_bounded_deque_evicted_by_time_keeps() -> None:
         ts += rng.choice((0, 1, 1, 2, 7))
         horizon = ts - width
         if rng.random() < 0.7:
-            pool.add((ts, f"i{step}", "c", ts), horizon)
-            model.append((ts, f"i{step}", "c", ts))
+            pool.add((ts, f"i{step}", "c", ts, NO_VALUES), horizon)
+            model.append((ts, f"i{step}", "c", ts, NO_VALUES))
         else:
             pool.evict(horizon)
         while model and model[0][0] < horizon:

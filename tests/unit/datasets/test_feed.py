@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from streamrec.datasets.feed import CLICK, IMPRESSION, FeedSpec, generate_feed
-from streamrec.datasets.synthetic import ClickStreamSpec
+import numpy as np
+
+from streamrec.datasets.feed import CLICK, IMPRESSION, FeedSpec, expected_labels, generate_feed
+from streamrec.datasets.synthetic import ClickStreamSpec, device_of
 
 CLICKS = ClickStreamSpec(users=30, events=600, duration_ms=3_600_000, seed=2)
 
@@ -41,3 +43,22 @@ def test_a_feed_of_a_user_whose_world_is_one_item_still_fills_its_pages() -> Non
     tiny = ClickStreamSpec(users=2, items=20, categories=2, events=40, duration_ms=600_000, seed=1)
     feed = generate_feed(FeedSpec(clicks=tiny, same_category_share=0.8, history_share=0.2))
     assert sum(e.action == IMPRESSION for e in feed.events) == 8 * sum(e.action == CLICK for e in feed.events)
+
+
+def test_a_feed_with_devices_clicks_a_devices_categories_more() -> None:
+    clicks = ClickStreamSpec(users=100, events=2_000, duration_ms=4 * 3_600_000, device_effect=0.5)
+    feed = generate_feed(FeedSpec(clicks=clicks))
+    plain = generate_feed()
+    assert [(e.user_id, e.ts, e.action) for e in feed.events] == [
+        (e.user_id, e.ts, e.action) for e in plain.events
+    ]
+    assert plain.fields == {} and set(feed.fields) == {e.event_id for e in feed.events}
+    labels = expected_labels(feed, 600_000)
+    shown = [e for e in feed.events if e.action == IMPRESSION]
+    # each page is shown on its click's device
+    assert all(feed.fields[e.event_id] == feed.fields[e.event_id.rsplit("-p", 1)[0]] for e in shown)
+    matched = [device_of(e.category_id) == feed.fields[e.event_id]["device"] for e in shown]
+    clicked = np.array([labels[e.event_id] for e in shown])
+    ctr = {m: clicked[np.array(matched) == m].mean() for m in (True, False)}
+    # measured 0.20 against 0.07 (seed 0): the known effect a context feature should find
+    assert ctr[True] > 2 * ctr[False]

@@ -7,10 +7,14 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import orjson
 import pytest
 
 from streamrec.datasets import detect_format, read_events
+from streamrec.datasets.readers import read_rows
 from streamrec.errors import DatasetError
+from streamrec.events import Event
+from streamrec.features import FeatureSchema, FeatureSpec
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +85,84 @@ def test_unknown_file_is_a_clear_error(tmp_path: Path) -> None:
         read_events(path)
     with pytest.raises(DatasetError, match="no such file"):
         read_events(tmp_path / "missing.csv")
+
+
+def features_of(event: Event) -> object:
+    """The event's declared features, as a dict."""
+    return dict(event.features)
+
+
+# --- declared features ------------------------------------------------------------------------
+
+MOVIELENS_SCHEMA = FeatureSchema.of([
+    FeatureSpec(name="genres", kind="ids", max_ids=10),
+    FeatureSpec(name="year", kind="number", transform="standardize"),
+    FeatureSpec(name="rating", kind="number", outcome=True),
+])
+
+
+def test_movielens_fields_genres_year_and_rating(movielens_path: Path) -> None:
+    rows = {event.event_id: fields for event, fields in read_rows(movielens_path)}
+    assert len(rows) == 100_004
+    # user 1 rated Dangerous Minds (1995), a Drama, 2.5
+    assert rows["ml1-31"] == {"genres": ["Drama"], "year": 1995.0, "rating": 2.5}
+    toy_story = next(f for k, f in rows.items() if k.endswith("-1"))
+    assert toy_story["genres"] == ["Adventure", "Animation", "Children", "Comedy", "Fantasy"]
+    # "Hyena Road" has neither a year nor genres: both absent (their defaults downstream)
+    hyena = next(f for k, f in rows.items() if k.endswith("-143410"))
+    assert set(hyena) == {"rating"}
+    # every rating is its own field, and the label is still rating >= 4
+    assert all(isinstance(f["rating"], float) for f in rows.values())
+
+
+def test_without_a_schema_the_events_are_as_before(movielens_path: Path) -> None:
+    # the default schema declares nothing: the events carry no features, ids and order as ever
+    assert read_events(movielens_path, limit=500, schema=FeatureSchema.default()) == read_events(
+        movielens_path, limit=500
+    )
+    assert read_rows(movielens_path, fields=False)[0][1] == {}
+
+
+def test_a_schema_declares_the_fields_it_names(movielens_path: Path) -> None:
+    events = {e.event_id: e for e in read_events(movielens_path, schema=MOVIELENS_SCHEMA)}
+    assert features_of(events["ml1-31"]) == {"genres": ("Drama",), "year": 1995.0, "rating": 2.5}
+    year_only = FeatureSchema.of([FeatureSpec(name="year", kind="number")])
+    only_year = {e.event_id: e for e in read_events(movielens_path, schema=year_only)}
+    assert features_of(only_year["ml1-31"]) == {"year": 1995.0}
+    assert features_of(only_year["ml624-143410"]) == {}  # Hyena Road: no year in its title
+
+
+def test_a_field_breaking_its_declaration_names_the_event_and_feature(movielens_path: Path) -> None:
+    schema = FeatureSchema.of([FeatureSpec(name="genres", kind="ids", max_ids=1)])
+    with pytest.raises(DatasetError, match=r"event ml\d+-\d+: feature 'genres' .* over its max_ids of 1"):
+        read_events(movielens_path, limit=50, schema=schema)
+
+
+def test_ml100k_fields(tmp_path: Path) -> None:
+    (tmp_path / "u.data").write_text("196\t242\t3\t881250949\n")
+    flags = ["0"] * 19
+    flags[5] = flags[8] = "1"  # Comedy, Drama
+    (tmp_path / "u.item").write_text(
+        "242|Kolya (1996)|24-Jan-1997||http://x|" + "|".join(flags) + "\n", encoding="latin-1"
+    )
+    [(event, fields)] = read_rows(tmp_path)
+    assert event.category_id == "Comedy|Drama"
+    assert fields == {"genres": ["Comedy", "Drama"], "year": 1996.0, "rating": 3.0}
+
+
+def test_jsonl_declared_fields_are_the_lines_top_level_fields(tmp_path: Path) -> None:
+    path = tmp_path / "feed.jsonl"
+    line = {"event_id": "e1", "user_id": "u1", "item_id": "i1", "category_id": "c1", "action": "click",
+            "ts": 1_700_000_000_000, "device": "ios", "price_cents": 1999, "other": "ignored"}
+    path.write_bytes(orjson.dumps(line) + b"\n")
+    [(event, fields)] = read_rows(path)
+    assert event.event_id == "e1" and fields["device"] == "ios"
+    schema = FeatureSchema.of([
+        FeatureSpec(name="device", role="context"),
+        FeatureSpec(name="price", kind="number", field="price_cents"),
+    ])
+    [read] = read_events(path, schema=schema)
+    assert features_of(read) == {"device": "ios", "price": 1999.0}
+    bad = FeatureSchema.of([FeatureSpec(name="device", kind="number", role="context")])
+    with pytest.raises(DatasetError, match=r"event e1: feature 'device' .* must be a number"):
+        read_events(path, schema=bad)

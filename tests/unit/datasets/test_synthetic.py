@@ -8,14 +8,24 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import msgspec
 import numpy as np
+import orjson
 import pytest
 
-from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks, item_debuts
+from streamrec.datasets.synthetic import (
+    DEVICES,
+    ClickStreamSpec,
+    device_of,
+    generate_clicks,
+    generate_rows,
+    item_debuts,
+)
 from streamrec.errors import ConfigError
 from streamrec.events import Event
+from streamrec.features import FeatureSchema, FeatureSpec
 
 SPEC = ClickStreamSpec()
 TEN_MINUTES_MS = 600_000
@@ -228,3 +238,73 @@ def test_two_hundred_thousand_events_generate() -> None:
     assert len(events) == 200_000
     assert len({e.event_id for e in events}) == 200_000
     assert events[0].ts <= events[len(events) // 2].ts <= events[-1].ts
+
+
+def features_of(event: Event) -> object:
+    """The event's declared features, as a dict."""
+    return dict(event.features)
+
+
+# --- a context feature with a known effect: the device -------------------------------------------
+
+
+def test_no_device_by_default(events: list[Event]) -> None:
+    assert all(fields == {} for _, fields in generate_rows(SPEC))
+    assert [event for event, _ in generate_rows(SPEC)] == events
+
+
+def test_the_device_changes_which_categories_are_clicked() -> None:
+    rows = generate_rows(ClickStreamSpec(device_effect=0.5))
+    assert [e.event_id for e, _ in rows] == [e.event_id for e in generate_clicks(SPEC)]
+    devices = [str(fields["device"]) for _, fields in rows]
+    assert set(devices) == set(DEVICES)
+    # the effect: about two thirds of a device's events are in its categories (0.5 + 0.5 / 3)...
+    hit = np.mean([device_of(e.category_id) == d for (e, _), d in zip(rows, devices, strict=True)])
+    assert 0.62 < hit < 0.72
+    # ...against a third with the same devices shuffled across events (no effect left)
+    shuffled = np.random.default_rng(7).permutation(devices)
+    baseline = np.mean([device_of(e.category_id) == d for (e, _), d in zip(rows, shuffled, strict=True)])
+    assert 0.28 < baseline < 0.42
+    # without the effect the same devices tell nothing about the categories
+    plain = generate_clicks(SPEC)
+    assert 0.28 < np.mean([device_of(e.category_id) == d for e, d in zip(plain, devices, strict=True)]) < 0.42
+
+
+def test_devices_are_seeded_and_leave_the_other_draws_alone() -> None:
+    spec = ClickStreamSpec(events=3_000, device_effect=0.3, seed=5)
+    assert generate_rows(spec) == generate_rows(spec)
+    with_devices = [e for e, _ in generate_rows(spec)]
+    without = generate_clicks(ClickStreamSpec(events=3_000, seed=5))
+    assert [(e.user_id, e.ts, e.action) for e in with_devices] == [
+        (e.user_id, e.ts, e.action) for e in without
+    ]
+
+
+def test_the_schema_decides_whether_events_carry_the_device() -> None:
+    spec = ClickStreamSpec(events=200, device_effect=0.5)
+    assert generate_clicks(spec) == [e for e, _ in generate_rows(spec)]  # declared nothing: no device
+    schema = FeatureSchema.of([FeatureSpec(name="device", role="context")])
+    events = generate_clicks(spec, schema)
+    assert [features_of(e) for e in events] == [f for _, f in generate_rows(spec)]
+
+
+def test_a_bad_device_effect_is_refused() -> None:
+    with pytest.raises(ConfigError, match="device_effect"):
+        ClickStreamSpec(device_effect=1.5)
+
+
+def test_generate_writes_the_device_as_a_top_level_field(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+
+    out = tmp_path / "clicks.jsonl"
+    for effect in ("0", "0.5"):
+        result = CliRunner().invoke(app, ["generate", str(out), "--events", "300", "--device-effect", effect])
+        assert result.exit_code == 0, result.output
+        lines = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+        devices = {line.get("device") for line in lines}
+        assert devices == ({None} if effect == "0" else set(DEVICES))
+    spec = ClickStreamSpec(events=300, device_effect=0.5)
+    assert [line["event_id"] for line in lines] == [e.event_id for e, _ in generate_rows(spec)]
+    assert [line["device"] for line in lines] == [f["device"] for _, f in generate_rows(spec)]

@@ -1,0 +1,61 @@
+"""The sample builder's side of user features (role ``user``): written, then read as of each sample.
+
+Per batch, one `ProfileStore.update` writes the user features every kept event carries (a
+late event kept in its sequence too: it is still what the user was at its time) and reads the
+profiles of the batch's users, before any of its samples is built; each sample, a positive
+and its negatives alike, then gets `user_values` as of its own time. The batch's own points
+are in the profiles read, so a sample sees a value its event carries, or one stamped earlier
+in the batch, and never one stamped later, in whatever order the events came. A redone batch
+writes the same points (nothing changes) and reads the same profiles.
+
+An event whose id turns out a conflict (dead-lettered by the sequence store's verdict, which
+comes later) has written its points all the same. Samples the ``join`` mode decides later
+(`streamrec.consumers.joins.decided_samples`) carry no user features yet.
+
+The values are the parsed event's (``Event.features``, checked as it was read).
+`streamrec consumers rebuild` writes them too (`UserFeatures.update` without reading).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from streamrec.events import Event
+from streamrec.features.schema import FeatureSpec, Value
+from streamrec.featurestore.profiles import Profile, ProfilePoint, ProfileStore, user_values
+
+
+class UserFeatures:
+    """The declared user features of a builder, and the store that keeps them.
+
+    Does nothing, and costs a call a sample, when none is declared.
+    """
+
+    def __init__(self, store: ProfileStore | None, specs: Sequence[FeatureSpec]) -> None:
+        """Keep ``specs`` (the schema's ``role("user")``) in ``store``.
+
+        Raises:
+            ValueError: user features are declared but no store is given.
+        """
+        if specs and store is None:
+            raise ValueError("user features are declared: the sample builder needs a profile store")
+        self._specs = tuple(specs)
+        self._names = frozenset(spec.name for spec in specs)
+        self._store = store if specs else None
+
+    def update(self, events: Sequence[Event], read: bool = True) -> dict[str, Profile]:
+        """Write the events' user features; the profiles of their users, these included, if ``read``."""
+        if self._store is None or not events:
+            return {}
+        points = []
+        for event in events:
+            values = {name: v for name, v in event.features.items() if name in self._names}
+            if values:
+                points.append(ProfilePoint(event.user_id, event.ts, values))
+        users = dict.fromkeys(event.user_id for event in events) if read else ()
+        return self._store.update(points, users)
+
+    def as_of(self, profiles: Mapping[str, Profile], event: Event) -> dict[str, Value]:
+        """The user's declared features as of the event's time (``{}``: none known)."""
+        profile = profiles.get(event.user_id) if profiles else None
+        return user_values(profile, event.ts, self._names) if profile else {}
