@@ -15,6 +15,7 @@ from streamrec.cli.options import ConfigFile, LogLevel, json_output, setting
 
 if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
+    from streamrec.serving.scorer import Candidate
 
 StoreOption = typer.Option(
     True, "--store/--no-store", help="Read users' sequences from the feature store (else every user is new)"
@@ -22,19 +23,29 @@ StoreOption = typer.Option(
 
 
 def _history_source(cfg: StreamrecConfig, use_store: bool) -> Callable[[str], Sequence[tuple[str, str]]]:
-    """Users' sequences from the configured feature store, or none (every user new)."""
-    from streamrec.featurestore import make_feature_store
-    from streamrec.serving.http import no_history, store_history
+    """Users' sequences from the configured feature store, or none (every user new).
+
+    With the declared behaviour features along them and, when user features are declared,
+    the user's newest values from the profile store.
+    """
+    from streamrec.featurestore import make_feature_store, make_profile_store
+    from streamrec.serving.features import store_history
+    from streamrec.serving.http import no_history
 
     if not use_store:
         return no_history
     store = make_feature_store(cfg)
-    return store_history(store)
+    profiles = make_profile_store(cfg) if cfg.feature_schema().role("user") else None
+    return store_history(store, profiles)
 
 
 def score(
     user: str = typer.Option(..., "--user", help="The user to score for"),
-    items: str = typer.Option(..., "--items", help="Comma-separated ITEM or ITEM:CATEGORY"),
+    items: str = typer.Option(
+        ..., "--items",
+        help='Comma-separated ITEM or ITEM:CATEGORY, or a JSON list as POST /score\'s "items" '
+        '(objects carry a candidate\'s behaviour features: [{"item_id": "i1", "genres": ["Drama"]}])',
+    ),
     context: str = typer.Option(
         "{}", "--context", help='The declared context features, a JSON object: {"device": "ios"}'
     ),
@@ -50,7 +61,7 @@ def score(
     """
     import orjson
 
-    from streamrec.serving.scorer import Candidate, Scorer
+    from streamrec.serving.scorer import Scorer
 
     with cli_errors():
         cfg = build_config(
@@ -61,7 +72,7 @@ def score(
             store={"url": redis_url},
         )
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
-        candidates = [Candidate.parse(i) for i in items.split(",") if i]
+        candidates = _candidates(items)
         given = _context(context)
         history = _history_source(cfg, store)(user)
         scores = scorer.model.score(user, history, candidates, given)
@@ -73,6 +84,20 @@ def score(
         console.print(f"version v{scorer.version:06d}, user {user} with {len(history)} behaviours")
         for candidate, value in sorted(zip(candidates, scores, strict=True), key=lambda x: -x[1]):
             console.print(f"  {candidate.item_id}\t{value:.6f}", highlight=False)
+
+
+def _candidates(text: str) -> list[Candidate]:
+    """``--items``: comma-separated ``ITEM[:CATEGORY]``, or a JSON list as ``POST /score``'s."""
+    from streamrec.errors import ConfigError
+    from streamrec.serving.http import BadRequest, parse_request
+    from streamrec.serving.scorer import Candidate
+
+    if not text.lstrip().startswith("["):
+        return [Candidate.parse(i) for i in text.split(",") if i]
+    try:
+        return parse_request(b'{"user": "-", "items": ' + text.encode() + b"}", 2**31)[1]
+    except BadRequest as exc:
+        raise ConfigError(f"--items: {exc}") from exc
 
 
 def _context(text: str) -> dict[str, object]:

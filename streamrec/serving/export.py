@@ -37,7 +37,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -48,9 +48,8 @@ import paddle
 
 from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, ModelConfig
 from streamrec.errors import InvalidSnapshot, NotExportable, SnapshotWriteError
-from streamrec.events import MIN_TS_MS
 from streamrec.faults import fault_point
-from streamrec.features import FeatureSchema, read_value
+from streamrec.features import FeatureSchema
 from streamrec.fileio import fsync_path, sha256_file
 from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
@@ -60,7 +59,6 @@ from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
 from streamrec.learner.registry import make_learner
 from streamrec.learner.trainer import TableLearner
-from streamrec.samples import Sample
 from streamrec.serving.graph import (
     ContextScoringGraph,
     FeatureContextScoringGraph,
@@ -355,30 +353,6 @@ def feature_batch_inputs(contract: Mapping[str, Any], batch: Batch) -> dict[str,
         if "moments" in f:
             moments.arrays[f["name"]] = np.asarray(f["moments"], np.float64)
     return encode_features(batch, plan, cfg.sequence_length, moments)
-
-
-def feature_request_inputs(
-    contract: Mapping[str, Any], user_id: str, items: Sequence[str], context: Mapping[str, object] | None
-) -> dict[str, np.ndarray]:
-    """The declared features' inputs of a request scoring ``items`` for ``user_id`` (none without).
-
-    A request carries its ``context`` features (by name, raw values checked as an event's;
-    the other names are ignored); every other declared feature reads absent, its default: the
-    request's history holds item and category only.
-
-    Raises:
-        InvalidEvent: a context value breaks its declaration.
-    """
-    if not contract.get("feature_schema"):
-        return {}
-    schema = FeatureSchema.from_json(contract["feature_schema"])
-    given = {
-        k: read_value(schema[k], v)
-        for k, v in (context or {}).items()
-        if k in schema and schema[k].role == "context" and v is not None
-    }
-    samples = [Sample("request", user_id, MIN_TS_MS, item, "-", 0, (), (), features=given) for item in items]
-    return feature_batch_inputs(contract, Batch.from_samples(samples))
 
 
 def contract(learner: TableLearner, version: int) -> dict[str, Any]:

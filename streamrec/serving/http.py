@@ -1,14 +1,17 @@
 """``streamrec serve``: the promoted model over HTTP, on Starlette (ASGI) and uvicorn.
 
-- ``POST /score`` ``{"user": "u1", "items": ["i1", "i2:c7", {"item": "i3", "category": "c2"}],
-  "history": [["i9", "c7"], ...], "context": {"device": "ios"}}`` → ``{"version": 7,
-  "scores": [0.41, ...]}``. ``context`` gives the model's declared context features
-  (``STREAMREC_FEATURES``, role ``context``) by name; one missing reads its default. Without
-  ``history`` the user's sequence is read from the feature store; an unknown user or item
-  reads the default rows. Ids are strings or integers, as in the event contract (``5`` is
-  ``"5"``). A bad request gets 400 with the reason, a body over ``max_body_bytes`` 413 before
-  the rest is read, and a request the server has no room for 503 with ``Retry-After``
-  (`streamrec.serving.admission`).
+- ``POST /score`` ``{"user": "u1", "items": ["i1", "i2:c7", {"item_id": "i3", "category_id":
+  "c2", "genres": ["Drama"]}], "history": [["i9", "c7"], ...], "context": {"device": "ios"}}``
+  → ``{"version": 7, "scores": [0.41, ...]}``. ``context`` gives the model's declared context
+  features (``STREAMREC_FEATURES``, role ``context``) by name, an item object its own
+  behaviour features by name (``item``/``category`` are accepted for ``item_id``/
+  ``category_id``); one missing reads its default. Without ``history`` the user's sequence,
+  with its behaviour features, and the user's features are read from the stores
+  (`streamrec.serving.features`); an unknown user or item reads the default rows. Ids are
+  strings or integers, as in the event contract (``5`` is ``"5"``). A bad request gets 400
+  with the reason (a feature value breaking its declaration names the feature), a body over
+  ``max_body_bytes`` 413 before the rest is read, and a request the server has no room for
+  503 with ``Retry-After`` (`streamrec.serving.admission`).
 - ``GET /readyz`` → 200 ``{"status": "ok", "version": 7, "current": 7, "serves_current": true}``
   when the server can score, else 503 ``{"status": "unavailable", ..., "reasons": [...]}``
   (`streamrec.serving.readiness`): the served version, the one ``serving/CURRENT`` names
@@ -46,8 +49,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from streamrec.config import ServingConfig
 from streamrec.errors import InvalidEvent
 from streamrec.events import as_id
-from streamrec.featurestore import FeatureStore
 from streamrec.serving.admission import Admission, Overloaded
+from streamrec.serving.features import store_history as store_history  # its old home
 from streamrec.serving.readiness import PROBE_USER, Readiness
 from streamrec.serving.scorer import Candidate, Scorer
 
@@ -186,6 +189,10 @@ def _id(value: object, name: str, exact: bool) -> str:
         raise BadRequest(str(exc)) from exc
 
 
+_ITEM_KEYS = ("item", "item_id")
+_CATEGORY_KEYS = ("category", "category_id")
+
+
 def _candidate(item: object, exact: bool) -> Candidate:
     if isinstance(item, str) and item:
         candidate = Candidate.parse(item)
@@ -195,12 +202,16 @@ def _candidate(item: object, exact: bool) -> Candidate:
         return candidate
     if isinstance(item, int | float) and not isinstance(item, bool):
         return Candidate(_id(item, "item", exact))
-    if isinstance(item, dict) and "item" in item:
-        category = item.get("category")
-        category_id = None if category is None else _id(category, "category", exact)
-        return Candidate(_id(item["item"], "item", exact), category_id)
+    if isinstance(item, dict):
+        item_key = next((k for k in _ITEM_KEYS if k in item), None)
+        if item_key is not None:
+            category = next((item[k] for k in _CATEGORY_KEYS if item.get(k) is not None), None)
+            category_id = None if category is None else _id(category, "category", exact)
+            features = {k: v for k, v in item.items() if k not in _ITEM_KEYS + _CATEGORY_KEYS}
+            return Candidate(_id(item[item_key], "item", exact), category_id, features)
     raise BadRequest(
-        f"an item is a non-empty string, an integer or {{'item': ..., 'category': ...}}: {item!r}"
+        "an item is a non-empty string, an integer or an object {'item_id': ..., 'category_id': ..., "
+        f"<declared behaviour feature>: ...}}: {item!r}"
     )
 
 
@@ -291,7 +302,7 @@ def build_app(
                     behaviours = history_of(user) if history is None else history
                     try:
                         return model.score(user, behaviours, candidates, context).tolist()
-                    except InvalidEvent as exc:  # a context value breaking its declaration
+                    except InvalidEvent as exc:  # a request's feature value breaking its declaration
                         raise BadRequest(str(exc)) from exc
 
                 scores, waited = await admission.run(work, request.scope[ACCEPTED])
@@ -361,15 +372,6 @@ async def _follow_pointer(scorer: Scorer, poll_s: float, metrics: ServingMetrics
             counted = scorer.load_failures
         except Exception:  # never let the watcher die: the service keeps the version it has
             logger.exception("serving pointer check failed")
-
-
-def store_history(store: FeatureStore) -> Callable[[str], list[tuple[str, str]]]:
-    """``history_of`` from the feature store: the user's latest behaviours, oldest first."""
-
-    def history_of(user: str) -> list[tuple[str, str]]:
-        return [(b.item_id, b.category_id) for b in store.sequence(user)]
-
-    return history_of
 
 
 def no_history(user: str) -> list[tuple[str, str]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,8 @@ from streamrec.serving.export import (
     CONTRACT_SCHEMA,
     export_snapshot,
     feature_batch_inputs,
-    feature_request_inputs,
 )
+from streamrec.serving.features import feature_request_inputs
 from streamrec.snapshots.exports import verify_export
 from streamrec.snapshots.store import SnapshotStore, version_name
 
@@ -42,10 +42,15 @@ _CHUNK = 4096  # samples per predictor run when scoring a whole batch
 
 @dataclass(frozen=True)
 class Candidate:
-    """An item to score; without a category it reads the category table's default row."""
+    """An item to score; without a category it reads the category table's default row.
+
+    ``features`` holds its own declared behaviour features (``genres``, say), raw values by
+    feature name, checked when scored; one absent reads its default.
+    """
 
     item_id: str
     category_id: str | None = None
+    features: Mapping[str, object] = field(default_factory=dict, hash=False)
 
     @classmethod
     def parse(cls, text: str) -> Candidate:
@@ -132,7 +137,12 @@ class ExportedModel:
 
         Each candidate's click probability for a user whose behaviours, oldest first, are
         ``history`` ((item, category) pairs); ``context`` gives the request's declared context
-        features, by name (any other declared feature reads absent).
+        features, by name, and each candidate its own behaviour features. A
+        `StoredHistory` (what the stores hold) also gives the behaviour features along the
+        history and the user's features; any other declared feature reads absent.
+
+        Raises:
+            InvalidEvent: a request's feature value breaks its declaration.
         """
         recent = list(history)[-self.length :]
         n = len(candidates)
@@ -151,8 +161,8 @@ class ExportedModel:
             targets[table.name] = table.rows_of(target_ids)
         rows = {t.name: np.repeat(t.rows_of([user_id]), n) for t in self.context}
         users = np.repeat(to_buckets(fingerprint([user_id]), self.user_buckets), n)
-        # Declared features: the request's context, the rest absent (see feature_request_inputs).
-        features = feature_request_inputs(self.contract, user_id, [c.item_id for c in candidates], context)
+        # Declared features: the stores' and the request's, the rest absent (feature_request_inputs).
+        features = feature_request_inputs(self.contract, user_id, candidates, context, history)
         return self._run(self._feed(targets, sequences, rows, users, features))
 
     def score_batch(self, batch: Batch) -> np.ndarray:

@@ -1,0 +1,148 @@
+"""Declared features at serving time: where each of a request's comes from.
+
+A model trained with declared features (``STREAMREC_FEATURES``) reads, for a request:
+
+- the user's history with its behaviour features (outcomes included) along it, from the
+  feature store, as the consumers stored them (`store_history`);
+- the user's features, each its newest value in the profile store (`store_history` with a
+  profile store);
+- each candidate's own behaviour features (not outcomes: a candidate has none yet), from the
+  request (`Candidate.features`);
+- the context features, from the request.
+
+Whatever is absent reads its default (a table's default row, 0.0 for a number), as in
+training. `StoredHistory` carries what the stores hold of a user: a list of (item, category)
+pairs, oldest first, so every caller that reads a history as pairs reads it as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from streamrec.events import MIN_TS_MS
+from streamrec.features import FeatureSchema, read_value
+from streamrec.features.schema import Value
+from streamrec.learner.batch import Batch
+from streamrec.samples import Sample
+
+if TYPE_CHECKING:
+    from streamrec.featurestore import FeatureStore
+    from streamrec.featurestore.profiles import Profile, ProfileStore
+    from streamrec.serving.scorer import Candidate
+
+Along = Mapping[str, tuple[Value | None, ...]]
+
+
+class StoredHistory(list[tuple[str, str]]):
+    """A user's behaviours as the stores hold them: (item, category) pairs, oldest first.
+
+    ``features`` holds each declared behaviour feature along them, by name (None where a
+    behaviour has no value), ``user_features`` the user's declared user features, each its
+    newest value.
+    """
+
+    def __init__(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        features: Along | None = None,
+        user_features: Mapping[str, Value] | None = None,
+    ) -> None:
+        """The history of ``pairs`` with its features."""
+        super().__init__(pairs)
+        self.features: Along = features or {}
+        self.user_features: Mapping[str, Value] = user_features or {}
+
+
+def newest_values(profile: Profile) -> dict[str, Value]:
+    """Each user feature's newest value: the user as of now."""
+    return {name: points[-1][1] for name, points in profile.items() if points}
+
+
+def store_history(
+    store: FeatureStore, profiles: ProfileStore | None = None
+) -> Callable[[str], list[tuple[str, str]]]:
+    """``history_of`` from the feature store: the user's latest behaviours, oldest first.
+
+    With declared behaviour features the history carries them (a `StoredHistory`); with a
+    ``profiles`` store, the user's features too (one more read).
+    """
+    specs = store.behaviour_features
+    if not specs and profiles is None:
+
+        def pairs_of(user: str) -> list[tuple[str, str]]:
+            return [(b.item_id, b.category_id) for b in store.sequence(user)]
+
+        return pairs_of
+
+    def history_of(user: str) -> list[tuple[str, str]]:
+        behaviours = store.sequence(user)
+        rows = [b.values(specs) for b in behaviours]
+        along = {s.name: tuple(row[k] for row in rows) for k, s in enumerate(specs)} if rows else {}
+        users = newest_values(profiles.profile(user)) if profiles is not None else {}
+        return StoredHistory([(b.item_id, b.category_id) for b in behaviours], along, users)
+
+    return history_of
+
+
+def feature_request_inputs(
+    contract: Mapping[str, object],
+    user_id: str,
+    candidates: Sequence[Candidate],
+    context: Mapping[str, object] | None,
+    history: Sequence[tuple[str, str]] = (),
+) -> dict[str, np.ndarray]:
+    """The declared features' inputs of a request (none without), by ``<feature>/<side>``.
+
+    ``context`` and each candidate's ``features`` are the request's raw values, by feature
+    name, checked as an event's (other names are ignored); a `StoredHistory` gives the
+    features along the history and the user's. Every other declared feature reads absent.
+
+    Raises:
+        InvalidEvent: a request value breaks its declaration (the reason names the feature).
+    """
+    from streamrec.serving.export import feature_batch_inputs
+
+    doc = contract.get("feature_schema")
+    if not doc:
+        return {}
+    schema = FeatureSchema.from_json(doc)  # type: ignore[arg-type]  # the contract's JSON list
+    features = _given(schema, context or {}, ("context",))
+    along: dict[str, tuple[Value | None, ...]] = {}
+    if isinstance(history, StoredHistory):
+        features |= {k: v for k, v in history.user_features.items() if _role(schema, k) == "user"}
+        along = {
+            k: v for k, v in history.features.items()
+            if _role(schema, k) == "behaviour" and any(x is not None for x in v)
+        }
+    items = tuple(item for item, _ in history)
+    categories = tuple(category for _, category in history)
+    samples = [
+        Sample(
+            "request", user_id, MIN_TS_MS, c.item_id, c.category_id or "-", 0, items, categories,
+            features={**features, **_given(schema, c.features, ("behaviour",), targets=True)},
+            seq_features=along,
+        )
+        for c in candidates
+    ]
+    return feature_batch_inputs(contract, Batch.from_samples(samples))
+
+
+def _role(schema: FeatureSchema, name: str) -> str | None:
+    return schema[name].role if name in schema else None
+
+
+def _given(
+    schema: FeatureSchema, raw: Mapping[str, object], roles: tuple[str, ...], targets: bool = False
+) -> dict[str, Value]:
+    """The declared values of ``roles`` in ``raw``, checked; with ``targets``, no outcomes."""
+    out = {}
+    for name, value in raw.items():
+        if value is None or name not in schema or name in ("item", "category"):
+            continue
+        spec = schema[name]
+        if spec.role in roles and not (targets and spec.outcome):
+            out[name] = read_value(spec, value)
+    return out

@@ -1,0 +1,143 @@
+"""Serving a model trained with declared features of every role, from the real Redis stores.
+
+The history's behaviour features (outcomes included) come from the feature store, the user's
+newest features from the profile store, a candidate's own behaviour features and the context
+from the request: `POST /score` and `streamrec score` give what the learner's `predict_many`
+gives for the same sample; an absent feature reads its default; a bad value is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import orjson
+import pytest
+from starlette.testclient import TestClient
+from typer.testing import CliRunner
+
+from streamrec.cli import app
+from streamrec.config import RedisStoreConfig
+from streamrec.events import Event
+from streamrec.featurestore import RedisFeatureStore
+from streamrec.featurestore.base import Arrival
+from streamrec.featurestore.profiles import ProfilePoint
+from streamrec.featurestore.redis_profiles import RedisProfileStore
+from streamrec.learner.batch import Batch
+from streamrec.learner.din import DINLearner
+from streamrec.samples import Sample
+from streamrec.serving.features import StoredHistory, store_history
+from streamrec.serving.http import build_app
+from streamrec.serving.scorer import Scorer
+from tests.unit.learner.test_features import SCHEMA, T0, featured, model
+
+pytest.importorskip("paddle")
+
+# u7's stored behaviours: item, category, genres, rating (an outcome), price
+BEHAVIOURS = [("i8", "c1", ["a"], 4.0, 3.0), ("i9", "c2", ["b", "c"], 1.0, None), ("i3", "c1", [], 5.0, 10.0)]
+CONTEXT = {"device": "ios"}
+
+
+def _snapshots(root: Path) -> DINLearner:
+    """A DIN trained under ``SCHEMA`` (behaviour, outcome, user and context features), promoted."""
+    from streamrec.learner.runner import _grouped
+    from streamrec.snapshots.store import SnapshotStore
+
+    learner = DINLearner(model(), schema=SCHEMA)
+    samples = [  # ratings of 1-5 along the history: standardize learns a spread
+        msgspec.structs.replace(s, seq_features={**s.seq_features, "rating": (float(k % 5 + 1), None)})
+        for k, s in enumerate(featured(32))
+    ]
+    for _ in range(3):
+        learner.learn_many(Batch.from_samples(samples))
+    store = SnapshotStore(root)
+    manifest = store.write(
+        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": learner.cfg.model_dump(mode="json"), "features": SCHEMA.to_json()},
+    )
+    store.promote(manifest.version)
+    return learner
+
+
+def _fill(store_config: RedisStoreConfig) -> tuple[RedisFeatureStore, RedisProfileStore]:
+    store = RedisFeatureStore(store_config, length=4, dedup_horizon_ms=86_400_000, schema=SCHEMA)
+    store.attach(can_start_empty=True)
+    arrivals = []
+    for k, (item, category, genres, rating, price) in enumerate(BEHAVIOURS):
+        features = {"genres": tuple(genres), "rating": rating, **({"price": price} if price else {})}
+        event = Event(f"e{k}", "u7", item, category, "click", T0 + k, features=features)
+        arrivals.append(Arrival(event, f"0:{k}"))
+    store.update(arrivals).all()
+    profiles = RedisProfileStore(store_config, points=4)
+    profiles.update([ProfilePoint("u7", T0 + 1, {"age": 25.0}), ProfilePoint("u7", T0 + 5, {"age": 41.0})])
+    return store, profiles
+
+
+def _sample(item: str, category: str, **features: object) -> Sample:
+    """u7's sample for ``item``, as the consumers would make it at the present moment."""
+    return Sample(
+        "s", "u7", T0 + 10, item, category, 0,
+        tuple(b[0] for b in BEHAVIOURS), tuple(b[1] for b in BEHAVIOURS),
+        features=features,  # type: ignore[arg-type]  # the test's values are of the right kinds
+        seq_features={
+            "genres": tuple(tuple(b[2]) for b in BEHAVIOURS),
+            "rating": tuple(b[3] for b in BEHAVIOURS),
+            "price": tuple(b[4] for b in BEHAVIOURS),
+        },
+    )
+
+
+def test_served_scores_read_every_declared_feature_as_the_learner_does(
+    tmp_path: Path, store_config: RedisStoreConfig
+) -> None:
+    learner = _snapshots(tmp_path / "snapshots")
+    store, profiles = _fill(store_config)
+    history_of = store_history(store, profiles)
+    stored = history_of("u7")
+    assert isinstance(stored, StoredHistory) and stored == [b[:2] for b in BEHAVIOURS]
+    assert stored.user_features == {"age": 41.0}  # the newest point: the user as of now
+    assert stored.features["price"] == (3.0, None, 10.0)
+
+    full = [_sample("i1", "c1", genres=("a", "b"), price=7.0, age=41.0, device="ios"),
+            _sample("i2", "c2", genres=("c",), age=41.0, device="ios")]
+    absent = [_sample("i1", "c1", age=41.0)]  # no candidate features, no context
+    want = learner.predict_many(Batch.from_samples(full))
+    want_absent = learner.predict_many(Batch.from_samples(absent))
+    items = [{"item_id": "i1", "category_id": "c1", "genres": ["a", "b"], "price": 7},
+             {"item": "i2", "category": "c2", "genres": ["c"], "rating": 5.0}]  # an outcome is no target's
+    scorer = Scorer(tmp_path / "snapshots")
+    with TestClient(build_app(scorer, history_of)) as client:
+        response = client.post("/score", json={"user": "u7", "items": items, "context": CONTEXT})
+        assert response.status_code == 200, response.text
+        np.testing.assert_allclose(response.json()["scores"], want, rtol=1e-4, atol=1e-6)
+        response = client.post("/score", json={"user": "u7", "items": ["i1:c1"]})
+        np.testing.assert_allclose(response.json()["scores"], want_absent, rtol=1e-4, atol=1e-6)
+        assert not np.allclose(want_absent, want[:1], atol=1e-4)  # the features matter
+        for bad, feature in [
+            ({"items": [{"item_id": "i1", "genres": "Drama"}]}, "genres"),
+            ({"items": [{"item_id": "i1", "price": -5}]}, "price"),
+            ({"items": ["i1"], "context": {"device": ["ios"]}}, "device"),
+        ]:
+            response = client.post("/score", json={"user": "u7", **bad})
+            assert response.status_code == 400, response.text
+            assert f"feature {feature!r}" in response.json()["error"]
+
+    env = {"STREAMREC_STORE__URL": store_config.url, "STREAMREC_STORE__KEY_PREFIX": store_config.key_prefix,
+           "STREAMREC_MODEL__SEQUENCE_LENGTH": "4", "STREAMREC_CONSUMER__PROFILE_POINTS": "4",
+           "STREAMREC_FEATURES": orjson.dumps([f.meaning() for f in SCHEMA.extras]).decode()}
+    result = CliRunner().invoke(
+        app, ["score", "--user", "u7", "--items", orjson.dumps(items).decode(), "--json",
+              "--context", orjson.dumps(CONTEXT).decode(), "--snapshot-dir", str(tmp_path / "snapshots")],
+        env=env,
+    )
+    assert result.exit_code == 0, result.output
+    doc = orjson.loads(result.stdout)
+    assert doc["history"] == 3
+    np.testing.assert_allclose(list(doc["scores"].values()), want, rtol=1e-4, atol=1e-6)
+    result = CliRunner().invoke(
+        app, ["score", "--user", "u7", "--items", '[{"item_id": "i1", "genres": "Drama"}]',
+              "--snapshot-dir", str(tmp_path / "snapshots")],
+        env=env,
+    )
+    assert result.exit_code != 0 and "feature 'genres'" in result.output
