@@ -1,0 +1,113 @@
+"""docs/your-features.md, run as written: its streamrec.toml, its commands as separate
+processes on the session's broker and Redis, a small stream with its events' fields, and its
+`curl` against `streamrec serve`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shlex
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from streamrec.config import KafkaConfig, RedisStoreConfig
+from streamrec.local.ports import free_port
+from tests.integration.test_cli_flow import services_env
+from tests.support import small_tables
+
+PAGE = Path(__file__).parents[2] / "docs" / "your-features.md"
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", PAGE.read_text(), flags=re.DOTALL)
+
+
+def _events(path: Path, n: int = 600) -> None:
+    """``n`` events shaped as the page's examples: its two lines first, then more of the same fields."""
+    lines = [json.loads(line) for line in _blocks("json")[0].splitlines()]
+    rng = random.Random(7)
+    genres = ["drama", "crime", "comedy", "horror", "news"]
+    for k in range(n):
+        user, item = rng.randrange(20), rng.randrange(40)
+        lines.append({
+            **lines[0], "event_id": f"g-{k}", "user_id": f"u{user}", "item_id": f"i{item}",
+            "category_id": f"c{item % 5}", "ts": lines[-1]["ts"] + 1000,
+            "genres": [genres[item % 5], genres[(item // 5) % 5]], "dwell_s": rng.randrange(600),
+            "tier": ["free", "gold"][user % 2], "device": rng.choice(["ios", "web"]),
+        })
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+
+
+def _run(command: str, env: dict[str, str], cwd: Path) -> str:
+    args = shlex.split(command)
+    proc = subprocess.run(
+        [sys.executable, "-m", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{command} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def test_the_walk_through_runs_as_written(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
+) -> None:
+    (tmp_path / "streamrec.toml").write_text(_blocks("toml")[0])
+    _events(tmp_path / "events.jsonl")
+    port = free_port()
+    env = {
+        **services_env(kafka_config, store_config, unique_name),
+        "STREAMREC_LEARNER__GROUP_ID": f"l-{unique_name}",
+        "STREAMREC_MODEL__TABLES": json.dumps(small_tables()),  # small tables: a quick test
+        "STREAMREC_SERVING__PORT": str(port),
+        "STREAMREC_SERVING__POLL_S": "60",
+    }
+    commands = [line for block in _blocks("bash") for line in block.splitlines() if line.strip()]
+    outputs = {}
+    for command in commands:
+        if command.startswith("curl "):
+            outputs[command] = _curl(command, env, tmp_path, port)
+        else:
+            assert command.startswith("streamrec "), command
+            outputs[command] = _run(command, env, tmp_path)
+    consumed = next(v for k, v in outputs.items() if k.startswith("streamrec consumers"))
+    assert "consumed 602 events" in consumed
+    contract = json.loads(next((tmp_path / "snapshots" / "exports").glob("v*/contract.json")).read_text())
+    assert [f["name"] for f in contract["features"]] == ["genres", "dwell_s", "tier", "device"]
+    scored = next(v for k, v in outputs.items() if k.startswith("streamrec score"))
+    assert re.search(r"user u1 with [1-9]\d* behaviours", scored), scored
+    assert "i7" in scored and "i9" in scored
+    doc = json.loads(next(v for k, v in outputs.items() if k.startswith("curl ")))
+    assert len(doc["scores"]) == 1 and 0.0 < doc["scores"][0] < 1.0
+
+
+def _curl(command: str, env: dict[str, str], cwd: Path, port: int) -> str:
+    """The page's ``curl`` against ``streamrec serve``, started for it and stopped after."""
+    args = shlex.split(command)
+    url = args[args.index("-s") + 1].replace("localhost:8000", f"127.0.0.1:{port}")
+    body = args[args.index("-d") + 1].encode()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "streamrec", "serve"], env=env, cwd=cwd,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2):
+                    break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "streamrec serve did not start"
+                time.sleep(0.3)
+        request = urllib.request.Request(f"http://{url}", data=body, method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return str(response.read().decode())
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        if server.stdout is not None:
+            server.stdout.close()
