@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from streamrec.cli import app
 from streamrec.config import RedisStoreConfig
 from streamrec.events import Event
+from streamrec.features.schema import Value
 from streamrec.featurestore import RedisFeatureStore
 from streamrec.featurestore.base import Arrival
 from streamrec.featurestore.profiles import ProfilePoint
@@ -35,7 +36,9 @@ from tests.unit.learner.test_features import SCHEMA, T0, featured, model
 pytest.importorskip("paddle")
 
 # u7's stored behaviours: item, category, genres, rating (an outcome), price
-BEHAVIOURS = [("i8", "c1", ["a"], 4.0, 3.0), ("i9", "c2", ["b", "c"], 1.0, None), ("i3", "c1", [], 5.0, 10.0)]
+BEHAVIOURS: list[tuple[str, str, list[str], float, float | None]] = [
+    ("i8", "c1", ["a"], 4.0, 3.0), ("i9", "c2", ["b", "c"], 1.0, None), ("i3", "c1", [], 5.0, 10.0),
+]
 CONTEXT = {"device": "ios"}
 
 
@@ -65,7 +68,9 @@ def _fill(store_config: RedisStoreConfig) -> tuple[RedisFeatureStore, RedisProfi
     store.attach(can_start_empty=True)
     arrivals = []
     for k, (item, category, genres, rating, price) in enumerate(BEHAVIOURS):
-        features = {"genres": tuple(genres), "rating": rating, **({"price": price} if price else {})}
+        features: dict[str, Value] = {"genres": tuple(genres), "rating": rating}
+        if price is not None:
+            features["price"] = price
         event = Event(f"e{k}", "u7", item, category, "click", T0 + k, features=features)
         arrivals.append(Arrival(event, f"0:{k}"))
     store.update(arrivals).all()
@@ -114,11 +119,12 @@ def test_served_scores_read_every_declared_feature_as_the_learner_does(
         response = client.post("/score", json={"user": "u7", "items": ["i1:c1"]})
         np.testing.assert_allclose(response.json()["scores"], want_absent, rtol=1e-4, atol=1e-6)
         assert not np.allclose(want_absent, want[:1], atol=1e-4)  # the features matter
-        for bad, feature in [
+        cases: list[tuple[dict[str, object], str]] = [
             ({"items": [{"item_id": "i1", "genres": "Drama"}]}, "genres"),
             ({"items": [{"item_id": "i1", "price": -5}]}, "price"),
             ({"items": ["i1"], "context": {"device": ["ios"]}}, "device"),
-        ]:
+        ]
+        for bad, feature in cases:
             response = client.post("/score", json={"user": "u7", **bad})
             assert response.status_code == 400, response.text
             assert f"feature {feature!r}" in response.json()["error"]
