@@ -95,23 +95,33 @@ class Export:
         """A declared id feature's rows of ``ids`` (its hashed table)."""
         return [int(k % np.uint64(f["rows"] - 1)) + 1 for k in fingerprint(ids)]
 
-    def feature_input(self, spec: dict, n: int, context: dict) -> np.ndarray:
-        """A ``feature`` input: the request's context value, every other one absent (its default)."""
+    def feature_input(self, spec: dict, n: int, request: dict) -> np.ndarray:
+        """A ``feature`` input from the request's values (see `score`); one not given reads its default."""
         # Exports written before each input stated its source name them <feature>__<side>.
         name, side = spec.get("feature"), spec.get("side")
         if name is None:
             name, side = spec["name"].rsplit("__", 1)
-        f = self.features[name]
-        given = f["role"] == "context" and side == "target"
-        value = self.encoded(f["name"], context.get(f["name"]) if given else None)
-        shape = [n if d == -1 else d for d in spec["shape"]]
-        array = np.zeros(shape, spec["dtype"])
-        if f["kind"] == "ids":  # [..., max_ids]: the rows first, padding (0) after
-            rows = value[: shape[-1]]
-            array[..., : len(rows)] = rows
-        else:
-            array[...] = value
+        f, t = self.features[name], self.contract["sequence_length"]
+        array = np.zeros([n if d == -1 else d for d in spec["shape"]], spec["dtype"])
+        if side == "sequence":  # along the history, right-aligned as the sequences
+            values = list(request["along"].get(name, []))[-t:]
+            for k, value in enumerate(values):
+                self.put(array[:, t - len(values) + k : t - len(values) + k + 1], f, value)
+        elif f["role"] == "behaviour":  # each candidate's own
+            for i, given in enumerate(request["items"]):
+                self.put(array[i : i + 1], f, given.get(name))
+        else:  # the user's or the moment's: one value for every candidate
+            self.put(array, f, request[f["role"]].get(name))
         return array
+
+    def put(self, out: np.ndarray, f: dict, value: Any) -> None:
+        """Write one value of feature ``f``, encoded, into ``out`` (ids: rows first, padding after)."""
+        encoded = self.encoded(f["name"], value)
+        if f["kind"] == "ids":
+            rows = encoded[: out.shape[-1]]
+            out[..., : len(rows)] = rows
+        else:
+            out[...] = encoded
 
     def score(
         self,
@@ -119,12 +129,17 @@ class Export:
         history: list[tuple[str, str]],
         candidates: list[tuple[str, str | None]],
         context: dict | None = None,
+        user_features: dict | None = None,
+        along: dict | None = None,
+        item_features: list[dict] | None = None,
     ) -> np.ndarray:
         """Click probabilities of ``candidates`` ((item, category or None)) for ``user``.
 
         Each input is built as the contract declares it (its ``source`` and ``columns``), so
-        this serves every streamrec model's export (DIN, DeepFM) alike. ``context`` holds the
-        request's declared context features by name; every other declared feature reads absent.
+        this serves every streamrec model's export (DIN, DeepFM) alike. Declared features, by
+        name: ``context`` the request's, ``user_features`` the user's, ``along`` each behaviour
+        feature's values along ``history`` (aligned with it, None where absent) and
+        ``item_features`` each candidate's own; a feature not given reads its default.
         """
         n, t = len(candidates), self.contract["sequence_length"]
         recent = history[-t:]
@@ -146,7 +161,9 @@ class Export:
                         seq = self.rows(table, [self.of(table, h) for h in recent])
                         array[:, col, t - len(recent) :] = seq
             elif source == "feature":  # a declared feature's value, the target's or along the sequence
-                array = self.feature_input(spec, n, context or {})
+                request = {"context": context or {}, "user": user_features or {}, "along": along or {},
+                           "items": item_features or [{}] * n}
+                array = self.feature_input(spec, n, request)
             else:
                 raise ValueError(f"input {spec['name']}: unknown source {source!r}")
             feed[spec["name"]] = array.astype(spec["dtype"])

@@ -109,6 +109,7 @@ def test_served_scores_read_every_declared_feature_as_the_learner_does(
     absent = [_sample("i1", "c1", age=41.0)]  # no candidate features, no context
     want = learner.predict_many(Batch.from_samples(full))
     want_absent = learner.predict_many(Batch.from_samples(absent))
+    assert ((want > 0.01) & (want < 0.99)).all(), want  # not saturated: the comparison means something
     items = [{"item_id": "i1", "category_id": "c1", "genres": ["a", "b"], "price": 7},
              {"item": "i2", "category": "c2", "genres": ["c"], "rating": 5.0}]  # an outcome is no target's
     scorer = Scorer(tmp_path / "snapshots")

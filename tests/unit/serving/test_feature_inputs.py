@@ -56,6 +56,7 @@ def _export(tmp_path: Path) -> Path:
 
 
 def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(tmp_path: Path) -> None:
+    from streamrec.serving.features import StoredHistory
     from streamrec.serving.scorer import Candidate, ExportedModel
 
     export = _export(tmp_path)
@@ -68,15 +69,26 @@ def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(tmp
     history = [("i8", "c1"), ("i9", "c2")]
     candidates = [("i1", "c1"), ("i2", "c2"), ("never-seen", "c0")]
     context = {"device": "ios"}
+    users = {"age": 41.0}
+    along = {"genres": [["a"], None], "rating": [4.0, None], "price": [None, 30.0]}
+    items = [{"genres": ["a", "b"], "price": 7.0}, {}, {"genres": ["zz"]}]
     exported = ExportedModel(export)
-    want = exported.score("u1", history, [Candidate(i, c) for i, c in candidates], context=context)
+    stored = StoredHistory(history, {k: tuple(tuple(x) if isinstance(x, list) else x for x in v)
+                                     for k, v in along.items()}, users)
+    want = exported.score(
+        "u1", stored, [Candidate(i, c, f) for (i, c), f in zip(candidates, items, strict=True)], context
+    )
+    absent = exported.score("u1", history, [Candidate(i, c) for i, c in candidates])
+    assert not np.allclose(want, absent, atol=1e-4)  # the features matter
+    assert ((want > 0.01) & (want < 0.99)).all(), want  # and the comparison is not of saturated scores
     script = (
         "import json, sys\n"
         f"sys.path.insert(0, {str(EXAMPLE.parent)!r})\n"
         "import score_export\n"
         f"e = score_export.Export(score_export.Path({str(export)!r}))\n"
-        f"print(json.dumps([[float(s) for s in e.score('u1', {history!r}, {candidates!r}, c)]"
-        f" for c in ({context!r}, {{}})]))\n"
+        f"full = e.score('u1', {history!r}, {candidates!r}, {context!r}, {users!r}, {along!r}, {items!r})\n"
+        f"bare = e.score('u1', {history!r}, {candidates!r})\n"
+        "print(json.dumps([[float(s) for s in scores] for scores in (full, bare)]))\n"
         "assert not [m for m in sys.modules if m.startswith('streamrec')], 'imported streamrec'\n"
     )
     proc = subprocess.run(
@@ -84,10 +96,9 @@ def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(tmp
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""},
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    with_context, without = json.loads(proc.stdout.strip().splitlines()[-1])
-    np.testing.assert_allclose(with_context, want, rtol=1e-4, atol=1e-6)
-    absent = exported.score("u1", history, [Candidate(i, c) for i, c in candidates])
-    np.testing.assert_allclose(without, absent, rtol=1e-4, atol=1e-6)
+    full, bare = json.loads(proc.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(full, want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(bare, absent, rtol=1e-4, atol=1e-6)
 
 
 def test_an_export_from_before_feature_sources_is_served_by_name(tmp_path: Path) -> None:
