@@ -27,6 +27,7 @@ from streamrec.features import FeatureSchema, read_value
 from streamrec.features.schema import Value
 from streamrec.learner.batch import Batch
 from streamrec.samples import Sample
+from streamrec.serving.export import feature_batch_inputs
 
 if TYPE_CHECKING:
     from streamrec.featurestore import FeatureStore
@@ -103,8 +104,6 @@ def feature_request_inputs(
     Raises:
         InvalidEvent: a request value breaks its declaration (the reason names the feature).
     """
-    from streamrec.serving.export import feature_batch_inputs
-
     doc = contract.get("feature_schema")
     if not doc:
         return {}
