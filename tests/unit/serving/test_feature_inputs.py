@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -70,8 +71,8 @@ def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(tmp
     candidates = [("i1", "c1"), ("i2", "c2"), ("never-seen", "c0")]
     context = {"device": "ios"}
     users = {"age": 41.0}
-    along = {"genres": [["a"], None], "rating": [4.0, None], "price": [None, 30.0]}
-    items = [{"genres": ["a", "b"], "price": 7.0}, {}, {"genres": ["zz"]}]
+    along: dict[str, list[Any]] = {"genres": [["a"], None], "rating": [4.0, None], "price": [None, 30.0]}
+    items: list[dict[str, object]] = [{"genres": ["a", "b"], "price": 7.0}, {}, {"genres": ["zz"]}]
     exported = ExportedModel(export)
     stored = StoredHistory(history, {k: tuple(tuple(x) if isinstance(x, list) else x for x in v)
                                      for k, v in along.items()}, users)
