@@ -47,7 +47,7 @@ from redis_instructions import BATCH, bench_builder, records
 from workloads import DEFAULT, label, with_features, workload
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.runner import ConsumerRunner
+from streamrec.consumers.native_runner import ConsumerRunner
 from streamrec.events import Event
 from streamrec.gcsettings import tune_for_batches
 from streamrec.kafka.records import Record

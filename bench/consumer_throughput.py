@@ -64,7 +64,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from workloads import DEFAULT, label, workload
 
 from streamrec.config import KafkaConfig, StreamrecConfig
-from streamrec.consumers.runner import BatchReport, ConsumerRunner
+from streamrec.consumers.native_runner import BatchReport, ConsumerRunner
 from streamrec.events import Event
 from streamrec.gcsettings import tune_for_batches
 from streamrec.kafka.clients import make_producer, produce

@@ -33,8 +33,8 @@ import redis
 from workloads import DEFAULT, label, workload
 
 from streamrec.config import StreamrecConfig
+from streamrec.consumers.native_runner import make_builder
 from streamrec.consumers.processor import SampleBuilder
-from streamrec.consumers.runner import make_builder
 from streamrec.events import Event
 from streamrec.featurestore import make_feature_store
 from streamrec.kafka.partitioning import MURMUR2, partitions_of

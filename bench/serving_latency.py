@@ -49,7 +49,7 @@ from streamrec.featurestore import MemoryFeatureStore
 from streamrec.kafka.records import Record
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
-from streamrec.learner.runner import _grouped
+from streamrec.learner.snapshotting import group_state
 from streamrec.serving.export import export_snapshot
 from streamrec.serving.scorer import Candidate, ExportedModel
 from streamrec.snapshots.store import SnapshotStore
@@ -71,7 +71,7 @@ def trained_snapshot(root: Path, limit: int) -> tuple[SnapshotStore, list[dict[s
         learner.learn_many(Batch.from_samples(result.samples))
     store = SnapshotStore(root)
     manifest = store.write(
-        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
         config={"model": cfg.model_dump(mode="json")},
     )
     export_snapshot(store, manifest.version)

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.runner import ConsumerStats
-from streamrec.consumers.runners import make_runner
+from streamrec.consumers.native_runner import ConsumerStats
+from streamrec.consumers.runner_choice import make_runner
 from streamrec.events import Event
 from streamrec.kafka.topics import ensure_topics
 from streamrec.learner.registry import make_learner

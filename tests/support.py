@@ -42,7 +42,7 @@ def trained_snapshots(root: Path, count: int = 2, seed: int = 0, learner: str = 
     from streamrec.config import ModelConfig
     from streamrec.learner.batch import Batch
     from streamrec.learner.registry import make_learner
-    from streamrec.learner.runner import _grouped
+    from streamrec.learner.snapshotting import group_state
     from streamrec.samples import Sample
     from streamrec.serving.export import export_snapshot
     from streamrec.snapshots.store import SnapshotStore
@@ -65,7 +65,7 @@ def trained_snapshots(root: Path, count: int = 2, seed: int = 0, learner: str = 
             ))
         model.learn_many(Batch.from_samples(samples))
         manifest = store.write(
-            _grouped(model.state_arrays()), micro_batches=k + 1, samples_trained=400 * (k + 1),
+            group_state(model.state_arrays()), micro_batches=k + 1, samples_trained=400 * (k + 1),
             positions=(), config={"model": cfg.model_dump(mode="json")},
         )
         export_snapshot(store, manifest.version)

@@ -199,7 +199,7 @@ def configuration_page() -> str:
     out = [
         "# Configuration reference",
         "",
-        "*Generated from `streamrec/config.py` at every docs build: it cannot drift from the code.*",
+        "*Generated from `streamrec/config/` at every docs build: it cannot drift from the code.*",
         "",
         _rst(inspect.getdoc(config) or ""),
         "",

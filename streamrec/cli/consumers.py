@@ -24,7 +24,7 @@ from streamrec.cli.options import ConfigFile, LogLevel, consumer_runner, setting
 
 if TYPE_CHECKING:  # the Kafka and Redis clients: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
-    from streamrec.consumers.runner import BatchReport
+    from streamrec.consumers.native_runner import BatchReport
     from streamrec.observability import ConsumerMetrics
 
 app = command_group("Window events into Redis sequences and emit training samples.")
@@ -127,7 +127,7 @@ def run(
     config_file: Path | None = ConfigFile,
 ) -> None:
     """Consume events until interrupted (or idle for --stop-when-idle seconds)."""
-    from streamrec.consumers.runners import make_runner
+    from streamrec.consumers.runner_choice import make_runner
     from streamrec.gcsettings import tune_for_batches
     from streamrec.kafka.topics import ensure_topics
     from streamrec.observability import ConsumerMetrics

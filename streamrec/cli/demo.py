@@ -24,7 +24,7 @@ from streamrec.cli.options import (
 from streamrec.cli.snapshot import format_positions
 
 if TYPE_CHECKING:  # Paddle and the clients: the demo imports them when it runs, not for --help
-    from streamrec.learner.runner import MicroBatchReport
+    from streamrec.learner.reports import MicroBatchReport
     from streamrec.pipeline import PipelineResult
 
 DEMO_DATA = "movielens-latest-small"

@@ -22,7 +22,7 @@ from streamrec.cli.options import ConfigFile, LogLevel, setting
 if TYPE_CHECKING:  # Paddle, the Kafka client, pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
     from streamrec.kafka.records import Partition
-    from streamrec.learner.runner import MicroBatchReport
+    from streamrec.learner.reports import MicroBatchReport
     from streamrec.observability import LearnerMetrics
     from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 

@@ -12,9 +12,9 @@ from streamrec.lazy import lazy_exports
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
+    from streamrec.consumers.native_runner import ConsumerRunner, ConsumerStats
     from streamrec.consumers.negatives import NoveltyMatchedSampler
     from streamrec.consumers.processor import BatchResult, SampleBuilder
-    from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
 
 __all__ = [
     "BatchResult",
@@ -29,7 +29,7 @@ __getattr__, __dir__ = lazy_exports(
     {
         "streamrec.consumers.negatives": ["NoveltyMatchedSampler"],
         "streamrec.consumers.processor": ["BatchResult", "SampleBuilder"],
-        "streamrec.consumers.runner": ["ConsumerRunner", "ConsumerStats"],
+        "streamrec.consumers.native_runner": ["ConsumerRunner", "ConsumerStats"],
     },
 )
 

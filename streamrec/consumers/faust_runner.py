@@ -59,8 +59,7 @@ import faust
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.processor import BatchResult
-from streamrec.consumers.runner import (
+from streamrec.consumers.native_runner import (
     BatchReport,
     ConsumerStats,
     attach_store,
@@ -70,6 +69,7 @@ from streamrec.consumers.runner import (
     make_builder,
     refresh_placement,
 )
+from streamrec.consumers.processor import BatchResult
 from streamrec.errors import FeatureStoreUnavailable, OutageError
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store

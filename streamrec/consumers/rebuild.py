@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.runner import attach_store, connect_timeout, make_builder, refresh_placement
+from streamrec.consumers.native_runner import attach_store, connect_timeout, make_builder, refresh_placement
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
 from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
 from streamrec.kafka.clients import make_consumer

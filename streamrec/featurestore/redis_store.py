@@ -25,33 +25,25 @@ first users while Redis runs the calls of the later ones; a round trip cut short
 connection rather than leave replies unread on it.
 
 Its parts, a job each: ``redis_scripts`` (the Lua), ``redis_codec`` (events packed for the
-sequence script, its answers parsed), ``redis_replies`` (a round trip's replies read as they
-come), ``redis_server`` (the server's checks and limits, its failures told apart) and
-``redis_markers`` (the markers that tell a store that lost its data).
+sequence script, its answers parsed), ``redis_connection`` (the client, the scripts loaded,
+a pipelined round trip, Redis's failures as the store's), ``redis_replies`` (a round trip's
+replies read as they come), ``redis_server`` (the server's checks and limits, its failures
+told apart) and ``redis_markers`` (the markers that tell a store that lost its data).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, cast
 
 import orjson
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisClusterException
 
-from streamrec.config import RedisStoreConfig, redact_url
-from streamrec.errors import (
-    FeatureStoreError,
-    FeatureStoreLost,
-    FeatureStoreUnavailable,
-    FeatureStoreUnreachable,
-    PartitionFenced,
-    SchemaChange,
-)
+from streamrec.config import RedisStoreConfig
+from streamrec.errors import FeatureStoreError, FeatureStoreLost, PartitionFenced, SchemaChange
 from streamrec.features.schema import FeatureSchema
 from streamrec.featurestore.base import (
     Answer,
@@ -69,35 +61,14 @@ from streamrec.featurestore.partitions import (
     fenced_reason,
 )
 from streamrec.featurestore.redis_codec import FRESH, event_line, event_line_with, parse_call
+from streamrec.featurestore.redis_connection import RedisConnection
 from streamrec.featurestore.redis_markers import check_markers, marker_keys, new_marker
-from streamrec.featurestore.redis_partitions import (
-    ADVANCE_LUA,
-    CLAIM_LUA,
-    advance_args,
-    parse_advance,
-    parse_claim,
-    partition_keys,
-)
+from streamrec.featurestore.redis_partitions import advance_args, parse_advance, parse_claim, partition_keys
 from streamrec.featurestore.redis_replies import Replies
-from streamrec.featurestore.redis_scripts import FIRST_SEEN_LUA, SEQUENCE_LUA
-from streamrec.featurestore.redis_server import (
-    CLIENT_DEFAULTS,
-    COMPACT_DEFAULTS,
-    FEATURED_MEMBER_BYTES,
-    NO_ANSWER,
-    PASSING_REPLIES,
-    REFUSED,
-    UNAVAILABLE,
-    check_servers,
-    compact_limits,
-    raise_member_limit,
-    server_infos,
-)
+from streamrec.featurestore.redis_server import check_servers, server_infos
 from streamrec.kafka.records import Partition
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 # Users (and items) per script call: one call per user cost most of the consumer's time in
 # redis-py packing and parsing; a few hundred per call keep each call to a millisecond or
@@ -126,50 +97,13 @@ class RedisFeatureStore(FeatureStore):
         super().__init__(length, dedup_horizon_ms, schema)
         self._prefix = cfg.key_prefix
         self._ttl_ms = cfg.ttl_s * 1000
-        self._url = cfg.url
-        self._options = {**CLIENT_DEFAULTS, "socket_connect_timeout": cfg.connect_timeout_s, **cfg.client}
-        self._answered = False  # whether Redis answered anything since this store was made
-        self._user = str(self._options.get("username") or urlsplit(cfg.url).username or "default")
-        self._client: redis.Redis | RedisCluster | None = client or (
-            None if cfg.cluster else redis.Redis.from_url(cfg.url, decode_responses=True, **self._options)
-        )
-        self._shas: tuple[str, ...] | None = None  # loaded on first use, again after NOSCRIPT
-        self._limits = COMPACT_DEFAULTS  # Redis's compact sorted-set limits, read with the scripts
+        self._conn = RedisConnection(cfg, length, bool(self.behaviour_features), client)
         self._markers: dict[str, str] | None = None  # marker key -> value, set by attach()
 
     @property
     def _redis(self) -> redis.Redis | RedisCluster:
-        """The client; a Cluster's made on first use (see `__init__`).
-
-        Raises:
-            FeatureStoreUnavailable: no node of the Cluster answered.
-            FeatureStoreError: the nodes answered, but not as a Cluster.
-        """
-        if self._client is None:
-            try:
-                self._client = RedisCluster.from_url(self._url, decode_responses=True, **self._options)
-            except (RedisClusterException, redis.RedisError) as exc:
-                # redis-py raises "cannot be connected" both when no node answers and when
-                # one answers without Cluster mode: the cause tells them apart
-                cause = exc.__cause__ or exc
-                if isinstance(cause, REFUSED + UNAVAILABLE):
-                    raise self._translated(cause) from exc
-                if isinstance(cause, OSError):
-                    raise self._unavailable(exc) from exc
-                raise FeatureStoreError(f"redis failed: {exc}") from exc
-        return self._client
-
-    def _scripts(self, reload: bool = False) -> tuple[str, ...]:
-        """The SHA1s of the scripts (sequences, first seen, claim, advance), loaded on every primary."""
-        if self._shas is None or reload:
-            if self.behaviour_features:  # longer entries: keep the sequences compact
-                raise_member_limit(self._redis, FEATURED_MEMBER_BYTES)
-            self._limits = compact_limits(self._redis, self.length)
-            self._shas = tuple(
-                self._redis.script_load(script)
-                for script in (SEQUENCE_LUA, FIRST_SEEN_LUA, CLAIM_LUA, ADVANCE_LUA)
-            )
-        return self._shas
+        """The client (`RedisConnection.client`)."""
+        return self._conn.client
 
     def key(self, user_id: str) -> str:
         """The sorted-set key of a user's sequence."""
@@ -188,7 +122,7 @@ class RedisFeatureStore(FeatureStore):
         keys = marker_keys(self._redis, self._prefix)  # makes a Cluster's client, or says why it cannot
         try:
             check_servers(server_infos(self._redis))
-            self._answered = True
+            self._conn.answered = True
             self._check_features()
             values = [self._redis.get(key) for key in keys]
             if not any(values) and can_start_empty:
@@ -197,7 +131,7 @@ class RedisFeatureStore(FeatureStore):
                     self._redis.set(key, value, nx=True)
                 values = [self._redis.get(key) for key in keys]
         except redis.RedisError as exc:
-            raise self._translated(exc) from exc
+            raise self._conn.translated(exc) from exc
         if not all(values):
             raise FeatureStoreLost(
                 f"the feature store at prefix {self._prefix!r} has lost its data (no marker; "
@@ -231,38 +165,6 @@ class RedisFeatureStore(FeatureStore):
             )
         if len(names) > len(stored):
             self._redis.set(key, orjson.dumps(names))
-
-    def _translated(self, exc: redis.RedisError) -> FeatureStoreError:
-        """A Redis failure as the store's.
-
-        Refused (the settings), unavailable for now, or failed.
-        """
-        if isinstance(exc, REFUSED):
-            return FeatureStoreError(
-                f"redis refused user {self._user!r}: {exc} (check the user and password in "
-                "STREAMREC_STORE__URL; the store needs @read, @write, @scripting and @fast on "
-                f"the keys matching '{self._prefix}:*')"
-            )
-        if isinstance(exc, NO_ANSWER) and not isinstance(exc, redis.exceptions.BusyLoadingError):
-            return self._unavailable(exc)
-        self._answered = True  # anything else is a reply
-        if isinstance(exc, UNAVAILABLE) or str(exc).startswith(PASSING_REPLIES):
-            return FeatureStoreUnavailable(f"redis unavailable: {exc}")
-        if isinstance(exc, redis.exceptions.OutOfMemoryError):
-            return FeatureStoreError(
-                f"redis is out of memory: {exc} (raise its maxmemory, or shorten how long "
-                "sequences are kept, STREAMREC_STORE__TTL_S; the batch was not committed and "
-                "is redone on restart)"
-            )
-        return FeatureStoreError(f"redis failed: {exc}")
-
-    def _unavailable(self, exc: Exception) -> FeatureStoreUnavailable:
-        """No answer: an outage once Redis has answered, else a Redis never reached."""
-        if self._answered:
-            return FeatureStoreUnavailable(f"redis unavailable: {exc}")
-        return FeatureStoreUnreachable(
-            f"redis at {redact_url(self._url)} did not answer (STREAMREC_STORE__URL, --redis-url): {exc}"
-        )
 
     def reset_marker(self) -> None:
         """See `FeatureStore.reset_marker`."""
@@ -306,7 +208,7 @@ class RedisFeatureStore(FeatureStore):
                 seen.update(zip(items, map(int, next(replies)), strict=True))
             return seen
 
-        seen, replies = self._open(commands, first_seen, meanwhile)
+        seen, replies = self._conn.open(commands, first_seen, meanwhile)
         answers = self._answers(replies, arrivals, by_user, calls)
         return StoreUpdate(seen, answers, replies.close)
 
@@ -330,7 +232,7 @@ class RedisFeatureStore(FeatureStore):
             for index, arrival in enumerate(arrivals):
                 need = call_of[arrival.event.user_id]
                 while parsed <= need:
-                    users, reply = calls[parsed], self._next_reply(replies)
+                    users, reply = calls[parsed], self._conn.next_reply(replies)
                     expected = sum(len(by_user[user]) for user in users)
                     if len(reply) != expected:
                         raise FeatureStoreError(f"redis answered {len(reply)} verdicts for {expected} events")
@@ -341,16 +243,6 @@ class RedisFeatureStore(FeatureStore):
             replies.close()
             raise
         replies.close()  # given back, if the last reply did not already (a batch with no users)
-
-    def _next_reply(self, replies: Iterator[Any]) -> Any:
-        """The next reply of a round trip already under way, its failures as the store's."""
-        try:
-            return next(replies)
-        except redis.exceptions.NoScriptError as exc:  # lost after the first calls ran
-            self._shas = None  # loaded again when the batch is redone
-            raise FeatureStoreUnavailable(f"redis lost the scripts mid-batch: {exc}") from exc
-        except redis.RedisError as exc:
-            raise self._translated(exc) from exc
 
     def _calls(
         self, names: list[str], key: Callable[[str], str], per_call: int = _USERS_PER_CALL
@@ -377,7 +269,7 @@ class RedisFeatureStore(FeatureStore):
         calls: list[list[str]],
     ) -> Iterator[tuple[Any, ...]]:
         prefix = self._prefix
-        limits = self._limits
+        limits = self._conn.limits
         specs = self.behaviour_features
         line = event_line if not specs else lambda arrival: event_line_with(arrival, specs)
         for users in calls:
@@ -420,7 +312,8 @@ class RedisFeatureStore(FeatureStore):
                 part = partition_keys(self._prefix, key)[0]
                 yield ("EVALSHA", shas[2], 1, part, starts[key], self._ttl_ms)
 
-        return {key: parse_claim(reply) for key, reply in zip(keys, self._run(commands, list), strict=True)}
+        replies = self._conn.run(commands, list)
+        return {key: parse_claim(reply) for key, reply in zip(keys, replies, strict=True)}
 
     def advance(
         self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
@@ -434,7 +327,7 @@ class RedisFeatureStore(FeatureStore):
                 yield ("EVALSHA", shas[3], len(keys), *keys, *args)
 
         try:
-            replies = self._run(commands, list)
+            replies = self._conn.run(commands, list)
         except FeatureStoreError as exc:
             cause = exc.__cause__
             if isinstance(cause, redis.exceptions.ResponseError) and "FENCED" in str(cause):
@@ -452,73 +345,9 @@ class RedisFeatureStore(FeatureStore):
             for key in keys:
                 yield ("HGET", partition_keys(self._prefix, key)[0], "epoch")
 
-        for key, epoch in zip(keys, self._run(commands, list), strict=True):
+        for key, epoch in zip(keys, self._conn.run(commands, list), strict=True):
             if epoch is None or int(epoch) != epochs[key]:
                 raise PartitionFenced(fenced_reason(key, epochs[key], epoch))
-
-    def _run(
-        self,
-        commands: Callable[[tuple[str, ...]], Iterable[tuple[Any, ...]]],
-        read: Callable[[Iterator[Any]], T],
-    ) -> T:
-        """One pipelined round trip of ``commands(script shas)``; each reply to ``read`` (`_open`)."""
-        result, replies = self._open(commands, read)
-        replies.close()
-        return result
-
-    def _open(
-        self,
-        commands: Callable[[tuple[str, ...]], Iterable[tuple[Any, ...]]],
-        head: Callable[[Iterator[Any]], T],
-        meanwhile: Callable[[], None] | None = None,
-    ) -> tuple[T, Replies]:
-        """Send ``commands(script shas)`` in one pipelined round trip and hand the first replies to ``head``.
-
-        All over again with the scripts reloaded if Redis lost them (a restart or failover;
-        every call here can safely run again). Returns what ``head`` made and the replies after
-        its, to be read or closed. ``meanwhile`` runs once, after the commands went out.
-
-        On a standalone Redis each command goes out as soon as it is made and each reply is
-        read when asked for, while Redis still runs the later ones: packing and parsing
-        overlap Redis's work.
-        """
-        once = [meanwhile] if meanwhile is not None else []
-        for reload in (False, True):
-            replies: Replies | None = None
-            try:
-                replies = self._send(commands(self._scripts(reload)), once)
-                return head(replies), replies
-            except BaseException as exc:
-                if replies is not None:
-                    replies.close()
-                if isinstance(exc, redis.exceptions.NoScriptError) and not reload:
-                    continue
-                if isinstance(exc, redis.RedisError):
-                    raise self._translated(exc) from exc
-                raise
-        raise AssertionError("unreachable: the second pass returns or raises")
-
-    def _send(self, commands: Iterable[tuple[Any, ...]], meanwhile: list[Callable[[], None]]) -> Replies:
-        if isinstance(self._redis, RedisCluster):  # the cluster client routes a pipeline by slot
-            pipe = self._redis.pipeline(transaction=False)
-            for command in commands:
-                pipe.execute_command(*command)
-            while meanwhile:  # it sends only in execute(): nothing to overlap with
-                meanwhile.pop()()
-            return Replies(ready=pipe.execute())
-        pool = self._redis.connection_pool
-        replies = Replies(pool)
-        try:
-            for command in commands:
-                replies.send(command)
-            while meanwhile:  # Redis is busy with the commands now
-                meanwhile.pop()()
-        except BaseException:
-            replies.close()
-            raise
-        if not replies.left:  # nothing sent: no reply will give the connection back
-            replies.close()
-        return replies
 
     def sequence(self, user_id: str) -> list[Behaviour]:
         """See `FeatureStore.sequence`."""
@@ -527,5 +356,5 @@ class RedisFeatureStore(FeatureStore):
             reply = self._redis.zrange(self.key(user_id), -self.length, -1, withscores=True)
             rows = cast(list[tuple[str, float]], reply)
         except redis.RedisError as exc:  # refused, unavailable or failed, as every call here
-            raise self._translated(exc) from exc
+            raise self._conn.translated(exc) from exc
         return [Behaviour.from_member(m, int(ts)) for m, ts in rows]

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from streamrec.learner.din import DINLearner
     from streamrec.learner.hashing import fingerprint
     from streamrec.learner.metrics import auc, gauc, logloss
-    from streamrec.learner.runner import LearnerRunner, LearnerStats, MicroBatchReport
+    from streamrec.learner.reports import LearnerStats, MicroBatchReport
+    from streamrec.learner.runner import LearnerRunner
     from streamrec.snapshots.manifest import SnapshotManifest
     from streamrec.snapshots.promotion import ServingPointer
     from streamrec.snapshots.store import SnapshotStore
@@ -65,7 +66,8 @@ __getattr__, __dir__ = lazy_exports(
         "streamrec.learner.din": ["DINLearner"],
         "streamrec.learner.hashing": ["fingerprint"],
         "streamrec.learner.metrics": ["auc", "gauc", "logloss"],
-        "streamrec.learner.runner": ["LearnerRunner", "LearnerStats", "MicroBatchReport"],
+        "streamrec.learner.reports": ["LearnerStats", "MicroBatchReport"],
+        "streamrec.learner.runner": ["LearnerRunner"],
         # snapshots are their own package now (streamrec.snapshots): these names stay for older imports
         "streamrec.snapshots.manifest": ["SnapshotManifest"],
         "streamrec.snapshots.promotion": ["ServingPointer"],

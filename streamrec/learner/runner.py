@@ -21,40 +21,37 @@ alive (partitions held, rebalance callbacks served here), however long the step 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict
 from typing import TypeVar
 
 import numpy as np
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from streamrec.closing import Closing
-from streamrec.config import MODEL_SETTINGS_BEFORE, MODEL_SETTINGS_INIT_ONLY, StreamrecConfig
+from streamrec.config import StreamrecConfig
 from streamrec.deadletters import DeadLetter, DeadLetterLog
-from streamrec.errors import (
-    ConfigError,
-    NonFiniteWeights,
-    SamplesExpired,
-    SnapshotError,
-    TrainingDiverged,
-)
+from streamrec.errors import SamplesExpired, TrainingDiverged
 from streamrec.faults import fault_point
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.records import Partition, Position
 from streamrec.kafka.source import IdleClock, RecordSource
 from streamrec.kafka.topics import expired_positions
-from streamrec.learner.base import Learner, TrainResult
+from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
 from streamrec.learner.intake import DeadLetterWriter, decode
-from streamrec.learner.match import match_features
-from streamrec.learner.metrics import BatchMetrics
-from streamrec.snapshots.exports import export_bytes
+from streamrec.learner.reports import LearnerStats, MicroBatchReport, StepResult, micro_batch_report
+from streamrec.learner.snapshotting import (
+    export_estimate,
+    group_state,
+    require_finite,
+    restore,
+    snapshot_config,
+)
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 logger = logging.getLogger(__name__)
@@ -67,60 +64,6 @@ _KEEPALIVE_S = 1.0
 _QUERY_TIMEOUT_S = 10.0
 
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class MicroBatchReport:
-    """Progressive-validation figures of one micro-batch (scored before training on it)."""
-
-    index: int
-    metrics: BatchMetrics
-    first_ts: int  # event-time range of the micro-batch's samples, epoch ms
-    last_ts: int
-    loss: float  # mean over the steps taken; NaN when every step was skipped
-    score_seconds: float
-    train_seconds: float
-    dead: int = 0  # records of the micro-batch dead-lettered instead of trained on
-    steps: int = 0  # optimizer steps attempted
-    skipped_steps: int = 0  # steps skipped for a non-finite loss or gradient: a bad batch
-    penalty_share: float = 0.0  # the EWC penalty's share of the training loss, 0..1
-    # Per dynamic table: ids given a row, ids whose row was taken back, ids refused one
-    # (the table full), and rows owned by ids afterwards.
-    ids_admitted: Mapping[str, int] = field(default_factory=dict)
-    ids_evicted: Mapping[str, int] = field(default_factory=dict)
-    ids_refused: Mapping[str, int] = field(default_factory=dict)
-    embedding_rows: Mapping[str, int] = field(default_factory=dict)
-    min_eval_samples: int = 1  # fewer samples than this: too small to judge a model by
-
-    @property
-    def judged(self) -> bool:
-        """Whether its figures judge a model: it held at least ``min_eval_samples``."""
-        return self.metrics.samples >= self.min_eval_samples
-
-
-@dataclass
-class LearnerStats:
-    """Running totals of one runner.
-
-    ``micro_batches`` and ``samples_trained`` are restored from the snapshot it resumed; the
-    others count this runner's life only.
-    """
-
-    micro_batches: int = 0
-    samples_trained: int = 0
-    last_metrics: dict[str, float] = field(default_factory=dict)
-    dead: int = 0  # records dead-lettered to samples_dlq_topic
-    bad_batches: int = 0  # micro-batches with a skipped (non-finite) step
-    skipped_steps: int = 0
-
-
-@dataclass(frozen=True)
-class _StepResult:
-    probs: np.ndarray
-    known: np.ndarray
-    train: TrainResult
-    score_seconds: float
-    train_seconds: float
 
 
 class LearnerRunner(Closing):
@@ -176,9 +119,9 @@ class LearnerRunner(Closing):
         try:
             arrays = learner.state_arrays()
             self.snapshots.prepare(
-                sum(a.nbytes for a in arrays.values()), _export_estimate(self.snapshots.root, arrays)
+                sum(a.nbytes for a in arrays.values()), export_estimate(self.snapshots.root, arrays)
             )
-            self._restore()
+            self._resume()
             self._source = RecordSource(
                 make_consumer(cfg.kafka, cfg.learner.group_id),
                 [cfg.kafka.samples_topic],
@@ -190,63 +133,16 @@ class LearnerRunner(Closing):
             self._lock.release()
             raise
 
-    def _restore(self) -> None:
-        found = self.snapshots.latest_valid()  # skips invalid versions, with a warning each
-        if found is None:
-            logger.info("no snapshot to restore, starting fresh path=%s", self.snapshots.root)
+    def _resume(self) -> None:
+        """Restore the newest valid snapshot, if any, and take up its counts and positions."""
+        manifest = restore(self._cfg, self._schema, self.learner, self.snapshots)
+        if manifest is None:
             return
-        manifest, tensors = found
-        if manifest.learner != self._cfg.model.learner:
-            raise ConfigError(
-                f"snapshot {manifest.name} in {self.snapshots.root} was written by "
-                f"STREAMREC_MODEL__LEARNER={manifest.learner!r}, not {self._cfg.model.learner!r}: "
-                "set it back to resume, or give STREAMREC_LEARNER__SNAPSHOT_DIR a new directory "
-                "to start afresh"
-            )
-        arrays = {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
-        recorded = manifest.schema
-        # A removed or redeclared feature refuses the snapshot in one line (SchemaChange).
-        added = self._schema.check_evolution(recorded, f"snapshot {manifest.name} in {self.snapshots.root}")
-        adopt = getattr(self.learner, "adopt_state", None)
-        if added and callable(adopt):
-            arrays = adopt(arrays, recorded)
-            logger.info(
-                "features added since snapshot version=%d added=%s", manifest.version, ",".join(added)
-            )
-        try:
-            self.learner.load_state_arrays(arrays)
-        except SnapshotError as exc:
-            raise SnapshotError(self._misfit(manifest, exc)) from exc
         self.stats.micro_batches = self._snapshotted_at = manifest.micro_batches
         self.stats.samples_trained = manifest.samples_trained
         self.positions.update({p.key: p.offset for p in manifest.positions})
         self._snapshotted_positions = dict(self.positions)
         self._snapshotted_version = manifest.version
-        logger.info(
-            "restored snapshot version=%d micro_batches=%d", manifest.version, manifest.micro_batches
-        )
-
-    def _misfit(self, manifest: SnapshotManifest, exc: SnapshotError) -> str:
-        """Why a snapshot's state does not load into this model.
-
-        Why ``manifest``'s state does not load into this model, naming the model settings
-        it was written with where they differ from these (an upgrade that added one, say).
-        """
-        saved = {**MODEL_SETTINGS_BEFORE, **manifest.config.get("model", {})}
-        now = self._cfg.model.model_dump(mode="json")
-        differ = [
-            f"STREAMREC_MODEL__{key.upper()}={json.dumps(saved[key])} (now {json.dumps(value)})"
-            for key, value in now.items()
-            if key in saved and saved[key] != value and key not in MODEL_SETTINGS_INIT_ONLY
-        ]
-        where = f"snapshot {manifest.name} in {self.snapshots.root}"
-        if not differ:
-            return f"{where} does not load into this model: {exc}"
-        return (
-            f"{where} was written by a model with other settings: {', '.join(differ)}; set "
-            "those to resume it, or give STREAMREC_LEARNER__SNAPSHOT_DIR a new directory to "
-            f"start afresh ({exc})"
-        )
 
     def close(self) -> None:
         """Leave the group and release the snapshot directory; `run` does it on return.
@@ -401,37 +297,14 @@ class LearnerRunner(Closing):
         self.stats.dead += len(letters)
         self._dead_log.add(letters)
 
-    def _record(self, batch: Batch, result: _StepResult, dead: int) -> MicroBatchReport:
+    def _record(self, batch: Batch, result: StepResult, dead: int) -> MicroBatchReport:
         """Count a trained micro-batch in the stats; log and return its report."""
-        metrics = BatchMetrics.compute(
-            batch.label, result.probs, batch.user_ids, result.known, match_features(batch)
-        )
         self.stats.micro_batches += 1
         self.stats.samples_trained += len(batch)
-        self.stats.last_metrics = dict(asdict(metrics))
-        train = result.train
-        report = MicroBatchReport(
-            self.stats.micro_batches, metrics, int(batch.ts.min()), int(batch.ts.max()),
-            train.loss, result.score_seconds, result.train_seconds,
-            dead=dead, steps=train.steps, skipped_steps=train.skipped_steps,
-            penalty_share=train.penalty_share, ids_admitted=train.ids_admitted,
-            ids_evicted=train.ids_evicted, ids_refused=train.ids_refused,
-            embedding_rows=train.rows_in_use,
-            min_eval_samples=self._cfg.learner.min_eval_samples,
+        report = micro_batch_report(
+            self.stats.micro_batches, batch, result, dead, self._cfg.learner.min_eval_samples
         )
-        logger.info(
-            "micro_batch index=%d samples=%d dead=%d auc=%.4f gauc=%.4f known_auc=%.4f "
-            "novelty_auc=%.4f tell_history_auc=%.4f tell_category_auc=%.4f logloss=%.4f loss=%.4f "
-            "penalty_share=%.4f steps=%d skipped_steps=%d "
-            "score_seconds=%.3f train_seconds=%.3f ids_admitted=%d ids_evicted=%d ids_refused=%d "
-            "judged=%s",
-            report.index, metrics.samples, dead, metrics.auc, metrics.gauc, metrics.known_auc,
-            metrics.novelty_auc, metrics.tell_history_auc, metrics.tell_category_auc, metrics.logloss,
-            train.loss, report.penalty_share, train.steps,
-            train.skipped_steps, report.score_seconds, report.train_seconds,
-            sum(train.ids_admitted.values()), sum(train.ids_evicted.values()),
-            sum(train.ids_refused.values()), report.judged,
-        )
+        self.stats.last_metrics = dict(asdict(report.metrics))
         return report
 
     def _count_bad(self, report: MicroBatchReport) -> None:
@@ -459,14 +332,14 @@ class LearnerRunner(Closing):
                 f"snapshot, with a lower learning rate if this recurs"
             )
 
-    def _step(self, batch: Batch) -> _StepResult:
+    def _step(self, batch: Batch) -> StepResult:
         """Score, then train: on the worker thread, touching nothing but the learner."""
         start = time.monotonic()
         probs = self.learner.predict_many(batch)
         known = self.learner.is_known(batch)
         scored = time.monotonic()
         train = self.learner.learn_many(batch)
-        return _StepResult(probs, known, train, scored - start, time.monotonic() - scored)
+        return StepResult(probs, known, train, scored - start, time.monotonic() - scored)
 
     def _run_held(self, step: Future[_T]) -> _T:
         """Wait for work on the worker thread, serving the consumer.
@@ -523,20 +396,15 @@ class LearnerRunner(Closing):
         if self._closed:
             raise RuntimeError("snapshot() on a closed LearnerRunner: it no longer holds the lock")
         arrays = self.learner.state_arrays()
-        _require_finite(arrays, self.stats.micro_batches)
+        require_finite(arrays, self.stats.micro_batches)
         positions = tuple(Position(*key, offset) for key, offset in sorted(self.positions.items()))
         manifest = self.snapshots.write(
-            _grouped(arrays),
+            group_state(arrays),
             micro_batches=self.stats.micro_batches,
             samples_trained=self.stats.samples_trained,
             positions=positions,
             metrics=self.stats.last_metrics,
-            config={
-                "model": self._cfg.model.model_dump(mode="json"),
-                "features": self._schema.to_json(),
-                "learner": self._cfg.learner.model_dump(mode="json"),
-                "kafka": {"samples_topic": self._cfg.kafka.samples_topic},
-            },
+            config=snapshot_config(self._cfg, self._schema),
             request_id=request_id,
         )
         self._snapshotted_at = self.stats.micro_batches
@@ -563,41 +431,3 @@ class LearnerRunner(Closing):
         return manifest
 
 
-def _require_finite(arrays: Mapping[str, np.ndarray], micro_batches: int) -> None:
-    """Refuse state whose floating-point arrays are not all finite: serving would load it.
-
-    Raises:
-        NonFiniteWeights: naming the arrays (weights or optimizer moments) that are not.
-    """
-    bad = [
-        key for key, array in arrays.items()
-        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all()
-    ]
-    if bad:
-        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-        raise NonFiniteWeights(
-            f"not snapshotting micro-batch {micro_batches}: {len(bad)} state arrays hold NaN or "
-            f"infinite values ({shown}); restart from the last snapshot"
-        )
-
-
-def _export_estimate(root: Path, arrays: Mapping[str, np.ndarray]) -> int:
-    """Bytes an export of this model takes.
-
-    The newest export's size, or before any, the model group's (the export holds the model's
-    parameters and id tables, no optimizer state).
-    """
-    return export_bytes(root) or sum(a.nbytes for k, a in arrays.items() if k.startswith("model/"))
-
-
-def _grouped(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-    """Split ``<group>/<name>`` state keys into one tensor file per group.
-
-    What serving needs (``model``) apart from what only resumed training needs (``optimizer``,
-    ``state``).
-    """
-    groups: dict[str, dict[str, np.ndarray]] = {}
-    for key, array in arrays.items():
-        group, _, name = key.partition("/")
-        groups.setdefault(group, {})[name] = array
-    return groups

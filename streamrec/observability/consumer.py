@@ -17,7 +17,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from streamrec.observability.process import ProcessMetrics
 
 if TYPE_CHECKING:  # the runner imports Redis and Kafka clients: only for the type checker
-    from streamrec.consumers.runner import BatchReport
+    from streamrec.consumers.native_runner import BatchReport
 
 PREFIX = "streamrec_consumer"
 

@@ -22,7 +22,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from streamrec.observability.process import ProcessMetrics
 
 if TYPE_CHECKING:  # the learner's modules import numpy and Kafka: only for the type checker
-    from streamrec.learner.runner import MicroBatchReport
+    from streamrec.learner.reports import MicroBatchReport
     from streamrec.snapshots.store import SnapshotManifest
 
 PREFIX = "streamrec_learner"

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from streamrec import faults
 from streamrec.cli import app
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
-from streamrec.consumers.runner import ConsumerRunner
+from streamrec.consumers.native_runner import ConsumerRunner
 from streamrec.events import Event
 from streamrec.featurestore import Behaviour, RedisFeatureStore
 from streamrec.learner.din import DINLearner

@@ -8,7 +8,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.runner import ConsumerRunner
+from streamrec.consumers.native_runner import ConsumerRunner
 from streamrec.events import Event
 from streamrec.producer import publish
 from tests.integration.conftest import read_committed

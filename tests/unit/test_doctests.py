@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = (
     "streamrec",
-    "streamrec.config",
+    "streamrec.config.loading",
     "streamrec.consumers.processor",
     "streamrec.datasets.declared",
     "streamrec.datasets.sources",

@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamrec.cli.common import format_duration
 from streamrec.cli.consumers import ConsumerStatus
 from streamrec.cli.learner import LearnerStatus, snapshot_bytes
+from streamrec.consumers.native_runner import BatchReport
 from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.consumers.processor import BatchResult
-from streamrec.consumers.runner import BatchReport
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import parse_event

@@ -11,8 +11,8 @@ import zlib
 import orjson
 
 from streamrec.config import ConsumerConfig, KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.consumers.native_runner import ConsumerRunner
 from streamrec.consumers.processor import SampleBuilder
-from streamrec.consumers.runner import ConsumerRunner
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.events import Event
 from streamrec.features.schema import Value

@@ -13,9 +13,9 @@ import pytest
 
 from streamrec import faults
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.consumers.native_runner import ConsumerRunner, ConsumerStats
 from streamrec.consumers.processor import SampleBuilder
 from streamrec.consumers.rebuild import rebuild_store
-from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
 from streamrec.datasets.feed import Feed, FeedSpec, expected_labels, generate_feed
 from streamrec.datasets.synthetic import ClickStreamSpec
 from streamrec.errors import PartitionFenced

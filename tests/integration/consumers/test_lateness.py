@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
-from streamrec.consumers.runner import BatchReport, ConsumerRunner
+from streamrec.consumers.native_runner import BatchReport, ConsumerRunner
 from streamrec.events import Event
 from streamrec.featurestore import RedisFeatureStore
 from streamrec.observability.consumer import ConsumerMetrics

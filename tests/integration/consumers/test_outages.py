@@ -10,7 +10,7 @@ import time
 import pytest
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
-from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
+from streamrec.consumers.native_runner import ConsumerRunner, ConsumerStats
 from streamrec.errors import FeatureStoreUnreachable, OutageError
 from streamrec.events import Event
 from streamrec.kafka.topics import ensure_topics

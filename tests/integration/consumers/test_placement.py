@@ -13,8 +13,8 @@ from aiokafka.partitioner import murmur2
 from confluent_kafka import Producer
 
 from streamrec.config import RedisStoreConfig, StreamrecConfig
+from streamrec.consumers.native_runner import ConsumerRunner
 from streamrec.consumers.rebuild import rebuild_store
-from streamrec.consumers.runner import ConsumerRunner
 from streamrec.events import Event
 from streamrec.featurestore import RedisFeatureStore
 from streamrec.producer import publish

@@ -20,7 +20,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, Producer, TopicPart
 
 from streamrec import faults
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
-from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
+from streamrec.consumers.native_runner import ConsumerRunner, ConsumerStats
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.events import Event
 from streamrec.featurestore import RedisFeatureStore
@@ -151,7 +151,7 @@ def test_a_crash_mid_batch_loses_and_duplicates_nothing(
 _CONSUMER = (
     "import sys\n"
     "from streamrec.config import StreamrecConfig\n"
-    "from streamrec.consumers.runner import ConsumerRunner\n"
+    "from streamrec.consumers.native_runner import ConsumerRunner\n"
     "print(ConsumerRunner(StreamrecConfig.model_validate_json(sys.argv[1])).run())\n"
 )
 

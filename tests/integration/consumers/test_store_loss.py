@@ -12,8 +12,8 @@ import pytest
 import redis as redis_py
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, ServicesConfig, StreamrecConfig
+from streamrec.consumers.native_runner import ConsumerRunner, ConsumerStats
 from streamrec.consumers.rebuild import rebuild_store
-from streamrec.consumers.runner import ConsumerRunner, ConsumerStats
 from streamrec.errors import ConfigError, FeatureStoreLost
 from streamrec.events import Event
 from streamrec.featurestore import Behaviour

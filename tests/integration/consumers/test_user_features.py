@@ -14,9 +14,9 @@ import redis
 from confluent_kafka import Message
 
 from streamrec.config import ConsumerConfig, KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.consumers.native_runner import ConsumerRunner
 from streamrec.consumers.processor import SampleBuilder
 from streamrec.consumers.rebuild import rebuild_store
-from streamrec.consumers.runner import ConsumerRunner
 from streamrec.features.schema import FeatureSpec
 from streamrec.featurestore import MemoryFeatureStore, RedisFeatureStore
 from streamrec.featurestore.profiles import MemoryProfileStore

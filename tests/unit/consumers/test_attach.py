@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from streamrec.consumers.runner import attach_store
+from streamrec.consumers.native_runner import attach_store
 from streamrec.errors import FeatureStoreUnreachable
 from streamrec.featurestore import MemoryFeatureStore
 

@@ -12,9 +12,9 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.lateness import Watermarks
+from streamrec.consumers.native_runner import BatchReport
 from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.consumers.processor import BatchResult, SampleBuilder
-from streamrec.consumers.runner import BatchReport
 from streamrec.events import Event
 from streamrec.featurestore.memory import MemoryFeatureStore
 from streamrec.kafka.records import Partition, Record

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
+from streamrec.consumers.native_runner import BatchLog
 from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.consumers.processor import BatchResult
-from streamrec.consumers.runner import BatchLog
 from streamrec.deadletters import DeadLetter
 from streamrec.kafka.records import Position
 
@@ -24,7 +24,7 @@ def test_late_events_are_warned_of_at_most_once_a_minute_with_the_count_since(
 ) -> None:
     now = [0.0]
     log = BatchLog("dlq", late=True, every_s=60.0, clock=lambda: now[0])
-    with caplog.at_level(logging.WARNING, logger="streamrec.consumers.runner"):
+    with caplog.at_level(logging.WARNING, logger="streamrec.consumers.native_runner"):
         for at, late in [(0, 3), (1, 2), (30, 0), (59, 4), (60, 1), (61, 0), (200, 0)]:
             now[0] = at
             log.add(result(late=late))
@@ -37,7 +37,7 @@ def test_a_flood_of_dead_letters_logs_the_first_few_of_a_minute_one_by_one_then_
 ) -> None:
     now = [0.0]
     log = BatchLog("dlq", late=False, every_s=60.0, burst=5, clock=lambda: now[0])
-    with caplog.at_level(logging.WARNING, logger="streamrec.consumers.runner"):
+    with caplog.at_level(logging.WARNING, logger="streamrec.consumers.native_runner"):
         for at, dead in [(0, 3), (10, 4), (50, 1000), (60, 2), (130, 0), (200, 1)]:
             now[0] = at
             log.add(result(dead=dead))

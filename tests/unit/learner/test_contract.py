@@ -68,7 +68,7 @@ def deepfm(cfg: ModelConfig = DIN_CONFIG) -> Learner:
 
 def din_export(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
     """The serving path: a snapshot of the learner, exported, scored by Paddle Inference."""
-    from streamrec.learner.runner import _grouped
+    from streamrec.learner.snapshotting import group_state
     from streamrec.learner.trainer import TableLearner
     from streamrec.serving.export import export_snapshot
     from streamrec.serving.scorer import ExportedModel
@@ -77,7 +77,7 @@ def din_export(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
     assert isinstance(learner, TableLearner)  # DIN or DeepFM
     store = SnapshotStore(root)
     manifest = store.write(
-        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
         config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
     )
     return ExportedModel(export_snapshot(store, manifest.version)).score_batch

@@ -21,7 +21,7 @@ from streamrec.learner import din as din_module
 from streamrec.learner.batch import Batch, EncodedBatch, encode
 from streamrec.learner.din import OPTIMIZER_PREFIX, DINLearner, resolve_device
 from streamrec.learner.model import DIN
-from streamrec.learner.runner import _grouped
+from streamrec.learner.snapshotting import group_state
 from streamrec.samples import Sample
 from streamrec.snapshots.store import SnapshotStore
 from tests.support import small_tables
@@ -230,7 +230,7 @@ def test_a_snapshot_file_round_trips_without_pickle(
     original = DINLearner(CFG)
     original.learn_many(_batch(100, 15))
     store = SnapshotStore(tmp_path)
-    store.write(_grouped(original.state_arrays()), micro_batches=1, samples_trained=100, positions=())
+    store.write(group_state(original.state_arrays()), micro_batches=1, samples_trained=100, positions=())
 
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("pickle used")

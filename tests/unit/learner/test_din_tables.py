@@ -14,7 +14,7 @@ from streamrec.config import ModelConfig
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.idmap import DEFAULT_ROW
-from streamrec.learner.runner import _grouped
+from streamrec.learner.snapshotting import group_state
 from streamrec.samples import Sample
 from streamrec.snapshots.store import SnapshotStore
 from tests.support import small_tables
@@ -95,7 +95,7 @@ def test_a_grown_learner_round_trips_through_a_snapshot_into_a_fresh_one(tmp_pat
     for k in range(3):
         original.learn_many(clicks([f"i{k}-{j}" for j in range(30)], k * 1000))
     store = SnapshotStore(tmp_path)
-    store.write(_grouped(original.state_arrays()), micro_batches=3, samples_trained=90, positions=())
+    store.write(group_state(original.state_arrays()), micro_batches=3, samples_trained=90, positions=())
     manifest, tensors = store.load(1)
     ids = {k.split("/")[-1] for k in tensors["model"] if k.startswith("ids/")}
     assert ids == {"keys", "rows", "counts", "last_seen"}

@@ -17,7 +17,7 @@ from paddle import nn
 from streamrec.errors import SnapshotError
 from streamrec.learner.din import EWC_PREFIX, DINLearner
 from streamrec.learner.ewc import OnlineEWC
-from streamrec.learner.runner import _grouped
+from streamrec.learner.snapshotting import group_state
 from streamrec.snapshots.store import SnapshotStore
 from tests.unit.learner.test_din import CFG, _batch
 
@@ -177,7 +177,7 @@ def test_ewc_state_round_trips_through_a_snapshot_and_resumes_identically(tmp_pa
     original = DINLearner(EWC)
     original.learn_many(_batch(200, 24))
     store = SnapshotStore(tmp_path)
-    store.write(_grouped(original.state_arrays()), micro_batches=1, samples_trained=200, positions=())
+    store.write(group_state(original.state_arrays()), micro_batches=1, samples_trained=200, positions=())
     manifest, tensors = store.load(1)
     assert "ewc.safetensors" in manifest.files
     restored = DINLearner(EWC.model_copy(update={"seed": 5}))

@@ -159,7 +159,7 @@ def din(schema: FeatureSchema = SCHEMA, **update: object) -> DINLearner:
 
 def test_din_with_every_kind_trains_scores_and_round_trips(tmp_path: Path) -> None:
     from streamrec.learner.din import DINLearner
-    from streamrec.learner.runner import _grouped
+    from streamrec.learner.snapshotting import group_state
     from streamrec.snapshots.store import SnapshotStore
 
     learner = din()
@@ -169,7 +169,7 @@ def test_din_with_every_kind_trains_scores_and_round_trips(tmp_path: Path) -> No
     state = learner.state_arrays()
     assert state["model/features/rating/moments"][0] == 5 * 8  # one rating in each history, 5 times
     store = SnapshotStore(tmp_path)
-    store.write(_grouped(state), micro_batches=1, samples_trained=8, positions=())
+    store.write(group_state(state), micro_batches=1, samples_trained=8, positions=())
     _, tensors = store.latest_valid()  # type: ignore[misc]
     restored = DINLearner(model(), schema=SCHEMA)
     restored.load_state_arrays({f"{g}/{k}": v for g, a in tensors.items() for k, v in a.items()})
@@ -322,7 +322,7 @@ def test_the_export_scores_declared_features_as_the_learner(tmp_path: Path, user
     import orjson
 
     from streamrec.learner.din import DINLearner
-    from streamrec.learner.runner import _grouped
+    from streamrec.learner.snapshotting import group_state
     from streamrec.serving.export import export_snapshot
     from streamrec.serving.scorer import ExportedModel
     from streamrec.snapshots.store import SnapshotStore
@@ -337,7 +337,7 @@ def test_the_export_scores_declared_features_as_the_learner(tmp_path: Path, user
         learner.learn_many(Batch.from_samples(samples))
     store = SnapshotStore(tmp_path)
     manifest = store.write(
-        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
         config={"model": cfg.model_dump(mode="json"), "features": SCHEMA.to_json()},
     )
     export = export_snapshot(store, manifest.version)
@@ -353,7 +353,7 @@ def test_the_export_scores_declared_features_as_the_learner(tmp_path: Path, user
 
 def test_a_request_scores_an_export_with_declared_features_reading_its_context(tmp_path: Path) -> None:
     """Serving has no declared feature but the request's context: the rest read absent."""
-    from streamrec.learner.runner import _grouped
+    from streamrec.learner.snapshotting import group_state
     from streamrec.serving.export import export_snapshot
     from streamrec.serving.scorer import Candidate, ExportedModel
     from streamrec.snapshots.store import SnapshotStore
@@ -361,7 +361,7 @@ def test_a_request_scores_an_export_with_declared_features_reading_its_context(t
     learner = din(FeatureSchema.of([GENRES, DEVICE]))
     store = SnapshotStore(tmp_path)
     manifest = store.write(
-        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
         config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
     )
     exported = ExportedModel(export_snapshot(store, manifest.version))
@@ -380,7 +380,7 @@ def test_serve_reads_the_context_features_from_the_request(tmp_path: Path) -> No
     from starlette.testclient import TestClient
 
     from streamrec.config import ServingConfig
-    from streamrec.learner.runner import _grouped
+    from streamrec.learner.snapshotting import group_state
     from streamrec.serving.http import build_app, no_history
     from streamrec.serving.scorer import Candidate, Scorer
     from streamrec.snapshots.store import SnapshotStore
@@ -393,7 +393,7 @@ def test_serve_reads_the_context_features_from_the_request(tmp_path: Path) -> No
     ]))
     store = SnapshotStore(tmp_path)
     manifest = store.write(
-        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
         config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
     )
     store.promote(manifest.version)
@@ -415,7 +415,7 @@ def test_score_reads_the_context_features_from_its_flag(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from streamrec.cli import app
-    from streamrec.learner.runner import _grouped
+    from streamrec.learner.snapshotting import group_state
     from streamrec.serving.export import export_snapshot
     from streamrec.serving.scorer import Candidate, ExportedModel
     from streamrec.snapshots.store import SnapshotStore
@@ -423,7 +423,7 @@ def test_score_reads_the_context_features_from_its_flag(tmp_path: Path) -> None:
     learner = din(FeatureSchema.of([DEVICE]))
     store = SnapshotStore(tmp_path)
     manifest = store.write(
-        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
         config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
     )
     store.promote(manifest.version)

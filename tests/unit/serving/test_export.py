@@ -19,7 +19,7 @@ from streamrec.errors import InvalidSnapshot
 from streamrec.learner.batch import Batch
 from streamrec.learner.deepfm_learner import DeepFMLearner
 from streamrec.learner.din import DINLearner
-from streamrec.learner.runner import _grouped
+from streamrec.learner.snapshotting import group_state
 from streamrec.learner.trainer import TableLearner
 from streamrec.samples import Sample
 from streamrec.serving.export import export_snapshot, verify_export, write_export
@@ -101,7 +101,7 @@ def test_a_snapshot_from_before_the_match_features_still_exports(tmp_path: Path)
     del model_doc["match_features"], model_doc["match_lr_scale"]
     store = SnapshotStore(tmp_path)
     manifest = store.write(
-        _grouped(learner.state_arrays()), micro_batches=3, samples_trained=0, positions=(),
+        group_state(learner.state_arrays()), micro_batches=3, samples_trained=0, positions=(),
         config={"model": model_doc},
     )
     batch = stream(200, 99, 90_000)

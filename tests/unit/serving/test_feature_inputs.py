@@ -38,7 +38,7 @@ def test_deepfm_refuses_declared_features_in_one_line() -> None:
 
 
 def _export(tmp_path: Path) -> Path:
-    from streamrec.learner.runner import _grouped
+    from streamrec.learner.snapshotting import group_state
     from streamrec.serving.export import export_snapshot
     from streamrec.snapshots.store import SnapshotStore
 
@@ -50,7 +50,7 @@ def _export(tmp_path: Path) -> Path:
         learner.learn_many(Batch.from_samples(featured(32)))
     store = SnapshotStore(tmp_path / "snapshots")
     manifest = store.write(
-        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
         config={"model": learner.cfg.model_dump(mode="json"), "features": SCHEMA.to_json()},
     )
     return export_snapshot(store, manifest.version)

@@ -12,7 +12,7 @@ import pytest
 from streamrec.config import LearnerConfig
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
-from streamrec.learner.runner import _grouped
+from streamrec.learner.snapshotting import group_state
 from streamrec.samples import Sample
 from streamrec.serving.export import export_dir, export_snapshot
 from streamrec.serving.gate import Promoter, judge
@@ -51,7 +51,7 @@ def test_a_version_trained_on_flipped_labels_is_not_promoted(tmp_path: Path, see
         judgements[k] = (judgement, before, store.current())
         learner.learn_many(flip(batch, 0.3, seed) if k == 3 else batch)
         manifest = store.write(
-            _grouped(learner.state_arrays()), micro_batches=k + 1, samples_trained=0, positions=(),
+            group_state(learner.state_arrays()), micro_batches=k + 1, samples_trained=0, positions=(),
             config={"model": cfg.model_dump(mode="json")},
         )
         promoter.on_snapshot(manifest)
@@ -85,7 +85,7 @@ def test_promote_off_and_always(tmp_path: Path) -> None:
         for k in range(2):
             learner.learn_many(window(200, k, k))
             promoter.on_snapshot(store.write(
-                _grouped(learner.state_arrays()), micro_batches=k, samples_trained=0, positions=(),
+                group_state(learner.state_arrays()), micro_batches=k, samples_trained=0, positions=(),
                 config={"model": cfg.model_dump(mode="json")},
             ))
         assert store.current() == (None if mode == "off" else 2)
@@ -100,7 +100,7 @@ def test_the_gate_checks_the_export_too(tmp_path: Path) -> None:
     def snapshot(k: int) -> SnapshotManifest:
         learner.learn_many(window(200, k, k))
         return store.write(
-            _grouped(learner.state_arrays()), micro_batches=k, samples_trained=0, positions=(),
+            group_state(learner.state_arrays()), micro_batches=k, samples_trained=0, positions=(),
             config={"model": cfg.model_dump(mode="json")},
         )
 
@@ -134,7 +134,7 @@ def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
     for k in range(2):
         learner.learn_many(window(200, k, k))
         promoter.on_snapshot(store.write(
-            _grouped(learner.state_arrays()), micro_batches=k + 1, samples_trained=0, positions=(),
+            group_state(learner.state_arrays()), micro_batches=k + 1, samples_trained=0, positions=(),
             config={"model": cfg.model_dump(mode="json")},
         ))
     assert store.current() == 1 and promoter.pending == 2

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.runner import BatchReport, ConsumerRunner
+from streamrec.consumers.native_runner import BatchReport, ConsumerRunner
 from streamrec.errors import ConfigError
 
 if TYPE_CHECKING:  # faust-streaming is optional: imported only when the Faust runner is asked for

@@ -1,0 +1,56 @@
+"""The learner section: the micro-batch loop, its snapshots and the promotion gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from streamrec.config.section import SECTION
+
+
+class LearnerConfig(BaseModel):
+    """The micro-batch learner loop and its snapshots (env ``STREAMREC_LEARNER__*``)."""
+
+    model_config = SECTION
+
+    group_id: str = Field("streamrec-learner", description="STREAMREC_LEARNER__GROUP_ID")
+    # A few minutes per micro-batch: fresh enough for trends, large enough for stable steps.
+    interval_s: float = Field(180.0, gt=0, description="STREAMREC_LEARNER__INTERVAL_S")
+    max_batch_samples: int = Field(200_000, ge=1, description="STREAMREC_LEARNER__MAX_BATCH_SAMPLES")
+    min_batch_samples: int = Field(1, ge=1, description="STREAMREC_LEARNER__MIN_BATCH_SAMPLES")
+    # A micro-batch of fewer samples is too small to judge a model by (its AUC is noise, or
+    # undefined): it is trained, but its figures are reported as too small and left out of
+    # summaries, and the gate judges no version by it. Backtests cut by count fold a last
+    # micro-batch this small into the one before.
+    min_eval_samples: int = Field(200, ge=1, description="STREAMREC_LEARNER__MIN_EVAL_SAMPLES")
+    snapshot_dir: Path = Field(Path("snapshots"), description="STREAMREC_LEARNER__SNAPSHOT_DIR")
+    snapshot_every: int = Field(10, ge=1, description="STREAMREC_LEARNER__SNAPSHOT_EVERY micro-batches")
+    # Retention: versions kept after each snapshot besides every promoted one; 0 keeps all.
+    # Ten recent versions to compare or fall back to, at ten snapshots' disk, not unbounded.
+    keep_snapshots: int = Field(10, ge=0, description="STREAMREC_LEARNER__KEEP_SNAPSHOTS (0: keep all)")
+    # Every K-th snapshot is full, the ones between hold only the rows changed since the one
+    # before (delta snapshots). Ten bounds a load to one full and nine small files, and what
+    # retention must keep for a chain to about twice keep_snapshots; 1 writes every one full.
+    full_snapshot_every: int = Field(
+        10, ge=1, description="STREAMREC_LEARNER__FULL_SNAPSHOT_EVERY (1: every snapshot full)"
+    )
+    # A snapshot resuming at samples the topic no longer holds (expired or deleted) is an
+    # error by default: those samples were never trained. True skips them with a warning.
+    allow_sample_gaps: bool = Field(False, description="STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS")
+    # Micro-batches in a row whose training went non-finite before the learner stops: one
+    # is a bad batch, three in a row is a broken model or stream that needs a person.
+    max_bad_batches: int = Field(3, ge=1, description="STREAMREC_LEARNER__MAX_BAD_BATCHES")
+    stop_when_idle_s: float | None = Field(
+        None, description="STREAMREC_LEARNER__STOP_WHEN_IDLE_S: stop after this long without samples"
+    )
+    metrics_port: int = Field(9464, ge=0, le=65535, description="STREAMREC_LEARNER__METRICS_PORT (0: off)")
+    # Each snapshot is exported for Paddle Inference, and promoted to serving when it holds
+    # against the served version on the next micro-batch (streamrec.serving.gate):
+    # "gate" (that check), "always" (every snapshot), "off" (only `streamrec snapshot promote`).
+    promote: Literal["gate", "always", "off"] = Field("gate", description="STREAMREC_LEARNER__PROMOTE")
+    # The gate: the candidate's AUC at least the served one's minus this, and its logloss at
+    # most the served one's times the ratio, both on the same, unseen micro-batch.
+    gate_auc_margin: float = Field(0.002, ge=0, description="STREAMREC_LEARNER__GATE_AUC_MARGIN")
+    gate_logloss_ratio: float = Field(1.01, ge=1, description="STREAMREC_LEARNER__GATE_LOGLOSS_RATIO")

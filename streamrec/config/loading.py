@@ -1,0 +1,121 @@
+"""Reading the configuration, and naming a bad setting by its env variable in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_settings import SettingsConfigDict, SettingsError
+
+from streamrec.config.settings import StreamrecConfig
+from streamrec.errors import ConfigError
+
+
+def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecConfig:
+    """Build the config; ``overrides`` are nested dicts by section (``kafka={"partitions": 2}``).
+
+    A section given here is merged over what env and TOML say for that section. The TOML file
+    is ``toml_file`` when given (it must exist), else ``./streamrec.toml`` if there is one.
+
+    Raises:
+        ConfigError: A setting is invalid; the message names its env variable.
+
+    Examples:
+        >>> load_config(consumer={"batch_size": 500}).consumer.batch_size
+        500
+        >>> load_config(consumer={"batch_size": 0})
+        Traceback (most recent call last):
+        ...
+        streamrec.errors.ConfigError: invalid setting STREAMREC_CONSUMER__BATCH_SIZE ...
+    """
+    toml_path = Path(toml_file or str(StreamrecConfig.model_config.get("toml_file")))
+    try:
+        if toml_file is not None and not toml_file.is_file():
+            raise ConfigError(f"the settings file {toml_file} does not exist: give an existing TOML file")
+        base = StreamrecConfig() if toml_file is None else _reading(toml_file)()
+        if not overrides and toml_file is None:
+            return base
+        merged = base.model_dump()
+        for section, values in overrides.items():
+            current = merged.get(section)
+            # A section that switches its type (the store) starts afresh instead of merging.
+            if (
+                isinstance(values, dict)
+                and isinstance(current, dict)
+                and values.get("type", current.get("type")) == current.get("type")
+            ):
+                merged[section] = {**current, **values}
+            else:
+                merged[section] = values
+        return StreamrecConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError("; ".join(_setting_error(error) for error in exc.errors())) from exc
+    except SettingsError as exc:
+        raise _source_error(exc) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{toml_path.resolve()} is not valid TOML: {exc}: fix the file") from exc
+
+
+def _reading(toml_file: Path) -> type[StreamrecConfig]:
+    """The configuration class, reading ``toml_file`` instead of ``./streamrec.toml``.
+
+    `load_config` validates the result again as a `StreamrecConfig`.
+    """
+
+    class FromFile(StreamrecConfig):
+        model_config = SettingsConfigDict(toml_file=toml_file)
+
+    return FromFile
+
+
+def env_name(loc: tuple[int | str, ...]) -> str:
+    """The env var of a setting at ``loc`` (pydantic's error location).
+
+    ``("consumer", "batch_size")`` is ``STREAMREC_CONSUMER__BATCH_SIZE``; an item of a list is
+    named by its list's variable and its place in it.
+
+    Examples:
+        >>> env_name(("consumer", "batch_size"))
+        'STREAMREC_CONSUMER__BATCH_SIZE'
+        >>> env_name(("model", "tables", 0, "rows"))
+        'STREAMREC_MODEL__TABLES (item 0 rows)'
+    """
+    parts = list(loc)
+    if parts[:1] == ["store"] and parts[1:2] in (["redis"], ["memory"]):
+        del parts[1]  # the discriminated union's tag is no setting
+    item = next((i for i, part in enumerate(parts) if isinstance(part, int)), len(parts))
+    name = "STREAMREC_" + "__".join(str(part).upper() for part in parts[:item])
+    inside = " ".join(str(part) for part in parts[item:])
+    return f"{name} (item {inside})" if inside else name
+
+
+def _setting_error(error: Any) -> str:
+    """One pydantic error as the setting it is about and what is wrong with it."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    value = error.get("input")
+    shown = f", got {value!r}" if isinstance(value, str | int | float) and len(repr(value)) <= 80 else ""
+    if str(error["type"]) == "value_error":
+        shown = ""  # our own checks name what they found
+    name = env_name(tuple(error["loc"]))
+    return f"invalid setting {name} (or its flag or streamrec.toml entry): {message}{shown}"
+
+
+def _source_error(exc: SettingsError) -> ConfigError:
+    """A settings value that could not be read, as one clear line.
+
+    A value pydantic-settings could not read (JSON in an env var) as one line naming the
+    variable and the position.
+    """
+    cause = exc.__cause__
+    if isinstance(cause, json.JSONDecodeError):
+        names = [k for k, v in os.environ.items() if k.upper().startswith("STREAMREC_") and v == cause.doc]
+        where = " or ".join(names) or "a STREAMREC_* variable"
+        return ConfigError(
+            f"{where} is not valid JSON: {cause.msg} at line {cause.lineno} column {cause.colno} "
+            f"(char {cause.pos}): fix its value"
+        )
+    return ConfigError(f"invalid configuration: {exc}")

@@ -1,0 +1,49 @@
+"""The serving section: ``streamrec serve`` and ``streamrec score``."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, model_validator
+
+from streamrec.config.section import SECTION
+
+
+class ServingConfig(BaseModel):
+    """``streamrec serve`` and ``streamrec score`` (env ``STREAMREC_SERVING__*``).
+
+    They read the promoted version of ``STREAMREC_LEARNER__SNAPSHOT_DIR``.
+    """
+
+    model_config = SECTION
+
+    host: str = Field("127.0.0.1", description="STREAMREC_SERVING__HOST")
+    port: int = Field(8000, ge=0, le=65535, description="STREAMREC_SERVING__PORT")
+    # How often the server looks at the serving pointer; a new version loads beside the old.
+    poll_s: float = Field(1.0, gt=0, description="STREAMREC_SERVING__POLL_S")
+    # Threads of one Paddle Inference run: 1 keeps a request's latency steady beside others.
+    threads: int = Field(1, ge=1, description="STREAMREC_SERVING__THREADS")
+    max_candidates: int = Field(1000, ge=1, description="STREAMREC_SERVING__MAX_CANDIDATES per request")
+    # Threads that score requests beside the event loop: one scores while another reads a
+    # user's sequence from the feature store (a predictor runs one request at a time).
+    workers: int = Field(2, ge=1, description="STREAMREC_SERVING__WORKERS")
+    # Score requests admitted at once, waiting or scoring; one more gets 503 with Retry-After
+    # at once. 64 is about a quarter second of work at 4 ms a request.
+    max_in_flight: int = Field(64, ge=1, description="STREAMREC_SERVING__MAX_IN_FLIGHT")
+    # The longest an admitted request waits for a worker before it gets 503 with Retry-After:
+    # past it, an answer is worth less than the client's retry elsewhere.
+    max_queue_wait_s: float = Field(0.5, gt=0, description="STREAMREC_SERVING__MAX_QUEUE_WAIT_S")
+    # A request body past this gets 413 before more is read: 1,000 candidates and a history of
+    # 50 take about 40 KB, so 1 MiB leaves room and keeps a huge body out of memory.
+    max_body_bytes: int = Field(1 << 20, ge=1, description="STREAMREC_SERVING__MAX_BODY_BYTES")
+    # How long one feature-store check answers /readyz: a probe storm costs one Redis round
+    # trip a second at most.
+    ready_cache_s: float = Field(1.0, gt=0, description="STREAMREC_SERVING__READY_CACHE_S")
+    # How long /readyz waits for that check; a store slower than this is reported not ready.
+    ready_timeout_s: float = Field(1.0, gt=0, description="STREAMREC_SERVING__READY_TIMEOUT_S")
+
+    @model_validator(mode="after")
+    def _in_flight_covers_workers(self) -> ServingConfig:
+        if self.max_in_flight < self.workers:
+            raise ValueError(
+                f"max_in_flight ({self.max_in_flight}) must be at least workers ({self.workers})"
+            )
+        return self

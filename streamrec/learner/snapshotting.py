@@ -1,0 +1,140 @@
+"""A learner's state in and out of snapshots: restoring it, and what a snapshot of it holds.
+
+The checks on either side of the snapshot store: a snapshot of another learner, another
+feature schema or other model settings refuses to load in one line that names the setting;
+state that is not finite is never written; state keys are grouped into one tensor file per
+group, so serving reads the model apart from what only resumed training needs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streamrec.config import MODEL_SETTINGS_BEFORE, MODEL_SETTINGS_INIT_ONLY, StreamrecConfig
+from streamrec.errors import ConfigError, NonFiniteWeights, SnapshotError
+from streamrec.features.schema import FeatureSchema
+from streamrec.learner.base import Learner
+from streamrec.snapshots.exports import export_bytes
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
+
+logger = logging.getLogger(__name__)
+
+
+def restore(
+    cfg: StreamrecConfig, schema: FeatureSchema, learner: Learner, snapshots: SnapshotStore
+) -> SnapshotManifest | None:
+    """Load the newest valid snapshot into ``learner``: its manifest, or None when there is none.
+
+    Raises:
+        ConfigError: the snapshot was written by another learner (``STREAMREC_MODEL__LEARNER``).
+        SnapshotError: its state does not load into this model, naming the settings that differ.
+    """
+    found = snapshots.latest_valid()  # skips invalid versions, with a warning each
+    if found is None:
+        logger.info("no snapshot to restore, starting fresh path=%s", snapshots.root)
+        return None
+    manifest, tensors = found
+    if manifest.learner != cfg.model.learner:
+        raise ConfigError(
+            f"snapshot {manifest.name} in {snapshots.root} was written by "
+            f"STREAMREC_MODEL__LEARNER={manifest.learner!r}, not {cfg.model.learner!r}: "
+            "set it back to resume, or give STREAMREC_LEARNER__SNAPSHOT_DIR a new directory "
+            "to start afresh"
+        )
+    arrays = {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
+    recorded = manifest.schema
+    # A removed or redeclared feature refuses the snapshot in one line (SchemaChange).
+    added = schema.check_evolution(recorded, f"snapshot {manifest.name} in {snapshots.root}")
+    adopt = getattr(learner, "adopt_state", None)
+    if added and callable(adopt):
+        arrays = adopt(arrays, recorded)
+        logger.info(
+            "features added since snapshot version=%d added=%s", manifest.version, ",".join(added)
+        )
+    try:
+        learner.load_state_arrays(arrays)
+    except SnapshotError as exc:
+        raise SnapshotError(misfit(cfg, manifest, exc, snapshots.root)) from exc
+    logger.info(
+        "restored snapshot version=%d micro_batches=%d", manifest.version, manifest.micro_batches
+    )
+    return manifest
+
+
+def misfit(cfg: StreamrecConfig, manifest: SnapshotManifest, exc: SnapshotError, root: Path) -> str:
+    """Why a snapshot's state does not load into this model.
+
+    Why ``manifest``'s state does not load into this model, naming the model settings
+    it was written with where they differ from these (an upgrade that added one, say).
+    """
+    saved = {**MODEL_SETTINGS_BEFORE, **manifest.config.get("model", {})}
+    now = cfg.model.model_dump(mode="json")
+    differ = [
+        f"STREAMREC_MODEL__{key.upper()}={json.dumps(saved[key])} (now {json.dumps(value)})"
+        for key, value in now.items()
+        if key in saved and saved[key] != value and key not in MODEL_SETTINGS_INIT_ONLY
+    ]
+    where = f"snapshot {manifest.name} in {root}"
+    if not differ:
+        return f"{where} does not load into this model: {exc}"
+    return (
+        f"{where} was written by a model with other settings: {', '.join(differ)}; set "
+        "those to resume it, or give STREAMREC_LEARNER__SNAPSHOT_DIR a new directory to "
+        f"start afresh ({exc})"
+    )
+
+
+def snapshot_config(cfg: StreamrecConfig, schema: FeatureSchema) -> dict[str, Any]:
+    """The settings a snapshot's manifest keeps: what its state was trained with."""
+    return {
+        "model": cfg.model.model_dump(mode="json"),
+        "features": schema.to_json(),
+        "learner": cfg.learner.model_dump(mode="json"),
+        "kafka": {"samples_topic": cfg.kafka.samples_topic},
+    }
+
+
+def require_finite(arrays: Mapping[str, np.ndarray], micro_batches: int) -> None:
+    """Refuse state whose floating-point arrays are not all finite: serving would load it.
+
+    Raises:
+        NonFiniteWeights: naming the arrays (weights or optimizer moments) that are not.
+    """
+    bad = [
+        key for key, array in arrays.items()
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all()
+    ]
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise NonFiniteWeights(
+            f"not snapshotting micro-batch {micro_batches}: {len(bad)} state arrays hold NaN or "
+            f"infinite values ({shown}); restart from the last snapshot"
+        )
+
+
+def export_estimate(root: Path, arrays: Mapping[str, np.ndarray]) -> int:
+    """Bytes an export of this model takes.
+
+    The newest export's size, or before any, the model group's (the export holds the model's
+    parameters and id tables, no optimizer state).
+    """
+    return export_bytes(root) or sum(a.nbytes for k, a in arrays.items() if k.startswith("model/"))
+
+
+def group_state(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Split ``<group>/<name>`` state keys into one tensor file per group.
+
+    What serving needs (``model``) apart from what only resumed training needs (``optimizer``,
+    ``state``).
+    """
+    groups: dict[str, dict[str, np.ndarray]] = {}
+    for key, array in arrays.items():
+        group, _, name = key.partition("/")
+        groups.setdefault(group, {})[name] = array
+    return groups
