@@ -44,7 +44,7 @@ CONTEXT = {"device": "ios"}
 
 def _snapshots(root: Path) -> DINLearner:
     """A DIN trained under ``SCHEMA`` (behaviour, outcome, user and context features), promoted."""
-    from streamrec.learner.runner import _grouped
+    from streamrec.learner.snapshotting import group_state
     from streamrec.snapshots.store import SnapshotStore
 
     learner = DINLearner(model(), schema=SCHEMA)
@@ -56,7 +56,7 @@ def _snapshots(root: Path) -> DINLearner:
         learner.learn_many(Batch.from_samples(samples))
     store = SnapshotStore(root)
     manifest = store.write(
-        _grouped(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
         config={"model": learner.cfg.model_dump(mode="json"), "features": SCHEMA.to_json()},
     )
     store.promote(manifest.version)
