@@ -38,7 +38,13 @@ import msgspec
 
 from streamrec.errors import PartitionFenced
 from streamrec.events import Event
+from streamrec.features.schema import Value
 from streamrec.kafka.records import Partition
+
+#: A decided sample's declared features (`Sample.features`) and its history's
+#: (`Sample.seq_features`), as of its impression's time.
+Features = dict[str, Value]
+SeqFeatures = dict[str, tuple[Value | None, ...]]
 
 #: What a join input is: an impression opening a window, a click that may take one, or a click
 #: judged late that can only be counted.
@@ -48,9 +54,10 @@ JoinKind = Literal["impression", "click", "late_click"]
 class JoinInput(msgspec.Struct, frozen=True):
     """One event of a partition for the join, in offset order.
 
-    An impression carries its history (the user's behaviours strictly before it), a late click
-    the watermark it was judged late by. A frozen msgspec struct, as `Event`: one per
-    event, made three times as fast as a frozen dataclass.
+    An impression carries its history (the user's behaviours strictly before it) and, with
+    declared features, its sample's features and its history's as of its time (kept in its
+    window for its decision); a late click the watermark it was judged late by. A frozen
+    msgspec struct, as `Event`: one per event, made three times as fast as a frozen dataclass.
     """
 
     kind: JoinKind
@@ -59,6 +66,8 @@ class JoinInput(msgspec.Struct, frozen=True):
     items: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     watermark: int = 0
+    features: Features = {}
+    seq_features: SeqFeatures = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +91,8 @@ class PartitionBatch:
 class Decision(msgspec.Struct, frozen=True):
     """An impression's label, decided.
 
-    1 by a click inside its window, 0 when it closed (a frozen msgspec struct, as
-    `JoinInput`).
+    1 by a click inside its window, 0 when it closed, with what its impression's `JoinInput`
+    carried (a frozen msgspec struct, as `JoinInput`).
     """
 
     label: int
@@ -94,6 +103,8 @@ class Decision(msgspec.Struct, frozen=True):
     ts: int
     items: tuple[str, ...]
     categories: tuple[str, ...]
+    features: Features = {}
+    seq_features: SeqFeatures = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +175,12 @@ class _Window:
     opened: int
     clicked: int = -1
     closed: int = -1
+    features: Features = field(default_factory=dict)
+    seq_features: SeqFeatures = field(default_factory=dict)
 
     def decision(self, label: int) -> Decision:
         return Decision(label, self.user_id, self.event_id, self.item_id, self.category_id, self.ts,
-                        self.items, self.categories)
+                        self.items, self.categories, self.features, self.seq_features)
 
 
 WindowKey = tuple[str, str]  # user, event id
@@ -233,6 +246,7 @@ class MemoryPartitionStore(PartitionStore):
                     state.windows[key] = _Window(
                         event.user_id, event.event_id, event.item_id, event.category_id, event.ts,
                         event.ts + window_ms, item.items, item.categories, item.offset,
+                        features=item.features, seq_features=item.seq_features,
                     )
                     state.pairs.setdefault(pair, []).append(key)
                     heapq.heappush(state.due, (event.ts + window_ms, key))
