@@ -49,7 +49,10 @@ class JoinRule:
     """Which events the join takes, by the consumer configuration (None: the ``sampled`` mode)."""
 
     def __init__(
-        self, impression_action: str | None, positive_actions: frozenset[str], describe: Describe | None = None
+        self,
+        impression_action: str | None,
+        positive_actions: frozenset[str],
+        describe: Describe | None = None,
     ) -> None:
         """Impressions are ``impression_action`` events; clicks ``positive_actions`` ones.
 

@@ -24,6 +24,9 @@ partition's watermark passes ``ts + window_ms`` an impression without a click be
 negative. A click after that is late by the same watermark: it makes no sample, and it is
 counted as a late label if the watermark passed its window less than ``retention_ms`` before
 (closed windows are kept that long).
+
+A window keeps what its impression's sample needs beside its history: with declared features,
+the sample's features and the history's, as of the impression's time (`JoinInput.features`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,9 @@ FEATURES = [
 BASE = ("event_id", "user_id", "item_id", "category_id", "action", "ts")
 
 
-def doc(eid: str, user: str, item: str, minute: float, action: str = "impression", **fields: Any) -> dict[str, Any]:
+def doc(
+    eid: str, user: str, item: str, minute: float, action: str = "impression", **fields: Any
+) -> dict[str, Any]:
     return {"event_id": eid, "user_id": user, "item_id": item, "category_id": f"c{item}", "action": action,
             "ts": T0 + int(minute * MINUTE), **fields}
 
@@ -65,7 +67,9 @@ def impressions(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {d["event_id"]: d for d in docs if d["action"] == "impression"}
 
 
-def config(kafka: KafkaConfig, store: RedisStoreConfig, unique: str, features: bool = True) -> StreamrecConfig:
+def config(
+    kafka: KafkaConfig, store: RedisStoreConfig, unique: str, features: bool = True
+) -> StreamrecConfig:
     consumer = {"group_id": f"c-{unique}", "stop_when_idle_s": 3.0, "batch_size": 7, "labels": "join",
                 "label_window_ms": 10 * MINUTE, "allowed_lateness_ms": 5 * MINUTE, "negatives": 1}
     return StreamrecConfig.model_validate(
@@ -76,7 +80,8 @@ def config(kafka: KafkaConfig, store: RedisStoreConfig, unique: str, features: b
 def send(kafka: KafkaConfig, docs: list[dict[str, Any]]) -> None:
     producer = app_producer(kafka)
     for d in docs:
-        producer.produce(kafka.events_topic, key=d["user_id"].encode(), value=orjson.dumps(d), timestamp=d["ts"])
+        key, value = d["user_id"].encode(), orjson.dumps(d)
+        producer.produce(kafka.events_topic, key=key, value=value, timestamp=d["ts"])
     assert producer.flush(10) == 0
 
 
@@ -111,7 +116,9 @@ def test_decided_samples_carry_what_the_sampled_mode_gives_the_same_impression(
     assert {s.label for s in decided.values()} == {0, 1}
     want = sampled(cfg, store_config, docs, {eid: s.label for eid, s in decided.items()})
     assert want["u0-s1"].features == {"shop": "sa", "tags": ("ta", "u0"), "tier": "silver", "device": "tv"}
-    assert want["u0-s3"].seq_features == {"shop": ("s0", "s9"), "tags": (("t1", "t2"), None), "rating": (4.0, None)}
+    assert want["u0-s3"].seq_features == {
+        "shop": ("s0", "s9"), "tags": (("t1", "t2"), None), "rating": (4.0, None)
+    }
     assert decided == want
     assert redis_client.keys(f"{store_config.key_prefix}:feat:*")  # kept while their windows are
 
@@ -125,7 +132,8 @@ def test_the_default_schemas_decided_samples_are_the_bytes_they_were(
 
     ConsumerRunner(config(kafka_config, store_config, unique_name, features=False)).run()
 
-    got = {orjson.loads(m.value())["sample_id"]: m.value() for m in topic_reader(kafka_config.samples_topic)}
+    values = [m.value() or b"" for m in topic_reader(kafka_config.samples_topic)]
+    got = {orjson.loads(v)["sample_id"]: v for v in values}
     head = b'{"sample_id":"u0-s%d","user_id":"u0","ts":%d,"item_id":"%s","category_id":"c%s","label":%d,'
     seq = b'"seq_items":["x","y0"],"seq_categories":["cx","cy0"]}'
     assert [got[f"u0-s{k}"] for k in (1, 2, 3)] == [

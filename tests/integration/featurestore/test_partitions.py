@@ -15,7 +15,14 @@ from streamrec.config import RedisStoreConfig
 from streamrec.errors import PartitionFenced
 from streamrec.events import Event
 from streamrec.featurestore import FeatureStore, MemoryFeatureStore, RedisFeatureStore
-from streamrec.featurestore.partitions import Decision, Features, JoinInput, JoinKind, PartitionBatch, SeqFeatures
+from streamrec.featurestore.partitions import (
+    Decision,
+    Features,
+    JoinInput,
+    JoinKind,
+    PartitionBatch,
+    SeqFeatures,
+)
 from streamrec.kafka.records import Partition
 
 T0 = 1_511_658_000_000
@@ -80,7 +87,9 @@ class Feed:
             # a page: impressions of one user at one time read one history
             history = ((f"h{event.user_id}:{event.ts}",), ("c",)) if kind == "impression" else ((), ())
             if self.featured and kind == "impression":
-                inputs.append(JoinInput(kind, offset, event, *history, watermark, *features_of(event)))
+                features, seq_features = features_of(event)
+                inputs.append(JoinInput(kind, offset, event, history[0], history[1], watermark,
+                                        features=features, seq_features=seq_features))
             else:
                 inputs.append(JoinInput(kind, offset, event, history[0], history[1], watermark))
         assert newest is not None

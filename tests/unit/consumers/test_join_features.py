@@ -57,8 +57,9 @@ AFTER = [
 
 
 def builder(store: FeatureStore | None = None, **cfg: object) -> SampleBuilder:
-    return SampleBuilder(ConsumerConfig(**{**JOIN, **cfg}), store or MemoryFeatureStore(length=5, schema=SCHEMA),
-                         schema=SCHEMA, profiles=MemoryProfileStore(points=4))
+    store = store or MemoryFeatureStore(length=5, schema=SCHEMA)
+    return SampleBuilder(ConsumerConfig(**{**JOIN, **cfg}), store, schema=SCHEMA,
+                         profiles=MemoryProfileStore(points=4))
 
 
 def run(b: SampleBuilder, docs: list[dict[str, Any]], first: int = 0) -> list[Sample]:
@@ -83,7 +84,9 @@ def decided(samples: list[Sample]) -> dict[str, Sample]:
 def test_decided_samples_carry_the_features_the_sampled_mode_gives_the_same_impression() -> None:
     want = {s.sample_id: s for s in expected(1, 0)}
     assert want["s1"].features == {"shop": "sa", "tags": ("ta",), "tier": "silver", "device": "tv"}
-    assert want["s1"].seq_features == {"shop": ("s1", "s2"), "tags": (("t1", "t2"), None), "rating": (4.0, None)}
+    assert want["s1"].seq_features == {
+        "shop": ("s1", "s2"), "tags": (("t1", "t2"), None), "rating": (4.0, None)
+    }
     b = builder()
     got = decided(run(b, BEFORE + PAGE + AFTER))
     assert got == want
