@@ -125,7 +125,9 @@ def decided_samples(decisions: Sequence[Decision]) -> list[Sample]:
     of its time (see `JoinRule`), and the label.
     """
     return [
-        Sample(d.event_id, d.user_id, d.ts, d.item_id, d.category_id, d.label, d.items, d.categories,
-               d.features, d.seq_features)
+        Sample(d.event_id, d.user_id, d.ts, d.item_id, d.category_id, d.label, d.items, d.categories)
+        if d.features is None  # the default schema's: the call it always was
+        else Sample(d.event_id, d.user_id, d.ts, d.item_id, d.category_id, d.label, d.items, d.categories,
+                    d.features, d.seq_features or {})
         for d in decisions
     ]

@@ -69,8 +69,8 @@ class JoinInput(msgspec.Struct, frozen=True):
     items: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     watermark: int = 0
-    features: Features = {}
-    seq_features: SeqFeatures = {}
+    features: Features | None = None  # None, not {}: msgspec would make two dicts an impression
+    seq_features: SeqFeatures | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +106,8 @@ class Decision(msgspec.Struct, frozen=True):
     ts: int
     items: tuple[str, ...]
     categories: tuple[str, ...]
-    features: Features = {}
-    seq_features: SeqFeatures = {}
+    features: Features | None = None  # None, not {}: msgspec would make two dicts an impression
+    seq_features: SeqFeatures | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +178,8 @@ class _Window:
     opened: int
     clicked: int = -1
     closed: int = -1
-    features: Features = field(default_factory=dict)
-    seq_features: SeqFeatures = field(default_factory=dict)
+    features: Features | None = None
+    seq_features: SeqFeatures | None = None
 
     def decision(self, label: int) -> Decision:
         return Decision(label, self.user_id, self.event_id, self.item_id, self.category_id, self.ts,
