@@ -91,10 +91,10 @@ class JoinRule:
                 joined = self._input(item, watermarks.allowed_ms or 0)
                 if joined is not None:
                     inputs[item.key].append(joined)
-        join = self.enabled
+        join, featured = self.enabled, self.describe is not None
         return [
             PartitionBatch(key, epochs[key], first, last, watermarks.newest(key),
-                           watermarks.allowed_ms if join else None, tuple(inputs[key]))
+                           watermarks.allowed_ms if join else None, tuple(inputs[key]), featured)
             for key, (first, last) in zip(keys, spans.values(), strict=True)
         ]
 

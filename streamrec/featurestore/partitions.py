@@ -79,7 +79,8 @@ class PartitionBatch:
 
     Offsets ``first``..``last``, the newest event time seen there after it (None: no valid event
     yet), the lateness allowed behind it (the watermark windows close at; None: no join, nothing
-    closes), and its join inputs in offset order.
+    closes), its join inputs in offset order, and whether its impressions carry declared
+    features (`JoinInput.features`).
     """
 
     partition: Partition
@@ -89,6 +90,7 @@ class PartitionBatch:
     newest: int | None
     allowed_ms: int | None = None
     inputs: tuple[JoinInput, ...] = ()
+    featured: bool = False
 
 
 class Decision(msgspec.Struct, frozen=True):

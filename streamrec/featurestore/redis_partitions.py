@@ -352,21 +352,49 @@ def advance_args(
     """The advance script's arguments for ``batch``."""
     newest = "" if batch.newest is None else batch.newest
     allowed = "" if batch.allowed_ms is None else batch.allowed_ms
-    lines, before = [], None  # the impression before, whose history a page's next ones repeat
+    if batch.featured:
+        inputs = _featured_inputs(batch, window_ms)
+    else:  # the default schema's: as it always was, an empty features field in each line
+        lines, before = [], None  # the impression before, whose history a page's next ones repeat
+        for item in batch.inputs:
+            history = ""
+            if item.kind == "impression":
+                if before is not None and before.items == item.items and before.categories == item.categories:
+                    history = "\x1e"
+                else:
+                    history = "\x1d".join(item.items) + "\x1c" + "\x1d".join(item.categories)
+                before = item
+            lines.append(_line(item, history, window_ms))
+        inputs = "".join(lines)
+    return (batch.epoch, batch.first, batch.last, newest, allowed, window_ms, retention_ms, ttl_ms, inputs)
+
+
+def _featured_inputs(batch: PartitionBatch, window_ms: int) -> str:
+    """The input lines of a batch with declared features.
+
+    An impression's features in its line's field, its history's after its categories (JSON
+    holds no control character: it escapes them, so none of the separators).
+    """
+    lines, before = [], None
     for item in batch.inputs:
-        history = ""
+        history, features = "", ""
         if item.kind == "impression":
+            seq = item.seq_features
             if (before is not None and before.items == item.items and before.categories == item.categories
-                    and before.seq_features == item.seq_features):
+                    and (before.seq_features is seq or before.seq_features == seq)):
                 history = "\x1e"
             else:
                 history = "\x1d".join(item.items) + "\x1c" + "\x1d".join(item.categories)
-                if item.seq_features:  # declared features only: the default's history as it was
-                    history += "\x1c" + _ENCODER.encode(item.seq_features).decode()
+                if seq:
+                    history += "\x1c" + _ENCODER.encode(seq).decode()
+            if item.features is not None:
+                features = _ENCODER.encode(item.features).decode()
             before = item
-        lines.append(_line(item, history, window_ms))
-    inputs = "".join(lines)
-    return (batch.epoch, batch.first, batch.last, newest, allowed, window_ms, retention_ms, ttl_ms, inputs)
+        e = item.event
+        at = e.ts + window_ms if item.kind == "impression" else item.watermark
+        lines.append(f"{_KINDS[item.kind]}\x1f{item.offset}\x1f{e.user_id}\x1f{e.event_id}\x1f{e.item_id}"
+                     f"\x1f{e.category_id}\x1f{e.ts}\x1f{at}\x1f{features}\x1f{history}\n")
+    return "".join(lines)
 
 
 _KINDS = {"impression": "i", "click": "c", "late_click": "l"}
@@ -375,17 +403,15 @@ _KINDS = {"impression": "i", "click": "c", "late_click": "l"}
 def _line(item: JoinInput, history: str, window_ms: int) -> str:
     e = item.event
     at = e.ts + window_ms if item.kind == "impression" else item.watermark
-    # JSON holds no control character (it escapes them): none of the line's separators
-    features = _ENCODER.encode(item.features).decode() if item.features else ""
     return (f"{_KINDS[item.kind]}\x1f{item.offset}\x1f{e.user_id}\x1f{e.event_id}\x1f{e.item_id}"
-            f"\x1f{e.category_id}\x1f{e.ts}\x1f{at}\x1f{features}\x1f{history}\n")
+            f"\x1f{e.category_id}\x1f{e.ts}\x1f{at}\x1f\x1f{history}\n")
 
 
 def parse_advance(reply: Sequence[str]) -> PartitionOutcome:
     """The advance script's answer."""
     decisions, taken = [], set()
     said: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # the history of the decision before
-    seq: SeqFeatures = {}
+    seq: SeqFeatures | None = None
     for answer in reply[:-1]:
         if answer[0] == "a":
             taken.add(int(answer[1:]))
@@ -393,15 +419,14 @@ def parse_advance(reply: Sequence[str]) -> PartitionOutcome:
         label, user, event_id, item, category, ts, features, history = answer.split("\t")
         if history != "\x1e":
             items, _, categories = history.partition("\x1c")
+            seq = None
             if "\x1c" in categories:  # the history's declared features follow
                 categories, _, values = categories.partition("\x1c")
                 seq = _SEQ.decode(values)
-            else:
-                seq = {}
             said = (_ids(items), _ids(categories))
-        if features or seq:
+        if seq is not None or features:
             decisions.append(Decision(int(label), user, event_id, item, category, int(ts), *said,
-                                      _FEATURES.decode(features) if features else {}, seq))
+                                      _FEATURES.decode(features) if features else {}, seq or {}))
         else:
             decisions.append(Decision(int(label), user, event_id, item, category, int(ts), *said))
     return PartitionOutcome(decisions, frozenset(taken), int(reply[-1]))

@@ -94,7 +94,7 @@ class Feed:
                 inputs.append(JoinInput(kind, offset, event, history[0], history[1], watermark))
         assert newest is not None
         batch = PartitionBatch(self.partition, self.epoch, self.committed, end - 1, newest, ALLOWED,
-                               tuple(inputs))
+                               tuple(inputs), self.featured)
         (outcome,) = self.store.advance([batch], WINDOW, WINDOW)
         if commit:
             self.committed, self.newest = end, newest
