@@ -10,14 +10,14 @@ counted as a late label. Inputs go in offset order, so where a batch ends change
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
 from streamrec.consumers.lateness import Watermarks
 from streamrec.events import Event
 from streamrec.featurestore.base import History
-from streamrec.featurestore.partitions import Decision, JoinInput, PartitionBatch
+from streamrec.featurestore.partitions import Decision, Features, JoinInput, PartitionBatch, SeqFeatures
 from streamrec.kafka.records import KafkaMessage, Partition
 from streamrec.samples import Sample
 
@@ -40,13 +40,28 @@ class Judged(msgspec.Struct, gc=False):
     history: History | None = None
 
 
+#: An impression's sample features and its history's, as of its time (from its event, its
+#: history and the user's profile): what its window keeps for its decision.
+Describe = Callable[[Event, History], tuple[Features, SeqFeatures]]
+
+
 class JoinRule:
     """Which events the join takes, by the consumer configuration (None: the ``sampled`` mode)."""
 
-    def __init__(self, impression_action: str | None, positive_actions: frozenset[str]) -> None:
-        """Impressions are ``impression_action`` events; clicks ``positive_actions`` ones."""
+    def __init__(
+        self,
+        impression_action: str | None,
+        positive_actions: frozenset[str],
+        describe: Describe | None = None,
+    ) -> None:
+        """Impressions are ``impression_action`` events; clicks ``positive_actions`` ones.
+
+        ``describe`` gives an impression's declared features, which its window keeps (None:
+        the default schema, nothing to keep).
+        """
         self.impression_action = impression_action
         self.positive_actions = positive_actions
+        self.describe = describe
 
     @property
     def enabled(self) -> bool:
@@ -76,10 +91,10 @@ class JoinRule:
                 joined = self._input(item, watermarks.allowed_ms or 0)
                 if joined is not None:
                     inputs[item.key].append(joined)
-        join = self.enabled
+        join, featured = self.enabled, self.describe is not None
         return [
             PartitionBatch(key, epochs[key], first, last, watermarks.newest(key),
-                           watermarks.allowed_ms if join else None, tuple(inputs[key]))
+                           watermarks.allowed_ms if join else None, tuple(inputs[key]), featured)
             for key, (first, last) in zip(keys, spans.values(), strict=True)
         ]
 
@@ -88,8 +103,13 @@ class JoinRule:
         if event.label is not None:
             return None
         if event.action == self.impression_action:
-            if item.behind is None and item.accepted and item.history is not None:
-                return JoinInput("impression", offset, event, item.history.items, item.history.categories)
+            history = item.history
+            if item.behind is None and item.accepted and history is not None:
+                if self.describe is None:
+                    return JoinInput("impression", offset, event, history.items, history.categories)
+                features, seq_features = self.describe(event, history)
+                return JoinInput("impression", offset, event, history.items, history.categories,
+                                 features=features, seq_features=seq_features)
             return None
         if event.action not in self.positive_actions:
             return None
@@ -101,9 +121,13 @@ class JoinRule:
 def decided_samples(decisions: Sequence[Decision]) -> list[Sample]:
     """The samples of impressions whose labels were decided.
 
-    The impression's id, time, item and history, and the label.
+    The impression's id, time, item and history, its declared features and its history's as
+    of its time (see `JoinRule`), and the label.
     """
     return [
         Sample(d.event_id, d.user_id, d.ts, d.item_id, d.category_id, d.label, d.items, d.categories)
+        if d.features is None  # the default schema's: the call it always was
+        else Sample(d.event_id, d.user_id, d.ts, d.item_id, d.category_id, d.label, d.items, d.categories,
+                    d.features, d.seq_features or {})
         for d in decisions
     ]

@@ -182,6 +182,7 @@ class SampleBuilder:
         self._context_features = tuple(f.name for f in schema.extras if f.role == "context")
         if self._item_features or self._context_features or users:  # chosen once: the default path as it was
             self._samples = self._featured_samples  # type: ignore[method-assign]  # per builder, by schema
+            self._join.describe = self._described  # a join window keeps its impression's
 
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
         """Split records into valid events and dead letters.
@@ -527,11 +528,7 @@ class SampleBuilder:
         """
         items, categories = history.items, history.categories
         event_id, user_id, ts = event.event_id, event.user_id, event.ts
-        # the event's context and the user's features as of its time: the negatives' too
-        context = self.profiles.as_of(self._as_of, event)
-        context.update(_picked(event.features, self._context_features))
-        target = {**_picked(event.features, self._item_features), **context}
-        seq = dict(history.features)
+        target, seq, context = self._values(event, history)
         if event.label is not None:
             made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, event.label,
                            items, categories, target, seq)]
@@ -554,6 +551,25 @@ class SampleBuilder:
                                    {**item_values, **context}, seq))
         out += made
         values += map(encode_sample, made)
+
+    def _values(self, event: Event, history: History) -> tuple[dict[str, Value], SeqValues, dict[str, Value]]:
+        """An event's sample features, its history's, and the part its negatives share.
+
+        The target's behaviour values (outcomes aside), the user's as of the event's time and
+        the event's context; the history's behaviour values; and those two last alone.
+        """
+        context = self.profiles.as_of(self._as_of, event)
+        context.update(_picked(event.features, self._context_features))
+        target = {**_picked(event.features, self._item_features), **context}
+        return target, dict(history.features), context
+
+    def _described(self, event: Event, history: History) -> tuple[dict[str, Value], SeqValues]:
+        """What a join window keeps of its impression: `_values` as of its time (`JoinRule`)."""
+        target, seq, _ = self._values(event, history)
+        return target, seq
+
+
+SeqValues = dict[str, tuple[Value | None, ...]]
 
 
 def _picked(features: ItemValues, names: tuple[str, ...]) -> dict[str, Value]:

@@ -9,8 +9,9 @@ in the batch, and never one stamped later, in whatever order the events came. A 
 writes the same points (nothing changes) and reads the same profiles.
 
 An event whose id turns out a conflict (dead-lettered by the sequence store's verdict, which
-comes later) has written its points all the same. Samples the ``join`` mode decides later
-(`streamrec.consumers.joins.decided_samples`) carry no user features yet.
+comes later) has written its points all the same. A ``join``-mode impression takes its
+values as of its time when it arrives, and its window keeps them for the sample decided later
+(`streamrec.consumers.joins.JoinRule`).
 
 The values are the parsed event's (``Event.features``, checked as it was read).
 `streamrec consumers rebuild` writes them too (`UserFeatures.update` without reading).

@@ -24,6 +24,9 @@ partition's watermark passes ``ts + window_ms`` an impression without a click be
 negative. A click after that is late by the same watermark: it makes no sample, and it is
 counted as a late label if the watermark passed its window less than ``retention_ms`` before
 (closed windows are kept that long).
+
+A window keeps what its impression's sample needs beside its history: with declared features,
+the sample's features and the history's, as of the impression's time (`JoinInput.features`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,13 @@ import msgspec
 
 from streamrec.errors import PartitionFenced
 from streamrec.events import Event
+from streamrec.features.schema import Value
 from streamrec.kafka.records import Partition
+
+#: A decided sample's declared features (`Sample.features`) and its history's
+#: (`Sample.seq_features`), as of its impression's time.
+Features = dict[str, Value]
+SeqFeatures = dict[str, tuple[Value | None, ...]]
 
 #: What a join input is: an impression opening a window, a click that may take one, or a click
 #: judged late that can only be counted.
@@ -48,9 +57,10 @@ JoinKind = Literal["impression", "click", "late_click"]
 class JoinInput(msgspec.Struct, frozen=True):
     """One event of a partition for the join, in offset order.
 
-    An impression carries its history (the user's behaviours strictly before it), a late click
-    the watermark it was judged late by. A frozen msgspec struct, as `Event`: one per
-    event, made three times as fast as a frozen dataclass.
+    An impression carries its history (the user's behaviours strictly before it) and, with
+    declared features, its sample's features and its history's as of its time (kept in its
+    window for its decision); a late click the watermark it was judged late by. A frozen
+    msgspec struct, as `Event`: one per event, made three times as fast as a frozen dataclass.
     """
 
     kind: JoinKind
@@ -59,6 +69,8 @@ class JoinInput(msgspec.Struct, frozen=True):
     items: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     watermark: int = 0
+    features: Features | None = None  # None, not {}: msgspec would make two dicts an impression
+    seq_features: SeqFeatures | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +79,8 @@ class PartitionBatch:
 
     Offsets ``first``..``last``, the newest event time seen there after it (None: no valid event
     yet), the lateness allowed behind it (the watermark windows close at; None: no join, nothing
-    closes), and its join inputs in offset order.
+    closes), its join inputs in offset order, and whether its impressions carry declared
+    features (`JoinInput.features`).
     """
 
     partition: Partition
@@ -77,13 +90,14 @@ class PartitionBatch:
     newest: int | None
     allowed_ms: int | None = None
     inputs: tuple[JoinInput, ...] = ()
+    featured: bool = False
 
 
 class Decision(msgspec.Struct, frozen=True):
     """An impression's label, decided.
 
-    1 by a click inside its window, 0 when it closed (a frozen msgspec struct, as
-    `JoinInput`).
+    1 by a click inside its window, 0 when it closed, with what its impression's `JoinInput`
+    carried (a frozen msgspec struct, as `JoinInput`).
     """
 
     label: int
@@ -94,6 +108,8 @@ class Decision(msgspec.Struct, frozen=True):
     ts: int
     items: tuple[str, ...]
     categories: tuple[str, ...]
+    features: Features | None = None  # None, not {}: msgspec would make two dicts an impression
+    seq_features: SeqFeatures | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +180,12 @@ class _Window:
     opened: int
     clicked: int = -1
     closed: int = -1
+    features: Features | None = None
+    seq_features: SeqFeatures | None = None
 
     def decision(self, label: int) -> Decision:
         return Decision(label, self.user_id, self.event_id, self.item_id, self.category_id, self.ts,
-                        self.items, self.categories)
+                        self.items, self.categories, self.features, self.seq_features)
 
 
 WindowKey = tuple[str, str]  # user, event id
@@ -233,6 +251,7 @@ class MemoryPartitionStore(PartitionStore):
                     state.windows[key] = _Window(
                         event.user_id, event.event_id, event.item_id, event.category_id, event.ts,
                         event.ts + window_ms, item.items, item.categories, item.offset,
+                        features=item.features, seq_features=item.seq_features,
                     )
                     state.pairs.setdefault(pair, []).append(key)
                     heapq.heappush(state.due, (event.ts + window_ms, key))

@@ -16,7 +16,12 @@ Keys per partition, hash-tagged ``{<topic>:<partition>}`` so one script call hol
 - ``<prefix>:due:{t:p}`` and ``<prefix>:done:{t:p}``: sorted sets of the open windows and
   of the closed ones, by deadline (a closed one is forgotten once the watermark passes its
   deadline + retention);
-- ``<prefix>:jrn:{t:p}``: a set of the windows the last batch touched (what an undo visits).
+- ``<prefix>:jrn:{t:p}``: a set of the windows the last batch touched (what an undo visits);
+- ``<prefix>:feat:{t:p}``: with declared features only, a hash, ``user \t event_id`` -> the
+  impression's sample features (`Sample.features` as JSON: its target's behaviour values, its
+  context, its user's as of its time), gone with its window; the history's behaviour values
+  (`Sample.seq_features` as JSON) follow its categories in its history, after a ``\x1c``. The
+  default schema's windows and histories are as they were, and no ``feat`` key is made.
 
 Every key is refreshed to the store's TTL at each batch.
 """
@@ -26,7 +31,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from streamrec.featurestore.partitions import Claim, Decision, JoinInput, PartitionBatch, PartitionOutcome
+import msgspec
+
+from streamrec.featurestore.partitions import (
+    Claim,
+    Decision,
+    Features,
+    JoinInput,
+    PartitionBatch,
+    PartitionOutcome,
+    SeqFeatures,
+)
 from streamrec.kafka.records import Partition
 
 # KEYS: part. ARGV: the offset the partition is read from, ttl_ms. Returns the new epoch and
@@ -40,21 +55,23 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {epoch, newest or ''}
 """
 
-# KEYS: part, win, hist, refs, pair, due, done, jrn. ARGV: epoch, first, last, newest ('' for none),
+# KEYS: part, win, hist, refs, pair, due, done, jrn, feat. ARGV: epoch, first, last, newest ('' for none),
 # allowed_ms ('' for no join: nothing closes), window_ms, retention_ms, ttl_ms, then the
 # inputs, one line each:
 # ``kind \x1f offset \x1f user \x1f event_id \x1f item \x1f category \x1f ts \x1f at
-# \x1f history \n`` with kind i (impression, ``at`` its window's deadline, ts + window_ms: Lua
+# \x1f features \x1f history \n`` with kind i (impression, ``at`` its window's deadline, ts + window_ms: Lua
 # turns a 13-digit number into a string slowly), c (click) or l (late click, ``at`` the
 # watermark it was judged late by); an impression's history ``\x1e`` is that of the impression before
 # (a page's impressions share one). Returns a flat list: ``a<offset>`` for a click that took
-# or hit an open window, ``<label> \t user \t event_id \t item \t category \t ts \t history``
-# for each decision (``\x1e``: the history of the decision before), and last the late labels
+# or hit an open window, ``<label> \t user \t event_id \t item \t category \t ts \t features
+# \t history`` for each decision (features '' for none; ``\x1e``: the history of the decision
+# before), and last the late labels
 # counted. Histories (a kilobyte at 50 behaviours) live in their own hash, read only for a
 # decision: the window's own value stays a few bytes, and closing and forgetting many windows
 # at once are a handful of bulk commands.
 ADVANCE_LUA = """
-local part, win, hist, refs, pair, due, done, jrn = unpack(KEYS)
+local part, win, hist, refs, pair, due, done, jrn, feat = unpack(KEYS)
+local featured = redis.call('EXISTS', feat) == 1  -- windows keep declared features
 local epoch = redis.call('HGET', part, 'epoch')
 if epoch ~= ARGV[1] then
   return redis.error_reply('FENCED epoch ' .. tostring(epoch) .. ' of ' .. part .. ', ours ' .. ARGV[1])
@@ -125,9 +142,10 @@ local function member(key, w)  -- the window's entry in pair: user, item, event 
   local user, id = string.match(key, '^([^\\t]*)\\t(.*)$')
   return user .. '\\t' .. w[6] .. '\\t' .. id
 end
-local function decision(label, key, w, history)
+local function decision(label, key, w)
+  local features = featured and redis.call('HGET', feat, key) or ''
   return label .. '\\t' .. key .. '\\t' .. w[6] .. '\\t' .. w[7] .. '\\t' .. w[4] .. '\\t' ..
-    (history or redis.call('HGET', hist, w[8]) or '\\28')
+    features .. '\\t' .. (redis.call('HGET', hist, w[8]) or '\\28')
 end
 local function bulk(command, key, args)  -- one command for many arguments, in slices
   for i = 1, #args, 1000 do
@@ -154,6 +172,7 @@ for _, key in ipairs(redo and redis.call('SMEMBERS', jrn) or {}) do
     local w = parse(v)
     if w[1] >= first then
       redis.call('HDEL', win, key)
+      if featured then redis.call('HDEL', feat, key) end
       release(w[8])
       redis.call('ZREM', due, key)
       redis.call('ZREM', done, key)
@@ -174,10 +193,10 @@ if redo then mark[1], mark[2] = mark[3], mark[4] end
 
 local out, touched, late = {}, {}, 0
 local text, num = '([^\\31]*)\\31', '(%-?%d+)\\31'
-local line = '([icl])\\31' .. num .. text .. text .. text .. text .. num .. num .. '([^\\n]*)\\n'
+local line = '([icl])\\31' .. num .. text .. text .. text .. text .. num .. num .. text .. '([^\\n]*)\\n'
 local page = nil  -- the history of the impression before: \\30 repeats it
 local dues, pairs_ = {}, {}  -- the windows opened, added to due and pair in bulk
-for kind, off, user, id, item, cat, ts, at, history in string.gmatch(ARGV[9], line) do
+for kind, off, user, id, item, cat, ts, at, features, history in string.gmatch(ARGV[9], line) do
   local pkey = user .. '\\t' .. item
   if kind == 'i' then
     if history == '\\30' then history = page else page = history end
@@ -187,6 +206,10 @@ for kind, off, user, id, item, cat, ts, at, history in string.gmatch(ARGV[9], li
     local value = off .. '\\t-1\\t-1\\t' .. ts .. '\\t' .. deadline .. '\\t' .. item .. '\\t' .. cat ..
       '\\t' .. hk
     if redis.call('HSETNX', win, key, value) == 1 then
+      if features ~= '' then
+        redis.call('HSET', feat, key, features)
+        featured = true
+      end
       dues[#dues + 1] = deadline
       dues[#dues + 1] = key
       pairs_[#pairs_ + 1] = 0
@@ -263,6 +286,7 @@ if ARGV[5] ~= '' and ARGV[4] ~= '' then
       end
       if #members > 0 then bulk('ZREM', pair, members) end
       bulk('HDEL', win, gone)
+      if featured then bulk('HDEL', feat, gone) end
       redis.call('ZREMRANGEBYSCORE', done, '-inf', forget)
     end
   end
@@ -277,6 +301,7 @@ if ARGV[5] ~= '' and ARGV[4] ~= '' then
       hks[i] = parsed[i][7]
     end
     local histories = values(hist, hks)
+    local features = featured and values(feat, closing) or {}
     local said = nil  -- the history key of the decision before: \\30 repeats its history
     local closed = string.format('%d', last)
     for i, key in ipairs(closing) do
@@ -289,7 +314,7 @@ if ARGV[5] ~= '' and ARGV[4] ~= '' then
       touched[#touched + 1] = key
       if clicked == '-1' then
         out[#out + 1] = '0\\t' .. key .. '\\t' .. item .. '\\t' .. cat .. '\\t' .. ts .. '\\t' ..
-          (hk == said and '\\30' or histories[i] or '\\28')
+          (features[i] or '') .. '\\t' .. (hk == said and '\\30' or histories[i] or '\\28')
         said = hk
       end
     end
@@ -302,16 +327,16 @@ end
 if #touched > 0 then bulk('SADD', jrn, touched) end
 redis.call('HSET', part, 'prev_newest', mark[1] or '', 'prev_stamp', mark[2] or '-1',
   'newest', ARGV[4], 'stamp', ARGV[3])
-for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
+for i = 1, featured and #KEYS or #KEYS - 1 do redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
 out[#out + 1] = tostring(late)
 return out
 """
 
 
 def partition_keys(prefix: str, partition: Partition) -> list[str]:
-    """The eight keys of a partition's state, in the order the scripts take them."""
+    """The nine keys of a partition's state, in the order the scripts take them."""
     tag = f"{{{partition.topic}:{partition.partition}}}"
-    names = ("part", "win", "hist", "refs", "pair", "due", "done", "jrn")
+    names = ("part", "win", "hist", "refs", "pair", "due", "done", "jrn", "feat")
     return [f"{prefix}:{name}:{tag}" for name in names]
 
 
@@ -327,18 +352,49 @@ def advance_args(
     """The advance script's arguments for ``batch``."""
     newest = "" if batch.newest is None else batch.newest
     allowed = "" if batch.allowed_ms is None else batch.allowed_ms
-    lines, before = [], None  # the impression before, whose history a page's next ones repeat
+    if batch.featured:
+        inputs = _featured_inputs(batch, window_ms)
+    else:  # the default schema's: as it always was, an empty features field in each line
+        lines, before = [], None  # the impression before, whose history a page's next ones repeat
+        for item in batch.inputs:
+            history = ""
+            if item.kind == "impression":
+                if before is not None and before.items == item.items and before.categories == item.categories:
+                    history = "\x1e"
+                else:
+                    history = "\x1d".join(item.items) + "\x1c" + "\x1d".join(item.categories)
+                before = item
+            lines.append(_line(item, history, window_ms))
+        inputs = "".join(lines)
+    return (batch.epoch, batch.first, batch.last, newest, allowed, window_ms, retention_ms, ttl_ms, inputs)
+
+
+def _featured_inputs(batch: PartitionBatch, window_ms: int) -> str:
+    """The input lines of a batch with declared features.
+
+    An impression's features in its line's field, its history's after its categories (JSON
+    holds no control character: it escapes them, so none of the separators).
+    """
+    lines, before = [], None
     for item in batch.inputs:
-        history = ""
+        history, features = "", ""
         if item.kind == "impression":
-            if before is not None and before.items == item.items and before.categories == item.categories:
+            seq = item.seq_features
+            if (before is not None and before.items == item.items and before.categories == item.categories
+                    and (before.seq_features is seq or before.seq_features == seq)):
                 history = "\x1e"
             else:
                 history = "\x1d".join(item.items) + "\x1c" + "\x1d".join(item.categories)
+                if seq:
+                    history += "\x1c" + _ENCODER.encode(seq).decode()
+            if item.features is not None:
+                features = _ENCODER.encode(item.features).decode()
             before = item
-        lines.append(_line(item, history, window_ms))
-    inputs = "".join(lines)
-    return (batch.epoch, batch.first, batch.last, newest, allowed, window_ms, retention_ms, ttl_ms, inputs)
+        e = item.event
+        at = e.ts + window_ms if item.kind == "impression" else item.watermark
+        lines.append(f"{_KINDS[item.kind]}\x1f{item.offset}\x1f{e.user_id}\x1f{e.event_id}\x1f{e.item_id}"
+                     f"\x1f{e.category_id}\x1f{e.ts}\x1f{at}\x1f{features}\x1f{history}\n")
+    return "".join(lines)
 
 
 _KINDS = {"impression": "i", "click": "c", "late_click": "l"}
@@ -348,23 +404,37 @@ def _line(item: JoinInput, history: str, window_ms: int) -> str:
     e = item.event
     at = e.ts + window_ms if item.kind == "impression" else item.watermark
     return (f"{_KINDS[item.kind]}\x1f{item.offset}\x1f{e.user_id}\x1f{e.event_id}\x1f{e.item_id}"
-            f"\x1f{e.category_id}\x1f{e.ts}\x1f{at}\x1f{history}\n")
+            f"\x1f{e.category_id}\x1f{e.ts}\x1f{at}\x1f\x1f{history}\n")
 
 
 def parse_advance(reply: Sequence[str]) -> PartitionOutcome:
     """The advance script's answer."""
     decisions, taken = [], set()
     said: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # the history of the decision before
+    seq: SeqFeatures | None = None
     for answer in reply[:-1]:
         if answer[0] == "a":
             taken.add(int(answer[1:]))
             continue
-        label, user, event_id, item, category, ts, history = answer.split("\t")
+        label, user, event_id, item, category, ts, features, history = answer.split("\t")
         if history != "\x1e":
             items, _, categories = history.partition("\x1c")
+            seq = None
+            if "\x1c" in categories:  # the history's declared features follow
+                categories, _, values = categories.partition("\x1c")
+                seq = _SEQ.decode(values)
             said = (_ids(items), _ids(categories))
-        decisions.append(Decision(int(label), user, event_id, item, category, int(ts), *said))
+        if seq is not None or features:
+            decisions.append(Decision(int(label), user, event_id, item, category, int(ts), *said,
+                                      _FEATURES.decode(features) if features else {}, seq or {}))
+        else:
+            decisions.append(Decision(int(label), user, event_id, item, category, int(ts), *said))
     return PartitionOutcome(decisions, frozenset(taken), int(reply[-1]))
+
+
+_ENCODER = msgspec.json.Encoder()
+_FEATURES = msgspec.json.Decoder(Features)
+_SEQ = msgspec.json.Decoder(SeqFeatures)
 
 
 def _ids(joined: str) -> tuple[str, ...]:

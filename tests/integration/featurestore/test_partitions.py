@@ -15,7 +15,14 @@ from streamrec.config import RedisStoreConfig
 from streamrec.errors import PartitionFenced
 from streamrec.events import Event
 from streamrec.featurestore import FeatureStore, MemoryFeatureStore, RedisFeatureStore
-from streamrec.featurestore.partitions import Decision, JoinInput, JoinKind, PartitionBatch
+from streamrec.featurestore.partitions import (
+    Decision,
+    Features,
+    JoinInput,
+    JoinKind,
+    PartitionBatch,
+    SeqFeatures,
+)
 from streamrec.kafka.records import Partition
 
 T0 = 1_511_658_000_000
@@ -52,8 +59,8 @@ class Feed:
     start, the watermark from the newest event time so far, late clicks judged late.
     """
 
-    def __init__(self, store: FeatureStore, partition: Partition = P) -> None:
-        self.store, self.partition = store, partition
+    def __init__(self, store: FeatureStore, partition: Partition = P, featured: bool = False) -> None:
+        self.store, self.partition, self.featured = store, partition, featured
         self.epoch = 0
         self.newest: int | None = None
         self.committed = 0  # the next offset to read
@@ -79,16 +86,30 @@ class Feed:
                 continue
             # a page: impressions of one user at one time read one history
             history = ((f"h{event.user_id}:{event.ts}",), ("c",)) if kind == "impression" else ((), ())
-            inputs.append(JoinInput(kind, offset, event, history[0], history[1], watermark))
+            if self.featured and kind == "impression":
+                features, seq_features = features_of(event)
+                inputs.append(JoinInput(kind, offset, event, history[0], history[1], watermark,
+                                        features=features, seq_features=seq_features))
+            else:
+                inputs.append(JoinInput(kind, offset, event, history[0], history[1], watermark))
         assert newest is not None
         batch = PartitionBatch(self.partition, self.epoch, self.committed, end - 1, newest, ALLOWED,
-                               tuple(inputs))
+                               tuple(inputs), self.featured)
         (outcome,) = self.store.advance([batch], WINDOW, WINDOW)
         if commit:
             self.committed, self.newest = end, newest
             self.decided += outcome.decisions
             self.late_labels += outcome.late_labels
         return outcome.decisions
+
+
+def features_of(event: Event) -> tuple[Features, SeqFeatures]:
+    """An impression's sample features (its own) and its history's (its page's), awkward values among them."""
+    own: Features = {"shop": f"s\t{event.item_id}\x1f\n\u00e9", "tags": ("t", event.event_id), "price": 2.5}
+    if event.event_id.endswith("3"):
+        own = {}  # none known
+    seq: SeqFeatures = {"shop": (f"{event.user_id}:{event.ts}", None), "tags": (("a", "b"), ())}
+    return own, seq
 
 
 def labels(decisions: Sequence[Decision]) -> dict[str, int]:
@@ -292,3 +313,54 @@ def test_a_page_whose_first_impression_is_open_already_keeps_its_history_for_the
     late = T0 + 3 * WINDOW + ALLOWED
     (closed,) = store.advance([PartitionBatch(P, epoch, 3, 3, late, ALLOWED)], WINDOW, WINDOW)
     assert sorted((d.event_id, d.items) for d in closed.decisions) == [("i0", ("a",)), ("i2", ("b",))]
+
+
+def test_windows_keep_their_impressions_features_for_their_decisions_whatever_the_batches(
+    store: FeatureStore,
+) -> None:
+    rng = random.Random(5)
+    rows: list[Row] = []
+    minute = 0.0
+    while len(rows) < 200:
+        minute += rng.random()
+        user = rng.choice("uvw")
+        if rng.random() < 0.2:  # a page: one history, each impression its own features
+            rows += [imp(len(rows) + k, user, shown, minute) for k, shown in enumerate(rng.sample("abcd", 3))]
+        else:
+            i = len(rows)
+            item = rng.choice("abcd")
+            rows.append(imp(i, user, item, minute) if rng.random() < 0.6 else click(i, user, item, minute))
+    rows.append(click(len(rows), "x", "z", minute + 60))  # closes every window
+    feed = Feed(store, Partition("featured", 0), featured=True)
+    feed.claim()
+    while feed.committed < len(rows):
+        end = min(len(rows), feed.committed + rng.randint(1, 40))
+        if rng.random() < 0.3:
+            feed.batch(rows, min(len(rows), end + rng.randint(0, 30)), commit=False)
+        feed.batch(rows, end)
+    impressions = {event.event_id: event for kind, event in rows if kind == "impression"}
+    assert sorted(d.event_id for d in feed.decided) == sorted(impressions)
+    assert {d.label for d in feed.decided} == {0, 1}
+    for d in feed.decided:
+        assert (d.features, d.seq_features) == features_of(impressions[d.event_id]), d.event_id
+
+
+def test_redis_keeps_no_features_for_the_default_schema_and_forgets_them_with_their_windows(
+    store_config: RedisStoreConfig, redis_client: redis.Redis,
+) -> None:
+    store = RedisFeatureStore(store_config, 3)
+    feat = f"{store_config.key_prefix}:feat:{{{P.topic}:{P.partition}}}"
+    feed = Feed(store)
+    feed.claim()
+    rows = [imp(0, "u", "a", 0), imp(1, "u", "b", 0), click(2, "u", "a", 1)]
+    feed.batch(rows, 3)
+    assert not redis_client.exists(feat)
+    featured = Feed(store, Partition(P.topic, 1), featured=True)
+    featured.claim()
+    featured.batch(rows, 3)
+    feat = f"{store_config.key_prefix}:feat:{{{P.topic}:1}}"
+    assert redis_client.hlen(feat) == 2
+    late = [*rows, click(3, "x", "z", 60), click(4, "x", "z", 90)]  # closes, then forgets
+    featured.batch(late, 4)
+    featured.batch(late, 5)
+    assert not redis_client.exists(feat)
