@@ -16,8 +16,8 @@ import redis
 from confluent_kafka import Message
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.consumers.native_runner import ConsumerRunner
 from streamrec.consumers.processor import SampleBuilder
-from streamrec.consumers.runner import ConsumerRunner
 from streamrec.featurestore import RedisFeatureStore
 from streamrec.featurestore.redis_profiles import RedisProfileStore
 from streamrec.kafka.records import Record
