@@ -12,9 +12,10 @@ from streamrec.features import FeatureSpec
 from streamrec.replay.backtest import BacktestConfig, backtest
 
 DEVICE = FeatureSpec(name="device", role="context")
-# Small and quick to learn: ~220 optimiser steps in all, a few seconds on one core.
+# Small and quick to learn: ~440 optimiser steps in all, a few seconds on one core. (At the
+# defaults, 256 a step at 1e-3, a stream this short is over before the head learns the effect.)
 MODEL = ModelConfig.model_validate({
-    "sequence_length": 10, "mlp_units": (32,), "train_batch_size": 64, "learning_rate": 0.05, "device": "cpu",
+    "sequence_length": 10, "mlp_units": (64,), "train_batch_size": 32, "learning_rate": 0.02, "device": "cpu",
 })
 
 
@@ -26,6 +27,6 @@ def test_the_din_gains_from_a_declared_device_and_loses_it_without() -> None:
     )
     runs = backtest(cfg)["ablation"]["strategies"]
     din = runs["finetune"]
-    assert din["with"]["gauc"] > din["without"]["device"]["gauc"] + 0.03  # measured: 0.685 against 0.625
+    assert din["with"]["gauc"] > din["without"]["device"]["gauc"] + 0.03  # seeds 0/1/2: 0.70/0.75/0.74 against 0.64/0.64/0.65
     counter = runs["item-rate"]  # reads no features: the same figures either way
     assert counter["with"]["gauc"] == counter["without"]["device"]["gauc"]
