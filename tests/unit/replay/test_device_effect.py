@@ -27,6 +27,7 @@ def test_the_din_gains_from_a_declared_device_and_loses_it_without() -> None:
     )
     runs = backtest(cfg)["ablation"]["strategies"]
     din = runs["finetune"]
-    assert din["with"]["gauc"] > din["without"]["device"]["gauc"] + 0.03  # seeds 0/1/2: 0.70/0.75/0.74 against 0.64/0.64/0.65
+    # seeds 0/1/2: 0.70/0.75/0.74 with the device, 0.64/0.64/0.65 without
+    assert din["with"]["gauc"] > din["without"]["device"]["gauc"] + 0.03
     counter = runs["item-rate"]  # reads no features: the same figures either way
     assert counter["with"]["gauc"] == counter["without"]["device"]["gauc"]
