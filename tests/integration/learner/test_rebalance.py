@@ -139,7 +139,13 @@ def test_a_member_joining_and_leaving_while_a_micro_batch_is_gathered(
         intruder.leave()  # it gets them back: partitions it gathered from, and others
         wait_for(lambda: runner._source.assignments > before, what="the learner's re-assignment")
         wait_for(lambda: len(runner._source.assigned()) == cfg.kafka.partitions)
-        time.sleep(5)  # reading its partitions again from the trained positions
+        # reading its partitions again from the trained positions: 5 s was too short once in the
+        # full suite on a loaded machine, so until it has read them to the end (at most 20 s:
+        # the position check once missed the end for 60 s), and 2 s for the loop to take them
+        until = time.monotonic() + 20
+        while time.monotonic() < until and not gathered_to_end(runner):
+            time.sleep(0.2)
+        time.sleep(2)
     finally:
         stop.set()
         thread.join(120)

@@ -84,7 +84,7 @@ def din_export(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
 
 
 def vw() -> Learner:
-    # The vw extra's learner (streamrec.replay.vw, on its way from another branch): optional.
+    # The vw extra's learner (streamrec.replay.vw): optional, it needs the vowpalwabbit package.
     from streamrec.replay.vw import VWLearner  # type: ignore[import-not-found,unused-ignore]  # see above
 
     learner: Learner = VWLearner()
