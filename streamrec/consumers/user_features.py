@@ -29,7 +29,7 @@ from streamrec.featurestore.profiles import Profile, ProfilePoint, ProfileStore,
 class UserFeatures:
     """The declared user features of a builder, and the store that keeps them.
 
-    Does nothing, and costs a call a sample, when none is declared.
+    Does nothing when none is declared (the sample builder then never asks it).
     """
 
     def __init__(self, store: ProfileStore | None, specs: Sequence[FeatureSpec]) -> None:
@@ -40,7 +40,6 @@ class UserFeatures:
         """
         if specs and store is None:
             raise ValueError("user features are declared: the sample builder needs a profile store")
-        self._specs = tuple(specs)
         self._names = frozenset(spec.name for spec in specs)
         self._store = store if specs else None
 
