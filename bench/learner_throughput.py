@@ -8,7 +8,21 @@ mark known items. The ratio is what decoding, id lookup and batch assembly cost.
 Data: MovieLens latest-small (real ratings), samples built by the consumers' own logic on
 the in-memory feature store; micro-batches of 2,500, one pass each.
 
-    .venv/bin/python bench/learner_throughput.py [--samples N] [--extras]
+    .venv/bin/python bench/learner_throughput.py [--samples N] [--extras] [--train-batch N]
+
+FLOPs: counted from the model's own shapes, as the paper writes DIN (the attention's first
+layer on the concatenation [q, k, q-k, q*k]; multiply-add = 2 FLOPs). With T the sequence
+length and D the behaviour vector's width, one forward pass of one sample costs
+
+    F = T * sum(2 * in * out over the attention MLP's Linear layers)
+        + sum(2 * in * out over the head MLP's Linear layers) + 2 * (2 * T * D)
+
+(the last term: the attention-weighted and the plain sum over the sequence). A sample is
+scored once (F) and trained once (forward F + backward 2F): 4F per sample. The learner's
+FLOP/s is 4F times its samples/s. The model computes fewer multiplications than F counts
+(`streamrec.learner.model.attention_first_layer`), so this is the useful work, as a
+per-sample FLOP budget. Ceiling: Paddle's matmul of the attention's first layer at the
+model's own shape, [train_batch * T, 4D] x [4D, H1], forward, timed in the same run.
 
 ``--extras`` declares four features (genres: ids; rating: an outcome, standardized; device:
 context; age: a user number, bucketed) and gives every sample values for them, derived from
@@ -28,6 +42,7 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+import paddle
 
 from streamrec.config import ConsumerConfig, ModelConfig
 from streamrec.consumers.processor import SampleBuilder
@@ -38,18 +53,21 @@ from streamrec.kafka.records import Record
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.metrics import BatchMetrics
+from streamrec.learner.model import DIN
 from streamrec.samples import Sample
 
 MOVIELENS = Path(__file__).resolve().parents[1] / "streamrec" / "demo_data" / "movielens-latest-small"
 MICRO_BATCH = 2500
-EXTRAS = FeatureSchema.of([
-    FeatureSpec(name="genres", kind="ids", max_ids=4),
-    FeatureSpec(name="rating", kind="number", outcome=True, transform="standardize"),
-    FeatureSpec(name="device", role="context"),
-    FeatureSpec(
-        name="age", kind="number", role="user", transform="bucket", boundaries=(18.0, 25.0, 35.0, 50.0)
-    ),
-])
+EXTRAS = FeatureSchema.of(
+    [
+        FeatureSpec(name="genres", kind="ids", max_ids=4),
+        FeatureSpec(name="rating", kind="number", outcome=True, transform="standardize"),
+        FeatureSpec(name="device", role="context"),
+        FeatureSpec(
+            name="age", kind="number", role="user", transform="bucket", boundaries=(18.0, 25.0, 35.0, 50.0)
+        ),
+    ]
+)
 
 
 def _h(text: str) -> int:
@@ -82,17 +100,43 @@ def wire_samples(limit: int) -> list[bytes]:
     return out
 
 
+def forward_flops(model: DIN, sequence_length: int) -> int:
+    """F: one sample's forward FLOPs as the paper writes DIN (the formula in the docstring)."""
+    per_behaviour = sum(2 * int(w.shape[0]) * int(w.shape[1]) for w in _linear_weights(model.attention.score))
+    head = sum(2 * int(w.shape[0]) * int(w.shape[1]) for w in _linear_weights(model.head.mlp))
+    dim = int(model.attention.score[0].weight.shape[0]) // 4
+    return sequence_length * per_behaviour + head + 2 * (2 * sequence_length * dim)
+
+
+def _linear_weights(mlp: paddle.nn.Sequential) -> list[paddle.Tensor]:
+    """The weights of an MLP's Linear layers, in order."""
+    return [layer.weight for layer in mlp if isinstance(layer, paddle.nn.Linear)]
+
+
+def matmul_ceiling(model: DIN, rows: int, seconds: float = 2.0) -> float:
+    """FLOP/s of Paddle's matmul at the attention's first layer's shape, [rows, 4D] x [4D, H1]."""
+    weight = model.attention.score[0].weight.detach()
+    x = paddle.randn([rows, int(weight.shape[0])])
+    paddle.matmul(x, weight).numpy()
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        paddle.matmul(x, weight).numpy()
+        done += 1
+    return done * 2 * rows * int(weight.shape[0]) * int(weight.shape[1]) / (time.perf_counter() - start)
+
+
 def main() -> None:
     """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=40_000)
     parser.add_argument("--extras", action="store_true", help="four declared features (see above)")
+    parser.add_argument("--train-batch", type=int, default=None, help="mini-batch (default: the config's)")
     args = parser.parse_args()
     wire = wire_samples(args.samples)
     schema = EXTRAS if args.extras else FeatureSchema.default()
     if args.extras:
         wire = [with_extras(r) for r in wire]
-    cfg = ModelConfig()
+    cfg = ModelConfig() if args.train_batch is None else ModelConfig(train_batch_size=args.train_batch)
     chunks = [wire[i : i + MICRO_BATCH] for i in range(0, len(wire), MICRO_BATCH)]
 
     # Ceiling: score and train, on batches encoded outside the timed region (by a learner
@@ -122,17 +166,32 @@ def main() -> None:
         learner.learn_many(batch)
         aucs.append(metrics.auc)
     rate = len(wire) / (time.perf_counter() - start)
-    print(json.dumps({
-        "bench": "learner_throughput",
-        "samples": len(wire),
-        "features": list(schema.names),
-        "micro_batch": MICRO_BATCH,
-        "ceiling_samples_per_s": round(ceiling),
-        "streamrec_samples_per_s": round(rate),
-        "ratio_to_ceiling": round(rate / ceiling, 4),
-        "mean_progressive_auc_after_10k": round(float(np.nanmean(aucs[10_000 // MICRO_BATCH :])), 4),
-        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-    }))
+    model = learner.model
+    assert isinstance(model, DIN)  # noqa: S101 -- DINLearner builds one
+    flops = 4 * forward_flops(model, cfg.sequence_length)
+    peak = matmul_ceiling(model, cfg.train_batch_size * cfg.sequence_length)
+    print(
+        json.dumps(
+            {
+                "bench": "learner_throughput",
+                "samples": len(wire),
+                "features": list(schema.names),
+                "micro_batch": MICRO_BATCH,
+                "ceiling_samples_per_s": round(ceiling),
+                "streamrec_samples_per_s": round(rate),
+                "ratio_to_ceiling": round(rate / ceiling, 4),
+                "bare_loop_samples_per_s": round(ceiling),
+                "train_batch": cfg.train_batch_size,
+                "model_mflop_per_sample": round(flops / 1e6, 3),
+                "learner_gflop_per_s": round(flops * rate / 1e9, 3),
+                "bare_loop_gflop_per_s": round(flops * ceiling / 1e9, 3),
+                "matmul_ceiling_gflop_per_s": round(peak / 1e9, 3),
+                "learner_flop_ratio_to_matmul": round(flops * rate / peak, 4),
+                "mean_progressive_auc_after_10k": round(float(np.nanmean(aucs[10_000 // MICRO_BATCH :])), 4),
+                "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

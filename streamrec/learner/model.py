@@ -58,8 +58,12 @@ class EmbeddingArch(nn.Layer):
 
     def embed(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> paddle.Tensor:
         """Look ``ids[i]`` (any shape [...]) up in table ``names[i]``; concatenate [..., sum D]."""
+        return paddle.concat(self.lookups(names, ids), axis=-1)
+
+    def lookups(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> list[paddle.Tensor]:
+        """Look ``ids[i]`` (any shape [...]) up in table ``names[i]``: one [..., D_i] each."""
         # Indexing, not zip(strict=True): paddle.jit's tracer (the serving export) lacks it.
-        return paddle.concat([self.tables[names[i]](ids[i]) for i in range(len(names))], axis=-1)
+        return [self.tables[names[i]](ids[i]) for i in range(len(names))]
 
     def embed_feature(self, feature: PlannedFeature, x: paddle.Tensor) -> paddle.Tensor:
         """One declared feature's vectors [..., width] from its input.
@@ -90,9 +94,7 @@ class WideArch(nn.Layer):
     def __init__(self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int]) -> None:
         """One ``rows`` x 1 table per table of ``cfg.builtin_tables``."""
         super().__init__()
-        attr = paddle.ParamAttr(
-            initializer=nn.initializer.Constant(0.0), learning_rate=cfg.wide_lr_scale
-        )
+        attr = paddle.ParamAttr(initializer=nn.initializer.Constant(0.0), learning_rate=cfg.wide_lr_scale)
         self.biases = nn.LayerDict(
             {
                 t.name: nn.Embedding(
@@ -123,6 +125,55 @@ def _mlp(in_dim: int, units: Sequence[int], zero_out: bool = False) -> nn.Sequen
     return nn.Sequential(*layers)
 
 
+def prelu_linear(x: paddle.Tensor, prelu: nn.Layer, linear: nn.Layer) -> paddle.Tensor:
+    """``linear(prelu(x))`` on [N, C] rows, without Paddle's PReLU kernels.
+
+    With PReLU's per-channel slope a, prelu(x) = (1 - a) * relu(x) + a * x, so
+    prelu(x) W + b = relu(x) (diag(1 - a) W) + x (diag(a) W) + b: the slope moves into two
+    [C, H] weights (tiny) and the rows see a relu and two matmuls. The same function and the
+    same parameters; on CPU Paddle's PReLU forward and backward cost ~5x a relu, and they were
+    the largest item of a training step (docs/concepts/model.md, "Cost").
+    """
+    slope = prelu._weight.unsqueeze(-1)
+    w = linear.weight
+    return paddle.matmul(F.relu(x), (1.0 - slope) * w) + F.linear(x, slope * w, linear.bias)
+
+
+def mlp_tail(layers: Sequence[nn.Layer], hidden: paddle.Tensor) -> paddle.Tensor:
+    """Run an `_mlp`'s layers after its first Linear, (PReLU, Linear) pairs, on [N, C] rows."""
+    for i in range(0, len(layers), 2):
+        hidden = prelu_linear(hidden, layers[i], layers[i + 1])
+    return hidden
+
+
+def attention_first_layer(first: nn.Layer, query: paddle.Tensor, keys: paddle.Tensor) -> paddle.Tensor:
+    """DIN attention's first layer on [q, k, q-k, q*k], without building that input: [B, T, H].
+
+    ``query`` is [B, D]; ``keys`` [B, T, D + 1], the behaviour vectors with a ones column.
+
+    Split by the weight's row blocks W1..W4 (each [D, H]):
+    [q, k, q-k, q*k] W + b = k (W2 - W3 + diag(q) W4) + (q (W1 + W3) + b). Both brackets are
+    per sample ([B, D, H] and [B, H]), so the behaviours see one batched matmul and one add:
+    the q term is computed once per sample, not once per behaviour, and neither the
+    [B, T, 4D] input nor the [B, T, D] product q*k is built. The same function and parameters
+    as the layer on the concatenation (the state and snapshots are unchanged).
+    """
+    d, h = query.shape[-1], first.weight.shape[1]
+    w = first.weight
+    # Both brackets as one matmul, [1, q] x R -> [B, (D + 1) * H], read as [B, D + 1, H]:
+    # R's first row holds W2 - W3 (then b), row 1 + i holds W4's row i in columns
+    # i*H..(i+1)*H (then W1 + W3's row i), zeros elsewhere. Built from [D, H] weights only
+    # (tiny); no [B, D, H] or [B, T, H] tensor is broadcast, expanded or reduced.
+    blocks = (paddle.eye(d, dtype=w.dtype).unsqueeze(-1) * w[3 * d :].unsqueeze(0)).reshape([d, d * h])
+    keys_part = paddle.concat([(w[d : 2 * d] - w[2 * d : 3 * d]).reshape([1, d * h]), blocks], axis=0)
+    query_part = paddle.concat([first.bias.unsqueeze(0), w[:d] + w[2 * d : 3 * d]], axis=0)
+    right = paddle.concat([keys_part, query_part], axis=1)
+    ones = paddle.ones_like(query[:, :1])
+    per_sample = paddle.matmul(paddle.concat([ones, query], axis=-1), right).reshape([-1, d + 1, h])
+    # The keys' ones column picks up the last row (the q term and the bias) in the bmm.
+    return paddle.bmm(keys, per_sample)
+
+
 class LocalActivationUnit(nn.Layer):
     """DIN attention: one weight per behaviour from [q, k, q-k, q*k], then a weighted sum.
 
@@ -142,36 +193,27 @@ class LocalActivationUnit(nn.Layer):
 
     def forward(
         self, query: paddle.Tensor, keys: paddle.Tensor, mask: paddle.Tensor
-    ) -> paddle.Tensor:
-        """Pool the keys by their relevance to the query.
+    ) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """Pool the keys by their relevance to the query, and plainly.
 
         Args:
             query: [B, D] target vectors.
-            keys: [B, T, D] behaviour vectors.
+            keys: [B, T, D + 1] behaviour vectors, each with a last column of ones (it carries
+                the first layer's per-sample term; see `attention_first_layer`).
             mask: [B, T] float, 1 for a real behaviour and 0 for padding.
 
         Returns:
-            [B, D] the user-interest vector.
+            [B, D] the user-interest vector, and [B, D] the plain sum of the real behaviours.
         """
-        # The first layer on [q, k, q-k, q*k], split by its weight's row blocks W1..W4:
-        # q(W1+W3) + k(W2-W3) + (q*k)W4 + b. The same function and parameters as the layer on
-        # the concatenation, at half its multiplications: q's part is computed once per
-        # sample instead of once per behaviour, and no [B, T, 4D] tensor is built.
         layers = list(self.score)
-        first = layers[0]
-        d = query.shape[-1]
-        w = first.weight
-        per_sample = paddle.matmul(query, w[:d] + w[2 * d : 3 * d]) + first.bias
-        per_behaviour = paddle.matmul(keys, w[d : 2 * d] - w[2 * d : 3 * d])
-        per_behaviour = per_behaviour + paddle.matmul(query.unsqueeze(1) * keys, w[3 * d :])
-        hidden = per_behaviour + per_sample.unsqueeze(1)
+        hidden = attention_first_layer(layers[0], query, keys)
         # The rest runs on [B*T, H] rows, which oneDNN (the exported model's CPU kernels)
-        # reads right where it mis-reads PReLU on [B, T, H].
-        hidden = hidden.reshape([-1, hidden.shape[-1]])
-        for layer in layers[1:]:
-            hidden = layer(hidden)
-        weights = hidden.reshape(mask.shape) * mask
-        return (weights.unsqueeze(-1) * keys).sum(axis=1)
+        # reads right where it mis-reads [B, T, H].
+        weights = mlp_tail(layers[1:], hidden.reshape([-1, hidden.shape[-1]])).reshape(mask.shape)
+        # Both sums as one batched matmul, [B, 2, T] x [B, T, D + 1] (the ones column dropped).
+        sums = paddle.bmm(paddle.stack([weights * mask, mask], axis=1), keys)
+        d = query.shape[-1]
+        return sums[:, 0, :d], sums[:, 1, :d]
 
 
 class MatchArch(nn.Layer):
@@ -243,7 +285,8 @@ class MLPHead(nn.Layer):
 
     def forward(self, features: Sequence[paddle.Tensor]) -> paddle.Tensor:
         """Map the [B, *] feature vectors, concatenated in order, to [B] logits."""
-        return self.mlp(paddle.concat(list(features), axis=-1)).squeeze(-1)
+        layers = list(self.mlp)
+        return mlp_tail(layers[1:], layers[0](paddle.concat(list(features), axis=-1))).squeeze(-1)
 
 
 class DIN(nn.Layer):
@@ -327,13 +370,14 @@ class DIN(nn.Layer):
         """Score each target against its user's behaviour sequence; returns [B] logits."""
         behaviour = self.embedding.behaviour
         target = self.embedding.embed(behaviour, targets)
-        keys = self.embedding.embed(behaviour, sequences)
-        mask = (sequences[0] != PADDING_BUCKET).astype(keys.dtype)
+        along = self.embedding.lookups(behaviour, sequences)
+        mask = (sequences[0] != PADDING_BUCKET).astype(target.dtype)
         head_extras: list[paddle.Tensor] = []
         if extras:
-            target, keys, head_extras = self._with_extras(target, keys, extras)
-        interest = self.attention(target, keys, mask)
-        pooled = (keys * mask.unsqueeze(-1)).sum(axis=1)
+            target, along, head_extras = self._with_extras(target, along, extras)
+        # One concatenation builds the keys, with the attention's ones column last.
+        keys = paddle.concat([*along, paddle.ones_like(mask).unsqueeze(-1)], axis=-1)
+        interest, pooled = self.attention(target, keys, mask)
         features = [target, interest, pooled]
         if context:
             features.append(self.embedding.embed(self.embedding.context, context))
@@ -353,22 +397,25 @@ class DIN(nn.Layer):
         return logits
 
     def _with_extras(
-        self, target: paddle.Tensor, keys: paddle.Tensor, extras: list[paddle.Tensor]
-    ) -> tuple[paddle.Tensor, paddle.Tensor, list[paddle.Tensor]]:
-        """The target [B, D] and keys [B, T, D] with the declared features, and the head's extras."""
+        self, target: paddle.Tensor, along: list[paddle.Tensor], extras: list[paddle.Tensor]
+    ) -> tuple[paddle.Tensor, list[paddle.Tensor], list[paddle.Tensor]]:
+        """The target [B, D] and the keys' parts ([B, T, *] each) with the declared features.
+
+        And the head's extras.
+        """
         nq, ns = len(self.x_query), len(self.x_sequence)
         query = [target]
         for i in range(nq):
             query.append(self.embedding.embed_feature(self.x_query[i], extras[i]))
         if self.outcome_width:
             query.append(paddle.tile(paddle.zeros_like(target[:, :1]), [1, self.outcome_width]))
-        along = [keys]
+        along = list(along)
         for i in range(ns):
             along.append(self.embedding.embed_feature(self.x_sequence[i], extras[nq + i]))
         head = []
         for i in range(len(self.x_head)):
             head.append(self.embedding.embed_feature(self.x_head[i], extras[nq + ns + i]))
-        return paddle.concat(query, axis=-1), paddle.concat(along, axis=-1), head
+        return paddle.concat(query, axis=-1), along, head
 
 
 class ClickTrain(nn.Layer):

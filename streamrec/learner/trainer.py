@@ -1,13 +1,14 @@
 """What every table model's learner shares: training, scoring and the whole state as arrays.
 
 `TableLearner` trains and scores a ``paddle.nn.Layer`` over `ModelConfig.tables` (the id maps,
-seeded mini-batch shuffles, lazy Adam, online EWC, id statistics, known items, and the state
-round trip) and the declared features (`FeatureSchema`: their `FeaturePlan`, encoded columns,
-standardize moments, and a snapshot adopted under added features); a model type is a
-subclass that builds its model (`DINLearner`, `DeepFMLearner`). The model takes ``(targets,
-sequences, context, dense, extras)`` (see `EncodedBatch`; ``extras`` the declared features'
-inputs in `FeaturePlan` order) and returns [B] logits; it names its tables ``embedding`` (an
-`EmbeddingArch`) and its per-id biases ``wide``.
+seeded mini-batch shuffles, lazy Adam, online EWC, id statistics, known items; the state round
+trip is `StateArrays`, in `streamrec.learner.state_arrays`) and the declared features
+(`FeatureSchema`: their `FeaturePlan`, encoded columns, standardize moments, and a snapshot
+adopted under added features); a model type is a subclass that builds its model
+(`DINLearner`, `DeepFMLearner`). The model takes ``(targets, sequences, context, dense,
+extras)`` (see `EncodedBatch`; ``extras`` the declared features' inputs in `FeaturePlan`
+order) and returns [B] logits; it names its tables ``embedding`` (an `EmbeddingArch`) and its
+per-id biases ``wide``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import numpy as np
 import paddle
 
 from streamrec.config import ModelConfig, TableConfig
-from streamrec.errors import SnapshotError
 from streamrec.features import FeatureSchema
 from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch, BatchKeys, EncodedBatch, batch_keys, encode, hashed_rows
@@ -32,26 +32,15 @@ from streamrec.learner.idmap import DEFAULT_ROW, Admission, IdMap
 from streamrec.learner.idstats import IdStats
 from streamrec.learner.model import ClickTrain
 from streamrec.learner.state import (
-    EMBEDDING,
-    EWC_PREFIX,
-    FEATURES_PREFIX,
-    IDS_PREFIX,
-    KNOWN_ITEMS_KEY,
     OPTIMIZER_PREFIX,
-    PARAM_PREFIX,
-    SHUFFLE_KEY,
-    STATS_PREFIX,
     all_finite,
-    check_exact,
-    check_shape,
     create_optimizer_slots,
     make_ewc,
-    numpy_dtype,
     table_of,
     table_params,
     unique_rows,
-    widen,
 )
+from streamrec.learner.state_arrays import StateArrays
 
 # Sparse (row) embedding gradients with lazy Adam: a step updates only the rows a mini-batch
 # looked up (and their moments; rows not looked up keep theirs undecayed, the usual choice
@@ -60,8 +49,11 @@ from streamrec.learner.state import (
 # ~1,800 samples/s against ~5,000 for sparse.
 SPARSE_EMBEDDINGS = True
 
-# Predictions run without a graph, so a chunk can be several training mini-batches large.
-_PREDICT_CHUNK_FACTOR = 4
+# Predictions run without a graph, so a chunk can be several training mini-batches large; but
+# not many: the attention's [chunk * T, H] tensors must stay in the CPU's caches. Measured
+# (default DIN, T = 50, mini-batch 256): 37.6 µs a sample at 4 mini-batches a chunk, 19.0 at 2,
+# 20.8 at 1.
+_PREDICT_CHUNK_FACTOR = 2
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +67,7 @@ def resolve_device(name: str) -> str:
     return "cpu"
 
 
-class TableLearner:
+class TableLearner(StateArrays):
     """Trains and scores a table model on micro-batches; its whole state round-trips as numpy arrays.
 
     "Known" items are the item-table rows the learner has trained on (targets and
@@ -398,154 +390,6 @@ class TableLearner:
         if self._item_table is None:
             return np.zeros(len(batch), dtype=bool)
         return self.known_items[self.encode(batch).targets[self._item_table]].astype(bool)
-
-    def state_arrays(self) -> dict[str, np.ndarray]:
-        """Everything needed to resume training: parameters, Adam slots, known items, shuffle.
-
-        Keys are structured names (``model/model.embedding.tables.item.weight``,
-        ``optimizer/model.embedding.tables.item.weight/moment1``), stable across processes.
-        """
-        arrays = {
-            PARAM_PREFIX + name: tensor.numpy()
-            for name, tensor in self.train_module.state_dict().items()
-        }
-        arrays.update({key: tensor.numpy() for key, tensor in self._slots.items()})
-        arrays[KNOWN_ITEMS_KEY] = self.known_items.copy()
-        arrays[SHUFFLE_KEY] = np.array([self._shuffle_seed, self._learn_calls], dtype=np.int64)
-        if self._stats is not None:
-            arrays.update(self._stats.state_arrays(STATS_PREFIX))
-        arrays.update(self._moments.state_arrays(FEATURES_PREFIX))
-        if self._ewc is not None:
-            arrays.update(self._ewc.state_arrays(EWC_PREFIX))
-        for name, idmap in self._maps.items():
-            arrays.update(idmap.state_arrays(f"{IDS_PREFIX}{name}/"))
-        return arrays
-
-    def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Restore the state ``state_arrays`` returned, from this or another process.
-
-        EWC state is the one exception to an exact fit, so that EWC can be switched on or off
-        across a restart: state saved without it starts EWC afresh (anchored at the restored
-        weights, no Fisher mass yet), and saved EWC state is ignored when EWC is off.
-
-        Dynamic tables take the rows the state has (the learner grows or shrinks to them).
-
-        Raises:
-            SnapshotError: If a key is missing or unexpected, an array has the wrong shape,
-                or an id map is inconsistent.
-        """
-        rows = self._rows_in(arrays)
-        if rows != self.rows:
-            self._build(rows)
-        params = {PARAM_PREFIX + n: t for n, t in self.train_module.state_dict().items()}
-        targets = {**params, **self._slots}
-        stats = {} if self._stats is None else self._stats.state_arrays(STATS_PREFIX)
-        stats.update(self._moments.state_arrays(FEATURES_PREFIX))
-        ewc = {k: a for k, a in arrays.items() if k.startswith(EWC_PREFIX)}
-        ids = {k: a for k, a in arrays.items() if k.startswith(IDS_PREFIX)}
-        arrays = {k: a for k, a in arrays.items() if not k.startswith((EWC_PREFIX, IDS_PREFIX))}
-        check_exact(ids, {k: a[:0] for k, a in self._ids_state().items()}, "id map", shapes=False)
-        expected = {*targets, *stats, KNOWN_ITEMS_KEY, SHUFFLE_KEY}
-        if set(arrays) != expected:
-            missing, extra = sorted(expected - set(arrays)), sorted(set(arrays) - expected)
-            raise SnapshotError(
-                f"state arrays do not fit this model: missing={missing} extra={extra}"
-            )
-        for key, tensor in targets.items():
-            check_shape(key, arrays[key], tuple(tensor.shape))
-        check_shape(KNOWN_ITEMS_KEY, arrays[KNOWN_ITEMS_KEY], self.known_items.shape)
-        check_shape(SHUFFLE_KEY, arrays[SHUFFLE_KEY], (2,))
-        for key, array in stats.items():
-            check_shape(key, arrays[key], array.shape)
-        if self._ewc is not None and ewc:
-            check_exact(ewc, self._ewc.state_arrays(EWC_PREFIX), "EWC")
-        for key, tensor in targets.items():
-            tensor.set_value(np.ascontiguousarray(arrays[key], dtype=numpy_dtype(tensor)))
-        self.known_items = np.asarray(arrays[KNOWN_ITEMS_KEY], dtype=np.uint8).copy()
-        self._shuffle_seed, self._learn_calls = (int(v) for v in arrays[SHUFFLE_KEY])
-        if self._stats is not None:
-            self._stats.load_state_arrays(arrays, STATS_PREFIX)
-        self._moments.load_state_arrays(arrays, FEATURES_PREFIX)
-        self._ewc = make_ewc(self.cfg, self.train_module)  # anchored at the new weights
-        if self._ewc is not None and ewc:
-            self._ewc.load_state_arrays(ewc, EWC_PREFIX)
-        for name, idmap in self._maps.items():
-            try:
-                idmap.load_state_arrays(ids, f"{IDS_PREFIX}{name}/", rows[name])
-            except ValueError as exc:
-                raise SnapshotError(f"id map of table {name} is inconsistent: {exc}") from exc
-        self._encoded = None
-
-    def adopt_state(self, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema) -> dict[str, np.ndarray]:
-        """State saved under ``recorded`` (fewer declared features), made to fit this model.
-
-        Call on a fresh learner. The added features' tables (and moments) start as this
-        learner's; the layers that read every feature (`_layouts`) get zero weights for the
-        new inputs, so the model scores as before until it learns them. EWC state is left
-        out (it restarts, as `load_state_arrays` allows).
-        """
-        added = [n for n in self.schema.names if n not in recorded]
-        if not added:
-            return dict(arrays)
-        fresh = self.state_arrays()
-        owned = tuple(f"tables.{self.plan.table_of(n)}." for n in added if self.plan.table_of(n)) + tuple(
-            f"{FEATURES_PREFIX}{n}/" for n in added
-        )
-        old, new = self._layouts(recorded), self._layouts(self.schema)
-        out: dict[str, np.ndarray] = {}
-        for key, start in fresh.items():
-            if key.startswith(EWC_PREFIX):
-                continue
-            saved = arrays.get(key)
-            layer = next((layer for layer in new if f"model.{layer}.weight" in key), None)
-            if saved is None and any(o in key for o in owned):
-                out[key] = start
-            elif saved is not None and layer is not None and saved.shape != start.shape:
-                out[key] = widen(saved, old[layer], new[layer])
-            elif saved is not None:
-                out[key] = saved
-        out.update({k: v for k, v in arrays.items() if k not in fresh and not k.startswith(EWC_PREFIX)})
-        return out
-
-    def _layouts(self, schema: FeatureSchema) -> dict[str, list[tuple[str, int]]]:
-        """The input columns, as (segment, width), of the layers reading every feature under ``schema``.
-
-        By layer name (``head.mlp.0``); `adopt_state` widens them for added features. None
-        by default: a model reading no declared feature.
-        """
-        return {}
-
-    def _ids_state(self) -> dict[str, np.ndarray]:
-        """The id maps' state arrays."""
-        out: dict[str, np.ndarray] = {}
-        for name, idmap in self._maps.items():
-            out.update(idmap.state_arrays(f"{IDS_PREFIX}{name}/"))
-        return out
-
-    def _rows_in(self, arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
-        """Each table's rows in a state: its embedding's; checked against the configuration."""
-        rows = {}
-        for name, (n, _) in self.plan.tables.items():
-            key = f"{PARAM_PREFIX}{EMBEDDING.format(name)}"
-            if key not in arrays:
-                raise SnapshotError(f"state arrays do not fit this model: missing={[key]}")
-            if int(arrays[key].shape[0]) != n:
-                raise SnapshotError(
-                    f"table {name} has {arrays[key].shape[0]} rows in the state; this model has {n}"
-                )
-        for table in self.cfg.builtin_tables:
-            key = f"{PARAM_PREFIX}{EMBEDDING.format(table.name)}"
-            if key not in arrays:
-                raise SnapshotError(f"state arrays do not fit this model: missing={[key]}")
-            n = int(arrays[key].shape[0])
-            fits = n == table.rows if table.ids == "hashed" else 3 <= n <= table.rows
-            if not fits:
-                raise SnapshotError(
-                    f"table {table.name} has {n} rows in the state; this model allows "
-                    f"{table.rows if table.ids == 'hashed' else f'3..{table.rows}'}"
-                )
-            rows[table.name] = n
-        return rows
 
     def _make_model(self, rows: Mapping[str, int]) -> paddle.nn.Layer:
         """The model, freshly initialised, with ``rows`` rows per table."""

@@ -1,0 +1,108 @@
+"""The fast DIN forward (split attention, PReLU folded into the next Linear) equals the paper's.
+
+Reference: the attention's scoring MLP run as ``nn.Sequential`` on the concatenation
+[q, k, q-k, q*k] with Paddle's own PReLU, the weighted sum as multiply-and-sum, and the head
+as ``nn.Sequential``; the same parameters. Scores and every gradient must agree to float
+tolerance, with padding and with declared features (behaviour features along the sequence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import paddle
+import pytest
+
+from streamrec.features import FeatureSchema
+from streamrec.learner.batch import Batch
+from streamrec.learner.din import DINLearner
+from streamrec.learner.model import LocalActivationUnit, MLPHead, attention_first_layer, prelu_linear
+from tests.unit.learner.test_features import SCHEMA, featured, model
+
+
+def reference_attention(
+    self: LocalActivationUnit, query: paddle.Tensor, keys: paddle.Tensor, mask: paddle.Tensor
+) -> tuple[paddle.Tensor, paddle.Tensor]:
+    """DIN's attention as the paper writes it (and the plain sum)."""
+    keys = keys[:, :, :-1]  # the ones column
+    q = query.unsqueeze(1).expand_as(keys)
+    rows = paddle.concat([q, keys, q - keys, q * keys], axis=-1).reshape([-1, 4 * keys.shape[-1]])
+    scores = self.score(rows).reshape(mask.shape)
+    return ((scores * mask).unsqueeze(-1) * keys).sum(axis=1), (keys * mask.unsqueeze(-1)).sum(axis=1)
+
+
+def reference_head(self: MLPHead, features: Sequence[paddle.Tensor]) -> paddle.Tensor:
+    """The head as a plain ``nn.Sequential``."""
+    return self.mlp(paddle.concat(list(features), axis=-1)).squeeze(-1)
+
+
+def _scores_and_grads(learner: DINLearner, batch: Batch) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    learner.train_module.train()
+    encoded = learner.encode(batch)
+    loss = learner.train_module(*learner._inputs(encoded), paddle.to_tensor(encoded.label))
+    loss.backward()
+    grads = {}
+    for name, p in learner.train_module.named_parameters():
+        if p.grad is not None:
+            grads[name] = _dense(p.grad, p.shape)
+    learner._optimizer.clear_grad()
+    with paddle.no_grad():
+        logits = learner.model(*learner._inputs(encoded)).numpy()
+    return logits, grads
+
+
+def _dense(grad: paddle.Tensor, shape: Sequence[int]) -> np.ndarray:
+    """A gradient as a dense array (an embedding's sparse one summed into its rows)."""
+    if not grad.is_selected_rows():
+        return grad.numpy().copy()
+    out = np.zeros(shape, np.float32)
+    np.add.at(out, np.asarray(grad.rows()), grad._get_tensor_from_selected_rows().numpy())
+    return out
+
+
+def _random_weights(learner: DINLearner, seed: int) -> None:
+    """Non-trivial weights everywhere (the head's last layer starts at zero, slopes at 0.25)."""
+    rng = np.random.default_rng(seed)
+    for p in learner.train_module.parameters():
+        p.set_value(rng.normal(0, 0.3, p.shape).astype(np.float32))
+
+
+@pytest.mark.parametrize("schema", [FeatureSchema.default(), SCHEMA], ids=["builtin", "declared"])
+def test_the_fast_forward_equals_the_papers(schema: FeatureSchema, monkeypatch: pytest.MonkeyPatch) -> None:
+    learner = DINLearner(model(attention_units=(8, 6), mlp_units=(8, 5)), schema=schema)
+    _random_weights(learner, 3)
+    # Histories of 2 behaviours in a sequence of 4: padding on every sample.
+    samples = featured(12)
+    batch = Batch.from_samples(samples)
+    assert (learner.encode(batch).sequences["item"] == 0).any()
+    fast, fast_grads = _scores_and_grads(learner, batch)
+    monkeypatch.setattr(LocalActivationUnit, "forward", reference_attention)
+    monkeypatch.setattr(MLPHead, "forward", reference_head)
+    slow, slow_grads = _scores_and_grads(learner, batch)
+    np.testing.assert_allclose(fast, slow, rtol=1e-5, atol=1e-5)
+    assert set(fast_grads) == set(slow_grads)
+    for name, grad in slow_grads.items():
+        np.testing.assert_allclose(fast_grads[name], grad, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_the_split_layers_on_random_inputs() -> None:
+    paddle.seed(5)
+    unit = LocalActivationUnit(6, (7, 3))
+    for p in unit.parameters():
+        p.set_value(np.random.default_rng(1).normal(0, 0.5, p.shape).astype(np.float32))
+    query = paddle.randn([9, 6])
+    keys = paddle.randn([9, 5, 6])
+    first, prelu, linear = list(unit.score)[:3]
+    q = query.unsqueeze(1).expand_as(keys)
+    concat = paddle.concat([q, keys, q - keys, q * keys], axis=-1)
+    np.testing.assert_allclose(
+        attention_first_layer(first, query, paddle.concat([keys, paddle.ones([9, 5, 1])], axis=-1)).numpy(),
+        first(concat).numpy(),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    hidden = first(concat).reshape([-1, 7])
+    np.testing.assert_allclose(
+        prelu_linear(hidden, prelu, linear).numpy(), linear(prelu(hidden)).numpy(), rtol=1e-5, atol=1e-5
+    )
