@@ -40,6 +40,21 @@ class ServingConfig(BaseModel):
     # How long /readyz waits for that check; a store slower than this is reported not ready.
     ready_timeout_s: float = Field(1.0, gt=0, description="STREAMREC_SERVING__READY_TIMEOUT_S")
 
+    # A canary (`streamrec snapshot canary`) that falls behind the served version is ended by
+    # serve (one instance decides, under the pointer's lock); the history says why.
+    canary_auto_rollback: bool = Field(True, description="STREAMREC_SERVING__CANARY_AUTO_ROLLBACK")
+    # Requests each arm must have answered on one instance before it is judged: 200 puts one
+    # error in 200 (0.5%) within the default margin, so a single failure ends no canary.
+    canary_min_requests: int = Field(200, ge=1, description="STREAMREC_SERVING__CANARY_MIN_REQUESTS")
+    # How far the canary's error rate may exceed the served version's (errors per request).
+    canary_error_margin: float = Field(0.01, ge=0, description="STREAMREC_SERVING__CANARY_ERROR_MARGIN")
+    # The canary's p99 latency may reach the served one's times this plus the slack below: a
+    # model twice as slow is a regression, a millisecond of jitter on a fast one is not.
+    canary_latency_ratio: float = Field(2.0, ge=0, description="STREAMREC_SERVING__CANARY_LATENCY_RATIO")
+    canary_latency_slack_s: float = Field(
+        0.05, ge=0, description="STREAMREC_SERVING__CANARY_LATENCY_SLACK_S"
+    )
+
     @model_validator(mode="after")
     def _in_flight_covers_workers(self) -> ServingConfig:
         if self.max_in_flight < self.workers:

@@ -34,7 +34,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -51,8 +52,11 @@ from streamrec.errors import InvalidEvent
 from streamrec.events import as_id
 from streamrec.serving.admission import Admission, Overloaded
 from streamrec.serving.features import store_history as store_history  # its old home
+from streamrec.serving.guard import CanaryGuard, follow_traffic
 from streamrec.serving.readiness import PROBE_USER, Readiness
-from streamrec.serving.scorer import Candidate, Scorer
+from streamrec.serving.routing import ArmMetrics, Router
+from streamrec.serving.scorer import Candidate, ExportedModel, Scorer
+from streamrec.snapshots.traffic import TrafficPlan
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +219,30 @@ def _candidate(item: object, exact: bool) -> Candidate:
     )
 
 
+REQUEST_ID_HEADER = "x-request-id"
+
+
+def request_id_of(headers: Mapping[str, str], body: bytes) -> str:
+    """The request's id: its ``X-Request-Id`` header, its body's ``request_id``, or a new one.
+
+    Returned in the response, so a client can log it with the arm and send it back with the
+    click events of the list it was shown.
+
+    Raises:
+        BadRequest: a given id is not an id (1-128 printable characters).
+    """
+    given: object = headers.get(REQUEST_ID_HEADER)
+    if given is None and b'"request_id"' in body:  # parsed again only when it is there
+        doc = orjson.loads(body)
+        given = doc.get("request_id") if isinstance(doc, dict) else None
+    if given is None:
+        return uuid.uuid4().hex
+    try:
+        return as_id(given, "request_id")
+    except InvalidEvent as exc:
+        raise BadRequest(str(exc)) from exc
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request's body, refused as soon as it is known to pass ``limit`` bytes.
 
@@ -286,17 +314,24 @@ def build_app(
     """
     cfg = cfg or ServingConfig()
     metrics = metrics or ServingMetrics()
+    router = Router(scorer, cfg.threads)  # each user's arm: one version, or a canary's or A/B test's
+    arms = ArmMetrics(metrics.registry)
+    guard = CanaryGuard(router, cfg)
     metrics.version.set(scorer.version)
     admission = Admission(cfg.workers, cfg.max_in_flight, cfg.max_queue_wait_s)
     metrics.in_flight.set_function(lambda: admission.in_flight)
     readiness = Readiness(scorer, lambda: history_of(PROBE_USER), cfg.ready_cache_s, cfg.ready_timeout_s)
 
     async def score(request: Request) -> Response:
+        routed: tuple[TrafficPlan | None, str, ExportedModel] | None = None
         try:
             with admission.admitted():
                 body = await read_body(request, cfg.max_body_bytes)
                 user, candidates, history, context = parse_score_request(body, cfg.max_candidates)
-                model = scorer.model  # the version this request is answered with, start to end
+                request_id = request_id_of(request.headers, body)
+                plan = router.plan
+                arm, model = router.route(user)  # the version this request is answered with, start to end
+                routed = plan, arm, model
 
                 def work() -> list[float]:
                     behaviours = history_of(user) if history is None else history
@@ -315,11 +350,24 @@ def build_app(
             return _error(413, str(exc), {"Connection": "close"})
         except Exception as exc:  # the feature store down, say: one line, and a 503
             logger.error("score request failed error=%s", exc)
+            if routed is not None:
+                observe_arm(request, routed, None)
             return _error(503, f"cannot score now: {exc}")
         metrics.queue_wait.observe(waited)
         metrics.candidates.inc(len(candidates))
-        body = orjson.dumps({"version": model.version, "scores": scores})
+        observe_arm(request, routed, scores)
+        body = orjson.dumps(
+            {"version": model.version, "arm": arm, "request_id": request_id, "scores": scores}
+        )
         return Response(body, media_type="application/json")
+
+    def observe_arm(
+        request: Request, routed: tuple[TrafficPlan | None, str, ExportedModel], scores: list[float] | None
+    ) -> None:
+        plan, arm, model = routed
+        seconds = time.perf_counter() - request.scope[ACCEPTED]
+        arms.observe(arm, model.version, seconds, scores)
+        guard.observe(plan, arm, scores is not None, seconds)
 
     async def ready(request: Request) -> Response:
         reasons = await readiness.reasons()
@@ -340,12 +388,14 @@ def build_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         task = asyncio.create_task(_follow_pointer(scorer, cfg.poll_s, metrics))
+        traffic = asyncio.create_task(follow_traffic(router, guard, cfg.poll_s))
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for running in (task, traffic):
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
             admission.close()
 
     routes = [
