@@ -153,7 +153,7 @@ def list_(
     """
     with cli_errors():
         store = _store(snapshot_dir, log_level, config_file)
-        from streamrec.cli.traffic import arms_of, plan_doc
+        from streamrec.cli.traffic import arms_of, current_plan, plan_doc
         from streamrec.snapshots.exports import check_export
 
         entries = store.entries()
