@@ -82,6 +82,8 @@ def start_ab(
                 f"a {running.kind} runs ({running.describe()}): end it first (`streamrec snapshot rollback`)"
             )
         for version in sorted(plan.versions()):
+            store.verify(version)  # each exists and is whole before any export is built
+        for version in sorted(plan.versions()):
             _servable(store, version, build_export)
         store.serving.record("ab", current, current, reason, traffic=plan.describe())
         write_plan(store.root, plan)
