@@ -56,8 +56,11 @@ def canary(
             if plan is None or arm is None or arm.version is None:
                 raise SnapshotError(f"no canary runs in {store.root}: nothing to promote")
             manifest = store.promote(arm.version, reason=reason, build_export=_build_export(store))
-            _said(as_json, {"current": manifest.version, "traffic": None},
-                  f"canary promoted: serving {manifest.name} to every user")
+            _said(
+                as_json,
+                {"current": manifest.version, "traffic": None},
+                f"canary promoted: serving {manifest.name} to every user",
+            )
             return
         assert version is not None
         number = store.resolve(version)
@@ -67,8 +70,9 @@ def canary(
 
 def ab(
     arms: list[str] | None = typer.Argument(
-        None, help="NAME=VERSION:SHARE (control=current:50%) or VERSION=SHARE (v000008=50%), "
-        "shares summing to 100%"
+        None,
+        help="NAME=VERSION:SHARE (control=current:50%) or VERSION=SHARE (v000008=50%), "
+        "shares summing to 100%",
     ),
     name: str | None = typer.Option(
         None, "--name", help="The experiment's name: it deals users to arms (a new name deals anew)"
@@ -93,8 +97,9 @@ def ab(
         if end:
             _end(store, reason, as_json)
             return
-        plan = start_ab(store, [parse_arm(store, text) for text in arms or ()], name, reason,
-                        _build_export(store))
+        plan = start_ab(
+            store, [parse_arm(store, text) for text in arms or ()], name, reason, _build_export(store)
+        )
         _said(as_json, {"traffic": plan_doc(plan)}, f"A/B test started: {plan.describe()}")
 
 
@@ -121,8 +126,11 @@ def _end(store: SnapshotStore, reason: str, as_json: bool) -> None:
     plan = end_plan(store, reason)
     assert plan is not None  # end_plan raises when none runs
     current = store.current()
-    _said(as_json, {"current": current, "ended": plan_doc(plan), "traffic": None},
-          f"{plan.kind} ended: serving {version_name(current or 0)} to every user")
+    _said(
+        as_json,
+        {"current": current, "ended": plan_doc(plan), "traffic": None},
+        f"{plan.kind} ended: serving {version_name(current or 0)} to every user",
+    )
 
 
 def _said(as_json: bool, doc: dict[str, Any], text: str) -> None:
@@ -155,7 +163,8 @@ def arms_of(plan: TrafficPlan | None, version: int, current: int | None) -> str:
     if plan is None:
         return ""
     return ", ".join(
-        f"{a.name} {format_share(a.share)}" for a in plan.arms
+        f"{a.name} {format_share(a.share)}"
+        for a in plan.arms
         if a.version == version or (a.version is None and version == current)
     )
 

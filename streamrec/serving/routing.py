@@ -26,7 +26,21 @@ logger = logging.getLogger(__name__)
 
 # The per-arm latency histogram's buckets: those of streamrec_serving_request_seconds.
 ARM_SECONDS_BUCKETS = (
-    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
 )
 OK, ERROR = "ok", "error"
 
@@ -38,21 +52,31 @@ class ArmMetrics:
         """Register the metrics in ``registry`` (serving's)."""
         labels = ["arm", "version"]
         self.requests = Counter(
-            "streamrec_serving_arm_requests", "Score requests answered by arm, version and outcome "
+            "streamrec_serving_arm_requests",
+            "Score requests answered by arm, version and outcome "
             "(error: the model or the feature store failed; a bad request is not counted)",
-            [*labels, "outcome"], registry=registry,
+            [*labels, "outcome"],
+            registry=registry,
         )
         self.seconds = Histogram(
             "streamrec_serving_arm_request_seconds",
             "Time to answer a score request by arm and version, from its arrival",
-            labels, buckets=ARM_SECONDS_BUCKETS, registry=registry,
+            labels,
+            buckets=ARM_SECONDS_BUCKETS,
+            registry=registry,
         )
         self.score_sum = Counter(
-            "streamrec_serving_arm_score_sum", "Sum of the scores returned, by arm and version "
-            "(divided by streamrec_serving_arm_scores_total: the mean score)", labels, registry=registry,
+            "streamrec_serving_arm_score_sum",
+            "Sum of the scores returned, by arm and version "
+            "(divided by streamrec_serving_arm_scores_total: the mean score)",
+            labels,
+            registry=registry,
         )
         self.scores = Counter(
-            "streamrec_serving_arm_scores", "Scores returned, by arm and version", labels, registry=registry,
+            "streamrec_serving_arm_scores",
+            "Scores returned, by arm and version",
+            labels,
+            registry=registry,
         )
 
     def observe(self, arm: str, version: int, seconds: float, scores: list[float] | None) -> None:

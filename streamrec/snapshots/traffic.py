@@ -122,8 +122,13 @@ class TrafficPlan:
         try:
             doc = orjson.loads(raw)
             arms = tuple(Arm(str(a["name"]), _version(a["version"]), int(a["share"])) for a in doc["arms"])
-            return cls(str(doc["kind"]), str(doc["salt"]), arms, str(doc.get("started", "")),
-                       str(doc.get("reason", "")))
+            return cls(
+                str(doc["kind"]),
+                str(doc["salt"]),
+                arms,
+                str(doc.get("started", "")),
+                str(doc.get("reason", "")),
+            )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise SnapshotError(f"not a traffic plan: {exc}") from exc
 

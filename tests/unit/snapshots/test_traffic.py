@@ -30,9 +30,17 @@ def canary_plan(version: int, share: int, salt: str = "canary-v") -> TrafficPlan
     return TrafficPlan("canary", salt, (Arm("canary", version, share), Arm("served", None, 10_000 - share)))
 
 
-@pytest.mark.parametrize(("text", "basis_points"), [
-    ("5%", 500), ("5", 500), ("0.5%", 50), ("12.25%", 1225), (" 100% ", 10_000), ("0.01%", 1),
-])
+@pytest.mark.parametrize(
+    ("text", "basis_points"),
+    [
+        ("5%", 500),
+        ("5", 500),
+        ("0.5%", 50),
+        ("12.25%", 1225),
+        (" 100% ", 10_000),
+        ("0.01%", 1),
+    ],
+)
 def test_shares_parse_to_basis_points(text: str, basis_points: int) -> None:
     assert parse_share(text) == basis_points
     assert format_share(basis_points) == f"{basis_points / 100:.2f}%"
