@@ -119,6 +119,7 @@ class ServingMetrics:
             "streamrec_serving_reloads", "Versions swapped in after the pointer moved",
             registry=self.registry,
         )
+        self.arms = ArmMetrics(self.registry)  # per arm and version of a canary or an A/B test
 
 
 class _Inexact(Exception):
@@ -315,7 +316,7 @@ def build_app(
     cfg = cfg or ServingConfig()
     metrics = metrics or ServingMetrics()
     router = Router(scorer, cfg.threads)  # each user's arm: one version, or a canary's or A/B test's
-    arms = ArmMetrics(metrics.registry)
+    arms = metrics.arms
     guard = CanaryGuard(router, cfg)
     metrics.version.set(scorer.version)
     admission = Admission(cfg.workers, cfg.max_in_flight, cfg.max_queue_wait_s)
