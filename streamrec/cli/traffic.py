@@ -37,7 +37,8 @@ def canary(
 ) -> None:
     """Send a stable share of users (by user-id hash) to VERSION; the rest stay on the served
     version. `streamrec serve` follows it within its poll, reports each arm on /metrics and
-    ends it by itself when the canary falls behind (STREAMREC_SERVING__CANARY_ERROR_MARGIN and _LATENCY_RATIO).
+    ends it by itself when the canary falls behind (STREAMREC_SERVING__CANARY_ERROR_MARGIN,
+    STREAMREC_SERVING__CANARY_LATENCY_RATIO).
     """
     from streamrec.errors import SnapshotError
     from streamrec.snapshots.canary import start_canary
