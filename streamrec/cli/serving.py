@@ -130,6 +130,7 @@ def serve(
     """
     import uvicorn
 
+    from streamrec.serving.clicks import start_click_join
     from streamrec.serving.http import build_app
     from streamrec.serving.scorer import Scorer
 
@@ -142,10 +143,17 @@ def serve(
             store={"url": redis_url},
         )
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
-        app = build_app(scorer, _history_source(cfg, store), cfg.serving)
+        clicks, consumer = start_click_join(cfg) if cfg.serving.click_join else (None, None)
+        app = build_app(scorer, _history_source(cfg, store), cfg.serving, clicks=clicks)
         instead = "" if scorer.serves_current else " (not the version serving/CURRENT names: see the warning)"
         console.print(
             f"serving v{scorer.version:06d}{instead} from {cfg.learner.snapshot_dir} on "
             f"http://{cfg.serving.host}:{cfg.serving.port}"
         )
-        uvicorn.run(app, host=cfg.serving.host, port=cfg.serving.port, log_level="warning", access_log=False)
+        try:
+            uvicorn.run(
+                app, host=cfg.serving.host, port=cfg.serving.port, log_level="warning", access_log=False
+            )
+        finally:
+            if consumer is not None:
+                consumer.stop()

@@ -55,6 +55,16 @@ class ServingConfig(BaseModel):
         0.05, ge=0, description="STREAMREC_SERVING__CANARY_LATENCY_SLACK_S"
     )
 
+    # Click-through per arm (streamrec.serving.clicks): serve records each list it serves during
+    # a canary or an A/B test in the feature store's Redis and joins click events carrying its
+    # request_id, read from the events topic in this consumer group (one for every instance).
+    click_join: bool = Field(False, description="STREAMREC_SERVING__CLICK_JOIN")
+    click_group: str = Field("streamrec-serve-clicks", description="STREAMREC_SERVING__CLICK_GROUP")
+    # How long a served list may still be clicked: a day covers a feed left open overnight.
+    click_ttl_s: int = Field(86_400, ge=1, description="STREAMREC_SERVING__CLICK_TTL_S")
+    # Actions that are clicks when an event has no label (an event's label 1 is a click).
+    click_actions: tuple[str, ...] = Field(("click",), description="STREAMREC_SERVING__CLICK_ACTIONS")
+
     @model_validator(mode="after")
     def _in_flight_covers_workers(self) -> ServingConfig:
         if self.max_in_flight < self.workers:

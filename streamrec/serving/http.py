@@ -36,6 +36,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -57,6 +58,9 @@ from streamrec.serving.readiness import PROBE_USER, Readiness
 from streamrec.serving.routing import ArmMetrics, Router
 from streamrec.serving.scorer import Candidate, ExportedModel, Scorer
 from streamrec.snapshots.traffic import TrafficPlan
+
+if TYPE_CHECKING:  # the Redis and Kafka clients: imported only when the click join is on
+    from streamrec.serving.clicks import ClickJoin
 
 logger = logging.getLogger(__name__)
 
@@ -307,6 +311,7 @@ def build_app(
     history_of: Callable[[str], Sequence[tuple[str, str]]],
     cfg: ServingConfig | None = None,
     metrics: ServingMetrics | None = None,
+    clicks: ClickJoin | None = None,
 ) -> Starlette:
     """The ASGI app.
 
@@ -318,6 +323,10 @@ def build_app(
     router = Router(scorer, cfg.threads)  # each user's arm: one version, or a canary's or A/B test's
     arms = metrics.arms
     guard = CanaryGuard(router, cfg)
+    if clicks is not None:  # each served list recorded for the click-through of its arm
+        from streamrec.serving.clicks import ClickCollector
+
+        metrics.registry.register(ClickCollector(clicks, lambda: router.plan))
     metrics.version.set(scorer.version)
     admission = Admission(cfg.workers, cfg.max_in_flight, cfg.max_queue_wait_s)
     metrics.in_flight.set_function(lambda: admission.in_flight)
@@ -337,9 +346,12 @@ def build_app(
                 def work() -> list[float]:
                     behaviours = history_of(user) if history is None else history
                     try:
-                        return model.score(user, behaviours, candidates, context).tolist()
+                        scored: list[float] = model.score(user, behaviours, candidates, context).tolist()
                     except InvalidEvent as exc:  # a request's feature value breaking its declaration
                         raise BadRequest(str(exc)) from exc
+                    if clicks is not None and plan is not None:
+                        record_served(clicks, plan, request_id, arm, model.version)
+                    return scored
 
                 scores, waited = await admission.run(work, request.scope[ACCEPTED])
         except Overloaded as exc:
@@ -423,6 +435,15 @@ async def _follow_pointer(scorer: Scorer, poll_s: float, metrics: ServingMetrics
             counted = scorer.load_failures
         except Exception:  # never let the watcher die: the service keeps the version it has
             logger.exception("serving pointer check failed")
+
+
+def record_served(clicks: ClickJoin, plan: TrafficPlan, request_id: str, arm: str, version: int) -> None:
+    """Record a served list for the click join; a Redis failure is logged, the answer still sent."""
+    try:
+        clicks.served(plan, request_id, arm, version)
+    except Exception as exc:  # the list goes uncounted in click-through: said, never silently
+        logger.warning("cannot record a served list for click-through request_id=%s error=%s",
+                       request_id, exc)
 
 
 def no_history(user: str) -> list[tuple[str, str]]:
