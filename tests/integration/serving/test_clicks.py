@@ -1,0 +1,111 @@
+"""Click-through per arm, end to end on the real broker and Redis: an A/B test served over HTTP,
+click events carrying the responses' request ids produced to the events topic, and each arm's
+lists and clicks on /metrics, counted once however often an event is delivered.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from streamrec.cli import app as cli
+from streamrec.config import StreamrecConfig
+from streamrec.kafka.clients import make_producer, produce
+from streamrec.serving.clicks import start_click_join
+from streamrec.serving.http import build_app, no_history
+from streamrec.serving.scorer import Scorer
+from streamrec.snapshots.store import SnapshotStore
+from streamrec.snapshots.traffic import read_plan
+from tests.support import serving, trained_snapshots, wait_for
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("trained") / "snapshots"
+    trained_snapshots(root, count=2)
+    return root
+
+
+def figures(metrics: str) -> dict[tuple[str, str, str], float]:
+    found = re.findall(
+        r'streamrec_serving_arm_(lists|clicks)\{arm="([^"]+)",version="([^"]+)"\} (\S+)', metrics
+    )
+    return {(kind, arm, version): float(value) for kind, arm, version, value in found}
+
+
+def test_clicks_join_to_the_arm_that_served_the_list(
+    trained: Path, tmp_path: Path, pipeline_config: Callable[..., StreamrecConfig]
+) -> None:
+    root = tmp_path / "snapshots"
+    shutil.copytree(trained, root)
+    store = SnapshotStore(root)
+    store.promote(1)
+    cfg = pipeline_config(serving={"poll_s": 0.1, "click_join": True}, learner={"snapshot_dir": root})
+    args = ["snapshot", "ab", "a=1:50%", "b=2:50%", "--name", "exp-clicks", "--snapshot-dir", str(root)]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    plan = read_plan(root)
+    assert plan is not None
+    join, consumer = start_click_join(cfg)
+    try:
+        app = build_app(Scorer(root), no_history, cfg.serving, clicks=join)
+        with serving(app) as url, httpx.Client(timeout=10) as client:
+            served: list[dict[str, Any]] = []
+
+            def probe() -> bool:
+                served.append(client.post(f"{url}/score", json={"user": "u0", "items": ["i1"]}).json())
+                return served[-1]["arm"] == plan.arm_of("u0").name
+
+            wait_for(probe, 10, "the A/B plan")
+            for n in range(60):
+                body = {"user": f"u{n}", "items": ["i1", "i2"], "request_id": f"r{n}"}
+                served.append(client.post(f"{url}/score", json=body).json())
+            lists = Counter(d["arm"] for d in served)
+
+            producer = make_producer(cfg.kafka)
+            clicked = served[-60::3]  # a third of the lists get a click
+            events = [
+                {
+                    "event_id": f"e{d['request_id']}",
+                    "user_id": "u",
+                    "item_id": "i1",
+                    "category_id": "c1",
+                    "action": "click",
+                    "ts": 1_700_000_000_000,
+                    "request_id": d["request_id"],
+                }
+                for d in clicked
+            ]
+            events += events[:5]  # delivered twice: counted once
+            events.append({**events[0], "item_id": "i9", "label": 0, "event_id": "x"})  # no click
+            events.append({**events[0], "request_id": "never-served", "event_id": "y"})  # no list
+            events.append({**events[0], "event_id": "z", "request_id": None})  # no request id
+            for event in events:
+                produce(producer, cfg.kafka.events_topic, orjson.dumps(event), key=b"u")
+            producer.flush(10)
+
+            clicks = Counter(d["arm"] for d in clicked)
+            versions = {"a": "v000001", "b": "v000002"}
+
+            def joined() -> bool:
+                seen = figures(client.get(f"{url}/metrics").text)
+                return all(seen.get(("clicks", arm, versions[arm])) == clicks[arm] for arm in versions)
+
+            wait_for(joined, 30, "the clicks joined")
+            seen = figures(client.get(f"{url}/metrics").text)
+            for arm, version in versions.items():  # every list served under the plan, the probes' too
+                assert seen[("lists", arm, version)] == lists[arm] - (
+                    arm == "a" and served[0]["arm"] == "served"
+                )
+                assert seen[("clicks", arm, version)] == clicks[arm]
+            assert consumer.joined == len(clicked) + 5  # the redelivered ones joined, not counted
+    finally:
+        consumer.stop()
