@@ -2,7 +2,9 @@
 
 - ``POST /score`` ``{"user": "u1", "items": ["i1", "i2:c7", {"item_id": "i3", "category_id":
   "c2", "genres": ["Drama"]}], "history": [["i9", "c7"], ...], "context": {"device": "ios"}}``
-  → ``{"version": 7, "scores": [0.41, ...]}``. ``context`` gives the model's declared context
+  → ``{"version": 7, "arm": "served", "request_id": "...", "scores": [0.41, ...]}`` (the arm
+  of a canary or A/B test, `streamrec.serving.routing`; the request id from ``X-Request-Id``
+  or the body's ``request_id``, else a new one). ``context`` gives the model's declared context
   features (``STREAMREC_FEATURES``, role ``context``) by name, an item object its own
   behaviour features by name (``item``/``category`` are accepted for ``item_id``/
   ``category_id``); one missing reads its default. Without ``history`` the user's sequence,
