@@ -43,6 +43,9 @@ ARM_SECONDS_BUCKETS = (
     30.0,
 )
 OK, ERROR = "ok", "error"
+# How many checks the end of a plan waits for the scorer to swap in the version it promoted:
+# the scorer follows the pointer every poll, so 10 covers a slow load of a large export.
+MAX_HOLD_POLLS = 10
 
 
 class ArmMetrics:
@@ -106,6 +109,7 @@ class Router:
         self._lock = threading.Lock()
         self.load_failures = 0
         self.plan_problem: str | None = None
+        self._held = 0  # checks the end of a plan was held for (`_awaiting_promotion`)
         self.refresh()
 
     @property
@@ -133,7 +137,7 @@ class Router:
                 self._failed(str(exc))
                 return False
             current, models = self._state
-            if plan == current:
+            if plan == current or self._awaiting_promotion(current, plan):
                 return False
             loaded: dict[int, ExportedModel] = {}
             try:
@@ -146,6 +150,26 @@ class Router:
             self.plan_problem = None
             logger.info("routing by traffic plan=%s", plan.describe() if plan else "none (all served)")
             return True
+
+    def _awaiting_promotion(self, running: TrafficPlan | None, plan: TrafficPlan | None) -> bool:
+        """Whether to keep routing by ``running`` a little longer, though it has ended.
+
+        It ended by the promotion of one of its versions, which the scorer has not swapped in
+        yet, so its users would see the old served version for a poll. At most
+        `MAX_HOLD_POLLS` checks, so a scorer that cannot load it holds nothing.
+        """
+        if plan is not None or running is None or self._held >= MAX_HOLD_POLLS:
+            self._held = 0
+            return False
+        try:
+            pointer = self.scorer.store.current()
+        except SnapshotError:
+            return False
+        if pointer is None or pointer not in running.versions() or pointer == self.scorer.model.version:
+            self._held = 0
+            return False
+        self._held += 1
+        return True
 
     def _load(self, version: int) -> ExportedModel:
         served = self.scorer.model

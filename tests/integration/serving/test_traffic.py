@@ -125,7 +125,10 @@ def test_canary_share_is_stable_then_promoted_and_aborted_without_a_failed_reque
         assert 'streamrec_serving_arm_score_sum_total{arm="served",version="v000001"}' in metrics
         assert 'streamrec_serving_arm_request_seconds_count{arm="canary",version="v000002"}' in metrics
 
+        in_canary = [u for u in USERS[:200] if plan.arm_of(u).name == "canary"]
         snapshot(snapshots, "canary", "--promote")
+        for _ in range(10):  # the canary's users never go back to v000001 while serve catches up
+            assert {score(client, url, u)["version"] for u in in_canary} == {2}
         wait_for(lambda: {score(client, url, u)["version"] for u in USERS[:100]} == {2}, 10, "promotion")
         assert snapshots.current() == 2 and not plan_path(snapshots.root).exists()
         assert [e.action for e in snapshots.history()] == ["promote", "canary", "promote", "end"]
