@@ -160,21 +160,17 @@ class ClickConsumer:
             try:
                 for message in messages:
                     self._one(message)
-                if messages:  # after their writes: a crash before this re-reads them, counted once
-                    self.consumer.commit(asynchronous=False)
+                done = _positions(messages, after=True)
+                if done:  # after their writes: a crash before this re-reads them, counted once
+                    self.consumer.commit(offsets=done, asynchronous=False)
             except Exception:  # Redis away, say: logged, the batch read again after a pause
                 logger.exception("click join failed; reading the batch again")
                 self._rewind(messages)
                 self._stop.wait(1.0)
 
     def _rewind(self, messages: list[Message]) -> None:
-        first: dict[tuple[str, int], int] = {}
-        for m in messages:
-            topic, partition, offset = m.topic(), m.partition(), m.offset()
-            if m.error() is None and topic is not None and partition is not None and offset is not None:
-                first.setdefault((topic, partition), offset)
-        for (topic, partition), offset in first.items():
-            self.consumer.seek(TopicPartition(topic, partition, offset))
+        for position in _positions(messages, after=False):
+            self.consumer.seek(position)
 
     def _one(self, message: Message) -> None:
         error = message.error()
@@ -188,6 +184,17 @@ class ClickConsumer:
             return  # the consumers dead-letter it; for the join it is no click
         if isinstance(event, dict) and self.join.clicked(event):
             self.joined += 1
+
+
+def _positions(messages: list[Message], after: bool) -> list[TopicPartition]:
+    """Per partition, the offset after the batch's last record (``after``) or of its first."""
+    found: dict[tuple[str, int], int] = {}
+    for m in messages:
+        topic, partition, offset = m.topic(), m.partition(), m.offset()
+        if m.error() is None and topic is not None and partition is not None and offset is not None:
+            key = (topic, partition)
+            found[key] = offset + 1 if after else found.get(key, offset)
+    return [TopicPartition(topic, partition, offset) for (topic, partition), offset in found.items()]
 
 
 def start_click_join(cfg: StreamrecConfig) -> tuple[ClickJoin, ClickConsumer]:

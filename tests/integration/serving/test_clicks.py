@@ -5,8 +5,11 @@ lists and clicks on /metrics, counted once however often an event is delivered.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +21,9 @@ import pytest
 from typer.testing import CliRunner
 
 from streamrec.cli import app as cli
-from streamrec.config import StreamrecConfig
+from streamrec.config import RedisStoreConfig, StreamrecConfig
 from streamrec.kafka.clients import make_producer, produce
+from streamrec.local.ports import free_port
 from streamrec.serving.clicks import start_click_join
 from streamrec.serving.http import build_app, no_history
 from streamrec.serving.scorer import Scorer
@@ -109,3 +113,75 @@ def test_clicks_join_to_the_arm_that_served_the_list(
             assert consumer.joined == len(clicked) + 5  # the redelivered ones joined, not counted
     finally:
         consumer.stop()
+
+
+def test_streamrec_serve_joins_clicks_when_configured(
+    trained: Path,
+    tmp_path: Path,
+    pipeline_config: Callable[..., StreamrecConfig],
+    store_config: RedisStoreConfig,
+    unique_name: str,
+) -> None:
+    root = tmp_path / "snapshots"
+    shutil.copytree(trained, root)
+    SnapshotStore(root).promote(1)
+    cfg = pipeline_config()
+    assert (
+        CliRunner().invoke(cli, ["snapshot", "ab", "1=50%", "2=50%", "--snapshot-dir", str(root)]).exit_code
+        == 0
+    )
+    port = free_port()
+    env = {
+        **os.environ,
+        "STREAMREC_LEARNER__SNAPSHOT_DIR": str(root),
+        "STREAMREC_SERVING__PORT": str(port),
+        "STREAMREC_SERVING__CLICK_JOIN": "true",
+        "STREAMREC_SERVING__CLICK_GROUP": f"clicks-{unique_name}",
+        "STREAMREC_KAFKA__BOOTSTRAP_SERVERS": cfg.kafka.bootstrap_servers,
+        "STREAMREC_KAFKA__EVENTS_TOPIC": cfg.kafka.events_topic,
+        "STREAMREC_STORE__URL": store_config.url,
+        "STREAMREC_STORE__KEY_PREFIX": f"t{unique_name}",
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "streamrec", "serve", "--no-store"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(timeout=10) as client:
+
+            def up() -> bool:
+                assert server.poll() is None, "streamrec serve stopped"
+                try:
+                    return client.get(f"{url}/readyz").status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            wait_for(up, 60, "streamrec serve")
+            doc = client.post(f"{url}/score", json={"user": "u1", "items": ["i1"], "request_id": "q1"}).json()
+            assert doc["request_id"] == "q1" and doc["arm"] in ("v000001", "v000002")
+            producer = make_producer(cfg.kafka)
+            click = {
+                "event_id": "e1",
+                "user_id": "u1",
+                "item_id": "i1",
+                "category_id": "c1",
+                "action": "click",
+                "ts": 1_700_000_000_000,
+                "request_id": "q1",
+            }
+            produce(producer, cfg.kafka.events_topic, orjson.dumps(click), key=b"u1")
+            producer.flush(10)
+            arm = (doc["arm"], f"v{doc['version']:06d}")
+            wait_for(
+                lambda: figures(client.get(f"{url}/metrics").text).get(("clicks", *arm)) == 1, 30, "the click"
+            )
+            assert figures(client.get(f"{url}/metrics").text)[("lists", *arm)] == 1
+    finally:
+        server.terminate()
+        output = server.communicate(timeout=30)[0].decode()
+    # uvicorn ends on SIGTERM by raising it again once shut down: -15, or 0
+    assert server.returncode in (0, -15) and "Traceback" not in output, output
