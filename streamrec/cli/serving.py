@@ -144,16 +144,11 @@ def serve(
         )
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
         clicks, consumer = start_click_join(cfg) if cfg.serving.click_join else (None, None)
-        app = build_app(scorer, _history_source(cfg, store), cfg.serving, clicks=clicks)
+        closers = [consumer.stop] if consumer is not None else []
+        app = build_app(scorer, _history_source(cfg, store), cfg.serving, clicks=clicks, on_shutdown=closers)
         instead = "" if scorer.serves_current else " (not the version serving/CURRENT names: see the warning)"
         console.print(
             f"serving v{scorer.version:06d}{instead} from {cfg.learner.snapshot_dir} on "
             f"http://{cfg.serving.host}:{cfg.serving.port}"
         )
-        try:
-            uvicorn.run(
-                app, host=cfg.serving.host, port=cfg.serving.port, log_level="warning", access_log=False
-            )
-        finally:
-            if consumer is not None:
-                consumer.stop()
+        uvicorn.run(app, host=cfg.serving.host, port=cfg.serving.port, log_level="warning", access_log=False)

@@ -149,10 +149,13 @@ class ClickConsumer:
         return self
 
     def stop(self) -> None:
-        """Stop polling and leave the group."""
+        """Stop polling and leave the group (once; again is a no-op)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         self._thread.join(30)
         self.consumer.close()
+        logger.info("click join stopped joined=%d", self.joined)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -314,6 +314,7 @@ def build_app(
     cfg: ServingConfig | None = None,
     metrics: ServingMetrics | None = None,
     clicks: ClickJoin | None = None,
+    on_shutdown: Sequence[Callable[[], None]] = (),
 ) -> Starlette:
     """The ASGI app.
 
@@ -412,6 +413,8 @@ def build_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await running
             admission.close()
+            for close in on_shutdown:  # the click join's consumer leaves its group
+                await asyncio.to_thread(close)
 
     routes = [
         Route(SCORE_PATH, score, methods=["POST"]),

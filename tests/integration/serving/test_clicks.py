@@ -185,3 +185,4 @@ def test_streamrec_serve_joins_clicks_when_configured(
         output = server.communicate(timeout=30)[0].decode()
     # uvicorn ends on SIGTERM by raising it again once shut down: -15, or 0
     assert server.returncode in (0, -15) and "Traceback" not in output, output
+    assert "click join stopped joined=1" in output  # it left its group at shutdown
