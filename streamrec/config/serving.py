@@ -65,6 +65,13 @@ class ServingConfig(BaseModel):
     # Actions that are clicks when an event has no label (an event's label 1 is a click).
     click_actions: tuple[str, ...] = Field(("click",), description="STREAMREC_SERVING__CLICK_ACTIONS")
 
+    # With the click join on: a canary whose clicks per list fall below the served arm's by more
+    # than this (0.005: half a point of click-through) is ended too, once both arms served
+    # canary_min_lists lists; unset, click-through is reported and never judged.
+    canary_ctr_margin: float | None = Field(None, ge=0, description="STREAMREC_SERVING__CANARY_CTR_MARGIN")
+    # 5,000 lists per arm put the standard error of a 5% click-through near 0.3 points.
+    canary_min_lists: int = Field(5000, ge=1, description="STREAMREC_SERVING__CANARY_MIN_LISTS")
+
     @model_validator(mode="after")
     def _in_flight_covers_workers(self) -> ServingConfig:
         if self.max_in_flight < self.workers:

@@ -7,7 +7,9 @@ more than ``canary_error_margin``, or a p99 latency above ``canary_latency_ratio
 served one's plus ``canary_latency_slack_s``, ends the canary
 (`streamrec.snapshots.canary.end_plan`), under the pointer's lock and only if the plan judged
 is still the one in force, so of several instances one decides; the history says why. A
-canary whose version this instance cannot load is ended the same way.
+canary whose version this instance cannot load is ended the same way, and, with the click
+join on and ``canary_ctr_margin`` set, one whose click-through (every instance's lists and
+clicks, from Redis) falls behind by that margin.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import os
 import socket
 from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +29,9 @@ from streamrec.serving.routing import Router
 from streamrec.snapshots.canary import end_plan
 from streamrec.snapshots.directory import version_name
 from streamrec.snapshots.traffic import CANARY, SERVED, TrafficPlan, read_plan
+
+if TYPE_CHECKING:  # the Redis and Kafka clients: imported only when the click join is on
+    from streamrec.serving.clicks import ClickJoin
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +61,15 @@ class ArmWindow:
 class CanaryGuard:
     """Judges the running canary by this instance's requests; ends it when it falls behind."""
 
-    def __init__(self, router: Router, cfg: ServingConfig) -> None:
-        """Judge the canaries ``router`` routes by, with ``cfg``'s margins."""
+    def __init__(self, router: Router, cfg: ServingConfig, clicks: ClickJoin | None = None) -> None:
+        """Judge the canaries ``router`` routes by, with ``cfg``'s margins.
+
+        And by click-through from ``clicks``, every instance's together, when
+        ``canary_ctr_margin`` is set.
+        """
         self.router = router
         self.cfg = cfg
+        self.clicks = clicks
         self._plan: TrafficPlan | None = None
         self._arms: dict[str, ArmWindow] = {}
         self.instance = f"{socket.gethostname()}:{os.getpid()}"
@@ -111,6 +122,33 @@ class CanaryGuard:
             return None
         return self.end(pending, f"cannot load it: {problem}")
 
+    def check_clicks(self) -> TrafficPlan | None:
+        """End the running canary if its click-through falls behind; the plan ended, if any.
+
+        Judged once both arms served ``canary_min_lists`` lists (all instances'): the canary's
+        clicks per list below the served arm's by more than ``canary_ctr_margin``. It reads
+        Redis: run it off the event loop.
+        """
+        plan, margin = self.router.plan, self.cfg.canary_ctr_margin
+        if not self.cfg.canary_auto_rollback or margin is None or self.clicks is None or plan is None:
+            return None
+        if plan.kind != "canary":
+            return None
+        by_arm: dict[str, tuple[int, int]] = {}
+        for (arm, _), (lists, clicked) in self.clicks.figures(plan).items():
+            total = by_arm.get(arm, (0, 0))
+            by_arm[arm] = (total[0] + lists, total[1] + clicked)
+        canary, served = by_arm.get(CANARY, (0, 0)), by_arm.get(SERVED, (0, 0))
+        if min(canary[0], served[0]) < self.cfg.canary_min_lists:
+            return None
+        canary_ctr, served_ctr = canary[1] / canary[0], served[1] / served[0]
+        if canary_ctr >= served_ctr - margin:
+            return None
+        return self.end(plan, (
+            f"click-through {canary_ctr:.4f} below the served version's {served_ctr:.4f} by more than "
+            f"{margin} over {canary[0]} canary and {served[0]} served lists (all instances)"
+        ))
+
     def judged(self) -> tuple[TrafficPlan, str] | None:
         """The canary to end and why, by its figures (run it on the event loop, which counts them)."""
         if not self.cfg.canary_auto_rollback or self._plan is None:
@@ -138,6 +176,7 @@ async def follow_traffic(router: Router, guard: CanaryGuard, poll_s: float) -> N
         try:
             await asyncio.to_thread(router.refresh)
             ended = await asyncio.to_thread(guard.check_loading)
+            ended = await asyncio.to_thread(guard.check_clicks) or ended
             judged = guard.judged()
             if judged is not None:
                 ended = await asyncio.to_thread(guard.end, *judged) or ended

@@ -325,7 +325,7 @@ def build_app(
     metrics = metrics or ServingMetrics()
     router = Router(scorer, cfg.threads)  # each user's arm: one version, or a canary's or A/B test's
     arms = metrics.arms
-    guard = CanaryGuard(router, cfg)
+    guard = CanaryGuard(router, cfg, clicks)
     if clicks is not None:  # each served list recorded for the click-through of its arm
         from streamrec.serving.clicks import ClickCollector
 

@@ -186,3 +186,58 @@ def test_streamrec_serve_joins_clicks_when_configured(
     # uvicorn ends on SIGTERM by raising it again once shut down: -15, or 0
     assert server.returncode in (0, -15) and "Traceback" not in output, output
     assert "click join stopped joined=1" in output  # it left its group at shutdown
+
+
+def test_a_canary_clicked_less_is_rolled_back(
+    trained: Path, tmp_path: Path, pipeline_config: Callable[..., StreamrecConfig]
+) -> None:
+    root = tmp_path / "snapshots"
+    shutil.copytree(trained, root)
+    store = SnapshotStore(root)
+    store.promote(1)
+    serving_cfg = {"poll_s": 0.1, "click_join": True, "canary_ctr_margin": 0.1, "canary_min_lists": 10}
+    cfg = pipeline_config(serving=serving_cfg, learner={"snapshot_dir": root})
+    assert (
+        CliRunner()
+        .invoke(cli, ["snapshot", "canary", "2", "--share", "50%", "--snapshot-dir", str(root)])
+        .exit_code
+        == 0
+    )
+    join, consumer = start_click_join(cfg)
+    try:
+        app = build_app(Scorer(root), no_history, cfg.serving, clicks=join)
+        with serving(app) as url, httpx.Client(timeout=10) as client:
+            served = [
+                client.post(
+                    f"{url}/score", json={"user": f"u{n}", "items": ["i1"], "request_id": f"r{n}"}
+                ).json()
+                for n in range(60)
+            ]
+            assert {d["arm"] for d in served} == {"canary", "served"}
+            producer = make_producer(cfg.kafka)
+            for d in served:  # every list of the served version clicked, none of the canary's
+                if d["arm"] == "served":
+                    click = {
+                        "event_id": d["request_id"],
+                        "user_id": "u",
+                        "item_id": "i1",
+                        "category_id": "c1",
+                        "action": "click",
+                        "ts": 1_700_000_000_000,
+                        "request_id": d["request_id"],
+                    }
+                    produce(producer, cfg.kafka.events_topic, orjson.dumps(click), key=b"u")
+            producer.flush(10)
+            wait_for(lambda: read_plan(root) is None, 30, "the canary ended")
+            reason = store.history()[-1].reason
+            assert "click-through 0.0000 below the served version's 1.0000 by more than 0.1" in reason, reason
+            wait_for(
+                lambda: (
+                    client.post(f"{url}/score", json={"user": "u1", "items": ["i1"]}).json()["arm"]
+                    == "served"
+                ),
+                10,
+            )
+            assert store.current() == 1
+    finally:
+        consumer.stop()
