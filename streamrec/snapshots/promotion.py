@@ -4,7 +4,9 @@ r"""Promotion: which snapshot version serving loads, how it moves, and what rete
 (written beside, fsynced, ``os.replace``, directory fsynced), so a reader sees the old name or
 the new one, never a torn file; serving needs no lock to read it. ``<root>/serving/history.jsonl``
 is append-only JSON lines (time, action ``promote`` or ``rollback``, version, previous,
-reason): every version it names was once served, so retention never deletes it.
+reason; ``canary``, ``ab`` and ``end`` lines, with the plan in ``traffic``, start and end a
+traffic plan, `streamrec.snapshots.traffic`, and name the version served throughout): every
+version it names was once served, so retention never deletes it.
 
 Operators promote and roll back while a learner writes, so pointer updates take their own
 short ``flock`` (``<root>/serving/.lock``), never the learner's. The history line is written
@@ -55,7 +57,7 @@ class ServingEvent:
     """One line of the serving history."""
 
     time: str
-    action: str  # "promote" or "rollback"
+    action: str  # "promote" or "rollback"; "canary", "ab" or "end" for a traffic plan
     version: int  # the version served from then on
     previous: int | None  # the version served before, None at the first promotion
     reason: str
