@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command 
     from streamrec.snapshots.exports import ExportCheck
     from streamrec.snapshots.store import SnapshotEntry, SnapshotManifest, SnapshotStore
 
-app = command_group("Create, inspect, verify, promote, roll back, prune and split traffic between model snapshots.")
+app = command_group("Create, inspect, verify, promote, roll back, prune and split traffic between snapshots.")
 
 DirOption = setting("learner.snapshot_dir")
 JsonOption = json_output()
