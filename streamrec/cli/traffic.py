@@ -76,7 +76,9 @@ def ab(
         "shares summing to 100%",
     ),
     name: str | None = typer.Option(
-        None, "--name", help="The experiment's name: it deals users to arms (a new name deals anew)",
+        None,
+        "--name",
+        help="The experiment's name: it deals users to arms (a new name deals anew)",
         show_default="ab-<arm>.<version>-...",
     ),
     end: bool = typer.Option(False, "--end", help="End the running A/B test: all users on the served one"),

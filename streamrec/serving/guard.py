@@ -144,10 +144,13 @@ class CanaryGuard:
         canary_ctr, served_ctr = canary[1] / canary[0], served[1] / served[0]
         if canary_ctr >= served_ctr - margin:
             return None
-        return self.end(plan, (
-            f"click-through {canary_ctr:.4f} below the served version's {served_ctr:.4f} by more than "
-            f"{margin} over {canary[0]} canary and {served[0]} served lists (all instances)"
-        ))
+        return self.end(
+            plan,
+            (
+                f"click-through {canary_ctr:.4f} below the served version's {served_ctr:.4f} by more than "
+                f"{margin} over {canary[0]} canary and {served[0]} served lists (all instances)"
+            ),
+        )
 
     def judged(self) -> tuple[TrafficPlan, str] | None:
         """The canary to end and why, by its figures (run it on the event loop, which counts them)."""

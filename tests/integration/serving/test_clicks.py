@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -17,7 +16,6 @@ from typing import Any
 
 import httpx
 import orjson
-import pytest
 from typer.testing import CliRunner
 
 from streamrec.cli import app as cli
@@ -29,14 +27,27 @@ from streamrec.serving.http import build_app, no_history
 from streamrec.serving.scorer import Scorer
 from streamrec.snapshots.store import SnapshotStore
 from streamrec.snapshots.traffic import read_plan
-from tests.support import serving, trained_snapshots, wait_for
+from tests.support import serving, wait_for
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("trained") / "snapshots"
-    trained_snapshots(root, count=2)
-    return root
+def snapshot(root: Path, *args: str) -> None:
+    """The real `streamrec snapshot` command on ``root``."""
+    result = CliRunner().invoke(cli, ["snapshot", *args, "--snapshot-dir", str(root)])
+    assert result.exit_code == 0, result.output
+
+
+def click(request_id: object, **fields: object) -> bytes:
+    """A click event on the events topic, carrying a response's request id."""
+    event = {
+        "event_id": f"e{request_id}",
+        "user_id": "u",
+        "item_id": "i1",
+        "category_id": "c1",
+        "action": "click",
+        "ts": 1_700_000_000_000,
+        "request_id": request_id,
+    }
+    return orjson.dumps({**event, **fields})
 
 
 def figures(metrics: str) -> dict[tuple[str, str, str], float]:
@@ -47,15 +58,10 @@ def figures(metrics: str) -> dict[tuple[str, str, str], float]:
 
 
 def test_clicks_join_to_the_arm_that_served_the_list(
-    trained: Path, tmp_path: Path, pipeline_config: Callable[..., StreamrecConfig]
+    root: Path, pipeline_config: Callable[..., StreamrecConfig]
 ) -> None:
-    root = tmp_path / "snapshots"
-    shutil.copytree(trained, root)
-    store = SnapshotStore(root)
-    store.promote(1)
     cfg = pipeline_config(serving={"poll_s": 0.1, "click_join": True}, learner={"snapshot_dir": root})
-    args = ["snapshot", "ab", "a=1:50%", "b=2:50%", "--name", "exp-clicks", "--snapshot-dir", str(root)]
-    assert CliRunner().invoke(cli, args).exit_code == 0
+    snapshot(root, "ab", "a=1:50%", "b=2:50%", "--name", "exp-clicks")
     plan = read_plan(root)
     assert plan is not None
     join, consumer = start_click_join(cfg)
@@ -76,24 +82,14 @@ def test_clicks_join_to_the_arm_that_served_the_list(
 
             producer = make_producer(cfg.kafka)
             clicked = served[-60::3]  # a third of the lists get a click
-            events = [
-                {
-                    "event_id": f"e{d['request_id']}",
-                    "user_id": "u",
-                    "item_id": "i1",
-                    "category_id": "c1",
-                    "action": "click",
-                    "ts": 1_700_000_000_000,
-                    "request_id": d["request_id"],
-                }
-                for d in clicked
-            ]
+            events = [click(d["request_id"]) for d in clicked]
             events += events[:5]  # delivered twice: counted once
-            events.append({**events[0], "item_id": "i9", "label": 0, "event_id": "x"})  # no click
-            events.append({**events[0], "request_id": "never-served", "event_id": "y"})  # no list
-            events.append({**events[0], "event_id": "z", "request_id": None})  # no request id
+            first = clicked[0]["request_id"]
+            events.append(click(first, item_id="i9", label=0, event_id="x"))  # no click
+            events.append(click("never-served"))  # no list
+            events.append(click(None))  # no request id
             for event in events:
-                produce(producer, cfg.kafka.events_topic, orjson.dumps(event), key=b"u")
+                produce(producer, cfg.kafka.events_topic, event, key=b"u")
             producer.flush(10)
 
             clicks = Counter(d["arm"] for d in clicked)
@@ -116,20 +112,14 @@ def test_clicks_join_to_the_arm_that_served_the_list(
 
 
 def test_streamrec_serve_joins_clicks_when_configured(
-    trained: Path,
+    root: Path,
     tmp_path: Path,
     pipeline_config: Callable[..., StreamrecConfig],
     store_config: RedisStoreConfig,
     unique_name: str,
 ) -> None:
-    root = tmp_path / "snapshots"
-    shutil.copytree(trained, root)
-    SnapshotStore(root).promote(1)
     cfg = pipeline_config()
-    assert (
-        CliRunner().invoke(cli, ["snapshot", "ab", "1=50%", "2=50%", "--snapshot-dir", str(root)]).exit_code
-        == 0
-    )
+    snapshot(root, "ab", "1=50%", "2=50%")
     port = free_port()
     env = {
         **os.environ,
@@ -164,16 +154,7 @@ def test_streamrec_serve_joins_clicks_when_configured(
             doc = client.post(f"{url}/score", json={"user": "u1", "items": ["i1"], "request_id": "q1"}).json()
             assert doc["request_id"] == "q1" and doc["arm"] in ("v000001", "v000002")
             producer = make_producer(cfg.kafka)
-            click = {
-                "event_id": "e1",
-                "user_id": "u1",
-                "item_id": "i1",
-                "category_id": "c1",
-                "action": "click",
-                "ts": 1_700_000_000_000,
-                "request_id": "q1",
-            }
-            produce(producer, cfg.kafka.events_topic, orjson.dumps(click), key=b"u1")
+            produce(producer, cfg.kafka.events_topic, click("q1"), key=b"u")
             producer.flush(10)
             arm = (doc["arm"], f"v{doc['version']:06d}")
             wait_for(
@@ -189,20 +170,12 @@ def test_streamrec_serve_joins_clicks_when_configured(
 
 
 def test_a_canary_clicked_less_is_rolled_back(
-    trained: Path, tmp_path: Path, pipeline_config: Callable[..., StreamrecConfig]
+    root: Path, pipeline_config: Callable[..., StreamrecConfig]
 ) -> None:
-    root = tmp_path / "snapshots"
-    shutil.copytree(trained, root)
     store = SnapshotStore(root)
-    store.promote(1)
     serving_cfg = {"poll_s": 0.1, "click_join": True, "canary_ctr_margin": 0.1, "canary_min_lists": 10}
     cfg = pipeline_config(serving=serving_cfg, learner={"snapshot_dir": root})
-    assert (
-        CliRunner()
-        .invoke(cli, ["snapshot", "canary", "2", "--share", "50%", "--snapshot-dir", str(root)])
-        .exit_code
-        == 0
-    )
+    snapshot(root, "canary", "2", "--share", "50%")
     join, consumer = start_click_join(cfg)
     try:
         app = build_app(Scorer(root), no_history, cfg.serving, clicks=join)
@@ -217,16 +190,7 @@ def test_a_canary_clicked_less_is_rolled_back(
             producer = make_producer(cfg.kafka)
             for d in served:  # every list of the served version clicked, none of the canary's
                 if d["arm"] == "served":
-                    click = {
-                        "event_id": d["request_id"],
-                        "user_id": "u",
-                        "item_id": "i1",
-                        "category_id": "c1",
-                        "action": "click",
-                        "ts": 1_700_000_000_000,
-                        "request_id": d["request_id"],
-                    }
-                    produce(producer, cfg.kafka.events_topic, orjson.dumps(click), key=b"u")
+                    produce(producer, cfg.kafka.events_topic, click(d["request_id"]), key=b"u")
             producer.flush(10)
             wait_for(lambda: read_plan(root) is None, 30, "the canary ended")
             reason = store.history()[-1].reason

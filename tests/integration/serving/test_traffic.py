@@ -23,29 +23,16 @@ from streamrec.serving.http import build_app, no_history
 from streamrec.serving.scorer import Scorer
 from streamrec.snapshots.store import SnapshotStore
 from streamrec.snapshots.traffic import plan_path, read_plan
-from tests.support import serving, trained_snapshots, wait_for
+from tests.support import serving, wait_for
 
 POLL_S = 0.1
 USERS = [f"u{n}" for n in range(1000)]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("trained") / "snapshots"
-    trained_snapshots(root, count=3)
-    return root
-
-
 @pytest.fixture
-def snapshots(trained: Path, tmp_path: Path) -> SnapshotStore:
+def snapshots(root: Path) -> SnapshotStore:
     """Three trained versions with exports, v000001 served."""
-    import shutil
-
-    root = tmp_path / "snapshots"
-    shutil.copytree(trained, root)
-    store = SnapshotStore(root)
-    store.promote(1)
-    return store
+    return SnapshotStore(root)
 
 
 def snapshot(store: SnapshotStore, *args: str) -> Any:
