@@ -342,9 +342,8 @@ def build_app(
                 body = await read_body(request, cfg.max_body_bytes)
                 user, candidates, history, context = parse_score_request(body, cfg.max_candidates)
                 request_id = request_id_of(request.headers, body)
-                plan = router.plan
-                arm, model = router.route(user)  # the version this request is answered with, start to end
-                routed = plan, arm, model
+                # the version this request is answered with, start to end
+                routed = plan, arm, model = router.route(user)
 
                 def work() -> list[float]:
                     behaviours = history_of(user) if history is None else history

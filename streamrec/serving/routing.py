@@ -117,16 +117,17 @@ class Router:
         """The plan requests are routed by."""
         return self._state[0]
 
-    def route(self, user_id: str) -> tuple[str, ExportedModel]:
-        """The arm ``user_id`` is in and the model that answers it (held for the whole request)."""
+    def route(self, user_id: str) -> tuple[TrafficPlan | None, str, ExportedModel]:
+        """The plan, the arm ``user_id`` is in and its model, read together.
+
+        The caller holds the model for the whole request.
+        """
         plan, models = self._state
         served = self.scorer.model
         if plan is None:
-            return SERVED, served
+            return None, SERVED, served
         arm = plan.arm_of(user_id)
-        if arm.version is None:
-            return arm.name, served
-        return arm.name, models[arm.version]
+        return plan, arm.name, served if arm.version is None else models[arm.version]
 
     def refresh(self) -> bool:
         """Take the plan in the file if it changed and its versions load; True when taken."""
