@@ -23,3 +23,22 @@ def fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` by ``data`` so a reader sees the old bytes or the new, never a torn file.
+
+    Written beside (``.<name>.tmp``), fsynced, renamed over, the directory fsynced. Callers
+    that may race hold a lock: the temporary name is one per target.
+
+    Raises:
+        OSError: the write, rename or sync failed (the old file is left as it was).
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+    fsync_path(path.parent)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 
-from streamrec.cli import consumers, learner, replay, services, snapshot
+from streamrec.cli import consumers, learner, replay, services, snapshot, traffic
 from streamrec.cli.common import command_group
 from streamrec.cli.demo import demo
 from streamrec.cli.generate import generate
@@ -28,6 +28,7 @@ app.command("score")(score)
 app.command("serve")(serve)
 app.add_typer(consumers.app, name="consumers")
 app.add_typer(learner.app, name="learner")
+traffic.register(snapshot.app)
 app.add_typer(snapshot.app, name="snapshot")
 app.add_typer(replay.app, name="replay")
 services.register(app)

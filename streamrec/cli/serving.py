@@ -130,6 +130,7 @@ def serve(
     """
     import uvicorn
 
+    from streamrec.serving.clicks import start_click_join
     from streamrec.serving.http import build_app
     from streamrec.serving.scorer import Scorer
 
@@ -142,7 +143,9 @@ def serve(
             store={"url": redis_url},
         )
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
-        app = build_app(scorer, _history_source(cfg, store), cfg.serving)
+        clicks, consumer = start_click_join(cfg) if cfg.serving.click_join else (None, None)
+        closers = [consumer.stop] if consumer is not None else []
+        app = build_app(scorer, _history_source(cfg, store), cfg.serving, clicks=clicks, on_shutdown=closers)
         instead = "" if scorer.serves_current else " (not the version serving/CURRENT names: see the warning)"
         console.print(
             f"serving v{scorer.version:06d}{instead} from {cfg.learner.snapshot_dir} on "

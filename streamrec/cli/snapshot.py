@@ -1,4 +1,5 @@
-"""``streamrec snapshot create|list|show|verify|diff|promote|rollback|prune|export|materialize``.
+"""``streamrec snapshot create|list|show|verify|diff|promote|rollback|prune|export|materialize``
+(``canary`` and ``ab``: `streamrec.cli.traffic`).
 
 Human-readable by default; ``--json`` prints one JSON document on stdout instead (errors still
 go to stderr as one line, exit status 1). A VERSION is ``v000007``, ``7``, ``current`` (the
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command 
     from streamrec.snapshots.exports import ExportCheck
     from streamrec.snapshots.store import SnapshotEntry, SnapshotManifest, SnapshotStore
 
-app = command_group("Create, inspect, verify, promote, roll back and prune versioned model snapshots.")
+app = command_group("Create, inspect, verify, promote, roll back, prune and split traffic between snapshots.")
 
 DirOption = setting("learner.snapshot_dir")
 JsonOption = json_output()
@@ -152,16 +153,18 @@ def list_(
     """
     with cli_errors():
         store = _store(snapshot_dir, log_level, config_file)
+        from streamrec.cli.traffic import arms_of, current_plan, plan_doc
         from streamrec.snapshots.exports import check_export
 
         entries = store.entries()
-        current, promoted = store.current(), set(store.promoted())
+        current, promoted, plan = store.current(), set(store.promoted()), current_plan(store)
         exports = {e.version: check_export(store.root, e.version) for e in entries}
         if as_json:
-            _print_json({"root": str(store.root), "current": current, "versions": [
+            _print_json({"root": str(store.root), "current": current, "traffic": plan_doc(plan), "versions": [
                 {
                     "version": e.version, "name": e.name, "valid": e.problem is None, "problem": e.problem,
                     "current": e.version == current, "promoted": e.version in promoted,
+                    "arms": arms_of(plan, e.version, current),
                     "manifest": e.manifest and _manifest_doc(e.manifest),
                     "export": _export_doc(exports[e.version]),
                 }
@@ -173,12 +176,16 @@ def list_(
             "positions", "status", "export",
         )
         for entry in entries:
-            row = _row(entry, store.root, _serving_mark(entry.version, current, promoted))
+            mark = ", ".join(filter(None, (_serving_mark(entry.version, current, promoted),
+                                           arms_of(plan, entry.version, current))))
+            row = _row(entry, store.root, mark)
             table.add_row(*row, _export_word(exports[entry.version]))
         if table.row_count == 0:
             console.print(f"no snapshots in {store.root}")
         else:
             console.print(table)
+        if plan is not None:
+            console.print(f"traffic: {plan.describe()} (since {plan.started[:19]})", highlight=False)
 
 
 @app.command("show")
@@ -195,15 +202,20 @@ def show(
         number = store.resolve(version)
         manifest = store.manifest(number)
         problem = store.validate(number)
-        current, promoted = store.current(), set(store.promoted())
+        from streamrec.cli.traffic import arms_of, current_plan, plan_doc
+
+        current, promoted, plan = store.current(), set(store.promoted()), current_plan(store)
+        arms = arms_of(plan, number, current)
         if as_json:
             _print_json(_manifest_doc(manifest) | {
                 "name": manifest.name, "valid": problem is None, "problem": problem,
                 "current": number == current, "promoted": number in promoted,
+                "arms": arms, "traffic": plan_doc(plan),
             })
             return
         lines = [
             ("version", f"{manifest.name} {_serving_mark(number, current, promoted)}".rstrip()),
+            ("traffic", f"{arms} of {plan.describe()}" if plan is not None and arms else "-"),
             ("status", "ok" if problem is None else f"invalid: {problem}"),
             ("path", str(store.path(number))),
             ("kind", format_kind(manifest)),
@@ -360,12 +372,17 @@ def promote(
         store = _store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         manifest = store.promote(number, reason=reason, build_export=_build_export(store))
-        previous = store.history()[-1].previous
+        history = store.history()
+        previous = next(e.previous for e in reversed(history) if e.action == "promote")
+        ended = history[-1].traffic if history[-1].action == "end" else None
         if as_json:
-            _print_json({"current": manifest.version, "name": manifest.name, "previous": previous})
+            _print_json({"current": manifest.version, "name": manifest.name, "previous": previous,
+                         "ended": ended})
         else:
             was = f" (was {version_name(previous)})" if previous is not None else ""
             console.print(f"serving {manifest.name}{was}: {store.serving.current_path}", highlight=False)
+            if ended:
+                console.print(f"ended: {ended}", highlight=False)
 
 
 @app.command("rollback")
@@ -382,9 +399,13 @@ def rollback(
     with cli_errors():
         store = _store(snapshot_dir, log_level, config_file)
         version = store.rollback(reason=reason, build_export=_build_export(store))
-        previous = store.history()[-1].previous
+        last = store.history()[-1]
+        previous, ended = last.previous, last.traffic if last.action == "end" else None
         if as_json:
-            _print_json({"current": version, "name": version_name(version), "previous": previous})
+            _print_json({"current": version, "name": version_name(version), "previous": previous,
+                         "ended": ended})
+        elif ended:
+            console.print(f"ended {ended}: serving {version_name(version)} to every user", highlight=False)
         else:
             was = f" (was {version_name(previous)})" if previous is not None else ""
             console.print(f"rolled back: serving {version_name(version)}{was}", highlight=False)

@@ -40,6 +40,38 @@ class ServingConfig(BaseModel):
     # How long /readyz waits for that check; a store slower than this is reported not ready.
     ready_timeout_s: float = Field(1.0, gt=0, description="STREAMREC_SERVING__READY_TIMEOUT_S")
 
+    # A canary (`streamrec snapshot canary`) that falls behind the served version is ended by
+    # serve (one instance decides, under the pointer's lock); the history says why.
+    canary_auto_rollback: bool = Field(True, description="STREAMREC_SERVING__CANARY_AUTO_ROLLBACK")
+    # Requests each arm must have answered on one instance before it is judged: 200 puts one
+    # error in 200 (0.5%) within the default margin, so a single failure ends no canary.
+    canary_min_requests: int = Field(200, ge=1, description="STREAMREC_SERVING__CANARY_MIN_REQUESTS")
+    # How far the canary's error rate may exceed the served version's (errors per request).
+    canary_error_margin: float = Field(0.01, ge=0, description="STREAMREC_SERVING__CANARY_ERROR_MARGIN")
+    # The canary's p99 latency may reach the served one's times this plus the slack below: a
+    # model twice as slow is a regression, a millisecond of jitter on a fast one is not.
+    canary_latency_ratio: float = Field(2.0, ge=0, description="STREAMREC_SERVING__CANARY_LATENCY_RATIO")
+    canary_latency_slack_s: float = Field(
+        0.05, ge=0, description="STREAMREC_SERVING__CANARY_LATENCY_SLACK_S"
+    )
+
+    # Click-through per arm (streamrec.serving.clicks): serve records each list it serves during
+    # a canary or an A/B test in the feature store's Redis and joins click events carrying its
+    # request_id, read from the events topic in this consumer group (one for every instance).
+    click_join: bool = Field(False, description="STREAMREC_SERVING__CLICK_JOIN")
+    click_group: str = Field("streamrec-serve-clicks", description="STREAMREC_SERVING__CLICK_GROUP")
+    # How long a served list may still be clicked: a day covers a feed left open overnight.
+    click_ttl_s: int = Field(86_400, ge=1, description="STREAMREC_SERVING__CLICK_TTL_S")
+    # Actions that are clicks when an event has no label (an event's label 1 is a click).
+    click_actions: tuple[str, ...] = Field(("click",), description="STREAMREC_SERVING__CLICK_ACTIONS")
+
+    # With the click join on: a canary whose clicks per list fall below the served arm's by more
+    # than this (0.005: half a point of click-through) is ended too, once both arms served
+    # canary_min_lists lists; unset, click-through is reported and never judged.
+    canary_ctr_margin: float | None = Field(None, ge=0, description="STREAMREC_SERVING__CANARY_CTR_MARGIN")
+    # 5,000 lists per arm put the standard error of a 5% click-through near 0.3 points.
+    canary_min_lists: int = Field(5000, ge=1, description="STREAMREC_SERVING__CANARY_MIN_LISTS")
+
     @model_validator(mode="after")
     def _in_flight_covers_workers(self) -> ServingConfig:
         if self.max_in_flight < self.workers:

@@ -2,7 +2,9 @@
 
 - ``POST /score`` ``{"user": "u1", "items": ["i1", "i2:c7", {"item_id": "i3", "category_id":
   "c2", "genres": ["Drama"]}], "history": [["i9", "c7"], ...], "context": {"device": "ios"}}``
-  → ``{"version": 7, "scores": [0.41, ...]}``. ``context`` gives the model's declared context
+  → ``{"version": 7, "arm": "served", "request_id": "...", "scores": [0.41, ...]}`` (the arm
+  of a canary or A/B test, `streamrec.serving.routing`; the request id from ``X-Request-Id``
+  or the body's ``request_id``, else a new one). ``context`` gives the model's declared context
   features (``STREAMREC_FEATURES``, role ``context``) by name, an item object its own
   behaviour features by name (``item``/``category`` are accepted for ``item_id``/
   ``category_id``); one missing reads its default. Without ``history`` the user's sequence,
@@ -34,7 +36,9 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -51,8 +55,14 @@ from streamrec.errors import InvalidEvent
 from streamrec.events import as_id
 from streamrec.serving.admission import Admission, Overloaded
 from streamrec.serving.features import store_history as store_history  # its old home
+from streamrec.serving.guard import CanaryGuard, follow_traffic
 from streamrec.serving.readiness import PROBE_USER, Readiness
-from streamrec.serving.scorer import Candidate, Scorer
+from streamrec.serving.routing import ArmMetrics, Router
+from streamrec.serving.scorer import Candidate, ExportedModel, Scorer
+from streamrec.snapshots.traffic import TrafficPlan
+
+if TYPE_CHECKING:  # the Redis and Kafka clients: imported only when the click join is on
+    from streamrec.serving.clicks import ClickJoin
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +125,7 @@ class ServingMetrics:
             "streamrec_serving_reloads", "Versions swapped in after the pointer moved",
             registry=self.registry,
         )
+        self.arms = ArmMetrics(self.registry)  # per arm and version of a canary or an A/B test
 
 
 class _Inexact(Exception):
@@ -215,6 +226,30 @@ def _candidate(item: object, exact: bool) -> Candidate:
     )
 
 
+REQUEST_ID_HEADER = "x-request-id"
+
+
+def request_id_of(headers: Mapping[str, str], body: bytes) -> str:
+    """The request's id: its ``X-Request-Id`` header, its body's ``request_id``, or a new one.
+
+    Returned in the response, so a client can log it with the arm and send it back with the
+    click events of the list it was shown.
+
+    Raises:
+        BadRequest: a given id is not an id (1-128 printable characters).
+    """
+    given: object = headers.get(REQUEST_ID_HEADER)
+    if given is None and b'"request_id"' in body:  # parsed again only when it is there
+        doc = orjson.loads(body)
+        given = doc.get("request_id") if isinstance(doc, dict) else None
+    if given is None:
+        return uuid.uuid4().hex
+    try:
+        return as_id(given, "request_id")
+    except InvalidEvent as exc:
+        raise BadRequest(str(exc)) from exc
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request's body, refused as soon as it is known to pass ``limit`` bytes.
 
@@ -278,6 +313,8 @@ def build_app(
     history_of: Callable[[str], Sequence[tuple[str, str]]],
     cfg: ServingConfig | None = None,
     metrics: ServingMetrics | None = None,
+    clicks: ClickJoin | None = None,
+    on_shutdown: Sequence[Callable[[], None]] = (),
 ) -> Starlette:
     """The ASGI app.
 
@@ -286,24 +323,37 @@ def build_app(
     """
     cfg = cfg or ServingConfig()
     metrics = metrics or ServingMetrics()
+    router = Router(scorer, cfg.threads)  # each user's arm: one version, or a canary's or A/B test's
+    arms = metrics.arms
+    guard = CanaryGuard(router, cfg, clicks)
+    if clicks is not None:  # each served list recorded for the click-through of its arm
+        from streamrec.serving.clicks import ClickCollector
+
+        metrics.registry.register(ClickCollector(clicks, lambda: router.plan))
     metrics.version.set(scorer.version)
     admission = Admission(cfg.workers, cfg.max_in_flight, cfg.max_queue_wait_s)
     metrics.in_flight.set_function(lambda: admission.in_flight)
     readiness = Readiness(scorer, lambda: history_of(PROBE_USER), cfg.ready_cache_s, cfg.ready_timeout_s)
 
     async def score(request: Request) -> Response:
+        routed: tuple[TrafficPlan | None, str, ExportedModel] | None = None
         try:
             with admission.admitted():
                 body = await read_body(request, cfg.max_body_bytes)
                 user, candidates, history, context = parse_score_request(body, cfg.max_candidates)
-                model = scorer.model  # the version this request is answered with, start to end
+                request_id = request_id_of(request.headers, body)
+                # the version this request is answered with, start to end
+                routed = plan, arm, model = router.route(user)
 
                 def work() -> list[float]:
                     behaviours = history_of(user) if history is None else history
                     try:
-                        return model.score(user, behaviours, candidates, context).tolist()
+                        scored: list[float] = model.score(user, behaviours, candidates, context).tolist()
                     except InvalidEvent as exc:  # a request's feature value breaking its declaration
                         raise BadRequest(str(exc)) from exc
+                    if clicks is not None and plan is not None:
+                        record_served(clicks, plan, request_id, arm, model.version)
+                    return scored
 
                 scores, waited = await admission.run(work, request.scope[ACCEPTED])
         except Overloaded as exc:
@@ -315,11 +365,24 @@ def build_app(
             return _error(413, str(exc), {"Connection": "close"})
         except Exception as exc:  # the feature store down, say: one line, and a 503
             logger.error("score request failed error=%s", exc)
+            if routed is not None:
+                observe_arm(request, routed, None)
             return _error(503, f"cannot score now: {exc}")
         metrics.queue_wait.observe(waited)
         metrics.candidates.inc(len(candidates))
-        body = orjson.dumps({"version": model.version, "scores": scores})
+        observe_arm(request, routed, scores)
+        body = orjson.dumps(
+            {"version": model.version, "arm": arm, "request_id": request_id, "scores": scores}
+        )
         return Response(body, media_type="application/json")
+
+    def observe_arm(
+        request: Request, routed: tuple[TrafficPlan | None, str, ExportedModel], scores: list[float] | None
+    ) -> None:
+        plan, arm, model = routed
+        seconds = time.perf_counter() - request.scope[ACCEPTED]
+        arms.observe(arm, model.version, seconds, scores)
+        guard.observe(plan, arm, scores is not None, seconds)
 
     async def ready(request: Request) -> Response:
         reasons = await readiness.reasons()
@@ -340,13 +403,17 @@ def build_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         task = asyncio.create_task(_follow_pointer(scorer, cfg.poll_s, metrics))
+        traffic = asyncio.create_task(follow_traffic(router, guard, cfg.poll_s))
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for running in (task, traffic):
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
             admission.close()
+            for close in on_shutdown:  # the click join's consumer leaves its group
+                await asyncio.to_thread(close)
 
     routes = [
         Route(SCORE_PATH, score, methods=["POST"]),
@@ -372,6 +439,15 @@ async def _follow_pointer(scorer: Scorer, poll_s: float, metrics: ServingMetrics
             counted = scorer.load_failures
         except Exception:  # never let the watcher die: the service keeps the version it has
             logger.exception("serving pointer check failed")
+
+
+def record_served(clicks: ClickJoin, plan: TrafficPlan, request_id: str, arm: str, version: int) -> None:
+    """Record a served list for the click join; a Redis failure is logged, the answer still sent."""
+    try:
+        clicks.served(plan, request_id, arm, version)
+    except Exception as exc:  # the list goes uncounted in click-through: said, never silently
+        logger.warning("cannot record a served list for click-through request_id=%s error=%s",
+                       request_id, exc)
 
 
 def no_history(user: str) -> list[tuple[str, str]]:

@@ -4,7 +4,9 @@ r"""Promotion: which snapshot version serving loads, how it moves, and what rete
 (written beside, fsynced, ``os.replace``, directory fsynced), so a reader sees the old name or
 the new one, never a torn file; serving needs no lock to read it. ``<root>/serving/history.jsonl``
 is append-only JSON lines (time, action ``promote`` or ``rollback``, version, previous,
-reason): every version it names was once served, so retention never deletes it.
+reason; ``canary``, ``ab`` and ``end`` lines, with the plan in ``traffic``, start and end a
+traffic plan, `streamrec.snapshots.traffic`, and name the version served throughout): every
+version it names was once served, so retention never deletes it.
 
 Operators promote and roll back while a learner writes, so pointer updates take their own
 short ``flock`` (``<root>/serving/.lock``), never the learner's. The history line is written
@@ -32,10 +34,11 @@ from typing import Protocol
 import orjson
 
 from streamrec.errors import SnapshotError
-from streamrec.fileio import fsync_path
+from streamrec.fileio import write_atomic
 from streamrec.snapshots.directory import describe_os_error, parse_version, remove_tree, version_name
 from streamrec.snapshots.exports import check_export, refuse_unservable
 from streamrec.snapshots.manifest import SnapshotManifest
+from streamrec.snapshots.traffic import TrafficPlan, read_plan, remove_plan
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +46,6 @@ SERVING = "serving"
 CURRENT = "CURRENT"
 HISTORY = "history.jsonl"
 _LOCK = ".lock"
-_CURRENT_TMP = ".CURRENT.tmp"  # one name: writers hold the lock, so a crash leaves one at most
 _MODE = 0o644  # serving may run as another user
 # How long an update waits for another one (a promote verifying a large snapshot) to finish.
 LOCK_TIMEOUT_S = 60.0
@@ -55,10 +57,16 @@ class ServingEvent:
     """One line of the serving history."""
 
     time: str
-    action: str  # "promote" or "rollback"
+    action: str  # "promote" or "rollback"; "canary", "ab" or "end" for a traffic plan
     version: int  # the version served from then on
     previous: int | None  # the version served before, None at the first promotion
     reason: str
+    traffic: str | None = None  # the traffic plan a canary or A/B event started or ended
+
+
+# Events that move CURRENT; the others ("canary", "ab", "end") start or end a traffic plan and
+# leave it where it was (their version is the one served throughout).
+POINTER_ACTIONS = ("promote", "rollback")
 
 
 class ServingPointer:
@@ -137,13 +145,16 @@ class ServingPointer:
         finally:
             os.close(fd)  # releases the flock
 
-    def record(self, action: str, version: int, previous: int | None, reason: str) -> ServingEvent:
+    def record(
+        self, action: str, version: int, previous: int | None, reason: str, traffic: str | None = None
+    ) -> ServingEvent:
         """Append one event to the history, durably. Call it holding `locked`."""
         event = ServingEvent(
             time=datetime.now(UTC).isoformat(timespec="milliseconds"),
-            action=action, version=version, previous=previous, reason=reason,
+            action=action, version=version, previous=previous, reason=reason, traffic=traffic,
         )
-        line = orjson.dumps(asdict(event)) + b"\n"
+        fields = {k: v for k, v in asdict(event).items() if k != "traffic" or v is not None}
+        line = orjson.dumps(fields) + b"\n"
         try:
             fd = os.open(self.history_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, _MODE)
             try:
@@ -160,15 +171,8 @@ class ServingPointer:
 
     def point(self, version: int) -> None:
         """Swap CURRENT to ``version`` atomically. Call it holding `locked`."""
-        tmp = self.dir / _CURRENT_TMP
         try:
-            with tmp.open("wb") as fh:
-                fh.write(f"v{version:06d}\n".encode())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, _MODE)
-            os.replace(tmp, self.current_path)
-            fsync_path(self.dir)
+            write_atomic(self.current_path, f"v{version:06d}\n".encode(), _MODE)
         except OSError as exc:
             raise SnapshotError(f"cannot write {self.current_path}: {describe_os_error(exc)}") from exc
 
@@ -187,6 +191,8 @@ class ServingPointer:
         """
         stack: list[int] = []
         for event in self.history():
+            if event.action not in POINTER_ACTIONS:
+                continue
             if event.action == "rollback" and event.version in stack:
                 del stack[stack.index(event.version) + 1:]
             elif not stack or stack[-1] != event.version:
@@ -238,11 +244,19 @@ def promote(
         SnapshotError: the pointer or its history cannot be written.
     """
     with store.serving.locked():
+        plan = read_plan(store.root)
+        if plan is not None and version not in plan.versions():
+            raise SnapshotError(
+                f"a {plan.kind} runs ({plan.describe()}): promote one of its versions, which ends it, "
+                "or end it first (`streamrec snapshot rollback`)"
+            )
         manifest = store.verify(version)
         _require_export(store, version, build_export)
         previous = _current_or_none(store.serving)
         store.serving.record("promote", version, previous, reason)
         store.serving.point(version)
+        if plan is not None:  # a null arm follows CURRENT: safe to end after the pointer moved
+            end_traffic(store, plan, f"{manifest.name} promoted: {reason}")
     logger.info("promoted snapshot version=%s previous=%s reason=%s", manifest.name,
                 previous and version_name(previous), reason)
     return manifest
@@ -281,6 +295,9 @@ def rollback(store: Versions, reason: str = "manual", build_export: BuildExport 
     is no longer valid or whose export is damaged (see `promote` for
     ``build_export``); returns it.
 
+    While a canary or an A/B test runs, it ends that instead (every user back on the served
+    version, which stays) and returns the served version.
+
     Raises:
         SnapshotError: nothing is promoted, or no earlier promoted version is valid.
     """
@@ -288,6 +305,10 @@ def rollback(store: Versions, reason: str = "manual", build_export: BuildExport 
         current = store.serving.current()
         if current is None:
             raise SnapshotError(f"no version is promoted in {store.root}: nothing to roll back")
+        plan = read_plan(store.root)
+        if plan is not None:
+            end_traffic(store, plan, f"rolled back: {reason}")
+            return current
         skipped = []
         for version in store.serving.rollback_candidates(current):
             problem = _servable_problem(store, version, build_export)
@@ -326,7 +347,9 @@ def prune(store: Versions, keep_last: int) -> list[int]:
     with store.serving.locked():
         versions = store.versions()
         newest_valid = next((v for v in reversed(versions) if store.validate(v) is None), None)
+        plan = read_plan(store.root)
         kept = set(versions[-keep_last:]) | set(store.serving.promoted()) | {newest_valid}
+        kept |= plan.versions() if plan is not None else set()  # a canary's or an A/B arm's
         keep = {v for version in kept if version is not None for v in _ancestry(store, version)}
         for version in versions:
             if version in keep:
@@ -341,6 +364,19 @@ def prune(store: Versions, keep_last: int) -> list[int]:
         logger.info("pruned snapshots path=%s deleted=%s kept=%d", store.root,
                     ",".join(map(version_name, deleted)), len(versions) - len(deleted))
     return deleted
+
+
+def end_traffic(store: Versions, plan: TrafficPlan, reason: str) -> None:
+    """Record the end of ``plan`` and remove it (every user on CURRENT). Call it holding the lock.
+
+    Raises:
+        SnapshotError: the history or the plan cannot be written.
+    """
+    current = store.serving.current()
+    served = current if current is not None else next(iter(sorted(plan.versions())))
+    store.serving.record("end", served, served, reason, traffic=plan.describe())
+    remove_plan(store.root)
+    logger.info("ended traffic plan=%s reason=%s", plan.describe(), reason)
 
 
 def _ancestry(store: Versions, version: int) -> Iterator[int]:

@@ -207,6 +207,7 @@ def _metric_names() -> set[str]:
     from streamrec.observability.consumer import ConsumerMetrics
     from streamrec.observability.lag import LagCollector
     from streamrec.observability.learner import LearnerMetrics
+    from streamrec.serving.clicks import ClickCollector
     from streamrec.serving.http import ServingMetrics
 
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
@@ -214,6 +215,8 @@ def _metric_names() -> set[str]:
     for metrics in (LearnerMetrics(), ConsumerMetrics(), ServingMetrics()):
         for family in metrics.registry.collect():
             names |= {family.name, *(family.name + s for s in suffixes.get(family.type, ()))}
+    # the click join's, read from Redis at a scrape: without a plan collect() asks no Redis
+    names |= {family.name for family in ClickCollector(None, lambda: None).collect()}  # type: ignore[arg-type]
     for prefix in ("streamrec_learner", "streamrec_consumer"):
         # describe() names the lag families without asking a broker (the probe is never used)
         names |= {family.name for family in LagCollector(None, prefix).describe()}  # type: ignore[arg-type]

@@ -80,7 +80,7 @@ EXPECTED: dict[str, dict[str, str]] = {
     **{
         f"snapshot {name}": {"--snapshot-dir": "STREAMREC_LEARNER__SNAPSHOT_DIR"}
         for name in ("create", "list", "show", "verify", "diff", "promote", "rollback", "export",
-                     "materialize")
+                     "materialize", "canary", "ab")
     },
     "snapshot prune": {
         "--snapshot-dir": "STREAMREC_LEARNER__SNAPSHOT_DIR",

@@ -1,0 +1,216 @@
+r"""Click-through per arm: served lists recorded in Redis, click events joined to them by request id.
+
+Chosen: serve both records and joins, and the consumers stay as they are. While a canary or an
+A/B test runs, each answered ``/score`` records its request id's arm and version in Redis
+(``<prefix>:req:<id>``, expiring after ``click_ttl_s``: how long a shown list may still
+be clicked) and counts the list served (hash ``<prefix>:{<salt>}:served``, field
+``<arm>\t<version>``). A `ClickConsumer` thread in serve reads the events topic in its own
+consumer group (one group for every instance, so each event is read by one), and for an event
+carrying ``request_id`` that is a click (``label`` 1, or no label and an action in
+``click_actions``) whose request is on record, counts one click per (request, item) (a
+``SET NX`` marker, so a redelivered event counts once) in hash ``<prefix>:{<salt>}:clicks``. Its
+offsets are committed only after those writes. The counters live in Redis, so every instance's
+lists and clicks add up; ``/metrics`` reads them for the running plan on each scrape. The salt
+in braces keeps one plan's keys in one Cluster slot.
+
+Why not the consumers: they are the feature store's writers and run in transactions with the
+samples topic; the join needs none of that, and in serve it is off unless configured.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+
+import orjson
+import redis
+from confluent_kafka import KafkaError, Message, TopicPartition
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.errors import ConfigError
+from streamrec.kafka.clients import make_consumer
+from streamrec.snapshots.traffic import TrafficPlan
+
+logger = logging.getLogger(__name__)
+
+# One click per (request, item): the marker's SET NX succeeds once, then the count moves.
+_COUNT_ONCE = """
+if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
+  return redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+end
+return 0
+"""
+_POLL_S = 0.5  # the consumer thread's poll: how soon it sees a stop
+_BATCH = 500  # events per poll, committed together after their writes
+
+
+class ClickJoin:
+    """The served lists and clicks of each plan's arms, in Redis."""
+
+    def __init__(self, client: redis.Redis, prefix: str, ttl_s: int, click_actions: Iterable[str]) -> None:
+        """Keys under ``prefix``; a served request joinable for ``ttl_s`` seconds."""
+        self.client = client
+        self.prefix = prefix
+        self.ttl_s = ttl_s
+        self.click_actions = frozenset(click_actions)
+        self._count_once = client.register_script(_COUNT_ONCE)
+
+    def _key(self, salt: str, name: str) -> str:
+        return f"{self.prefix}:{{{salt}}}:{name}"
+
+    def served(self, plan: TrafficPlan, request_id: str, arm: str, version: int) -> None:
+        """Record one list served to ``arm`` (one round trip)."""
+        field = f"{arm}\t{version}"
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(f"{self.prefix}:req:{request_id}", f"{plan.salt}\t{field}", ex=self.ttl_s)
+        pipe.hincrby(self._key(plan.salt, "served"), field, 1)
+        pipe.execute()
+
+    def clicked(self, event: dict[str, object]) -> bool:
+        """Count ``event`` as a click of the arm its request was served by; False when it is not one.
+
+        Not one: no ``request_id``, not a click, or a request not on record (served outside a
+        plan, or longer ago than the TTL).
+        """
+        request_id, label = event.get("request_id"), event.get("label")
+        is_click = label == 1 if label is not None else event.get("action") in self.click_actions
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool) or not is_click:
+            return False
+        record = self.client.get(f"{self.prefix}:req:{request_id}")
+        if record is None:
+            return False
+        salt, _, field = (record.decode() if isinstance(record, bytes) else str(record)).partition("\t")
+        marker = self._key(salt, f"clicked:{request_id}:{event.get('item_id')}")
+        self._count_once(keys=[marker, self._key(salt, "clicks")], args=[self.ttl_s, field])
+        return True
+
+    def figures(self, plan: TrafficPlan) -> dict[tuple[str, str], tuple[int, int]]:
+        """(arm, version) -> (lists served, clicks) of ``plan``, every instance's together."""
+        served = self.client.hgetall(self._key(plan.salt, "served"))
+        clicks = self.client.hgetall(self._key(plan.salt, "clicks"))
+        out = {}
+        for field in set(served) | set(clicks):
+            arm, _, version = (field.decode() if isinstance(field, bytes) else field).partition("\t")
+            out[(arm, f"v{int(version):06d}")] = (int(served.get(field, 0)), int(clicks.get(field, 0)))
+        return out
+
+
+class ClickCollector(Collector):
+    """``streamrec_serving_arm_lists`` and ``_arm_clicks`` of the running plan, read on scrape."""
+
+    def __init__(self, join: ClickJoin, plan: Callable[[], TrafficPlan | None]) -> None:
+        """Report ``join``'s figures for the plan ``plan()`` routes by."""
+        self.join = join
+        self.plan = plan
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The two families (empty without a plan or when Redis does not answer)."""
+        labels = ["arm", "version"]
+        lists = GaugeMetricFamily(
+            "streamrec_serving_arm_lists",
+            "Lists served during the running canary or A/B test, by arm and version (all instances)",
+            labels=labels,
+        )
+        clicks = GaugeMetricFamily(
+            "streamrec_serving_arm_clicks",
+            "Clicks joined to those lists by request id, by arm and version (their ratio: the click-through)",
+            labels=labels,
+        )
+        plan = self.plan()
+        if plan is not None:
+            try:
+                for (arm, version), (served, clicked) in sorted(self.join.figures(plan).items()):
+                    lists.add_metric([arm, version], served)
+                    clicks.add_metric([arm, version], clicked)
+            except redis.RedisError as exc:
+                logger.warning("cannot read click-through figures error=%s", exc)
+        yield lists
+        yield clicks
+
+
+class ClickConsumer:
+    """Reads the events topic in serve's own group and joins clicks (`ClickJoin.clicked`)."""
+
+    def __init__(self, join: ClickJoin, kafka: KafkaConfig, group: str) -> None:
+        """Consume ``kafka.events_topic`` as ``group``; `start` runs it on a thread."""
+        self.join = join
+        self.consumer = make_consumer(kafka, group, **{"enable.partition.eof": False})
+        self.consumer.subscribe([kafka.events_topic])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="click-join", daemon=True)
+        self.joined = 0
+
+    def start(self) -> ClickConsumer:
+        """Run on a thread until `stop`."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop polling and leave the group (once; again is a no-op)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(30)
+        self.consumer.close()
+        logger.info("click join stopped joined=%d", self.joined)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            messages = self.consumer.consume(_BATCH, _POLL_S)
+            try:
+                for message in messages:
+                    self._one(message)
+                done = _positions(messages, after=True)
+                if done:  # after their writes: a crash before this re-reads them, counted once
+                    self.consumer.commit(offsets=done, asynchronous=False)
+            except Exception:  # Redis away, say: logged, the batch read again after a pause
+                logger.exception("click join failed; reading the batch again")
+                self._rewind(messages)
+                self._stop.wait(1.0)
+
+    def _rewind(self, messages: list[Message]) -> None:
+        for position in _positions(messages, after=False):
+            self.consumer.seek(position)
+
+    def _one(self, message: Message) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                logger.warning("click join consumer error=%s", error)
+            return
+        try:
+            event = orjson.loads(message.value() or b"")
+        except orjson.JSONDecodeError:
+            return  # the consumers dead-letter it; for the join it is no click
+        if isinstance(event, dict) and self.join.clicked(event):
+            self.joined += 1
+
+
+def _positions(messages: list[Message], after: bool) -> list[TopicPartition]:
+    """Per partition, the offset after the batch's last record (``after``) or of its first."""
+    found: dict[tuple[str, int], int] = {}
+    for m in messages:
+        topic, partition, offset = m.topic(), m.partition(), m.offset()
+        if m.error() is None and topic is not None and partition is not None and offset is not None:
+            key = (topic, partition)
+            found[key] = offset + 1 if after else found.get(key, offset)
+    return [TopicPartition(topic, partition, offset) for (topic, partition), offset in found.items()]
+
+
+def start_click_join(cfg: StreamrecConfig) -> tuple[ClickJoin, ClickConsumer]:
+    """The join on the feature store's Redis and its consumer, started (`streamrec serve`).
+
+    Raises:
+        ConfigError: the feature store is not Redis.
+    """
+    store = cfg.store
+    if not isinstance(store, RedisStoreConfig):
+        raise ConfigError(
+            "STREAMREC_SERVING__CLICK_JOIN needs the Redis feature store (STREAMREC_STORE__TYPE=redis)"
+        )
+    client = redis.Redis.from_url(store.url, socket_connect_timeout=store.connect_timeout_s)
+    join = ClickJoin(client, f"{store.key_prefix}:ab", cfg.serving.click_ttl_s, cfg.serving.click_actions)
+    return join, ClickConsumer(join, cfg.kafka, cfg.serving.click_group).start()

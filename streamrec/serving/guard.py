@@ -1,0 +1,189 @@
+"""Automatic rollback of a canary whose live figures fall behind the served version's.
+
+`CanaryGuard` keeps, per arm of the running canary, the requests, errors and the latest
+latencies this instance answered (reset whenever the plan changes). Once both arms have
+answered ``canary_min_requests``, it compares them: an error rate above the served one's by
+more than ``canary_error_margin``, or a p99 latency above ``canary_latency_ratio`` times the
+served one's plus ``canary_latency_slack_s``, ends the canary
+(`streamrec.snapshots.canary.end_plan`), under the pointer's lock and only if the plan judged
+is still the one in force, so of several instances one decides; the history says why. A
+canary whose version this instance cannot load is ended the same way, and, with the click
+join on and ``canary_ctr_margin`` set, one whose click-through (every instance's lists and
+clicks, from Redis) falls behind by that margin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from streamrec.config import ServingConfig
+from streamrec.errors import SnapshotError
+from streamrec.serving.routing import Router
+from streamrec.snapshots.canary import end_plan
+from streamrec.snapshots.directory import version_name
+from streamrec.snapshots.traffic import CANARY, SERVED, TrafficPlan, read_plan
+
+if TYPE_CHECKING:  # the Redis and Kafka clients: imported only when the click join is on
+    from streamrec.serving.clicks import ClickJoin
+
+logger = logging.getLogger(__name__)
+
+# Latencies kept per arm for the p99: the latest 10,000 requests, 80 KB, a p99 from 100 tail
+# samples, steady enough to judge by.
+LATENCY_WINDOW = 10_000
+
+
+class ArmWindow:
+    """One arm's figures since the plan began: requests, errors and the latest latencies."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.errors = 0
+        self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+
+    @property
+    def error_rate(self) -> float:
+        """Errors per request (0 with none)."""
+        return self.errors / self.requests if self.requests else 0.0
+
+    def p99(self) -> float:
+        """The 99th percentile of the latencies kept, in seconds."""
+        return float(np.percentile(np.fromiter(self.latencies, float), 99)) if self.latencies else 0.0
+
+
+class CanaryGuard:
+    """Judges the running canary by this instance's requests; ends it when it falls behind."""
+
+    def __init__(self, router: Router, cfg: ServingConfig, clicks: ClickJoin | None = None) -> None:
+        """Judge the canaries ``router`` routes by, with ``cfg``'s margins.
+
+        And by click-through from ``clicks``, every instance's together, when
+        ``canary_ctr_margin`` is set.
+        """
+        self.router = router
+        self.cfg = cfg
+        self.clicks = clicks
+        self._plan: TrafficPlan | None = None
+        self._arms: dict[str, ArmWindow] = {}
+        self.instance = f"{socket.gethostname()}:{os.getpid()}"
+
+    def observe(self, plan: TrafficPlan | None, arm: str, ok: bool, seconds: float) -> None:
+        """One request of ``arm`` under ``plan`` answered (``ok``) or failed, in ``seconds``."""
+        if plan is None or plan.kind != "canary":
+            return
+        if plan is not self._plan:  # a new plan: judge it by its own requests
+            self._plan, self._arms = plan, {}
+        window = self._arms.setdefault(arm, ArmWindow())
+        window.requests += 1
+        window.errors += not ok
+        window.latencies.append(seconds)
+
+    def verdict(self) -> str | None:
+        """Why the canary falls behind, or None (also while too few requests were seen)."""
+        canary, served = self._arms.get(CANARY), self._arms.get(SERVED)
+        least = self.cfg.canary_min_requests
+        if canary is None or served is None or min(canary.requests, served.requests) < least:
+            return None
+        figures = f"over {canary.requests} canary and {served.requests} served requests"
+        if canary.error_rate > served.error_rate + self.cfg.canary_error_margin:
+            return (
+                f"error rate {canary.error_rate:.4f} above the served version's {served.error_rate:.4f} "
+                f"by more than {self.cfg.canary_error_margin} {figures}"
+            )
+        limit = served.p99() * self.cfg.canary_latency_ratio + self.cfg.canary_latency_slack_s
+        if canary.p99() > limit:
+            ratio, slack = self.cfg.canary_latency_ratio, self.cfg.canary_latency_slack_s
+            return (
+                f"p99 latency {canary.p99():.4f}s above {limit:.4f}s (the served version's "
+                f"{served.p99():.4f}s x {ratio} + {slack}s) {figures}"
+            )
+        return None
+
+    def check_loading(self) -> TrafficPlan | None:
+        """End the canary in the plan file if this instance cannot load it; the plan ended, if any.
+
+        It reads the plan file: run it off the event loop.
+        """
+        problem = self.router.plan_problem
+        if not self.cfg.canary_auto_rollback or problem is None:
+            return None
+        try:
+            pending = read_plan(self.router.root)
+        except SnapshotError:
+            return None  # an unreadable plan is routed as before; the router logs it
+        if pending is None or pending.kind != "canary":
+            return None
+        return self.end(pending, f"cannot load it: {problem}")
+
+    def check_clicks(self) -> TrafficPlan | None:
+        """End the running canary if its click-through falls behind; the plan ended, if any.
+
+        Judged once both arms served ``canary_min_lists`` lists (all instances'): the canary's
+        clicks per list below the served arm's by more than ``canary_ctr_margin``. It reads
+        Redis: run it off the event loop.
+        """
+        plan, margin = self.router.plan, self.cfg.canary_ctr_margin
+        if not self.cfg.canary_auto_rollback or margin is None or self.clicks is None or plan is None:
+            return None
+        if plan.kind != "canary":
+            return None
+        by_arm: dict[str, tuple[int, int]] = {}
+        for (arm, _), (lists, clicked) in self.clicks.figures(plan).items():
+            total = by_arm.get(arm, (0, 0))
+            by_arm[arm] = (total[0] + lists, total[1] + clicked)
+        canary, served = by_arm.get(CANARY, (0, 0)), by_arm.get(SERVED, (0, 0))
+        if min(canary[0], served[0]) < self.cfg.canary_min_lists:
+            return None
+        canary_ctr, served_ctr = canary[1] / canary[0], served[1] / served[0]
+        if canary_ctr >= served_ctr - margin:
+            return None
+        return self.end(
+            plan,
+            (
+                f"click-through {canary_ctr:.4f} below the served version's {served_ctr:.4f} by more than "
+                f"{margin} over {canary[0]} canary and {served[0]} served lists (all instances)"
+            ),
+        )
+
+    def judged(self) -> tuple[TrafficPlan, str] | None:
+        """The canary to end and why, by its figures (run it on the event loop, which counts them)."""
+        if not self.cfg.canary_auto_rollback or self._plan is None:
+            return None
+        reason = self.verdict()
+        return None if reason is None else (self._plan, reason)
+
+    def end(self, plan: TrafficPlan, why: str) -> TrafficPlan | None:
+        """End ``plan`` if it is still in force (under the pointer's lock: off the event loop)."""
+        arm = plan.arm(CANARY)
+        name = version_name(arm.version) if arm is not None and arm.version is not None else "?"
+        reason = f"auto-rollback of canary {name} by {self.instance}: {why}"
+        ended = end_plan(self.router.scorer.store, reason, expected=plan)
+        if ended is not None:
+            logger.warning("canary ended reason=%s", reason)
+        if self._plan is plan:
+            self._plan, self._arms = None, {}
+        return ended
+
+
+async def follow_traffic(router: Router, guard: CanaryGuard, poll_s: float) -> None:
+    """Take each new traffic plan and judge the canary, off the event loop, every ``poll_s``."""
+    while True:
+        await asyncio.sleep(poll_s)
+        try:
+            await asyncio.to_thread(router.refresh)
+            ended = await asyncio.to_thread(guard.check_loading)
+            ended = await asyncio.to_thread(guard.check_clicks) or ended
+            judged = guard.judged()
+            if judged is not None:
+                ended = await asyncio.to_thread(guard.end, *judged) or ended
+            if ended is not None:
+                await asyncio.to_thread(router.refresh)
+        except Exception:  # never let the watcher die: the service keeps the routing it has
+            logger.exception("traffic plan check failed")

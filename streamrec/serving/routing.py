@@ -1,0 +1,185 @@
+"""Traffic between versions in ``streamrec serve``: each user's arm and the model that answers it.
+
+`Router` sits over a `Scorer` (which follows ``serving/CURRENT``) and follows the traffic plan
+beside the pointer (`streamrec.snapshots.traffic`) the same way: polled, the versions a new plan
+names loaded and verified off the event loop while requests go on under the old plan, then
+swapped in by one reference assignment. A plan whose versions cannot all be loaded is not
+taken: the old routing stands, the failure is logged once and counted, and a canary that
+cannot load is ended (`streamrec.serving.guard`). Without a plan every user is in the arm
+``served``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from streamrec.errors import SnapshotError
+from streamrec.serving.export import export_snapshot
+from streamrec.serving.scorer import ExportedModel, Scorer
+from streamrec.snapshots.directory import version_name
+from streamrec.snapshots.traffic import SERVED, TrafficPlan, read_plan
+
+logger = logging.getLogger(__name__)
+
+# The per-arm latency histogram's buckets: those of streamrec_serving_request_seconds.
+ARM_SECONDS_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+OK, ERROR = "ok", "error"
+# How many checks the end of a plan waits for the scorer to swap in the version it promoted:
+# the scorer follows the pointer every poll, so 10 covers a slow load of a large export.
+MAX_HOLD_POLLS = 10
+
+
+class ArmMetrics:
+    """Requests, latency and mean score per arm and version (labels ``arm`` and ``version``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        """Register the metrics in ``registry`` (serving's)."""
+        labels = ["arm", "version"]
+        self.requests = Counter(
+            "streamrec_serving_arm_requests",
+            "Score requests answered by arm, version and outcome "
+            "(error: the model or the feature store failed; a bad request is not counted)",
+            [*labels, "outcome"],
+            registry=registry,
+        )
+        self.seconds = Histogram(
+            "streamrec_serving_arm_request_seconds",
+            "Time to answer a score request by arm and version, from its arrival",
+            labels,
+            buckets=ARM_SECONDS_BUCKETS,
+            registry=registry,
+        )
+        self.score_sum = Counter(
+            "streamrec_serving_arm_score_sum",
+            "Sum of the scores returned, by arm and version "
+            "(divided by streamrec_serving_arm_scores_total: the mean score)",
+            labels,
+            registry=registry,
+        )
+        self.scores = Counter(
+            "streamrec_serving_arm_scores",
+            "Scores returned, by arm and version",
+            labels,
+            registry=registry,
+        )
+
+    def observe(self, arm: str, version: int, seconds: float, scores: list[float] | None) -> None:
+        """One request answered (``scores``) or failed (None)."""
+        name = version_name(version)
+        self.requests.labels(arm, name, OK if scores is not None else ERROR).inc()
+        self.seconds.labels(arm, name).observe(seconds)
+        if scores:
+            self.score_sum.labels(arm, name).inc(sum(scores))
+            self.scores.labels(arm, name).inc(len(scores))
+
+
+class Router:
+    """Each user's arm and model, following the traffic plan of the scorer's snapshot directory.
+
+    ``plan`` is the plan being routed by (None: everyone on the served version) and
+    ``load_failures`` counts plans that could not be taken; ``plan_problem`` says why the
+    last one was not (None when it was).
+    """
+
+    def __init__(self, scorer: Scorer, threads: int = 1) -> None:
+        """Route by the plan in force now, if its versions load (else by none, logged)."""
+        self.scorer = scorer
+        self.root = scorer.store.root
+        self._threads = threads
+        self._state: tuple[TrafficPlan | None, dict[int, ExportedModel]] = (None, {})
+        self._lock = threading.Lock()
+        self.load_failures = 0
+        self.plan_problem: str | None = None
+        self._held = 0  # checks the end of a plan was held for (`_awaiting_promotion`)
+        self.refresh()
+
+    @property
+    def plan(self) -> TrafficPlan | None:
+        """The plan requests are routed by."""
+        return self._state[0]
+
+    def route(self, user_id: str) -> tuple[TrafficPlan | None, str, ExportedModel]:
+        """The plan, the arm ``user_id`` is in and its model, read together.
+
+        The caller holds the model for the whole request.
+        """
+        plan, models = self._state
+        served = self.scorer.model
+        if plan is None:
+            return None, SERVED, served
+        arm = plan.arm_of(user_id)
+        return plan, arm.name, served if arm.version is None else models[arm.version]
+
+    def refresh(self) -> bool:
+        """Take the plan in the file if it changed and its versions load; True when taken."""
+        with self._lock:
+            try:
+                plan = read_plan(self.root)
+            except SnapshotError as exc:
+                self._failed(str(exc))
+                return False
+            current, models = self._state
+            if plan == current or self._awaiting_promotion(current, plan):
+                return False
+            loaded: dict[int, ExportedModel] = {}
+            try:
+                for version in sorted(plan.versions() if plan is not None else ()):
+                    loaded[version] = models.get(version) or self._load(version)
+            except SnapshotError as exc:
+                self._failed(f"cannot load {version_name(version)} of {plan and plan.describe()}: {exc}")
+                return False
+            self._state = (plan, loaded)  # one reference swap: a request keeps the model it was given
+            self.plan_problem = None
+            logger.info("routing by traffic plan=%s", plan.describe() if plan else "none (all served)")
+            return True
+
+    def _awaiting_promotion(self, running: TrafficPlan | None, plan: TrafficPlan | None) -> bool:
+        """Whether to keep routing by ``running`` a little longer, though it has ended.
+
+        It ended by the promotion of one of its versions, which the scorer has not swapped in
+        yet, so its users would see the old served version for a poll. At most
+        `MAX_HOLD_POLLS` checks, so a scorer that cannot load it holds nothing.
+        """
+        if plan is not None or running is None or self._held >= MAX_HOLD_POLLS:
+            self._held = 0
+            return False
+        try:
+            pointer = self.scorer.store.current()
+        except SnapshotError:
+            return False
+        if pointer is None or pointer not in running.versions() or pointer == self.scorer.model.version:
+            self._held = 0
+            return False
+        self._held += 1
+        return True
+
+    def _load(self, version: int) -> ExportedModel:
+        served = self.scorer.model
+        if served.version == version:
+            return served
+        return ExportedModel(export_snapshot(self.scorer.store, version), self._threads)
+
+    def _failed(self, problem: str) -> None:
+        self.load_failures += 1
+        if problem != self.plan_problem:
+            logger.error("traffic plan not taken, routing as before (logged once) error=%s", problem)
+        self.plan_problem = problem
