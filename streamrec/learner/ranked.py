@@ -175,10 +175,10 @@ class RankedRunner(LearnerRunner):
         assignments = self._source.assignments
         dead = decode(records).dead
         self._dead_letter(dead, worker)  # each rank its own records'
-        samples, owned = self._group_samples(places, values)
+        samples, owned = group_samples(places, values, self.group.rank)
         if samples:
             batch = Batch.from_samples(samples)
-            result = self._run_held(worker.submit(self._group_step, batch, owned))
+            result = self._run_held(worker.submit(group_step, self.learner, self.group, batch, owned))
             if self._on_scored is not None:
                 self._run_held(worker.submit(self._on_scored, batch, result.probs))
         self._advance_positions(records, assignments)
@@ -188,36 +188,6 @@ class RankedRunner(LearnerRunner):
             if self._on_report is not None:
                 self._on_report(report)
             self._count_bad(report)
-
-    def _group_samples(
-        self, places: list[np.ndarray], values: list[list[bytes]]
-    ) -> tuple[list[Sample], np.ndarray]:
-        """The valid samples of every rank, by (partition, offset); which are this rank's."""
-        found: list[tuple[int, int, int, Sample]] = []
-        for rank, (where, vals) in enumerate(zip(places, values, strict=True)):
-            for (partition, offset), value in zip(where, vals, strict=True):
-                try:
-                    found.append((int(partition), int(offset), rank, parse_sample(value)))
-                except InvalidSample:
-                    continue  # dead-lettered by its own rank
-        found.sort(key=lambda f: (f[0], f[1]))
-        owned = np.array([f[2] == self.group.rank for f in found], bool)
-        return [f[3] for f in found], owned
-
-    def _group_step(self, batch: Batch, owned: np.ndarray) -> StepResult:
-        """Score this rank's samples (every rank's scores gathered), then train on the batch."""
-        start = time.monotonic()
-        encoded = self.learner.encode(batch)
-        mine = self.learner.predict_encoded(encoded.take(np.flatnonzero(owned)))
-        gathered = self.group.gather(mine.view(np.int64), "scores")
-        ranks = self.group.gather(np.flatnonzero(owned), "scores")
-        probs = np.empty(len(batch), np.float64)
-        for where, scores in zip(ranks, gathered, strict=True):
-            probs[where] = scores.view(np.float64)
-        known = self.learner.is_known(batch)
-        scored = time.monotonic()
-        train = self.learner.learn_many(batch)
-        return StepResult(probs, known, train, scored - start, time.monotonic() - scored)
 
     def _share_positions(self) -> None:
         """Take every rank's positions of its own partitions."""
@@ -235,3 +205,38 @@ class RankedRunner(LearnerRunner):
         else:
             self._snapshotted_at = self.stats.micro_batches
             self._snapshotted_positions = dict(self.positions)
+
+
+def group_samples(
+    places: Sequence[np.ndarray], values: Sequence[Sequence[bytes]], rank: int
+) -> tuple[list[Sample], np.ndarray]:
+    """Every rank's valid samples, by (partition, offset), and which are ``rank``'s.
+
+    ``places[r]`` holds rank r's records' (partition, offset) rows, ``values[r]`` their values.
+    """
+    found: list[tuple[int, int, int, Sample]] = []
+    for owner, (where, vals) in enumerate(zip(places, values, strict=True)):
+        for (partition, offset), value in zip(where, vals, strict=True):
+            try:
+                found.append((int(partition), int(offset), owner, parse_sample(value)))
+            except InvalidSample:
+                continue  # dead-lettered by its own rank
+    found.sort(key=lambda f: (f[0], f[1]))
+    owned = np.array([f[2] == rank for f in found], bool)
+    return [f[3] for f in found], owned
+
+
+def group_step(learner: TableLearner, group: RankGroup, batch: Batch, owned: np.ndarray) -> StepResult:
+    """Score this rank's samples (every rank's scores gathered), then train on the batch."""
+    start = time.monotonic()
+    encoded = learner.encode(batch)
+    mine = learner.predict_encoded(encoded.take(np.flatnonzero(owned)))
+    gathered = group.gather(mine.view(np.int64), "scores")
+    where = group.gather(np.flatnonzero(owned), "scores")
+    probs = np.empty(len(batch), np.float64)
+    for rows, scores in zip(where, gathered, strict=True):
+        probs[rows] = scores.view(np.float64)
+    known = learner.is_known(batch)
+    scored = time.monotonic()
+    train = learner.learn_many(batch)
+    return StepResult(probs, known, train, scored - start, time.monotonic() - scored)
