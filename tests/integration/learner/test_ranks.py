@@ -30,7 +30,10 @@ import pytest
 from confluent_kafka import Producer
 
 from streamrec.config import StreamrecConfig
+from streamrec.learner.batch import Batch
 from streamrec.samples import Sample
+from streamrec.serving.export import export_snapshot
+from streamrec.serving.scorer import ExportedModel
 from streamrec.snapshots.store import SnapshotStore
 from tests.ranked_learner import COUNTS_KEY
 from tests.support import small_tables, wait_for
@@ -78,11 +81,13 @@ def _stop_leftovers() -> Iterator[None]:
     _started.clear()
 
 
-def start_ranks(cfg: StreamrecConfig, ranks: int, tmp_path: Path, name: str) -> subprocess.Popen[bytes]:
-    """``tests/ranked_learner.py`` (a counting DIN) as ``ranks`` ranks; its output in ``name.log``."""
+def start_ranks(
+    cfg: StreamrecConfig, ranks: int, tmp_path: Path, name: str, kind: str = "counting"
+) -> subprocess.Popen[bytes]:
+    """``tests/ranked_learner.py`` (a counting DIN, or ``din``) as ``ranks`` ranks; output in ``name.log``."""
     cfg_file = tmp_path / f"{name}.json"
     cfg_file.write_text(cfg.model_dump_json())
-    script = [str(ROOT / "tests" / "ranked_learner.py"), str(cfg_file), "counting"]
+    script = [str(ROOT / "tests" / "ranked_learner.py"), str(cfg_file), kind]
     launch = [
         sys.executable,
         "-m",
@@ -118,8 +123,8 @@ def logs(tmp_path: Path, name: str) -> str:
     return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in files if f.exists())
 
 
-def run_ranks(cfg: StreamrecConfig, ranks: int, tmp_path: Path, name: str) -> None:
-    rc = finished(start_ranks(cfg, ranks, tmp_path, name), tmp_path, name)
+def run_ranks(cfg: StreamrecConfig, ranks: int, tmp_path: Path, name: str, kind: str = "counting") -> None:
+    rc = finished(start_ranks(cfg, ranks, tmp_path, name, kind), tmp_path, name)
     assert rc == 0, logs(tmp_path, name)
 
 
@@ -199,7 +204,7 @@ def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
         learner={**learner, "snapshot_dir": tmp_path / "two", "group_id": "two"},
     )
     publish(one, 0, count)
-    run_ranks(one, 1, tmp_path, "one")
+    run_ranks(one, 1, tmp_path, "one", "din")
     out = subprocess.run(
         [sys.executable, "-m", "streamrec", "learner", "run", "--workers", "2"],
         cwd=tmp_path,
@@ -220,8 +225,17 @@ def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
     assert set(t1["model"]) == set(t2["model"])
     for key, array in t1["model"].items():
         np.testing.assert_allclose(t2["model"][key], array, rtol=1e-4, atol=1e-6, err_msg=key)
-    changed = [k for k, a in t1["model"].items() if a.dtype.kind == "f" and a.size > 1]
-    assert changed  # a test of something: the weights trained
+    # rank 0 exported and promoted the version (STREAMREC_LEARNER__PROMOTE=always); it serves
+    # the scores the one process's version serves
+    served = SnapshotStore(tmp_path / "two")
+    assert served.current() == m2.version
+    batch = Batch.from_samples([sample(n) for n in range(0, count, 7)])
+    scores = [
+        ExportedModel(export_snapshot(SnapshotStore(tmp_path / name), m.version)).score_batch(batch)
+        for name, m in (("one", m1), ("two", m2))
+    ]
+    np.testing.assert_allclose(scores[1], scores[0], rtol=1e-4, atol=1e-6)
+    assert np.ptp(scores[0]) > 0  # scores that tell samples apart: the model trained
 
 
 def test_a_rank_killed_stops_the_group_which_resumes_training_each_sample_once(

@@ -68,7 +68,9 @@ def test_the_group_micro_batch_is_every_ranks_samples_by_partition_and_offset() 
 
 
 def test_several_ranks_refuse_online_ewc(tmp_path: object) -> None:
-    cfg = StreamrecConfig.model_validate({"model": {"ewc_lambda": 1.0}, "learner": {"snapshot_dir": tmp_path}})
+    cfg = StreamrecConfig.model_validate(
+        {"model": {"ewc_lambda": 1.0}, "learner": {"snapshot_dir": tmp_path}}
+    )
     group = RankGroup.__new__(RankGroup)
     group.rank, group.world = 0, 2
     with pytest.raises(ConfigError, match="EWC_LAMBDA=0"):
