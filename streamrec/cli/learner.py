@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import typer
 from rich.text import Text
 
 from streamrec.cli.common import (
@@ -153,8 +154,15 @@ def run(
     device: str | None = setting("model.device"),
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
+    workers: int = typer.Option(
+        1, min=1, help="Learner ranks on this host (paddle.distributed.launch); ignored under launch"
+    ),
 ) -> None:
     """Score then train each micro-batch; snapshot every N micro-batches and on request."""
+    from streamrec.cli.ranks import launch_workers, launched, run_rank
+
+    if workers > 1 and not launched():
+        raise typer.Exit(launch_workers(workers))
     from streamrec.gcsettings import tune_for_batches
     from streamrec.kafka.topics import ensure_topics
     from streamrec.learner.registry import make_learner
@@ -188,21 +196,24 @@ def run(
         ensure_topics(cfg.kafka)
         store = SnapshotStore(cfg.learner.snapshot_dir, full_every=cfg.learner.full_snapshot_every)
         promoter = Promoter(store, cfg.learner)
-        with LearnerMetrics() as metrics:
-            status = LearnerStatus(metrics)
-            with LearnerRunner(  # refuses a snapshot directory another learner holds
-                cfg,
-                learner,
-                on_report=report_handler(metrics, status),
-                on_snapshot=snapshot_handler(metrics, store, promoter.on_snapshot),
-                snapshots=store,
-                on_scored=promoter.on_scored,
-            ) as runner:
-                # A copy at each scrape: the runner thread moves the positions meanwhile.
-                serve_metrics(metrics, cfg, lambda: runner.positions.copy())
-                tune_for_batches()
-                with live_status(status):
-                    stats = runner.run(stop_on_signals())
+        if launched():
+            stats = run_rank(cfg, learner, store, promoter)
+        else:
+            with LearnerMetrics() as metrics:
+                status = LearnerStatus(metrics)
+                with LearnerRunner(  # refuses a snapshot directory another learner holds
+                    cfg,
+                    learner,
+                    on_report=report_handler(metrics, status),
+                    on_snapshot=snapshot_handler(metrics, store, promoter.on_snapshot),
+                    snapshots=store,
+                    on_scored=promoter.on_scored,
+                ) as runner:
+                    # A copy at each scrape: the runner thread moves the positions meanwhile.
+                    serve_metrics(metrics, cfg, lambda: runner.positions.copy())
+                    tune_for_batches()
+                    with live_status(status):
+                        stats = runner.run(stop_on_signals())
         console.print(
             f"trained {stats.micro_batches} micro-batches, {stats.samples_trained} samples; "
             f"dead-lettered {stats.dead} samples to {cfg.kafka.samples_dlq_topic}; "

@@ -54,3 +54,8 @@ class LearnerConfig(BaseModel):
     # most the served one's times the ratio, both on the same, unseen micro-batch.
     gate_auc_margin: float = Field(0.002, ge=0, description="STREAMREC_LEARNER__GATE_AUC_MARGIN")
     gate_logloss_ratio: float = Field(1.01, ge=1, description="STREAMREC_LEARNER__GATE_LOGLOSS_RATIO")
+    # Several learner ranks (``streamrec learner run --workers N``, or under
+    # ``paddle.distributed.launch``): how long a rank waits for the others in one micro-batch's
+    # exchanges and training step before it leaves (exit status 75), so a group with a frozen
+    # or lost rank stops instead of hanging; above interval_s plus the longest step.
+    rank_timeout_s: float = Field(600.0, gt=0, description="STREAMREC_LEARNER__RANK_TIMEOUT_S")

@@ -67,6 +67,10 @@ class RecordSource:
         """Join the group; assignments arrive during `poll`."""
         self.consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke)
 
+    def assign(self, partitions: Sequence[Partition]) -> None:
+        """Read ``partitions`` alone, outside any group rebalance (a static share)."""
+        self._on_assign(self.consumer, [TopicPartition(*p) for p in partitions])
+
     @property
     def joined(self) -> bool:
         """Whether the group has assigned partitions yet."""

@@ -31,6 +31,7 @@ from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW, Admission, IdMap
 from streamrec.learner.idstats import IdStats
 from streamrec.learner.model import ClickTrain
+from streamrec.learner.ranks import RankShare
 from streamrec.learner.state import (
     OPTIMIZER_PREFIX,
     all_finite,
@@ -105,6 +106,7 @@ class TableLearner(StateArrays):
         item = cfg.table("item")
         self._item_table = None if item is None else item.name
         self._maps = {t.name: IdMap(t) for t in cfg.builtin_tables if t.ids == "dynamic"}
+        self._ranks: RankShare | None = None  # data-parallel training (`data_parallel`)
         self._build(dict(rows) if rows is not None else {t.name: t.start_rows for t in cfg.builtin_tables})
         self._shuffle_seed = cfg.seed
         self._learn_calls = 0
@@ -128,6 +130,7 @@ class TableLearner(StateArrays):
         self.rows = dict(rows)
         self.model = self._make_model(rows)
         self.train_module = ClickTrain(self.model)
+        self._forward = self.train_module if self._ranks is None else self._ranks.wrap(self.train_module)
         self._optimizer = paddle.optimizer.Adam(
             learning_rate=self.cfg.learning_rate,
             parameters=self.train_module.parameters(),
@@ -141,6 +144,16 @@ class TableLearner(StateArrays):
         self._moments = Moments(self.plan.standardized)
         items = 0 if self._item_table is None else rows[self._item_table]
         self.known_items = np.zeros(items, dtype=np.uint8)
+
+    def data_parallel(self, ranks: RankShare) -> None:
+        """Train as one of ``ranks.world`` data-parallel ranks (see `streamrec.learner.ranks`).
+
+        Every rank is given the same micro-batches; each takes its share of every mini-batch of
+        ``world`` x ``train_batch_size`` samples, and the gradients are all-reduced, so all ranks
+        step alike, as one process with a ``world`` times larger mini-batch would.
+        """
+        self._ranks = ranks
+        self._forward = ranks.wrap(self.train_module)
 
     @property
     def id_maps(self) -> Mapping[str, IdMap]:
@@ -311,7 +324,7 @@ class TableLearner(StateArrays):
         # Seeded by (seed, call count), both in state_arrays, so a restored learner shuffles
         # the next batch exactly as the original would have.
         rng = np.random.default_rng([self._shuffle_seed, self._learn_calls])
-        size = self.cfg.train_batch_size
+        size = self.cfg.train_batch_size * (1 if self._ranks is None else self._ranks.world)
         total = paddle.zeros([], dtype="float32")
         penalties = paddle.zeros([], dtype="float32")
         trained = steps = skipped = 0
@@ -343,8 +356,9 @@ class TableLearner(StateArrays):
         The penalty's gradient is added after the data loss's gradients went into the Fisher
         estimate: EWC measures what the data says, not its own pull.
         """
-        loss = self.train_module(*self._inputs(part), paddle.to_tensor(part.label))
-        loss.backward()
+        own, scale = (part, 1.0) if self._ranks is None else self._ranks.share(part)
+        loss = self._forward(*self._inputs(own), paddle.to_tensor(own.label))
+        (loss if scale == 1.0 else loss * scale).backward()
         penalty = None
         finite = all_finite([loss, *(p.grad for p in self._params if p.grad is not None)])
         if finite and self._ewc is not None:

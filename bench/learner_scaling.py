@@ -1,0 +1,132 @@
+"""Learner ranks' scaling: two ranks, each held to one core, against one rank on one core.
+
+Both run in this one run, one after the other, on the same samples (MovieLens latest-small,
+built by the consumers' own logic, as ``learner_throughput.py``), through the ranks' own
+per-micro-batch path (`streamrec.learner.ranked`): each rank's records all-gathered (gloo),
+decoded and ordered into the group's micro-batch, encoded, each rank scoring its own and the
+scores gathered, then trained with each rank taking its share of every mini-batch and the
+gradients all-reduced. Rank r reads the records r, r + world, ... (as a partition share).
+One rank gathers micro-batches of ``--micro-batch`` samples and trains mini-batches of
+``train_batch_size``; two ranks gather that many each (the cap is per rank) and train
+mini-batches of twice it, half on each: the same work per sample. Kafka is left out: its
+consumer is per rank and scales apart from this.
+
+The ceiling is the one rank's rate; the figure is the two ranks' rate over it (``speedup``,
+goal >= 1.7). Each rank is held to core ``rank`` (os.sched_setaffinity) with one compute
+thread; the one rank to core 0. On a machine whose cores other work shares, the wall-clock
+speedup is what is left of them: ``cpu_speedup`` (the one rank's CPU seconds over the busiest
+of the two ranks') says what the split of the work gives on free cores, with
+``load_average_1m`` beside it.
+
+    .venv/bin/python bench/learner_scaling.py [--samples N] [--micro-batch M]
+
+Prints one JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+PARTITIONS = 4
+
+
+def rank_main(out: str, samples: int, micro_batch: int) -> None:
+    """One rank's run: its share of the samples, micro-batch by micro-batch; rank 0 writes the rate."""
+    from learner_throughput import wire_samples
+
+    from streamrec.config import ModelConfig
+    from streamrec.learner.batch import Batch
+    from streamrec.learner.din import DINLearner
+    from streamrec.learner.ranked import group_samples, group_step
+    from streamrec.learner.ranks import RankGroup, launched_world
+
+    rank, world = launched_world()
+    os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
+
+    wire = wire_samples(samples)
+    mine = [(i, w) for i, w in enumerate(wire) if i % world == rank]
+    group = RankGroup(rank, world, timeout_s=600.0)
+    learner = DINLearner(ModelConfig())
+    learner.data_parallel(group.share)
+    group.gather(np.zeros(1), "start")  # every rank ready: the clock starts together
+    start, cpu = time.perf_counter(), time.process_time()
+    trained = 0
+    for at in range(0, len(mine), micro_batch):
+        chunk = mine[at : at + micro_batch]
+        places = np.array([[i % PARTITIONS, i] for i, _ in chunk], np.int64).ravel()
+        gathered = group.gather(places, "places")
+        values = group.gather_bytes([w for _, w in chunk], "values")
+        samples_, owned = group_samples([g.reshape(-1, 2) for g in gathered], values, rank)
+        group_step(learner, group, Batch.from_samples(samples_), owned)
+        trained += len(samples_)
+    seconds = time.perf_counter() - start
+    cpus = group.gather(np.array([round((time.process_time() - cpu) * 1e9)]), "cpu")
+    if rank == 0:
+        busiest = max(float(c[0]) for c in cpus) / 1e9
+        Path(out).write_text(json.dumps({"samples": trained, "seconds": seconds, "cpu_seconds": busiest}))
+
+
+def measure(world: int, samples: int, micro_batch: int, logs: Path) -> dict[str, float]:
+    """Run ``world`` ranks; rank 0's figures."""
+    out = logs / f"world{world}.json"
+    here = str(Path(__file__).resolve())
+    args = [here, "--rank-run", str(out), "--samples", str(samples), "--micro-batch", str(micro_batch)]
+    launch = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world)]
+    command = (
+        [*launch, "--log_dir", str(logs / f"world{world}"), *args] if world > 1 else [sys.executable, *args]
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(here).parents[1])}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not out.exists():
+        raise SystemExit(
+            f"{world} ranks failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
+    return json.loads(out.read_text())
+
+
+def main() -> None:
+    """Measure one rank, then two, and print the figures (``--help`` lists the knobs)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--samples", type=int, default=30_000)
+    parser.add_argument("--micro-batch", type=int, default=2500, help="samples per rank per micro-batch")
+    parser.add_argument("--rank-run", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank_run:
+        rank_main(args.rank_run, args.samples, args.micro_batch)
+        return
+    if (os.cpu_count() or 1) < 2:
+        raise SystemExit("two ranks on two cores need two cores")
+    with tempfile.TemporaryDirectory() as tmp:
+        one = measure(1, args.samples, args.micro_batch, Path(tmp))
+        two = measure(2, args.samples, args.micro_batch, Path(tmp))
+    rate_one = one["samples"] / one["seconds"]
+    rate_two = two["samples"] / two["seconds"]
+    print(
+        json.dumps(
+            {
+                "bench": "learner_scaling",
+                "samples": int(one["samples"]),
+                "micro_batch_per_rank": args.micro_batch,
+                "one_rank_samples_per_s": round(rate_one),
+                "two_ranks_samples_per_s": round(rate_two),
+                "speedup": round(rate_two / rate_one, 3),
+                "goal": 1.7,
+                "cpu_speedup": round(one["cpu_seconds"] / two["cpu_seconds"], 3),
+                "load_average_1m": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

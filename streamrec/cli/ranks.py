@@ -1,0 +1,92 @@
+"""``streamrec learner run --workers N``: N learner ranks under ``paddle.distributed.launch``.
+
+Outside a launch, ``--workers N`` starts ``python -m paddle.distributed.launch
+--nproc_per_node N <streamrec> <the same arguments>`` and waits for it; each rank it starts
+(``PADDLE_TRAINERS_NUM`` set) runs `streamrec.learner.ranked.RankedRunner`. Across hosts the
+operator runs that launch command on each host (with ``--ips`` or ``--master``), and the
+command line needs no ``--workers``. Rank 0 alone serves metrics, exports and promotes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from streamrec.cli.common import console
+from streamrec.errors import ConfigError
+
+if TYPE_CHECKING:
+    from streamrec.config import StreamrecConfig
+    from streamrec.learner.base import Learner
+    from streamrec.learner.reports import MicroBatchReport
+    from streamrec.learner.runner import LearnerStats
+    from streamrec.serving.gate import Promoter
+    from streamrec.snapshots.store import SnapshotStore
+
+
+def launched() -> bool:
+    """Whether this process is a rank started by ``paddle.distributed.launch``."""
+    from streamrec.learner.ranks import launched_world
+
+    return launched_world()[1] > 1
+
+
+def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
+    """Run this command as ``workers`` ranks on this host; the launcher's exit status.
+
+    Each rank's log goes to ``log_dir/workerlog.<rank>``; rank 0's is shown here too.
+    """
+    script = Path(sys.executable).with_name("streamrec")
+    if not script.is_file():
+        raise ConfigError(
+            f"--workers needs the streamrec script beside {sys.executable} (pip install streamrec), "
+            "which paddle.distributed.launch runs once per rank"
+        )
+    command = [
+        sys.executable,
+        "-m",
+        "paddle.distributed.launch",
+        "--nproc_per_node",
+        str(workers),
+        "--log_dir",
+        str(log_dir),
+        str(script),
+        *sys.argv[1:],
+    ]
+    console.print(f"starting {workers} learner ranks; their logs: {log_dir}/workerlog.<rank>")
+    return subprocess.run(command, check=False).returncode  # noqa: S603 - our own command
+
+
+def run_rank(
+    cfg: StreamrecConfig, learner: Learner, store: SnapshotStore, promoter: Promoter
+) -> LearnerStats:
+    """Run this rank of the launched group until it stops."""
+    from streamrec.cli.common import stop_on_signals
+    from streamrec.cli.learner import print_report
+    from streamrec.gcsettings import tune_for_batches
+    from streamrec.learner.ranked import RankedRunner
+    from streamrec.learner.ranks import RankGroup, launched_world
+    from streamrec.learner.trainer import TableLearner
+
+    if not isinstance(learner, TableLearner):
+        raise ConfigError(f"several learner ranks need a table model, not {cfg.model.learner!r}")
+    rank, world = launched_world()
+    group = RankGroup(rank, world, cfg.learner.rank_timeout_s)
+    lead = {}
+    if rank == 0:
+
+        def on_report(report: MicroBatchReport) -> None:
+            print_report(report)
+
+        lead = {
+            "on_report": on_report,
+            "on_snapshot": promoter.on_snapshot,
+            "snapshots": store,
+            "on_scored": promoter.on_scored,
+        }
+    console.print(f"learner rank {rank} of {world}")
+    tune_for_batches()
+    with RankedRunner(cfg, learner, group, **lead) as runner:
+        return runner.run(stop_on_signals())

@@ -1,0 +1,282 @@
+"""Several learner ranks on paddle.distributed (gloo on CPU), on the real broker.
+
+(a) Two ranks train the same weights as one process whose mini-batch is twice each rank's:
+both train one micro-batch of every sample (``min_batch_samples`` = all of them), ordered by
+(partition, offset) alike, shuffled alike; the two-rank one sums each rank's half-mini-batch
+gradients (all-reduced), the one-process one takes the mean over the whole mini-batch. Equal
+within float32 summation order. The two ranks run as ``streamrec learner run --workers 2``.
+
+(b) kill -9 of one rank stops the group (the other leaves non-zero, not hanging); the group
+restarted trains every sample id exactly once, counted in the learner's own snapshotted state.
+
+(c) The number of ranks changed across restarts (2, then 1, then 2) resumes from the same
+snapshot with nothing lost or doubled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import psutil  # type: ignore[import-untyped]
+import pytest
+from confluent_kafka import Producer
+
+from streamrec.config import StreamrecConfig
+from streamrec.learner.batch import Batch
+from streamrec.samples import Sample
+from streamrec.serving.export import export_snapshot
+from streamrec.serving.scorer import ExportedModel
+from streamrec.snapshots.store import SnapshotStore
+from tests.ranked_learner import COUNTS_KEY
+from tests.support import small_tables, wait_for
+
+ROOT = Path(__file__).parents[3]
+TS = 1_511_658_000_000
+MODEL = {"tables": small_tables(2**10, 2**6, dim=4), "sequence_length": 8, "mlp_units": [8]}
+
+
+def sample(n: int) -> Sample:
+    seq = tuple(range(n % 5))
+    return Sample(
+        f"s{n}",
+        f"u{n % 31}",
+        TS + n * 100,
+        f"i{n % 50}",
+        f"c{n % 9}",
+        n % 2,
+        tuple(f"i{k}" for k in seq),
+        tuple(f"c{k}" for k in seq),
+    )
+
+
+def publish(cfg: StreamrecConfig, start: int, stop: int) -> None:
+    producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers, "partitioner": "murmur2_random"})
+    for n in range(start, stop):
+        s = sample(n)
+        producer.produce(cfg.kafka.samples_topic, key=s.user_id.encode(), value=s.to_json(), timestamp=s.ts)
+    assert producer.flush(10) == 0
+
+
+_started: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_leftovers() -> Iterator[None]:
+    """A failed test leaves no ranks running: its launchers and their ranks are killed."""
+    yield
+    for proc in _started:
+        if proc.poll() is None:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+            proc.kill()
+            proc.wait(10)
+    _started.clear()
+
+
+def start_ranks(
+    cfg: StreamrecConfig, ranks: int, tmp_path: Path, name: str, kind: str = "counting"
+) -> subprocess.Popen[bytes]:
+    """``tests/ranked_learner.py`` (a counting DIN, or ``din``) as ``ranks`` ranks; output in ``name.log``."""
+    cfg_file = tmp_path / f"{name}.json"
+    cfg_file.write_text(cfg.model_dump_json())
+    script = [str(ROOT / "tests" / "ranked_learner.py"), str(cfg_file), kind]
+    launch = [
+        sys.executable,
+        "-m",
+        "paddle.distributed.launch",
+        "--nproc_per_node",
+        str(ranks),
+        "--log_dir",
+        str(tmp_path / f"{name}-logs"),
+    ]
+    command = [*launch, *script] if ranks > 1 else [sys.executable, *script]
+    with (tmp_path / f"{name}.log").open("wb") as log:
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    _started.append(proc)
+    return proc
+
+
+def finished(proc: subprocess.Popen[bytes], tmp_path: Path, name: str, timeout: float = 240) -> int:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"{name} did not stop: {logs(tmp_path, name)}") from None
+
+
+def logs(tmp_path: Path, name: str) -> str:
+    files = [tmp_path / f"{name}.log", *sorted((tmp_path / f"{name}-logs").glob("workerlog.*"))]
+    return "\n".join(f"--- {f.name}\n{f.read_text()[-3000:]}" for f in files if f.exists())
+
+
+def run_ranks(cfg: StreamrecConfig, ranks: int, tmp_path: Path, name: str, kind: str = "counting") -> None:
+    rc = finished(start_ranks(cfg, ranks, tmp_path, name, kind), tmp_path, name)
+    assert rc == 0, logs(tmp_path, name)
+
+
+def assert_each_once(cfg: StreamrecConfig, count: int) -> None:
+    found = SnapshotStore(cfg.learner.snapshot_dir).latest_valid()
+    assert found is not None
+    manifest, tensors = found
+    counts = tensors["state"][COUNTS_KEY.partition("/")[2]]
+    assert (counts[count:] == 0).all()
+    assert not (counts[:count] > 1).any(), f"{int((counts > 1).sum())} samples trained more than once"
+    assert (counts[:count] == 1).all(), f"{int((counts[:count] == 0).sum())} samples never trained"
+    assert manifest.samples_trained == count
+
+
+@pytest.fixture
+def ranks_config(pipeline_config: Callable[..., StreamrecConfig]) -> Callable[..., StreamrecConfig]:
+    def make(**learner: object) -> StreamrecConfig:
+        return pipeline_config(
+            model=MODEL,
+            learner={
+                "interval_s": 1.0,
+                "max_batch_samples": 100,
+                "stop_when_idle_s": 4.0,
+                "snapshot_every": 2,
+                "rank_timeout_s": 30.0,
+                "promote": "off",
+                **learner,
+            },
+        )
+
+    return make
+
+
+def cli_env(cfg: StreamrecConfig, snapshot_dir: Path) -> dict[str, str]:
+    model, learner = cfg.model, cfg.learner
+    return {
+        **os.environ,
+        "STREAMREC_KAFKA__BOOTSTRAP_SERVERS": cfg.kafka.bootstrap_servers,
+        "STREAMREC_KAFKA__SAMPLES_TOPIC": cfg.kafka.samples_topic,
+        "STREAMREC_KAFKA__SAMPLES_DLQ_TOPIC": cfg.kafka.samples_dlq_topic,
+        "STREAMREC_KAFKA__PARTITIONS": str(cfg.kafka.partitions),
+        "STREAMREC_MODEL__TABLES": json.dumps(MODEL["tables"]),
+        "STREAMREC_MODEL__SEQUENCE_LENGTH": str(model.sequence_length),
+        "STREAMREC_MODEL__MLP_UNITS": json.dumps(list(model.mlp_units)),
+        "STREAMREC_MODEL__TRAIN_BATCH_SIZE": str(model.train_batch_size),
+        "STREAMREC_LEARNER__GROUP_ID": learner.group_id,
+        "STREAMREC_LEARNER__SNAPSHOT_DIR": str(snapshot_dir),
+        "STREAMREC_LEARNER__INTERVAL_S": str(learner.interval_s),
+        "STREAMREC_LEARNER__MIN_BATCH_SAMPLES": str(learner.min_batch_samples),
+        "STREAMREC_LEARNER__MAX_BATCH_SAMPLES": str(learner.max_batch_samples),
+        "STREAMREC_LEARNER__STOP_WHEN_IDLE_S": str(learner.stop_when_idle_s),
+        "STREAMREC_LEARNER__SNAPSHOT_EVERY": "1",
+        "STREAMREC_LEARNER__METRICS_PORT": "0",
+        "STREAMREC_LEARNER__PROMOTE": "always",
+    }
+
+
+def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
+    pipeline_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    count = 601  # the last mini-batch of 64 is 25: shares of 13 and 12
+    learner = {
+        "interval_s": 2.0,
+        "min_batch_samples": count,
+        "max_batch_samples": count,
+        "stop_when_idle_s": 4.0,
+        "snapshot_every": 1,
+        "promote": "off",
+    }
+    one = pipeline_config(
+        model={**MODEL, "train_batch_size": 64},
+        learner={**learner, "snapshot_dir": tmp_path / "one", "group_id": "one"},
+    )
+    two = pipeline_config(
+        model={**MODEL, "train_batch_size": 32},
+        learner={**learner, "snapshot_dir": tmp_path / "two", "group_id": "two"},
+    )
+    publish(one, 0, count)
+    run_ranks(one, 1, tmp_path, "one", "din")
+    out = subprocess.run(
+        [sys.executable, "-m", "streamrec", "learner", "run", "--workers", "2"],
+        cwd=tmp_path,
+        env=cli_env(two, tmp_path / "two"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + logs(tmp_path, "learner")
+    assert "starting 2 learner ranks" in out.stdout
+    first, second = (SnapshotStore(tmp_path / name).latest_valid() for name in ("one", "two"))
+    assert first is not None and second is not None, out.stdout[-3000:] + logs(tmp_path, "learner")
+    (m1, t1), (m2, t2) = first, second
+    assert m1.samples_trained == m2.samples_trained == count and m1.micro_batches == m2.micro_batches == 1
+    assert len(m2.positions) == one.kafka.partitions  # rank 0 wrote both ranks' positions
+    assert sum(p.offset for p in m2.positions) == count
+    assert set(t1["model"]) == set(t2["model"])
+    for key, array in t1["model"].items():
+        np.testing.assert_allclose(t2["model"][key], array, rtol=1e-4, atol=1e-6, err_msg=key)
+    # rank 0 exported and promoted the version (STREAMREC_LEARNER__PROMOTE=always); it serves
+    # the scores the one process's version serves
+    served = SnapshotStore(tmp_path / "two")
+    assert served.current() == m2.version
+    batch = Batch.from_samples([sample(n) for n in range(0, count, 7)])
+    scores = [
+        ExportedModel(export_snapshot(SnapshotStore(tmp_path / name), m.version)).score_batch(batch)
+        for name, m in (("one", m1), ("two", m2))
+    ]
+    np.testing.assert_allclose(scores[1], scores[0], rtol=1e-4, atol=1e-6)
+    assert np.ptp(scores[0]) > 0  # scores that tell samples apart: the model trained
+
+
+def test_a_rank_killed_stops_the_group_which_resumes_training_each_sample_once(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    count = 3000
+    cfg = ranks_config()
+    publish(cfg, 0, count)
+    proc = start_ranks(cfg, 2, tmp_path, "killed")
+    store = SnapshotStore(cfg.learner.snapshot_dir)
+    wait_for(
+        lambda: bool(store.versions()) or proc.poll() is not None,
+        timeout_s=120,
+        what="the group's first snapshot",
+    )
+    ranks = {int(p.environ().get("PADDLE_TRAINER_ID", -1)): p for p in psutil.Process(proc.pid).children()}
+    assert set(ranks) == {0, 1}, logs(tmp_path, "killed")
+    os.kill(ranks[1].pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    rc = finished(proc, tmp_path, "killed", timeout=90)
+    assert rc != 0, logs(tmp_path, "killed")
+    assert time.monotonic() - killed_at < 60
+    assert not ranks[0].is_running() or ranks[0].status() == psutil.STATUS_ZOMBIE
+    before = SnapshotStore(cfg.learner.snapshot_dir).latest_valid()
+    assert before is not None and before[0].samples_trained < count  # stopped part-way
+    run_ranks(cfg, 2, tmp_path, "resumed")
+    assert_each_once(cfg, count)
+
+
+def test_the_number_of_ranks_changed_across_restarts_loses_and_doubles_nothing(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    cfg = ranks_config()
+    publish(cfg, 0, 500)
+    run_ranks(cfg, 2, tmp_path, "two")
+    assert_each_once(cfg, 500)
+    publish(cfg, 500, 1000)
+    run_ranks(cfg, 1, tmp_path, "one")
+    assert_each_once(cfg, 1000)
+    publish(cfg, 1000, 1500)
+    run_ranks(cfg, 2, tmp_path, "two-again")
+    assert_each_once(cfg, 1500)
