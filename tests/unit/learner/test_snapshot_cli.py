@@ -96,10 +96,11 @@ def test_diff_shows_changed_tensors(tmp_path: Path) -> None:
 
 
 def test_promote_rollback_and_their_refusals(store: SnapshotStore) -> None:
-    assert run_json(store.root, "promote", "1") == {"current": 1, "name": "v000001", "previous": None}
+    promoted = run_json(store.root, "promote", "1")
+    assert promoted == {"current": 1, "name": "v000001", "previous": None, "ended": None}
     assert "serving v000003 (was v000001)" in run(store.root, "promote", "latest", "--reason", "ab").stdout
     assert store.history()[-1].reason == "ab"
-    assert run_json(store.root, "rollback") == {"current": 1, "name": "v000001", "previous": 3}
+    assert run_json(store.root, "rollback") == {"current": 1, "name": "v000001", "previous": 3, "ended": None}
     out = run(store.root, "rollback", code=1)
     assert "no earlier promoted valid version to roll back to from v000001" in out.stderr
     bad = corrupt(store, 2)
