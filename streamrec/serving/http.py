@@ -49,6 +49,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from streamrec.config import ServingConfig
 from streamrec.errors import InvalidEvent
 from streamrec.events import as_id
+from streamrec.observability.freshness import ServedFreshness
 from streamrec.serving.admission import Admission, Overloaded
 from streamrec.serving.features import store_history as store_history  # its old home
 from streamrec.serving.readiness import PROBE_USER, Readiness
@@ -115,6 +116,7 @@ class ServingMetrics:
             "streamrec_serving_reloads", "Versions swapped in after the pointer moved",
             registry=self.registry,
         )
+        self.freshness = ServedFreshness(self.registry)
 
 
 class _Inexact(Exception):
@@ -287,6 +289,8 @@ def build_app(
     cfg = cfg or ServingConfig()
     metrics = metrics or ServingMetrics()
     metrics.version.set(scorer.version)
+    if scorer.loaded is not None:
+        metrics.freshness.observe_load(scorer.loaded)
     admission = Admission(cfg.workers, cfg.max_in_flight, cfg.max_queue_wait_s)
     metrics.in_flight.set_function(lambda: admission.in_flight)
     readiness = Readiness(scorer, lambda: history_of(PROBE_USER), cfg.ready_cache_s, cfg.ready_timeout_s)
@@ -368,6 +372,8 @@ async def _follow_pointer(scorer: Scorer, poll_s: float, metrics: ServingMetrics
             if await asyncio.to_thread(scorer.refresh):
                 metrics.reloads.inc()
                 metrics.version.set(scorer.version)
+                if scorer.loaded is not None:
+                    metrics.freshness.observe_load(scorer.loaded)
             metrics.load_failures.inc(scorer.load_failures - counted)
             counted = scorer.load_failures
         except Exception:  # never let the watcher die: the service keeps the version it has
