@@ -93,7 +93,10 @@ def test_a_version_without_times_observes_nothing_and_its_age_is_unknown() -> No
 def test_loaded_version_reads_the_manifest_times(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path)
     written = store.write(
-        {"dense": {"w": np.zeros(2, np.float32)}}, micro_batches=1, samples_trained=3, positions=(),
+        {"dense": {"w": np.zeros(2, np.float32)}},
+        micro_batches=1,
+        samples_trained=3,
+        positions=(),
         newest_event_ms=T0_MS,
     )
     loaded = loaded_version(store, written.version, now_s=T0_MS / 1000 + 9.0)
@@ -104,6 +107,8 @@ def test_loaded_version_reads_the_manifest_times(tmp_path: Path) -> None:
 
 
 def test_a_manifest_written_before_the_field_still_loads() -> None:
-    old = b'{"version": 2, "created_at": "2026-01-01T00:00:00.000+00:00", "micro_batches": 1,' \
-          b' "samples_trained": 5, "positions": []}'
+    old = (
+        b'{"version": 2, "created_at": "2026-01-01T00:00:00.000+00:00", "micro_batches": 1,'
+        b' "samples_trained": 5, "positions": []}'
+    )
     assert SnapshotManifest.from_json(old).newest_event_ms is None
