@@ -269,7 +269,6 @@ def figures(
 ) -> dict[str, Any]:
     """The run's figures from its timeline."""
     interval = cfg.learner.interval_s
-    e2t = [e for e, _ in timeline.servable]
     t2s = [t for _, t in timeline.servable]
     e2servable = [e + t for e, t in timeline.servable]
     half = len(timeline.trained) // 2
@@ -285,12 +284,13 @@ def figures(
         "events": published,
         "produced_rate": round(published / produce_s, 1) if produce_s > 0 else None,
         "samples": sampled,
+        "samples_trained": sum(len(ts) for _, ts in timeline.trained),
         "samples_servable": timeline.served_samples,
         "micro_batches": len(timeline.trained),
         "versions_served": len(timeline.loaded_versions),
         "max_train_s": round(max(timeline.train_seconds, default=float("nan")), 3),
         "event_to_sample": quantiles(timeline.event_to_sample),
-        "event_to_trained": quantiles(e2t),
+        "event_to_trained": quantiles(by_batch),
         "sample_to_trained": quantiles(timeline.sample_to_trained),
         "trained_to_servable": quantiles(t2s),
         "event_to_servable": total,

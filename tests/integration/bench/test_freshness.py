@@ -52,5 +52,5 @@ def test_every_sample_becomes_servable_and_the_stages_are_ordered(
 
     # The manifests record the newest event trained, and the last version holds the last sample.
     store = SnapshotStore(cfg.learner.snapshot_dir)
-    newest_ms = [m.newest_event_ms for m in store.manifests()]
-    assert all(ms is not None for ms in newest_ms) and newest_ms == sorted(newest_ms)
+    newest_ms = [m.newest_event_ms or 0 for m in store.manifests()]
+    assert all(newest_ms) and newest_ms == sorted(newest_ms)
