@@ -19,6 +19,7 @@ numpy, not one ``Histogram.observe`` call per sample.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ class AgeHistogram(Collector):
         self._bounds = np.asarray(buckets, dtype=np.float64)
         self._counts = np.zeros(len(buckets) + 1, dtype=np.int64)  # per bucket, the last +Inf
         self._sum = 0.0
+        self._lock = threading.Lock()  # a scrape reads buckets and sum of the same observations
         registry.register(self)
 
     def observe_many(self, values: np.ndarray) -> None:
@@ -88,8 +90,10 @@ class AgeHistogram(Collector):
         if np.isnan(values).any():
             raise ValueError(f"{self.name}: NaN among the ages observed")
         index = np.searchsorted(self._bounds, values, side="left")  # v <= bound[i]
-        self._counts += np.bincount(index, minlength=len(self._counts))
-        self._sum += float(values.sum())
+        counts = np.bincount(index, minlength=len(self._counts))
+        with self._lock:
+            self._counts += counts
+            self._sum += float(values.sum())
 
     @property
     def count(self) -> int:
@@ -107,13 +111,14 @@ class AgeHistogram(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The cumulative buckets, count and sum."""
-        cumulative = np.cumsum(self._counts)
+        with self._lock:
+            cumulative, total = np.cumsum(self._counts), self._sum
         bounds = [*(floatToGoString(b) for b in self._bounds), "+Inf"]
         family = HistogramMetricFamily(
             self.name,
             self._doc,
             buckets=list(zip(bounds, cumulative.tolist(), strict=True)),
-            sum_value=self._sum,
+            sum_value=total,
         )
         yield family
 
