@@ -42,6 +42,8 @@ class MicroBatchReport:
     ids_refused: Mapping[str, int] = field(default_factory=dict)
     embedding_rows: Mapping[str, int] = field(default_factory=dict)
     min_eval_samples: int = 1  # fewer samples than this: too small to judge a model by
+    # Every trained sample's event time, epoch ms (freshness: event → trained); empty if unknown.
+    event_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False)
 
     @property
     def judged(self) -> bool:
@@ -63,6 +65,7 @@ class LearnerStats:
     dead: int = 0  # records dead-lettered to samples_dlq_topic
     bad_batches: int = 0  # micro-batches with a skipped (non-finite) step
     skipped_steps: int = 0
+    newest_event_ms: int | None = None  # the newest event time trained on (restored too)
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ def micro_batch_report(
         penalty_share=train.penalty_share, ids_admitted=train.ids_admitted,
         ids_evicted=train.ids_evicted, ids_refused=train.ids_refused,
         embedding_rows=train.rows_in_use,
-        min_eval_samples=min_eval_samples,
+        min_eval_samples=min_eval_samples, event_ts=batch.ts,
     )
     logger.info(
         "micro_batch index=%d samples=%d dead=%d auc=%.4f gauc=%.4f known_auc=%.4f "

@@ -140,6 +140,7 @@ class LearnerRunner(Closing):
             return
         self.stats.micro_batches = self._snapshotted_at = manifest.micro_batches
         self.stats.samples_trained = manifest.samples_trained
+        self.stats.newest_event_ms = manifest.newest_event_ms
         self.positions.update({p.key: p.offset for p in manifest.positions})
         self._snapshotted_positions = dict(self.positions)
         self._snapshotted_version = manifest.version
@@ -305,6 +306,8 @@ class LearnerRunner(Closing):
             self.stats.micro_batches, batch, result, dead, self._cfg.learner.min_eval_samples
         )
         self.stats.last_metrics = dict(asdict(report.metrics))
+        newest = self.stats.newest_event_ms
+        self.stats.newest_event_ms = report.last_ts if newest is None else max(newest, report.last_ts)
         return report
 
     def _count_bad(self, report: MicroBatchReport) -> None:
@@ -406,6 +409,7 @@ class LearnerRunner(Closing):
             metrics=self.stats.last_metrics,
             config=snapshot_config(self._cfg, self._schema),
             request_id=request_id,
+            newest_event_ms=self.stats.newest_event_ms,
         )
         self._snapshotted_at = self.stats.micro_batches
         self._snapshotted_positions = dict(self.positions)

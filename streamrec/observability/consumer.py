@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import math
 import re
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from streamrec.observability.freshness import AgeHistogram, ages_s
 from streamrec.observability.process import ProcessMetrics
 
 if TYPE_CHECKING:  # the runner imports Redis and Kafka clients: only for the type checker
@@ -63,9 +66,13 @@ class ConsumerMetrics(ProcessMetrics):
     Closing it stops its server and its lag client.
     """
 
-    def __init__(self) -> None:
-        """Create every metric; every dead-letter kind starts at 0, so rates exist at once."""
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        """Create every metric; every dead-letter kind starts at 0, so rates exist at once.
+
+        ``clock`` gives wall-clock epoch seconds, to compare with event times for freshness.
+        """
         super().__init__(PREFIX, "--metrics-port or STREAMREC_CONSUMER__METRICS_PORT")
+        self._clock = clock
         r = self.registry
         self.batches = Counter(f"{PREFIX}_batches_total", "Batches committed", registry=r)
         self.events = Counter(
@@ -105,6 +112,10 @@ class ConsumerMetrics(ProcessMetrics):
             "Event time of the newest sample emitted, epoch seconds", registry=r,
         )
         self.newest_event.set(math.nan)  # "none yet", not 1970
+        self.event_to_sample = AgeHistogram(
+            f"{PREFIX}_event_to_sample_seconds",
+            "Seconds from each sample's event time to its batch's commit (the sample readable)", r,
+        )
         self.partitions = Gauge(
             f"{PREFIX}_assigned_partitions", "Partitions assigned to this consumer", registry=r
         )
@@ -122,6 +133,7 @@ class ConsumerMetrics(ProcessMetrics):
         for letter in result.dead:
             self.dead_letters.labels(reason_kind(letter.reason)).inc()
         self.batch_seconds.observe(report.seconds)
+        self.event_to_sample.observe_many(ages_s(self._clock(), [s.ts for s in result.samples]))
         if report.newest_event_ms is not None:
             self.newest_event.set(report.newest_event_ms / 1000.0)
         self.partitions.set(len(report.partitions))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from streamrec.observability.freshness import AgeHistogram, ages_s
 from streamrec.observability.process import ProcessMetrics
 
 if TYPE_CHECKING:  # the learner's modules import numpy and Kafka: only for the type checker
@@ -118,6 +119,10 @@ class LearnerMetrics(ProcessMetrics):
         self.snapshot_time = self._gauge("snapshot_timestamp_seconds", "When the last snapshot was written")
         self.snapshot_version = self._gauge("snapshot_version", "Version of the last snapshot written")
         self.snapshot_bytes = self._gauge("snapshot_bytes", "Size of the last snapshot on disk")
+        self.event_to_trained = AgeHistogram(
+            f"{PREFIX}_event_to_trained_seconds",
+            "Seconds from each sample's event time to the end of training on it", self.registry,
+        )
 
     def _tables(self) -> None:
         self.penalty_share = self._gauge(
@@ -151,6 +156,7 @@ class LearnerMetrics(ProcessMetrics):
             (self.loss, report.loss), (self.penalty_share, report.penalty_share),
         ):
             gauge.set(value)
+        self.event_to_trained.observe_many(ages_s(self._clock(), report.event_ts))
         newest = report.last_ts / 1000.0
         if not newest <= self._newest_event_s:  # NaN before the first report
             self._newest_event_s = newest

@@ -53,6 +53,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from streamrec.config import ServingConfig
 from streamrec.errors import InvalidEvent
 from streamrec.events import as_id
+from streamrec.observability.freshness import ServedFreshness
 from streamrec.serving.admission import Admission, Overloaded
 from streamrec.serving.features import store_history as store_history  # its old home
 from streamrec.serving.guard import CanaryGuard, follow_traffic
@@ -126,6 +127,7 @@ class ServingMetrics:
             registry=self.registry,
         )
         self.arms = ArmMetrics(self.registry)  # per arm and version of a canary or an A/B test
+        self.freshness = ServedFreshness(self.registry)
 
 
 class _Inexact(Exception):
@@ -331,6 +333,8 @@ def build_app(
 
         metrics.registry.register(ClickCollector(clicks, lambda: router.plan))
     metrics.version.set(scorer.version)
+    if scorer.loaded is not None:
+        metrics.freshness.observe_load(scorer.loaded)
     admission = Admission(cfg.workers, cfg.max_in_flight, cfg.max_queue_wait_s)
     metrics.in_flight.set_function(lambda: admission.in_flight)
     readiness = Readiness(scorer, lambda: history_of(PROBE_USER), cfg.ready_cache_s, cfg.ready_timeout_s)
@@ -435,6 +439,8 @@ async def _follow_pointer(scorer: Scorer, poll_s: float, metrics: ServingMetrics
             if await asyncio.to_thread(scorer.refresh):
                 metrics.reloads.inc()
                 metrics.version.set(scorer.version)
+                if scorer.loaded is not None:
+                    metrics.freshness.observe_load(scorer.loaded)
             metrics.load_failures.inc(scorer.load_failures - counted)
             counted = scorer.load_failures
         except Exception:  # never let the watcher die: the service keeps the version it has

@@ -25,6 +25,7 @@ from streamrec.errors import NotServable, SnapshotError
 from streamrec.learner.batch import Batch, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
+from streamrec.observability.freshness import LoadedVersion, loaded_version
 from streamrec.serving.export import (
     CONTRACT,
     CONTRACT_SCHEMA,
@@ -310,6 +311,7 @@ class Scorer:
         self.current: int | None = None
         self.load_failures = 0
         self._failure: tuple[int | None, str] | None = None  # the last one logged
+        self.loaded: LoadedVersion | None = None  # the last version loaded, for freshness
         self.model = self._start()
 
     @property
@@ -331,7 +333,9 @@ class Scorer:
         return current
 
     def _load(self, version: int) -> ExportedModel:
-        return ExportedModel(export_snapshot(self.store, version), self._threads)
+        model = ExportedModel(export_snapshot(self.store, version), self._threads)
+        self.loaded = loaded_version(self.store, version)
+        return model
 
     def _start(self) -> ExportedModel:
         try:

@@ -45,6 +45,8 @@ class SnapshotManifest:
     kind: str = "full"  # "full", or "delta": only what changed since ``parent``
     parent: int | None = None  # the version a delta applies to; None for a full snapshot
     delta: DeltaSpec = field(default_factory=dict)  # a delta's row counts and removed tensors
+    # The newest event time trained on, epoch ms (freshness); None before the field existed.
+    newest_event_ms: int | None = None
 
     @property
     def name(self) -> str:

@@ -123,6 +123,7 @@ LEARNER_FAMILIES = {
     "streamrec_learner_snapshot_timestamp_seconds": "gauge",
     "streamrec_learner_snapshot_version": "gauge",
     "streamrec_learner_snapshot_bytes": "gauge",
+    "streamrec_learner_event_to_trained_seconds": "histogram",
 }
 
 
@@ -337,6 +338,7 @@ def test_consumer_metrics_are_all_named_and_typed() -> None:
         "streamrec_consumer_batch_seconds": "histogram",
         "streamrec_consumer_newest_event_timestamp_seconds": "gauge",
         "streamrec_consumer_assigned_partitions": "gauge",
+        "streamrec_consumer_event_to_sample_seconds": "histogram",
     }
     kinds = label_values(metrics.registry, "streamrec_consumer_dead_letters_total")
     assert kinds == {kind for _, kind in REASONS} | {OTHER_REASON}

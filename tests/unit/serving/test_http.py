@@ -157,3 +157,20 @@ def test_healthz_tells_when_the_current_version_fails_to_load_and_failures_are_c
     line = next(x for x in metrics.splitlines() if x.startswith("streamrec_serving_load_failures_total"))
     assert float(line.split()[-1]) >= 2
     assert httpx.post(f"{url}/score", json={"user": "u1", "items": ["i1"]}).json()["version"] == 1
+
+
+def test_each_version_loaded_is_observed_for_freshness(served: tuple[str, SnapshotStore, Scorer]) -> None:
+    url, store, _ = served
+    before = httpx.get(f"{url}/metrics").text
+    assert "streamrec_serving_trained_to_servable_seconds_count 1.0" in before  # the version at start
+    store.promote(2)
+    deadline = time.monotonic() + 20
+    while "streamrec_serving_trained_to_servable_seconds_count 2.0" not in (
+        after := httpx.get(f"{url}/metrics").text
+    ):
+        assert time.monotonic() < deadline, "version 2's load was not observed"
+        time.sleep(0.02)
+    assert "streamrec_serving_version 2.0" in after
+    # These snapshots predate newest_event_ms: no event figures, not wrong ones.
+    assert "streamrec_serving_event_to_servable_seconds_count 0.0" in after
+    assert "streamrec_serving_model_event_age_seconds NaN" in after
