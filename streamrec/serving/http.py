@@ -50,6 +50,7 @@ from streamrec.config import ServingConfig
 from streamrec.errors import InvalidEvent
 from streamrec.events import as_id
 from streamrec.serving.admission import Admission, Overloaded
+from streamrec.serving.features import no_history as no_history  # its old home
 from streamrec.serving.features import store_history as store_history  # its old home
 from streamrec.serving.readiness import PROBE_USER, Readiness
 from streamrec.serving.scorer import Candidate, Scorer
@@ -372,9 +373,3 @@ async def _follow_pointer(scorer: Scorer, poll_s: float, metrics: ServingMetrics
             counted = scorer.load_failures
         except Exception:  # never let the watcher die: the service keeps the version it has
             logger.exception("serving pointer check failed")
-
-
-def no_history(user: str) -> list[tuple[str, str]]:
-    """``history_of`` without a feature store: every user is new."""
-    return []
-
