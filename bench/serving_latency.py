@@ -1,24 +1,28 @@
-"""`streamrec serve` latency and throughput from a real HTTP load client on loopback.
+"""`streamrec serve` latency and capacity from a real HTTP load client on loopback.
 
 A DIN with the default configuration (two tables of dim 16, sequences of 50, attention 64-32,
 MLP 128-64) trained on the first 20,000 MovieLens ratings is snapshotted, exported, promoted
-and served by `streamrec serve` in its own process. Each request scores 100 candidates for a
-user whose 50 behaviours travel in the request. The load client (aiohttp, whose C HTTP parser
-costs the client least of the well-kept Python clients; one process):
+and served by `streamrec serve --processes N` (2: one per core here) in its own processes.
+Each request scores 100 candidates for a user whose 50 behaviours travel in the request. The
+load client is aiohttp (its C HTTP parser costs the client least of the well-kept Python
+clients; ``wrk`` is not installed here), one process on the same cores as the server:
 
 - open loop at ``--rate`` requests/s (100) for ``--seconds`` (20): each request is sent on its
   schedule, whether or not the ones before it have answered, so a slow server shows as
   latency instead of being hidden by the client waiting (coordinated omission); p50/p99;
-- closed loop with 4 connections, as fast as the server answers: the most requests/s.
+- closed loop with ``--connections`` (16, spread by the kernel over the processes), as fast
+  as the server answers: the capacity;
+- the sweep: the open loop at each ``--sweep`` percentage of that capacity (10, 25, 50, 75,
+  100, 125) and each ``--curve`` rate, reporting p50/p99 of the answered requests and the
+  share shed (503: the server's admission limits); ``--plot PATH`` draws it (PNG) for sizing
+  a fleet.
 
-Ceiling, in the same run: the same requests scored in process by the export's predictor, no
-HTTP (what the model itself costs). The ratio is the ceiling's requests/s over the server's.
+Ceiling, in the same run: the same requests scored by the export's predictor with no HTTP, in
+as many processes as the server's, side by side (what the model itself allows on those
+cores), as requests/s and scores/s. The ratio is the server's capacity over the ceiling.
 
-With ``--curve 25,50,100,...`` it also runs the open loop at each offered load, up to and past
-capacity, and reports p50/p99 of the answered requests and the share shed (503: the server's
-admission limits); ``--plot PATH`` draws that curve (PNG) for sizing a fleet.
-
-    .venv/bin/python bench/serving_latency.py [--rate 100] [--seconds 20] [--curve R1,R2,...] [--plot P]
+    .venv/bin/python bench/serving_latency.py [--processes 2] [--rate 100] [--seconds 20] \
+        [--sweep 10,25,50,75,100,125] [--curve R1,R2,...] [--plot P]
 
 Prints one JSON object as its last line.
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -96,12 +101,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(root: Path, port: int) -> subprocess.Popen[bytes]:
+def start_server(root: Path, port: int, processes: int = 1) -> subprocess.Popen[bytes]:
     """``streamrec serve`` on the snapshots under ``root``, without a feature store."""
     env = {**os.environ, "STREAMREC_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamrec", "serve", "--no-store", "--snapshot-dir", str(root),
-         "--port", str(port)],
+         "--port", str(port), "--processes", str(processes)],
         env=env, stdout=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60
@@ -173,13 +178,14 @@ async def closed_loop(url: str, requests: list[dict[str, Any]], seconds: float, 
         return done / (time.perf_counter() - start)
 
 
-def in_process(path: Path, requests: list[dict[str, Any]], seconds: float) -> tuple[float, float]:
-    """Requests/s and p50 latency (s) of the export's predictor alone on the same requests."""
+def in_process(path: Path, requests: list[dict[str, Any]], seconds: float) -> tuple[int, float, list[float]]:
+    """Requests scored, seconds spent and each one's latency: the export's predictor alone."""
     model = ExportedModel(path)
     parsed = [
         (str(r["user"]), [(h[0], h[1]) for h in r["history"]], [Candidate.parse(i) for i in r["items"]])
         for r in requests
     ]
+    model.score(*parsed[0])  # the first run builds oneDNN's kernels
     times = []
     end = time.perf_counter() + seconds
     k = 0
@@ -189,7 +195,48 @@ def in_process(path: Path, requests: list[dict[str, Any]], seconds: float) -> tu
         model.score(user, history, candidates)
         times.append(time.perf_counter() - start)
         k += 1
-    return len(times) / sum(times), float(np.percentile(times, 50))
+    return len(times), sum(times), times
+
+
+def batching_gain(path: Path, requests: list[dict[str, Any]], rounds: int = 20) -> float:
+    """How much faster a candidate scores in one predictor call of 10 requests' candidates.
+
+    The time of 10 requests scored one by one over that of their 1,000 candidates scored in
+    one call (for one user's history: the same work per candidate). Above 1, batching
+    concurrent requests into one call would pay.
+    """
+    model = ExportedModel(path)
+    parsed = [(str(r["user"]), [(h[0], h[1]) for h in r["history"]], [Candidate.parse(i) for i in r["items"]])
+              for r in requests[:10]]
+    together = [c for _, _, candidates in parsed for c in candidates]
+    model.score(parsed[0][0], parsed[0][1], together)
+    one_by_one = all_at_once = 0.0
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for user, history, candidates in parsed:
+            model.score(user, history, candidates)
+        one_by_one += time.perf_counter() - start
+        start = time.perf_counter()
+        model.score(parsed[0][0], parsed[0][1], together)
+        all_at_once += time.perf_counter() - start
+    return one_by_one / all_at_once
+
+
+def ceiling(
+    path: Path, requests: list[dict[str, Any]], seconds: float, processes: int
+) -> tuple[float, float]:
+    """Requests/s and p50 latency (s) of ``processes`` predictors scoring side by side, no HTTP.
+
+    What the model itself allows on as many cores as the server's processes: each predictor
+    in a process of its own, all at once, their rates summed.
+    """
+    context = multiprocessing.get_context("spawn")  # no predictor crosses a fork
+    with context.Pool(processes) as pool:
+        results = pool.starmap(in_process, [(path, requests, seconds)] * processes)
+        pool.close()  # let them exit: terminating one makes Paddle print a fatal-signal report
+        pool.join()
+    rate = sum(n / spent for n, spent, _ in results)
+    return rate, float(np.percentile([t for _, _, times in results for t in times], 50))
 
 
 def curve_point(url: str, requests: list[dict[str, Any]], rate: float, seconds: float) -> dict[str, float]:
@@ -248,30 +295,42 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--train-events", type=int, default=20_000)
-    parser.add_argument("--curve", default="", help="offered loads (requests/s), comma-separated")
+    parser.add_argument("--processes", type=int, default=2, help="server processes (one per core)")
+    parser.add_argument("--connections", type=int, default=16, help="closed-loop connections")
+    parser.add_argument(
+        "--sweep", default="10,25,50,75,100,125",
+        help="offered loads in percent of the measured capacity, comma-separated ('' for none)",
+    )
+    parser.add_argument("--curve", default="", help="more offered loads (requests/s), comma-separated")
     parser.add_argument("--plot", type=Path, default=None, help="write the curve as a PNG here")
     args = parser.parse_args()
+    percents = [float(r) for r in args.sweep.split(",") if r.strip()]
     rates = [float(r) for r in args.curve.split(",") if r.strip()]
-    curve: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         store, requests = trained_snapshot(root, args.train_events)
-        ceiling_rps, ceiling_p50 = in_process(root / "exports" / "v000001", requests, 5.0)
+        ceiling_rps, ceiling_p50 = ceiling(root / "exports" / "v000001", requests, 5.0, args.processes)
+        gain = batching_gain(root / "exports" / "v000001", requests)
         port = free_port()
-        server = start_server(root, port)
+        server = start_server(root, port, args.processes)
         url = f"http://127.0.0.1:{port}/score"
         try:
             asyncio.run(open_loop(url, requests, args.rate, 2.0, shed=[]))  # warm-up
             shed: list[float] = []
             latencies = np.array(asyncio.run(open_loop(url, requests, args.rate, args.seconds, shed=shed)))
-            max_rps = asyncio.run(closed_loop(url, requests, 10.0, 4))
-            curve = [curve_point(url, requests, rate, args.seconds) for rate in rates]
+            max_rps = asyncio.run(closed_loop(url, requests, 10.0, args.connections))
+            offered = sorted({round(max_rps * p / 100, 1) for p in percents} | set(rates))
+            curve = [curve_point(url, requests, rate, args.seconds) for rate in offered]
         finally:
             server.terminate()
             server.wait(10)
+    half = [p for p in curve if p["offered_per_s"] == round(max_rps * 0.5, 1)]
     result: dict[str, Any] = {
         "benchmark": "serving_latency",
         "candidates_per_request": CANDIDATES,
+        "processes": args.processes,
+        "cores": os.cpu_count(),
+        "load_client": "aiohttp, one process, on the same machine",
         "rate": args.rate,
         "requests": len(latencies) + len(shed),
         "shed_share": round(len(shed) / (len(latencies) + len(shed)), 4),
@@ -279,9 +338,14 @@ def main() -> None:
         "p99_ms": round(float(np.percentile(latencies, 99)) * 1e3, 2),
         "max_ms": round(float(latencies.max()) * 1e3, 2),
         "max_requests_per_s": round(max_rps, 1),
+        "scores_per_s": round(max_rps * CANDIDATES),
         "ceiling_requests_per_s": round(ceiling_rps, 1),
+        "ceiling_scores_per_s": round(ceiling_rps * CANDIDATES),
         "ceiling_p50_ms": round(ceiling_p50 * 1e3, 2),
         "ratio": round(max_rps / ceiling_rps, 3),
+        "batch_of_10_speedup": round(gain, 3),
+        "p99_ms_at_half_capacity": half[0]["p99_ms"] if half else None,
+        "goal_requests_per_s": 1000.0,
         "goal_p99_ms": 10.0,
     }
     if curve:

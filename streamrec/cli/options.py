@@ -70,6 +70,7 @@ _FLAGS = (
     Flag("--device", "model.device", str, "auto", "auto, cpu or gpu[:N]"),
     Flag("--host", "serving.host", str, "127.0.0.1", "Interface to listen on"),
     Flag("--port", "serving.port", int, "8000", "Port to listen on"),
+    Flag("--processes", "serving.processes", int, "1", "Server processes sharing the port (one per core)"),
     Flag("--host", "services.host", str, "127.0.0.1", "Interface to listen on"),
     Flag("--kafka-port", "services.kafka_port", int, "9092", "Broker port"),
     Flag("--redis-port", "services.redis_port", int, "6380", "Redis port"),

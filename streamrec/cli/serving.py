@@ -4,7 +4,6 @@ over HTTP.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,29 +13,11 @@ from streamrec.cli.common import build_config, cli_errors, console
 from streamrec.cli.options import ConfigFile, LogLevel, json_output, setting
 
 if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
-    from streamrec.config import StreamrecConfig
     from streamrec.serving.scorer import Candidate
 
 StoreOption = typer.Option(
     True, "--store/--no-store", help="Read users' sequences from the feature store (else every user is new)"
 )
-
-
-def _history_source(cfg: StreamrecConfig, use_store: bool) -> Callable[[str], Sequence[tuple[str, str]]]:
-    """Users' sequences from the configured feature store, or none (every user new).
-
-    With the declared behaviour features along them and, when user features are declared,
-    the user's newest values from the profile store.
-    """
-    from streamrec.featurestore import make_feature_store, make_profile_store
-    from streamrec.serving.features import store_history
-    from streamrec.serving.http import no_history
-
-    if not use_store:
-        return no_history
-    store = make_feature_store(cfg)
-    profiles = make_profile_store(cfg) if cfg.feature_schema().role("user") else None
-    return store_history(store, profiles)
 
 
 def score(
@@ -61,6 +42,7 @@ def score(
     """
     import orjson
 
+    from streamrec.serving.features import history_source
     from streamrec.serving.scorer import Scorer
 
     with cli_errors():
@@ -74,7 +56,7 @@ def score(
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
         candidates = _candidates(items)
         given = _context(context)
-        history = _history_source(cfg, store)(user)
+        history = history_source(cfg, store)(user)
         scores = scorer.model.score(user, history, candidates, given)
         if as_json:
             doc = {"version": scorer.version, "user": user, "history": len(history),
@@ -118,6 +100,7 @@ def _context(text: str) -> dict[str, object]:
 def serve(
     host: str | None = setting("serving.host"),
     port: int | None = setting("serving.port"),
+    processes: int | None = setting("serving.processes"),
     snapshot_dir: Path | None = setting("learner.snapshot_dir"),
     store: bool = StoreOption,
     redis_url: str | None = setting("store.url"),
@@ -130,8 +113,7 @@ def serve(
     """
     import uvicorn
 
-    from streamrec.serving.clicks import start_click_join
-    from streamrec.serving.http import build_app
+    from streamrec.serving import processes as workers
     from streamrec.serving.scorer import Scorer
 
     with cli_errors():
@@ -139,16 +121,20 @@ def serve(
             log_level=log_level,
             config_file=config_file,
             learner={"snapshot_dir": snapshot_dir},
-            serving={"host": host, "port": port},
+            serving={"host": host, "port": port, "processes": processes},
             store={"url": redis_url},
         )
-        scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
-        clicks, consumer = start_click_join(cfg) if cfg.serving.click_join else (None, None)
-        closers = [consumer.stop] if consumer is not None else []
-        app = build_app(scorer, _history_source(cfg, store), cfg.serving, clicks=clicks, on_shutdown=closers)
+        serving = cfg.serving  # a bad start is refused here, before any worker starts
+        scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates)
         instead = "" if scorer.serves_current else " (not the version serving/CURRENT names: see the warning)"
+        many = f" on {cfg.serving.processes} processes" if cfg.serving.processes > 1 else ""
         console.print(
             f"serving v{scorer.version:06d}{instead} from {cfg.learner.snapshot_dir} on "
-            f"http://{cfg.serving.host}:{cfg.serving.port}"
+            f"http://{cfg.serving.host}:{cfg.serving.port}{many}"
         )
+        if cfg.serving.processes > 1:
+            del scorer  # each worker loads its own
+            workers.run(cfg, store)
+            return
+        app = workers.serving_app(cfg, scorer, store)
         uvicorn.run(app, host=cfg.serving.host, port=cfg.serving.port, log_level="warning", access_log=False)

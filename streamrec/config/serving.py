@@ -17,10 +17,18 @@ class ServingConfig(BaseModel):
 
     host: str = Field("127.0.0.1", description="STREAMREC_SERVING__HOST")
     port: int = Field(8000, ge=0, le=65535, description="STREAMREC_SERVING__PORT")
+    # Server processes sharing the port (uvicorn's workers: the kernel spreads connections over
+    # them). Each loads the promoted version and follows the pointer itself, with its own
+    # admission limits below; a predictor scores one request at a time, so one process per core.
+    processes: int = Field(1, ge=1, description="STREAMREC_SERVING__PROCESSES")
     # How often the server looks at the serving pointer; a new version loads beside the old.
     poll_s: float = Field(1.0, gt=0, description="STREAMREC_SERVING__POLL_S")
     # Threads of one Paddle Inference run: 1 keeps a request's latency steady beside others.
     threads: int = Field(1, ge=1, description="STREAMREC_SERVING__THREADS")
+    # Requests waiting for a process's predictor run as one call of up to this many candidates
+    # (their inputs stacked): one call of 400 costs less than four of 100; nothing waits on
+    # purpose, so a lone request runs at once (streamrec.serving.batching). 0: each alone.
+    batch_candidates: int = Field(400, ge=0, description="STREAMREC_SERVING__BATCH_CANDIDATES")
     max_candidates: int = Field(1000, ge=1, description="STREAMREC_SERVING__MAX_CANDIDATES per request")
     # Threads that score requests beside the event loop: one scores while another reads a
     # user's sequence from the feature store (a predictor runs one request at a time).

@@ -30,6 +30,7 @@ from streamrec.samples import Sample
 from streamrec.serving.export import feature_batch_inputs
 
 if TYPE_CHECKING:
+    from streamrec.config import StreamrecConfig
     from streamrec.featurestore import FeatureStore
     from streamrec.featurestore.profiles import Profile, ProfileStore
     from streamrec.serving.scorer import Candidate
@@ -145,3 +146,23 @@ def _given(
         if spec.role in roles and not (targets and spec.outcome):
             out[name] = read_value(spec, value)
     return out
+
+
+def history_source(cfg: StreamrecConfig, use_store: bool) -> Callable[[str], Sequence[tuple[str, str]]]:
+    """Users' sequences from the configured feature store, or none (every user new).
+
+    With the declared behaviour features along them and, when user features are declared,
+    the user's newest values from the profile store.
+    """
+    from streamrec.featurestore import make_feature_store, make_profile_store
+
+    if not use_store:
+        return no_history
+    store = make_feature_store(cfg)
+    profiles = make_profile_store(cfg) if cfg.feature_schema().role("user") else None
+    return store_history(store, profiles)
+
+
+def no_history(user: str) -> list[tuple[str, str]]:
+    """``history_of`` without a feature store: every user is new."""
+    return []

@@ -55,6 +55,7 @@ from streamrec.errors import InvalidEvent
 from streamrec.events import as_id
 from streamrec.observability.freshness import ServedFreshness
 from streamrec.serving.admission import Admission, Overloaded
+from streamrec.serving.features import no_history as no_history  # its old home
 from streamrec.serving.features import store_history as store_history  # its old home
 from streamrec.serving.guard import CanaryGuard, follow_traffic
 from streamrec.serving.readiness import PROBE_USER, Readiness
@@ -454,9 +455,4 @@ def record_served(clicks: ClickJoin, plan: TrafficPlan, request_id: str, arm: st
     except Exception as exc:  # the list goes uncounted in click-through: said, never silently
         logger.warning("cannot record a served list for click-through request_id=%s error=%s",
                        request_id, exc)
-
-
-def no_history(user: str) -> list[tuple[str, str]]:
-    """``history_of`` without a feature store: every user is new."""
-    return []
 

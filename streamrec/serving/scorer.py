@@ -26,6 +26,7 @@ from streamrec.learner.batch import Batch, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.observability.freshness import LoadedVersion, loaded_version
+from streamrec.serving.batching import Combiner
 from streamrec.serving.export import (
     CONTRACT,
     CONTRACT_SCHEMA,
@@ -99,8 +100,12 @@ class _Table:
 class ExportedModel:
     """One export directory: its checksums verified, its predictor ready."""
 
-    def __init__(self, path: Path, threads: int = 1) -> None:
+    def __init__(self, path: Path, threads: int = 1, batch_candidates: int = 0) -> None:
         """Load the export at ``path``.
+
+        Requests scored at once on several threads queue for the one predictor; those waiting
+        run as one call of up to ``batch_candidates`` candidates (0: each alone; see
+        `streamrec.serving.batching`).
 
         Raises:
             InvalidSnapshot: a file is missing or does not match its checksum.
@@ -126,6 +131,7 @@ class ExportedModel:
         config.disable_glog_info()
         self._predictor = inference.create_predictor(config)
         self._lock = threading.Lock()  # one predictor runs one request at a time
+        self.combiner = Combiner(self._run, batch_candidates)
 
     def score(
         self,
@@ -164,7 +170,7 @@ class ExportedModel:
         users = np.repeat(to_buckets(fingerprint([user_id]), self.user_buckets), n)
         # Declared features: the stores' and the request's, the rest absent (feature_request_inputs).
         features = feature_request_inputs(self.contract, user_id, candidates, context, history)
-        return self._run(self._feed(targets, sequences, rows, users, features))
+        return self.combiner(self._feed(targets, sequences, rows, users, features))
 
     def score_batch(self, batch: Batch) -> np.ndarray:
         """float64 [B].
@@ -213,7 +219,7 @@ class ExportedModel:
     def _rows_of_table(self, table: TableConfig, keys: np.ndarray) -> np.ndarray:
         return self._by_name[table.name].rows_of_keys(keys)
 
-    def _run(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    def _run(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         with self._lock:
             for name in self._predictor.get_input_names():
                 handle = self._predictor.get_input_handle(name)
@@ -297,8 +303,10 @@ class Scorer:
     A failure is logged once, when it first happens or changes, then only counted.
     """
 
-    def __init__(self, root: Path, threads: int = 1) -> None:
+    def __init__(self, root: Path, threads: int = 1, batch_candidates: int = 0) -> None:
         """Load the version ``<root>/serving/CURRENT`` names (exporting it if needed).
+
+        ``threads`` and ``batch_candidates`` are each loaded version's (`ExportedModel`).
 
         When it cannot be loaded, the newest promoted version that can, with a warning.
 
@@ -307,6 +315,7 @@ class Scorer:
         """
         self.store = SnapshotStore(root)
         self._threads = threads
+        self._batch_candidates = batch_candidates
         self._reload_lock = threading.Lock()
         self.current: int | None = None
         self.load_failures = 0
@@ -333,7 +342,7 @@ class Scorer:
         return current
 
     def _load(self, version: int) -> ExportedModel:
-        model = ExportedModel(export_snapshot(self.store, version), self._threads)
+        model = ExportedModel(export_snapshot(self.store, version), self._threads, self._batch_candidates)
         self.loaded = loaded_version(self.store, version)
         return model
 

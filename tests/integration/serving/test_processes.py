@@ -1,0 +1,110 @@
+"""``streamrec serve --processes 2``: two server processes on one port, each with its own
+predictor. Concurrent clients each get their own request's scores (those the export gives in
+process), and a promotion reaches every process with no request failing meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from streamrec.local.ports import free_port
+from streamrec.serving.export import export_dir
+from streamrec.serving.scorer import Candidate, ExportedModel
+from tests.support import trained_snapshots
+
+
+@contextmanager
+def served(root: Path, processes: int) -> Iterator[str]:
+    """``streamrec serve --no-store`` as a command of its own; yields its base URL once ready."""
+    port = free_port()
+    env = {**os.environ, "STREAMREC_SERVING__POLL_S": "0.1", "STREAMREC_LOG_LEVEL": "WARNING"}
+    command = [sys.executable, "-m", "streamrec", "serve", "--no-store", "--snapshot-dir", str(root)]
+    proc = subprocess.Popen(
+        [*command, "--port", str(port), "--processes", str(processes)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "exited"
+            assert time.monotonic() < deadline, "streamrec serve did not start"
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def request(k: int) -> dict[str, object]:
+    """A request of its own: user, candidates and history differ with ``k``."""
+    return {
+        "user": f"u{k}",
+        "items": [f"i{(k + j) % 40}:c{(k + j) % 5}" for j in range(1 + k % 7)],
+        "history": [[f"i{(k * 3 + j) % 40}", f"c{j % 5}"] for j in range(k % 6)],
+    }
+
+
+def test_concurrent_clients_get_their_own_scores_and_a_promotion_reaches_every_process(
+    tmp_path: Path,
+) -> None:
+    store = trained_snapshots(tmp_path, count=2)
+    store.promote(1)
+    expected = {}
+    for version in (1, 2):
+        model = ExportedModel(export_dir(tmp_path, version))
+        for k in range(24):
+            doc = request(k)
+            history = [(h[0], h[1]) for h in doc["history"]]  # type: ignore[attr-defined]
+            candidates = [Candidate.parse(i) for i in doc["items"]]  # type: ignore[attr-defined]
+            expected[version, k] = model.score(str(doc["user"]), history, candidates)
+    failures: list[str] = []
+    versions: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def client(offset: int) -> None:
+        k = offset
+        while not stop.is_set():
+            # a connection each request: the kernel hands them to either process
+            response = httpx.post(f"{url}/score", json=request(k % 24), timeout=10)
+            if response.status_code != 200:
+                failures.append(f"{response.status_code} {response.text}")
+            else:
+                doc = response.json()
+                want = expected[doc["version"], k % 24]
+                if not np.allclose(doc["scores"], want, rtol=1e-5, atol=1e-6):
+                    failures.append(f"request {k % 24}: {doc['scores']} != {want.tolist()}")
+                versions.append((time.monotonic(), doc["version"]))
+            k += 4
+
+    with served(tmp_path, processes=2) as url:
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        time.sleep(2)
+        store.promote(2)
+        promoted = time.monotonic()
+        time.sleep(4)
+        stop.set()
+        for thread in threads:
+            thread.join(20)
+    assert not failures, failures[:5]
+    assert {v for _, v in versions} == {1, 2}
+    late = [v for t, v in versions if t > promoted + 2]  # poll_s 0.1 and a load: well within 2 s
+    assert len(late) >= 20 and set(late) == {2}
