@@ -75,6 +75,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "--redis-url": "STREAMREC_STORE__URL",
         "--host": "STREAMREC_SERVING__HOST",
         "--port": "STREAMREC_SERVING__PORT",
+        "--processes": "STREAMREC_SERVING__PROCESSES",
     },
     "demo": {"--device": "STREAMREC_MODEL__DEVICE"},
     **{
