@@ -18,31 +18,31 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.joins import JoinRule, Judged, decided_samples
 from streamrec.consumers.lateness import Watermarks
-from streamrec.consumers.negatives import ItemValues, MixedSampler, NoveltyMatchedSampler, sampler_for
+from streamrec.consumers.negatives import MixedSampler, NoveltyMatchedSampler, sampler_for
 from streamrec.consumers.placement import Placement
+from streamrec.consumers.sample_maker import SampleMaker, picked
 from streamrec.consumers.user_features import UserFeatures
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import Event, parse_event
-from streamrec.features.schema import FeatureSchema, FeatureSpec, Value
+from streamrec.features.schema import FeatureSchema
 from streamrec.featurestore.base import (
     ACCEPTED,
     DUPLICATE,
     Answer,
     Arrival,
     FeatureStore,
-    History,
     behaviour_features,
 )
 from streamrec.featurestore.partitions import PartitionOutcome
-from streamrec.featurestore.profiles import Profile, ProfileStore
+from streamrec.featurestore.profiles import ProfileStore
 from streamrec.kafka.records import KafkaMessage, Partition, offset_spans, partition_of
 from streamrec.samples import Sample, encode_sample
 
@@ -141,7 +141,6 @@ class SampleBuilder:
         placement: Placement | None = None,
         schema: FeatureSchema | None = None,
         profiles: ProfileStore | None = None,
-        user_features: Sequence[FeatureSpec] = (),
     ) -> None:
         """Build samples by ``cfg`` on ``store``.
 
@@ -149,20 +148,14 @@ class SampleBuilder:
         event time; dead-letter records that ``placement`` finds misplaced (the runners'
         records; in-memory ones have no partitioner to check). Read the declared features of
         ``schema`` (`streamrec.features`; by default the store's, which keeps its behaviour
-        ones): a sample
-        carries its target's behaviour features (not outcomes) and the event's context ones
-        in `Sample.features`, the history's in `Sample.seq_features`; a negative its item's
-        values as last seen by the sampler, and its event's context. Join the user features
-        (the schema's, and ``user_features``) as of each sample's time from ``profiles``.
+        ones) into each sample (`streamrec.consumers.sample_maker`). Join its user features
+        (role ``user``) as of each sample's time from ``profiles``, a profile store the
+        caller gives (required when the schema declares any).
         """
         self._cfg = cfg
         self._store = store
         self._positive = frozenset(cfg.positive_actions)
-        self._negatives = cfg.negatives  # read for every click: a pydantic field costs ~8 plain reads
         self.sampler = sampler or sampler_for(cfg)
-        if isinstance(self.sampler, MixedSampler):  # negatives from the user's own world too
-            # Chosen once here, not per click: the plain sampler's path stays as cheap as it was.
-            self._samples = self._mixed_samples  # type: ignore[method-assign]  # per builder, by config
         self.watermarks = Watermarks(cfg.allowed_lateness_ms)
         self._epochs: dict[Partition, int] = {}  # partitions claimed, and their epochs
         self._join = JoinRule(cfg.impression_action if cfg.labels == "join" else None, self._positive)
@@ -172,17 +165,24 @@ class SampleBuilder:
         schema = schema or store.schema
         if behaviour_features(schema) != store.behaviour_features:
             raise ValueError("the feature store keeps other behaviour features than the schema declares")
-        users = (*schema.role("user"), *(f for f in user_features if f not in schema.features))
-        self._extras = (*schema.extras, *(f for f in users if f not in schema.extras))
+        users = schema.role("user")
+        self._extras = schema.extras
         # user features (streamrec.consumers.user_features): written per batch, read as of each sample
         self.profiles = UserFeatures(profiles, users)
-        self._as_of: dict[str, Profile] = {}  # the batch's users' profiles, read before its samples
         # the target's own: behaviour features but outcomes (a target's outcome is its label)
         self._item_features = tuple(f.name for f in self._extras if f.role == "behaviour" and not f.outcome)
-        self._context_features = tuple(f.name for f in schema.extras if f.role == "context")
-        if self._item_features or self._context_features or users:  # chosen once: the default path as it was
-            self._samples = self._featured_samples  # type: ignore[method-assign]  # per builder, by schema
-            self._join.describe = self._described  # a join window keeps its impression's
+        context_features = tuple(f.name for f in schema.extras if f.role == "context")
+        featured = bool(self._item_features or context_features or users)  # chosen once, not per event
+        self._maker = SampleMaker(
+            cfg.negatives,
+            self.profiles,
+            self._item_features,
+            context_features,
+            featured=featured,
+            mixed=isinstance(self.sampler, MixedSampler),  # negatives from the user's world too
+        )
+        if featured:
+            self._join.describe = self._maker.described  # a join window keeps its impression's
 
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
         """Split records into valid events and dead letters.
@@ -251,7 +251,7 @@ class SampleBuilder:
         judged, mismatches = self._judge(events, watermarks)
         kept = self._keep(judged, dead)
         sampler = self.sampler.copy()
-        self._as_of = self.profiles.update([judged[i].event for i in kept])
+        self._maker.as_of = self.profiles.update([judged[i].event for i in kept])
         outcomes: list[PartitionOutcome] | None = None
         taken: set[tuple[Partition, int]] = set()
         with self._store.update(self._arrivals(judged, kept), meanwhile) as update:
@@ -273,9 +273,16 @@ class SampleBuilder:
             values += map(encode_sample, decided)
         late_dropped = len(judged) - len(kept)
         return BatchResult(
-            len(events), sampler, samples, dead, duplicates,
-            late=late_kept + late_dropped, timestamp_mismatches=mismatches, watermarks=watermarks,
-            late_labels=sum(o.late_labels for o in outcomes), values=values,
+            len(events),
+            sampler,
+            samples,
+            dead,
+            duplicates,
+            late=late_kept + late_dropped,
+            timestamp_mismatches=mismatches,
+            watermarks=watermarks,
+            late_labels=sum(o.late_labels for o in outcomes),
+            values=values,
             claims={key: self._epochs[key] for key in spans},
         )
 
@@ -325,6 +332,7 @@ class SampleBuilder:
         duplicates, late_kept = 0, 0
         join = self._join.enabled
         item_features = self._item_features
+        make = self._maker.samples  # once a batch, not once an event
         for item, (verdict, history, seen_at) in zip(kept, answers, strict=True):
             event, msg = item.event, item.msg
             if verdict is not ACCEPTED:
@@ -339,16 +347,16 @@ class SampleBuilder:
                 continue
             if join and not self.stores(event):  # an exposure: not in the pools; the join labels it
                 if event.label is not None and history is not None:  # unless it has a label
-                    self._samples(samples, values, sampler, event, history, first_seen=0)
+                    make(samples, values, sampler, event, history, first_seen=0)
                 continue
             first_seen = first_seen_of[event.item_id]
             if item_features:
-                own = _picked(event.features, item_features)
+                own = picked(event.features, item_features)
                 sampler.observe(event.ts, event.item_id, event.category_id, first_seen, own)
             else:
                 sampler.observe(event.ts, event.item_id, event.category_id, first_seen)
             if history is not None and not (taken and (item.key, msg.offset()) in taken):
-                self._samples(samples, values, sampler, event, history, first_seen)
+                make(samples, values, sampler, event, history, first_seen)
         return samples, values, duplicates, late_kept
 
     def _advance(
@@ -438,7 +446,12 @@ class SampleBuilder:
         logger.warning(
             "record timestamp is not the event time partition=%s offset=%s record_ts=%d ts=%d "
             "difference_ms=%d: alignment orders records by their timestamps; %s (once per partition)",
-            key, msg.offset(), stamp, ts, stamp - ts, fix,
+            key,
+            msg.offset(),
+            stamp,
+            ts,
+            stamp - ts,
+            fix,
         )
 
     def commit(self, result: BatchResult) -> None:
@@ -446,132 +459,3 @@ class SampleBuilder:
         self.sampler = result.sampler
         if result.watermarks is not None:
             self.watermarks = result.watermarks
-
-    def _samples(
-        self,
-        out: list[Sample],
-        values: list[bytes],
-        sampler: NoveltyMatchedSampler,
-        event: Event,
-        history: History,
-        first_seen: int,
-    ) -> None:
-        """Add an event's samples to ``out`` and their wire forms to ``values``.
-
-        Its own, and for an implicit positive the sampled negatives, all with the same history.
-        """
-        items, categories = history.items, history.categories
-        event_id, user_id, ts = event.event_id, event.user_id, event.ts
-        if event.label is not None:
-            sample = Sample(event_id, user_id, ts, event.item_id, event.category_id, event.label,
-                            items, categories)
-            out.append(sample)
-            values.append(encode_sample(sample))
-            return
-        made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories)]
-        negatives = sampler.draw(
-            self._negatives,
-            new=sampler.is_new(first_seen, ts),
-            ts=ts,
-            exclude=(event.item_id, *items),  # a pick is checked against it once or twice
-            key=event_id,
-        )
-        for k, (item, category, _) in enumerate(negatives):
-            made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories))
-        out += made
-        values += map(encode_sample, made)
-
-    def _mixed_samples(
-        self,
-        out: list[Sample],
-        values: list[bytes],
-        sampler: NoveltyMatchedSampler,
-        event: Event,
-        history: History,
-        first_seen: int,
-    ) -> None:
-        """`_samples` with a `MixedSampler`.
-
-        An implicit positive's negatives come from the user's history and categories too, by
-        the sampler's shares.
-        """
-        if event.label is not None:
-            SampleBuilder._samples(self, out, values, sampler, event, history, first_seen)
-            return
-        items, categories = history.items, history.categories
-        event_id, user_id, ts = event.event_id, event.user_id, event.ts
-        made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories)]
-        negatives = cast(MixedSampler, sampler).draw_mixed(
-            self._negatives, new=sampler.is_new(first_seen, ts), ts=ts, target=event.item_id,
-            items=items, categories=categories, key=event_id,
-        )
-        for k, (item, category, _) in enumerate(negatives):
-            made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories))
-        out += made
-        values += map(encode_sample, made)
-
-    def _featured_samples(
-        self,
-        out: list[Sample],
-        values: list[bytes],
-        sampler: NoveltyMatchedSampler,
-        event: Event,
-        history: History,
-        first_seen: int,
-    ) -> None:
-        """`_samples` (and `_mixed_samples`) with declared features.
-
-        The target's behaviour values (outcomes aside) and the event's context in
-        `Sample.features`; the history's behaviour values, outcomes included, in
-        `Sample.seq_features`. A negative carries its item's values (`NoveltyMatchedSampler.observe`)
-        and the event's context.
-        """
-        items, categories = history.items, history.categories
-        event_id, user_id, ts = event.event_id, event.user_id, event.ts
-        target, seq, context = self._values(event, history)
-        if event.label is not None:
-            made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, event.label,
-                           items, categories, target, seq)]
-        else:
-            made = [Sample(event_id, user_id, ts, event.item_id, event.category_id, 1, items, categories,
-                           target, seq)]
-            new = sampler.is_new(first_seen, ts)
-            if isinstance(sampler, MixedSampler):
-                along = {name: seq[name] for name in self._item_features if name in seq}
-                negatives = sampler.draw_mixed(
-                    self._negatives, new=new, ts=ts, target=event.item_id, items=items,
-                    categories=categories, key=event_id, features=along,
-                )
-            else:
-                negatives = sampler.draw(
-                    self._negatives, new=new, ts=ts, exclude=(event.item_id, *items), key=event_id
-                )
-            for k, (item, category, item_values) in enumerate(negatives):
-                made.append(Sample(f"{event_id}~n{k}", user_id, ts, item, category, 0, items, categories,
-                                   {**item_values, **context}, seq))
-        out += made
-        values += map(encode_sample, made)
-
-    def _values(self, event: Event, history: History) -> tuple[dict[str, Value], SeqValues, dict[str, Value]]:
-        """An event's sample features, its history's, and the part its negatives share.
-
-        The target's behaviour values (outcomes aside), the user's as of the event's time and
-        the event's context; the history's behaviour values; and those two last alone.
-        """
-        context = self.profiles.as_of(self._as_of, event)
-        context.update(_picked(event.features, self._context_features))
-        target = {**_picked(event.features, self._item_features), **context}
-        return target, dict(history.features), context
-
-    def _described(self, event: Event, history: History) -> tuple[dict[str, Value], SeqValues]:
-        """What a join window keeps of its impression: `_values` as of its time (`JoinRule`)."""
-        target, seq, _ = self._values(event, history)
-        return target, seq
-
-
-SeqValues = dict[str, tuple[Value | None, ...]]
-
-
-def _picked(features: ItemValues, names: tuple[str, ...]) -> dict[str, Value]:
-    """The values of ``names`` among an event's ``features`` (the missing ones left out)."""
-    return {name: features[name] for name in names if name in features} if features else {}

@@ -17,7 +17,7 @@ from streamrec.config import ConsumerConfig, KafkaConfig, RedisStoreConfig, Stre
 from streamrec.consumers.native_runner import ConsumerRunner
 from streamrec.consumers.processor import SampleBuilder
 from streamrec.consumers.rebuild import rebuild_store
-from streamrec.features.schema import FeatureSpec
+from streamrec.features.schema import FeatureSchema, FeatureSpec
 from streamrec.featurestore import MemoryFeatureStore, RedisFeatureStore
 from streamrec.featurestore.profiles import MemoryProfileStore
 from streamrec.featurestore.redis_profiles import RedisProfileStore
@@ -28,16 +28,26 @@ T0 = 1_511_658_000_000
 
 
 def click(k: int, seconds: int, user: str = "u1", **extra: object) -> dict[str, Any]:
-    return {"event_id": f"e{k}", "user_id": user, "item_id": f"i{k}", "category_id": "c1",
-            "action": "pv", "ts": T0 + seconds * 1000, **extra}
+    return {
+        "event_id": f"e{k}",
+        "user_id": user,
+        "item_id": f"i{k}",
+        "category_id": "c1",
+        "action": "pv",
+        "ts": T0 + seconds * 1000,
+        **extra,
+    }
 
 
 def config(kafka: KafkaConfig, store: RedisStoreConfig, unique: str) -> StreamrecConfig:
-    return StreamrecConfig.model_validate({
-        "kafka": kafka, "store": store,
-        "consumer": {"group_id": f"c-{unique}", "stop_when_idle_s": 3.0, "negatives": 1},
-        "features": [{"name": "tier", "field": "membership", "role": "user"}],
-    })
+    return StreamrecConfig.model_validate(
+        {
+            "kafka": kafka,
+            "store": store,
+            "consumer": {"group_id": f"c-{unique}", "stop_when_idle_s": 3.0, "negatives": 1},
+            "features": [{"name": "tier", "field": "membership", "role": "user"}],
+        }
+    )
 
 
 def send(kafka: KafkaConfig, docs: list[dict[str, Any]]) -> None:
@@ -48,8 +58,11 @@ def send(kafka: KafkaConfig, docs: list[dict[str, Any]]) -> None:
 
 
 def test_samples_carry_the_users_features_as_of_their_time(
-    kafka_config: KafkaConfig, store_config: RedisStoreConfig, redis_client: redis.Redis,
-    unique_name: str, topic_reader: Callable[[str], list[Message]],
+    kafka_config: KafkaConfig,
+    store_config: RedisStoreConfig,
+    redis_client: redis.Redis,
+    unique_name: str,
+    topic_reader: Callable[[str], list[Message]],
 ) -> None:
     cfg = config(kafka_config, store_config, unique_name)
     docs = [  # one user's events out of order: gold, stamped last but one, arrives first
@@ -67,11 +80,16 @@ def test_samples_carry_the_users_features_as_of_their_time(
     samples = [orjson.loads(cast(bytes, m.value())) for m in topic_reader(kafka_config.samples_topic)]
     tiers = {s["sample_id"]: s.get("features", {}).get("tier") for s in samples if s["user_id"] == "u1"}
     assert tiers == {
-        "e1": "gold", "e1~n0": "gold",
-        "e2": "silver", "e2~n0": "silver",
-        "e3": "silver", "e3~n0": "silver",  # not gold: gold is stamped later
-        "e4": None, "e4~n0": None,  # before any value: the default (no "features" on the wire)
-        "e5": "gold", "e5~n0": "gold",
+        "e1": "gold",
+        "e1~n0": "gold",
+        "e2": "silver",
+        "e2~n0": "silver",
+        "e3": "silver",
+        "e3~n0": "silver",  # not gold: gold is stamped later
+        "e4": None,
+        "e4~n0": None,  # before any value: the default (no "features" on the wire)
+        "e5": "gold",
+        "e5~n0": "gold",
     }
     key = f"{store_config.key_prefix}:prof:{{u1}}"
     stored = cast(dict[bytes, bytes], redis_client.hgetall(key))
@@ -81,7 +99,10 @@ def test_samples_carry_the_users_features_as_of_their_time(
 
 
 def test_a_rebuild_restores_the_users_features(
-    kafka_config: KafkaConfig, store_config: RedisStoreConfig, redis_client: redis.Redis, unique_name: str,
+    kafka_config: KafkaConfig,
+    store_config: RedisStoreConfig,
+    redis_client: redis.Redis,
+    unique_name: str,
 ) -> None:
     send(kafka_config, [click(1, 30, membership="gold"), click(2, 10, membership="silver"), click(3, 20)])
     rebuild_store(config(kafka_config, store_config, unique_name), force=True)
@@ -117,10 +138,11 @@ def test_redis_and_memory_join_the_same_user_features(store_config: RedisStoreCo
     rng = random.Random(28)
     records = _stream(rng)
     cfg = ConsumerConfig(negatives=1, allowed_lateness_ms=30_000, late_events="sequence_only")
-    users = (FeatureSpec(name="tier", field="membership", role="user"),)
-    on_redis = SampleBuilder(cfg, RedisFeatureStore(store_config, 5),
-                             profiles=RedisProfileStore(store_config, 4), user_features=users)
-    in_memory = SampleBuilder(cfg, MemoryFeatureStore(5), profiles=MemoryProfileStore(4), user_features=users)
+    users = FeatureSchema.of([FeatureSpec(name="tier", field="membership", role="user")])
+    on_redis = SampleBuilder(
+        cfg, RedisFeatureStore(store_config, 5), profiles=RedisProfileStore(store_config, 4), schema=users
+    )
+    in_memory = SampleBuilder(cfg, MemoryFeatureStore(5), profiles=MemoryProfileStore(4), schema=users)
     start, with_tier = 0, 0
     while start < len(records):
         end = min(len(records), start + rng.randrange(100, 500))

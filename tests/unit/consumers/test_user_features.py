@@ -16,15 +16,23 @@ from streamrec.kafka.records import Record
 from streamrec.samples import Sample
 
 T0 = 1_700_000_000_000
-SCHEMA = FeatureSchema.of([
-    FeatureSpec(name="tier", field="membership", role="user"),
-    FeatureSpec(name="device", role="context"),
-])
+SCHEMA = FeatureSchema.of(
+    [
+        FeatureSpec(name="tier", field="membership", role="user"),
+        FeatureSpec(name="device", role="context"),
+    ]
+)
 
 
 def click(k: int, seconds: int, tier: str | None = None, user: str = "u1") -> dict[str, Any]:
-    doc: dict[str, Any] = {"event_id": f"e{k}", "user_id": user, "item_id": f"i{k}",
-                           "category_id": "c1", "action": "pv", "ts": T0 + seconds * 1000}
+    doc: dict[str, Any] = {
+        "event_id": f"e{k}",
+        "user_id": user,
+        "item_id": f"i{k}",
+        "category_id": "c1",
+        "action": "pv",
+        "ts": T0 + seconds * 1000,
+    }
     if tier is not None:
         doc["membership"] = tier
     return doc
@@ -35,8 +43,12 @@ def records(docs: list[dict[str, Any]], first: int = 0) -> list[Record]:
 
 
 def builder(negatives: int = 1, schema: FeatureSchema = SCHEMA) -> SampleBuilder:
-    return SampleBuilder(ConsumerConfig(negatives=negatives), MemoryFeatureStore(length=50),
-                         profiles=MemoryProfileStore(points=4), user_features=schema.role("user"))
+    return SampleBuilder(
+        ConsumerConfig(negatives=negatives),
+        MemoryFeatureStore(length=50),
+        profiles=MemoryProfileStore(points=4),
+        schema=schema,
+    )
 
 
 def run(b: SampleBuilder, docs: list[dict[str, Any]], first: int = 0) -> list[Sample]:
@@ -55,10 +67,14 @@ def test_a_sample_and_its_negatives_get_the_users_value_as_of_its_time() -> None
     run(b, [click(0, 0, user="other")])  # an item in the pool, for negatives
     got = run(b, [click(1, 10, "silver"), click(2, 20), click(3, 30, "gold"), click(4, 40)])
     assert tiers(got) == {
-        "e1": "silver", "e1~n0": "silver",
-        "e2": "silver", "e2~n0": "silver",
-        "e3": "gold", "e3~n0": "gold",
-        "e4": "gold", "e4~n0": "gold",
+        "e1": "silver",
+        "e1~n0": "silver",
+        "e2": "silver",
+        "e2~n0": "silver",
+        "e3": "gold",
+        "e3~n0": "gold",
+        "e4": "gold",
+        "e4~n0": "gold",
     }
 
 
@@ -109,16 +125,23 @@ def test_random_streams_never_leak_a_later_value() -> None:
         if rng.random() < 0.6:
             doc["membership"] = rng.choice(["basic", "silver", "gold"])
         docs.append(doc)
-    b = SampleBuilder(ConsumerConfig(negatives=1), MemoryFeatureStore(length=50),
-                      profiles=MemoryProfileStore(points=10_000), user_features=SCHEMA.role("user"))
+    b = SampleBuilder(
+        ConsumerConfig(negatives=1),
+        MemoryFeatureStore(length=50),
+        profiles=MemoryProfileStore(points=10_000),
+        schema=SCHEMA,
+    )
     arrived: list[dict[str, Any]] = []
     start, checked = 0, 0
     while start < len(docs):
         end = min(len(docs), start + rng.randrange(1, 200))
         arrived += docs[start:end]
         for sample in run(b, docs[start:end], first=start):
-            known = [(d["ts"], orjson.dumps(d["membership"]), d["membership"]) for d in arrived
-                     if d["user_id"] == sample.user_id and "membership" in d and d["ts"] <= sample.ts]
+            known = [
+                (d["ts"], orjson.dumps(d["membership"]), d["membership"])
+                for d in arrived
+                if d["user_id"] == sample.user_id and "membership" in d and d["ts"] <= sample.ts
+            ]
             assert sample.features.get("tier") == (max(known)[2] if known else None), sample.sample_id
             checked += 1
         start = end
