@@ -23,6 +23,7 @@ from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema
 from streamrec.replay import ablation
 from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
+from streamrec.replay.coldstart import cold_start
 from streamrec.replay.dump import dump_samples
 from streamrec.replay.report import SCHEMA, finish, summarise, tells
 from streamrec.replay.strategies import (
@@ -172,6 +173,7 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
         },
         "strategies": summaries,
         "tells": tells(batches),
+        "cold_start": cold_start(runs, batches),
     }
     if removed:
         report["ablation"] = ablate(cfg, schema, batches, summaries, removed, on_progress)

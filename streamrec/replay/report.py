@@ -23,6 +23,9 @@ JSON schema (``schema`` 1), times in epoch ms, NaN as null:
   alone, ``auc``, ``gauc``, ``auc_first_q``, ``gauc_first_q`` as a strategy's: they depend
   on the samples only, so once per backtest. On real impressions near 0.5; well above it
   the negative sampler gives the label away, and a strategy's figures measure the sampler;
+- ``cold_start.new_items`` and ``cold_start.new_users``: each strategy on the samples of
+  new items and of new users, with and without the cold-start fallback
+  (`streamrec.replay.coldstart`);
 - ``best``: the strategy with the highest ``gauc`` and ``auc``;
 - ``wall_seconds``; ``digest``: the sha256 of the report without its timings, equal for
   runs with the same data, configuration and seed.

@@ -227,3 +227,22 @@ def _metric_names() -> set[str]:
 def test_every_documented_metric_exists(doc: str) -> None:
     named = set(re.findall(r"streamrec_(?:learner|consumer|serving)_[a-z_]+[a-z]", (ROOT / doc).read_text()))
     assert sorted(named - _metric_names()) == []
+
+
+def test_compose_runs_serve_on_the_snapshots_volume_with_its_port_and_readiness() -> None:
+    import yaml  # type: ignore[import-untyped]  # PyYAML, which the docs extra (mkdocs) brings
+
+    doc = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    serve = doc["services"]["serve"]
+    assert serve["command"] == ["streamrec", "serve"]
+    assert "snapshots:/snapshots" in serve["volumes"]
+    env = serve["environment"]
+    assert env["STREAMREC_LEARNER__SNAPSHOT_DIR"] == "/snapshots"
+    assert env["STREAMREC_SERVING__HOST"] == "0.0.0.0"
+    # /metrics is served on the HTTP port, so publishing it publishes the metrics.
+    port = str(env["STREAMREC_SERVING__PORT"])
+    assert f"{port}:{port}" in serve["ports"]
+    assert f"127.0.0.1:{port}/readyz" in " ".join(serve["healthcheck"]["test"])
+    # Every streamrec service shares the learner's snapshots.
+    for name in ("learner", "serve"):
+        assert "snapshots:/snapshots" in doc["services"][name]["volumes"]

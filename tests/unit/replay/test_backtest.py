@@ -145,3 +145,24 @@ def test_the_cli_prints_the_table_and_writes_json_markdown_and_png(tmp_path: Pat
     assert (tmp_path / "r.md").exists() and (tmp_path / "r.png").exists()
     bad = CliRunner().invoke(app, ["replay", "backtest", SOURCE, "--strategies", "magic"])
     assert bad.exit_code == 1 and "unknown strateg" in bad.output
+
+
+def test_the_report_measures_the_cold_start_slices_with_and_without_fallback(
+    report: dict[str, Any],
+) -> None:
+    cold = report["cold_start"]
+    for name in ("new_items", "new_users"):
+        assert cold[name]["samples"] > 0, name
+        for strategy in report["strategies"]:
+            figures = cold[name][strategy]
+            want = {"auc", "gauc", "auc_fallback", "gauc_fallback", "batch_auc", "batch_auc_fallback"}
+            assert set(figures) >= want
+            assert 0.0 <= figures["batch_auc_fallback"] <= 1.0
+    # item-rate already scores a new item by the global rate, which is the item prior:
+    # the fallback leaves its figures as they were.
+    items = cold["new_items"]["item-rate"]
+    assert items["batch_auc_fallback"] == pytest.approx(items["batch_auc"])
+    # A new user's fallback is the popular ranking: the popularity strategy's own scores.
+    users = cold["new_users"]["popularity"]
+    assert users["auc_fallback"] == pytest.approx(users["auc"])
+    assert cold["new_users"]["finetune"]["auc_fallback"] == pytest.approx(users["auc"])

@@ -1,0 +1,94 @@
+"""The cold-start fallback: one definition for the backtester and for serving.
+
+"New" is exact. A *new item* has never been the target of a sample learnt before the
+current micro-batch (it has no row of its own yet). A *new user* has an empty history at
+the sample's time (``seq_lengths == 0``).
+
+The fallback reads per-item counts over the samples learnt so far:
+
+- for a new item, its *prior*: the smoothed positive rate ``(positives + k * global) /
+  (samples + k)``, k = `PRIOR_SAMPLES`, which for an item never seen is the global rate;
+- for a new user, the *popular ranking*: ``1 - 1 / (2 + log1p(positives))`` of each
+  candidate, the popularity baseline's score (`streamrec.replay.baselines`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from streamrec.learner.batch import Batch
+
+# As the item-rate baseline's: the prior weighs as this many samples.
+PRIOR_SAMPLES = 10.0
+
+
+class ItemPrior:
+    """Per-item positives and samples from the samples learnt so far."""
+
+    def __init__(self) -> None:
+        self.positives: dict[str, float] = {}
+        self.samples: dict[str, float] = {}
+
+    def learn(self, items: Iterable[str], labels: Iterable[float]) -> None:
+        """Count each item's sample and its label."""
+        for item, label in zip(items, labels, strict=True):
+            self.positives[item] = self.positives.get(item, 0.0) + float(label)
+            self.samples[item] = self.samples.get(item, 0.0) + 1.0
+
+    def learn_batch(self, batch: Batch) -> None:
+        """`learn` a micro-batch's targets."""
+        self.learn(batch.item_ids, batch.label.tolist())
+
+    @property
+    def global_rate(self) -> float:
+        """The positive rate over every sample learnt; 0.5 before any."""
+        total = sum(self.samples.values())
+        return sum(self.positives.values()) / total if total else 0.5
+
+    def known(self, items: Sequence[str]) -> np.ndarray:
+        """bool[B]: whether each item has been learnt."""
+        return np.fromiter((i in self.samples for i in items), dtype=bool, count=len(items))
+
+    def prior(self, items: Sequence[str]) -> np.ndarray:
+        """float64[B]: each item's smoothed positive rate."""
+        rate = self.global_rate
+        pos = np.fromiter((self.positives.get(i, 0.0) for i in items), np.float64, len(items))
+        n = np.fromiter((self.samples.get(i, 0.0) for i in items), np.float64, len(items))
+        return (pos + PRIOR_SAMPLES * rate) / (n + PRIOR_SAMPLES)
+
+    def popularity(self, items: Sequence[str]) -> np.ndarray:
+        """float64[B]: the popular ranking's score of each item, in (0, 1)."""
+        pos = np.fromiter((self.positives.get(i, 0.0) for i in items), np.float64, len(items))
+        return 1.0 - 1.0 / (2.0 + np.log1p(pos))
+
+    def top(self, k: int) -> list[str]:
+        """The ``k`` items with the most positives (ties: by id), the popular ranking's head."""
+        return sorted(self.positives, key=lambda i: (-self.positives[i], i))[:k]
+
+
+def new_users(batch: Batch) -> np.ndarray:
+    """bool[B]: samples whose user has an empty history."""
+    return np.asarray(batch.seq_lengths == 0)
+
+
+def with_fallback(
+    scores: np.ndarray, batch: Batch, prior: ItemPrior, *, items: bool, users: bool
+) -> np.ndarray:
+    """The model's ``scores`` with the fallback applied.
+
+    New items get their prior, then every candidate of a new user the popular ranking.
+    """
+    out = np.asarray(scores, dtype=np.float64).copy()
+    if items:
+        unknown = ~prior.known(batch.item_ids)
+        out[unknown] = prior.prior(_picked(batch.item_ids, unknown))
+    if users:  # the popular ranking already puts a new item last
+        cold = new_users(batch)
+        out[cold] = prior.popularity(_picked(batch.item_ids, cold))
+    return out
+
+
+def _picked(items: Sequence[str], mask: np.ndarray) -> list[str]:
+    return [i for i, m in zip(items, mask.tolist(), strict=True) if m]
