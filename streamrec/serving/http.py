@@ -59,7 +59,7 @@ from streamrec.serving.features import no_history as no_history  # its old home
 from streamrec.serving.features import store_history as store_history  # its old home
 from streamrec.serving.guard import CanaryGuard, follow_traffic
 from streamrec.serving.readiness import PROBE_USER, Readiness
-from streamrec.serving.routing import ArmMetrics, Router
+from streamrec.serving.routing import REQUEST_SECONDS_BUCKETS, ArmMetrics, Router
 from streamrec.serving.scorer import Candidate, ExportedModel, Scorer
 from streamrec.snapshots.traffic import TrafficPlan
 
@@ -68,11 +68,6 @@ if TYPE_CHECKING:  # the Redis and Kafka clients: imported only when the click j
 
 logger = logging.getLogger(__name__)
 
-# A request scores 100 candidates in about a millisecond; the upper buckets show the wait of
-# an overloaded server (bounded by max_queue_wait_s, but a worker may be slow too).
-REQUEST_SECONDS_BUCKETS = (
-    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-)
 SCORE_PATH = "/score"
 ACCEPTED = "streamrec.accepted"  # scope key: perf_counter() when the request reached the app
 RETRY_AFTER_S = "1"  # a shed client may try again in a second: the queue drains within that

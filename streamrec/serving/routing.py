@@ -24,23 +24,10 @@ from streamrec.snapshots.traffic import SERVED, TrafficPlan, read_plan
 
 logger = logging.getLogger(__name__)
 
-# The per-arm latency histogram's buckets: those of streamrec_serving_request_seconds.
-ARM_SECONDS_BUCKETS = (
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
+# A request's latency buckets, for the whole server and for each arm alike: a request scores 100
+# candidates in milliseconds; the upper buckets show the wait of an overloaded server.
+REQUEST_SECONDS_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )
 OK, ERROR = "ok", "error"
 # How many checks the end of a plan waits for the scorer to swap in the version it promoted:
@@ -65,7 +52,7 @@ class ArmMetrics:
             "streamrec_serving_arm_request_seconds",
             "Time to answer a score request by arm and version, from its arrival",
             labels,
-            buckets=ARM_SECONDS_BUCKETS,
+            buckets=REQUEST_SECONDS_BUCKETS,
             registry=registry,
         )
         self.score_sum = Counter(
