@@ -194,7 +194,10 @@ def test_a_canary_clicked_less_is_rolled_back(
             producer.flush(10)
             wait_for(lambda: read_plan(root) is None, 30, "the canary ended")
             reason = store.history()[-1].reason
-            assert "click-through 0.0000 below the served version's 1.0000 by more than 0.1" in reason, reason
+            # The guard judges as soon as both arms have the minimum of lists: the served arm's
+            # clicks may still be joining then, so its rate is anything past the margin.
+            found = re.search(r"click-through 0\.0000 below the served version's ([0-9.]+) by more", reason)
+            assert found is not None and float(found.group(1)) > 0.1, reason
             wait_for(
                 lambda: (
                     client.post(f"{url}/score", json={"user": "u1", "items": ["i1"]}).json()["arm"]
