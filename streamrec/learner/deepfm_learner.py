@@ -4,8 +4,8 @@ Chosen by ``STREAMREC_MODEL__LEARNER=deepfm``; it trains on the same micro-batch
 same state (id maps, Adam, EWC, id statistics) and exports through the same scoring graph
 as DIN. Of the model settings it reads the tables, ``mlp_units`` (the deep part),
 ``id_stats``, ``wide_lr_scale`` (its first-order weights) and the training ones; DIN's
-attention does not apply. It reads no declared features (``STREAMREC_FEATURES``) yet: a
-schema declaring any is refused in one line.
+attention does not apply. It reads every declared feature (``STREAMREC_FEATURES``) as
+fields of its own (see `DeepFM`), through DIN's `FeaturePlan` and encoding.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from collections.abc import Mapping
 
 import paddle
 
-from streamrec.errors import ConfigError
+from streamrec.config import ModelConfig
 from streamrec.features import FeatureSchema
 from streamrec.learner.deepfm import DeepFM
+from streamrec.learner.features import FeaturePlan
 from streamrec.learner.trainer import SPARSE_EMBEDDINGS, TableLearner
 
 
@@ -46,15 +47,11 @@ class DeepFMLearner(TableLearner):
     # FM's first order reads the behaviours' per-id weights (mean-pooled) as well.
     WIDE_ALONG_SEQUENCE = True
 
-    def _check_schema(self, schema: FeatureSchema) -> None:
-        """Refuse declared features: DeepFM reads only item, category and the context tables."""
-        if schema.extras:
-            names = ", ".join(f.name for f in schema.extras)
-            raise ConfigError(
-                f"STREAMREC_FEATURES: DeepFM (STREAMREC_MODEL__LEARNER=deepfm) reads no declared "
-                f"features yet, got {names}; declare none or use STREAMREC_MODEL__LEARNER=din"
-            )
+    def _plan(self, cfg: ModelConfig, schema: FeatureSchema) -> FeaturePlan:
+        """The declared features, their own tables as wide as the model's (FM needs one dim)."""
+        dims = {t.dim for t in cfg.builtin_tables}
+        return FeaturePlan(cfg, schema, dims.pop()) if len(dims) == 1 else FeaturePlan(cfg, schema)
 
     def _make_model(self, rows: Mapping[str, int]) -> paddle.nn.Layer:
         """A DeepFM over the tables, freshly initialised."""
-        return DeepFM(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows)
+        return DeepFM(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows, plan=self.plan)
