@@ -140,6 +140,7 @@ class DeepFM(nn.Layer):
                 f"STREAMREC_MODEL__TABLES: DeepFM needs one embedding dim for every table (the declared "
                 f"features' too), got {dims}"
             )
+        self.dim = dims[0]
         rows = {t.name: t.start_rows for t in cfg.builtin_tables} if rows is None else rows
         self.embedding = EmbeddingArch(cfg, sparse, rows, plan)
         self.wide = WideArch(cfg, sparse, rows, plan)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamrec.config import ModelConfig
+from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.learner.batch import Batch
@@ -223,3 +223,44 @@ def test_the_export_scores_declared_features_as_the_learner(tmp_path: Path, user
     batch = Batch.from_samples([*featured(4), Sample("e9", "u2", T0, "i1", "c1", 0, (), ())])
     scores = ExportedModel(export).score_batch(batch)
     np.testing.assert_allclose(scores, learner.predict_many(batch), rtol=1e-4, atol=1e-6)
+
+
+@pytest.fixture
+def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamrec.learner import runner as runner_module
+    from tests.unit.learner.test_runner_snapshots import FakeConsumer
+
+    monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: FakeConsumer())
+
+
+def settings(snapshot_dir: Path, features: list[FeatureSpec]) -> StreamrecConfig:
+    return StreamrecConfig.model_validate({
+        "learner": {"snapshot_dir": snapshot_dir}, "model": model(learner="deepfm").model_dump(),
+        "features": features,
+    })
+
+
+@pytest.mark.parametrize("added", [[RATING, DEVICE, PRICE], [AGE]], ids=["numbers-and-an-id", "a-bucket"])
+def test_a_snapshot_resumes_under_added_features_scoring_as_before(
+    tmp_path: Path, no_broker: None, added: list[FeatureSpec]
+) -> None:
+    from streamrec.learner.registry import make_learner
+    from streamrec.learner.runner import LearnerRunner
+
+    before = settings(tmp_path, [GENRES])
+    old = make_learner(before.model, before.feature_schema())
+    batch = Batch.from_samples(featured(16))
+    old.learn_many(batch)
+    with LearnerRunner(before, old) as runner:
+        runner.stats.micro_batches = 1
+        runner.snapshot()
+    cfg = settings(tmp_path, [GENRES, *added])
+    learner = make_learner(cfg.model, cfg.feature_schema())
+    with LearnerRunner(cfg, learner):
+        pass
+    # the new fields start at zero, their deep inputs with zero weights: the same scores
+    fresh = Batch.from_samples(featured(16))  # not the trained batch, whose encoding is cached
+    np.testing.assert_allclose(learner.predict_many(fresh), old.predict_many(fresh), rtol=1e-5)
+    for _ in range(3):
+        learner.learn_many(batch)  # and it learns them
+    assert not np.allclose(learner.predict_many(fresh), old.predict_many(fresh), rtol=1e-3)
