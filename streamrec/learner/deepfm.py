@@ -25,11 +25,6 @@ from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.model import EmbeddingArch, MatchArch, WideArch, _mlp
 
-# A number's FM vector starts as small as a large table's rows do (Xavier on 2^16 x 8 gives
-# 0.0055; on 2^20 x 16 0.0014): a standardized value (about +-1) then adds next to nothing to
-# the second order until it is learnt.
-NUMBER_INIT_STD = 0.01
-
 
 class FMInteraction(nn.Layer):
     """FM's second-order term: the sum of the dot products of every pair of field vectors.
@@ -62,17 +57,18 @@ class DNNArch(nn.Layer):
 class NumberField(nn.Layer):
     """One declared number as an FM field: x enters the first order as w * x, the second as x * v.
 
-    ``w`` starts at zero, as the ids' first-order weights do; ``v`` [D] small, as an embedding
-    row does. The deep part reads x itself (`DeepFM`).
+    Both start at zero, ``w`` as the ids' first-order weights do; so does ``v`` [D], unlike an
+    embedding row: a value can be large before it is scaled (standardize's first micro-batch
+    reads raw years, ~2000), and x * v with a random v swung FM's second order (a first
+    MovieLens micro-batch's logloss 7.2 against 0.69). From zero v learns through its pairs
+    with the other fields. The deep part reads x itself (`DeepFM`).
     """
 
     def __init__(self, dim: int) -> None:
         """A weight and a D-vector."""
         super().__init__()
         self.weight = self.create_parameter([1], default_initializer=nn.initializer.Constant(0.0))
-        self.vector = self.create_parameter(
-            [dim], default_initializer=nn.initializer.Normal(0.0, NUMBER_INIT_STD)
-        )
+        self.vector = self.create_parameter([dim], default_initializer=nn.initializer.Constant(0.0))
 
     def forward(self, x: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
         """[B] values -> [B, D] the field's vector and [B] its first-order term."""

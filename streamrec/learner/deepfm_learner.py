@@ -61,17 +61,15 @@ class DeepFMLearner(TableLearner):
     def adopt_state(self, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema) -> dict[str, np.ndarray]:
         """State saved under ``recorded`` (fewer declared features), made to fit this model.
 
-        As DIN's (see `StateArrays.adopt_state`), and the added features' vectors start at zero:
-        FM's second order reads every pair of fields, so a new field's starting vector would
-        move the scores. From zero they learn through the pairs (the other fields' vectors),
-        and the model scores as before until they do.
+        As DIN's (see `StateArrays.adopt_state`), and the added features' tables start at zero
+        (numbers' vectors always do): FM's second order reads every pair of fields, so a new
+        field's starting vector would move the scores. From zero they learn through the pairs
+        (the other fields' vectors), and the model scores as before until they do.
         """
         out = super().adopt_state(arrays, recorded)
         added = [n for n in self.schema.names if n not in recorded]
         tables = {self.plan.table_of(n) for n in added} - {None}
-        vectors = [f"{PARAM_PREFIX}model.embedding.tables.{t}.weight" for t in tables]
-        vectors += [f"{PARAM_PREFIX}model.numbers.{n}.vector" for n in self._number_fields(added)]
-        for key in vectors:
+        for key in (f"{PARAM_PREFIX}model.embedding.tables.{t}.weight" for t in tables):
             out[key] = np.zeros_like(out[key])
         return out
 

@@ -264,3 +264,18 @@ def test_a_snapshot_resumes_under_added_features_scoring_as_before(
     for _ in range(3):
         learner.learn_many(batch)  # and it learns them
     assert not np.allclose(learner.predict_many(fresh), old.predict_many(fresh), rtol=1e-3)
+
+
+def test_an_untrained_deepfm_is_not_swung_by_a_large_number() -> None:
+    """A standardized number reads raw before its moments (a year, ~2000): FM's x * v starts at 0."""
+    year = FeatureSpec(name="year", kind="number", transform="standardize")
+    learner = deepfm(FeatureSchema.of([year]))
+    samples = featured(4)
+    dated = [
+        Sample(s.sample_id, s.user_id, s.ts, s.item_id, s.category_id, s.label, s.seq_items, s.seq_categories,
+               features={"year": 1995.0}, seq_features={"year": (1980.0, 2010.0)})
+        for s in samples
+    ]
+    scores = learner.predict_many(Batch.from_samples(dated))
+    np.testing.assert_allclose(scores, learner.predict_many(Batch.from_samples(samples)), rtol=1e-6)
+    assert ((scores > 0.3) & (scores < 0.7)).all(), scores
