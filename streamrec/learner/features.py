@@ -5,9 +5,9 @@ embeds each declared feature and how wide it enters the model; `encode_features`
 batch's `FeatureColumn`s into the model's extra inputs.
 
 A declared ``id``/``ids`` feature without a table in ``STREAMREC_MODEL__TABLES`` gets a
-hashed table of its own, named after it, of `DEFAULT_ROWS` rows x `DEFAULT_DIM`; a
-``bucket`` number one of ``len(boundaries) + 2`` rows (row 0: absent, then one per bucket)
-x `DEFAULT_DIM`. Other numbers use no table: they enter as one column, transformed
+hashed table of its own, named after it, of `DEFAULT_ROWS` rows x `DEFAULT_DIM` (or the
+dim the model asks for); a ``bucket`` number one of ``len(boundaries) + 2`` rows (row 0:
+absent, then one per bucket) x the same. Other numbers use no table: they enter as one column, transformed
 (``log1p``; ``standardize`` by the running mean and variance the learner keeps in its
 state, `Moments`), absent as 0.
 """
@@ -72,8 +72,11 @@ class FeaturePlan:
     the user and context features.
     """
 
-    def __init__(self, cfg: ModelConfig, schema: FeatureSchema) -> None:
+    def __init__(self, cfg: ModelConfig, schema: FeatureSchema, dim: int = DEFAULT_DIM) -> None:
         """Plan ``schema``'s declared features for the tables of ``cfg``.
+
+        ``dim`` is the width of a table the plan gives a feature without one of its own (a
+        DeepFM asks for its tables' one dim: FM's dot products need every field alike).
 
         Raises:
             ConfigError: a table names a feature the schema does not declare, a number
@@ -108,8 +111,8 @@ class FeaturePlan:
                     f"feature: give {spec.name!r} a table in STREAMREC_MODEL__TABLES"
                 )
             rows = len(spec.boundaries) + 2 if spec.transform == "bucket" else DEFAULT_ROWS
-            self.tables[spec.name] = (rows, DEFAULT_DIM)
-            features.append(PlannedFeature(spec, spec.name, DEFAULT_DIM))
+            self.tables[spec.name] = (rows, dim)
+            features.append(PlannedFeature(spec, spec.name, dim))
         self.query = [f for f in features if f.query]
         self.sequence = [*self.query, *(f for f in features if f.spec.outcome)]
         self.head = [f for f in features if f.spec.role != "behaviour"]
@@ -187,9 +190,7 @@ class Moments:
         self.arrays[name] = np.array([total, mean + delta * k / total, m2 + xm2 + delta**2 * n * k / total])
 
 
-def encode_features(
-    batch: Batch, plan: FeaturePlan, t: int, moments: Moments
-) -> dict[str, np.ndarray]:
+def encode_features(batch: Batch, plan: FeaturePlan, t: int, moments: Moments) -> dict[str, np.ndarray]:
     """The model's extra inputs of ``batch``: ``<name>/target`` and ``<name>/sequence`` arrays.
 
     Per feature: an id's rows int64 [B] and [B, T]; ids' int64 [B, M] and [B, T, M] (M its

@@ -73,11 +73,20 @@ class EmbeddingArch(nn.Layer):
         """
         if feature.table is None:
             return x.unsqueeze(-1)
-        vectors = self.tables[feature.table](x)
-        if not feature.pooled:
-            return vectors
-        present = (x != PADDING_BUCKET).astype(vectors.dtype).unsqueeze(-1)
-        return (vectors * present).sum(axis=-2) / paddle.clip(present.sum(axis=-2), min=1.0)
+        return lookup_feature(self.tables[feature.table], feature, x)
+
+
+def lookup_feature(table: nn.Layer, feature: PlannedFeature, x: paddle.Tensor) -> paddle.Tensor:
+    """A declared feature's rows looked up in ``table``: [..., width].
+
+    An id's rows [...] as they are; ids' rows [..., M] mean-pooled over the non-padding ones
+    (none: zeros).
+    """
+    vectors = table(x)
+    if not feature.pooled:
+        return vectors
+    present = (x != PADDING_BUCKET).astype(vectors.dtype).unsqueeze(-1)
+    return (vectors * present).sum(axis=-2) / paddle.clip(present.sum(axis=-2), min=1.0)
 
 
 class WideArch(nn.Layer):
@@ -91,22 +100,30 @@ class WideArch(nn.Layer):
     (``ModelConfig.wide_lr_scale`` times the model's), and starts at zero.
     """
 
-    def __init__(self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int]) -> None:
-        """One ``rows`` x 1 table per table of ``cfg.builtin_tables``."""
+    def __init__(
+        self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int], plan: FeaturePlan | None = None
+    ) -> None:
+        """One ``rows`` x 1 table per table of ``cfg.builtin_tables`` (and of ``plan.tables``)."""
         super().__init__()
         attr = paddle.ParamAttr(initializer=nn.initializer.Constant(0.0), learning_rate=cfg.wide_lr_scale)
+        sizes = {t.name: rows[t.name] for t in cfg.builtin_tables}
+        sizes.update({name: n for name, (n, _) in ({} if plan is None else plan.tables).items()})
         self.biases = nn.LayerDict(
             {
-                t.name: nn.Embedding(
-                    rows[t.name], 1, padding_idx=PADDING_BUCKET, sparse=sparse, weight_attr=attr
-                )
-                for t in cfg.builtin_tables
+                name: nn.Embedding(n, 1, padding_idx=PADDING_BUCKET, sparse=sparse, weight_attr=attr)
+                for name, n in sizes.items()
             }
         )
 
     def forward(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> paddle.Tensor:
         """The summed biases of ``ids[i]`` ([B]) in table ``names[i]``: [B]."""
         return paddle.add_n([self.biases[names[i]](ids[i]).squeeze(-1) for i in range(len(names))])
+
+    def feature_bias(self, feature: PlannedFeature, x: paddle.Tensor) -> paddle.Tensor:
+        """A declared feature's bias [...] from its rows (ids': their biases' mean)."""
+        if feature.table is None:
+            raise ValueError(f"feature {feature.name!r} is a number: it has no rows to weigh")
+        return lookup_feature(self.biases[feature.table], feature, x).squeeze(-1)
 
 
 def _mlp(in_dim: int, units: Sequence[int], zero_out: bool = False) -> nn.Sequential:

@@ -5,7 +5,7 @@
 A class with a ``from_config(model_cfg)`` classmethod is built by it; any other with no
 arguments (its own defaults). Either way it must have the methods of the `Learner` contract.
 Under a schema with declared features (``STREAMREC_FEATURES``) the learner is given it: a
-built-in as ``schema`` (DeepFM refuses declared features, in one line), a user's class as
+built-in as ``schema`` (DIN and DeepFM read every declared feature), a user's class as
 ``from_config(model_cfg, schema)`` (a class that takes no schema is refused then, in one line).
 """
 

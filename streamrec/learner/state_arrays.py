@@ -145,9 +145,7 @@ class StateArrays:
         if not added:
             return dict(arrays)
         fresh = self.state_arrays()
-        owned = tuple(f"tables.{self.plan.table_of(n)}." for n in added if self.plan.table_of(n)) + tuple(
-            f"{FEATURES_PREFIX}{n}/" for n in added
-        )
+        owned = self._owned(added)
         old, new = self._layouts(recorded), self._layouts(self.schema)
         out: dict[str, np.ndarray] = {}
         for key, start in fresh.items():
@@ -163,6 +161,12 @@ class StateArrays:
                 out[key] = saved
         out.update({k: v for k, v in arrays.items() if k not in fresh and not k.startswith(EWC_PREFIX)})
         return out
+
+    def _owned(self, added: list[str]) -> tuple[str, ...]:
+        """What the keys of the ``added`` features' own state contain: their tables, their moments."""
+        return tuple(f"tables.{self.plan.table_of(n)}." for n in added if self.plan.table_of(n)) + tuple(
+            f"{FEATURES_PREFIX}{n}/" for n in added
+        )
 
     def _layouts(self, schema: FeatureSchema) -> dict[str, list[tuple[str, int]]]:
         """The input columns, as (segment, width), of the layers reading every feature under ``schema``.

@@ -98,7 +98,7 @@ class TableLearner(StateArrays):
         self.cfg = cfg
         self.schema = FeatureSchema.default() if schema is None else schema
         self._check_schema(self.schema)
-        self.plan = FeaturePlan(cfg, self.schema)
+        self.plan = self._plan(cfg, self.schema)
         self.device = resolve_device(cfg.device)
         # Paddle's device is process-global; every learner in a process shares it.
         paddle.device.set_device(self.device)
@@ -121,6 +121,10 @@ class TableLearner(StateArrays):
 
     def _check_schema(self, schema: FeatureSchema) -> None:
         """Refuse, in one line, declared features the model cannot read (default: none)."""
+
+    def _plan(self, cfg: ModelConfig, schema: FeatureSchema) -> FeaturePlan:
+        """The declared features' tables and inputs as this model reads them (default: DIN's)."""
+        return FeaturePlan(cfg, schema)
 
     def _build(self, rows: Mapping[str, int]) -> None:
         """(Re)build everything sized by the tables' rows, freshly initialised.
@@ -397,6 +401,8 @@ class TableLearner(StateArrays):
         for table in self.plan.tables:
             parts = looked.get(table, [np.zeros(0, np.int64)])
             rows[f"model.embedding.tables.{table}.weight"] = unique_rows(np.concatenate(parts))
+            if f"model.wide.biases.{table}.weight" in self._named:  # a first order over it (DeepFM)
+                rows[f"model.wide.biases.{table}.weight"] = rows[f"model.embedding.tables.{table}.weight"]
         return rows
 
     def is_known(self, batch: Batch) -> np.ndarray:

@@ -101,9 +101,10 @@ class Strategy:
 
             return VWLearner()
         if self.kind == "deepfm":
-            # Without the schema: DeepFM reads no declared features (it refuses a schema declaring
-            # any), so beside a DIN that reads them it runs on item, category and user only.
-            return make_learner(self.model.model_copy(update={"learner": "deepfm", "ewc_lambda": 0.0}))
+            # The schema too: DeepFM reads the declared features as DIN does.
+            return make_learner(
+                self.model.model_copy(update={"learner": "deepfm", "ewc_lambda": 0.0}), self.schema
+            )
         # The configured learner (DIN by default: Paddle loads only then).
         return make_learner(self.model.model_copy(update={"ewc_lambda": self.lam}), self.schema)
 

@@ -15,6 +15,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from streamrec.config import KafkaConfig, RedisStoreConfig
 from streamrec.local.ports import free_port
 from tests.integration.test_cli_flow import services_env
@@ -53,9 +55,11 @@ def _run(command: str, env: dict[str, str], cwd: Path) -> str:
     return proc.stdout
 
 
+@pytest.mark.parametrize("learner", ["din", "deepfm"])
 def test_the_walk_through_runs_as_written(
-    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path, learner: str,
 ) -> None:
+    """Either built-in model reads the page's features, is exported with them and serves them."""
     (tmp_path / "streamrec.toml").write_text(_blocks("toml")[0])
     _events(tmp_path / "events.jsonl")
     port = free_port()
@@ -63,6 +67,7 @@ def test_the_walk_through_runs_as_written(
         **services_env(kafka_config, store_config, unique_name),
         "STREAMREC_LEARNER__GROUP_ID": f"l-{unique_name}",
         "STREAMREC_MODEL__TABLES": json.dumps(small_tables()),  # small tables: a quick test
+        "STREAMREC_MODEL__LEARNER": learner,
         "STREAMREC_SERVING__PORT": str(port),
         "STREAMREC_SERVING__POLL_S": "60",
     }
@@ -78,6 +83,7 @@ def test_the_walk_through_runs_as_written(
     assert "consumed 602 events" in consumed
     contract = json.loads(next((tmp_path / "snapshots" / "exports").glob("v*/contract.json")).read_text())
     assert [f["name"] for f in contract["features"]] == ["genres", "dwell_s", "tier", "device"]
+    assert contract["model"]["learner"] == learner
     scored = next(v for k, v in outputs.items() if k.startswith("streamrec score"))
     assert re.search(r"user u1 with [1-9]\d* behaviours", scored), scored
     assert "i7" in scored and "i9" in scored

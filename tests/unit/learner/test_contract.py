@@ -60,10 +60,10 @@ def din(cfg: ModelConfig = DIN_CONFIG, schema: FeatureSchema | None = None) -> L
     return DINLearner(cfg, schema=schema)
 
 
-def deepfm(cfg: ModelConfig = DIN_CONFIG) -> Learner:
+def deepfm(cfg: ModelConfig = DIN_CONFIG, schema: FeatureSchema | None = None) -> Learner:
     from streamrec.learner.deepfm_learner import DeepFMLearner
 
-    return DeepFMLearner(cfg.model_copy(update={"learner": "deepfm"}))
+    return DeepFMLearner(cfg.model_copy(update={"learner": "deepfm"}), schema=schema)
 
 
 def din_export(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
@@ -111,6 +111,11 @@ LEARNERS = (
     Entry(
         "deepfm-ewc-user", partial(deepfm, DIN_EWC_CONFIG), Promises(export=din_export), requires=("paddle",)
     ),
+    Entry(
+        "deepfm-features", partial(deepfm, schema=FEATURES), Promises(export=din_export), requires=("paddle",)
+    ),
+    Entry("deepfm-features-ewc-user", partial(deepfm, DIN_EWC_CONFIG, FEATURES), Promises(export=din_export),
+          requires=("paddle",)),
     Entry("popularity", PopularityLearner),
     Entry("item-rate", ItemRateLearner),
     Entry("features", FeaturesLearner, Promises(knows_targets=False)),

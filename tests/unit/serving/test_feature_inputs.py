@@ -1,7 +1,7 @@
 """Declared features in a table model's export: inputs of source ``feature``, built from the contract.
 
-The contract-driven scorer and ``examples/score_export.py`` (no streamrec) build them alike; DeepFM
-refuses declared features in one line.
+The contract-driven scorer and ``examples/score_export.py`` (no streamrec) build them alike, for a
+DIN's export and a DeepFM's.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import numpy as np
 import orjson
 import pytest
 
-from streamrec.errors import ConfigError
-from streamrec.features import FeatureSchema
 from streamrec.learner.batch import Batch
 from streamrec.learner.registry import make_learner
 from tests.unit.learner.test_features import SCHEMA, featured, model
@@ -28,24 +26,15 @@ pytest.importorskip("paddle")
 EXAMPLE = Path(__file__).parents[3] / "examples" / "score_export.py"
 
 
-def test_deepfm_refuses_declared_features_in_one_line() -> None:
-    with pytest.raises(ConfigError) as caught:
-        make_learner(model(learner="deepfm"), SCHEMA)
-    message = str(caught.value)
-    assert "\n" not in message
-    assert "STREAMREC_FEATURES" in message and "STREAMREC_MODEL__LEARNER" in message and "genres" in message
-    assert make_learner(model(learner="deepfm"), FeatureSchema.default()) is not None
-
-
-def _export(tmp_path: Path) -> Path:
+def _export(tmp_path: Path, learner_type: str = "din") -> Path:
     from streamrec.learner.snapshotting import group_state
+    from streamrec.learner.trainer import TableLearner
     from streamrec.serving.export import export_snapshot
     from streamrec.snapshots.store import SnapshotStore
 
     tables = [*model().model_dump()["tables"], {"name": "user", "feature": "user", "rows": 64, "dim": 4}]
-    from streamrec.learner.din import DINLearner
-
-    learner = DINLearner(model(tables=tables), schema=SCHEMA)
+    learner = make_learner(model(tables=tables, learner=learner_type), SCHEMA)
+    assert isinstance(learner, TableLearner) and learner.plan.input_keys  # DIN and DeepFM read them
     for _ in range(3):
         learner.learn_many(Batch.from_samples(featured(32)))
     store = SnapshotStore(tmp_path / "snapshots")
@@ -56,12 +45,16 @@ def _export(tmp_path: Path) -> Path:
     return export_snapshot(store, manifest.version)
 
 
-def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("learner_type", ["din", "deepfm"])
+def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(
+    tmp_path: Path, learner_type: str
+) -> None:
     from streamrec.serving.features import StoredHistory
     from streamrec.serving.scorer import Candidate, ExportedModel
 
-    export = _export(tmp_path)
+    export = _export(tmp_path, learner_type)
     contract = orjson.loads((export / "contract.json").read_bytes())
+    assert contract["model"]["learner"] == learner_type
     features = [i for i in contract["inputs"] if i["source"] == "feature"]
     assert [(i["name"], i["feature"], i["side"]) for i in features][:2] == [
         ("genres__target", "genres", "target"), ("price__target", "price", "target"),
