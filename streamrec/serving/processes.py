@@ -65,7 +65,8 @@ def create_app() -> Starlette:
     doc = orjson.loads(raw)
     cfg = StreamrecConfig(**doc["config"])
     configure(cfg.log_level)
-    scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads, cfg.serving.batch_candidates)
+    serving = cfg.serving
+    scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
     return serving_app(cfg, scorer, bool(doc["store"]))
 
 

@@ -64,11 +64,15 @@ def test_score_health_and_metrics(served: tuple[str, SnapshotStore, Scorer]) -> 
     want = scorer.model.score("u1", [("i1", "c0"), ("i2", "c0")], candidates)
     assert np.allclose(doc["scores"], want, atol=1e-6)
     assert httpx.get(f"{url}/healthz").json() == {
-        "status": "ok", "version": 1, "current": 1, "serves_current": True,
+        "status": "ok", "version": 1, "current": 1, "serves_current": True, "engine": scorer.model.engine,
     }
     metrics = httpx.get(f"{url}/metrics").text
     assert 'streamrec_serving_requests_total{status="200"} 1.0' in metrics
     assert "streamrec_serving_version 1.0" in metrics
+    engine = scorer.model.engine  # onnx with the onnx extra installed, else paddle
+    assert f'streamrec_serving_engine_info{{engine="{engine}"}} 1.0' in metrics
+    other = "paddle" if engine == "onnx" else "onnx"
+    assert f'streamrec_serving_engine_info{{engine="{other}"}} 0.0' in metrics
 
 
 @pytest.mark.parametrize(
