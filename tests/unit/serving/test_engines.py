@@ -141,7 +141,7 @@ def test_a_failed_conversion_leaves_the_export_whole_without_onnx(
 
 
 def test_paddle_without_onednn_scores_as_with_it(tmp_path: Path) -> None:
-    """oneDNN is off for speed (docs/serving.md, "Engines"); the scores must not move."""
+    """Paddle runs with oneDNN off, for speed (docs/serving.md, "Engines"); no score moves."""
     from paddle import inference
 
     path = _export(tmp_path, tables=DEFAULT_LAYOUT)
