@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,9 @@ def write_onnx(directory: Path, contract: Mapping[str, Any]) -> dict[str, Any] |
 
 
 def _convert(directory: Path) -> bytes:
-    import paddle2onnx
+    with warnings.catch_warnings():  # its import warns that ccache, for C++ extensions, is missing
+        warnings.simplefilter("ignore", UserWarning)
+        import paddle2onnx
 
     # No optimizer pass: polygraphy's (the default) pip-installs modules at run time, and
     # onnxruntime folds constants itself when it loads the graph.
