@@ -143,6 +143,8 @@ def open_engine(path: Path, contract: Mapping[str, Any], choice: EngineChoice, t
                 return OnnxEngine(model, threads)
             except InvalidSnapshot as exc:
                 why = str(exc)
-        log = logger.warning if choice == "onnx" else logger.info
-        log("engine=paddle for export=%s (engine=%s asked for onnx: %s)", path.name, choice, why)
+        if choice == "onnx":
+            logger.warning("engine=onnx asked for, but export=%s runs on paddle: %s", path.name, why)
+        else:
+            logger.info("export=%s runs on paddle: %s", path.name, why)
     return PaddleEngine(path, threads)
