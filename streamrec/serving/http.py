@@ -131,7 +131,6 @@ class ServingMetrics:
         self.arms = ArmMetrics(self.registry)  # per arm and version of a canary or an A/B test
         self.freshness = ServedFreshness(self.registry)
 
-
     def show(self, scorer: Scorer) -> None:
         """Set the served version's gauges: its number and its engine."""
         self.version.set(scorer.version)
