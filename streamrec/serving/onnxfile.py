@@ -1,12 +1,12 @@
 """An export's scoring graph as ONNX, for ONNX Runtime (`streamrec.serving.engines`).
 
 paddle2onnx converts the Paddle graph an export holds (``model.json`` + ``model.pdiparams``)
-into ``model.onnx``, written into the export before it is sealed so its checksum is recorded
-with the others; the contract names it in its ``onnx`` entry. The converted graph is kept only
-when ONNX Runtime scores a probe batch as Paddle Inference does (within `PARITY`), so a graph
-that converts but computes something else never reaches serving. Without the ``onnx`` extra,
-or when the conversion or the check fails, the export is written without it (one log line):
-serving then runs Paddle.
+into ``model.onnx`` (each repeated constant kept once), written into the export before it is
+sealed so its checksum is recorded with the others; the contract names it in its ``onnx``
+entry. The converted graph is kept only when ONNX Runtime scores a probe batch as Paddle
+Inference does (within `PARITY`), so a graph that converts but computes something else never
+reaches serving. Without the ``onnx`` extra, or when the conversion or the check fails, the
+export is written without it (one log line): serving then runs Paddle.
 """
 
 from __future__ import annotations
@@ -89,7 +89,48 @@ def _convert(directory: Path) -> bytes:
     )
     if not isinstance(raw, bytes) or not raw:
         raise ValueError("paddle2onnx returned no model")
-    return raw
+    return dedupe_constants(raw)
+
+
+def dedupe_constants(raw: bytes) -> bytes:
+    """The ONNX model ``raw`` with each repeated constant kept once (its users read the first).
+
+    paddle2onnx writes some weights twice (an embedding table read by two lookups, say): a
+    fifth of the default DIN's file. A graph with subgraphs (If, Loop) is returned as it is.
+    """
+    import onnx
+
+    model = onnx.load_model_from_string(raw)
+    graph = model.graph
+    if any(
+        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for n in graph.node
+        for a in n.attribute
+    ):
+        return raw
+    first: dict[bytes, str] = {}
+    same: dict[str, str] = {}
+    kept = []
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(node.attribute[0].t)
+            tensor.name = ""  # the same values under another name are the same constant
+            key = tensor.SerializeToString(deterministic=True)
+            if key in first and node.output[0] not in {o.name for o in graph.output}:
+                same[node.output[0]] = first[key]
+                continue
+            first.setdefault(key, node.output[0])
+        kept.append(node)
+    if not same:
+        return raw
+    for node in kept:
+        for k, name in enumerate(node.input):
+            node.input[k] = same.get(name, name)
+    del graph.node[:]
+    graph.node.extend(kept)
+    onnx.checker.check_model(model)
+    return bytes(model.SerializeToString())
 
 
 def _parity_gap(directory: Path, model: Path, contract: Mapping[str, Any]) -> float:

@@ -1,6 +1,6 @@
-"""``streamrec serve`` on several processes sharing one port: one predictor per core.
+"""``streamrec serve`` on several processes sharing one port: one engine per core.
 
-A Paddle Inference predictor scores one request at a time on one core (threads of one process
+An engine (ONNX Runtime or Paddle Inference) scores one request at a time on one core (threads of one process
 add nothing: measured in docs/operating/sizing.md), so a server uses a machine's cores with one
 process each. uvicorn's supervisor binds the port once and starts ``processes`` workers on it
 (the kernel hands each connection to one of them) and restarts one that dies. Each worker loads

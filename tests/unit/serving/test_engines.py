@@ -68,7 +68,47 @@ def test_the_export_holds_the_onnx_graph_under_its_checksums(tmp_path: Path) -> 
     entry = _contract(path)["onnx"]
     assert entry["file"] == "model.onnx" and entry["opset"] == onnxfile.OPSET
     assert entry["converter"].startswith("paddle2onnx ")
+    import onnx
+    from onnx import numpy_helper
+
+    constants = [
+        n.attribute[0].t for n in onnx.load(path / "model.onnx").graph.node if n.op_type == "Constant"
+    ]
+    values = {(t.data_type, tuple(t.dims), numpy_helper.to_array(t).tobytes()) for t in constants}
+    assert len(values) == len(constants)
     assert ExportedModel(path).engine == "onnx"  # auto picks it
+
+
+def test_repeated_constants_are_kept_once() -> None:
+    import onnx
+    import onnxruntime
+    from onnx import helper, numpy_helper
+
+    weights = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    def constant(name: str, value: np.ndarray) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value, name))
+
+    graph = helper.make_graph(
+        [
+            constant("a", weights),
+            constant("b", weights),
+            constant("c", weights + 1),
+            helper.make_node("Add", ["x", "a"], ["xa"]),
+            helper.make_node("Add", ["xa", "b"], ["xab"]),
+            helper.make_node("Add", ["xab", "c"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])],
+    )
+    raw = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    deduped = onnxfile.dedupe_constants(raw)
+    constants = [n for n in onnx.load_model_from_string(deduped).graph.node if n.op_type == "Constant"]
+    assert [n.output[0] for n in constants] == ["a", "c"]
+    x = np.ones((2, 3), np.float32)
+    (got,) = onnxruntime.InferenceSession(deduped).run(None, {"x": x})
+    assert np.array_equal(got, x + 3 * weights + 1)
 
 
 def test_declared_features_convert_and_score_alike(tmp_path: Path) -> None:
