@@ -17,12 +17,17 @@ clients; ``wrk`` is not installed here), one process on the same cores as the se
   share shed (503: the server's admission limits); ``--plot PATH`` draws it (PNG) for sizing
   a fleet.
 
-Ceiling, in the same run: the same requests scored by the export's predictor with no HTTP, in
+Ceiling, in the same run: the same requests scored by the export's engine with no HTTP, in
 as many processes as the server's, side by side (what the model itself allows on those
-cores), as requests/s and scores/s. The ratio is the server's capacity over the ceiling.
+cores), as requests/s and scores/s, and its p50 (the model's time a request). The ratio is
+the server's capacity over the ceiling.
+
+Each of ``--engines`` (paddle,onnx: Paddle Inference and ONNX Runtime, `streamrec.serving.
+engines`) is measured in turn on the same export, its figures under ``engines``; with both,
+``onnx_over_paddle`` holds the speedups.
 
     .venv/bin/python bench/serving_latency.py [--processes 2] [--rate 100] [--seconds 20] \
-        [--sweep 10,25,50,75,100,125] [--curve R1,R2,...] [--plot P]
+        [--engines paddle,onnx] [--sweep 10,25,50,75,100,125] [--curve R1,R2,...] [--plot P]
 
 Prints one JSON object as its last line.
 """
@@ -40,7 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import httpx
@@ -55,6 +60,7 @@ from streamrec.kafka.records import Record
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.snapshotting import group_state
+from streamrec.serving.engines import ENGINES, EngineChoice
 from streamrec.serving.export import export_snapshot
 from streamrec.serving.scorer import Candidate, ExportedModel
 from streamrec.snapshots.store import SnapshotStore
@@ -101,9 +107,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(root: Path, port: int, processes: int = 1) -> subprocess.Popen[bytes]:
-    """``streamrec serve`` on the snapshots under ``root``, without a feature store."""
-    env = {**os.environ, "STREAMREC_LOG_LEVEL": "WARNING"}
+def start_server(root: Path, port: int, processes: int = 1, engine: str = "auto") -> subprocess.Popen[bytes]:
+    """``streamrec serve`` on the snapshots under ``root`` with ``engine``, without a feature store."""
+    env = {**os.environ, "STREAMREC_LOG_LEVEL": "WARNING", "STREAMREC_SERVING__ENGINE": engine}
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamrec", "serve", "--no-store", "--snapshot-dir", str(root),
          "--port", str(port), "--processes", str(processes)],
@@ -155,37 +161,48 @@ async def open_loop(
     return latencies
 
 
-async def closed_loop(url: str, requests: list[dict[str, Any]], seconds: float, connections: int) -> float:
-    """Requests/s with ``connections`` clients each sending the next request on an answer."""
-    done = 0
+async def closed_loop(
+    url: str, requests: list[dict[str, Any]], seconds: float, connections: int
+) -> tuple[float, int]:
+    """Requests/s answered with ``connections`` clients each sending the next request on an answer.
+
+    And how many were shed (503: on a machine busy with other work a request can wait past the
+    server's ``max_queue_wait_s``); those are not counted as answered.
+    """
+    done = shed = 0
     bodies = [orjson.dumps(r) for r in requests]
     headers = {"content-type": "application/json"}
     async with aiohttp.ClientSession() as client:
         end = time.perf_counter() + seconds
 
         async def worker(offset: int) -> None:
-            nonlocal done
+            nonlocal done, shed
             k = offset
             while time.perf_counter() < end:
                 async with client.post(url, data=bodies[k % len(bodies)], headers=headers) as response:
-                    response.raise_for_status()
+                    if response.status == 503:
+                        shed += 1
+                    else:
+                        response.raise_for_status()
+                        done += 1
                     await response.read()
-                done += 1
                 k += connections
 
         start = time.perf_counter()
         await asyncio.gather(*(worker(i) for i in range(connections)))
-        return done / (time.perf_counter() - start)
+        return done / (time.perf_counter() - start), shed
 
 
-def in_process(path: Path, requests: list[dict[str, Any]], seconds: float) -> tuple[int, float, list[float]]:
-    """Requests scored, seconds spent and each one's latency: the export's predictor alone."""
-    model = ExportedModel(path)
+def in_process(
+    path: Path, requests: list[dict[str, Any]], seconds: float, engine: EngineChoice = "auto"
+) -> tuple[int, float, list[float]]:
+    """Requests scored, seconds spent and each one's latency: the export's engine alone."""
+    model = ExportedModel(path, engine=engine)
     parsed = [
         (str(r["user"]), [(h[0], h[1]) for h in r["history"]], [Candidate.parse(i) for i in r["items"]])
         for r in requests
     ]
-    model.score(*parsed[0])  # the first run builds oneDNN's kernels
+    model.score(*parsed[0])  # the first run allocates the engine's buffers
     times = []
     end = time.perf_counter() + seconds
     k = 0
@@ -198,14 +215,16 @@ def in_process(path: Path, requests: list[dict[str, Any]], seconds: float) -> tu
     return len(times), sum(times), times
 
 
-def batching_gain(path: Path, requests: list[dict[str, Any]], rounds: int = 20) -> float:
+def batching_gain(
+    path: Path, requests: list[dict[str, Any]], engine: EngineChoice = "auto", rounds: int = 20
+) -> float:
     """How much faster a candidate scores in one predictor call of 10 requests' candidates.
 
     The time of 10 requests scored one by one over that of their 1,000 candidates scored in
     one call (for one user's history: the same work per candidate). Above 1, batching
     concurrent requests into one call would pay.
     """
-    model = ExportedModel(path)
+    model = ExportedModel(path, engine=engine)
     parsed = [(str(r["user"]), [(h[0], h[1]) for h in r["history"]], [Candidate.parse(i) for i in r["items"]])
               for r in requests[:10]]
     together = [c for _, _, candidates in parsed for c in candidates]
@@ -223,16 +242,16 @@ def batching_gain(path: Path, requests: list[dict[str, Any]], rounds: int = 20) 
 
 
 def ceiling(
-    path: Path, requests: list[dict[str, Any]], seconds: float, processes: int
+    path: Path, requests: list[dict[str, Any]], seconds: float, processes: int, engine: EngineChoice = "auto"
 ) -> tuple[float, float]:
-    """Requests/s and p50 latency (s) of ``processes`` predictors scoring side by side, no HTTP.
+    """Requests/s and p50 latency (s) of ``processes`` engines scoring side by side, no HTTP.
 
     What the model itself allows on as many cores as the server's processes: each predictor
     in a process of its own, all at once, their rates summed.
     """
     context = multiprocessing.get_context("spawn")  # no predictor crosses a fork
     with context.Pool(processes) as pool:
-        results = pool.starmap(in_process, [(path, requests, seconds)] * processes)
+        results = pool.starmap(in_process, [(path, requests, seconds, engine)] * processes)
         pool.close()  # let them exit: terminating one makes Paddle print a fatal-signal report
         pool.join()
     rate = sum(n / spent for n, spent, _ in results)
@@ -289,6 +308,53 @@ def plot_curve(points: list[dict[str, float]], ceiling_rps: float, path: Path) -
     plt.close(fig)
 
 
+def measure(
+    root: Path, requests: list[dict[str, Any]], engine: EngineChoice, args: argparse.Namespace
+) -> tuple[dict[str, Any], float, list[dict[str, float]]]:
+    """One engine's figures (its server, ceiling and batching gain), its ceiling and its curve."""
+    export = root / "exports" / "v000001"
+    ceiling_rps, ceiling_p50 = ceiling(export, requests, 5.0, args.processes, engine)
+    gain = batching_gain(export, requests, engine)
+    percents = [float(r) for r in args.sweep.split(",") if r.strip()]
+    rates = [float(r) for r in args.curve.split(",") if r.strip()]
+    port = free_port()
+    server = start_server(root, port, args.processes, engine)
+    url = f"http://127.0.0.1:{port}/score"
+    try:
+        asyncio.run(open_loop(url, requests, args.rate, 2.0, shed=[]))  # warm-up
+        shed: list[float] = []
+        latencies = np.array(asyncio.run(open_loop(url, requests, args.rate, args.seconds, shed=shed)))
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).json()
+        max_rps, closed_shed = asyncio.run(closed_loop(url, requests, 10.0, args.connections))
+        offered = sorted({round(max_rps * p / 100, 1) for p in percents} | set(rates))
+        curve = [curve_point(url, requests, rate, args.seconds) for rate in offered]
+    finally:
+        server.terminate()
+        server.wait(10)
+    half = [p for p in curve if p["offered_per_s"] == round(max_rps * 0.5, 1)]
+    figures: dict[str, Any] = {
+        "engine_served": ready.get("engine"),  # what serve ran: a fallback shows here
+        "requests": len(latencies) + len(shed),
+        "shed_share": round(len(shed) / (len(latencies) + len(shed)), 4),
+        "p50_ms": round(float(np.percentile(latencies, 50)) * 1e3, 2),
+        "p99_ms": round(float(np.percentile(latencies, 99)) * 1e3, 2),
+        "max_ms": round(float(latencies.max()) * 1e3, 2),
+        "max_requests_per_s": round(max_rps, 1),
+        "closed_loop_shed": closed_shed,
+        "scores_per_s": round(max_rps * CANDIDATES),
+        "ceiling_requests_per_s": round(ceiling_rps, 1),
+        "ceiling_scores_per_s": round(ceiling_rps * CANDIDATES),
+        # The model's time a request (p50, no HTTP), each process on a core of its own.
+        "ceiling_p50_ms": round(ceiling_p50 * 1e3, 3),
+        "ratio": round(max_rps / ceiling_rps, 3),
+        "batch_of_10_speedup": round(gain, 3),
+        "p99_ms_at_half_capacity": half[0]["p99_ms"] if half else None,
+    }
+    if curve:
+        figures["curve"] = curve
+    return figures, ceiling_rps, curve
+
+
 def main() -> None:
     """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
@@ -298,33 +364,32 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="server processes (one per core)")
     parser.add_argument("--connections", type=int, default=16, help="closed-loop connections")
     parser.add_argument(
+        "--engines", default="paddle,onnx",
+        help="engines to measure in turn on the same export, comma-separated: paddle, onnx, auto",
+    )
+    parser.add_argument(
         "--sweep", default="10,25,50,75,100,125",
         help="offered loads in percent of the measured capacity, comma-separated ('' for none)",
     )
     parser.add_argument("--curve", default="", help="more offered loads (requests/s), comma-separated")
-    parser.add_argument("--plot", type=Path, default=None, help="write the curve as a PNG here")
+    parser.add_argument(
+        "--plot", type=Path, default=None,
+        help="write the curve as a PNG here (one per engine, named PATH-ENGINE.png, when several)",
+    )
     args = parser.parse_args()
-    percents = [float(r) for r in args.sweep.split(",") if r.strip()]
-    rates = [float(r) for r in args.curve.split(",") if r.strip()]
+    names = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if not names or not set(names) <= set(ENGINES):
+        parser.error(f"--engines: {args.engines!r} is not a list of {', '.join(ENGINES)}")
+    engines = [cast(EngineChoice, e) for e in names]
+    measured: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        store, requests = trained_snapshot(root, args.train_events)
-        ceiling_rps, ceiling_p50 = ceiling(root / "exports" / "v000001", requests, 5.0, args.processes)
-        gain = batching_gain(root / "exports" / "v000001", requests)
-        port = free_port()
-        server = start_server(root, port, args.processes)
-        url = f"http://127.0.0.1:{port}/score"
-        try:
-            asyncio.run(open_loop(url, requests, args.rate, 2.0, shed=[]))  # warm-up
-            shed: list[float] = []
-            latencies = np.array(asyncio.run(open_loop(url, requests, args.rate, args.seconds, shed=shed)))
-            max_rps = asyncio.run(closed_loop(url, requests, 10.0, args.connections))
-            offered = sorted({round(max_rps * p / 100, 1) for p in percents} | set(rates))
-            curve = [curve_point(url, requests, rate, args.seconds) for rate in offered]
-        finally:
-            server.terminate()
-            server.wait(10)
-    half = [p for p in curve if p["offered_per_s"] == round(max_rps * 0.5, 1)]
+        _, requests = trained_snapshot(root, args.train_events)
+        for engine in engines:
+            measured[engine], ceiling_rps, curve = measure(root, requests, engine, args)
+            if curve and args.plot is not None:
+                path = args.plot if len(engines) == 1 else args.plot.with_stem(f"{args.plot.stem}-{engine}")
+                plot_curve(curve, ceiling_rps, path)
     result: dict[str, Any] = {
         "benchmark": "serving_latency",
         "candidates_per_request": CANDIDATES,
@@ -332,26 +397,18 @@ def main() -> None:
         "cores": os.cpu_count(),
         "load_client": "aiohttp, one process, on the same machine",
         "rate": args.rate,
-        "requests": len(latencies) + len(shed),
-        "shed_share": round(len(shed) / (len(latencies) + len(shed)), 4),
-        "p50_ms": round(float(np.percentile(latencies, 50)) * 1e3, 2),
-        "p99_ms": round(float(np.percentile(latencies, 99)) * 1e3, 2),
-        "max_ms": round(float(latencies.max()) * 1e3, 2),
-        "max_requests_per_s": round(max_rps, 1),
-        "scores_per_s": round(max_rps * CANDIDATES),
-        "ceiling_requests_per_s": round(ceiling_rps, 1),
-        "ceiling_scores_per_s": round(ceiling_rps * CANDIDATES),
-        "ceiling_p50_ms": round(ceiling_p50 * 1e3, 2),
-        "ratio": round(max_rps / ceiling_rps, 3),
-        "batch_of_10_speedup": round(gain, 3),
-        "p99_ms_at_half_capacity": half[0]["p99_ms"] if half else None,
         "goal_requests_per_s": 1000.0,
         "goal_p99_ms": 10.0,
+        "engines": measured,
     }
-    if curve:
-        result["curve"] = curve
-        if args.plot is not None:
-            plot_curve(curve, ceiling_rps, args.plot)
+    if "onnx" in measured and "paddle" in measured:
+        onnx, paddle = measured["onnx"], measured["paddle"]
+        result["onnx_over_paddle"] = {
+            "max_requests_per_s": round(onnx["max_requests_per_s"] / paddle["max_requests_per_s"], 3),
+            "ceiling_requests_per_s": round(
+                onnx["ceiling_requests_per_s"] / paddle["ceiling_requests_per_s"], 3
+            ),
+        }
     print(json.dumps(result))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import random
@@ -18,6 +19,13 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
     from streamrec.snapshots.store import SnapshotStore
+
+
+# The engine `streamrec serve` runs a fresh export with (engine "auto"): ONNX Runtime where the
+# onnx extra is installed (exports then hold model.onnx), else Paddle Inference.
+SERVED_ENGINE = (
+    "onnx" if all(importlib.util.find_spec(m) for m in ("onnxruntime", "paddle2onnx")) else "paddle"
+)
 
 
 def small_tables(

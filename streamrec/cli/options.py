@@ -71,6 +71,10 @@ _FLAGS = (
     Flag("--host", "serving.host", str, "127.0.0.1", "Interface to listen on"),
     Flag("--port", "serving.port", int, "8000", "Port to listen on"),
     Flag("--processes", "serving.processes", int, "1", "Server processes sharing the port (one per core)"),
+    Flag(
+        "--engine", "serving.engine", str, "auto",
+        "What runs the model: onnx, paddle, or auto (onnx when the export has model.onnx)",
+    ),
     Flag("--host", "services.host", str, "127.0.0.1", "Interface to listen on"),
     Flag("--kafka-port", "services.kafka_port", int, "9092", "Broker port"),
     Flag("--redis-port", "services.redis_port", int, "6380", "Redis port"),

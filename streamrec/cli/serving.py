@@ -33,6 +33,7 @@ def score(
     snapshot_dir: Path | None = setting("learner.snapshot_dir"),
     store: bool = StoreOption,
     redis_url: str | None = setting("store.url"),
+    engine: str | None = setting("serving.engine"),
     as_json: bool = json_output(),
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
@@ -51,9 +52,10 @@ def score(
             log_level=log_level,
             config_file=config_file,
             learner={"snapshot_dir": snapshot_dir},
+            serving={"engine": engine},
             store={"url": redis_url},
         )
-        scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads)
+        scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads, engine=cfg.serving.engine)
         candidates = _candidates(items)
         given = _context(context)
         history = history_source(cfg, store)(user)
@@ -101,6 +103,7 @@ def serve(
     host: str | None = setting("serving.host"),
     port: int | None = setting("serving.port"),
     processes: int | None = setting("serving.processes"),
+    engine: str | None = setting("serving.engine"),
     snapshot_dir: Path | None = setting("learner.snapshot_dir"),
     store: bool = StoreOption,
     redis_url: str | None = setting("store.url"),
@@ -121,16 +124,16 @@ def serve(
             log_level=log_level,
             config_file=config_file,
             learner={"snapshot_dir": snapshot_dir},
-            serving={"host": host, "port": port, "processes": processes},
+            serving={"host": host, "port": port, "processes": processes, "engine": engine},
             store={"url": redis_url},
         )
         serving = cfg.serving  # a bad start is refused here, before any worker starts
-        scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates)
+        scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
         instead = "" if scorer.serves_current else " (not the version serving/CURRENT names: see the warning)"
         many = f" on {cfg.serving.processes} processes" if cfg.serving.processes > 1 else ""
         console.print(
-            f"serving v{scorer.version:06d}{instead} from {cfg.learner.snapshot_dir} on "
-            f"http://{cfg.serving.host}:{cfg.serving.port}{many}"
+            f"serving v{scorer.version:06d}{instead} with {scorer.model.engine} from "
+            f"{cfg.learner.snapshot_dir} on http://{cfg.serving.host}:{cfg.serving.port}{many}"
         )
         if cfg.serving.processes > 1:
             del scorer  # each worker loads its own

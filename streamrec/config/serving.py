@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, model_validator
 
 from streamrec.config.section import SECTION
@@ -23,7 +25,12 @@ class ServingConfig(BaseModel):
     processes: int = Field(1, ge=1, description="STREAMREC_SERVING__PROCESSES")
     # How often the server looks at the serving pointer; a new version loads beside the old.
     poll_s: float = Field(1.0, gt=0, description="STREAMREC_SERVING__POLL_S")
-    # Threads of one Paddle Inference run: 1 keeps a request's latency steady beside others.
+    # What runs the model (streamrec.serving.engines): onnx (ONNX Runtime, about twice Paddle's
+    # speed here) when the export holds model.onnx and onnxruntime imports, else paddle (Paddle
+    # Inference); onnx asks for ONNX Runtime and falls back to paddle with a warning when it
+    # cannot be used; paddle always runs Paddle.
+    engine: Literal["auto", "onnx", "paddle"] = Field("auto", description="STREAMREC_SERVING__ENGINE")
+    # Threads of one engine run: 1 keeps a request's latency steady beside others.
     threads: int = Field(1, ge=1, description="STREAMREC_SERVING__THREADS")
     # Requests waiting for a process's predictor run as one call of up to this many candidates
     # (their inputs stacked): one call of 400 costs less than four of 100; nothing waits on

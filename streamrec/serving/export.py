@@ -8,6 +8,8 @@
 - ``ids/<table>.keys.npy`` per dynamic table (uint64, sorted: the xxh3_64 fingerprints of
   the ids with a row of their own) and ``ids/<table>.rows.npy`` (int64, their rows): plain
   ``.npy`` arrays, which ``numpy.load(allow_pickle=False)`` reads without running code.
+- ``model.onnx``, where the ``onnx`` extra is installed: the same graph as ONNX, for ONNX
+  Runtime (`streamrec.serving.onnxfile`; the contract's ``onnx`` entry names it).
 - ``contract.json``: the scoring contract (inputs, their order, shapes, dtypes, padding, how
   an id becomes a row, the output), the model version and the training configuration; with
   declared features, ``features`` (each one's kind, role, outcome, table, transform and
@@ -65,6 +67,7 @@ from streamrec.serving.graph import (
     FeatureScoringGraph,
     ScoringGraph,
 )
+from streamrec.serving.onnxfile import write_onnx
 from streamrec.snapshots.directory import TMP_PREFIX, parse_version, remove_temporaries, remove_tree
 from streamrec.snapshots.exports import (
     EXPORTS,
@@ -439,7 +442,11 @@ def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
         keys, rows = _ids_files(name)
         np.save(tmp / keys, np.ascontiguousarray(idmap.keys[owned]), allow_pickle=False)
         np.save(tmp / rows, np.ascontiguousarray(idmap.rows[owned].astype(np.int64)), allow_pickle=False)
-    (tmp / CONTRACT).write_bytes(orjson.dumps(contract(learner, version), option=orjson.OPT_INDENT_2))
+    doc = contract(learner, version)
+    onnx = write_onnx(tmp, doc)  # the same graph for onnxruntime, when the onnx extra is installed
+    if onnx is not None:
+        doc["onnx"] = onnx
+    (tmp / CONTRACT).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
 def _seal(tmp: Path, version: int) -> None:

@@ -14,7 +14,8 @@
   with the reason (a feature value breaking its declaration names the feature), a body over
   ``max_body_bytes`` 413 before the rest is read, and a request the server has no room for
   503 with ``Retry-After`` (`streamrec.serving.admission`).
-- ``GET /readyz`` → 200 ``{"status": "ok", "version": 7, "current": 7, "serves_current": true}``
+- ``GET /readyz`` → 200 ``{"status": "ok", "version": 7, "current": 7, "serves_current": true,
+  "engine": "onnx"}``
   when the server can score, else 503 ``{"status": "unavailable", ..., "reasons": [...]}``
   (`streamrec.serving.readiness`): the served version, the one ``serving/CURRENT`` names
   (null when unreadable) and whether they agree (not when the named version fails to load and
@@ -118,12 +119,23 @@ class ServingMetrics:
             "streamrec_serving_load_failures", "Failed loads of the promoted version (each retry)",
             registry=self.registry,
         )
+        self.engine = Gauge(
+            "streamrec_serving_engine_info",
+            "1 on the engine running the served version (onnx: ONNX Runtime, paddle: Paddle Inference)",
+            ["engine"], registry=self.registry,
+        )
         self.reloads = Counter(
             "streamrec_serving_reloads", "Versions swapped in after the pointer moved",
             registry=self.registry,
         )
         self.arms = ArmMetrics(self.registry)  # per arm and version of a canary or an A/B test
         self.freshness = ServedFreshness(self.registry)
+
+    def show(self, scorer: Scorer) -> None:
+        """Set the served version's gauges: its number and its engine."""
+        self.version.set(scorer.version)
+        for name in ("onnx", "paddle"):
+            self.engine.labels(name).set(1 if name == scorer.model.engine else 0)
 
 
 class _Inexact(Exception):
@@ -328,7 +340,7 @@ def build_app(
         from streamrec.serving.clicks import ClickCollector
 
         metrics.registry.register(ClickCollector(clicks, lambda: router.plan))
-    metrics.version.set(scorer.version)
+    metrics.show(scorer)
     if scorer.loaded is not None:
         metrics.freshness.observe_load(scorer.loaded)
     admission = Admission(cfg.workers, cfg.max_in_flight, cfg.max_queue_wait_s)
@@ -389,6 +401,7 @@ def build_app(
         doc: dict[str, object] = {
             "status": "unavailable" if reasons else "ok", "version": scorer.version,
             "current": scorer.current, "serves_current": scorer.serves_current,
+            "engine": scorer.model.engine,
         }
         if reasons:
             doc["reasons"] = reasons
@@ -434,7 +447,7 @@ async def _follow_pointer(scorer: Scorer, poll_s: float, metrics: ServingMetrics
         try:
             if await asyncio.to_thread(scorer.refresh):
                 metrics.reloads.inc()
-                metrics.version.set(scorer.version)
+                metrics.show(scorer)
                 if scorer.loaded is not None:
                     metrics.freshness.observe_load(scorer.loaded)
             metrics.load_failures.inc(scorer.load_failures - counted)

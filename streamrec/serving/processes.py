@@ -1,6 +1,6 @@
-"""``streamrec serve`` on several processes sharing one port: one predictor per core.
+"""``streamrec serve`` on several processes sharing one port: one engine per core.
 
-A Paddle Inference predictor scores one request at a time on one core (threads of one process
+An engine (ONNX Runtime or Paddle Inference) scores one request at a time on one core (threads of one process
 add nothing: measured in docs/operating/sizing.md), so a server uses a machine's cores with one
 process each. uvicorn's supervisor binds the port once and starts ``processes`` workers on it
 (the kernel hands each connection to one of them) and restarts one that dies. Each worker loads
@@ -65,7 +65,8 @@ def create_app() -> Starlette:
     doc = orjson.loads(raw)
     cfg = StreamrecConfig(**doc["config"])
     configure(cfg.log_level)
-    scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads, cfg.serving.batch_candidates)
+    serving = cfg.serving
+    scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
     return serving_app(cfg, scorer, bool(doc["store"]))
 
 

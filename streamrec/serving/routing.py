@@ -163,7 +163,8 @@ class Router:
         served = self.scorer.model
         if served.version == version:
             return served
-        return ExportedModel(export_snapshot(self.scorer.store, version), self._threads)
+        path = export_snapshot(self.scorer.store, version)
+        return ExportedModel(path, self._threads, engine=self.scorer.engine_choice)
 
     def _failed(self, problem: str) -> None:
         self.load_failures += 1

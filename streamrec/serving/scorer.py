@@ -1,6 +1,6 @@
-"""Scoring with an export: raw ids in, click probabilities out, through Paddle Inference.
+"""Scoring with an export: raw ids in, click probabilities out, through ONNX Runtime or Paddle Inference.
 
-`ExportedModel` is one verified export and its predictor; it follows the export's
+`ExportedModel` is one verified export and its engine (`streamrec.serving.engines`); it follows the export's
 ``contract.json`` exactly as a serving team's own code would (``examples/score_export.py`` is
 the same in 60 lines with no streamrec import). `Scorer` serves the promoted version:
 it follows the snapshot directory's serving pointer and swaps in a new version only once it
@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import orjson
-from paddle import inference
 
 from streamrec.config import ModelConfig, TableConfig
 from streamrec.errors import NotServable, SnapshotError
@@ -27,6 +26,7 @@ from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.observability.freshness import LoadedVersion, loaded_version
 from streamrec.serving.batching import Combiner
+from streamrec.serving.engines import EngineChoice, open_engine
 from streamrec.serving.export import (
     CONTRACT,
     CONTRACT_SCHEMA,
@@ -98,10 +98,12 @@ class _Table:
 
 
 class ExportedModel:
-    """One export directory: its checksums verified, its predictor ready."""
+    """One export directory: its checksums verified, its engine ready."""
 
-    def __init__(self, path: Path, threads: int = 1, batch_candidates: int = 0) -> None:
-        """Load the export at ``path``.
+    def __init__(
+        self, path: Path, threads: int = 1, batch_candidates: int = 0, engine: EngineChoice = "auto"
+    ) -> None:
+        """Load the export at ``path``, run by ``engine`` (`streamrec.serving.engines`).
 
         Requests scored at once on several threads queue for the one predictor; those waiting
         run as one call of up to ``batch_candidates`` candidates (0: each alone; see
@@ -124,13 +126,9 @@ class ExportedModel:
         self._cfg = ModelConfig.model_validate(self.contract["model"])
         self._by_name = {t.name: t for t in self.tables}
         self.user_buckets = int(self.contract["user_buckets"])
-        config = inference.Config(str(self.path / "model.json"), str(self.path / "model.pdiparams"))
-        config.disable_gpu()
-        config.enable_mkldnn()  # oneDNN: Paddle's fast CPU kernels
-        config.set_cpu_math_library_num_threads(threads)
-        config.disable_glog_info()
-        self._predictor = inference.create_predictor(config)
-        self._lock = threading.Lock()  # one predictor runs one request at a time
+        self._engine = open_engine(self.path, self.contract, engine, threads)
+        self.engine: str = self._engine.name  # "onnx" or "paddle": the engine that runs it
+        self._lock = threading.Lock()  # one engine runs one request at a time
         self.combiner = Combiner(self._run, batch_candidates)
 
     def score(
@@ -221,14 +219,7 @@ class ExportedModel:
 
     def _run(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         with self._lock:
-            for name in self._predictor.get_input_names():
-                handle = self._predictor.get_input_handle(name)
-                array = np.ascontiguousarray(inputs[name])
-                handle.reshape(array.shape)
-                handle.copy_from_cpu(array)
-            self._predictor.run()
-            output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
-            return np.asarray(output.copy_to_cpu(), np.float32)
+            return self._engine.run(inputs)
 
 
 # How each input of a contract is built (its ``source``): the target's rows in the behaviour
@@ -303,10 +294,12 @@ class Scorer:
     A failure is logged once, when it first happens or changes, then only counted.
     """
 
-    def __init__(self, root: Path, threads: int = 1, batch_candidates: int = 0) -> None:
+    def __init__(
+        self, root: Path, threads: int = 1, batch_candidates: int = 0, engine: EngineChoice = "auto"
+    ) -> None:
         """Load the version ``<root>/serving/CURRENT`` names (exporting it if needed).
 
-        ``threads`` and ``batch_candidates`` are each loaded version's (`ExportedModel`).
+        ``threads``, ``batch_candidates`` and ``engine`` are each loaded version's (`ExportedModel`).
 
         When it cannot be loaded, the newest promoted version that can, with a warning.
 
@@ -316,6 +309,7 @@ class Scorer:
         self.store = SnapshotStore(root)
         self._threads = threads
         self._batch_candidates = batch_candidates
+        self.engine_choice: EngineChoice = engine
         self._reload_lock = threading.Lock()
         self.current: int | None = None
         self.load_failures = 0
@@ -342,7 +336,8 @@ class Scorer:
         return current
 
     def _load(self, version: int) -> ExportedModel:
-        model = ExportedModel(export_snapshot(self.store, version), self._threads, self._batch_candidates)
+        path = export_snapshot(self.store, version)
+        model = ExportedModel(path, self._threads, self._batch_candidates, self.engine_choice)
         self.loaded = loaded_version(self.store, version)
         return model
 
@@ -413,5 +408,5 @@ class Scorer:
                 return False
             self._failure = None
             self.model = model  # one reference swap: a request holds the model it started with
-            logger.info("serving version=%s", version_name(current))
+            logger.info("serving version=%s engine=%s", version_name(current), model.engine)
             return True

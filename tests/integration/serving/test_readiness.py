@@ -16,7 +16,7 @@ from streamrec.local.launch import start_redis
 from streamrec.serving.http import build_app, store_history
 from streamrec.serving.scorer import Scorer
 from tests.integration.conftest import PrivateService
-from tests.support import serving, trained_snapshots
+from tests.support import SERVED_ENGINE, serving, trained_snapshots
 
 CACHE_S = 0.5
 
@@ -44,7 +44,7 @@ def test_readiness_follows_the_feature_store(tmp_path: Path, private_redis: Priv
     with serving(app) as url, httpx.Client(timeout=10) as client:
         try:
             assert client.get(f"{url}/readyz").json() == {
-                "status": "ok", "version": 1, "current": 1, "serves_current": True,
+                "status": "ok", "version": 1, "current": 1, "serves_current": True, "engine": SERVED_ENGINE,
             }
             assert client.post(f"{url}/score", json=score).status_code == 200
 
@@ -70,7 +70,7 @@ def test_readiness_follows_the_feature_store(tmp_path: Path, private_redis: Priv
             restarted = start_redis("127.0.0.1", private_redis.port, tmp_path / "redis-again")
             wait_for(client, f"{url}/readyz", 200, within_s=CACHE_S + 10)
             assert client.get(f"{url}/healthz").json() == {
-                "status": "ok", "version": 1, "current": 1, "serves_current": True,
+                "status": "ok", "version": 1, "current": 1, "serves_current": True, "engine": SERVED_ENGINE,
             }
             assert client.post(f"{url}/score", json=score).status_code == 200
         finally:

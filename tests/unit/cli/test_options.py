@@ -69,9 +69,14 @@ EXPECTED: dict[str, dict[str, str]] = {
         "--metrics-port": "STREAMREC_LEARNER__METRICS_PORT",
         "--device": "STREAMREC_MODEL__DEVICE",
     },
-    "score": {"--snapshot-dir": "STREAMREC_LEARNER__SNAPSHOT_DIR", "--redis-url": "STREAMREC_STORE__URL"},
+    "score": {
+        "--snapshot-dir": "STREAMREC_LEARNER__SNAPSHOT_DIR",
+        "--redis-url": "STREAMREC_STORE__URL",
+        "--engine": "STREAMREC_SERVING__ENGINE",
+    },
     "serve": {
         "--snapshot-dir": "STREAMREC_LEARNER__SNAPSHOT_DIR",
+        "--engine": "STREAMREC_SERVING__ENGINE",
         "--redis-url": "STREAMREC_STORE__URL",
         "--host": "STREAMREC_SERVING__HOST",
         "--port": "STREAMREC_SERVING__PORT",

@@ -20,7 +20,7 @@ from streamrec.serving.export import export_dir
 from streamrec.serving.http import build_app, no_history, parse_request
 from streamrec.serving.scorer import Candidate, Scorer
 from streamrec.snapshots.store import SnapshotStore
-from tests.support import trained_snapshots
+from tests.support import SERVED_ENGINE, trained_snapshots
 
 
 def free_port() -> int:
@@ -64,11 +64,14 @@ def test_score_health_and_metrics(served: tuple[str, SnapshotStore, Scorer]) -> 
     want = scorer.model.score("u1", [("i1", "c0"), ("i2", "c0")], candidates)
     assert np.allclose(doc["scores"], want, atol=1e-6)
     assert httpx.get(f"{url}/healthz").json() == {
-        "status": "ok", "version": 1, "current": 1, "serves_current": True,
+        "status": "ok", "version": 1, "current": 1, "serves_current": True, "engine": SERVED_ENGINE,
     }
     metrics = httpx.get(f"{url}/metrics").text
     assert 'streamrec_serving_requests_total{status="200"} 1.0' in metrics
     assert "streamrec_serving_version 1.0" in metrics
+    assert f'streamrec_serving_engine_info{{engine="{SERVED_ENGINE}"}} 1.0' in metrics
+    other = "paddle" if SERVED_ENGINE == "onnx" else "onnx"
+    assert f'streamrec_serving_engine_info{{engine="{other}"}} 0.0' in metrics
 
 
 @pytest.mark.parametrize(
@@ -151,7 +154,7 @@ def test_healthz_tells_when_the_current_version_fails_to_load_and_failures_are_c
         time.sleep(0.05)
     time.sleep(0.3)  # more polls, each a failed load
     assert httpx.get(f"{url}/healthz").json() == {
-        "status": "ok", "version": 1, "current": 2, "serves_current": False,
+        "status": "ok", "version": 1, "current": 2, "serves_current": False, "engine": SERVED_ENGINE,
     }
     metrics = httpx.get(f"{url}/metrics").text
     line = next(x for x in metrics.splitlines() if x.startswith("streamrec_serving_load_failures_total"))

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from streamrec.config import ServingConfig
 from streamrec.serving.http import BadRequest, build_app, no_history, parse_request
 from streamrec.serving.scorer import Scorer
-from tests.support import serving, trained_snapshots
+from tests.support import SERVED_ENGINE, serving, trained_snapshots
 
 SLOW_S = 0.6  # a feature store this slow to answer one user's sequence: a deliberate overload
 
@@ -241,7 +241,7 @@ def test_liveness_apart_from_readiness(scorer: Scorer) -> None:
         time.sleep(cache_s + 0.05)
         assert client.get(f"{url}/readyz").status_code == 200
         assert client.get(f"{url}/healthz").json() == {
-            "status": "ok", "version": 1, "current": 1, "serves_current": True,
+            "status": "ok", "version": 1, "current": 1, "serves_current": True, "engine": SERVED_ENGINE,
         }
         assert client.get(f"{url}/livez").status_code == 200
 
