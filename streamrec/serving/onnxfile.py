@@ -11,11 +11,15 @@ export is written without it (one log line): serving then runs Paddle.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import importlib.util
 import logging
+import os
+import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,17 +83,47 @@ def _convert(directory: Path) -> bytes:
 
     # No optimizer pass: polygraphy's (the default) pip-installs modules at run time, and
     # onnxruntime folds constants itself when it loads the graph.
-    raw = paddle2onnx.export(
-        str(directory / "model.json"),
-        str(directory / "model.pdiparams"),
-        None,
-        opset_version=OPSET,
-        enable_onnx_checker=True,
-        optimize_tool="None",
-    )
+    with _native_stdout_to_stderr():
+        raw = paddle2onnx.export(
+            str(directory / "model.json"),
+            str(directory / "model.pdiparams"),
+            None,
+            opset_version=OPSET,
+            enable_onnx_checker=True,
+            optimize_tool="None",
+        )
     if not isinstance(raw, bytes) or not raw:
         raise ValueError("paddle2onnx returned no model")
     return dedupe_constants(raw)
+
+
+@contextmanager
+def _native_stdout_to_stderr() -> Iterator[None]:
+    """The process's standard output (file descriptor 1) sent to standard error for the block.
+
+    paddle2onnx's C++ side prints its progress there, which would break what a command writes
+    on standard output (JSON); C's buffers are flushed on both sides so nothing crosses over.
+    """
+    libc = ctypes.CDLL(None) if sys.platform != "win32" else None
+    try:
+        saved = os.dup(1)
+    except OSError:  # no standard output to keep clean
+        saved = -1
+    if saved < 0:
+        yield
+        return
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    if libc is not None:
+        libc.fflush(None)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        if libc is not None:
+            libc.fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def dedupe_constants(raw: bytes) -> bytes:

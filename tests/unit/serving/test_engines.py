@@ -5,6 +5,8 @@ serving falls back to Paddle (one warning) when ONNX cannot be used; oneDNN off 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +209,23 @@ def test_the_engine_setting() -> None:
     assert ServingConfig(engine="paddle").engine == "paddle"
     with pytest.raises(ValueError, match="engine"):
         ServingConfig.model_validate({"engine": "tensorrt"})
+
+
+def test_the_conversion_prints_nothing_on_standard_output(tmp_path: Path) -> None:
+    # paddle2onnx's C++ side prints its progress on the process's standard output, which would
+    # break a command's JSON there (`streamrec snapshot ...`); it is sent to standard error.
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from streamrec.config import ModelConfig\n"
+        "from streamrec.learner.din import DINLearner\n"
+        "from streamrec.serving.export import write_export\n"
+        "write_export(DINLearner(ModelConfig(device='cpu')), Path(sys.argv[1]), 1)\n"
+        "print('only this')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "v000001")], capture_output=True, text=True, check=True
+    )
+    assert (tmp_path / "v000001" / onnxfile.ONNX_FILE).exists()
+    assert done.stdout == "only this\n"
+    assert "[Paddle2ONNX]" in done.stderr
