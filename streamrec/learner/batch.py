@@ -13,7 +13,7 @@ from itertools import chain
 import numpy as np
 
 from streamrec.config import BEHAVIOUR_FEATURES, Feature, ModelConfig, TableConfig
-from streamrec.learner.hashing import PADDING_BUCKET, distinct_fingerprints, fingerprint, to_buckets
+from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.samples import Sample
 
 
@@ -292,8 +292,8 @@ def batch_keys(batch: Batch, cfg: ModelConfig) -> BatchKeys:
     for table in cfg.builtin_tables:
         targets[table.name] = fingerprint(batch.target_ids(table.feature))
         if table.feature in BEHAVIOUR_FEATURES:
-            ids = batch.sequence_ids(table.feature)
-            sequences[table.name], index[table.name] = distinct_fingerprints(ids)
+            distinct, inverse = np.unique(fingerprint(batch.sequence_ids(table.feature)), return_inverse=True)
+            sequences[table.name], index[table.name] = distinct, inverse.astype(np.int64).ravel()
     return BatchKeys(targets, sequences, index)
 
 

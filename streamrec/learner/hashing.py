@@ -30,29 +30,6 @@ def fingerprint(ids: Sequence[str]) -> np.ndarray:
     return np.fromiter(map(xxhash.xxh3_64_intdigest, map(str.encode, ids)), dtype=np.uint64, count=len(ids))
 
 
-def distinct_fingerprints(ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct `fingerprint` values of ``ids``, sorted, and where each id's is.
-
-    As ``np.unique(fingerprint(ids), return_inverse=True)``, but each distinct id is hashed
-    once: a micro-batch's sequences repeat each user's history in each of its samples (a
-    tenth as many distinct ids as ids), and a dict finds the repeats faster than xxh3 hashes
-    them again or numpy sorts strings.
-
-    Returns:
-        uint64 [U] the distinct fingerprints, sorted; int64 [len(ids)] each id's position in them.
-
-    Examples:
-        >>> distinct, index = distinct_fingerprints(["i2", "i1", "i2"])
-        >>> distinct.tolist() == sorted(fingerprint(["i1", "i2"]).tolist()), index.tolist()
-        (True, [0, 1, 0])
-    """
-    first = {key: n for n, key in enumerate(dict.fromkeys(ids))}
-    at = np.fromiter(map(first.__getitem__, ids), dtype=np.int64, count=len(ids))
-    # np.unique again over the few distinct fingerprints: two ids sharing one stay one key.
-    distinct, inverse = np.unique(fingerprint(list(first)), return_inverse=True)
-    return distinct, inverse.astype(np.int64).ravel()[at]
-
-
 def bucketize(ids: Sequence[str], buckets: int) -> np.ndarray:
     """Hash string ids into ``1..buckets-1`` (int64), the same way in every process.
 

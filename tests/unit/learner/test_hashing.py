@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from streamrec.learner.hashing import bucketize, distinct_fingerprints, fingerprint
+from streamrec.learner.hashing import bucketize, fingerprint
 
 
 def test_known_values_never_change() -> None:
@@ -21,20 +21,6 @@ def test_known_values_never_change() -> None:
     got = bucketize(["item-1", "item-2", "cat-a", "", "ünïcode"], 1024)
     assert got.tolist() == [784, 738, 689, 782, 356]
     assert bucketize(["item-1"], 2**20).tolist() == [1038106]
-
-
-@pytest.mark.parametrize(
-    "ids",
-    [[], ["a"], ["b", "a", "b", "b", "", "ünï", "a"], [f"i{i % 37}" for i in range(1000)]],
-)
-def test_distinct_fingerprints_equal_unique_of_each_ids(ids: list[str]) -> None:
-    """Hashing each distinct id once gives what hashing every id and np.unique give."""
-    distinct, index = distinct_fingerprints(ids)
-    want, inverse = np.unique(fingerprint(ids), return_inverse=True)
-    assert distinct.dtype == np.uint64 and index.dtype == np.int64
-    assert distinct.tolist() == want.tolist()
-    assert index.tolist() == inverse.ravel().tolist()
-    assert distinct[index].tolist() == fingerprint(ids).tolist()
 
 
 def test_range_and_dtype_reserve_padding() -> None:
