@@ -6,7 +6,8 @@ per-micro-batch path on the same samples: decode and validate the sample JSON in
 encode it (ids, id statistics), score (progressive validation), compute the metrics, train,
 mark known items. The ratio is what decoding, id lookup and batch assembly cost.
 Data: MovieLens latest-small (real ratings), samples built by the consumers' own logic on
-the in-memory feature store; micro-batches of 2,500, one pass each.
+the in-memory feature store; micro-batches of 2,500, one pass each. The process keeps freed
+tensor memory for reuse (`streamrec.heapsettings`), as ``streamrec learner run`` does.
 
     .venv/bin/python bench/learner_throughput.py [--samples N] [--extras] [--train-batch N]
 
@@ -49,6 +50,7 @@ from streamrec.consumers.processor import SampleBuilder
 from streamrec.datasets import read_events
 from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.featurestore import MemoryFeatureStore
+from streamrec.heapsettings import keep_freed_memory
 from streamrec.kafka.records import Record
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
@@ -132,6 +134,7 @@ def main() -> None:
     parser.add_argument("--extras", action="store_true", help="four declared features (see above)")
     parser.add_argument("--train-batch", type=int, default=None, help="mini-batch (default: the config's)")
     args = parser.parse_args()
+    keep_freed_memory()  # as the learner's and the backtest's commands do
     wire = wire_samples(args.samples)
     schema = EXTRAS if args.extras else FeatureSchema.default()
     if args.extras:

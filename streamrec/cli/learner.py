@@ -164,6 +164,7 @@ def run(
     if workers > 1 and not launched():
         raise typer.Exit(launch_workers(workers))
     from streamrec.gcsettings import tune_for_batches
+    from streamrec.heapsettings import keep_freed_memory
     from streamrec.kafka.topics import ensure_topics
     from streamrec.learner.registry import make_learner
     from streamrec.learner.runner import LearnerRunner
@@ -212,6 +213,7 @@ def run(
                     # A copy at each scrape: the runner thread moves the positions meanwhile.
                     serve_metrics(metrics, cfg, lambda: runner.positions.copy())
                     tune_for_batches()
+                    keep_freed_memory()
                     with live_status(status):
                         stats = runner.run(stop_on_signals())
         console.print(

@@ -66,6 +66,7 @@ def run_rank(
     from streamrec.cli.common import stop_on_signals
     from streamrec.cli.learner import print_report
     from streamrec.gcsettings import tune_for_batches
+    from streamrec.heapsettings import keep_freed_memory
     from streamrec.learner.ranked import RankedRunner
     from streamrec.learner.ranks import RankGroup, launched_world
     from streamrec.learner.trainer import TableLearner
@@ -88,5 +89,6 @@ def run_rank(
         }
     console.print(f"learner rank {rank} of {world}")
     tune_for_batches()
+    keep_freed_memory()
     with RankedRunner(cfg, learner, group, **lead) as runner:
         return runner.run(stop_on_signals())

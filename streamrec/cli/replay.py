@@ -74,6 +74,7 @@ def backtest(
     before any strategy trains on it; print the table, write the report.
     """
     from streamrec.gcsettings import tune_for_batches
+    from streamrec.heapsettings import keep_freed_memory
     from streamrec.replay import ablation as ab
     from streamrec.replay import backtest as bt  # Paddle: only when a backtest runs
     from streamrec.replay import report as rp
@@ -82,6 +83,7 @@ def backtest(
 
     with cli_errors():
         tune_for_batches()
+        keep_freed_memory()
         kinds = _csv(strategies)
         if unknown := [k for k in kinds if k not in KINDS]:
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")

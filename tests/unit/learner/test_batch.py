@@ -87,6 +87,19 @@ def test_mismatched_sequence_lengths_rejected() -> None:
         Batch.from_samples([_sample(2, seq_categories=("c0",))])
 
 
+def test_the_first_mismatched_sample_is_named() -> None:
+    samples = [_sample(1), _sample(3, seq_categories=("c0",)), _sample(2, seq_categories=())]
+    with pytest.raises(ValueError, match=r"sample s3: 3 items but 1 categories"):
+        Batch.from_samples(samples)
+
+
+def test_sequences_flatten_sample_after_sample() -> None:
+    batch = Batch.from_samples([_sample(2), _sample(0), _sample(3, seq_items=("x", "y", "z"))])
+    assert batch.seq_lengths.tolist() == [2, 0, 3]
+    assert batch.seq_items == ["i0", "i1", "x", "y", "z"]
+    assert batch.seq_categories == ["c0", "c1", "c0", "c1", "c2"]
+
+
 def test_table_configs_are_checked() -> None:
     with pytest.raises(ValueError, match="unique"):
         ModelConfig.model_validate({"tables": [*small_tables(), *small_tables()]})

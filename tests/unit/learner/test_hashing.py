@@ -45,10 +45,7 @@ def test_empty_input() -> None:
 
 
 def test_stable_across_processes_with_different_hash_seeds() -> None:
-    code = (
-        "from streamrec.learner.hashing import bucketize; "
-        "print(bucketize(['x', 'y'], 1024).tolist())"
-    )
+    code = "from streamrec.learner.hashing import bucketize; print(bucketize(['x', 'y'], 1024).tolist())"
     outputs = set()
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
