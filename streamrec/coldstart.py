@@ -6,8 +6,11 @@ the sample's time (``seq_lengths == 0``).
 
 The fallback reads per-item counts over the samples learnt so far:
 
-- for a new item, its *prior*: the smoothed positive rate ``(positives + k * global) /
-  (samples + k)``, k = `PRIOR_SAMPLES`, which for an item never seen is the global rate;
+- for a new item, its *prior*: the item's positive rate smoothed toward its category's,
+  itself smoothed toward the global rate: ``category = (c_positives + k * global) /
+  (c_samples + k)``, ``prior = (positives + k * category) / (samples + k)``, k =
+  `PRIOR_SAMPLES`. For an item never seen that is its category's rate, and for a category
+  never seen (or no category) the global rate;
 - for a new user, the *popular ranking*: ``1 - 1 / (2 + log1p(positives))`` of each
   candidate, the popularity baseline's score (`streamrec.replay.baselines`).
 """
@@ -25,21 +28,34 @@ PRIOR_SAMPLES = 10.0
 
 
 class ItemPrior:
-    """Per-item positives and samples from the samples learnt so far."""
+    """Per-item and per-category positives and samples from the samples learnt so far."""
 
     def __init__(self) -> None:
         self.positives: dict[str, float] = {}
         self.samples: dict[str, float] = {}
+        self.category_positives: dict[str, float] = {}
+        self.category_samples: dict[str, float] = {}
 
-    def learn(self, items: Iterable[str], labels: Iterable[float]) -> None:
-        """Count each item's sample and its label."""
-        for item, label in zip(items, labels, strict=True):
-            self.positives[item] = self.positives.get(item, 0.0) + float(label)
-            self.samples[item] = self.samples.get(item, 0.0) + 1.0
+    def learn(
+        self, items: Iterable[str], labels: Iterable[float], categories: Iterable[str] | None = None
+    ) -> None:
+        """Count each item's sample and its label, and its category's when given."""
+        labels = [float(label) for label in labels]
+        _count(self.positives, self.samples, items, labels)
+        if categories is not None:
+            _count(self.category_positives, self.category_samples, categories, labels)
 
     def learn_batch(self, batch: Batch) -> None:
         """`learn` a micro-batch's targets."""
-        self.learn(batch.item_ids, batch.label.tolist())
+        self.learn(batch.item_ids, batch.label.tolist(), batch.category_ids)
+
+    def copy(self) -> ItemPrior:
+        """The counts as they stand now, apart from later learning."""
+        other = ItemPrior()
+        other.positives, other.samples = dict(self.positives), dict(self.samples)
+        other.category_positives = dict(self.category_positives)
+        other.category_samples = dict(self.category_samples)
+        return other
 
     @property
     def global_rate(self) -> float:
@@ -51,12 +67,12 @@ class ItemPrior:
         """bool[B]: whether each item has been learnt."""
         return np.fromiter((i in self.samples for i in items), dtype=bool, count=len(items))
 
-    def prior(self, items: Sequence[str]) -> np.ndarray:
-        """float64[B]: each item's smoothed positive rate."""
-        rate = self.global_rate
-        pos = np.fromiter((self.positives.get(i, 0.0) for i in items), np.float64, len(items))
-        n = np.fromiter((self.samples.get(i, 0.0) for i in items), np.float64, len(items))
-        return (pos + PRIOR_SAMPLES * rate) / (n + PRIOR_SAMPLES)
+    def prior(self, items: Sequence[str], categories: Sequence[str] | None = None) -> np.ndarray:
+        """float64[B]: each item's smoothed positive rate (toward its category's, when given)."""
+        rate = np.full(len(items), self.global_rate)
+        if categories is not None:
+            rate = _smoothed(self.category_positives, self.category_samples, categories, rate)
+        return _smoothed(self.positives, self.samples, items, rate)
 
     def popularity(self, items: Sequence[str]) -> np.ndarray:
         """float64[B]: the popular ranking's score of each item, in (0, 1)."""
@@ -83,7 +99,7 @@ def with_fallback(
     out = np.asarray(scores, dtype=np.float64).copy()
     if items:
         unknown = ~prior.known(batch.item_ids)
-        out[unknown] = prior.prior(_picked(batch.item_ids, unknown))
+        out[unknown] = prior.prior(_picked(batch.item_ids, unknown), _picked(batch.category_ids, unknown))
     if users:  # the popular ranking already puts a new item last
         cold = new_users(batch)
         out[cold] = prior.popularity(_picked(batch.item_ids, cold))
@@ -92,3 +108,20 @@ def with_fallback(
 
 def _picked(items: Sequence[str], mask: np.ndarray) -> list[str]:
     return [i for i, m in zip(items, mask.tolist(), strict=True) if m]
+
+
+def _count(
+    positives: dict[str, float], samples: dict[str, float], keys: Iterable[str], labels: Sequence[float]
+) -> None:
+    for key, label in zip(keys, labels, strict=True):
+        positives[key] = positives.get(key, 0.0) + label
+        samples[key] = samples.get(key, 0.0) + 1.0
+
+
+def _smoothed(
+    positives: dict[str, float], samples: dict[str, float], keys: Sequence[str], toward: np.ndarray
+) -> np.ndarray:
+    """Each key's positive rate with `PRIOR_SAMPLES` samples at ``toward`` added."""
+    pos = np.fromiter((positives.get(k, 0.0) for k in keys), np.float64, len(keys))
+    n = np.fromiter((samples.get(k, 0.0) for k in keys), np.float64, len(keys))
+    return (pos + PRIOR_SAMPLES * toward) / (n + PRIOR_SAMPLES)

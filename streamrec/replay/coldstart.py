@@ -37,10 +37,8 @@ def _masks(batches: Sequence[MicroBatch]) -> tuple[list[Batch], list[ItemPrior],
         batch = Batch.from_samples(micro.samples)
         masks["new_items"].append(~prior.known(batch.item_ids))
         masks["new_users"].append(new_users(batch))
-        snapshot = ItemPrior()
-        snapshot.positives, snapshot.samples = dict(prior.positives), dict(prior.samples)
         columns.append(batch)
-        priors.append(snapshot)
+        priors.append(prior.copy())
         prior.learn_batch(batch)
     return columns, priors, masks
 

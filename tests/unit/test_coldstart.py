@@ -67,3 +67,25 @@ def test_the_fallback_replaces_only_the_new_samples_scores() -> None:
     assert with_fallback(model, batch, prior, items=False, users=False).tolist() == model.tolist()
     only_items = with_fallback(model, batch, prior, items=True, users=False)
     assert only_items.tolist() == pytest.approx([0.9, 0.4, 0.7, 0.4])
+
+
+def test_a_new_item_gets_its_categorys_rate_and_a_known_one_is_smoothed_toward_it() -> None:
+    prior = ItemPrior()
+    prior.learn(["a", "a", "b", "x"], [1, 1, 1, 0], ["shoes", "shoes", "shoes", "hats"])
+    k, rate = PRIOR_SAMPLES, 3 / 4
+    shoes, hats = (3 + k * rate) / (3 + k), (0 + k * rate) / (1 + k)
+    got = prior.prior(["new-shoe", "new-hat", "a", "new-other"], ["shoes", "hats", "shoes", "socks"])
+    assert got.tolist() == pytest.approx([shoes, hats, (2 + k * shoes) / (2 + k), rate])
+    assert got[0] > got[1]  # the category's own record decides between two new items
+    copied = prior.copy()
+    prior.learn(["y"], [0], ["shoes"])
+    assert copied.prior(["new-shoe"], ["shoes"]).tolist() == pytest.approx([shoes])
+
+
+def test_the_fallback_reads_the_new_items_category() -> None:
+    prior = ItemPrior()
+    prior.learn(["a", "b"], [1, 0], ["c", "d"])
+    batch = Batch.from_samples([_sample("old", "zzz", 0, ["a"])])  # category "c"
+    k = PRIOR_SAMPLES
+    out = with_fallback(np.array([0.9]), batch, prior, items=True, users=False)
+    assert out.tolist() == pytest.approx([(1 + k * 0.5) / (1 + k)])

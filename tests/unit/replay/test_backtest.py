@@ -158,10 +158,11 @@ def test_the_report_measures_the_cold_start_slices_with_and_without_fallback(
             want = {"auc", "gauc", "auc_fallback", "gauc_fallback", "batch_auc", "batch_auc_fallback"}
             assert set(figures) >= want
             assert 0.0 <= figures["batch_auc_fallback"] <= 1.0
-    # item-rate already scores a new item by the global rate, which is the item prior:
-    # the fallback leaves its figures as they were.
+    # item-rate scores every new item by the global rate, one value: no ranking among them
+    # (AUC 0.5 on the slice); the fallback's prior is each new item's category's rate, which does.
     items = cold["new_items"]["item-rate"]
-    assert items["batch_auc_fallback"] == pytest.approx(items["batch_auc"])
+    assert items["auc"] == pytest.approx(0.5)
+    assert items["auc_fallback"] != pytest.approx(0.5)
     # A new user's fallback is the popular ranking: the popularity strategy's own scores.
     users = cold["new_users"]["popularity"]
     assert users["auc_fallback"] == pytest.approx(users["auc"])
