@@ -192,39 +192,6 @@ def test_a_context_feature_that_decides_the_click_is_learnt() -> None:
     assert with_slot > 0.9 and without < 0.65, (with_slot, without)
 
 
-@pytest.mark.parametrize("user_table", [False, True], ids=["no-user-table", "user-table"])
-def test_the_export_scores_declared_features_as_the_learner(tmp_path: Path, user_table: bool) -> None:
-    import orjson
-
-    from streamrec.learner.snapshotting import group_state
-    from streamrec.serving.export import export_snapshot
-    from streamrec.serving.scorer import ExportedModel
-    from streamrec.snapshots.store import SnapshotStore
-
-    tables = list(model().model_dump()["tables"])
-    if user_table:
-        tables.append({"name": "user", "feature": "user", "rows": 64, "dim": 4})
-    learner = deepfm(tables=tables)
-    samples = featured(32)
-    for _ in range(3):
-        learner.learn_many(Batch.from_samples(samples))
-    store = SnapshotStore(tmp_path)
-    manifest = store.write(
-        group_state(learner.state_arrays()),
-        micro_batches=1,
-        samples_trained=0,
-        positions=(),
-        config={"model": learner.cfg.model_dump(mode="json"), "features": SCHEMA.to_json()},
-    )
-    export = export_snapshot(store, manifest.version)
-    contract = orjson.loads((export / "contract.json").read_bytes())
-    assert contract["model"]["learner"] == "deepfm" and contract["feature_fingerprint"] == SCHEMA.fingerprint
-    assert [f["name"] for f in contract["features"]] == ["genres", "price", "rating", "device", "age"]
-    batch = Batch.from_samples([*featured(4), Sample("e9", "u2", T0, "i1", "c1", 0, (), ())])
-    scores = ExportedModel(export).score_batch(batch)
-    np.testing.assert_allclose(scores, learner.predict_many(batch), rtol=1e-4, atol=1e-6)
-
-
 @pytest.fixture
 def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     from streamrec.learner import runner as runner_module

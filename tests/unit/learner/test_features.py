@@ -318,10 +318,13 @@ def test_learner_run_refuses_a_redeclared_feature_in_one_line(
 
 
 @pytest.mark.parametrize("user_table", [False, True], ids=["no-user-table", "user-table"])
-def test_the_export_scores_declared_features_as_the_learner(tmp_path: Path, user_table: bool) -> None:
+@pytest.mark.parametrize("learner_type", ["din", "deepfm"])
+def test_the_export_scores_declared_features_as_the_learner(
+    tmp_path: Path, learner_type: str, user_table: bool
+) -> None:
     import orjson
 
-    from streamrec.learner.din import DINLearner
+    from streamrec.learner.registry import make_learner
     from streamrec.learner.snapshotting import group_state
     from streamrec.serving.export import export_snapshot
     from streamrec.serving.scorer import ExportedModel
@@ -330,8 +333,8 @@ def test_the_export_scores_declared_features_as_the_learner(tmp_path: Path, user
     tables = list(model().model_dump()["tables"])
     if user_table:
         tables.append({"name": "user", "feature": "user", "rows": 64, "dim": 4})
-    cfg = model(tables=tables)
-    learner = DINLearner(cfg, schema=SCHEMA)
+    cfg = model(learner=learner_type, tables=tables)
+    learner = make_learner(cfg, SCHEMA)
     samples = featured(32)
     for _ in range(3):
         learner.learn_many(Batch.from_samples(samples))
@@ -342,6 +345,7 @@ def test_the_export_scores_declared_features_as_the_learner(tmp_path: Path, user
     )
     export = export_snapshot(store, manifest.version)
     contract = orjson.loads((export / "contract.json").read_bytes())
+    assert contract["model"]["learner"] == learner_type
     assert contract["feature_fingerprint"] == SCHEMA.fingerprint
     assert [f["name"] for f in contract["features"]] == ["genres", "price", "rating", "device", "age"]
     rating = next(f for f in contract["features"] if f["name"] == "rating")
