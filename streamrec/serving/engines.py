@@ -5,8 +5,8 @@ written where paddle2onnx is installed also holds it as ONNX (``model.onnx``, na
 contract's ``onnx`` entry; `streamrec.serving.onnxfile`). `open_engine` picks by the serving
 setting ``engine``: ``auto`` runs ONNX Runtime when the export has the ONNX graph and
 onnxruntime imports (a quarter to a third of Paddle's time a request, measured on a 2-core
-machine, the same scores within 1e-7), else Paddle; ``onnx`` asks for ONNX Runtime and, when it cannot be used, falls
-back to Paddle with one warning; ``paddle`` always runs Paddle.
+machine, the same scores within 1e-7), else Paddle; ``onnx`` asks for ONNX Runtime and, when it
+cannot be used, falls back to Paddle with one warning; ``paddle`` always runs Paddle.
 
 Falling back rather than refusing: an export without the ONNX graph (written before it
 existed, or where the conversion failed) can be promoted, rolled back to or put in a canary
