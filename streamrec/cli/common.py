@@ -21,6 +21,7 @@ from streamrec.errors import StreamrecError
 
 if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
+    from streamrec.learner.reports import MicroBatchReport
 
 # Long lines stay whole; piped output (logs, CI) gets room for tables instead of 80 columns.
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -130,3 +131,27 @@ def format_duration(seconds: float) -> str:
     if abs(seconds) < 172_800:
         return f"{seconds / 3600:.1f}h"
     return f"{seconds / 86_400:.0f}d"
+
+
+def print_report(report: MicroBatchReport) -> None:
+    """One line per micro-batch: progressive metrics, scored before training; then what was
+    dead-lettered and how many steps were skipped as not finite, when any were.
+    """
+    m = report.metrics
+    problems = ""
+    if report.dead:
+        problems += f"  dead-lettered {report.dead}"
+    if report.skipped_steps:
+        problems += f"  skipped {report.skipped_steps}/{report.steps} non-finite steps"
+    figures = (
+        f"AUC {m.auc:.4f}  GAUC {m.gauc:.4f}  known-target AUC {m.known_auc:.4f} "
+        f"(n={m.known_samples})  logloss {m.logloss:.4f}"
+        if report.judged
+        else f"too small to judge ({m.samples} samples < STREAMREC_LEARNER__MIN_EVAL_SAMPLES "
+        f"{report.min_eval_samples})"
+    )
+    console.print(
+        f"micro-batch {report.index:>4}  samples {m.samples:>6}  {figures}  "
+        f"trained in {report.train_seconds:.2f}s{problems}",
+        highlight=False,
+    )

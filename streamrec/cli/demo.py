@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from streamrec.cli.common import build_config, cli_errors, console, stop_on_signals
-from streamrec.cli.learner import print_report
+from streamrec.cli.common import build_config, cli_errors, console, print_report, stop_on_signals
 from streamrec.cli.options import (
     ConfigFile,
     LogLevel,

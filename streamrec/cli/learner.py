@@ -16,6 +16,7 @@ from streamrec.cli.common import (
     console,
     format_duration,
     live_status,
+    print_report,
     stop_on_signals,
 )
 from streamrec.cli.options import ConfigFile, LogLevel, setting
@@ -28,30 +29,6 @@ if TYPE_CHECKING:  # Paddle, the Kafka client, pydantic: imported when a command
     from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 app = command_group("Train DIN incrementally on the samples stream.")
-
-
-def print_report(report: MicroBatchReport) -> None:
-    """One line per micro-batch: progressive metrics, scored before training; then what was
-    dead-lettered and how many steps were skipped as not finite, when any were.
-    """
-    m = report.metrics
-    problems = ""
-    if report.dead:
-        problems += f"  dead-lettered {report.dead}"
-    if report.skipped_steps:
-        problems += f"  skipped {report.skipped_steps}/{report.steps} non-finite steps"
-    figures = (
-        f"AUC {m.auc:.4f}  GAUC {m.gauc:.4f}  known-target AUC {m.known_auc:.4f} "
-        f"(n={m.known_samples})  logloss {m.logloss:.4f}"
-        if report.judged
-        else f"too small to judge ({m.samples} samples < STREAMREC_LEARNER__MIN_EVAL_SAMPLES "
-        f"{report.min_eval_samples})"
-    )
-    console.print(
-        f"micro-batch {report.index:>4}  samples {m.samples:>6}  {figures}  "
-        f"trained in {report.train_seconds:.2f}s{problems}",
-        highlight=False,
-    )
 
 
 class LearnerStatus:

@@ -63,8 +63,7 @@ def run_rank(
     cfg: StreamrecConfig, learner: Learner, store: SnapshotStore, promoter: Promoter
 ) -> LearnerStats:
     """Run this rank of the launched group until it stops."""
-    from streamrec.cli.common import stop_on_signals
-    from streamrec.cli.learner import print_report
+    from streamrec.cli.common import print_report, stop_on_signals
     from streamrec.gcsettings import tune_for_batches
     from streamrec.heapsettings import keep_freed_memory
     from streamrec.learner.ranked import RankedRunner

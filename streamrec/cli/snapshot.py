@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,42 +18,29 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from streamrec.cli.common import build_config, cli_errors, command_group, console, err_console
-from streamrec.cli.options import ConfigFile, LogLevel, json_output, setting
+from streamrec.cli.common import build_config, cli_errors, command_group, console
+from streamrec.cli.options import ConfigFile, LogLevel, setting
+from streamrec.cli.snapshot_common import (
+    DirOption,
+    JsonOption,
+    arms_of,
+    build_export,
+    current_plan,
+    open_store,
+    plan_doc,
+    print_json,
+    version_name,
+)
 from streamrec.errors import InvalidSnapshot, SnapshotError
 
 if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command runs, not for --help
     from streamrec.snapshots.diff import SnapshotDiff
     from streamrec.snapshots.exports import ExportCheck
-    from streamrec.snapshots.store import SnapshotEntry, SnapshotManifest, SnapshotStore
+    from streamrec.snapshots.store import SnapshotEntry, SnapshotManifest
 
 app = command_group("Create, inspect, verify, promote, roll back, prune and split traffic between snapshots.")
 
-DirOption = setting("learner.snapshot_dir")
-JsonOption = json_output()
 VersionArg = typer.Argument(..., help="v000007, 7, current or latest")
-
-
-def _store(
-    snapshot_dir: Path | None, log_level: str | None, config_file: Path | None
-) -> SnapshotStore:
-    from streamrec.snapshots.store import SnapshotStore
-
-    cfg = build_config(
-        quiet=True, log_level=log_level, config_file=config_file, learner={"snapshot_dir": snapshot_dir}
-    )
-    return SnapshotStore(cfg.learner.snapshot_dir)
-
-
-def version_name(version: int) -> str:
-    """``v000007``: `streamrec.snapshots.store.version_name`, imported when called."""
-    from streamrec.snapshots.store import version_name as name
-
-    return name(version)
-
-
-def _print_json(doc: object) -> None:
-    typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
 
 
 def _manifest_doc(manifest: SnapshotManifest) -> dict[str, Any]:
@@ -74,14 +60,14 @@ def create(
     trained since its newest version, that version answers (no empty version is written).
     """
     with cli_errors():
-        store = _store(snapshot_dir, log_level, config_file)
+        store = open_store(snapshot_dir, log_level, config_file)
         request_id = store.requests.request()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             existing = store.requests.answered(request_id)
             if existing is not None:
                 if as_json:
-                    _print_json({"version": existing, "path": str(store.path(existing)), "new": False})
+                    print_json({"version": existing, "path": str(store.path(existing)), "new": False})
                 else:
                     console.print(f"nothing trained since {version_name(existing)}: no new snapshot; "
                                   f"it is the newest: {store.path(existing)}", highlight=False)
@@ -90,7 +76,7 @@ def create(
             if manifest is not None:
                 if as_json:
                     path = str(store.path(manifest.version))
-                    _print_json({"version": manifest.version, "path": path, "new": True})
+                    print_json({"version": manifest.version, "path": path, "new": True})
                 else:
                     console.print(f"snapshot {manifest.name} written: {store.path(manifest.version)}")
                 return
@@ -152,15 +138,14 @@ def list_(
     learner runs.
     """
     with cli_errors():
-        store = _store(snapshot_dir, log_level, config_file)
-        from streamrec.cli.traffic import arms_of, current_plan, plan_doc
+        store = open_store(snapshot_dir, log_level, config_file)
         from streamrec.snapshots.exports import check_export
 
         entries = store.entries()
         current, promoted, plan = store.current(), set(store.promoted()), current_plan(store)
         exports = {e.version: check_export(store.root, e.version) for e in entries}
         if as_json:
-            _print_json({"root": str(store.root), "current": current, "traffic": plan_doc(plan), "versions": [
+            print_json({"root": str(store.root), "current": current, "traffic": plan_doc(plan), "versions": [
                 {
                     "version": e.version, "name": e.name, "valid": e.problem is None, "problem": e.problem,
                     "current": e.version == current, "promoted": e.version in promoted,
@@ -198,16 +183,15 @@ def show(
 ) -> None:
     """Print a version's manifest (positions, metrics, config, file checksums) and its status."""
     with cli_errors():
-        store = _store(snapshot_dir, log_level, config_file)
+        store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         manifest = store.manifest(number)
         problem = store.validate(number)
-        from streamrec.cli.traffic import arms_of, current_plan, plan_doc
 
         current, promoted, plan = store.current(), set(store.promoted()), current_plan(store)
         arms = arms_of(plan, number, current)
         if as_json:
-            _print_json(_manifest_doc(manifest) | {
+            print_json(_manifest_doc(manifest) | {
                 "name": manifest.name, "valid": problem is None, "problem": problem,
                 "current": number == current, "promoted": number in promoted,
                 "arms": arms, "traffic": plan_doc(plan),
@@ -249,7 +233,7 @@ def verify(
     from streamrec.snapshots.exports import check_export
 
     with cli_errors():
-        store = _store(snapshot_dir, log_level, config_file)
+        store = open_store(snapshot_dir, log_level, config_file)
         versions = [store.resolve(version)] if version is not None else store.versions()
         results: list[tuple[int, str | None, ExportCheck]] = []
         for number in versions:
@@ -260,7 +244,7 @@ def verify(
                 results.append((number, str(exc), check_export(store.root, number)))
         bad = sum(problem is not None or export.problem is not None for _, problem, export in results)
         if as_json:
-            _print_json({"root": str(store.root), "valid": bad == 0, "versions": [
+            print_json({"root": str(store.root), "valid": bad == 0, "versions": [
                 {"version": n, "name": version_name(n), "valid": p is None and e.problem is None,
                  "problem": p, "export": _export_doc(e)}
                 for n, p, e in results
@@ -295,20 +279,6 @@ def _export_text(check: ExportCheck) -> str:
     return "ok" if check.problem is None else f"[red]invalid[/red]: {escape(check.problem)}"
 
 
-def _build_export(store: SnapshotStore) -> Callable[[int], Path | None]:
-    """Build a version's missing export, saying so (serving could not load it otherwise)."""
-
-    def build(version: int) -> Path | None:
-        from streamrec.serving.export import build_missing_export
-
-        path = build_missing_export(store, version)
-        if path is not None:
-            err_console.print(f"{version_name(version)} had no export: built {path}", highlight=False)
-        return path
-
-    return build
-
-
 @app.command("diff")
 def diff(
     a: str = typer.Argument(..., help="The older version (v000007, 7, current or latest)"),
@@ -324,10 +294,10 @@ def diff(
     from streamrec.snapshots.diff import diff_snapshots
 
     with cli_errors():
-        store = _store(snapshot_dir, log_level, config_file)
+        store = open_store(snapshot_dir, log_level, config_file)
         result = diff_snapshots(store, store.resolve(a), store.resolve(b))
         if as_json:
-            _print_json(result)
+            print_json(result)
         else:
             _print_diff(result)
 
@@ -369,14 +339,14 @@ def promote(
     it); a missing one is built first.
     """
     with cli_errors():
-        store = _store(snapshot_dir, log_level, config_file)
+        store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
-        manifest = store.promote(number, reason=reason, build_export=_build_export(store))
+        manifest = store.promote(number, reason=reason, build_export=build_export(store))
         history = store.history()
         previous = next(e.previous for e in reversed(history) if e.action == "promote")
         ended = history[-1].traffic if history[-1].action == "end" else None
         if as_json:
-            _print_json({"current": manifest.version, "name": manifest.name, "previous": previous,
+            print_json({"current": manifest.version, "name": manifest.name, "previous": previous,
                          "ended": ended})
         else:
             was = f" (was {version_name(previous)})" if previous is not None else ""
@@ -397,12 +367,12 @@ def rollback(
     whose export is damaged; a missing export is built first).
     """
     with cli_errors():
-        store = _store(snapshot_dir, log_level, config_file)
-        version = store.rollback(reason=reason, build_export=_build_export(store))
+        store = open_store(snapshot_dir, log_level, config_file)
+        version = store.rollback(reason=reason, build_export=build_export(store))
         last = store.history()[-1]
         previous, ended = last.previous, last.traffic if last.action == "end" else None
         if as_json:
-            _print_json({"current": version, "name": version_name(version), "previous": previous,
+            print_json({"current": version, "name": version_name(version), "previous": previous,
                          "ended": ended})
         elif ended:
             console.print(f"ended {ended}: serving {version_name(version)} to every user", highlight=False)
@@ -433,7 +403,7 @@ def prune(
         keep_last = cfg.learner.keep_snapshots
         deleted = store.prune(keep_last)
         if as_json:
-            _print_json({"keep": keep_last, "deleted": deleted, "kept": store.versions()})
+            print_json({"keep": keep_last, "deleted": deleted, "kept": store.versions()})
         elif deleted:
             names = ", ".join(map(version_name, deleted))
             console.print(f"deleted {names}; {len(store.versions())} kept", highlight=False)
@@ -457,7 +427,7 @@ def export(
     from streamrec.snapshots.exports import check_export, verify_export
 
     with cli_errors():
-        store = _store(snapshot_dir, log_level, config_file)
+        store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         path = export_snapshot(store, number, rebuild=rebuild)
         check = check_export(store.root, number)
@@ -466,7 +436,7 @@ def export(
             raise InvalidSnapshot(f"{check.problem}: {hint}")
         files = verify_export(path)
         if as_json:
-            _print_json({"version": number, "name": version_name(number), "path": str(path), "files": files})
+            print_json({"version": number, "name": version_name(number), "path": str(path), "files": files})
         else:
             console.print(f"{version_name(number)} exported: {path}", highlight=False)
 
@@ -486,11 +456,11 @@ def materialize_(
     from streamrec.snapshots.materialize import materialize
 
     with cli_errors():
-        store = _store(snapshot_dir, log_level, config_file)
+        store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         manifest = materialize(store, number, out)
         if as_json:
-            _print_json({"version": number, "name": version_name(number), "path": str(out),
+            print_json({"version": number, "name": version_name(number), "path": str(out),
                          "files": manifest.files})
         else:
             console.print(f"{version_name(number)} written in full: {out}", highlight=False)

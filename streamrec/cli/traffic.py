@@ -15,11 +15,20 @@ import typer
 
 from streamrec.cli.common import cli_errors, console
 from streamrec.cli.options import ConfigFile, LogLevel
-from streamrec.cli.snapshot import DirOption, JsonOption, _build_export, _print_json, _store, version_name
+from streamrec.cli.snapshot_common import (
+    DirOption,
+    JsonOption,
+    build_export,
+    current_plan,
+    open_store,
+    plan_doc,
+    print_json,
+    version_name,
+)
 
 if TYPE_CHECKING:
     from streamrec.snapshots.store import SnapshotStore
-    from streamrec.snapshots.traffic import Arm, TrafficPlan
+    from streamrec.snapshots.traffic import Arm
 
 ReasonOption = typer.Option("manual", help="Why, for the serving history")
 
@@ -45,7 +54,7 @@ def canary(
     from streamrec.snapshots.traffic import CANARY, parse_share
 
     with cli_errors():
-        store = _store(snapshot_dir, log_level, config_file)
+        store = open_store(snapshot_dir, log_level, config_file)
         if promote + abort + (version is not None) != 1:
             raise SnapshotError("give a VERSION (with --share), or --promote, or --abort")
         if abort:
@@ -56,7 +65,7 @@ def canary(
             arm = plan.arm(CANARY) if plan is not None else None
             if plan is None or arm is None or arm.version is None:
                 raise SnapshotError(f"no canary runs in {store.root}: nothing to promote")
-            manifest = store.promote(arm.version, reason=reason, build_export=_build_export(store))
+            manifest = store.promote(arm.version, reason=reason, build_export=build_export(store))
             _said(
                 as_json,
                 {"current": manifest.version, "traffic": None},
@@ -65,7 +74,7 @@ def canary(
             return
         assert version is not None
         number = store.resolve(version)
-        plan = start_canary(store, number, parse_share(share), reason, _build_export(store))
+        plan = start_canary(store, number, parse_share(share), reason, build_export(store))
         _said(as_json, {"traffic": plan_doc(plan)}, f"canary started: {plan.describe()}")
 
 
@@ -95,14 +104,14 @@ def ab(
     from streamrec.snapshots.canary import start_ab
 
     with cli_errors():
-        store = _store(snapshot_dir, log_level, config_file)
+        store = open_store(snapshot_dir, log_level, config_file)
         if end == bool(arms):
             raise SnapshotError("give the arms (NAME=VERSION:SHARE ...), or --end")
         if end:
             _end(store, reason, as_json)
             return
         plan = start_ab(
-            store, [parse_arm(store, text) for text in arms or ()], name, reason, _build_export(store)
+            store, [parse_arm(store, text) for text in arms or ()], name, reason, build_export(store)
         )
         _said(as_json, {"traffic": plan_doc(plan)}, f"A/B test started: {plan.describe()}")
 
@@ -139,38 +148,9 @@ def _end(store: SnapshotStore, reason: str, as_json: bool) -> None:
 
 def _said(as_json: bool, doc: dict[str, Any], text: str) -> None:
     if as_json:
-        _print_json(doc)
+        print_json(doc)
     else:
         console.print(text, highlight=False)
-
-
-def current_plan(store: SnapshotStore) -> TrafficPlan | None:
-    """The traffic plan in force in ``store``'s directory, if any."""
-    from streamrec.snapshots.traffic import read_plan
-
-    return read_plan(store.root)
-
-
-def plan_doc(plan: TrafficPlan | None) -> dict[str, Any] | None:
-    """A plan as JSON (``--json`` of list, show, canary and ab)."""
-    if plan is None:
-        return None
-    arms = [{"name": a.name, "version": a.version, "share": a.share / 100} for a in plan.arms]
-    doc = {"kind": plan.kind, "salt": plan.salt, "started": plan.started, "reason": plan.reason}
-    return doc | {"arms": arms}
-
-
-def arms_of(plan: TrafficPlan | None, version: int, current: int | None) -> str:
-    """The arms ``version`` serves in ``plan`` (``canary 5.00%``), or ``""``."""
-    from streamrec.snapshots.traffic import format_share
-
-    if plan is None:
-        return ""
-    return ", ".join(
-        f"{a.name} {format_share(a.share)}"
-        for a in plan.arms
-        if a.version == version or (a.version is None and version == current)
-    )
 
 
 def register(app: typer.Typer) -> None:

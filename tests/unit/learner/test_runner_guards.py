@@ -21,7 +21,7 @@ import orjson
 import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
 
-from streamrec.cli.learner import print_report
+from streamrec.cli.common import print_report
 from streamrec.config import KafkaConfig, StreamrecConfig
 from streamrec.errors import DeliveryError, NonFiniteWeights, SamplesExpired, TrainingDiverged
 from streamrec.kafka.records import Partition, Record

@@ -1,0 +1,89 @@
+"""What the ``streamrec snapshot`` commands share (`streamrec.cli.snapshot`, `streamrec.cli.traffic`).
+
+The snapshot directory option, ``--json`` output, opening the store, building a missing
+export, and the traffic plan as the listings show it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import typer
+
+from streamrec.cli.common import build_config, err_console
+from streamrec.cli.options import json_output, setting
+
+if TYPE_CHECKING:  # numpy, pydantic: imported when a command runs, not for --help
+    from streamrec.snapshots.store import SnapshotStore
+    from streamrec.snapshots.traffic import TrafficPlan
+
+DirOption = setting("learner.snapshot_dir")
+JsonOption = json_output()
+
+
+def open_store(snapshot_dir: Path | None, log_level: str | None, config_file: Path | None) -> SnapshotStore:
+    """The snapshot store the options and the configuration name (no lock taken)."""
+    from streamrec.snapshots.store import SnapshotStore
+
+    cfg = build_config(
+        quiet=True, log_level=log_level, config_file=config_file, learner={"snapshot_dir": snapshot_dir}
+    )
+    return SnapshotStore(cfg.learner.snapshot_dir)
+
+
+def version_name(version: int) -> str:
+    """``v000007``: `streamrec.snapshots.store.version_name`, imported when called."""
+    from streamrec.snapshots.store import version_name as name
+
+    return name(version)
+
+
+def print_json(doc: object) -> None:
+    """``doc`` as indented JSON on standard output (``--json``)."""
+    typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+
+
+def build_export(store: SnapshotStore) -> Callable[[int], Path | None]:
+    """Build a version's missing export, saying so (serving could not load it otherwise)."""
+
+    def build(version: int) -> Path | None:
+        from streamrec.serving.export import build_missing_export
+
+        path = build_missing_export(store, version)
+        if path is not None:
+            err_console.print(f"{version_name(version)} had no export: built {path}", highlight=False)
+        return path
+
+    return build
+
+
+def current_plan(store: SnapshotStore) -> TrafficPlan | None:
+    """The traffic plan in force in ``store``'s directory, if any."""
+    from streamrec.snapshots.traffic import read_plan
+
+    return read_plan(store.root)
+
+
+def plan_doc(plan: TrafficPlan | None) -> dict[str, Any] | None:
+    """A plan as JSON (``--json`` of list, show, canary and ab)."""
+    if plan is None:
+        return None
+    arms = [{"name": a.name, "version": a.version, "share": a.share / 100} for a in plan.arms]
+    doc = {"kind": plan.kind, "salt": plan.salt, "started": plan.started, "reason": plan.reason}
+    return doc | {"arms": arms}
+
+
+def arms_of(plan: TrafficPlan | None, version: int, current: int | None) -> str:
+    """The arms ``version`` serves in ``plan`` (``canary 5.00%``), or ``""``."""
+    from streamrec.snapshots.traffic import format_share
+
+    if plan is None:
+        return ""
+    return ", ".join(
+        f"{a.name} {format_share(a.share)}"
+        for a in plan.arms
+        if a.version == version or (a.version is None and version == current)
+    )
