@@ -424,17 +424,17 @@ def export(
     ``<snapshot dir>/exports/``; the learner exports every snapshot it writes.
     """
     from streamrec.serving.export import export_snapshot
-    from streamrec.snapshots.exports import check_export, verify_export
+    from streamrec.snapshots.exports import verify_export
 
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         path = export_snapshot(store, number, rebuild=rebuild)
-        check = check_export(store.root, number)
-        if check.problem is not None:
+        try:
+            files = verify_export(path)
+        except InvalidSnapshot as exc:
             hint = f"rebuild it with `streamrec snapshot export {number} --rebuild`"
-            raise InvalidSnapshot(f"{check.problem}: {hint}")
-        files = verify_export(path)
+            raise InvalidSnapshot(f"{exc}: {hint}") from exc
         if as_json:
             print_json({"version": number, "name": version_name(number), "path": str(path), "files": files})
         else:
