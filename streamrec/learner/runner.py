@@ -45,6 +45,7 @@ from streamrec.learner.base import Learner
 from streamrec.learner.batch import Batch
 from streamrec.learner.intake import DeadLetterWriter, decode
 from streamrec.learner.reports import LearnerStats, MicroBatchReport, StepResult, micro_batch_report
+from streamrec.learner.schedule import IntervalClock
 from streamrec.learner.snapshotting import (
     export_estimate,
     group_state,
@@ -106,6 +107,7 @@ class LearnerRunner(Closing):
         # The next offset to train per partition: moves with the model, read at assignment.
         self.positions: dict[Partition, int] = {}
         self._snapshotted_at = 0  # micro_batches at the last snapshot
+        self._interval = IntervalClock(cfg.learner.interval_s)
         self._snapshotted_positions: dict[Partition, int] = {}  # positions at the last one
         self._snapshotted_version: int | None = None  # the version written or restored last
         self._bad_in_row = 0  # micro-batches in a row with skipped steps
@@ -230,7 +232,7 @@ class LearnerRunner(Closing):
         self._snapshotted_positions.update(found)  # a place to start, not progress to save
 
     def _collect(self, stop: threading.Event, idle: IdleClock) -> list[Message]:
-        """Gather samples for one interval, until the batch is full or the stream goes idle.
+        """Gather samples until the micro-batch's close (`IntervalClock`), it is full or the stream goes idle.
 
         A rebalance while gathering (partitions revoked, lost to a session timeout, handed to
         another member or back) starts each partition assigned again at the trained
@@ -242,12 +244,12 @@ class LearnerRunner(Closing):
         records: list[Message] = []
         gathered: dict[Partition, int] = {}  # the highest offset gathered, per partition
         again = 0
-        deadline = time.monotonic() + lcfg.interval_s
+        deadline = self._interval.next_close()
         while len(records) < lcfg.max_batch_samples and not stop.is_set() and not idle.expired():
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            for msg in self._source.poll(lcfg.max_batch_samples - len(records), min(_POLL_S, deadline - now)):
+            # At least one poll, so a micro-batch closing at once (its step late) takes what
+            # waits: the keep-alive polls of the step before read it.
+            wait = max(0.0, min(_POLL_S, deadline - time.monotonic()))
+            for msg in self._source.poll(lcfg.max_batch_samples - len(records), wait):
                 pos = Position.of(msg)
                 if pos.offset <= gathered.get(pos.key, -1):
                     again += 1
@@ -255,6 +257,8 @@ class LearnerRunner(Closing):
                 gathered[pos.key] = pos.offset
                 records.append(msg)
             self._serve_requests()
+            if time.monotonic() >= deadline:
+                break
         if again:
             logger.info("rebalanced while gathering: left out records read again count=%d", again)
         cut = lcfg.max_batch_samples  # put-back records can make a longer run than asked for
