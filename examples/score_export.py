@@ -5,7 +5,8 @@ Copy this into a serving service. An export (``<snapshots>/exports/v000007/``, o
 describes every input; this file follows it.
 
     python examples/score_export.py EXPORT_DIR USER_ID ITEM[:CATEGORY] ... \
-        --history ITEM:CATEGORY,ITEM:CATEGORY,...      (the user's behaviours, oldest first)
+        --history ITEM:CATEGORY,ITEM:CATEGORY,...      (the user's behaviours, oldest first; or a JSON
+                                                       list as POST /score's, with their features)
         --context '{"device": "ios"}'                 (the model's declared context features)
 """
 
@@ -175,18 +176,35 @@ class Export:
         return self.predictor.get_output_handle(self.predictor.get_output_names()[0]).copy_to_cpu()
 
 
+def behaviours(text: str) -> tuple[list[tuple[str, str]], dict[str, list[Any]]]:
+    """``--history``: (item, category) pairs and each feature along them (None where not given).
+
+    ``ITEM:CATEGORY,...``, or a JSON list of [item, category] pairs and objects
+    ``{"item_id": ..., "category_id": ..., "genres": [...]}`` (POST /score's ``history``).
+    """
+    if not text.lstrip().startswith("["):
+        return [(h.partition(":")[0], h.partition(":")[2]) for h in text.split(",") if h], {}
+    entries = [e if isinstance(e, dict) else {"item_id": e[0], "category_id": e[1]} for e in json.loads(text)]
+    ids = ("item", "item_id", "category", "category_id")
+    pairs = [
+        (str(e.get("item_id", e.get("item"))), str(e.get("category_id", e.get("category")))) for e in entries
+    ]
+    names = {k for e in entries for k in e if k not in ids}
+    return pairs, {name: [e.get(name) for e in entries] for name in sorted(names)}
+
+
 def main() -> None:
     """Score the items on the command line and print one probability per item."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("export", type=Path)
     parser.add_argument("user")
     parser.add_argument("items", nargs="+", help="ITEM or ITEM:CATEGORY")
-    parser.add_argument("--history", default="", help="ITEM:CATEGORY,... oldest first")
+    parser.add_argument("--history", default="", help="ITEM:CATEGORY,... or a JSON list, oldest first")
     parser.add_argument("--context", default="{}", help="declared context features, a JSON object")
     args = parser.parse_args()
-    history = [(h.partition(":")[0], h.partition(":")[2]) for h in args.history.split(",") if h]
+    history, along = behaviours(args.history)
     candidates = [(i.partition(":")[0], i.partition(":")[2] or None) for i in args.items]
-    scores = Export(args.export).score(args.user, history, candidates, json.loads(args.context))
+    scores = Export(args.export).score(args.user, history, candidates, json.loads(args.context), along=along)
     print(json.dumps({item: round(float(s), 6) for item, s in zip(args.items, scores, strict=True)}))
 
 

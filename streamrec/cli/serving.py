@@ -13,6 +13,7 @@ from streamrec.cli.common import build_config, cli_errors, console
 from streamrec.cli.options import ConfigFile, LogLevel, json_output, setting
 
 if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
+    from streamrec.serving.features import GivenHistory
     from streamrec.serving.scorer import Candidate
 
 StoreOption = typer.Option(
@@ -29,6 +30,13 @@ def score(
     ),
     context: str = typer.Option(
         "{}", "--context", help='The declared context features, a JSON object: {"device": "ios"}'
+    ),
+    history: str | None = typer.Option(
+        None, "--history",
+        help='The user\'s behaviours, oldest first, a JSON list as POST /score\'s "history", read instead '
+        'of the feature store\'s (objects carry their behaviour features: [["i9", "c7"], {"item_id": "i4", '
+        '"category_id": "c2", "genres": ["Comedy"]}])',
+        show_default="the feature store's",
     ),
     snapshot_dir: Path | None = setting("learner.snapshot_dir"),
     store: bool = StoreOption,
@@ -58,30 +66,46 @@ def score(
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads, engine=cfg.serving.engine)
         candidates = _candidates(items)
         given = _context(context)
-        history = history_source(cfg, store)(user)
-        scores = scorer.model.score(user, history, candidates, given)
+        behaviours = history_source(cfg, store)(user) if history is None else _history(history)
+        scores = scorer.model.score(user, behaviours, candidates, given)
         if as_json:
-            doc = {"version": scorer.version, "user": user, "history": len(history),
+            doc = {"version": scorer.version, "user": user, "history": len(behaviours),
                    "scores": {c.item_id: float(s) for c, s in zip(candidates, scores, strict=True)}}
             print(orjson.dumps(doc).decode())
             return
-        console.print(f"version v{scorer.version:06d}, user {user} with {len(history)} behaviours")
+        console.print(f"version v{scorer.version:06d}, user {user} with {len(behaviours)} behaviours")
         for candidate, value in sorted(zip(candidates, scores, strict=True), key=lambda x: -x[1]):
             console.print(f"  {candidate.item_id}\t{value:.6f}", highlight=False)
 
 
 def _candidates(text: str) -> list[Candidate]:
     """``--items``: comma-separated ``ITEM[:CATEGORY]``, or a JSON list as ``POST /score``'s."""
-    from streamrec.errors import ConfigError
-    from streamrec.serving.http import BadRequest, parse_request
     from streamrec.serving.scorer import Candidate
 
     if not text.lstrip().startswith("["):
         return [Candidate.parse(i) for i in text.split(",") if i]
+    return _request("--items", b'{"user": "-", "items": ' + text.encode() + b"}")[1]
+
+
+def _history(text: str) -> GivenHistory:
+    """``--history``: a JSON list as ``POST /score``'s ``history``."""
+    from streamrec.errors import ConfigError
+
+    history = _request("--history", b'{"user": "-", "items": ["-"], "history": ' + text.encode() + b"}")[2]
+    if history is None:
+        raise ConfigError("--history must be a JSON list of behaviours, oldest first")
+    return history
+
+
+def _request(flag: str, body: bytes) -> tuple[str, list[Candidate], GivenHistory | None]:
+    """A ``POST /score`` body built around one option's value, parsed; a bad one names the option."""
+    from streamrec.errors import ConfigError
+    from streamrec.serving.http import BadRequest, parse_request
+
     try:
-        return parse_request(b'{"user": "-", "items": ' + text.encode() + b"}", 2**31)[1]
+        return parse_request(body, 2**31)
     except BadRequest as exc:
-        raise ConfigError(f"--items: {exc}") from exc
+        raise ConfigError(f"{flag}: {exc}") from exc
 
 
 def _context(text: str) -> dict[str, object]:

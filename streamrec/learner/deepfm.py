@@ -14,16 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
 import paddle
 from paddle import nn
 
 from streamrec.config import ModelConfig
 from streamrec.errors import ConfigError
 from streamrec.learner.features import FeaturePlan, PlannedFeature
-from streamrec.learner.hashing import PADDING_BUCKET
-from streamrec.learner.idmap import DEFAULT_ROW
-from streamrec.learner.model import EmbeddingArch, MatchArch, WideArch, _mlp
+from streamrec.learner.model import TableModel, WideArch, _mlp
 
 
 class FMInteraction(nn.Layer):
@@ -90,7 +87,7 @@ def number_fields(plan: FeaturePlan | None) -> list[str]:
     ]
 
 
-class DeepFM(nn.Layer):
+class DeepFM(TableModel):
     """DeepFM. B: batch, T: sequence length, F: fields, D: embedding dim (one for every table).
 
     Inputs as `streamrec.learner.model.DIN`'s, so both train from one `EncodedBatch` and
@@ -137,13 +134,9 @@ class DeepFM(nn.Layer):
                 f"features' too), got {dims}"
             )
         self.dim = dims[0]
-        rows = {t.name: t.start_rows for t in cfg.builtin_tables} if rows is None else rows
-        self.embedding = EmbeddingArch(cfg, sparse, rows, plan)
+        rows = self._build_inputs(cfg, sparse, rows, plan)
         self.wide = WideArch(cfg, sparse, rows, plan)
         self.interaction = FMInteraction()
-        self.x_query = [] if plan is None else list(plan.query)
-        self.x_sequence = [] if plan is None else list(plan.sequence)
-        self.x_head = [] if plan is None else list(plan.head)
         self.number_names = number_fields(plan)
         # Only with declared numbers, so a model without keeps its state's layout.
         self.numbers = (
@@ -152,19 +145,8 @@ class DeepFM(nn.Layer):
         n_behaviour = len(self.embedding.behaviour)
         extra_fields = sum(f.table is not None for f in (*self.x_query, *self.x_sequence, *self.x_head))
         fields = 2 * n_behaviour + len(self.embedding.context) + extra_fields
-        self.dense_dim = 2 * n_behaviour + 2 if cfg.id_stats else 0
-        if self.dense_dim:
-            start = [1.0] + [0.0] * (n_behaviour - 1) + [1.0]
-            self.prior = self.create_parameter(
-                [len(start)], default_initializer=nn.initializer.Assign(np.array(start, dtype=np.float32))
-            )
-        behaviour = [t for t in cfg.builtin_tables if t.name in self.embedding.behaviour]
-        floors = [DEFAULT_ROW if t.ids == "dynamic" else PADDING_BUCKET for t in behaviour]
-        self.match = MatchArch(floors, cfg.match_lr_scale, cfg.match_init) if cfg.match_features else None
-        match_dim = self.match.width if self.match is not None else 0
-        self.dnn = DNNArch(
-            fields * dims[0] + self.dense_dim + match_dim + len(self.number_names), cfg.mlp_units
-        )
+        counters = self._build_counters(cfg)
+        self.dnn = DNNArch(fields * dims[0] + counters + len(self.number_names), cfg.mlp_units)
 
     def forward(
         self,
@@ -177,7 +159,7 @@ class DeepFM(nn.Layer):
         """Score each target; returns [B] logits."""
         behaviour = self.embedding.behaviour
         names = self.embedding.context
-        mask = (sequences[0] != PADDING_BUCKET).astype("float32")
+        mask, counters, matches = self._open(targets, sequences, dense)
         length = paddle.clip(mask.sum(axis=1), min=1.0).unsqueeze(-1)
         fields: list[paddle.Tensor] = []
         first: list[paddle.Tensor] = []
@@ -196,23 +178,14 @@ class DeepFM(nn.Layer):
         if extras:
             self._extra_fields(extras, mask, length, fields, first, values)
         stacked = paddle.stack(fields, axis=1)
-        deep = [paddle.flatten(stacked, start_axis=1)]
-        if self.dense_dim:
-            deep.append(dense)
-        matches = self.match.features(targets, sequences, mask) if self.match is not None else None
-        if matches is not None:
-            deep.append(matches)
+        deep = [paddle.flatten(stacked, start_axis=1), *counters]
         if values:
             deep.append(paddle.stack(values, axis=1))
         interacting = stacked
         if self.numbers is not None and values:
             interacting = paddle.concat([stacked, self._number_vectors(self.numbers, values, first)], axis=1)
         logits = paddle.add_n(first) + self.interaction(interacting) + self.dnn(paddle.concat(deep, axis=-1))
-        if self.match is not None and matches is not None:
-            logits = logits + self.match(matches)
-        if self.dense_dim:
-            logits = logits + (dense[:, 0::2] * self.prior).sum(axis=-1)
-        return logits
+        return self._close(logits, dense, matches)
 
     def _extra_fields(
         self,

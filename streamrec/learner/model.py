@@ -2,8 +2,10 @@
 
 ``DIN`` = ``EmbeddingArch`` (hashed tables from ``ModelConfig.tables``) + ``LocalActivationUnit``
 (target-aware attention over the behaviour sequence) + ``MLPHead`` (the click predictor).
-``ClickTrain`` owns the loss (for DeepFM too). The model stays in this module, free of lambdas and closures,
-because ``paddle.jit.save`` reads the source of ``forward`` from a real file.
+``TableModel`` is what DIN and DeepFM (`streamrec.learner.deepfm`) build and read alike: their
+inputs and the id counters' terms. ``ClickTrain`` owns the loss (for DeepFM too). The model
+stays in this module, free of lambdas and closures, because ``paddle.jit.save`` reads the
+source of ``forward`` (and of what it calls) from a real file.
 """
 
 from __future__ import annotations
@@ -306,7 +308,73 @@ class MLPHead(nn.Layer):
         return mlp_tail(layers[1:], layers[0](paddle.concat(list(features), axis=-1))).squeeze(-1)
 
 
-class DIN(nn.Layer):
+class TableModel(nn.Layer):
+    """What every table model (DIN, DeepFM) builds and reads alike: its inputs and its id counters.
+
+    B: batch, T: sequence length, Nb: behaviour tables. The inputs: the tables (`EmbeddingArch`)
+    and the declared features by side (``x_query``, ``x_sequence``, ``x_head``). The counters:
+    the ``dense`` [B, 2 * Nb + 2] id statistics (``cfg.id_stats``; the rates enter the logit
+    through ``prior``) and `MatchArch` (``cfg.match_features``). A model builds its own parts
+    between `_build_inputs` and `_build_counters` (the order keeps its seeded start); its
+    ``forward`` opens with `_open` and closes with `_close`.
+    """
+
+    def _build_inputs(
+        self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int] | None, plan: FeaturePlan | None
+    ) -> Mapping[str, int]:
+        """Build the tables, take the declared features' sides; returns the tables' rows (default: start)."""
+        rows = {t.name: t.start_rows for t in cfg.builtin_tables} if rows is None else rows
+        self.embedding = EmbeddingArch(cfg, sparse, rows, plan)
+        self.x_query = [] if plan is None else list(plan.query)
+        self.x_sequence = [] if plan is None else list(plan.sequence)
+        self.x_head = [] if plan is None else list(plan.head)
+        return rows
+
+    def _build_counters(self, cfg: ModelConfig) -> int:
+        """Build the prior and the match features; returns the columns they add to the deep input."""
+        n_behaviour = len(self.embedding.behaviour)
+        # Rate and count per behaviour table, then the user's (see learner.idstats).
+        self.dense_dim = 2 * n_behaviour + 2 if cfg.id_stats else 0
+        if self.dense_dim:
+            # The first behaviour table's rate log-odds and the user's (centred) enter the
+            # logit with weight 1: the model starts as a counter of item and user rates and
+            # learns what it adds to them.
+            start = [1.0] + [0.0] * (n_behaviour - 1) + [1.0]
+            self.prior = self.create_parameter(
+                [len(start)], default_initializer=nn.initializer.Assign(np.array(start, dtype=np.float32))
+            )
+        behaviour = [t for t in cfg.builtin_tables if t.name in self.embedding.behaviour]
+        floors = [DEFAULT_ROW if t.ids == "dynamic" else PADDING_BUCKET for t in behaviour]
+        self.match = MatchArch(floors, cfg.match_lr_scale, cfg.match_init) if cfg.match_features else None
+        return self.dense_dim + (self.match.width if self.match is not None else 0)
+
+    def _open(
+        self, targets: list[paddle.Tensor], sequences: list[paddle.Tensor], dense: paddle.Tensor
+    ) -> tuple[paddle.Tensor, list[paddle.Tensor], paddle.Tensor | None]:
+        """The opening of ``forward``: the mask, the counters' deep inputs, the match features.
+
+        The [B, T] float mask is 1 for a real behaviour; the deep inputs are the id statistics
+        and the [B, 2 * Nb] match features, those there are (the latter alone: None without).
+        """
+        mask = (sequences[0] != PADDING_BUCKET).astype("float32")
+        counters = [dense] if self.dense_dim else []
+        matches = self.match.features(targets, sequences, mask) if self.match is not None else None
+        if matches is not None:
+            counters.append(matches)
+        return mask, counters, matches
+
+    def _close(
+        self, logits: paddle.Tensor, dense: paddle.Tensor, matches: paddle.Tensor | None
+    ) -> paddle.Tensor:
+        """The [B] ``logits`` with the counters' terms: the match features' and the prior's."""
+        if self.match is not None and matches is not None:
+            logits = logits + self.match(matches)
+        if self.dense_dim:
+            logits = logits + (dense[:, 0::2] * self.prior).sum(axis=-1)
+        return logits
+
+
+class DIN(TableModel):
     """Deep Interest Network. B: batch, T: sequence length, M: a feature's max_ids.
 
     D: width of a behaviour vector = the behaviour tables' widths + the declared behaviour
@@ -344,36 +412,14 @@ class DIN(nn.Layer):
             plan: The declared features (none: the default schema).
         """
         super().__init__()
-        rows = {t.name: t.start_rows for t in cfg.builtin_tables} if rows is None else rows
-        self.embedding = EmbeddingArch(cfg, sparse, rows, plan)
-        self.x_query = [] if plan is None else list(plan.query)
-        self.x_sequence = [] if plan is None else list(plan.sequence)
-        self.x_head = [] if plan is None else list(plan.head)
+        rows = self._build_inputs(cfg, sparse, rows, plan)
         self.outcome_width = 0 if plan is None else plan.outcome_width
         extra_query = 0 if plan is None else plan.query_width
         dim = self.embedding.behaviour_dim + extra_query + self.outcome_width
         self.attention = LocalActivationUnit(dim, cfg.attention_units)
-        # Rate and count per behaviour table, then the user's (see learner.idstats).
-        self.dense_dim = 2 * len(self.embedding.behaviour) + 2 if cfg.id_stats else 0
-        if self.dense_dim:
-            # The first behaviour table's rate log-odds and the user's (centred) enter the
-            # logit with weight 1: the model starts as a counter of item and user rates and
-            # learns what it adds to them.
-            start = [1.0] + [0.0] * (len(self.embedding.behaviour) - 1) + [1.0]
-            self.prior = self.create_parameter(
-                [len(start)], default_initializer=nn.initializer.Assign(np.array(start, dtype=np.float32))
-            )
-        floors = [
-            DEFAULT_ROW if t.ids == "dynamic" else PADDING_BUCKET
-            for t in cfg.builtin_tables
-            if t.name in self.embedding.behaviour
-        ]
-        self.match = MatchArch(floors, cfg.match_lr_scale, cfg.match_init) if cfg.match_features else None
-        match_dim = self.match.width if self.match is not None else 0
+        counters = self._build_counters(cfg)
         head_extra = 0 if plan is None else plan.head_width
-        self.head = MLPHead(
-            dim, self.embedding.context_dim + head_extra + self.dense_dim + match_dim, cfg.mlp_units
-        )
+        self.head = MLPHead(dim, self.embedding.context_dim + head_extra + counters, cfg.mlp_units)
         self.wide = WideArch(cfg, sparse, rows) if cfg.wide else None
 
     def forward(
@@ -386,9 +432,9 @@ class DIN(nn.Layer):
     ) -> paddle.Tensor:
         """Score each target against its user's behaviour sequence; returns [B] logits."""
         behaviour = self.embedding.behaviour
+        mask, counters, matches = self._open(targets, sequences, dense)
         target = self.embedding.embed(behaviour, targets)
         along = self.embedding.lookups(behaviour, sequences)
-        mask = (sequences[0] != PADDING_BUCKET).astype(target.dtype)
         head_extras: list[paddle.Tensor] = []
         if extras:
             target, along, head_extras = self._with_extras(target, along, extras)
@@ -399,16 +445,8 @@ class DIN(nn.Layer):
         if context:
             features.append(self.embedding.embed(self.embedding.context, context))
         features.extend(head_extras)
-        if self.dense_dim:
-            features.append(dense)
-        matches = self.match.features(targets, sequences, mask) if self.match is not None else None
-        if matches is not None:
-            features.append(matches)
-        logits = self.head(features)
-        if self.match is not None and matches is not None:
-            logits = logits + self.match(matches)
-        if self.dense_dim:
-            logits = logits + (dense[:, 0::2] * self.prior).sum(axis=-1)
+        features.extend(counters)
+        logits = self._close(self.head(features), dense, matches)
         if self.wide is not None:
             logits = logits + self.wide([*behaviour, *self.embedding.context], [*targets, *context])
         return logits

@@ -8,6 +8,8 @@ A model trained with declared features (``STREAMREC_FEATURES``) reads, for a req
   profile store);
 - each candidate's own behaviour features (not outcomes: a candidate has none yet), from the
   request (`Candidate.features`);
+- or, when the request brings its own history, the behaviour features along it (outcomes
+  included) from the request's history entries (`GivenHistory`);
 - the context features, from the request.
 
 Whatever is absent reads its default (a table's default row, 0.0 for a number), as in
@@ -58,6 +60,22 @@ class StoredHistory(list[tuple[str, str]]):
         self.user_features: Mapping[str, Value] = user_features or {}
 
 
+class GivenHistory(list[tuple[str, str]]):
+    """A request's own history: (item, category) pairs, oldest first, with each behaviour's features.
+
+    ``given`` holds, for each behaviour, its raw declared behaviour features by name (outcomes
+    included), as the request gave them: checked when scored, as a candidate's, against the
+    schema of the version that scores it.
+    """
+
+    def __init__(self, pairs: Sequence[tuple[str, str]], given: Sequence[Mapping[str, object]]) -> None:
+        """The history of ``pairs`` with ``given`` features, one mapping per pair."""
+        super().__init__(pairs)
+        if len(given) != len(pairs):
+            raise ValueError(f"{len(given)} behaviours' features for {len(pairs)} behaviours")
+        self.given: tuple[Mapping[str, object], ...] = tuple(given)
+
+
 def newest_values(profile: Profile) -> dict[str, Value]:
     """Each user feature's newest value: the user as of now."""
     return {name: points[-1][1] for name, points in profile.items() if points}
@@ -98,9 +116,10 @@ def feature_request_inputs(
 ) -> dict[str, np.ndarray]:
     """The declared features' inputs of a request (none without), by ``<feature>/<side>``.
 
-    ``context`` and each candidate's ``features`` are the request's raw values, by feature
-    name, checked as an event's (other names are ignored); a `StoredHistory` gives the
-    features along the history and the user's. Every other declared feature reads absent.
+    ``context``, each candidate's ``features`` and a `GivenHistory`'s features are the
+    request's raw values, by feature name, checked as an event's (other names are ignored); a
+    `StoredHistory` gives the features along the history and the user's. Every other declared
+    feature reads absent.
 
     Raises:
         InvalidEvent: a request value breaks its declaration (the reason names the feature).
@@ -117,6 +136,8 @@ def feature_request_inputs(
             k: v for k, v in history.features.items()
             if _role(schema, k) == "behaviour" and any(x is not None for x in v)
         }
+    elif isinstance(history, GivenHistory):
+        along = _along(schema, history.given)
     items = tuple(item for item, _ in history)
     categories = tuple(category for _, category in history)
     samples = [
@@ -132,6 +153,15 @@ def feature_request_inputs(
 
 def _role(schema: FeatureSchema, name: str) -> str | None:
     return schema[name].role if name in schema else None
+
+
+def _along(
+    schema: FeatureSchema, given: Sequence[Mapping[str, object]]
+) -> dict[str, tuple[Value | None, ...]]:
+    """The behaviour features (outcomes included) along a request's history, checked (None: absent)."""
+    rows = [_given(schema, raw, ("behaviour",)) for raw in given]
+    names = [name for name in schema.names if any(name in row for row in rows)]
+    return {name: tuple(row.get(name) for row in rows) for name in names}
 
 
 def _given(

@@ -1,15 +1,17 @@
 """``streamrec serve``: the promoted model over HTTP, on Starlette (ASGI) and uvicorn.
 
 - ``POST /score`` ``{"user": "u1", "items": ["i1", "i2:c7", {"item_id": "i3", "category_id":
-  "c2", "genres": ["Drama"]}], "history": [["i9", "c7"], ...], "context": {"device": "ios"}}``
+  "c2", "genres": ["Drama"]}], "history": [["i9", "c7"], {"item_id": "i4", "category_id": "c2",
+  "genres": ["Comedy"]}, ...], "context": {"device": "ios"}}``
   → ``{"version": 7, "arm": "served", "request_id": "...", "scores": [0.41, ...]}`` (the arm
   of a canary or A/B test, `streamrec.serving.routing`; the request id from ``X-Request-Id``
   or the body's ``request_id``, else a new one). ``context`` gives the model's declared context
   features (``STREAMREC_FEATURES``, role ``context``) by name, an item object its own
   behaviour features by name (``item``/``category`` are accepted for ``item_id``/
-  ``category_id``); one missing reads its default. Without ``history`` the user's sequence,
-  with its behaviour features, and the user's features are read from the stores
-  (`streamrec.serving.features`); an unknown user or item reads the default rows. Ids are
+  ``category_id``), and so does a ``history`` entry (outcomes included: it happened); one
+  missing reads its default. Without ``history`` the user's sequence, with its behaviour
+  features, and the user's features are read from the stores (`streamrec.serving.features`);
+  with it, the user's features read their defaults. An unknown user or item reads the default rows. Ids are
   strings or integers, as in the event contract (``5`` is ``"5"``). A bad request gets 400
   with the reason (a feature value breaking its declaration names the feature), a body over
   ``max_body_bytes`` 413 before the rest is read, and a request the server has no room for
@@ -56,6 +58,7 @@ from streamrec.errors import InvalidEvent
 from streamrec.events import as_id
 from streamrec.observability.freshness import ServedFreshness
 from streamrec.serving.admission import Admission, Overloaded
+from streamrec.serving.features import GivenHistory
 from streamrec.serving.features import no_history as no_history  # its old home
 from streamrec.serving.features import store_history as store_history  # its old home
 from streamrec.serving.guard import CanaryGuard, follow_traffic
@@ -144,7 +147,7 @@ class _Inexact(Exception):
 
 def parse_request(
     body: bytes, max_candidates: int
-) -> tuple[str, list[Candidate], list[tuple[str, str]] | None]:
+) -> tuple[str, list[Candidate], GivenHistory | None]:
     """The user, candidates and optional history of a ``POST /score`` body (see `parse_score_request`).
 
     Raises:
@@ -156,7 +159,7 @@ def parse_request(
 
 def parse_score_request(
     body: bytes, max_candidates: int
-) -> tuple[str, list[Candidate], list[tuple[str, str]] | None, dict[str, object]]:
+) -> tuple[str, list[Candidate], GivenHistory | None, dict[str, object]]:
     """The user, candidates, optional history and context features of a ``POST /score`` body.
 
     Ids are typed as in the event contract: a string, or an integer carried as its decimal
@@ -184,7 +187,7 @@ def parse_score_request(
 
 def _parsed(
     doc: object, max_candidates: int, exact: bool
-) -> tuple[str, list[Candidate], list[tuple[str, str]] | None]:
+) -> tuple[str, list[Candidate], GivenHistory | None]:
     if not isinstance(doc, dict):
         raise BadRequest("expected a JSON object with 'user' and 'items'")
     user, items = _id(doc.get("user"), "user", exact), doc.get("items")
@@ -196,9 +199,10 @@ def _parsed(
     history = doc.get("history")
     if history is None:
         return user, candidates, None
-    if not isinstance(history, list) or not all(isinstance(h, list) and len(h) == 2 for h in history):
-        raise BadRequest("'history' must be a list of [item, category] pairs, oldest first")
-    return user, candidates, [(_id(h[0], "history", exact), _id(h[1], "history", exact)) for h in history]
+    if not isinstance(history, list):
+        raise BadRequest(_HISTORY)
+    behaviours = [_behaviour(entry, exact) for entry in history]
+    return user, candidates, GivenHistory([b[0] for b in behaviours], [b[1] for b in behaviours])
 
 
 def _id(value: object, name: str, exact: bool) -> str:
@@ -212,6 +216,31 @@ def _id(value: object, name: str, exact: bool) -> str:
 
 _ITEM_KEYS = ("item", "item_id")
 _CATEGORY_KEYS = ("category", "category_id")
+_HISTORY = (
+    "'history' must be a list, oldest first, of [item, category] pairs or objects {'item_id': ..., "
+    "'category_id': ..., <declared behaviour feature>: ...}"
+)
+
+
+def _behaviour(entry: object, exact: bool) -> tuple[tuple[str, str], dict[str, object]]:
+    """A history entry's (item, category) and its raw behaviour features (none in the pair form)."""
+    if isinstance(entry, list) and len(entry) == 2:
+        return (_id(entry[0], "history", exact), _id(entry[1], "history", exact)), {}
+    if isinstance(entry, dict):
+        item, category = _first(entry, _ITEM_KEYS), _first(entry, _CATEGORY_KEYS)
+        if item is not None and category is not None:
+            return (_id(item, "history", exact), _id(category, "history", exact)), _features_of(entry)
+    raise BadRequest(f"{_HISTORY}: {entry!r}")
+
+
+def _first(entry: dict[str, object], keys: tuple[str, ...]) -> object:
+    """The value of the first of ``keys`` that ``entry`` holds, not null (None when none)."""
+    return next((entry[k] for k in keys if entry.get(k) is not None), None)
+
+
+def _features_of(entry: dict[str, object]) -> dict[str, object]:
+    """An item object's raw feature values: every key but its item's and category's."""
+    return {k: v for k, v in entry.items() if k not in _ITEM_KEYS + _CATEGORY_KEYS}
 
 
 def _candidate(item: object, exact: bool) -> Candidate:
@@ -226,10 +255,9 @@ def _candidate(item: object, exact: bool) -> Candidate:
     if isinstance(item, dict):
         item_key = next((k for k in _ITEM_KEYS if k in item), None)
         if item_key is not None:
-            category = next((item[k] for k in _CATEGORY_KEYS if item.get(k) is not None), None)
+            category = _first(item, _CATEGORY_KEYS)
             category_id = None if category is None else _id(category, "category", exact)
-            features = {k: v for k, v in item.items() if k not in _ITEM_KEYS + _CATEGORY_KEYS}
-            return Candidate(_id(item[item_key], "item", exact), category_id, features)
+            return Candidate(_id(item[item_key], "item", exact), category_id, _features_of(item))
     raise BadRequest(
         "an item is a non-empty string, an integer or an object {'item_id': ..., 'category_id': ..., "
         f"<declared behaviour feature>: ...}}: {item!r}"

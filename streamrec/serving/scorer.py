@@ -144,7 +144,8 @@ class ExportedModel:
         ``history`` ((item, category) pairs); ``context`` gives the request's declared context
         features, by name, and each candidate its own behaviour features. A
         `StoredHistory` (what the stores hold) also gives the behaviour features along the
-        history and the user's features; any other declared feature reads absent.
+        history and the user's features, a `GivenHistory` (a request's own) the behaviour
+        features along it; any other declared feature reads absent.
 
         Raises:
             InvalidEvent: a request's feature value breaks its declaration.

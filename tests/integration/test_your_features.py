@@ -84,9 +84,10 @@ def test_the_walk_through_runs_as_written(
     contract = json.loads(next((tmp_path / "snapshots" / "exports").glob("v*/contract.json")).read_text())
     assert [f["name"] for f in contract["features"]] == ["genres", "dwell_s", "tier", "device"]
     assert contract["model"]["learner"] == learner
-    scored = next(v for k, v in outputs.items() if k.startswith("streamrec score"))
+    scored, given = [v for k, v in outputs.items() if k.startswith("streamrec score")]
     assert re.search(r"user u1 with [1-9]\d* behaviours", scored), scored
     assert "i7" in scored and "i9" in scored
+    assert "user u1 with 2 behaviours" in given and "i7" in given, given  # the request's own history
     doc = json.loads(next(v for k, v in outputs.items() if k.startswith("curl ")))
     assert len(doc["scores"]) == 1 and 0.0 < doc["scores"][0] < 1.0
 

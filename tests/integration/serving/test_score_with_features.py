@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 import pytest
 from starlette.testclient import TestClient
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from streamrec.cli import app
 from streamrec.config import RedisStoreConfig
@@ -148,3 +148,69 @@ def test_served_scores_read_every_declared_feature_as_the_learner_does(
         env=env,
     )
     assert result.exit_code != 0 and "feature 'genres'" in result.output
+
+
+def _given_history() -> list[object]:
+    """u7's stored behaviours as a request gives them: objects with their features, and a pair."""
+    given: list[object] = []
+    for item, category, genres, rating, price in BEHAVIOURS[:-1]:
+        entry: dict[str, object] = {"item_id": item, "category_id": category}
+        entry |= {"genres": genres, "rating": rating}
+        if price is not None:
+            entry["price"] = price
+        given.append(entry)
+    item, category, genres, rating, price = BEHAVIOURS[-1]
+    given.append({"item": item, "category": category, "genres": genres, "rating": rating, "price": price})
+    return given
+
+
+def test_a_history_given_in_the_request_scores_as_the_same_history_read_from_the_store(
+    tmp_path: Path, store_config: RedisStoreConfig
+) -> None:
+    _snapshots(tmp_path / "snapshots")
+    store, _ = _fill(store_config)
+    scorer = Scorer(tmp_path / "snapshots")
+    items = [{"item_id": "i1", "category_id": "c1", "genres": ["a", "b"], "price": 7}, "i2:c2"]
+    request = {"user": "u7", "items": items, "context": CONTEXT}
+    pairs = [list(b[:2]) for b in BEHAVIOURS]
+    with TestClient(build_app(scorer, store_history(store))) as client:
+        stored = client.post("/score", json=request)
+        given = client.post("/score", json={**request, "history": _given_history()})
+        bare = client.post("/score", json={**request, "history": pairs})
+        mixed = client.post("/score", json={**request, "history": [*pairs[:2], _given_history()[2]]})
+        assert {r.status_code for r in (stored, given, bare, mixed)} == {200}, given.text
+        np.testing.assert_allclose(given.json()["scores"], stored.json()["scores"], rtol=1e-6)
+        # the features matter, each entry's own
+        assert not np.allclose(bare.json()["scores"], stored.json()["scores"], atol=1e-4)
+        assert not np.allclose(mixed.json()["scores"], given.json()["scores"], atol=1e-4)
+        cases: list[tuple[object, str]] = [
+            ({"item_id": "i8", "category_id": "c1", "genres": "a"}, "feature 'genres'"),
+            ({"item_id": "i8", "category_id": "c1", "price": -5}, "feature 'price'"),
+            ({"item_id": "i8", "category_id": "c1", "rating": "good"}, "feature 'rating'"),
+            ({"item_id": "i8"}, "'history'"),
+            ({"category_id": "c1", "genres": ["a"]}, "'history'"),
+            (["i8"], "'history'"),
+            ("i8:c1", "'history'"),
+        ]
+        for bad, reason in cases:
+            response = client.post("/score", json={**request, "history": [pairs[0], bad]})
+            assert response.status_code == 400, (bad, response.text)
+            assert reason in response.json()["error"], response.json()
+
+    def score(history: object) -> Result:  # streamrec score, with no feature store
+        return CliRunner().invoke(
+            app, ["score", "--user", "u7", "--items", orjson.dumps(items).decode(), "--json", "--no-store",
+                  "--context", orjson.dumps(CONTEXT).decode(), "--history", orjson.dumps(history).decode(),
+                  "--snapshot-dir", str(tmp_path / "snapshots")],
+            env={"STREAMREC_MODEL__SEQUENCE_LENGTH": "4",
+                 "STREAMREC_FEATURES": orjson.dumps([f.meaning() for f in SCHEMA.extras]).decode()},
+        )
+
+    result = score(_given_history())
+    assert result.exit_code == 0, result.output
+    doc = orjson.loads(result.stdout)
+    assert doc["history"] == 3
+    np.testing.assert_allclose(list(doc["scores"].values()), given.json()["scores"], rtol=1e-6)
+    for bad, reason in [(cases[0][0], "feature 'genres'"), ({"item_id": "i8"}, "--history: 'history'")]:
+        result = score([bad])
+        assert result.exit_code != 0 and reason in result.output, result.output

@@ -66,6 +66,9 @@ def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(
     users = {"age": 41.0}
     along: dict[str, list[Any]] = {"genres": [["a"], None], "rating": [4.0, None], "price": [None, 30.0]}
     items: list[dict[str, object]] = [{"genres": ["a", "b"], "price": 7.0}, {}, {"genres": ["zz"]}]
+    # the history as POST /score's (and the example's --history) gives it
+    given = [{"item_id": "i8", "category": "c1", "genres": ["a"], "rating": 4.0},
+             {"item": "i9", "category_id": "c2", "price": 30.0}]
     exported = ExportedModel(export)
     stored = StoredHistory(history, {k: tuple(tuple(x) if isinstance(x, list) else x for x in v)
                                      for k, v in along.items()}, users)
@@ -82,6 +85,10 @@ def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(
         f"e = score_export.Export(score_export.Path({str(export)!r}))\n"
         f"full = e.score('u1', {history!r}, {candidates!r}, {context!r}, {users!r}, {along!r}, {items!r})\n"
         f"bare = e.score('u1', {history!r}, {candidates!r})\n"
+        f"given, given_along = score_export.behaviours({json.dumps(given)!r})\n"
+        f"assert given == {history!r}, given\n"
+        f"assert given_along == {along!r}, given_along\n"
+        "assert score_export.behaviours('[[\"i8\", 5]]') == ([('i8', '5')], {})\n"
         "print(json.dumps([[float(s) for s in scores] for scores in (full, bare)]))\n"
         "assert not [m for m in sys.modules if m.startswith('streamrec')], 'imported streamrec'\n"
     )
