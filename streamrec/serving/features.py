@@ -7,7 +7,7 @@ A model trained with declared features (``STREAMREC_FEATURES``) reads, for a req
 - the user's features, each its newest value in the profile store (`store_history` with a
   profile store);
 - each candidate's own behaviour features (not outcomes: a candidate has none yet), from the
-  request (`Candidate.features`);
+  request (`Candidate.features`: the request's candidates are defined here);
 - or, when the request brings its own history, the behaviour features along it (outcomes
   included) from the request's history entries (`GivenHistory`);
 - the context features, from the request.
@@ -20,6 +20,7 @@ pairs, oldest first, so every caller that reads a history as pairs reads it as b
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,9 +36,27 @@ if TYPE_CHECKING:
     from streamrec.config import StreamrecConfig
     from streamrec.featurestore import FeatureStore
     from streamrec.featurestore.profiles import Profile, ProfileStore
-    from streamrec.serving.scorer import Candidate
 
 Along = Mapping[str, tuple[Value | None, ...]]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An item to score; without a category it reads the category table's default row.
+
+    ``features`` holds its own declared behaviour features (``genres``, say), raw values by
+    feature name, checked when scored; one absent reads its default.
+    """
+
+    item_id: str
+    category_id: str | None = None
+    features: Mapping[str, object] = field(default_factory=dict, hash=False)
+
+    @classmethod
+    def parse(cls, text: str) -> Candidate:
+        """``item`` or ``item:category``."""
+        item, _, category = text.partition(":")
+        return cls(item, category or None)
 
 
 class StoredHistory(list[tuple[str, str]]):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from streamrec.serving.export import (
     export_snapshot,
     feature_batch_inputs,
 )
+from streamrec.serving.features import Candidate as Candidate  # its home before; still imported from here
 from streamrec.serving.features import feature_request_inputs
 from streamrec.snapshots.exports import verify_export
 from streamrec.snapshots.store import SnapshotStore, version_name
@@ -40,25 +40,6 @@ from streamrec.snapshots.store import SnapshotStore, version_name
 logger = logging.getLogger(__name__)
 
 _CHUNK = 4096  # samples per predictor run when scoring a whole batch
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """An item to score; without a category it reads the category table's default row.
-
-    ``features`` holds its own declared behaviour features (``genres``, say), raw values by
-    feature name, checked when scored; one absent reads its default.
-    """
-
-    item_id: str
-    category_id: str | None = None
-    features: Mapping[str, object] = field(default_factory=dict, hash=False)
-
-    @classmethod
-    def parse(cls, text: str) -> Candidate:
-        """``item`` or ``item:category``."""
-        item, _, category = text.partition(":")
-        return cls(item, category or None)
 
 
 class _Table:
