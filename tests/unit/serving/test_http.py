@@ -65,6 +65,7 @@ def test_score_health_and_metrics(served: tuple[str, SnapshotStore, Scorer]) -> 
     assert np.allclose(doc["scores"], want, atol=1e-6)
     assert httpx.get(f"{url}/healthz").json() == {
         "status": "ok", "version": 1, "current": 1, "serves_current": True, "engine": SERVED_ENGINE,
+        "arms": {"served": {"version": 1, "engine": SERVED_ENGINE}},
     }
     metrics = httpx.get(f"{url}/metrics").text
     assert 'streamrec_serving_requests_total{status="200"} 1.0' in metrics
@@ -155,6 +156,7 @@ def test_healthz_tells_when_the_current_version_fails_to_load_and_failures_are_c
     time.sleep(0.3)  # more polls, each a failed load
     assert httpx.get(f"{url}/healthz").json() == {
         "status": "ok", "version": 1, "current": 2, "serves_current": False, "engine": SERVED_ENGINE,
+        "arms": {"served": {"version": 1, "engine": SERVED_ENGINE}},
     }
     metrics = httpx.get(f"{url}/metrics").text
     line = next(x for x in metrics.splitlines() if x.startswith("streamrec_serving_load_failures_total"))
