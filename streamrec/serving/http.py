@@ -20,8 +20,8 @@
   (`streamrec.serving.readiness`): the served version, the one ``serving/CURRENT`` names
   (null when unreadable) and whether they agree (not when the named version fails to load and
   an older one is kept), and each arm routed to now with its version and engine (a canary's or
-  A/B test's arms; without a plan ``served``). ``GET /healthz`` answers the same. ``GET /livez`` → 200 while the
-  event loop runs.
+  A/B test's arms; without a plan ``served``). ``GET /healthz`` answers the same. ``GET /livez``
+  → 200 while the event loop runs.
 - ``GET /metrics``: Prometheus, in a registry of its own.
 
 Starlette and uvicorn are the well-kept, typed ASGI pair (FastAPI is built on the first): a

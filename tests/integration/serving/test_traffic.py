@@ -220,7 +220,8 @@ def test_every_arm_reports_its_engine_on_metrics_and_readyz(
     export_snapshot(snapshots, 3)
     app = build_app(Scorer(snapshots.root), no_history, ServingConfig(poll_s=POLL_S))
     with serving(app) as url, httpx.Client(timeout=10) as client:
-        assert client.get(f"{url}/readyz").json()["arms"] == {"served": {"version": 1, "engine": SERVED_ENGINE}}
+        served = {"served": {"version": 1, "engine": SERVED_ENGINE}}
+        assert client.get(f"{url}/readyz").json()["arms"] == served
         snapshot(snapshots, "ab", "control=current:50%", "treatment=3:50%", "--name", "exp-engines")
         wait_for(lambda: len(client.get(f"{url}/readyz").json()["arms"]) == 2, 10, "the A/B plan")
         assert client.get(f"{url}/readyz").json()["arms"] == {
