@@ -73,8 +73,8 @@ redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #members - 1)
 for field, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], field, n) end
 return #members
 """
-# Lists settled by one script run: 10,000 keep Redis busy about 5 ms at a time (measured) however
-# long nobody read the figures.
+# Lists settled by one script run: 10,000 keep Redis busy 5-14 ms at a time on the 2-core machine
+# (bench/click_join.py), however long nobody read the figures.
 SETTLE_STEP = 10_000
 _POLL_S = 0.5  # the consumer thread's poll: how soon it sees a stop
 _BATCH = 500  # events per poll, committed together after their writes
