@@ -414,7 +414,9 @@ def build_app(
         return JSONResponse({"status": "ok"})
 
     async def prometheus(request: Request) -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        # off the event loop: the click figures read (and settle lists in) Redis at each scrape
+        body = await asyncio.to_thread(generate_latest, metrics.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
