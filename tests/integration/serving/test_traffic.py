@@ -223,7 +223,7 @@ def test_every_arm_reports_its_engine_on_metrics_and_readyz(
         served = {"served": {"version": 1, "engine": SERVED_ENGINE}}
         assert client.get(f"{url}/readyz").json()["arms"] == served
         snapshot(snapshots, "ab", "control=current:50%", "treatment=3:50%", "--name", "exp-engines")
-        wait_for(lambda: len(client.get(f"{url}/readyz").json()["arms"]) == 2, 10, "the A/B plan")
+        wait_for(lambda: len(client.get(f"{url}/readyz").json()["arms"]) == 2, 30, "the A/B plan")
         assert client.get(f"{url}/readyz").json()["arms"] == {
             "control": {"version": 1, "engine": SERVED_ENGINE},
             "treatment": {"version": 3, "engine": "paddle"},
@@ -234,7 +234,7 @@ def test_every_arm_reports_its_engine_on_metrics_and_readyz(
         assert f'{info}{{arm="treatment",engine="paddle",version="v000003"}} 1.0' in metrics
         assert metrics.count(f"{info}{{") == 2
         snapshot(snapshots, "ab", "--end")
-        wait_for(lambda: len(client.get(f"{url}/readyz").json()["arms"]) == 1, 10, "the end of the A/B test")
+        wait_for(lambda: len(client.get(f"{url}/readyz").json()["arms"]) == 1, 30, "the end of the A/B test")
         metrics = client.get(f"{url}/metrics").text
         assert metrics.count(f"{info}{{") == 1  # the ended arms are gone, not left at their last value
         assert f'{info}{{arm="served",engine="{SERVED_ENGINE}",version="v000001"}} 1.0' in metrics
