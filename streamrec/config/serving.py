@@ -77,12 +77,18 @@ class ServingConfig(BaseModel):
     click_group: str = Field("streamrec-serve-clicks", description="STREAMREC_SERVING__CLICK_GROUP")
     # How long a served list may still be clicked: a day covers a feed left open overnight.
     click_ttl_s: int = Field(86_400, ge=1, description="STREAMREC_SERVING__CLICK_TTL_S")
+    # The attribution window: a list counts toward its arm's click-through (lists and clicks)
+    # once clicked or this long after it was served, so arms are compared on settled lists, not
+    # on lists too new to have been clicked yet. Two minutes: most clicks on a shown list come
+    # within a minute of showing it, and the event's trip back through the topic adds seconds;
+    # a later click still counts, on its list already settled. 0: a list counts when served.
+    click_window_s: float = Field(120.0, ge=0, description="STREAMREC_SERVING__CLICK_WINDOW_S")
     # Actions that are clicks when an event has no label (an event's label 1 is a click).
     click_actions: tuple[str, ...] = Field(("click",), description="STREAMREC_SERVING__CLICK_ACTIONS")
 
     # With the click join on: a canary whose clicks per list fall below the served arm's by more
-    # than this (0.005: half a point of click-through) is ended too, once both arms served
-    # canary_min_lists lists; unset, click-through is reported and never judged.
+    # than this (0.005: half a point of click-through) is ended too, once both arms have
+    # canary_min_lists settled lists (click_window_s); unset, click-through is reported and never judged.
     canary_ctr_margin: float | None = Field(None, ge=0, description="STREAMREC_SERVING__CANARY_CTR_MARGIN")
     # 5,000 lists per arm put the standard error of a 5% click-through near 0.3 points.
     canary_min_lists: int = Field(5000, ge=1, description="STREAMREC_SERVING__CANARY_MIN_LISTS")
@@ -92,5 +98,14 @@ class ServingConfig(BaseModel):
         if self.max_in_flight < self.workers:
             raise ValueError(
                 f"max_in_flight ({self.max_in_flight}) must be at least workers ({self.workers})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _window_within_ttl(self) -> ServingConfig:
+        if self.click_window_s > self.click_ttl_s:
+            raise ValueError(
+                f"click_window_s ({self.click_window_s:g}) must be at most click_ttl_s ({self.click_ttl_s}): "
+                "a list is no longer joined to its clicks after click_ttl_s"
             )
         return self

@@ -3,8 +3,9 @@ r"""Click-through per arm: served lists recorded in Redis, click events joined t
 Chosen: serve both records and joins, and the consumers stay as they are. While a canary or an
 A/B test runs, each answered ``/score`` records its request id's arm and version in Redis
 (``<prefix>:req:<id>``, expiring after ``click_ttl_s``: how long a shown list may still
-be clicked) and counts the list served (hash ``<prefix>:{<salt>}:served``, field
-``<arm>\t<version>``). A `ClickConsumer` thread in serve reads the events topic in its own
+be clicked), counts the list served (hash ``<prefix>:{<salt>}:served``, field
+``<arm>\t<version>``) and puts it among the lists pending (sorted set ``<prefix>:{<salt>}:pending``,
+scored by the time served). A `ClickConsumer` thread in serve reads the events topic in its own
 consumer group (one group for every instance, so each event is read by one), and for an event
 carrying ``request_id`` that is a click (``label`` 1, or no label and an action in
 ``click_actions``) whose request is on record, counts one click per (request, item) (a
@@ -12,6 +13,14 @@ carrying ``request_id`` that is a click (``label`` 1, or no label and an action 
 offsets are committed only after those writes. The counters live in Redis, so every instance's
 lists and clicks add up; ``/metrics`` reads them for the running plan on each scrape. The salt
 in braces keeps one plan's keys in one Cluster slot.
+
+The attribution window (``click_window_s``): a list counts toward its arm's click-through, in
+both its lists and its clicks, once it is settled: clicked (its first click moves it from the
+pending set to ``<prefix>:{<salt>}:settled``, in the same script as the count) or served
+``click_window_s`` ago (each read of the figures moves those, oldest first, in bounded steps).
+Counting a list as unclicked the moment it is served made a new arm's click-through lag its
+clicks; settled lists compare like with like. A click after the window still counts, on a list
+already settled.
 
 Why not the consumers: they are the feature store's writers and run in transactions with the
 samples topic; the join needs none of that, and in serve it is off unless configured.
@@ -21,7 +30,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 import orjson
 import redis
@@ -36,37 +47,90 @@ from streamrec.snapshots.traffic import TrafficPlan
 
 logger = logging.getLogger(__name__)
 
-# One click per (request, item): the marker's SET NX succeeds once, then the count moves.
+# One click per (request, item): the marker's SET NX succeeds once, then the count moves; the
+# list's first click settles it (KEYS: marker, clicks, pending, settled; ARGV: ttl, field, member).
 _COUNT_ONCE = """
 if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
-  return redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+  redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+  if redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then
+    redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
+  end
+  return 1
 end
 return 0
 """
+# The oldest pending lists served at or before ARGV[1], at most ARGV[2] of them, settled: counted
+# per field (a member is "<arm>\t<version>\t<request id>") and removed. KEYS: pending, settled.
+_SETTLE = r"""
+local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+if #members == 0 then return 0 end
+local counts = {}
+for _, member in ipairs(members) do
+  local field = string.match(member, '^(.*)\t[^\t]*$')
+  counts[field] = (counts[field] or 0) + 1
+end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #members - 1)
+for field, n in pairs(counts) do redis.call('HINCRBY', KEYS[2], field, n) end
+return #members
+"""
+# Lists settled by one script run: 10,000 keep Redis busy 5-14 ms at a time on the 2-core machine
+# (bench/click_join.py), however long nobody read the figures.
+SETTLE_STEP = 10_000
 _POLL_S = 0.5  # the consumer thread's poll: how soon it sees a stop
 _BATCH = 500  # events per poll, committed together after their writes
+
+
+@dataclass(frozen=True)
+class ArmClicks:
+    """One arm's figures: lists served, lists settled (clicked, or served a window ago) and clicks.
+
+    Its click-through is ``clicks / settled``: every click is on a settled list.
+    """
+
+    lists: int
+    settled: int
+    clicks: int
 
 
 class ClickJoin:
     """The served lists and clicks of each plan's arms, in Redis."""
 
-    def __init__(self, client: redis.Redis, prefix: str, ttl_s: int, click_actions: Iterable[str]) -> None:
-        """Keys under ``prefix``; a served request joinable for ``ttl_s`` seconds."""
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str,
+        ttl_s: int,
+        click_actions: Iterable[str],
+        window_s: float = 0.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Keys under ``prefix``; a served request joinable for ``ttl_s`` seconds.
+
+        An unclicked list settles ``window_s`` seconds after it was served, by ``clock``
+        (seconds since the epoch: every instance's alike).
+        """
         self.client = client
         self.prefix = prefix
         self.ttl_s = ttl_s
         self.click_actions = frozenset(click_actions)
+        self.window_s = window_s
+        self.clock = clock
+        self.settle_step = SETTLE_STEP
         self._count_once = client.register_script(_COUNT_ONCE)
+        self._settle = client.register_script(_SETTLE)
 
     def _key(self, salt: str, name: str) -> str:
         return f"{self.prefix}:{{{salt}}}:{name}"
 
     def served(self, plan: TrafficPlan, request_id: str, arm: str, version: int) -> None:
-        """Record one list served to ``arm`` (one round trip)."""
+        """Record one list served to ``arm``, pending until settled (one round trip)."""
         field = f"{arm}\t{version}"
+        pending = self._key(plan.salt, "pending")
         pipe = self.client.pipeline(transaction=False)
         pipe.set(f"{self.prefix}:req:{request_id}", f"{plan.salt}\t{field}", ex=self.ttl_s)
         pipe.hincrby(self._key(plan.salt, "served"), field, 1)
+        pipe.zadd(pending, {f"{field}\t{request_id}": self.clock()})
+        pipe.expire(pending, self.ttl_s)  # a plan nobody reads any more leaves nothing behind
         pipe.execute()
 
     def clicked(self, event: dict[str, object]) -> bool:
@@ -84,22 +148,40 @@ class ClickJoin:
             return False
         salt, _, field = (record.decode() if isinstance(record, bytes) else str(record)).partition("\t")
         marker = self._key(salt, f"clicked:{request_id}:{event.get('item_id')}")
-        self._count_once(keys=[marker, self._key(salt, "clicks")], args=[self.ttl_s, field])
+        keys = [marker, self._key(salt, "clicks"), self._key(salt, "pending"), self._key(salt, "settled")]
+        self._count_once(keys=keys, args=[self.ttl_s, field, f"{field}\t{request_id}"])
         return True
 
-    def figures(self, plan: TrafficPlan) -> dict[tuple[str, str], tuple[int, int]]:
-        """(arm, version) -> (lists served, clicks) of ``plan``, every instance's together."""
-        served = self.client.hgetall(self._key(plan.salt, "served"))
-        clicks = self.client.hgetall(self._key(plan.salt, "clicks"))
+    def settle(self, plan: TrafficPlan) -> int:
+        """Settle ``plan``'s lists served ``window_s`` ago or longer; how many."""
+        keys = [self._key(plan.salt, "pending"), self._key(plan.salt, "settled")]
+        cutoff, total = self.clock() - self.window_s, 0
+        while True:
+            done = int(self._settle(keys=keys, args=[repr(cutoff), self.settle_step]))
+            total += done
+            if done < self.settle_step:
+                return total
+
+    def figures(self, plan: TrafficPlan) -> dict[tuple[str, str], ArmClicks]:
+        """(arm, version) -> the figures of ``plan``'s arms, every instance's together, settled first."""
+        self.settle(plan)
+        pipe = self.client.pipeline(transaction=False)
+        for name in ("served", "settled", "clicks"):
+            pipe.hgetall(self._key(plan.salt, name))
+        served, settled, clicks = pipe.execute()
         out = {}
-        for field in set(served) | set(clicks):
+        for field in set(served) | set(settled) | set(clicks):
             arm, _, version = (field.decode() if isinstance(field, bytes) else field).partition("\t")
-            out[(arm, f"v{int(version):06d}")] = (int(served.get(field, 0)), int(clicks.get(field, 0)))
+            counts = (int(served.get(field, 0)), int(settled.get(field, 0)), int(clicks.get(field, 0)))
+            out[(arm, f"v{int(version):06d}")] = ArmClicks(*counts)
         return out
 
 
 class ClickCollector(Collector):
-    """``streamrec_serving_arm_lists`` and ``_arm_clicks`` of the running plan, read on scrape."""
+    """``streamrec_serving_arm_lists``, ``_arm_settled_lists`` and ``_arm_clicks`` of the running plan.
+
+    Read on scrape.
+    """
 
     def __init__(self, join: ClickJoin, plan: Callable[[], TrafficPlan | None]) -> None:
         """Report ``join``'s figures for the plan ``plan()`` routes by."""
@@ -107,27 +189,36 @@ class ClickCollector(Collector):
         self.plan = plan
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        """The two families (empty without a plan or when Redis does not answer)."""
+        """The three families (empty without a plan or when Redis does not answer)."""
         labels = ["arm", "version"]
         lists = GaugeMetricFamily(
             "streamrec_serving_arm_lists",
             "Lists served during the running canary or A/B test, by arm and version (all instances)",
             labels=labels,
         )
+        settled = GaugeMetricFamily(
+            "streamrec_serving_arm_settled_lists",
+            "Of those lists, the ones clicked or served STREAMREC_SERVING__CLICK_WINDOW_S ago: "
+            "the click-through's denominator",
+            labels=labels,
+        )
         clicks = GaugeMetricFamily(
             "streamrec_serving_arm_clicks",
-            "Clicks joined to those lists by request id, by arm and version (their ratio: the click-through)",
+            "Clicks joined to those lists by request id, by arm and version "
+            "(divided by the settled lists: the click-through)",
             labels=labels,
         )
         plan = self.plan()
         if plan is not None:
             try:
-                for (arm, version), (served, clicked) in sorted(self.join.figures(plan).items()):
-                    lists.add_metric([arm, version], served)
-                    clicks.add_metric([arm, version], clicked)
+                for (arm, version), figures in sorted(self.join.figures(plan).items()):
+                    lists.add_metric([arm, version], figures.lists)
+                    settled.add_metric([arm, version], figures.settled)
+                    clicks.add_metric([arm, version], figures.clicks)
             except redis.RedisError as exc:
                 logger.warning("cannot read click-through figures error=%s", exc)
         yield lists
+        yield settled
         yield clicks
 
 
@@ -212,5 +303,8 @@ def start_click_join(cfg: StreamrecConfig) -> tuple[ClickJoin, ClickConsumer]:
             "STREAMREC_SERVING__CLICK_JOIN needs the Redis feature store (STREAMREC_STORE__TYPE=redis)"
         )
     client = redis.Redis.from_url(store.url, socket_connect_timeout=store.connect_timeout_s)
-    join = ClickJoin(client, f"{store.key_prefix}:ab", cfg.serving.click_ttl_s, cfg.serving.click_actions)
-    return join, ClickConsumer(join, cfg.kafka, cfg.serving.click_group).start()
+    serving = cfg.serving
+    join = ClickJoin(
+        client, f"{store.key_prefix}:ab", serving.click_ttl_s, serving.click_actions, serving.click_window_s
+    )
+    return join, ClickConsumer(join, cfg.kafka, serving.click_group).start()

@@ -12,7 +12,8 @@ Falling back rather than refusing: an export without the ONNX graph (written bef
 existed, or where the conversion failed) can be promoted, rolled back to or put in a canary
 at any time while serve runs, and refusing it then would stop serving a model Paddle scores
 correctly. The engine each version runs is logged when it loads and reported in ``/metrics``
-(``streamrec_serving_engine_info``) and ``/readyz``.
+(``streamrec_serving_engine_info`` for the served version, ``streamrec_serving_arm_engine_info``
+for each arm of a canary or A/B test) and ``/readyz``.
 """
 
 from __future__ import annotations

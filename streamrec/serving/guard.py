@@ -8,8 +8,8 @@ served one's plus ``canary_latency_slack_s``, ends the canary
 (`streamrec.snapshots.canary.end_plan`), under the pointer's lock and only if the plan judged
 is still the one in force, so of several instances one decides; the history says why. A
 canary whose version this instance cannot load is ended the same way, and, with the click
-join on and ``canary_ctr_margin`` set, one whose click-through (every instance's lists and
-clicks, from Redis) falls behind by that margin.
+join on and ``canary_ctr_margin`` set, one whose click-through (every instance's settled lists
+and their clicks, from Redis: `streamrec.serving.clicks`) falls behind by that margin.
 """
 
 from __future__ import annotations
@@ -125,9 +125,8 @@ class CanaryGuard:
     def check_clicks(self) -> TrafficPlan | None:
         """End the running canary if its click-through falls behind; the plan ended, if any.
 
-        Judged once both arms served ``canary_min_lists`` lists (all instances'): the canary's
-        clicks per list below the served arm's by more than ``canary_ctr_margin``. It reads
-        Redis: run it off the event loop.
+        By `click_verdict` on every instance's settled lists (clicked, or served
+        ``click_window_s`` ago) and their clicks. It reads Redis: run it off the event loop.
         """
         plan, margin = self.router.plan, self.cfg.canary_ctr_margin
         if not self.cfg.canary_auto_rollback or margin is None or self.clicks is None or plan is None:
@@ -135,22 +134,11 @@ class CanaryGuard:
         if plan.kind != "canary":
             return None
         by_arm: dict[str, tuple[int, int]] = {}
-        for (arm, _), (lists, clicked) in self.clicks.figures(plan).items():
-            total = by_arm.get(arm, (0, 0))
-            by_arm[arm] = (total[0] + lists, total[1] + clicked)
-        canary, served = by_arm.get(CANARY, (0, 0)), by_arm.get(SERVED, (0, 0))
-        if min(canary[0], served[0]) < self.cfg.canary_min_lists:
-            return None
-        canary_ctr, served_ctr = canary[1] / canary[0], served[1] / served[0]
-        if canary_ctr >= served_ctr - margin:
-            return None
-        return self.end(
-            plan,
-            (
-                f"click-through {canary_ctr:.4f} below the served version's {served_ctr:.4f} by more than "
-                f"{margin} over {canary[0]} canary and {served[0]} served lists (all instances)"
-            ),
-        )
+        for (arm, _), figures in self.clicks.figures(plan).items():
+            settled, clicked = by_arm.get(arm, (0, 0))
+            by_arm[arm] = (settled + figures.settled, clicked + figures.clicks)
+        reason = click_verdict(by_arm, margin, self.cfg.canary_min_lists)
+        return None if reason is None else self.end(plan, reason)
 
     def judged(self) -> tuple[TrafficPlan, str] | None:
         """The canary to end and why, by its figures (run it on the event loop, which counts them)."""
@@ -170,6 +158,24 @@ class CanaryGuard:
         if self._plan is plan:
             self._plan, self._arms = None, {}
         return ended
+
+
+def click_verdict(by_arm: dict[str, tuple[int, int]], margin: float, least: int) -> str | None:
+    """Why the canary's click-through falls behind, or None (also while too few lists settled).
+
+    ``by_arm``: arm -> (settled lists, clicks). Judged once both arms have ``least`` settled
+    lists: the canary's clicks per settled list below the served arm's by more than ``margin``.
+    """
+    canary, served = by_arm.get(CANARY, (0, 0)), by_arm.get(SERVED, (0, 0))
+    if min(canary[0], served[0]) < least:
+        return None
+    canary_ctr, served_ctr = canary[1] / canary[0], served[1] / served[0]
+    if canary_ctr >= served_ctr - margin:
+        return None
+    return (
+        f"click-through {canary_ctr:.4f} below the served version's {served_ctr:.4f} by more than "
+        f"{margin} over {canary[0]} canary and {served[0]} served settled lists (all instances)"
+    )
 
 
 async def follow_traffic(router: Router, guard: CanaryGuard, poll_s: float) -> None:

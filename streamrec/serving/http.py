@@ -17,12 +17,13 @@
   ``max_body_bytes`` 413 before the rest is read, and a request the server has no room for
   503 with ``Retry-After`` (`streamrec.serving.admission`).
 - ``GET /readyz`` → 200 ``{"status": "ok", "version": 7, "current": 7, "serves_current": true,
-  "engine": "onnx"}``
+  "engine": "onnx", "arms": {"served": {"version": 7, "engine": "onnx"}}}``
   when the server can score, else 503 ``{"status": "unavailable", ..., "reasons": [...]}``
   (`streamrec.serving.readiness`): the served version, the one ``serving/CURRENT`` names
   (null when unreadable) and whether they agree (not when the named version fails to load and
-  an older one is kept). ``GET /healthz`` answers the same. ``GET /livez`` → 200 while the
-  event loop runs.
+  an older one is kept), and each arm routed to now with its version and engine (a canary's or
+  A/B test's arms; without a plan ``served``). ``GET /healthz`` answers the same. ``GET /livez``
+  → 200 while the event loop runs.
 - ``GET /metrics``: Prometheus, in a registry of its own.
 
 Starlette and uvicorn are the well-kept, typed ASGI pair (FastAPI is built on the first): a
@@ -63,7 +64,7 @@ from streamrec.serving.features import no_history as no_history  # its old home
 from streamrec.serving.features import store_history as store_history  # its old home
 from streamrec.serving.guard import CanaryGuard, follow_traffic
 from streamrec.serving.readiness import PROBE_USER, Readiness
-from streamrec.serving.routing import REQUEST_SECONDS_BUCKETS, ArmMetrics, Router
+from streamrec.serving.routing import REQUEST_SECONDS_BUCKETS, ArmEngines, ArmMetrics, Router
 from streamrec.serving.scorer import Candidate, ExportedModel, Scorer
 from streamrec.snapshots.traffic import TrafficPlan
 
@@ -364,6 +365,7 @@ def build_app(
     router = Router(scorer, cfg.threads)  # each user's arm: one version, or a canary's or A/B test's
     arms = metrics.arms
     guard = CanaryGuard(router, cfg, clicks)
+    metrics.registry.register(ArmEngines(router.arms))
     if clicks is not None:  # each served list recorded for the click-through of its arm
         from streamrec.serving.clicks import ClickCollector
 
@@ -430,6 +432,7 @@ def build_app(
             "status": "unavailable" if reasons else "ok", "version": scorer.version,
             "current": scorer.current, "serves_current": scorer.serves_current,
             "engine": scorer.model.engine,
+            "arms": {a.arm: {"version": a.version, "engine": a.engine} for a in router.arms()},
         }
         if reasons:
             doc["reasons"] = reasons
@@ -439,7 +442,9 @@ def build_app(
         return JSONResponse({"status": "ok"})
 
     async def prometheus(request: Request) -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        # off the event loop: the click figures read (and settle lists in) Redis at each scrape
+        body = await asyncio.to_thread(generate_latest, metrics.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from streamrec.errors import SnapshotError
 from streamrec.serving.export import export_snapshot
@@ -79,6 +83,39 @@ class ArmMetrics:
             self.scores.labels(arm, name).inc(len(scores))
 
 
+@dataclass(frozen=True)
+class LoadedArm:
+    """An arm routed to now: its name, the version answering it and that version's engine."""
+
+    arm: str
+    version: int
+    engine: str  # "onnx" or "paddle" (`streamrec.serving.engines`)
+
+
+class ArmEngines(Collector):
+    """``streamrec_serving_arm_engine_info``: 1 per arm routed to now, read on scrape.
+
+    Read from the router on each scrape, so an arm of an ended plan is gone rather than left at
+    its last value.
+    """
+
+    def __init__(self, arms: Callable[[], list[LoadedArm]]) -> None:
+        """Report the arms ``arms()`` names (`Router.arms`)."""
+        self.arms = arms
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """One family: 1 for each arm, version and the engine running it."""
+        family = GaugeMetricFamily(
+            "streamrec_serving_arm_engine_info",
+            "1 for each arm routed to now, its version and the engine running it "
+            "(onnx: ONNX Runtime, paddle: Paddle Inference); without a plan the arm served",
+            labels=["arm", "version", "engine"],
+        )
+        for loaded in self.arms():
+            family.add_metric([loaded.arm, version_name(loaded.version), loaded.engine], 1)
+        yield family
+
+
 class Router:
     """Each user's arm and model, following the traffic plan of the scorer's snapshot directory.
 
@@ -115,6 +152,15 @@ class Router:
             return None, SERVED, served
         arm = plan.arm_of(user_id)
         return plan, arm.name, served if arm.version is None else models[arm.version]
+
+    def arms(self) -> list[LoadedArm]:
+        """Every arm routed to now, in the plan's order (without a plan: ``served`` alone)."""
+        plan, models = self._state
+        served = self.scorer.model
+        if plan is None:
+            return [LoadedArm(SERVED, served.version, served.engine)]
+        answering = [(arm.name, served if arm.version is None else models[arm.version]) for arm in plan.arms]
+        return [LoadedArm(name, model.version, model.engine) for name, model in answering]
 
     def refresh(self) -> bool:
         """Take the plan in the file if it changed and its versions load; True when taken."""

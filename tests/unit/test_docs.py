@@ -209,6 +209,7 @@ def _metric_names() -> set[str]:
     from streamrec.observability.learner import LearnerMetrics
     from streamrec.serving.clicks import ClickCollector
     from streamrec.serving.http import ServingMetrics
+    from streamrec.serving.routing import ArmEngines
 
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum")}
     names: set[str] = set()
@@ -217,6 +218,7 @@ def _metric_names() -> set[str]:
             names |= {family.name, *(family.name + s for s in suffixes.get(family.type, ()))}
     # the click join's, read from Redis at a scrape: without a plan collect() asks no Redis
     names |= {family.name for family in ClickCollector(None, lambda: None).collect()}  # type: ignore[arg-type]
+    names |= {family.name for family in ArmEngines(list).collect()}  # each arm's engine, from the router
     for prefix in ("streamrec_learner", "streamrec_consumer"):
         # describe() names the lag families without asking a broker (the probe is never used)
         names |= {family.name for family in LagCollector(None, prefix).describe()}  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 """Click-through per arm, end to end on the real broker and Redis: an A/B test served over HTTP,
 click events carrying the responses' request ids produced to the events topic, and each arm's
-lists and clicks on /metrics, counted once however often an event is delivered.
+lists, settled lists and clicks on /metrics, counted once however often an event is delivered;
+a list settles when clicked or once its attribution window passed (a clock the test moves).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -52,9 +54,20 @@ def click(request_id: object, **fields: object) -> bytes:
 
 def figures(metrics: str) -> dict[tuple[str, str, str], float]:
     found = re.findall(
-        r'streamrec_serving_arm_(lists|clicks)\{arm="([^"]+)",version="([^"]+)"\} (\S+)', metrics
+        r'streamrec_serving_arm_(lists|settled_lists|clicks)\{arm="([^"]+)",version="([^"]+)"\} (\S+)',
+        metrics,
     )
     return {(kind, arm, version): float(value) for kind, arm, version, value in found}
+
+
+class Clock:
+    """The click join's clock, moved by the test: seconds since the epoch."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def test_clicks_join_to_the_arm_that_served_the_list(
@@ -65,6 +78,7 @@ def test_clicks_join_to_the_arm_that_served_the_list(
     plan = read_plan(root)
     assert plan is not None
     join, consumer = start_click_join(cfg)
+    join.clock = clock = Clock()
     try:
         app = build_app(Scorer(root), no_history, cfg.serving, clicks=join)
         with serving(app) as url, httpx.Client(timeout=10) as client:
@@ -106,6 +120,10 @@ def test_clicks_join_to_the_arm_that_served_the_list(
                     arm == "a" and served[0]["arm"] == "served"
                 )
                 assert seen[("clicks", arm, version)] == clicks[arm]
+                assert seen[("settled_lists", arm, version)] == clicks[arm]  # one click a list
+            clock.now += cfg.serving.click_window_s  # the window passed: every list settled
+            seen = figures(client.get(f"{url}/metrics").text)
+            assert all(seen[("settled_lists", *k[1:])] == seen[("lists", *k[1:])] for k in seen)
             # The redelivered ones joined, not counted: the counts above are already whole
             # while the last of them may still be on its way through the consumer.
             wait_for(lambda: consumer.joined >= len(clicked) + 5, 30, "the redeliveries joined")
@@ -172,14 +190,18 @@ def test_streamrec_serve_joins_clicks_when_configured(
     assert "click join stopped joined=1" in output  # it left its group at shutdown
 
 
-def test_a_canary_clicked_less_is_rolled_back(
+def test_a_canary_clicked_less_is_rolled_back_once_its_lists_settled(
     root: Path, pipeline_config: Callable[..., StreamrecConfig]
 ) -> None:
     store = SnapshotStore(root)
-    serving_cfg = {"poll_s": 0.1, "click_join": True, "canary_ctr_margin": 0.1, "canary_min_lists": 10}
+    serving_cfg = {
+        "poll_s": 0.1, "click_join": True, "canary_ctr_margin": 0.1, "canary_min_lists": 10,
+        "click_window_s": 60,
+    }
     cfg = pipeline_config(serving=serving_cfg, learner={"snapshot_dir": root})
     snapshot(root, "canary", "2", "--share", "50%")
     join, consumer = start_click_join(cfg)
+    join.clock = clock = Clock()
     try:
         app = build_app(Scorer(root), no_history, cfg.serving, clicks=join)
         with serving(app) as url, httpx.Client(timeout=10) as client:
@@ -189,18 +211,31 @@ def test_a_canary_clicked_less_is_rolled_back(
                 ).json()
                 for n in range(60)
             ]
-            assert {d["arm"] for d in served} == {"canary", "served"}
+            lists = Counter(d["arm"] for d in served)
+            assert set(lists) == {"canary", "served"} and min(lists.values()) >= 10
             producer = make_producer(cfg.kafka)
             for d in served:  # every list of the served version clicked, none of the canary's
                 if d["arm"] == "served":
                     produce(producer, cfg.kafka.events_topic, click(d["request_id"]), key=b"u")
             producer.flush(10)
+            arm = ("clicks", "served", "v000001")
+            wait_for(
+                lambda: figures(client.get(f"{url}/metrics").text).get(arm) == lists["served"],
+                30,
+                "the clicks joined",
+            )
+            # Within the window the canary's unclicked lists have not settled: nothing is judged,
+            # however many polls of the guard pass (its clock stands still).
+            time.sleep(1.0)
+            assert read_plan(root) is not None
+            assert figures(client.get(f"{url}/metrics").text)[("settled_lists", "canary", "v000002")] == 0
+            clock.now += 60
             wait_for(lambda: read_plan(root) is None, 30, "the canary ended")
             reason = store.history()[-1].reason
-            # The guard judges as soon as both arms have the minimum of lists: the served arm's
-            # clicks may still be joining then, so its rate is anything past the margin.
-            found = re.search(r"click-through 0\.0000 below the served version's ([0-9.]+) by more", reason)
-            assert found is not None and float(found.group(1)) > 0.1, reason
+            assert (
+                "click-through 0.0000 below the served version's 1.0000 by more than 0.1 over "
+                f"{lists['canary']} canary and {lists['served']} served settled lists" in reason
+            ), reason
             wait_for(
                 lambda: (
                     client.post(f"{url}/score", json={"user": "u1", "items": ["i1"]}).json()["arm"]

@@ -45,6 +45,7 @@ def test_readiness_follows_the_feature_store(tmp_path: Path, private_redis: Priv
         try:
             assert client.get(f"{url}/readyz").json() == {
                 "status": "ok", "version": 1, "current": 1, "serves_current": True, "engine": SERVED_ENGINE,
+                "arms": {"served": {"version": 1, "engine": SERVED_ENGINE}},
             }
             assert client.post(f"{url}/score", json=score).status_code == 200
 
@@ -71,6 +72,7 @@ def test_readiness_follows_the_feature_store(tmp_path: Path, private_redis: Priv
             wait_for(client, f"{url}/readyz", 200, within_s=CACHE_S + 10)
             assert client.get(f"{url}/healthz").json() == {
                 "status": "ok", "version": 1, "current": 1, "serves_current": True, "engine": SERVED_ENGINE,
+                "arms": {"served": {"version": 1, "engine": SERVED_ENGINE}},
             }
             assert client.post(f"{url}/score", json=score).status_code == 200
         finally:

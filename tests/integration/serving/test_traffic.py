@@ -5,6 +5,7 @@ and on /metrics. The plans are made with the real `streamrec snapshot` commands.
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -19,11 +20,13 @@ from typer.testing import CliRunner
 
 from streamrec.cli import app as cli
 from streamrec.config import ServingConfig
+from streamrec.serving import export as export_module
+from streamrec.serving.export import export_dir, export_snapshot
 from streamrec.serving.http import build_app, no_history
 from streamrec.serving.scorer import Scorer
 from streamrec.snapshots.store import SnapshotStore
 from streamrec.snapshots.traffic import plan_path, read_plan
-from tests.support import serving, wait_for
+from tests.support import SERVED_ENGINE, serving, wait_for
 
 POLL_S = 0.1
 USERS = [f"u{n}" for n in range(1000)]
@@ -206,3 +209,32 @@ def test_ab_arms_and_request_ids_in_responses_and_per_arm_metrics(snapshots: Sna
         snapshot(snapshots, "ab", "--end")
         wait_for(lambda: score(client, url, "u1")["arm"] == "served", 10, "the end of the A/B test")
         assert {score(client, url, u)["version"] for u in USERS[:100]} == {1}
+
+
+def test_every_arm_reports_its_engine_on_metrics_and_readyz(
+    snapshots: SnapshotStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # v000003 exported without the ONNX graph (as before it existed): Paddle runs that arm
+    shutil.rmtree(export_dir(snapshots.root, 3))
+    monkeypatch.setattr(export_module, "write_onnx", lambda directory, contract: None)
+    export_snapshot(snapshots, 3)
+    app = build_app(Scorer(snapshots.root), no_history, ServingConfig(poll_s=POLL_S))
+    with serving(app) as url, httpx.Client(timeout=10) as client:
+        served = {"served": {"version": 1, "engine": SERVED_ENGINE}}
+        assert client.get(f"{url}/readyz").json()["arms"] == served
+        snapshot(snapshots, "ab", "control=current:50%", "treatment=3:50%", "--name", "exp-engines")
+        wait_for(lambda: len(client.get(f"{url}/readyz").json()["arms"]) == 2, 30, "the A/B plan")
+        assert client.get(f"{url}/readyz").json()["arms"] == {
+            "control": {"version": 1, "engine": SERVED_ENGINE},
+            "treatment": {"version": 3, "engine": "paddle"},
+        }
+        metrics = client.get(f"{url}/metrics").text
+        info = "streamrec_serving_arm_engine_info"
+        assert f'{info}{{arm="control",engine="{SERVED_ENGINE}",version="v000001"}} 1.0' in metrics
+        assert f'{info}{{arm="treatment",engine="paddle",version="v000003"}} 1.0' in metrics
+        assert metrics.count(f"{info}{{") == 2
+        snapshot(snapshots, "ab", "--end")
+        wait_for(lambda: len(client.get(f"{url}/readyz").json()["arms"]) == 1, 30, "the end of the A/B test")
+        metrics = client.get(f"{url}/metrics").text
+        assert metrics.count(f"{info}{{") == 1  # the ended arms are gone, not left at their last value
+        assert f'{info}{{arm="served",engine="{SERVED_ENGINE}",version="v000001"}} 1.0' in metrics

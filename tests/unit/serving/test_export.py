@@ -1,9 +1,11 @@
 """The export: Paddle Inference reproduces the training model's scores, in this process and in
-one that imports no streamrec; its files are world-readable and checked.
+one that imports no streamrec (``examples/score_export.py``, on Paddle or on ONNX Runtime
+without Paddle); its files are world-readable and checked.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -29,6 +31,9 @@ from tests.support import small_tables
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "score_export.py"
 TOLERANCE = 1e-5
+HAS_ONNX = all(importlib.util.find_spec(m) for m in ("onnxruntime", "paddle2onnx"))
+# The example's engines: ONNX Runtime's needs the ONNX graph in the export (paddle2onnx) and onnxruntime.
+ENGINES = ["paddle", pytest.param("onnx", marks=pytest.mark.skipif(not HAS_ONNX, reason="no onnx extra"))]
 
 
 # The default tables' kinds (ModelConfig.tables), small: a dynamic item table, a hashed category one.
@@ -113,8 +118,9 @@ def test_a_snapshot_from_before_the_match_features_still_exports(tmp_path: Path)
     "tables", [small_tables(512, 64, dim=4), DEFAULT_LAYOUT], ids=["dynamic", "default-layout"]
 )
 @pytest.mark.parametrize("model", ["din", "deepfm"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_process_without_streamrec_scores_as_the_training_model(
-    tmp_path: Path, tables: list[dict[str, Any]], model: str
+    tmp_path: Path, tables: list[dict[str, Any]], model: str, engine: str
 ) -> None:
     learner = trained(config(tables=tables), model)
     export = write_export(learner, tmp_path / "v000001", 1, learner.cfg.learner)
@@ -130,9 +136,12 @@ def test_a_process_without_streamrec_scores_as_the_training_model(
         "import json, sys\n"
         f"sys.path.insert(0, {str(EXAMPLE.parent)!r})\n"
         "import score_export\n"
-        f"scores = score_export.Export(score_export.Path({str(export)!r})).score("
-        f"'u3', {history!r}, {candidates!r})\n"
+        f"e = score_export.Export(score_export.Path({str(export)!r}), {engine!r})\n"
+        f"assert e.engine == {engine!r}, e.engine\n"
+        f"scores = e.score('u3', {history!r}, {candidates!r})\n"
         "assert not [m for m in sys.modules if m.startswith('streamrec')], 'imported streamrec'\n"
+        # ONNX Runtime's needs no Paddle: a service may install onnxruntime alone
+        f"assert {engine!r} == 'paddle' or 'paddle' not in sys.modules, 'imported paddle'\n"
         "print(json.dumps([float(s) for s in scores]))\n"
     )
     proc = subprocess.run(
@@ -147,6 +156,37 @@ def test_a_process_without_streamrec_scores_as_the_training_model(
     alike = len(candidates) if tables[1].get("ids", "dynamic") == "dynamic" else len(candidates) - 1
     assert np.abs(got - want)[:alike].max() <= TOLERANCE
     assert 0 < got[-1] < 1
+
+
+def run_example(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+
+
+@pytest.mark.skipif(not HAS_ONNX, reason="no onnx extra")
+def test_the_example_chooses_its_engine_from_the_contract_or_the_flag(tmp_path: Path) -> None:
+    export = write_export(trained(config()), tmp_path / "v000001", 1)
+    args = [str(export), "u3", "i1:c1", "i3:c3", "never-seen", "--history", "i1:c1,i2:c2"]
+    runs = {engine: run_example(*args, "--engine", engine) for engine in ("auto", "onnx", "paddle")}
+    assert all(run.returncode == 0 for run in runs.values()), {e: r.stderr[-1000:] for e, r in runs.items()}
+    scores = {engine: json.loads(run.stdout) for engine, run in runs.items()}
+    assert scores["auto"] == scores["onnx"]  # auto: ONNX Runtime when the contract names the graph
+    assert scores["onnx"].keys() == scores["paddle"].keys()
+    assert max(abs(scores["onnx"][k] - scores["paddle"][k]) for k in scores["onnx"]) <= TOLERANCE
+    # An export whose contract names no ONNX graph (written before it, or without paddle2onnx)
+    contract = json.loads((export / "contract.json").read_text())
+    del contract["onnx"]
+    (export / "contract.json").write_text(json.dumps(contract))
+    auto = run_example(*args)
+    assert auto.returncode == 0 and json.loads(auto.stdout) == scores["paddle"], auto.stderr[-1000:]
+    asked = run_example(*args, "--engine", "onnx")
+    assert asked.returncode == 2 and "Traceback" not in asked.stderr
+    assert asked.stderr.strip().splitlines()[-1] == (
+        f"score_export.py: error: {export} has no ONNX graph (its contract.json names none); "
+        "--engine paddle or auto scores it with Paddle"
+    )
 
 
 def test_the_scorer_api_matches_the_example(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Declared features in a table model's export: inputs of source ``feature``, built from the contract.
 
-The contract-driven scorer and ``examples/score_export.py`` (no streamrec) build them alike, for a
-DIN's export and a DeepFM's.
+The contract-driven scorer and ``examples/score_export.py`` (no streamrec, on Paddle or ONNX Runtime)
+build them alike, for a DIN's export and a DeepFM's.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import pytest
 from streamrec.learner.batch import Batch
 from streamrec.learner.registry import make_learner
 from tests.unit.learner.test_features import SCHEMA, featured, model
+from tests.unit.serving.test_export import ENGINES
 
 pytest.importorskip("paddle")
 
@@ -46,8 +47,9 @@ def _export(tmp_path: Path, learner_type: str = "din") -> Path:
 
 
 @pytest.mark.parametrize("learner_type", ["din", "deepfm"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(
-    tmp_path: Path, learner_type: str
+    tmp_path: Path, learner_type: str, engine: str
 ) -> None:
     from streamrec.serving.features import StoredHistory
     from streamrec.serving.scorer import Candidate, ExportedModel
@@ -82,7 +84,8 @@ def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(
         "import json, sys\n"
         f"sys.path.insert(0, {str(EXAMPLE.parent)!r})\n"
         "import score_export\n"
-        f"e = score_export.Export(score_export.Path({str(export)!r}))\n"
+        f"e = score_export.Export(score_export.Path({str(export)!r}), {engine!r})\n"
+        f"assert e.engine == {engine!r}, e.engine\n"
         f"full = e.score('u1', {history!r}, {candidates!r}, {context!r}, {users!r}, {along!r}, {items!r})\n"
         f"bare = e.score('u1', {history!r}, {candidates!r})\n"
         f"given, given_along = score_export.behaviours({json.dumps(given)!r})\n"

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+
 from streamrec.config import ServingConfig
-from streamrec.serving.guard import CanaryGuard
+from streamrec.serving.guard import CanaryGuard, click_verdict
 from streamrec.snapshots.traffic import Arm, TrafficPlan
 
 CANARY = TrafficPlan("canary", "c", (Arm("canary", 2, 1000), Arm("served", None, 9000)))
@@ -67,3 +70,24 @@ def test_only_a_canary_is_judged_and_a_new_plan_starts_afresh() -> None:
     feed(g, "canary", 1, plan=again)
     assert g.verdict() is None  # the grown canary's figures start at its own first request
     assert guard(canary_auto_rollback=False, canary_latency_ratio=0.0).judged() is None
+
+
+def test_click_through_is_judged_on_settled_lists_once_both_arms_have_the_minimum() -> None:
+    # (settled lists, clicks): 40 settled canary lists are too few to judge by
+    assert click_verdict({"canary": (40, 0), "served": (500, 50)}, margin=0.02, least=50) is None
+    # 50 each: canary 0.0400 against 0.1000, past the margin of 0.02
+    reason = click_verdict({"canary": (50, 2), "served": (500, 50)}, margin=0.02, least=50)
+    assert reason == (
+        "click-through 0.0400 below the served version's 0.1000 by more than 0.02 "
+        "over 50 canary and 500 served settled lists (all instances)"
+    )
+    # within the margin, or better: no verdict
+    assert click_verdict({"canary": (50, 4), "served": (500, 50)}, margin=0.02, least=50) is None
+    assert click_verdict({"canary": (50, 9), "served": (500, 50)}, margin=0.02, least=50) is None
+    assert click_verdict({"served": (500, 50)}, margin=0.0, least=1) is None  # no canary lists yet
+
+
+def test_the_click_window_is_within_the_time_a_list_is_joinable() -> None:
+    assert ServingConfig().click_window_s == 120.0
+    with pytest.raises(ValidationError, match="click_window_s"):
+        ServingConfig(click_window_s=100, click_ttl_s=60)

@@ -20,7 +20,8 @@ from streamrec.serving.export import export_dir
 from streamrec.serving.http import build_app, no_history, parse_request
 from streamrec.serving.scorer import Candidate, Scorer
 from streamrec.snapshots.store import SnapshotStore
-from tests.support import SERVED_ENGINE, trained_snapshots
+from streamrec.snapshots.traffic import Arm, TrafficPlan, write_plan
+from tests.support import SERVED_ENGINE, in_thread, serving, trained_snapshots
 
 
 def free_port() -> int:
@@ -65,6 +66,7 @@ def test_score_health_and_metrics(served: tuple[str, SnapshotStore, Scorer]) -> 
     assert np.allclose(doc["scores"], want, atol=1e-6)
     assert httpx.get(f"{url}/healthz").json() == {
         "status": "ok", "version": 1, "current": 1, "serves_current": True, "engine": SERVED_ENGINE,
+        "arms": {"served": {"version": 1, "engine": SERVED_ENGINE}},
     }
     metrics = httpx.get(f"{url}/metrics").text
     assert 'streamrec_serving_requests_total{status="200"} 1.0' in metrics
@@ -155,6 +157,7 @@ def test_healthz_tells_when_the_current_version_fails_to_load_and_failures_are_c
     time.sleep(0.3)  # more polls, each a failed load
     assert httpx.get(f"{url}/healthz").json() == {
         "status": "ok", "version": 1, "current": 2, "serves_current": False, "engine": SERVED_ENGINE,
+        "arms": {"served": {"version": 1, "engine": SERVED_ENGINE}},
     }
     metrics = httpx.get(f"{url}/metrics").text
     line = next(x for x in metrics.splitlines() if x.startswith("streamrec_serving_load_failures_total"))
@@ -177,3 +180,31 @@ def test_each_version_loaded_is_observed_for_freshness(served: tuple[str, Snapsh
     # These snapshots predate newest_event_ms: no event figures, not wrong ones.
     assert "streamrec_serving_event_to_servable_seconds_count 0.0" in after
     assert "streamrec_serving_model_event_age_seconds NaN" in after
+
+
+class SlowClicks:
+    """A click join whose figures take a second to read (Redis far away, or many lists to settle)."""
+
+    def served(self, *args: object) -> None:
+        pass
+
+    def figures(self, plan: object) -> dict[object, object]:
+        time.sleep(1.0)
+        return {}
+
+
+def test_a_slow_scrape_leaves_the_event_loop_free(tmp_path: Path) -> None:
+    """The click figures read Redis on a scrape; meanwhile the server answers probes and requests."""
+    trained_snapshots(tmp_path, count=2).promote(1)
+    write_plan(tmp_path, TrafficPlan("ab", "x", (Arm("a", 1, 5000), Arm("b", 2, 5000))))
+    app = build_app(Scorer(tmp_path), no_history, ServingConfig(), clicks=SlowClicks())  # type: ignore[arg-type]
+    with serving(app) as url, httpx.Client(timeout=10) as client:
+        scrape, _ = in_thread(lambda: httpx.get(f"{url}/metrics", timeout=10).status_code)
+        time.sleep(0.2)  # the scrape is reading the figures
+        start = time.perf_counter()
+        assert client.get(f"{url}/livez").status_code == 200
+        body = {"user": "u1", "items": ["i1"], "history": []}
+        assert client.post(f"{url}/score", json=body).status_code == 200
+        waited = time.perf_counter() - start
+        scrape.join(10)
+    assert waited < 0.5, f"the probe and the request waited {waited:.2f} s for the scrape"

@@ -242,6 +242,7 @@ def test_liveness_apart_from_readiness(scorer: Scorer) -> None:
         assert client.get(f"{url}/readyz").status_code == 200
         assert client.get(f"{url}/healthz").json() == {
             "status": "ok", "version": 1, "current": 1, "serves_current": True, "engine": SERVED_ENGINE,
+            "arms": {"served": {"version": 1, "engine": SERVED_ENGINE}},
         }
         assert client.get(f"{url}/livez").status_code == 200
 
