@@ -61,15 +61,19 @@ def prelu_linear_row(x: paddle.Tensor, prelu: nn.Layer, linear: nn.Layer) -> pad
     return (row + linear.bias).reshape([-1])
 
 
+def onnx_form_layers(model: nn.Layer) -> list[nn.Layer]:
+    """``model``'s layers that have an ONNX form (an ``onnx_form`` flag), in their training form."""
+    layers = model.sublayers(include_self=True)
+    return [layer for layer in layers if getattr(layer, "onnx_form", None) is False]
+
+
 @contextmanager
 def onnx_forms(model: nn.Layer) -> Iterator[None]:
-    """``model``'s layers that have an ONNX form (an ``onnx_form`` flag) in it for the block.
+    """``model``'s layers that have an ONNX form in it for the block.
 
     The flags are plain attributes read when the graph is traced; they are set back on leaving.
     """
-    layers = [
-        layer for layer in model.sublayers(include_self=True) if getattr(layer, "onnx_form", None) is False
-    ]
+    layers = onnx_form_layers(model)
     for layer in layers:
         layer.onnx_form = True
     try:

@@ -59,7 +59,7 @@ from streamrec.learner.features import FeaturePlan, Moments, encode_features
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
-from streamrec.learner.onnxforms import onnx_forms
+from streamrec.learner.onnxforms import onnx_form_layers, onnx_forms
 from streamrec.learner.registry import make_learner
 from streamrec.learner.trainer import TableLearner
 from streamrec.serving.graph import (
@@ -454,9 +454,10 @@ def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
 def _onnx_trace(graph: ScoringGraph, specs: list[Any], directory: Path) -> Path | None:
     """``graph`` traced in ONNX Runtime's forms (`onnx_forms`) into ``directory``, for conversion.
 
-    None without the ``onnx`` extra (nothing would convert it).
+    None without the ``onnx`` extra (nothing would convert it) or when no layer has another
+    form (DeepFM): the Paddle graph is converted as it is.
     """
-    if onnx_missing():
+    if onnx_missing() or not onnx_form_layers(graph):
         return None
     with onnx_forms(graph):
         paddle.jit.save(graph, str(directory / MODEL_PREFIX), input_spec=specs)
