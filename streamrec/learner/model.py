@@ -21,6 +21,7 @@ from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
 from streamrec.learner.features import FeaturePlan, PlannedFeature
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
+from streamrec.learner.onnxforms import attention_first_layer_broadcast, prelu_linear_row
 
 
 class EmbeddingArch(nn.Layer):
@@ -209,6 +210,7 @@ class LocalActivationUnit(nn.Layer):
         """
         super().__init__()
         self.score = _mlp(4 * dim, units)
+        self.onnx_form = False  # the export's ONNX graph is traced with it on (learner.onnxforms)
 
     def forward(
         self, query: paddle.Tensor, keys: paddle.Tensor, mask: paddle.Tensor
@@ -225,10 +227,15 @@ class LocalActivationUnit(nn.Layer):
             [B, D] the user-interest vector, and [B, D] the plain sum of the real behaviours.
         """
         layers = list(self.score)
-        hidden = attention_first_layer(layers[0], query, keys)
-        # The rest runs on [B*T, H] rows, which oneDNN (the exported model's CPU kernels)
-        # reads right where it mis-reads [B, T, H].
-        weights = mlp_tail(layers[1:], hidden.reshape([-1, hidden.shape[-1]])).reshape(mask.shape)
+        if self.onnx_form:
+            hidden = attention_first_layer_broadcast(layers[0], query, keys)
+            hidden = mlp_tail(layers[1:-2], hidden.reshape([-1, hidden.shape[-1]]))
+            weights = prelu_linear_row(hidden, layers[-2], layers[-1]).reshape(mask.shape)
+        else:
+            hidden = attention_first_layer(layers[0], query, keys)
+            # The rest runs on [B*T, H] rows, which oneDNN (the exported model's CPU kernels)
+            # reads right where it mis-reads [B, T, H].
+            weights = mlp_tail(layers[1:], hidden.reshape([-1, hidden.shape[-1]])).reshape(mask.shape)
         # Both sums as one batched matmul, [B, 2, T] x [B, T, D + 1] (the ones column dropped).
         sums = paddle.bmm(paddle.stack([weights * mask, mask], axis=1), keys)
         d = query.shape[-1]
@@ -301,11 +308,15 @@ class MLPHead(nn.Layer):
         """
         super().__init__()
         self.mlp = _mlp(3 * dim + context_dim, units, zero_out=True)
+        self.onnx_form = False  # the export's ONNX graph is traced with it on (learner.onnxforms)
 
     def forward(self, features: Sequence[paddle.Tensor]) -> paddle.Tensor:
         """Map the [B, *] feature vectors, concatenated in order, to [B] logits."""
         layers = list(self.mlp)
-        return mlp_tail(layers[1:], layers[0](paddle.concat(list(features), axis=-1))).squeeze(-1)
+        hidden = layers[0](paddle.concat(list(features), axis=-1))
+        if self.onnx_form:
+            return prelu_linear_row(mlp_tail(layers[1:-2], hidden), layers[-2], layers[-1])
+        return mlp_tail(layers[1:], hidden).squeeze(-1)
 
 
 class TableModel(nn.Layer):

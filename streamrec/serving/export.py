@@ -59,6 +59,7 @@ from streamrec.learner.features import FeaturePlan, Moments, encode_features
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
+from streamrec.learner.onnxforms import onnx_form_layers, onnx_forms
 from streamrec.learner.registry import make_learner
 from streamrec.learner.trainer import TableLearner
 from streamrec.serving.graph import (
@@ -67,7 +68,7 @@ from streamrec.serving.graph import (
     FeatureScoringGraph,
     ScoringGraph,
 )
-from streamrec.serving.onnxfile import write_onnx
+from streamrec.serving.onnxfile import onnx_missing, write_onnx
 from streamrec.snapshots.directory import TMP_PREFIX, parse_version, remove_temporaries, remove_tree
 from streamrec.snapshots.exports import (
     EXPORTS,
@@ -428,25 +429,39 @@ def _ids_files(table: str) -> tuple[str, str]:
 def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
     """The exporter of a table model (DIN, DeepFM): its scoring graph, id tables and contract."""
     graph = scoring_graph(learner)
+    specs = input_specs(learner.cfg, learner.plan)
     # jit.save writes through the path's directory; keep its scratch out of the export.
     with tempfile.TemporaryDirectory() as scratch:
-        prefix = Path(scratch) / MODEL_PREFIX
-        paddle.jit.save(graph, str(prefix), input_spec=input_specs(learner.cfg, learner.plan))
+        paddle.jit.save(graph, str(Path(scratch) / MODEL_PREFIX), input_spec=specs)
         for produced in Path(scratch).iterdir():
             if produced.suffix in (".json", ".pdiparams", ".pdmodel"):
                 shutil.copyfile(produced, tmp / produced.name)
-    (tmp / IDS_DIR).mkdir()
-    os.chmod(tmp / IDS_DIR, _DIR_MODE)
-    for name, idmap in learner.id_maps.items():
-        owned = idmap.rows >= 0
-        keys, rows = _ids_files(name)
-        np.save(tmp / keys, np.ascontiguousarray(idmap.keys[owned]), allow_pickle=False)
-        np.save(tmp / rows, np.ascontiguousarray(idmap.rows[owned].astype(np.int64)), allow_pickle=False)
-    doc = contract(learner, version)
-    onnx = write_onnx(tmp, doc)  # the same graph for onnxruntime, when the onnx extra is installed
+        (tmp / IDS_DIR).mkdir()
+        os.chmod(tmp / IDS_DIR, _DIR_MODE)
+        for name, idmap in learner.id_maps.items():
+            owned = idmap.rows >= 0
+            keys, rows = _ids_files(name)
+            np.save(tmp / keys, np.ascontiguousarray(idmap.keys[owned]), allow_pickle=False)
+            np.save(tmp / rows, np.ascontiguousarray(idmap.rows[owned].astype(np.int64)), allow_pickle=False)
+        doc = contract(learner, version)
+        # The same function for onnxruntime, when the onnx extra is installed.
+        onnx = write_onnx(tmp, doc, _onnx_trace(graph, specs, Path(scratch) / "onnx"))
     if onnx is not None:
         doc["onnx"] = onnx
     (tmp / CONTRACT).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+
+
+def _onnx_trace(graph: ScoringGraph, specs: list[Any], directory: Path) -> Path | None:
+    """``graph`` traced in ONNX Runtime's forms (`onnx_forms`) into ``directory``, for conversion.
+
+    None without the ``onnx`` extra (nothing would convert it) or when no layer has another
+    form (DeepFM): the Paddle graph is converted as it is.
+    """
+    if onnx_missing() or not onnx_form_layers(graph):
+        return None
+    with onnx_forms(graph):
+        paddle.jit.save(graph, str(directory / MODEL_PREFIX), input_spec=specs)
+    return directory
 
 
 def _seal(tmp: Path, version: int) -> None:

@@ -40,13 +40,23 @@ _PROBE_ROWS = 64  # candidates in the probe batch
 _PROBE_SIZE = 3  # any other dimension the contract leaves open
 
 
-def write_onnx(directory: Path, contract: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Convert ``directory``'s Paddle graph to `ONNX_FILE` beside it; its contract entry.
+def onnx_missing() -> list[str]:
+    """The modules the ONNX graph needs that are not installed (the ``onnx`` extra's)."""
+    return [m for m in ("paddle2onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
 
-    None, with one log line, when paddle2onnx or onnxruntime is not installed, or the
-    conversion or the parity check fails (nothing is left behind then).
+
+def write_onnx(
+    directory: Path, contract: Mapping[str, Any], source: Path | None = None
+) -> dict[str, Any] | None:
+    """Convert a Paddle graph to `ONNX_FILE` in ``directory``; its contract entry.
+
+    The graph converted is ``source``'s (a trace of the model in its ONNX forms,
+    `streamrec.learner.onnxforms`), else ``directory``'s own; either must score as
+    ``directory``'s Paddle graph does. None, with one log line, when paddle2onnx or
+    onnxruntime is not installed, or the conversion or the parity check fails (nothing is
+    left behind then).
     """
-    missing = [m for m in ("paddle2onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
+    missing = onnx_missing()
     if missing:
         logger.info(
             "export without %s: %s not installed (pip install 'streamrec[onnx]')",
@@ -56,7 +66,7 @@ def write_onnx(directory: Path, contract: Mapping[str, Any]) -> dict[str, Any] |
         return None
     target = directory / ONNX_FILE
     try:
-        target.write_bytes(_convert(directory))
+        target.write_bytes(_convert(directory if source is None else source))
         gap = _parity_gap(directory, target, contract)
     except Exception as exc:  # paddle2onnx and onnxruntime raise many types; none may fail the export
         target.unlink(missing_ok=True)
@@ -77,6 +87,7 @@ def write_onnx(directory: Path, contract: Mapping[str, Any]) -> dict[str, Any] |
 
 
 def _convert(directory: Path) -> bytes:
+    """``directory``'s Paddle graph (``model.json`` + ``model.pdiparams``) as an ONNX model."""
     with warnings.catch_warnings():  # its import warns that ccache, for C++ extensions, is missing
         warnings.simplefilter("ignore", UserWarning)
         import paddle2onnx

@@ -18,6 +18,7 @@ from streamrec.features import FeatureSchema
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.model import LocalActivationUnit, MLPHead, attention_first_layer, prelu_linear
+from streamrec.learner.onnxforms import attention_first_layer_broadcast, onnx_forms, prelu_linear_row
 from tests.unit.learner.test_features import SCHEMA, featured, model
 
 
@@ -105,4 +106,45 @@ def test_the_split_layers_on_random_inputs() -> None:
     hidden = first(concat).reshape([-1, 7])
     np.testing.assert_allclose(
         prelu_linear(hidden, prelu, linear).numpy(), linear(prelu(hidden)).numpy(), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("schema", [FeatureSchema.default(), SCHEMA], ids=["builtin", "declared"])
+def test_the_onnx_forms_score_as_the_training_forms(schema: FeatureSchema) -> None:
+    learner = DINLearner(model(attention_units=(8, 6), mlp_units=(8, 5)), schema=schema)
+    batch = Batch.from_samples(featured(12))
+    learner.learn_many(batch)  # admits the items: each target its own row
+    _random_weights(learner, 4)
+    encoded = learner.encode(batch)
+    learner.model.eval()
+    with paddle.no_grad():
+        trained = learner.model(*learner._inputs(encoded)).numpy()
+        with onnx_forms(learner.model):
+            assert learner.model.attention.onnx_form and learner.model.head.onnx_form
+            served = learner.model(*learner._inputs(encoded)).numpy()
+    assert not learner.model.attention.onnx_form and not learner.model.head.onnx_form
+    np.testing.assert_allclose(served, trained, rtol=1e-5, atol=1e-6)
+    assert np.ptp(trained) > 1e-3  # random weights: the scores differ, the head is not zero
+
+
+def test_the_onnx_layers_on_random_inputs() -> None:
+    paddle.seed(6)
+    unit = LocalActivationUnit(6, (7, 1))
+    for p in unit.parameters():
+        p.set_value(np.random.default_rng(2).normal(0, 0.5, p.shape).astype(np.float32))
+    first, prelu, last = list(unit.score)[:3]
+    query = paddle.randn([9, 6])
+    keys = paddle.concat([paddle.randn([9, 5, 6]), paddle.ones([9, 5, 1])], axis=-1)
+    np.testing.assert_allclose(
+        attention_first_layer_broadcast(first, query, keys).numpy(),
+        attention_first_layer(first, query, keys).numpy(),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    hidden = paddle.randn([45, 7])
+    np.testing.assert_allclose(
+        prelu_linear_row(hidden, prelu, last).numpy(),
+        prelu_linear(hidden, prelu, last).squeeze(-1).numpy(),
+        rtol=1e-5,
+        atol=1e-5,
     )

@@ -125,7 +125,7 @@ def test_declared_features_convert_and_score_alike(tmp_path: Path) -> None:
 
 
 def _without_onnx(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(export_module, "write_onnx", lambda directory, contract: None)
+    monkeypatch.setattr(export_module, "write_onnx", lambda directory, contract, source=None: None)
 
 
 def test_onnx_asked_for_on_an_export_without_it_falls_back_to_paddle_with_one_warning(
@@ -229,3 +229,19 @@ def test_the_conversion_prints_nothing_on_standard_output(tmp_path: Path) -> Non
     assert (tmp_path / "v000001" / onnxfile.ONNX_FILE).exists()
     assert done.stdout == "only this\n"
     assert "[Paddle2ONNX]" in done.stderr
+
+
+def test_the_onnx_graph_is_traced_in_onnx_runtimes_forms(tmp_path: Path) -> None:
+    import onnx
+
+    path = _export(tmp_path, tables=DEFAULT_LAYOUT)
+
+    def ops(model: onnx.ModelProto) -> list[str]:
+        return sorted(n.op_type for n in model.graph.node)
+
+    served = onnx.load(path / "model.onnx")
+    paddle_graph = onnx.load_model_from_string(onnxfile._convert(path))  # model.json, as converted before
+    assert ops(served) != ops(paddle_graph)
+    # Each MLP's last product is a row, w^T x^T: its activations reach a MatMul through a Transpose.
+    transposed = {n.output[0] for n in served.graph.node if n.op_type == "Transpose"}
+    assert sum(1 for n in served.graph.node if n.op_type == "MatMul" and n.input[1] in transposed) >= 4
