@@ -2,9 +2,9 @@
 
 Both run in this one run, one after the other, on the same samples (MovieLens latest-small,
 built by the consumers' own logic, as ``learner_throughput.py``), through the ranks' own
-per-micro-batch path (`streamrec.learner.ranked`): each rank's records all-gathered (gloo),
-decoded and ordered into the group's micro-batch, encoded, each rank scoring its own and the
-scores gathered, then trained with each rank taking its share of every mini-batch and the
+per-micro-batch path (`streamrec.learner.ranked`): each rank decodes, encodes and scores its
+own records, the ranks all-gather their samples' places (gloo) for the group's order and
+exchange their ids and counts, and each trains its own samples of every mini-batch with the
 gradients all-reduced. Rank r reads the records r, r + world, ... (as a partition share).
 One rank gathers micro-batches of ``--micro-batch`` samples and trains mini-batches of
 ``train_batch_size``; two ranks gather that many each (the cap is per rank) and train
@@ -47,8 +47,9 @@ def rank_main(out: str, samples: int, micro_batch: int) -> None:
     from streamrec.config import ModelConfig
     from streamrec.learner.batch import Batch
     from streamrec.learner.din import DINLearner
-    from streamrec.learner.ranked import group_samples, group_step
-    from streamrec.learner.ranks import RankGroup, launched_world
+    from streamrec.learner.ranked import group_step
+    from streamrec.learner.ranks import GroupLayout, RankGroup, launched_world
+    from streamrec.samples import parse_sample
 
     rank, world = launched_world()
     os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
@@ -63,12 +64,11 @@ def rank_main(out: str, samples: int, micro_batch: int) -> None:
     trained = 0
     for at in range(0, len(mine), micro_batch):
         chunk = mine[at : at + micro_batch]
+        own = [parse_sample(w) for _, w in chunk]
         places = np.array([[i % PARTITIONS, i] for i, _ in chunk], np.int64).ravel()
-        gathered = group.gather(places, "places")
-        values = group.gather_bytes([w for _, w in chunk], "values")
-        samples_, owned = group_samples([g.reshape(-1, 2) for g in gathered], values, rank)
-        group_step(learner, group, Batch.from_samples(samples_), owned)
-        trained += len(samples_)
+        layout = GroupLayout.of([g.reshape(-1, 2) for g in group.gather(places, "places")], rank)
+        group_step(learner, Batch.from_samples(own), layout)
+        trained += layout.total
     seconds = time.perf_counter() - start
     cpus = group.gather(np.array([round((time.process_time() - cpu) * 1e9)]), "cpu")
     if rank == 0:

@@ -225,6 +225,8 @@ def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
     assert set(t1["model"]) == set(t2["model"])
     for key, array in t1["model"].items():
         np.testing.assert_allclose(t2["model"][key], array, rtol=1e-4, atol=1e-6, err_msg=key)
+    for key, array in t1["state"].items():  # known items (exchanged: each rank has its own samples)
+        np.testing.assert_array_equal(t2["state"][key], array, err_msg=key)
     # rank 0 exported and promoted the version (STREAMREC_LEARNER__PROMOTE=always); it serves
     # the scores the one process's version serves
     served = SnapshotStore(tmp_path / "two")
