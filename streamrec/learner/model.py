@@ -88,7 +88,7 @@ class EmbeddingArch(nn.Layer):
 DISTINCT_LOOKUPS = True
 
 
-def distinct_lookup(table: nn.Embedding, ids: paddle.Tensor) -> paddle.Tensor:
+def distinct_lookup(table: nn.Layer, ids: paddle.Tensor) -> paddle.Tensor:
     """``table(ids)``, looking each distinct row up once: its sparse gradient has one row per id.
 
     A mini-batch's sequences repeat few ids many times (a user's history in each of its

@@ -18,6 +18,7 @@ def test_a_distinct_lookup_reads_the_same_vectors_and_sends_one_gradient_row_per
     np.testing.assert_array_equal(out.numpy(), plain.numpy())
     (out * weights).sum().backward()
     grad = table.weight.grad
+    assert grad is not None
     assert list(grad.rows()) == [0, 3, 5]  # a plain lookup's: one per position, 6
     values = np.asarray(grad._get_tensor_from_selected_rows())
     w = weights.numpy()
