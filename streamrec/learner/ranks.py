@@ -81,7 +81,14 @@ class RankShare:
 
 
 def pack(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-    """``arrays`` (1-D, 8-byte items) as one int64 array: their lengths, then their items."""
+    """``arrays`` (1-D, 8-byte items) as one int64 array: their lengths, then their items.
+
+    Raises:
+        ValueError: an array's items are not 8 bytes (a view would misread them).
+    """
+    narrow = [name for name, a in arrays.items() if a.dtype.itemsize != 8]
+    if narrow:
+        raise ValueError(f"exchanged arrays need 8-byte items: {', '.join(narrow)}")
     parts = [np.ascontiguousarray(a).view(np.int64) for a in arrays.values()]
     return np.concatenate([np.array([len(p) for p in parts], np.int64), *parts])
 

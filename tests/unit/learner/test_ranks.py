@@ -82,6 +82,11 @@ def test_an_exchange_concatenates_every_ranks_arrays_by_name_in_rank_order_in_on
     assert out["rows"].tolist() == [3]
 
 
+def test_an_exchange_refuses_items_it_would_misread() -> None:
+    with pytest.raises(ValueError, match="8-byte items: label"):
+        pack({"rows": np.zeros(2, np.int64), "label": np.zeros(2, np.float32)})
+
+
 def test_one_rank_exchanges_nothing() -> None:
     arrays = {"rows": np.array([1, 2])}
     assert RankShare(0, 1).exchange(arrays, "test")["rows"] is arrays["rows"]
