@@ -2,9 +2,9 @@
 
 Both run in this one run, one after the other, on the same samples (MovieLens latest-small,
 built by the consumers' own logic, as ``learner_throughput.py``), through the ranks' own
-per-micro-batch path (`streamrec.learner.ranked`): each rank's records all-gathered (gloo),
-decoded and ordered into the group's micro-batch, encoded, each rank scoring its own and the
-scores gathered, then trained with each rank taking its share of every mini-batch and the
+per-micro-batch path (`streamrec.learner.ranked`): each rank decodes, encodes and scores its
+own records, the ranks all-gather their samples' places (gloo) for the group's order and
+exchange their ids and counts, and each trains its own samples of every mini-batch with the
 gradients all-reduced. Rank r reads the records r, r + world, ... (as a partition share).
 One rank gathers micro-batches of ``--micro-batch`` samples and trains mini-batches of
 ``train_batch_size``; two ranks gather that many each (the cap is per rank) and train
@@ -18,9 +18,11 @@ speedup is what is left of them: ``cpu_speedup`` (the one rank's CPU seconds ove
 of the two ranks') says what the split of the work gives on free cores, with
 ``load_average_1m`` beside it.
 
-    .venv/bin/python bench/learner_scaling.py [--samples N] [--micro-batch M]
+    .venv/bin/python bench/learner_scaling.py [--samples N] [--micro-batch M] [--rounds R]
 
-Prints one JSON object as its last line.
+With ``--rounds R`` the one rank and the two run alternately R times (each round's figures on
+a line of their own); the last line, one JSON object, holds the medians and every round's
+``speedup`` and ``cpu_speedup``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,8 +50,9 @@ def rank_main(out: str, samples: int, micro_batch: int) -> None:
     from streamrec.config import ModelConfig
     from streamrec.learner.batch import Batch
     from streamrec.learner.din import DINLearner
-    from streamrec.learner.ranked import group_samples, group_step
-    from streamrec.learner.ranks import RankGroup, launched_world
+    from streamrec.learner.ranked import group_step
+    from streamrec.learner.ranks import GroupLayout, RankGroup, launched_world
+    from streamrec.samples import parse_sample
 
     rank, world = launched_world()
     os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
@@ -63,12 +67,11 @@ def rank_main(out: str, samples: int, micro_batch: int) -> None:
     trained = 0
     for at in range(0, len(mine), micro_batch):
         chunk = mine[at : at + micro_batch]
+        own = [parse_sample(w) for _, w in chunk]
         places = np.array([[i % PARTITIONS, i] for i, _ in chunk], np.int64).ravel()
-        gathered = group.gather(places, "places")
-        values = group.gather_bytes([w for _, w in chunk], "values")
-        samples_, owned = group_samples([g.reshape(-1, 2) for g in gathered], values, rank)
-        group_step(learner, group, Batch.from_samples(samples_), owned)
-        trained += len(samples_)
+        layout = GroupLayout.of([g.reshape(-1, 2) for g in group.gather(places, "places")], rank)
+        group_step(learner, Batch.from_samples(own), layout)
+        trained += layout.total
     seconds = time.perf_counter() - start
     cpus = group.gather(np.array([round((time.process_time() - cpu) * 1e9)]), "cpu")
     if rank == 0:
@@ -95,10 +98,11 @@ def measure(world: int, samples: int, micro_batch: int, logs: Path) -> dict[str,
 
 
 def main() -> None:
-    """Measure one rank, then two, and print the figures (``--help`` lists the knobs)."""
+    """Measure one rank, then two, ``--rounds`` times alternately; print the figures (``--help``)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=30_000)
     parser.add_argument("--micro-batch", type=int, default=2500, help="samples per rank per micro-batch")
+    parser.add_argument("--rounds", type=int, default=1, help="one rank then two, this many times")
     parser.add_argument("--rank-run", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_run:
@@ -106,26 +110,36 @@ def main() -> None:
         return
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("two ranks on two cores need two cores")
-    with tempfile.TemporaryDirectory() as tmp:
-        one = measure(1, args.samples, args.micro_batch, Path(tmp))
-        two = measure(2, args.samples, args.micro_batch, Path(tmp))
+    rounds = []
+    for _ in range(args.rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            one = measure(1, args.samples, args.micro_batch, Path(tmp))
+            two = measure(2, args.samples, args.micro_batch, Path(tmp))
+        rounds.append(figures(one, two))
+        print(json.dumps(rounds[-1]), flush=True)
+    print(json.dumps({
+        "bench": "learner_scaling",
+        "samples": int(one["samples"]),
+        "micro_batch_per_rank": args.micro_batch,
+        **{key: statistics.median(r[key] for r in rounds) for key in rounds[0]},
+        "goal": 1.7,
+        "rounds": len(rounds),
+        "speedups": [r["speedup"] for r in rounds],
+        "cpu_speedups": [r["cpu_speedup"] for r in rounds],
+    }))
+
+
+def figures(one: dict[str, float], two: dict[str, float]) -> dict[str, float]:
+    """One round's figures: the rates, their ratio, the CPU split and the load beside them."""
     rate_one = one["samples"] / one["seconds"]
     rate_two = two["samples"] / two["seconds"]
-    print(
-        json.dumps(
-            {
-                "bench": "learner_scaling",
-                "samples": int(one["samples"]),
-                "micro_batch_per_rank": args.micro_batch,
-                "one_rank_samples_per_s": round(rate_one),
-                "two_ranks_samples_per_s": round(rate_two),
-                "speedup": round(rate_two / rate_one, 3),
-                "goal": 1.7,
-                "cpu_speedup": round(one["cpu_seconds"] / two["cpu_seconds"], 3),
-                "load_average_1m": round(os.getloadavg()[0], 2),
-            }
-        )
-    )
+    return {
+        "one_rank_samples_per_s": round(rate_one),
+        "two_ranks_samples_per_s": round(rate_two),
+        "speedup": round(rate_two / rate_one, 3),
+        "cpu_speedup": round(one["cpu_seconds"] / two["cpu_seconds"], 3),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 alone (one rank) or under ``python -m paddle.distributed.launch`` (several).
 
 ``counting`` trains a DIN that also counts, in its own state (so a snapshot holds the counts
-and a restore rolls them back with the weights), how often it trained each sample id ``s<n>``:
-the exactly-once tests read them from the last snapshot.
+and a restore rolls them back with the weights), how often the group trained each sample id ``s<n>``
+(every rank's, exchanged): the exactly-once tests read them from the last snapshot.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ def counting_learner(cfg: Any) -> Any:
             super().__init__(cfg)
             self.counts = np.zeros(MAX_SAMPLES, np.int64)
 
-        def learn_many(self, batch: Any) -> Any:
-            for sid in batch.sample_ids:
-                self.counts[int(sid[1:])] += 1
-            return super().learn_many(batch)
+        def learn_share(self, batch: Any, layout: Any) -> Any:
+            # every rank's sample ids (each rank holds only its own): counted alike on every rank
+            ids = np.array([int(sid[1:]) for sid in batch.sample_ids], np.int64)
+            np.add.at(self.counts, self._exchange({"ids": ids}, "counting")["ids"], 1)
+            return super().learn_share(batch, layout)
 
         def state_arrays(self) -> dict[str, np.ndarray]:
             return {**super().state_arrays(), COUNTS_KEY: self.counts.copy()}

@@ -54,13 +54,17 @@ class IdStats:
         columns = []
         for name, rows in targets.items():
             columns += self._rate_and_count(name, rows, prior)
-        rate, count = self._rate_and_count(USER, self._user_rows(users), prior)
+        rate, count = self._rate_and_count(USER, self.user_rows(users), prior)
         columns += [rate - log_odds(np.float64(prior)), count]
         return np.stack(columns, axis=1).astype(np.float32)
 
     def count(self, targets: Mapping[str, np.ndarray], users: np.ndarray, labels: np.ndarray) -> None:
         """Add a trained micro-batch's targets, users and labels."""
-        for name, rows in [*targets.items(), (USER, self._user_rows(users))]:
+        self.count_rows(targets, self.user_rows(users), labels)
+
+    def count_rows(self, targets: Mapping[str, np.ndarray], users: np.ndarray, labels: np.ndarray) -> None:
+        """`count` with the users already as their buckets (`user_rows`)."""
+        for name, rows in [*targets.items(), (USER, users)]:
             np.add.at(self.samples[name], rows, 1.0)
             np.add.at(self.positives[name], rows, labels)
 
@@ -92,7 +96,8 @@ class IdStats:
         return [log_odds((pos + PRIOR_SAMPLES * prior) / (n + PRIOR_SAMPLES)), np.log1p(n)]
 
     @staticmethod
-    def _user_rows(users: np.ndarray) -> np.ndarray:
+    def user_rows(users: np.ndarray) -> np.ndarray:
+        """The users' buckets, int64 [B]."""
         return bucketize(users.tolist(), USER_BUCKETS)
 
 

@@ -15,7 +15,7 @@ dead-letters them again: the samples DLQ is at-least-once, and its ``streamrec.t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -34,22 +34,28 @@ _ACK_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class Intake:
-    """A micro-batch's records, decoded: the valid samples in record order, and the rest."""
+    """A micro-batch's records, decoded: the valid samples in record order, and the rest.
+
+    ``kept[i]`` is the index among the records of the record ``samples[i]`` was decoded from.
+    """
 
     samples: list[Sample]
     dead: list[DeadLetter]
+    kept: list[int] = field(default_factory=list)
 
 
 def decode(records: Sequence[KafkaMessage]) -> Intake:
     """Validate and decode each record; an invalid one becomes a dead letter with the reason."""
     samples: list[Sample] = []
     dead: list[DeadLetter] = []
-    for msg in records:
+    kept: list[int] = []
+    for i, msg in enumerate(records):
         try:
             samples.append(parse_sample(msg.value()))
+            kept.append(i)
         except InvalidSample as exc:
             dead.append(DeadLetter.of(msg, str(exc)))
-    return Intake(samples, dead)
+    return Intake(samples, dead, kept)
 
 
 class DeadLetterWriter:

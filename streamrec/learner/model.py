@@ -64,8 +64,13 @@ class EmbeddingArch(nn.Layer):
         return paddle.concat(self.lookups(names, ids), axis=-1)
 
     def lookups(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> list[paddle.Tensor]:
-        """Look ``ids[i]`` (any shape [...]) up in table ``names[i]``: one [..., D_i] each."""
+        """Look ``ids[i]`` (any shape [...]) up in table ``names[i]``: one [..., D_i] each.
+
+        Training on the CPU looks each distinct row up once (`distinct_lookup`).
+        """
         # Indexing, not zip(strict=True): paddle.jit's tracer (the serving export) lacks it.
+        if self.training and DISTINCT_LOOKUPS:
+            return [distinct_lookup(self.tables[names[i]], ids[i]) for i in range(len(names))]
         return [self.tables[names[i]](ids[i]) for i in range(len(names))]
 
     def embed_feature(self, feature: PlannedFeature, x: paddle.Tensor) -> paddle.Tensor:
@@ -77,6 +82,28 @@ class EmbeddingArch(nn.Layer):
         if feature.table is None:
             return x.unsqueeze(-1)
         return lookup_feature(self.tables[feature.table], feature, x)
+
+
+# Training looks each distinct row of a lookup up once (`distinct_lookup`). Measured (bench/
+# learner_scaling.py, MovieLens, 30,000 samples, alternate runs): one rank's CPU seconds alike
+# (training 6.24 s both ways); a rank of two 3.5-3.8 s instead of 4.0-4.2 s, its all-gathered
+# row gradients 40x smaller.
+DISTINCT_LOOKUPS = True
+
+
+def distinct_lookup(table: nn.Layer, ids: paddle.Tensor) -> paddle.Tensor:
+    """``table(ids)``, looking each distinct row up once: its sparse gradient has one row per id.
+
+    A mini-batch's sequences repeat few ids many times (a user's history in each of its
+    samples): measured on MovieLens, 256 samples x 51 positions held 322 distinct items. A
+    lookup per position makes a row gradient of 13,056 rows, which the optimizer merges and
+    several ranks all-gather; this makes one of 322.
+    """
+    if not ids.place.is_cpu_place():
+        return table(ids)
+    distinct, inverse = np.unique(ids.numpy(), return_inverse=True)
+    found = table(paddle.to_tensor(distinct))
+    return paddle.gather(found, paddle.to_tensor(inverse.ravel())).reshape([*ids.shape, -1])
 
 
 def lookup_feature(table: nn.Layer, feature: PlannedFeature, x: paddle.Tensor) -> paddle.Tensor:

@@ -3,12 +3,15 @@
 Each rank reads a static share of the samples topic's partitions (partition ``p`` belongs to
 rank ``p % world``: no consumer-group rebalance) and gathers a micro-batch from them for
 ``interval_s`` as the single learner does, up to ``max_batch_samples`` (the cap is per rank:
-a group's micro-batch holds up to ``world`` times as many). Then the ranks exchange what they
-gathered (the records' values and places, all-gathered): every rank holds the same
-micro-batch, ordered by partition and offset, so id admission, eviction, id statistics and
-the shuffle are decided alike everywhere, and every rank takes the same number of steps. Each
-scores its own records (the scores are gathered), takes its share of every mini-batch, and
-the gradients are all-reduced: the weights stay identical.
+a group's micro-batch holds up to ``world`` times as many). Each rank decodes, encodes and
+scores only its own records; the ranks all-gather only their valid samples' places
+(partition, offset), so each knows the group's micro-batch order (`GroupLayout`) and every
+rank shuffles it alike and takes the same number of steps. The learner exchanges the ids
+(for admission and eviction) and the counts (id statistics, known items) of each rank's
+samples, so those are decided alike everywhere; each rank trains its own samples of every
+mini-batch, its loss scaled to the mini-batch's mean, and the gradients are all-reduced: the
+weights stay identical. Rank 0's reports and promotion gate judge its own samples (its
+partitions' share of the micro-batch); the counts it reports and snapshots are the group's.
 
 One version is one snapshot, written by rank 0 alone, holding every rank's positions (the
 ranks all-gather them after each micro-batch). A rank killed stops the group: the others'
@@ -31,16 +34,16 @@ import numpy as np
 from confluent_kafka import Message
 
 from streamrec.config import StreamrecConfig
-from streamrec.errors import ConfigError, InvalidSample, SnapshotError
+from streamrec.errors import ConfigError, SnapshotError
 from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock
 from streamrec.learner.batch import Batch
-from streamrec.learner.intake import decode
-from streamrec.learner.ranks import RankGroup
+from streamrec.learner.intake import Intake, decode
+from streamrec.learner.ranks import GroupLayout, RankGroup
 from streamrec.learner.reports import StepResult
 from streamrec.learner.runner import LearnerRunner
 from streamrec.learner.trainer import TableLearner
-from streamrec.samples import Sample, parse_sample
+from streamrec.samples import Sample
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 logger = logging.getLogger(__name__)
@@ -132,14 +135,14 @@ class RankedRunner(LearnerRunner):
     def _round(self, stop: threading.Event, idle: IdleClock, worker: ThreadPoolExecutor) -> bool:
         """Gather, exchange, train on one micro-batch; whether the group goes on."""
         records = self._collect(stop, idle)
+        intake = decode(records)  # this rank's own records only
         requests = self.group.rank == 0 and bool(self.snapshots.requests.pending())
-        head = [int(stop.is_set()), int(idle.expired()), int(requests)]
+        head = [int(stop.is_set()), int(idle.expired()), int(requests), len(records), _newest(intake.samples)]
         with self.group.bounded(f"micro-batch {self.stats.micro_batches + 1}"):
-            heads, places, values = self._exchange(head, records)
+            heads, places = self._exchange(head, records, intake)
             stopping = any(h[0] for h in heads) or all(h[1] for h in heads)
-            total = sum(len(v) for v in values)
-            if total >= self._cfg.learner.min_batch_samples:
-                self._train_group(records, places, values, worker)
+            if sum(int(h[3]) for h in heads) >= self._cfg.learner.min_batch_samples:
+                self._train_group(records, intake, places, max(int(h[4]) for h in heads), worker)
                 idle.busy()
                 if self.stats.micro_batches - self._snapshotted_at >= self._cfg.learner.snapshot_every:
                     self._snapshot_group()
@@ -155,39 +158,46 @@ class RankedRunner(LearnerRunner):
         """Served between micro-batches (`_round`), when every rank's positions are known."""
 
     def _exchange(
-        self, head: list[int], records: Sequence[Message]
-    ) -> tuple[list[np.ndarray], list[np.ndarray], list[list[bytes]]]:
-        """Every rank's flags, its records' places (partition, offset) and values."""
-        places = np.array([[m.partition(), m.offset()] for m in records], np.int64).reshape(-1, 2)
+        self, head: list[int], records: Sequence[Message], intake: Intake
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Every rank's flags and its valid samples' places (partition, offset): no values."""
+        places = np.array(
+            [[records[i].partition(), records[i].offset()] for i in intake.kept], np.int64
+        ).reshape(-1, 2)
         gathered = self.group.gather(np.concatenate([head, places.ravel()]), "exchange")
-        values = self.group.gather_bytes([m.value() or b"" for m in records], "exchange")
-        heads = [g[: len(head)] for g in gathered]
-        return heads, [g[len(head) :].reshape(-1, 2) for g in gathered], values
+        return [g[: len(head)] for g in gathered], [g[len(head) :].reshape(-1, 2) for g in gathered]
 
     def _train_group(
         self,
         records: Sequence[Message],
+        intake: Intake,
         places: list[np.ndarray],
-        values: list[list[bytes]],
+        newest: int,
         worker: ThreadPoolExecutor,
     ) -> None:
-        """Train every rank's records as one micro-batch, in (partition, offset) order."""
+        """Train this rank's samples as its share of the group's micro-batch."""
         assignments = self._source.assignments
-        dead = decode(records).dead
-        self._dead_letter(dead, worker)  # each rank its own records'
-        samples, owned = group_samples(places, values, self.group.rank)
-        if samples:
-            batch = Batch.from_samples(samples)
-            result = self._run_held(worker.submit(group_step, self.learner, self.group, batch, owned))
-            if self._on_scored is not None:
+        self._dead_letter(intake.dead, worker)  # each rank its own records'
+        layout = GroupLayout.of(places, self.group.rank)
+        batch = Batch.from_samples(intake.samples)
+        if layout.total:
+            result = self._run_held(worker.submit(group_step, self.learner, batch, layout))
+            if self._on_scored is not None and len(batch):
                 self._run_held(worker.submit(self._on_scored, batch, result.probs))
         self._advance_positions(records, assignments)
         self._share_positions()
-        if samples:
-            report = self._record(batch, result, len(dead))
+        if not layout.total:
+            return
+        if len(batch):  # the report: this rank's samples' figures, the group's counts
+            report = self._record(batch, result, len(intake.dead))
+            self.stats.samples_trained += layout.total - len(batch)
             if self._on_report is not None:
                 self._on_report(report)
             self._count_bad(report)
+        else:
+            self.stats.micro_batches += 1
+            self.stats.samples_trained += layout.total
+        self.stats.newest_event_ms = max(self.stats.newest_event_ms or newest, newest)
 
     def _share_positions(self) -> None:
         """Take every rank's positions of its own partitions."""
@@ -207,36 +217,16 @@ class RankedRunner(LearnerRunner):
             self._snapshotted_positions = dict(self.positions)
 
 
-def group_samples(
-    places: Sequence[np.ndarray], values: Sequence[Sequence[bytes]], rank: int
-) -> tuple[list[Sample], np.ndarray]:
-    """Every rank's valid samples, by (partition, offset), and which are ``rank``'s.
-
-    ``places[r]`` holds rank r's records' (partition, offset) rows, ``values[r]`` their values.
-    """
-    found: list[tuple[int, int, int, Sample]] = []
-    for owner, (where, vals) in enumerate(zip(places, values, strict=True)):
-        for (partition, offset), value in zip(where, vals, strict=True):
-            try:
-                found.append((int(partition), int(offset), owner, parse_sample(value)))
-            except InvalidSample:
-                continue  # dead-lettered by its own rank
-    found.sort(key=lambda f: (f[0], f[1]))
-    owned = np.array([f[2] == rank for f in found], bool)
-    return [f[3] for f in found], owned
-
-
-def group_step(learner: TableLearner, group: RankGroup, batch: Batch, owned: np.ndarray) -> StepResult:
-    """Score this rank's samples (every rank's scores gathered), then train on the batch."""
+def group_step(learner: TableLearner, batch: Batch, layout: GroupLayout) -> StepResult:
+    """Score this rank's samples, then train them as its share of the group's micro-batch."""
     start = time.monotonic()
-    encoded = learner.encode(batch)
-    mine = learner.predict_encoded(encoded.take(np.flatnonzero(owned)))
-    gathered = group.gather(mine.view(np.int64), "scores")
-    where = group.gather(np.flatnonzero(owned), "scores")
-    probs = np.empty(len(batch), np.float64)
-    for rows, scores in zip(where, gathered, strict=True):
-        probs[rows] = scores.view(np.float64)
+    probs = learner.predict_many(batch)
     known = learner.is_known(batch)
     scored = time.monotonic()
-    train = learner.learn_many(batch)
+    train = learner.learn_share(batch, layout)
     return StepResult(probs, known, train, scored - start, time.monotonic() - scored)
+
+
+def _newest(samples: Sequence[Sample]) -> int:
+    """The newest event time of ``samples``, epoch ms; -1 for none."""
+    return max((s.ts for s in samples), default=-1)

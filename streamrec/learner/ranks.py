@@ -5,12 +5,15 @@ A group of ``world`` learner processes, started by ``python -m paddle.distribute
 ``paddle.distributed.init_parallel_env`` and talks only through its collectives: no
 transport of our own.
 
-`RankShare` is what a learner needs: its rank and the group's size, its share of each
-mini-batch and the ``paddle.DataParallel`` wrapper that all-reduces the gradients in the
-backward pass (dense ones summed; an embedding's sparse row gradients all-gathered, rows and
-values, so each rank applies every rank's rows). `RankGroup` is what the loop needs: it
-all-gathers each rank's micro-batch and positions, so every rank trains the same micro-batch
-and rank 0 snapshots every rank's positions.
+`RankShare` is what a learner needs: its rank and the group's size, the exchange of what
+every rank must decide alike (the micro-batch's ids for admission, its counts for the id
+statistics: small arrays, one collective each), and the ``paddle.DataParallel`` wrapper that
+all-reduces the gradients in the backward pass (dense ones summed; an embedding's sparse row
+gradients all-gathered, rows and values, so each rank applies every rank's rows).
+`GroupLayout` says where a rank's own samples sit in the group's micro-batch, and so which of
+each mini-batch it trains. `RankGroup` is what the loop needs: it all-gathers each rank's
+samples' places and positions, so every rank knows the group's order and rank 0 snapshots
+every rank's positions. No rank decodes or encodes another's samples.
 
 Every collective is bounded: a rank that waits longer than ``timeout_s`` for the others
 (one of them killed, frozen, or cut off) logs why and leaves the process with exit status
@@ -23,9 +26,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 import paddle
@@ -45,31 +49,106 @@ def launched_world() -> tuple[int, int]:
     return rank, world
 
 
+#: ``RankGroup.gather``: every rank's int64 1-D array, in rank order.
+Gather = Callable[[np.ndarray, str], list[np.ndarray]]
+
+
 @dataclass(frozen=True)
 class RankShare:
-    """One rank's part in data-parallel training."""
+    """One rank's part in data-parallel training.
+
+    ``gather`` is the group's (`RankGroup.gather`); a learner exchanges through it what every
+    rank must decide alike (`exchange`).
+    """
 
     rank: int
     world: int
+    gather: Gather | None = field(default=None, compare=False, repr=False)
 
     def wrap(self, module: paddle.nn.Layer) -> paddle.nn.Layer:
         """``module`` whose backward pass all-reduces its gradients across the ranks."""
         return paddle.DataParallel(module) if self.world > 1 else module
 
-    def share(self, part: EncodedBatch) -> tuple[EncodedBatch, float]:
-        """This rank's contiguous share of a mini-batch, and its loss scale.
+    def exchange(self, arrays: Mapping[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
+        """Every rank's 1-D ``arrays`` (8-byte items), name by name, concatenated in rank order.
+
+        One collective however many arrays; every rank must pass the same names and dtypes.
+        """
+        if self.world == 1 or self.gather is None:
+            return dict(arrays)
+        gathered = [unpack(g, arrays) for g in self.gather(pack(arrays), what)]
+        return {k: np.concatenate([g[k] for g in gathered]) for k in arrays}
+
+
+def pack(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+    """``arrays`` (1-D, 8-byte items) as one int64 array: their lengths, then their items.
+
+    Raises:
+        ValueError: an array's items are not 8 bytes (a view would misread them).
+    """
+    narrow = [name for name, a in arrays.items() if a.dtype.itemsize != 8]
+    if narrow:
+        raise ValueError(f"exchanged arrays need 8-byte items: {', '.join(narrow)}")
+    parts = [np.ascontiguousarray(a).view(np.int64) for a in arrays.values()]
+    return np.concatenate([np.array([len(p) for p in parts], np.int64), *parts])
+
+
+def unpack(packed: np.ndarray, like: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What `pack` made of arrays with ``like``'s names and dtypes."""
+    ends = np.cumsum(packed[: len(like)]) + len(like)
+    return {
+        name: packed[end - n : end].view(array.dtype)
+        for (name, array), n, end in zip(like.items(), packed[: len(like)], ends, strict=True)
+    }
+
+
+@dataclass(frozen=True, eq=False)
+class GroupLayout:
+    """Where one rank's samples sit in the group's micro-batch, ordered by (partition, offset).
+
+    Every rank shuffles the group's ``total`` positions alike and cuts them into mini-batches;
+    each trains, of each mini-batch, the samples it holds (`share`).
+
+    Attributes:
+        total: Samples in the group's micro-batch.
+        mine: int64 [n]: the group position of each of this rank's samples, in its batch's order.
+    """
+
+    total: int
+    mine: np.ndarray
+
+    @classmethod
+    def alone(cls, n: int) -> GroupLayout:
+        """One process holding the whole micro-batch of ``n``."""
+        return cls(n, np.arange(n, dtype=np.int64))
+
+    @classmethod
+    def of(cls, places: Sequence[np.ndarray], rank: int) -> GroupLayout:
+        """``rank``'s layout, ``places[r]`` being rank r's samples' (partition, offset) rows."""
+        rows = np.concatenate([np.asarray(p, np.int64).reshape(-1, 2) for p in places])
+        position = np.empty(len(rows), np.int64)
+        position[np.lexsort((rows[:, 1], rows[:, 0]))] = np.arange(len(rows))
+        start = sum(len(p) for p in places[:rank])
+        return cls(len(rows), position[start : start + len(places[rank])])
+
+    @cached_property
+    def _local(self) -> np.ndarray:
+        """Per group position: this rank's index of its sample, -1 for another rank's."""
+        local = np.full(self.total, -1, np.int64)
+        local[self.mine] = np.arange(len(self.mine))
+        return local
+
+    def share(self, minibatch: np.ndarray, world: int) -> tuple[np.ndarray, float]:
+        """This rank's samples (its indices) of a mini-batch of group positions, and their loss scale.
 
         ``paddle.DataParallel`` averages the ranks' gradients, so a share of ``n`` of the
         mini-batch's ``total`` samples scales its mean loss by ``world * n / total``: the
-        average is then the gradient of the mean loss over the whole mini-batch. A rank left
-        without samples (a mini-batch smaller than the group) still takes part, on one
-        padding-only sample with scale 0: it contributes nothing, not even a row.
+        average is then the gradient of the mean loss over the whole mini-batch. A rank with
+        no sample of it still steps (the all-reduce needs every rank), on padding, scale 0.
         """
-        total = len(part)
-        own = np.array_split(np.arange(total), self.world)[self.rank]
-        if len(own):
-            return part.take(own), self.world * len(own) / total
-        return padding_only(part.take([0])), 0.0
+        local = self._local[minibatch]
+        own = local[local >= 0]
+        return own, world * len(own) / len(minibatch)
 
 
 def padding_only(part: EncodedBatch) -> EncodedBatch:
@@ -109,7 +188,7 @@ class RankGroup:
     @property
     def share(self) -> RankShare:
         """This rank's part in training."""
-        return RankShare(self.rank, self.world)
+        return RankShare(self.rank, self.world, self.gather)
 
     @contextmanager
     def bounded(self, what: str) -> Iterator[None]:
@@ -161,19 +240,3 @@ class RankGroup:
             parts: list[paddle.Tensor] = []
             dist.all_gather(parts, paddle.to_tensor(padded))
         return [p.numpy()[:n] for p, n in zip(parts, sizes, strict=True)]
-
-    def gather_bytes(self, values: Sequence[bytes], what: str) -> list[list[bytes]]:
-        """Every rank's byte strings, in rank order."""
-        lengths = np.array([len(v) for v in values], np.int64)
-        blob = np.frombuffer(b"".join(values), np.uint8)
-        words = np.zeros((len(blob) + 7) // 8 * 8, np.uint8)
-        words[: len(blob)] = blob
-        gathered = self.gather(np.concatenate([[len(values)], lengths, words.view(np.int64)]), what)
-        out = []
-        for array in gathered:
-            count = int(array[0])
-            sizes = array[1 : 1 + count]
-            data = array[1 + count :].view(np.uint8).tobytes()
-            ends = np.cumsum(sizes)
-            out.append([data[e - s : e] for s, e in zip(sizes, ends, strict=True)])
-        return out

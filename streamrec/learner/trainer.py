@@ -31,7 +31,7 @@ from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW, Admission, IdMap
 from streamrec.learner.idstats import IdStats
 from streamrec.learner.model import ClickTrain
-from streamrec.learner.ranks import RankShare
+from streamrec.learner.ranks import GroupLayout, RankShare, padding_only
 from streamrec.learner.state import (
     OPTIMIZER_PREFIX,
     all_finite,
@@ -42,6 +42,7 @@ from streamrec.learner.state import (
     unique_rows,
 )
 from streamrec.learner.state_arrays import StateArrays
+from streamrec.samples import Sample
 
 # Sparse (row) embedding gradients with lazy Adam: a step updates only the rows a mini-batch
 # looked up (and their moments; rows not looked up keep theirs undecayed, the usual choice
@@ -152,9 +153,11 @@ class TableLearner(StateArrays):
     def data_parallel(self, ranks: RankShare) -> None:
         """Train as one of ``ranks.world`` data-parallel ranks (see `streamrec.learner.ranks`).
 
-        Every rank is given the same micro-batches; each takes its share of every mini-batch of
-        ``world`` x ``train_batch_size`` samples, and the gradients are all-reduced, so all ranks
-        step alike, as one process with a ``world`` times larger mini-batch would.
+        Each rank is given its own samples of each group micro-batch (`learn_share`); the ranks
+        exchange what the id maps, id statistics and known items count, so those stay alike;
+        each trains its own samples of every mini-batch of ``world`` x ``train_batch_size``,
+        and the gradients are all-reduced, so all ranks step alike, as one process with a
+        ``world`` times larger mini-batch would.
         """
         self._ranks = ranks
         self._forward = ranks.wrap(self.train_module)
@@ -174,18 +177,25 @@ class TableLearner(StateArrays):
         """The id statistics, None when the model reads none."""
         return self._stats
 
+    def _exchange(self, arrays: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
+        """The group's ``arrays`` (every rank's, concatenated) when data-parallel, else these."""
+        return arrays if self._ranks is None else self._ranks.exchange(arrays, what)
+
     def encode(self, batch: Batch) -> EncodedBatch:
         """The batch's ids as this model's table rows (cached for the latest batch)."""
         if self._encoded is None or self._encoded[0] is not batch:
-            encoded = encode(batch, self.cfg, self._batch_keys(batch), self._rows_of)
-            if self._stats is not None:
-                dense = self._stats.features(encoded.targets, batch.user_ids)
-                encoded = dataclasses.replace(encoded, dense=dense)
-            if self.plan.sequence or self.plan.head:
-                extras = encode_features(batch, self.plan, self.cfg.sequence_length, self._moments)
-                encoded = dataclasses.replace(encoded, extras=extras)
-            self._encoded = (batch, encoded)
+            self._encoded = (batch, self._encode(batch, self._batch_keys(batch)))
         return self._encoded[1]
+
+    def _encode(self, batch: Batch, keys: BatchKeys) -> EncodedBatch:
+        encoded = encode(batch, self.cfg, keys, self._rows_of)
+        if self._stats is not None:
+            dense = self._stats.features(encoded.targets, batch.user_ids)
+            encoded = dataclasses.replace(encoded, dense=dense)
+        if self.plan.sequence or self.plan.head:
+            extras = encode_features(batch, self.plan, self.cfg.sequence_length, self._moments)
+            encoded = dataclasses.replace(encoded, extras=extras)
+        return encoded
 
     def _batch_keys(self, batch: Batch) -> BatchKeys:
         """The batch's id fingerprints (cached for the latest batch)."""
@@ -224,8 +234,16 @@ class TableLearner(StateArrays):
             The mean training loss over every sample of every step taken (NaN for an empty
             batch, or when every step was skipped), and the steps attempted and skipped.
         """
+        return self.learn_share(batch, GroupLayout.alone(len(batch)))
+
+    def learn_share(self, batch: Batch, layout: GroupLayout) -> TrainResult:
+        """`learn_many` on this rank's ``batch`` of a group micro-batch laid out as ``layout``.
+
+        Every rank of the group calls it for each group micro-batch, with its own samples
+        (none, perhaps); the loss is this rank's samples' mean.
+        """
         done = self.admit(batch)
-        result = self.learn_encoded(self.encode(batch))
+        result = self.learn_encoded(self.encode(batch), layout)
         self.count(batch)
         return dataclasses.replace(
             result,
@@ -244,12 +262,19 @@ class TableLearner(StateArrays):
         Returns:
             What each dynamic table's id map did, by table name.
         """
-        if not self._maps or not len(batch):
+        if not self._maps:
             return {}
-        keys, now = self._batch_keys(batch), int(batch.ts.max())
-        empty = np.zeros(0, np.uint64)
+        keys, empty = self._batch_keys(batch), np.zeros(0, np.uint64)
+        seen = {"now": batch.ts[:1] if not len(batch) else np.array([batch.ts.max()], np.int64)}
+        for name in self._maps:
+            seen[f"{name}/targets"] = keys.targets[name]
+            seen[f"{name}/mentioned"] = keys.sequences.get(name, empty)
+        seen = self._exchange(seen, "admission")  # the group's ids: admitted alike on every rank
+        if not len(seen["now"]):
+            return {}
+        now = int(seen["now"].max())
         done = {
-            name: idmap.observe(keys.targets[name], keys.sequences.get(name, empty), now)
+            name: idmap.observe(seen[f"{name}/targets"], seen[f"{name}/mentioned"], now)
             for name, idmap in self._maps.items()
         }
         grown = {name: a.capacity for name, a in done.items() if a.capacity != self.rows[name]}
@@ -309,41 +334,57 @@ class TableLearner(StateArrays):
         a micro-batch's own labels never feed its scores).
         """
         encoded = self.encode(batch)
+        counted: dict[str, np.ndarray] = {}
         if self._stats is not None:
-            self._stats.count(encoded.targets, batch.user_ids, encoded.label)
+            counted |= {f"stats/{name}": rows for name, rows in encoded.targets.items()}
+            counted["stats/users"] = IdStats.user_rows(batch.user_ids)
+            counted["stats/labels"] = encoded.label.astype(np.float64)
         for name in self._moments.arrays:
-            self._moments.update(name, feature_values(batch, self.plan, name))
-        if self._item_table is not None and len(encoded):
-            self.known_items[encoded.targets[self._item_table]] = 1
-            self.known_items[encoded.sequences[self._item_table].ravel()] = 1
+            counted[f"moments/{name}"] = feature_values(batch, self.plan, name).astype(np.float64)
+        if self._item_table is not None:
+            item = self._item_table
+            counted["known"] = np.concatenate([encoded.targets[item], encoded.sequences[item].ravel()])
+            if self._ranks is not None and self._ranks.world > 1:
+                counted["known"] = np.unique(counted["known"])  # a tenth as many to exchange
+        counted = self._exchange(counted, "counts")  # the group's: counted alike on every rank
+        if self._stats is not None:
+            targets = {name: counted[f"stats/{name}"] for name in encoded.targets}
+            self._stats.count_rows(targets, counted["stats/users"], counted["stats/labels"])
+        for name in self._moments.arrays:
+            self._moments.update(name, counted[f"moments/{name}"])
+        if self._item_table is not None and len(counted["known"]):
+            self.known_items[counted["known"]] = 1
             self.known_items[PADDING_BUCKET] = 0
             if self._item_table in self._maps:  # the default row is no item's own
                 self.known_items[DEFAULT_ROW] = 0
 
-    def learn_encoded(self, encoded: EncodedBatch) -> TrainResult:
-        """The training passes of `learn_many` on an already encoded batch."""
-        if len(encoded) == 0:
+    def learn_encoded(self, encoded: EncodedBatch, layout: GroupLayout | None = None) -> TrainResult:
+        """The training passes of `learn_many` (`learn_share`) on an already encoded batch."""
+        layout = GroupLayout.alone(len(encoded)) if layout is None else layout
+        if layout.total == 0:
             return TrainResult()
         self.train_module.train()
         # Seeded by (seed, call count), both in state_arrays, so a restored learner shuffles
         # the next batch exactly as the original would have.
         rng = np.random.default_rng([self._shuffle_seed, self._learn_calls])
-        size = self.cfg.train_batch_size * (1 if self._ranks is None else self._ranks.world)
+        world = 1 if self._ranks is None else self._ranks.world
+        size = self.cfg.train_batch_size * world
         total = paddle.zeros([], dtype="float32")
         penalties = paddle.zeros([], dtype="float32")
         trained = steps = skipped = 0
         for _ in range(self.cfg.passes):
-            order = rng.permutation(len(encoded))
-            for start in range(0, len(encoded), size):
-                part = encoded.take(order[start : start + size])
-                losses = self._step(part)
+            order = rng.permutation(layout.total)
+            for start in range(0, layout.total, size):
+                mine, scale = layout.share(order[start : start + size], world)
+                part = encoded.take(mine) if len(mine) else self._padding(encoded)
+                losses = self._step(part, scale)
                 steps += 1
                 if losses is None:
                     skipped += 1
                     continue
-                total += losses[0] * len(part)
-                penalties += losses[1] * len(part)
-                trained += len(part)
+                total += losses[0] * len(mine)
+                penalties += losses[1] * len(mine)
+                trained += len(mine)
         self._learn_calls += 1
         if self._ewc is not None:
             self._ewc.consolidate(steps - skipped)
@@ -351,8 +392,15 @@ class TableLearner(StateArrays):
             return TrainResult(math.nan, steps, skipped)
         return TrainResult(float(total) / trained, steps, skipped, float(penalties) / trained)
 
-    def _step(self, part: EncodedBatch) -> tuple[paddle.Tensor, paddle.Tensor] | None:
-        """One optimizer step on a mini-batch.
+    def _padding(self, encoded: EncodedBatch) -> EncodedBatch:
+        """One sample that reads only padding, shaped as this model's inputs."""
+        if len(encoded):
+            return padding_only(encoded.take([0]))
+        pad = Batch.from_samples([Sample("", "", 0, "", "", 0, (), ())])
+        return padding_only(self._encode(pad, batch_keys(pad, self.cfg)))
+
+    def _step(self, part: EncodedBatch, scale: float = 1.0) -> tuple[paddle.Tensor, paddle.Tensor] | None:
+        """One optimizer step on (this rank's share of) a mini-batch, its loss scaled by ``scale``.
 
         Its data loss and EWC penalty, or None, with the weights and the optimizer's state
         untouched, when the loss or a gradient is not finite.
@@ -360,8 +408,7 @@ class TableLearner(StateArrays):
         The penalty's gradient is added after the data loss's gradients went into the Fisher
         estimate: EWC measures what the data says, not its own pull.
         """
-        own, scale = (part, 1.0) if self._ranks is None else self._ranks.share(part)
-        loss = self._forward(*self._inputs(own), paddle.to_tensor(own.label))
+        loss = self._forward(*self._inputs(part), paddle.to_tensor(part.label))
         (loss if scale == 1.0 else loss * scale).backward()
         penalty = None
         finite = all_finite([loss, *(p.grad for p in self._params if p.grad is not None)])

@@ -11,6 +11,9 @@ restarted trains every sample id exactly once, counted in the learner's own snap
 
 (c) The number of ranks changed across restarts (2, then 1, then 2) resumes from the same
 snapshot with nothing lost or doubled.
+
+(d) A rank with no samples of its own (every sample on the other rank's partition) steps along
+on padding; rank 0, holding none, still snapshots the group's counts.
 """
 
 from __future__ import annotations
@@ -57,11 +60,13 @@ def sample(n: int) -> Sample:
     )
 
 
-def publish(cfg: StreamrecConfig, start: int, stop: int) -> None:
+def publish(cfg: StreamrecConfig, start: int, stop: int, partition: int | None = None) -> None:
     producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers, "partitioner": "murmur2_random"})
+    to = -1 if partition is None else partition  # -1: the partitioner's choice
     for n in range(start, stop):
         s = sample(n)
-        producer.produce(cfg.kafka.samples_topic, key=s.user_id.encode(), value=s.to_json(), timestamp=s.ts)
+        value, key = s.to_json(), s.user_id.encode()
+        producer.produce(cfg.kafka.samples_topic, key=key, value=value, timestamp=s.ts, partition=to)
     assert producer.flush(10) == 0
 
 
@@ -225,6 +230,8 @@ def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
     assert set(t1["model"]) == set(t2["model"])
     for key, array in t1["model"].items():
         np.testing.assert_allclose(t2["model"][key], array, rtol=1e-4, atol=1e-6, err_msg=key)
+    for key, array in t1["state"].items():  # known items (exchanged: each rank has its own samples)
+        np.testing.assert_array_equal(t2["state"][key], array, err_msg=key)
     # rank 0 exported and promoted the version (STREAMREC_LEARNER__PROMOTE=always); it serves
     # the scores the one process's version serves
     served = SnapshotStore(tmp_path / "two")
@@ -280,3 +287,13 @@ def test_the_number_of_ranks_changed_across_restarts_loses_and_doubles_nothing(
     publish(cfg, 1000, 1500)
     run_ranks(cfg, 2, tmp_path, "two-again")
     assert_each_once(cfg, 1500)
+
+
+def test_a_rank_without_samples_of_its_own_trains_along_and_rank_0_counts_the_groups(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    cfg = ranks_config()
+    publish(cfg, 0, 300, partition=1)  # rank 1's partition: rank 0, which snapshots, holds none
+    run_ranks(cfg, 2, tmp_path, "lopsided")
+    assert_each_once(cfg, 300)

@@ -27,6 +27,7 @@ def test_decode_keeps_valid_samples_in_order_and_dead_letters_the_rest_whole() -
     ]
     intake = decode(records)
     assert intake.samples == [SAMPLE, SAMPLE]
+    assert intake.kept == [0, 2]  # the records each sample came from
     [letter] = intake.dead
     assert (letter.value, letter.key, letter.timestamp_ms) == (b"\xff", b"u2", 7)
     assert letter.headers == tuple(headers)

@@ -1,20 +1,22 @@
-"""A rank's share of a mini-batch, the byte exchange's framing, and the group's micro-batch order.
+"""The group's micro-batch order, a rank's share of a mini-batch, and the exchanges' framing.
 
 The collectives themselves run across processes in ``tests/integration/learner/test_ranks.py``.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from streamrec.config import StreamrecConfig
+from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.errors import ConfigError
-from streamrec.learner.batch import EncodedBatch
+from streamrec.learner.batch import Batch, EncodedBatch
 from streamrec.learner.din import DINLearner
-from streamrec.learner.ranked import RankedRunner, group_samples
-from streamrec.learner.ranks import RankGroup, RankShare
-from streamrec.samples import Sample
+from streamrec.learner.ranked import RankedRunner
+from streamrec.learner.ranks import GroupLayout, RankGroup, RankShare, pack, padding_only
+from tests.support import small_tables
 
 
 def encoded(n: int) -> EncodedBatch:
@@ -28,43 +30,66 @@ def encoded(n: int) -> EncodedBatch:
     )
 
 
-def test_the_ranks_shares_are_contiguous_and_their_scales_make_the_mini_batch_mean() -> None:
-    part = encoded(5)
-    shares = [RankShare(rank, 2).share(part) for rank in range(2)]
-    assert [s.targets["item"].tolist() for s, _ in shares] == [[1, 2, 3], [4, 5]]
-    # DataParallel averages: (1/2) * sum(scale_r * mean_r) is the mean over the 5 samples
-    assert [scale for _, scale in shares] == pytest.approx([6 / 5, 4 / 5])
+# rank 0 holds (partition 2, offset 7) and (0, 5); rank 1 (1, 3), (0, 4) and (3, 9): the group's
+# micro-batch is (0,4) (0,5) (1,3) (2,7) (3,9)
+PLACES = [np.array([[2, 7], [0, 5]]), np.array([[1, 3], [0, 4], [3, 9]])]
 
 
-def test_a_rank_left_without_samples_steps_on_padding_with_weight_zero() -> None:
-    own, scale = RankShare(1, 2).share(encoded(1))
-    assert scale == 0.0 and len(own) == 1
+def test_each_rank_finds_its_samples_places_in_the_group_order_by_partition_and_offset() -> None:
+    layouts = [GroupLayout.of(PLACES, rank) for rank in range(2)]
+    assert [layout.total for layout in layouts] == [5, 5]
+    assert layouts[0].mine.tolist() == [3, 1]
+    assert layouts[1].mine.tolist() == [2, 0, 4]
+
+
+def test_a_rank_trains_its_own_samples_of_a_mini_batch_scaled_to_the_mini_batch_mean() -> None:
+    minibatch = np.array([4, 1, 0, 3])  # group positions, in the shuffle's order
+    shares = [GroupLayout.of(PLACES, rank).share(minibatch, world=2) for rank in range(2)]
+    assert [own.tolist() for own, _ in shares] == [[1, 0], [2, 1]]  # local indices, in that order
+    # DataParallel averages: (1/2) * sum(scale_r * mean_r) is the mean over the 4 samples
+    assert [scale for _, scale in shares] == pytest.approx([1.0, 1.0])
+    own, scale = GroupLayout.of(PLACES, 1).share(np.array([1, 3]), world=2)
+    assert own.tolist() == [] and scale == 0.0  # no sample of its own: a step of weight 0
+
+
+def test_one_rank_holds_the_whole_micro_batch_unscaled() -> None:
+    layout = GroupLayout.alone(4)
+    own, scale = layout.share(np.array([2, 0, 3]), world=1)
+    assert layout.total == 4 and own.tolist() == [2, 0, 3] and scale == 1.0
+
+
+def test_a_padding_only_sample_reads_nothing() -> None:
+    own = padding_only(encoded(2).take([0]))
     arrays = [*own.targets.values(), *own.sequences.values(), own.label, own.dense, *own.extras.values()]
-    assert all((a == 0).all() for a in arrays)
+    assert len(own) == 1 and all((a == 0).all() for a in arrays)
 
 
-def test_one_rank_takes_the_whole_mini_batch_unscaled() -> None:
-    own, scale = RankShare(0, 1).share(encoded(4))
-    assert scale == 1.0 and own.targets["item"].tolist() == [1, 2, 3, 4]
+def test_an_exchange_concatenates_every_ranks_arrays_by_name_in_rank_order_in_one_gather() -> None:
+    rank0 = {
+        "keys": np.array([2**63 + 5], np.uint64), "label": np.array([1.0, 0.5]), "rows": np.zeros(0, np.int64)
+    }
+    mine = {"keys": np.array([7, 8], np.uint64), "label": np.array([0.25]), "rows": np.array([3], np.int64)}
+    calls: list[str] = []
+
+    def gather(array: np.ndarray, what: str) -> list[np.ndarray]:
+        calls.append(what)
+        return [pack(rank0), array]
+
+    out = RankShare(1, 2, gather=gather).exchange(mine, "test")
+    assert calls == ["test"]
+    assert out["keys"].dtype == np.uint64 and out["keys"].tolist() == [2**63 + 5, 7, 8]
+    assert out["label"].tolist() == [1.0, 0.5, 0.25]
+    assert out["rows"].tolist() == [3]
 
 
-def test_byte_strings_of_any_length_come_back_as_they_were() -> None:
-    values = [b"", b"a", b"0123456789abcdef", bytes(range(256)), b"\x00\x00"]
-    assert RankGroup(0, 1, 10.0).gather_bytes(values, "test") == [values]
-    assert RankGroup(0, 1, 10.0).gather_bytes([], "test") == [[]]
+def test_an_exchange_refuses_items_it_would_misread() -> None:
+    with pytest.raises(ValueError, match="8-byte items: label"):
+        pack({"rows": np.zeros(2, np.int64), "label": np.zeros(2, np.float32)})
 
 
-def sample(n: int) -> bytes:
-    return Sample(f"s{n}", "u", 1_700_000_000_000 + n, f"i{n}", "c", n % 2, (), ()).to_json()
-
-
-def test_the_group_micro_batch_is_every_ranks_samples_by_partition_and_offset() -> None:
-    places = [np.array([[2, 7], [0, 5]]), np.array([[1, 3], [0, 4], [3, 9]])]
-    values = [[sample(1), sample(2)], [sample(3), b"not json", sample(5)]]
-    samples, owned = group_samples(places, values, rank=1)
-    # (0,4) is rank 1's invalid record: dead-lettered by rank 1, trained by none
-    assert [s.sample_id for s in samples] == ["s2", "s3", "s1", "s5"]
-    assert owned.tolist() == [False, True, False, True]
+def test_one_rank_exchanges_nothing() -> None:
+    arrays = {"rows": np.array([1, 2])}
+    assert RankShare(0, 1).exchange(arrays, "test")["rows"] is arrays["rows"]
 
 
 def test_several_ranks_refuse_online_ewc(tmp_path: object) -> None:
@@ -75,3 +100,16 @@ def test_several_ranks_refuse_online_ewc(tmp_path: object) -> None:
     group.rank, group.world = 0, 2
     with pytest.raises(ConfigError, match="EWC_LAMBDA=0"):
         RankedRunner(cfg, DINLearner(cfg.model), group)
+
+
+def test_a_rank_without_samples_of_its_own_steps_alike_on_padding_with_weight_zero() -> None:
+    cfg = ModelConfig(tables=small_tables(2**8, 2**4, dim=4), sequence_length=4, mlp_units=[4])
+    learner = DINLearner(cfg)
+    before = learner.state_arrays()
+    empty = Batch.from_samples([])
+    result = learner.learn_share(empty, GroupLayout(2 * cfg.train_batch_size + 1, np.zeros(0, np.int64)))
+    assert result.steps == 3 and result.skipped_steps == 0  # the group's steps: its collectives
+    assert math.isnan(result.loss)  # no loss of its own
+    after = learner.state_arrays()
+    for key in (k for k in before if k.startswith("model/")):  # weights, id maps, id statistics
+        np.testing.assert_array_equal(after[key], before[key], err_msg=key)  # fresh moments: no step
