@@ -216,7 +216,7 @@ def test_every_arm_reports_its_engine_on_metrics_and_readyz(
 ) -> None:
     # v000003 exported without the ONNX graph (as before it existed): Paddle runs that arm
     shutil.rmtree(export_dir(snapshots.root, 3))
-    monkeypatch.setattr(export_module, "write_onnx", lambda directory, contract: None)
+    monkeypatch.setattr(export_module, "write_onnx", lambda directory, contract, source=None: None)
     export_snapshot(snapshots, 3)
     app = build_app(Scorer(snapshots.root), no_history, ServingConfig(poll_s=POLL_S))
     with serving(app) as url, httpx.Client(timeout=10) as client:
