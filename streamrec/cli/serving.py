@@ -13,8 +13,7 @@ from streamrec.cli.common import build_config, cli_errors, console
 from streamrec.cli.options import ConfigFile, LogLevel, json_output, setting
 
 if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
-    from streamrec.serving.features import GivenHistory
-    from streamrec.serving.scorer import Candidate
+    from streamrec.serving.features import Candidate, GivenHistory
 
 StoreOption = typer.Option(
     True, "--store/--no-store", help="Read users' sequences from the feature store (else every user is new)"
@@ -80,7 +79,7 @@ def score(
 
 def _candidates(text: str) -> list[Candidate]:
     """``--items``: comma-separated ``ITEM[:CATEGORY]``, or a JSON list as ``POST /score``'s."""
-    from streamrec.serving.scorer import Candidate
+    from streamrec.serving.features import Candidate
 
     if not text.lstrip().startswith("["):
         return [Candidate.parse(i) for i in text.split(",") if i]

@@ -13,8 +13,9 @@ from streamrec.lazy import lazy_exports
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
     from streamrec.serving.export import export_snapshot
+    from streamrec.serving.features import Candidate
     from streamrec.serving.http import build_app
-    from streamrec.serving.scorer import Candidate, ExportedModel, Scorer
+    from streamrec.serving.scorer import ExportedModel, Scorer
 
 __all__ = ["Candidate", "ExportedModel", "Scorer", "build_app", "export_snapshot"]
 
@@ -23,6 +24,7 @@ __getattr__, __dir__ = lazy_exports(
     {
         "streamrec.serving.export": ["export_snapshot"],
         "streamrec.serving.http": ["build_app"],
-        "streamrec.serving.scorer": ["Candidate", "ExportedModel", "Scorer"],
+        "streamrec.serving.features": ["Candidate"],
+        "streamrec.serving.scorer": ["ExportedModel", "Scorer"],
     },
 )

@@ -59,13 +59,13 @@ from streamrec.errors import InvalidEvent
 from streamrec.events import as_id
 from streamrec.observability.freshness import ServedFreshness
 from streamrec.serving.admission import Admission, Overloaded
-from streamrec.serving.features import GivenHistory
+from streamrec.serving.features import Candidate, GivenHistory
 from streamrec.serving.features import no_history as no_history  # its old home
 from streamrec.serving.features import store_history as store_history  # its old home
 from streamrec.serving.guard import CanaryGuard, follow_traffic
 from streamrec.serving.readiness import PROBE_USER, Readiness
 from streamrec.serving.routing import REQUEST_SECONDS_BUCKETS, ArmEngines, ArmMetrics, Router
-from streamrec.serving.scorer import Candidate, ExportedModel, Scorer
+from streamrec.serving.scorer import ExportedModel, Scorer
 from streamrec.snapshots.traffic import TrafficPlan
 
 if TYPE_CHECKING:  # the Redis and Kafka clients: imported only when the click join is on
