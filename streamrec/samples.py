@@ -38,12 +38,18 @@ MAX_TS_MS = 253_402_300_799_999
 _IDS = ("sample_id", "user_id", "item_id", "category_id")
 _SEQUENCES = ("seq_items", "seq_categories")
 _FIELDS = (*_IDS, "ts", "label", *_SEQUENCES)
+#: The default schema's features (`streamrec.features.BUILTIN`) as a sample carries them, in
+#: the contract's own fields: feature name -> (the target's field, the sequence's field).
+BUILTIN_FIELDS: dict[str, tuple[str, str]] = {
+    "item": ("item_id", "seq_items"),
+    "category": ("category_id", "seq_categories"),
+}
 # A reason quotes a bad value; this keeps a huge one (a 1 MB string) out of logs and headers.
 _SHOW = reprlib.Repr()
 _SHOW.maxstring = _SHOW.maxother = 40
 _SHOW.maxlist = 4
 
-__all__ = ["MAX_TS_MS", "MIN_TS_MS", "Sample", "encode_sample", "parse_sample"]
+__all__ = ["BUILTIN_FIELDS", "MAX_TS_MS", "MIN_TS_MS", "Sample", "encode_sample", "parse_sample"]
 
 
 _Id = Annotated[str, msgspec.Meta(min_length=1)]
