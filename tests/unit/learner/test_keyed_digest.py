@@ -33,7 +33,8 @@ SCHEMAS = {"default": FeatureSchema.default(), "movielens": FeatureSchema.of(MOV
 
 # Every built-in table kind: a dynamic item table, a hashed category table, a user table;
 # id statistics, match features and the wide biases on (the defaults). The user table is
-# "users": one named "user" could not grow the item table (its statistics share the key).
+# "users": on 195788a one named "user" could not grow the item table (the users' statistics
+# share its name; test_din_tables.py holds the fix).
 CONFIG = {
     "tables": [
         {"name": "item", "feature": "item", "rows": 512, "dim": 4, "initial_rows": 64},
