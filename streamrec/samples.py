@@ -20,7 +20,7 @@ context without breaking an older learner.
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import msgspec
@@ -49,7 +49,9 @@ _SHOW = reprlib.Repr()
 _SHOW.maxstring = _SHOW.maxother = 40
 _SHOW.maxlist = 4
 
-__all__ = ["BUILTIN_FIELDS", "MAX_TS_MS", "MIN_TS_MS", "Sample", "encode_sample", "parse_sample"]
+__all__ = [
+    "BUILTIN_FIELDS", "MAX_TS_MS", "MIN_TS_MS", "Sample", "builtin_columns", "encode_sample", "parse_sample",
+]
 
 
 _Id = Annotated[str, msgspec.Meta(min_length=1)]
@@ -105,6 +107,19 @@ class Sample(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
             InvalidSample: The record breaks the contract; the message says how.
         """
         return parse_sample(raw)
+
+
+def builtin_columns(samples: Sequence[Sample]) -> dict[str, tuple[list[str], list[tuple[str, ...]]]]:
+    """The default schema's features of ``samples`` (`BUILTIN_FIELDS`), by name.
+
+    Per feature: the targets' ids and each sample's sequence. Attribute reads in list
+    comprehensions, twice as fast as ``attrgetter`` by name: the learner reads 10^5 samples a
+    micro-batch.
+    """
+    return {
+        "item": ([s.item_id for s in samples], [s.seq_items for s in samples]),
+        "category": ([s.category_id for s in samples], [s.seq_categories for s in samples]),
+    }
 
 
 def parse_sample(raw: bytes | None) -> Sample:

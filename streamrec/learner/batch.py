@@ -9,14 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import attrgetter
 
 import numpy as np
 
 from streamrec.config import BEHAVIOUR_FEATURES, USER_FEATURE, Feature, ModelConfig, TableConfig
 from streamrec.features import BUILTIN
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
-from streamrec.samples import BUILTIN_FIELDS, Sample
+from streamrec.samples import BUILTIN_FIELDS, Sample, builtin_columns
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,28 +133,25 @@ def _builtin_columns(samples: Sequence[Sample]) -> tuple[np.ndarray, dict[str, F
         ValueError: a sample's built-in sequences differ in length.
     """
     n = len(samples)
+    read = builtin_columns(samples)
     columns: dict[str, FeatureColumn] = {}
-    lengths: np.ndarray | None = None
+    lengths = np.zeros(n, np.int64)
     first = ""
     for spec in BUILTIN:
-        target, along = BUILTIN_FIELDS[spec.name]
-        sequences = list(map(attrgetter(along), samples))
+        targets, sequences = read[spec.name]
         # Columns in C (map, chain, fromiter), not a Python-level loop per sample: 10^3-10^4
         # samples and 10^5 behaviours a micro-batch.
         counts = np.fromiter(map(len, sequences), dtype=np.int64, count=n)
-        if lengths is None:
-            lengths, first = counts, along
-        bad = np.flatnonzero(lengths != counts)
-        if len(bad):
-            s = samples[int(bad[0])]
+        if not columns:
+            lengths, first = counts, BUILTIN_FIELDS[spec.name][1]
+        elif len(bad := np.flatnonzero(lengths != counts)):
+            s, along = samples[int(bad[0])], BUILTIN_FIELDS[spec.name][1]
             raise ValueError(
                 f"sample {s.sample_id}: {len(getattr(s, first))} {first} but "
                 f"{len(getattr(s, along))} {along} in its sequence"
             )
-        columns[spec.name] = FeatureColumn(
-            spec.kind, list(map(attrgetter(target), samples)), list(chain.from_iterable(sequences))
-        )
-    return (np.zeros(n, np.int64) if lengths is None else lengths), columns
+        columns[spec.name] = FeatureColumn(spec.kind, targets, list(chain.from_iterable(sequences)))
+    return lengths, columns
 
 
 def _ids(name: str, column: Column | None) -> list[str]:

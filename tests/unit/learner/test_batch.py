@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from streamrec.config import ModelConfig
+from streamrec.features import BUILTIN
 from streamrec.learner.batch import Batch, encode
 from streamrec.learner.hashing import bucketize
-from streamrec.samples import Sample
+from streamrec.samples import BUILTIN_FIELDS, Sample, builtin_columns
 from tests.support import small_tables
 
 CFG = ModelConfig.model_validate({"tables": small_tables(1024, 64), "sequence_length": 3})
@@ -50,6 +51,14 @@ def test_item_and_category_are_features_keyed_by_name_as_any_other() -> None:
     assert (item.kind, item.target, item.sequence) == ("id", ["target", "target"], ["i0", "i1", "i0"])
     assert batch.features["category"].target == batch.target_ids("category") == ["tc", "tc"]
     assert not any(hasattr(batch, a) for a in ("item_ids", "category_ids", "seq_items", "seq_categories"))
+
+
+def test_the_samples_own_fields_are_the_default_schemas_features() -> None:
+    names = [f.name for f in BUILTIN]
+    assert list(builtin_columns([])) == list(BUILTIN_FIELDS) == names
+    sample = _sample(2)
+    for name, (target, along) in BUILTIN_FIELDS.items():
+        assert builtin_columns([sample])[name] == ([getattr(sample, target)], [getattr(sample, along)])
 
 
 def test_a_declared_feature_named_as_a_builtin_is_refused() -> None:
