@@ -196,7 +196,7 @@ def _given(
     """The declared values of ``roles`` in ``raw``, checked; with ``targets``, no outcomes."""
     out = {}
     for name, value in raw.items():
-        if value is None or name not in schema or name in ("item", "category"):
+        if value is None or name not in schema or name in BUILTIN_FIELDS:  # the contract's own
             continue
         spec = schema[name]
         if spec.role in roles and not (targets and spec.outcome):
