@@ -146,3 +146,43 @@ def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
     enough = window(50, 8, 20_000)
     promoter.pending = 2
     assert promoter.on_scored(enough, learner.predict_many(enough)) is not None
+
+
+def test_ranks_judge_by_the_groups_scores_each_scored_by_the_served_version_on_its_own_rank(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Several ranks: rank 0 asks `due` which served version the next micro-batch judges by,
+    every rank scores its own samples by it (`served_scores`), and rank 0 judges the group's
+    gathered scores (`on_judged`) as `on_scored` judges one process's micro-batch.
+    """
+    cfg = config()
+    learner = DINLearner(cfg)
+    store = SnapshotStore(tmp_path)
+    promoter = Promoter(store, LearnerConfig(min_eval_samples=50))
+    assert promoter.due() is None  # nothing pending
+    for k in range(2):
+        learner.learn_many(window(200, k, k))
+        promoter.on_snapshot(store.write(
+            group_state(learner.state_arrays()), micro_batches=k + 1, samples_trained=0, positions=(),
+            config={"model": cfg.model_dump(mode="json")},
+        ))
+    assert promoter.due() == 1 and promoter.pending == 2
+    halves = [window(100, 5, 30_000), window(100, 6, 40_000)]
+    follower = Promoter(SnapshotStore(tmp_path), LearnerConfig())  # another rank's: no pending
+    served = [promoter.served_scores(1, halves[0]), follower.served_scores(1, halves[1])]
+    labels = np.concatenate([h.label for h in halves])
+    probs = np.concatenate([learner.predict_many(h) for h in halves])
+    unscored = np.concatenate([served[0], np.full(100, np.nan)])  # a rank could not load it
+    with caplog.at_level(logging.WARNING, logger="streamrec.serving.gate"):
+        assert promoter.on_judged(labels, probs, unscored, 1) is None
+    assert "not scored by the served version" in caplog.text and promoter.pending is None
+    assert store.current() == 1
+    promoter.pending = 2
+    judged = promoter.on_judged(labels, probs, np.concatenate(served), 1)
+    assert promoter.pending is None
+    assert judged is not None and (judged.candidate, judged.served) == (2, 1)
+    passed, _, figures = judge(labels, probs, np.concatenate(served), 0.002, 1.01)
+    assert judged.passed == passed and judged.auc == figures["auc"] and judged.logloss == figures["logloss"]
+    own = judge(labels[:100], probs[:100], served[0], 0.002, 1.01)[2]  # rank 0's own: other figures
+    assert own["auc"] != judged.auc
+    assert store.current() == (2 if passed else 1)
