@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil  # type: ignore[import-untyped]
@@ -195,6 +196,27 @@ def cli_env(cfg: StreamrecConfig, snapshot_dir: Path) -> dict[str, str]:
     }
 
 
+def one_and_two(
+    pipeline_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+    model: dict[str, Any],
+    learner: dict[str, Any],
+) -> tuple[StreamrecConfig, StreamrecConfig]:
+    """The configs of one process (mini-batches of 64) and of two ranks (32 each), each its own
+    snapshot directory (``one``, ``two``) and consumer group.
+    """
+    return (
+        pipeline_config(
+            model={**model, "train_batch_size": 64},
+            learner={**learner, "snapshot_dir": tmp_path / "one", "group_id": "one"},
+        ),
+        pipeline_config(
+            model={**model, "train_batch_size": 32},
+            learner={**learner, "snapshot_dir": tmp_path / "two", "group_id": "two"},
+        ),
+    )
+
+
 def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
     pipeline_config: Callable[..., StreamrecConfig],
     tmp_path: Path,
@@ -208,14 +230,7 @@ def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
         "snapshot_every": 1,
         "promote": "off",
     }
-    one = pipeline_config(
-        model={**MODEL, "train_batch_size": 64},
-        learner={**learner, "snapshot_dir": tmp_path / "one", "group_id": "one"},
-    )
-    two = pipeline_config(
-        model={**MODEL, "train_batch_size": 32},
-        learner={**learner, "snapshot_dir": tmp_path / "two", "group_id": "two"},
-    )
+    one, two = one_and_two(pipeline_config, tmp_path, MODEL, learner)
     publish(one, 0, count)
     run_ranks(one, 1, tmp_path, "one", "din")
     out = subprocess.run(
@@ -358,14 +373,7 @@ def test_two_ranks_report_and_gate_the_groups_micro_batches_as_one_process_does(
         "rank_timeout_s": 120.0,
     }
     model = {**MODEL, "learning_rate": 0.01, "passes": 2}
-    one = pipeline_config(
-        model={**model, "train_batch_size": 64},
-        learner={**learner, "snapshot_dir": tmp_path / "one", "group_id": "one"},
-    )
-    two = pipeline_config(
-        model={**model, "train_batch_size": 32},
-        learner={**learner, "snapshot_dir": tmp_path / "two", "group_id": "two"},
-    )
+    one, two = one_and_two(pipeline_config, tmp_path, model, learner)
     out = {name: tmp_path / f"{name}.jsonl" for name in ("one", "two")}
     procs = {
         "one": start_ranks(one, 1, tmp_path, "one", "din", str(out["one"])),

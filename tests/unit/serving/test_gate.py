@@ -121,15 +121,11 @@ def test_the_gate_checks_the_export_too(tmp_path: Path) -> None:
     assert store.current() == 1
 
 
-def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The demo's last micro-batch held 4 samples (AUC nan): a version judged by it is promoted
-    or held by noise. One under ``min_eval_samples`` judges nothing; the next snapshot is.
-    """
+def two_versions(root: Path) -> tuple[DINLearner, SnapshotStore, Promoter]:
+    """Two versions written and exported at ``root``: the first promoted, the second pending."""
     cfg = config()
     learner = DINLearner(cfg)
-    store = SnapshotStore(tmp_path)
+    store = SnapshotStore(root)
     promoter = Promoter(store, LearnerConfig(min_eval_samples=50))
     for k in range(2):
         learner.learn_many(window(200, k, k))
@@ -137,6 +133,16 @@ def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
             group_state(learner.state_arrays()), micro_batches=k + 1, samples_trained=0, positions=(),
             config={"model": cfg.model_dump(mode="json")},
         ))
+    return learner, store, promoter
+
+
+def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The demo's last micro-batch held 4 samples (AUC nan): a version judged by it is promoted
+    or held by noise. One under ``min_eval_samples`` judges nothing; the next snapshot is.
+    """
+    learner, store, promoter = two_versions(tmp_path)
     assert store.current() == 1 and promoter.pending == 2
     tiny = window(4, 7, 10_000)
     with caplog.at_level(logging.INFO, logger="streamrec.serving.gate"):
@@ -155,17 +161,8 @@ def test_ranks_judge_by_the_groups_scores_each_scored_by_the_served_version_on_i
     every rank scores its own samples by it (`served_scores`), and rank 0 judges the group's
     gathered scores (`on_judged`) as `on_scored` judges one process's micro-batch.
     """
-    cfg = config()
-    learner = DINLearner(cfg)
-    store = SnapshotStore(tmp_path)
-    promoter = Promoter(store, LearnerConfig(min_eval_samples=50))
-    assert promoter.due() is None  # nothing pending
-    for k in range(2):
-        learner.learn_many(window(200, k, k))
-        promoter.on_snapshot(store.write(
-            group_state(learner.state_arrays()), micro_batches=k + 1, samples_trained=0, positions=(),
-            config={"model": cfg.model_dump(mode="json")},
-        ))
+    assert Promoter(SnapshotStore(tmp_path), LearnerConfig()).due() is None  # nothing pending
+    learner, store, promoter = two_versions(tmp_path)
     assert promoter.due() == 1 and promoter.pending == 2
     halves = [window(100, 5, 30_000), window(100, 6, 40_000)]
     follower = Promoter(SnapshotStore(tmp_path), LearnerConfig())  # another rank's: no pending
