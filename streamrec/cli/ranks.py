@@ -4,7 +4,8 @@ Outside a launch, ``--workers N`` starts ``python -m paddle.distributed.launch
 --nproc_per_node N <streamrec> <the same arguments>`` and waits for it; each rank it starts
 (``PADDLE_TRAINERS_NUM`` set) runs `streamrec.learner.ranked.RankedRunner`. Across hosts the
 operator runs that launch command on each host (with ``--ips`` or ``--master``), and the
-command line needs no ``--workers``. Rank 0 alone serves metrics, exports and promotes.
+command line needs no ``--workers``. Rank 0 alone serves metrics, exports and promotes, judging
+the group's micro-batch (every rank scores its own samples by the served version for it).
 """
 
 from __future__ import annotations
@@ -84,10 +85,10 @@ def run_rank(
             "on_report": on_report,
             "on_snapshot": promoter.on_snapshot,
             "snapshots": store,
-            "on_scored": promoter.on_scored,
         }
     console.print(f"learner rank {rank} of {world}")
     tune_for_batches()
     keep_freed_memory()
-    with RankedRunner(cfg, learner, group, **lead) as runner:
+    # every rank's promoter scores its own samples by the served version; rank 0's judges
+    with RankedRunner(cfg, learner, group, gate=promoter, **lead) as runner:
         return runner.run(stop_on_signals())
