@@ -28,9 +28,10 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import psutil  # type: ignore[import-untyped]
@@ -39,6 +40,7 @@ from confluent_kafka import Producer
 
 from streamrec.config import StreamrecConfig
 from streamrec.learner.batch import Batch
+from streamrec.local.ports import free_port
 from streamrec.samples import Sample
 from streamrec.serving.export import export_snapshot
 from streamrec.serving.gate import judge
@@ -233,19 +235,31 @@ def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
     one, two = one_and_two(pipeline_config, tmp_path, MODEL, learner)
     publish(one, 0, count)
     run_ranks(one, 1, tmp_path, "one", "din")
-    out = subprocess.run(
+    port = free_port()
+    launcher = subprocess.Popen(
         [sys.executable, "-m", "streamrec", "learner", "run", "--workers", "2"],
         cwd=tmp_path,
-        env=cli_env(two, tmp_path / "two"),
-        capture_output=True,
+        env={**cli_env(two, tmp_path / "two"), "STREAMREC_LEARNER__METRICS_PORT": str(port)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=300,
-        check=False,
     )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + logs(tmp_path, "learner")
-    assert "starting 2 learner ranks" in out.stdout
+    _started.append(cast("subprocess.Popen[bytes]", launcher))
+    # rank 0 serves /metrics with the group's counts until the group stops (idle)
+    scraped = ""
+    while launcher.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+                scraped = reply.read().decode()
+        except OSError:
+            pass
+        time.sleep(0.2)
+    stdout = launcher.communicate(timeout=60)[0]
+    assert launcher.returncode == 0, stdout[-3000:] + logs(tmp_path, "learner")
+    assert "starting 2 learner ranks" in stdout
+    assert f"streamrec_learner_samples_trained_total {float(count)}" in scraped, scraped[-2000:]
     first, second = (SnapshotStore(tmp_path / name).latest_valid() for name in ("one", "two"))
-    assert first is not None and second is not None, out.stdout[-3000:] + logs(tmp_path, "learner")
+    assert first is not None and second is not None, stdout[-3000:] + logs(tmp_path, "learner")
     (m1, t1), (m2, t2) = first, second
     assert m1.samples_trained == m2.samples_trained == count and m1.micro_batches == m2.micro_batches == 1
     assert len(m2.positions) == one.kafka.partitions  # rank 0 wrote both ranks' positions
