@@ -244,7 +244,7 @@ class TableLearner(StateArrays):
         Fisher stay the previous micro-batch's until `end_micro_batch` consolidates every
         part's steps at once.
         """
-        return self.learn_share(batch, GroupLayout.alone(len(batch)), close=False)
+        return self._learn(batch, GroupLayout.alone(len(batch)), close=False)
 
     def end_micro_batch(self) -> None:
         """Close the micro-batch that `learn_part` trained: EWC consolidates all its steps."""
@@ -252,13 +252,16 @@ class TableLearner(StateArrays):
             self._ewc.consolidate(self._taken)
         self._taken = 0
 
-    def learn_share(self, batch: Batch, layout: GroupLayout, close: bool = True) -> TrainResult:
+    def learn_share(self, batch: Batch, layout: GroupLayout) -> TrainResult:
         """`learn_many` on this rank's ``batch`` of a group micro-batch laid out as ``layout``.
 
         Every rank of the group calls it for each group micro-batch, with its own samples
-        (none, perhaps); the loss is this rank's samples' mean. ``close=False`` leaves the
-        micro-batch open (`learn_part`).
+        (none, perhaps); the loss is this rank's samples' mean.
         """
+        return self._learn(batch, layout, close=True)
+
+    def _learn(self, batch: Batch, layout: GroupLayout, close: bool) -> TrainResult:
+        """Admit ids, train, count; ``close=False`` leaves the micro-batch open (`learn_part`)."""
         done = self.admit(batch)
         result = self.learn_encoded(self.encode(batch), layout, close)
         self.count(batch)
