@@ -135,18 +135,18 @@ class RecordingLearner(_recording_learner_base()):  # type: ignore[misc]
         self._gate = gate
 
     def learn_many(self, batch: Any) -> Any:
-        self.in_step.set()
-        if self._gate is not None:
-            self._gate.wait(60)
-        self.trained += batch.sample_ids
+        self._step_begins(batch)
         return super().learn_many(batch)
 
     def learn_part(self, batch: Any) -> Any:
+        self._step_begins(batch)
+        return super().learn_part(batch)
+
+    def _step_begins(self, batch: Any) -> None:
         self.in_step.set()
         if self._gate is not None:
             self._gate.wait(60)
         self.trained += batch.sample_ids
-        return super().learn_part(batch)
 
 
 def recording_learner_main(config_file: str, trained_file: str) -> None:
