@@ -2,7 +2,8 @@
 
 Every sample is trained once and the micro-batch snapshotted once, at its close; a crash
 between parts resumes from the last snapshot and trains the parts again, once; and a part as
-long as the interval is the micro-batch trained whole, as before parts, bit for bit.
+long as the interval is the micro-batch trained whole, as before parts, bit for bit; a snapshot
+request closes a micro-batch partly trained.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pytest
 from confluent_kafka import Message, Producer
+from typer.testing import CliRunner
 
 from streamrec import faults
+from streamrec.cli import app
 from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch
@@ -214,3 +217,25 @@ def _assert_same_state(mine: Mapping[str, np.ndarray], theirs: Mapping[str, np.n
     assert mine.keys() == theirs.keys()
     for key, array in theirs.items():
         np.testing.assert_array_equal(mine[key], array, err_msg=key)
+
+
+def test_a_snapshot_request_closes_a_micro_batch_partly_trained(
+    parts_config: Callable[..., StreamrecConfig], topic_reader: Callable[[str], list[Message]],
+) -> None:
+    cfg = parts_config(snapshot_every=100)
+    learner = Recording(cfg.model)
+    running = Running(LearnerRunner(cfg, learner))
+    publish(cfg, range(40))
+    learner.wait_for(40)  # a part trained, the micro-batch open
+    args = ["snapshot", "create", "--snapshot-dir", str(cfg.learner.snapshot_dir), "--timeout", "60"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    manifest = SnapshotStore(cfg.learner.snapshot_dir).latest()
+    assert manifest is not None and manifest.request_id is not None
+    assert (manifest.micro_batches, manifest.samples_trained) == (1, 40)  # the whole micro-batch
+    assert {p.partition: p.offset for p in manifest.positions} == ends(topic_reader(cfg.kafka.samples_topic))
+    publish(cfg, range(40, 80))
+    learner.wait_for(80)
+    stats = running.finish()
+    assert isinstance(stats, LearnerStats) and (stats.micro_batches, stats.samples_trained) == (2, 80)
+    assert Counter(learner.trained_ids()) == Counter(f"s{n}" for n in range(80))
