@@ -3,12 +3,11 @@
 Progressive validation: every micro-batch is scored by the model *before* it trains on it, so
 the logged AUC/GAUC/logloss are honest out-of-sample figures. A micro-batch is trained in parts
 while it is gathered (every ``part_s``, `streamrec.learner.parts`): each part scored before it
-is trained, the report, EWC's consolidation, the positions and the snapshot once per
-micro-batch, at its close. Offsets move with the model: the
-Kafka positions trained up to are stored in each snapshot (and committed to the group only
-after the snapshot is durable); a restarted learner loads the newest valid snapshot and
-resumes from its positions. The snapshot directory is locked for the runner's life: one
-learner per directory.
+is trained; the report, EWC's consolidation, the positions and the snapshot once per
+micro-batch, at its close. Offsets move with the model: the Kafka positions trained up to are
+stored in each snapshot (and committed to the group only after the snapshot is durable); a
+restarted learner loads the newest valid snapshot and resumes from its positions. The snapshot
+directory is locked for the runner's life: one learner per directory.
 
 Bad input never stops the loop, and bad training never reaches a snapshot: a sample that
 breaks the contract is dead-lettered to ``samples_dlq_topic`` (acknowledged before the
