@@ -123,9 +123,9 @@ def _recording_learner_base() -> type:
 
 
 class RecordingLearner(_recording_learner_base()):  # type: ignore[misc]
-    """A DIN that records the id of every sample it trains on, in order (``trained``); sets
-    ``in_step`` when a training step begins and, given a ``gate``, waits for it (up to a
-    minute) before training, so a test can act while a step runs.
+    """A DIN that records the id of every sample it trains on, in order (``trained``), whole
+    micro-batches and parts alike; sets ``in_step`` when a training step begins and, given a
+    ``gate``, waits for it (up to a minute) before training, so a test can act while a step runs.
     """
 
     def __init__(self, cfg: Any, gate: Any = None) -> None:
@@ -135,11 +135,18 @@ class RecordingLearner(_recording_learner_base()):  # type: ignore[misc]
         self._gate = gate
 
     def learn_many(self, batch: Any) -> Any:
+        self._step_begins(batch)
+        return super().learn_many(batch)
+
+    def learn_part(self, batch: Any) -> Any:
+        self._step_begins(batch)
+        return super().learn_part(batch)
+
+    def _step_begins(self, batch: Any) -> None:
         self.in_step.set()
         if self._gate is not None:
             self._gate.wait(60)
         self.trained += batch.sample_ids
-        return super().learn_many(batch)
 
 
 def recording_learner_main(config_file: str, trained_file: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -87,4 +87,24 @@ class Learner(Protocol):
 
     def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Restore what `state_arrays` returned, from this or another process."""
+        ...
+
+
+@runtime_checkable
+class PartLearner(Protocol):
+    """A `Learner` that can train a micro-batch in parts while it is gathered.
+
+    ``learn_part`` for each part (scored before it, as a micro-batch is), then
+    ``end_micro_batch`` once at its close: what a learner does once per micro-batch (online
+    EWC's consolidation) waits for it and covers every part, so one part followed by the
+    close is ``learn_many``. The loop trains a learner without these methods part by part
+    with ``learn_many``.
+    """
+
+    def learn_part(self, batch: Batch) -> TrainResult:
+        """Train on a labelled part of the micro-batch being gathered."""
+        ...
+
+    def end_micro_batch(self) -> None:
+        """Close the micro-batch whose parts `learn_part` trained."""
         ...

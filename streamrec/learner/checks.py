@@ -32,7 +32,7 @@ import numpy as np
 from safetensors.numpy import load as safetensors_load
 from safetensors.numpy import save as safetensors_save
 
-from streamrec.learner.base import Learner, TrainResult
+from streamrec.learner.base import Learner, PartLearner, TrainResult
 from streamrec.learner.batch import Batch
 from streamrec.learner.metrics import auc
 from streamrec.samples import Sample
@@ -114,7 +114,9 @@ def yield_checks(factory: LearnerFactory, promises: Promises | None = None) -> I
         check_is_known,
     ]
     if promises.deterministic:
-        checks += [check_seeded_runs_agree, check_restored_state_resumes_exactly]
+        checks += [
+            check_seeded_runs_agree, check_restored_state_resumes_exactly, check_one_part_is_the_micro_batch
+        ]
     if promises.learns:
         checks.append(check_learns_a_learnable_batch)
     if promises.export is not None:
@@ -380,6 +382,28 @@ def check_restored_state_resumes_exactly(factory: LearnerFactory, promises: Prom
     batch = clicks(100, 16, T0 + 200_000)
     _assert_close(restored.predict_many(batch), learner.predict_many(batch), 0.0, "resumed")
     _assert_same_state(learner.state_arrays(), restored.state_arrays(), "resumed")
+
+
+def check_one_part_is_the_micro_batch(factory: LearnerFactory, promises: Promises) -> None:
+    """A `PartLearner`'s one part and its close train as ``learn_many``; two parts train each sample.
+
+    The loop trains a micro-batch in parts while it is gathered; a learner without
+    ``learn_part`` is trained part by part with ``learn_many``, so nothing to check there.
+    """
+    whole, parts = _trained(factory), _trained(factory)
+    if not isinstance(parts, PartLearner):
+        return
+    batch = clicks(200, 17, T0 + 90_000)
+    whole.learn_many(batch)
+    parts.learn_part(batch)
+    parts.end_micro_batch()
+    _assert_same_state(whole.state_arrays(), parts.state_arrays(), "one part")
+    probe = clicks(100, 18, T0 + 200_000)
+    before = parts.predict_many(probe)
+    for half in (clicks(100, 19, T0 + 100_000), clicks(100, 20, T0 + 110_000)):
+        assert parts.learn_part(half).steps > 0, "a part trained no step"
+    parts.end_micro_batch()
+    assert not _same(parts.predict_many(probe), before), "two parts changed no score"
 
 
 def check_learns_a_learnable_batch(factory: LearnerFactory, promises: Promises) -> None:

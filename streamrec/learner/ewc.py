@@ -161,6 +161,22 @@ class OnlineEWC:
         paddle.scatter_(self._batch[name], index, zeros)
         paddle.scatter_(self.anchor[name], index, paddle.index_select(self.params[name], index))
 
+    @paddle.no_grad()
+    def carry(self, other: OnlineEWC) -> None:
+        """Take over ``other``'s micro-batch in progress, its tables grown to these rows.
+
+        Its summed squared gradients and the rows they reached: a table grown between the
+        parts of a micro-batch (`TableLearner.learn_part`) rebuilds the EWC state, and the
+        close must still consolidate the parts trained before it. Rows beyond ``other``'s
+        start empty.
+        """
+        for name, summed in other._batch.items():
+            grown = np.zeros(self._batch[name].shape, dtype=summed.numpy().dtype)
+            grown[: summed.shape[0]] = summed.numpy()
+            self._batch[name] = paddle.to_tensor(grown)
+        for name, touched in other._touched.items():
+            self._touched[name][: len(touched)] = touched
+
     def state_arrays(self, prefix: str) -> dict[str, np.ndarray]:
         """Fisher estimates and anchors, as named arrays.
 

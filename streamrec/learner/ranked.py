@@ -22,6 +22,10 @@ next collective fails (gloo reports the closed connection) or overruns ``rank_ti
 and they leave non-zero. The group resumes from the last snapshot, each rank taking its
 partitions' positions from it: with another number of ranks too, as positions are per
 partition.
+
+Ranks train each micro-batch whole, at its close: training in parts while it is gathered
+(``part_s``, `streamrec.learner.parts`) is a single learner's, since the ranks would have to
+agree on every part's end as they do on a micro-batch's.
 """
 
 from __future__ import annotations
@@ -133,6 +137,9 @@ class RankedRunner(LearnerRunner):
                 f"read the same {cfg.learner.snapshot_dir}"
             )
         learner.data_parallel(group.share)
+        if cfg.learner.part_s < cfg.learner.interval_s:
+            logger.info("ranks train each micro-batch whole at its close: part_s=%s ignored",
+                        cfg.learner.part_s)
 
     def owns(self, partition: Partition) -> bool:
         """Whether this rank reads ``partition``."""

@@ -1,11 +1,13 @@
 """The learner loop: collect a micro-batch of samples, score it, train on it, snapshot.
 
 Progressive validation: every micro-batch is scored by the model *before* it trains on it, so
-the logged AUC/GAUC/logloss are honest out-of-sample figures. Offsets move with the model: the
-Kafka positions trained up to are stored in each snapshot (and committed to the group only
-after the snapshot is durable); a restarted learner loads the newest valid snapshot and
-resumes from its positions. The snapshot directory is locked for the runner's life: one
-learner per directory.
+the logged AUC/GAUC/logloss are honest out-of-sample figures. A micro-batch is trained in parts
+while it is gathered (every ``part_s``, `streamrec.learner.parts`): each part scored before it
+is trained; the report, EWC's consolidation, the positions and the snapshot once per
+micro-batch, at its close. Offsets move with the model: the Kafka positions trained up to are
+stored in each snapshot (and committed to the group only after the snapshot is durable); a
+restarted learner loads the newest valid snapshot and resumes from its positions. The snapshot
+directory is locked for the runner's life: one learner per directory.
 
 Bad input never stops the loop, and bad training never reaches a snapshot: a sample that
 breaks the contract is dead-lettered to ``samples_dlq_topic`` (acknowledged before the
@@ -41,11 +43,12 @@ from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.records import Partition, Position
 from streamrec.kafka.source import IdleClock, RecordSource
 from streamrec.kafka.topics import expired_positions
-from streamrec.learner.base import Learner
+from streamrec.learner.base import Learner, PartLearner
 from streamrec.learner.batch import Batch
 from streamrec.learner.intake import DeadLetterWriter, decode
+from streamrec.learner.parts import MicroBatchParts
 from streamrec.learner.reports import LearnerStats, MicroBatchReport, StepResult, micro_batch_report
-from streamrec.learner.schedule import IntervalClock
+from streamrec.learner.schedule import IntervalClock, PartClock
 from streamrec.learner.snapshotting import (
     export_estimate,
     group_state,
@@ -87,8 +90,9 @@ class LearnerRunner(Closing):
         directory that is a file, read-only or full fails here. ``snapshots`` replaces the
         store made from ``cfg`` (tests inject one with a free-space function);
         ``dead_letters`` the writer to ``cfg.kafka.samples_dlq_topic``. ``on_scored(batch,
-        probs)`` sees each micro-batch with the scores given before training on it (the
-        promotion gate judges the last snapshot by them), on the worker thread.
+        probs)`` sees the first part of each micro-batch (the whole, trained at once) with the
+        scores the last snapshot's weights gave it before training on it (the promotion gate
+        judges that snapshot by them), on the worker thread.
 
         Raises:
             SnapshotInUse: another learner holds the snapshot directory.
@@ -177,9 +181,10 @@ class LearnerRunner(Closing):
             self._source.subscribe()
             with ThreadPoolExecutor(1, thread_name_prefix="streamrec-train") as worker:
                 while not stop.is_set():
-                    records = self._collect(stop, idle)
-                    if len(records) >= lcfg.min_batch_samples:
-                        self._train(records, worker)
+                    parts = MicroBatchParts()
+                    records = self._collect(stop, idle, (parts, worker))
+                    if parts.records or len(records) >= lcfg.min_batch_samples:
+                        self._train(records, worker, parts)
                         idle.busy()  # a long step is not idleness: samples wait held meanwhile
                         fault_point("learner.after_train")
                         if self.stats.micro_batches - self._snapshotted_at >= lcfg.snapshot_every:
@@ -231,8 +236,19 @@ class LearnerRunner(Closing):
         self.positions.update(found)
         self._snapshotted_positions.update(found)  # a place to start, not progress to save
 
-    def _collect(self, stop: threading.Event, idle: IdleClock) -> list[Message]:
+    def _collect(
+        self,
+        stop: threading.Event,
+        idle: IdleClock,
+        parts: tuple[MicroBatchParts, ThreadPoolExecutor] | None = None,
+    ) -> list[Message]:
         """Gather samples until the micro-batch's close (`IntervalClock`), it is full or the stream goes idle.
+
+        With ``parts`` (kept, and the worker to train them on), the samples gathered are
+        trained at each part's end (`PartClock`) once there are ``min_eval_samples`` of
+        them (fewer gather on to the next); the records of the last part are returned. A
+        snapshot request closes a micro-batch partly trained (a snapshot holds whole ones):
+        it is served after the close. Without, the whole micro-batch is returned.
 
         A rebalance while gathering (partitions revoked, lost to a session timeout, handed to
         another member or back) starts each partition assigned again at the trained
@@ -241,29 +257,45 @@ class LearnerRunner(Closing):
         meanwhile are trained all the same; the positions pass them before it comes back.
         """
         lcfg = self._cfg.learner
+        room = lcfg.max_batch_samples
         records: list[Message] = []
         gathered: dict[Partition, int] = {}  # the highest offset gathered, per partition
         again = 0
         deadline = self._interval.next_close()
-        while len(records) < lcfg.max_batch_samples and not stop.is_set() and not idle.expired():
+        ends = None if parts is None else PartClock(deadline, lcfg.part_s)
+        part_end = deadline if ends is None else ends.next_end()
+        while len(records) < room and not stop.is_set() and not idle.expired():
             # At least one poll, so a micro-batch closing at once (its step late) takes what
             # waits: the keep-alive polls of the step before read it.
-            wait = max(0.0, min(_POLL_S, deadline - time.monotonic()))
-            for msg in self._source.poll(lcfg.max_batch_samples - len(records), wait):
+            wait = max(0.0, min(_POLL_S, part_end - time.monotonic()))
+            for msg in self._source.poll(room - len(records), wait):
                 pos = Position.of(msg)
                 if pos.offset <= gathered.get(pos.key, -1):
                     again += 1
                     continue
                 gathered[pos.key] = pos.offset
                 records.append(msg)
-            self._serve_requests()
-            if time.monotonic() >= deadline:
+            if parts is not None and parts[0].records:
+                if self.snapshots.requests.pending():
+                    break
+            else:
+                self._serve_requests()
+            now = time.monotonic()
+            if now >= deadline:
                 break
+            if parts is not None and ends is not None and now >= part_end:
+                if len(records) >= max(lcfg.min_batch_samples, lcfg.min_eval_samples):
+                    self._train_part(records, parts[1], parts[0])
+                    room -= len(records)
+                    records = []
+                    idle.busy()
+                    fault_point("learner.after_part")
+                part_end = ends.next_end()
         if again:
             logger.info("rebalanced while gathering: left out records read again count=%d", again)
-        cut = lcfg.max_batch_samples  # put-back records can make a longer run than asked for
-        self._source.unread(records[cut:])
-        return records[:cut]
+        # put-back records can make a longer run than asked for
+        self._source.unread(records[room:])
+        return records[:room]
 
     def _unsnapshotted(self) -> bool:
         """Whether training or positions (past dead letters, say) moved since the last snapshot."""
@@ -272,23 +304,57 @@ class LearnerRunner(Closing):
             or self.positions != self._snapshotted_positions
         )
 
-    def _train(self, records: Sequence[Message], worker: ThreadPoolExecutor) -> None:
-        """Dead-letter the invalid records, score then train on the rest, move the positions."""
+    def _train(
+        self, records: Sequence[Message], worker: ThreadPoolExecutor, parts: MicroBatchParts | None = None
+    ) -> None:
+        """Train the last part of a micro-batch, then close it.
+
+        The close: EWC's consolidation over every part, the positions past every record, one
+        report over every part's scores. A micro-batch of one part is trained whole
+        (``learn_many``), as before parts.
+        """
+        parts = MicroBatchParts() if parts is None else parts
         assignments = self._source.assignments
-        intake = decode(records)
-        self._dead_letter(intake.dead, worker)  # durable before any position passes them
-        if not intake.samples:
-            self._advance_positions(records, assignments)
+        if records:
+            self._train_part(records, worker, parts, whole=not parts.steps)
+        if parts.open:
+            self._run_held(worker.submit(self._end_micro_batch))
+        self._advance_positions(parts.records, assignments)
+        if not parts.steps:
             return
-        batch = Batch.from_samples(intake.samples)
-        result = self._run_held(worker.submit(self._step, batch))
-        if self._on_scored is not None:
-            self._run_held(worker.submit(self._on_scored, batch, result.probs))
-        self._advance_positions(records, assignments)
-        report = self._record(batch, result, len(intake.dead))
+        batch, result = parts.merged()
+        report = self._record(batch, result, parts.dead)
+        if len(parts.steps) > 1:
+            logger.info("micro_batch index=%d parts=%d last_part_samples=%d",
+                        report.index, len(parts.steps), len(parts.steps[-1].probs))
         if self._on_report is not None:
             self._on_report(report)
         self._count_bad(report)
+
+    def _train_part(
+        self,
+        records: Sequence[Message],
+        worker: ThreadPoolExecutor,
+        parts: MicroBatchParts,
+        whole: bool = False,
+    ) -> None:
+        """Dead-letter a part's invalid records, score then train on the rest; keep it in ``parts``.
+
+        The positions wait for the micro-batch's close. The first part with samples is
+        scored by the last snapshot's weights: ``on_scored`` judges it. ``whole``: the
+        micro-batch's only samples.
+        """
+        intake = decode(records)
+        self._dead_letter(intake.dead, worker)  # durable before any position passes them
+        step = None
+        if intake.samples:
+            batch = Batch.from_samples(intake.samples)
+            part = not whole and isinstance(self.learner, PartLearner)
+            step = self._run_held(worker.submit(self._step, batch, part))
+            parts.open |= part
+            if self._on_scored is not None and not parts.steps:
+                self._run_held(worker.submit(self._on_scored, batch, step.probs))
+        parts.add(records, intake.samples, step, len(intake.dead))
 
     def _dead_letter(self, letters: Sequence[DeadLetter], worker: ThreadPoolExecutor) -> None:
         """Write dead letters and wait for the broker's acknowledgement.
@@ -341,14 +407,26 @@ class LearnerRunner(Closing):
                 f"snapshot, with a lower learning rate if this recurs"
             )
 
-    def _step(self, batch: Batch) -> StepResult:
-        """Score, then train: on the worker thread, touching nothing but the learner."""
+    def _step(self, batch: Batch, part: bool = False) -> StepResult:
+        """Score, then train (a ``part`` with `PartLearner.learn_part`): on the worker thread.
+
+        It touches nothing but the learner.
+        """
         start = time.monotonic()
-        probs = self.learner.predict_many(batch)
-        known = self.learner.is_known(batch)
+        learner = self.learner
+        probs = learner.predict_many(batch)
+        known = learner.is_known(batch)
         scored = time.monotonic()
-        train = self.learner.learn_many(batch)
+        if part and isinstance(learner, PartLearner):
+            train = learner.learn_part(batch)
+        else:
+            train = learner.learn_many(batch)
         return StepResult(probs, known, train, scored - start, time.monotonic() - scored)
+
+    def _end_micro_batch(self) -> None:
+        """Close the micro-batch the parts trained in the learner (EWC consolidates)."""
+        if isinstance(self.learner, PartLearner):
+            self.learner.end_micro_batch()
 
     def _run_held(self, step: Future[_T]) -> _T:
         """Wait for work on the worker thread, serving the consumer.

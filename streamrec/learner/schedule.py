@@ -7,6 +7,10 @@ interval, not the interval plus a step. A sample then waits for the rest of the 
 arrived in and one step, not two. When a step outlasts the interval the clock is behind: the
 next micro-batch closes as soon as it has taken what is waiting, and the schedule starts again
 from then (no burst of micro-batches to catch up).
+
+Within a micro-batch the same holds for its parts (`PartClock`): while it is gathered, the
+samples so far are scored and trained every ``part_s``, so that at its close only the last
+part is left to train.
 """
 
 from __future__ import annotations
@@ -34,3 +38,21 @@ class IntervalClock:
         close = now + self._interval_s if self._due is None else max(self._due, now)
         self._due = close + self._interval_s
         return close
+
+
+class PartClock:
+    """The ends of one micro-batch's parts: every ``part_s`` from now, the last at its close.
+
+    At a fixed rate, as `IntervalClock`: a part's training is not added to the next part,
+    and a part that took longer than ``part_s`` to train ends the next one at once. A
+    ``part_s`` at least as long as the interval makes the whole micro-batch one part.
+    """
+
+    def __init__(self, close: float, part_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        """Parts of the micro-batch closing at ``close`` (the clock's time), from now on."""
+        self._close = close
+        self._parts = IntervalClock(part_s, clock)
+
+    def next_end(self) -> float:
+        """When the part being gathered from now on ends: never past the micro-batch's close."""
+        return min(self._parts.next_close(), self._close)

@@ -111,6 +111,7 @@ class TableLearner(StateArrays):
         self._build(dict(rows) if rows is not None else {t.name: t.start_rows for t in cfg.builtin_tables})
         self._shuffle_seed = cfg.seed
         self._learn_calls = 0
+        self._taken = 0  # steps taken since the last micro-batch's close: EWC consolidates them
         # The last batch encoded: scoring and then training the same micro-batch hash it once.
         self._encoded: tuple[Batch, EncodedBatch] | None = None
         self._keys: tuple[Batch, BatchKeys] | None = None
@@ -236,14 +237,33 @@ class TableLearner(StateArrays):
         """
         return self.learn_share(batch, GroupLayout.alone(len(batch)))
 
+    def learn_part(self, batch: Batch) -> TrainResult:
+        """`learn_many` on a part of the micro-batch being gathered (`PartLearner`).
+
+        Its ids are admitted and counted, its mini-batches trained; online EWC's anchor and
+        Fisher stay the previous micro-batch's until `end_micro_batch` consolidates every
+        part's steps at once.
+        """
+        return self._learn(batch, GroupLayout.alone(len(batch)), close=False)
+
+    def end_micro_batch(self) -> None:
+        """Close the micro-batch that `learn_part` trained: EWC consolidates all its steps."""
+        if self._ewc is not None:
+            self._ewc.consolidate(self._taken)
+        self._taken = 0
+
     def learn_share(self, batch: Batch, layout: GroupLayout) -> TrainResult:
         """`learn_many` on this rank's ``batch`` of a group micro-batch laid out as ``layout``.
 
         Every rank of the group calls it for each group micro-batch, with its own samples
         (none, perhaps); the loss is this rank's samples' mean.
         """
+        return self._learn(batch, layout, close=True)
+
+    def _learn(self, batch: Batch, layout: GroupLayout, close: bool) -> TrainResult:
+        """Admit ids, train, count; ``close=False`` leaves the micro-batch open (`learn_part`)."""
         done = self.admit(batch)
-        result = self.learn_encoded(self.encode(batch), layout)
+        result = self.learn_encoded(self.encode(batch), layout, close)
         self.count(batch)
         return dataclasses.replace(
             result,
@@ -301,7 +321,10 @@ class TableLearner(StateArrays):
                 extra = np.zeros((rows[table] - array.shape[0], *array.shape[1:]), array.dtype)
                 array = np.concatenate([array, extra])
             padded[key] = array
+        ewc = self._ewc
         self.load_state_arrays(padded)  # rebuilds at the new rows
+        if ewc is not None and self._ewc is not None:
+            self._ewc.carry(ewc)  # the parts trained so far of a micro-batch in parts
 
     @paddle.no_grad()
     def _reset_rows(self, table: str, rows: np.ndarray) -> None:
@@ -358,10 +381,17 @@ class TableLearner(StateArrays):
             if self._item_table in self._maps:  # the default row is no item's own
                 self.known_items[DEFAULT_ROW] = 0
 
-    def learn_encoded(self, encoded: EncodedBatch, layout: GroupLayout | None = None) -> TrainResult:
-        """The training passes of `learn_many` (`learn_share`) on an already encoded batch."""
+    def learn_encoded(
+        self, encoded: EncodedBatch, layout: GroupLayout | None = None, close: bool = True
+    ) -> TrainResult:
+        """The training passes of `learn_many` (`learn_share`) on an already encoded batch.
+
+        ``close=False``: a part of a micro-batch, closed later by `end_micro_batch`.
+        """
         layout = GroupLayout.alone(len(encoded)) if layout is None else layout
         if layout.total == 0:
+            if close:
+                self.end_micro_batch()
             return TrainResult()
         self.train_module.train()
         # Seeded by (seed, call count), both in state_arrays, so a restored learner shuffles
@@ -386,8 +416,9 @@ class TableLearner(StateArrays):
                 penalties += losses[1] * len(mine)
                 trained += len(mine)
         self._learn_calls += 1
-        if self._ewc is not None:
-            self._ewc.consolidate(steps - skipped)
+        self._taken += steps - skipped
+        if close:
+            self.end_micro_batch()
         if not trained:
             return TrainResult(math.nan, steps, skipped)
         loss, penalty = float(total) / trained, float(penalties) / trained

@@ -1,0 +1,93 @@
+"""A micro-batch trained in parts while it is gathered, and its one report at the close.
+
+Every ``STREAMREC_LEARNER__PART_S`` the learner loop scores, then trains, the samples gathered
+since the last part (`PartClock`), so at the micro-batch's close only the last part is left
+to train. Everything else stays once per micro-batch, over all its parts: online EWC's
+consolidation (`PartLearner.end_micro_batch`), the report (its metrics over every part's
+scores, each given before training on that part: still prequential), the positions and the
+snapshot. `MicroBatchParts` keeps what the parts did until then.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from confluent_kafka import Message
+
+from streamrec.learner.base import TrainResult
+from streamrec.learner.batch import Batch
+from streamrec.learner.reports import StepResult
+from streamrec.samples import Sample
+
+
+@dataclass
+class MicroBatchParts:
+    """The trained parts of the micro-batch being gathered: records, samples, step results."""
+
+    records: list[Message] = field(default_factory=list)  # trained or dead-lettered
+    samples: list[Sample] = field(default_factory=list)
+    steps: list[StepResult] = field(default_factory=list)
+    dead: int = 0
+    open: bool = False  # a part went to `PartLearner.learn_part`: the learner awaits the close
+
+    def add(
+        self, records: Sequence[Message], samples: Sequence[Sample], step: StepResult | None, dead: int
+    ) -> None:
+        """Keep a part: its records, its valid samples and their step (None without any)."""
+        self.records.extend(records)
+        self.samples.extend(samples)
+        if step is not None:
+            self.steps.append(step)
+        self.dead += dead
+
+    def merged(self) -> tuple[Batch, StepResult]:
+        """The whole micro-batch and its step, for its report: the parts' in order."""
+        steps = self.steps
+        if len(steps) == 1:
+            return Batch.from_samples(self.samples), steps[0]
+        step = StepResult(
+            np.concatenate([s.probs for s in steps]),
+            np.concatenate([s.known for s in steps]),
+            merge_results([s.train for s in steps], [len(s.probs) for s in steps]),
+            sum(s.score_seconds for s in steps),
+            sum(s.train_seconds for s in steps),
+        )
+        return Batch.from_samples(self.samples), step
+
+
+def merge_results(results: Sequence[TrainResult], sizes: Sequence[int]) -> TrainResult:
+    """One `TrainResult` of parts of ``sizes`` samples: losses weighted by samples trained.
+
+    A result that does not count its trained samples (``samples`` 0) weighs by its part's
+    size; one whose steps were all skipped (NaN loss) by nothing. Id counts add up; the rows
+    in use are the last part's.
+    """
+    if len(results) == 1:
+        return results[0]
+    weights = [
+        (r, r.samples or n) for r, n in zip(results, sizes, strict=True) if not math.isnan(r.loss)
+    ]
+    total = sum(w for _, w in weights)
+    return TrainResult(
+        sum(r.loss * w for r, w in weights) / total if total else math.nan,
+        sum(r.steps for r in results),
+        sum(r.skipped_steps for r in results),
+        sum(r.penalty * w for r, w in weights) / total if total else 0.0,
+        ids_admitted=_add(r.ids_admitted for r in results),
+        ids_evicted=_add(r.ids_evicted for r in results),
+        ids_refused=_add(r.ids_refused for r in results),
+        rows_in_use=results[-1].rows_in_use,
+        samples=sum(r.samples for r in results),
+    )
+
+
+def _add(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Counts by table, added up."""
+    out: dict[str, int] = {}
+    for each in counts:
+        for name, n in each.items():
+            out[name] = out.get(name, 0) + n
+    return out
