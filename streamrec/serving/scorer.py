@@ -33,7 +33,7 @@ from streamrec.serving.export import (
     feature_batch_inputs,
 )
 from streamrec.serving.features import Candidate as Candidate  # its home before; still imported from here
-from streamrec.serving.features import feature_request_inputs
+from streamrec.serving.features import candidate_columns, feature_request_inputs
 from streamrec.snapshots.exports import verify_export
 from streamrec.snapshots.store import SnapshotStore, version_name
 
@@ -61,6 +61,8 @@ class _Table:
         None (an unknown category) reads the default row of a dynamic table and padding (zeros)
         of a hashed one.
         """
+        if None not in ids:  # every id given: a request's items, a history
+            return self.rows_of_keys(fingerprint(ids))  # type: ignore[arg-type]  # no None in it
         out = np.full(len(ids), DEFAULT_ROW if self.dynamic else PADDING_BUCKET, np.int64)
         present = [k for k, i in enumerate(ids) if i is not None]
         out[present] = self.rows_of_keys(fingerprint([i for i in ids if i is not None]))
@@ -133,14 +135,15 @@ class ExportedModel:
         """
         recent = list(history)[-self.length :]
         n = len(candidates)
+        item_ids, category_ids = candidate_columns(candidates)
         targets, sequences = {}, {}
         for table in self.behaviour:
             if table.feature == "item":
                 seq_ids: list[str | None] = [item for item, _ in recent]
-                target_ids: list[str | None] = [c.item_id for c in candidates]
+                target_ids: list[str | None] = list(item_ids)
             else:
                 seq_ids = [category for _, category in recent]
-                target_ids = [c.category_id for c in candidates]
+                target_ids = category_ids
             sequence = np.full((1, self.length), PADDING_BUCKET, np.int64)
             if recent:
                 sequence[0, self.length - len(recent) :] = table.rows_of(seq_ids)
