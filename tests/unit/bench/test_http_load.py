@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 import http_load  # noqa: E402  (bench/ is a folder of scripts)
@@ -26,6 +25,8 @@ from http_load import (  # noqa: E402
     wrk_closed_loop,
     wrk_script,
 )
+
+from tests.unit.bench.shedding import shedding_server  # noqa: E402
 
 WRK_OUTPUT = """Running 1s test @ http://127.0.0.1:8000/score
   1 threads and 4 connections
@@ -76,38 +77,24 @@ def test_a_process_tree_s_cpu_is_read() -> None:
 @pytest.fixture
 def server() -> Iterator[str]:
     """A score endpoint on a thread of its own that sheds every third request."""
-    calls = 0
     ready = threading.Event()
     url: list[str] = []
-    stop: list[asyncio.AbstractEventLoop] = []
-
-    async def score(request: web.Request) -> web.Response:
-        nonlocal calls
-        calls += 1
-        await request.read()
-        return web.json_response({"scores": [0.5]}, status=503 if calls % 3 == 0 else 200)
+    loops: list[asyncio.AbstractEventLoop] = []
+    done: list[asyncio.Event] = []
 
     async def serve() -> None:
-        app = web.Application()
-        app.router.add_post("/score", score)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url.append(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/score")  # type: ignore[union-attr]
-        stop.append(asyncio.get_running_loop())
-        ready.set()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
+        async with shedding_server(3) as address:
+            url.append(address)
+            loops.append(asyncio.get_running_loop())
+            done.append(asyncio.Event())
+            ready.set()
+            await done[0].wait()
 
     thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
     thread.start()
     assert ready.wait(10)
     yield url[0]
-    for task in asyncio.all_tasks(stop[0]):
-        stop[0].call_soon_threadsafe(task.cancel)
+    loops[0].call_soon_threadsafe(done[0].set)
     thread.join(10)
 
 
