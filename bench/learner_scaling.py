@@ -5,11 +5,12 @@ built by the consumers' own logic, as ``learner_throughput.py``), through the ra
 per-micro-batch path (`streamrec.learner.ranked`): each rank decodes, encodes and scores its
 own records, the ranks all-gather their samples' places (gloo) for the group's order and
 exchange their ids and counts, and each trains its own samples of every mini-batch with the
-gradients all-reduced. Rank r reads the records r, r + world, ... (as a partition share).
-One rank gathers micro-batches of ``--micro-batch`` samples and trains mini-batches of
-``train_batch_size``; two ranks gather that many each (the cap is per rank) and train
-mini-batches of twice it, half on each: the same work per sample. Kafka is left out: its
-consumer is per rank and scales apart from this.
+gradients all-reduced; then they all-gather their samples' scores (40 bytes a sample) and each
+computes the group micro-batch's report, as the learner loop does. Rank r reads the records
+r, r + world, ... (as a partition share). One rank gathers micro-batches of ``--micro-batch``
+samples and trains mini-batches of ``train_batch_size``; two ranks gather that many each (the
+cap is per rank) and train mini-batches of twice it, half on each: the same work per sample.
+Kafka is left out: its consumer is per rank and scales apart from this.
 
 The ceiling is the one rank's rate; the figure is the two ranks' rate over it (``speedup``,
 goal >= 1.7). Each rank is held to core ``rank`` (os.sched_setaffinity) with one compute
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +54,8 @@ def rank_main(out: str, samples: int, micro_batch: int) -> None:
     from streamrec.learner.din import DINLearner
     from streamrec.learner.ranked import group_step
     from streamrec.learner.ranks import GroupLayout, RankGroup, launched_world
+    from streamrec.learner.reports import scored_report
+    from streamrec.learner.scored import Scored, gather_scores
     from streamrec.samples import parse_sample
 
     rank, world = launched_world()
@@ -70,7 +74,11 @@ def rank_main(out: str, samples: int, micro_batch: int) -> None:
         own = [parse_sample(w) for _, w in chunk]
         places = np.array([[i % PARTITIONS, i] for i, _ in chunk], np.int64).ravel()
         layout = GroupLayout.of([g.reshape(-1, 2) for g in group.gather(places, "places")], rank)
-        group_step(learner, Batch.from_samples(own), layout)
+        batch = Batch.from_samples(own)
+        result = group_step(learner, batch, layout)
+        scored = Scored.of(batch, result.probs, result.known)
+        group_scores, train, dead = gather_scores(group.share.exchange, scored, result.train, 0)
+        scored_report(at + 1, group_scores, replace(result, train=train), dead, 1)
         trained += layout.total
     seconds = time.perf_counter() - start
     cpus = group.gather(np.array([round((time.process_time() - cpu) * 1e9)]), "cpu")

@@ -47,7 +47,7 @@ class ItemPrior:
 
     def learn_batch(self, batch: Batch) -> None:
         """`learn` a micro-batch's targets."""
-        self.learn(batch.item_ids, batch.label.tolist(), batch.category_ids)
+        self.learn(batch.target_ids("item"), batch.label.tolist(), batch.target_ids("category"))
 
     def copy(self) -> ItemPrior:
         """The counts as they stand now, apart from later learning."""
@@ -97,12 +97,13 @@ def with_fallback(
     New items get their prior, then every candidate of a new user the popular ranking.
     """
     out = np.asarray(scores, dtype=np.float64).copy()
+    targets = batch.target_ids("item")
     if items:
-        unknown = ~prior.known(batch.item_ids)
-        out[unknown] = prior.prior(_picked(batch.item_ids, unknown), _picked(batch.category_ids, unknown))
+        unknown = ~prior.known(targets)
+        out[unknown] = prior.prior(_picked(targets, unknown), _picked(batch.target_ids("category"), unknown))
     if users:  # the popular ranking already puts a new item last
         cold = new_users(batch)
-        out[cold] = prior.popularity(_picked(batch.item_ids, cold))
+        out[cold] = prior.popularity(_picked(targets, cold))
     return out
 
 

@@ -20,7 +20,7 @@ context without breaking an older learner.
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import msgspec
@@ -38,12 +38,20 @@ MAX_TS_MS = 253_402_300_799_999
 _IDS = ("sample_id", "user_id", "item_id", "category_id")
 _SEQUENCES = ("seq_items", "seq_categories")
 _FIELDS = (*_IDS, "ts", "label", *_SEQUENCES)
+#: The default schema's features (`streamrec.features.BUILTIN`) as a sample carries them, in
+#: the contract's own fields: feature name -> (the target's field, the sequence's field).
+BUILTIN_FIELDS: dict[str, tuple[str, str]] = {
+    "item": ("item_id", "seq_items"),
+    "category": ("category_id", "seq_categories"),
+}
 # A reason quotes a bad value; this keeps a huge one (a 1 MB string) out of logs and headers.
 _SHOW = reprlib.Repr()
 _SHOW.maxstring = _SHOW.maxother = 40
 _SHOW.maxlist = 4
 
-__all__ = ["MAX_TS_MS", "MIN_TS_MS", "Sample", "encode_sample", "parse_sample"]
+__all__ = [
+    "BUILTIN_FIELDS", "MAX_TS_MS", "MIN_TS_MS", "Sample", "builtin_columns", "encode_sample", "parse_sample",
+]
 
 
 _Id = Annotated[str, msgspec.Meta(min_length=1)]
@@ -99,6 +107,19 @@ class Sample(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
             InvalidSample: The record breaks the contract; the message says how.
         """
         return parse_sample(raw)
+
+
+def builtin_columns(samples: Sequence[Sample]) -> dict[str, tuple[list[str], list[tuple[str, ...]]]]:
+    """The default schema's features of ``samples`` (`BUILTIN_FIELDS`), by name.
+
+    Per feature: the targets' ids and each sample's sequence. Attribute reads in list
+    comprehensions, twice as fast as ``attrgetter`` by name: the learner reads 10^5 samples a
+    micro-batch.
+    """
+    return {
+        "item": ([s.item_id for s in samples], [s.seq_items for s in samples]),
+        "category": ([s.category_id for s in samples], [s.seq_categories for s in samples]),
+    }
 
 
 def parse_sample(raw: bytes | None) -> Sample:

@@ -1,5 +1,9 @@
-"""A learner rank for the multi-rank tests: ``python tests/ranked_learner.py CONFIG.json [counting]``,
-alone (one rank) or under ``python -m paddle.distributed.launch`` (several).
+"""A learner rank for the multi-rank tests: ``python tests/ranked_learner.py CONFIG.json [counting]
+[REPORTS.jsonl]``, alone (one rank) or under ``python -m paddle.distributed.launch`` (several).
+
+With ``REPORTS.jsonl`` every rank gates promotion (`streamrec.serving.gate.Promoter`, per
+``STREAMREC_LEARNER__PROMOTE``), and rank 0 writes each micro-batch's report and each
+judgement of the gate there, one JSON object a line.
 
 ``counting`` trains a DIN that also counts, in its own state (so a snapshot holds the counts
 and a restore rolls them back with the weights), how often the group trained each sample id ``s<n>``
@@ -8,6 +12,8 @@ and a restore rolls them back with the weights), how often the group trained eac
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import sys
 from collections.abc import Mapping
@@ -45,7 +51,26 @@ def counting_learner(cfg: Any) -> Any:
     return CountingLearner(cfg)
 
 
-def main(config_file: str, kind: str = "din") -> None:
+def recording_gate(store: Any, cfg: Any, out: Path) -> Any:
+    """A `Promoter` that writes each of its judgements to ``out``."""
+    from streamrec.serving.gate import Promoter
+
+    class RecordingPromoter(Promoter):
+        def on_judged(self, *args: Any) -> Any:
+            judgement = super().on_judged(*args)
+            if judgement is not None:
+                write_line(out, {"judgement": dataclasses.asdict(judgement)})
+            return judgement
+
+    return RecordingPromoter(store, cfg)
+
+
+def write_line(out: Path, value: dict[str, Any]) -> None:
+    with out.open("a") as f:
+        f.write(json.dumps(value) + "\n")
+
+
+def main(config_file: str, kind: str = "din", reports: str = "") -> None:
     from streamrec.config import StreamrecConfig
     from streamrec.learner.ranked import RankedRunner
     from streamrec.learner.ranks import RankGroup, launched_world
@@ -58,7 +83,32 @@ def main(config_file: str, kind: str = "din") -> None:
     )
     rank, world = launched_world()
     group = RankGroup(rank, world, cfg.learner.rank_timeout_s)
-    with RankedRunner(cfg, learner, group) as runner:
+    hooks: dict[str, Any] = {}
+    if reports:
+        from streamrec.snapshots.store import SnapshotStore
+
+        out = Path(reports)
+        store = SnapshotStore(cfg.learner.snapshot_dir)
+        hooks["gate"] = gate = recording_gate(store, cfg.learner, out)
+        if rank == 0:
+            hooks["snapshots"] = store
+            hooks["on_snapshot"] = gate.on_snapshot
+            hooks["on_report"] = lambda r: write_line(
+                out,
+                {
+                    "report": {
+                        **dataclasses.asdict(r.metrics),
+                        "index": r.index,
+                        "loss": r.loss,
+                        "dead": r.dead,
+                        "steps": r.steps,
+                        "first_ts": r.first_ts,
+                        "last_ts": r.last_ts,
+                        "event_ts": sorted(r.event_ts.tolist()),
+                    }
+                },
+            )
+    with RankedRunner(cfg, learner, group, **hooks) as runner:
         stats = runner.run()
     print(
         f"rank {rank} trained {stats.micro_batches} micro-batches, {stats.samples_trained} samples",

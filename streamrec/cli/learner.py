@@ -174,16 +174,20 @@ def run(
         ensure_topics(cfg.kafka)
         store = SnapshotStore(cfg.learner.snapshot_dir, full_every=cfg.learner.full_snapshot_every)
         promoter = Promoter(store, cfg.learner)
-        if launched():
-            stats = run_rank(cfg, learner, store, promoter)
-        else:
-            with LearnerMetrics() as metrics:
+        with LearnerMetrics() as metrics:
+            on_snapshot = snapshot_handler(metrics, store, promoter.on_snapshot)
+            if launched():
+                stats = run_rank(
+                    cfg, learner, store, promoter, metrics, on_snapshot,
+                    lambda positions: serve_metrics(metrics, cfg, positions),
+                )
+            else:
                 status = LearnerStatus(metrics)
                 with LearnerRunner(  # refuses a snapshot directory another learner holds
                     cfg,
                     learner,
                     on_report=report_handler(metrics, status),
-                    on_snapshot=snapshot_handler(metrics, store, promoter.on_snapshot),
+                    on_snapshot=on_snapshot,
                     snapshots=store,
                     on_scored=promoter.on_scored,
                 ) as runner:

@@ -4,13 +4,15 @@ Outside a launch, ``--workers N`` starts ``python -m paddle.distributed.launch
 --nproc_per_node N <streamrec> <the same arguments>`` and waits for it; each rank it starts
 (``PADDLE_TRAINERS_NUM`` set) runs `streamrec.learner.ranked.RankedRunner`. Across hosts the
 operator runs that launch command on each host (with ``--ips`` or ``--master``), and the
-command line needs no ``--workers``. Rank 0 alone serves metrics, exports and promotes.
+command line needs no ``--workers``. Rank 0 alone serves metrics, exports and promotes, judging
+the group's micro-batch (every rank scores its own samples by the served version for it).
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,11 +21,13 @@ from streamrec.errors import ConfigError
 
 if TYPE_CHECKING:
     from streamrec.config import StreamrecConfig
+    from streamrec.kafka.records import Partition
     from streamrec.learner.base import Learner
     from streamrec.learner.reports import MicroBatchReport
     from streamrec.learner.runner import LearnerStats
+    from streamrec.observability import LearnerMetrics
     from streamrec.serving.gate import Promoter
-    from streamrec.snapshots.store import SnapshotStore
+    from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 
 def launched() -> bool:
@@ -60,9 +64,20 @@ def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
 
 
 def run_rank(
-    cfg: StreamrecConfig, learner: Learner, store: SnapshotStore, promoter: Promoter
+    cfg: StreamrecConfig,
+    learner: Learner,
+    store: SnapshotStore,
+    promoter: Promoter,
+    metrics: LearnerMetrics,
+    on_snapshot: Callable[[SnapshotManifest], None],
+    serve: Callable[[Callable[[], Mapping[Partition, int]]], None],
 ) -> LearnerStats:
-    """Run this rank of the launched group until it stops."""
+    """Run this rank of the launched group until it stops.
+
+    Rank 0 alone observes the reports and snapshots in ``metrics``, calls ``on_snapshot`` (the
+    export and promotion) and ``serve`` (``/metrics``, with the lag of the group's positions,
+    which rank 0 holds after each micro-batch); the others only train and score.
+    """
     from streamrec.cli.common import print_report, stop_on_signals
     from streamrec.gcsettings import tune_for_batches
     from streamrec.heapsettings import keep_freed_memory
@@ -78,16 +93,16 @@ def run_rank(
     if rank == 0:
 
         def on_report(report: MicroBatchReport) -> None:
+            metrics.observe_report(report)
             print_report(report)
 
-        lead = {
-            "on_report": on_report,
-            "on_snapshot": promoter.on_snapshot,
-            "snapshots": store,
-            "on_scored": promoter.on_scored,
-        }
+        lead = {"on_report": on_report, "on_snapshot": on_snapshot, "snapshots": store}
     console.print(f"learner rank {rank} of {world}")
     tune_for_batches()
     keep_freed_memory()
-    with RankedRunner(cfg, learner, group, **lead) as runner:
+    # every rank's promoter scores its own samples by the served version; rank 0's judges
+    with RankedRunner(cfg, learner, group, gate=promoter, **lead) as runner:
+        if rank == 0:
+            # A copy at each scrape: the runner thread moves the positions meanwhile.
+            serve(lambda: runner.positions.copy())
         return runner.run(stop_on_signals())

@@ -7,13 +7,18 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from streamrec.config.section import SECTION
+from streamrec.features.schema import BUILTIN
 
 #: A table's feature: ``item``, ``category``, ``user`` (the user id) or a declared feature's name.
 Feature = str
-#: Features seen both as the target and along the behaviour sequence (DIN attends over them).
-BEHAVIOUR_FEATURES: tuple[Feature, ...] = ("item", "category")
-#: The features of the event contract itself; a table of any other embeds a declared feature.
-BUILTIN_TABLE_FEATURES: tuple[Feature, ...] = ("item", "category", "user")
+#: The user id as a table's feature: every sample's own, embedded once per sample.
+USER_FEATURE: Feature = "user"
+#: The default schema's behaviour features, seen both as the target and along the behaviour
+#: sequence (DIN attends over them).
+BEHAVIOUR_FEATURES: tuple[Feature, ...] = tuple(f.name for f in BUILTIN if f.role == "behaviour")
+#: The features of the event contract itself (the default schema's and the user); a table of
+#: any other embeds a declared feature.
+BUILTIN_TABLE_FEATURES: tuple[Feature, ...] = (*(f.name for f in BUILTIN), USER_FEATURE)
 
 
 class TableConfig(BaseModel):

@@ -36,6 +36,8 @@ class TrainResult:
         ids_evicted: Per dynamic table, ids whose row was taken back (unseen too long).
         ids_refused: Per dynamic table, ids due a row that found none (the table full).
         rows_in_use: Per dynamic table, rows owned by ids afterwards.
+        samples: Samples of the steps taken (each pass counts them again): what ``loss`` and
+            ``penalty`` are means over, so that several ranks' combine (0 where unknown).
     """
 
     loss: float = math.nan
@@ -46,6 +48,7 @@ class TrainResult:
     ids_evicted: Mapping[str, int] = field(default_factory=dict)
     ids_refused: Mapping[str, int] = field(default_factory=dict)
     rows_in_use: Mapping[str, int] = field(default_factory=dict)
+    samples: int = 0
 
     @property
     def penalty_share(self) -> float:

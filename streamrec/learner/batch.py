@@ -12,25 +12,29 @@ from itertools import chain
 
 import numpy as np
 
-from streamrec.config import BEHAVIOUR_FEATURES, Feature, ModelConfig, TableConfig
+from streamrec.config import BEHAVIOUR_FEATURES, USER_FEATURE, Feature, ModelConfig, TableConfig
+from streamrec.features import BUILTIN
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
-from streamrec.samples import Sample
+from streamrec.samples import BUILTIN_FIELDS, Sample, builtin_columns
 
 
 @dataclass(frozen=True, eq=False)
 class Batch:
     """Samples as columns, in sample order. B: batch, N: behaviours of all samples together.
 
+    Every feature is a `FeatureColumn` of ``features``, keyed by its name (as torchrec's
+    ``KeyedJaggedTensor``): the default schema's ``item`` and ``category`` first (from the
+    sample's ``item_id``/``seq_items`` and ``category_id``/``seq_categories``), then the
+    declared ones. The user is the sample's own, ``user_ids``.
+
     Attributes:
         sample_ids: [B] sample ids.
         user_ids: str[B] the users, for per-user metrics such as GAUC.
         ts: int64[B] event times, epoch ms.
         label: float32[B] 1.0 for a positive, 0.0 for a negative.
-        item_ids: [B] target item ids.
-        category_ids: [B] target category ids.
         seq_lengths: int64[B] behaviours per sample.
-        seq_items: [N] behaviour item ids, sample after sample, each oldest first.
-        seq_categories: [N] their categories.
+        features: every feature's columns, by name: ``item`` and ``category``'s [B] target
+            ids and [N] ids along the sequences, sample after sample, each oldest first.
 
     Examples:
         A click on ``i1`` after ``i2``, and a sampled negative for it:
@@ -40,12 +44,14 @@ class Batch:
         ...     Sample("e1", "u1", 1_700_000_000_000, "i1", "c1", 1, ("i2",), ("c1",)),
         ...     Sample("e1~n0", "u1", 1_700_000_000_000, "i3", "c2", 0, ("i2",), ("c1",)),
         ... ])
-        >>> len(batch), batch.item_ids, batch.label
+        >>> len(batch), batch.target_ids("item"), batch.label
         (2, ['i1', 'i3'], array([1., 0.], dtype=float32))
-        >>> batch.seq_lengths, batch.seq_items
+        >>> batch.seq_lengths, batch.sequence_ids("item")
         (array([1, 1]), ['i2', 'i2'])
+        >>> list(batch.features), batch.features["category"].target
+        (['item', 'category'], ['c1', 'c2'])
 
-        Declared features (`Sample.features`, `Sample.seq_features`) become ``extras``, one
+        Declared features (`Sample.features`, `Sample.seq_features`) follow, one
         `FeatureColumn` per feature name, by the kind of their values:
 
         >>> batch = Batch.from_samples([
@@ -53,9 +59,9 @@ class Batch:
         ...            features={"device": "ios", "genres": ("a", "b")}, seq_features={"genres": (("c",),)}),
         ...     Sample("e2", "u2", 2, "i3", "c2", 0, (), (), features={"genres": ()}),
         ... ])
-        >>> batch.extras["device"].target
+        >>> batch.features["device"].target
         ['ios', '']
-        >>> genres = batch.extras["genres"]
+        >>> genres = batch.features["genres"]
         >>> genres.target.values, genres.target.offsets, genres.sequence.values
         (['a', 'b'], array([0, 2, 2]), ['c'])
     """
@@ -64,13 +70,8 @@ class Batch:
     user_ids: np.ndarray
     ts: np.ndarray
     label: np.ndarray
-    item_ids: list[str]
-    category_ids: list[str]
     seq_lengths: np.ndarray
-    seq_items: list[str]
-    seq_categories: list[str]
-    # The declared features beyond item and category, by feature name; empty without them.
-    extras: Mapping[str, FeatureColumn] = field(default_factory=dict)
+    features: Mapping[str, FeatureColumn]
 
     @classmethod
     def from_samples(cls, samples: Sequence[Sample]) -> Batch:
@@ -80,47 +81,84 @@ class Batch:
         built in code, since one NaN label (from ``None``) poisons every weight.
 
         Raises:
-            ValueError: If a sample's item and category sequences differ in length, or a
-                label is not 0 or 1.
+            ValueError: If a sample's item and category sequences differ in length, a label
+                is not 0 or 1, or a declared feature is named as a built-in one.
         """
         n = len(samples)
-        items = [s.seq_items for s in samples]
-        categories = [s.seq_categories for s in samples]
-        # Columns in C (map, chain, fromiter), not a Python-level loop per sample: 10^3-10^4
-        # samples and 10^5 behaviours a micro-batch.
-        lengths = np.fromiter(map(len, items), dtype=np.int64, count=n)
-        bad = np.flatnonzero(lengths != np.fromiter(map(len, categories), dtype=np.int64, count=n))
-        if len(bad):
-            s = samples[int(bad[0])]
-            raise ValueError(
-                f"sample {s.sample_id}: {len(s.seq_items)} items but "
-                f"{len(s.seq_categories)} categories in its sequence"
-            )
+        lengths, builtin = _builtin_columns(samples)
         label = _labels(samples)
+        declared = feature_columns(samples) if any(s.features or s.seq_features for s in samples) else {}
+        clash = builtin.keys() & declared.keys()
+        if clash:
+            name = sorted(clash)[0]
+            raise ValueError(f"feature {name!r} is the sample's own field, not a declared feature")
         return cls(
             sample_ids=[s.sample_id for s in samples],
             user_ids=np.array([s.user_id for s in samples], dtype=np.str_),
             ts=np.fromiter((s.ts for s in samples), dtype=np.int64, count=n),
             label=label,
-            item_ids=[s.item_id for s in samples],
-            category_ids=[s.category_id for s in samples],
             seq_lengths=lengths,
-            seq_items=list(chain.from_iterable(items)),
-            seq_categories=list(chain.from_iterable(categories)),
-            extras=feature_columns(samples) if any(s.features or s.seq_features for s in samples) else {},
+            features={**builtin, **declared},
         )
 
     def __len__(self) -> int:
         """The number of samples, B."""
         return len(self.sample_ids)
 
-    def target_ids(self, feature: Feature) -> Sequence[str]:
-        """[B] the ids of ``feature`` for each sample (its target's, or its user's)."""
-        return {"item": self.item_ids, "category": self.category_ids, "user": self.user_ids.tolist()}[feature]
+    def target_ids(self, feature: Feature) -> list[str]:
+        """[B] the ids of ``feature`` for each sample (its target's, or, for ``user``, its user's).
 
-    def sequence_ids(self, feature: Feature) -> Sequence[str]:
-        """[N] the ids of a behaviour feature along every sample's sequence."""
-        return {"item": self.seq_items, "category": self.seq_categories}[feature]
+        Raises:
+            KeyError: the batch has no such feature.
+            ValueError: the feature is not of kind ``id`` or has no target side.
+        """
+        if feature == USER_FEATURE:
+            return self.user_ids.tolist()
+        return _ids(feature, self.features[feature].target)
+
+    def sequence_ids(self, feature: Feature) -> list[str]:
+        """[N] the ids of a behaviour feature along every sample's sequence.
+
+        Raises:
+            KeyError: the batch has no such feature.
+            ValueError: the feature is not of kind ``id`` or has no sequence side.
+        """
+        return _ids(feature, self.features[feature].sequence)
+
+
+def _builtin_columns(samples: Sequence[Sample]) -> tuple[np.ndarray, dict[str, FeatureColumn]]:
+    """int64[B] behaviours per sample, and the default schema's features as columns.
+
+    Raises:
+        ValueError: a sample's built-in sequences differ in length.
+    """
+    n = len(samples)
+    read = builtin_columns(samples)
+    columns: dict[str, FeatureColumn] = {}
+    lengths = np.zeros(n, np.int64)
+    first = ""
+    for spec in BUILTIN:
+        targets, sequences = read[spec.name]
+        # Columns in C (map, chain, fromiter), not a Python-level loop per sample: 10^3-10^4
+        # samples and 10^5 behaviours a micro-batch.
+        counts = np.fromiter(map(len, sequences), dtype=np.int64, count=n)
+        if not columns:
+            lengths, first = counts, BUILTIN_FIELDS[spec.name][1]
+        elif len(bad := np.flatnonzero(lengths != counts)):
+            s, along = samples[int(bad[0])], BUILTIN_FIELDS[spec.name][1]
+            raise ValueError(
+                f"sample {s.sample_id}: {len(getattr(s, first))} {first} but "
+                f"{len(getattr(s, along))} {along} in its sequence"
+            )
+        columns[spec.name] = FeatureColumn(spec.kind, targets, list(chain.from_iterable(sequences)))
+    return lengths, columns
+
+
+def _ids(name: str, column: Column | None) -> list[str]:
+    if isinstance(column, list):
+        return column
+    side = "no such side" if column is None else "no ids of kind 'id'"
+    raise ValueError(f"feature {name!r} has {side} in this batch")
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,8 +194,8 @@ class FeatureColumn:
         kind: ``id``, ``ids`` or ``number`` (as the values read).
         target: [B] the sample's value (the target's, the user's or the context's); None for
             an outcome feature, which only the sequence holds.
-        sequence: [N] along the sequences, aligned with ``Batch.seq_items``; None for a
-            user or context feature.
+        sequence: [N] along the sequences, aligned with every behaviour feature's (the
+            item's, say); None for a user or context feature.
     """
 
     kind: str

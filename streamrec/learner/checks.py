@@ -412,11 +412,13 @@ def _samples(batch: Batch) -> list[Sample]:
     """The samples of a batch, back from its columns."""
     ends = np.cumsum(batch.seq_lengths)
     starts = ends - batch.seq_lengths
+    items, categories = batch.target_ids("item"), batch.target_ids("category")
+    seq_items, seq_categories = batch.sequence_ids("item"), batch.sequence_ids("category")
     return [
         Sample(
-            batch.sample_ids[k], str(batch.user_ids[k]), int(batch.ts[k]), batch.item_ids[k],
-            batch.category_ids[k], int(batch.label[k]),
-            tuple(batch.seq_items[starts[k] : ends[k]]), tuple(batch.seq_categories[starts[k] : ends[k]]),
+            batch.sample_ids[k], str(batch.user_ids[k]), int(batch.ts[k]), items[k], categories[k],
+            int(batch.label[k]), tuple(seq_items[starts[k] : ends[k]]),
+            tuple(seq_categories[starts[k] : ends[k]]),
         )
         for k in range(len(batch))
     ]

@@ -205,7 +205,7 @@ def encode_features(batch: Batch, plan: FeaturePlan, t: int, moments: Moments) -
     n = int(batch.seq_lengths.sum())
     out: dict[str, np.ndarray] = {}
     for f in plan.sequence + plan.head:
-        column = batch.extras.get(f.name)
+        column = batch.features.get(f.name)
         _check_kind(f, column)
         if f.query or f.spec.role != "behaviour":
             out[f"{f.name}/target"] = _encode(f, None if column is None else column.target, b, plan, moments)
@@ -219,7 +219,7 @@ def encode_features(batch: Batch, plan: FeaturePlan, t: int, moments: Moments) -
 
 def feature_values(batch: Batch, plan: FeaturePlan, name: str) -> np.ndarray:
     """float32: a number feature's raw values in ``batch`` (the target's, or along sequences)."""
-    column = batch.extras.get(name)
+    column = batch.features.get(name)
     if column is None:
         return np.zeros(0, np.float32)
     side = column.target if column.target is not None else column.sequence

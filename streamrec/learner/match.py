@@ -21,9 +21,10 @@ def _sums(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[B] per sample: behaviours whose item is the target's, whose category is, and all."""
     lengths = batch.seq_lengths
     rows = np.repeat(np.arange(len(batch), dtype=np.int64), lengths)
-    same_item = np.asarray(batch.seq_items, dtype=np.str_) == np.asarray(batch.item_ids, dtype=np.str_)[rows]
-    same_cat = (
-        np.asarray(batch.seq_categories, dtype=np.str_) == np.asarray(batch.category_ids, dtype=np.str_)[rows]
+    same_item, same_cat = (
+        np.asarray(batch.sequence_ids(name), dtype=np.str_)
+        == np.asarray(batch.target_ids(name), dtype=np.str_)[rows]
+        for name in ("item", "category")
     )
     n = len(batch)
     return (

@@ -10,8 +10,11 @@ rank shuffles it alike and takes the same number of steps. The learner exchanges
 (for admission and eviction) and the counts (id statistics, known items) of each rank's
 samples, so those are decided alike everywhere; each rank trains its own samples of every
 mini-batch, its loss scaled to the mini-batch's mean, and the gradients are all-reduced: the
-weights stay identical. Rank 0's reports and promotion gate judge its own samples (its
-partitions' share of the micro-batch); the counts it reports and snapshots are the group's.
+weights stay identical. The ranks then all-gather each sample's scores (`gather_scores`: a
+40-byte record a sample, and each rank's loss and sample count), so rank 0's report and its
+promotion gate judge the group's micro-batch as one process would; where the gate judges
+(rank 0 says so with the micro-batch's flags), every rank scores its own samples by the served
+version too.
 
 One version is one snapshot, written by rank 0 alone, holding every rank's positions (the
 ranks all-gather them after each micro-batch). A rank killed stops the group: the others'
@@ -28,7 +31,8 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 import numpy as np
 from confluent_kafka import Message
@@ -40,10 +44,10 @@ from streamrec.kafka.source import IdleClock
 from streamrec.learner.batch import Batch
 from streamrec.learner.intake import Intake, decode
 from streamrec.learner.ranks import GroupLayout, RankGroup
-from streamrec.learner.reports import StepResult
+from streamrec.learner.reports import StepResult, scored_report
 from streamrec.learner.runner import LearnerRunner
+from streamrec.learner.scored import Scored, gather_scores
 from streamrec.learner.trainer import TableLearner
-from streamrec.samples import Sample
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 logger = logging.getLogger(__name__)
@@ -69,6 +73,24 @@ class _NoLock:
         """Nothing held."""
 
 
+class GroupGate(Protocol):
+    """The promotion gate as the ranks use it (`streamrec.serving.gate.Promoter`)."""
+
+    def due(self) -> int | None:
+        """Rank 0: the served version the next micro-batch judges by; None: no judgement."""
+        ...
+
+    def served_scores(self, version: int, batch: Batch) -> np.ndarray:
+        """Every rank: its own samples scored by ``version``; NaN where it cannot."""
+        ...
+
+    def on_judged(
+        self, labels: np.ndarray, probs: np.ndarray, served_probs: np.ndarray, served: int | None
+    ) -> object:
+        """Rank 0: judge the pending version by the group's micro-batch."""
+        ...
+
+
 class RankedRunner(LearnerRunner):
     """`LearnerRunner` as rank ``group.rank`` of ``group.world``."""
 
@@ -77,14 +99,22 @@ class RankedRunner(LearnerRunner):
         cfg: StreamrecConfig,
         learner: TableLearner,
         group: RankGroup,
+        gate: GroupGate | None = None,
         **kwargs: Any,  # noqa: ANN401 - LearnerRunner's callbacks, for rank 0
     ) -> None:
         """Restore (every rank the same version), join the group's training.
 
+        ``gate`` (every rank's) judges each pending version by the group's next micro-batch;
+        ``on_scored``, which sees one batch, is refused: a rank holds only its own samples.
+
         Raises:
             ConfigError: online EWC is on (its penalty reads each rank's own rows).
             SnapshotError: the ranks found different newest snapshots.
+            TypeError: ``on_scored`` was given.
         """
+        if kwargs.get("on_scored") is not None:
+            raise TypeError("learner ranks judge the group's micro-batch through gate=, not on_scored=")
+        self._gate = gate
         if group.world > 1 and cfg.model.ewc_lambda != 0:
             raise ConfigError(
                 "several learner ranks train without online EWC: set STREAMREC_MODEL__EWC_LAMBDA=0 "
@@ -137,12 +167,15 @@ class RankedRunner(LearnerRunner):
         records = self._collect(stop, idle)
         intake = decode(records)  # this rank's own records only
         requests = self.group.rank == 0 and bool(self.snapshots.requests.pending())
-        head = [int(stop.is_set()), int(idle.expired()), int(requests), len(records), _newest(intake.samples)]
+        due = self._gate.due() if self.group.rank == 0 and self._gate is not None else None
+        judge = -1 if due is None else due
+        head = [int(stop.is_set()), int(idle.expired()), int(requests), len(records), judge]
         with self.group.bounded(f"micro-batch {self.stats.micro_batches + 1}"):
             heads, places = self._exchange(head, records, intake)
             stopping = any(h[0] for h in heads) or all(h[1] for h in heads)
             if sum(int(h[3]) for h in heads) >= self._cfg.learner.min_batch_samples:
-                self._train_group(records, intake, places, max(int(h[4]) for h in heads), worker)
+                served = int(heads[0][4])  # the version rank 0's gate judges by; -1: none
+                self._train_group(records, intake, places, None if served < 0 else served, worker)
                 idle.busy()
                 if self.stats.micro_batches - self._snapshotted_at >= self._cfg.learner.snapshot_every:
                     self._snapshot_group()
@@ -172,32 +205,45 @@ class RankedRunner(LearnerRunner):
         records: Sequence[Message],
         intake: Intake,
         places: list[np.ndarray],
-        newest: int,
+        served: int | None,
         worker: ThreadPoolExecutor,
     ) -> None:
-        """Train this rank's samples as its share of the group's micro-batch."""
+        """Train this rank's samples as its share of the group's micro-batch; report the group's."""
         assignments = self._source.assignments
         self._dead_letter(intake.dead, worker)  # each rank its own records'
         layout = GroupLayout.of(places, self.group.rank)
         batch = Batch.from_samples(intake.samples)
         if layout.total:
             result = self._run_held(worker.submit(group_step, self.learner, batch, layout))
-            if self._on_scored is not None and len(batch):
-                self._run_held(worker.submit(self._on_scored, batch, result.probs))
+            judged = self._served_scores(served, batch, layout.total, worker)
         self._advance_positions(records, assignments)
         self._share_positions()
         if not layout.total:
             return
-        if len(batch):  # the report: this rank's samples' figures, the group's counts
-            report = self._record(batch, result, len(intake.dead))
-            self.stats.samples_trained += layout.total - len(batch)
-            if self._on_report is not None:
-                self._on_report(report)
-            self._count_bad(report)
-        else:
-            self.stats.micro_batches += 1
-            self.stats.samples_trained += layout.total
-        self.stats.newest_event_ms = max(self.stats.newest_event_ms or newest, newest)
+        own = Scored.of(batch, result.probs, result.known, judged)
+        scored, train, dead = gather_scores(self.group.share.exchange, own, result.train, len(intake.dead))
+        if self.group.rank == 0 and self._gate is not None:
+            gate = self._gate.on_judged
+            self._run_held(worker.submit(gate, scored.label, scored.probs, scored.served, served))
+        report = self._count(
+            scored_report(
+                self.stats.micro_batches + 1, scored, replace(result, train=train), dead,
+                self._cfg.learner.min_eval_samples,
+            )
+        )
+        if self._on_report is not None:
+            self._on_report(report)
+        self._count_bad(report)
+
+    def _served_scores(
+        self, served: int | None, batch: Batch, total: int, worker: ThreadPoolExecutor
+    ) -> np.ndarray | None:
+        """This rank's samples scored by the served version, where the gate judges by it."""
+        if served is None or self._gate is None or not len(batch):
+            return None
+        if total < self._cfg.learner.min_eval_samples:  # too few to judge by: rank 0 will not
+            return None
+        return self._run_held(worker.submit(self._gate.served_scores, served, batch))
 
     def _share_positions(self) -> None:
         """Take every rank's positions of its own partitions."""
@@ -226,7 +272,3 @@ def group_step(learner: TableLearner, batch: Batch, layout: GroupLayout) -> Step
     train = learner.learn_share(batch, layout)
     return StepResult(probs, known, train, scored - start, time.monotonic() - scored)
 
-
-def _newest(samples: Sequence[Sample]) -> int:
-    """The newest event time of ``samples``, epoch ms; -1 for none."""
-    return max((s.ts for s in samples), default=-1)

@@ -14,8 +14,8 @@ import numpy as np
 
 from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch
-from streamrec.learner.match import match_features
 from streamrec.learner.metrics import BatchMetrics
+from streamrec.learner.scored import Scored
 
 logger = logging.getLogger(__name__)
 
@@ -83,18 +83,28 @@ def micro_batch_report(
     index: int, batch: Batch, result: StepResult, dead: int, min_eval_samples: int
 ) -> MicroBatchReport:
     """The report of the ``index``-th micro-batch trained, logged on one line."""
-    metrics = BatchMetrics.compute(
-        batch.label, result.probs, batch.user_ids, result.known, match_features(batch)
+    return scored_report(
+        index, Scored.of(batch, result.probs, result.known), result, dead, min_eval_samples
     )
+
+
+def scored_report(
+    index: int, scored: Scored, result: StepResult, dead: int, min_eval_samples: int
+) -> MicroBatchReport:
+    """`micro_batch_report` of a micro-batch's ``scored`` (several ranks': `gather_scores`).
+
+    Its figures are ``scored``'s; ``result`` gives the training figures and times.
+    """
+    metrics = BatchMetrics.compute(scored.label, scored.probs, scored.users, scored.known, scored.features)
     train = result.train
     report = MicroBatchReport(
-        index, metrics, int(batch.ts.min()), int(batch.ts.max()),
+        index, metrics, int(scored.ts.min()), int(scored.ts.max()),
         train.loss, result.score_seconds, result.train_seconds,
         dead=dead, steps=train.steps, skipped_steps=train.skipped_steps,
         penalty_share=train.penalty_share, ids_admitted=train.ids_admitted,
         ids_evicted=train.ids_evicted, ids_refused=train.ids_refused,
         embedding_rows=train.rows_in_use,
-        min_eval_samples=min_eval_samples, event_ts=batch.ts,
+        min_eval_samples=min_eval_samples, event_ts=scored.ts,
     )
     logger.info(
         "micro_batch index=%d samples=%d dead=%d auc=%.4f gauc=%.4f known_auc=%.4f "

@@ -304,11 +304,13 @@ class LearnerRunner(Closing):
 
     def _record(self, batch: Batch, result: StepResult, dead: int) -> MicroBatchReport:
         """Count a trained micro-batch in the stats; log and return its report."""
+        index = self.stats.micro_batches + 1
+        return self._count(micro_batch_report(index, batch, result, dead, self._cfg.learner.min_eval_samples))
+
+    def _count(self, report: MicroBatchReport) -> MicroBatchReport:
+        """Count a trained micro-batch's ``report`` in the stats."""
         self.stats.micro_batches += 1
-        self.stats.samples_trained += len(batch)
-        report = micro_batch_report(
-            self.stats.micro_batches, batch, result, dead, self._cfg.learner.min_eval_samples
-        )
+        self.stats.samples_trained += report.metrics.samples
         self.stats.last_metrics = dict(asdict(report.metrics))
         newest = self.stats.newest_event_ms
         self.stats.newest_event_ms = report.last_ts if newest is None else max(newest, report.last_ts)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import paddle
 
-from streamrec.config import ModelConfig
+from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
 from streamrec.errors import SnapshotError
 from streamrec.learner.ewc import OnlineEWC
 from streamrec.learner.hashing import PADDING_BUCKET
@@ -57,8 +57,12 @@ def table_of(key: str, cfg: ModelConfig) -> str | None:
     match = _TABLE_ARRAY.search(key)
     if match:
         return match.group(2)
+    # Statistics follow the behaviour tables' rows; the users' (``stats/user/``) are buckets of
+    # their own, whatever a context table is called.
     stats = key.removeprefix(STATS_PREFIX).split("/")
-    if key.startswith(STATS_PREFIX) and any(t.name == stats[0] for t in cfg.builtin_tables):
+    if key.startswith(STATS_PREFIX) and any(
+        t.name == stats[0] and t.feature in BEHAVIOUR_FEATURES for t in cfg.tables
+    ):
         return stats[0]
     item = cfg.table("item")
     return item.name if key == KNOWN_ITEMS_KEY and item is not None else None

@@ -390,7 +390,8 @@ class TableLearner(StateArrays):
             self._ewc.consolidate(steps - skipped)
         if not trained:
             return TrainResult(math.nan, steps, skipped)
-        return TrainResult(float(total) / trained, steps, skipped, float(penalties) / trained)
+        loss, penalty = float(total) / trained, float(penalties) / trained
+        return TrainResult(loss, steps, skipped, penalty, samples=trained)
 
     def _padding(self, encoded: EncodedBatch) -> EncodedBatch:
         """One sample that reads only padding, shaped as this model's inputs."""

@@ -35,7 +35,7 @@ class _ItemCounts:
     @staticmethod
     def keys(batch: Batch) -> list[int]:
         """[B] each target item's fingerprint."""
-        return fingerprint(batch.item_ids).tolist()
+        return fingerprint(batch.target_ids("item")).tolist()
 
     def learn(self, batch: Batch) -> TrainResult:
         for item, label in zip(self.keys(batch), batch.label.tolist(), strict=True):

@@ -35,7 +35,7 @@ def _masks(batches: Sequence[MicroBatch]) -> tuple[list[Batch], list[ItemPrior],
     masks: dict[str, list[np.ndarray]] = {s: [] for s in SLICES}
     for micro in batches:
         batch = Batch.from_samples(micro.samples)
-        masks["new_items"].append(~prior.known(batch.item_ids))
+        masks["new_items"].append(~prior.known(batch.target_ids("item")))
         masks["new_users"].append(new_users(batch))
         columns.append(batch)
         priors.append(prior.copy())

@@ -72,17 +72,19 @@ def examples(batch: Batch, labelled: bool) -> list[str]:
     values = np.column_stack([features[n] for n in names]) if len(batch) else np.zeros((0, len(names)))
     ends = np.cumsum(batch.seq_lengths).tolist()
     users = batch.user_ids.tolist()
+    items, categories = batch.target_ids("item"), batch.target_ids("category")
+    seq_items, seq_categories = batch.sequence_ids("item"), batch.sequence_ids("category")
     lines = []
     start = 0
     for k, end in enumerate(ends):
         label = ("1 " if batch.label[k] > 0 else "-1 ") if labelled else ""
-        history = " ".join(vw_token(i) for i in batch.seq_items[start:end])
-        categories = " ".join(vw_token(c) for c in batch.seq_categories[start:end])
+        history = " ".join(vw_token(i) for i in seq_items[start:end])
+        history_categories = " ".join(vw_token(c) for c in seq_categories[start:end])
         matched = " ".join(f"{n}:{v:.6g}" for n, v in zip(names, values[k].tolist(), strict=True))
         lines.append(
-            f"{label}|{ns['user']} {vw_token(users[k])} |{ns['item']} {vw_token(batch.item_ids[k])}"
-            f" |{ns['category']} {vw_token(batch.category_ids[k])} |{ns['history_items']} {history}"
-            f" |{ns['history_categories']} {categories} |{ns['features']} {matched}"
+            f"{label}|{ns['user']} {vw_token(users[k])} |{ns['item']} {vw_token(items[k])}"
+            f" |{ns['category']} {vw_token(categories[k])} |{ns['history_items']} {history}"
+            f" |{ns['history_categories']} {history_categories} |{ns['features']} {matched}"
         )
         start = end
     return lines
@@ -150,13 +152,13 @@ class VWLearner:
         """
         for line in examples(batch, labelled=True):
             self._ws.learn(line)
-        self._known.update(fingerprint(batch.item_ids).tolist())
-        self._known.update(fingerprint(batch.seq_items).tolist())
+        self._known.update(fingerprint(batch.target_ids("item")).tolist())
+        self._known.update(fingerprint(batch.sequence_ids("item")).tolist())
         return TrainResult(steps=len(batch))
 
     def is_known(self, batch: Batch) -> np.ndarray:
         """Bool [B]: whether each target item was in a sample learnt before."""
-        keys = fingerprint(batch.item_ids).tolist()
+        keys = fingerprint(batch.target_ids("item")).tolist()
         return np.fromiter((i in self._known for i in keys), dtype=bool, count=len(batch))
 
     def state_arrays(self) -> dict[str, np.ndarray]:

@@ -29,7 +29,7 @@ from streamrec.events import MIN_TS_MS
 from streamrec.features import FeatureSchema, read_value
 from streamrec.features.schema import Value
 from streamrec.learner.batch import Batch
-from streamrec.samples import Sample
+from streamrec.samples import BUILTIN_FIELDS, Sample
 from streamrec.serving.export import feature_batch_inputs
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from streamrec.featurestore.profiles import Profile, ProfileStore
 
 Along = Mapping[str, tuple[Value | None, ...]]
+#: The default schema's features, in the order a history's pairs hold them: (item, category).
+PAIR: tuple[str, ...] = tuple(BUILTIN_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,11 @@ class Candidate:
     item_id: str
     category_id: str | None = None
     features: Mapping[str, object] = field(default_factory=dict, hash=False)
+
+    def target_id(self, feature: str) -> str | None:
+        """Its id of one of the default schema's features, by name (``item``, ``category``)."""
+        value: str | None = getattr(self, BUILTIN_FIELDS[feature][0])
+        return value
 
     @classmethod
     def parse(cls, text: str) -> Candidate:
@@ -92,11 +99,11 @@ class Candidates(Sequence[Candidate]):
         return Candidate(self.item_ids[index], self.category_ids[index])
 
 
-def candidate_columns(candidates: Sequence[Candidate]) -> tuple[list[str], list[str | None]]:
-    """The item ids and the categories of ``candidates``, each as a list."""
+def candidate_columns(candidates: Sequence[Candidate]) -> dict[str, Sequence[str | None]]:
+    """The ids of ``candidates`` of each of the default schema's features (`PAIR`), by name."""
     if isinstance(candidates, Candidates):
-        return candidates.item_ids, candidates.category_ids
-    return [c.item_id for c in candidates], [c.category_id for c in candidates]
+        return dict(zip(PAIR, (candidates.item_ids, candidates.category_ids), strict=True))
+    return {name: [c.target_id(name) for c in candidates] for name in PAIR}
 
 
 class StoredHistory(list[tuple[str, str]]):
@@ -229,7 +236,7 @@ def _given(
     """The declared values of ``roles`` in ``raw``, checked; with ``targets``, no outcomes."""
     out = {}
     for name, value in raw.items():
-        if value is None or name not in schema or name in ("item", "category"):
+        if value is None or name not in schema or name in BUILTIN_FIELDS:  # the contract's own
             continue
         spec = schema[name]
         if spec.role in roles and not (targets and spec.outcome):

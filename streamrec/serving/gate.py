@@ -108,38 +108,71 @@ class Promoter:
         nothing was trained in between). Returns the judgement, or None when nothing was
         pending.
         """
-        candidate, self.pending = self.pending, None
+        served = self.due()
+        scores = np.full(len(batch), np.nan)
+        if served is not None and len(batch) >= self.cfg.min_eval_samples:
+            scores = self.served_scores(served, batch)
+        return self.on_judged(batch.label, probs, scores, served)
+
+    def due(self) -> int | None:
+        """The served version the next micro-batch judges the pending one by; None: no judgement.
+
+        Several learner ranks: rank 0 asks before a micro-batch, every rank scores its own
+        samples by that version (`served_scores`), and rank 0 judges the group's (`on_judged`).
+        """
         current = self.store.current()
-        if candidate is None or current is None or candidate == current:
+        if self.pending is None or current is None or self.pending == current:
             return None
-        if len(batch) < self.cfg.min_eval_samples:
+        return current
+
+    def served_scores(self, version: int, batch: Batch) -> np.ndarray:
+        """``batch`` scored by ``version``'s export; NaN each, logged, if it cannot be loaded."""
+        try:
+            return self._served_model(version).score_batch(batch)
+        except SnapshotError as exc:
+            logger.error("cannot load the served version=%s to judge by error=%s", version_name(version), exc)
+            return np.full(len(batch), np.nan)
+
+    def on_judged(
+        self, labels: np.ndarray, probs: np.ndarray, served_probs: np.ndarray, served: int | None
+    ) -> Judgement | None:
+        """Judge the pending version by a micro-batch's ``labels``, its scores and ``served``'s.
+
+        ``served_probs`` are the scores of version ``served`` (`due`, asked before the
+        micro-batch; None: nothing to judge); a NaN among them (a sample it did not score)
+        holds the candidate unjudged. Returns the judgement, or None when none was made.
+        """
+        candidate, self.pending = self.pending, None
+        if candidate is None or served is None or candidate == served:
+            return None
+        if len(labels) < self.cfg.min_eval_samples:
             # Judged by a handful of samples, a version is promoted or held by noise. The
             # learner trains on them, so the candidate is no longer what it scores next:
             # leave it, and judge the next snapshot.
             logger.info(
                 "promotion not judged version=%s samples=%d min_eval_samples=%d: the micro-batch "
-                "after it is too small to judge it by", version_name(candidate), len(batch),
+                "after it is too small to judge it by", version_name(candidate), len(labels),
                 self.cfg.min_eval_samples,
             )
             return None
-        try:
-            served = self._served_model(current)
-        except SnapshotError as exc:
-            logger.error("promotion held version=%s: cannot load the served version=%s to judge "
-                         "it by error=%s", version_name(candidate), version_name(current), exc)
+        if np.isnan(served_probs).any():
+            logger.warning(
+                "promotion held version=%s served=%s: samples=%d of the micro-batch were not scored "
+                "by the served version", version_name(candidate), version_name(served),
+                int(np.isnan(served_probs).sum()),
+            )
             return None
         passed, reason, figures = judge(
-            batch.label, probs, served.score_batch(batch),
-            self.cfg.gate_auc_margin, self.cfg.gate_logloss_ratio,
+            labels, probs, served_probs, self.cfg.gate_auc_margin, self.cfg.gate_logloss_ratio
         )
-        judgement = Judgement(candidate, current, passed=passed, reason=reason, **figures)
+        judgement = Judgement(candidate, served, passed=passed, reason=reason, **figures)
         if passed:
             self._promote(candidate, f"gate: {reason}")
         else:
             logger.warning(
                 "promotion held version=%s served=%s reason=%s auc=%.4f served_auc=%.4f "
                 "logloss=%.4f served_logloss=%.4f",
-                version_name(candidate), version_name(current), reason, judgement.auc,
+                version_name(candidate), version_name(served), reason, judgement.auc,
                 judgement.served_auc, judgement.logloss, judgement.served_logloss,
             )
         return judgement

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from streamrec.config import ModelConfig, TableConfig
+from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig, TableConfig
 from streamrec.errors import NotServable, SnapshotError
 from streamrec.learner.batch import Batch, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
@@ -32,8 +32,8 @@ from streamrec.serving.export import (
     export_snapshot,
     feature_batch_inputs,
 )
+from streamrec.serving.features import PAIR, candidate_columns, feature_request_inputs
 from streamrec.serving.features import Candidate as Candidate  # its home before; still imported from here
-from streamrec.serving.features import candidate_columns, feature_request_inputs
 from streamrec.snapshots.exports import verify_export
 from streamrec.snapshots.store import SnapshotStore, version_name
 
@@ -48,7 +48,7 @@ class _Table:
     def __init__(self, spec: dict[str, Any], export: Path) -> None:
         self.name = spec["name"]
         self.feature = spec["feature"]
-        self.kind = spec.get("kind") or ("behaviour" if self.feature in ("item", "category") else "context")
+        self.kind = spec.get("kind") or ("behaviour" if self.feature in BEHAVIOUR_FEATURES else "context")
         self.dynamic = spec["ids"] == "dynamic"
         self.rows = int(spec["rows"])
         if self.dynamic:  # plain .npy arrays: np.load without pickle runs no code
@@ -135,15 +135,12 @@ class ExportedModel:
         """
         recent = list(history)[-self.length :]
         n = len(candidates)
-        item_ids, category_ids = candidate_columns(candidates)
+        columns = candidate_columns(candidates)
         targets, sequences = {}, {}
         for table in self.behaviour:
-            if table.feature == "item":
-                seq_ids: list[str | None] = [item for item, _ in recent]
-                target_ids: list[str | None] = list(item_ids)
-            else:
-                seq_ids = [category for _, category in recent]
-                target_ids = category_ids
+            at = PAIR.index(table.feature)
+            seq_ids: list[str | None] = [pair[at] for pair in recent]
+            target_ids = columns[table.feature]
             sequence = np.full((1, self.length), PADDING_BUCKET, np.int64)
             if recent:
                 sequence[0, self.length - len(recent) :] = table.rows_of(seq_ids)

@@ -12,6 +12,10 @@ restarted trains every sample id exactly once, counted in the learner's own snap
 (c) The number of ranks changed across restarts (2, then 1, then 2) resumes from the same
 snapshot with nothing lost or doubled.
 
+(e) Rank 0's reports and its promotion gate judge the group's micro-batch: two ranks report the
+metrics, loss and counts of one process, and the gate holds a version that one process holds,
+though it would pass on rank 0's own samples.
+
 (d) A rank with no samples of its own (every sample on the other rank's partition) steps along
 on padding; rank 0, holding none, still snapshots the group's counts.
 """
@@ -24,8 +28,10 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import psutil  # type: ignore[import-untyped]
@@ -34,8 +40,10 @@ from confluent_kafka import Producer
 
 from streamrec.config import StreamrecConfig
 from streamrec.learner.batch import Batch
+from streamrec.local.ports import free_port
 from streamrec.samples import Sample
 from streamrec.serving.export import export_snapshot
+from streamrec.serving.gate import judge
 from streamrec.serving.scorer import ExportedModel
 from streamrec.snapshots.store import SnapshotStore
 from tests.ranked_learner import COUNTS_KEY
@@ -87,12 +95,15 @@ def _stop_leftovers() -> Iterator[None]:
 
 
 def start_ranks(
-    cfg: StreamrecConfig, ranks: int, tmp_path: Path, name: str, kind: str = "counting"
+    cfg: StreamrecConfig, ranks: int, tmp_path: Path, name: str, kind: str = "counting", reports: str = ""
 ) -> subprocess.Popen[bytes]:
-    """``tests/ranked_learner.py`` (a counting DIN, or ``din``) as ``ranks`` ranks; output in ``name.log``."""
+    """``tests/ranked_learner.py`` (a counting DIN, or ``din``) as ``ranks`` ranks; output in ``name.log``.
+
+    With ``reports``, rank 0's reports and gate judgements go there (and every rank gates).
+    """
     cfg_file = tmp_path / f"{name}.json"
     cfg_file.write_text(cfg.model_dump_json())
-    script = [str(ROOT / "tests" / "ranked_learner.py"), str(cfg_file), kind]
+    script = [str(ROOT / "tests" / "ranked_learner.py"), str(cfg_file), kind, *([reports] if reports else [])]
     launch = [
         sys.executable,
         "-m",
@@ -187,6 +198,27 @@ def cli_env(cfg: StreamrecConfig, snapshot_dir: Path) -> dict[str, str]:
     }
 
 
+def one_and_two(
+    pipeline_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+    model: dict[str, Any],
+    learner: dict[str, Any],
+) -> tuple[StreamrecConfig, StreamrecConfig]:
+    """The configs of one process (mini-batches of 64) and of two ranks (32 each), each its own
+    snapshot directory (``one``, ``two``) and consumer group.
+    """
+    return (
+        pipeline_config(
+            model={**model, "train_batch_size": 64},
+            learner={**learner, "snapshot_dir": tmp_path / "one", "group_id": "one"},
+        ),
+        pipeline_config(
+            model={**model, "train_batch_size": 32},
+            learner={**learner, "snapshot_dir": tmp_path / "two", "group_id": "two"},
+        ),
+    )
+
+
 def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
     pipeline_config: Callable[..., StreamrecConfig],
     tmp_path: Path,
@@ -200,29 +232,34 @@ def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
         "snapshot_every": 1,
         "promote": "off",
     }
-    one = pipeline_config(
-        model={**MODEL, "train_batch_size": 64},
-        learner={**learner, "snapshot_dir": tmp_path / "one", "group_id": "one"},
-    )
-    two = pipeline_config(
-        model={**MODEL, "train_batch_size": 32},
-        learner={**learner, "snapshot_dir": tmp_path / "two", "group_id": "two"},
-    )
+    one, two = one_and_two(pipeline_config, tmp_path, MODEL, learner)
     publish(one, 0, count)
     run_ranks(one, 1, tmp_path, "one", "din")
-    out = subprocess.run(
+    port = free_port()
+    launcher = subprocess.Popen(
         [sys.executable, "-m", "streamrec", "learner", "run", "--workers", "2"],
         cwd=tmp_path,
-        env=cli_env(two, tmp_path / "two"),
-        capture_output=True,
+        env={**cli_env(two, tmp_path / "two"), "STREAMREC_LEARNER__METRICS_PORT": str(port)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=300,
-        check=False,
     )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + logs(tmp_path, "learner")
-    assert "starting 2 learner ranks" in out.stdout
+    _started.append(cast("subprocess.Popen[bytes]", launcher))
+    # rank 0 serves /metrics with the group's counts until the group stops (idle)
+    scraped = ""
+    while launcher.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+                scraped = reply.read().decode()
+        except OSError:
+            pass
+        time.sleep(0.2)
+    stdout = launcher.communicate(timeout=60)[0]
+    assert launcher.returncode == 0, stdout[-3000:] + logs(tmp_path, "learner")
+    assert "starting 2 learner ranks" in stdout
+    assert f"streamrec_learner_samples_trained_total {float(count)}" in scraped, scraped[-2000:]
     first, second = (SnapshotStore(tmp_path / name).latest_valid() for name in ("one", "two"))
-    assert first is not None and second is not None, out.stdout[-3000:] + logs(tmp_path, "learner")
+    assert first is not None and second is not None, stdout[-3000:] + logs(tmp_path, "learner")
     (m1, t1), (m2, t2) = first, second
     assert m1.samples_trained == m2.samples_trained == count and m1.micro_batches == m2.micro_batches == 1
     assert len(m2.positions) == one.kafka.partitions  # rank 0 wrote both ranks' positions
@@ -297,3 +334,104 @@ def test_a_rank_without_samples_of_its_own_trains_along_and_rank_0_counts_the_gr
     publish(cfg, 0, 300, partition=1)  # rank 1's partition: rank 0, which snapshots, holds none
     run_ranks(cfg, 2, tmp_path, "lopsided")
     assert_each_once(cfg, 300)
+
+
+def wait_for_version(store: SnapshotStore, version: int, proc: subprocess.Popen[bytes]) -> None:
+    wait_for(
+        lambda: len(store.versions()) >= version or proc.poll() is not None,
+        timeout_s=180,
+        what=f"version {version} in {store.root}",
+    )
+
+
+def rated(n: int, partition: int, flipped: bool = False) -> Sample:
+    """Partition ``partition``'s own users, items and categories; an even item is liked 9 times
+    in 10, an odd one once (the other way round where ``flipped``).
+    """
+    side = "ab"[partition]
+    item = n % 20
+    liked = (item % 2 == 0) == ((n * 7919) % 10 != 0)
+    seq = tuple(f"{side}i{(n + k) % 20}" for k in range(n % 4))
+    return Sample(
+        f"{side}{n}",
+        f"{side}u{n % 25}",
+        TS + n * 10,
+        f"{side}i{item}",
+        f"{side}c{item % 5}",
+        int(liked != flipped),
+        seq,
+        tuple(f"{side}c{(n + k) % 20 % 5}" for k in range(n % 4)),
+    )
+
+
+def test_two_ranks_report_and_gate_the_groups_micro_batches_as_one_process_does(
+    pipeline_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """Three micro-batches of 900, published one at a time: rank 0 reads partition 0, rank 1
+    partition 1. The first holds few of partition 0's samples, the second many, and partition
+    1's labels flipped: its version scores partition 0 (rank 0's own samples) better than the
+    first version and partition 1 far worse. Judged by the third micro-batch, the group's, it
+    is held, where rank 0's own samples alone would pass it.
+    """
+    stages = [{0: 100, 1: 800}, {0: 450, 1: 450}, {0: 300, 1: 600}]
+    count = 900
+    learner = {
+        "interval_s": 1.0,
+        "min_batch_samples": count,
+        "max_batch_samples": 1000,
+        "stop_when_idle_s": 8.0,
+        "snapshot_every": 1,
+        "promote": "gate",
+        "min_eval_samples": 100,
+        "rank_timeout_s": 120.0,
+    }
+    model = {**MODEL, "learning_rate": 0.01, "passes": 2}
+    one, two = one_and_two(pipeline_config, tmp_path, model, learner)
+    out = {name: tmp_path / f"{name}.jsonl" for name in ("one", "two")}
+    procs = {
+        "one": start_ranks(one, 1, tmp_path, "one", "din", str(out["one"])),
+        "two": start_ranks(two, 2, tmp_path, "two", "din", str(out["two"])),
+    }
+    producer = Producer({"bootstrap.servers": one.kafka.bootstrap_servers})
+    published = {0: 0, 1: 0}
+    for stage, sizes in enumerate(stages):
+        for partition, n in sizes.items():
+            for k in range(published[partition], published[partition] + n):
+                s = rated(k, partition, flipped=stage == 1 and partition == 1)
+                value = s.to_json()
+                producer.produce(one.kafka.samples_topic, value=value, partition=partition, timestamp=s.ts)
+            published[partition] += n
+        assert producer.flush(10) == 0
+        for name, proc in procs.items():
+            wait_for_version(SnapshotStore(tmp_path / name), stage + 1, proc)
+            assert proc.poll() is None, logs(tmp_path, name)
+    for name, proc in procs.items():
+        assert finished(proc, tmp_path, name) == 0, logs(tmp_path, name)
+    lines = {name: [json.loads(line) for line in out[name].read_text().splitlines()] for name in out}
+    reports = {name: [x["report"] for x in lines[name] if "report" in x] for name in lines}
+    judged = {name: [x["judgement"] for x in lines[name] if "judgement" in x] for name in lines}
+    assert [r["samples"] for r in reports["two"]] == [count] * 3, logs(tmp_path, "two")
+    for alone, group in zip(reports["one"], reports["two"], strict=True):
+        for key in ("index", "samples", "positives", "known_samples", "dead", "steps", "first_ts", "last_ts"):
+            assert group[key] == alone[key], (key, group, alone)
+        assert group["event_ts"] == alone["event_ts"]
+        for key in ("auc", "gauc", "known_auc", "novelty_auc", "tell_history_auc", "tell_category_auc"):
+            assert group[key] == pytest.approx(alone[key], abs=1e-3, nan_ok=True), (key, group, alone)
+        for key in ("logloss", "loss", "mean_prediction", "positive_rate"):
+            assert group[key] == pytest.approx(alone[key], rel=1e-3), (key, group, alone)
+    assert len(judged["one"]) == len(judged["two"]) == 1, lines
+    (alone,), (group,) = judged["one"], judged["two"]
+    assert (group["candidate"], group["served"]) == (alone["candidate"], alone["served"]) == (2, 1)
+    assert not alone["passed"] and not group["passed"], (alone, group)
+    for key in ("auc", "served_auc", "logloss", "served_logloss"):
+        assert group[key] == pytest.approx(alone[key], rel=1e-3), (key, group, alone)
+    assert SnapshotStore(tmp_path / "two").current() == SnapshotStore(tmp_path / "one").current() == 1
+    # on rank 0's own samples (partition 0) the second version holds against the first
+    third = Batch.from_samples([rated(k, 0) for k in range(published[0] - 300, published[0])])
+    scores = [
+        ExportedModel(export_snapshot(SnapshotStore(tmp_path / "two"), v)).score_batch(third) for v in (2, 1)
+    ]
+    gate = two.learner
+    own = judge(third.label, scores[0], scores[1], gate.gate_auc_margin, gate.gate_logloss_ratio)
+    assert own[0], own

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from streamrec.config import ModelConfig
+from streamrec.features import BUILTIN
 from streamrec.learner.batch import Batch, encode
 from streamrec.learner.hashing import bucketize
-from streamrec.samples import Sample
+from streamrec.samples import BUILTIN_FIELDS, Sample, builtin_columns
 from tests.support import small_tables
 
 CFG = ModelConfig.model_validate({"tables": small_tables(1024, 64), "sequence_length": 3})
@@ -38,8 +39,41 @@ def test_columns_keep_sample_order() -> None:
     assert batch.user_ids.tolist() == ["u1", "u2"] and batch.ts.tolist() == [1002, 1001]
     assert batch.label.dtype == np.float32 and batch.label.tolist() == [1.0, 0.0]
     assert batch.seq_lengths.tolist() == [2, 1]
-    assert batch.seq_items == ["i0", "i1", "i0"] and batch.seq_categories == ["c0", "c1", "c0"]
+    assert batch.sequence_ids("item") == ["i0", "i1", "i0"]
+    assert batch.sequence_ids("category") == ["c0", "c1", "c0"]
     assert batch.target_ids("category") == ["tc", "tc"] and batch.target_ids("user") == ["u1", "u2"]
+
+
+def test_item_and_category_are_features_keyed_by_name_as_any_other() -> None:
+    batch = Batch.from_samples([_sample(2), _sample(1, label=0, features={"device": "ios"})])
+    assert list(batch.features) == ["item", "category", "device"]  # the default schema's first
+    item = batch.features["item"]
+    assert (item.kind, item.target, item.sequence) == ("id", ["target", "target"], ["i0", "i1", "i0"])
+    assert batch.features["category"].target == batch.target_ids("category") == ["tc", "tc"]
+    assert not any(hasattr(batch, a) for a in ("item_ids", "category_ids", "seq_items", "seq_categories"))
+
+
+def test_the_samples_own_fields_are_the_default_schemas_features() -> None:
+    names = [f.name for f in BUILTIN]
+    assert list(builtin_columns([])) == list(BUILTIN_FIELDS) == names
+    sample = _sample(2)
+    for name, (target, along) in BUILTIN_FIELDS.items():
+        assert builtin_columns([sample])[name] == ([getattr(sample, target)], [getattr(sample, along)])
+
+
+def test_a_declared_feature_named_as_a_builtin_is_refused() -> None:
+    with pytest.raises(ValueError, match="'item' is the sample's own field"):
+        Batch.from_samples([_sample(1, features={"item": "x"})])
+
+
+def test_ids_of_a_feature_without_them_are_refused_by_name() -> None:
+    batch = Batch.from_samples([_sample(1, features={"device": "ios", "price": 3.0})])
+    with pytest.raises(ValueError, match="'price' has no ids"):
+        batch.target_ids("price")
+    with pytest.raises(ValueError, match="'device' has no such side"):
+        batch.sequence_ids("device")
+    with pytest.raises(KeyError):
+        batch.target_ids("brand")
 
 
 def test_long_sequence_keeps_latest_short_one_is_left_padded() -> None:
@@ -89,15 +123,15 @@ def test_mismatched_sequence_lengths_rejected() -> None:
 
 def test_the_first_mismatched_sample_is_named() -> None:
     samples = [_sample(1), _sample(3, seq_categories=("c0",)), _sample(2, seq_categories=())]
-    with pytest.raises(ValueError, match=r"sample s3: 3 items but 1 categories"):
+    with pytest.raises(ValueError, match=r"sample s3: 3 seq_items but 1 seq_categories"):
         Batch.from_samples(samples)
 
 
 def test_sequences_flatten_sample_after_sample() -> None:
     batch = Batch.from_samples([_sample(2), _sample(0), _sample(3, seq_items=("x", "y", "z"))])
     assert batch.seq_lengths.tolist() == [2, 0, 3]
-    assert batch.seq_items == ["i0", "i1", "x", "y", "z"]
-    assert batch.seq_categories == ["c0", "c1", "c0", "c1", "c2"]
+    assert batch.sequence_ids("item") == ["i0", "i1", "x", "y", "z"]
+    assert batch.sequence_ids("category") == ["c0", "c1", "c0", "c1", "c2"]
 
 
 def test_table_configs_are_checked() -> None:

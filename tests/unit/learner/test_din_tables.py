@@ -90,6 +90,21 @@ def test_tables_grow_without_a_restart_and_without_changing_a_score() -> None:
     assert result.steps > 0 and np.isfinite(result.loss)
 
 
+def test_the_item_table_grows_beside_a_user_table_named_user() -> None:
+    """The user statistics (``model/stats/user/*``, 2^20 buckets) are no table's rows, even
+    with a table named ``user``: growing the item table once tried to cut them to its rows.
+    """
+    base = config().model_dump()
+    tables = [*base["tables"], {"name": "user", "feature": "user", "ids": "hashed", "rows": 32, "dim": 4}]
+    learner = DINLearner(ModelConfig.model_validate({**base, "tables": tables}))
+    users = learner.state_arrays()["model/stats/user/samples"].shape
+    learner.learn_many(clicks([f"b{k}" for k in range(40)], 1))  # 40 ids: 16 -> 64
+    state = learner.state_arrays()
+    assert learner.rows["item"] == 64 and state[f"model/{ITEM}"].shape == (64, 4)
+    assert state["model/stats/user/samples"].shape == users
+    assert state["model/model.embedding.tables.user.weight"].shape == (32, 4)
+
+
 def test_a_grown_learner_round_trips_through_a_snapshot_into_a_fresh_one(tmp_path: Path) -> None:
     original = DINLearner(config())
     for k in range(3):

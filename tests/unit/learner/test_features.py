@@ -49,14 +49,14 @@ def featured(n: int = 2) -> list[Sample]:
 
 # -- the keyed batch ------------------------------------------------------------------------
 
-def test_a_batch_without_declared_features_has_no_extras() -> None:
+def test_a_batch_without_declared_features_has_the_default_schemas_only() -> None:
     batch = Batch.from_samples([Sample("e1", "u1", T0, "i1", "c1", 1, ("i2",), ("c1",))])
-    assert batch.extras == {}
+    assert list(batch.features) == ["item", "category"]
 
 
 def test_each_kind_becomes_its_column() -> None:
     samples = featured(1) + [Sample("e9", "u2", T0, "i1", "c1", 0, ("i3",), ("c3",))]
-    extras = Batch.from_samples(samples).extras
+    extras = Batch.from_samples(samples).features
     assert extras["device"].kind == "id" and extras["device"].target == ["ios", ""]
     assert extras["device"].sequence is None  # a context feature has no sequence side
     genres = extras["genres"]

@@ -121,15 +121,11 @@ def test_the_gate_checks_the_export_too(tmp_path: Path) -> None:
     assert store.current() == 1
 
 
-def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The demo's last micro-batch held 4 samples (AUC nan): a version judged by it is promoted
-    or held by noise. One under ``min_eval_samples`` judges nothing; the next snapshot is.
-    """
+def two_versions(root: Path) -> tuple[DINLearner, SnapshotStore, Promoter]:
+    """Two versions written and exported at ``root``: the first promoted, the second pending."""
     cfg = config()
     learner = DINLearner(cfg)
-    store = SnapshotStore(tmp_path)
+    store = SnapshotStore(root)
     promoter = Promoter(store, LearnerConfig(min_eval_samples=50))
     for k in range(2):
         learner.learn_many(window(200, k, k))
@@ -137,6 +133,16 @@ def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
             group_state(learner.state_arrays()), micro_batches=k + 1, samples_trained=0, positions=(),
             config={"model": cfg.model_dump(mode="json")},
         ))
+    return learner, store, promoter
+
+
+def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The demo's last micro-batch held 4 samples (AUC nan): a version judged by it is promoted
+    or held by noise. One under ``min_eval_samples`` judges nothing; the next snapshot is.
+    """
+    learner, store, promoter = two_versions(tmp_path)
     assert store.current() == 1 and promoter.pending == 2
     tiny = window(4, 7, 10_000)
     with caplog.at_level(logging.INFO, logger="streamrec.serving.gate"):
@@ -146,3 +152,34 @@ def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
     enough = window(50, 8, 20_000)
     promoter.pending = 2
     assert promoter.on_scored(enough, learner.predict_many(enough)) is not None
+
+
+def test_ranks_judge_by_the_groups_scores_each_scored_by_the_served_version_on_its_own_rank(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Several ranks: rank 0 asks `due` which served version the next micro-batch judges by,
+    every rank scores its own samples by it (`served_scores`), and rank 0 judges the group's
+    gathered scores (`on_judged`) as `on_scored` judges one process's micro-batch.
+    """
+    assert Promoter(SnapshotStore(tmp_path), LearnerConfig()).due() is None  # nothing pending
+    learner, store, promoter = two_versions(tmp_path)
+    assert promoter.due() == 1 and promoter.pending == 2
+    halves = [window(100, 5, 30_000), window(100, 6, 40_000)]
+    follower = Promoter(SnapshotStore(tmp_path), LearnerConfig())  # another rank's: no pending
+    served = [promoter.served_scores(1, halves[0]), follower.served_scores(1, halves[1])]
+    labels = np.concatenate([h.label for h in halves])
+    probs = np.concatenate([learner.predict_many(h) for h in halves])
+    unscored = np.concatenate([served[0], np.full(100, np.nan)])  # a rank could not load it
+    with caplog.at_level(logging.WARNING, logger="streamrec.serving.gate"):
+        assert promoter.on_judged(labels, probs, unscored, 1) is None
+    assert "not scored by the served version" in caplog.text and promoter.pending is None
+    assert store.current() == 1
+    promoter.pending = 2
+    judged = promoter.on_judged(labels, probs, np.concatenate(served), 1)
+    assert promoter.pending is None
+    assert judged is not None and (judged.candidate, judged.served) == (2, 1)
+    passed, _, figures = judge(labels, probs, np.concatenate(served), 0.002, 1.01)
+    assert judged.passed == passed and judged.auc == figures["auc"] and judged.logloss == figures["logloss"]
+    own = judge(labels[:100], probs[:100], served[0], 0.002, 1.01)[2]  # rank 0's own: other figures
+    assert own["auc"] != judged.auc
+    assert store.current() == (2 if passed else 1)
