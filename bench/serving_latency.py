@@ -4,14 +4,16 @@ A DIN with the default configuration (two tables of dim 16, sequences of 50, att
 MLP 128-64) trained on the first 20,000 MovieLens ratings is snapshotted, exported, promoted
 and served by `streamrec serve --processes N` (2: one per core here) in its own processes.
 Each request scores 100 candidates for a user whose 50 behaviours travel in the request. The
-load client is aiohttp (its C HTTP parser costs the client least of the well-kept Python
-clients; ``wrk`` is not installed here), one process on the same cores as the server:
+load clients (`http_load`) run on the same cores as the server:
 
-- open loop at ``--rate`` requests/s (100) for ``--seconds`` (20): each request is sent on its
-  schedule, whether or not the ones before it have answered, so a slow server shows as
-  latency instead of being hidden by the client waiting (coordinated omission); p50/p99;
+- open loop at ``--rate`` requests/s (100) for ``--seconds`` (20), aiohttp: each request is
+  sent on its schedule, whether or not the ones before it have answered, so a slow server shows
+  as latency instead of being hidden by the client waiting (coordinated omission); p50/p99;
 - closed loop with ``--connections`` (16, spread by the kernel over the processes), as fast
-  as the server answers: the capacity;
+  as the server answers, for 10 s: the capacity, by each of ``--client`` in turn (``wrk``, one
+  C thread, the default when installed: a fifth of aiohttp's CPU a request; ``aiohttp``
+  otherwise, as on CI), with the CPU a request of the server (its processes, from /proc) and of
+  the client, and the cores the two kept busy;
 - the sweep: the open loop at each ``--sweep`` percentage of that capacity (10, 25, 50, 75,
   100, 125) and each ``--curve`` rate, reporting p50/p99 of the answered requests and the
   share shed (503: the server's admission limits); ``--plot PATH`` draws it (PNG) for sizing
@@ -19,15 +21,16 @@ clients; ``wrk`` is not installed here), one process on the same cores as the se
 
 Ceiling, in the same run: the same requests scored by the export's engine with no HTTP, in
 as many processes as the server's, side by side (what the model itself allows on those
-cores), as requests/s and scores/s, and its p50 (the model's time a request). The ratio is
-the server's capacity over the ceiling.
+cores), as requests/s and scores/s, its p50 and its CPU a request (the model's time a
+request). The ratio is the server's capacity over the ceiling.
 
 Each of ``--engines`` (paddle,onnx: Paddle Inference and ONNX Runtime, `streamrec.serving.
 engines`) is measured in turn on the same export, its figures under ``engines``; with both,
 ``onnx_over_paddle`` holds the speedups.
 
     .venv/bin/python bench/serving_latency.py [--processes 2] [--rate 100] [--seconds 20] \
-        [--engines paddle,onnx] [--sweep 10,25,50,75,100,125] [--curve R1,R2,...] [--plot P]
+        [--engines paddle,onnx] [--client wrk,aiohttp] [--sweep 10,25,50,75,100,125] \
+        [--curve R1,R2,...] [--plot P]
 
 Prints one JSON object as its last line.
 """
@@ -39,6 +42,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -51,6 +55,7 @@ import aiohttp
 import httpx
 import numpy as np
 import orjson
+from http_load import CLIENTS, closed_loop, default_client, tree_cpu_seconds
 
 from streamrec.config import ConsumerConfig, ModelConfig
 from streamrec.consumers.processor import SampleBuilder
@@ -161,42 +166,10 @@ async def open_loop(
     return latencies
 
 
-async def closed_loop(
-    url: str, requests: list[dict[str, Any]], seconds: float, connections: int
-) -> tuple[float, int]:
-    """Requests/s answered with ``connections`` clients each sending the next request on an answer.
-
-    And how many were shed (503: on a machine busy with other work a request can wait past the
-    server's ``max_queue_wait_s``); those are not counted as answered.
-    """
-    done = shed = 0
-    bodies = [orjson.dumps(r) for r in requests]
-    headers = {"content-type": "application/json"}
-    async with aiohttp.ClientSession() as client:
-        end = time.perf_counter() + seconds
-
-        async def worker(offset: int) -> None:
-            nonlocal done, shed
-            k = offset
-            while time.perf_counter() < end:
-                async with client.post(url, data=bodies[k % len(bodies)], headers=headers) as response:
-                    if response.status == 503:
-                        shed += 1
-                    else:
-                        response.raise_for_status()
-                        done += 1
-                    await response.read()
-                k += connections
-
-        start = time.perf_counter()
-        await asyncio.gather(*(worker(i) for i in range(connections)))
-        return done / (time.perf_counter() - start), shed
-
-
 def in_process(
     path: Path, requests: list[dict[str, Any]], seconds: float, engine: EngineChoice = "auto"
-) -> tuple[int, float, list[float]]:
-    """Requests scored, seconds spent and each one's latency: the export's engine alone."""
+) -> tuple[int, float, list[float], float]:
+    """Requests scored, seconds spent, each one's latency and the CPU seconds: the export's engine alone."""
     model = ExportedModel(path, engine=engine)
     parsed = [
         (str(r["user"]), [(h[0], h[1]) for h in r["history"]], [Candidate.parse(i) for i in r["items"]])
@@ -206,13 +179,14 @@ def in_process(
     times = []
     end = time.perf_counter() + seconds
     k = 0
+    cpu = time.process_time()
     while time.perf_counter() < end:
         user, history, candidates = parsed[k % len(parsed)]
         start = time.perf_counter()
         model.score(user, history, candidates)
         times.append(time.perf_counter() - start)
         k += 1
-    return len(times), sum(times), times
+    return len(times), sum(times), times, time.process_time() - cpu
 
 
 def batching_gain(
@@ -243,8 +217,8 @@ def batching_gain(
 
 def ceiling(
     path: Path, requests: list[dict[str, Any]], seconds: float, processes: int, engine: EngineChoice = "auto"
-) -> tuple[float, float]:
-    """Requests/s and p50 latency (s) of ``processes`` engines scoring side by side, no HTTP.
+) -> tuple[float, float, float]:
+    """Requests/s, p50 latency (s) and CPU seconds a request of ``processes`` engines side by side, no HTTP.
 
     What the model itself allows on as many cores as the server's processes: each predictor
     in a process of its own, all at once, their rates summed.
@@ -254,8 +228,9 @@ def ceiling(
         results = pool.starmap(in_process, [(path, requests, seconds, engine)] * processes)
         pool.close()  # let them exit: terminating one makes Paddle print a fatal-signal report
         pool.join()
-    rate = sum(n / spent for n, spent, _ in results)
-    return rate, float(np.percentile([t for _, _, times in results for t in times], 50))
+    rate = sum(n / spent for n, spent, _, _ in results)
+    cpu = sum(c for *_, c in results) / sum(n for n, *_ in results)
+    return rate, float(np.percentile([t for _, _, times, _ in results for t in times], 50)), cpu
 
 
 def curve_point(url: str, requests: list[dict[str, Any]], rate: float, seconds: float) -> dict[str, float]:
@@ -308,12 +283,37 @@ def plot_curve(points: list[dict[str, float]], ceiling_rps: float, path: Path) -
     plt.close(fig)
 
 
+def capacity(
+    client: str, url: str, server: int, requests: list[dict[str, Any]], connections: int
+) -> dict[str, Any]:
+    """A closed loop of ``client`` for 10 s: requests/s, its latency, and the CPU a request.
+
+    The CPU of the server (process ``server`` and its workers) and of the load client, each a
+    request, and the cores they kept busy together (2.0: both cores of this machine).
+    """
+    bodies = [orjson.dumps(r) for r in requests]
+    before = tree_cpu_seconds(server)
+    run = closed_loop(client, url, bodies, 10.0, connections)
+    after = tree_cpu_seconds(server)
+    server_cpu = None if before is None or after is None else after - before
+    answered = max(run.answered + run.shed, 1)
+    return {
+        "requests_per_s": round(run.requests_per_s, 1),
+        "shed": run.shed,
+        "p50_ms": round(run.p50_ms, 2),
+        "p99_ms": round(run.p99_ms, 2),
+        "client_cpu_ms_per_request": round(run.client_cpu_s / answered * 1e3, 3),
+        "server_cpu_ms_per_request": None if server_cpu is None else round(server_cpu / answered * 1e3, 3),
+        "cores_busy": None if server_cpu is None else round((server_cpu + run.client_cpu_s) / run.seconds, 2),
+    }
+
+
 def measure(
     root: Path, requests: list[dict[str, Any]], engine: EngineChoice, args: argparse.Namespace
 ) -> tuple[dict[str, Any], float, list[dict[str, float]]]:
     """One engine's figures (its server, ceiling and batching gain), its ceiling and its curve."""
     export = root / "exports" / "v000001"
-    ceiling_rps, ceiling_p50 = ceiling(export, requests, 5.0, args.processes, engine)
+    ceiling_rps, ceiling_p50, model_cpu = ceiling(export, requests, 5.0, args.processes, engine)
     gain = batching_gain(export, requests, engine)
     percents = [float(r) for r in args.sweep.split(",") if r.strip()]
     rates = [float(r) for r in args.curve.split(",") if r.strip()]
@@ -325,7 +325,8 @@ def measure(
         shed: list[float] = []
         latencies = np.array(asyncio.run(open_loop(url, requests, args.rate, args.seconds, shed=shed)))
         ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).json()
-        max_rps, closed_shed = asyncio.run(closed_loop(url, requests, 10.0, args.connections))
+        loops = {c: capacity(c, url, server.pid, requests, args.connections) for c in args.clients}
+        max_rps = loops[args.clients[0]]["requests_per_s"]  # the first client's: the sweep's basis
         offered = sorted({round(max_rps * p / 100, 1) for p in percents} | set(rates))
         curve = [curve_point(url, requests, rate, args.seconds) for rate in offered]
     finally:
@@ -340,12 +341,15 @@ def measure(
         "p99_ms": round(float(np.percentile(latencies, 99)) * 1e3, 2),
         "max_ms": round(float(latencies.max()) * 1e3, 2),
         "max_requests_per_s": round(max_rps, 1),
-        "closed_loop_shed": closed_shed,
+        "closed_loop_shed": loops[args.clients[0]]["shed"],
+        # per load client: capacity, its latency, and the CPU a request of the server and the client
+        "closed_loops": loops,
         "scores_per_s": round(max_rps * CANDIDATES),
         "ceiling_requests_per_s": round(ceiling_rps, 1),
         "ceiling_scores_per_s": round(ceiling_rps * CANDIDATES),
         # The model's time a request (p50, no HTTP), each process on a core of its own.
         "ceiling_p50_ms": round(ceiling_p50 * 1e3, 3),
+        "model_cpu_ms_per_request": round(model_cpu * 1e3, 3),  # the same, CPU time
         "ratio": round(max_rps / ceiling_rps, 3),
         "batch_of_10_speedup": round(gain, 3),
         "p99_ms_at_half_capacity": half[0]["p99_ms"] if half else None,
@@ -364,6 +368,11 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="server processes (one per core)")
     parser.add_argument("--connections", type=int, default=16, help="closed-loop connections")
     parser.add_argument(
+        "--client", default=default_client(),
+        help="closed-loop load clients, comma-separated, each measured in turn: wrk (C; the default "
+        "when installed), aiohttp (Python, in this process); the first one's capacity is the sweep's basis",
+    )
+    parser.add_argument(
         "--engines", default="paddle,onnx",
         help="engines to measure in turn on the same export, comma-separated: paddle, onnx, auto",
     )
@@ -381,6 +390,11 @@ def main() -> None:
     if not names or not set(names) <= set(ENGINES):
         parser.error(f"--engines: {args.engines!r} is not a list of {', '.join(ENGINES)}")
     engines = [cast(EngineChoice, e) for e in names]
+    args.clients = [c.strip() for c in args.client.split(",") if c.strip()]
+    if not args.clients or not set(args.clients) <= set(CLIENTS):
+        parser.error(f"--client: {args.client!r} is not a list of {', '.join(CLIENTS)}")
+    if "wrk" in args.clients and shutil.which("wrk") is None:
+        parser.error("--client wrk: wrk is not installed (apt-get install wrk), use --client aiohttp")
     measured: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -395,7 +409,8 @@ def main() -> None:
         "candidates_per_request": CANDIDATES,
         "processes": args.processes,
         "cores": os.cpu_count(),
-        "load_client": "aiohttp, one process, on the same machine",
+        # the open loop's client and each closed loop's, on the same cores as the server
+        "load_client": f"open loop: aiohttp; closed loop: {', '.join(args.clients)}; on the same machine",
         "rate": args.rate,
         "goal_requests_per_s": 1000.0,
         "goal_p99_ms": 10.0,

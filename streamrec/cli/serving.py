@@ -13,6 +13,8 @@ from streamrec.cli.common import build_config, cli_errors, console
 from streamrec.cli.options import ConfigFile, LogLevel, json_output, setting
 
 if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
+    from collections.abc import Sequence
+
     from streamrec.serving.features import Candidate, GivenHistory
 
 StoreOption = typer.Option(
@@ -83,7 +85,7 @@ def _candidates(text: str) -> list[Candidate]:
 
     if not text.lstrip().startswith("["):
         return [Candidate.parse(i) for i in text.split(",") if i]
-    return _request("--items", b'{"user": "-", "items": ' + text.encode() + b"}")[1]
+    return list(_request("--items", b'{"user": "-", "items": ' + text.encode() + b"}")[1])
 
 
 def _history(text: str) -> GivenHistory:
@@ -96,7 +98,7 @@ def _history(text: str) -> GivenHistory:
     return history
 
 
-def _request(flag: str, body: bytes) -> tuple[str, list[Candidate], GivenHistory | None]:
+def _request(flag: str, body: bytes) -> tuple[str, Sequence[Candidate], GivenHistory | None]:
     """A ``POST /score`` body built around one option's value, parsed; a bad one names the option."""
     from streamrec.errors import ConfigError
     from streamrec.serving.http import BadRequest, parse_request

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
@@ -64,6 +64,46 @@ class Candidate:
         """``item`` or ``item:category``."""
         item, _, category = text.partition(":")
         return cls(item, category or None)
+
+
+class Candidates(Sequence[Candidate]):
+    """A request's candidates as two columns: item ids and categories, none with features of its own.
+
+    What a request of the common form is read as (`streamrec.serving.requests`): the scorer
+    reads the columns whole (`candidate_columns`), and a `Candidate` is made only when one is
+    asked for, so 100 candidates cost two lists instead of 100 objects.
+    """
+
+    def __init__(self, item_ids: list[str], category_ids: list[str | None]) -> None:
+        """The candidates ``zip(item_ids, category_ids)``."""
+        if len(item_ids) != len(category_ids):
+            raise ValueError(f"{len(category_ids)} categories for {len(item_ids)} items")
+        self.item_ids = item_ids
+        self.category_ids = category_ids
+
+    def __len__(self) -> int:
+        """How many candidates."""
+        return len(self.item_ids)
+
+    @overload
+    def __getitem__(self, index: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Candidate]: ...
+
+    def __getitem__(self, index: int | slice) -> Candidate | list[Candidate]:
+        """The candidate at ``index``, or a list of those in a slice."""
+        if isinstance(index, slice):
+            pairs = zip(self.item_ids[index], self.category_ids[index], strict=True)
+            return [Candidate(item, category) for item, category in pairs]
+        return Candidate(self.item_ids[index], self.category_ids[index])
+
+
+def candidate_columns(candidates: Sequence[Candidate]) -> dict[str, Sequence[str | None]]:
+    """The ids of ``candidates`` of each of the default schema's features (`PAIR`), by name."""
+    if isinstance(candidates, Candidates):
+        return dict(zip(PAIR, (candidates.item_ids, candidates.category_ids), strict=True))
+    return {name: [c.target_id(name) for c in candidates] for name in PAIR}
 
 
 class StoredHistory(list[tuple[str, str]]):

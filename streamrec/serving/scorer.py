@@ -32,7 +32,7 @@ from streamrec.serving.export import (
     export_snapshot,
     feature_batch_inputs,
 )
-from streamrec.serving.features import PAIR, feature_request_inputs
+from streamrec.serving.features import PAIR, candidate_columns, feature_request_inputs
 from streamrec.serving.features import Candidate as Candidate  # its home before; still imported from here
 from streamrec.snapshots.exports import verify_export
 from streamrec.snapshots.store import SnapshotStore, version_name
@@ -61,6 +61,8 @@ class _Table:
         None (an unknown category) reads the default row of a dynamic table and padding (zeros)
         of a hashed one.
         """
+        if None not in ids:  # every id given: a request's items, a history
+            return self.rows_of_keys(fingerprint(ids))  # type: ignore[arg-type]  # no None in it
         out = np.full(len(ids), DEFAULT_ROW if self.dynamic else PADDING_BUCKET, np.int64)
         present = [k for k, i in enumerate(ids) if i is not None]
         out[present] = self.rows_of_keys(fingerprint([i for i in ids if i is not None]))
@@ -133,11 +135,12 @@ class ExportedModel:
         """
         recent = list(history)[-self.length :]
         n = len(candidates)
+        columns = candidate_columns(candidates)
         targets, sequences = {}, {}
         for table in self.behaviour:
             at = PAIR.index(table.feature)
             seq_ids: list[str | None] = [pair[at] for pair in recent]
-            target_ids = [c.target_id(table.feature) for c in candidates]
+            target_ids = columns[table.feature]
             sequence = np.full((1, self.length), PADDING_BUCKET, np.int64)
             if recent:
                 sequence[0, self.length - len(recent) :] = table.rows_of(seq_ids)

@@ -9,32 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from aiohttp import ClientResponseError, web
+from aiohttp import ClientResponseError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 from serving_latency import open_loop, plot_curve  # noqa: E402  (bench/ is a folder of scripts)
 
+from tests.unit.bench.shedding import shedding_server  # noqa: E402
+
 
 async def _against_a_server_that_sheds_every_other_request(shed: list[float] | None) -> list[float]:
-    calls = 0
-
-    async def score(request: web.Request) -> web.Response:
-        nonlocal calls
-        calls += 1
-        await request.read()
-        return web.json_response({"scores": []}, status=503 if calls % 2 == 0 else 200)
-
-    app = web.Application()
-    app.router.add_post("/score", score)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        return await open_loop(f"http://127.0.0.1:{port}/score", [{"user": "1"}], 200.0, 0.1, shed=shed)
-    finally:
-        await runner.cleanup()
+    async with shedding_server(2) as url:
+        return await open_loop(url, [{"user": "1"}], 200.0, 0.1, shed=shed)
 
 
 def test_a_shed_request_is_counted_not_a_failure() -> None:

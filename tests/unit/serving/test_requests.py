@@ -1,0 +1,81 @@
+"""A score request's body read by the fast path (string ids, pairs: decoded and checked in C) and
+by the general one alike: the same user, candidates, history and context, and the same 400s.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from streamrec.serving.features import Candidate, Candidates, GivenHistory
+from streamrec.serving.requests import BadRequest, parse_score_request
+
+
+def _read(doc: object, max_candidates: int = 10) -> tuple[object, ...]:
+    user, candidates, history, context = parse_score_request(orjson.dumps(doc), max_candidates)
+    given = None if history is None else (list(history), [dict(g) for g in history.given])
+    return user, [(c.item_id, c.category_id, dict(c.features)) for c in candidates], given, context
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"user": "u1", "items": ["i1", "i2:c2", "i3:"]},
+        {"user": "u1", "items": ["i1:c1", "i2:c:2"], "history": [["i9", "c7"], ["i8", "c8"]]},
+        {"user": "u1", "items": ["i1"], "history": [], "context": {"device": "ios"}},
+        {"user": "u1", "items": ["i1"], "history": None, "context": None, "request_id": "r1", "other": 1},
+        {"user": "ü" * 128, "items": ["é" * 63 + ":" + "c" * 64], "history": [["h" * 128, "c"]]},
+    ],
+)
+def test_the_fast_path_reads_what_the_general_one_reads(doc: dict[str, object]) -> None:
+    assert isinstance(parse_score_request(orjson.dumps(doc), 10)[1], Candidates)  # the fast path took it
+    fast = _read(doc)
+    # the same request in forms only the general path reads: an item object, an integer id
+    items = doc["items"]
+    assert isinstance(items, list)
+    general = _read({**doc, "items": [*items, {"item_id": 5}]})
+    assert general[0] == fast[0] and general[2:] == fast[2:]
+    assert general[1] == [*fast[1], ("5", None, {})]  # type: ignore[misc]
+
+
+def test_the_fast_path_gives_columns_the_scorer_reads_whole() -> None:
+    user, candidates, history, context = parse_score_request(
+        b'{"user": "u1", "items": ["i1:c1", "i2"], "history": [["i9", "c7"]]}', 10
+    )
+    assert isinstance(candidates, Candidates)
+    assert candidates.item_ids == ["i1", "i2"] and candidates.category_ids == ["c1", None]
+    assert list(candidates) == [Candidate("i1", "c1"), Candidate("i2")] and len(candidates) == 2
+    assert candidates[-1] == Candidate("i2") and candidates[:1] == [Candidate("i1", "c1")]
+    assert isinstance(history, GivenHistory) and history == [("i9", "c7")] and history.given == ({},)
+    assert (user, context) == ("u1", {})
+
+
+def test_an_item_and_category_of_128_characters_each_are_read_by_the_general_path() -> None:
+    body = orjson.dumps({"user": "u", "items": ["é" * 128 + ":" + "c" * 128]})
+    _, candidates, _, _ = parse_score_request(body, 10)
+    assert list(candidates) == [Candidate("é" * 128, "c" * 128)]
+
+
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        ({"user": "u", "items": ["a\u0001"]}, "'item' contains control characters"),
+        ({"user": "u", "items": ["a:\u0001"]}, "'category' contains control characters"),
+        ({"user": "u\n", "items": ["a"]}, "'user' contains control characters"),
+        ({"user": "u", "items": ["a"], "history": [["h", "\t"]]}, "'history' contains control characters"),
+        ({"user": "u", "items": [":c"]}, "'item' must have 1..128"),
+        ({"user": "u", "items": [""]}, "an item is a non-empty string"),
+        ({"user": "", "items": ["a"]}, "'user' must have 1..128"),
+        ({"user": "u", "items": ["x" * 129]}, "'item' must have 1..128"),
+        ({"user": "u", "items": ["a:" + "x" * 129]}, "'category' must have 1..128"),
+        ({"user": "u", "items": ["a"], "history": [["h", "x" * 129]]}, "'history' must have 1..128"),
+        ({"user": "u", "items": ["a"], "history": [["h", "c", "x"]]}, "'history' must be"),
+        ({"user": "u", "items": []}, "'items' must be a non-empty list"),
+        ({"user": "u", "items": ["a"] * 11}, "11 items; at most 10"),
+        ({"user": "u", "items": ["a"], "context": ["device"]}, "'context' must be an object"),
+        ({"items": ["a"]}, "'user' must be"),
+    ],
+)
+def test_a_bad_plain_request_gets_the_general_path_s_reason(doc: dict[str, object], reason: str) -> None:
+    with pytest.raises(BadRequest, match=reason):
+        parse_score_request(orjson.dumps(doc), 10)
