@@ -2,11 +2,12 @@
 
 A snapshot is taken after a micro-batch is trained, so the next micro-batch is data neither
 the candidate nor the served version has seen. The learner scores it with the candidate
-before training on it (progressive validation); the gate scores it with the served export
-too, and promotes the candidate when its AUC is at least the served one's minus a margin
-and its logloss at most the served one's times a ratio. A failed gate leaves the pointer
-where it is and says why. The first version is promoted as it is: there is nothing to hold
-it against.
+before training on it (progressive validation; its first part when a micro-batch is trained in
+parts, `streamrec.learner.parts`, as the later parts meet weights trained on the first); the
+gate scores the same samples with the served export too, and promotes the candidate when its
+AUC is at least the served one's minus a margin and its logloss at most the served one's times
+a ratio. A failed gate leaves the pointer where it is and says why. The first version is
+promoted as it is: there is nothing to hold it against.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Promoter:
         """Promote within ``store`` per ``cfg.promote``, ``gate_auc_margin``, ``gate_logloss_ratio``."""
         self.store = store
         self.cfg = cfg
-        self.pending: int | None = None  # a snapshot waiting for the next micro-batch
+        self.pending: int | None = None  # a snapshot waiting for the next micro-batch (its first part)
         self._served: ExportedModel | None = None
 
     def on_snapshot(self, manifest: SnapshotManifest) -> None:
