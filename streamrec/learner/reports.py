@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamrec.errors import TrainingDiverged
 from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch
 from streamrec.learner.metrics import BatchMetrics
@@ -120,3 +121,30 @@ def scored_report(
         sum(train.ids_refused.values()), report.judged,
     )
     return report
+
+
+def count_bad(stats: LearnerStats, report: MicroBatchReport, in_row: int, limit: int) -> int:
+    """Count ``report``'s skipped steps in ``stats``; the bad micro-batches now in a row.
+
+    A micro-batch without skipped steps resets the count; ``limit`` in a row stop the learner.
+
+    Raises:
+        TrainingDiverged: This was the ``limit``-th bad micro-batch in a row.
+    """
+    if report.skipped_steps == 0:
+        return 0
+    in_row += 1
+    stats.bad_batches += 1
+    stats.skipped_steps += report.skipped_steps
+    logger.warning(
+        "bad micro_batch index=%d skipped_steps=%d steps=%d bad_in_row=%d max_bad_batches=%d",
+        report.index, report.skipped_steps, report.steps, in_row, limit,
+    )
+    if in_row >= limit:
+        raise TrainingDiverged(
+            f"training was not finite in {in_row} micro-batches in a row "
+            f"(up to micro-batch {report.index}: {report.skipped_steps} of {report.steps} "
+            f"steps skipped); stopped before snapshotting it: restart from the last "
+            f"snapshot, with a lower learning rate if this recurs"
+        )
+    return in_row

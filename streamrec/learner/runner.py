@@ -37,7 +37,7 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 from streamrec.closing import Closing
 from streamrec.config import StreamrecConfig
 from streamrec.deadletters import DeadLetter, DeadLetterLog
-from streamrec.errors import SamplesExpired, TrainingDiverged
+from streamrec.errors import SamplesExpired
 from streamrec.faults import fault_point
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.records import Partition, Position
@@ -47,7 +47,13 @@ from streamrec.learner.base import Learner, PartLearner
 from streamrec.learner.batch import Batch
 from streamrec.learner.intake import DeadLetterWriter, decode
 from streamrec.learner.parts import MicroBatchParts
-from streamrec.learner.reports import LearnerStats, MicroBatchReport, StepResult, micro_batch_report
+from streamrec.learner.reports import (
+    LearnerStats,
+    MicroBatchReport,
+    StepResult,
+    count_bad,
+    micro_batch_report,
+)
 from streamrec.learner.schedule import IntervalClock, PartClock
 from streamrec.learner.snapshotting import (
     export_estimate,
@@ -383,29 +389,8 @@ class LearnerRunner(Closing):
         return report
 
     def _count_bad(self, report: MicroBatchReport) -> None:
-        """Count a micro-batch with skipped steps; stop after ``max_bad_batches`` in a row.
-
-        Raises:
-            TrainingDiverged: This was the ``max_bad_batches``-th bad micro-batch in a row.
-        """
-        if report.skipped_steps == 0:
-            self._bad_in_row = 0
-            return
-        limit = self._cfg.learner.max_bad_batches
-        self._bad_in_row += 1
-        self.stats.bad_batches += 1
-        self.stats.skipped_steps += report.skipped_steps
-        logger.warning(
-            "bad micro_batch index=%d skipped_steps=%d steps=%d bad_in_row=%d max_bad_batches=%d",
-            report.index, report.skipped_steps, report.steps, self._bad_in_row, limit,
-        )
-        if self._bad_in_row >= limit:
-            raise TrainingDiverged(
-                f"training was not finite in {self._bad_in_row} micro-batches in a row "
-                f"(up to micro-batch {report.index}: {report.skipped_steps} of {report.steps} "
-                f"steps skipped); stopped before snapshotting it: restart from the last "
-                f"snapshot, with a lower learning rate if this recurs"
-            )
+        """`count_bad` with this runner's stats, count in a row and ``max_bad_batches``."""
+        self._bad_in_row = count_bad(self.stats, report, self._bad_in_row, self._cfg.learner.max_bad_batches)
 
     def _step(self, batch: Batch, part: bool = False) -> StepResult:
         """Score, then train (a ``part`` with `PartLearner.learn_part`): on the worker thread.
