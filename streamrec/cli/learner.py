@@ -123,6 +123,7 @@ def run(
     samples_dlq_topic: str | None = setting("kafka.samples_dlq_topic"),
     group_id: str | None = setting("learner.group_id"),
     interval: float | None = setting("learner.interval_s"),
+    part: float | None = setting("learner.part_s"),
     max_batch: int | None = setting("learner.max_batch_samples"),
     snapshot_dir: Path | None = setting("learner.snapshot_dir"),
     snapshot_every: int | None = setting("learner.snapshot_every"),
@@ -162,6 +163,7 @@ def run(
             learner={
                 "group_id": group_id,
                 "interval_s": interval,
+                "part_s": part,
                 "max_batch_samples": max_batch,
                 "snapshot_dir": snapshot_dir,
                 "snapshot_every": snapshot_every,
