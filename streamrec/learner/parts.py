@@ -32,22 +32,27 @@ class MicroBatchParts:
     steps: list[StepResult] = field(default_factory=list)
     dead: int = 0
     open: bool = False  # a part went to `PartLearner.learn_part`: the learner awaits the close
+    first: Batch | None = None  # the first part's columns: the whole batch when it is the only one
 
     def add(
-        self, records: Sequence[Message], samples: Sequence[Sample], step: StepResult | None, dead: int
+        self, records: Sequence[Message], samples: Sequence[Sample], step: StepResult | None, dead: int,
+        batch: Batch | None = None,
     ) -> None:
-        """Keep a part: its records, its valid samples and their step (None without any)."""
+        """Keep a part: its records, its valid samples, their columns and step (None without any)."""
         self.records.extend(records)
         self.samples.extend(samples)
         if step is not None:
             self.steps.append(step)
+            self.first = batch if self.first is None else self.first
         self.dead += dead
 
     def merged(self) -> tuple[Batch, StepResult]:
         """The whole micro-batch and its step, for its report: the parts' in order."""
         steps = self.steps
         if len(steps) == 1:
-            return Batch.from_samples(self.samples), steps[0]
+            # one part: its own columns, not built a second time
+            batch = Batch.from_samples(self.samples) if self.first is None else self.first
+            return batch, steps[0]
         step = StepResult(
             np.concatenate([s.probs for s in steps]),
             np.concatenate([s.known for s in steps]),

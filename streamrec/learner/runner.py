@@ -352,7 +352,7 @@ class LearnerRunner(Closing):
         """
         intake = decode(records)
         self._dead_letter(intake.dead, worker)  # durable before any position passes them
-        step = None
+        step = batch = None
         if intake.samples:
             batch = Batch.from_samples(intake.samples)
             part = not whole and isinstance(self.learner, PartLearner)
@@ -360,7 +360,7 @@ class LearnerRunner(Closing):
             parts.open |= part
             if self._on_scored is not None and not parts.steps:
                 self._run_held(worker.submit(self._on_scored, batch, step.probs))
-        parts.add(records, intake.samples, step, len(intake.dead))
+        parts.add(records, intake.samples, step, len(intake.dead), batch)
 
     def _dead_letter(self, letters: Sequence[DeadLetter], worker: ThreadPoolExecutor) -> None:
         """Write dead letters and wait for the broker's acknowledgement.
