@@ -1,6 +1,7 @@
 """The click join's cost in Redis with the attribution window: recording a served list, and settling.
 
-``ClickJoin.served`` (the record, the count and the pending entry, pipelined) against the code
+``ClickJoin.served`` (the record, then the once-a-request marker, the count and the pending entry in
+one script, pipelined) against the code
 before the window (the record and the count), in alternating rounds in one run, timed from the
 client (a round trip on a local redis-server, Python included); then ``ClickJoin.settle`` of
 ``--settle`` pending lists in its bounded steps, its script's time as Redis counts it

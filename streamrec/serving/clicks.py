@@ -3,7 +3,8 @@ r"""Click-through per arm: served lists recorded in Redis, click events joined t
 Chosen: serve both records and joins, and the consumers stay as they are. While a canary or an
 A/B test runs, each answered ``/score`` records its request id's arm and version in Redis
 (``<prefix>:req:<id>``, expiring after ``click_ttl_s``: how long a shown list may still
-be clicked), counts the list served (hash ``<prefix>:{<salt>}:served``, field
+be clicked), counts the list served, once per request id (a marker ``<prefix>:{<salt>}:list:<id>``
+with the same expiry; hash ``<prefix>:{<salt>}:served``, field
 ``<arm>\t<version>``) and puts it among the lists pending (sorted set ``<prefix>:{<salt>}:pending``,
 scored by the time served). A `ClickConsumer` thread in serve reads the events topic in its own
 consumer group (one group for every instance, so each event is read by one), and for an event
@@ -55,6 +56,17 @@ if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
   if redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then
     redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
   end
+  return 1
+end
+return 0
+"""
+# One list served per request id: a retry (the id again, whichever arm answers it) is the list
+# already counted. KEYS: marker, served, pending; ARGV: ttl, field, member, time served.
+_SERVE_ONCE = """
+if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
+  redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+  redis.call('EXPIRE', KEYS[3], ARGV[1])
   return 1
 end
 return 0
@@ -116,6 +128,7 @@ class ClickJoin:
         self.window_s = window_s
         self.clock = clock
         self.settle_step = SETTLE_STEP
+        self._serve_once = client.register_script(_SERVE_ONCE)
         self._count_once = client.register_script(_COUNT_ONCE)
         self._settle = client.register_script(_SETTLE)
 
@@ -123,15 +136,32 @@ class ClickJoin:
         return f"{self.prefix}:{{{salt}}}:{name}"
 
     def served(self, plan: TrafficPlan, request_id: str, arm: str, version: int) -> None:
-        """Record one list served to ``arm``, pending until settled (one round trip)."""
+        """Record one list served to ``arm``, pending until settled (one round trip).
+
+        A request id served again (a client's retry, or an id reused) is the list already on
+        record: neither counted again nor moved to the arm that answered it this time, so its
+        clicks go where its first list was counted.
+        """
         field = f"{arm}\t{version}"
-        pending = self._key(plan.salt, "pending")
-        pipe = self.client.pipeline(transaction=False)
-        pipe.set(f"{self.prefix}:req:{request_id}", f"{plan.salt}\t{field}", ex=self.ttl_s)
-        pipe.hincrby(self._key(plan.salt, "served"), field, 1)
-        pipe.zadd(pending, {f"{field}\t{request_id}": self.clock()})
-        pipe.expire(pending, self.ttl_s)  # a plan nobody reads any more leaves nothing behind
-        pipe.execute()
+        # The marker sits in the plan's slot with the counters (the request's record may not).
+        # A plan nobody reads any more leaves nothing behind: the pending set expires too.
+        keys = [self._key(plan.salt, f"list:{request_id}"), self._key(plan.salt, "served"),
+                self._key(plan.salt, "pending")]
+        args: list[str | int] = [self.ttl_s, field, f"{field}\t{request_id}", repr(self.clock())]
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.set(f"{self.prefix}:req:{request_id}", f"{plan.salt}\t{field}", ex=self.ttl_s, nx=True)
+            # EVALSHA itself: redis-py's Script in a pipeline asks SCRIPT EXISTS first, a second
+            # round trip a list. Both commands are idempotent, so a server that lost the script
+            # (restarted, flushed) gets it loaded and the pair again.
+            pipe.evalsha(self._serve_once.sha, len(keys), *keys, *args)
+            try:
+                pipe.execute()
+                return
+            except redis.exceptions.NoScriptError:
+                if attempt == 2:
+                    raise
+                self.client.script_load(_SERVE_ONCE)
 
     def clicked(self, event: dict[str, object]) -> bool:
         """Count ``event`` as a click of the arm its request was served by; False when it is not one.

@@ -71,3 +71,29 @@ def test_without_a_window_a_list_counts_when_served(redis_client: redis.Redis) -
     j = join(redis_client, clock, window_s=0.0)
     j.served(PLAN, "r1", "b", 2)
     assert j.figures(PLAN) == {("b", "v000002"): ArmClicks(1, 1, 0)}
+
+
+def test_a_request_id_served_again_counts_as_one_list(redis_client: redis.Redis) -> None:
+    """A client's retry (the same ``request_id``) is one list shown: counted and settled once."""
+    clock = Clock()
+    j = join(redis_client, clock)
+    j.served(PLAN, "r1", "a", 1)
+    clock.now += 1
+    j.served(PLAN, "r1", "a", 1)  # the retry
+    j.served(PLAN, "r1", "b", 2)  # a reused id, answered by the other arm: still the first list
+    assert j.figures(PLAN)[("a", "v000001")] == ArmClicks(1, 0, 0)
+    assert ("b", "v000002") not in j.figures(PLAN)
+    assert j.clicked(click("r1"))  # the click goes to the arm that first served it
+    clock.now += 100
+    assert j.figures(PLAN) == {("a", "v000001"): ArmClicks(1, 1, 1)}
+
+
+def test_a_list_is_recorded_after_redis_lost_the_script(redis_client: redis.Redis) -> None:
+    """A restarted or flushed server has no scripts: recording loads its script again."""
+    clock = Clock()
+    j = join(redis_client, clock, window_s=0.0)
+    j.served(PLAN, "r1", "a", 1)
+    redis_client.script_flush()
+    j.served(PLAN, "r2", "a", 1)
+    j.served(PLAN, "r2", "a", 1)
+    assert j.figures(PLAN) == {("a", "v000001"): ArmClicks(2, 2, 0)}
