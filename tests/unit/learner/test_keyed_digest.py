@@ -1,17 +1,27 @@
-"""Seeded DIN and DeepFM give bit-identical scores and state across refactors of the batch.
+"""Seeded DIN and DeepFM give the same scores and state across refactors of the model's inputs.
 
 Each learner is trained on fixed micro-batches of the bundled MovieLens samples (the default
-schema, and one declaring genres, year and rating) and scores a held-out one; the SHA-256 of
-its scores and of its whole state is compared with the value computed on main before the
-learner's batch was keyed by feature name (commit 195788a, Paddle on x86-64 CPU). A change
-that moves one bit of either fails here; one that means to (a new model input, a changed
-initialisation) recomputes the digests on the commit before it and says so in its message.
+schema, and one declaring genres, year and rating) and scores a held-out one; its scores, and
+per state array its shape and the sum of its absolute values, are compared with the reference
+in ``keyed_reference.json``, computed on main before the learner's batch was keyed by feature
+name (195788a). On one machine the code since gives the same arrays bit for bit (checked on
+2026-12-03: every one of the 409 arrays of the four cases equal to 195788a's).
+
+Bits are not compared: they depend on the processor and the BLAS kernels it gets (MKL's AVX2
+and its generic path differ in the last bits, 7.5e-5 at most on a score here, 5e-4 relative on
+an array's sum), and a digest recorded on one machine failed on another. The tolerances below
+sit above that noise and far below what a changed input or initialisation moves. A change that
+means to move the figures regenerates the reference on the commit before it and says so:
+
+    .venv/bin/python -m tests.unit.learner.test_keyed_digest --write
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,6 +40,10 @@ MOVIELENS = (
     FeatureSpec(name="rating", kind="number", outcome=True),
 )
 SCHEMAS = {"default": FeatureSchema.default(), "movielens": FeatureSchema.of(MOVIELENS)}
+CASES = [(learner, schema) for learner in ("din", "deepfm") for schema in SCHEMAS]
+REFERENCE = Path(__file__).with_name("keyed_reference.json")
+SCORE_ATOL = 5e-4  # a probability
+SUM_RTOL, SUM_ATOL = 5e-3, 1e-6
 
 # Every built-in table kind: a dynamic item table, a hashed category table, a user table;
 # id statistics, match features and the wide biases on (the defaults). The user table is
@@ -45,18 +59,6 @@ CONFIG = {
     "train_batch_size": 64, "learning_rate": 0.01, "seed": 3,
 }
 
-# sha256 of (scores, state) per (learner, schema), computed on main at 195788a.
-WANT = {
-    ("din", "default"):
-        "8b2acae502d4759b2891a0c73f187ba49df8935a19d08487655ec01b2cd66e86",
-    ("din", "movielens"):
-        "9b2b2918c117c62fcc2c6ec3a04b102092975087dcb5bef601e8d62ca475c183",
-    ("deepfm", "default"):
-        "35d694c575bea776913b6fb31abf6b8f0a91046eb51ab0ca6c118970878ea7b4",
-    ("deepfm", "movielens"):
-        "2a8fac6747b8c2d073a5c9e1343ffe8d8c058a46b0ec05439699e9c156d6aaf7",
-}
-
 
 def _batches(movielens: Path, schema: FeatureSchema) -> list[Batch]:
     settings = StreamrecConfig(features=schema.extras)
@@ -65,17 +67,8 @@ def _batches(movielens: Path, schema: FeatureSchema) -> list[Batch]:
     return [Batch.from_samples(b.samples) for b in by_count(samples, 400)]
 
 
-def _digest(arrays: dict[str, np.ndarray]) -> str:
-    h = hashlib.sha256()
-    for key in sorted(arrays):
-        a = np.ascontiguousarray(arrays[key])
-        h.update(f"{key}:{a.dtype.str}:{a.shape}".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-def trained_digest(learner_name: str, schema_name: str, movielens: Path) -> str:
-    """The digest of ``learner_name`` trained on all but the last micro-batch, scoring it."""
+def trained(learner_name: str, schema_name: str, movielens: Path) -> dict[str, Any]:
+    """``learner_name`` trained on all but the last micro-batch: its scores of that one, its state's sums."""
     from streamrec.learner.registry import make_learner
 
     schema = SCHEMAS[schema_name]
@@ -83,10 +76,40 @@ def trained_digest(learner_name: str, schema_name: str, movielens: Path) -> str:
     learner = make_learner(ModelConfig.model_validate({**CONFIG, "learner": learner_name}), schema=schema)
     for batch in batches[:-1]:
         learner.learn_many(batch)
-    scores = np.asarray(learner.predict_many(batches[-1]), dtype=np.float32)
-    return _digest({"test/scores": scores, **learner.state_arrays()})
+    scores = np.asarray(learner.predict_many(batches[-1]), dtype=np.float64)
+    arrays = {
+        name: [list(np.shape(a)), float(np.abs(np.asarray(a, dtype=np.float64)).sum())]
+        for name, a in sorted(learner.state_arrays().items())
+    }
+    return {"scores": [float(f"{s:.8g}") for s in scores], "arrays": arrays}
 
 
-@pytest.mark.parametrize(("learner", "schema"), list(WANT), ids=lambda x: str(x))
-def test_seeded_scores_and_state_are_bit_identical(learner: str, schema: str, movielens_path: Path) -> None:
-    assert trained_digest(learner, schema, movielens_path) == WANT[(learner, schema)]
+def _dumps(doc: dict[str, dict[str, Any]]) -> str:
+    """The reference as JSON, a case's scores on one line and one line an array."""
+    cases = []
+    for case, figures in sorted(doc.items()):
+        arrays = figures["arrays"]
+        lines = ",\n".join(f"   {json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(arrays.items()))
+        cases.append(f' {json.dumps(case)}: {{\n  "scores": {json.dumps(figures["scores"])},\n'
+                     f'  "arrays": {{\n{lines}\n  }}\n }}')
+    return "{\n" + ",\n".join(cases) + "\n}\n"
+
+
+@pytest.mark.parametrize(("learner", "schema"), CASES, ids=lambda x: str(x))
+def test_seeded_scores_and_state_are_unchanged(learner: str, schema: str, movielens_path: Path) -> None:
+    want = json.loads(REFERENCE.read_text())[f"{learner}/{schema}"]
+    got = trained(learner, schema, movielens_path)
+    np.testing.assert_allclose(got["scores"], want["scores"], rtol=0, atol=SCORE_ATOL)
+    assert sorted(got["arrays"]) == sorted(want["arrays"])
+    for name, (shape, total) in want["arrays"].items():
+        got_shape, got_total = got["arrays"][name]
+        assert got_shape == shape, name
+        assert got_total == pytest.approx(total, rel=SUM_RTOL, abs=SUM_ATOL), name
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    import streamrec
+
+    data = Path(streamrec.__file__).parent / "demo_data" / "movielens-latest-small"
+    doc = {f"{learner}/{schema}": trained(learner, schema, data) for learner, schema in CASES}
+    REFERENCE.write_text(_dumps(doc))
