@@ -8,11 +8,12 @@ the machine. This MKL honours ``MKL_DEBUG_CPU_TYPE=5``, which makes it take its 
 
 Measured on an AMD EPYC with AVX2 and no AVX-512 (2026-12-03, Paddle 3.3.1, one thread):
 Paddle's matmul at the attention's shape ([12,800 x 128] x [128 x 64]) 10-21 GFLOP/s without
-it, 22-60 with it (numpy's OpenBLAS 48-134 on the same machine); the learner benchmark's CPU
-time 24-27 s against 34-37 s (bench/HISTORY.md). An earlier sitting, on a machine whose MKL
-already ran these products at 125-135 GFLOP/s, measured the variable slower (93-95): a
-processor with AVX-512, whose own path MKL takes, loses by being held to AVX2. So it is set on
-AMD processors with AVX2 and without AVX-512 only, and never over an operator's own value.
+it, 22-60 with it (numpy's OpenBLAS up to 129-134 on the same machine); the learner benchmark's
+process 21-27 CPU seconds against 30-37, alternately (bench/HISTORY.md). An earlier sitting,
+on a machine whose MKL already ran these products at 125-135 GFLOP/s, measured the variable
+slower (93-95): a processor with AVX-512, whose own path MKL takes, loses by being held to
+AVX2. So it is set on AMD processors with AVX2 and without AVX-512 only, and never over an
+operator's own value.
 
 MKL reads the variable at its first matrix product, not when Paddle is imported: call this
 before the process's first product (the learner's commands do it first thing).
