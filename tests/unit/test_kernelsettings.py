@@ -51,3 +51,13 @@ def test_leaves_an_operators_value_and_other_machines_alone(tmp_path: Path) -> N
     assert not prefer_avx2_kernels(env, info)
     assert not prefer_avx2_kernels(env, tmp_path / "missing")
     assert env == {}
+
+
+def test_commands_run_in_the_test_process_leave_its_kernels_alone() -> None:
+    # A command invoked in process (CliRunner) would set the variable for every later test,
+    # and MKL's path with it (digests, tolerances): tests/conftest.py keeps it off.
+    import streamrec.kernelsettings as ks
+
+    env: dict[str, str] = {}
+    assert not ks.prefer_avx2_kernels(env)
+    assert env == {}
