@@ -9,7 +9,7 @@ Data: MovieLens latest-small (real ratings), samples built by the consumers' own
 the in-memory feature store; micro-batches of 2,500, one pass each. The process keeps freed
 tensor memory for reuse (`streamrec.heapsettings`), as ``streamrec learner run`` does.
 
-    .venv/bin/python bench/learner_throughput.py [--samples N] [--extras] [--train-batch N]
+    .venv/bin/python bench/learner_throughput.py [--samples N] [--extras] [--train-batch N] [--mkl-default]
 
 FLOPs: counted from the model's own shapes, as the paper writes DIN (the attention's first
 layer on the concatenation [q, k, q-k, q*k]; multiply-add = 2 FLOPs). With T the sequence
@@ -29,6 +29,10 @@ model's own shape, [train_batch * T, 4D] x [4D, H1], forward, timed in the same 
 context; age: a user number, bucketed) and gives every sample values for them, derived from
 its ids (the consumers' side fills them from real events).
 
+Rates are given by the clock and by the process's CPU time (``*_per_cpu_s``), which holds
+still while other jobs share the cores. The process takes MKL's AVX2 kernels where
+`streamrec.kernelsettings` would (``--mkl-default``: leave MKL's choice, the code before).
+
 Prints one JSON object as its last line.
 """
 
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import time
 import zlib
@@ -52,6 +57,7 @@ from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.featurestore import MemoryFeatureStore
 from streamrec.heapsettings import keep_freed_memory
 from streamrec.kafka.records import Record
+from streamrec.kernelsettings import MKL_CPU_TYPE, prefer_avx2_kernels
 from streamrec.learner.batch import Batch
 from streamrec.learner.din import DINLearner
 from streamrec.learner.metrics import BatchMetrics
@@ -133,8 +139,13 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=40_000)
     parser.add_argument("--extras", action="store_true", help="four declared features (see above)")
     parser.add_argument("--train-batch", type=int, default=None, help="mini-batch (default: the config's)")
+    parser.add_argument(
+        "--mkl-default", action="store_true", help="MKL chooses its own code path"
+    )
     args = parser.parse_args()
     keep_freed_memory()  # as the learner's and the backtest's commands do
+    if not args.mkl_default:
+        prefer_avx2_kernels()  # as the learner's commands do
     wire = wire_samples(args.samples)
     schema = EXTRAS if args.extras else FeatureSchema.default()
     if args.extras:
@@ -153,15 +164,16 @@ def main() -> None:
         prepared.append(counter.encode(batch))
         counter.count(batch)
     bare = DINLearner(cfg, rows=counter.rows, schema=schema)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for encoded in prepared:
         bare.predict_encoded(encoded)
         bare.learn_encoded(encoded)
     ceiling = len(wire) / (time.perf_counter() - start)
+    ceiling_cpu = len(wire) / (time.process_time() - cpu)
 
     learner = DINLearner(cfg, schema=schema)
     aucs = []
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for chunk in chunks:
         batch = Batch.from_samples([Sample.from_json(r) for r in chunk])
         probs = learner.predict_many(batch)
@@ -169,6 +181,7 @@ def main() -> None:
         learner.learn_many(batch)
         aucs.append(metrics.auc)
     rate = len(wire) / (time.perf_counter() - start)
+    rate_cpu = len(wire) / (time.process_time() - cpu)
     model = learner.model
     assert isinstance(model, DIN)  # noqa: S101 -- DINLearner builds one
     flops = 4 * forward_flops(model, cfg.sequence_length)
@@ -184,6 +197,9 @@ def main() -> None:
                 "streamrec_samples_per_s": round(rate),
                 "ratio_to_ceiling": round(rate / ceiling, 4),
                 "bare_loop_samples_per_s": round(ceiling),
+                "streamrec_samples_per_cpu_s": round(rate_cpu),
+                "bare_loop_samples_per_cpu_s": round(ceiling_cpu),
+                "mkl_debug_cpu_type": os.environ.get(MKL_CPU_TYPE),  # set here (streamrec's) or before
                 "train_batch": cfg.train_batch_size,
                 "model_mflop_per_sample": round(flops / 1e6, 3),
                 "learner_gflop_per_s": round(flops * rate / 1e9, 3),

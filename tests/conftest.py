@@ -6,16 +6,30 @@ may depend on it, since a fresh clone has no such folder).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import streamrec.kernelsettings
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.events import Event
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("STREAMREC_SHARED_DATA", ROOT.parent / "shared" / "data"))
 MOVIELENS = ROOT / "streamrec" / "demo_data" / "movielens-latest-small"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mkl_left_to_itself() -> Iterator[None]:
+    """Commands invoked in the test process do not choose MKL's code path for it.
+
+    A CLI command sets ``MKL_DEBUG_CPU_TYPE`` on some processors (`streamrec.kernelsettings`);
+    in process, that would hold for every later test, and their floats with it.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(streamrec.kernelsettings, "prefer_avx2_kernels", lambda *args, **kwargs: False)
+        yield
 
 
 @pytest.fixture(scope="session")

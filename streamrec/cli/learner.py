@@ -144,12 +144,14 @@ def run(
     from streamrec.gcsettings import tune_for_batches
     from streamrec.heapsettings import keep_freed_memory
     from streamrec.kafka.topics import ensure_topics
+    from streamrec.kernelsettings import prefer_avx2_kernels
     from streamrec.learner.registry import make_learner
     from streamrec.learner.runner import LearnerRunner
     from streamrec.observability import LearnerMetrics
     from streamrec.serving.gate import Promoter
     from streamrec.snapshots.store import SnapshotStore
 
+    prefer_avx2_kernels()  # before the learner's first matrix product (MKL reads it then)
     with cli_errors():
         cfg = build_config(
             log_level=log_level,

@@ -75,6 +75,7 @@ def backtest(
     """
     from streamrec.gcsettings import tune_for_batches
     from streamrec.heapsettings import keep_freed_memory
+    from streamrec.kernelsettings import prefer_avx2_kernels
     from streamrec.replay import ablation as ab
     from streamrec.replay import backtest as bt  # Paddle: only when a backtest runs
     from streamrec.replay import report as rp
@@ -84,6 +85,7 @@ def backtest(
     with cli_errors():
         tune_for_batches()
         keep_freed_memory()
+        prefer_avx2_kernels()
         kinds = _csv(strategies)
         if unknown := [k for k in kinds if k not in KINDS]:
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
