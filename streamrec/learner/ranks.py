@@ -151,7 +151,7 @@ class GroupLayout:
         The ranks' gradients are averaged (`GradientSum`), so a share of ``n`` of the
         mini-batch's ``total`` samples scales its mean loss by ``world * n / total``: the
         average is then the gradient of the mean loss over the whole mini-batch. A rank with
-        no sample of it still steps (the all-reduce needs every rank), on padding, scale 0.
+        no sample of it still steps (the gradients' exchange needs every rank), on padding, scale 0.
         """
         local = self._local[minibatch]
         own = local[local >= 0]

@@ -157,7 +157,7 @@ class TableLearner(StateArrays):
         Each rank is given its own samples of each group micro-batch (`learn_share`); the ranks
         exchange what the id maps, id statistics and known items count, so those stay alike;
         each trains its own samples of every mini-batch of ``world`` x ``train_batch_size``,
-        and the gradients are all-reduced, so all ranks step alike, as one process with a
+        and the gradients are averaged (`GradientSum`), so all ranks step alike, as one process with a
         ``world`` times larger mini-batch would.
         """
         self._ranks = ranks
