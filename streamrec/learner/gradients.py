@@ -47,12 +47,14 @@ class Gradients:
         ).astype(np.float32, copy=False)
         if len(floats) % 2:
             floats = np.append(floats, np.float32(0))  # whole int64 items
-        return np.concatenate([
-            np.array(present, np.int64),
-            np.array([len(r) for r in self.rows], np.int64),
-            *(r.astype(np.int64, copy=False) for r in self.rows),
-            floats.view(np.int64),
-        ])
+        return np.concatenate(
+            [
+                np.array(present, np.int64),
+                np.array([len(r) for r in self.rows], np.int64),
+                *(r.astype(np.int64, copy=False) for r in self.rows),
+                floats.view(np.int64),
+            ]
+        )
 
     @classmethod
     def unpack(

@@ -22,8 +22,16 @@ CFG = ModelConfig(tables=small_tables(2**8, 2**5, dim=4, ids="hashed"), sequence
 
 def samples(n: int) -> list[Sample]:
     return [
-        Sample(f"s{k}", f"u{k % 5}", 1_000 + k, f"i{k % 7}", f"c{k % 3}", k % 2,
-               tuple(f"i{j}" for j in range(k % 4)), tuple(f"c{j}" for j in range(k % 4)))
+        Sample(
+            f"s{k}",
+            f"u{k % 5}",
+            1_000 + k,
+            f"i{k % 7}",
+            f"c{k % 3}",
+            k % 2,
+            tuple(f"i{j}" for j in range(k % 4)),
+            tuple(f"c{j}" for j in range(k % 4)),
+        )
         for k in range(n)
     ]
 
@@ -69,14 +77,20 @@ def test_packed_gradients_come_back_as_they_were() -> None:
     )
     back = Gradients.unpack(grads.pack(), [(2, 3), (4,), (1,)], [2, 1])
     assert back.dense[1] is None
-    for got, want in [*zip(back.dense[::2], grads.dense[::2]), *zip(back.rows, grads.rows),
-                      *zip(back.values, grads.values)]:
+    pairs = [
+        *zip(back.dense[::2], grads.dense[::2], strict=True),
+        *zip(back.rows, grads.rows, strict=True),
+        *zip(back.values, grads.values, strict=True),
+    ]
+    for got, want in pairs:
         np.testing.assert_array_equal(got, want)
 
 
 def test_the_mean_sums_dense_gradients_and_concatenates_rows_in_rank_order_over_the_ranks() -> None:
     a = Gradients([np.ones(2, np.float32), None], [np.array([1])], [np.array([[4.0]], np.float32)])
-    b = Gradients([np.full(2, 3, np.float32), None], [np.array([1, 2])], [np.array([[2.0], [6.0]], np.float32)])
+    b = Gradients(
+        [np.full(2, 3, np.float32), None], [np.array([1, 2])], [np.array([[2.0], [6.0]], np.float32)]
+    )
     mean = Gradients.mean([a, b])
     assert mean.dense[0] is not None and mean.dense[0].tolist() == [2.0, 2.0] and mean.dense[1] is None
     assert mean.rows[0].tolist() == [1, 1, 2] and mean.values[0].ravel().tolist() == [2.0, 1.0, 3.0]
