@@ -138,6 +138,11 @@ class GradientSum:
             # Private API: Paddle has no public accessor for a SelectedRows gradient's values.
             rows.append(np.asarray(p.grad.rows(), np.int64))
             values.append(p.grad._get_tensor_from_selected_rows().numpy().reshape(-1, width))  # noqa: SLF001
+        if any(p.grad is not None and p.grad.is_selected_rows() for p in self._dense):
+            raise TypeError(
+                "a parameter outside the module's nn.Embedding layers has a sparse (row) gradient: "
+                "the ranks cannot average it; look it up through an nn.Embedding(sparse=True)"
+            )
         dense = [None if p.grad is None else p.grad.numpy() for p in self._dense]
         return Gradients(dense, rows, values)
 

@@ -100,3 +100,10 @@ def test_gradients_of_another_model_are_refused() -> None:
     packed = Gradients([np.ones(5, np.float32)], [], []).pack()
     with pytest.raises(ValueError, match="not the 3 of this model"):
         Gradients.unpack(packed, [(3,)], [])
+
+
+def test_a_sparse_gradient_outside_an_embedding_layer_is_refused() -> None:
+    module = paddle.nn.Linear(4, 2)
+    paddle.nn.functional.embedding(paddle.to_tensor([1, 3]), module.weight, sparse=True).sum().backward()
+    with pytest.raises(TypeError, match="nn.Embedding"):
+        GradientSum(module, lambda a, w: [a]).mine()
