@@ -2,7 +2,7 @@
 
 ``paddle.DataParallel`` all-reduced the dense gradients and all-gathered each embedding's sparse
 row gradient on its own: on this model four tables, each a count, its rows and its values,
-and on gloo every collective costs a rank about a millisecond of CPU in its threads, however
+and on gloo a collective costs a rank up to about a millisecond of CPU in its threads, however
 small (`bench/HISTORY.md`). `GradientSum` sends all of a step's gradients at once: one
 all-gather (`RankGroup.gather`) of this rank's dense gradients and its tables' rows and
 values, packed as one int64 array; each rank then sums the dense ones and concatenates the row
