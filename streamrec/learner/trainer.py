@@ -136,7 +136,7 @@ class TableLearner(StateArrays):
         self.rows = dict(rows)
         self.model = self._make_model(rows)
         self.train_module = ClickTrain(self.model)
-        self._forward = self.train_module if self._ranks is None else self._ranks.wrap(self.train_module)
+        self._sum_gradients = None if self._ranks is None else self._ranks.join(self.train_module)
         self._optimizer = paddle.optimizer.Adam(
             learning_rate=self.cfg.learning_rate,
             parameters=self.train_module.parameters(),
@@ -157,11 +157,11 @@ class TableLearner(StateArrays):
         Each rank is given its own samples of each group micro-batch (`learn_share`); the ranks
         exchange what the id maps, id statistics and known items count, so those stay alike;
         each trains its own samples of every mini-batch of ``world`` x ``train_batch_size``,
-        and the gradients are all-reduced, so all ranks step alike, as one process with a
+        and the gradients are averaged (`GradientSum`), so all ranks step alike, as one process with a
         ``world`` times larger mini-batch would.
         """
         self._ranks = ranks
-        self._forward = ranks.wrap(self.train_module)
+        self._sum_gradients = ranks.join(self.train_module)
 
     @property
     def id_maps(self) -> Mapping[str, IdMap]:
@@ -440,8 +440,10 @@ class TableLearner(StateArrays):
         The penalty's gradient is added after the data loss's gradients went into the Fisher
         estimate: EWC measures what the data says, not its own pull.
         """
-        loss = self._forward(*self._inputs(part), paddle.to_tensor(part.label))
+        loss = self.train_module(*self._inputs(part), paddle.to_tensor(part.label))
         (loss if scale == 1.0 else loss * scale).backward()
+        if self._sum_gradients is not None:
+            self._sum_gradients()  # the group's average: every rank steps alike
         penalty = None
         finite = all_finite([loss, *(p.grad for p in self._params if p.grad is not None)])
         if finite and self._ewc is not None:
