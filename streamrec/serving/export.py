@@ -300,7 +300,7 @@ def feature_inputs(plan: FeaturePlan, t: int) -> list[dict[str, Any]]:
     out = []
     for key in plan.input_keys:
         name, side = key.split("/")
-        f = next(f for f in (*plan.sequence, *plan.head) if f.name == name)
+        f = next(f for f in plan.declared if f.name == name)
         shape: list[int | None] = [None] if side == "target" else [None, t]
         if f.pooled:
             shape.append(f.spec.max_ids)
@@ -318,7 +318,7 @@ def feature_contract(learner: TableLearner) -> dict[str, Any]:
         return {}
     moments = learner.feature_moments
     features = []
-    for f in (*plan.sequence, *plan.head):
+    for f in plan.declared:
         entry: dict[str, Any] = {
             "name": f.name, "kind": f.spec.kind, "role": f.spec.role, "outcome": f.spec.outcome,
             "table": f.table, "transform": f.spec.transform,
