@@ -107,7 +107,8 @@ class TableLearner(StateArrays):
         paddle.seed(cfg.seed)
         item = cfg.table("item")
         self._item_table = None if item is None else item.name
-        self._maps = {t.name: IdMap(t) for t in cfg.builtin_tables if t.ids == "dynamic"}
+        # Dynamic tables keep id maps (a declared feature's table is always hashed).
+        self._maps = {t.name: IdMap(t) for t in cfg.tables if t.ids == "dynamic"}
         self._ranks: RankShare | None = None  # data-parallel training (`data_parallel`)
         self._build({**self.plan.start_rows, **(rows or {})})
         self._shuffle_seed = cfg.seed
