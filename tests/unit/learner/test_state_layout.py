@@ -16,6 +16,7 @@ their nonzero rows under ``test/sparse/``. Written by `write_fixture`, run on th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -61,6 +62,11 @@ def _learner(name: str):  # noqa: ANN202 -- a Learner of either version of the c
     return make_learner(ModelConfig.model_validate({**CONFIG, "learner": name}), schema=SCHEMA)
 
 
+def _settings(name: str) -> StreamrecConfig:
+    model = ModelConfig.model_validate({**CONFIG, "learner": name})
+    return StreamrecConfig(model=model, features=SCHEMA.extras)
+
+
 def write_fixture(folder: Path) -> None:
     """Train each learner on all but the last micro-batch; save its state and its scores of that one."""
     from safetensors.numpy import save_file
@@ -103,6 +109,47 @@ def test_a_layout_1_state_migrates_and_scores_bit_for_bit_as_it_did(name: str) -
     learner.load_state_arrays(migrate_state(arrays, 1))
     got = np.asarray(learner.predict_many(_batches()[-1]), np.float64)
     np.testing.assert_array_equal(got, want)
+
+
+def _layout_1_store(root: Path, name: str, layout: int | None = None) -> tuple[Any, np.ndarray]:
+    """A snapshot store holding the fixture as a version written before layouts (or of ``layout``)."""
+    from streamrec.learner.snapshotting import group_state
+    from streamrec.snapshots.store import SnapshotStore
+
+    arrays, want = _fixture(name)
+    model = ModelConfig.model_validate({**CONFIG, "learner": name}).model_dump(mode="json")
+    config: dict[str, Any] = {"model": model, "features": SCHEMA.to_json()}
+    if layout is not None:
+        config["state_layout"] = layout
+    store = SnapshotStore(root)
+    store.write(group_state(arrays), micro_batches=3, samples_trained=300, positions=(), config=config)
+    return store, want
+
+
+@pytest.mark.parametrize("name", LEARNERS)
+def test_a_layout_1_snapshot_restores_and_exports_scoring_as_it_did(name: str, tmp_path: Path) -> None:
+    from streamrec.learner.snapshotting import restore
+    from streamrec.serving.export import learner_from_snapshot
+
+    store, want = _layout_1_store(tmp_path, name)
+    learner = _learner(name)
+    cfg = _settings(name)
+    manifest = restore(cfg, SCHEMA, learner, store)
+    assert manifest is not None and manifest.state_layout == 1
+    batch = _batches()[-1]
+    np.testing.assert_array_equal(np.asarray(learner.predict_many(batch), np.float64), want)
+    _, exported = learner_from_snapshot(store, manifest.version)  # the export's path
+    np.testing.assert_array_equal(np.asarray(exported.predict_many(batch), np.float64), want)
+
+
+def test_a_snapshot_of_a_newer_layout_is_refused_in_one_line(tmp_path: Path) -> None:
+    from streamrec.learner.snapshotting import restore
+    from streamrec.learner.state import STATE_LAYOUT
+
+    store, _ = _layout_1_store(tmp_path, "din", layout=STATE_LAYOUT + 1)
+    refused = r"snapshot v000001 in .*: state layout 3 is not one this version reads"
+    with pytest.raises(SnapshotError, match=refused):
+        restore(_settings("din"), SCHEMA, _learner("din"), store)
 
 
 def test_the_layout_is_recorded_in_a_snapshot_and_reads_1_before_it_was() -> None:
