@@ -190,8 +190,8 @@ class FeaturePlan:
 
     @property
     def query_width(self) -> int:
-        """Columns the target's and each behaviour's vector gain from declared features."""
-        return sum(f.width for f in self.query if not f.builtin)
+        """The width of the target's vector (and of each behaviour's, before its outcomes)."""
+        return sum(f.width for f in self.query)
 
     @property
     def outcome_width(self) -> int:
@@ -200,8 +200,8 @@ class FeaturePlan:
 
     @property
     def head_width(self) -> int:
-        """Columns the head gains from declared user and context features."""
-        return sum(f.width for f in self.head if not f.builtin)
+        """Columns the head gains from the user and context features."""
+        return sum(f.width for f in self.head)
 
     @property
     def standardized(self) -> list[str]:

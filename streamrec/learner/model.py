@@ -443,10 +443,10 @@ class DIN(TableModel):
         super().__init__()
         rows = self._build_inputs(cfg, sparse, rows, plan)
         self.outcome_width = self.plan.outcome_width
-        dim = sum(f.width for f in self.x_query) + self.outcome_width
+        dim = self.plan.query_width + self.outcome_width
         self.attention = LocalActivationUnit(dim, cfg.attention_units)
         counters = self._build_counters(cfg)
-        self.head = MLPHead(dim, sum(f.width for f in self.x_head) + counters, cfg.mlp_units)
+        self.head = MLPHead(dim, self.plan.head_width + counters, cfg.mlp_units)
         # The wide part reads the built-in features' targets (and the user's), by input.
         self.wide_inputs = [i for i in range(len(self.x_query)) if self.x_query[i].builtin]
         start = len(self.x_query) + len(self.x_sequence)

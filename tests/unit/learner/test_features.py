@@ -99,7 +99,7 @@ def test_the_plan_gives_declared_features_their_tables() -> None:
     assert [f.name for f in plan.sequence] == ["item", "category", "genres", "price", "rating"]
     assert [f.name for f in plan.head] == ["device", "age"]
     assert [f.name for f in plan.declared] == ["genres", "price", "rating", "device", "age"]
-    assert (plan.query_width, plan.outcome_width, plan.head_width) == (4, 1, 16)
+    assert (plan.query_width, plan.outcome_width, plan.head_width) == (4 + 4 + 4, 1, 16)
     assert plan.keys == [
         "item/target", "category/target", "genres/target", "price/target",
         "item/sequence", "category/sequence", "genres/sequence", "price/sequence", "rating/sequence",
