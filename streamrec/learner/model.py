@@ -537,8 +537,12 @@ class DIN(TableModel):
         return logits
 
     def _distinct_keys(self, ids: paddle.Tensor) -> bool:
-        """Whether the forward builds its target and keys by `distinct_keys`: training on the CPU."""
-        return self.training and DISTINCT_LOOKUPS and ids.place.is_cpu_place()
+        """Whether the forward builds its target and keys by `distinct_keys`.
+
+        On the CPU, training and scoring alike (the same values); not while a graph is traced
+        (the export), which has no numpy.
+        """
+        return DISTINCT_LOOKUPS and paddle.in_dynamic_mode() and ids.place.is_cpu_place()
 
     def _with_extras(
         self, target: paddle.Tensor, along: list[paddle.Tensor], extras: list[paddle.Tensor]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import paddle
 import pytest
 
+from streamrec.config import ModelConfig
 from streamrec.learner import model
 from streamrec.learner.model import distinct_keys, distinct_lookup
 
@@ -67,3 +70,37 @@ def test_distinct_keys_are_the_plain_lookups_concatenated_with_the_same_gradient
     ((keys2 * weights).sum() + (target2 * weights[:, 0, :6]).sum()).backward()
     for a, b in zip(plain, tables, strict=True):
         np.testing.assert_allclose(_dense_grad(b), _dense_grad(a), rtol=1e-6)
+
+
+def test_scoring_reads_the_keys_by_distinct_tuples_with_the_same_scores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cfg = ModelConfig(
+        tables=[
+            {"name": "item", "feature": "item", "rows": 64, "dim": 4},
+            {"name": "category", "feature": "category", "ids": "hashed", "rows": 16, "dim": 4},
+        ],
+        sequence_length=5,
+        attention_units=(8,),
+        mlp_units=(8,),
+    )
+    paddle.seed(0)
+    din = model.DIN(cfg)
+    din.eval()
+    rng = np.random.default_rng(0)
+    targets = [paddle.to_tensor(rng.integers(1, n, 6)) for n in (64, 16)]
+    sequences = [paddle.to_tensor(rng.integers(0, n, (6, 5))) for n in (64, 16)]
+    dense = paddle.to_tensor(rng.random((6, din.dense_dim)).astype(np.float32))
+    calls: list[int] = []
+
+    def counted(*args: Any) -> tuple[paddle.Tensor, paddle.Tensor]:
+        calls.append(1)
+        return distinct_keys(*args)
+
+    monkeypatch.setattr(model, "distinct_keys", counted)
+    with paddle.no_grad():
+        fast = din(targets, sequences, [], dense).numpy()
+        assert calls
+        monkeypatch.setattr(model.DIN, "_distinct_keys", lambda self, ids: False)
+        plain = din(targets, sequences, [], dense).numpy()
+    np.testing.assert_array_equal(fast, plain)
