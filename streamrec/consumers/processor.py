@@ -35,6 +35,7 @@ from streamrec.events import Event, parse_event
 from streamrec.features.schema import FeatureSchema
 from streamrec.featurestore.base import (
     ACCEPTED,
+    CONFLICT,
     DUPLICATE,
     Answer,
     Arrival,
@@ -251,16 +252,20 @@ class SampleBuilder:
         judged, mismatches = self._judge(events, watermarks)
         kept = self._keep(judged, dead)
         sampler = self.sampler.copy()
-        self._maker.as_of = self.profiles.update([judged[i].event for i in kept])
         outcomes: list[PartitionOutcome] | None = None
         taken: set[tuple[Partition, int]] = set()
         with self._store.update(self._arrivals(judged, kept), meanwhile) as update:
             answers: Iterable[Answer] = update.answers()
-            if self._join.enabled:  # an impression's window needs its verdict before the partitions advance
-                answers = list(answers)
-                for i, (verdict, history, _) in zip(kept, answers, strict=True):
-                    judged[i].accepted, judged[i].history = verdict is ACCEPTED, history
-                outcomes, taken = self._advance(spans, judged, watermarks)
+            if self._join.enabled or self.profiles.enabled:
+                answers = listed = list(answers)
+                if self.profiles.enabled:  # after the verdicts: a conflict's user features never land
+                    pairs = zip(kept, listed, strict=True)
+                    landing = [judged[i].event for i, answer in pairs if answer[0] is not CONFLICT]
+                    self._maker.as_of = self.profiles.update(landing)
+                if self._join.enabled:  # an impression's window needs its verdict before partitions advance
+                    for i, (verdict, history, _) in zip(kept, listed, strict=True):
+                        judged[i].accepted, judged[i].history = verdict is ACCEPTED, history
+                    outcomes, taken = self._advance(spans, judged, watermarks)
             # otherwise the answers come as the store gives them: samples are built meanwhile
             samples, values, duplicates, late_kept = self._build(
                 [judged[i] for i in kept], answers, update.first_seen, taken, sampler, dead

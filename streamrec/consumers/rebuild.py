@@ -29,6 +29,7 @@ from streamrec.config import StreamrecConfig
 from streamrec.consumers.native_runner import attach_store, connect_timeout, make_builder, refresh_placement
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
 from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
+from streamrec.featurestore.base import CONFLICT
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.topics import topic_partitions
 
@@ -74,11 +75,14 @@ def rebuild_store(
         while reading:  # until every partition has reached its end
             records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading)]
             parsed = builder.parse(records, now_ms=int(time.time() * 1000))
-            store.update([
+            answers = store.update([
                 Arrival(e, f"{key.partition}:{m.offset()}", stored=builder.stores(e))
                 for e, m, key in parsed.events
             ]).all()  # every answer read: the batch is in the store
-            builder.profiles.update([e for e, _, _ in parsed.events], read=False)  # user features
+            # user features, as the consumers write them: none of an id reused for other content
+            pairs = zip(parsed.events, answers, strict=True)
+            landing = [event for (event, _, _), answer in pairs if answer[0] is not CONFLICT]
+            builder.profiles.update(landing, read=False)
             stats.events += len(parsed.events)
             stats.invalid += len(parsed.dead)
     finally:

@@ -2,15 +2,18 @@
 
 Per batch, one `ProfileStore.update` writes the user features every kept event carries (a
 late event kept in its sequence too: it is still what the user was at its time) and reads the
-profiles of the batch's users, before any of its samples is built; each sample, a positive
-and its negatives alike, then gets `user_values` as of its own time. The batch's own points
-are in the profiles read, so a sample sees a value its event carries, or one stamped earlier
-in the batch, and never one stamped later, in whatever order the events came. A redone batch
-writes the same points (nothing changes) and reads the same profiles.
+profiles of the batch's users, after the sequence store's verdicts and before any of its
+samples is built; each sample, a positive and its negatives alike, then gets `user_values` as
+of its own time. The batch's own points are in the profiles read, so a sample sees a value its
+event carries, or one stamped earlier in the batch, and never one stamped later, in whatever
+order the events came. A redone batch writes the same points (nothing changes) and reads the
+same profiles.
 
-An event whose id turns out a conflict (dead-lettered by the sequence store's verdict, which
-comes later) has written its points all the same. A ``join``-mode impression takes its
-values as of its time when it arrives, and its window keeps them for the sample decided later
+An event whose id turns out a conflict (an id reused for other content, dead-lettered by the
+sequence store's verdict) writes no point: the verdicts come first. The price: with user
+features declared, a batch's samples are built once the store has answered for all its
+users, not while it answers. A ``join``-mode impression takes its values as of its time when
+it arrives, and its window keeps them for the sample decided later
 (`streamrec.consumers.joins.JoinRule`).
 
 The values are the parsed event's (``Event.features``, checked as it was read).
@@ -42,6 +45,11 @@ class UserFeatures:
             raise ValueError("user features are declared: the sample builder needs a profile store")
         self._names = frozenset(spec.name for spec in specs)
         self._store = store if specs else None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether user features are declared (else `update` writes and reads nothing)."""
+        return self._store is not None
 
     def update(self, events: Sequence[Event], read: bool = True) -> dict[str, Profile]:
         """Write the events' user features; the profiles of their users, these included, if ``read``."""

@@ -3,9 +3,9 @@
 ``DeepFM`` = ``EmbeddingArch`` (the same tables as DIN) + ``WideArch`` (FM's first-order
 weight per id) + ``FMInteraction`` (FM's second order: every pair of fields) + ``DNNArch``
 (the deep part over the same field embeddings), summed into one logit, as PaddleRec's
-``models/rank/deepfm``. The fields are the target's id in each behaviour table, the behaviour
-history mean-pooled per behaviour table, each context table's id (the user's), and the
-declared features (`FeaturePlan`, embedded by DIN's code): one field per side of each. The
+``models/rank/deepfm``. The fields are every feature of its `FeaturePlan`, one per side: the
+target's id and the behaviour history mean-pooled per behaviour feature, the user's id, the
+declared user and context features (`field_order`), looked up by DIN's code. The
 model stays in this module, free of lambdas and closures, because ``paddle.jit.save`` reads
 the source of ``forward`` from a real file.
 """
@@ -87,14 +87,32 @@ def number_fields(plan: FeaturePlan | None) -> list[str]:
     ]
 
 
+def field_order(plan: FeaturePlan) -> list[tuple[int, bool]]:
+    """DeepFM's fields as (index into `FeaturePlan.inputs`, along the history?), in its order.
+
+    The built-in behaviour features' target and history, feature by feature, then the
+    built-in user's, then the declared features' by side (the targets', the histories', the
+    user and context features'). The deep part's first layer reads the fields in this order
+    (state layout 1 onwards: `streamrec.learner.state.STATE_LAYOUT`).
+    """
+    nq, ns = len(plan.query), len(plan.sequence)
+    builtin = [(i, False) for i in range(nq) if plan.query[i].builtin]
+    builtin = [side for i, _ in builtin for side in ((i, False), (nq + i, True))]
+    builtin += [(nq + ns + i, False) for i in range(len(plan.head)) if plan.head[i].builtin]
+    declared = [
+        *((i, False) for i in range(nq) if not plan.query[i].builtin),
+        *((nq + i, True) for i in range(ns) if not plan.sequence[i].builtin),
+        *((nq + ns + i, False) for i in range(len(plan.head)) if not plan.head[i].builtin),
+    ]
+    return builtin + declared
+
+
 class DeepFM(TableModel):
     """DeepFM. B: batch, T: sequence length, F: fields, D: embedding dim (one for every table).
 
     Inputs as `streamrec.learner.model.DIN`'s, so both train from one `EncodedBatch` and
-    export through one scoring graph: int64 table rows, lists in the order of the tables of
-    each kind: ``targets`` [B] and ``sequences`` [B, T] (0 for padding) per behaviour table,
-    ``context`` [B] per context table, and ``dense`` float32 [B, S] (the id statistics, S may
-    be 0). The output is [B] click logits.
+    export through one scoring graph: every feature's, in `FeaturePlan` order, and ``dense``
+    float32 [B, S] (the id statistics, S may be 0). The output is [B] click logits.
 
     Fields (F = 2 * behaviour tables + context tables + the declared features' sides): each
     behaviour table's target vector, its history mean-pooled (a user without history: zeros),
@@ -105,9 +123,9 @@ class DeepFM(TableModel):
     history, per behaviour table) are numeric fields too: inputs of the deep part and a linear
     term of the logit, as in DIN.
 
-    Declared features (``extras``, as DIN's: `FeaturePlan` order) are fields as the tables'
-    ids are: a behaviour feature's target value and its history's mean (an outcome: the
-    history's only), a user or context feature's value. An ``id`` (or a ``bucket`` number) is
+    Declared features are fields as the built-in ones are (one function, `_field`): a
+    behaviour feature's target value and its history's mean (an outcome: the history's only),
+    a user or context feature's value. An ``id`` (or a ``bucket`` number) is
     its table's vector and a first-order weight; ``ids`` their vectors' and weights' means. A
     number (`NumberField`) is x * v in the second order, w * x in the first, and x itself a
     column of the deep part's input.
@@ -126,57 +144,39 @@ class DeepFM(TableModel):
             ConfigError: the tables do not share one embedding dim (FM's dot products need it).
         """
         super().__init__()
-        tables = {} if plan is None else plan.tables
-        dims = sorted({t.dim for t in cfg.builtin_tables} | {d for _, d in tables.values()})
+        rows = self._build_inputs(cfg, sparse, rows, plan)
+        dims = sorted({d for _, d in self.plan.tables.values()})
         if len(dims) != 1:
             raise ConfigError(
                 f"STREAMREC_MODEL__TABLES: DeepFM needs one embedding dim for every table (the declared "
                 f"features' too), got {dims}"
             )
         self.dim = dims[0]
-        rows = self._build_inputs(cfg, sparse, rows, plan)
-        self.wide = WideArch(cfg, sparse, rows, plan)
+        self.embedding.distinct = False  # a lookup per position, as DeepFM always had
+        self.wide = WideArch(cfg, sparse, rows, list(self.plan.tables))
         self.interaction = FMInteraction()
-        self.number_names = number_fields(plan)
+        self.number_names = number_fields(self.plan)
         # Only with declared numbers, so a model without keeps its state's layout.
         self.numbers = (
             nn.LayerDict({n: NumberField(dims[0]) for n in self.number_names}) if self.number_names else None
         )
-        n_behaviour = len(self.embedding.behaviour)
-        extra_fields = sum(f.table is not None for f in (*self.x_query, *self.x_sequence, *self.x_head))
-        fields = 2 * n_behaviour + len(self.embedding.context) + extra_fields
+        self.sides = field_order(self.plan)
+        fields = sum(self.plan.inputs[i][0].table is not None for i, _ in self.sides)
         counters = self._build_counters(cfg)
         self.dnn = DNNArch(fields * dims[0] + counters + len(self.number_names), cfg.mlp_units)
 
-    def forward(
-        self,
-        targets: list[paddle.Tensor],
-        sequences: list[paddle.Tensor],
-        context: list[paddle.Tensor],
-        dense: paddle.Tensor,
-        extras: list[paddle.Tensor] | None = None,
-    ) -> paddle.Tensor:
+    def forward(self, inputs: list[paddle.Tensor], dense: paddle.Tensor) -> paddle.Tensor:
         """Score each target; returns [B] logits."""
-        behaviour = self.embedding.behaviour
-        names = self.embedding.context
-        mask, counters, matches = self._open(targets, sequences, dense)
+        mask, counters, matches = self._open(inputs, dense)
         length = paddle.clip(mask.sum(axis=1), min=1.0).unsqueeze(-1)
         fields: list[paddle.Tensor] = []
         first: list[paddle.Tensor] = []
-        # Indexing, not zip(strict=True): paddle.jit's tracer (the serving export) lacks it.
-        for i in range(len(behaviour)):
-            table = self.embedding.tables[behaviour[i]]
-            fields.append(table(targets[i]))
-            fields.append((table(sequences[i]) * mask.unsqueeze(-1)).sum(axis=1) / length)
-            bias = self.wide.biases[behaviour[i]]
-            first.append(bias(targets[i]).squeeze(-1))
-            first.append((bias(sequences[i]).squeeze(-1) * mask).sum(axis=1) / length.squeeze(-1))
-        for i in range(len(names)):
-            fields.append(self.embedding.tables[names[i]](context[i]))
-            first.append(self.wide.biases[names[i]](context[i]).squeeze(-1))
         values: list[paddle.Tensor] = []
-        if extras:
-            self._extra_fields(extras, mask, length, fields, first, values)
+        features = self.x_query + self.x_sequence + self.x_head
+        # Indexing, not zip(strict=True): paddle.jit's tracer (the serving export) lacks it.
+        for j in range(len(self.sides)):
+            index, history = self.sides[j]
+            self._field(features[index], inputs[index], history, mask, length, fields, first, values)
         stacked = paddle.stack(fields, axis=1)
         deep = [paddle.flatten(stacked, start_axis=1), *counters]
         if values:
@@ -187,49 +187,33 @@ class DeepFM(TableModel):
         logits = paddle.add_n(first) + self.interaction(interacting) + self.dnn(paddle.concat(deep, axis=-1))
         return self._close(logits, dense, matches)
 
-    def _extra_fields(
+    def _field(
         self,
-        extras: list[paddle.Tensor],
+        f: PlannedFeature,
+        x: paddle.Tensor,
+        history: bool,
         mask: paddle.Tensor,
         length: paddle.Tensor,
         fields: list[paddle.Tensor],
         first: list[paddle.Tensor],
         values: list[paddle.Tensor],
     ) -> None:
-        """Append the declared features' fields, first-order terms and number values ([B] each).
+        """Append one side of one feature: its field and first-order term, or a number's value ([B]).
 
-        ``extras`` in `FeaturePlan.input_keys` order; along the history a feature is
-        mean-pooled over the real behaviours (``mask`` [B, T], ``length`` [B, 1]).
+        A value a sample has: [B] (ids: [B, M]); ``history``: along its behaviours, [B, T]
+        (ids: [B, T, M]), mean-pooled over the real ones (``mask`` [B, T], ``length`` [B, 1]).
         """
-        nq, ns = len(self.x_query), len(self.x_sequence)
-        for i in range(nq):
-            self._one_side(self.x_query[i], extras[i], fields, first, values)
-        for i in range(ns):
-            f = self.x_sequence[i]
-            x = extras[nq + i]
-            if f.table is None:
-                values.append((x * mask).sum(axis=1) / length.squeeze(-1))
-            else:
-                vectors = self.embedding.embed_feature(f, x)
-                fields.append((vectors * mask.unsqueeze(-1)).sum(axis=1) / length)
-                first.append((self.wide.feature_bias(f, x) * mask).sum(axis=1) / length.squeeze(-1))
-        for i in range(len(self.x_head)):
-            self._one_side(self.x_head[i], extras[nq + ns + i], fields, first, values)
-
-    def _one_side(
-        self,
-        f: PlannedFeature,
-        x: paddle.Tensor,
-        fields: list[paddle.Tensor],
-        first: list[paddle.Tensor],
-        values: list[paddle.Tensor],
-    ) -> None:
-        """One value a sample has (not along its history): [B] (ids: [B, M]) into the lists."""
         if f.table is None:
-            values.append(x)
+            values.append((x * mask).sum(axis=1) / length.squeeze(-1) if history else x)
             return
-        fields.append(self.embedding.embed_feature(f, x))
-        first.append(self.wide.feature_bias(f, x))
+        vectors = self.embedding.lookup(f, x)
+        bias = self.wide.bias(f, x)
+        if history:
+            fields.append((vectors * mask.unsqueeze(-1)).sum(axis=1) / length)
+            first.append((bias * mask).sum(axis=1) / length.squeeze(-1))
+        else:
+            fields.append(vectors)
+            first.append(bias)
 
     def _number_vectors(
         self, numbers: nn.LayerDict, values: list[paddle.Tensor], first: list[paddle.Tensor]

@@ -98,10 +98,11 @@ class DeepFMLearner(TableLearner):
         assert isinstance(model, DeepFM)  # noqa: S101 -- _make_model builds it
         dim = model.dim
         sides = [("t", self.plan.query), ("s", self.plan.sequence), ("h", self.plan.head)]
-        fields = [(f"{side}:{f.name}", dim) for side, fs in sides for f in fs if f.table and f.name in schema]
+        declared = [(side, f) for side, fs in sides for f in fs if not f.builtin]
+        fields = [(f"{side}:{f.name}", dim) for side, f in declared if f.table and f.name in schema]
         numbers = [(n, 1) for n in model.number_names if n.split("__")[0] in schema]
         match = 0 if model.match is None else model.match.width
-        builtin = (2 * len(model.embedding.behaviour) + len(model.embedding.context)) * dim
+        builtin = sum(dim for side, fs in sides for f in fs if f.builtin)
         return {
             "dnn.mlp.0": [
                 ("builtin", builtin),

@@ -59,24 +59,25 @@ class DINLearner(TableLearner):
     """
 
     def _make_model(self, rows: Mapping[str, int]) -> paddle.nn.Layer:
-        """A DIN over the tables and the declared features' tables, freshly initialised."""
+        """A DIN over every table of the plan, freshly initialised."""
         return DIN(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows, plan=self.plan)
 
     def _layouts(self, schema: FeatureSchema) -> dict[str, list[tuple[str, int]]]:
         """The input columns of the layers reading every feature, as (segment, width), under ``schema``."""
         model = self.model
         assert isinstance(model, DIN)  # noqa: S101 -- _make_model builds it
-        known = [f for f in (*self.plan.sequence, *self.plan.head) if f.name in schema]
+        known = [f for f in self.plan.declared if f.name in schema]
         query = [(f.name, f.width) for f in known if f.query]
         outcome = [(f.name, f.width) for f in known if f.spec.outcome]
         head = [(f.name, f.width) for f in known if f.spec.role != "behaviour"]
-        vector = [("builtin", model.embedding.behaviour_dim), *query, *outcome]
+        builtin = sum(f.width for f in self.plan.query if f.builtin)
+        vector = [("builtin", builtin), *query, *outcome]
         match = 0 if model.match is None else model.match.width
         return {
             "attention.score.0": [(f"{b}:{n}", w) for b in "qkdp" for n, w in vector],
             "head.mlp.0": [
                 *((f"{b}:{n}", w) for b in "tip" for n, w in vector),
-                ("context", model.embedding.context_dim), *head,
+                ("context", sum(f.width for f in self.plan.head if f.builtin)), *head,
                 ("dense", model.dense_dim), ("match", match),
             ],
         }

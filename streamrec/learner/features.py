@@ -1,8 +1,11 @@
-"""The declared features a DIN reads beyond item, category and user: their tables and inputs.
+"""The features a table model reads, built-in (item, category, the user) or declared, and their tables.
 
 A `FeaturePlan` says, from the model configuration and the feature schema, which table
-embeds each declared feature and how wide it enters the model; `encode_features` turns a
-batch's `FeatureColumn`s into the model's extra inputs.
+embeds each feature and how wide it enters the model: every table is planned, built
+(`streamrec.learner.model.EmbeddingArch`) and looked up alike, and the model takes its inputs
+by feature, in the plan's order (`model_columns`). `encode_features` turns a batch's declared
+`FeatureColumn`s into their inputs; the built-ins' rows come from the learner's id maps
+(`streamrec.learner.batch.encode`).
 
 A declared ``id``/``ids`` feature without a table in ``STREAMREC_MODEL__TABLES`` gets a
 hashed table of its own, named after it, of `DEFAULT_ROWS` rows x `DEFAULT_DIM` (or the
@@ -19,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamrec.config import BUILTIN_TABLE_FEATURES, ModelConfig, TableConfig
+from streamrec.config import BUILTIN_TABLE_FEATURES, USER_FEATURE, ModelConfig, TableConfig
 from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema, FeatureSpec
-from streamrec.learner.batch import Batch, Column, FeatureColumn, Jagged, positions
+from streamrec.learner.batch import Batch, Column, EncodedBatch, FeatureColumn, Jagged, positions
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 
 # 2^16 rows: genres, tags, devices and countries number far fewer, so few ids share a row;
@@ -34,19 +37,31 @@ DEFAULT_DIM = 8
 STANDARDIZE_EPS = 1e-6
 
 
+#: The user id as a model reads it: the event contract's ``user_id``, one id per sample, a
+#: property of the user. Not a schema feature (a schema never declares the contract's own
+#: fields); a table whose ``feature`` is ``user`` embeds it.
+USER = FeatureSpec.model_construct(name=USER_FEATURE, field="user_id", kind="id", role="user", required=True)
+
+
 @dataclass(frozen=True)
 class PlannedFeature:
-    """One declared feature as the model reads it.
+    """One feature as the model reads it, built-in (item, category, the user) or declared.
 
     Attributes:
-        spec: Its declaration.
+        spec: Its declaration (its name, kind and role).
         table: The table embedding it; None for a number read as one column.
         width: The columns it adds: its table's width, or 1.
+        builtin: One of the event contract's ids (item, category, user), whose rows the
+            learner's id maps (or hashing) give from the sample's own columns: they are what
+            the id statistics, the match features, the known items and DIN's wide part
+            count, and training looks each distinct row of theirs up once
+            (`streamrec.learner.model.distinct_lookup`).
     """
 
     spec: FeatureSpec
     table: str | None
     width: int
+    builtin: bool = False
 
     @property
     def name(self) -> str:
@@ -65,18 +80,22 @@ class PlannedFeature:
 
 
 class FeaturePlan:
-    """The declared features of a schema as a DIN reads them, in schema order.
+    """Every feature a table model reads and every table it builds: one plan for all of them.
 
-    ``sequence`` lists the behaviour features, those of the target (``query``) first and the
-    outcomes after them, so a target vector's columns line up with a behaviour's; ``head``
-    the user and context features.
+    ``tables`` holds every table by name, (rows, dim): the built-in features' first (in
+    ``cfg.tables`` order), then the declared features' (in schema order); two features may
+    share one. ``features`` lists every feature read, the built-ins first. The model's sides:
+    ``query`` the behaviour features a target has (built-ins first), ``sequence`` those and the
+    outcomes after them (a target vector's columns line up with a behaviour's), ``head`` the
+    user and context features (the user id's first). The model's inputs are one per
+    `keys` entry, in that order.
     """
 
     def __init__(self, cfg: ModelConfig, schema: FeatureSchema, dim: int = DEFAULT_DIM) -> None:
-        """Plan ``schema``'s declared features for the tables of ``cfg``.
+        """Plan ``cfg``'s tables and ``schema``'s features.
 
-        ``dim`` is the width of a table the plan gives a feature without one of its own (a
-        DeepFM asks for its tables' one dim: FM's dot products need every field alike).
+        ``dim`` is the width of a table the plan gives a declared feature without one of its
+        own (a DeepFM asks for its tables' one dim: FM's dot products need every field alike).
 
         Raises:
             ConfigError: a table names a feature the schema does not declare, a number
@@ -84,9 +103,9 @@ class FeaturePlan:
         """
         self.schema = schema
         self.tables: dict[str, tuple[int, int]] = {}  # table -> (rows, dim)
+        self.dynamic = {t.name: t.start_rows for t in cfg.tables if t.ids == "dynamic"}
         declared = {f.name for f in schema.extras}
         taken = {t.name for t in cfg.tables}
-        features: list[PlannedFeature] = []
         for declared_table in cfg.tables:
             for name in (declared_table.feature, *declared_table.also):
                 if name not in BUILTIN_TABLE_FEATURES and name not in declared:
@@ -94,45 +113,84 @@ class FeaturePlan:
                         f"table {declared_table.name} embeds feature {name!r}, which is not declared "
                         "(STREAMREC_FEATURES)"
                     )
+        builtin = {**{f.name: f for f in schema.features if f not in schema.extras}, USER_FEATURE: USER}
+        features = [
+            self._add(PlannedFeature(builtin[t.feature], t.name, t.dim, builtin=True), t.rows)
+            for t in cfg.builtin_tables
+        ]
         for spec in schema.extras:
             table: TableConfig | None = cfg.table(spec.name)
             if spec.kind == "number" and spec.transform != "bucket":
                 if table is not None:
                     raise ConfigError(f"table {table.name}: number feature {spec.name!r} has no ids to embed")
                 features.append(PlannedFeature(spec, None, 1))
-                continue
-            if table is not None:
-                self.tables[table.name] = (table.rows, table.dim)
-                features.append(PlannedFeature(spec, table.name, table.dim))
-                continue
-            if spec.name in taken:
+            elif table is not None:
+                features.append(self._add(PlannedFeature(spec, table.name, table.dim), table.rows))
+            elif spec.name in taken:
                 raise ConfigError(
                     f"feature {spec.name!r} needs a table and table {spec.name} embeds another "
                     f"feature: give {spec.name!r} a table in STREAMREC_MODEL__TABLES"
                 )
-            rows = len(spec.boundaries) + 2 if spec.transform == "bucket" else DEFAULT_ROWS
-            self.tables[spec.name] = (rows, dim)
-            features.append(PlannedFeature(spec, spec.name, dim))
+            else:
+                rows = len(spec.boundaries) + 2 if spec.transform == "bucket" else DEFAULT_ROWS
+                features.append(self._add(PlannedFeature(spec, spec.name, dim), rows))
+        self.features = features
         self.query = [f for f in features if f.query]
         self.sequence = [*self.query, *(f for f in features if f.spec.outcome)]
         self.head = [f for f in features if f.spec.role != "behaviour"]
 
+    def _add(self, feature: PlannedFeature, rows: int) -> PlannedFeature:
+        """Plan ``feature``'s table (once, when two features share it)."""
+        assert feature.table is not None  # noqa: S101 -- only features with a table are added
+        self.tables.setdefault(feature.table, (rows, feature.width))
+        return feature
+
+    @property
+    def start_rows(self) -> dict[str, int]:
+        """Each table's rows to start with: a dynamic table's initial rows, a hashed table's all."""
+        return {name: self.dynamic.get(name, rows) for name, (rows, _) in self.tables.items()}
+
+    @property
+    def inputs(self) -> list[tuple[PlannedFeature, str]]:
+        """The model's inputs in its order, each a feature and its side (``target``, ``sequence``)."""
+        return [
+            *((f, "target") for f in self.query),
+            *((f, "sequence") for f in self.sequence),
+            *((f, "target") for f in self.head),
+        ]
+
+    @property
+    def keys(self) -> list[str]:
+        """The model's inputs' keys, ``<feature>/<side>``, in its order (`inputs`)."""
+        return [f"{f.name}/{side}" for f, side in self.inputs]
+
     @property
     def input_keys(self) -> list[str]:
-        """The extra inputs' keys (see `encode_features`), in the model's order."""
-        return [
-            *(f"{f.name}/target" for f in self.query),
-            *(f"{f.name}/sequence" for f in self.sequence),
-            *(f"{f.name}/target" for f in self.head),
-        ]
+        """The declared features' keys of `keys` (see `encode_features`): an export's feature inputs.
+
+        The built-in features' rows reach an export as its ``targets``, ``sequences`` and
+        ``context`` inputs, as the wire contract has always named them.
+        """
+        declared = {f.name for f in self.features if not f.builtin}
+        return [k for k in self.keys if k.split("/")[0] in declared]
+
+    @property
+    def n_context(self) -> int:
+        """The built-in user and context features (an export's ``context`` columns)."""
+        return sum(f.builtin for f in self.head)
+
+    @property
+    def declared(self) -> list[PlannedFeature]:
+        """The declared features (beyond the built-ins), in `sequence` then `head` order."""
+        return [f for f in (*self.sequence, *self.head) if not f.builtin]
 
     def table_of(self, name: str) -> str | None:
         """The table embedding feature ``name`` (None: a number read as a column)."""
-        return next((f.table for f in (*self.sequence, *self.head) if f.name == name), None)
+        return next((f.table for f in self.features if f.name == name), None)
 
     @property
     def query_width(self) -> int:
-        """Columns the target's and each behaviour's vector gain (their own features)."""
+        """The width of the target's vector (and of each behaviour's, before its outcomes)."""
         return sum(f.width for f in self.query)
 
     @property
@@ -142,13 +200,31 @@ class FeaturePlan:
 
     @property
     def head_width(self) -> int:
-        """Columns the head gains from user and context features."""
+        """Columns the head gains from the user and context features."""
         return sum(f.width for f in self.head)
 
     @property
     def standardized(self) -> list[str]:
         """The features standardized by running moments."""
-        return [f.name for f in self.sequence + self.head if f.spec.transform == "standardize"]
+        return [f.name for f in self.features if f.spec.transform == "standardize"]
+
+
+def model_columns(encoded: EncodedBatch, plan: FeaturePlan) -> list[np.ndarray]:
+    """The model's inputs of an encoded batch, one per `FeaturePlan.keys` entry, in order.
+
+    A built-in feature's are its table's rows of the batch (``encoded.targets``,
+    ``sequences``, ``context``: what the id maps gave); a declared feature's its
+    `encode_features` input.
+    """
+    out = []
+    for f, side in plan.inputs:
+        if not f.builtin:
+            out.append(encoded.extras[f"{f.name}/{side}"])
+        elif side == "sequence":
+            out.append(encoded.sequences[str(f.table)])
+        else:
+            out.append((encoded.targets if f.spec.role == "behaviour" else encoded.context)[str(f.table)])
+    return out
 
 
 class Moments:
@@ -204,7 +280,7 @@ def encode_features(batch: Batch, plan: FeaturePlan, t: int, moments: Moments) -
     rows, cols, keep = positions(batch.seq_lengths, t)
     n = int(batch.seq_lengths.sum())
     out: dict[str, np.ndarray] = {}
-    for f in plan.sequence + plan.head:
+    for f in plan.declared:
         column = batch.features.get(f.name)
         _check_kind(f, column)
         if f.query or f.spec.role != "behaviour":

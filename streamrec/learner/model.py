@@ -1,6 +1,6 @@
 """Deep Interest Network (Zhou et al., KDD 2018) in ``paddle.nn``, built from named parts.
 
-``DIN`` = ``EmbeddingArch`` (hashed tables from ``ModelConfig.tables``) + ``LocalActivationUnit``
+``DIN`` = ``EmbeddingArch`` (every table of its `FeaturePlan`) + ``LocalActivationUnit``
 (target-aware attention over the behaviour sequence) + ``MLPHead`` (the click predictor).
 ``TableModel`` is what DIN and DeepFM (`streamrec.learner.deepfm`) build and read alike: their
 inputs and the id counters' terms. ``ClickTrain`` owns the loss (for DeepFM too). The model
@@ -18,7 +18,8 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
-from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
+from streamrec.config import ModelConfig
+from streamrec.features import FeatureSchema
 from streamrec.learner.features import FeaturePlan, PlannedFeature
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
@@ -26,63 +27,46 @@ from streamrec.learner.onnxforms import attention_first_layer_broadcast, prelu_l
 
 
 class EmbeddingArch(nn.Layer):
-    """The embedding tables of ``cfg.tables``, one ``nn.Embedding`` each, by table name.
+    """Every table of a `FeaturePlan`, built-in or declared, one ``nn.Embedding`` each, by table name.
 
-    Behaviour tables embed the target and the sequence; a behaviour or target vector is the
-    concatenation of their embeddings, in table order. Context tables embed one id per sample.
-    Row 0 of every table is padding: it looks up as zeros and is never updated. The declared
-    features' tables (``plan.tables``) sit beside them, by table name.
+    One loop builds them (in the plan's order, which keeps the seeded start) and one function
+    looks a feature up (`lookup`), whatever its table. Row 0 of every table is padding: it
+    looks up as zeros and is never updated.
     """
 
-    def __init__(
-        self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int], plan: FeaturePlan | None = None
-    ) -> None:
+    def __init__(self, plan: FeaturePlan, sparse: bool, rows: Mapping[str, int]) -> None:
         """Build the tables.
 
         Args:
-            cfg: Supplies ``tables``.
+            plan: The tables (``plan.tables``) and the features they embed.
             sparse: Emit sparse (row) gradients, so an optimizer step touches only looked-up
                 rows rather than the whole table.
             rows: Each table's rows now (a dynamic table grows).
-            plan: The declared features' tables, if any.
         """
         super().__init__()
-        builtin = cfg.builtin_tables
-        layers = {
-            t.name: nn.Embedding(rows[t.name], t.dim, padding_idx=PADDING_BUCKET, sparse=sparse)
-            for t in builtin
-        }
-        for name, (n, dim) in ({} if plan is None else plan.tables).items():
-            layers[name] = nn.Embedding(n, dim, padding_idx=PADDING_BUCKET, sparse=sparse)
-        self.tables = nn.LayerDict(layers)
-        self.behaviour = [t.name for t in builtin if t.feature in BEHAVIOUR_FEATURES]
-        self.context = [t.name for t in builtin if t.feature not in BEHAVIOUR_FEATURES]
-        self.behaviour_dim = sum(t.dim for t in builtin if t.name in self.behaviour)
-        self.context_dim = sum(t.dim for t in builtin if t.name in self.context)
+        self.tables = nn.LayerDict(
+            {
+                name: nn.Embedding(rows[name], dim, padding_idx=PADDING_BUCKET, sparse=sparse)
+                for name, (_, dim) in plan.tables.items()
+            }
+        )
+        # Training looks a built-in feature's distinct rows up once each (`distinct_lookup`);
+        # a model may keep to a lookup per position (DeepFM does, as it always has).
+        self.distinct = True
 
-    def embed(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> paddle.Tensor:
-        """Look ``ids[i]`` (any shape [...]) up in table ``names[i]``; concatenate [..., sum D]."""
-        return paddle.concat(self.lookups(names, ids), axis=-1)
-
-    def lookups(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> list[paddle.Tensor]:
-        """Look ``ids[i]`` (any shape [...]) up in table ``names[i]``: one [..., D_i] each.
-
-        Training on the CPU looks each distinct row up once (`distinct_lookup`).
-        """
-        # Indexing, not zip(strict=True): paddle.jit's tracer (the serving export) lacks it.
-        if self.training and DISTINCT_LOOKUPS:
-            return [distinct_lookup(self.tables[names[i]], ids[i]) for i in range(len(names))]
-        return [self.tables[names[i]](ids[i]) for i in range(len(names))]
-
-    def embed_feature(self, feature: PlannedFeature, x: paddle.Tensor) -> paddle.Tensor:
-        """One declared feature's vectors [..., width] from its input.
+    def lookup(self, feature: PlannedFeature, x: paddle.Tensor) -> paddle.Tensor:
+        """One feature's vectors [..., width] from its input.
 
         An id's rows [...] look up its table; ids' rows [..., M] are mean-pooled over the
-        non-padding ones (none: zeros); a number [...] is its own one column.
+        non-padding ones (none: zeros); a number [...] is its own one column. Training on the
+        CPU looks a built-in feature's distinct rows up once each (`distinct_lookup`).
         """
         if feature.table is None:
             return x.unsqueeze(-1)
-        return lookup_feature(self.tables[feature.table], feature, x)
+        table = self.tables[feature.table]
+        if feature.builtin and self.distinct and self.training and DISTINCT_LOOKUPS:
+            return distinct_lookup(table, x)
+        return lookup_feature(table, feature, x)
 
 
 # Training looks each distinct row of a lookup up once (`distinct_lookup`). Measured (bench/
@@ -150,7 +134,7 @@ def distinct_keys(
 
 
 def lookup_feature(table: nn.Layer, feature: PlannedFeature, x: paddle.Tensor) -> paddle.Tensor:
-    """A declared feature's rows looked up in ``table``: [..., width].
+    """A feature's rows looked up in ``table``: [..., width].
 
     An id's rows [...] as they are; ids' rows [..., M] mean-pooled over the non-padding ones
     (none: zeros).
@@ -163,10 +147,10 @@ def lookup_feature(table: nn.Layer, feature: PlannedFeature, x: paddle.Tensor) -
 
 
 class WideArch(nn.Layer):
-    """The wide part.
+    """The wide part: one learned bias per id of each of its tables, added to the logit.
 
-    One learned bias per id of each target-side table (the item's, the category's, the user's),
-    added to the logit.
+    DIN's covers the built-in features' tables (the item's, the category's, the user's),
+    DeepFM's (FM's first order) every table.
 
     A counter knows each item's positive rate after a few samples; an embedding read through
     the MLP needs many. A bias per id learns it directly, with its own, larger learning rate
@@ -174,26 +158,20 @@ class WideArch(nn.Layer):
     """
 
     def __init__(
-        self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int], plan: FeaturePlan | None = None
+        self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int], tables: Sequence[str]
     ) -> None:
-        """One ``rows`` x 1 table per table of ``cfg.builtin_tables`` (and of ``plan.tables``)."""
+        """One ``rows`` x 1 table per table of ``tables``."""
         super().__init__()
         attr = paddle.ParamAttr(initializer=nn.initializer.Constant(0.0), learning_rate=cfg.wide_lr_scale)
-        sizes = {t.name: rows[t.name] for t in cfg.builtin_tables}
-        sizes.update({name: n for name, (n, _) in ({} if plan is None else plan.tables).items()})
         self.biases = nn.LayerDict(
             {
-                name: nn.Embedding(n, 1, padding_idx=PADDING_BUCKET, sparse=sparse, weight_attr=attr)
-                for name, n in sizes.items()
+                name: nn.Embedding(rows[name], 1, padding_idx=PADDING_BUCKET, sparse=sparse, weight_attr=attr)
+                for name in tables
             }
         )
 
-    def forward(self, names: Sequence[str], ids: Sequence[paddle.Tensor]) -> paddle.Tensor:
-        """The summed biases of ``ids[i]`` ([B]) in table ``names[i]``: [B]."""
-        return paddle.add_n([self.biases[names[i]](ids[i]).squeeze(-1) for i in range(len(names))])
-
-    def feature_bias(self, feature: PlannedFeature, x: paddle.Tensor) -> paddle.Tensor:
-        """A declared feature's bias [...] from its rows (ids': their biases' mean)."""
+    def bias(self, feature: PlannedFeature, x: paddle.Tensor) -> paddle.Tensor:
+        """A feature's bias [...] from its rows (ids': their biases' mean)."""
         if feature.table is None:
             raise ValueError(f"feature {feature.name!r} is a number: it has no rows to weigh")
         return lookup_feature(self.biases[feature.table], feature, x).squeeze(-1)
@@ -392,9 +370,11 @@ class MLPHead(nn.Layer):
 class TableModel(nn.Layer):
     """What every table model (DIN, DeepFM) builds and reads alike: its inputs and its id counters.
 
-    B: batch, T: sequence length, Nb: behaviour tables. The inputs: the tables (`EmbeddingArch`)
-    and the declared features by side (``x_query``, ``x_sequence``, ``x_head``). The counters:
-    the ``dense`` [B, 2 * Nb + 2] id statistics (``cfg.id_stats``; the rates enter the logit
+    B: batch, T: sequence length, Nb: the built-in behaviour features (item, category). The
+    inputs: every table (`EmbeddingArch`) and every feature by side, in `FeaturePlan` order
+    (``x_query``, ``x_sequence``, ``x_head``): ``forward`` takes one input per
+    `FeaturePlan.keys` entry. The counters, over the built-in behaviour features: the
+    ``dense`` [B, 2 * Nb + 2] id statistics (``cfg.id_stats``; the rates enter the logit
     through ``prior``) and `MatchArch` (``cfg.match_features``). A model builds its own parts
     between `_build_inputs` and `_build_counters` (the order keeps its seeded start); its
     ``forward`` opens with `_open` and closes with `_close`.
@@ -403,17 +383,23 @@ class TableModel(nn.Layer):
     def _build_inputs(
         self, cfg: ModelConfig, sparse: bool, rows: Mapping[str, int] | None, plan: FeaturePlan | None
     ) -> Mapping[str, int]:
-        """Build the tables, take the declared features' sides; returns the tables' rows (default: start)."""
-        rows = {t.name: t.start_rows for t in cfg.builtin_tables} if rows is None else rows
-        self.embedding = EmbeddingArch(cfg, sparse, rows, plan)
-        self.x_query = [] if plan is None else list(plan.query)
-        self.x_sequence = [] if plan is None else list(plan.sequence)
-        self.x_head = [] if plan is None else list(plan.head)
+        """Build the tables, take the features' sides; returns the tables' rows (default: start).
+
+        ``plan`` None: the default schema's.
+        """
+        self.plan = FeaturePlan(cfg, FeatureSchema.default()) if plan is None else plan
+        rows = {**self.plan.start_rows, **({} if rows is None else rows)}
+        self.embedding = EmbeddingArch(self.plan, sparse, rows)
+        self.x_query = list(self.plan.query)
+        self.x_sequence = list(self.plan.sequence)
+        self.x_head = list(self.plan.head)
+        # The built-in behaviour features' places in x_query (and x_sequence): the counters'.
+        self.counted = [i for i in range(len(self.x_query)) if self.x_query[i].builtin]
         return rows
 
     def _build_counters(self, cfg: ModelConfig) -> int:
         """Build the prior and the match features; returns the columns they add to the deep input."""
-        n_behaviour = len(self.embedding.behaviour)
+        n_behaviour = len(self.counted)
         # Rate and count per behaviour table, then the user's (see learner.idstats).
         self.dense_dim = 2 * n_behaviour + 2 if cfg.id_stats else 0
         if self.dense_dim:
@@ -424,20 +410,27 @@ class TableModel(nn.Layer):
             self.prior = self.create_parameter(
                 [len(start)], default_initializer=nn.initializer.Assign(np.array(start, dtype=np.float32))
             )
-        behaviour = [t for t in cfg.builtin_tables if t.name in self.embedding.behaviour]
-        floors = [DEFAULT_ROW if t.ids == "dynamic" else PADDING_BUCKET for t in behaviour]
+        tables = [self.x_query[i].table for i in self.counted]
+        floors = [DEFAULT_ROW if t in self.plan.dynamic else PADDING_BUCKET for t in tables]
         self.match = MatchArch(floors, cfg.match_lr_scale, cfg.match_init) if cfg.match_features else None
         return self.dense_dim + (self.match.width if self.match is not None else 0)
 
     def _open(
-        self, targets: list[paddle.Tensor], sequences: list[paddle.Tensor], dense: paddle.Tensor
+        self, inputs: list[paddle.Tensor], dense: paddle.Tensor
     ) -> tuple[paddle.Tensor, list[paddle.Tensor], paddle.Tensor | None]:
         """The opening of ``forward``: the mask, the counters' deep inputs, the match features.
 
-        The [B, T] float mask is 1 for a real behaviour; the deep inputs are the id statistics
-        and the [B, 2 * Nb] match features, those there are (the latter alone: None without).
+        The [B, T] float mask is 1 for a real behaviour (the first behaviour feature's rows,
+        a built-in's, are not padding); the deep inputs are the id statistics and the
+        [B, 2 * Nb] match features, those there are (the latter alone: None without).
         """
-        mask = (sequences[0] != PADDING_BUCKET).astype("float32")
+        nq = len(self.x_query)
+        mask = (inputs[nq] != PADDING_BUCKET).astype("float32")
+        targets: list[paddle.Tensor] = []
+        sequences: list[paddle.Tensor] = []
+        for j in range(len(self.counted)):
+            targets.append(inputs[self.counted[j]])
+            sequences.append(inputs[nq + self.counted[j]])
         counters = [dense] if self.dense_dim else []
         matches = self.match.features(targets, sequences, mask) if self.match is not None else None
         if matches is not None:
@@ -458,16 +451,14 @@ class TableModel(nn.Layer):
 class DIN(TableModel):
     """Deep Interest Network. B: batch, T: sequence length, M: a feature's max_ids.
 
-    D: width of a behaviour vector = the behaviour tables' widths + the declared behaviour
-    features' (Dq: the target's own) + the outcome features' (Do), in that order.
+    D: width of a behaviour vector = the behaviour features' widths (Dq: the target's own,
+    item and category first) + the outcome features' (Do), in that order.
 
-    Inputs are int64 table rows, lists in the order of the tables of each kind: ``targets``
-    [B] and ``sequences`` [B, T] (0 for padding) per behaviour table, ``context`` [B] per
-    context table; ``dense`` float32 [B, F]; ``extras`` the declared features' inputs in
-    `FeaturePlan` order: the target's per ``plan.query`` feature, along the sequence per
-    ``plan.sequence`` feature, then per ``plan.head`` feature (an id: [B] / [B, T] rows; ids:
-    [B, M] / [B, T, M]; a number: float32 [B] / [B, T], transformed). The output is [B]
-    click logits.
+    ``inputs`` are every feature's, in `FeaturePlan` order (`FeaturePlan.keys`): the
+    target's per ``plan.query`` feature, along the sequence per ``plan.sequence`` feature,
+    then per ``plan.head`` feature (an id: int64 [B] / [B, T] rows, 0 for padding; ids:
+    [B, M] / [B, T, M]; a number: float32 [B] / [B, T], transformed); ``dense`` float32
+    [B, F]. The output is [B] click logits.
 
     A declared behaviour feature is embedded for the target and each behaviour and
     concatenated into their vectors, as the paper concatenates goods, shop and category. An
@@ -494,76 +485,72 @@ class DIN(TableModel):
         """
         super().__init__()
         rows = self._build_inputs(cfg, sparse, rows, plan)
-        self.outcome_width = 0 if plan is None else plan.outcome_width
-        extra_query = 0 if plan is None else plan.query_width
-        dim = self.embedding.behaviour_dim + extra_query + self.outcome_width
+        self.outcome_width = self.plan.outcome_width
+        dim = self.plan.query_width + self.outcome_width
         self.attention = LocalActivationUnit(dim, cfg.attention_units)
         counters = self._build_counters(cfg)
-        head_extra = 0 if plan is None else plan.head_width
-        self.head = MLPHead(dim, self.embedding.context_dim + head_extra + counters, cfg.mlp_units)
-        self.wide = WideArch(cfg, sparse, rows) if cfg.wide else None
+        self.head = MLPHead(dim, self.plan.head_width + counters, cfg.mlp_units)
+        # The wide part reads the built-in features' targets (and the user's), by input.
+        self.wide_inputs = [i for i in range(len(self.x_query)) if self.x_query[i].builtin]
+        start = len(self.x_query) + len(self.x_sequence)
+        self.wide_inputs += [start + i for i in range(len(self.x_head)) if self.x_head[i].builtin]
+        self.wide_features = [self.plan.inputs[i][0] for i in self.wide_inputs]
+        tables = [name for name in self.plan.tables if any(f.table == name for f in self.wide_features)]
+        self.wide = WideArch(cfg, sparse, rows, tables) if cfg.wide else None
 
-    def forward(
-        self,
-        targets: list[paddle.Tensor],
-        sequences: list[paddle.Tensor],
-        context: list[paddle.Tensor],
-        dense: paddle.Tensor,
-        extras: list[paddle.Tensor] | None = None,
-    ) -> paddle.Tensor:
+    def forward(self, inputs: list[paddle.Tensor], dense: paddle.Tensor) -> paddle.Tensor:
         """Score each target against its user's behaviour sequence; returns [B] logits."""
-        behaviour = self.embedding.behaviour
-        mask, counters, matches = self._open(targets, sequences, dense)
-        head_extras: list[paddle.Tensor] = []
-        if not extras and self._distinct_keys(targets[0]):
-            tables = [self.embedding.tables[name] for name in behaviour]
-            target, keys = distinct_keys(tables, targets, sequences)
+        nq, ns = len(self.x_query), len(self.x_sequence)
+        mask, counters, matches = self._open(inputs, dense)
+        if self._distinct_keys(inputs[0]):
+            tables = [self.embedding.tables[str(self.x_query[i].table)] for i in range(nq)]
+            target, keys = distinct_keys(tables, inputs[:nq], inputs[nq : nq + ns])
         else:
-            target = self.embedding.embed(behaviour, targets)
-            along = self.embedding.lookups(behaviour, sequences)
-            if extras:
-                target, along, head_extras = self._with_extras(target, along, extras)
+            # Indexing, not zip(strict=True): paddle.jit's tracer (the serving export) lacks it.
+            query: list[paddle.Tensor] = []
+            for i in range(nq):
+                query.append(self.embedding.lookup(self.x_query[i], inputs[i]))
+            if self.outcome_width:
+                # An outcome's columns of the target vector are zeros (see the class docstring).
+                query.append(paddle.tile(paddle.zeros_like(query[0][:, :1]), [1, self.outcome_width]))
+            target = paddle.concat(query, axis=-1)
+            along: list[paddle.Tensor] = []
+            for i in range(ns):
+                along.append(self.embedding.lookup(self.x_sequence[i], inputs[nq + i]))
             # One concatenation builds the keys, with the attention's ones column last.
             keys = paddle.concat([*along, paddle.ones_like(mask).unsqueeze(-1)], axis=-1)
         interest, pooled = self.attention(target, keys, mask)
         features = [target, interest, pooled]
-        if context:
-            features.append(self.embedding.embed(self.embedding.context, context))
-        features.extend(head_extras)
+        for i in range(len(self.x_head)):
+            features.append(self.embedding.lookup(self.x_head[i], inputs[nq + ns + i]))
         features.extend(counters)
         logits = self._close(self.head(features), dense, matches)
         if self.wide is not None:
-            logits = logits + self.wide([*behaviour, *self.embedding.context], [*targets, *context])
+            biases: list[paddle.Tensor] = []
+            for j in range(len(self.wide_inputs)):
+                biases.append(self.wide.bias(self.wide_features[j], inputs[self.wide_inputs[j]]))
+            logits = logits + paddle.add_n(biases)
         return logits
 
     def _distinct_keys(self, ids: paddle.Tensor) -> bool:
         """Whether the forward builds its target and keys by `distinct_keys`.
 
         On the CPU, training and scoring alike (the same values); not while a graph is traced
-        (the export), which has no numpy.
+        (the export), which has no numpy; and only when the target's and the sequence's
+        features are the built-in ids of the same tables, in the same order (no declared
+        behaviour or outcome features).
         """
-        return DISTINCT_LOOKUPS and paddle.in_dynamic_mode() and ids.place.is_cpu_place()
-
-    def _with_extras(
-        self, target: paddle.Tensor, along: list[paddle.Tensor], extras: list[paddle.Tensor]
-    ) -> tuple[paddle.Tensor, list[paddle.Tensor], list[paddle.Tensor]]:
-        """The target [B, D] and the keys' parts ([B, T, *] each) with the declared features.
-
-        And the head's extras.
-        """
-        nq, ns = len(self.x_query), len(self.x_sequence)
-        query = [target]
-        for i in range(nq):
-            query.append(self.embedding.embed_feature(self.x_query[i], extras[i]))
-        if self.outcome_width:
-            query.append(paddle.tile(paddle.zeros_like(target[:, :1]), [1, self.outcome_width]))
-        along = list(along)
-        for i in range(ns):
-            along.append(self.embedding.embed_feature(self.x_sequence[i], extras[nq + i]))
-        head = []
-        for i in range(len(self.x_head)):
-            head.append(self.embedding.embed_feature(self.x_head[i], extras[nq + ns + i]))
-        return paddle.concat(query, axis=-1), along, head
+        if not self.embedding.distinct or not DISTINCT_LOOKUPS:
+            return False
+        if not (paddle.in_dynamic_mode() and ids.place.is_cpu_place()):
+            return False
+        query, sequence = self.x_query, self.x_sequence
+        if self.outcome_width or len(query) != len(sequence):
+            return False
+        return all(
+            query[i].builtin and query[i].table is not None and query[i].table == sequence[i].table
+            for i in range(len(query))
+        ) and not any(f.pooled for f in (*query, *sequence))
 
 
 class ClickTrain(nn.Layer):
@@ -579,14 +566,8 @@ class ClickTrain(nn.Layer):
         self.model = model
 
     def forward(
-        self,
-        targets: list[paddle.Tensor],
-        sequences: list[paddle.Tensor],
-        context: list[paddle.Tensor],
-        dense: paddle.Tensor,
-        extras: list[paddle.Tensor],
-        label: paddle.Tensor,
+        self, inputs: list[paddle.Tensor], dense: paddle.Tensor, label: paddle.Tensor
     ) -> paddle.Tensor:
-        """The scalar training loss for one mini-batch; ``label`` is float32 [B]."""
-        logits = self.model(targets, sequences, context, dense, extras)
+        """The scalar training loss for one mini-batch (inputs as the model's); ``label`` float32 [B]."""
+        logits = self.model(inputs, dense)
         return F.binary_cross_entropy_with_logits(logits, label)

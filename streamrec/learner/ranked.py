@@ -9,7 +9,7 @@ scores only its own records; the ranks all-gather only their valid samples' plac
 rank shuffles it alike and takes the same number of steps. The learner exchanges the ids
 (for admission and eviction) and the counts (id statistics, known items) of each rank's
 samples, so those are decided alike everywhere; each rank trains its own samples of every
-mini-batch, its loss scaled to the mini-batch's mean, and the gradients are all-reduced: the
+mini-batch, its loss scaled to the mini-batch's mean, and the gradients are averaged: the
 weights stay identical. The ranks then all-gather each sample's scores (`gather_scores`: a
 40-byte record a sample, and each rank's loss and sample count), so rank 0's report and its
 promotion gate judge the group's micro-batch as one process would; where the gate judges

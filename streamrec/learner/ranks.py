@@ -7,9 +7,10 @@ transport of our own.
 
 `RankShare` is what a learner needs: its rank and the group's size, the exchange of what
 every rank must decide alike (the micro-batch's ids for admission, its counts for the id
-statistics: small arrays, one collective each), and the ``paddle.DataParallel`` wrapper that
-all-reduces the gradients in the backward pass (dense ones summed; an embedding's sparse row
-gradients all-gathered, rows and values, so each rank applies every rank's rows).
+statistics: small arrays, one collective each), and the averaging of the ranks' gradients
+after each backward pass (`streamrec.learner.gradients`: dense ones summed, an embedding's
+sparse row gradients concatenated, so each rank applies every rank's rows; one all-gather a
+step).
 `GroupLayout` says where a rank's own samples sit in the group's micro-batch, and so which of
 each mini-batch it trains. `RankGroup` is what the loop needs: it all-gathers each rank's
 samples' places and positions, so every rank knows the group's order and rank 0 snapshots
@@ -26,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -35,6 +36,7 @@ import numpy as np
 import paddle
 
 from streamrec.learner.batch import EncodedBatch
+from streamrec.learner.gradients import Gather, GradientSum
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +51,6 @@ def launched_world() -> tuple[int, int]:
     return rank, world
 
 
-#: ``RankGroup.gather``: every rank's int64 1-D array, in rank order.
-Gather = Callable[[np.ndarray, str], list[np.ndarray]]
-
-
 @dataclass(frozen=True)
 class RankShare:
     """One rank's part in data-parallel training.
@@ -65,9 +63,18 @@ class RankShare:
     world: int
     gather: Gather | None = field(default=None, compare=False, repr=False)
 
-    def wrap(self, module: paddle.nn.Layer) -> paddle.nn.Layer:
-        """``module`` whose backward pass all-reduces its gradients across the ranks."""
-        return paddle.DataParallel(module) if self.world > 1 else module
+    def join(self, module: paddle.nn.Layer) -> GradientSum | None:
+        """What averages ``module``'s gradients across the ranks after a backward pass.
+
+        Rank 0's weights are broadcast to every rank first (as ``paddle.DataParallel`` does),
+        so the ranks start alike. None for one rank.
+        """
+        if self.world == 1 or self.gather is None:
+            return None
+        from paddle.distributed.parallel import sync_params_buffers
+
+        sync_params_buffers(module)
+        return GradientSum(module, self.gather)
 
     def exchange(self, arrays: Mapping[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
         """Every rank's 1-D ``arrays`` (8-byte items), name by name, concatenated in rank order.
@@ -141,10 +148,10 @@ class GroupLayout:
     def share(self, minibatch: np.ndarray, world: int) -> tuple[np.ndarray, float]:
         """This rank's samples (its indices) of a mini-batch of group positions, and their loss scale.
 
-        ``paddle.DataParallel`` averages the ranks' gradients, so a share of ``n`` of the
+        The ranks' gradients are averaged (`GradientSum`), so a share of ``n`` of the
         mini-batch's ``total`` samples scales its mean loss by ``world * n / total``: the
         average is then the gradient of the mean loss over the whole mini-batch. A rank with
-        no sample of it still steps (the all-reduce needs every rank), on padding, scale 0.
+        no sample of it still steps (the gradients' exchange needs every rank), on padding, scale 0.
         """
         local = self._local[minibatch]
         own = local[local >= 0]
@@ -232,9 +239,13 @@ class RankGroup:
         import paddle.distributed as dist
 
         with self.bounded(what):
-            lengths: list[paddle.Tensor] = []
-            dist.all_gather(lengths, paddle.to_tensor(np.array([len(array)], np.int64)))
-            sizes = [int(t.numpy()[0]) for t in lengths]
+            # The lengths by an all-reduce of each rank's own slot: on gloo a fraction of an
+            # all-gather's CPU for a few numbers (bench/HISTORY.md).
+            lengths = np.zeros(self.world, np.int64)
+            lengths[self.rank] = len(array)
+            summed = paddle.to_tensor(lengths)
+            dist.all_reduce(summed)
+            sizes = [int(n) for n in summed.numpy()]
             padded = np.zeros(max(max(sizes), 1), np.int64)
             padded[: len(array)] = array
             parts: list[paddle.Tensor] = []

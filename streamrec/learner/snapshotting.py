@@ -20,6 +20,7 @@ from streamrec.config import MODEL_SETTINGS_BEFORE, MODEL_SETTINGS_INIT_ONLY, St
 from streamrec.errors import ConfigError, NonFiniteWeights, SnapshotError
 from streamrec.features.schema import FeatureSchema
 from streamrec.learner.base import Learner
+from streamrec.learner.state import STATE_LAYOUT, migrate_state
 from streamrec.snapshots.exports import export_bytes
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
@@ -48,6 +49,10 @@ def restore(
             "to start afresh"
         )
     arrays = {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
+    try:
+        arrays = migrate_state(arrays, manifest.state_layout)
+    except SnapshotError as exc:
+        raise SnapshotError(f"snapshot {manifest.name} in {snapshots.root}: {exc}") from exc
     recorded = manifest.schema
     # A removed or redeclared feature refuses the snapshot in one line (SchemaChange).
     added = schema.check_evolution(recorded, f"snapshot {manifest.name} in {snapshots.root}")
@@ -95,6 +100,7 @@ def snapshot_config(cfg: StreamrecConfig, schema: FeatureSchema) -> dict[str, An
     return {
         "model": cfg.model.model_dump(mode="json"),
         "features": schema.to_json(),
+        "state_layout": STATE_LAYOUT,
         "learner": cfg.learner.model_dump(mode="json"),
         "kafka": {"samples_topic": cfg.kafka.samples_topic},
     }

@@ -44,8 +44,43 @@ _TABLE_ARRAY = re.compile(
     r"model\.(embedding\.tables|wide\.biases)\.([a-z][a-z0-9_]*)\.weight(/moment[12])?$"
 )
 
+# The state's layout: which arrays a table model's state holds, under which names and shapes.
+# A snapshot records it (``state_layout`` in its manifest's configuration; a snapshot without
+# one is layout 1) and `migrate_state` brings an older layout's arrays to this one on load.
+# 1: the layout before it was recorded; 2: the same arrays, every table (built-in or
+# declared) planned and built by one path (`streamrec.learner.features.FeaturePlan`), which
+# keeps each table's ``embedding.tables.<table>``/``wide.biases.<table>`` name and the
+# parameters' creation order.
+STATE_LAYOUT = 2
+
 # Paddle names an accumulator ``<param unique name>_<slot>_<n>``; ``_<n>`` is the counter.
 _UNIQUE_SUFFIX = re.compile(r"_\d+$")
+
+
+def migrate_state(arrays: Mapping[str, np.ndarray], layout: int) -> dict[str, np.ndarray]:
+    """State arrays of state layout ``layout`` (a snapshot's) in this code's, `STATE_LAYOUT`.
+
+    Raises:
+        SnapshotError: the layout is newer than this code knows, or not a layout at all.
+    """
+    if not 1 <= layout <= STATE_LAYOUT:
+        raise SnapshotError(
+            f"state layout {layout} is not one this version reads (1..{STATE_LAYOUT}): resume it "
+            "with the streamrec version that wrote it, or start afresh in a new snapshot directory"
+        )
+    out = dict(arrays)
+    for step in range(layout, STATE_LAYOUT):
+        out = _MIGRATIONS[step](out)
+    return out
+
+
+def _layout_1_to_2(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Layout 2 holds layout 1's arrays under the same names: nothing moves."""
+    return arrays
+
+
+# Layout n's arrays into layout n + 1's, by n.
+_MIGRATIONS = {1: _layout_1_to_2}
 
 
 def table_params(table: str, named: Mapping[str, paddle.Tensor]) -> list[str]:

@@ -186,24 +186,16 @@ class StateArrays:
     def _rows_in(self, arrays: Mapping[str, np.ndarray]) -> dict[str, int]:
         """Each table's rows in a state: its embedding's; checked against the configuration."""
         rows = {}
-        for name, (n, _) in self.plan.tables.items():
+        for name, (most, _) in self.plan.tables.items():
             key = f"{PARAM_PREFIX}{EMBEDDING.format(name)}"
             if key not in arrays:
                 raise SnapshotError(f"state arrays do not fit this model: missing={[key]}")
-            if int(arrays[key].shape[0]) != n:
-                raise SnapshotError(
-                    f"table {name} has {arrays[key].shape[0]} rows in the state; this model has {n}"
-                )
-        for table in self.cfg.builtin_tables:
-            key = f"{PARAM_PREFIX}{EMBEDDING.format(table.name)}"
-            if key not in arrays:
-                raise SnapshotError(f"state arrays do not fit this model: missing={[key]}")
             n = int(arrays[key].shape[0])
-            fits = n == table.rows if table.ids == "hashed" else 3 <= n <= table.rows
-            if not fits:
+            dynamic = name in self.plan.dynamic
+            if not (3 <= n <= most if dynamic else n == most):
                 raise SnapshotError(
-                    f"table {table.name} has {n} rows in the state; this model allows "
-                    f"{table.rows if table.ids == 'hashed' else f'3..{table.rows}'}"
+                    f"table {name} has {n} rows in the state; this model allows "
+                    f"{f'3..{most}' if dynamic else most}"
                 )
-            rows[table.name] = n
+            rows[name] = n
         return rows

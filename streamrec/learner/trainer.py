@@ -5,10 +5,9 @@ seeded mini-batch shuffles, lazy Adam, online EWC, id statistics, known items; t
 trip is `StateArrays`, in `streamrec.learner.state_arrays`) and the declared features
 (`FeatureSchema`: their `FeaturePlan`, encoded columns, standardize moments, and a snapshot
 adopted under added features); a model type is a subclass that builds its model
-(`DINLearner`, `DeepFMLearner`). The model takes ``(targets, sequences, context, dense,
-extras)`` (see `EncodedBatch`; ``extras`` the declared features' inputs in `FeaturePlan`
-order) and returns [B] logits; it names its tables ``embedding`` (an `EmbeddingArch`) and its
-per-id biases ``wide``.
+(`DINLearner`, `DeepFMLearner`). The model takes ``(inputs, dense)``: every feature's input
+in `FeaturePlan` order (`model_columns`) and the id statistics; it returns [B] logits and
+names its tables ``embedding`` (an `EmbeddingArch`) and its per-id biases ``wide``.
 """
 
 from __future__ import annotations
@@ -26,14 +25,16 @@ from streamrec.config import ModelConfig, TableConfig
 from streamrec.features import FeatureSchema
 from streamrec.learner.base import TrainResult
 from streamrec.learner.batch import Batch, BatchKeys, EncodedBatch, batch_keys, encode, hashed_rows
-from streamrec.learner.features import FeaturePlan, Moments, encode_features, feature_values
+from streamrec.learner.features import FeaturePlan, Moments, encode_features, feature_values, model_columns
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW, Admission, IdMap
 from streamrec.learner.idstats import IdStats
 from streamrec.learner.model import ClickTrain
 from streamrec.learner.ranks import GroupLayout, RankShare, padding_only
 from streamrec.learner.state import (
+    EMBEDDING,
     OPTIMIZER_PREFIX,
+    WIDE,
     all_finite,
     create_optimizer_slots,
     make_ewc,
@@ -106,9 +107,10 @@ class TableLearner(StateArrays):
         paddle.seed(cfg.seed)
         item = cfg.table("item")
         self._item_table = None if item is None else item.name
-        self._maps = {t.name: IdMap(t) for t in cfg.builtin_tables if t.ids == "dynamic"}
+        # Dynamic tables keep id maps (a declared feature's table is always hashed).
+        self._maps = {t.name: IdMap(t) for t in cfg.tables if t.ids == "dynamic"}
         self._ranks: RankShare | None = None  # data-parallel training (`data_parallel`)
-        self._build(dict(rows) if rows is not None else {t.name: t.start_rows for t in cfg.builtin_tables})
+        self._build({**self.plan.start_rows, **(rows or {})})
         self._shuffle_seed = cfg.seed
         self._learn_calls = 0
         self._taken = 0  # steps taken since the last micro-batch's close: EWC consolidates them
@@ -136,7 +138,7 @@ class TableLearner(StateArrays):
         self.rows = dict(rows)
         self.model = self._make_model(rows)
         self.train_module = ClickTrain(self.model)
-        self._forward = self.train_module if self._ranks is None else self._ranks.wrap(self.train_module)
+        self._sum_gradients = None if self._ranks is None else self._ranks.join(self.train_module)
         self._optimizer = paddle.optimizer.Adam(
             learning_rate=self.cfg.learning_rate,
             parameters=self.train_module.parameters(),
@@ -157,11 +159,11 @@ class TableLearner(StateArrays):
         Each rank is given its own samples of each group micro-batch (`learn_share`); the ranks
         exchange what the id maps, id statistics and known items count, so those stay alike;
         each trains its own samples of every mini-batch of ``world`` x ``train_batch_size``,
-        and the gradients are all-reduced, so all ranks step alike, as one process with a
+        and the gradients are averaged (`GradientSum`), so all ranks step alike, as one process with a
         ``world`` times larger mini-batch would.
         """
         self._ranks = ranks
-        self._forward = ranks.wrap(self.train_module)
+        self._sum_gradients = ranks.join(self.train_module)
 
     @property
     def id_maps(self) -> Mapping[str, IdMap]:
@@ -193,7 +195,7 @@ class TableLearner(StateArrays):
         if self._stats is not None:
             dense = self._stats.features(encoded.targets, batch.user_ids)
             encoded = dataclasses.replace(encoded, dense=dense)
-        if self.plan.sequence or self.plan.head:
+        if self.plan.declared:
             extras = encode_features(batch, self.plan, self.cfg.sequence_length, self._moments)
             encoded = dataclasses.replace(encoded, extras=extras)
         return encoded
@@ -440,8 +442,10 @@ class TableLearner(StateArrays):
         The penalty's gradient is added after the data loss's gradients went into the Fisher
         estimate: EWC measures what the data says, not its own pull.
         """
-        loss = self._forward(*self._inputs(part), paddle.to_tensor(part.label))
+        loss = self.train_module(*self._inputs(part), paddle.to_tensor(part.label))
         (loss if scale == 1.0 else loss * scale).backward()
+        if self._sum_gradients is not None:
+            self._sum_gradients()  # the group's average: every rank steps alike
         penalty = None
         finite = all_finite([loss, *(p.grad for p in self._params if p.grad is not None)])
         if finite and self._ewc is not None:
@@ -462,26 +466,21 @@ class TableLearner(StateArrays):
         The rows of each sparse parameter a mini-batch looks up (padding left out), by
         structured parameter name.
         """
-        rows: dict[str, paddle.Tensor] = {}
-        for name in self.model.embedding.behaviour:
-            ids = np.concatenate([part.targets[name], part.sequences[name].ravel()])
-            rows[f"model.embedding.tables.{name}.weight"] = unique_rows(ids)
-            wide = ids if self.WIDE_ALONG_SEQUENCE else part.targets[name]
-            rows[f"model.wide.biases.{name}.weight"] = unique_rows(wide)
-        for name in self.model.embedding.context:
-            rows[f"model.embedding.tables.{name}.weight"] = unique_rows(part.context[name])
-            rows[f"model.wide.biases.{name}.weight"] = rows[f"model.embedding.tables.{name}.weight"]
         looked: dict[str, list[np.ndarray]] = {}
-        for key, array in part.extras.items():
-            feature = self.plan.schema[key.split("/")[0]]
-            table = self.plan.table_of(feature.name)
-            if table is not None:
-                looked.setdefault(table, []).append(array.ravel())
+        wide: dict[str, list[np.ndarray]] = {}
+        for (f, side), column in zip(self.plan.inputs, model_columns(part, self.plan), strict=True):
+            if f.table is None:
+                continue
+            looked.setdefault(f.table, []).append(column.ravel())
+            # DIN's wide part reads the targets' biases only; DeepFM's every side's.
+            if side == "target" or self.WIDE_ALONG_SEQUENCE:
+                wide.setdefault(f.table, []).append(column.ravel())
+        none = [np.zeros(0, np.int64)]
+        rows: dict[str, paddle.Tensor] = {}
         for table in self.plan.tables:
-            parts = looked.get(table, [np.zeros(0, np.int64)])
-            rows[f"model.embedding.tables.{table}.weight"] = unique_rows(np.concatenate(parts))
-            if f"model.wide.biases.{table}.weight" in self._named:  # a first order over it (DeepFM)
-                rows[f"model.wide.biases.{table}.weight"] = rows[f"model.embedding.tables.{table}.weight"]
+            rows[EMBEDDING.format(table)] = unique_rows(np.concatenate(looked.get(table, none)))
+            if WIDE.format(table) in self._named:
+                rows[WIDE.format(table)] = unique_rows(np.concatenate(wide.get(table, none)))
         return rows
 
     def is_known(self, batch: Batch) -> np.ndarray:
@@ -494,16 +493,12 @@ class TableLearner(StateArrays):
         """The model, freshly initialised, with ``rows`` rows per table."""
         raise NotImplementedError
 
-    def _inputs(self, encoded: EncodedBatch) -> tuple[list[paddle.Tensor] | paddle.Tensor, ...]:
-        """The model's input tensors for an encoded batch.
+    def _inputs(self, encoded: EncodedBatch) -> tuple[list[paddle.Tensor], paddle.Tensor]:
+        """The model's input tensors for an encoded batch, on the learner's device.
 
-        The model's id tensors, by kind in table order, and the dense features, on the
-        learner's device.
+        Every feature's input in `FeaturePlan` order, and the dense features.
         """
         return (
-            [paddle.to_tensor(a) for a in encoded.targets.values()],
-            [paddle.to_tensor(a) for a in encoded.sequences.values()],
-            [paddle.to_tensor(a) for a in encoded.context.values()],
+            [paddle.to_tensor(a) for a in model_columns(encoded, self.plan)],
             paddle.to_tensor(encoded.dense),
-            [paddle.to_tensor(encoded.extras[k]) for k in self.plan.input_keys],
         )

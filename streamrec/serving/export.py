@@ -49,7 +49,7 @@ import orjson
 import paddle
 
 from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, ModelConfig
-from streamrec.errors import InvalidSnapshot, NotExportable, SnapshotWriteError
+from streamrec.errors import InvalidSnapshot, NotExportable, SnapshotError, SnapshotWriteError
 from streamrec.faults import fault_point
 from streamrec.features import FeatureSchema
 from streamrec.fileio import fsync_path, sha256_file
@@ -61,6 +61,7 @@ from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
 from streamrec.learner.onnxforms import onnx_form_layers, onnx_forms
 from streamrec.learner.registry import make_learner
+from streamrec.learner.state import migrate_state
 from streamrec.learner.trainer import TableLearner
 from streamrec.serving.graph import (
     ContextScoringGraph,
@@ -114,7 +115,12 @@ def learner_from_snapshot(store: SnapshotStore, version: int) -> tuple[str, Lear
     model_doc = {**MODEL_SETTINGS_BEFORE, **model_doc, "device": paddle.device.get_device()}
     cfg = ModelConfig.model_validate(model_doc)
     learner = make_learner(cfg, manifest.schema)  # the features the model was trained to read
-    learner.load_state_arrays({f"{g}/{k}": v for g, arrays in tensors.items() for k, v in arrays.items()})
+    arrays = {f"{g}/{k}": v for g, arrays in tensors.items() for k, v in arrays.items()}
+    try:
+        arrays = migrate_state(arrays, manifest.state_layout)
+    except SnapshotError as exc:
+        raise InvalidSnapshot(f"{store.path(version)}: {exc}") from exc
+    learner.load_state_arrays(arrays)
     return manifest.learner, learner
 
 
@@ -294,7 +300,7 @@ def feature_inputs(plan: FeaturePlan, t: int) -> list[dict[str, Any]]:
     out = []
     for key in plan.input_keys:
         name, side = key.split("/")
-        f = next(f for f in (*plan.sequence, *plan.head) if f.name == name)
+        f = next(f for f in plan.declared if f.name == name)
         shape: list[int | None] = [None] if side == "target" else [None, t]
         if f.pooled:
             shape.append(f.spec.max_ids)
@@ -312,7 +318,7 @@ def feature_contract(learner: TableLearner) -> dict[str, Any]:
         return {}
     moments = learner.feature_moments
     features = []
-    for f in (*plan.sequence, *plan.head):
+    for f in plan.declared:
         entry: dict[str, Any] = {
             "name": f.name, "kind": f.spec.kind, "role": f.spec.role, "outcome": f.spec.outcome,
             "table": f.table, "transform": f.spec.transform,

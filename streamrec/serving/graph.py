@@ -17,7 +17,30 @@ import paddle
 import paddle.nn.functional as F
 from paddle import nn
 
+from streamrec.learner.features import FeaturePlan
 from streamrec.learner.idstats import PRIOR_SAMPLES, RATE_EPS, USER, log_odds
+
+
+def input_order(plan: FeaturePlan) -> list[int]:
+    """Where each of the model's inputs (`FeaturePlan.inputs`) is among the contract's.
+
+    The contract's, in a row: the built-in behaviour features' target rows (its ``targets``
+    columns), their sequences (``sequences``), the built-in user's rows (``context``), then
+    the declared features' inputs (`FeaturePlan.input_keys`).
+    """
+    behaviour = [f.name for f in plan.query if f.builtin]
+    context = [f.name for f in plan.head if f.builtin]
+    declared = plan.input_keys
+    nb, nc = len(behaviour), len(context)
+    order = []
+    for f, side in plan.inputs:
+        if not f.builtin:
+            order.append(2 * nb + nc + declared.index(f"{f.name}/{side}"))
+        elif f.name in context:
+            order.append(2 * nb + context.index(f.name))
+        else:
+            order.append(behaviour.index(f.name) + (nb if side == "sequence" else 0))
+    return order
 
 
 class ScoringGraph(nn.Layer):
@@ -42,6 +65,7 @@ class ScoringGraph(nn.Layer):
         super().__init__()
         self.model = model
         self.n_behaviour = len(behaviour)
+        self.order = input_order(model.plan)
         self.stats = samples is not None and positives is not None
         if samples is not None and positives is not None:
             total = float(samples[USER].sum())
@@ -88,15 +112,22 @@ class ScoringGraph(nn.Layer):
         ``context`` holds one [B] row tensor per context table, ``extras`` the declared
         features' inputs (see `DIN`).
         """
-        target_list = [targets[:, i] for i in range(self.n_behaviour)]
-        sequence_list = [sequences[:, i, :] for i in range(self.n_behaviour)]
+        # The contract's inputs as the model's, in `FeaturePlan` order (`input_order`).
+        pool = [targets[:, i] for i in range(self.n_behaviour)]
+        pool.extend([sequences[:, i, :] for i in range(self.n_behaviour)])
+        pool.extend(context)
+        if extras:
+            pool.extend(extras)
+        inputs = []
+        for i in range(len(self.order)):
+            inputs.append(pool[self.order[i]])
         if self.stats:
-            logits = self.model(target_list, sequence_list, context, self._dense(targets, users), extras)
+            logits = self.model(inputs, self._dense(targets, users))
         else:
             # The contract keeps one list of inputs: without statistics ``users`` is read as a
             # zero term (an input the graph does not use cannot be exported).
             unused = targets.astype("float32")  # a model without statistics ignores dense
-            logits = self.model(target_list, sequence_list, context, unused, extras)
+            logits = self.model(inputs, unused)
             logits = logits + 0.0 * users.astype("float32")
         return F.sigmoid(logits)
 
@@ -117,7 +148,7 @@ class ContextScoringGraph(ScoringGraph):
         self, targets: paddle.Tensor, sequences: paddle.Tensor, users: paddle.Tensor, context: paddle.Tensor
     ) -> paddle.Tensor:
         """[B] click probabilities."""
-        n_context = len(self.model.embedding.context)
+        n_context = self.model.plan.n_context
         return self.score(targets, sequences, users, [context[:, i] for i in range(n_context)])
 
 
@@ -151,5 +182,5 @@ class FeatureContextScoringGraph(ScoringGraph):
         extras: list[paddle.Tensor],
     ) -> paddle.Tensor:
         """[B] click probabilities."""
-        n_context = len(self.model.embedding.context)
+        n_context = self.model.plan.n_context
         return self.score(targets, sequences, users, [context[:, i] for i in range(n_context)], extras)

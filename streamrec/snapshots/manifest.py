@@ -61,6 +61,12 @@ class SnapshotManifest:
         return value if isinstance(value, str) and value else DEFAULT_LEARNER
 
     @property
+    def state_layout(self) -> int:
+        """The learner state's layout (``config.state_layout``); 1 before it was recorded."""
+        value = self.config.get("state_layout")
+        return value if isinstance(value, int) else 1
+
+    @property
     def schema(self) -> FeatureSchema:
         """The feature schema the model read (``config.features``); the default before schemas."""
         doc = self.config.get("features")

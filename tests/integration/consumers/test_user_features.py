@@ -73,6 +73,7 @@ def test_samples_carry_the_users_features_as_of_their_time(
         click(4, 5),
         click(5, 40),
         click(2, 10, membership="silver"),  # resent: a duplicate, no samples, no new point
+        click(1, 50, membership="platinum", item_id="i9"),  # e1 reused: dead-lettered, no point
     ]
     send(kafka_config, docs)
     stats = ConsumerRunner(cfg).run()
@@ -104,7 +105,9 @@ def test_a_rebuild_restores_the_users_features(
     redis_client: redis.Redis,
     unique_name: str,
 ) -> None:
+    reused = click(1, 50, membership="platinum", item_id="i9")  # e1 reused for other content: no point
     send(kafka_config, [click(1, 30, membership="gold"), click(2, 10, membership="silver"), click(3, 20)])
+    send(kafka_config, [reused])
     rebuild_store(config(kafka_config, store_config, unique_name), force=True)
     stored = cast(dict[bytes, bytes], redis_client.hgetall(f"{store_config.key_prefix}:prof:{{u1}}"))
     assert stored == {b"tier": f'{T0 + 10_000}\x1f"silver"\x1e{T0 + 30_000}\x1f"gold"'.encode()}

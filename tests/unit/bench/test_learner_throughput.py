@@ -26,7 +26,7 @@ def test_forward_flops_follow_the_formula() -> None:
     model = DIN(cfg)
     d = 8  # two behaviour tables of width 4
     attention = 2 * (4 * d * 6 + 6 * 3 + 3 * 1)
-    head_in = 3 * d + model.embedding.context_dim + model.dense_dim + model.match.width  # type: ignore[union-attr]
+    head_in = 3 * d + sum(f.width for f in model.x_head) + model.dense_dim + model.match.width  # type: ignore[union-attr]
     head = 2 * (head_in * 5 + 5 * 1)
     assert forward_flops(model, 7) == 7 * attention + head + 2 * (2 * 7 * d)
 

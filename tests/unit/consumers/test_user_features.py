@@ -96,6 +96,19 @@ def test_a_redone_batch_gets_the_same_values() -> None:
     assert tiers(again.samples) == {"e1": "silver", "e1~n0": "silver", "e2": "gold", "e2~n0": "gold"}
 
 
+def test_an_event_id_reused_for_other_content_writes_no_user_feature() -> None:
+    """A conflict is dead-lettered whole: its user features reach no profile, in its batch or later."""
+    b = builder(negatives=0)
+    run(b, [click(1, 10, "silver")])
+    reused = click(1, 20, "gold")  # e1 again, another time and another tier: a conflict
+    reused["item_id"] = "i9"
+    result = b.process(records([reused, click(2, 30)], first=1), now_ms=T0 + 10**6)
+    b.commit(result)
+    assert [d.reason for d in result.dead] and "e1" not in tiers(result.samples)
+    assert tiers(result.samples) == {"e2": "silver"}  # the conflict's gold never counted
+    assert tiers(run(b, [click(3, 40)], first=3)) == {"e3": "silver"}
+
+
 def test_a_bad_user_value_dead_letters_its_event_naming_the_feature() -> None:
     b = builder(negatives=0)
     bad = click(1, 10)

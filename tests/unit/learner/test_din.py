@@ -20,6 +20,7 @@ from streamrec.errors import SnapshotError
 from streamrec.learner import din as din_module
 from streamrec.learner.batch import Batch, EncodedBatch, encode
 from streamrec.learner.din import OPTIMIZER_PREFIX, DINLearner, resolve_device
+from streamrec.learner.features import model_columns
 from streamrec.learner.model import DIN
 from streamrec.learner.snapshotting import group_state
 from streamrec.samples import Sample
@@ -57,14 +58,9 @@ def _batch(n: int, seed: int, t: int = 10) -> Batch:
 
 
 def _tensors(encoded: EncodedBatch, model: DIN) -> tuple[Any, ...]:
-    """The model's inputs, with random dense features of the width it reads."""
+    """The model's inputs (by feature, in plan order), with random dense features of the width it reads."""
     dense = np.random.default_rng(0).normal(size=(len(encoded), model.dense_dim)).astype(np.float32)
-    return (
-        [paddle.to_tensor(a) for a in encoded.targets.values()],
-        [paddle.to_tensor(a) for a in encoded.sequences.values()],
-        [paddle.to_tensor(a) for a in encoded.context.values()],
-        paddle.to_tensor(dense),
-    )
+    return [paddle.to_tensor(a) for a in model_columns(encoded, model.plan)], paddle.to_tensor(dense)
 
 
 def _awake(model: DIN) -> DIN:
@@ -89,8 +85,8 @@ def test_an_untrained_din_scores_by_the_id_statistics_alone() -> None:
     """
     paddle.seed(0)
     model = DIN(CFG.model_copy(update={"match_init": 0.0}))
-    targets, sequences, context, dense = _tensors(encode(_batch(6, 1), CFG), model)
-    logits = model(targets, sequences, context, dense).numpy()
+    inputs, dense = _tensors(encode(_batch(6, 1), CFG), model)
+    logits = model(inputs, dense).numpy()
     rates = dense.numpy()
     np.testing.assert_allclose(logits, rates[:, 0] + rates[:, -2], rtol=1e-5, atol=1e-5)
 
@@ -100,25 +96,27 @@ def test_padding_positions_do_not_change_the_output() -> None:
     model = _awake(DIN(CFG))
     model.eval()
     encoded = encode(_batch(6, 1), CFG)
-    targets, (items, cats), context, dense = _tensors(encoded, model)
-    base = model(targets, [items, cats], context, dense).numpy()
+    inputs, dense = _tensors(encoded, model)
+    keys = model.plan.keys
+    items, cats = keys.index("item/sequence"), keys.index("category/sequence")
+
+    def score(item_rows: np.ndarray, category_rows: np.ndarray) -> np.ndarray:
+        given = list(inputs)
+        given[items], given[cats] = paddle.to_tensor(item_rows), paddle.to_tensor(category_rows)
+        return model(given, dense).numpy()
+
+    base = model(inputs, dense).numpy()
     # Garbage categories under padded items: the mask must hide them entirely.
     noisy_cats = np.where(encoded.sequences["item"] == 0, 5, encoded.sequences["category"])
-    noisy = model(targets, [items, paddle.to_tensor(noisy_cats)], context, dense).numpy()
+    noisy = score(encoded.sequences["item"], noisy_cats)
     np.testing.assert_allclose(noisy, base, rtol=1e-6, atol=1e-6)
-    shifted = model(targets, [items, paddle.to_tensor(noisy_cats + 1)], context, dense).numpy()
+    shifted = score(encoded.sequences["item"], noisy_cats + 1)
     assert not np.allclose(shifted, base)  # a real behaviour's category does count
     # Extra left padding (a longer T) changes nothing either.
     pad = np.zeros((6, 4), dtype=np.int64)
-    wider = model(
-        targets,
-        [
-            paddle.to_tensor(np.hstack([pad, encoded.sequences["item"]])),
-            paddle.to_tensor(np.hstack([pad + 3, encoded.sequences["category"]])),
-        ],
-        context,
-        dense,
-    ).numpy()
+    wider = score(
+        np.hstack([pad, encoded.sequences["item"]]), np.hstack([pad + 3, encoded.sequences["category"]])
+    )
     np.testing.assert_allclose(wider, base, rtol=1e-6, atol=1e-6)
 
 

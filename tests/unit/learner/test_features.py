@@ -91,10 +91,32 @@ def test_the_plan_gives_declared_features_their_tables() -> None:
     cfg = model(tables=[*model().model_dump()["tables"],
                         {"name": "tags", "feature": "genres", "ids": "hashed", "rows": 32, "dim": 3}])
     plan = FeaturePlan(cfg, SCHEMA)
-    assert plan.tables == {"tags": (32, 3), "device": (DEFAULT_ROWS, DEFAULT_DIM), "age": (5, DEFAULT_DIM)}
-    assert [f.name for f in plan.sequence] == ["genres", "price", "rating"]  # the target's first
+    assert plan.tables == {  # every table, the built-in features' first
+        "item": (256, 4), "category": (64, 4),
+        "tags": (32, 3), "device": (DEFAULT_ROWS, DEFAULT_DIM), "age": (5, DEFAULT_DIM),
+    }
+    # the targets' features first, the built-ins before the declared
+    assert [f.name for f in plan.sequence] == ["item", "category", "genres", "price", "rating"]
     assert [f.name for f in plan.head] == ["device", "age"]
-    assert (plan.query_width, plan.outcome_width, plan.head_width) == (4, 1, 16)
+    assert [f.name for f in plan.declared] == ["genres", "price", "rating", "device", "age"]
+    assert (plan.query_width, plan.outcome_width, plan.head_width) == (4 + 4 + 4, 1, 16)
+    assert plan.keys == [
+        "item/target", "category/target", "genres/target", "price/target",
+        "item/sequence", "category/sequence", "genres/sequence", "price/sequence", "rating/sequence",
+        "device/target", "age/target",
+    ]
+    assert plan.input_keys == [k for k in plan.keys if not k.startswith(("item/", "category/"))]
+
+
+def test_the_user_id_is_a_planned_feature_of_its_table() -> None:
+    cfg = model(tables=[*model().model_dump()["tables"],
+                        {"name": "users", "feature": "user", "ids": "hashed", "rows": 32, "dim": 3}])
+    plan = FeaturePlan(cfg, SCHEMA)
+    user = plan.head[0]
+    assert (user.name, user.table, user.width, user.builtin) == ("user", "users", 3, True)
+    assert user.spec.role == "user"
+    assert [f.name for f in plan.head] == ["user", "device", "age"]
+    assert plan.n_context == 1 and "user" not in SCHEMA.names  # never a schema's feature
 
 
 def test_two_features_may_share_a_table() -> None:
@@ -103,7 +125,7 @@ def test_two_features_may_share_a_table() -> None:
                         {"name": "genre", "feature": "genres", "also": ["main_genre"], "ids": "hashed",
                          "rows": 32, "dim": 3}])
     plan = FeaturePlan(cfg, schema)
-    assert plan.tables == {"genre": (32, 3)}
+    assert list(plan.tables) == ["item", "category", "genre"] and plan.tables["genre"] == (32, 3)
     assert plan.table_of("genres") == plan.table_of("main_genre") == "genre"
 
 

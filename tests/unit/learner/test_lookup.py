@@ -99,8 +99,8 @@ def test_scoring_reads_the_keys_by_distinct_tuples_with_the_same_scores(
 
     monkeypatch.setattr(model, "distinct_keys", counted)
     with paddle.no_grad():
-        fast = din(targets, sequences, [], dense).numpy()
+        fast = din([*targets, *sequences], dense).numpy()
         assert calls
         monkeypatch.setattr(model.DIN, "_distinct_keys", lambda self, ids: False)
-        plain = din(targets, sequences, [], dense).numpy()
+        plain = din([*targets, *sequences], dense).numpy()
     np.testing.assert_array_equal(fast, plain)

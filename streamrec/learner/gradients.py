@@ -1,0 +1,167 @@
+"""The learner ranks' gradients, averaged after each backward pass in one exchange a step.
+
+``paddle.DataParallel`` all-reduced the dense gradients and all-gathered each embedding's sparse
+row gradient on its own: on this model four tables, each a count, its rows and its values,
+and on gloo a collective costs a rank up to about a millisecond of CPU in its threads, however
+small (`bench/HISTORY.md`). `GradientSum` sends all of a step's gradients at once: one
+all-gather (`RankGroup.gather`) of this rank's dense gradients and its tables' rows and
+values, packed as one int64 array; each rank then sums the dense ones and concatenates the row
+gradients in rank order, both divided by the ranks (as ``DataParallel``'s average: a rank's
+loss is scaled by its share, `GroupLayout.share`), and the optimizer applies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F  # noqa: N812 - Paddle's own spelling
+
+#: ``RankGroup.gather``: every rank's int64 1-D array, in rank order.
+Gather = Callable[[np.ndarray, str], list[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Gradients:
+    """One rank's gradients as arrays, in the module's parameter order.
+
+    Attributes:
+        dense: float32, each a parameter's shape; None where the parameter has no gradient.
+        rows: int64 [n]: each sparse parameter's rows (repeats allowed: they add up).
+        values: float32 [n, width]: those rows' gradients.
+    """
+
+    dense: list[np.ndarray | None]
+    rows: list[np.ndarray]
+    values: list[np.ndarray]
+
+    def pack(self) -> np.ndarray:
+        """One int64 array: which dense gradients are present, the row counts, rows, then the floats."""
+        present = [g is not None for g in self.dense]
+        floats = np.concatenate(
+            [np.zeros(0, np.float32)]
+            + [g.ravel() for g in self.dense if g is not None]
+            + [v.ravel() for v in self.values]
+        ).astype(np.float32, copy=False)
+        if len(floats) % 2:
+            floats = np.append(floats, np.float32(0))  # whole int64 items
+        return np.concatenate(
+            [
+                np.array(present, np.int64),
+                np.array([len(r) for r in self.rows], np.int64),
+                *(r.astype(np.int64, copy=False) for r in self.rows),
+                floats.view(np.int64),
+            ]
+        )
+
+    @classmethod
+    def unpack(
+        cls, packed: np.ndarray, shapes: Sequence[tuple[int, ...]], widths: Sequence[int]
+    ) -> Gradients:
+        """What `pack` made of gradients of dense ``shapes`` and sparse row ``widths``.
+
+        Raises:
+            ValueError: ``packed`` is not of these parameters (another model, or cut short).
+        """
+        head = len(shapes) + len(widths)
+        if len(packed) < head:
+            raise ValueError(f"a rank's gradients hold {len(packed)} items, fewer than their header's {head}")
+        present = packed[: len(shapes)].astype(bool)
+        counts = packed[len(shapes) : head]
+        rows = np.split(packed[head : head + counts.sum()], np.cumsum(counts)[:-1])
+        floats = packed[head + counts.sum() :].view(np.float32)
+        sizes = [int(np.prod(s)) if p else 0 for s, p in zip(shapes, present, strict=True)]
+        sizes += [int(n) * w for n, w in zip(counts, widths, strict=True)]
+        if len(floats) != sum(sizes) + sum(sizes) % 2:  # `pack` pads to whole int64 items
+            raise ValueError(
+                f"a rank's gradients hold {len(floats)} numbers, not the {sum(sizes)} of this model"
+            )
+        parts = np.split(floats[: sum(sizes)], np.cumsum(sizes)[:-1])
+        dense = [p.reshape(s) if on else None for p, s, on in zip(parts, shapes, present, strict=False)]
+        values = [p.reshape(-1, w) for p, w in zip(parts[len(shapes) :], widths, strict=True)]
+        return cls(dense, list(rows), values)
+
+    @classmethod
+    def mean(cls, ranks: Sequence[Gradients]) -> Gradients:
+        """The ranks' average: dense gradients summed, row gradients concatenated in rank order.
+
+        Both divided by the number of ranks.
+        """
+        world = len(ranks)
+        dense: list[np.ndarray | None] = []
+        for grads in zip(*(r.dense for r in ranks), strict=True):
+            held = [g for g in grads if g is not None]
+            dense.append(None if not held else sum(held[1:], held[0].copy()) / np.float32(world))
+        rows = [np.concatenate(rs) for rs in zip(*(r.rows for r in ranks), strict=True)]
+        values = [
+            np.concatenate(vs) / np.float32(world) for vs in zip(*(r.values for r in ranks), strict=True)
+        ]
+        return cls(dense, rows, values)
+
+
+class GradientSum:
+    """After a backward pass, every rank's gradients of ``module`` averaged into each rank's.
+
+    The sparse parameters are those of ``module``'s embeddings with sparse (row) gradients;
+    the rest are dense. Every rank must hold the same module.
+    """
+
+    def __init__(self, module: paddle.nn.Layer, gather: Gather) -> None:
+        """Sort ``module``'s trainable parameters into dense and sparse."""
+        sparse = {
+            id(layer.weight)
+            for layer in module.sublayers()
+            if isinstance(layer, paddle.nn.Embedding) and layer._sparse  # noqa: SLF001 - no public getter
+        }
+        trainable = [p for p in module.parameters() if not p.stop_gradient]
+        self._dense = [p for p in trainable if id(p) not in sparse]
+        self._sparse = [p for p in trainable if id(p) in sparse]
+        self._shapes = [tuple(p.shape) for p in self._dense]
+        self._widths = [int(np.prod(p.shape[1:])) for p in self._sparse]
+        self._gather = gather
+
+    def __call__(self) -> None:
+        """Exchange this rank's gradients and set the group's average in their place."""
+        gathered = self._gather(self.mine().pack(), "gradients")
+        self.set(Gradients.mean([Gradients.unpack(g, self._shapes, self._widths) for g in gathered]))
+
+    def mine(self) -> Gradients:
+        """This rank's gradients, as the backward pass left them."""
+        rows, values = [], []
+        for p, width in zip(self._sparse, self._widths, strict=True):
+            if p.grad is None:
+                rows.append(np.zeros(0, np.int64))
+                values.append(np.zeros((0, width), np.float32))
+                continue
+            # Private API: Paddle has no public accessor for a SelectedRows gradient's values.
+            rows.append(np.asarray(p.grad.rows(), np.int64))
+            values.append(p.grad._get_tensor_from_selected_rows().numpy().reshape(-1, width))  # noqa: SLF001
+        if any(p.grad is not None and p.grad.is_selected_rows() for p in self._dense):
+            raise TypeError(
+                "a parameter outside the module's nn.Embedding layers has a sparse (row) gradient: "
+                "the ranks cannot average it; look it up through an nn.Embedding(sparse=True)"
+            )
+        dense = [None if p.grad is None else p.grad.numpy() for p in self._dense]
+        return Gradients(dense, rows, values)
+
+    def set(self, grads: Gradients) -> None:
+        """Make ``grads`` the parameters' gradients (what the optimizer steps by)."""
+        for p, g in zip(self._dense, grads.dense, strict=True):
+            if g is None:
+                continue
+            if p.grad is None:
+                (p * paddle.to_tensor(g)).sum().backward()  # d/dp sum(p * g) = g exactly
+            else:
+                p.grad.set_value(g)
+        # A row gradient cannot be built from Python: the backward pass of sum(E[rows] * values)
+        # makes exactly (rows, values), as a sparse lookup's does.
+        surrogate = []
+        for p, rows, values in zip(self._sparse, grads.rows, grads.values, strict=True):
+            p.clear_gradient(False)
+            if len(rows):
+                looked = F.embedding(paddle.to_tensor(rows), p, sparse=True).reshape([len(rows), -1])
+                surrogate.append((looked * paddle.to_tensor(values)).sum())
+        if surrogate:
+            paddle.add_n(surrogate).backward()
