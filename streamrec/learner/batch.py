@@ -14,7 +14,7 @@ import numpy as np
 
 from streamrec.config import BEHAVIOUR_FEATURES, USER_FEATURE, Feature, ModelConfig, TableConfig
 from streamrec.features import BUILTIN
-from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
+from streamrec.learner.hashing import PADDING_BUCKET, distinct_fingerprints, fingerprint, to_buckets
 from streamrec.samples import BUILTIN_FIELDS, Sample, builtin_columns
 
 
@@ -330,8 +330,8 @@ def batch_keys(batch: Batch, cfg: ModelConfig) -> BatchKeys:
     for table in cfg.builtin_tables:
         targets[table.name] = fingerprint(batch.target_ids(table.feature))
         if table.feature in BEHAVIOUR_FEATURES:
-            distinct, inverse = np.unique(fingerprint(batch.sequence_ids(table.feature)), return_inverse=True)
-            sequences[table.name], index[table.name] = distinct, inverse.astype(np.int64).ravel()
+            ids = batch.sequence_ids(table.feature)
+            sequences[table.name], index[table.name] = distinct_fingerprints(ids)
     return BatchKeys(targets, sequences, index)
 
 

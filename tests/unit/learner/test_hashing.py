@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from streamrec.learner.hashing import bucketize, fingerprint
+from streamrec.learner.hashing import bucketize, distinct_fingerprints, fingerprint
 
 
 def test_known_values_never_change() -> None:
@@ -61,3 +61,15 @@ def test_sequential_ids_spread_evenly() -> None:
     used = counts[1:]
     # Poisson(~98) per bucket: 5 standard deviations either side is a generous band.
     assert used.min() > 98 - 50 and used.max() < 98 + 50
+
+
+CASES = [[], ["a"], ["b", "a", "b", "c", "a", "a"], [f"i{n % 97}" for n in range(1000)]]
+
+
+@pytest.mark.parametrize("ids", CASES)
+def test_distinct_fingerprints_are_np_unique_of_the_fingerprints(ids: list[str]) -> None:
+    distinct, inverse = distinct_fingerprints(ids)
+    expected, expected_inverse = np.unique(fingerprint(ids), return_inverse=True)
+    assert distinct.dtype == np.uint64 and inverse.dtype == np.int64
+    np.testing.assert_array_equal(distinct, expected)
+    np.testing.assert_array_equal(inverse, expected_inverse.ravel())
