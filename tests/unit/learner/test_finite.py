@@ -1,4 +1,4 @@
-"""The training step's finiteness check: one operator over every gradient, the values untouched."""
+"""The training step's finiteness check: over every gradient, dense and sparse, the values untouched."""
 
 from __future__ import annotations
 
