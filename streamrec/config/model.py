@@ -118,7 +118,7 @@ class ModelConfig(BaseModel):
     # the model reads as many. DIN papers use 20-100; 50 is the measured sweet spot of cost
     # and recall.
     sequence_length: int = Field(50, ge=1, description="STREAMREC_MODEL__SEQUENCE_LENGTH")
-    # A bias per id of each table, added to the logit (see learner.model.WideArch), learning
+    # A bias per id of each table, added to the logit (see learner.embedding.WideArch), learning
     # this many times faster than the rest.
     wide: bool = Field(True, description="STREAMREC_MODEL__WIDE")
     id_stats: bool = Field(True, description="STREAMREC_MODEL__ID_STATS")

@@ -19,8 +19,9 @@ from paddle import nn
 
 from streamrec.config import ModelConfig
 from streamrec.errors import ConfigError
+from streamrec.learner.embedding import WideArch
 from streamrec.learner.features import FeaturePlan, PlannedFeature
-from streamrec.learner.model import TableModel, WideArch, _mlp
+from streamrec.learner.model import TableModel, _mlp
 
 
 class FMInteraction(nn.Layer):

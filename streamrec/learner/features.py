@@ -2,7 +2,7 @@
 
 A `FeaturePlan` says, from the model configuration and the feature schema, which table
 embeds each feature and how wide it enters the model: every table is planned, built
-(`streamrec.learner.model.EmbeddingArch`) and looked up alike, and the model takes its inputs
+(`streamrec.learner.embedding.EmbeddingArch`) and looked up alike, and the model takes its inputs
 by feature, in the plan's order (`model_columns`). `encode_features` turns a batch's declared
 `FeatureColumn`s into their inputs; the built-ins' rows come from the learner's id maps
 (`streamrec.learner.batch.encode`).
@@ -55,7 +55,7 @@ class PlannedFeature:
             learner's id maps (or hashing) give from the sample's own columns: they are what
             the id statistics, the match features, the known items and DIN's wide part
             count, and training looks each distinct row of theirs up once
-            (`streamrec.learner.model.distinct_lookup`).
+            (`streamrec.learner.embedding.distinct_lookup`).
     """
 
     spec: FeatureSpec

@@ -9,8 +9,8 @@ import paddle
 import pytest
 
 from streamrec.config import ModelConfig
-from streamrec.learner import model
-from streamrec.learner.model import distinct_keys, distinct_lookup
+from streamrec.learner import embedding, model
+from streamrec.learner.embedding import distinct_keys, distinct_lookup
 
 
 def test_a_distinct_lookup_reads_the_same_vectors_and_sends_one_gradient_row_per_id() -> None:
@@ -51,7 +51,7 @@ def test_distinct_keys_are_the_plain_lookups_concatenated_with_the_same_gradient
     huge: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if huge:  # tables too large for one mixed-radix key: the tuples are made distinct by rows
-        monkeypatch.setattr(model, "TUPLE_KEY_LIMIT", 69)
+        monkeypatch.setattr(embedding, "TUPLE_KEY_LIMIT", 69)
     targets = [paddle.to_tensor(np.array([3, 9])), paddle.to_tensor(np.array([1, 6]))]
     sequences = [
         paddle.to_tensor(np.array([[3, 3, 0], [5, 9, 0]])),

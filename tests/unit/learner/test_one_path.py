@@ -16,7 +16,7 @@ paddle = pytest.importorskip("paddle")
 
 from streamrec.learner.deepfm_learner import DeepFMLearner  # noqa: E402 -- after the skip: Paddle is optional
 from streamrec.learner.din import DINLearner  # noqa: E402
-from streamrec.learner.model import EmbeddingArch  # noqa: E402
+from streamrec.learner.embedding import EmbeddingArch  # noqa: E402
 
 T0 = 1_700_000_000_000
 SCHEMA = FeatureSchema.of([
