@@ -24,7 +24,7 @@ import resource
 from pathlib import Path
 
 from streamrec.config import ModelConfig
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.samples import Sample
 
@@ -37,10 +37,10 @@ def rss_bytes() -> int:
     return pages * resource.getpagesize()
 
 
-def micro_batch(index: int, size: int) -> Batch:
+def micro_batch(index: int, size: int) -> SampleColumns:
     """``size`` samples, each of a new item, with the previous few as history."""
     items = [f"b{index}-{k}" for k in range(size)]
-    return Batch.from_samples([
+    return SampleColumns.from_samples([
         Sample(f"{index}-{k}", f"u{k % 50}", index * HOUR_MS + k, item, f"c{k % 100}", k % 2,
                tuple(items[max(0, k - 5) : k]), tuple(f"c{j % 100}" for j in range(max(0, k - 5), k)))
         for k, item in enumerate(items)

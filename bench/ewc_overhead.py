@@ -22,12 +22,12 @@ import time
 from learner_throughput import MICRO_BATCH, wire_samples
 
 from streamrec.config import ModelConfig
-from streamrec.learner.batch import Batch, EncodedBatch
+from streamrec.learner.columns import EncodedColumns, SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.samples import Sample
 
 
-def train_seconds(cfg: ModelConfig, prepared: list[EncodedBatch]) -> float:
+def train_seconds(cfg: ModelConfig, prepared: list[EncodedColumns]) -> float:
     """Seconds a fresh learner takes to train on every micro-batch."""
     learner = DINLearner(cfg)
     start = time.perf_counter()
@@ -48,7 +48,7 @@ def main() -> None:
     counter = DINLearner(off)
     prepared = []
     for i in range(0, len(wire), MICRO_BATCH):
-        batch = Batch.from_samples([Sample.from_json(r) for r in wire[i : i + MICRO_BATCH]])
+        batch = SampleColumns.from_samples([Sample.from_json(r) for r in wire[i : i + MICRO_BATCH]])
         prepared.append(counter.encode(batch))
         counter.count(batch)
     rounds = [(train_seconds(off, prepared), train_seconds(on, prepared)) for _ in range(args.rounds)]

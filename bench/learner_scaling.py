@@ -50,7 +50,7 @@ def rank_main(out: str, samples: int, micro_batch: int) -> None:
     from learner_throughput import wire_samples
 
     from streamrec.config import ModelConfig
-    from streamrec.learner.batch import Batch
+    from streamrec.learner.columns import SampleColumns
     from streamrec.learner.din import DINLearner
     from streamrec.learner.ranked import group_step
     from streamrec.learner.ranks import GroupLayout, RankGroup, launched_world
@@ -74,7 +74,7 @@ def rank_main(out: str, samples: int, micro_batch: int) -> None:
         own = [parse_sample(w) for _, w in chunk]
         places = np.array([[i % PARTITIONS, i] for i, _ in chunk], np.int64).ravel()
         layout = GroupLayout.of([g.reshape(-1, 2) for g in group.gather(places, "places")], rank)
-        batch = Batch.from_samples(own)
+        batch = SampleColumns.from_samples(own)
         result = group_step(learner, batch, layout)
         scored = Scored.of(batch, result.probs, result.known)
         group_scores, train, dead = gather_scores(group.share.exchange, scored, result.train, 0)

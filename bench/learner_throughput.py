@@ -2,7 +2,7 @@
 
 Ceiling: the same DIN scoring and then training on every micro-batch, already encoded into
 tensor-ready arrays (the bare loop: the model's own compute). streamrec: the learner's whole
-per-micro-batch path on the same samples: decode and validate the sample JSON into a Batch,
+per-micro-batch path on the same samples: decode and validate the sample JSON into a SampleColumns,
 encode it (ids, id statistics), score (progressive validation), compute the metrics, train,
 mark known items. The ratio is what decoding, id lookup and batch assembly cost.
 Data: MovieLens latest-small (real ratings), samples built by the consumers' own logic on
@@ -58,9 +58,9 @@ from streamrec.featurestore import MemoryFeatureStore
 from streamrec.heapsettings import keep_freed_memory
 from streamrec.kafka.records import Record
 from streamrec.kernelsettings import MKL_CPU_TYPE, prefer_avx2_kernels
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
-from streamrec.learner.metrics import BatchMetrics
+from streamrec.learner.metrics import MicroBatchMetrics
 from streamrec.learner.model import DIN
 from streamrec.samples import Sample
 
@@ -159,7 +159,7 @@ def main() -> None:
     counter = DINLearner(cfg, schema=schema)
     prepared = []
     for chunk in chunks:
-        batch = Batch.from_samples([Sample.from_json(r) for r in chunk])
+        batch = SampleColumns.from_samples([Sample.from_json(r) for r in chunk])
         counter.admit(batch)
         prepared.append(counter.encode(batch))
         counter.count(batch)
@@ -175,9 +175,9 @@ def main() -> None:
     aucs = []
     start, cpu = time.perf_counter(), time.process_time()
     for chunk in chunks:
-        batch = Batch.from_samples([Sample.from_json(r) for r in chunk])
+        batch = SampleColumns.from_samples([Sample.from_json(r) for r in chunk])
         probs = learner.predict_many(batch)
-        metrics = BatchMetrics.compute(batch.label, probs, batch.user_ids, learner.is_known(batch))
+        metrics = MicroBatchMetrics.compute(batch.label, probs, batch.user_ids, learner.is_known(batch))
         learner.learn_many(batch)
         aucs.append(metrics.auc)
     rate = len(wire) / (time.perf_counter() - start)

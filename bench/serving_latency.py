@@ -62,7 +62,7 @@ from streamrec.consumers.processor import SampleBuilder
 from streamrec.datasets import read_events
 from streamrec.featurestore import MemoryFeatureStore
 from streamrec.kafka.records import Record
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.snapshotting import group_state
 from streamrec.serving.engines import ENGINES, EngineChoice
@@ -84,7 +84,7 @@ def trained_snapshot(root: Path, limit: int) -> tuple[SnapshotStore, list[dict[s
     for i in range(0, len(records), 2500):
         result = builder.process(records[i : i + 2500])
         builder.commit(result)
-        learner.learn_many(Batch.from_samples(result.samples))
+        learner.learn_many(SampleColumns.from_samples(result.samples))
     store = SnapshotStore(root)
     manifest = store.write(
         group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),

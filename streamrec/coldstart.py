@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 
 # As the item-rate baseline's: the prior weighs as this many samples.
 PRIOR_SAMPLES = 10.0
@@ -45,7 +45,7 @@ class ItemPrior:
         if categories is not None:
             _count(self.category_positives, self.category_samples, categories, labels)
 
-    def learn_batch(self, batch: Batch) -> None:
+    def learn_batch(self, batch: SampleColumns) -> None:
         """`learn` a micro-batch's targets."""
         self.learn(batch.target_ids("item"), batch.label.tolist(), batch.target_ids("category"))
 
@@ -84,13 +84,13 @@ class ItemPrior:
         return sorted(self.positives, key=lambda i: (-self.positives[i], i))[:k]
 
 
-def new_users(batch: Batch) -> np.ndarray:
+def new_users(batch: SampleColumns) -> np.ndarray:
     """bool[B]: samples whose user has an empty history."""
     return np.asarray(batch.seq_lengths == 0)
 
 
 def with_fallback(
-    scores: np.ndarray, batch: Batch, prior: ItemPrior, *, items: bool, users: bool
+    scores: np.ndarray, batch: SampleColumns, prior: ItemPrior, *, items: bool, users: bool
 ) -> np.ndarray:
     """The model's ``scores`` with the fallback applied.
 

@@ -48,7 +48,7 @@ def trained_snapshots(root: Path, count: int = 2, seed: int = 0, learner: str = 
     import numpy as np
 
     from streamrec.config import ModelConfig
-    from streamrec.learner.batch import Batch
+    from streamrec.learner.columns import SampleColumns
     from streamrec.learner.registry import make_learner
     from streamrec.learner.snapshotting import group_state
     from streamrec.samples import Sample
@@ -71,7 +71,7 @@ def trained_snapshots(root: Path, count: int = 2, seed: int = 0, learner: str = 
                 f"s{k}-{n}", f"u{rng.integers(30)}", k * 10_000 + n, f"i{item}", f"c{item % 5}",
                 int((item % 2 == 0) == (rng.random() < 0.8)), history, tuple("c0" for _ in history),
             ))
-        model.learn_many(Batch.from_samples(samples))
+        model.learn_many(SampleColumns.from_samples(samples))
         manifest = store.write(
             group_state(model.state_arrays()), micro_batches=k + 1, samples_trained=400 * (k + 1),
             positions=(), config={"model": cfg.model_dump(mode="json")},

@@ -3,7 +3,7 @@
 - `Learner` is the contract every model implements (``learn_many``, ``predict_many``);
   `DINLearner` is the Deep Interest Network in PaddlePaddle, `DeepFMLearner` DeepFM on the
   same tables (``STREAMREC_MODEL__LEARNER`` chooses). All take a
-  `Batch`: samples as columns.
+  `SampleColumns`: samples as columns.
 - `LearnerRunner` is the loop: read a micro-batch of samples from Kafka, score it,
   train on it, write a snapshot to a `SnapshotStore`
   (`streamrec.snapshots`; re-exported here for older imports).
@@ -22,8 +22,8 @@ from streamrec.lazy import lazy_exports
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
     from streamrec.learner.base import Learner, TrainResult
-    from streamrec.learner.batch import Batch
     from streamrec.learner.checks import Check, Promises, check_learner, yield_checks
+    from streamrec.learner.columns import SampleColumns
     from streamrec.learner.deepfm_learner import DeepFMLearner
     from streamrec.learner.din import DINLearner
     from streamrec.learner.hashing import fingerprint
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from streamrec.snapshots.store import SnapshotStore
 
 __all__ = [
-    "Batch",
+    "SampleColumns",
     "Check",
     "DINLearner",
     "DeepFMLearner",
@@ -60,7 +60,7 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "streamrec.learner.base": ["Learner", "TrainResult"],
-        "streamrec.learner.batch": ["Batch"],
+        "streamrec.learner.columns": ["SampleColumns"],
         "streamrec.learner.checks": ["Check", "Promises", "check_learner", "yield_checks"],
         "streamrec.learner.deepfm_learner": ["DeepFMLearner"],
         "streamrec.learner.din": ["DINLearner"],

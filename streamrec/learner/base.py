@@ -2,7 +2,7 @@
 
 As river's ``MiniBatchClassifier``: constructor arguments are the hyper-parameters, and the
 loop depends on these few methods only, so another model (a baseline, a new architecture)
-plugs in by implementing them. Micro-batches arrive as `Batch`
+plugs in by implementing them. Micro-batches arrive as `SampleColumns`
 columns; a model encodes them as it needs (hashing, id tables).
 """
 
@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,15 +69,15 @@ class Learner(Protocol):
     (``model`` for what serving needs; ``optimizer`` and ``state`` for resuming training).
     """
 
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         """Positive-class probabilities, float64 [B]; changes nothing."""
         ...
 
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         """Train on the labelled batch, skipping any step that is not finite."""
         ...
 
-    def is_known(self, batch: Batch) -> np.ndarray:
+    def is_known(self, batch: SampleColumns) -> np.ndarray:
         """Bool [B]: whether the model has learnt from each target item before."""
         ...
 
@@ -101,7 +101,7 @@ class PartLearner(Protocol):
     with ``learn_many``.
     """
 
-    def learn_part(self, batch: Batch) -> TrainResult:
+    def learn_part(self, batch: SampleColumns) -> TrainResult:
         """Train on a labelled part of the micro-batch being gathered."""
         ...
 

@@ -33,14 +33,14 @@ from safetensors.numpy import load as safetensors_load
 from safetensors.numpy import save as safetensors_save
 
 from streamrec.learner.base import Learner, PartLearner, TrainResult
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.metrics import auc
 from streamrec.samples import Sample
 
 #: Makes a fresh, untrained learner; called once per learner a check needs.
 LearnerFactory = Callable[[], Learner]
 #: Exports a learner into an empty directory and returns how the export scores a batch.
-Exporter = Callable[[Learner, Path], Callable[[Batch], np.ndarray]]
+Exporter = Callable[[Learner, Path], Callable[[SampleColumns], np.ndarray]]
 
 # Far from any real date, and fixed: the checks must not depend on the clock.
 T0 = 1_700_000_000_000
@@ -144,7 +144,7 @@ def _bind(fn: _CheckFn, factory: LearnerFactory, promises: Promises) -> Callable
 # -- samples -------------------------------------------------------------------------------
 
 
-def clicks(n: int, seed: int, ts: int = T0, prefix: str = "") -> Batch:
+def clicks(n: int, seed: int, ts: int = T0, prefix: str = "") -> SampleColumns:
     """Clicks of 12 users over 40 items (category = item mod 5), histories from earlier clicks.
 
     Items are drawn with a Zipf skew, so some are frequent; an item's positive rate follows
@@ -163,10 +163,10 @@ def clicks(n: int, seed: int, ts: int = T0, prefix: str = "") -> Batch:
             tuple(h[0] for h in history[-8:]), tuple(h[1] for h in history[-8:]),
         ))
         history.append((f"{prefix}i{item}", f"{prefix}c{item % 5}"))
-    return Batch.from_samples(samples)
+    return SampleColumns.from_samples(samples)
 
 
-def learnable(n: int = 64) -> Batch:
+def learnable(n: int = 64) -> SampleColumns:
     """A batch whose labels any learner can learn: half positives, half negatives.
 
     Positives target one of four items that is also in the user's history, in the
@@ -181,13 +181,13 @@ def learnable(n: int = 64) -> Batch:
             f"l{k}", f"u{k % 6}", T0 + k, item, category, int(positive), history,
             tuple("cp" if h == item else "ch" for h in history),
         ))
-    return Batch.from_samples(samples)
+    return SampleColumns.from_samples(samples)
 
 
-def odd(ts: int = T0 + 10**6) -> Batch:
+def odd(ts: int = T0 + 10**6) -> SampleColumns:
     """Samples at the edges: no history, no category, a history longer than any model keeps."""
     long = tuple(f"i{k % 40}" for k in range(300))
-    return Batch.from_samples([
+    return SampleColumns.from_samples([
         Sample("o0", "u1", ts, "i1", "c1", 1, (), ()),
         Sample("o1", "u2", ts, "i2", "", 0, ("i1",), ("",)),
         Sample("o2", "u3", ts, "", "", 0, ("", ""), ("", "")),
@@ -196,8 +196,8 @@ def odd(ts: int = T0 + 10**6) -> Batch:
     ])
 
 
-def _empty() -> Batch:
-    return Batch.from_samples([])
+def _empty() -> SampleColumns:
+    return SampleColumns.from_samples([])
 
 
 def _trained(factory: LearnerFactory, batches: int = 2) -> Learner:
@@ -277,8 +277,8 @@ def check_scores_are_per_sample(factory: LearnerFactory, promises: Promises) -> 
     """A sample scores the same alone as among others: nothing leaks across a batch."""
     learner = _trained(factory, 1)
     samples = [*_samples(clicks(12, 9, T0 + 50_000)), *_samples(odd())]
-    together = learner.predict_many(Batch.from_samples(samples))
-    alone = np.array([learner.predict_many(Batch.from_samples([s]))[0] for s in samples])
+    together = learner.predict_many(SampleColumns.from_samples(samples))
+    alone = np.array([learner.predict_many(SampleColumns.from_samples([s]))[0] for s in samples])
     _assert_close(alone, together, PER_SAMPLE_TOLERANCE, "alone against together")
 
 
@@ -296,7 +296,7 @@ def check_one_sample_batch(factory: LearnerFactory, promises: Promises) -> None:
     """A batch of one sample trains and scores, from scratch and after training."""
     for learner in (factory(), _trained(factory, 1)):
         for sample in _samples(odd())[:2]:
-            one = Batch.from_samples([sample])
+            one = SampleColumns.from_samples([sample])
             _assert_scores(learner.predict_many(one), 1, "one sample")
             _assert_result(learner.learn_many(one), "one sample")
             _assert_scores(learner.predict_many(one), 1, "one sample, after learning it")
@@ -432,7 +432,7 @@ def check_export_scores_as_the_learner(factory: LearnerFactory, promises: Promis
             _assert_close(score(batch), learner.predict_many(batch), EXPORT_TOLERANCE, "export")
 
 
-def _samples(batch: Batch) -> list[Sample]:
+def _samples(batch: SampleColumns) -> list[Sample]:
     """The samples of a batch, back from its columns."""
     ends = np.cumsum(batch.seq_lengths)
     starts = ends - batch.seq_lengths

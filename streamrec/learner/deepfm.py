@@ -111,7 +111,7 @@ def field_order(plan: FeaturePlan) -> list[tuple[int, bool]]:
 class DeepFM(TableModel):
     """DeepFM. B: batch, T: sequence length, F: fields, D: embedding dim (one for every table).
 
-    Inputs as `streamrec.learner.model.DIN`'s, so both train from one `EncodedBatch` and
+    Inputs as `streamrec.learner.model.DIN`'s, so both train from one `EncodedColumns` and
     export through one scoring graph: every feature's, in `FeaturePlan` order, and ``dense``
     float32 [B, S] (the id statistics, S may be 0). The output is [B] click logits.
 

@@ -28,14 +28,14 @@ class DeepFMLearner(TableLearner):
 
     Examples:
         >>> from streamrec.config import ModelConfig, TableConfig
-        >>> from streamrec.learner.batch import Batch
+        >>> from streamrec.learner.columns import SampleColumns
         >>> from streamrec.samples import Sample
         >>> cfg = ModelConfig(
         ...     learner="deepfm", tables=(TableConfig(name="item", feature="item", rows=64, dim=4),),
         ...     mlp_units=(8,), device="cpu",
         ... )
         >>> learner = DeepFMLearner(cfg)
-        >>> batch = Batch.from_samples([
+        >>> batch = SampleColumns.from_samples([
         ...     Sample("e1", "u1", 1_700_000_000_000, "i1", "c1", 1, ("i2",), ("c1",)),
         ...     Sample("e1~n0", "u1", 1_700_000_000_000, "i3", "c2", 0, ("i2",), ("c1",)),
         ... ])

@@ -5,7 +5,7 @@ embeds each feature and how wide it enters the model: every table is planned, bu
 (`streamrec.learner.embedding.EmbeddingArch`) and looked up alike, and the model takes its inputs
 by feature, in the plan's order (`model_columns`). `encode_features` turns a batch's declared
 `FeatureColumn`s into their inputs; the built-ins' rows come from the learner's id maps
-(`streamrec.learner.batch.encode`).
+(`streamrec.learner.columns.encode`).
 
 A declared ``id``/``ids`` feature without a table in ``STREAMREC_MODEL__TABLES`` gets a
 hashed table of its own, named after it, of `DEFAULT_ROWS` rows x `DEFAULT_DIM` (or the
@@ -25,7 +25,7 @@ import numpy as np
 from streamrec.config import BUILTIN_TABLE_FEATURES, USER_FEATURE, ModelConfig, TableConfig
 from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema, FeatureSpec
-from streamrec.learner.batch import Batch, Column, EncodedBatch, FeatureColumn, Jagged, positions
+from streamrec.learner.columns import Column, EncodedColumns, FeatureColumn, Jagged, SampleColumns, positions
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 
 # 2^16 rows: genres, tags, devices and countries number far fewer, so few ids share a row;
@@ -209,7 +209,7 @@ class FeaturePlan:
         return [f.name for f in self.features if f.spec.transform == "standardize"]
 
 
-def model_columns(encoded: EncodedBatch, plan: FeaturePlan) -> list[np.ndarray]:
+def model_columns(encoded: EncodedColumns, plan: FeaturePlan) -> list[np.ndarray]:
     """The model's inputs of an encoded batch, one per `FeaturePlan.keys` entry, in order.
 
     A built-in feature's are its table's rows of the batch (``encoded.targets``,
@@ -266,7 +266,9 @@ class Moments:
         self.arrays[name] = np.array([total, mean + delta * k / total, m2 + xm2 + delta**2 * n * k / total])
 
 
-def encode_features(batch: Batch, plan: FeaturePlan, t: int, moments: Moments) -> dict[str, np.ndarray]:
+def encode_features(
+    batch: SampleColumns, plan: FeaturePlan, t: int, moments: Moments
+) -> dict[str, np.ndarray]:
     """The model's extra inputs of ``batch``: ``<name>/target`` and ``<name>/sequence`` arrays.
 
     Per feature: an id's rows int64 [B] and [B, T]; ids' int64 [B, M] and [B, T, M] (M its
@@ -293,7 +295,7 @@ def encode_features(batch: Batch, plan: FeaturePlan, t: int, moments: Moments) -
     return out
 
 
-def feature_values(batch: Batch, plan: FeaturePlan, name: str) -> np.ndarray:
+def feature_values(batch: SampleColumns, plan: FeaturePlan, name: str) -> np.ndarray:
     """float32: a number feature's raw values in ``batch`` (the target's, or along sequences)."""
     column = batch.features.get(name)
     if column is None:

@@ -1,7 +1,7 @@
 """Causal match features.
 
 What each sample's own history (strictly earlier than it) says about its target, computed from a
-`Batch` alone.
+`SampleColumns` alone.
 
 They are the simplest signals a ranker can use and the first a negative sampler can leak: a
 sampler that never draws from the user's history makes ``target_in_history`` a label tell.
@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 
 
-def _sums(batch: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _sums(batch: SampleColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[B] per sample: behaviours whose item is the target's, whose category is, and all."""
     lengths = batch.seq_lengths
     rows = np.repeat(np.arange(len(batch), dtype=np.int64), lengths)
@@ -48,7 +48,7 @@ MATCH_FEATURES: dict[str, Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndar
 }
 
 
-def match_features(batch: Batch) -> dict[str, np.ndarray]:
+def match_features(batch: SampleColumns) -> dict[str, np.ndarray]:
     """Every match feature of ``batch``, name -> float64 [B], in `MATCH_FEATURES` order."""
     if len(batch) == 0:
         return {name: np.zeros(0) for name in MATCH_FEATURES}

@@ -119,7 +119,7 @@ def _grouped_auc(
 
 
 @dataclass(frozen=True, slots=True)
-class BatchMetrics:
+class MicroBatchMetrics:
     """Prequential metrics of one micro-batch, scored before the learner trained on it.
 
     ``known_auc`` is the AUC over samples whose target item was seen before, separating
@@ -153,7 +153,7 @@ class BatchMetrics:
         users: np.ndarray,
         known_mask: np.ndarray,
         features: Mapping[str, np.ndarray] | None = None,
-    ) -> BatchMetrics:
+    ) -> MicroBatchMetrics:
         """Compute every metric for one scored batch.
 
         Args:

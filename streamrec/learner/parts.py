@@ -18,7 +18,7 @@ import numpy as np
 from confluent_kafka import Message
 
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.reports import StepResult
 from streamrec.samples import Sample
 
@@ -32,11 +32,11 @@ class MicroBatchParts:
     steps: list[StepResult] = field(default_factory=list)
     dead: int = 0
     open: bool = False  # a part went to `PartLearner.learn_part`: the learner awaits the close
-    first: Batch | None = None  # the first part's columns: the whole batch when it is the only one
+    first: SampleColumns | None = None  # the first part's columns: the whole batch when it is the only one
 
     def add(
         self, records: Sequence[Message], samples: Sequence[Sample], step: StepResult | None, dead: int,
-        batch: Batch | None = None,
+        batch: SampleColumns | None = None,
     ) -> None:
         """Keep a part: its records, its valid samples, their columns and step (None without any)."""
         self.records.extend(records)
@@ -46,12 +46,12 @@ class MicroBatchParts:
             self.first = batch if self.first is None else self.first
         self.dead += dead
 
-    def merged(self) -> tuple[Batch, StepResult]:
+    def merged(self) -> tuple[SampleColumns, StepResult]:
         """The whole micro-batch and its step, for its report: the parts' in order."""
         steps = self.steps
         if len(steps) == 1:
             # one part: its own columns, not built a second time
-            batch = Batch.from_samples(self.samples) if self.first is None else self.first
+            batch = SampleColumns.from_samples(self.samples) if self.first is None else self.first
             return batch, steps[0]
         step = StepResult(
             np.concatenate([s.probs for s in steps]),
@@ -60,7 +60,7 @@ class MicroBatchParts:
             sum(s.score_seconds for s in steps),
             sum(s.train_seconds for s in steps),
         )
-        return Batch.from_samples(self.samples), step
+        return SampleColumns.from_samples(self.samples), step
 
 
 def merge_results(results: Sequence[TrainResult], sizes: Sequence[int]) -> TrainResult:

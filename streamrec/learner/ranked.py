@@ -45,7 +45,7 @@ from streamrec.config import StreamrecConfig
 from streamrec.errors import ConfigError, SnapshotError
 from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.intake import Intake, decode
 from streamrec.learner.ranks import GroupLayout, RankGroup
 from streamrec.learner.reports import StepResult, scored_report
@@ -84,7 +84,7 @@ class GroupGate(Protocol):
         """Rank 0: the served version the next micro-batch judges by; None: no judgement."""
         ...
 
-    def served_scores(self, version: int, batch: Batch) -> np.ndarray:
+    def served_scores(self, version: int, batch: SampleColumns) -> np.ndarray:
         """Every rank: its own samples scored by ``version``; NaN where it cannot."""
         ...
 
@@ -219,7 +219,7 @@ class RankedRunner(LearnerRunner):
         assignments = self._source.assignments
         self._dead_letter(intake.dead, worker)  # each rank its own records'
         layout = GroupLayout.of(places, self.group.rank)
-        batch = Batch.from_samples(intake.samples)
+        batch = SampleColumns.from_samples(intake.samples)
         if layout.total:
             result = self._run_held(worker.submit(group_step, self.learner, batch, layout))
             judged = self._served_scores(served, batch, layout.total, worker)
@@ -243,7 +243,7 @@ class RankedRunner(LearnerRunner):
         self._count_bad(report)
 
     def _served_scores(
-        self, served: int | None, batch: Batch, total: int, worker: ThreadPoolExecutor
+        self, served: int | None, batch: SampleColumns, total: int, worker: ThreadPoolExecutor
     ) -> np.ndarray | None:
         """This rank's samples scored by the served version, where the gate judges by it."""
         if served is None or self._gate is None or not len(batch):
@@ -270,7 +270,7 @@ class RankedRunner(LearnerRunner):
             self._snapshotted_positions = dict(self.positions)
 
 
-def group_step(learner: TableLearner, batch: Batch, layout: GroupLayout) -> StepResult:
+def group_step(learner: TableLearner, batch: SampleColumns, layout: GroupLayout) -> StepResult:
     """Score this rank's samples, then train them as its share of the group's micro-batch."""
     start = time.monotonic()
     probs = learner.predict_many(batch)

@@ -35,7 +35,7 @@ from functools import cached_property
 import numpy as np
 import paddle
 
-from streamrec.learner.batch import EncodedBatch
+from streamrec.learner.columns import EncodedColumns
 from streamrec.learner.gradients import Gather, GradientSum
 
 logger = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class GroupLayout:
         return own, world * len(own) / len(minibatch)
 
 
-def padding_only(part: EncodedBatch) -> EncodedBatch:
+def padding_only(part: EncodedColumns) -> EncodedColumns:
     """``part`` with every id on the padding row (0) and every number 0."""
 
     def zero(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

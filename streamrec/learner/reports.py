@@ -14,8 +14,8 @@ import numpy as np
 
 from streamrec.errors import TrainingDiverged
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch
-from streamrec.learner.metrics import BatchMetrics
+from streamrec.learner.columns import SampleColumns
+from streamrec.learner.metrics import MicroBatchMetrics
 from streamrec.learner.scored import Scored
 
 logger = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ class MicroBatchReport:
     """Progressive-validation figures of one micro-batch (scored before training on it)."""
 
     index: int
-    metrics: BatchMetrics
+    metrics: MicroBatchMetrics
     first_ts: int  # event-time range of the micro-batch's samples, epoch ms
     last_ts: int
     loss: float  # mean over the steps taken; NaN when every step was skipped
@@ -81,7 +81,7 @@ class StepResult:
 
 
 def micro_batch_report(
-    index: int, batch: Batch, result: StepResult, dead: int, min_eval_samples: int
+    index: int, batch: SampleColumns, result: StepResult, dead: int, min_eval_samples: int
 ) -> MicroBatchReport:
     """The report of the ``index``-th micro-batch trained, logged on one line."""
     return scored_report(
@@ -96,7 +96,9 @@ def scored_report(
 
     Its figures are ``scored``'s; ``result`` gives the training figures and times.
     """
-    metrics = BatchMetrics.compute(scored.label, scored.probs, scored.users, scored.known, scored.features)
+    metrics = MicroBatchMetrics.compute(
+        scored.label, scored.probs, scored.users, scored.known, scored.features
+    )
     train = result.train
     report = MicroBatchReport(
         index, metrics, int(scored.ts.min()), int(scored.ts.max()),

@@ -44,7 +44,7 @@ from streamrec.kafka.records import Partition, Position
 from streamrec.kafka.source import IdleClock, RecordSource
 from streamrec.kafka.topics import expired_positions
 from streamrec.learner.base import Learner, PartLearner
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.intake import DeadLetterWriter, decode
 from streamrec.learner.parts import MicroBatchParts
 from streamrec.learner.reports import (
@@ -86,7 +86,7 @@ class LearnerRunner(Closing):
         on_report: Callable[[MicroBatchReport], None] | None = None,
         on_snapshot: Callable[[SnapshotManifest], None] | None = None,
         snapshots: SnapshotStore | None = None,
-        on_scored: Callable[[Batch, np.ndarray], object] | None = None,
+        on_scored: Callable[[SampleColumns, np.ndarray], object] | None = None,
         dead_letters: DeadLetterWriter | None = None,
     ) -> None:
         """Train ``learner``; restore it from the newest valid snapshot in ``snapshot_dir``.
@@ -354,7 +354,7 @@ class LearnerRunner(Closing):
         self._dead_letter(intake.dead, worker)  # durable before any position passes them
         step = batch = None
         if intake.samples:
-            batch = Batch.from_samples(intake.samples)
+            batch = SampleColumns.from_samples(intake.samples)
             part = not whole and isinstance(self.learner, PartLearner)
             step = self._run_held(worker.submit(self._step, batch, part))
             parts.open |= part
@@ -374,7 +374,7 @@ class LearnerRunner(Closing):
         self.stats.dead += len(letters)
         self._dead_log.add(letters)
 
-    def _record(self, batch: Batch, result: StepResult, dead: int) -> MicroBatchReport:
+    def _record(self, batch: SampleColumns, result: StepResult, dead: int) -> MicroBatchReport:
         """Count a trained micro-batch in the stats; log and return its report."""
         index = self.stats.micro_batches + 1
         return self._count(micro_batch_report(index, batch, result, dead, self._cfg.learner.min_eval_samples))
@@ -392,7 +392,7 @@ class LearnerRunner(Closing):
         """`count_bad` with this runner's stats, count in a row and ``max_bad_batches``."""
         self._bad_in_row = count_bad(self.stats, report, self._bad_in_row, self._cfg.learner.max_bad_batches)
 
-    def _step(self, batch: Batch, part: bool = False) -> StepResult:
+    def _step(self, batch: SampleColumns, part: bool = False) -> StepResult:
         """Score, then train (a ``part`` with `PartLearner.learn_part`): on the worker thread.
 
         It touches nothing but the learner.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.hashing import fingerprint
 from streamrec.learner.match import match_features
 from streamrec.learner.metrics import TELLS
@@ -29,7 +29,7 @@ _FIELDS = [
     ("prob", np.float32),
     ("served", np.float32),
     *((feature, np.float32) for feature in TELLS.values()),
-    ("label", np.uint8),  # labels are 0 or 1 (`Batch.from_samples` refuses others)
+    ("label", np.uint8),  # labels are 0 or 1 (`SampleColumns.from_samples` refuses others)
     ("known", np.bool_),
 ]
 #: One sample's record, packed, padded to whole 8-byte words (what `RankShare.exchange` takes).
@@ -69,7 +69,7 @@ class Scored:
 
     @classmethod
     def of(
-        cls, batch: Batch, probs: np.ndarray, known: np.ndarray, served: np.ndarray | None = None
+        cls, batch: SampleColumns, probs: np.ndarray, known: np.ndarray, served: np.ndarray | None = None
     ) -> Scored:
         """``batch`` scored ``probs`` (and ``served`` by the served version, if judged)."""
         found = match_features(batch)

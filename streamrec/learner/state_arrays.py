@@ -15,7 +15,7 @@ import paddle
 from streamrec.config import ModelConfig
 from streamrec.errors import SnapshotError
 from streamrec.features import FeatureSchema
-from streamrec.learner.batch import Batch, EncodedBatch
+from streamrec.learner.columns import EncodedColumns, SampleColumns
 from streamrec.learner.ewc import OnlineEWC
 from streamrec.learner.features import FeaturePlan, Moments
 from streamrec.learner.idmap import IdMap
@@ -53,7 +53,7 @@ class StateArrays:
     _moments: Moments
     _ewc: OnlineEWC | None
     _maps: dict[str, IdMap]
-    _encoded: tuple[Batch, EncodedBatch] | None
+    _encoded: tuple[SampleColumns, EncodedColumns] | None
 
     def _build(self, rows: Mapping[str, int]) -> None:
         """(Re)build everything sized by the tables' rows, freshly initialised (the learner's)."""

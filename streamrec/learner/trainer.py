@@ -24,7 +24,14 @@ import paddle
 from streamrec.config import ModelConfig, TableConfig
 from streamrec.features import FeatureSchema
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch, BatchKeys, EncodedBatch, batch_keys, encode, hashed_rows
+from streamrec.learner.columns import (
+    ColumnKeys,
+    EncodedColumns,
+    SampleColumns,
+    column_keys,
+    encode,
+    hashed_rows,
+)
 from streamrec.learner.features import FeaturePlan, Moments, encode_features, feature_values, model_columns
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW, Admission, IdMap
@@ -115,8 +122,8 @@ class TableLearner(StateArrays):
         self._learn_calls = 0
         self._taken = 0  # steps taken since the last micro-batch's close: EWC consolidates them
         # The last batch encoded: scoring and then training the same micro-batch hash it once.
-        self._encoded: tuple[Batch, EncodedBatch] | None = None
-        self._keys: tuple[Batch, BatchKeys] | None = None
+        self._encoded: tuple[SampleColumns, EncodedColumns] | None = None
+        self._keys: tuple[SampleColumns, ColumnKeys] | None = None
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, schema: FeatureSchema | None = None) -> TableLearner:
@@ -184,13 +191,13 @@ class TableLearner(StateArrays):
         """The group's ``arrays`` (every rank's, concatenated) when data-parallel, else these."""
         return arrays if self._ranks is None else self._ranks.exchange(arrays, what)
 
-    def encode(self, batch: Batch) -> EncodedBatch:
+    def encode(self, batch: SampleColumns) -> EncodedColumns:
         """The batch's ids as this model's table rows (cached for the latest batch)."""
         if self._encoded is None or self._encoded[0] is not batch:
             self._encoded = (batch, self._encode(batch, self._batch_keys(batch)))
         return self._encoded[1]
 
-    def _encode(self, batch: Batch, keys: BatchKeys) -> EncodedBatch:
+    def _encode(self, batch: SampleColumns, keys: ColumnKeys) -> EncodedColumns:
         encoded = encode(batch, self.cfg, keys, self._rows_of)
         if self._stats is not None:
             dense = self._stats.features(encoded.targets, batch.user_ids)
@@ -200,10 +207,10 @@ class TableLearner(StateArrays):
             encoded = dataclasses.replace(encoded, extras=extras)
         return encoded
 
-    def _batch_keys(self, batch: Batch) -> BatchKeys:
+    def _batch_keys(self, batch: SampleColumns) -> ColumnKeys:
         """The batch's id fingerprints (cached for the latest batch)."""
         if self._keys is None or self._keys[0] is not batch:
-            self._keys = (batch, batch_keys(batch, self.cfg))
+            self._keys = (batch, column_keys(batch, self.cfg))
         return self._keys[1]
 
     def _rows_of(self, table: TableConfig, keys: np.ndarray) -> np.ndarray:
@@ -211,11 +218,11 @@ class TableLearner(StateArrays):
         idmap = self._maps.get(table.name)
         return hashed_rows(table, keys) if idmap is None else idmap.lookup(keys)
 
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         """Click probabilities, float64 [B], in eval mode without gradients."""
         return self.predict_encoded(self.encode(batch))
 
-    def predict_encoded(self, encoded: EncodedBatch) -> np.ndarray:
+    def predict_encoded(self, encoded: EncodedColumns) -> np.ndarray:
         """`predict_many` on an already encoded batch."""
         self.train_module.eval()
         chunk = self.cfg.train_batch_size * _PREDICT_CHUNK_FACTOR
@@ -227,7 +234,7 @@ class TableLearner(StateArrays):
                 out[start : start + len(part)] = paddle.nn.functional.sigmoid(logits).numpy()
         return out
 
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         """Train on a labelled batch.
 
         Train ``cfg.passes`` passes of shuffled mini-batches over ``batch``, then mark its
@@ -239,7 +246,7 @@ class TableLearner(StateArrays):
         """
         return self.learn_share(batch, GroupLayout.alone(len(batch)))
 
-    def learn_part(self, batch: Batch) -> TrainResult:
+    def learn_part(self, batch: SampleColumns) -> TrainResult:
         """`learn_many` on a part of the micro-batch being gathered (`PartLearner`).
 
         Its ids are admitted and counted, its mini-batches trained; online EWC's anchor and
@@ -254,7 +261,7 @@ class TableLearner(StateArrays):
             self._ewc.consolidate(self._taken)
         self._taken = 0
 
-    def learn_share(self, batch: Batch, layout: GroupLayout) -> TrainResult:
+    def learn_share(self, batch: SampleColumns, layout: GroupLayout) -> TrainResult:
         """`learn_many` on this rank's ``batch`` of a group micro-batch laid out as ``layout``.
 
         Every rank of the group calls it for each group micro-batch, with its own samples
@@ -262,7 +269,7 @@ class TableLearner(StateArrays):
         """
         return self._learn(batch, layout, close=True)
 
-    def _learn(self, batch: Batch, layout: GroupLayout, close: bool) -> TrainResult:
+    def _learn(self, batch: SampleColumns, layout: GroupLayout, close: bool) -> TrainResult:
         """Admit ids, train, count; ``close=False`` leaves the micro-batch open (`learn_part`)."""
         done = self.admit(batch)
         result = self.learn_encoded(self.encode(batch), layout, close)
@@ -275,7 +282,7 @@ class TableLearner(StateArrays):
             rows_in_use={n: a.in_use for n, a in done.items()},
         )
 
-    def admit(self, batch: Batch) -> dict[str, Admission]:
+    def admit(self, batch: SampleColumns) -> dict[str, Admission]:
         """Let the dynamic tables' id maps see a batch before training on it.
 
         Evict stale ids, admit those seen often enough (growing a table when it has no free
@@ -352,7 +359,7 @@ class TableLearner(StateArrays):
         if table == self._item_table:
             self.known_items[rows] = 0
 
-    def count(self, batch: Batch) -> None:
+    def count(self, batch: SampleColumns) -> None:
         """Count a batch into the id statistics and mark its items known.
 
         Add a batch to the id statistics and mark its items known (after training on it:
@@ -384,7 +391,7 @@ class TableLearner(StateArrays):
                 self.known_items[DEFAULT_ROW] = 0
 
     def learn_encoded(
-        self, encoded: EncodedBatch, layout: GroupLayout | None = None, close: bool = True
+        self, encoded: EncodedColumns, layout: GroupLayout | None = None, close: bool = True
     ) -> TrainResult:
         """The training passes of `learn_many` (`learn_share`) on an already encoded batch.
 
@@ -426,14 +433,14 @@ class TableLearner(StateArrays):
         loss, penalty = float(total) / trained, float(penalties) / trained
         return TrainResult(loss, steps, skipped, penalty, samples=trained)
 
-    def _padding(self, encoded: EncodedBatch) -> EncodedBatch:
+    def _padding(self, encoded: EncodedColumns) -> EncodedColumns:
         """One sample that reads only padding, shaped as this model's inputs."""
         if len(encoded):
             return padding_only(encoded.take([0]))
-        pad = Batch.from_samples([Sample("", "", 0, "", "", 0, (), ())])
-        return padding_only(self._encode(pad, batch_keys(pad, self.cfg)))
+        pad = SampleColumns.from_samples([Sample("", "", 0, "", "", 0, (), ())])
+        return padding_only(self._encode(pad, column_keys(pad, self.cfg)))
 
-    def _step(self, part: EncodedBatch, scale: float = 1.0) -> tuple[paddle.Tensor, paddle.Tensor] | None:
+    def _step(self, part: EncodedColumns, scale: float = 1.0) -> tuple[paddle.Tensor, paddle.Tensor] | None:
         """One optimizer step on (this rank's share of) a mini-batch, its loss scaled by ``scale``.
 
         Its data loss and EWC penalty, or None, with the weights and the optimizer's state
@@ -460,7 +467,7 @@ class TableLearner(StateArrays):
             return None
         return loss.detach(), (paddle.zeros([]) if penalty is None else penalty.detach())
 
-    def _looked_up(self, part: EncodedBatch) -> dict[str, paddle.Tensor]:
+    def _looked_up(self, part: EncodedColumns) -> dict[str, paddle.Tensor]:
         """The rows each sparse parameter looks up in a mini-batch.
 
         The rows of each sparse parameter a mini-batch looks up (padding left out), by
@@ -483,7 +490,7 @@ class TableLearner(StateArrays):
                 rows[WIDE.format(table)] = unique_rows(np.concatenate(wide.get(table, none)))
         return rows
 
-    def is_known(self, batch: Batch) -> np.ndarray:
+    def is_known(self, batch: SampleColumns) -> np.ndarray:
         """Bool [B]: whether each target's item row was trained on before."""
         if self._item_table is None:
             return np.zeros(len(batch), dtype=bool)
@@ -493,7 +500,7 @@ class TableLearner(StateArrays):
         """The model, freshly initialised, with ``rows`` rows per table."""
         raise NotImplementedError
 
-    def _inputs(self, encoded: EncodedBatch) -> tuple[list[paddle.Tensor], paddle.Tensor]:
+    def _inputs(self, encoded: EncodedColumns) -> tuple[list[paddle.Tensor], paddle.Tensor]:
         """The model's input tensors for an encoded batch, on the learner's device.
 
         Every feature's input in `FeaturePlan` order, and the dense features.

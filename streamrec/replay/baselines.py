@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.hashing import fingerprint
 
 # The Beta prior's weight in pseudo-samples: an item needs about this many samples before
@@ -33,17 +33,17 @@ class _ItemCounts:
         self.samples: dict[int, float] = {}
 
     @staticmethod
-    def keys(batch: Batch) -> list[int]:
+    def keys(batch: SampleColumns) -> list[int]:
         """[B] each target item's fingerprint."""
         return fingerprint(batch.target_ids("item")).tolist()
 
-    def learn(self, batch: Batch) -> TrainResult:
+    def learn(self, batch: SampleColumns) -> TrainResult:
         for item, label in zip(self.keys(batch), batch.label.tolist(), strict=True):
             self.positives[item] = self.positives.get(item, 0.0) + label
             self.samples[item] = self.samples.get(item, 0.0) + 1.0
         return TrainResult(math.nan, steps=1)
 
-    def is_known(self, batch: Batch) -> np.ndarray:
+    def is_known(self, batch: SampleColumns) -> np.ndarray:
         return np.fromiter((i in self.samples for i in self.keys(batch)), dtype=bool, count=len(batch))
 
     def state_arrays(self) -> dict[str, np.ndarray]:
@@ -67,14 +67,14 @@ class PopularityLearner(_ItemCounts):
     the order and gives logloss a finite, if uncalibrated, figure.
     """
 
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         """See `Learner`."""
         counts = np.fromiter(
             (self.positives.get(i, 0.0) for i in self.keys(batch)), dtype=np.float64, count=len(batch)
         )
         return 1.0 - 1.0 / (2.0 + np.log1p(counts))
 
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         """See `Learner`."""
         return self.learn(batch)
 
@@ -87,7 +87,7 @@ class ItemRateLearner(_ItemCounts):
     `PRIOR_SAMPLES`. On explicit ratings it is the strongest simple baseline.
     """
 
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         """See `Learner`."""
         total = sum(self.samples.values())
         prior = sum(self.positives.values()) / total if total else 0.5
@@ -96,6 +96,6 @@ class ItemRateLearner(_ItemCounts):
         n = np.fromiter((self.samples.get(i, 0.0) for i in keys), np.float64, len(batch))
         return (pos + PRIOR_SAMPLES * prior) / (n + PRIOR_SAMPLES)
 
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         """See `Learner`."""
         return self.learn(batch)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from streamrec.coldstart import ItemPrior, new_users, with_fallback
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.metrics import auc, gauc
 from streamrec.replay.batches import MicroBatch
 from streamrec.replay.strategies import StrategyRun
@@ -29,12 +29,14 @@ from streamrec.replay.strategies import StrategyRun
 SLICES = ("new_items", "new_users")
 
 
-def _masks(batches: Sequence[MicroBatch]) -> tuple[list[Batch], list[ItemPrior], dict[str, list[np.ndarray]]]:
+def _masks(
+    batches: Sequence[MicroBatch],
+) -> tuple[list[SampleColumns], list[ItemPrior], dict[str, list[np.ndarray]]]:
     """Each micro-batch's columns, the prior as it stood before it, and each slice's mask."""
     prior, columns, priors = ItemPrior(), [], []
     masks: dict[str, list[np.ndarray]] = {s: [] for s in SLICES}
     for micro in batches:
-        batch = Batch.from_samples(micro.samples)
+        batch = SampleColumns.from_samples(micro.samples)
         masks["new_items"].append(~prior.known(batch.target_ids("item")))
         masks["new_users"].append(new_users(batch))
         columns.append(batch)
@@ -43,7 +45,9 @@ def _masks(batches: Sequence[MicroBatch]) -> tuple[list[Batch], list[ItemPrior],
     return columns, priors, masks
 
 
-def _figures(columns: list[Batch], scores: list[np.ndarray], masks: list[np.ndarray]) -> dict[str, float]:
+def _figures(
+    columns: list[SampleColumns], scores: list[np.ndarray], masks: list[np.ndarray]
+) -> dict[str, float]:
     slice_auc, slice_gauc, slice_n, batch_auc, batch_gauc, batch_n = [], [], [], [], [], []
     for c, s, m in zip(columns, scores, masks, strict=True):
         if not m.any():

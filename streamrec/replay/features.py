@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.match import MATCH_FEATURES, match_features
 from streamrec.learner.metrics import logloss
 
@@ -33,7 +33,7 @@ STEP_TOLERANCE = 1e-8
 MIN_STEP_SCALE = 1e-3
 
 
-def design(batch: Batch) -> np.ndarray:
+def design(batch: SampleColumns) -> np.ndarray:
     """float64 [B, F + 1]: the match features in `MATCH_FEATURES` order, then a bias."""
     columns = list(match_features(batch).values())
     return np.column_stack([*columns, np.ones(len(batch))]) if len(batch) else np.zeros((0, len(columns) + 1))
@@ -53,11 +53,11 @@ class FeaturesLearner:
         self.weights = np.zeros(width)
         self.precision = ridge * np.eye(width)  # the past's curvature, plus the ridge
 
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         """See `Learner`."""
         return _sigmoid(design(batch) @ self.weights)
 
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         """See `Learner`."""
         x, y = design(batch), batch.label.astype(np.float64)
         start, w, steps = self.weights, self.weights.copy(), 0
@@ -87,7 +87,7 @@ class FeaturesLearner:
         self.weights = w
         return TrainResult(logloss(y, p), steps=steps)
 
-    def is_known(self, batch: Batch) -> np.ndarray:
+    def is_known(self, batch: SampleColumns) -> np.ndarray:
         """No target is ever known: the model has no ids."""
         return np.zeros(len(batch), dtype=bool)
 

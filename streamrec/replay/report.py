@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.match import match_features
 from streamrec.learner.metrics import auc, gauc, logloss
 from streamrec.replay.batches import MicroBatch
@@ -55,7 +55,7 @@ TIMINGS = frozenset({"train_seconds", "score_seconds", "wall_seconds"})
 
 def summarise(run: StrategyRun, batches: Sequence[MicroBatch]) -> dict[str, Any]:
     """One strategy's figures (see the module docstring)."""
-    columns = [Batch.from_samples(b.samples) for b in batches]
+    columns = [SampleColumns.from_samples(b.samples) for b in batches]
     labels = [c.label for c in columns]
     pairs = list(zip(columns, run.scores, strict=True))
     aucs = [auc(c.label, s) for c, s in pairs]
@@ -90,7 +90,7 @@ def _first_quarter(batches: Sequence[MicroBatch]) -> slice:
 
 def tells(batches: Sequence[MicroBatch]) -> dict[str, dict[str, float]]:
     """Each match feature scored alone, per micro-batch as a strategy's scores (see above)."""
-    columns = [Batch.from_samples(b.samples) for b in batches]
+    columns = [SampleColumns.from_samples(b.samples) for b in batches]
     features = [match_features(c) for c in columns]
     sizes, first = [len(c) for c in columns], _first_quarter(batches)
     out = {}

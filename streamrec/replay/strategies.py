@@ -33,7 +33,7 @@ import numpy as np
 from streamrec.config import ModelConfig
 from streamrec.features import FeatureSchema
 from streamrec.learner.base import Learner
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.metrics import gauc
 from streamrec.learner.registry import make_learner
 from streamrec.replay.baselines import ItemRateLearner, PopularityLearner
@@ -131,9 +131,9 @@ class StrategyRun:
     score_seconds: float = 0.0
 
 
-def probe(batch: MicroBatch) -> Batch:
+def probe(batch: MicroBatch) -> SampleColumns:
     """The probe samples of a micro-batch."""
-    return Batch.from_samples(batch.samples[::PROBE_EVERY])
+    return SampleColumns.from_samples(batch.samples[::PROBE_EVERY])
 
 
 def run_strategy(
@@ -144,7 +144,7 @@ def run_strategy(
     learner = strategy.make_learner()
     seen: list[Sample] = []
     for index, micro in enumerate(batches):
-        batch = Batch.from_samples(micro.samples)
+        batch = SampleColumns.from_samples(micro.samples)
         start = time.perf_counter()
         run.scores.append(learner.predict_many(batch))
         run.score_seconds += time.perf_counter() - start
@@ -154,7 +154,7 @@ def run_strategy(
             run.penalty_shares.append(learner.learn_many(batch).penalty_share)
             if strategy.retrains_after(index):
                 learner = strategy.make_learner()
-                learner.learn_many(Batch.from_samples(seen))
+                learner.learn_many(SampleColumns.from_samples(seen))
             run.train_seconds += time.perf_counter() - start
             if index < len(batches) - 1:
                 run.probe_after[index] = learner.predict_many(probe(micro))

@@ -23,7 +23,7 @@ import numpy as np
 
 from streamrec.errors import ConfigError
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.hashing import fingerprint
 from streamrec.learner.match import match_features
 
@@ -64,7 +64,7 @@ def vw_token(raw: str) -> str:
     return _SPECIAL.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), raw)
 
 
-def examples(batch: Batch, labelled: bool) -> list[str]:
+def examples(batch: SampleColumns, labelled: bool) -> list[str]:
     """One VW example line per sample of ``batch``; the label (1 or -1) only if ``labelled``."""
     ns = NAMESPACES
     features = match_features(batch)
@@ -131,7 +131,7 @@ class VWLearner:
             f"-l {self.learning_rate:g} {pairs}"
         )
 
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         """See `Learner`.
 
         Scoring changes nothing: each example is built on its own (``Example(workspace, line)``)
@@ -144,7 +144,7 @@ class VWLearner:
         scores = (self._ws.predict(vw.Example(self._ws, line)) for line in lines)
         return np.fromiter(scores, dtype=np.float64, count=len(lines))
 
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         """One online update per sample, in sample order.
 
         No loss is reported: VW's own progressive loss would cost a second scoring of every
@@ -156,7 +156,7 @@ class VWLearner:
         self._known.update(fingerprint(batch.sequence_ids("item")).tolist())
         return TrainResult(steps=len(batch))
 
-    def is_known(self, batch: Batch) -> np.ndarray:
+    def is_known(self, batch: SampleColumns) -> np.ndarray:
         """Bool [B]: whether each target item was in a sample learnt before."""
         keys = fingerprint(batch.target_ids("item")).tolist()
         return np.fromiter((i in self._known for i in keys), dtype=bool, count=len(batch))

@@ -54,7 +54,7 @@ from streamrec.faults import fault_point
 from streamrec.features import FeatureSchema
 from streamrec.fileio import fsync_path, sha256_file
 from streamrec.learner.base import Learner
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.features import FeaturePlan, Moments, encode_features
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
@@ -351,7 +351,7 @@ def feature_contract(learner: TableLearner) -> dict[str, Any]:
     }
 
 
-def feature_batch_inputs(contract: Mapping[str, Any], batch: Batch) -> dict[str, np.ndarray]:
+def feature_batch_inputs(contract: Mapping[str, Any], batch: SampleColumns) -> dict[str, np.ndarray]:
     """The declared features' inputs of an export for ``batch``, by ``<feature>/<side>`` (none without)."""
     doc = contract.get("feature_schema")
     if not doc:

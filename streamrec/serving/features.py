@@ -28,7 +28,7 @@ import numpy as np
 from streamrec.events import MIN_TS_MS
 from streamrec.features import FeatureSchema, read_value
 from streamrec.features.schema import Value
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.samples import BUILTIN_FIELDS, Sample
 from streamrec.serving.export import feature_batch_inputs
 
@@ -214,7 +214,7 @@ def feature_request_inputs(
         )
         for c in candidates
     ]
-    return feature_batch_inputs(contract, Batch.from_samples(samples))
+    return feature_batch_inputs(contract, SampleColumns.from_samples(samples))
 
 
 def _role(schema: FeatureSchema, name: str) -> str | None:

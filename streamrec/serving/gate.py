@@ -21,7 +21,7 @@ import numpy as np
 
 from streamrec.config import LearnerConfig
 from streamrec.errors import SnapshotError, StreamrecError
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.metrics import auc, logloss
 from streamrec.serving.export import build_missing_export, export_snapshot, prune_exports
 from streamrec.serving.scorer import ExportedModel
@@ -102,7 +102,7 @@ class Promoter:
             return
         self.pending = manifest.version
 
-    def on_scored(self, batch: Batch, probs: np.ndarray) -> Judgement | None:
+    def on_scored(self, batch: SampleColumns, probs: np.ndarray) -> Judgement | None:
         """Judge the pending version by the micro-batch after it.
 
         ``probs`` are the learner's scores before training on ``batch`` (the candidate's, since
@@ -126,7 +126,7 @@ class Promoter:
             return None
         return current
 
-    def served_scores(self, version: int, batch: Batch) -> np.ndarray:
+    def served_scores(self, version: int, batch: SampleColumns) -> np.ndarray:
         """``batch`` scored by ``version``'s export; NaN each, logged, if it cannot be loaded."""
         try:
             return self._served_model(version).score_batch(batch)

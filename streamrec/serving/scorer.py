@@ -20,7 +20,7 @@ import orjson
 
 from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig, TableConfig
 from streamrec.errors import NotServable, SnapshotError
-from streamrec.learner.batch import Batch, encode
+from streamrec.learner.columns import SampleColumns, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.observability.freshness import LoadedVersion, loaded_version
@@ -152,7 +152,7 @@ class ExportedModel:
         features = feature_request_inputs(self.contract, user_id, candidates, context, history)
         return self.combiner(self._feed(targets, sequences, rows, users, features))
 
-    def score_batch(self, batch: Batch) -> np.ndarray:
+    def score_batch(self, batch: SampleColumns) -> np.ndarray:
         """float64 [B].
 
         A learner's batch scored by the export, each sample with its own history (the gate

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from streamrec.coldstart import PRIOR_SAMPLES, ItemPrior, new_users, with_fallback
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.samples import Sample
 
 
@@ -47,13 +47,13 @@ def test_the_popular_ranking_orders_by_positives_and_puts_an_unseen_item_last() 
 
 
 def test_new_users_are_those_with_an_empty_history() -> None:
-    batch = Batch.from_samples([_sample("u1", "a", 1, []), _sample("u2", "a", 0, ["b"])])
+    batch = SampleColumns.from_samples([_sample("u1", "a", 1, []), _sample("u2", "a", 0, ["b"])])
     assert new_users(batch).tolist() == [True, False]
 
 
 def test_the_fallback_replaces_only_the_new_samples_scores() -> None:
     prior = _prior()
-    batch = Batch.from_samples(
+    batch = SampleColumns.from_samples(
         [
             _sample("old", "a", 1, ["b"]),  # known user, known item: the model's score
             _sample("old", "zzz", 0, ["b"]),  # known user, new item: the prior
@@ -85,7 +85,7 @@ def test_a_new_item_gets_its_categorys_rate_and_a_known_one_is_smoothed_toward_i
 def test_the_fallback_reads_the_new_items_category() -> None:
     prior = ItemPrior()
     prior.learn(["a", "b"], [1, 0], ["c", "d"])
-    batch = Batch.from_samples([_sample("old", "zzz", 0, ["a"])])  # category "c"
+    batch = SampleColumns.from_samples([_sample("old", "zzz", 0, ["a"])])  # category "c"
     k = PRIOR_SAMPLES
     out = with_fallback(np.array([0.9]), batch, prior, items=True, users=False)
     assert out.tolist() == pytest.approx([(1 + k * 0.5) / (1 + k)])

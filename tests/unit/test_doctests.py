@@ -29,7 +29,7 @@ MODULES = (
     "streamrec.kafka.partitioning",
     "streamrec.kafka.records",
     "streamrec.lazy",
-    "streamrec.learner.batch",
+    "streamrec.learner.columns",
     "streamrec.learner.checks",
     "streamrec.learner.deepfm_learner",
     "streamrec.learner.din",

@@ -23,7 +23,7 @@ from streamrec.deadletters import DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import parse_event
 from streamrec.kafka.records import Partition, Position
-from streamrec.learner.metrics import BatchMetrics
+from streamrec.learner.metrics import MicroBatchMetrics
 from streamrec.learner.runner import MicroBatchReport
 from streamrec.observability import (
     ConsumerMetrics,
@@ -66,13 +66,13 @@ def families(registry: CollectorRegistry) -> dict[str, str]:
     return {f.name: f.type for f in text_string_to_metric_families(text)}
 
 
-def batch_metrics(**overrides: Any) -> BatchMetrics:
+def batch_metrics(**overrides: Any) -> MicroBatchMetrics:
     fields: dict[str, Any] = dict(
         samples=1000, positives=250, auc=0.75, gauc=0.7, logloss=0.5, known_auc=0.8,
         known_samples=600, novelty_auc=0.52, tell_history_auc=0.55, tell_category_auc=0.6,
         mean_prediction=0.3, positive_rate=0.25,
     )
-    return BatchMetrics(**{**fields, **overrides})
+    return MicroBatchMetrics(**{**fields, **overrides})
 
 
 def report(index: int = 1, last_ts: int = T0_MS, **overrides: Any) -> MicroBatchReport:

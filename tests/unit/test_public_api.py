@@ -99,7 +99,10 @@ def test_import_streamrec_does_not_import_paddle() -> None:
 
 
 def test_a_lazy_name_imports_its_module_on_first_use() -> None:
-    code = "import sys, streamrec.learner as l; l.Batch; print('streamrec.learner.batch' in sys.modules)"
+    code = (
+        "import sys, streamrec.learner as l; l.SampleColumns; "
+        "print('streamrec.learner.columns' in sys.modules)"
+    )
     assert _python(code).strip() == "True"
 
 

@@ -61,21 +61,21 @@ def test_mypy() -> None:
 WRONG_CALLS = """\
 from streamrec.consumers.processor import SampleBuilder
 from streamrec.featurestore import MemoryFeatureStore
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 
 SampleBuilder(1, 2, 3, 4, 5)
 MemoryFeatureStore("three")
-Batch.from_samples(42)
+SampleColumns.from_samples(42)
 """
 
 RIGHT_CALLS = """\
 from streamrec.config import ConsumerConfig
 from streamrec.consumers.processor import SampleBuilder
 from streamrec.featurestore import MemoryFeatureStore
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 
 SampleBuilder(ConsumerConfig(), MemoryFeatureStore(3))
-Batch.from_samples([])
+SampleColumns.from_samples([])
 """
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from streamrec.datasets import read_events
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.pipeline import run_pipeline
 from streamrec.samples import Sample
 from streamrec.serving.export import learner_from_snapshot
@@ -45,7 +45,7 @@ def test_deepfm_learns_from_the_broker_and_the_gate_promotes_what_serving_scores
     history = [(e.item_id, e.category_id) for e in events[:5]]
     candidates = [Candidate(e.item_id, e.category_id) for e in events[5:12]]
     served = scorer.model.score("u-new", history, candidates)
-    batch = Batch.from_samples([
+    batch = SampleColumns.from_samples([
         Sample(f"s{k}", "u-new", 1, c.item_id, c.category_id or "", 0,
                tuple(i for i, _ in history), tuple(c for _, c in history))
         for k, c in enumerate(candidates)

@@ -22,7 +22,7 @@ from streamrec import faults
 from streamrec.cli import app
 from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.reports import MicroBatchReport, StepResult, micro_batch_report
 from streamrec.learner.runner import LearnerRunner, LearnerStats
@@ -39,17 +39,17 @@ class Recording(DINLearner):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
-        self.parts: list[Batch] = []
+        self.parts: list[SampleColumns] = []
         self.closes = 0
         self.changed = threading.Condition()
 
-    def learn_part(self, batch: Batch) -> TrainResult:
+    def learn_part(self, batch: SampleColumns) -> TrainResult:
         return self._record(batch, super().learn_part(batch))
 
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         return self._record(batch, super().learn_many(batch))
 
-    def _record(self, batch: Batch, result: TrainResult) -> TrainResult:
+    def _record(self, batch: SampleColumns, result: TrainResult) -> TrainResult:
         with self.changed:
             self.parts.append(batch)
             self.changed.notify_all()

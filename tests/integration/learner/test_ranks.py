@@ -39,7 +39,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streamrec.config import StreamrecConfig
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.local.ports import free_port
 from streamrec.samples import Sample
 from streamrec.serving.export import export_snapshot
@@ -273,7 +273,7 @@ def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
     # the scores the one process's version serves
     served = SnapshotStore(tmp_path / "two")
     assert served.current() == m2.version
-    batch = Batch.from_samples([sample(n) for n in range(0, count, 7)])
+    batch = SampleColumns.from_samples([sample(n) for n in range(0, count, 7)])
     scores = [
         ExportedModel(export_snapshot(SnapshotStore(tmp_path / name), m.version)).score_batch(batch)
         for name, m in (("one", m1), ("two", m2))
@@ -428,7 +428,7 @@ def test_two_ranks_report_and_gate_the_groups_micro_batches_as_one_process_does(
         assert group[key] == pytest.approx(alone[key], rel=1e-3), (key, group, alone)
     assert SnapshotStore(tmp_path / "two").current() == SnapshotStore(tmp_path / "one").current() == 1
     # on rank 0's own samples (partition 0) the second version holds against the first
-    third = Batch.from_samples([rated(k, 0) for k in range(published[0] - 300, published[0])])
+    third = SampleColumns.from_samples([rated(k, 0) for k in range(published[0] - 300, published[0])])
     scores = [
         ExportedModel(export_snapshot(SnapshotStore(tmp_path / "two"), v)).score_batch(third) for v in (2, 1)
     ]

@@ -25,7 +25,7 @@ from streamrec.featurestore import RedisFeatureStore
 from streamrec.featurestore.base import Arrival
 from streamrec.featurestore.profiles import ProfilePoint
 from streamrec.featurestore.redis_profiles import RedisProfileStore
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.samples import Sample
 from streamrec.serving.features import StoredHistory, store_history
@@ -53,7 +53,7 @@ def _snapshots(root: Path) -> DINLearner:
         for k, s in enumerate(featured(32))
     ]
     for _ in range(3):
-        learner.learn_many(Batch.from_samples(samples))
+        learner.learn_many(SampleColumns.from_samples(samples))
     store = SnapshotStore(root)
     manifest = store.write(
         group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
@@ -107,8 +107,8 @@ def test_served_scores_read_every_declared_feature_as_the_learner_does(
     full = [_sample("i1", "c1", genres=("a", "b"), price=7.0, age=41.0, device="ios"),
             _sample("i2", "c2", genres=("c",), age=41.0, device="ios")]
     absent = [_sample("i1", "c1", age=41.0)]  # no candidate features, no context
-    want = learner.predict_many(Batch.from_samples(full))
-    want_absent = learner.predict_many(Batch.from_samples(absent))
+    want = learner.predict_many(SampleColumns.from_samples(full))
+    want_absent = learner.predict_many(SampleColumns.from_samples(absent))
     assert ((want > 0.01) & (want < 0.99)).all(), want  # not saturated: the comparison means something
     items = [{"item_id": "i1", "category_id": "c1", "genres": ["a", "b"], "price": 7},
              {"item": "i2", "category": "c2", "genres": ["c"], "rating": 5.0}]  # an outcome is no target's

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from streamrec.cli.demo import _summary
-from streamrec.learner.metrics import BatchMetrics
+from streamrec.learner.metrics import MicroBatchMetrics
 from streamrec.learner.runner import LearnerStats, MicroBatchReport
 
 
 def report(index: int, samples: int, score: float) -> MicroBatchReport:
     labels = np.arange(samples) % 2
     probs = np.where(labels == 1, score, 1 - score)  # AUC 1 (score > 0.5) or 0
-    metrics = BatchMetrics.compute(labels, probs, np.array(["u"] * samples), np.zeros(samples))
+    metrics = MicroBatchMetrics.compute(labels, probs, np.array(["u"] * samples), np.zeros(samples))
     return MicroBatchReport(index, metrics, 0, 0, 0.5, 0.1, 0.1, min_eval_samples=100)
 
 

@@ -12,9 +12,9 @@ from pydantic import ValidationError
 from streamrec.config import ConsumerConfig, StreamrecConfig
 from streamrec.consumers.negatives import MixedSampler
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.match import match_features
-from streamrec.learner.metrics import TELLS, BatchMetrics
+from streamrec.learner.metrics import TELLS, MicroBatchMetrics
 from streamrec.replay.batches import build_samples
 from streamrec.samples import Sample
 
@@ -41,9 +41,9 @@ def shares(samples: list[Sample]) -> tuple[float, float]:
 
 def tells(samples: list[Sample]) -> dict[str, float]:
     """The tells as the learner computes them, over all the samples."""
-    batch = Batch.from_samples(samples)
+    batch = SampleColumns.from_samples(samples)
     flat, known = np.full(len(batch), 0.5), np.ones(len(batch), bool)
-    m = BatchMetrics.compute(batch.label, flat, batch.user_ids, known, match_features(batch))
+    m = MicroBatchMetrics.compute(batch.label, flat, batch.user_ids, known, match_features(batch))
     return {name: getattr(m, name) for name in TELLS}
 
 

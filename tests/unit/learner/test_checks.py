@@ -12,45 +12,45 @@ import numpy as np
 import pytest
 
 from streamrec.learner.base import Learner, TrainResult
-from streamrec.learner.batch import Batch
 from streamrec.learner.checks import Promises, check_learner, yield_checks
+from streamrec.learner.columns import SampleColumns
 from streamrec.replay.baselines import ItemRateLearner
 
 
 class Float32Scores(ItemRateLearner):
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         return super().predict_many(batch).astype(np.float32)
 
 
 class CountsWhatItScores(ItemRateLearner):
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         scores = super().predict_many(batch)
         self.learn(batch)
         return scores
 
 
 class RanksWithinTheBatch(ItemRateLearner):
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         scores = super().predict_many(batch)
         return scores / scores.max() if len(scores) else scores
 
 
 class CountsEmptyBatches(ItemRateLearner):
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         self.samples[0] = self.samples.get(0, 0.0) + 1.0
         self.positives.setdefault(0, 0.0)
         return super().learn_many(batch)
 
 
 class NeedsTwoSamples(ItemRateLearner):
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         if len(batch) == 1:
             raise ValueError("a batch of one")
         return super().learn_many(batch)
 
 
 class NaNForStrangers(ItemRateLearner):
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         scores = super().predict_many(batch)
         scores[~self.is_known(batch)] = np.nan
         return scores
@@ -68,12 +68,12 @@ class LoadsOnlyTheCounts(ItemRateLearner):
 
 
 class KnowsEverything(ItemRateLearner):
-    def is_known(self, batch: Batch) -> np.ndarray:
+    def is_known(self, batch: SampleColumns) -> np.ndarray:
         return np.ones(len(batch), dtype=bool)
 
 
 class Unseeded(ItemRateLearner):
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         result = super().learn_many(batch)
         for key in self.samples:
             self.samples[key] += float(np.random.default_rng().random())
@@ -85,7 +85,7 @@ class ForgetsItsClock(ItemRateLearner):
 
     calls = 0
 
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         self.calls += 1
         if self.calls % 3 == 0:
             self.samples = {k: v / 2 for k, v in self.samples.items()}
@@ -94,19 +94,19 @@ class ForgetsItsClock(ItemRateLearner):
 
 
 class LearnsNothing(ItemRateLearner):
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         return TrainResult()
 
 
 class PartsLearnNothing(ItemRateLearner):
-    def learn_part(self, batch: Batch) -> TrainResult:
+    def learn_part(self, batch: SampleColumns) -> TrainResult:
         return TrainResult()
 
     def end_micro_batch(self) -> None:
         pass
 
 
-def export_off_by_a_little(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
+def export_off_by_a_little(learner: Learner, root: Path) -> Callable[[SampleColumns], np.ndarray]:
     return lambda batch: learner.predict_many(batch) * 0.999
 
 

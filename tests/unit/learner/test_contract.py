@@ -23,8 +23,8 @@ from streamrec.config import ModelConfig, TableConfig
 from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.learner.base import Learner
-from streamrec.learner.batch import Batch
 from streamrec.learner.checks import LearnerFactory, Promises, yield_checks
+from streamrec.learner.columns import SampleColumns
 from streamrec.replay.baselines import ItemRateLearner, PopularityLearner
 from streamrec.replay.features import FeaturesLearner
 from tests.support import small_tables
@@ -66,7 +66,7 @@ def deepfm(cfg: ModelConfig = DIN_CONFIG, schema: FeatureSchema | None = None) -
     return DeepFMLearner(cfg.model_copy(update={"learner": "deepfm"}), schema=schema)
 
 
-def din_export(learner: Learner, root: Path) -> Callable[[Batch], np.ndarray]:
+def din_export(learner: Learner, root: Path) -> Callable[[SampleColumns], np.ndarray]:
     """The serving path: a snapshot of the learner, exported, scored by Paddle Inference."""
     from streamrec.learner.snapshotting import group_state
     from streamrec.learner.trainer import TableLearner

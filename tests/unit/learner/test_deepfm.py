@@ -15,7 +15,7 @@ import pytest
 from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.errors import ConfigError
 from streamrec.learner import runner as runner_module
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.deepfm import FMInteraction
 from streamrec.learner.deepfm_learner import DeepFMLearner
 from streamrec.learner.registry import make_learner
@@ -70,7 +70,7 @@ def test_deepfm_trains_in_the_loop_snapshots_as_deepfm_and_serves_as_it_scores(
     path = export_snapshot(SnapshotStore(tmp_path), manifest.version)
     model = ExportedModel(path)
     assert model.contract["model"]["learner"] == "deepfm"
-    batch = Batch.from_samples([
+    batch = SampleColumns.from_samples([
         Sample("a", "u1", 1, "i1", "c1", 1, ("i2", "i3"), ("c2", "c3")),
         Sample("b", "u9", 1, "new", "c4", 0, (), ()),
     ])

@@ -19,7 +19,7 @@ import pytest
 from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema, FeatureSpec
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.samples import FeatureValue, Sample
 from tests.unit.learner.test_features import (
     AGE,
@@ -60,10 +60,10 @@ BEFORE_CONFIG = ModelConfig.model_validate(
 )
 
 
-def before_batch(seed: int) -> Batch:
+def before_batch(seed: int) -> SampleColumns:
     """Clicks on a few items; the same for a seed in any version."""
     rng = np.random.default_rng(seed)
-    return Batch.from_samples(
+    return SampleColumns.from_samples(
         [
             Sample(
                 f"e{seed}-{i}",
@@ -129,7 +129,7 @@ def test_deepfm_with_every_kind_trains_scores_and_round_trips(tmp_path: Path) ->
     from streamrec.snapshots.store import SnapshotStore
 
     learner = deepfm()
-    batch = Batch.from_samples(featured(8))
+    batch = SampleColumns.from_samples(featured(8))
     for _ in range(5):
         learner.learn_many(batch)
     state = learner.state_arrays()
@@ -139,7 +139,7 @@ def test_deepfm_with_every_kind_trains_scores_and_round_trips(tmp_path: Path) ->
     _, tensors = store.latest_valid()  # type: ignore[misc]
     restored = deepfm()
     restored.load_state_arrays({f"{g}/{k}": v for g, a in tensors.items() for k, v in a.items()})
-    fresh = Batch.from_samples(featured(8))
+    fresh = SampleColumns.from_samples(featured(8))
     np.testing.assert_allclose(restored.predict_many(fresh), learner.predict_many(fresh), rtol=1e-6)
 
 
@@ -148,7 +148,7 @@ def test_every_feature_moves_the_score_and_reads_its_default_when_missing(featur
     learner = deepfm(FeatureSchema.of([feature]))
     samples = featured(64)
     for _ in range(3):
-        learner.learn_many(Batch.from_samples(samples))
+        learner.learn_many(SampleColumns.from_samples(samples))
     two = samples[:2]
     values: dict[str, FeatureValue] = {"genres": ("zz",), "device": "web", "age": 12.0, "price": 900.0}
     seq: dict[str, tuple[FeatureValue | None, ...]] = {"genres": (("zz",), ("yy",)), "rating": (-3.0, 2.0)}
@@ -171,17 +171,17 @@ def test_every_feature_moves_the_score_and_reads_its_default_when_missing(featur
         Sample(s.sample_id, s.user_id, s.ts, s.item_id, s.category_id, s.label, s.seq_items, s.seq_categories)
         for s in two
     ]
-    scores = learner.predict_many(Batch.from_samples(two))
-    moved = learner.predict_many(Batch.from_samples(changed))
+    scores = learner.predict_many(SampleColumns.from_samples(two))
+    moved = learner.predict_many(SampleColumns.from_samples(changed))
     assert not np.allclose(scores, moved)
-    absent = learner.predict_many(Batch.from_samples(bare))  # missing: its default, not an error
+    absent = learner.predict_many(SampleColumns.from_samples(bare))  # missing: its default, not an error
     assert np.isfinite(absent).all() and not np.allclose(moved, absent)
 
 
 def test_a_context_feature_that_decides_the_click_is_learnt() -> None:
     schema = FeatureSchema.of([FeatureSpec(name="slot", role="context")])
-    train = [Batch.from_samples(clicks_decided_by_context(512, seed)) for seed in range(6)]
-    test = Batch.from_samples(clicks_decided_by_context(512, 99))
+    train = [SampleColumns.from_samples(clicks_decided_by_context(512, seed)) for seed in range(6)]
+    test = SampleColumns.from_samples(clicks_decided_by_context(512, 99))
 
     def score(s: FeatureSchema) -> float:
         learner = deepfm(s, id_stats=False)
@@ -217,7 +217,7 @@ def test_a_snapshot_resumes_under_added_features_scoring_as_before(
 
     before = settings(tmp_path, [GENRES])
     old = make_learner(before.model, before.feature_schema())
-    batch = Batch.from_samples(featured(16))
+    batch = SampleColumns.from_samples(featured(16))
     old.learn_many(batch)
     with LearnerRunner(before, old) as runner:
         runner.stats.micro_batches = 1
@@ -227,7 +227,7 @@ def test_a_snapshot_resumes_under_added_features_scoring_as_before(
     with LearnerRunner(cfg, learner):
         pass
     # the new fields start at zero, their deep inputs with zero weights: the same scores
-    fresh = Batch.from_samples(featured(16))  # not the trained batch, whose encoding is cached
+    fresh = SampleColumns.from_samples(featured(16))  # not the trained batch, whose encoding is cached
     np.testing.assert_allclose(learner.predict_many(fresh), old.predict_many(fresh), rtol=1e-5)
     for _ in range(3):
         learner.learn_many(batch)  # and it learns them
@@ -244,6 +244,6 @@ def test_an_untrained_deepfm_is_not_swung_by_a_large_number() -> None:
                features={"year": 1995.0}, seq_features={"year": (1980.0, 2010.0)})
         for s in samples
     ]
-    scores = learner.predict_many(Batch.from_samples(dated))
-    np.testing.assert_allclose(scores, learner.predict_many(Batch.from_samples(samples)), rtol=1e-6)
+    scores = learner.predict_many(SampleColumns.from_samples(dated))
+    np.testing.assert_allclose(scores, learner.predict_many(SampleColumns.from_samples(samples)), rtol=1e-6)
     assert ((scores > 0.3) & (scores < 0.7)).all(), scores

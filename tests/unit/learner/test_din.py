@@ -18,7 +18,7 @@ from safetensors.numpy import save as st_save
 from streamrec.config import ModelConfig
 from streamrec.errors import SnapshotError
 from streamrec.learner import din as din_module
-from streamrec.learner.batch import Batch, EncodedBatch, encode
+from streamrec.learner.columns import EncodedColumns, SampleColumns, encode
 from streamrec.learner.din import OPTIMIZER_PREFIX, DINLearner, resolve_device
 from streamrec.learner.features import model_columns
 from streamrec.learner.model import DIN
@@ -40,7 +40,7 @@ CFG = ModelConfig.model_validate(
 )
 
 
-def _batch(n: int, seed: int, t: int = 10) -> Batch:
+def _batch(n: int, seed: int, t: int = 10) -> SampleColumns:
     """Synthetic samples; label = the target's category appears in the behaviour sequence."""
     rng = np.random.default_rng(seed)
     samples = []
@@ -54,10 +54,10 @@ def _batch(n: int, seed: int, t: int = 10) -> Batch:
                 tuple(f"i{i}" for i in seq), tuple(f"c{i % 31}" for i in seq),
             )
         )
-    return Batch.from_samples(samples)
+    return SampleColumns.from_samples(samples)
 
 
-def _tensors(encoded: EncodedBatch, model: DIN) -> tuple[Any, ...]:
+def _tensors(encoded: EncodedColumns, model: DIN) -> tuple[Any, ...]:
     """The model's inputs (by feature, in plan order), with random dense features of the width it reads."""
     dense = np.random.default_rng(0).normal(size=(len(encoded), model.dense_dim)).astype(np.float32)
     return [paddle.to_tensor(a) for a in model_columns(encoded, model.plan)], paddle.to_tensor(dense)
@@ -258,7 +258,7 @@ def test_items_become_known_once_learnt() -> None:
     known = learner.is_known(batch)
     assert known.all() and known.dtype == bool
     assert learner.known_items[0] == 0  # padding is never an item
-    unseen = Batch.from_samples([Sample("x", "u", 1, "never-seen", "c", 1, (), ())])
+    unseen = SampleColumns.from_samples([Sample("x", "u", 1, "never-seen", "c", 1, (), ())])
     assert learner.is_known(unseen).tolist() == [False]
 
 

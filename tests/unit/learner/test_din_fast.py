@@ -15,7 +15,7 @@ import paddle
 import pytest
 
 from streamrec.features import FeatureSchema
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.model import LocalActivationUnit, MLPHead, attention_first_layer, prelu_linear
 from streamrec.learner.onnxforms import attention_first_layer_broadcast, onnx_forms, prelu_linear_row
@@ -38,7 +38,7 @@ def reference_head(self: MLPHead, features: Sequence[paddle.Tensor]) -> paddle.T
     return self.mlp(paddle.concat(list(features), axis=-1)).squeeze(-1)
 
 
-def _scores_and_grads(learner: DINLearner, batch: Batch) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _scores_and_grads(learner: DINLearner, batch: SampleColumns) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     learner.train_module.train()
     encoded = learner.encode(batch)
     loss = learner.train_module(*learner._inputs(encoded), paddle.to_tensor(encoded.label))
@@ -75,7 +75,7 @@ def test_the_fast_forward_equals_the_papers(schema: FeatureSchema, monkeypatch: 
     _random_weights(learner, 3)
     # Histories of 2 behaviours in a sequence of 4: padding on every sample.
     samples = featured(12)
-    batch = Batch.from_samples(samples)
+    batch = SampleColumns.from_samples(samples)
     assert (learner.encode(batch).sequences["item"] == 0).any()
     fast, fast_grads = _scores_and_grads(learner, batch)
     monkeypatch.setattr(LocalActivationUnit, "forward", reference_attention)
@@ -112,7 +112,7 @@ def test_the_split_layers_on_random_inputs() -> None:
 @pytest.mark.parametrize("schema", [FeatureSchema.default(), SCHEMA], ids=["builtin", "declared"])
 def test_the_onnx_forms_score_as_the_training_forms(schema: FeatureSchema) -> None:
     learner = DINLearner(model(attention_units=(8, 6), mlp_units=(8, 5)), schema=schema)
-    batch = Batch.from_samples(featured(12))
+    batch = SampleColumns.from_samples(featured(12))
     learner.learn_many(batch)  # admits the items: each target its own row
     _random_weights(learner, 4)
     encoded = learner.encode(batch)

@@ -8,7 +8,7 @@ import numpy as np
 import paddle
 
 from streamrec.config import ModelConfig
-from streamrec.learner.batch import Batch, encode
+from streamrec.learner.columns import SampleColumns, encode
 from streamrec.learner.din import DINLearner
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.metrics import gauc
@@ -60,7 +60,7 @@ def test_match_features_are_causal_they_read_only_the_history_given() -> None:
     cfg = ModelConfig.model_validate({"tables": small_tables(64, 8, dim=4, ids="hashed"), "device": "cpu"})
     match = DIN(cfg).match
     assert match is not None
-    batch = Batch.from_samples(
+    batch = SampleColumns.from_samples(
         [_sample(0, "i1", ("i2", "i3"), 1), _sample(1, "i2", ("i1", "i2"), 0), _sample(2, "i1", (), 1)]
     )
     enc = encode(batch, cfg)
@@ -74,7 +74,7 @@ def test_match_features_are_causal_they_read_only_the_history_given() -> None:
     np.testing.assert_allclose(match.features(tensors, seqs, mask).numpy()[:, 2], [1, 1, 0])
 
 
-def _stream(n: int, seed: int) -> Batch:
+def _stream(n: int, seed: int) -> SampleColumns:
     """Clicks where the label is "the target's category is in the user's history": what a
     counter of item or user rates cannot see (every item and user is as often clicked).
     """
@@ -90,7 +90,7 @@ def _stream(n: int, seed: int) -> Batch:
                 tuple(f"i{i}" for i in seq), tuple(f"c{i % 40}" for i in seq),
             )
         )
-    return Batch.from_samples(samples)
+    return SampleColumns.from_samples(samples)
 
 
 def test_the_default_din_learns_a_history_match_within_a_few_micro_batches() -> None:

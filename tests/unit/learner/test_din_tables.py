@@ -11,7 +11,7 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from streamrec.config import ModelConfig
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.snapshotting import group_state
@@ -33,7 +33,7 @@ def config(**table: object) -> ModelConfig:
     })
 
 
-def clicks(items: list[str], ts: int, user: str = "u") -> Batch:
+def clicks(items: list[str], ts: int, user: str = "u") -> SampleColumns:
     """One sample per item, label alternating, each with the previous items as history."""
     samples = [
         Sample(f"{user}-{ts}-{k}", user, ts, item, f"c{k % 3}", k % 2, tuple(items[:k][-5:]), tuple(
@@ -41,7 +41,7 @@ def clicks(items: list[str], ts: int, user: str = "u") -> Batch:
         ))
         for k, item in enumerate(items)
     ]
-    return Batch.from_samples(samples)
+    return SampleColumns.from_samples(samples)
 
 
 def rows_of(learner: DINLearner, *items: str) -> list[int]:

@@ -12,7 +12,7 @@ import pytest
 from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.errors import ConfigError, SchemaChange
 from streamrec.features import FeatureSchema, FeatureSpec
-from streamrec.learner.batch import Batch, Jagged
+from streamrec.learner.columns import Jagged, SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.features import DEFAULT_DIM, DEFAULT_ROWS, FeaturePlan, Moments, encode_features
 from streamrec.learner.metrics import gauc
@@ -50,13 +50,13 @@ def featured(n: int = 2) -> list[Sample]:
 # -- the keyed batch ------------------------------------------------------------------------
 
 def test_a_batch_without_declared_features_has_the_default_schemas_only() -> None:
-    batch = Batch.from_samples([Sample("e1", "u1", T0, "i1", "c1", 1, ("i2",), ("c1",))])
+    batch = SampleColumns.from_samples([Sample("e1", "u1", T0, "i1", "c1", 1, ("i2",), ("c1",))])
     assert list(batch.features) == ["item", "category"]
 
 
 def test_each_kind_becomes_its_column() -> None:
     samples = featured(1) + [Sample("e9", "u2", T0, "i1", "c1", 0, ("i3",), ("c3",))]
-    extras = Batch.from_samples(samples).features
+    extras = SampleColumns.from_samples(samples).features
     assert extras["device"].kind == "id" and extras["device"].target == ["ios", ""]
     assert extras["device"].sequence is None  # a context feature has no sequence side
     genres = extras["genres"]
@@ -75,14 +75,14 @@ def test_each_kind_becomes_its_column() -> None:
 def test_a_sequence_feature_of_another_length_than_the_history_is_refused() -> None:
     bad = Sample("e1", "u1", T0, "i1", "c1", 1, ("i2", "i3"), ("c1", "c1"), seq_features={"rating": (1.0,)})
     with pytest.raises(ValueError, match="feature 'rating' has 1 values along 2 behaviours"):
-        Batch.from_samples([bad])
+        SampleColumns.from_samples([bad])
 
 
 def test_a_feature_of_two_kinds_in_one_batch_is_refused() -> None:
     samples = [Sample("e1", "u1", T0, "i1", "c1", 1, (), (), features={"x": "a"}),
                Sample("e2", "u1", T0, "i1", "c1", 1, (), (), features={"x": 1.0})]
     with pytest.raises(ValueError, match="feature 'x' holds values of kinds"):
-        Batch.from_samples(samples)
+        SampleColumns.from_samples(samples)
 
 
 # -- the plan and the encoding ----------------------------------------------------------------
@@ -149,7 +149,7 @@ def test_a_declared_features_table_must_be_hashed() -> None:
 
 def test_encoding_pads_aligns_and_transforms() -> None:
     plan = FeaturePlan(model(), SCHEMA)
-    batch = Batch.from_samples(featured(1))
+    batch = SampleColumns.from_samples(featured(1))
     x = encode_features(batch, plan, 4, Moments(plan.standardized))
     assert x["genres/target"].shape == (1, 3) and (x["genres/target"][0, :2] > 0).all()
     assert x["genres/target"][0, 2] == 0  # padding
@@ -185,7 +185,7 @@ def test_din_with_every_kind_trains_scores_and_round_trips(tmp_path: Path) -> No
     from streamrec.snapshots.store import SnapshotStore
 
     learner = din()
-    batch = Batch.from_samples(featured(8))
+    batch = SampleColumns.from_samples(featured(8))
     for _ in range(5):
         learner.learn_many(batch)
     state = learner.state_arrays()
@@ -195,7 +195,7 @@ def test_din_with_every_kind_trains_scores_and_round_trips(tmp_path: Path) -> No
     _, tensors = store.latest_valid()  # type: ignore[misc]
     restored = DINLearner(model(), schema=SCHEMA)
     restored.load_state_arrays({f"{g}/{k}": v for g, a in tensors.items() for k, v in a.items()})
-    fresh = Batch.from_samples(featured(8))
+    fresh = SampleColumns.from_samples(featured(8))
     np.testing.assert_allclose(restored.predict_many(fresh), learner.predict_many(fresh), rtol=1e-6)
 
 
@@ -204,11 +204,11 @@ def test_an_outcome_is_never_in_the_target_vector() -> None:
     learner = din(FeatureSchema.of([RATING]), mlp_units=(8,))
     samples = featured(64)
     for _ in range(3):
-        learner.learn_many(Batch.from_samples(samples))
+        learner.learn_many(SampleColumns.from_samples(samples))
     other = [Sample(s.sample_id, s.user_id, s.ts, s.item_id, s.category_id, s.label, s.seq_items,
                     s.seq_categories, seq_features={"rating": (-3.0, 2.0)}) for s in samples[:2]]
-    assert not np.allclose(learner.predict_many(Batch.from_samples(samples[:2])),
-                           learner.predict_many(Batch.from_samples(other)))
+    assert not np.allclose(learner.predict_many(SampleColumns.from_samples(samples[:2])),
+                           learner.predict_many(SampleColumns.from_samples(other)))
 
 
 def clicks_decided_by_context(n: int, seed: int) -> list[Sample]:
@@ -228,8 +228,8 @@ def clicks_decided_by_context(n: int, seed: int) -> list[Sample]:
 
 def test_a_context_feature_that_decides_the_click_is_learnt() -> None:
     schema = FeatureSchema.of([FeatureSpec(name="slot", role="context")])
-    train = [Batch.from_samples(clicks_decided_by_context(512, seed)) for seed in range(6)]
-    test = Batch.from_samples(clicks_decided_by_context(512, 99))
+    train = [SampleColumns.from_samples(clicks_decided_by_context(512, seed)) for seed in range(6)]
+    test = SampleColumns.from_samples(clicks_decided_by_context(512, 99))
 
     def score(s: FeatureSchema) -> float:
         learner = din(s, id_stats=False, wide=False)
@@ -258,14 +258,14 @@ def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: FakeConsumer())
 
 
-def snapshot_under(root: Path, features: list[FeatureSpec]) -> tuple[object, Batch]:
+def snapshot_under(root: Path, features: list[FeatureSpec]) -> tuple[object, SampleColumns]:
     """A DIN trained under ``features``, snapshotted in ``root`` by its runner."""
     from streamrec.learner.registry import make_learner
     from streamrec.learner.runner import LearnerRunner
 
     cfg = config(root, features)
     learner = make_learner(cfg.model, cfg.feature_schema())
-    batch = Batch.from_samples(featured(16))
+    batch = SampleColumns.from_samples(featured(16))
     learner.learn_many(batch)
     with LearnerRunner(cfg, learner) as runner:
         runner.stats.micro_batches = 1
@@ -284,7 +284,7 @@ def test_a_snapshot_resumes_under_an_added_feature_scoring_as_before(tmp_path: P
     with LearnerRunner(cfg, learner):
         pass
     # the new features' inputs enter with zero weights: the same scores until it learns them
-    fresh = Batch.from_samples(featured(16))  # not the trained batch, whose encoding is cached
+    fresh = SampleColumns.from_samples(featured(16))  # not the trained batch, whose encoding is cached
     np.testing.assert_allclose(learner.predict_many(fresh), old.predict_many(fresh), rtol=1e-5)  # type: ignore[attr-defined]
     learner.learn_many(batch)  # and it trains
 
@@ -359,7 +359,7 @@ def test_the_export_scores_declared_features_as_the_learner(
     learner = make_learner(cfg, SCHEMA)
     samples = featured(32)
     for _ in range(3):
-        learner.learn_many(Batch.from_samples(samples))
+        learner.learn_many(SampleColumns.from_samples(samples))
     store = SnapshotStore(tmp_path)
     manifest = store.write(
         group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
@@ -372,7 +372,7 @@ def test_the_export_scores_declared_features_as_the_learner(
     assert [f["name"] for f in contract["features"]] == ["genres", "price", "rating", "device", "age"]
     rating = next(f for f in contract["features"] if f["name"] == "rating")
     assert rating["outcome"] and rating["inputs"] == ["rating__sequence"] and rating["moments"][0] == 3 * 32
-    batch = Batch.from_samples([*featured(4), Sample("e9", "u2", T0, "i1", "c1", 0, (), ())])
+    batch = SampleColumns.from_samples([*featured(4), Sample("e9", "u2", T0, "i1", "c1", 0, (), ())])
     scores = ExportedModel(export).score_batch(batch)
     np.testing.assert_allclose(scores, learner.predict_many(batch), rtol=1e-4, atol=1e-6)
 
@@ -393,7 +393,7 @@ def test_a_request_scores_an_export_with_declared_features_reading_its_context(t
     exported = ExportedModel(export_snapshot(store, manifest.version))
     candidates = [Candidate("i1", "c1"), Candidate("i2")]
     history = [("i8", "c1"), ("i9", "c2")]
-    batch = Batch.from_samples([
+    batch = SampleColumns.from_samples([
         Sample("r", "u1", T0, "i1", "c1", 0, ("i8", "i9"), ("c1", "c2"), features={"device": "ios"}),
     ])
     scores = exported.score("u1", history, candidates, context={"device": "ios"})
@@ -412,7 +412,7 @@ def test_serve_reads_the_context_features_from_the_request(tmp_path: Path) -> No
     from streamrec.snapshots.store import SnapshotStore
 
     learner = din(FeatureSchema.of([DEVICE]))
-    learner.learn_many(Batch.from_samples([
+    learner.learn_many(SampleColumns.from_samples([
         Sample(f"e{i}", "u1", T0, f"i{i}", "c1", i % 2, (), (),
                features={"device": "ios" if i % 2 else "web"})
         for i in range(64)

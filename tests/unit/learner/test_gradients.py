@@ -11,7 +11,7 @@ import paddle
 import pytest
 
 from streamrec.config import ModelConfig
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.gradients import Gradients, GradientSum
 from streamrec.samples import Sample
@@ -36,7 +36,7 @@ def samples(n: int) -> list[Sample]:
     ]
 
 
-def backward(learner: DINLearner, batch: Batch, scale: float) -> None:
+def backward(learner: DINLearner, batch: SampleColumns, scale: float) -> None:
     encoded = learner.encode(batch)
     learner.train_module.train()
     loss = learner.train_module(*learner._inputs(encoded), paddle.to_tensor(encoded.label))
@@ -47,8 +47,9 @@ def test_two_ranks_averaged_gradients_step_as_one_process_on_the_whole_mini_batc
     whole = samples(16)
     ranks, one = [DINLearner(CFG), DINLearner(CFG)], DINLearner(CFG)
     for learner, share in zip(ranks, (whole[:6], whole[6:]), strict=True):
-        backward(learner, Batch.from_samples(share), 2 * len(share) / len(whole))  # `GroupLayout.share`
-    backward(one, Batch.from_samples(whole), 1.0)
+        # the loss scale as `GroupLayout.share` gives it
+        backward(learner, SampleColumns.from_samples(share), 2 * len(share) / len(whole))
+    backward(one, SampleColumns.from_samples(whole), 1.0)
     packed = [GradientSum(r.train_module, lambda a, w: []).mine().pack() for r in ranks]
     calls: list[str] = []
 

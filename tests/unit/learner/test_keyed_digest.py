@@ -29,7 +29,7 @@ import pytest
 from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.datasets.sources import load_events
 from streamrec.features import FeatureSchema, FeatureSpec
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.replay.batches import build_samples, by_count
 
 pytest.importorskip("paddle")
@@ -60,11 +60,11 @@ CONFIG = {
 }
 
 
-def _batches(movielens: Path, schema: FeatureSchema) -> list[Batch]:
+def _batches(movielens: Path, schema: FeatureSchema) -> list[SampleColumns]:
     settings = StreamrecConfig(features=schema.extras)
     events = load_events(movielens, limit=1_200, schema=schema)
     samples = build_samples(events, settings, schema)
-    return [Batch.from_samples(b.samples) for b in by_count(samples, 400)]
+    return [SampleColumns.from_samples(b.samples) for b in by_count(samples, 400)]
 
 
 def trained(learner_name: str, schema_name: str, movielens: Path) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.match import MATCH_FEATURES, match_features
 from streamrec.samples import Sample
 
@@ -16,7 +16,7 @@ def sample(n: int, item: str, category: str, seq: tuple[tuple[str, str], ...]) -
 
 
 def test_each_feature_reads_the_samples_own_history() -> None:
-    batch = Batch.from_samples([
+    batch = SampleColumns.from_samples([
         sample(0, "a", "x", (("a", "x"), ("b", "y"), ("c", "x"), ("d", "z"))),  # in history, 2/4 x
         sample(1, "e", "y", (("a", "x"), ("b", "y"))),  # not in history, 1/2 y
         sample(2, "f", "w", (("g", "x"),)),  # nothing in common
@@ -32,12 +32,12 @@ def test_each_feature_reads_the_samples_own_history() -> None:
 
 
 def test_an_empty_batch_has_empty_features() -> None:
-    f = match_features(Batch.from_samples([]))
+    f = match_features(SampleColumns.from_samples([]))
     assert all(len(v) == 0 for v in f.values())
 
 
 def test_a_batch_without_any_history_reads_all_empty() -> None:
     # every sample a user's first: no behaviour at all in the batch (a live micro-batch can be)
-    f = match_features(Batch.from_samples([sample(0, "a", "x", ()), sample(1, "b", "y", ())]))
+    f = match_features(SampleColumns.from_samples([sample(0, "a", "x", ()), sample(1, "b", "y", ())]))
     assert f["empty_history"].tolist() == [1, 1] and f["category_share"].tolist() == [0, 0]
     assert all(v.dtype == np.float64 for v in f.values())

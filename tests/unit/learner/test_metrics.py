@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from streamrec.learner.metrics import BatchMetrics, auc, gauc, logloss
+from streamrec.learner.metrics import MicroBatchMetrics, auc, gauc, logloss
 
 
 def _pairwise_auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -70,7 +70,7 @@ def test_batch_metrics_compute() -> None:
     probs = np.array([0.9, 0.2, 0.3, 0.6])
     users = np.array(["a", "a", "b", "b"])
     known = np.array([True, True, False, True])
-    m = BatchMetrics.compute(labels, probs, users, known)
+    m = MicroBatchMetrics.compute(labels, probs, users, known)
     assert (m.samples, m.positives, m.known_samples) == (4, 2, 3)
     assert m.auc == 0.75 and m.gauc == 0.5 and m.known_auc == 1.0
     assert math.isclose(m.logloss, logloss(labels, probs))

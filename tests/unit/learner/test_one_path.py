@@ -9,7 +9,7 @@ import pytest
 
 from streamrec.config import ModelConfig
 from streamrec.features import FeatureSchema, FeatureSpec
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.samples import Sample
 
 paddle = pytest.importorskip("paddle")
@@ -42,8 +42,8 @@ def _learner(name: str) -> Any:
     return LEARNERS[name](cfg, schema=SCHEMA)
 
 
-def _batch() -> Batch:
-    return Batch.from_samples([
+def _batch() -> SampleColumns:
+    return SampleColumns.from_samples([
         Sample(f"e{i}", f"u{i % 3}", T0 + i, f"i{i}", f"c{i % 2}", i % 2, ("i1", "i2"), ("c0", "c1"),
                features={"shop": f"s{i % 2}", "genres": ("a", "b"), "device": "ios"},
                seq_features={"shop": ("s1", "s0"), "genres": (("a",), None)})

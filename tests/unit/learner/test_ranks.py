@@ -12,15 +12,15 @@ import pytest
 
 from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.errors import ConfigError
-from streamrec.learner.batch import Batch, EncodedBatch
+from streamrec.learner.columns import EncodedColumns, SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.ranked import RankedRunner
 from streamrec.learner.ranks import GroupLayout, RankGroup, RankShare, pack, padding_only
 from tests.support import small_tables
 
 
-def encoded(n: int) -> EncodedBatch:
-    return EncodedBatch(
+def encoded(n: int) -> EncodedColumns:
+    return EncodedColumns(
         targets={"item": np.arange(1, n + 1)},
         sequences={"item": np.arange(1, 3 * n + 1).reshape(n, 3)},
         context={},
@@ -106,7 +106,7 @@ def test_a_rank_without_samples_of_its_own_steps_alike_on_padding_with_weight_ze
     cfg = ModelConfig(tables=small_tables(2**8, 2**4, dim=4), sequence_length=4, mlp_units=[4])
     learner = DINLearner(cfg)
     before = learner.state_arrays()
-    empty = Batch.from_samples([])
+    empty = SampleColumns.from_samples([])
     result = learner.learn_share(empty, GroupLayout(2 * cfg.train_batch_size + 1, np.zeros(0, np.int64)))
     assert result.steps == 3 and result.skipped_steps == 0  # the group's steps: its collectives
     assert math.isnan(result.loss)  # no loss of its own

@@ -27,10 +27,10 @@ from streamrec.errors import DeliveryError, NonFiniteWeights, SamplesExpired, Tr
 from streamrec.kafka.records import Partition, Record
 from streamrec.learner import runner as runner_module
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.intake import DeadLetterWriter
-from streamrec.learner.metrics import BatchMetrics
+from streamrec.learner.metrics import MicroBatchMetrics
 from streamrec.learner.runner import LearnerRunner, MicroBatchReport
 from streamrec.samples import Sample
 from streamrec.snapshots.store import SnapshotStore
@@ -134,13 +134,13 @@ class ScriptedLearner:
         }
         self.trained: list[str] = []
 
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         return np.full(len(batch), 0.5)
 
-    def is_known(self, batch: Batch) -> np.ndarray:
+    def is_known(self, batch: SampleColumns) -> np.ndarray:
         return np.zeros(len(batch), dtype=bool)
 
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         self.trained.extend(batch.sample_ids)
         return self._results.popleft() if self._results else GOOD
 
@@ -306,7 +306,9 @@ def test_a_nan_producing_din_keeps_its_weights_and_writes_no_snapshot(
 def test_the_cli_report_line_names_dead_letters_and_skipped_steps(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    metrics = BatchMetrics.compute(np.array([0, 1]), np.array([0.2, 0.7]), np.array(["u", "u"]), np.zeros(2))
+    metrics = MicroBatchMetrics.compute(
+        np.array([0, 1]), np.array([0.2, 0.7]), np.array(["u", "u"]), np.zeros(2)
+    )
     print_report(MicroBatchReport(3, metrics, TS, TS, 0.4, 0.1, 0.2))
     clean = capsys.readouterr().out
     assert "micro-batch    3" in clean and "dead-lettered" not in clean and "skipped" not in clean

@@ -20,7 +20,7 @@ from streamrec.errors import SnapshotDirError, SnapshotError, SnapshotInUse
 from streamrec.kafka.records import Partition, Position
 from streamrec.learner import runner as runner_module
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import LearnerRunner
 from streamrec.snapshots.store import SnapshotStore
@@ -35,13 +35,13 @@ class StubLearner:
         }
         self.loaded: list[float] = []
 
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         raise AssertionError("scored")
 
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         raise AssertionError("trained")
 
-    def is_known(self, batch: Batch) -> np.ndarray:
+    def is_known(self, batch: SampleColumns) -> np.ndarray:
         raise AssertionError("scored")
 
     def state_arrays(self) -> dict[str, np.ndarray]:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.ranks import RankShare, pack
 from streamrec.learner.reports import StepResult, micro_batch_report, scored_report
 from streamrec.learner.scored import RECORD, Scored, gather_scores, totals
@@ -52,7 +52,7 @@ def two_ranks(
 
 def test_a_record_is_five_words_a_sample_and_reads_back_as_the_scores() -> None:
     found, probs, known = scored_samples(50)
-    b = Batch.from_samples(found)
+    b = SampleColumns.from_samples(found)
     served = np.linspace(0, 1, 50)
     scored = Scored.of(b, probs, known, served)
     words = scored.to_words()
@@ -71,12 +71,12 @@ def test_a_record_is_five_words_a_sample_and_reads_back_as_the_scores() -> None:
 
 def test_two_ranks_gathered_report_the_metrics_loss_and_counts_of_the_whole_micro_batch() -> None:
     found, probs, known = scored_samples(400)
-    b = Batch.from_samples(found)
+    b = SampleColumns.from_samples(found)
     whole = Scored.of(b, probs, known)
     cut = 150
     halves = [
-        Scored.of(Batch.from_samples(found[:cut]), probs[:cut], known[:cut]),
-        Scored.of(Batch.from_samples(found[cut:]), probs[cut:], known[cut:]),
+        Scored.of(SampleColumns.from_samples(found[:cut]), probs[:cut], known[:cut]),
+        Scored.of(SampleColumns.from_samples(found[cut:]), probs[cut:], known[cut:]),
     ]
     trains = [TrainResult(0.5, 7, 0, samples=cut), TrainResult(0.7, 7, 0, samples=400 - cut)]
     alone = StepResult(probs, known, TrainResult(0.625, 7, 0, samples=400), 1.0, 2.0)
@@ -98,8 +98,8 @@ def test_two_ranks_gathered_report_the_metrics_loss_and_counts_of_the_whole_micr
 def test_the_group_loss_weights_each_rank_by_its_samples_and_is_nan_when_none_trained() -> None:
     found, probs, known = scored_samples(10)
     halves = [
-        Scored.of(Batch.from_samples([]), probs[:0], known[:0]),
-        Scored.of(Batch.from_samples(found), probs, known),
+        Scored.of(SampleColumns.from_samples([]), probs[:0], known[:0]),
+        Scored.of(SampleColumns.from_samples(found), probs, known),
     ]
     nothing = TrainResult(math.nan, 2, 0)  # a rank without samples steps on padding
     (_, train, _), _ = two_ranks(halves, [nothing, TrainResult(0.4, 2, 0, samples=10)], [0, 0])

@@ -25,7 +25,7 @@ from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.datasets.sources import load_events
 from streamrec.errors import SnapshotError
 from streamrec.features import FeatureSchema, FeatureSpec
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.replay.batches import build_samples, by_count
 
 pytest.importorskip("paddle")
@@ -50,10 +50,10 @@ CONFIG = {
 LEARNERS = ("din", "deepfm")
 
 
-def _batches() -> list[Batch]:
+def _batches() -> list[SampleColumns]:
     events = load_events(MOVIELENS_DIR, limit=400, schema=SCHEMA)
     samples = build_samples(events, StreamrecConfig(features=SCHEMA.extras), SCHEMA)
-    return [Batch.from_samples(b.samples) for b in by_count(samples, 100)]
+    return [SampleColumns.from_samples(b.samples) for b in by_count(samples, 100)]
 
 
 def _learner(name: str):  # noqa: ANN202 -- a Learner of either version of the code

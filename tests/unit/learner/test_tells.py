@@ -8,9 +8,9 @@ import math
 
 import numpy as np
 
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.match import match_features
-from streamrec.learner.metrics import BatchMetrics
+from streamrec.learner.metrics import MicroBatchMetrics
 from streamrec.samples import Sample
 
 CATEGORIES = ("c0", "c1", "c2", "c3")
@@ -37,11 +37,11 @@ def samples(planted: bool, n: int = 2000, seed: int = 0) -> list[Sample]:
     return out
 
 
-def metrics(planted: bool) -> BatchMetrics:
-    batch = Batch.from_samples(samples(planted))
+def metrics(planted: bool) -> MicroBatchMetrics:
+    batch = SampleColumns.from_samples(samples(planted))
     probs = np.full(len(batch), 0.5)
     known = np.ones(len(batch))
-    return BatchMetrics.compute(batch.label, probs, batch.user_ids, known, match_features(batch))
+    return MicroBatchMetrics.compute(batch.label, probs, batch.user_ids, known, match_features(batch))
 
 
 def test_a_planted_tell_is_caught() -> None:
@@ -55,5 +55,5 @@ def test_honest_samples_read_about_one_half() -> None:
 
 
 def test_without_features_the_tells_are_unknown() -> None:
-    m = BatchMetrics.compute(np.array([0, 1]), np.array([0.2, 0.7]), np.array(["u", "u"]), np.zeros(2))
+    m = MicroBatchMetrics.compute(np.array([0, 1]), np.array([0.2, 0.7]), np.array(["u", "u"]), np.zeros(2))
     assert math.isnan(m.tell_history_auc) and math.isnan(m.tell_category_auc)

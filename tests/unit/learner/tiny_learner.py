@@ -10,7 +10,7 @@ import orjson
 
 from streamrec.config import ModelConfig
 from streamrec.learner.base import TrainResult
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 
 CLASS_PATH = "tests.unit.learner.tiny_learner:TinyLearner"
 
@@ -27,15 +27,15 @@ class TinyLearner:
         """Built from the model section: one hyper-parameter taken from it."""
         return cls(prior=min(1.0, cfg.learning_rate * 500))
 
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         rate = (self.counts[0] + self.prior) / (self.counts[1] + 1.0)
         return np.full(len(batch), rate, dtype=np.float64)
 
-    def learn_many(self, batch: Batch) -> TrainResult:
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
         self.counts += [float(batch.label.sum()), len(batch)]
         return TrainResult(loss=0.0, steps=1)
 
-    def is_known(self, batch: Batch) -> np.ndarray:
+    def is_known(self, batch: SampleColumns) -> np.ndarray:
         return np.zeros(len(batch), dtype=bool)
 
     def state_arrays(self) -> dict[str, np.ndarray]:
@@ -48,7 +48,7 @@ class TinyLearner:
 class NotALearner:
     """Has some of the contract, not all of it."""
 
-    def predict_many(self, batch: Batch) -> np.ndarray:
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
         return np.zeros(len(batch))
 
 

@@ -6,14 +6,14 @@ import math
 
 import numpy as np
 
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.replay.baselines import PRIOR_SAMPLES, ItemRateLearner, PopularityLearner
 from streamrec.samples import Sample
 
 
-def batch(*rows: tuple[str, int]) -> Batch:
+def batch(*rows: tuple[str, int]) -> SampleColumns:
     samples = [Sample(f"s{n}", "u", n, item, "c", label, (), ()) for n, (item, label) in enumerate(rows)]
-    return Batch.from_samples(samples)
+    return SampleColumns.from_samples(samples)
 
 
 def test_popularity_ranks_by_earlier_positives_only() -> None:

@@ -7,15 +7,15 @@ import numpy as np
 from streamrec.config import StreamrecConfig
 from streamrec.datasets.feed import FeedSpec, generate_feed
 from streamrec.datasets.synthetic import ClickStreamSpec
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.metrics import auc
 from streamrec.replay.batches import build_samples, by_interval
 from streamrec.replay.features import FeaturesLearner
 from tests.unit.learner.test_tells import samples
 
 
-def batch(planted: bool, seed: int) -> Batch:
-    return Batch.from_samples(samples(planted, n=1000, seed=seed))
+def batch(planted: bool, seed: int) -> SampleColumns:
+    return SampleColumns.from_samples(samples(planted, n=1000, seed=seed))
 
 
 def test_it_knows_nothing_before_training_and_learns_a_planted_tell() -> None:
@@ -67,7 +67,7 @@ def test_join_mode_micro_batches_do_not_saturate_it() -> None:
     batches = by_interval(build_samples(events, cfg.model_copy(update={"consumer": consumer})), 1_800_000)
     learner = FeaturesLearner()
     for micro in batches[:5]:
-        learner.learn_many(Batch.from_samples(micro.samples))
+        learner.learn_many(SampleColumns.from_samples(micro.samples))
     assert np.abs(learner.weights).max() < 20
-    fresh = Batch.from_samples(batches[5].samples)
+    fresh = SampleColumns.from_samples(batches[5].samples)
     assert len(np.unique(learner.predict_many(fresh))) > 10

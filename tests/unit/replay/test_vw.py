@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from streamrec.cli import app
 from streamrec.errors import ConfigError
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.replay.backtest import backtest
 from streamrec.replay.vw import NAMESPACES, examples, vw_token
 from streamrec.samples import Sample
@@ -35,7 +35,7 @@ def _tokens(line: str) -> dict[str, list[str]]:
 
 
 def test_an_example_names_every_id_once_per_namespace_with_separators_escaped() -> None:
-    batch = Batch.from_samples([ODD])
+    batch = SampleColumns.from_samples([ODD])
     line = examples(batch, labelled=True)[0]
     tokens = _tokens(line)
     assert tokens["label"] == ["1"]
@@ -51,7 +51,7 @@ def test_an_example_names_every_id_once_per_namespace_with_separators_escaped() 
     assert float(features["category_share"]) == pytest.approx(1 / 3)
     # unlabelled (scoring) examples carry no label; a negative is -1 (logistic loss)
     assert _tokens(examples(batch, labelled=False)[0])["label"] == []
-    negative = Batch.from_samples([Sample("s2", "u", 6, "i", "c", 0, (), ())])
+    negative = SampleColumns.from_samples([Sample("s2", "u", 6, "i", "c", 0, (), ())])
     assert _tokens(examples(negative, labelled=True)[0])["label"] == ["-1"]
 
 
@@ -96,7 +96,7 @@ def test_vw_state_round_trips() -> None:
     pytest.importorskip("vowpalwabbit", reason="the vw extra is not installed: pip install 'streamrec[vw]'")
     from streamrec.replay.vw import VWLearner
 
-    first = Batch.from_samples([ODD, Sample("s2", "u", 6, "i", "c", 0, ("d e",), ("z",))])
+    first = SampleColumns.from_samples([ODD, Sample("s2", "u", 6, "i", "c", 0, ("d e",), ("z",))])
     a = VWLearner()
     a.learn_many(first)
     b = VWLearner()

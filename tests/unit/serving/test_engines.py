@@ -16,7 +16,7 @@ import pytest
 
 from streamrec.config import ServingConfig
 from streamrec.errors import InvalidSnapshot
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.serving import engines, onnxfile
 from streamrec.serving import export as export_module
 from streamrec.serving.export import write_export
@@ -119,7 +119,7 @@ def test_declared_features_convert_and_score_alike(tmp_path: Path) -> None:
 
     path = featured_export(tmp_path)
     assert "onnx" in _contract(path)
-    batch = Batch.from_samples(featured(64))
+    batch = SampleColumns.from_samples(featured(64))
     onnx, paddle = ExportedModel(path, engine="onnx"), ExportedModel(path, engine="paddle")
     assert np.abs(onnx.score_batch(batch) - paddle.score_batch(batch)).max() <= TOLERANCE
 

@@ -18,7 +18,7 @@ import pytest
 
 from streamrec.config import ModelConfig
 from streamrec.errors import InvalidSnapshot
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.deepfm_learner import DeepFMLearner
 from streamrec.learner.din import DINLearner
 from streamrec.learner.snapshotting import group_state
@@ -47,7 +47,7 @@ def config(**fields: Any) -> ModelConfig:
     })
 
 
-def stream(n: int, seed: int, ts: int) -> Batch:
+def stream(n: int, seed: int, ts: int) -> SampleColumns:
     """Clicks of 20 users over 60 items (category = item mod 7), histories from earlier clicks."""
     rng = np.random.default_rng(seed)
     histories: dict[str, list[tuple[str, str]]] = {}
@@ -61,7 +61,7 @@ def stream(n: int, seed: int, ts: int) -> Batch:
             tuple(h[0] for h in history[-6:]), tuple(h[1] for h in history[-6:]),
         ))
         history.append((f"i{item}", f"c{item % 7}"))
-    return Batch.from_samples(samples)
+    return SampleColumns.from_samples(samples)
 
 
 def trained(cfg: ModelConfig, model: str = "din") -> TableLearner:
@@ -131,7 +131,7 @@ def test_a_process_without_streamrec_scores_as_the_training_model(
                tuple(h[1] for h in history))
         for k, (item, category) in enumerate(candidates)
     ]
-    want = learner.predict_many(Batch.from_samples(samples))
+    want = learner.predict_many(SampleColumns.from_samples(samples))
     script = (
         "import json, sys\n"
         f"sys.path.insert(0, {str(EXAMPLE.parent)!r})\n"
@@ -193,7 +193,7 @@ def test_the_scorer_api_matches_the_example(tmp_path: Path) -> None:
     learner = trained(config())
     model = ExportedModel(write_export(learner, tmp_path / "v000001", 1))
     history = [("i1", "c1"), ("i5", "c5")]
-    batch = Batch.from_samples([
+    batch = SampleColumns.from_samples([
         Sample(f"q{k}", "u1", 10**6, item, f"c{k}", 0, ("i1", "i5"), ("c1", "c5"))
         for k, item in enumerate(["i1", "i2", "zz"])
     ])

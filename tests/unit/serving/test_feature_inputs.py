@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 import pytest
 
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.registry import make_learner
 from tests.unit.learner.test_features import SCHEMA, featured, model
 from tests.unit.serving.test_export import ENGINES
@@ -37,7 +37,7 @@ def _export(tmp_path: Path, learner_type: str = "din") -> Path:
     learner = make_learner(model(tables=tables, learner=learner_type), SCHEMA)
     assert isinstance(learner, TableLearner) and learner.plan.input_keys  # DIN and DeepFM read them
     for _ in range(3):
-        learner.learn_many(Batch.from_samples(featured(32)))
+        learner.learn_many(SampleColumns.from_samples(featured(32)))
     store = SnapshotStore(tmp_path / "snapshots")
     manifest = store.write(
         group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),

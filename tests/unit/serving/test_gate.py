@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from streamrec.config import LearnerConfig
-from streamrec.learner.batch import Batch
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.snapshotting import group_state
 from streamrec.samples import Sample
@@ -20,7 +20,7 @@ from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 from tests.unit.serving.test_export import config
 
 
-def window(n: int, seed: int, ts: int) -> Batch:
+def window(n: int, seed: int, ts: int) -> SampleColumns:
     """Even items are liked 9 times in 10, odd ones once: a signal a few windows learn."""
     rng = np.random.default_rng(seed)
     samples = []
@@ -28,10 +28,10 @@ def window(n: int, seed: int, ts: int) -> Batch:
         user, item = f"u{rng.integers(50)}", int(rng.integers(40))
         label = int((item % 2 == 0) == (rng.random() < 0.9))
         samples.append(Sample(f"s{seed}-{k}", user, ts + k, f"i{item}", f"c{item % 5}", label, (), ()))
-    return Batch.from_samples(samples)
+    return SampleColumns.from_samples(samples)
 
 
-def flip(batch: Batch, share: float, seed: int) -> Batch:
+def flip(batch: SampleColumns, share: float, seed: int) -> SampleColumns:
     flipped = np.random.default_rng(seed).random(len(batch)) < share
     label = np.where(flipped, 1 - batch.label, batch.label).astype(np.float32)
     return dataclasses.replace(batch, label=label)

@@ -1,4 +1,4 @@
-"""Tests for ``streamrec.learner.batch``: columns, hashing per table, right-aligned padding,
+"""Tests for ``streamrec.learner.columns``: columns, hashing per table, right-aligned padding,
 truncation, take.
 """
 
@@ -11,7 +11,7 @@ import pytest
 
 from streamrec.config import ModelConfig
 from streamrec.features import BUILTIN
-from streamrec.learner.batch import Batch, encode
+from streamrec.learner.columns import SampleColumns, encode
 from streamrec.learner.hashing import bucketize
 from streamrec.samples import BUILTIN_FIELDS, Sample, builtin_columns
 from tests.support import small_tables
@@ -34,7 +34,7 @@ def _sample(n: int, label: int = 1, user: str = "u1", **kw: Any) -> Sample:
 
 
 def test_columns_keep_sample_order() -> None:
-    batch = Batch.from_samples([_sample(2), _sample(1, label=0, user="u2")])
+    batch = SampleColumns.from_samples([_sample(2), _sample(1, label=0, user="u2")])
     assert len(batch) == 2 and batch.sample_ids == ["s2", "s1"]
     assert batch.user_ids.tolist() == ["u1", "u2"] and batch.ts.tolist() == [1002, 1001]
     assert batch.label.dtype == np.float32 and batch.label.tolist() == [1.0, 0.0]
@@ -45,7 +45,7 @@ def test_columns_keep_sample_order() -> None:
 
 
 def test_item_and_category_are_features_keyed_by_name_as_any_other() -> None:
-    batch = Batch.from_samples([_sample(2), _sample(1, label=0, features={"device": "ios"})])
+    batch = SampleColumns.from_samples([_sample(2), _sample(1, label=0, features={"device": "ios"})])
     assert list(batch.features) == ["item", "category", "device"]  # the default schema's first
     item = batch.features["item"]
     assert (item.kind, item.target, item.sequence) == ("id", ["target", "target"], ["i0", "i1", "i0"])
@@ -63,11 +63,11 @@ def test_the_samples_own_fields_are_the_default_schemas_features() -> None:
 
 def test_a_declared_feature_named_as_a_builtin_is_refused() -> None:
     with pytest.raises(ValueError, match="'item' is the sample's own field"):
-        Batch.from_samples([_sample(1, features={"item": "x"})])
+        SampleColumns.from_samples([_sample(1, features={"item": "x"})])
 
 
 def test_ids_of_a_feature_without_them_are_refused_by_name() -> None:
-    batch = Batch.from_samples([_sample(1, features={"device": "ios", "price": 3.0})])
+    batch = SampleColumns.from_samples([_sample(1, features={"device": "ios", "price": 3.0})])
     with pytest.raises(ValueError, match="'price' has no ids"):
         batch.target_ids("price")
     with pytest.raises(ValueError, match="'device' has no such side"):
@@ -77,7 +77,7 @@ def test_ids_of_a_feature_without_them_are_refused_by_name() -> None:
 
 
 def test_long_sequence_keeps_latest_short_one_is_left_padded() -> None:
-    encoded = encode(Batch.from_samples([_sample(5), _sample(1, label=0), _sample(0)]), CFG)
+    encoded = encode(SampleColumns.from_samples([_sample(5), _sample(1, label=0), _sample(0)]), CFG)
     items, cats = encoded.sequences["item"], encoded.sequences["category"]
     assert items.shape == (3, 3) and items.dtype == np.int64
     assert items[0].tolist() == bucketize(["i2", "i3", "i4"], 1024).tolist()
@@ -88,7 +88,7 @@ def test_long_sequence_keeps_latest_short_one_is_left_padded() -> None:
 
 
 def test_targets_and_labels_are_encoded_per_table() -> None:
-    encoded = encode(Batch.from_samples([_sample(2), _sample(2, label=0, user="u2")]), CFG)
+    encoded = encode(SampleColumns.from_samples([_sample(2), _sample(2, label=0, user="u2")]), CFG)
     assert len(encoded) == 2 and encoded.context == {}
     assert encoded.targets["item"].tolist() == bucketize(["target"] * 2, 1024).tolist()
     assert encoded.targets["category"].tolist() == bucketize(["tc"] * 2, 64).tolist()
@@ -98,13 +98,13 @@ def test_targets_and_labels_are_encoded_per_table() -> None:
 def test_a_user_table_is_a_context_feature() -> None:
     tables = [*small_tables(1024, 64), {"name": "user", "feature": "user", "rows": 128, "dim": 4}]
     cfg = ModelConfig.model_validate({"tables": tables, "sequence_length": 3})
-    encoded = encode(Batch.from_samples([_sample(1, user="a"), _sample(1, user="b")]), cfg)
+    encoded = encode(SampleColumns.from_samples([_sample(1, user="a"), _sample(1, user="b")]), cfg)
     assert encoded.context["user"].tolist() == bucketize(["a", "b"], 128).tolist()
     assert set(encoded.sequences) == {"item", "category"}
 
 
 def test_take_selects_rows_in_order() -> None:
-    encoded = encode(Batch.from_samples([_sample(1), _sample(2), _sample(3)]), CFG)
+    encoded = encode(SampleColumns.from_samples([_sample(1), _sample(2), _sample(3)]), CFG)
     sub = encoded.take([2, 0])
     np.testing.assert_array_equal(sub.sequences["item"], encoded.sequences["item"][[2, 0]])
     np.testing.assert_array_equal(sub.targets["category"], encoded.targets["category"][[2, 0]])
@@ -112,23 +112,23 @@ def test_take_selects_rows_in_order() -> None:
 
 
 def test_empty_batch() -> None:
-    encoded = encode(Batch.from_samples([]), CFG)
+    encoded = encode(SampleColumns.from_samples([]), CFG)
     assert len(encoded) == 0 and encoded.sequences["item"].shape == (0, 3)
 
 
 def test_mismatched_sequence_lengths_rejected() -> None:
     with pytest.raises(ValueError, match="categories"):
-        Batch.from_samples([_sample(2, seq_categories=("c0",))])
+        SampleColumns.from_samples([_sample(2, seq_categories=("c0",))])
 
 
 def test_the_first_mismatched_sample_is_named() -> None:
     samples = [_sample(1), _sample(3, seq_categories=("c0",)), _sample(2, seq_categories=())]
     with pytest.raises(ValueError, match=r"sample s3: 3 seq_items but 1 seq_categories"):
-        Batch.from_samples(samples)
+        SampleColumns.from_samples(samples)
 
 
 def test_sequences_flatten_sample_after_sample() -> None:
-    batch = Batch.from_samples([_sample(2), _sample(0), _sample(3, seq_items=("x", "y", "z"))])
+    batch = SampleColumns.from_samples([_sample(2), _sample(0), _sample(3, seq_items=("x", "y", "z"))])
     assert batch.seq_lengths.tolist() == [2, 0, 3]
     assert batch.sequence_ids("item") == ["i0", "i1", "x", "y", "z"]
     assert batch.sequence_ids("category") == ["c0", "c1", "c0", "c1", "c2"]
@@ -147,4 +147,4 @@ def test_a_label_other_than_0_or_1_never_becomes_a_column(label: Any) -> None:
     NaN label (from ``None``) once turned every weight of the model to NaN.
     """
     with pytest.raises(ValueError, match="label must be 0 or 1"):
-        Batch.from_samples([_sample(1), _sample(2, label=label)])
+        SampleColumns.from_samples([_sample(1), _sample(2, label=label)])

@@ -1,7 +1,11 @@
-"""Micro-batches.
+"""Samples as columns, of any size: a micro-batch, a part of one, a mini-batch.
 
-Samples as columns (`Batch`, what every learner takes) and the row ids one model's
-embedding tables look up (`EncodedBatch`).
+`SampleColumns` (what every learner takes) and the row ids one model's embedding tables look
+up (`EncodedColumns`). The three sizes of batch have one name each: the consumers' *batch*
+(the records one consume call reads, committed in one transaction: `BatchResult`), the
+learner's *micro-batch* (the samples one update sees: `MicroBatchReport`, `MicroBatchMetrics`)
+and the *mini-batch* of one optimizer step (``train_batch_size`` samples); these columns hold
+any of them.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from streamrec.samples import BUILTIN_FIELDS, Sample, builtin_columns
 
 
 @dataclass(frozen=True, eq=False)
-class Batch:
+class SampleColumns:
     """Samples as columns, in sample order. B: batch, N: behaviours of all samples together.
 
     Every feature is a `FeatureColumn` of ``features``, keyed by its name (as torchrec's
@@ -40,7 +44,7 @@ class Batch:
         A click on ``i1`` after ``i2``, and a sampled negative for it:
 
         >>> from streamrec.samples import Sample
-        >>> batch = Batch.from_samples([
+        >>> batch = SampleColumns.from_samples([
         ...     Sample("e1", "u1", 1_700_000_000_000, "i1", "c1", 1, ("i2",), ("c1",)),
         ...     Sample("e1~n0", "u1", 1_700_000_000_000, "i3", "c2", 0, ("i2",), ("c1",)),
         ... ])
@@ -54,7 +58,7 @@ class Batch:
         Declared features (`Sample.features`, `Sample.seq_features`) follow, one
         `FeatureColumn` per feature name, by the kind of their values:
 
-        >>> batch = Batch.from_samples([
+        >>> batch = SampleColumns.from_samples([
         ...     Sample("e1", "u1", 1, "i1", "c1", 1, ("i2",), ("c1",),
         ...            features={"device": "ios", "genres": ("a", "b")}, seq_features={"genres": (("c",),)}),
         ...     Sample("e2", "u2", 2, "i3", "c2", 0, (), (), features={"genres": ()}),
@@ -74,7 +78,7 @@ class Batch:
     features: Mapping[str, FeatureColumn]
 
     @classmethod
-    def from_samples(cls, samples: Sequence[Sample]) -> Batch:
+    def from_samples(cls, samples: Sequence[Sample]) -> SampleColumns:
         """Columns of ``samples``.
 
         Decoding (`Sample.from_json`) already refuses both; these checks guard samples
@@ -264,7 +268,7 @@ def _labels(samples: Sequence[Sample]) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class EncodedBatch:
+class EncodedColumns:
     """Embedding-table row ids of a batch, per table name. B: batch, T: sequence length.
 
     Sequences are right-aligned: the most recent behaviour sits at position T-1 and padding
@@ -291,10 +295,10 @@ class EncodedBatch:
         """The number of samples, B."""
         return int(self.label.shape[0])
 
-    def take(self, indices: np.ndarray | Sequence[int]) -> EncodedBatch:
+    def take(self, indices: np.ndarray | Sequence[int]) -> EncodedColumns:
         """The rows at ``indices`` (in that order), for shuffling and chunking."""
         idx = np.asarray(indices, dtype=np.int64)
-        return EncodedBatch(
+        return EncodedColumns(
             targets={k: v[idx] for k, v in self.targets.items()},
             sequences={k: v[idx] for k, v in self.sequences.items()},
             context={k: v[idx] for k, v in self.context.items()},
@@ -305,7 +309,7 @@ class EncodedBatch:
 
 
 @dataclass(frozen=True, eq=False)
-class BatchKeys:
+class ColumnKeys:
     """The `fingerprint` of every id of a batch, per table.
 
     A batch's sequences repeat few ids many times (each user's history in each of its
@@ -324,7 +328,7 @@ class BatchKeys:
     sequence_index: dict[str, np.ndarray]
 
 
-def batch_keys(batch: Batch, cfg: ModelConfig) -> BatchKeys:
+def column_keys(batch: SampleColumns, cfg: ModelConfig) -> ColumnKeys:
     """Fingerprint each id column of ``batch`` once per table of ``cfg``."""
     targets, sequences, index = {}, {}, {}
     for table in cfg.builtin_tables:
@@ -332,7 +336,7 @@ def batch_keys(batch: Batch, cfg: ModelConfig) -> BatchKeys:
         if table.feature in BEHAVIOUR_FEATURES:
             ids = batch.sequence_ids(table.feature)
             sequences[table.name], index[table.name] = distinct_fingerprints(ids)
-    return BatchKeys(targets, sequences, index)
+    return ColumnKeys(targets, sequences, index)
 
 
 def positions(lengths: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -365,8 +369,8 @@ def hashed_rows(table: TableConfig, keys: np.ndarray) -> np.ndarray:
 
 
 def encode(
-    batch: Batch, cfg: ModelConfig, keys: BatchKeys | None = None, rows_of: RowsOf = hashed_rows
-) -> EncodedBatch:
+    batch: SampleColumns, cfg: ModelConfig, keys: ColumnKeys | None = None, rows_of: RowsOf = hashed_rows
+) -> EncodedColumns:
     """Encode a batch for a model's tables.
 
     Map a batch's ids to the rows of ``cfg.tables`` and pad sequences to
@@ -378,7 +382,7 @@ def encode(
         keys: The batch's fingerprints, if already computed.
         rows_of: How each table maps fingerprints to rows (the learner's id maps).
     """
-    keys = batch_keys(batch, cfg) if keys is None else keys
+    keys = column_keys(batch, cfg) if keys is None else keys
     t = cfg.sequence_length
     rows, cols, keep = positions(batch.seq_lengths, t)
     targets, sequences, context = {}, {}, {}
@@ -391,4 +395,4 @@ def encode(
         seq = np.full((len(batch), t), PADDING_BUCKET, dtype=np.int64)
         seq[rows, cols] = rows_of(table, keys.sequences[table.name])[keys.sequence_index[table.name][keep]]
         sequences[table.name] = seq
-    return EncodedBatch(targets, sequences, context, batch.label, np.zeros((len(batch), 0), np.float32))
+    return EncodedColumns(targets, sequences, context, batch.label, np.zeros((len(batch), 0), np.float32))
