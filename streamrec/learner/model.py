@@ -340,13 +340,26 @@ class DIN(TableModel):
         self.attention = LocalActivationUnit(dim, cfg.attention_units)
         counters = self._build_counters(cfg)
         self.head = MLPHead(dim, self.plan.head_width + counters, cfg.mlp_units)
-        # The wide part reads the built-in features' targets (and the user's), by input.
-        self.wide_inputs = [i for i in range(len(self.x_query)) if self.x_query[i].builtin]
+        # The wide part reads the built-in features' targets (the counters' ones) and the user's, by input.
+        self.wide_inputs = list(self.counted)
         start = len(self.x_query) + len(self.x_sequence)
         self.wide_inputs += [start + i for i in range(len(self.x_head)) if self.x_head[i].builtin]
         self.wide_features = [self.plan.inputs[i][0] for i in self.wide_inputs]
         tables = [name for name in self.plan.tables if any(f.table == name for f in self.wide_features)]
         self.wide = WideArch(cfg, sparse, rows, tables) if cfg.wide else None
+        query, sequence = self.x_query, self.x_sequence
+        # Whether the plan lets `distinct_keys` build the target and keys: the target's and the
+        # sequence's features are the built-in ids of the same tables, in the same order (no
+        # declared behaviour or outcome features).
+        self._plain_keys = (
+            not self.outcome_width
+            and len(query) == len(sequence)
+            and all(
+                query[i].builtin and query[i].table is not None and query[i].table == sequence[i].table
+                for i in range(len(query))
+            )
+            and not any(f.pooled for f in (*query, *sequence))
+        )
 
     def forward(self, inputs: list[paddle.Tensor], dense: paddle.Tensor) -> paddle.Tensor:
         """Score each target against its user's behaviour sequence; returns [B] logits."""
@@ -390,17 +403,9 @@ class DIN(TableModel):
         features are the built-in ids of the same tables, in the same order (no declared
         behaviour or outcome features).
         """
-        if not self.embedding.distinct or not embedding.DISTINCT_LOOKUPS:
+        if not (self._plain_keys and self.embedding.distinct and embedding.DISTINCT_LOOKUPS):
             return False
-        if not (paddle.in_dynamic_mode() and ids.place.is_cpu_place()):
-            return False
-        query, sequence = self.x_query, self.x_sequence
-        if self.outcome_width or len(query) != len(sequence):
-            return False
-        return all(
-            query[i].builtin and query[i].table is not None and query[i].table == sequence[i].table
-            for i in range(len(query))
-        ) and not any(f.pooled for f in (*query, *sequence))
+        return paddle.in_dynamic_mode() and ids.place.is_cpu_place()
 
 
 class ClickTrain(nn.Layer):
