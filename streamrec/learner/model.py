@@ -19,7 +19,7 @@ from paddle import nn
 
 from streamrec.config import ModelConfig
 from streamrec.features import FeatureSchema
-from streamrec.learner import embedding
+from streamrec.learner import embedding, numpy_attention
 from streamrec.learner.embedding import EmbeddingArch, WideArch, distinct_keys
 from streamrec.learner.features import FeaturePlan
 from streamrec.learner.hashing import PADDING_BUCKET
@@ -67,7 +67,16 @@ def mlp_tail(layers: Sequence[nn.Layer], hidden: paddle.Tensor) -> paddle.Tensor
 def attention_first_layer(first: nn.Layer, query: paddle.Tensor, keys: paddle.Tensor) -> paddle.Tensor:
     """DIN attention's first layer on [q, k, q-k, q*k], without building that input: [B, T, H].
 
-    ``query`` is [B, D]; ``keys`` [B, T, D + 1], the behaviour vectors with a ones column.
+    ``query`` is [B, D]; ``keys`` [B, T, D + 1], the behaviour vectors with a ones column,
+    which picks up the q term and the bias (`first_layer_per_sample`'s last row) in the bmm.
+    """
+    return paddle.bmm(keys, first_layer_per_sample(first, query))
+
+
+def first_layer_per_sample(first: nn.Layer, query: paddle.Tensor) -> paddle.Tensor:
+    """The attention's first layer as per-sample weights on the keys: [B, D + 1, H].
+
+    ``query`` is [B, D]; the keys (`attention_first_layer`) are [B, T, D + 1].
 
     Split by the weight's row blocks W1..W4 (each [D, H]):
     [q, k, q-k, q*k] W + b = k (W2 - W3 + diag(q) W4) + (q (W1 + W3) + b). Both brackets are
@@ -87,9 +96,7 @@ def attention_first_layer(first: nn.Layer, query: paddle.Tensor, keys: paddle.Te
     query_part = paddle.concat([first.bias.unsqueeze(0), w[:d] + w[2 * d : 3 * d]], axis=0)
     right = paddle.concat([keys_part, query_part], axis=1)
     ones = paddle.ones_like(query[:, :1])
-    per_sample = paddle.matmul(paddle.concat([ones, query], axis=-1), right).reshape([-1, d + 1, h])
-    # The keys' ones column picks up the last row (the q term and the bias) in the bmm.
-    return paddle.bmm(keys, per_sample)
+    return paddle.matmul(paddle.concat([ones, query], axis=-1), right).reshape([-1, d + 1, h])
 
 
 class LocalActivationUnit(nn.Layer):
@@ -129,6 +136,9 @@ class LocalActivationUnit(nn.Layer):
             hidden = attention_first_layer_broadcast(layers[0], query, keys)
             hidden = mlp_tail(layers[1:-2], hidden.reshape([-1, hidden.shape[-1]]))
             weights = prelu_linear_row(hidden, layers[-2], layers[-1]).reshape(mask.shape)
+        elif numpy_attention.usable(keys):
+            per_sample = first_layer_per_sample(layers[0], query)
+            weights = numpy_attention.attention_weights(keys, per_sample, layers[1:])
         else:
             hidden = attention_first_layer(layers[0], query, keys)
             # The rest runs on [B*T, H] rows, which oneDNN (the exported model's CPU kernels)

@@ -9,12 +9,15 @@ tolerance, with padding and with declared features (behaviour features along the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import paddle
 import pytest
+import threadpoolctl
 
 from streamrec.features import FeatureSchema
+from streamrec.learner import numpy_attention
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.model import LocalActivationUnit, MLPHead, attention_first_layer, prelu_linear
@@ -62,6 +65,49 @@ def _dense(grad: paddle.Tensor, shape: Sequence[int]) -> np.ndarray:
     return out
 
 
+def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count `AttentionWeights`'s forward and backward calls, [forward, backward]."""
+    calls = [0, 0]
+    forward, backward = numpy_attention.AttentionWeights._forward, numpy_attention.AttentionWeights._backward
+
+    def counted_forward(*args: Any) -> Any:
+        calls[0] += 1
+        return forward(*args)
+
+    def counted_backward(*args: Any) -> Any:
+        calls[1] += 1
+        return backward(*args)
+
+    monkeypatch.setattr(numpy_attention.AttentionWeights, "_forward", staticmethod(counted_forward))
+    monkeypatch.setattr(numpy_attention.AttentionWeights, "_backward", staticmethod(counted_backward))
+    return calls
+
+
+def test_the_numpy_form_holds_blas_to_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenBLAS's own default spins a thread per core between the small products (the module docstring)."""
+    seen: list[int] = []
+    forward = numpy_attention.AttentionWeights._forward
+
+    def watched(*args: Any) -> Any:
+        seen.extend(i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")
+        return forward(*args)
+
+    monkeypatch.setattr(numpy_attention.AttentionWeights, "_forward", staticmethod(watched))
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        unit = LocalActivationUnit(4, (5, 3))
+        keys = paddle.concat([paddle.randn([3, 2, 4]), paddle.ones([3, 2, 1])], axis=-1)
+        unit(paddle.randn([3, 4]), keys, paddle.ones([3, 2]))
+    assert seen and set(seen) == {1}
+
+
+def test_the_numpy_form_is_not_traced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A traced graph (the export) keeps Paddle's form: numpy cannot be traced."""
+    keys = paddle.ones([2, 3, 5])
+    assert numpy_attention.usable(keys)
+    monkeypatch.setattr(paddle, "in_dynamic_mode", lambda: False)
+    assert not numpy_attention.usable(keys)
+
+
 def _random_weights(learner: DINLearner, seed: int) -> None:
     """Non-trivial weights everywhere (the head's last layer starts at zero, slopes at 0.25)."""
     rng = np.random.default_rng(seed)
@@ -69,8 +115,14 @@ def _random_weights(learner: DINLearner, seed: int) -> None:
         p.set_value(rng.normal(0, 0.3, p.shape).astype(np.float32))
 
 
+@pytest.mark.parametrize("in_numpy", [True, False], ids=["numpy", "paddle"])
 @pytest.mark.parametrize("schema", [FeatureSchema.default(), SCHEMA], ids=["builtin", "declared"])
-def test_the_fast_forward_equals_the_papers(schema: FeatureSchema, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fast_forward_equals_the_papers(
+    schema: FeatureSchema, in_numpy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both CPU forms of the attention's MLP: numpy's (`numpy_attention`) and Paddle's."""
+    monkeypatch.setattr(numpy_attention, "ENABLED", in_numpy)
+    calls = _count_calls(monkeypatch)
     learner = DINLearner(model(attention_units=(8, 6), mlp_units=(8, 5)), schema=schema)
     _random_weights(learner, 3)
     # Histories of 2 behaviours in a sequence of 4: padding on every sample.
@@ -78,6 +130,7 @@ def test_the_fast_forward_equals_the_papers(schema: FeatureSchema, monkeypatch: 
     batch = SampleColumns.from_samples(samples)
     assert (learner.encode(batch).sequences["item"] == 0).any()
     fast, fast_grads = _scores_and_grads(learner, batch)
+    assert calls == ([2, 1] if in_numpy else [0, 0])  # numpy's form trained and scored, or none did
     monkeypatch.setattr(LocalActivationUnit, "forward", reference_attention)
     monkeypatch.setattr(MLPHead, "forward", reference_head)
     slow, slow_grads = _scores_and_grads(learner, batch)

@@ -1,0 +1,129 @@
+"""DIN attention's scoring MLP on the CPU in numpy: the same function, numpy's matrix products.
+
+On the CPU the attention's MLP, run over every behaviour's [B*T, H] rows, is most of a training
+step, and nearly all of that is matrix products; Paddle's CPU wheel multiplies at these shapes
+at a third of numpy's OpenBLAS on the same core (measured, one thread, thread CPU:
+[12,800 x 64] x [64 x 32] 26 against 83 GFLOP/s, the first layer's batched [50 x 17] x
+[17 x 64] products 19 against 52). `AttentionWeights` is one `paddle.autograd.PyLayer` from
+the keys and per-sample first-layer weights to one weight per behaviour: forward and
+backward in numpy, written out by hand (the chain rule of a batched matmul and of
+(PReLU, Linear) pairs), so the [B*T, H] rows never become Paddle tensors. Paddle sees one
+operator; the parameters and their gradients are Paddle's as before.
+
+It runs only in dygraph on the CPU (`usable`): a traced graph (the export) and a GPU keep
+the Paddle form, `streamrec.learner.model.mlp_tail`. numpy's BLAS runs on one thread here, as
+Paddle's does in the learner: OpenBLAS's own default (a thread per core) spins its threads
+between these small products, and on two shared cores that doubled the learner's CPU time
+for no gain (the benchmark's samples per CPU second, 2,271-2,303 against 4,039-4,075).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import paddle
+from paddle import nn
+from paddle.autograd import PyLayer
+from threadpoolctl import ThreadpoolController
+
+# Whether DIN's attention takes the numpy form where it can (tests switch it off to compare).
+ENABLED = True
+
+_BLAS: list[ThreadpoolController] = []  # found once, at the first use (it inspects the process)
+
+
+def _one_blas_thread() -> Any:
+    """A context in which numpy's BLAS runs on one thread (27 µs to enter and leave)."""
+    if not _BLAS:
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0].limit(limits=1, user_api="blas")
+
+
+def usable(keys: paddle.Tensor) -> bool:
+    """Whether the numpy form can run on ``keys``: enabled, in dygraph, on the CPU."""
+    return ENABLED and paddle.in_dynamic_mode() and keys.place.is_cpu_place()
+
+
+def attention_weights(
+    keys: paddle.Tensor, per_sample: paddle.Tensor, tail: Sequence[nn.Layer]
+) -> paddle.Tensor:
+    """One weight per behaviour, [B, T], by `AttentionWeights`.
+
+    ``keys`` [B, T, D + 1], ``per_sample`` [B, D + 1, H] (`attention_first_layer`'s operands),
+    ``tail`` the MLP's layers after its first Linear: (PReLU, Linear) pairs, the last one unit wide.
+    """
+    params: list[paddle.Tensor] = []
+    for i in range(0, len(tail), 2):
+        params += [tail[i]._weight, tail[i + 1].weight, tail[i + 1].bias]
+    return AttentionWeights.apply(keys, per_sample, *params)
+
+
+class AttentionWeights(PyLayer):
+    """keys @ per_sample, then (PReLU, Linear) pairs over the rows, in numpy; see the module docstring."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, keys: paddle.Tensor, per_sample: paddle.Tensor, *params: paddle.Tensor
+    ) -> paddle.Tensor:
+        """[B, T] weights; ``params`` are (slope, weight, bias) per pair."""
+        with _one_blas_thread():
+            return AttentionWeights._forward(ctx, keys, per_sample, *params)
+
+    @staticmethod
+    def _forward(
+        ctx: Any, keys: paddle.Tensor, per_sample: paddle.Tensor, *params: paddle.Tensor
+    ) -> paddle.Tensor:
+        """`forward`'s work."""
+        k, p = keys.numpy(), per_sample.numpy()
+        b, t = k.shape[0], k.shape[1]
+        x = np.matmul(k, p).reshape(b * t, -1)
+        arrays = [q.numpy() for q in params]
+        saved = []
+        for i in range(0, len(arrays), 3):
+            slope, weight, bias = arrays[i : i + 3]
+            # PReLU as max(x, 0) + a min(x, 0): np.where with a broadcast slope is ~6x slower.
+            negative = np.minimum(x, 0)
+            z = np.maximum(x, 0)
+            z += negative * slope
+            saved.append((negative, z))
+            x = _times(z, weight)
+            x += bias
+        ctx.arrays = (k, p, arrays, saved)
+        return paddle.to_tensor(x.reshape(b, t))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
+        """Gradients of the keys, the per-sample weights and every (slope, weight, bias)."""
+        with _one_blas_thread():
+            return AttentionWeights._backward(ctx, grads[0])
+
+    @staticmethod
+    def _backward(ctx: Any, grad: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
+        """`backward`'s work."""
+        k, p, arrays, saved = ctx.arrays
+        b, t = k.shape[0], k.shape[1]
+        g = grad.numpy().reshape(b * t, 1)
+        grads: list[np.ndarray] = []
+        for i in range(len(saved) - 1, -1, -1):
+            slope, weight = arrays[3 * i], arrays[3 * i + 1]
+            negative, z = saved[i]
+            dz = _times(g, weight.T)
+            grads = [(dz * negative).sum(axis=0), z.T @ g, g.sum(axis=0), *grads]
+            # PReLU's derivative, 1 where x >= 0 and a elsewhere, as a factor (see forward).
+            factor = (negative == 0).astype(np.float32)
+            factor *= 1 - slope
+            factor += slope
+            g = dz * factor
+        dh = g.reshape(b, t, -1)
+        dk = np.matmul(dh, p.transpose(0, 2, 1))
+        dp = np.matmul(k.transpose(0, 2, 1), dh)
+        return tuple(paddle.to_tensor(a.astype(np.float32, copy=False)) for a in (dk, dp, *grads))
+
+
+def _times(rows: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """``rows @ matrix``; by a broadcast multiply when ``rows`` is one column (3x faster than BLAS)."""
+    if rows.shape[1] == 1:
+        return rows * matrix[0]
+    return rows @ matrix
