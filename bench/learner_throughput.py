@@ -25,6 +25,13 @@ FLOP/s is 4F times its samples/s. The model computes fewer multiplications than 
 per-sample FLOP budget. Ceiling: Paddle's matmul of the attention's first layer at the
 model's own shape, [train_batch * T, 4D] x [4D, H1], forward, timed in the same run.
 
+The floor under the model (``attention_products_only_samples_per_cpu_s_*``): the attention
+MLP's matrix products alone (`attention_products`: scoring and training, forward and backward,
+at the model's shapes), timed in thread CPU in the same run with Paddle's kernels and with
+numpy's (one thread), as samples per CPU second: what a learner doing nothing else could reach
+with those kernels. The learner runs these products in numpy on the CPU
+(`streamrec.learner.numpy_attention`).
+
 ``--extras`` declares four features (genres: ids; rating: an outcome, standardized; device:
 context; age: a user number, bucketed) and gives every sample values for them, derived from
 its ids (the consumers' side fills them from real events).
@@ -49,6 +56,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import paddle
+from threadpoolctl import threadpool_limits
 
 from streamrec.config import ConsumerConfig, ModelConfig
 from streamrec.consumers.processor import SampleBuilder
@@ -76,6 +84,9 @@ EXTRAS = FeatureSchema.of(
         ),
     ]
 )
+
+# Matrix products as their operands' shapes, (left, right).
+Shapes = list[tuple[tuple[int, ...], tuple[int, ...]]]
 
 
 def _h(text: str) -> int:
@@ -133,6 +144,49 @@ def matmul_ceiling(model: DIN, rows: int, seconds: float = 2.0) -> float:
     return done * 2 * rows * int(weight.shape[0]) * int(weight.shape[1]) / (time.perf_counter() - start)
 
 
+def attention_products(model: DIN, cfg: ModelConfig) -> Shapes:
+    """The attention MLP's matrix products in scoring and training one mini-batch, as operand shapes.
+
+    For a mini-batch of B = ``cfg.train_batch_size`` samples, N = B * T rows: the first layer's
+    batched product [B, T, D + 1] x [B, D + 1, H1] and each next layer's [N, H] x [H, H'] (the
+    last, one unit wide, is a broadcast multiply: left out), forward twice (scoring, training);
+    backward, the first layer's two batched products and each next layer's two.
+    """
+    b, t = cfg.train_batch_size, cfg.sequence_length
+    d1 = int(model.attention.score[0].weight.shape[0]) // 4 + 1  # the keys' width, D + 1
+    units = list(cfg.attention_units)
+    layers = list(zip(units, units[1:], strict=False))
+    forward: Shapes = [((b, t, d1), (b, d1, units[0])), *[((b * t, h), (h, g)) for h, g in layers]]
+    backward: Shapes = [((b, t, units[0]), (b, units[0], d1)), ((b, d1, t), (b, t, units[0]))]
+    for h, g in layers:
+        backward += [((h, b * t), (b * t, g)), ((b * t, g), (g, h))]
+    return [*forward, *forward, *backward]
+
+
+def products_floor(model: DIN, cfg: ModelConfig, library: str, rounds: int = 20) -> float:
+    """Samples per thread-CPU second if a sample cost only `attention_products`, in ``library``'s kernels.
+
+    ``library`` "paddle" (its CPU wheel's MKL) or "numpy" (its OpenBLAS, one thread): the
+    floor that the kernels alone put under the model, whatever else a step does.
+    """
+    arrays = [
+        (np.random.rand(*left).astype(np.float32), np.random.rand(*right).astype(np.float32))
+        for left, right in attention_products(model, cfg)
+    ]
+    tensors = [(paddle.to_tensor(a), paddle.to_tensor(b)) for a, b in arrays]
+    times = []
+    for _ in range(rounds):
+        start = time.thread_time()
+        if library == "paddle":
+            for x, y in tensors:
+                paddle.matmul(x, y)
+        else:
+            for a, b in arrays:
+                np.matmul(a, b)
+        times.append(time.thread_time() - start)
+    return cfg.train_batch_size / float(np.median(times))
+
+
 def main() -> None:
     """Measure and print the figures (``--help`` lists the knobs)."""
     parser = argparse.ArgumentParser()
@@ -186,6 +240,9 @@ def main() -> None:
     assert isinstance(model, DIN)  # noqa: S101 -- DINLearner builds one
     flops = 4 * forward_flops(model, cfg.sequence_length)
     peak = matmul_ceiling(model, cfg.train_batch_size * cfg.sequence_length)
+    with threadpool_limits(1, user_api="blas"):  # as the learner's numpy attention runs
+        floor_numpy = products_floor(model, cfg, "numpy")
+    floor_paddle = products_floor(model, cfg, "paddle")
     print(
         json.dumps(
             {
@@ -206,6 +263,8 @@ def main() -> None:
                 "bare_loop_gflop_per_s": round(flops * ceiling / 1e9, 3),
                 "matmul_ceiling_gflop_per_s": round(peak / 1e9, 3),
                 "learner_flop_ratio_to_matmul": round(flops * rate / peak, 4),
+                "attention_products_only_samples_per_cpu_s_numpy": round(floor_numpy),
+                "attention_products_only_samples_per_cpu_s_paddle": round(floor_paddle),
                 "mean_progressive_auc_after_10k": round(float(np.nanmean(aucs[10_000 // MICRO_BATCH :])), 4),
                 "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             }
