@@ -10,7 +10,12 @@ from streamrec.learner.model import DIN
 from tests.support import small_tables
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
-from learner_throughput import forward_flops, matmul_ceiling  # noqa: E402  (bench/ is a folder of scripts)
+from learner_throughput import (  # noqa: E402  (bench/ is a folder of scripts)
+    attention_products,
+    forward_flops,
+    matmul_ceiling,
+    products_floor,
+)
 
 
 def test_forward_flops_follow_the_formula() -> None:
@@ -34,3 +39,21 @@ def test_forward_flops_follow_the_formula() -> None:
 def test_the_matmul_ceiling_is_a_rate() -> None:
     model = DIN(ModelConfig.model_validate({"tables": small_tables(64, 16, dim=4), "device": "cpu"}))
     assert matmul_ceiling(model, rows=64, seconds=0.05) > 1e6
+
+
+def test_the_attention_products_are_the_models_and_the_floor_a_rate() -> None:
+    cfg = ModelConfig.model_validate(
+        {
+            "tables": small_tables(64, 16, dim=4),
+            "attention_units": (6, 3),
+            "sequence_length": 7,
+            "train_batch_size": 5,
+            "device": "cpu",
+        }
+    )
+    model = DIN(cfg)
+    forward = [((5, 7, 9), (5, 9, 6)), ((35, 6), (6, 3))]  # keys 8 wide and the ones column
+    backward = [((5, 7, 6), (5, 6, 9)), ((5, 9, 7), (5, 7, 6)), ((6, 35), (35, 3)), ((35, 3), (3, 6))]
+    assert attention_products(model, cfg) == [*forward, *forward, *backward]
+    assert products_floor(model, cfg, "numpy", rounds=2) > 0
+    assert products_floor(model, cfg, "paddle", rounds=2) > 0
