@@ -83,11 +83,9 @@ class AttentionWeights(PyLayer):
         saved = []
         for i in range(0, len(arrays), 3):
             slope, weight, bias = arrays[i : i + 3]
-            # PReLU as max(x, 0) + a min(x, 0): np.where with a broadcast slope is ~6x slower.
-            negative = np.minimum(x, 0)
-            z = np.maximum(x, 0)
-            z += negative * slope
-            saved.append((negative, z))
+            factor = _prelu_factor(x, slope)
+            z = x * factor
+            saved.append((x, factor, z))
             x = _times(z, weight)
             x += bias
         ctx.arrays = (k, p, arrays, saved)
@@ -107,19 +105,28 @@ class AttentionWeights(PyLayer):
         g = grad.numpy().reshape(b * t, 1)
         grads: list[np.ndarray] = []
         for i in range(len(saved) - 1, -1, -1):
-            slope, weight = arrays[3 * i], arrays[3 * i + 1]
-            negative, z = saved[i]
+            weight = arrays[3 * i + 1]
+            x, factor, z = saved[i]
             dz = _times(g, weight.T)
-            grads = [(dz * negative).sum(axis=0), z.T @ g, g.sum(axis=0), *grads]
-            # PReLU's derivative, 1 where x >= 0 and a elsewhere, as a factor (see forward).
-            factor = (negative == 0).astype(np.float32)
-            factor *= 1 - slope
-            factor += slope
+            # The slope's gradient: the sum over rows of dz * min(x, 0), without the product's rows.
+            slope_grad = np.einsum("ij,ij->j", dz, np.minimum(x, 0))
+            grads = [slope_grad, z.T @ g, g.sum(axis=0), *grads]
             g = dz * factor
         dh = g.reshape(b, t, -1)
         dk = np.matmul(dh, p.transpose(0, 2, 1))
         dp = np.matmul(k.transpose(0, 2, 1), dh)
         return tuple(paddle.to_tensor(a.astype(np.float32, copy=False)) for a in (dk, dp, *grads))
+
+
+def _prelu_factor(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    """PReLU's derivative at ``x``, 1 where x > 0 and the slope elsewhere; PReLU(x) = x * it.
+
+    Built from a mask (np.where with a broadcast slope is ~6x slower), it serves forward and backward.
+    """
+    factor = (x > 0).astype(np.float32)
+    factor *= 1 - slope
+    factor += slope
+    return factor
 
 
 def _times(rows: np.ndarray, matrix: np.ndarray) -> np.ndarray:
