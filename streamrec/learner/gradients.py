@@ -155,13 +155,13 @@ class GradientSum:
                 (p * paddle.to_tensor(g)).sum().backward()  # d/dp sum(p * g) = g exactly
             else:
                 p.grad.set_value(g)
-        # A row gradient cannot be built from Python: the backward pass of sum(E[rows] * values)
-        # makes exactly (rows, values), as a sparse lookup's does.
-        surrogate = []
+        # A row gradient cannot be built from Python: the backward pass of a sparse lookup of
+        # E[rows], given ``values`` as the lookup's gradient, makes exactly (rows, values).
+        looked, values_in = [], []
         for p, rows, values in zip(self._sparse, grads.rows, grads.values, strict=True):
             p.clear_gradient(False)
             if len(rows):
-                looked = F.embedding(paddle.to_tensor(rows), p, sparse=True).reshape([len(rows), -1])
-                surrogate.append((looked * paddle.to_tensor(values)).sum())
-        if surrogate:
-            paddle.add_n(surrogate).backward()
+                looked.append(F.embedding(paddle.to_tensor(rows), p, sparse=True).reshape(values.shape))
+                values_in.append(paddle.to_tensor(values))
+        if looked:
+            paddle.autograd.backward(looked, values_in)

@@ -35,6 +35,7 @@ from functools import cached_property
 import numpy as np
 import paddle
 
+from streamrec.learner.allgather import SizedGather
 from streamrec.learner.columns import EncodedColumns
 from streamrec.learner.gradients import Gather, GradientSum
 
@@ -184,6 +185,7 @@ class RankGroup:
         self._deadline: float | None = None
         self._what = ""
         self._lock = threading.Lock()
+        self._sized = SizedGather(self._all_gather, world)
         if world > 1:
             import paddle.distributed as dist
 
@@ -232,22 +234,18 @@ class RankGroup:
                 os._exit(LOST_RANK)
 
     def gather(self, array: np.ndarray, what: str) -> list[np.ndarray]:
-        """Every rank's int64 1-D ``array`` (lengths may differ), in rank order."""
-        array = np.ascontiguousarray(array, dtype=np.int64).ravel()
-        if self.world == 1:
-            return [array]
+        """Every rank's int64 1-D ``array`` (lengths may differ), in rank order.
+
+        One all-gather at the capacity the ranks agreed for ``what`` (`SizedGather`); two when
+        some rank's array outgrew it.
+        """
+        with self.bounded(what):
+            return self._sized(array, what)
+
+    def _all_gather(self, array: np.ndarray) -> list[np.ndarray]:
+        """Every rank's ``array``, all of one length."""
         import paddle.distributed as dist
 
-        with self.bounded(what):
-            # The lengths by an all-reduce of each rank's own slot: on gloo a fraction of an
-            # all-gather's CPU for a few numbers (bench/HISTORY.md).
-            lengths = np.zeros(self.world, np.int64)
-            lengths[self.rank] = len(array)
-            summed = paddle.to_tensor(lengths)
-            dist.all_reduce(summed)
-            sizes = [int(n) for n in summed.numpy()]
-            padded = np.zeros(max(max(sizes), 1), np.int64)
-            padded[: len(array)] = array
-            parts: list[paddle.Tensor] = []
-            dist.all_gather(parts, paddle.to_tensor(padded))
-        return [p.numpy()[:n] for p, n in zip(parts, sizes, strict=True)]
+        parts: list[paddle.Tensor] = []
+        dist.all_gather(parts, paddle.to_tensor(array))
+        return [p.numpy() for p in parts]

@@ -131,6 +131,17 @@ def unique_rows(ids: np.ndarray) -> paddle.Tensor:
     return paddle.to_tensor(rows[rows != PADDING_BUCKET].astype(np.int64))
 
 
+def distinct_rows(rows: np.ndarray, n: int) -> np.ndarray:
+    """The distinct ``rows`` of a table of ``n`` rows, sorted: ``np.unique``'s, by a bitmap.
+
+    A micro-batch's item rows along its sequences number ~10^5 and hold a few thousand distinct
+    ones: marking them costs ~0.2 ms, sorting them (``np.unique``) ~5 ms.
+    """
+    seen = np.zeros(n, dtype=bool)
+    seen[rows] = True
+    return np.flatnonzero(seen)
+
+
 def all_finite(tensors: Sequence[paddle.Tensor]) -> bool:
     """Whether every element of every tensor is finite, in one device-to-host sync.
 

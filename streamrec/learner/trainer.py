@@ -44,6 +44,7 @@ from streamrec.learner.state import (
     WIDE,
     all_finite,
     create_optimizer_slots,
+    distinct_rows,
     make_ewc,
     table_of,
     table_params,
@@ -376,8 +377,8 @@ class TableLearner(StateArrays):
         if self._item_table is not None:
             item = self._item_table
             counted["known"] = np.concatenate([encoded.targets[item], encoded.sequences[item].ravel()])
-            if self._ranks is not None and self._ranks.world > 1:
-                counted["known"] = np.unique(counted["known"])  # a tenth as many to exchange
+            if self._ranks is not None and self._ranks.world > 1:  # a tenth as many to exchange
+                counted["known"] = distinct_rows(counted["known"], len(self.known_items))
         counted = self._exchange(counted, "counts")  # the group's: counted alike on every rank
         if self._stats is not None:
             targets = {name: counted[f"stats/{name}"] for name in encoded.targets}

@@ -16,6 +16,7 @@ from streamrec.learner.columns import EncodedColumns, SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.ranked import RankedRunner
 from streamrec.learner.ranks import GroupLayout, RankGroup, RankShare, pack, padding_only
+from streamrec.learner.state import distinct_rows
 from tests.support import small_tables
 
 
@@ -113,3 +114,9 @@ def test_a_rank_without_samples_of_its_own_steps_alike_on_padding_with_weight_ze
     after = learner.state_arrays()
     for key in (k for k in before if k.startswith("model/")):  # weights, id maps, id statistics
         np.testing.assert_array_equal(after[key], before[key], err_msg=key)  # fresh moments: no step
+
+
+def test_a_tables_distinct_rows_by_bitmap_are_np_uniques() -> None:
+    rows = np.random.default_rng(3).integers(0, 500, 5_000)
+    np.testing.assert_array_equal(distinct_rows(rows, 1_000), np.unique(rows))
+    assert distinct_rows(np.zeros(0, np.int64), 10).tolist() == []
