@@ -121,8 +121,8 @@ class DeepFM(TableModel):
     mean-pooled) and, with id statistics, a linear term over them that starts as DIN's does
     (the item's and the user's positive rate log-odds with weight 1). With
     ``cfg.match_features`` DIN's `MatchArch` features (the target's share and count in its own
-    history, per behaviour feature of ids, built-in or declared) are numeric fields too: inputs
-    of the deep part and a linear term of the logit, as in DIN.
+    history, per behaviour table) are numeric fields too: inputs of the deep part and a linear
+    term of the logit, as in DIN.
 
     Declared features are fields as the built-in ones are (one function, `_field`): a
     behaviour feature's target value and its history's mean (an outcome: the history's only),

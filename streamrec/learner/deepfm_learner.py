@@ -19,7 +19,7 @@ from streamrec.config import ModelConfig
 from streamrec.features import FeatureSchema
 from streamrec.learner.deepfm import DeepFM
 from streamrec.learner.features import FeaturePlan
-from streamrec.learner.state import PARAM_PREFIX, STATE_LAYOUT
+from streamrec.learner.state import PARAM_PREFIX
 from streamrec.learner.trainer import SPARSE_EMBEDDINGS, TableLearner
 
 
@@ -58,17 +58,15 @@ class DeepFMLearner(TableLearner):
         """A DeepFM over the tables, freshly initialised."""
         return DeepFM(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows, plan=self.plan)
 
-    def adopt_state(
-        self, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema, layout: int = STATE_LAYOUT
-    ) -> dict[str, np.ndarray]:
-        """State saved under ``recorded`` (fewer declared features) or an older ``layout``, made to fit.
+    def adopt_state(self, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema) -> dict[str, np.ndarray]:
+        """State saved under ``recorded`` (fewer declared features), made to fit this model.
 
         As DIN's (see `StateArrays.adopt_state`), and the added features' tables start at zero
         (numbers' vectors always do): FM's second order reads every pair of fields, so a new
         field's starting vector would move the scores. From zero they learn through the pairs
         (the other fields' vectors), and the model scores as before until they do.
         """
-        out = super().adopt_state(arrays, recorded, layout)
+        out = super().adopt_state(arrays, recorded)
         added = [n for n in self.schema.names if n not in recorded]
         tables = {self.plan.table_of(n) for n in added} - {None}
         for key in (f"{PARAM_PREFIX}model.embedding.tables.{t}.weight" for t in tables):
@@ -90,12 +88,11 @@ class DeepFMLearner(TableLearner):
             *(f"numbers.{n}." for n in self._number_fields(added)),
         )
 
-    def _layouts(self, schema: FeatureSchema, layout: int = STATE_LAYOUT) -> dict[str, list[tuple[str, int]]]:
-        """The deep part's input columns, as (segment, width), under ``schema`` as state ``layout`` had them.
+    def _layouts(self, schema: FeatureSchema) -> dict[str, list[tuple[str, int]]]:
+        """The deep part's input columns, as (segment, width), under ``schema``.
 
         The fields' vectors (the tables', then the declared features' in `FeaturePlan` order),
-        the id statistics, the match features, then the declared numbers' values; and the
-        match features' logit weights (``match``), one per column.
+        the id statistics, the match features, then the declared numbers' values.
         """
         model = self.model
         assert isinstance(model, DeepFM)  # noqa: S101 -- _make_model builds it
@@ -104,9 +101,14 @@ class DeepFMLearner(TableLearner):
         declared = [(side, f) for side, fs in sides for f in fs if not f.builtin]
         fields = [(f"{side}:{f.name}", dim) for side, f in declared if f.table and f.name in schema]
         numbers = [(n, 1) for n in model.number_names if n.split("__")[0] in schema]
-        match = self._match_segments(schema, layout)
+        match = 0 if model.match is None else model.match.width
         builtin = sum(dim for side, fs in sides for f in fs if f.builtin)
         return {
-            "dnn.mlp.0": [("builtin", builtin), *fields, ("dense", model.dense_dim), *match, *numbers],
-            **({"match": match} if match else {}),
+            "dnn.mlp.0": [
+                ("builtin", builtin),
+                *fields,
+                ("dense", model.dense_dim),
+                ("match", match),
+                *numbers,
+            ],
         }

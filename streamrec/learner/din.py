@@ -11,7 +11,7 @@ import paddle
 
 from streamrec.features import FeatureSchema
 from streamrec.learner.model import DIN
-from streamrec.learner.state import EWC_PREFIX, FEATURES_PREFIX, OPTIMIZER_PREFIX, PARAM_PREFIX, STATE_LAYOUT
+from streamrec.learner.state import EWC_PREFIX, FEATURES_PREFIX, OPTIMIZER_PREFIX, PARAM_PREFIX
 from streamrec.learner.trainer import SPARSE_EMBEDDINGS, TableLearner, resolve_device
 
 __all__ = [
@@ -62,12 +62,8 @@ class DINLearner(TableLearner):
         """A DIN over every table of the plan, freshly initialised."""
         return DIN(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows, plan=self.plan)
 
-    def _layouts(self, schema: FeatureSchema, layout: int = STATE_LAYOUT) -> dict[str, list[tuple[str, int]]]:
-        """The input columns of the layers reading every feature, as (segment, width), under ``schema``.
-
-        As state ``layout`` had them (see `StateArrays._layouts`); ``match`` is the match
-        features' logit weights, one per column.
-        """
+    def _layouts(self, schema: FeatureSchema) -> dict[str, list[tuple[str, int]]]:
+        """The input columns of the layers reading every feature, as (segment, width), under ``schema``."""
         model = self.model
         assert isinstance(model, DIN)  # noqa: S101 -- _make_model builds it
         known = [f for f in self.plan.declared if f.name in schema]
@@ -76,13 +72,12 @@ class DINLearner(TableLearner):
         head = [(f.name, f.width) for f in known if f.spec.role != "behaviour"]
         builtin = sum(f.width for f in self.plan.query if f.builtin)
         vector = [("builtin", builtin), *query, *outcome]
-        match = self._match_segments(schema, layout)
+        match = 0 if model.match is None else model.match.width
         return {
             "attention.score.0": [(f"{b}:{n}", w) for b in "qkdp" for n, w in vector],
             "head.mlp.0": [
                 *((f"{b}:{n}", w) for b in "tip" for n, w in vector),
                 ("context", sum(f.width for f in self.plan.head if f.builtin)), *head,
-                ("dense", model.dense_dim), *match,
+                ("dense", model.dense_dim), ("match", match),
             ],
-            **({"match": match} if match else {}),
         }

@@ -21,7 +21,7 @@ from streamrec.config import ModelConfig
 from streamrec.features import FeatureSchema
 from streamrec.learner import embedding
 from streamrec.learner.embedding import EmbeddingArch, WideArch, distinct_keys
-from streamrec.learner.features import FeaturePlan, PlannedFeature
+from streamrec.learner.features import FeaturePlan
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.onnxforms import attention_first_layer_broadcast, prelu_linear_row
@@ -141,16 +141,9 @@ class LocalActivationUnit(nn.Layer):
 
 
 class MatchArch(nn.Layer):
-    """Explicit match features between the target and its own history, per matched feature.
+    """Explicit match features between the target and its own history, per behaviour table.
 
-    The share of the history's behaviours on the target's row, and log(1 + their count), for
-    each behaviour feature with ids the target has: the built-ins (item, category) and the
-    declared ``id`` and ``ids`` ones (an outcome has no target value; numbers are not ids).
-    An ``ids`` value (genres) counts each behaviour by the fraction of the target's ids it
-    holds: the share is then the mean over the target's ids of the history's share holding
-    that id (a user's affinity to the target's genres), and an ``id`` is the case of one id.
-    "Shares any id" was the other candidate, left out: broad ids (Drama, Comedy) make nearly
-    every behaviour share one with nearly every target.
+    The share of the history's behaviours on the target's row, and log(1 + their count).
 
     A user's history in the target's category (or the target itself in it) tells more than
     any counter, but attention and an MLP starting at zero learn "same id" slowly; so it is
@@ -158,25 +151,21 @@ class MatchArch(nn.Layer):
     sample's own event), so the export computes them from the same rows. Padding matches
     nothing, nor does a dynamic table's default row (ids not yet admitted all share it). They
     feed the head and enter the logit with a learned weight per feature, starting at zero (a
-    share's at ``init``) and learning ``lr_scale`` times faster than the rest. Nm: matched
-    features, M: an ``ids`` feature's max_ids.
+    share's at ``init``) and learning ``lr_scale`` times faster than the rest. Nb: behaviour
+    tables.
     """
 
-    def __init__(
-        self, floors: Sequence[int], lr_scale: float, init: float = 0.0, pooled: Sequence[bool] | None = None
-    ) -> None:
-        """One weight per feature (2 per matched feature).
+    def __init__(self, floors: Sequence[int], lr_scale: float, init: float = 0.0) -> None:
+        """One weight per feature (2 per behaviour table).
 
         Args:
-            floors: Per matched feature, the highest row that matches nothing (padding, or a
+            floors: Per behaviour table, the highest row that matches nothing (padding, or a
                 dynamic table's default row).
             lr_scale: The weights' learning rate over the model's.
-            init: Each matched feature's share feature's starting weight (the counts' start at zero).
-            pooled: Per matched feature, whether it is ``ids`` (default: none is).
+            init: Each table's share feature's starting weight (the counts' start at zero).
         """
         super().__init__()
         self.floors = [int(f) for f in floors]
-        self.pooled = [False] * len(self.floors) if pooled is None else [bool(p) for p in pooled]
         self.width = 2 * len(self.floors)
         start = np.array([init, 0.0] * len(self.floors), dtype=np.float32)
         attr = paddle.ParamAttr(initializer=nn.initializer.Assign(start), learning_rate=lr_scale)
@@ -185,35 +174,19 @@ class MatchArch(nn.Layer):
     def features(
         self, targets: list[paddle.Tensor], sequences: list[paddle.Tensor], mask: paddle.Tensor
     ) -> paddle.Tensor:
-        """[B, 2*Nm].
+        """[B, 2*Nb].
 
-        Per matched feature, share and log1p(count) of the [B, T] ``sequences`` rows equal to
-        the [B] ``targets`` row (``ids``: [B, T, M] and [B, M], a behaviour counting the
-        fraction of the target's ids it holds); ``mask`` [B, T] marks the real behaviours.
+        Per table, share and log1p(count) of the [B, T] ``sequences`` rows equal to the [B]
+        ``targets`` row; ``mask`` [B, T] marks the real behaviours.
         """
         length = paddle.clip(mask.sum(axis=1), min=1.0)
         columns: list[paddle.Tensor] = []
         for i in range(len(targets)):
-            if self.pooled[i]:
-                count = self._overlap(targets[i], sequences[i], self.floors[i], mask)
-            else:
-                known = (targets[i] > self.floors[i]).astype(mask.dtype).unsqueeze(-1)
-                same = (sequences[i] == targets[i].unsqueeze(-1)).astype(mask.dtype)
-                count = (same * known * mask).sum(axis=1)
+            known = (targets[i] > self.floors[i]).astype(mask.dtype).unsqueeze(-1)
+            same = (sequences[i] == targets[i].unsqueeze(-1)).astype(mask.dtype)
+            count = (same * known * mask).sum(axis=1)
             columns += [count / length, paddle.log1p(count)]
         return paddle.stack(columns, axis=1)
-
-    @staticmethod
-    def _overlap(
-        target: paddle.Tensor, sequence: paddle.Tensor, floor: int, mask: paddle.Tensor
-    ) -> paddle.Tensor:
-        """[B] the behaviours' summed fraction of the [B, M] ``target``'s ids each [B, T, M] one holds."""
-        known = (target > floor).astype(mask.dtype)  # [B, M]
-        # [B, T, M, M]: behaviour slot i holds target id j; then [B, T, M]: the behaviour holds id j.
-        same = (sequence.unsqueeze(-1) == target.unsqueeze(1).unsqueeze(1)).astype(mask.dtype)
-        held = same.max(axis=2) * known.unsqueeze(1)
-        fraction = held.sum(axis=-1) / paddle.clip(known.sum(axis=-1), min=1.0).unsqueeze(-1)
-        return (fraction * mask).sum(axis=1)
 
     def forward(self, features: paddle.Tensor) -> paddle.Tensor:
         """[B] the features' term of the logit."""
@@ -244,25 +217,15 @@ class MLPHead(nn.Layer):
         return mlp_tail(layers[1:], hidden).squeeze(-1)
 
 
-def matched(feature: PlannedFeature) -> bool:
-    """Whether `MatchArch` matches ``feature``: a behaviour feature of ids the target has.
-
-    The built-ins (item, category) and the declared ``id`` and ``ids`` ones; not an outcome
-    (the target has none) nor a number (bucketed or not: nearby values are not the same id).
-    """
-    return feature.query and feature.table is not None and (feature.builtin or feature.spec.kind != "number")
-
-
 class TableModel(nn.Layer):
     """What every table model (DIN, DeepFM) builds and reads alike: its inputs and its id counters.
 
     B: batch, T: sequence length, Nb: the built-in behaviour features (item, category). The
     inputs: every table (`EmbeddingArch`) and every feature by side, in `FeaturePlan` order
     (``x_query``, ``x_sequence``, ``x_head``): ``forward`` takes one input per
-    `FeaturePlan.keys` entry. The counters: the ``dense`` [B, 2 * Nb + 2] id statistics of
-    the built-in behaviour features (``cfg.id_stats``; the rates enter the logit through
-    ``prior``) and `MatchArch` (``cfg.match_features``) over every `matched` feature, the
-    built-ins first (a default schema's: the built-ins alone). A model builds its own parts
+    `FeaturePlan.keys` entry. The counters, over the built-in behaviour features: the
+    ``dense`` [B, 2 * Nb + 2] id statistics (``cfg.id_stats``; the rates enter the logit
+    through ``prior``) and `MatchArch` (``cfg.match_features``). A model builds its own parts
     between `_build_inputs` and `_build_counters` (the order keeps its seeded start); its
     ``forward`` opens with `_open` and closes with `_close`.
     """
@@ -280,10 +243,8 @@ class TableModel(nn.Layer):
         self.x_query = list(self.plan.query)
         self.x_sequence = list(self.plan.sequence)
         self.x_head = list(self.plan.head)
-        # The built-in behaviour features' places in x_query (and x_sequence): the id statistics'.
+        # The built-in behaviour features' places in x_query (and x_sequence): the counters'.
         self.counted = [i for i in range(len(self.x_query)) if self.x_query[i].builtin]
-        # Those with ids a target has, built-in or declared (`matched`): the match features'.
-        self.matched = [i for i in range(len(self.x_query)) if matched(self.x_query[i])]
         return rows
 
     def _build_counters(self, cfg: ModelConfig) -> int:
@@ -299,15 +260,9 @@ class TableModel(nn.Layer):
             self.prior = self.create_parameter(
                 [len(start)], default_initializer=nn.initializer.Assign(np.array(start, dtype=np.float32))
             )
-        features = [self.x_query[i] for i in self.matched]
-        # A declared feature's rows are hashed (`streamrec.learner.features.encode_features`):
-        # only padding matches nothing there.
-        dynamic = [f.builtin and f.table in self.plan.dynamic for f in features]
-        floors = [DEFAULT_ROW if d else PADDING_BUCKET for d in dynamic]
-        pooled = [f.pooled for f in features]
-        self.match = (
-            MatchArch(floors, cfg.match_lr_scale, cfg.match_init, pooled) if cfg.match_features else None
-        )
+        tables = [self.x_query[i].table for i in self.counted]
+        floors = [DEFAULT_ROW if t in self.plan.dynamic else PADDING_BUCKET for t in tables]
+        self.match = MatchArch(floors, cfg.match_lr_scale, cfg.match_init) if cfg.match_features else None
         return self.dense_dim + (self.match.width if self.match is not None else 0)
 
     def _open(
@@ -317,15 +272,15 @@ class TableModel(nn.Layer):
 
         The [B, T] float mask is 1 for a real behaviour (the first behaviour feature's rows,
         a built-in's, are not padding); the deep inputs are the id statistics and the
-        [B, 2 * Nm] match features, those there are (the latter alone: None without).
+        [B, 2 * Nb] match features, those there are (the latter alone: None without).
         """
         nq = len(self.x_query)
         mask = (inputs[nq] != PADDING_BUCKET).astype("float32")
         targets: list[paddle.Tensor] = []
         sequences: list[paddle.Tensor] = []
-        for j in range(len(self.matched)):
-            targets.append(inputs[self.matched[j]])
-            sequences.append(inputs[nq + self.matched[j]])
+        for j in range(len(self.counted)):
+            targets.append(inputs[self.counted[j]])
+            sequences.append(inputs[nq + self.counted[j]])
         counters = [dense] if self.dense_dim else []
         matches = self.match.features(targets, sequences, mask) if self.match is not None else None
         if matches is not None:

@@ -20,7 +20,6 @@ from streamrec.learner.ewc import OnlineEWC
 from streamrec.learner.features import FeaturePlan, Moments
 from streamrec.learner.idmap import IdMap
 from streamrec.learner.idstats import IdStats
-from streamrec.learner.model import TableModel
 from streamrec.learner.state import (
     EMBEDDING,
     EWC_PREFIX,
@@ -29,7 +28,6 @@ from streamrec.learner.state import (
     KNOWN_ITEMS_KEY,
     PARAM_PREFIX,
     SHUFFLE_KEY,
-    STATE_LAYOUT,
     STATS_PREFIX,
     check_exact,
     check_shape,
@@ -45,7 +43,6 @@ class StateArrays:
     cfg: ModelConfig
     schema: FeatureSchema
     plan: FeaturePlan
-    model: paddle.nn.Layer
     rows: dict[str, int]
     train_module: paddle.nn.Layer
     known_items: np.ndarray
@@ -136,25 +133,20 @@ class StateArrays:
                 raise SnapshotError(f"id map of table {name} is inconsistent: {exc}") from exc
         self._encoded = None
 
-    def adopt_state(
-        self, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema, layout: int = STATE_LAYOUT
-    ) -> dict[str, np.ndarray]:
-        """State saved under ``recorded`` (fewer declared features) or an older ``layout``, made to fit.
+    def adopt_state(self, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema) -> dict[str, np.ndarray]:
+        """State saved under ``recorded`` (fewer declared features), made to fit this model.
 
-        Call on a fresh learner, with arrays `migrate_state` named. The added features'
-        tables (and moments) start as this learner's; the layers that read every feature
-        (`_layouts`) get zero weights for the new inputs, so the model scores as before until
-        it learns them: the added features' columns, and before layout 3 the declared
-        features' match features (`streamrec.learner.model.MatchArch`; their logit weights
-        too, not ``match_init``, which would move the scores). EWC state is left out (it
-        restarts, as `load_state_arrays` allows). State that already fits is returned as it is.
+        Call on a fresh learner. The added features' tables (and moments) start as this
+        learner's; the layers that read every feature (`_layouts`) get zero weights for the
+        new inputs, so the model scores as before until it learns them. EWC state is left
+        out (it restarts, as `load_state_arrays` allows).
         """
         added = [n for n in self.schema.names if n not in recorded]
-        old, new = self._layouts(recorded, layout), self._layouts(self.schema)
-        if not added and old == new:
+        if not added:
             return dict(arrays)
         fresh = self.state_arrays()
         owned = self._owned(added)
+        old, new = self._layouts(recorded), self._layouts(self.schema)
         out: dict[str, np.ndarray] = {}
         for key, start in fresh.items():
             if key.startswith(EWC_PREFIX):
@@ -176,27 +168,13 @@ class StateArrays:
             f"{FEATURES_PREFIX}{n}/" for n in added
         )
 
-    def _layouts(self, schema: FeatureSchema, layout: int = STATE_LAYOUT) -> dict[str, list[tuple[str, int]]]:
+    def _layouts(self, schema: FeatureSchema) -> dict[str, list[tuple[str, int]]]:
         """The input columns, as (segment, width), of the layers reading every feature under ``schema``.
 
-        By layer name (``head.mlp.0``) as state ``layout`` had them; `adopt_state` widens them
-        for added features. None by default: a model reading no declared feature.
+        By layer name (``head.mlp.0``); `adopt_state` widens them for added features. None
+        by default: a model reading no declared feature.
         """
         return {}
-
-    def _match_segments(self, schema: FeatureSchema, layout: int) -> list[tuple[str, int]]:
-        """The match features' columns, as (segment, width), under ``schema`` as state ``layout`` had them.
-
-        The built-ins' first (every layout), then per declared feature of ``schema`` that
-        `streamrec.learner.model.matched` takes (layout 3 onwards). None without match features.
-        """
-        model = self.model
-        assert isinstance(model, TableModel)  # noqa: S101 -- every table learner's model is one
-        if model.match is None:
-            return []
-        features = [model.x_query[i] for i in model.matched]
-        declared = [f.name for f in features if not f.builtin and f.name in schema and layout >= 3]
-        return [("match", 2 * sum(f.builtin for f in features)), *((f"match:{n}", 2) for n in declared)]
 
     def _ids_state(self) -> dict[str, np.ndarray]:
         """The id maps' state arrays."""
