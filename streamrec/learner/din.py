@@ -62,6 +62,14 @@ class DINLearner(TableLearner):
         """A DIN over every table of the plan, freshly initialised."""
         return DIN(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows, plan=self.plan)
 
+    def _since(self, layout: int) -> tuple[str, ...]:
+        """Before layout 3: the wide biases of the declared features (`streamrec.learner.model.biased`)."""
+        model = self.model
+        assert isinstance(model, DIN)  # noqa: S101 -- _make_model builds it
+        if layout >= 3 or model.wide is None:
+            return ()
+        return tuple(f"wide.biases.{f.table}." for f in model.wide_features if not f.builtin)
+
     def _layouts(self, schema: FeatureSchema) -> dict[str, list[tuple[str, int]]]:
         """The input columns of the layers reading every feature, as (segment, width), under ``schema``."""
         model = self.model
