@@ -19,7 +19,7 @@ from streamrec.config import ModelConfig
 from streamrec.features import FeatureSchema
 from streamrec.learner.deepfm import DeepFM
 from streamrec.learner.features import FeaturePlan
-from streamrec.learner.state import PARAM_PREFIX
+from streamrec.learner.state import PARAM_PREFIX, STATE_LAYOUT
 from streamrec.learner.trainer import SPARSE_EMBEDDINGS, TableLearner
 
 
@@ -58,15 +58,17 @@ class DeepFMLearner(TableLearner):
         """A DeepFM over the tables, freshly initialised."""
         return DeepFM(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows, plan=self.plan)
 
-    def adopt_state(self, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema) -> dict[str, np.ndarray]:
-        """State saved under ``recorded`` (fewer declared features), made to fit this model.
+    def adopt_state(
+        self, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema, layout: int = STATE_LAYOUT
+    ) -> dict[str, np.ndarray]:
+        """State saved under ``recorded`` (fewer declared features) or an older ``layout``, made to fit.
 
         As DIN's (see `StateArrays.adopt_state`), and the added features' tables start at zero
         (numbers' vectors always do): FM's second order reads every pair of fields, so a new
         field's starting vector would move the scores. From zero they learn through the pairs
         (the other fields' vectors), and the model scores as before until they do.
         """
-        out = super().adopt_state(arrays, recorded)
+        out = super().adopt_state(arrays, recorded, layout)
         added = [n for n in self.schema.names if n not in recorded]
         tables = {self.plan.table_of(n) for n in added} - {None}
         for key in (f"{PARAM_PREFIX}model.embedding.tables.{t}.weight" for t in tables):

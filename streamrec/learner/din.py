@@ -62,6 +62,23 @@ class DINLearner(TableLearner):
         """A DIN over every table of the plan, freshly initialised."""
         return DIN(self.cfg, sparse=SPARSE_EMBEDDINGS, rows=rows, plan=self.plan)
 
+    def _since(self, layout: int) -> tuple[str, ...]:
+        """Before layout 3: the wide biases of the declared features (`streamrec.learner.model.biased`)."""
+        return self._wide_biases(None) if layout < 3 else ()
+
+    def _owned(self, added: list[str]) -> tuple[str, ...]:
+        """The added features' tables, moments and wide biases."""
+        return (*super()._owned(added), *self._wide_biases(added))
+
+    def _wide_biases(self, names: list[str] | None) -> tuple[str, ...]:
+        """What the keys of the wide biases of the declared features ``names`` (None: all) contain."""
+        model = self.model
+        assert isinstance(model, DIN)  # noqa: S101 -- _make_model builds it
+        if model.wide is None:
+            return ()
+        declared = [f for f in model.wide_features if not f.builtin and (names is None or f.name in names)]
+        return tuple(f"wide.biases.{f.table}." for f in declared)
+
     def _layouts(self, schema: FeatureSchema) -> dict[str, list[tuple[str, int]]]:
         """The input columns of the layers reading every feature, as (segment, width), under ``schema``."""
         model = self.model

@@ -144,8 +144,9 @@ def lookup_feature(table: nn.Layer, feature: PlannedFeature, x: paddle.Tensor) -
 class WideArch(nn.Layer):
     """The wide part: one learned bias per id of each of its tables, added to the logit.
 
-    DIN's covers the built-in features' tables (the item's, the category's, the user's),
-    DeepFM's (FM's first order) every table.
+    DIN's covers the built-in features' tables (the item's, the category's, the user's) and
+    the declared behaviour features' of ids (`streamrec.learner.model.biased`), DeepFM's
+    (FM's first order) every table.
 
     A counter knows each item's positive rate after a few samples; an embedding read through
     the MLP needs many. A bias per id learns it directly, with its own, larger learning rate

@@ -53,8 +53,9 @@ class PlannedFeature:
         width: The columns it adds: its table's width, or 1.
         builtin: One of the event contract's ids (item, category, user), whose rows the
             learner's id maps (or hashing) give from the sample's own columns: they are what
-            the id statistics, the match features, the known items and DIN's wide part
-            count, and training looks each distinct row of theirs up once
+            the id statistics, the match features and the known items count (DIN's wide part
+            too, and the declared behaviour features of ids: `streamrec.learner.model.biased`),
+            and training looks each distinct row of theirs up once
             (`streamrec.learner.embedding.distinct_lookup`).
     """
 

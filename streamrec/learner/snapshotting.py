@@ -56,9 +56,8 @@ def restore(
     recorded = manifest.schema
     # A removed or redeclared feature refuses the snapshot in one line (SchemaChange).
     added = schema.check_evolution(recorded, f"snapshot {manifest.name} in {snapshots.root}")
-    adopt = getattr(learner, "adopt_state", None)
-    if added and callable(adopt):
-        arrays = adopt(arrays, recorded)
+    arrays = adopted(learner, arrays, recorded, manifest.state_layout, bool(added))
+    if added:
         logger.info(
             "features added since snapshot version=%d added=%s", manifest.version, ",".join(added)
         )
@@ -70,6 +69,22 @@ def restore(
         "restored snapshot version=%d micro_batches=%d", manifest.version, manifest.micro_batches
     )
     return manifest
+
+
+def adopted(
+    learner: Learner, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema, layout: int, added: bool
+) -> dict[str, np.ndarray]:
+    """A snapshot's state arrays (as `migrate_state` names them) fitted to ``learner``.
+
+    Written under ``recorded`` in state ``layout``: a learner with ``adopt_state`` (a table
+    learner's, `streamrec.learner.state_arrays.StateArrays.adopt_state`) adds what the
+    features ``added`` since and the layouts after ``layout`` gave the model.
+    """
+    adopt = getattr(learner, "adopt_state", None)
+    if not callable(adopt) or not (added or layout < STATE_LAYOUT):
+        return dict(arrays)
+    fitted: dict[str, np.ndarray] = adopt(arrays, recorded, layout)
+    return fitted
 
 
 def misfit(cfg: StreamrecConfig, manifest: SnapshotManifest, exc: SnapshotError, root: Path) -> str:

@@ -49,8 +49,11 @@ _TABLE_ARRAY = re.compile(
 # 1: the layout before it was recorded; 2: the same arrays, every table (built-in or
 # declared) planned and built by one path (`streamrec.learner.features.FeaturePlan`), which
 # keeps each table's ``embedding.tables.<table>``/``wide.biases.<table>`` name and the
-# parameters' creation order.
-STATE_LAYOUT = 2
+# parameters' creation order; 3: DIN's wide part covers the declared behaviour features of ids
+# (`streamrec.learner.model.biased`), so a DIN with such a feature has a bias table more,
+# ``wide.biases.<its table>``, which `StateArrays.adopt_state` starts at zero for an older
+# state (a default schema's state, and DeepFM's, are unchanged).
+STATE_LAYOUT = 3
 
 # Paddle names an accumulator ``<param unique name>_<slot>_<n>``; ``_<n>`` is the counter.
 _UNIQUE_SUFFIX = re.compile(r"_\d+$")
@@ -78,8 +81,16 @@ def _layout_1_to_2(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return arrays
 
 
+def _layout_2_to_3(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Layout 3 holds layout 2's arrays under the same names; the learner adds its new ones (`adopt_state`).
+
+    Which arrays are new follows from the model's features, not from the arrays.
+    """
+    return arrays
+
+
 # Layout n's arrays into layout n + 1's, by n.
-_MIGRATIONS = {1: _layout_1_to_2}
+_MIGRATIONS = {1: _layout_1_to_2, 2: _layout_2_to_3}
 
 
 def table_params(table: str, named: Mapping[str, paddle.Tensor]) -> list[str]:

@@ -28,6 +28,7 @@ from streamrec.learner.state import (
     KNOWN_ITEMS_KEY,
     PARAM_PREFIX,
     SHUFFLE_KEY,
+    STATE_LAYOUT,
     STATS_PREFIX,
     check_exact,
     check_shape,
@@ -133,19 +134,24 @@ class StateArrays:
                 raise SnapshotError(f"id map of table {name} is inconsistent: {exc}") from exc
         self._encoded = None
 
-    def adopt_state(self, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema) -> dict[str, np.ndarray]:
-        """State saved under ``recorded`` (fewer declared features), made to fit this model.
+    def adopt_state(
+        self, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema, layout: int = STATE_LAYOUT
+    ) -> dict[str, np.ndarray]:
+        """State saved under ``recorded`` (fewer declared features) or an older ``layout``, made to fit.
 
-        Call on a fresh learner. The added features' tables (and moments) start as this
-        learner's; the layers that read every feature (`_layouts`) get zero weights for the
-        new inputs, so the model scores as before until it learns them. EWC state is left
-        out (it restarts, as `load_state_arrays` allows).
+        Call on a fresh learner, with arrays `migrate_state` named. The added features'
+        tables (and moments), and the arrays the model gained since ``layout`` (`_since`),
+        start as this learner's; the layers that read every feature (`_layouts`) get zero
+        weights for the new inputs, so the model scores as before until it learns them. EWC
+        state is left out (it restarts, as `load_state_arrays` allows). State that already
+        fits is returned as it is.
         """
         added = [n for n in self.schema.names if n not in recorded]
-        if not added:
+        since = self._since(layout)
+        if not added and not since:
             return dict(arrays)
         fresh = self.state_arrays()
-        owned = self._owned(added)
+        owned = self._owned(added) + since
         old, new = self._layouts(recorded), self._layouts(self.schema)
         out: dict[str, np.ndarray] = {}
         for key, start in fresh.items():
@@ -167,6 +173,10 @@ class StateArrays:
         return tuple(f"tables.{self.plan.table_of(n)}." for n in added if self.plan.table_of(n)) + tuple(
             f"{FEATURES_PREFIX}{n}/" for n in added
         )
+
+    def _since(self, layout: int) -> tuple[str, ...]:
+        """What the keys of the arrays this model gained since state ``layout`` contain (none by default)."""
+        return ()
 
     def _layouts(self, schema: FeatureSchema) -> dict[str, list[tuple[str, int]]]:
         """The input columns, as (segment, width), of the layers reading every feature under ``schema``.

@@ -61,6 +61,7 @@ from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.learner.idstats import USER_BUCKETS
 from streamrec.learner.onnxforms import onnx_form_layers, onnx_forms
 from streamrec.learner.registry import make_learner
+from streamrec.learner.snapshotting import adopted
 from streamrec.learner.state import migrate_state
 from streamrec.learner.trainer import TableLearner
 from streamrec.serving.graph import (
@@ -120,7 +121,7 @@ def learner_from_snapshot(store: SnapshotStore, version: int) -> tuple[str, Lear
         arrays = migrate_state(arrays, manifest.state_layout)
     except SnapshotError as exc:
         raise InvalidSnapshot(f"{store.path(version)}: {exc}") from exc
-    learner.load_state_arrays(arrays)
+    learner.load_state_arrays(adopted(learner, arrays, manifest.schema, manifest.state_layout, added=False))
     return manifest.learner, learner
 
 

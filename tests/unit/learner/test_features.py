@@ -274,12 +274,18 @@ def snapshot_under(root: Path, features: list[FeatureSpec]) -> tuple[object, Sam
     return learner, batch
 
 
-def test_a_snapshot_resumes_under_an_added_feature_scoring_as_before(tmp_path: Path, no_broker: None) -> None:
+@pytest.mark.parametrize(("before", "after"), [
+    ([GENRES], [GENRES, RATING, DEVICE]),
+    ([], [GENRES]),  # a behaviour feature of ids: DIN's wide part gains its biases (at zero)
+])
+def test_a_snapshot_resumes_under_an_added_feature_scoring_as_before(
+    tmp_path: Path, no_broker: None, before: list[FeatureSpec], after: list[FeatureSpec]
+) -> None:
     from streamrec.learner.registry import make_learner
     from streamrec.learner.runner import LearnerRunner
 
-    old, batch = snapshot_under(tmp_path, [GENRES])
-    cfg = config(tmp_path, [GENRES, RATING, DEVICE])
+    old, batch = snapshot_under(tmp_path, before)
+    cfg = config(tmp_path, after)
     learner = make_learner(cfg.model, cfg.feature_schema())
     with LearnerRunner(cfg, learner):
         pass

@@ -109,11 +109,18 @@ def assert_scores_as_they_were(got: np.ndarray, want: np.ndarray) -> None:
 
 @pytest.mark.parametrize("name", LEARNERS)
 def test_a_layout_1_state_migrates_and_scores_as_it_did(name: str) -> None:
+    """Layout 3 gave DIN's wide part the declared genres: the fixture has no bias for them, and
+    the migrated model's start at zero, so it scores as it did (DeepFM's had them all along).
+    """
+    from streamrec.learner.snapshotting import adopted
     from streamrec.learner.state import migrate_state
 
     arrays, want = _fixture(name)
     learner = _learner(name)
-    learner.load_state_arrays(migrate_state(arrays, 1))
+    genre = "model/model.wide.biases.genre.weight"
+    assert (genre in arrays) == (name == "deepfm")
+    learner.load_state_arrays(adopted(learner, migrate_state(arrays, 1), SCHEMA, 1, added=False))
+    assert not learner.state_arrays()[genre].any() or name == "deepfm"
     got = np.asarray(learner.predict_many(_batches()[-1]), np.float64)
     assert_scores_as_they_were(got, want)
 
@@ -133,16 +140,22 @@ def _layout_1_store(root: Path, name: str, layout: int | None = None) -> tuple[A
     return store, want
 
 
+@pytest.mark.parametrize("layout", [None, 2])
 @pytest.mark.parametrize("name", LEARNERS)
-def test_a_layout_1_snapshot_restores_and_exports_scoring_as_it_did(name: str, tmp_path: Path) -> None:
+def test_a_layout_1_snapshot_restores_and_exports_scoring_as_it_did(
+    name: str, layout: int | None, tmp_path: Path
+) -> None:
+    """Recorded as layout 1 (no layout in the manifest) or 2 (the same arrays): both lack the
+    declared features' wide biases of layout 3's DIN.
+    """
     from streamrec.learner.snapshotting import restore
     from streamrec.serving.export import learner_from_snapshot
 
-    store, want = _layout_1_store(tmp_path, name)
+    store, want = _layout_1_store(tmp_path, name, layout)
     learner = _learner(name)
     cfg = _settings(name)
     manifest = restore(cfg, SCHEMA, learner, store)
-    assert manifest is not None and manifest.state_layout == 1
+    assert manifest is not None and manifest.state_layout == (layout or 1)
     batch = _batches()[-1]
     assert_scores_as_they_were(np.asarray(learner.predict_many(batch), np.float64), want)
     _, exported = learner_from_snapshot(store, manifest.version)  # the export's path
@@ -154,7 +167,7 @@ def test_a_snapshot_of_a_newer_layout_is_refused_in_one_line(tmp_path: Path) -> 
     from streamrec.learner.state import STATE_LAYOUT
 
     store, _ = _layout_1_store(tmp_path, "din", layout=STATE_LAYOUT + 1)
-    refused = r"snapshot v000001 in .*: state layout 3 is not one this version reads"
+    refused = rf"snapshot v000001 in .*: state layout {STATE_LAYOUT + 1} is not one this version reads"
     with pytest.raises(SnapshotError, match=refused):
         restore(_settings("din"), SCHEMA, _learner("din"), store)
 
