@@ -369,7 +369,9 @@ def test_the_export_scores_declared_features_as_the_learner(
     contract = orjson.loads((export / "contract.json").read_bytes())
     assert contract["model"]["learner"] == learner_type
     assert contract["feature_fingerprint"] == SCHEMA.fingerprint
-    assert [f["name"] for f in contract["features"]] == ["genres", "price", "rating", "device", "age"]
+    assert [f["name"] for f in contract["features"]] == [
+        "item", "category", "user", "genres", "price", "rating", "device", "age"  # the built-ins first
+    ]
     rating = next(f for f in contract["features"] if f["name"] == "rating")
     assert rating["outcome"] and rating["inputs"] == ["rating__sequence"] and rating["moments"][0] == 3 * 32
     batch = SampleColumns.from_samples([*featured(4), Sample("e9", "u2", T0, "i1", "c1", 0, (), ())])
