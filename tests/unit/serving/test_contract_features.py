@@ -5,10 +5,6 @@ the contract's schema 1 (declared features only) are still served and scored by 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +12,9 @@ import numpy as np
 import orjson
 import pytest
 
-from streamrec.learner.columns import SampleColumns
-from streamrec.samples import Sample
 from streamrec.serving.export import write_export
 from streamrec.serving.scorer import ExportedModel
-from tests.unit.serving.test_export import EXAMPLE, TOLERANCE, config, stream, trained
+from tests.unit.serving.test_export import TOLERANCE, config, request_batch, run_outside, stream, trained
 from tests.unit.serving.test_feature_inputs import _export
 
 pytest.importorskip("paddle")
@@ -100,27 +94,14 @@ def test_a_schema_1_export_is_served_and_scored_by_the_example(tmp_path: Path) -
     assert "features" not in contract_of(export)
     assert np.abs(ExportedModel(export).score_batch(batch) - new).max() <= TOLERANCE
     history = [("i1", "c1"), ("i2", "c2"), ("i59", "c3")]
-    candidates = [("i1", "c1"), ("i3", "c3"), ("never-seen", "c0")]
-    samples = [
-        Sample(f"q{k}", "u3", 10**6, item, category, 0, tuple(h[0] for h in history),
-               tuple(h[1] for h in history))
-        for k, (item, category) in enumerate(candidates)
-    ]
-    want = learner.predict_many(SampleColumns.from_samples(samples))
+    candidates: list[tuple[str, str | None]] = [("i1", "c1"), ("i3", "c3"), ("never-seen", "c0")]
+    want = learner.predict_many(request_batch("u3", history, candidates))
     script = (
-        "import json, sys\n"
-        f"sys.path.insert(0, {str(EXAMPLE.parent)!r})\n"
-        "import score_export\n"
         f"e = score_export.Export(score_export.Path({str(export)!r}), 'paddle')\n"
         "assert e.pair == (('item', 'item_id'), ('category', 'category_id')), e.pair\n"
         f"print(json.dumps([float(s) for s in e.score('u3', {history!r}, {candidates!r})]))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""},
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = np.array(json.loads(proc.stdout.strip().splitlines()[-1]))
+    got = np.array(run_outside(script, tmp_path))
     assert np.abs(got - want).max() <= TOLERANCE
 
 
