@@ -33,6 +33,8 @@ DEFAULT = 1  # row 1 of a dynamic table: the learned default for ids without the
 LEGACY_SOURCES = {
     "targets": "target_rows", "sequences": "sequence_rows", "users": "user_bucket", "context": "context_rows"
 }
+# Exports whose contract (schema 1) lists no built-in features: the event contract's two ids.
+LEGACY_PAIR = (("item", "item_id"), ("category", "category_id"))
 
 
 def fingerprint(ids: list[str]) -> np.ndarray:
@@ -111,7 +113,11 @@ class Export:
         """Load the export at ``path``; ``engine`` auto, onnx or paddle (see `choose_engine`)."""
         self.contract = json.loads((path / "contract.json").read_text())
         self.tables = {t["name"]: t for t in self.contract["tables"]}
-        self.features = {f["name"]: f for f in self.contract.get("features", [])}  # declared ones
+        self.features = {f["name"]: f for f in self.contract.get("features", [])}  # built-in and declared
+        # The built-in behaviour features (name, event field) whose ids a candidate's or a
+        # behaviour's pair gives, in order.
+        builtins = [f for f in self.features.values() if f.get("builtin") and f["role"] == "behaviour"]
+        self.pair = tuple((f["name"], f["field"]) for f in builtins) or LEGACY_PAIR
         self.ids = {  # sorted fingerprints and their rows, per dynamic table
             t["name"]: (np.load(path / t["keys"], allow_pickle=False), np.load(path / t["key_rows"]))
             for t in self.contract["tables"] if t["ids"] == "dynamic"
@@ -138,8 +144,9 @@ class Export:
         return out
 
     def of(self, table: str, pair: tuple[str, str | None]) -> str | None:
-        """The id ``table`` embeds of an (item, category) pair."""
-        return pair[0] if self.tables[table]["feature"] == "item" else pair[1]
+        """The id ``table`` embeds of a pair of the built-in behaviour features' ids (`pair`)."""
+        names = [name for name, _ in self.pair]
+        return pair[names.index(self.tables[table]["feature"])]
 
     def encoded(self, name: str, value: Any) -> Any:
         """A declared feature's value as its input: a row, rows or a number (None: absent)."""
@@ -201,7 +208,7 @@ class Export:
         along: dict | None = None,
         item_features: list[dict] | None = None,
     ) -> np.ndarray:
-        """Click probabilities of ``candidates`` ((item, category or None)) for ``user``.
+        """Click probabilities of ``candidates`` ((item, category or None): `pair`'s) for ``user``.
 
         Each input is built as the contract declares it (its ``source`` and ``columns``), so
         this serves every streamrec model's export (DIN, DeepFM) alike. Declared features, by
@@ -238,20 +245,25 @@ class Export:
         return self.run(feed)
 
 
-def behaviours(text: str) -> tuple[list[tuple[str, str]], dict[str, list[Any]]]:
+def behaviours(
+    text: str, pair: tuple[tuple[str, str], ...] = LEGACY_PAIR
+) -> tuple[list[tuple[str, str]], dict[str, list[Any]]]:
     """``--history``: (item, category) pairs and each feature along them (None where not given).
 
     ``ITEM:CATEGORY,...``, or a JSON list of [item, category] pairs and objects
-    ``{"item_id": ..., "category_id": ..., "genres": [...]}`` (POST /score's ``history``).
+    ``{"item_id": ..., "category_id": ..., "genres": [...]}`` (POST /score's ``history``): the
+    pair's features by event field or name (``pair``: `Export.pair`).
     """
     if not text.lstrip().startswith("["):
         return [(h.partition(":")[0], h.partition(":")[2]) for h in text.split(",") if h], {}
-    entries = [e if isinstance(e, dict) else {"item_id": e[0], "category_id": e[1]} for e in json.loads(text)]
-    ids = ("item", "item_id", "category", "category_id")
-    pairs = [
-        (str(e.get("item_id", e.get("item"))), str(e.get("category_id", e.get("category")))) for e in entries
+    (first, first_field), (second, second_field) = pair
+    entries = [
+        e if isinstance(e, dict) else {first_field: e[0], second_field: e[1]} for e in json.loads(text)
     ]
-    names = {k for e in entries for k in e if k not in ids}
+    pairs = [
+        (str(e.get(first_field, e.get(first))), str(e.get(second_field, e.get(second)))) for e in entries
+    ]
+    names = {k for e in entries for k in e if k not in (first, first_field, second, second_field)}
     return pairs, {name: [e.get(name) for e in entries] for name in sorted(names)}
 
 
@@ -268,12 +280,12 @@ def main() -> None:
         help="what runs the model (default auto: ONNX Runtime when the export has its graph, else Paddle)",
     )
     args = parser.parse_args()
-    history, along = behaviours(args.history)
     candidates = [(i.partition(":")[0], i.partition(":")[2] or None) for i in args.items]
     try:
         export = Export(args.export, args.engine)
     except NoOnnxGraph as exc:
         parser.error(str(exc))
+    history, along = behaviours(args.history, export.pair)
     scores = export.score(args.user, history, candidates, json.loads(args.context), along=along)
     print(json.dumps({item: round(float(s), 6) for item, s in zip(args.items, scores, strict=True)}))
 

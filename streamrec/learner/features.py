@@ -17,8 +17,11 @@ state, `Moments`), absent as 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -90,7 +93,13 @@ class FeaturePlan:
     outcomes after them (a target vector's columns line up with a behaviour's), ``head`` the
     user and context features (the user id's first). The model's inputs are one per
     `keys` entry, in that order.
+
+    A plan is immutable once built (its attributes refuse assignment, its tables and
+    sequences are read-only), so what it derives (`inputs`, `keys`, `declared`, the widths)
+    is computed once, at first use.
     """
+
+    _frozen = False  # set at the end of __init__: from then on, attributes refuse assignment
 
     def __init__(self, cfg: ModelConfig, schema: FeatureSchema, dim: int = DEFAULT_DIM) -> None:
         """Plan ``cfg``'s tables and ``schema``'s features.
@@ -103,8 +112,10 @@ class FeaturePlan:
                 without ``bucket`` has a table, or a default table's name is taken.
         """
         self.schema = schema
-        self.tables: dict[str, tuple[int, int]] = {}  # table -> (rows, dim)
-        self.dynamic = {t.name: t.start_rows for t in cfg.tables if t.ids == "dynamic"}
+        tables: dict[str, tuple[int, int]] = {}  # table -> (rows, dim)
+        self.dynamic: Mapping[str, int] = MappingProxyType(
+            {t.name: t.start_rows for t in cfg.tables if t.ids == "dynamic"}
+        )
         declared = {f.name for f in schema.extras}
         taken = {t.name for t in cfg.tables}
         for declared_table in cfg.tables:
@@ -116,7 +127,7 @@ class FeaturePlan:
                     )
         builtin = {**{f.name: f for f in schema.features if f not in schema.extras}, USER_FEATURE: USER}
         features = [
-            self._add(PlannedFeature(builtin[t.feature], t.name, t.dim, builtin=True), t.rows)
+            _add(tables, PlannedFeature(builtin[t.feature], t.name, t.dim, builtin=True), t.rows)
             for t in cfg.builtin_tables
         ]
         for spec in schema.extras:
@@ -126,7 +137,7 @@ class FeaturePlan:
                     raise ConfigError(f"table {table.name}: number feature {spec.name!r} has no ids to embed")
                 features.append(PlannedFeature(spec, None, 1))
             elif table is not None:
-                features.append(self._add(PlannedFeature(spec, table.name, table.dim), table.rows))
+                features.append(_add(tables, PlannedFeature(spec, table.name, table.dim), table.rows))
             elif spec.name in taken:
                 raise ConfigError(
                     f"feature {spec.name!r} needs a table and table {spec.name} embeds another "
@@ -134,80 +145,97 @@ class FeaturePlan:
                 )
             else:
                 rows = len(spec.boundaries) + 2 if spec.transform == "bucket" else DEFAULT_ROWS
-                features.append(self._add(PlannedFeature(spec, spec.name, dim), rows))
-        self.features = features
-        self.query = [f for f in features if f.query]
-        self.sequence = [*self.query, *(f for f in features if f.spec.outcome)]
-        self.head = [f for f in features if f.spec.role != "behaviour"]
+                features.append(_add(tables, PlannedFeature(spec, spec.name, dim), rows))
+        self.tables: Mapping[str, tuple[int, int]] = MappingProxyType(tables)
+        self.features = tuple(features)
+        self.query = tuple(f for f in features if f.query)
+        self.sequence = (*self.query, *(f for f in features if f.spec.outcome))
+        self.head = tuple(f for f in features if f.spec.role != "behaviour")
+        self._frozen = True
 
-    def _add(self, feature: PlannedFeature, rows: int) -> PlannedFeature:
-        """Plan ``feature``'s table (once, when two features share it)."""
-        assert feature.table is not None  # noqa: S101 -- only features with a table are added
-        self.tables.setdefault(feature.table, (rows, feature.width))
-        return feature
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Set an attribute while the plan is built; refused after."""
+        if self._frozen:
+            self._refuse(name)
+        super().__setattr__(name, value)
 
-    @property
-    def start_rows(self) -> dict[str, int]:
+    def __delattr__(self, name: str) -> None:
+        """Refused: a plan is immutable."""
+        self._refuse(name)
+
+    def _refuse(self, name: str) -> NoReturn:
+        raise AttributeError(f"a FeaturePlan is immutable: {name} cannot change; build another plan")
+
+    @cached_property
+    def start_rows(self) -> Mapping[str, int]:
         """Each table's rows to start with: a dynamic table's initial rows, a hashed table's all."""
-        return {name: self.dynamic.get(name, rows) for name, (rows, _) in self.tables.items()}
+        start = {name: self.dynamic.get(name, rows) for name, (rows, _) in self.tables.items()}
+        return MappingProxyType(start)
 
-    @property
-    def inputs(self) -> list[tuple[PlannedFeature, str]]:
+    @cached_property
+    def inputs(self) -> tuple[tuple[PlannedFeature, str], ...]:
         """The model's inputs in its order, each a feature and its side (``target``, ``sequence``)."""
-        return [
+        return (
             *((f, "target") for f in self.query),
             *((f, "sequence") for f in self.sequence),
             *((f, "target") for f in self.head),
-        ]
+        )
 
-    @property
-    def keys(self) -> list[str]:
+    @cached_property
+    def keys(self) -> tuple[str, ...]:
         """The model's inputs' keys, ``<feature>/<side>``, in its order (`inputs`)."""
-        return [f"{f.name}/{side}" for f, side in self.inputs]
+        return tuple(f"{f.name}/{side}" for f, side in self.inputs)
 
-    @property
-    def input_keys(self) -> list[str]:
+    @cached_property
+    def input_keys(self) -> tuple[str, ...]:
         """The declared features' keys of `keys` (see `encode_features`): an export's feature inputs.
 
         The built-in features' rows reach an export as its ``targets``, ``sequences`` and
         ``context`` inputs, as the wire contract has always named them.
         """
         declared = {f.name for f in self.features if not f.builtin}
-        return [k for k in self.keys if k.split("/")[0] in declared]
+        return tuple(k for k in self.keys if k.split("/")[0] in declared)
 
-    @property
+    @cached_property
     def n_context(self) -> int:
         """The built-in user and context features (an export's ``context`` columns)."""
         return sum(f.builtin for f in self.head)
 
-    @property
-    def declared(self) -> list[PlannedFeature]:
+    @cached_property
+    def declared(self) -> tuple[PlannedFeature, ...]:
         """The declared features (beyond the built-ins), in `sequence` then `head` order."""
-        return [f for f in (*self.sequence, *self.head) if not f.builtin]
+        return tuple(f for f in (*self.sequence, *self.head) if not f.builtin)
 
     def table_of(self, name: str) -> str | None:
         """The table embedding feature ``name`` (None: a number read as a column)."""
         return next((f.table for f in self.features if f.name == name), None)
 
-    @property
+    @cached_property
     def query_width(self) -> int:
         """The width of the target's vector (and of each behaviour's, before its outcomes)."""
         return sum(f.width for f in self.query)
 
-    @property
+    @cached_property
     def outcome_width(self) -> int:
         """Columns a behaviour's vector gains from outcome features (the target's are zero)."""
         return sum(f.width for f in self.sequence if not f.query)
 
-    @property
+    @cached_property
     def head_width(self) -> int:
         """Columns the head gains from the user and context features."""
         return sum(f.width for f in self.head)
 
-    @property
-    def standardized(self) -> list[str]:
+    @cached_property
+    def standardized(self) -> tuple[str, ...]:
         """The features standardized by running moments."""
-        return [f.name for f in self.features if f.spec.transform == "standardize"]
+        return tuple(f.name for f in self.features if f.spec.transform == "standardize")
+
+
+def _add(tables: dict[str, tuple[int, int]], feature: PlannedFeature, rows: int) -> PlannedFeature:
+    """Plan ``feature``'s table in ``tables`` (once, when two features share it)."""
+    assert feature.table is not None  # noqa: S101 -- only features with a table are added
+    tables.setdefault(feature.table, (rows, feature.width))
+    return feature
 
 
 def model_columns(encoded: EncodedColumns, plan: FeaturePlan) -> list[np.ndarray]:
@@ -235,7 +263,7 @@ class Moments:
     shape its scores. State: float64[3] (count, mean, sum of squared deviations) per feature.
     """
 
-    def __init__(self, names: list[str]) -> None:
+    def __init__(self, names: Iterable[str]) -> None:
         """Empty moments for ``names``."""
         self.arrays = {n: np.zeros(3, np.float64) for n in names}
 

@@ -6,8 +6,9 @@ while it is gathered (every ``part_s``, `streamrec.learner.parts`): each part sc
 is trained; the report, EWC's consolidation, the positions and the snapshot once per
 micro-batch, at its close. Offsets move with the model: the Kafka positions trained up to are
 stored in each snapshot (and committed to the group only after the snapshot is durable); a
-restarted learner loads the newest valid snapshot and resumes from its positions. The snapshot
-directory is locked for the runner's life: one learner per directory.
+restarted learner loads the newest valid snapshot and resumes from its positions (both in
+`streamrec.learner.progress`). The snapshot directory is locked for the runner's life: one
+learner per directory.
 
 Bad input never stops the loop, and bad training never reaches a snapshot: a sample that
 breaks the contract is dead-lettered to ``samples_dlq_topic`` (acknowledged before the
@@ -32,21 +33,20 @@ from dataclasses import asdict
 from typing import TypeVar
 
 import numpy as np
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import Message
 
 from streamrec.closing import Closing
 from streamrec.config import StreamrecConfig
 from streamrec.deadletters import DeadLetter, DeadLetterLog
-from streamrec.errors import SamplesExpired
 from streamrec.faults import fault_point
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.records import Partition, Position
 from streamrec.kafka.source import IdleClock, RecordSource
-from streamrec.kafka.topics import expired_positions
 from streamrec.learner.base import Learner, PartLearner
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.intake import DeadLetterWriter, decode
 from streamrec.learner.parts import MicroBatchParts
+from streamrec.learner.progress import RunnerProgress
 from streamrec.learner.reports import (
     LearnerStats,
     MicroBatchReport,
@@ -55,13 +55,7 @@ from streamrec.learner.reports import (
     micro_batch_report,
 )
 from streamrec.learner.schedule import IntervalClock, PartClock
-from streamrec.learner.snapshotting import (
-    export_estimate,
-    group_state,
-    require_finite,
-    restore,
-    snapshot_config,
-)
+from streamrec.learner.snapshotting import export_estimate
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 logger = logging.getLogger(__name__)
@@ -70,13 +64,11 @@ logger = logging.getLogger(__name__)
 _POLL_S = 0.5
 # Keep-alive polls while a step runs: well under any max.poll.interval.ms.
 _KEEPALIVE_S = 1.0
-# A watermark query at start: a broker answers in milliseconds.
-_QUERY_TIMEOUT_S = 10.0
 
 _T = TypeVar("_T")
 
 
-class LearnerRunner(Closing):
+class LearnerRunner(RunnerProgress, Closing):
     """Runs the micro-batch loop over ``samples_topic``; writes snapshots to ``snapshot_dir``."""
 
     def __init__(
@@ -145,18 +137,6 @@ class LearnerRunner(Closing):
             self._lock.release()
             raise
 
-    def _resume(self) -> None:
-        """Restore the newest valid snapshot, if any, and take up its counts and positions."""
-        manifest = restore(self._cfg, self._schema, self.learner, self.snapshots)
-        if manifest is None:
-            return
-        self.stats.micro_batches = self._snapshotted_at = manifest.micro_batches
-        self.stats.samples_trained = manifest.samples_trained
-        self.stats.newest_event_ms = manifest.newest_event_ms
-        self.positions.update({p.key: p.offset for p in manifest.positions})
-        self._snapshotted_positions = dict(self.positions)
-        self._snapshotted_version = manifest.version
-
     def close(self) -> None:
         """Leave the group and release the snapshot directory; `run` does it on return.
 
@@ -205,42 +185,6 @@ class LearnerRunner(Closing):
         finally:
             self.close()  # the consumer and the snapshot directory's lock
         return self.stats
-
-    def _check_retention(self) -> None:
-        """Refuse to resume at samples the topic no longer holds (or skip them, if allowed).
-
-        The consumer would silently jump to the earliest offset left.
-        """
-        consumer = self._source.consumer
-        earliest = {
-            key: consumer.get_watermark_offsets(TopicPartition(*key), timeout=_QUERY_TIMEOUT_S)[0]
-            for key in self.positions
-        }
-        gaps = expired_positions(self.positions, earliest)
-        if not gaps:
-            return
-        lost = sum(low - offset for offset, low in gaps.values())
-        where = ", ".join(f"{key} at {offset} (it starts at {low})" for key, (offset, low) in gaps.items())
-        if not self._cfg.learner.allow_sample_gaps:
-            raise SamplesExpired(
-                f"the snapshot resumes at samples the topic no longer holds: {where}; {lost} samples "
-                "were never trained (raise STREAMREC_KAFKA__SAMPLES_RETENTION_MS, or set "
-                "STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS=true to skip them)"
-            )
-        logger.warning("skipping expired samples count=%d where=%s", lost, where)
-        self.positions.update({key: low for key, (_, low) in gaps.items()})
-
-    def _start_every_partition(self) -> None:
-        """Give every partition of the samples topic a position.
-
-        Give every partition of the samples topic a position, so that each assignment of
-        it starts where this learner left off: from the snapshot, else the group's committed
-        offset, else its first sample. Without one, a partition handed back after a rebalance
-        would start at whatever another member of the group committed meanwhile.
-        """
-        found = self._source.start_positions(self.positions, _QUERY_TIMEOUT_S)
-        self.positions.update(found)
-        self._snapshotted_positions.update(found)  # a place to start, not progress to save
 
     def _collect(
         self,
@@ -302,13 +246,6 @@ class LearnerRunner(Closing):
         # put-back records can make a longer run than asked for
         self._source.unread(records[room:])
         return records[:room]
-
-    def _unsnapshotted(self) -> bool:
-        """Whether training or positions (past dead letters, say) moved since the last snapshot."""
-        return (
-            self.stats.micro_batches > self._snapshotted_at
-            or self.positions != self._snapshotted_positions
-        )
 
     def _train(
         self, records: Sequence[Message], worker: ThreadPoolExecutor, parts: MicroBatchParts | None = None
@@ -428,79 +365,3 @@ class LearnerRunner(Closing):
                     self._source.keepalive()
         finally:
             self._source.release()
-
-    def _advance_positions(self, handled: Sequence[Message], assignments: int) -> None:
-        """Move each partition's position past what is done.
-
-        Move each partition's position past what was trained or dead-lettered, but never
-        past a record still waiting (event-time order can put a lower offset there).
-
-        ``assignments`` is the source's count when the micro-batch began: a rebalance since
-        started the new assignment from the positions before it, so read on from these.
-        """
-        for msg in handled:
-            pos = Position.of(msg)
-            self.positions[pos.key] = max(self.positions.get(pos.key, 0), pos.offset + 1)
-        for key, offset in self._source.unread_floor().items():
-            if self.positions.get(key, 0) > offset:
-                self.positions[key] = offset
-        if self._source.assignments != assignments:
-            self._source.seek(self.positions)
-
-    def _serve_requests(self) -> None:
-        for request_id in self.snapshots.requests.pending():
-            if self._snapshotted_version is not None and not self._unsnapshotted():
-                # Nothing trained since the last version: it answers; an empty delta would not.
-                self.snapshots.requests.answer(request_id, self._snapshotted_version)
-                logger.info("snapshot request answered with version=%d: nothing trained since",
-                            self._snapshotted_version)
-            else:
-                self.snapshot(request_id)
-            self.snapshots.requests.done(request_id)
-
-    def snapshot(self, request_id: str | None = None) -> SnapshotManifest:
-        """Write a snapshot of the model and positions, then commit the positions to Kafka.
-
-        Raises:
-            SnapshotWriteError: the snapshot could not be written (nothing is left behind).
-            NonFiniteWeights: a weight is NaN or infinite; nothing is written.
-        """
-        if self._closed:
-            raise RuntimeError("snapshot() on a closed LearnerRunner: it no longer holds the lock")
-        arrays = self.learner.state_arrays()
-        require_finite(arrays, self.stats.micro_batches)
-        positions = tuple(Position(*key, offset) for key, offset in sorted(self.positions.items()))
-        manifest = self.snapshots.write(
-            group_state(arrays),
-            micro_batches=self.stats.micro_batches,
-            samples_trained=self.stats.samples_trained,
-            positions=positions,
-            metrics=self.stats.last_metrics,
-            config=snapshot_config(self._cfg, self._schema),
-            request_id=request_id,
-            newest_event_ms=self.stats.newest_event_ms,
-        )
-        self._snapshotted_at = self.stats.micro_batches
-        self._snapshotted_positions = dict(self.positions)
-        self._snapshotted_version = manifest.version
-        if positions:
-            try:
-                self._source.consumer.commit(
-                    offsets=[p.to_kafka() for p in positions], asynchronous=False
-                )
-            except KafkaException as exc:
-                # The snapshot is the source of truth for positions; the group's committed
-                # offsets only serve lag monitoring and learners started without snapshots.
-                logger.warning("offset commit after snapshot failed error=%s", exc)
-        logger.info(
-            "snapshot version=%d micro_batches=%d samples_trained=%d path=%s",
-            manifest.version, manifest.micro_batches, manifest.samples_trained,
-            self.snapshots.path(manifest.version),
-        )
-        if self._cfg.learner.keep_snapshots:
-            self.snapshots.prune(self._cfg.learner.keep_snapshots)
-        if self._on_snapshot is not None:
-            self._on_snapshot(manifest)
-        return manifest
-
-

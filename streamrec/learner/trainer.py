@@ -1,8 +1,9 @@
 """What every table model's learner shares: training, scoring and the whole state as arrays.
 
 `TableLearner` trains and scores a ``paddle.nn.Layer`` over `ModelConfig.tables` (the id maps,
-seeded mini-batch shuffles, lazy Adam, online EWC, id statistics, known items; the state round
-trip is `StateArrays`, in `streamrec.learner.state_arrays`) and the declared features
+id statistics, known items; the training passes, lazy Adam and online EWC are
+`MiniBatchSteps`, in `streamrec.learner.steps`; the state round trip is `StateArrays`, in
+`streamrec.learner.state_arrays`) and the declared features
 (`FeatureSchema`: their `FeaturePlan`, encoded columns, standardize moments, and a snapshot
 adopted under added features); a model type is a subclass that builds its model
 (`DINLearner`, `DeepFMLearner`). The model takes ``(inputs, dense)``: every feature's input
@@ -14,9 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Mapping
-from typing import ClassVar
 
 import numpy as np
 import paddle
@@ -32,26 +31,22 @@ from streamrec.learner.columns import (
     encode,
     hashed_rows,
 )
-from streamrec.learner.features import FeaturePlan, Moments, encode_features, feature_values, model_columns
+from streamrec.learner.features import FeaturePlan, Moments, encode_features, feature_values
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW, Admission, IdMap
 from streamrec.learner.idstats import IdStats
 from streamrec.learner.model import ClickTrain
-from streamrec.learner.ranks import GroupLayout, RankShare, padding_only
+from streamrec.learner.ranks import GroupLayout, RankShare
 from streamrec.learner.state import (
-    EMBEDDING,
     OPTIMIZER_PREFIX,
-    WIDE,
-    all_finite,
     create_optimizer_slots,
     distinct_rows,
     make_ewc,
     table_of,
     table_params,
-    unique_rows,
 )
 from streamrec.learner.state_arrays import StateArrays
-from streamrec.samples import Sample
+from streamrec.learner.steps import MiniBatchSteps
 
 # Sparse (row) embedding gradients with lazy Adam: a step updates only the rows a mini-batch
 # looked up (and their moments; rows not looked up keep theirs undecayed, the usual choice
@@ -78,17 +73,14 @@ def resolve_device(name: str) -> str:
     return "cpu"
 
 
-class TableLearner(StateArrays):
+class TableLearner(MiniBatchSteps, StateArrays):
     """Trains and scores a table model on micro-batches; its whole state round-trips as numpy arrays.
 
     "Known" items are the item-table rows the learner has trained on (targets and
     behaviours); without an item table no item counts as known. A subclass builds the model
-    (`_make_model`).
+    (`_make_model`) and says whether it reads the behaviours' per-id biases
+    (`MiniBatchSteps.WIDE_ALONG_SEQUENCE`).
     """
-
-    #: Whether the model reads the per-id biases of the behaviours too (not only the target's):
-    #: EWC then regularises the rows a mini-batch read along its sequences.
-    WIDE_ALONG_SEQUENCE: ClassVar[bool] = False
 
     def __init__(
         self, cfg: ModelConfig, rows: Mapping[str, int] | None = None, schema: FeatureSchema | None = None
@@ -256,12 +248,6 @@ class TableLearner(StateArrays):
         """
         return self._learn(batch, GroupLayout.alone(len(batch)), close=False)
 
-    def end_micro_batch(self) -> None:
-        """Close the micro-batch that `learn_part` trained: EWC consolidates all its steps."""
-        if self._ewc is not None:
-            self._ewc.consolidate(self._taken)
-        self._taken = 0
-
     def learn_share(self, batch: SampleColumns, layout: GroupLayout) -> TrainResult:
         """`learn_many` on this rank's ``batch`` of a group micro-batch laid out as ``layout``.
 
@@ -391,106 +377,6 @@ class TableLearner(StateArrays):
             if self._item_table in self._maps:  # the default row is no item's own
                 self.known_items[DEFAULT_ROW] = 0
 
-    def learn_encoded(
-        self, encoded: EncodedColumns, layout: GroupLayout | None = None, close: bool = True
-    ) -> TrainResult:
-        """The training passes of `learn_many` (`learn_share`) on an already encoded batch.
-
-        ``close=False``: a part of a micro-batch, closed later by `end_micro_batch`.
-        """
-        layout = GroupLayout.alone(len(encoded)) if layout is None else layout
-        if layout.total == 0:
-            if close:
-                self.end_micro_batch()
-            return TrainResult()
-        self.train_module.train()
-        # Seeded by (seed, call count), both in state_arrays, so a restored learner shuffles
-        # the next batch exactly as the original would have.
-        rng = np.random.default_rng([self._shuffle_seed, self._learn_calls])
-        world = 1 if self._ranks is None else self._ranks.world
-        size = self.cfg.train_batch_size * world
-        total = paddle.zeros([], dtype="float32")
-        penalties = paddle.zeros([], dtype="float32")
-        trained = steps = skipped = 0
-        for _ in range(self.cfg.passes):
-            order = rng.permutation(layout.total)
-            for start in range(0, layout.total, size):
-                mine, scale = layout.share(order[start : start + size], world)
-                part = encoded.take(mine) if len(mine) else self._padding(encoded)
-                losses = self._step(part, scale)
-                steps += 1
-                if losses is None:
-                    skipped += 1
-                    continue
-                total += losses[0] * len(mine)
-                penalties += losses[1] * len(mine)
-                trained += len(mine)
-        self._learn_calls += 1
-        self._taken += steps - skipped
-        if close:
-            self.end_micro_batch()
-        if not trained:
-            return TrainResult(math.nan, steps, skipped)
-        loss, penalty = float(total) / trained, float(penalties) / trained
-        return TrainResult(loss, steps, skipped, penalty, samples=trained)
-
-    def _padding(self, encoded: EncodedColumns) -> EncodedColumns:
-        """One sample that reads only padding, shaped as this model's inputs."""
-        if len(encoded):
-            return padding_only(encoded.take([0]))
-        pad = SampleColumns.from_samples([Sample("", "", 0, "", "", 0, (), ())])
-        return padding_only(self._encode(pad, column_keys(pad, self.cfg)))
-
-    def _step(self, part: EncodedColumns, scale: float = 1.0) -> tuple[paddle.Tensor, paddle.Tensor] | None:
-        """One optimizer step on (this rank's share of) a mini-batch, its loss scaled by ``scale``.
-
-        Its data loss and EWC penalty, or None, with the weights and the optimizer's state
-        untouched, when the loss or a gradient is not finite.
-
-        The penalty's gradient is added after the data loss's gradients went into the Fisher
-        estimate: EWC measures what the data says, not its own pull.
-        """
-        loss = self.train_module(*self._inputs(part), paddle.to_tensor(part.label))
-        (loss if scale == 1.0 else loss * scale).backward()
-        if self._sum_gradients is not None:
-            self._sum_gradients()  # the group's average: every rank steps alike
-        penalty = None
-        finite = all_finite([loss, *(p.grad for p in self._params if p.grad is not None)])
-        if finite and self._ewc is not None:
-            self._ewc.accumulate()
-            penalty = self._ewc.penalty(self._looked_up(part))
-            if penalty is not None:
-                penalty.backward()
-        if finite:
-            self._optimizer.step()
-        self._optimizer.clear_grad()
-        if not finite:
-            return None
-        return loss.detach(), (paddle.zeros([]) if penalty is None else penalty.detach())
-
-    def _looked_up(self, part: EncodedColumns) -> dict[str, paddle.Tensor]:
-        """The rows each sparse parameter looks up in a mini-batch.
-
-        The rows of each sparse parameter a mini-batch looks up (padding left out), by
-        structured parameter name.
-        """
-        looked: dict[str, list[np.ndarray]] = {}
-        wide: dict[str, list[np.ndarray]] = {}
-        for (f, side), column in zip(self.plan.inputs, model_columns(part, self.plan), strict=True):
-            if f.table is None:
-                continue
-            looked.setdefault(f.table, []).append(column.ravel())
-            # DIN's wide part reads the targets' biases only; DeepFM's every side's.
-            if side == "target" or self.WIDE_ALONG_SEQUENCE:
-                wide.setdefault(f.table, []).append(column.ravel())
-        none = [np.zeros(0, np.int64)]
-        rows: dict[str, paddle.Tensor] = {}
-        for table in self.plan.tables:
-            rows[EMBEDDING.format(table)] = unique_rows(np.concatenate(looked.get(table, none)))
-            if WIDE.format(table) in self._named:
-                rows[WIDE.format(table)] = unique_rows(np.concatenate(wide.get(table, none)))
-        return rows
-
     def is_known(self, batch: SampleColumns) -> np.ndarray:
         """Bool [B]: whether each target's item row was trained on before."""
         if self._item_table is None:
@@ -500,13 +386,3 @@ class TableLearner(StateArrays):
     def _make_model(self, rows: Mapping[str, int]) -> paddle.nn.Layer:
         """The model, freshly initialised, with ``rows`` rows per table."""
         raise NotImplementedError
-
-    def _inputs(self, encoded: EncodedColumns) -> tuple[list[paddle.Tensor], paddle.Tensor]:
-        """The model's input tensors for an encoded batch, on the learner's device.
-
-        Every feature's input in `FeaturePlan` order, and the dense features.
-        """
-        return (
-            [paddle.to_tensor(a) for a in model_columns(encoded, self.plan)],
-            paddle.to_tensor(encoded.dense),
-        )

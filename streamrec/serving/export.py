@@ -10,10 +10,9 @@
   ``.npy`` arrays, which ``numpy.load(allow_pickle=False)`` reads without running code.
 - ``model.onnx``, where the ``onnx`` extra is installed: the same graph as ONNX, for ONNX
   Runtime (`streamrec.serving.onnxfile`; the contract's ``onnx`` entry names it).
-- ``contract.json``: the scoring contract (inputs, their order, shapes, dtypes, padding, how
-  an id becomes a row, the output), the model version and the training configuration; with
-  declared features, ``features`` (each one's kind, role, outcome, table, transform and
-  inputs), the schema (``feature_schema``) and its ``feature_fingerprint``.
+- ``contract.json``: the scoring contract (`streamrec.serving.contract`: inputs, their
+  order, shapes, dtypes, padding, how an id becomes a row, the output, every feature the
+  model reads), the model version and the training configuration.
 - ``manifest.json`` with every file's sha256, and ``manifest.sha256``.
 
 That is the export of DIN and of DeepFM (one scoring graph: both models take the same
@@ -39,7 +38,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -51,19 +50,15 @@ import paddle
 from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, ModelConfig
 from streamrec.errors import InvalidSnapshot, NotExportable, SnapshotError, SnapshotWriteError
 from streamrec.faults import fault_point
-from streamrec.features import FeatureSchema
 from streamrec.fileio import fsync_path, sha256_file
 from streamrec.learner.base import Learner
-from streamrec.learner.columns import SampleColumns
-from streamrec.learner.features import FeaturePlan, Moments, encode_features
-from streamrec.learner.hashing import PADDING_BUCKET
-from streamrec.learner.idmap import DEFAULT_ROW
-from streamrec.learner.idstats import USER_BUCKETS
+from streamrec.learner.features import FeaturePlan
 from streamrec.learner.onnxforms import onnx_form_layers, onnx_forms
 from streamrec.learner.registry import make_learner
 from streamrec.learner.snapshotting import adopted
 from streamrec.learner.state import migrate_state
 from streamrec.learner.trainer import TableLearner
+from streamrec.serving.contract import CONTRACT, IDS_DIR, contract, feature_inputs, ids_files
 from streamrec.serving.graph import (
     ContextScoringGraph,
     FeatureContextScoringGraph,
@@ -83,10 +78,7 @@ from streamrec.snapshots.exports import verify_export as verify_export  # its ol
 from streamrec.snapshots.manifest import DEFAULT_LEARNER
 from streamrec.snapshots.store import SnapshotStore
 
-CONTRACT_SCHEMA = 1
 MODEL_PREFIX = "model"
-IDS_DIR = "ids"
-CONTRACT = "contract.json"
 logger = logging.getLogger(__name__)
 
 _FILE_MODE = 0o644
@@ -283,156 +275,6 @@ def input_specs(cfg: ModelConfig, plan: FeaturePlan | None = None) -> list[Any]:
     return specs
 
 
-# -- declared features (streamrec.learner.features) -----------------------------------------------
-
-
-def _input_name(key: str) -> str:
-    """A feature input's name in the graph: ``genres/target`` -> ``genres__target``."""
-    return key.replace("/", "__")
-
-
-def feature_inputs(plan: FeaturePlan, t: int) -> list[dict[str, Any]]:
-    """The declared features' graph inputs, in order: name, source, feature, side, dtype, shape.
-
-    Their ``source`` is ``feature``: the value of declared feature ``feature`` for the
-    candidate (``side`` ``target``) or along the user's sequence (``sequence``), encoded as
-    the contract's ``features`` entry says. A shape's None is any batch.
-    """
-    out = []
-    for key in plan.input_keys:
-        name, side = key.split("/")
-        f = next(f for f in plan.declared if f.name == name)
-        shape: list[int | None] = [None] if side == "target" else [None, t]
-        if f.pooled:
-            shape.append(f.spec.max_ids)
-        out.append({
-            "name": _input_name(key), "source": "feature", "feature": name, "side": side,
-            "dtype": "int64" if f.table else "float32", "shape": shape,
-        })
-    return out
-
-
-def feature_contract(learner: TableLearner) -> dict[str, Any]:
-    """The contract's part on declared features (empty under the default schema)."""
-    plan, schema = learner.plan, learner.schema
-    if not plan.input_keys:
-        return {}
-    moments = learner.feature_moments
-    features = []
-    for f in plan.declared:
-        entry: dict[str, Any] = {
-            "name": f.name, "kind": f.spec.kind, "role": f.spec.role, "outcome": f.spec.outcome,
-            "table": f.table, "transform": f.spec.transform,
-            "inputs": [_input_name(k) for k in plan.input_keys if k.split("/")[0] == f.name],
-        }
-        if f.table is not None:
-            rows = plan.tables[f.table][0]
-            entry["rows"] = rows
-            entry["row_of_id"] = (
-                f"bucket: 1 + the number of boundaries <= x, {PADDING_BUCKET} when absent"
-                if f.spec.transform == "bucket"
-                else f"xxh3_64(id) % {rows - 1} + 1, {PADDING_BUCKET} when absent"
-            )
-        if f.spec.kind == "ids":
-            entry["pooling"] = f"mean over the ids, padded with {PADDING_BUCKET} to max_ids={f.spec.max_ids}"
-        if f.spec.transform == "bucket":
-            entry["boundaries"] = list(f.spec.boundaries)
-        if f.spec.transform == "standardize":
-            entry["moments"] = [float(v) for v in moments[f.name]]
-        features.append(entry)
-    return {
-        "features": features,
-        "feature_schema": schema.to_json(),
-        "feature_fingerprint": schema.fingerprint,
-        "feature_what": (
-            "a number input is transformed (log1p; standardize: (x - mean) / sqrt(m2 / n + 1e-6) "
-            "from moments [n, mean, m2]), 0.0 when absent; behaviour features' sequence inputs "
-            "are right-aligned as the sequences, outcomes have no target input"
-        ),
-    }
-
-
-def feature_batch_inputs(contract: Mapping[str, Any], batch: SampleColumns) -> dict[str, np.ndarray]:
-    """The declared features' inputs of an export for ``batch``, by ``<feature>/<side>`` (none without)."""
-    doc = contract.get("feature_schema")
-    if not doc:
-        return {}
-    cfg = ModelConfig.model_validate({**MODEL_SETTINGS_BEFORE, **contract["model"], "device": "cpu"})
-    plan = FeaturePlan(cfg, FeatureSchema.from_json(doc))
-    moments = Moments(plan.standardized)
-    for f in contract["features"]:
-        if "moments" in f:
-            moments.arrays[f["name"]] = np.asarray(f["moments"], np.float64)
-    return encode_features(batch, plan, cfg.sequence_length, moments)
-
-
-def contract(learner: TableLearner, version: int) -> dict[str, Any]:
-    """The scoring contract of an export, as a JSON document."""
-    cfg = learner.cfg
-    behaviour = [t for t in cfg.builtin_tables if t.feature in BEHAVIOUR_FEATURES]
-    context = [t for t in cfg.builtin_tables if t.feature not in BEHAVIOUR_FEATURES]
-    t = cfg.sequence_length
-    inputs = [
-        {"name": "targets", "source": "target_rows", "dtype": "int64", "shape": [-1, len(behaviour)],
-         "columns": [x.name for x in behaviour],
-         "what": "per candidate, its row in each behaviour table, in column order"},
-        {"name": "sequences", "source": "sequence_rows", "dtype": "int64",
-         "shape": [-1, len(behaviour), t],
-         "columns": [x.name for x in behaviour],
-         "what": f"the user's latest {t} behaviours as rows of each behaviour table, oldest first and "
-                 f"right-aligned (the latest at position {t - 1}), {PADDING_BUCKET} for padding on the left; "
-                 "the same for every candidate of one user"},
-        {"name": "users", "source": "user_bucket", "dtype": "int64", "shape": [-1],
-         "what": f"the user's statistics bucket: xxh3_64(user id) % {USER_BUCKETS - 1} + 1"},
-    ]
-    if context:
-        inputs.append(
-            {"name": "context", "source": "context_rows", "dtype": "int64", "shape": [-1, len(context)],
-             "columns": [x.name for x in context],
-             "what": "per candidate, the row of its context id (the user's) in each context table"}
-        )
-    tables = []
-    for table in cfg.builtin_tables:
-        entry: dict[str, Any] = {
-            "name": table.name, "feature": table.feature, "ids": table.ids,
-            "kind": "behaviour" if table.feature in BEHAVIOUR_FEATURES else "context",
-            "rows": learner.rows[table.name],
-        }
-        if table.ids == "dynamic":
-            entry["keys"], entry["key_rows"] = _ids_files(table.name)
-            entry["row_of_id"] = (
-                f"look xxh3_64(id) up in {entry['keys']} (sorted); the row is {entry['key_rows']} at "
-                f"that index; an id not there reads row {DEFAULT_ROW} (the learned default row)"
-            )
-        else:
-            entry["row_of_id"] = f"xxh3_64(id) % {table.rows - 1} + 1"
-        tables.append(entry)
-    if learner.plan.input_keys:
-        inputs.extend(
-            {**i, "shape": [-1 if d is None else d for d in i["shape"]],
-             "what": "a declared feature: see features"}
-            for i in feature_inputs(learner.plan, t)
-        )
-    return {
-        **feature_contract(learner),
-        "schema": CONTRACT_SCHEMA,
-        "version": version,
-        "fingerprint": "xxh3_64 (seed 0) of the id's UTF-8 bytes, as an unsigned 64-bit integer",
-        "tables": tables,
-        "sequence_length": t,
-        "user_buckets": USER_BUCKETS,
-        "inputs": inputs,
-        "output": {"dtype": "float32", "shape": [-1],
-                   "what": "the predictor's only output: the click probability of each candidate"},
-        "model": cfg.model_dump(mode="json"),
-    }
-
-
-def _ids_files(table: str) -> tuple[str, str]:
-    """An export's id files of a dynamic table, relative to the export: keys, rows."""
-    return f"{IDS_DIR}/{table}.keys.npy", f"{IDS_DIR}/{table}.rows.npy"
-
-
 def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
     """The exporter of a table model (DIN, DeepFM): its scoring graph, id tables and contract."""
     graph = scoring_graph(learner)
@@ -447,7 +289,7 @@ def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
         os.chmod(tmp / IDS_DIR, _DIR_MODE)
         for name, idmap in learner.id_maps.items():
             owned = idmap.rows >= 0
-            keys, rows = _ids_files(name)
+            keys, rows = ids_files(name)
             np.save(tmp / keys, np.ascontiguousarray(idmap.keys[owned]), allow_pickle=False)
             np.save(tmp / rows, np.ascontiguousarray(idmap.rows[owned].astype(np.int64)), allow_pickle=False)
         doc = contract(learner, version)

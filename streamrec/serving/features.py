@@ -30,7 +30,7 @@ from streamrec.features import FeatureSchema, read_value
 from streamrec.features.schema import Value
 from streamrec.learner.columns import SampleColumns
 from streamrec.samples import BUILTIN_FIELDS, Sample
-from streamrec.serving.export import feature_batch_inputs
+from streamrec.serving.contract import feature_batch_inputs
 
 if TYPE_CHECKING:
     from streamrec.config import StreamrecConfig

@@ -25,13 +25,9 @@ from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.observability.freshness import LoadedVersion, loaded_version
 from streamrec.serving.batching import Combiner
+from streamrec.serving.contract import CONTRACT, READABLE_SCHEMAS, feature_batch_inputs
 from streamrec.serving.engines import EngineChoice, open_engine
-from streamrec.serving.export import (
-    CONTRACT,
-    CONTRACT_SCHEMA,
-    export_snapshot,
-    feature_batch_inputs,
-)
+from streamrec.serving.export import export_snapshot
 from streamrec.serving.features import PAIR, candidate_columns, feature_request_inputs
 from streamrec.serving.features import Candidate as Candidate  # its home before; still imported from here
 from streamrec.snapshots.exports import verify_export
@@ -225,11 +221,10 @@ def _servable_inputs(contract: Mapping[str, Any], path: Path) -> list[dict[str, 
     """
     inputs = contract.get("inputs")
     tables = {t.get("name") for t in contract.get("tables", ()) if isinstance(t, dict)}
-    features = [f.get("name") for f in contract.get("features", ()) if isinstance(f, dict)]
-    readable = {(f, side) for f in features for side in SIDES}
+    readable = {(f, side) for f in _declared(contract) for side in SIDES}
     problem = None
-    if contract.get("schema") != CONTRACT_SCHEMA or not isinstance(inputs, list) or not inputs:
-        problem = f"its {CONTRACT} declares no inputs of contract schema {CONTRACT_SCHEMA}"
+    if contract.get("schema") not in READABLE_SCHEMAS or not isinstance(inputs, list) or not inputs:
+        problem = f"its {CONTRACT} declares no inputs of a contract schema in {READABLE_SCHEMAS}"
     else:
         inputs = [_with_source(spec, contract) for spec in inputs]
         for spec in inputs:
@@ -253,6 +248,13 @@ def _servable_inputs(contract: Mapping[str, Any], path: Path) -> list[dict[str, 
     return inputs
 
 
+def _declared(contract: Mapping[str, Any]) -> list[object]:
+    """The declared features a contract lists (the built-ins feed inputs of their own sources)."""
+    return [
+        f.get("name") for f in contract.get("features", ()) if isinstance(f, dict) and not f.get("builtin")
+    ]
+
+
 def _with_source(spec: dict[str, Any], contract: Mapping[str, Any]) -> dict[str, Any]:
     """An input spec with its ``source``.
 
@@ -263,7 +265,7 @@ def _with_source(spec: dict[str, Any], contract: Mapping[str, Any]) -> dict[str,
         return spec
     name = spec.get("name")
     for f in contract.get("features", ()):
-        if isinstance(f, dict) and name in f.get("inputs", ()):
+        if isinstance(f, dict) and not f.get("builtin") and name in f.get("inputs", ()):
             return {**spec, "source": "feature", "feature": f["name"], "side": str(name).rsplit("__", 1)[-1]}
     return {**spec, "source": _SOURCE_BY_NAME.get(str(name))}
 

@@ -82,7 +82,8 @@ def test_the_walk_through_runs_as_written(
     consumed = next(v for k, v in outputs.items() if k.startswith("streamrec consumers"))
     assert "consumed 602 events" in consumed
     contract = json.loads(next((tmp_path / "snapshots" / "exports").glob("v*/contract.json")).read_text())
-    assert [f["name"] for f in contract["features"]] == ["genres", "dwell_s", "tier", "device"]
+    declared = [f["name"] for f in contract["features"] if not f["builtin"]]  # after item, category, user
+    assert declared == ["genres", "dwell_s", "tier", "device"]
     assert contract["model"]["learner"] == learner
     scored, given = [v for k, v in outputs.items() if k.startswith("streamrec score")]
     assert re.search(r"user u1 with [1-9]\d* behaviours", scored), scored

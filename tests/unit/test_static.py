@@ -100,3 +100,16 @@ def test_each_module_has_one_import_name(package: str) -> None:
         [sys.executable, "-c", f"import {package}"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert proc.returncode != 0 and f"import streamrec.{package}, not {package}" in proc.stderr
+
+
+# A module past ~500 lines is two modules (CONVENTIONS.md, "Shape"): split it by job.
+MODULE_MAX_LINES = 500
+CODE_ROOTS = ("streamrec", "bench", "examples", "docs/hooks")
+
+
+def test_every_module_stays_under_the_size_limit() -> None:
+    modules = [path for root in CODE_ROOTS for path in sorted((ROOT / root).rglob("*.py"))]
+    assert len(modules) > 100  # the roots were found
+    sizes = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines()) for path in modules}
+    over = {path: n for path, n in sizes.items() if n > MODULE_MAX_LINES}
+    assert not over, f"modules past {MODULE_MAX_LINES} lines (split each by job): {over}"

@@ -100,12 +100,25 @@ def test_the_plan_gives_declared_features_their_tables() -> None:
     assert [f.name for f in plan.head] == ["device", "age"]
     assert [f.name for f in plan.declared] == ["genres", "price", "rating", "device", "age"]
     assert (plan.query_width, plan.outcome_width, plan.head_width) == (4 + 4 + 4, 1, 16)
-    assert plan.keys == [
+    assert plan.keys == (
         "item/target", "category/target", "genres/target", "price/target",
         "item/sequence", "category/sequence", "genres/sequence", "price/sequence", "rating/sequence",
         "device/target", "age/target",
-    ]
-    assert plan.input_keys == [k for k in plan.keys if not k.startswith(("item/", "category/"))]
+    )
+    assert plan.input_keys == tuple(k for k in plan.keys if not k.startswith(("item/", "category/")))
+
+
+def test_the_plan_is_immutable_and_derives_its_inputs_once() -> None:
+    plan = FeaturePlan(model(), SCHEMA)
+    assert plan.keys is plan.keys and plan.inputs is plan.inputs and plan.declared is plan.declared
+    assert isinstance(plan.keys, tuple) and isinstance(plan.features, tuple)
+    with pytest.raises(AttributeError, match="FeaturePlan is immutable"):
+        plan.features = ()
+    with pytest.raises(AttributeError, match="FeaturePlan is immutable"):
+        del plan.schema
+    with pytest.raises(TypeError):
+        plan.tables["more"] = (8, 2)  # type: ignore[index]  # the refusal is what is tested
+    assert "more" not in plan.tables and plan.keys == FeaturePlan(model(), SCHEMA).keys
 
 
 def test_the_user_id_is_a_planned_feature_of_its_table() -> None:
@@ -375,7 +388,9 @@ def test_the_export_scores_declared_features_as_the_learner(
     contract = orjson.loads((export / "contract.json").read_bytes())
     assert contract["model"]["learner"] == learner_type
     assert contract["feature_fingerprint"] == SCHEMA.fingerprint
-    assert [f["name"] for f in contract["features"]] == ["genres", "price", "rating", "device", "age"]
+    assert [f["name"] for f in contract["features"]] == [
+        "item", "category", "user", "genres", "price", "rating", "device", "age"  # the built-ins first
+    ]
     rating = next(f for f in contract["features"] if f["name"] == "rating")
     assert rating["outcome"] and rating["inputs"] == ["rating__sequence"] and rating["moments"][0] == 3 * 32
     batch = SampleColumns.from_samples([*featured(4), Sample("e9", "u2", T0, "i1", "c1", 0, (), ())])

@@ -99,7 +99,7 @@ def test_the_export_graph_feeds_the_model_in_plan_order() -> None:
     plan = _learner("din").plan
     # the contract's: targets (item, category), sequences (item, category), context (user),
     # then the declared features' inputs (shop, genres targets; their sequences; device)
-    assert plan.input_keys == [
+    assert plan.input_keys == (
         "shop/target", "genres/target", "shop/sequence", "genres/sequence", "device/target",
-    ]
+    )
     assert input_order(plan) == [0, 1, 5, 6, 2, 3, 7, 8, 4, 9]

@@ -64,6 +64,17 @@ def stream(n: int, seed: int, ts: int) -> SampleColumns:
     return SampleColumns.from_samples(samples)
 
 
+def request_batch(
+    user: str, history: list[tuple[str, str]], candidates: list[tuple[str, str | None]]
+) -> SampleColumns:
+    """The samples a request scores: each candidate after the same history (no category: "")."""
+    return SampleColumns.from_samples([
+        Sample(f"q{k}", user, 10**6, item, category or "", 0, tuple(h[0] for h in history),
+               tuple(h[1] for h in history))
+        for k, (item, category) in enumerate(candidates)
+    ])
+
+
 def trained(cfg: ModelConfig, model: str = "din") -> TableLearner:
     learner: TableLearner = DINLearner(cfg)
     if model == "deepfm":
@@ -126,16 +137,8 @@ def test_a_process_without_streamrec_scores_as_the_training_model(
     export = write_export(learner, tmp_path / "v000001", 1, learner.cfg.learner)
     history = [("i1", "c1"), ("i2", "c2"), ("i1", "c1"), ("i59", "c3")]
     candidates = [("i1", "c1"), ("i3", "c3"), ("never-seen", "c0"), ("i4", None)]
-    samples = [
-        Sample(f"q{k}", "u3", 10**6, item, category or "", 0, tuple(h[0] for h in history),
-               tuple(h[1] for h in history))
-        for k, (item, category) in enumerate(candidates)
-    ]
-    want = learner.predict_many(SampleColumns.from_samples(samples))
+    want = learner.predict_many(request_batch("u3", history, candidates))
     script = (
-        "import json, sys\n"
-        f"sys.path.insert(0, {str(EXAMPLE.parent)!r})\n"
-        "import score_export\n"
         f"e = score_export.Export(score_export.Path({str(export)!r}), {engine!r})\n"
         f"assert e.engine == {engine!r}, e.engine\n"
         f"scores = e.score('u3', {history!r}, {candidates!r})\n"
@@ -144,18 +147,24 @@ def test_a_process_without_streamrec_scores_as_the_training_model(
         f"assert {engine!r} == 'paddle' or 'paddle' not in sys.modules, 'imported paddle'\n"
         "print(json.dumps([float(s) for s in scores]))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""},
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = np.array(json.loads(proc.stdout.strip().splitlines()[-1]))
+    got = np.array(run_outside(script, tmp_path))
     # The category-less candidate: the learner read "" (a dynamic table's default row), the
     # export None, which is that row in a dynamic table but padding in a hashed one, where ""
     # hashes to a row of its own (events always carry a category: training never reads None).
     alike = len(candidates) if tables[1].get("ids", "dynamic") == "dynamic" else len(candidates) - 1
     assert np.abs(got - want)[:alike].max() <= TOLERANCE
     assert 0 < got[-1] < 1
+
+
+def run_outside(script: str, cwd: Path) -> Any:
+    """Run ``script`` in a process of its own that imports the example; its last line, as JSON."""
+    preamble = f"import json, sys\nsys.path.insert(0, {str(EXAMPLE.parent)!r})\nimport score_export\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", preamble + script], capture_output=True, text=True, timeout=120,
+        cwd=cwd, env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def run_example(*args: str) -> subprocess.CompletedProcess[str]:

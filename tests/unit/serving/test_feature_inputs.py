@@ -61,7 +61,8 @@ def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(
     assert [(i["name"], i["feature"], i["side"]) for i in features][:2] == [
         ("genres__target", "genres", "target"), ("price__target", "price", "target"),
     ]
-    assert {i["name"] for i in features} == {n for f in contract["features"] for n in f["inputs"]}
+    declared = [f for f in contract["features"] if not f["builtin"]]
+    assert {i["name"] for i in features} == {n for f in declared for n in f["inputs"]}
     history = [("i8", "c1"), ("i9", "c2")]
     candidates = [("i1", "c1"), ("i2", "c2"), ("never-seen", "c0")]
     context = {"device": "ios"}

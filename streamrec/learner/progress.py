@@ -1,0 +1,182 @@
+"""Where a learner runner's training stands: the Kafka positions trained up to, kept in its snapshots.
+
+`RunnerProgress` is the part of `streamrec.learner.runner.LearnerRunner` that keeps its
+progress durable. Offsets move with the model: each partition's position is the next offset
+to train, advanced past what a micro-batch trained or dead-lettered (never past a record
+still waiting); a snapshot holds the learner's state with those positions, and they are
+committed to the consumer group only after it is durable. At start the newest valid snapshot
+is restored and its positions taken up, after a check that the topic still holds the samples
+they point at. Snapshot requests (``streamrec snapshot create``) are answered here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from confluent_kafka import KafkaException, Message, TopicPartition
+
+from streamrec.config import StreamrecConfig
+from streamrec.errors import SamplesExpired
+from streamrec.features.schema import FeatureSchema
+from streamrec.kafka.records import Partition, Position
+from streamrec.kafka.source import RecordSource
+from streamrec.kafka.topics import expired_positions
+from streamrec.learner.base import Learner
+from streamrec.learner.reports import LearnerStats
+from streamrec.learner.snapshotting import group_state, require_finite, restore, snapshot_config
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
+
+logger = logging.getLogger(__name__)
+
+# A watermark query at start: a broker answers in milliseconds.
+_QUERY_TIMEOUT_S = 10.0
+
+
+class RunnerProgress:
+    """The positions and snapshots of a `LearnerRunner` (which sets every attribute below)."""
+
+    _cfg: StreamrecConfig
+    _schema: FeatureSchema
+    _source: RecordSource
+    _closed: bool
+    _on_snapshot: Callable[[SnapshotManifest], None] | None
+    learner: Learner
+    snapshots: SnapshotStore
+    stats: LearnerStats
+    #: The next offset to train per partition: moves with the model, read at assignment.
+    positions: dict[Partition, int]
+    _snapshotted_at: int  # micro_batches at the last snapshot
+    _snapshotted_positions: dict[Partition, int]  # positions at the last one
+    _snapshotted_version: int | None  # the version written or restored last
+
+    def _resume(self) -> None:
+        """Restore the newest valid snapshot, if any, and take up its counts and positions."""
+        manifest = restore(self._cfg, self._schema, self.learner, self.snapshots)
+        if manifest is None:
+            return
+        self.stats.micro_batches = self._snapshotted_at = manifest.micro_batches
+        self.stats.samples_trained = manifest.samples_trained
+        self.stats.newest_event_ms = manifest.newest_event_ms
+        self.positions.update({p.key: p.offset for p in manifest.positions})
+        self._snapshotted_positions = dict(self.positions)
+        self._snapshotted_version = manifest.version
+
+    def _check_retention(self) -> None:
+        """Refuse to resume at samples the topic no longer holds (or skip them, if allowed).
+
+        The consumer would silently jump to the earliest offset left.
+        """
+        consumer = self._source.consumer
+        earliest = {
+            key: consumer.get_watermark_offsets(TopicPartition(*key), timeout=_QUERY_TIMEOUT_S)[0]
+            for key in self.positions
+        }
+        gaps = expired_positions(self.positions, earliest)
+        if not gaps:
+            return
+        lost = sum(low - offset for offset, low in gaps.values())
+        where = ", ".join(f"{key} at {offset} (it starts at {low})" for key, (offset, low) in gaps.items())
+        if not self._cfg.learner.allow_sample_gaps:
+            raise SamplesExpired(
+                f"the snapshot resumes at samples the topic no longer holds: {where}; {lost} samples "
+                "were never trained (raise STREAMREC_KAFKA__SAMPLES_RETENTION_MS, or set "
+                "STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS=true to skip them)"
+            )
+        logger.warning("skipping expired samples count=%d where=%s", lost, where)
+        self.positions.update({key: low for key, (_, low) in gaps.items()})
+
+    def _start_every_partition(self) -> None:
+        """Give every partition of the samples topic a position.
+
+        Give every partition of the samples topic a position, so that each assignment of
+        it starts where this learner left off: from the snapshot, else the group's committed
+        offset, else its first sample. Without one, a partition handed back after a rebalance
+        would start at whatever another member of the group committed meanwhile.
+        """
+        found = self._source.start_positions(self.positions, _QUERY_TIMEOUT_S)
+        self.positions.update(found)
+        self._snapshotted_positions.update(found)  # a place to start, not progress to save
+
+    def _unsnapshotted(self) -> bool:
+        """Whether training or positions (past dead letters, say) moved since the last snapshot."""
+        return (
+            self.stats.micro_batches > self._snapshotted_at
+            or self.positions != self._snapshotted_positions
+        )
+
+    def _advance_positions(self, handled: Sequence[Message], assignments: int) -> None:
+        """Move each partition's position past what is done.
+
+        Move each partition's position past what was trained or dead-lettered, but never
+        past a record still waiting (event-time order can put a lower offset there).
+
+        ``assignments`` is the source's count when the micro-batch began: a rebalance since
+        started the new assignment from the positions before it, so read on from these.
+        """
+        for msg in handled:
+            pos = Position.of(msg)
+            self.positions[pos.key] = max(self.positions.get(pos.key, 0), pos.offset + 1)
+        for key, offset in self._source.unread_floor().items():
+            if self.positions.get(key, 0) > offset:
+                self.positions[key] = offset
+        if self._source.assignments != assignments:
+            self._source.seek(self.positions)
+
+    def _serve_requests(self) -> None:
+        for request_id in self.snapshots.requests.pending():
+            if self._snapshotted_version is not None and not self._unsnapshotted():
+                # Nothing trained since the last version: it answers; an empty delta would not.
+                self.snapshots.requests.answer(request_id, self._snapshotted_version)
+                logger.info("snapshot request answered with version=%d: nothing trained since",
+                            self._snapshotted_version)
+            else:
+                self.snapshot(request_id)
+            self.snapshots.requests.done(request_id)
+
+    def snapshot(self, request_id: str | None = None) -> SnapshotManifest:
+        """Write a snapshot of the model and positions, then commit the positions to Kafka.
+
+        Raises:
+            SnapshotWriteError: the snapshot could not be written (nothing is left behind).
+            NonFiniteWeights: a weight is NaN or infinite; nothing is written.
+        """
+        if self._closed:
+            raise RuntimeError("snapshot() on a closed LearnerRunner: it no longer holds the lock")
+        arrays = self.learner.state_arrays()
+        require_finite(arrays, self.stats.micro_batches)
+        positions = tuple(Position(*key, offset) for key, offset in sorted(self.positions.items()))
+        manifest = self.snapshots.write(
+            group_state(arrays),
+            micro_batches=self.stats.micro_batches,
+            samples_trained=self.stats.samples_trained,
+            positions=positions,
+            metrics=self.stats.last_metrics,
+            config=snapshot_config(self._cfg, self._schema),
+            request_id=request_id,
+            newest_event_ms=self.stats.newest_event_ms,
+        )
+        self._snapshotted_at = self.stats.micro_batches
+        self._snapshotted_positions = dict(self.positions)
+        self._snapshotted_version = manifest.version
+        if positions:
+            try:
+                self._source.consumer.commit(
+                    offsets=[p.to_kafka() for p in positions], asynchronous=False
+                )
+            except KafkaException as exc:
+                # The snapshot is the source of truth for positions; the group's committed
+                # offsets only serve lag monitoring and learners started without snapshots.
+                logger.warning("offset commit after snapshot failed error=%s", exc)
+        logger.info(
+            "snapshot version=%d micro_batches=%d samples_trained=%d path=%s",
+            manifest.version, manifest.micro_batches, manifest.samples_trained,
+            self.snapshots.path(manifest.version),
+        )
+        if self._cfg.learner.keep_snapshots:
+            self.snapshots.prune(self._cfg.learner.keep_snapshots)
+        if self._on_snapshot is not None:
+            self._on_snapshot(manifest)
+        return manifest
+
+
