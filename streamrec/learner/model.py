@@ -24,7 +24,7 @@ from streamrec.learner.embedding import EmbeddingArch, WideArch, distinct_keys
 from streamrec.learner.features import FeaturePlan, PlannedFeature
 from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW
-from streamrec.learner.onnxforms import attention_first_layer_broadcast, prelu_linear_row
+from streamrec.learner.onnxforms import attention_first_layer_broadcast, prelu_linear_row, prelu_slope
 
 
 def _mlp(in_dim: int, units: Sequence[int], zero_out: bool = False) -> nn.Sequential:
@@ -52,7 +52,7 @@ def prelu_linear(x: paddle.Tensor, prelu: nn.Layer, linear: nn.Layer) -> paddle.
     same parameters; on CPU Paddle's PReLU forward and backward cost ~5x a relu, and they were
     the largest item of a training step (docs/concepts/model.md, "Cost").
     """
-    slope = prelu._weight.unsqueeze(-1)
+    slope = prelu_slope(prelu).unsqueeze(-1)
     w = linear.weight
     return paddle.matmul(F.relu(x), (1.0 - slope) * w) + F.linear(x, slope * w, linear.bias)
 

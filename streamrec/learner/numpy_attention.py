@@ -28,6 +28,8 @@ from paddle import nn
 from paddle.autograd import PyLayer
 from threadpoolctl import ThreadpoolController
 
+from streamrec.learner.onnxforms import prelu_slope
+
 # Whether DIN's attention takes the numpy form where it can (tests switch it off to compare).
 ENABLED = True
 
@@ -56,7 +58,7 @@ def attention_weights(
     """
     params: list[paddle.Tensor] = []
     for i in range(0, len(tail), 2):
-        params += [tail[i]._weight, tail[i + 1].weight, tail[i + 1].bias]
+        params += [prelu_slope(tail[i]), tail[i + 1].weight, tail[i + 1].bias]
     return AttentionWeights.apply(keys, per_sample, *params)
 
 

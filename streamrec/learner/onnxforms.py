@@ -32,6 +32,12 @@ import paddle.nn.functional as F
 from paddle import nn
 
 
+def prelu_slope(prelu: nn.Layer) -> paddle.Tensor:
+    """A PReLU layer's slope, [C] per channel: its one parameter, read through the public API."""
+    (slope,) = prelu.parameters()
+    return slope
+
+
 def attention_first_layer_broadcast(
     first: nn.Layer, query: paddle.Tensor, keys: paddle.Tensor
 ) -> paddle.Tensor:
@@ -54,7 +60,7 @@ def prelu_linear_row(x: paddle.Tensor, prelu: nn.Layer, linear: nn.Layer) -> pad
 
     `prelu_linear`'s two products taken as rows, w^T relu(x)^T and w^T x^T ([1, C] x [C, N]).
     """
-    slope = prelu._weight.unsqueeze(-1)
+    slope = prelu_slope(prelu).unsqueeze(-1)
     w = linear.weight
     row = paddle.matmul((1.0 - slope) * w, F.relu(x), transpose_x=True, transpose_y=True)
     row = row + paddle.matmul(slope * w, x, transpose_x=True, transpose_y=True)
