@@ -19,7 +19,8 @@ for no gain (the benchmark's samples per CPU second, 2,271-2,303 against 4,039-4
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -34,13 +35,28 @@ from streamrec.learner.onnxforms import prelu_slope
 ENABLED = True
 
 _BLAS: list[ThreadpoolController] = []  # found once, at the first use (it inspects the process)
+_HELD = [0]  # how many `one_blas_thread` contexts are open (the learner trains and scores on one thread)
 
 
-def _one_blas_thread() -> Any:
-    """A context in which numpy's BLAS runs on one thread (27 µs to enter and leave)."""
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """A context in which numpy's BLAS runs on one thread; inside another one, it costs nothing.
+
+    Entering threadpoolctl's limit and leaving it costs ~30 µs, so the learner holds it over a
+    whole training pass or scoring pass (`streamrec.learner.steps`, `streamrec.learner.trainer`),
+    and `AttentionWeights` enters it itself only when called outside one.
+    """
+    if _HELD[0]:
+        yield
+        return
     if not _BLAS:
         _BLAS.append(ThreadpoolController())
-    return _BLAS[0].limit(limits=1, user_api="blas")
+    with _BLAS[0].limit(limits=1, user_api="blas"):
+        _HELD[0] += 1
+        try:
+            yield
+        finally:
+            _HELD[0] -= 1
 
 
 def usable(keys: paddle.Tensor) -> bool:
@@ -70,7 +86,7 @@ class AttentionWeights(PyLayer):
         ctx: Any, keys: paddle.Tensor, per_sample: paddle.Tensor, *params: paddle.Tensor
     ) -> paddle.Tensor:
         """[B, T] weights; ``params`` are (slope, weight, bias) per pair."""
-        with _one_blas_thread():
+        with one_blas_thread():
             return AttentionWeights._forward(ctx, keys, per_sample, *params)
 
     @staticmethod
@@ -96,7 +112,7 @@ class AttentionWeights(PyLayer):
     @staticmethod
     def backward(ctx: Any, *grads: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
         """Gradients of the keys, the per-sample weights and every (slope, weight, bias)."""
-        with _one_blas_thread():
+        with one_blas_thread():
             return AttentionWeights._backward(ctx, grads[0])
 
     @staticmethod

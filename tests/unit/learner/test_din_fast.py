@@ -100,6 +100,34 @@ def test_the_numpy_form_holds_blas_to_one_thread(monkeypatch: pytest.MonkeyPatch
     assert seen and set(seen) == {1}
 
 
+def test_the_blas_cap_is_entered_once_a_training_pass_and_a_scoring_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entering threadpoolctl's limit costs ~30 µs: once per `learn_encoded` / `predict_encoded`, not per step."""
+    seen: list[int] = []
+    entered = [0]
+    forward, limit = numpy_attention.AttentionWeights._forward, threadpoolctl.ThreadpoolController.limit
+
+    def watched(*args: Any) -> Any:
+        seen.extend(i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")
+        return forward(*args)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        entered[0] += 1
+        return limit(*args, **kwargs)
+
+    monkeypatch.setattr(numpy_attention.AttentionWeights, "_forward", staticmethod(watched))
+    monkeypatch.setattr(threadpoolctl.ThreadpoolController, "limit", counted)
+    calls = _count_calls(monkeypatch)
+    learner = DINLearner(model(attention_units=(8, 6), mlp_units=(8, 5), train_batch_size=4))
+    batch = SampleColumns.from_samples(featured(12))
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        entered[0] = 0  # the line above may use a controller's limit too
+        learner.learn_many(batch)  # 3 steps, each a forward and a backward
+        learner.predict_many(batch)
+    assert calls[0] >= 4 and calls[1] == 3
+    assert entered[0] == 2
+    assert seen and set(seen) == {1}
+
+
 def test_the_numpy_form_is_not_traced(monkeypatch: pytest.MonkeyPatch) -> None:
     """A traced graph (the export) keeps Paddle's form: numpy cannot be traced."""
     keys = paddle.ones([2, 3, 5])
