@@ -69,10 +69,15 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count `AttentionWeights`'s forward and backward calls, [forward, backward]."""
     calls = [0, 0]
     forward, backward = numpy_attention.AttentionWeights._forward, numpy_attention.AttentionWeights._backward
+    score = numpy_attention.AttentionWeights.score
 
     def counted_forward(*args: Any) -> Any:
         calls[0] += 1
         return forward(*args)
+
+    def counted_score(*args: Any) -> Any:
+        calls[0] += 1
+        return score(*args)
 
     def counted_backward(*args: Any) -> Any:
         calls[1] += 1
@@ -80,6 +85,7 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(numpy_attention.AttentionWeights, "_forward", staticmethod(counted_forward))
     monkeypatch.setattr(numpy_attention.AttentionWeights, "_backward", staticmethod(counted_backward))
+    monkeypatch.setattr(numpy_attention.AttentionWeights, "score", staticmethod(counted_score))
     return calls
 
 
@@ -126,6 +132,24 @@ def test_the_blas_cap_is_entered_once_a_training_pass_and_a_scoring_pass(monkeyp
     assert calls[0] >= 4 and calls[1] == 3
     assert entered[0] == 2
     assert seen and set(seen) == {1}
+
+
+@pytest.mark.parametrize("top", [1.0, 1.5], ids=["slopes-at-most-1", "a-slope-above-1"])
+def test_scoring_without_a_backward_equals_the_training_forward(top: float) -> None:
+    """`AttentionWeights.score` (PReLU as max(x, a x), or by its derivative when a slope exceeds 1)."""
+    rng = np.random.default_rng(7)
+    unit = LocalActivationUnit(4, (6, 5))
+    for p in unit.parameters():
+        p.set_value(rng.normal(0, 0.5, p.shape).astype(np.float32))
+    for layer in list(unit.score)[1::2]:  # the PReLUs: slopes from -0.5 to ``top``
+        (slope,) = layer.parameters()
+        slope.set_value(np.linspace(-0.5, top, slope.shape[0]).astype(np.float32))
+    keys = paddle.concat([paddle.randn([3, 7, 4]), paddle.ones([3, 7, 1])], axis=-1)
+    per_sample = paddle.randn([3, 5, 6])
+    trained = numpy_attention.attention_weights(keys, per_sample, list(unit.score)[1:]).numpy()
+    with paddle.no_grad():
+        scored = numpy_attention.attention_weights(keys, per_sample, list(unit.score)[1:]).numpy()
+    np.testing.assert_allclose(scored, trained, rtol=1e-5, atol=1e-6)
 
 
 def test_the_numpy_form_is_not_traced(monkeypatch: pytest.MonkeyPatch) -> None:
