@@ -64,32 +64,64 @@ def usable(keys: paddle.Tensor) -> bool:
     return ENABLED and paddle.in_dynamic_mode() and keys.place.is_cpu_place()
 
 
-def attention_weights(
-    keys: paddle.Tensor, per_sample: paddle.Tensor, tail: Sequence[nn.Layer]
-) -> paddle.Tensor:
+def attention_weights(query: paddle.Tensor, keys: paddle.Tensor, layers: Sequence[nn.Layer]) -> paddle.Tensor:
     """One weight per behaviour, [B, T], by `AttentionWeights`.
 
-    ``keys`` [B, T, D + 1], ``per_sample`` [B, D + 1, H] (`attention_first_layer`'s operands),
-    ``tail`` the MLP's layers after its first Linear: (PReLU, Linear) pairs, the last one unit wide.
+    ``query`` [B, D], ``keys`` [B, T, D + 1] (`streamrec.learner.model.attention_first_layer`'s
+    operands), ``layers`` the attention's MLP: its first Linear, then (PReLU, Linear) pairs, the
+    last one unit wide.
     """
-    params: list[paddle.Tensor] = []
-    for i in range(0, len(tail), 2):
-        params += [prelu_slope(tail[i]), tail[i + 1].weight, tail[i + 1].bias]
+    first = layers[0]
+    params: list[paddle.Tensor] = [first.weight, first.bias]
+    for i in range(1, len(layers), 2):
+        params += [prelu_slope(layers[i]), layers[i + 1].weight, layers[i + 1].bias]
     if not paddle.is_grad_enabled():  # scoring: nothing to keep for a backward
         with one_blas_thread():
-            return AttentionWeights.score(keys, per_sample, *params)
-    return AttentionWeights.apply(keys, per_sample, *params)
+            return AttentionWeights.score(query, keys, *params)
+    return AttentionWeights.apply(query, keys, *params)
+
+
+def _per_sample(q: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """The first layer as per-sample weights on the keys, [B, D + 1, H], from ``q`` [B, D].
+
+    `streamrec.learner.model.first_layer_per_sample`'s function (its docstring derives it): rows
+    i < D are W2 - W3 + q_i W4 (row i of each [D, H] block), row D is q (W1 + W3) + b.
+    """
+    d = q.shape[1]
+    out = np.empty((q.shape[0], d + 1, weight.shape[1]), np.float32)
+    np.multiply(q[:, :, None], weight[3 * d :], out=out[:, :d])
+    out[:, :d] += weight[d : 2 * d] - weight[2 * d : 3 * d]
+    np.matmul(q, weight[:d] + weight[2 * d : 3 * d], out=out[:, d])
+    out[:, d] += bias
+    return out
+
+
+def _per_sample_grads(q: np.ndarray, weight: np.ndarray, dp: np.ndarray) -> tuple[np.ndarray, ...]:
+    """`_per_sample`'s chain rule: the gradients of ``q``, the weight and the bias from ``dp`` [B, D + 1, H]."""
+    d = q.shape[1]
+    keys_part, query_part = dp[:, :d], dp[:, d]
+    w4 = weight[3 * d :]
+    w2 = keys_part.sum(axis=0)
+    w1 = q.T @ query_part
+    dw = np.concatenate([w1, w2, w1 - w2, np.einsum("bi,bih->ih", q, keys_part)])
+    dq = np.einsum("bih,ih->bi", keys_part, w4) + query_part @ (weight[:d] + weight[2 * d : 3 * d]).T
+    return dq, dw, query_part.sum(axis=0)
 
 
 class AttentionWeights(PyLayer):
-    """keys @ per_sample, then (PReLU, Linear) pairs over the rows, in numpy; see the module docstring."""
+    """keys @ (the first layer per sample), then (PReLU, Linear) pairs over the rows, in numpy.
+
+    See the module docstring. ``params``: the first Linear's weight and bias, then (slope,
+    weight, bias) per pair.
+    """
 
     @staticmethod
-    def score(keys: paddle.Tensor, per_sample: paddle.Tensor, *params: paddle.Tensor) -> paddle.Tensor:
+    def score(query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor) -> paddle.Tensor:
         """`forward`'s weights without a backward: PReLU in two passes, nothing kept."""
         k = keys.numpy()
-        x = np.matmul(k, per_sample.numpy()).reshape(k.shape[0] * k.shape[1], -1)
-        arrays = [q.numpy() for q in params]
+        first = [a.numpy() for a in params[:2]]
+        x = np.matmul(k, _per_sample(query.numpy(), *first)).reshape(k.shape[0] * k.shape[1], -1)
+        arrays = [a.numpy() for a in params[2:]]
         for i in range(0, len(arrays), 3):
             slope, weight, bias = arrays[i : i + 3]
             x = _times(_prelu(x, slope), weight)
@@ -97,22 +129,20 @@ class AttentionWeights(PyLayer):
         return paddle.to_tensor(x.reshape(k.shape[0], k.shape[1]))
 
     @staticmethod
-    def forward(
-        ctx: Any, keys: paddle.Tensor, per_sample: paddle.Tensor, *params: paddle.Tensor
-    ) -> paddle.Tensor:
-        """[B, T] weights; ``params`` are (slope, weight, bias) per pair."""
+    def forward(ctx: Any, query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor) -> paddle.Tensor:
+        """[B, T] weights."""
         with one_blas_thread():
-            return AttentionWeights._forward(ctx, keys, per_sample, *params)
+            return AttentionWeights._forward(ctx, query, keys, *params)
 
     @staticmethod
-    def _forward(
-        ctx: Any, keys: paddle.Tensor, per_sample: paddle.Tensor, *params: paddle.Tensor
-    ) -> paddle.Tensor:
+    def _forward(ctx: Any, query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor) -> paddle.Tensor:
         """`forward`'s work."""
-        k, p = keys.numpy(), per_sample.numpy()
+        q, k = query.numpy(), keys.numpy()
+        first = [a.numpy() for a in params[:2]]
+        p = _per_sample(q, *first)
         b, t = k.shape[0], k.shape[1]
         x = np.matmul(k, p).reshape(b * t, -1)
-        arrays = [q.numpy() for q in params]
+        arrays = [a.numpy() for a in params[2:]]
         saved = []
         for i in range(0, len(arrays), 3):
             slope, weight, bias = arrays[i : i + 3]
@@ -121,19 +151,19 @@ class AttentionWeights(PyLayer):
             saved.append((x, factor, z))
             x = _times(z, weight)
             x += bias
-        ctx.arrays = (k, p, arrays, saved)
+        ctx.arrays = (q, k, p, first[0], arrays, saved)
         return paddle.to_tensor(x.reshape(b, t))
 
     @staticmethod
     def backward(ctx: Any, *grads: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
-        """Gradients of the keys, the per-sample weights and every (slope, weight, bias)."""
+        """Gradients of the query, the keys, the first Linear and every (slope, weight, bias)."""
         with one_blas_thread():
             return AttentionWeights._backward(ctx, grads[0])
 
     @staticmethod
     def _backward(ctx: Any, grad: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
         """`backward`'s work (the saved arrays are read, never written: a second backward sees them whole)."""
-        k, p, arrays, saved = ctx.arrays
+        q, k, p, first, arrays, saved = ctx.arrays
         b, t = k.shape[0], k.shape[1]
         g = grad.numpy().reshape(b * t, 1)
         ones = np.ones(b * t, np.float32)  # the biases' gradients as products: 7x faster than sum(axis=0)
@@ -156,8 +186,8 @@ class AttentionWeights(PyLayer):
             g = g_in
         dh = g.reshape(b, t, -1)
         dk = np.matmul(dh, p.transpose(0, 2, 1))
-        dp = np.matmul(k.transpose(0, 2, 1), dh)
-        return tuple(paddle.to_tensor(a) for a in (dk, dp, *grads))
+        dq, dw, db = _per_sample_grads(q, first, np.matmul(k.transpose(0, 2, 1), dh))
+        return tuple(paddle.to_tensor(a) for a in (dq, dk, dw, db, *grads))
 
 
 def _prelu(x: np.ndarray, slope: np.ndarray) -> np.ndarray:

@@ -145,10 +145,10 @@ def test_scoring_without_a_backward_equals_the_training_forward(top: float) -> N
         (slope,) = layer.parameters()
         slope.set_value(np.linspace(-0.5, top, slope.shape[0]).astype(np.float32))
     keys = paddle.concat([paddle.randn([3, 7, 4]), paddle.ones([3, 7, 1])], axis=-1)
-    per_sample = paddle.randn([3, 5, 6])
-    trained = numpy_attention.attention_weights(keys, per_sample, list(unit.score)[1:]).numpy()
+    query = paddle.randn([3, 4])
+    trained = numpy_attention.attention_weights(query, keys, list(unit.score)).numpy()
     with paddle.no_grad():
-        scored = numpy_attention.attention_weights(keys, per_sample, list(unit.score)[1:]).numpy()
+        scored = numpy_attention.attention_weights(query, keys, list(unit.score)).numpy()
     np.testing.assert_allclose(scored, trained, rtol=1e-5, atol=1e-6)
 
 
