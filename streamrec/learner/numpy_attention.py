@@ -104,7 +104,7 @@ def _per_sample(q: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarr
 
 
 def _per_sample_grads(q: np.ndarray, weight: np.ndarray, dp: np.ndarray) -> tuple[np.ndarray, ...]:
-    """`_per_sample`'s chain rule: the gradients of ``q``, the weight and the bias from ``dp`` [B, D + 1, H]."""
+    """`_per_sample`'s chain rule: the gradients of ``q``, the weight and the bias from ``dp``."""
     d = q.shape[1]
     keys_part, query_part = dp[:, :d], dp[:, d]
     w4 = weight[3 * d :]
@@ -142,7 +142,9 @@ class AttentionWeights(PyLayer):
             return AttentionWeights._forward(ctx, query, keys, *params)
 
     @staticmethod
-    def _forward(ctx: Any, query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor) -> paddle.Tensor:
+    def _forward(
+        ctx: Any, query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor
+    ) -> paddle.Tensor:
         """`forward`'s work."""
         q, k = query.numpy(), keys.numpy()
         first = [a.numpy() for a in params[:2]]
@@ -169,7 +171,7 @@ class AttentionWeights(PyLayer):
 
     @staticmethod
     def _backward(ctx: Any, grad: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
-        """`backward`'s work (the saved arrays are read, never written: a second backward sees them whole)."""
+        """`backward`'s work; it never writes the saved arrays (a second backward sees them whole)."""
         q, k, p, first, arrays, saved = ctx.arrays
         b, t = k.shape[0], k.shape[1]
         g = grad.numpy().reshape(b * t, 1)

@@ -106,8 +106,8 @@ def test_the_numpy_form_holds_blas_to_one_thread(monkeypatch: pytest.MonkeyPatch
     assert seen and set(seen) == {1}
 
 
-def test_the_blas_cap_is_entered_once_a_training_pass_and_a_scoring_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Entering threadpoolctl's limit costs ~30 µs: once per `learn_encoded` / `predict_encoded`, not per step."""
+def test_the_blas_cap_is_entered_once_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The BLAS cap (~30 µs to enter) is entered once per `learn_encoded` and `predict_encoded`."""
     seen: list[int] = []
     entered = [0]
     forward, limit = numpy_attention.AttentionWeights._forward, threadpoolctl.ThreadpoolController.limit
