@@ -137,7 +137,8 @@ class LocalActivationUnit(nn.Layer):
             hidden = mlp_tail(layers[1:-2], hidden.reshape([-1, hidden.shape[-1]]))
             weights = prelu_linear_row(hidden, layers[-2], layers[-1]).reshape(mask.shape)
         elif numpy_attention.usable(keys):
-            weights = numpy_attention.attention_weights(query, keys, layers)
+            interest, plain = paddle.unbind(numpy_attention.pooled_history(query, keys, mask, layers), axis=1)
+            return interest, plain
         else:
             hidden = attention_first_layer(layers[0], query, keys)
             # The rest runs on [B*T, H] rows, which oneDNN (the exported model's CPU kernels)

@@ -66,12 +66,14 @@ def usable(keys: paddle.Tensor) -> bool:
     return ENABLED and paddle.in_dynamic_mode() and keys.place.is_cpu_place()
 
 
-def attention_weights(query: paddle.Tensor, keys: paddle.Tensor, layers: Sequence[nn.Layer]) -> paddle.Tensor:
-    """One weight per behaviour, [B, T], by `AttentionWeights`.
+def pooled_history(
+    query: paddle.Tensor, keys: paddle.Tensor, mask: paddle.Tensor, layers: Sequence[nn.Layer]
+) -> paddle.Tensor:
+    """The keys pooled by one weight per behaviour and plainly, [B, 2, D], by `AttentionWeights`.
 
     ``query`` [B, D], ``keys`` [B, T, D + 1] (`streamrec.learner.model.attention_first_layer`'s
-    operands), ``layers`` the attention's MLP: its first Linear, then (PReLU, Linear) pairs, the
-    last one unit wide.
+    operands), ``mask`` [B, T] (1 for a behaviour, 0 for padding), ``layers`` the attention's MLP:
+    its first Linear, then (PReLU, Linear) pairs, the last one unit wide.
     """
     first = layers[0]
     params: list[paddle.Tensor] = [first.weight, first.bias]
@@ -79,8 +81,14 @@ def attention_weights(query: paddle.Tensor, keys: paddle.Tensor, layers: Sequenc
         params += [prelu_slope(layers[i]), layers[i + 1].weight, layers[i + 1].bias]
     if not paddle.is_grad_enabled():  # scoring: nothing to keep for a backward
         with one_blas_thread():
-            return AttentionWeights.score(query, keys, *params)
-    return AttentionWeights.apply(query, keys, *params)
+            return AttentionWeights.score(query, keys, *params, mask=mask.numpy())
+    return AttentionWeights.apply(query, keys, *params, mask=mask.numpy())
+
+
+def _pool(weights: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[weights * mask, mask] [B, 2, T] and the keys (less their ones column) pooled by them, [B, 2, D]."""
+    by = np.stack([weights * mask, mask], axis=1)
+    return by, np.matmul(by, keys[:, :, :-1])
 
 
 def _per_sample(q: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -123,7 +131,9 @@ class AttentionWeights(PyLayer):
     """
 
     @staticmethod
-    def score(query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor) -> paddle.Tensor:
+    def score(
+        query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor, mask: np.ndarray
+    ) -> paddle.Tensor:
         """`forward`'s weights without a backward: PReLU in two passes, nothing kept."""
         k = keys.numpy()
         first = [a.numpy() for a in params[:2]]
@@ -133,17 +143,19 @@ class AttentionWeights(PyLayer):
             slope, weight, bias = arrays[i : i + 3]
             x = _times(_prelu(x, slope), weight)
             x += bias
-        return paddle.to_tensor(x.reshape(k.shape[0], k.shape[1]))
+        return paddle.to_tensor(_pool(x.reshape(k.shape[0], k.shape[1]), mask, k)[1])
 
     @staticmethod
-    def forward(ctx: Any, query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor) -> paddle.Tensor:
-        """[B, T] weights."""
+    def forward(
+        ctx: Any, query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor, mask: np.ndarray
+    ) -> paddle.Tensor:
+        """[B, 2, D]: the keys pooled by their weights and plainly."""
         with one_blas_thread():
-            return AttentionWeights._forward(ctx, query, keys, *params)
+            return AttentionWeights._forward(ctx, query, keys, *params, mask=mask)
 
     @staticmethod
     def _forward(
-        ctx: Any, query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor
+        ctx: Any, query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor, mask: np.ndarray
     ) -> paddle.Tensor:
         """`forward`'s work."""
         q, k = query.numpy(), keys.numpy()
@@ -160,8 +172,9 @@ class AttentionWeights(PyLayer):
             saved.append((x, factor, z))
             x = _times(z, weight)
             x += bias
-        ctx.arrays = (q, k, p, first[0], arrays, saved)
-        return paddle.to_tensor(x.reshape(b, t))
+        by, pooled = _pool(x.reshape(b, t), mask, k)
+        ctx.arrays = (q, k, p, first[0], arrays, saved, mask, by)
+        return paddle.to_tensor(pooled)
 
     @staticmethod
     def backward(ctx: Any, *grads: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
@@ -172,9 +185,12 @@ class AttentionWeights(PyLayer):
     @staticmethod
     def _backward(ctx: Any, grad: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
         """`backward`'s work; it never writes the saved arrays (a second backward sees them whole)."""
-        q, k, p, first, arrays, saved = ctx.arrays
+        q, k, p, first, arrays, saved, mask, by = ctx.arrays
         b, t = k.shape[0], k.shape[1]
-        g = grad.numpy().reshape(b * t, 1)
+        d_pooled = grad.numpy()
+        # The pooling's chain rule: the weights' gradient (masked) and the keys' share of it.
+        g = (np.matmul(d_pooled[:, :1], k[:, :, :-1].transpose(0, 2, 1))[:, 0] * mask).reshape(b * t, 1)
+        dk_pooled = np.matmul(by.transpose(0, 2, 1), d_pooled)
         ones = np.ones(b * t, np.float32)  # the biases' gradients as products: 7x faster than sum(axis=0)
         grads: list[np.ndarray] = []
         for i in range(len(saved) - 1, -1, -1):
@@ -195,6 +211,7 @@ class AttentionWeights(PyLayer):
             g = g_in
         dh = g.reshape(b, t, -1)
         dk = np.matmul(dh, p.transpose(0, 2, 1))
+        dk[:, :, :-1] += dk_pooled
         dq, dw, db = _per_sample_grads(q, first, np.matmul(k.transpose(0, 2, 1), dh))
         return tuple(paddle.to_tensor(a) for a in (dq, dk, dw, db, *grads))
 

@@ -71,13 +71,13 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     forward, backward = numpy_attention.AttentionWeights._forward, numpy_attention.AttentionWeights._backward
     score = numpy_attention.AttentionWeights.score
 
-    def counted_forward(*args: Any) -> Any:
+    def counted_forward(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
-        return forward(*args)
+        return forward(*args, **kwargs)
 
-    def counted_score(*args: Any) -> Any:
+    def counted_score(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
-        return score(*args)
+        return score(*args, **kwargs)
 
     def counted_backward(*args: Any) -> Any:
         calls[1] += 1
@@ -94,9 +94,9 @@ def test_the_numpy_form_holds_blas_to_one_thread(monkeypatch: pytest.MonkeyPatch
     seen: list[int] = []
     forward = numpy_attention.AttentionWeights._forward
 
-    def watched(*args: Any) -> Any:
+    def watched(*args: Any, **kwargs: Any) -> Any:
         seen.extend(i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")
-        return forward(*args)
+        return forward(*args, **kwargs)
 
     monkeypatch.setattr(numpy_attention.AttentionWeights, "_forward", staticmethod(watched))
     with threadpoolctl.threadpool_limits(2, user_api="blas"):
@@ -112,9 +112,9 @@ def test_the_blas_cap_is_entered_once_a_pass(monkeypatch: pytest.MonkeyPatch) ->
     entered = [0]
     forward, limit = numpy_attention.AttentionWeights._forward, threadpoolctl.ThreadpoolController.limit
 
-    def watched(*args: Any) -> Any:
+    def watched(*args: Any, **kwargs: Any) -> Any:
         seen.extend(i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")
-        return forward(*args)
+        return forward(*args, **kwargs)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         entered[0] += 1
@@ -145,10 +145,10 @@ def test_scoring_without_a_backward_equals_the_training_forward(top: float) -> N
         (slope,) = layer.parameters()
         slope.set_value(np.linspace(-0.5, top, slope.shape[0]).astype(np.float32))
     keys = paddle.concat([paddle.randn([3, 7, 4]), paddle.ones([3, 7, 1])], axis=-1)
-    query = paddle.randn([3, 4])
-    trained = numpy_attention.attention_weights(query, keys, list(unit.score)).numpy()
+    query, mask = paddle.randn([3, 4]), paddle.to_tensor([[1.0] * 7, [1.0] * 4 + [0.0] * 3, [0.0] * 7])
+    trained = numpy_attention.pooled_history(query, keys, mask, list(unit.score)).numpy()
     with paddle.no_grad():
-        scored = numpy_attention.attention_weights(query, keys, list(unit.score)).numpy()
+        scored = numpy_attention.pooled_history(query, keys, mask, list(unit.score)).numpy()
     np.testing.assert_allclose(scored, trained, rtol=1e-5, atol=1e-6)
 
 
