@@ -5,11 +5,12 @@ step, and nearly all of that is matrix products; Paddle's CPU wheel multiplies a
 at a third of numpy's OpenBLAS on the same core (measured, one thread, thread CPU:
 [12,800 x 64] x [64 x 32] 26 against 83 GFLOP/s, the first layer's batched [50 x 17] x
 [17 x 64] products 19 against 52). `AttentionWeights` is one `paddle.autograd.PyLayer` from
-the query, the keys and the MLP's parameters to one weight per behaviour: forward and
-backward in numpy, written out by hand (the chain rule of the first layer's per-sample
-weights, of a batched matmul and of (PReLU, Linear) pairs), so the [B*T, H] rows never become
-Paddle tensors. Paddle sees one operator where the first layer's per-sample weights alone
-took ~20 and their gradients; the parameters and their gradients are Paddle's as before.
+the query, the keys and the MLP's parameters to the history pooled by one weight per
+behaviour (and plainly): forward and backward in numpy, written out by hand (the chain rule of
+the first layer's per-sample weights, of batched matmuls and of (PReLU, Linear) pairs), so the
+[B*T, H] rows never become Paddle tensors. Paddle sees one operator where the first layer's
+per-sample weights and the pooling took ~25 and their gradients; the parameters and their
+gradients are Paddle's as before.
 Scoring (no gradient) skips the PyLayer and keeps nothing for a backward.
 
 It runs only in dygraph on the CPU (`usable`): a traced graph (the export) and a GPU keep
@@ -124,10 +125,10 @@ def _per_sample_grads(q: np.ndarray, weight: np.ndarray, dp: np.ndarray) -> tupl
 
 
 class AttentionWeights(PyLayer):
-    """keys @ (the first layer per sample), then (PReLU, Linear) pairs over the rows, in numpy.
+    """keys @ (the first layer per sample), (PReLU, Linear) pairs over the rows, the pooling; in numpy.
 
     See the module docstring. ``params``: the first Linear's weight and bias, then (slope,
-    weight, bias) per pair.
+    weight, bias) per pair; ``mask`` [B, T] (no gradient).
     """
 
     @staticmethod
