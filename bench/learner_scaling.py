@@ -21,7 +21,14 @@ of the two ranks') says what the split of the work gives on free cores, with
 
     .venv/bin/python bench/learner_scaling.py [--samples N] [--micro-batch M] [--rounds R]
 
-With ``--rounds R`` the one rank and the two run alternately R times (each round's figures on
+Beside them, the same run measures two lone ranks at once (``--rounds`` pairs alike): two
+single processes, one on each core, each training the half of the samples that a rank of two
+holds, with nothing exchanged. Their CPU against the one rank's (``pair_cpu_speedup``) is what
+this machine gives two processes busy at once, with no exchange at all: the ceiling of
+``cpu_speedup``. Here a process does 7-15% more CPU for the same work while the other core is
+busy too (bench/HISTORY.md), so the ceiling is ~1.75-1.85, not 2.
+
+With ``--rounds R`` the one rank, the two and the lone pair run alternately R times (each round's figures on
 a line of their own); the last line, one JSON object, holds the medians and every round's
 ``speedup`` and ``cpu_speedup``.
 """
@@ -45,8 +52,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 PARTITIONS = 4
 
 
-def rank_main(out: str, samples: int, micro_batch: int) -> None:
-    """One rank's run: its share of the samples, micro-batch by micro-batch; rank 0 writes the rate."""
+def rank_main(out: str, samples: int, micro_batch: int, half: int | None = None) -> None:
+    """One rank's run: its share of the samples, micro-batch by micro-batch; rank 0 writes the rate.
+
+    ``half`` (0 or 1): a lone rank on core ``half`` with the samples rank ``half`` of two holds.
+    """
     from learner_throughput import wire_samples
 
     from streamrec.config import ModelConfig
@@ -59,10 +69,11 @@ def rank_main(out: str, samples: int, micro_batch: int) -> None:
     from streamrec.samples import parse_sample
 
     rank, world = launched_world()
-    os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
+    part, parts = (rank, world) if half is None else (half, 2)
+    os.sched_setaffinity(0, {part % (os.cpu_count() or 1)})
 
     wire = wire_samples(samples)
-    mine = [(i, w) for i, w in enumerate(wire) if i % world == rank]
+    mine = [(i, w) for i, w in enumerate(wire) if i % parts == part]
     group = RankGroup(rank, world, timeout_s=600.0)
     learner = DINLearner(ModelConfig())
     learner.data_parallel(group.share)
@@ -90,18 +101,48 @@ def rank_main(out: str, samples: int, micro_batch: int) -> None:
 def measure(world: int, samples: int, micro_batch: int, logs: Path) -> dict[str, float]:
     """Run ``world`` ranks; rank 0's figures."""
     out = logs / f"world{world}.json"
-    here = str(Path(__file__).resolve())
-    args = [here, "--rank-run", str(out), "--samples", str(samples), "--micro-batch", str(micro_batch)]
     launch = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world)]
-    command = (
-        [*launch, "--log_dir", str(logs / f"world{world}"), *args] if world > 1 else [sys.executable, *args]
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(here).parents[1])}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0 or not out.exists():
-        raise SystemExit(
-            f"{world} ranks failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    command = rank_command(out, samples, micro_batch)
+    if world > 1:
+        command = [*launch, "--log_dir", str(logs / f"world{world}"), *command[1:]]
+    done = subprocess.run(command, env=rank_env(), capture_output=True, text=True, check=False)
+    return result(f"{world} ranks", done.returncode, out, done.stdout + done.stderr)
+
+
+def measure_lone_pair(samples: int, micro_batch: int, logs: Path) -> dict[str, float]:
+    """Two lone ranks at once, each on its core with its half: the busier one's CPU seconds."""
+    outs = [logs / f"half{h}.json" for h in (0, 1)]
+    runs = [
+        subprocess.Popen(
+            [*rank_command(out, samples, micro_batch), "--half", str(h)],
+            env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
+        for h, out in enumerate(outs)
+    ]
+    output = [run.communicate()[0] for run in runs]  # read to the end: a full pipe would block it
+    halves = [
+        result("a lone half", run.returncode, out, text)
+        for run, out, text in zip(runs, outs, output, strict=True)
+    ]
+    return {"cpu_seconds": max(h["cpu_seconds"] for h in halves)}
+
+
+def rank_command(out: Path, samples: int, micro_batch: int) -> list[str]:
+    """The command line of one rank's run (`rank_main`)."""
+    here = str(Path(__file__).resolve())
+    sizes = ["--samples", str(samples), "--micro-batch", str(micro_batch)]
+    return [sys.executable, here, "--rank-run", str(out), *sizes]
+
+
+def rank_env() -> dict[str, str]:
+    """A rank's environment: one compute thread, this checkout's streamrec."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+
+
+def result(what: str, returncode: int, out: Path, output: str) -> dict[str, float]:
+    """A finished run's figures (what its rank 0 wrote); the run's output's tail if it failed."""
+    if returncode != 0 or not out.exists():
+        raise SystemExit(f"{what} failed ({returncode}): {output[-4000:]}")
     return json.loads(out.read_text())
 
 
@@ -112,9 +153,10 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=2500, help="samples per rank per micro-batch")
     parser.add_argument("--rounds", type=int, default=1, help="one rank then two, this many times")
     parser.add_argument("--rank-run", help=argparse.SUPPRESS)
+    parser.add_argument("--half", type=int, choices=(0, 1), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_run:
-        rank_main(args.rank_run, args.samples, args.micro_batch)
+        rank_main(args.rank_run, args.samples, args.micro_batch, args.half)
         return
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("two ranks on two cores need two cores")
@@ -123,7 +165,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             one = measure(1, args.samples, args.micro_batch, Path(tmp))
             two = measure(2, args.samples, args.micro_batch, Path(tmp))
-        rounds.append(figures(one, two))
+            pair = measure_lone_pair(args.samples, args.micro_batch, Path(tmp))
+        rounds.append(figures(one, two, pair))
         print(json.dumps(rounds[-1]), flush=True)
     print(json.dumps({
         "bench": "learner_scaling",
@@ -134,11 +177,12 @@ def main() -> None:
         "rounds": len(rounds),
         "speedups": [r["speedup"] for r in rounds],
         "cpu_speedups": [r["cpu_speedup"] for r in rounds],
+        "pair_cpu_speedups": [r["pair_cpu_speedup"] for r in rounds],
     }))
 
 
-def figures(one: dict[str, float], two: dict[str, float]) -> dict[str, float]:
-    """One round's figures: the rates, their ratio, the CPU split and the load beside them."""
+def figures(one: dict[str, float], two: dict[str, float], pair: dict[str, float]) -> dict[str, float]:
+    """One round's figures: the rates, their ratio, the CPU splits and the load beside them."""
     rate_one = one["samples"] / one["seconds"]
     rate_two = two["samples"] / two["seconds"]
     return {
@@ -146,6 +190,7 @@ def figures(one: dict[str, float], two: dict[str, float]) -> dict[str, float]:
         "two_ranks_samples_per_s": round(rate_two),
         "speedup": round(rate_two / rate_one, 3),
         "cpu_speedup": round(one["cpu_seconds"] / two["cpu_seconds"], 3),
+        "pair_cpu_speedup": round(one["cpu_seconds"] / pair["cpu_seconds"], 3),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
 

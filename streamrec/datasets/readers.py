@@ -12,9 +12,11 @@ Beside the contract's fields, the MovieLens readers give each event the fields a
 may declare as features (`MOVIELENS_FIELDS`): ``genres`` (ids: the movie's genres),
 ``year`` (a number: the release year in the title, absent when it has none) and ``rating``
 (a number: the rating itself, to declare as a behaviour *outcome*: never for the target, whose
-rating is its label). A JSONL line's top-level fields are its declared features, as on the
-events topic. With a schema (`read_events`'s ``schema``) each event carries the values of its
-declared extras (`streamrec.datasets.declared`); without, none: the events are the contract's.
+rating is its label), and the rater's history before it, ``user_ratings`` and
+``user_mean_rating`` (`streamrec.datasets.user_history`, to declare with role ``user``). A
+JSONL line's top-level fields are its declared features, as on the events topic. With a schema
+(`read_events`'s ``schema``) each event carries the values of its declared extras
+(`streamrec.datasets.declared`); without, none: the events are the contract's.
 
 The files are read whole and sorted by event time (stable), which suits files up to a few
 million rows; larger logs should be replayed from Kafka itself.
@@ -31,6 +33,7 @@ from typing import Literal, TextIO
 import orjson
 
 from streamrec.datasets.declared import declare
+from streamrec.datasets.user_history import USER_HISTORY_FIELDS, so_far
 from streamrec.errors import DatasetError, InvalidEvent
 from streamrec.events import Event, parse_event
 from streamrec.features import FeatureSchema
@@ -45,7 +48,7 @@ ML100K_GENRES = (
 )
 _TAOBAO_ACTIONS = frozenset({"pv", "cart", "fav", "buy"})
 #: The fields the MovieLens readers give an event beside the contract's, to declare as features.
-MOVIELENS_FIELDS = ("genres", "year", "rating")
+MOVIELENS_FIELDS = ("genres", "year", "rating", *USER_HISTORY_FIELDS)
 # "Heat (1995)", "Babylon 5 (1994) ", "Fawlty Towers (1975-1979)": the year the title ends with.
 _YEAR = re.compile(r"\((\d{4})(?:[-\u2013]\d{4})?\)\s*$")
 # ML-100K: "01-Jan-1995", the release date's year.
@@ -129,10 +132,12 @@ def _read(path: Path, fmt: str, positive_rating: float, fields: _Sink) -> list[E
         if fields is not None:
             fields += [{} for _ in events]
         return events
-    if fmt == "movielens":
-        return list(_movielens(path, positive_rating, fields))
-    if fmt == "ml100k":
-        return list(_ml100k(path, positive_rating, fields))
+    if fmt in ("movielens", "ml100k"):
+        read = _movielens if fmt == "movielens" else _ml100k
+        events = list(read(path, positive_rating, fields))
+        if fields is not None:
+            so_far(events, fields)
+        return events
     if fmt == "jsonl":
         return list(_jsonl(path, fields))
     raise DatasetError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")

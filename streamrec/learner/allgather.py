@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-#: An all-gather of int64 1-D arrays of one length on every rank: every rank's, in rank order.
+#: An all-gather of int64 1-D arrays of one length on every rank: every rank's, in rank order,
+#: as arrays of its own (the array it is given is reused for the next gather).
 AllGather = Callable[[np.ndarray], list[np.ndarray]]
 
 
@@ -38,6 +39,7 @@ class SizedGather:
         self._all_gather = all_gather
         self._alone = world == 1
         self._capacity: dict[str, int] = {}
+        self._sent: dict[str, np.ndarray] = {}  # per ``what``: its send buffer, 1 + capacity
 
     def __call__(self, array: np.ndarray, what: str) -> list[np.ndarray]:
         """Every rank's ``array``; every rank must call it, with the same ``what``, in the same order."""
@@ -45,8 +47,10 @@ class SizedGather:
         if self._alone:
             return [array]
         capacity = self._capacity.get(what, 0)
-        sent = np.zeros(1 + capacity, np.int64)
-        sent[0] = len(array)
+        sent = self._sent.get(what)
+        if sent is None or len(sent) != 1 + capacity:
+            sent = self._sent[what] = np.zeros(1 + capacity, np.int64)
+        sent[0] = len(array)  # past it, the buffer's items are a former gather's: never read
         sent[1 : 1 + min(len(array), capacity)] = array[:capacity]
         first = self._all_gather(sent)
         sizes = [int(g[0]) for g in first]

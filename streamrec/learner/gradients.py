@@ -12,8 +12,10 @@ loss is scaled by its share, `GroupLayout.share`), and the optimizer applies the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, pairwise
 
 import numpy as np
 import paddle
@@ -68,20 +70,22 @@ class Gradients:
         head = len(shapes) + len(widths)
         if len(packed) < head:
             raise ValueError(f"a rank's gradients hold {len(packed)} items, fewer than their header's {head}")
-        present = packed[: len(shapes)].astype(bool)
-        counts = packed[len(shapes) : head]
-        rows = np.split(packed[head : head + counts.sum()], np.cumsum(counts)[:-1])
-        floats = packed[head + counts.sum() :].view(np.float32)
-        sizes = [int(np.prod(s)) if p else 0 for s, p in zip(shapes, present, strict=True)]
-        sizes += [int(n) * w for n, w in zip(counts, widths, strict=True)]
+        present = packed[: len(shapes)].tolist()
+        counts = packed[len(shapes) : head].tolist()
+        row_ends = list(accumulate(counts, initial=head))
+        rows = [packed[a:b] for a, b in pairwise(row_ends)]
+        floats = packed[row_ends[-1] :].view(np.float32)
+        # math.prod and slices: np.prod and np.split cost ~0.3 ms a rank a step here.
+        sizes = [math.prod(s) if p else 0 for s, p in zip(shapes, present, strict=True)]
+        sizes += [n * w for n, w in zip(counts, widths, strict=True)]
         if len(floats) != sum(sizes) + sum(sizes) % 2:  # `pack` pads to whole int64 items
             raise ValueError(
                 f"a rank's gradients hold {len(floats)} numbers, not the {sum(sizes)} of this model"
             )
-        parts = np.split(floats[: sum(sizes)], np.cumsum(sizes)[:-1])
+        parts = [floats[a:b] for a, b in pairwise(accumulate(sizes, initial=0))]
         dense = [p.reshape(s) if on else None for p, s, on in zip(parts, shapes, present, strict=False)]
         values = [p.reshape(-1, w) for p, w in zip(parts[len(shapes) :], widths, strict=True)]
-        return cls(dense, list(rows), values)
+        return cls(dense, rows, values)
 
     @classmethod
     def mean(cls, ranks: Sequence[Gradients]) -> Gradients:

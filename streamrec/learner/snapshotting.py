@@ -48,15 +48,13 @@ def restore(
             "set it back to resume, or give STREAMREC_LEARNER__SNAPSHOT_DIR a new directory "
             "to start afresh"
         )
-    arrays = {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
-    try:
-        arrays = migrate_state(arrays, manifest.state_layout)
-    except SnapshotError as exc:
-        raise SnapshotError(f"snapshot {manifest.name} in {snapshots.root}: {exc}") from exc
-    recorded = manifest.schema
+    where = f"snapshot {manifest.name} in {snapshots.root}"
     # A removed or redeclared feature refuses the snapshot in one line (SchemaChange).
-    added = schema.check_evolution(recorded, f"snapshot {manifest.name} in {snapshots.root}")
-    arrays = adopted(learner, arrays, recorded, manifest.state_layout, bool(added))
+    added = schema.check_evolution(manifest.schema, where)
+    try:
+        arrays = state_of(learner, manifest, tensors, added=bool(added))
+    except SnapshotError as exc:
+        raise SnapshotError(f"{where}: {exc}") from exc
     if added:
         logger.info(
             "features added since snapshot version=%d added=%s", manifest.version, ",".join(added)
@@ -71,19 +69,29 @@ def restore(
     return manifest
 
 
-def adopted(
-    learner: Learner, arrays: Mapping[str, np.ndarray], recorded: FeatureSchema, layout: int, added: bool
+def state_of(
+    learner: Learner,
+    manifest: SnapshotManifest,
+    tensors: Mapping[str, Mapping[str, np.ndarray]],
+    added: bool,
 ) -> dict[str, np.ndarray]:
-    """A snapshot's state arrays (as `migrate_state` names them) fitted to ``learner``.
+    """A snapshot's state (its ``tensors`` by group) as arrays that load into ``learner``.
 
-    Written under ``recorded`` in state ``layout``: a learner with ``adopt_state`` (a table
-    learner's, `streamrec.learner.state_arrays.StateArrays.adopt_state`) adds what the
-    features ``added`` since and the layouts after ``layout`` gave the model.
+    The one way a snapshot's state is read (by `restore` and by the export): brought from
+    the manifest's state layout to today's (`migrate_state`), then, for a learner with
+    ``adopt_state`` (a table learner's, `streamrec.learner.state_arrays.StateArrays.adopt_state`),
+    given what the features ``added`` since and the layouts after it gave the model.
+
+    Raises:
+        SnapshotError: the state's layout is newer than this version reads.
     """
+    arrays = {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
+    layout = manifest.state_layout
+    arrays = migrate_state(arrays, layout)
     adopt = getattr(learner, "adopt_state", None)
     if not callable(adopt) or not (added or layout < STATE_LAYOUT):
-        return dict(arrays)
-    fitted: dict[str, np.ndarray] = adopt(arrays, recorded, layout)
+        return arrays
+    fitted: dict[str, np.ndarray] = adopt(arrays, manifest.schema, layout)
     return fitted
 
 

@@ -55,8 +55,7 @@ from streamrec.learner.base import Learner
 from streamrec.learner.features import FeaturePlan
 from streamrec.learner.onnxforms import onnx_form_layers, onnx_forms
 from streamrec.learner.registry import make_learner
-from streamrec.learner.snapshotting import adopted
-from streamrec.learner.state import migrate_state
+from streamrec.learner.snapshotting import state_of
 from streamrec.learner.trainer import TableLearner
 from streamrec.serving.contract import CONTRACT, IDS_DIR, contract, feature_inputs, ids_files
 from streamrec.serving.graph import (
@@ -108,12 +107,11 @@ def learner_from_snapshot(store: SnapshotStore, version: int) -> tuple[str, Lear
     model_doc = {**MODEL_SETTINGS_BEFORE, **model_doc, "device": paddle.device.get_device()}
     cfg = ModelConfig.model_validate(model_doc)
     learner = make_learner(cfg, manifest.schema)  # the features the model was trained to read
-    arrays = {f"{g}/{k}": v for g, arrays in tensors.items() for k, v in arrays.items()}
     try:
-        arrays = migrate_state(arrays, manifest.state_layout)
+        arrays = state_of(learner, manifest, tensors, added=False)
     except SnapshotError as exc:
         raise InvalidSnapshot(f"{store.path(version)}: {exc}") from exc
-    learner.load_state_arrays(adopted(learner, arrays, manifest.schema, manifest.state_layout, added=False))
+    learner.load_state_arrays(arrays)
     return manifest.learner, learner
 
 

@@ -13,10 +13,13 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 def test_the_movielens_schema_declares_what_the_reader_gives() -> None:
     schema = load_config(EXAMPLES / "movielens" / "streamrec.toml").feature_schema()
-    assert schema.names == ("item", "category", "genres", "year", "rating")
+    assert schema.names == (
+        "item", "category", "genres", "year", "rating", "user_ratings", "user_mean_rating"
+    )
     assert {f.source for f in schema.extras} == set(MOVIELENS_FIELDS)
     assert schema["rating"].outcome  # the label's own value: along the history only
     assert not schema["genres"].outcome and not schema["year"].outcome
+    assert [f.name for f in schema.role("user")] == ["user_ratings", "user_mean_rating"]
 
 
 def test_the_feed_schema_declares_the_generated_device() -> None:

@@ -105,12 +105,13 @@ def test_movielens_fields_genres_year_and_rating(movielens_path: Path) -> None:
     rows = {event.event_id: fields for event, fields in read_rows(movielens_path)}
     assert len(rows) == 100_004
     # user 1 rated Dangerous Minds (1995), a Drama, 2.5
-    assert rows["ml1-31"] == {"genres": ["Drama"], "year": 1995.0, "rating": 2.5}
+    movie = {n: v for n, v in rows["ml1-31"].items() if not n.startswith("user_")}
+    assert movie == {"genres": ["Drama"], "year": 1995.0, "rating": 2.5}
     toy_story = next(f for k, f in rows.items() if k.endswith("-1"))
     assert toy_story["genres"] == ["Adventure", "Animation", "Children", "Comedy", "Fantasy"]
     # "Hyena Road" has neither a year nor genres: both absent (their defaults downstream)
     hyena = next(f for k, f in rows.items() if k.endswith("-143410"))
-    assert set(hyena) == {"rating"}
+    assert set(hyena) == {"rating", "user_ratings", "user_mean_rating"}  # its rater's history: theirs
     # every rating is its own field, and the label is still rating >= 4
     assert all(isinstance(f["rating"], float) for f in rows.values())
 
@@ -147,7 +148,7 @@ def test_ml100k_fields(tmp_path: Path) -> None:
     )
     [(event, fields)] = read_rows(tmp_path)
     assert event.category_id == "Comedy|Drama"
-    assert fields == {"genres": ["Comedy", "Drama"], "year": 1996.0, "rating": 3.0}
+    assert fields == {"genres": ["Comedy", "Drama"], "year": 1996.0, "rating": 3.0, "user_ratings": 0.0}
 
 
 def test_jsonl_declared_fields_are_the_lines_top_level_fields(tmp_path: Path) -> None:

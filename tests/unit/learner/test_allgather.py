@@ -104,3 +104,19 @@ def test_one_rank_gathers_without_a_collective() -> None:
     gather = SizedGather(lambda a: pytest.fail("no collective for one rank"), world=1)
     array = np.array([1, 2])
     assert gather(array, "test")[0].tolist() == [1, 2]
+
+
+def test_a_gather_within_the_capacity_sends_from_one_buffer_and_nothing_stale_comes_back() -> None:
+    sent: list[np.ndarray] = []
+
+    def two_alike(array: np.ndarray) -> list[np.ndarray]:  # two ranks, both sending this array
+        sent.append(array)
+        return [array.copy(), array.copy()]
+
+    gather = SizedGather(two_alike)
+    gather(np.arange(10), "test")  # sets the capacity
+    first = gather(np.arange(8), "test")
+    second = gather(np.array([7, 7]), "test")
+    assert sent[-1] is sent[-2]  # one buffer, not one allocated a gather
+    assert [a.tolist() for a in first] == [list(range(8))] * 2  # not overwritten by the next
+    assert [a.tolist() for a in second] == [[7, 7]] * 2

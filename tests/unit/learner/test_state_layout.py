@@ -112,14 +112,16 @@ def test_a_layout_1_state_migrates_and_scores_as_it_did(name: str) -> None:
     """Layout 3 gave DIN's wide part the declared genres: the fixture has no bias for them, and
     the migrated model's start at zero, so it scores as it did (DeepFM's had them all along).
     """
-    from streamrec.learner.snapshotting import adopted
-    from streamrec.learner.state import migrate_state
+    from streamrec.learner.snapshotting import group_state, state_of
+    from streamrec.snapshots.manifest import SnapshotManifest
 
     arrays, want = _fixture(name)
     learner = _learner(name)
     genre = "model/model.wide.biases.genre.weight"
     assert (genre in arrays) == (name == "deepfm")
-    learner.load_state_arrays(adopted(learner, migrate_state(arrays, 1), SCHEMA, 1, added=False))
+    written = SnapshotManifest(1, "2026-12-03T00:00:00Z", 0, 0, (), config={"features": SCHEMA.to_json()})
+    assert written.state_layout == 1
+    learner.load_state_arrays(state_of(learner, written, group_state(arrays), added=False))
     assert not learner.state_arrays()[genre].any() or name == "deepfm"
     got = np.asarray(learner.predict_many(_batches()[-1]), np.float64)
     assert_scores_as_they_were(got, want)
