@@ -137,8 +137,8 @@ class LocalActivationUnit(nn.Layer):
             hidden = mlp_tail(layers[1:-2], hidden.reshape([-1, hidden.shape[-1]]))
             weights = prelu_linear_row(hidden, layers[-2], layers[-1]).reshape(mask.shape)
         elif numpy_attention.usable(keys):
-            per_sample = first_layer_per_sample(layers[0], query)
-            weights = numpy_attention.attention_weights(keys, per_sample, layers[1:])
+            interest, plain = paddle.unbind(numpy_attention.pooled_history(query, keys, mask, layers), axis=1)
+            return interest, plain
         else:
             hidden = attention_first_layer(layers[0], query, keys)
             # The rest runs on [B*T, H] rows, which oneDNN (the exported model's CPU kernels)

@@ -5,10 +5,13 @@ step, and nearly all of that is matrix products; Paddle's CPU wheel multiplies a
 at a third of numpy's OpenBLAS on the same core (measured, one thread, thread CPU:
 [12,800 x 64] x [64 x 32] 26 against 83 GFLOP/s, the first layer's batched [50 x 17] x
 [17 x 64] products 19 against 52). `AttentionWeights` is one `paddle.autograd.PyLayer` from
-the keys and per-sample first-layer weights to one weight per behaviour: forward and
-backward in numpy, written out by hand (the chain rule of a batched matmul and of
-(PReLU, Linear) pairs), so the [B*T, H] rows never become Paddle tensors. Paddle sees one
-operator; the parameters and their gradients are Paddle's as before.
+the query, the keys and the MLP's parameters to the history pooled by one weight per
+behaviour (and plainly): forward and backward in numpy, written out by hand (the chain rule of
+the first layer's per-sample weights, of batched matmuls and of (PReLU, Linear) pairs), so the
+[B*T, H] rows never become Paddle tensors. Paddle sees one operator where the first layer's
+per-sample weights and the pooling took ~25 and their gradients; the parameters and their
+gradients are Paddle's as before.
+Scoring (no gradient) skips the PyLayer and keeps nothing for a backward.
 
 It runs only in dygraph on the CPU (`usable`): a traced graph (the export) and a GPU keep
 the Paddle form, `streamrec.learner.model.mlp_tail`. numpy's BLAS runs on one thread here, as
@@ -19,7 +22,8 @@ for no gain (the benchmark's samples per CPU second, 2,271-2,303 against 4,039-4
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -34,13 +38,28 @@ from streamrec.learner.onnxforms import prelu_slope
 ENABLED = True
 
 _BLAS: list[ThreadpoolController] = []  # found once, at the first use (it inspects the process)
+_HELD = [0]  # how many `one_blas_thread` contexts are open (the learner trains and scores on one thread)
 
 
-def _one_blas_thread() -> Any:
-    """A context in which numpy's BLAS runs on one thread (27 µs to enter and leave)."""
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """A context in which numpy's BLAS runs on one thread; inside another one, it costs nothing.
+
+    Entering threadpoolctl's limit and leaving it costs ~30 µs, so the learner holds it over a
+    whole training pass or scoring pass (`streamrec.learner.steps`, `streamrec.learner.trainer`),
+    and `AttentionWeights` enters it itself only when called outside one.
+    """
+    if _HELD[0]:
+        yield
+        return
     if not _BLAS:
         _BLAS.append(ThreadpoolController())
-    return _BLAS[0].limit(limits=1, user_api="blas")
+    with _BLAS[0].limit(limits=1, user_api="blas"):
+        _HELD[0] += 1
+        try:
+            yield
+        finally:
+            _HELD[0] -= 1
 
 
 def usable(keys: paddle.Tensor) -> bool:
@@ -48,40 +67,104 @@ def usable(keys: paddle.Tensor) -> bool:
     return ENABLED and paddle.in_dynamic_mode() and keys.place.is_cpu_place()
 
 
-def attention_weights(
-    keys: paddle.Tensor, per_sample: paddle.Tensor, tail: Sequence[nn.Layer]
+def pooled_history(
+    query: paddle.Tensor, keys: paddle.Tensor, mask: paddle.Tensor, layers: Sequence[nn.Layer]
 ) -> paddle.Tensor:
-    """One weight per behaviour, [B, T], by `AttentionWeights`.
+    """The keys pooled by one weight per behaviour and plainly, [B, 2, D], by `AttentionWeights`.
 
-    ``keys`` [B, T, D + 1], ``per_sample`` [B, D + 1, H] (`attention_first_layer`'s operands),
-    ``tail`` the MLP's layers after its first Linear: (PReLU, Linear) pairs, the last one unit wide.
+    ``query`` [B, D], ``keys`` [B, T, D + 1] (`streamrec.learner.model.attention_first_layer`'s
+    operands), ``mask`` [B, T] (1 for a behaviour, 0 for padding), ``layers`` the attention's MLP:
+    its first Linear, then (PReLU, Linear) pairs, the last one unit wide.
     """
-    params: list[paddle.Tensor] = []
-    for i in range(0, len(tail), 2):
-        params += [prelu_slope(tail[i]), tail[i + 1].weight, tail[i + 1].bias]
-    return AttentionWeights.apply(keys, per_sample, *params)
+    first = layers[0]
+    params: list[paddle.Tensor] = [first.weight, first.bias]
+    for i in range(1, len(layers), 2):
+        params += [prelu_slope(layers[i]), layers[i + 1].weight, layers[i + 1].bias]
+    if not paddle.is_grad_enabled():  # scoring: nothing to keep for a backward
+        with one_blas_thread():
+            return AttentionWeights.score(query, keys, *params, mask=mask.numpy())
+    return AttentionWeights.apply(query, keys, *params, mask=mask.numpy())
+
+
+def _pool(weights: np.ndarray, mask: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[weights * mask, mask] [B, 2, T] and the keys (less their ones column) pooled by them, [B, 2, D]."""
+    by = np.stack([weights * mask, mask], axis=1)
+    return by, np.matmul(by, keys[:, :, :-1])
+
+
+def _per_sample(q: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """The first layer as per-sample weights on the keys, [B, D + 1, H], from ``q`` [B, D].
+
+    `streamrec.learner.model.first_layer_per_sample`'s function and form (its docstring derives
+    it): [1, q] times a block matrix whose row 0 holds W2 - W3 and b, row 1 + i W4's row i in
+    block i and W1 + W3's row i in block D. One product: 3.5x faster than a broadcast
+    multiply-add of the same rows (0.14 against 0.49 ms at B = 256, D = 16, H = 64).
+    """
+    b, d, h = q.shape[0], q.shape[1], weight.shape[1]
+    ones_q = np.empty((b, d + 1), np.float32)
+    ones_q[:, 0], ones_q[:, 1:] = 1, q
+    blocks = np.zeros((d + 1, d + 1, h), np.float32)
+    blocks[0, :d] = weight[d : 2 * d] - weight[2 * d : 3 * d]
+    blocks[0, d] = bias
+    rows = np.arange(d)
+    blocks[1 + rows, rows] = weight[3 * d :]
+    blocks[1:, d] = weight[:d] + weight[2 * d : 3 * d]
+    return np.matmul(ones_q, blocks.reshape(d + 1, -1)).reshape(b, d + 1, h)
+
+
+def _per_sample_grads(q: np.ndarray, weight: np.ndarray, dp: np.ndarray) -> tuple[np.ndarray, ...]:
+    """`_per_sample`'s chain rule: the gradients of ``q``, the weight and the bias from ``dp``."""
+    d = q.shape[1]
+    keys_part, query_part = dp[:, :d], dp[:, d]
+    w4 = weight[3 * d :]
+    w2 = keys_part.sum(axis=0)
+    w1 = q.T @ query_part
+    dw = np.concatenate([w1, w2, w1 - w2, np.einsum("bi,bih->ih", q, keys_part)])
+    dq = np.einsum("bih,ih->bi", keys_part, w4) + query_part @ (weight[:d] + weight[2 * d : 3 * d]).T
+    return dq, dw, query_part.sum(axis=0)
 
 
 class AttentionWeights(PyLayer):
-    """keys @ per_sample, then (PReLU, Linear) pairs over the rows, in numpy; see the module docstring."""
+    """keys @ (the first layer per sample), (PReLU, Linear) pairs over the rows, the pooling; in numpy.
+
+    See the module docstring. ``params``: the first Linear's weight and bias, then (slope,
+    weight, bias) per pair; ``mask`` [B, T] (no gradient).
+    """
+
+    @staticmethod
+    def score(
+        query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor, mask: np.ndarray
+    ) -> paddle.Tensor:
+        """`forward`'s weights without a backward: PReLU in two passes, nothing kept."""
+        k = keys.numpy()
+        first = [a.numpy() for a in params[:2]]
+        x = np.matmul(k, _per_sample(query.numpy(), *first)).reshape(k.shape[0] * k.shape[1], -1)
+        arrays = [a.numpy() for a in params[2:]]
+        for i in range(0, len(arrays), 3):
+            slope, weight, bias = arrays[i : i + 3]
+            x = _times(_prelu(x, slope), weight)
+            x += bias
+        return paddle.to_tensor(_pool(x.reshape(k.shape[0], k.shape[1]), mask, k)[1])
 
     @staticmethod
     def forward(
-        ctx: Any, keys: paddle.Tensor, per_sample: paddle.Tensor, *params: paddle.Tensor
+        ctx: Any, query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor, mask: np.ndarray
     ) -> paddle.Tensor:
-        """[B, T] weights; ``params`` are (slope, weight, bias) per pair."""
-        with _one_blas_thread():
-            return AttentionWeights._forward(ctx, keys, per_sample, *params)
+        """[B, 2, D]: the keys pooled by their weights and plainly."""
+        with one_blas_thread():
+            return AttentionWeights._forward(ctx, query, keys, *params, mask=mask)
 
     @staticmethod
     def _forward(
-        ctx: Any, keys: paddle.Tensor, per_sample: paddle.Tensor, *params: paddle.Tensor
+        ctx: Any, query: paddle.Tensor, keys: paddle.Tensor, *params: paddle.Tensor, mask: np.ndarray
     ) -> paddle.Tensor:
         """`forward`'s work."""
-        k, p = keys.numpy(), per_sample.numpy()
+        q, k = query.numpy(), keys.numpy()
+        first = [a.numpy() for a in params[:2]]
+        p = _per_sample(q, *first)
         b, t = k.shape[0], k.shape[1]
         x = np.matmul(k, p).reshape(b * t, -1)
-        arrays = [q.numpy() for q in params]
+        arrays = [a.numpy() for a in params[2:]]
         saved = []
         for i in range(0, len(arrays), 3):
             slope, weight, bias = arrays[i : i + 3]
@@ -90,34 +173,56 @@ class AttentionWeights(PyLayer):
             saved.append((x, factor, z))
             x = _times(z, weight)
             x += bias
-        ctx.arrays = (k, p, arrays, saved)
-        return paddle.to_tensor(x.reshape(b, t))
+        by, pooled = _pool(x.reshape(b, t), mask, k)
+        ctx.arrays = (q, k, p, first[0], arrays, saved, mask, by)
+        return paddle.to_tensor(pooled)
 
     @staticmethod
     def backward(ctx: Any, *grads: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
-        """Gradients of the keys, the per-sample weights and every (slope, weight, bias)."""
-        with _one_blas_thread():
+        """Gradients of the query, the keys, the first Linear and every (slope, weight, bias)."""
+        with one_blas_thread():
             return AttentionWeights._backward(ctx, grads[0])
 
     @staticmethod
     def _backward(ctx: Any, grad: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
-        """`backward`'s work."""
-        k, p, arrays, saved = ctx.arrays
+        """`backward`'s work; it never writes the saved arrays (a second backward sees them whole)."""
+        q, k, p, first, arrays, saved, mask, by = ctx.arrays
         b, t = k.shape[0], k.shape[1]
-        g = grad.numpy().reshape(b * t, 1)
+        d_pooled = grad.numpy()
+        # The pooling's chain rule: the weights' gradient (masked) and the keys' share of it.
+        g = (np.matmul(d_pooled[:, :1], k[:, :, :-1].transpose(0, 2, 1))[:, 0] * mask).reshape(b * t, 1)
+        dk_pooled = np.matmul(by.transpose(0, 2, 1), d_pooled)
+        ones = np.ones(b * t, np.float32)  # the biases' gradients as products: 7x faster than sum(axis=0)
         grads: list[np.ndarray] = []
         for i in range(len(saved) - 1, -1, -1):
             weight = arrays[3 * i + 1]
             x, factor, z = saved[i]
-            dz = _times(g, weight.T)
-            # The slope's gradient: the sum over rows of dz * min(x, 0), without the product's rows.
-            slope_grad = np.einsum("ij,ij->j", dz, np.minimum(x, 0))
-            grads = [slope_grad, z.T @ g, g.sum(axis=0), *grads]
-            g = dz * factor
+            neg = np.minimum(x, 0)
+            if g.shape[1] == 1:
+                # One unit wide: dz = g w^T, so the slope's gradient (the sum over rows of
+                # dz * min(x, 0)) is w * (g^T min(x, 0)), a product, and dz is never built.
+                slope_grad = weight[:, 0] * (g[:, 0] @ neg)
+                g_in = factor * weight[:, 0]
+                g_in *= g
+            else:
+                dz = g @ weight.T
+                slope_grad = np.einsum("ij,ij->j", dz, neg)
+                g_in = np.multiply(dz, factor, out=dz)
+            grads = [slope_grad, z.T @ g, ones @ g, *grads]
+            g = g_in
         dh = g.reshape(b, t, -1)
         dk = np.matmul(dh, p.transpose(0, 2, 1))
-        dp = np.matmul(k.transpose(0, 2, 1), dh)
-        return tuple(paddle.to_tensor(a.astype(np.float32, copy=False)) for a in (dk, dp, *grads))
+        dk[:, :, :-1] += dk_pooled
+        dq, dw, db = _per_sample_grads(q, first, np.matmul(k.transpose(0, 2, 1), dh))
+        return tuple(paddle.to_tensor(a) for a in (dq, dk, dw, db, *grads))
+
+
+def _prelu(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    """PReLU(x) = max(x, slope * x) when every slope is at most 1 (two passes); else by `_prelu_factor`."""
+    if (slope > 1).any():
+        return x * _prelu_factor(x, slope)
+    z = x * slope
+    return np.maximum(z, x, out=z)
 
 
 def _prelu_factor(x: np.ndarray, slope: np.ndarray) -> np.ndarray:

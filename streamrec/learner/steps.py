@@ -22,6 +22,7 @@ from streamrec.learner.base import TrainResult
 from streamrec.learner.columns import ColumnKeys, EncodedColumns, SampleColumns, column_keys
 from streamrec.learner.ewc import OnlineEWC
 from streamrec.learner.features import FeaturePlan, model_columns
+from streamrec.learner.numpy_attention import one_blas_thread
 from streamrec.learner.ranks import GroupLayout, RankShare, padding_only
 from streamrec.learner.state import EMBEDDING, WIDE, all_finite, unique_rows
 from streamrec.samples import Sample
@@ -79,19 +80,20 @@ class MiniBatchSteps:
         total = paddle.zeros([], dtype="float32")
         penalties = paddle.zeros([], dtype="float32")
         trained = steps = skipped = 0
-        for _ in range(self.cfg.passes):
-            order = rng.permutation(layout.total)
-            for start in range(0, layout.total, size):
-                mine, scale = layout.share(order[start : start + size], world)
-                part = encoded.take(mine) if len(mine) else self._padding(encoded)
-                losses = self._step(part, scale)
-                steps += 1
-                if losses is None:
-                    skipped += 1
-                    continue
-                total += losses[0] * len(mine)
-                penalties += losses[1] * len(mine)
-                trained += len(mine)
+        with one_blas_thread():  # once here, not in every step's forward and backward
+            for _ in range(self.cfg.passes):
+                order = rng.permutation(layout.total)
+                for start in range(0, layout.total, size):
+                    mine, scale = layout.share(order[start : start + size], world)
+                    part = encoded.take(mine) if len(mine) else self._padding(encoded)
+                    losses = self._step(part, scale)
+                    steps += 1
+                    if losses is None:
+                        skipped += 1
+                        continue
+                    total += losses[0] * len(mine)
+                    penalties += losses[1] * len(mine)
+                    trained += len(mine)
         self._learn_calls += 1
         self._taken += steps - skipped
         if close:

@@ -36,6 +36,7 @@ from streamrec.learner.hashing import PADDING_BUCKET
 from streamrec.learner.idmap import DEFAULT_ROW, Admission, IdMap
 from streamrec.learner.idstats import IdStats
 from streamrec.learner.model import ClickTrain
+from streamrec.learner.numpy_attention import one_blas_thread
 from streamrec.learner.ranks import GroupLayout, RankShare
 from streamrec.learner.state import (
     OPTIMIZER_PREFIX,
@@ -220,7 +221,7 @@ class TableLearner(MiniBatchSteps, StateArrays):
         self.train_module.eval()
         chunk = self.cfg.train_batch_size * _PREDICT_CHUNK_FACTOR
         out = np.empty(len(encoded), dtype=np.float64)
-        with paddle.no_grad():
+        with paddle.no_grad(), one_blas_thread():  # once here, not in every chunk's forward
             for start in range(0, len(encoded), chunk):
                 part = encoded.take(np.arange(start, min(start + chunk, len(encoded))))
                 logits = self.model(*self._inputs(part))

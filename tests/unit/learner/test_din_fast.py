@@ -69,10 +69,15 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count `AttentionWeights`'s forward and backward calls, [forward, backward]."""
     calls = [0, 0]
     forward, backward = numpy_attention.AttentionWeights._forward, numpy_attention.AttentionWeights._backward
+    score = numpy_attention.AttentionWeights.score
 
-    def counted_forward(*args: Any) -> Any:
+    def counted_forward(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
-        return forward(*args)
+        return forward(*args, **kwargs)
+
+    def counted_score(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return score(*args, **kwargs)
 
     def counted_backward(*args: Any) -> Any:
         calls[1] += 1
@@ -80,6 +85,7 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(numpy_attention.AttentionWeights, "_forward", staticmethod(counted_forward))
     monkeypatch.setattr(numpy_attention.AttentionWeights, "_backward", staticmethod(counted_backward))
+    monkeypatch.setattr(numpy_attention.AttentionWeights, "score", staticmethod(counted_score))
     return calls
 
 
@@ -88,9 +94,9 @@ def test_the_numpy_form_holds_blas_to_one_thread(monkeypatch: pytest.MonkeyPatch
     seen: list[int] = []
     forward = numpy_attention.AttentionWeights._forward
 
-    def watched(*args: Any) -> Any:
+    def watched(*args: Any, **kwargs: Any) -> Any:
         seen.extend(i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")
-        return forward(*args)
+        return forward(*args, **kwargs)
 
     monkeypatch.setattr(numpy_attention.AttentionWeights, "_forward", staticmethod(watched))
     with threadpoolctl.threadpool_limits(2, user_api="blas"):
@@ -98,6 +104,52 @@ def test_the_numpy_form_holds_blas_to_one_thread(monkeypatch: pytest.MonkeyPatch
         keys = paddle.concat([paddle.randn([3, 2, 4]), paddle.ones([3, 2, 1])], axis=-1)
         unit(paddle.randn([3, 4]), keys, paddle.ones([3, 2]))
     assert seen and set(seen) == {1}
+
+
+def test_the_blas_cap_is_entered_once_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The BLAS cap (~30 µs to enter) is entered once per `learn_encoded` and `predict_encoded`."""
+    seen: list[int] = []
+    entered = [0]
+    forward, limit = numpy_attention.AttentionWeights._forward, threadpoolctl.ThreadpoolController.limit
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        seen.extend(i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas")
+        return forward(*args, **kwargs)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        entered[0] += 1
+        return limit(*args, **kwargs)
+
+    monkeypatch.setattr(numpy_attention.AttentionWeights, "_forward", staticmethod(watched))
+    monkeypatch.setattr(threadpoolctl.ThreadpoolController, "limit", counted)
+    calls = _count_calls(monkeypatch)
+    learner = DINLearner(model(attention_units=(8, 6), mlp_units=(8, 5), train_batch_size=4))
+    batch = SampleColumns.from_samples(featured(12))
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        entered[0] = 0  # the line above may use a controller's limit too
+        learner.learn_many(batch)  # 3 steps, each a forward and a backward
+        learner.predict_many(batch)
+    assert calls[0] >= 4 and calls[1] == 3
+    assert entered[0] == 2
+    assert seen and set(seen) == {1}
+
+
+@pytest.mark.parametrize("top", [1.0, 1.5], ids=["slopes-at-most-1", "a-slope-above-1"])
+def test_scoring_without_a_backward_equals_the_training_forward(top: float) -> None:
+    """`AttentionWeights.score` (PReLU as max(x, a x), or by its derivative when a slope exceeds 1)."""
+    rng = np.random.default_rng(7)
+    unit = LocalActivationUnit(4, (6, 5))
+    for p in unit.parameters():
+        p.set_value(rng.normal(0, 0.5, p.shape).astype(np.float32))
+    for layer in list(unit.score)[1::2]:  # the PReLUs: slopes from -0.5 to ``top``
+        (slope,) = layer.parameters()
+        slope.set_value(np.linspace(-0.5, top, slope.shape[0]).astype(np.float32))
+    keys = paddle.concat([paddle.randn([3, 7, 4]), paddle.ones([3, 7, 1])], axis=-1)
+    query, mask = paddle.randn([3, 4]), paddle.to_tensor([[1.0] * 7, [1.0] * 4 + [0.0] * 3, [0.0] * 7])
+    trained = numpy_attention.pooled_history(query, keys, mask, list(unit.score)).numpy()
+    with paddle.no_grad():
+        scored = numpy_attention.pooled_history(query, keys, mask, list(unit.score)).numpy()
+    np.testing.assert_allclose(scored, trained, rtol=1e-5, atol=1e-6)
 
 
 def test_the_numpy_form_is_not_traced(monkeypatch: pytest.MonkeyPatch) -> None:
