@@ -22,6 +22,7 @@ for no gain (the benchmark's samples per CPU second, 2,271-2,303 against 4,039-4
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -38,7 +39,9 @@ from streamrec.learner.onnxforms import prelu_slope
 ENABLED = True
 
 _BLAS: list[ThreadpoolController] = []  # found once, at the first use (it inspects the process)
-_HELD = [0]  # how many `one_blas_thread` contexts are open (the learner trains and scores on one thread)
+# How many `one_blas_thread` contexts this thread has open: per thread, since an export may
+# score beside the training thread (a shared count could lose an update and stay non-zero).
+_HELD = threading.local()
 
 
 @contextmanager
@@ -49,17 +52,17 @@ def one_blas_thread() -> Iterator[None]:
     whole training pass or scoring pass (`streamrec.learner.steps`, `streamrec.learner.trainer`),
     and `AttentionWeights` enters it itself only when called outside one.
     """
-    if _HELD[0]:
+    if getattr(_HELD, "depth", 0):
         yield
         return
     if not _BLAS:
         _BLAS.append(ThreadpoolController())
     with _BLAS[0].limit(limits=1, user_api="blas"):
-        _HELD[0] += 1
+        _HELD.depth = 1
         try:
             yield
         finally:
-            _HELD[0] -= 1
+            _HELD.depth = 0
 
 
 def usable(keys: paddle.Tensor) -> bool:

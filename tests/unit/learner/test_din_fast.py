@@ -8,6 +8,7 @@ tolerance, with padding and with declared features (behaviour features along the
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -132,6 +133,39 @@ def test_the_blas_cap_is_entered_once_a_pass(monkeypatch: pytest.MonkeyPatch) ->
     assert calls[0] >= 4 and calls[1] == 3
     assert entered[0] == 2
     assert seen and set(seen) == {1}
+
+
+def test_the_blas_cap_is_held_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread (an export scoring beside training) enters the cap itself, and the
+    two threads' contexts never corrupt each other's count: a shared count could be left
+    non-zero by a lost update, and then no later pass would be capped at all.
+    """
+    entered = [0]
+    limit = threadpoolctl.ThreadpoolController.limit
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        entered[0] += 1
+        return limit(*args, **kwargs)
+
+    monkeypatch.setattr(threadpoolctl.ThreadpoolController, "limit", counted)
+    inside, leave = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with numpy_attention.one_blas_thread():
+            inside.set()
+            leave.wait(5)
+
+    with numpy_attention.one_blas_thread():
+        worker = threading.Thread(target=other)
+        worker.start()
+        assert inside.wait(5)
+        with numpy_attention.one_blas_thread():  # nested in this thread: free
+            pass
+        leave.set()
+        worker.join(5)
+    assert entered[0] == 2
+    with numpy_attention.one_blas_thread():  # both left: the next pass is capped again
+        assert entered[0] == 3
 
 
 @pytest.mark.parametrize("top", [1.0, 1.5], ids=["slopes-at-most-1", "a-slope-above-1"])
