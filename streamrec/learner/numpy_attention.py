@@ -11,7 +11,10 @@ the first layer's per-sample weights, of batched matmuls and of (PReLU, Linear) 
 [B*T, H] rows never become Paddle tensors. Paddle sees one operator where the first layer's
 per-sample weights and the pooling took ~25 and their gradients; the parameters and their
 gradients are Paddle's as before.
-Scoring (no gradient) skips the PyLayer and keeps nothing for a backward.
+Scoring (no gradient) skips the PyLayer and keeps nothing for a backward. After the first layer
+the MLP runs on the behaviours' rows only (`_live`): padding's are weighted by zero and get no
+gradient, so dropping them changes no value (the bare training loop 1.12x on MovieLens, whose
+mini-batches are 80% behaviours).
 
 It runs only in dygraph on the CPU (`usable`): a traced graph (the export) and a GPU keep
 the Paddle form, `streamrec.learner.model.mlp_tail`. numpy's BLAS runs on one thread here, as
@@ -141,13 +144,14 @@ class AttentionWeights(PyLayer):
         """`forward`'s weights without a backward: PReLU in two passes, nothing kept."""
         k = keys.numpy()
         first = [a.numpy() for a in params[:2]]
-        x = np.matmul(k, _per_sample(query.numpy(), *first)).reshape(k.shape[0] * k.shape[1], -1)
+        live = _live(mask)
+        x = _rows(np.matmul(k, _per_sample(query.numpy(), *first)), live)
         arrays = [a.numpy() for a in params[2:]]
         for i in range(0, len(arrays), 3):
             slope, weight, bias = arrays[i : i + 3]
             x = _times(_prelu(x, slope), weight)
             x += bias
-        return paddle.to_tensor(_pool(x.reshape(k.shape[0], k.shape[1]), mask, k)[1])
+        return paddle.to_tensor(_pool(_unrows(x, live, mask.shape), mask, k)[1])
 
     @staticmethod
     def forward(
@@ -165,8 +169,8 @@ class AttentionWeights(PyLayer):
         q, k = query.numpy(), keys.numpy()
         first = [a.numpy() for a in params[:2]]
         p = _per_sample(q, *first)
-        b, t = k.shape[0], k.shape[1]
-        x = np.matmul(k, p).reshape(b * t, -1)
+        live = _live(mask)
+        x = _rows(np.matmul(k, p), live)
         arrays = [a.numpy() for a in params[2:]]
         saved = []
         for i in range(0, len(arrays), 3):
@@ -176,8 +180,8 @@ class AttentionWeights(PyLayer):
             saved.append((x, factor, z))
             x = _times(z, weight)
             x += bias
-        by, pooled = _pool(x.reshape(b, t), mask, k)
-        ctx.arrays = (q, k, p, first[0], arrays, saved, mask, by)
+        by, pooled = _pool(_unrows(x, live, mask.shape), mask, k)
+        ctx.arrays = (q, k, p, first[0], arrays, saved, mask, by, live)
         return paddle.to_tensor(pooled)
 
     @staticmethod
@@ -189,13 +193,14 @@ class AttentionWeights(PyLayer):
     @staticmethod
     def _backward(ctx: Any, grad: paddle.Tensor) -> tuple[paddle.Tensor, ...]:
         """`backward`'s work; it never writes the saved arrays (a second backward sees them whole)."""
-        q, k, p, first, arrays, saved, mask, by = ctx.arrays
+        q, k, p, first, arrays, saved, mask, by, live = ctx.arrays
         b, t = k.shape[0], k.shape[1]
         d_pooled = grad.numpy()
         # The pooling's chain rule: the weights' gradient (masked) and the keys' share of it.
-        g = (np.matmul(d_pooled[:, :1], k[:, :, :-1].transpose(0, 2, 1))[:, 0] * mask).reshape(b * t, 1)
+        g = np.matmul(d_pooled[:, :1], k[:, :, :-1].transpose(0, 2, 1))[:, 0] * mask
+        g = g.reshape(b * t, 1) if live is None else g.reshape(b * t, 1)[live]
         dk_pooled = np.matmul(by.transpose(0, 2, 1), d_pooled)
-        ones = np.ones(b * t, np.float32)  # the biases' gradients as products: 7x faster than sum(axis=0)
+        ones = np.ones(len(g), np.float32)  # the biases' gradients as products: 7x faster than sum(axis=0)
         grads: list[np.ndarray] = []
         for i in range(len(saved) - 1, -1, -1):
             weight = arrays[3 * i + 1]
@@ -213,11 +218,40 @@ class AttentionWeights(PyLayer):
                 g_in = np.multiply(dz, factor, out=dz)
             grads = [slope_grad, z.T @ g, ones @ g, *grads]
             g = g_in
+        if live is not None:  # padding's rows: no gradient
+            g_all = np.zeros((b * t, g.shape[1]), np.float32)
+            g_all[live] = g
+            g = g_all
         dh = g.reshape(b, t, -1)
         dk = np.matmul(dh, p.transpose(0, 2, 1))
         dk[:, :, :-1] += dk_pooled
         dq, dw, db = _per_sample_grads(q, first, np.matmul(k.transpose(0, 2, 1), dh))
         return tuple(paddle.to_tensor(a) for a in (dq, dk, dw, db, *grads))
+
+
+def _live(mask: np.ndarray) -> np.ndarray | None:
+    """The flat [B*T] positions that hold a behaviour, None when every one does.
+
+    Padding's rows are weighted by zero in the pooling and get no gradient, so the MLP runs
+    on the behaviours' rows only: on MovieLens's samples, 80% of the [B*T] positions.
+    """
+    live = np.flatnonzero(mask.ravel())
+    return None if len(live) == mask.size else live
+
+
+def _rows(products: np.ndarray, live: np.ndarray | None) -> np.ndarray:
+    """The first layer's [B, T, H] ``products`` as rows, [B*T, H], or the ``live`` ones only."""
+    rows = products.reshape(-1, products.shape[-1])
+    return rows if live is None else rows[live]
+
+
+def _unrows(weights: np.ndarray, live: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    """The MLP's one-column output back in the [B, T] positions; padding's weights zero."""
+    if live is None:
+        return weights.reshape(shape)
+    out = np.zeros(shape, np.float32)
+    out.ravel()[live] = weights[:, 0]
+    return out
 
 
 def _prelu(x: np.ndarray, slope: np.ndarray) -> np.ndarray:

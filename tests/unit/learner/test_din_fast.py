@@ -287,3 +287,36 @@ def test_the_onnx_layers_on_random_inputs() -> None:
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [[[1.0] * 6] * 3, [[1.0] * 6, [0.0] * 2 + [1.0] * 4, [0.0] * 6], [[0.0] * 6] * 3],
+    ids=["every-position-a-behaviour", "some-padding", "only-padding"],
+)
+def test_the_numpy_form_runs_the_behaviours_rows_only_with_the_papers_values(mask: list[list[float]]) -> None:
+    """Padding's rows are dropped before the MLP and its weights restored as zeros: the same
+    pooled values and gradients (query, keys, every parameter) as the paper's attention."""
+    rng = np.random.default_rng(3)
+    unit = LocalActivationUnit(4, (6, 5))
+    for p in unit.parameters():
+        p.set_value(rng.normal(0, 0.5, p.shape).astype(np.float32))
+    keys_in = np.concatenate([rng.normal(size=(3, 6, 4)), np.ones((3, 6, 1))], axis=-1).astype(np.float32)
+    query_in = rng.normal(size=(3, 4)).astype(np.float32)
+    weights = paddle.to_tensor(rng.normal(size=(3, 2, 4)).astype(np.float32))
+    results = []
+    for form in ("numpy", "paper"):
+        query, keys = paddle.to_tensor(query_in, stop_gradient=False), paddle.to_tensor(keys_in, stop_gradient=False)
+        m = paddle.to_tensor(mask)
+        if form == "numpy":
+            pooled = numpy_attention.pooled_history(query, keys, m, list(unit.score))
+        else:
+            pooled = paddle.stack(reference_attention(unit, query, keys, m), axis=1)
+        (pooled * weights).sum().backward()
+        grads = [query.grad.numpy().copy(), keys.grad.numpy()[:, :, :-1].copy()]
+        grads += [p.grad.numpy().copy() for p in unit.parameters()]
+        unit.clear_gradients()
+        results.append((pooled.numpy(), grads))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-5, atol=1e-5)
+    for ours, theirs in zip(results[0][1], results[1][1], strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
