@@ -9,7 +9,7 @@ Data: MovieLens latest-small (real ratings), samples built by the consumers' own
 the in-memory feature store; micro-batches of 2,500, one pass each. The process keeps freed
 tensor memory for reuse (`streamrec.heapsettings`), as ``streamrec learner run`` does.
 
-    .venv/bin/python bench/learner_throughput.py [--samples N] [--extras] [--train-batch N] [--mkl-default]
+    .venv/bin/python bench/learner_throughput.py [--samples N] [--extras] [--train-batch N] [--learning-rate LR] [--mkl-default]
 
 FLOPs: counted from the model's own shapes, as the paper writes DIN (the attention's first
 layer on the concatenation [q, k, q-k, q*k]; multiply-add = 2 FLOPs). With T the sequence
@@ -193,6 +193,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=40_000)
     parser.add_argument("--extras", action="store_true", help="four declared features (see above)")
     parser.add_argument("--train-batch", type=int, default=None, help="mini-batch (default: the config's)")
+    parser.add_argument("--learning-rate", type=float, default=None, help="(default: the config's)")
     parser.add_argument(
         "--mkl-default", action="store_true", help="MKL chooses its own code path"
     )
@@ -204,7 +205,8 @@ def main() -> None:
     schema = EXTRAS if args.extras else FeatureSchema.default()
     if args.extras:
         wire = [with_extras(r) for r in wire]
-    cfg = ModelConfig() if args.train_batch is None else ModelConfig(train_batch_size=args.train_batch)
+    settings = {"train_batch_size": args.train_batch, "learning_rate": args.learning_rate}
+    cfg = ModelConfig(**{k: v for k, v in settings.items() if v is not None})
     chunks = [wire[i : i + MICRO_BATCH] for i in range(0, len(wire), MICRO_BATCH)]
 
     # Ceiling: score and train, on batches encoded outside the timed region (by a learner
@@ -258,6 +260,7 @@ def main() -> None:
                 "bare_loop_samples_per_cpu_s": round(ceiling_cpu),
                 "mkl_debug_cpu_type": os.environ.get(MKL_CPU_TYPE),  # set here (streamrec's) or before
                 "train_batch": cfg.train_batch_size,
+                "learning_rate": cfg.learning_rate,
                 "model_mflop_per_sample": round(flops / 1e6, 3),
                 "learner_gflop_per_s": round(flops * rate / 1e9, 3),
                 "bare_loop_gflop_per_s": round(flops * ceiling / 1e9, 3),
