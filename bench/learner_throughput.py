@@ -9,7 +9,8 @@ Data: MovieLens latest-small (real ratings), samples built by the consumers' own
 the in-memory feature store; micro-batches of 2,500, one pass each. The process keeps freed
 tensor memory for reuse (`streamrec.heapsettings`), as ``streamrec learner run`` does.
 
-    .venv/bin/python bench/learner_throughput.py [--samples N] [--extras] [--train-batch N] [--learning-rate LR] [--mkl-default]
+    .venv/bin/python bench/learner_throughput.py [--samples N] [--extras] [--train-batch N]
+        [--learning-rate LR] [--mkl-default]
 
 FLOPs: counted from the model's own shapes, as the paper writes DIN (the attention's first
 layer on the concatenation [q, k, q-k, q*k]; multiply-add = 2 FLOPs). With T the sequence
