@@ -151,7 +151,7 @@ class AttentionWeights(PyLayer):
             slope, weight, bias = arrays[i : i + 3]
             x = _times(_prelu(x, slope), weight)
             x += bias
-        return paddle.to_tensor(_pool(_unrows(x, live, mask.shape), mask, k)[1])
+        return paddle.to_tensor(_pool(_unrows(x, live, mask.size).reshape(mask.shape), mask, k)[1])
 
     @staticmethod
     def forward(
@@ -180,7 +180,7 @@ class AttentionWeights(PyLayer):
             saved.append((x, factor, z))
             x = _times(z, weight)
             x += bias
-        by, pooled = _pool(_unrows(x, live, mask.shape), mask, k)
+        by, pooled = _pool(_unrows(x, live, mask.size).reshape(mask.shape), mask, k)
         ctx.arrays = (q, k, p, first[0], arrays, saved, mask, by, live)
         return paddle.to_tensor(pooled)
 
@@ -198,7 +198,7 @@ class AttentionWeights(PyLayer):
         d_pooled = grad.numpy()
         # The pooling's chain rule: the weights' gradient (masked) and the keys' share of it.
         g = np.matmul(d_pooled[:, :1], k[:, :, :-1].transpose(0, 2, 1))[:, 0] * mask
-        g = g.reshape(b * t, 1) if live is None else g.reshape(b * t, 1)[live]
+        g = _rows(g[:, :, None], live)
         dk_pooled = np.matmul(by.transpose(0, 2, 1), d_pooled)
         ones = np.ones(len(g), np.float32)  # the biases' gradients as products: 7x faster than sum(axis=0)
         grads: list[np.ndarray] = []
@@ -218,11 +218,7 @@ class AttentionWeights(PyLayer):
                 g_in = np.multiply(dz, factor, out=dz)
             grads = [slope_grad, z.T @ g, ones @ g, *grads]
             g = g_in
-        if live is not None:  # padding's rows: no gradient
-            g_all = np.zeros((b * t, g.shape[1]), np.float32)
-            g_all[live] = g
-            g = g_all
-        dh = g.reshape(b, t, -1)
+        dh = _unrows(g, live, b * t).reshape(b, t, -1)  # padding's rows: no gradient
         dk = np.matmul(dh, p.transpose(0, 2, 1))
         dk[:, :, :-1] += dk_pooled
         dq, dw, db = _per_sample_grads(q, first, np.matmul(k.transpose(0, 2, 1), dh))
@@ -240,17 +236,17 @@ def _live(mask: np.ndarray) -> np.ndarray | None:
 
 
 def _rows(products: np.ndarray, live: np.ndarray | None) -> np.ndarray:
-    """The first layer's [B, T, H] ``products`` as rows, [B*T, H], or the ``live`` ones only."""
+    """[B, T, H] ``products`` as rows, [B*T, H], or the ``live`` ones only (`_unrows` undoes it)."""
     rows = products.reshape(-1, products.shape[-1])
     return rows if live is None else rows[live]
 
 
-def _unrows(weights: np.ndarray, live: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
-    """The MLP's one-column output back in the [B, T] positions; padding's weights zero."""
+def _unrows(rows: np.ndarray, live: np.ndarray | None, count: int) -> np.ndarray:
+    """`_rows`'s ``rows`` [N, H] back in all ``count`` = B*T positions, [B*T, H]; padding's zero."""
     if live is None:
-        return weights.reshape(shape)
-    out = np.zeros(shape, np.float32)
-    out.ravel()[live] = weights[:, 0]
+        return rows
+    out = np.zeros((count, rows.shape[1]), rows.dtype)
+    out[live] = rows
     return out
 
 
