@@ -2,9 +2,10 @@
 
 Ceiling: the same DIN scoring and then training on every micro-batch, already encoded into
 tensor-ready arrays (the bare loop: the model's own compute). streamrec: the learner's whole
-per-micro-batch path on the same samples: decode and validate the sample JSON into a SampleColumns,
-encode it (ids, id statistics), score (progressive validation), compute the metrics, train,
-mark known items. The ratio is what decoding, id lookup and batch assembly cost.
+per-micro-batch path on the same samples, as the learner's loop takes it: decode and validate
+the sample JSON into a SampleColumns, encode it (ids, id statistics), score (progressive
+validation), train, mark known items, then the micro-batch's report (its metrics, the match
+features' tells among them). The ratio is what decoding, id lookup and batch assembly cost.
 Data: MovieLens latest-small (real ratings), samples built by the consumers' own logic on
 the in-memory feature store; micro-batches of 2,500, one pass each. The process keeps freed
 tensor memory for reuse (`streamrec.heapsettings`), as ``streamrec learner run`` does.
@@ -69,8 +70,8 @@ from streamrec.kafka.records import Record
 from streamrec.kernelsettings import MKL_CPU_TYPE, prefer_avx2_kernels
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
-from streamrec.learner.metrics import MicroBatchMetrics
 from streamrec.learner.model import DIN
+from streamrec.learner.reports import StepResult, micro_batch_report
 from streamrec.samples import Sample
 
 MOVIELENS = Path(__file__).resolve().parents[1] / "streamrec" / "demo_data" / "movielens-latest-small"
@@ -231,12 +232,13 @@ def main() -> None:
     learner = DINLearner(cfg, schema=schema)
     aucs = []
     start, cpu = time.perf_counter(), time.process_time()
-    for chunk in chunks:
+    for index, chunk in enumerate(chunks, 1):  # as `streamrec.learner.runner.LearnerRunner` does
         batch = SampleColumns.from_samples([Sample.from_json(r) for r in chunk])
         probs = learner.predict_many(batch)
-        metrics = MicroBatchMetrics.compute(batch.label, probs, batch.user_ids, learner.is_known(batch))
-        learner.learn_many(batch)
-        aucs.append(metrics.auc)
+        known = learner.is_known(batch)
+        trained = learner.learn_many(batch)
+        report = micro_batch_report(index, batch, StepResult(probs, known, trained, 0.0, 0.0), 0, 0)
+        aucs.append(report.metrics.auc)
     rate = len(wire) / (time.perf_counter() - start)
     rate_cpu = len(wire) / (time.process_time() - cpu)
     model = learner.model

@@ -18,7 +18,14 @@ import numpy as np
 
 from streamrec.config import BEHAVIOUR_FEATURES, USER_FEATURE, Feature, ModelConfig, TableConfig
 from streamrec.features import BUILTIN
-from streamrec.learner.hashing import PADDING_BUCKET, distinct_fingerprints, fingerprint, to_buckets
+from streamrec.learner.hashing import (
+    PADDING_BUCKET,
+    FirstPositions,
+    distinct_fingerprints,
+    fingerprint,
+    first_positions,
+    to_buckets,
+)
 from streamrec.samples import BUILTIN_FIELDS, Sample, builtin_columns
 
 
@@ -76,6 +83,9 @@ class SampleColumns:
     label: np.ndarray
     seq_lengths: np.ndarray
     features: Mapping[str, FeatureColumn]
+    # `sequence_positions`'s, by feature: the learner's encoding and the report's match
+    # features both read them, once per batch.
+    _positions: dict[str, FirstPositions] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def from_samples(cls, samples: Sequence[Sample]) -> SampleColumns:
@@ -128,6 +138,17 @@ class SampleColumns:
             ValueError: the feature is not of kind ``id`` or has no sequence side.
         """
         return _ids(feature, self.features[feature].sequence)
+
+    def sequence_positions(self, feature: Feature) -> FirstPositions:
+        """`streamrec.learner.hashing.first_positions` of `sequence_ids`, found once per batch.
+
+        Raises:
+            KeyError: the batch has no such feature.
+            ValueError: the feature is not of kind ``id`` or has no sequence side.
+        """
+        if feature not in self._positions:
+            self._positions[feature] = first_positions(self.sequence_ids(feature))
+        return self._positions[feature]
 
 
 def _builtin_columns(samples: Sequence[Sample]) -> tuple[np.ndarray, dict[str, FeatureColumn]]:
@@ -335,7 +356,8 @@ def column_keys(batch: SampleColumns, cfg: ModelConfig) -> ColumnKeys:
         targets[table.name] = fingerprint(batch.target_ids(table.feature))
         if table.feature in BEHAVIOUR_FEATURES:
             ids = batch.sequence_ids(table.feature)
-            sequences[table.name], index[table.name] = distinct_fingerprints(ids)
+            positions = batch.sequence_positions(table.feature)
+            sequences[table.name], index[table.name] = distinct_fingerprints(ids, positions)
     return ColumnKeys(targets, sequences, index)
 
 
