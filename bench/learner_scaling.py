@@ -60,6 +60,9 @@ def rank_main(out: str, samples: int, micro_batch: int, half: int | None = None)
     from learner_throughput import wire_samples
 
     from streamrec.config import ModelConfig
+    from streamrec.gcsettings import tune_for_batches
+    from streamrec.heapsettings import keep_freed_memory
+    from streamrec.kernelsettings import prefer_avx2_kernels
     from streamrec.learner.columns import SampleColumns
     from streamrec.learner.din import DINLearner
     from streamrec.learner.ranked import group_step
@@ -68,6 +71,7 @@ def rank_main(out: str, samples: int, micro_batch: int, half: int | None = None)
     from streamrec.learner.scored import Scored, gather_scores
     from streamrec.samples import parse_sample
 
+    prefer_avx2_kernels()  # as `streamrec learner run` does, before the first matrix product
     rank, world = launched_world()
     part, parts = (rank, world) if half is None else (half, 2)
     os.sched_setaffinity(0, {part % (os.cpu_count() or 1)})
@@ -77,6 +81,8 @@ def rank_main(out: str, samples: int, micro_batch: int, half: int | None = None)
     group = RankGroup(rank, world, timeout_s=600.0)
     learner = DINLearner(ModelConfig())
     learner.data_parallel(group.share)
+    tune_for_batches()  # as a rank of `streamrec learner run --workers N` does, before its loop
+    keep_freed_memory()
     group.gather(np.zeros(1), "start")  # every rank ready: the clock starts together
     start, cpu = time.perf_counter(), time.process_time()
     trained = 0

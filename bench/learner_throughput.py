@@ -65,6 +65,7 @@ from streamrec.consumers.processor import SampleBuilder
 from streamrec.datasets import read_events
 from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.featurestore import MemoryFeatureStore
+from streamrec.gcsettings import tune_for_batches
 from streamrec.heapsettings import keep_freed_memory
 from streamrec.kafka.records import Record
 from streamrec.kernelsettings import MKL_CPU_TYPE, prefer_avx2_kernels
@@ -222,6 +223,7 @@ def main() -> None:
         prepared.append(counter.encode(batch))
         counter.count(batch)
     bare = DINLearner(cfg, rows=counter.rows, schema=schema)
+    tune_for_batches()  # for both loops, as `streamrec learner run` does before its loop
     start, cpu = time.perf_counter(), time.process_time()
     for encoded in prepared:
         bare.predict_encoded(encoded)
