@@ -19,7 +19,9 @@ speedup is what is left of them: ``cpu_speedup`` (the one rank's CPU seconds ove
 of the two ranks') says what the split of the work gives on free cores, with
 ``load_average_1m`` beside it.
 
-    .venv/bin/python bench/learner_scaling.py [--samples N] [--micro-batch M] [--rounds R]
+    .venv/bin/python bench/learner_scaling.py [--samples N] [--micro-batch M] [--rounds R] [--train-batch B]
+
+``--train-batch B``: each rank's share of a mini-batch (one rank trains B, two ranks 2 x B).
 
 Beside them, the same run measures two lone ranks at once (``--rounds`` pairs alike): two
 single processes, one on each core, each training the half of the samples that a rank of two
@@ -52,7 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 PARTITIONS = 4
 
 
-def rank_main(out: str, samples: int, micro_batch: int, half: int | None = None) -> None:
+def rank_main(
+    out: str, samples: int, micro_batch: int, half: int | None = None, train_batch: int | None = None
+) -> None:
     """One rank's run: its share of the samples, micro-batch by micro-batch; rank 0 writes the rate.
 
     ``half`` (0 or 1): a lone rank on core ``half`` with the samples rank ``half`` of two holds.
@@ -79,7 +83,7 @@ def rank_main(out: str, samples: int, micro_batch: int, half: int | None = None)
     wire = wire_samples(samples)
     mine = [(i, w) for i, w in enumerate(wire) if i % parts == part]
     group = RankGroup(rank, world, timeout_s=600.0)
-    learner = DINLearner(ModelConfig())
+    learner = DINLearner(ModelConfig() if train_batch is None else ModelConfig(train_batch_size=train_batch))
     learner.data_parallel(group.share)
     tune_for_batches()  # as a rank of `streamrec learner run --workers N` does, before its loop
     keep_freed_memory()
@@ -104,23 +108,23 @@ def rank_main(out: str, samples: int, micro_batch: int, half: int | None = None)
         Path(out).write_text(json.dumps({"samples": trained, "seconds": seconds, "cpu_seconds": busiest}))
 
 
-def measure(world: int, samples: int, micro_batch: int, logs: Path) -> dict[str, float]:
+def measure(world: int, samples: int, micro_batch: int, logs: Path, extra: list[str]) -> dict[str, float]:
     """Run ``world`` ranks; rank 0's figures."""
     out = logs / f"world{world}.json"
     launch = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world)]
-    command = rank_command(out, samples, micro_batch)
+    command = [*rank_command(out, samples, micro_batch), *extra]
     if world > 1:
         command = [*launch, "--log_dir", str(logs / f"world{world}"), *command[1:]]
     done = subprocess.run(command, env=rank_env(), capture_output=True, text=True, check=False)
     return result(f"{world} ranks", done.returncode, out, done.stdout + done.stderr)
 
 
-def measure_lone_pair(samples: int, micro_batch: int, logs: Path) -> dict[str, float]:
+def measure_lone_pair(samples: int, micro_batch: int, logs: Path, extra: list[str]) -> dict[str, float]:
     """Two lone ranks at once, each on its core with its half: the busier one's CPU seconds."""
     outs = [logs / f"half{h}.json" for h in (0, 1)]
     runs = [
         subprocess.Popen(
-            [*rank_command(out, samples, micro_batch), "--half", str(h)],
+            [*rank_command(out, samples, micro_batch), *extra, "--half", str(h)],
             env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         for h, out in enumerate(outs)
@@ -160,24 +164,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="one rank then two, this many times")
     parser.add_argument("--rank-run", help=argparse.SUPPRESS)
     parser.add_argument("--half", type=int, choices=(0, 1), help=argparse.SUPPRESS)
+    parser.add_argument("--train-batch", type=int, help="a rank's mini-batch share (default: the config's)")
     args = parser.parse_args()
+    extra = [] if args.train_batch is None else ["--train-batch", str(args.train_batch)]
     if args.rank_run:
-        rank_main(args.rank_run, args.samples, args.micro_batch, args.half)
+        rank_main(args.rank_run, args.samples, args.micro_batch, args.half, args.train_batch)
         return
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("two ranks on two cores need two cores")
     rounds = []
     for _ in range(args.rounds):
         with tempfile.TemporaryDirectory() as tmp:
-            one = measure(1, args.samples, args.micro_batch, Path(tmp))
-            two = measure(2, args.samples, args.micro_batch, Path(tmp))
-            pair = measure_lone_pair(args.samples, args.micro_batch, Path(tmp))
+            one = measure(1, args.samples, args.micro_batch, Path(tmp), extra)
+            two = measure(2, args.samples, args.micro_batch, Path(tmp), extra)
+            pair = measure_lone_pair(args.samples, args.micro_batch, Path(tmp), extra)
         rounds.append(figures(one, two, pair))
         print(json.dumps(rounds[-1]), flush=True)
     print(json.dumps({
         "bench": "learner_scaling",
         "samples": int(one["samples"]),
         "micro_batch_per_rank": args.micro_batch,
+        "train_batch": args.train_batch or default_train_batch(),
         **{key: statistics.median(r[key] for r in rounds) for key in rounds[0]},
         "goal": 1.7,
         "rounds": len(rounds),
@@ -185,6 +192,13 @@ def main() -> None:
         "cpu_speedups": [r["cpu_speedup"] for r in rounds],
         "pair_cpu_speedups": [r["pair_cpu_speedup"] for r in rounds],
     }))
+
+
+def default_train_batch() -> int:
+    """The config's mini-batch (streamrec imported here only: the ranks import it themselves)."""
+    from streamrec.config import ModelConfig
+
+    return ModelConfig().train_batch_size
 
 
 def figures(one: dict[str, float], two: dict[str, float], pair: dict[str, float]) -> dict[str, float]:
