@@ -13,7 +13,7 @@ import pytest
 from streamrec.config import ModelConfig
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
-from streamrec.learner.gradients import Gradients, GradientSum
+from streamrec.learner.gradients import Gradients, GradientSum, overwrite_rows
 from streamrec.samples import Sample
 from tests.support import small_tables
 
@@ -108,3 +108,26 @@ def test_a_sparse_gradient_outside_an_embedding_layer_is_refused() -> None:
     paddle.nn.functional.embedding(paddle.to_tensor([1, 3]), module.weight, sparse=True).sum().backward()
     with pytest.raises(TypeError, match="nn.Embedding"):
         GradientSum(module, lambda a, w: [a]).mine()
+
+
+def test_row_gradients_overwritten_in_place_step_as_the_surrogate_backward_pass_makes_them() -> None:
+    # `GradientSum.set` writes a row gradient where the backward pass left one (`overwrite_rows`)
+    # and builds it by a surrogate backward pass where there is none: the optimizer steps alike.
+    batch = SampleColumns.from_samples(samples(16))
+    in_place, surrogate = DINLearner(CFG), DINLearner(CFG)
+    backward(in_place, batch, 1.0)
+    sums = [GradientSum(learner.train_module, lambda a, w: []) for learner in (in_place, surrogate)]
+    mean = Gradients.mean([sums[0].mine(), sums[0].mine()])
+    written = []
+    for p, rows, values in zip(sums[0]._sparse, mean.rows, mean.values, strict=True):
+        written.append(overwrite_rows(p, rows, values))
+    assert all(written)  # every table's row gradient was there to overwrite
+    assert all(p.grad is None for p in sums[1]._sparse)  # none: the surrogate's path
+    sums[1].set(mean)
+    for learner in (in_place, surrogate):
+        learner._optimizer.step()
+    got, expected = in_place.state_arrays(), surrogate.state_arrays()
+    keys = [k for k in expected if k.startswith("model/")]
+    assert any("tables" in k for k in keys) and any("biases" in k for k in keys)
+    for key in keys:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
