@@ -355,9 +355,8 @@ def column_keys(batch: SampleColumns, cfg: ModelConfig) -> ColumnKeys:
     for table in cfg.builtin_tables:
         targets[table.name] = fingerprint(batch.target_ids(table.feature))
         if table.feature in BEHAVIOUR_FEATURES:
-            ids = batch.sequence_ids(table.feature)
             positions = batch.sequence_positions(table.feature)
-            sequences[table.name], index[table.name] = distinct_fingerprints(ids, positions)
+            sequences[table.name], index[table.name] = distinct_fingerprints(positions)
     return ColumnKeys(targets, sequences, index)
 
 

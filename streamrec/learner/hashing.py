@@ -52,18 +52,15 @@ def first_positions(ids: Sequence[str]) -> FirstPositions:
     return first, at
 
 
-def distinct_fingerprints(
-    ids: Sequence[str], positions: FirstPositions | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(fingerprint(ids), return_inverse=True)``, hashing each distinct id once.
+def distinct_fingerprints(positions: FirstPositions) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(fingerprint(ids), return_inverse=True)`` from ``first_positions(ids)``.
 
     A micro-batch's sequences repeat a user's history in each of the user's samples (~70,000
-    ids of a few thousand distinct, MovieLens): `first_positions` finds the distinct ones
-    (``positions``, if already found), and only they are encoded, hashed and sorted; 1.7-2x
-    faster than hashing and sorting all. Returns the sorted distinct uint64 fingerprints and,
-    int64 [N], each id's index into them.
+    ids of a few thousand distinct, MovieLens): `first_positions` finds the distinct ones, and
+    only they are encoded, hashed and sorted; 1.7-2x faster than hashing and sorting all.
+    Returns the sorted distinct uint64 fingerprints and, int64 [N], each id's index into them.
     """
-    first, at = first_positions(ids) if positions is None else positions
+    first, at = positions
     distinct, back = np.unique(fingerprint(list(first)), return_inverse=True)
     rank = np.empty(len(at), dtype=np.int64)  # at an id's first position: its index in distinct
     rank[np.fromiter(first.values(), dtype=np.int64, count=len(first))] = back.ravel()
