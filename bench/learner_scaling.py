@@ -64,8 +64,6 @@ def rank_main(
     from learner_throughput import wire_samples
 
     from streamrec.config import ModelConfig
-    from streamrec.gcsettings import tune_for_batches
-    from streamrec.heapsettings import keep_freed_memory
     from streamrec.kernelsettings import prefer_avx2_kernels
     from streamrec.learner.columns import SampleColumns
     from streamrec.learner.din import DINLearner
@@ -73,6 +71,7 @@ def rank_main(
     from streamrec.learner.ranks import GroupLayout, RankGroup, launched_world
     from streamrec.learner.reports import scored_report
     from streamrec.learner.scored import Scored, gather_scores
+    from streamrec.loopsettings import before_training_loop
     from streamrec.samples import parse_sample
 
     prefer_avx2_kernels()  # as `streamrec learner run` does, before the first matrix product
@@ -85,8 +84,7 @@ def rank_main(
     group = RankGroup(rank, world, timeout_s=600.0)
     learner = DINLearner(ModelConfig() if train_batch is None else ModelConfig(train_batch_size=train_batch))
     learner.data_parallel(group.share)
-    tune_for_batches()  # as a rank of `streamrec learner run --workers N` does, before its loop
-    keep_freed_memory()
+    before_training_loop()  # as a rank of `streamrec learner run --workers N` does
     group.gather(np.zeros(1), "start")  # every rank ready: the clock starts together
     start, cpu = time.perf_counter(), time.process_time()
     trained = 0

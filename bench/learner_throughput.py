@@ -65,14 +65,13 @@ from streamrec.consumers.processor import SampleBuilder
 from streamrec.datasets import read_events
 from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.featurestore import MemoryFeatureStore
-from streamrec.gcsettings import tune_for_batches
-from streamrec.heapsettings import keep_freed_memory
 from streamrec.kafka.records import Record
 from streamrec.kernelsettings import MKL_CPU_TYPE, prefer_avx2_kernels
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.model import DIN
 from streamrec.learner.reports import StepResult, micro_batch_report
+from streamrec.loopsettings import before_training_loop
 from streamrec.samples import Sample
 
 MOVIELENS = Path(__file__).resolve().parents[1] / "streamrec" / "demo_data" / "movielens-latest-small"
@@ -201,7 +200,6 @@ def main() -> None:
         "--mkl-default", action="store_true", help="MKL chooses its own code path"
     )
     args = parser.parse_args()
-    keep_freed_memory()  # as the learner's and the backtest's commands do
     if not args.mkl_default:
         prefer_avx2_kernels()  # as the learner's commands do
     wire = wire_samples(args.samples)
@@ -223,7 +221,7 @@ def main() -> None:
         prepared.append(counter.encode(batch))
         counter.count(batch)
     bare = DINLearner(cfg, rows=counter.rows, schema=schema)
-    tune_for_batches()  # for both loops, as `streamrec learner run` does before its loop
+    before_training_loop()  # for both loops, as `streamrec learner run` does before its loop
     start, cpu = time.perf_counter(), time.process_time()
     for encoded in prepared:
         bare.predict_encoded(encoded)

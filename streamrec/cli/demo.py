@@ -57,17 +57,15 @@ def demo(
     """
     from streamrec.config import RedisStoreConfig
     from streamrec.datasets import load_events
-    from streamrec.gcsettings import tune_for_batches
-    from streamrec.heapsettings import keep_freed_memory
     from streamrec.kernelsettings import prefer_avx2_kernels
     from streamrec.learner.registry import check_setting
     from streamrec.local.launch import local_services
+    from streamrec.loopsettings import before_training_loop
     from streamrec.pipeline import run_pipeline  # imports Paddle: only when the demo runs
     from streamrec.snapshots.store import SnapshotStore
 
     with cli_errors():
-        tune_for_batches()
-        keep_freed_memory()
+        before_training_loop()
         prefer_avx2_kernels()
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         events = load_events(data or _bundled_movielens(), fmt, limit=limit)

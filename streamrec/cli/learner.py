@@ -141,12 +141,11 @@ def run(
 
     if workers > 1 and not launched():
         raise typer.Exit(launch_workers(workers))
-    from streamrec.gcsettings import tune_for_batches
-    from streamrec.heapsettings import keep_freed_memory
     from streamrec.kafka.topics import ensure_topics
     from streamrec.kernelsettings import prefer_avx2_kernels
     from streamrec.learner.registry import make_learner
     from streamrec.learner.runner import LearnerRunner
+    from streamrec.loopsettings import before_training_loop
     from streamrec.observability import LearnerMetrics
     from streamrec.serving.gate import Promoter
     from streamrec.snapshots.store import SnapshotStore
@@ -197,8 +196,7 @@ def run(
                 ) as runner:
                     # A copy at each scrape: the runner thread moves the positions meanwhile.
                     serve_metrics(metrics, cfg, lambda: runner.positions.copy())
-                    tune_for_batches()
-                    keep_freed_memory()
+                    before_training_loop()
                     with live_status(status):
                         stats = runner.run(stop_on_signals())
         console.print(

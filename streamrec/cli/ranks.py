@@ -79,11 +79,10 @@ def run_rank(
     which rank 0 holds after each micro-batch); the others only train and score.
     """
     from streamrec.cli.common import print_report, stop_on_signals
-    from streamrec.gcsettings import tune_for_batches
-    from streamrec.heapsettings import keep_freed_memory
     from streamrec.learner.ranked import RankedRunner
     from streamrec.learner.ranks import RankGroup, launched_world
     from streamrec.learner.trainer import TableLearner
+    from streamrec.loopsettings import before_training_loop
 
     if not isinstance(learner, TableLearner):
         raise ConfigError(f"several learner ranks need a table model, not {cfg.model.learner!r}")
@@ -98,8 +97,7 @@ def run_rank(
 
         lead = {"on_report": on_report, "on_snapshot": on_snapshot, "snapshots": store}
     console.print(f"learner rank {rank} of {world}")
-    tune_for_batches()
-    keep_freed_memory()
+    before_training_loop()
     # every rank's promoter scores its own samples by the served version; rank 0's judges
     with RankedRunner(cfg, learner, group, gate=promoter, **lead) as runner:
         if rank == 0:

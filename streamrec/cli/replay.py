@@ -73,9 +73,8 @@ def backtest(
     """Replay DATASET through the consumers' logic and every strategy, each micro-batch scored
     before any strategy trains on it; print the table, write the report.
     """
-    from streamrec.gcsettings import tune_for_batches
-    from streamrec.heapsettings import keep_freed_memory
     from streamrec.kernelsettings import prefer_avx2_kernels
+    from streamrec.loopsettings import before_training_loop
     from streamrec.replay import ablation as ab
     from streamrec.replay import backtest as bt  # Paddle: only when a backtest runs
     from streamrec.replay import report as rp
@@ -83,8 +82,7 @@ def backtest(
     from streamrec.replay.strategies import KINDS
 
     with cli_errors():
-        tune_for_batches()
-        keep_freed_memory()
+        before_training_loop()
         prefer_avx2_kernels()
         kinds = _csv(strategies)
         if unknown := [k for k in kinds if k not in KINDS]:
