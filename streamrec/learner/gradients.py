@@ -42,22 +42,20 @@ class Gradients:
 
     def pack(self) -> np.ndarray:
         """One int64 array: which dense gradients are present, the row counts, rows, then the floats."""
-        present = [g is not None for g in self.dense]
-        floats = np.concatenate(
-            [np.zeros(0, np.float32)]
-            + [g.ravel() for g in self.dense if g is not None]
-            + [v.ravel() for v in self.values]
-        ).astype(np.float32, copy=False)
-        if len(floats) % 2:
-            floats = np.append(floats, np.float32(0))  # whole int64 items
-        return np.concatenate(
-            [
-                np.array(present, np.int64),
-                np.array([len(r) for r in self.rows], np.int64),
-                *(r.astype(np.int64, copy=False) for r in self.rows),
-                floats.view(np.int64),
-            ]
-        )
+        floats = [g.ravel() for g in self.dense if g is not None] + [v.ravel() for v in self.values]
+        head = len(self.dense) + len(self.rows)
+        row_ends = list(accumulate((len(r) for r in self.rows), initial=head))
+        n_floats = sum(len(f) for f in floats)
+        # One array, each part copied once into its place; the floats padded to whole int64 items.
+        packed = np.zeros(row_ends[-1] + (n_floats + 1) // 2, np.int64)
+        packed[: len(self.dense)] = [g is not None for g in self.dense]
+        packed[len(self.dense) : head] = [len(r) for r in self.rows]
+        for (a, b), r in zip(pairwise(row_ends), self.rows, strict=True):
+            packed[a:b] = r
+        tail = packed[row_ends[-1] :].view(np.float32)
+        for (a, b), f in zip(pairwise(accumulate(map(len, floats), initial=0)), floats, strict=True):
+            tail[a:b] = f
+        return packed
 
     @classmethod
     def unpack(
@@ -89,20 +87,30 @@ class Gradients:
         return cls(dense, rows, values)
 
     @classmethod
-    def mean(cls, ranks: Sequence[Gradients]) -> Gradients:
+    def mean(cls, ranks: Sequence[Gradients], into: Sequence[np.ndarray | None] = ()) -> Gradients:
         """The ranks' average: dense gradients summed, row gradients concatenated in rank order.
 
-        Both divided by the number of ranks.
+        Both divided by the number of ranks. A dense average is written into ``into``'s array
+        at its place where it has one (the live gradient, `GradientSum.mine`): no copy to set.
         """
-        world = len(ranks)
+        scale = np.float32(1 / len(ranks))
         dense: list[np.ndarray | None] = []
-        for grads in zip(*(r.dense for r in ranks), strict=True):
+        for i, grads in enumerate(zip(*(r.dense for r in ranks), strict=True)):
             held = [g for g in grads if g is not None]
-            dense.append(None if not held else sum(held[1:], held[0].copy()) / np.float32(world))
+            if not held:
+                dense.append(None)
+                continue
+            given = into[i] if i < len(into) else None
+            total: np.ndarray = np.empty_like(held[0]) if given is None else given
+            np.copyto(total, held[0])
+            for g in held[1:]:
+                total += g
+            total *= scale
+            dense.append(total)
         rows = [np.concatenate(rs) for rs in zip(*(r.rows for r in ranks), strict=True)]
-        values = [
-            np.concatenate(vs) / np.float32(world) for vs in zip(*(r.values for r in ranks), strict=True)
-        ]
+        values = [np.concatenate(vs) for vs in zip(*(r.values for r in ranks), strict=True)]
+        for v in values:
+            v *= scale
         return cls(dense, rows, values)
 
 
@@ -129,11 +137,17 @@ class GradientSum:
 
     def __call__(self) -> None:
         """Exchange this rank's gradients and set the group's average in their place."""
-        gathered = self._gather(self.mine().pack(), "gradients")
-        self.set(Gradients.mean([Gradients.unpack(g, self._shapes, self._widths) for g in gathered]))
+        mine = self.mine()
+        gathered = self._gather(mine.pack(), "gradients")
+        ranks = [Gradients.unpack(g, self._shapes, self._widths) for g in gathered]
+        self.set(Gradients.mean(ranks, into=mine.dense))  # the dense averages land in place
 
     def mine(self) -> Gradients:
-        """This rank's gradients, as the backward pass left them."""
+        """This rank's gradients, as the backward pass left them.
+
+        A dense gradient on the CPU is a view of the live gradient (writing it writes the
+        gradient); elsewhere a copy.
+        """
         rows, values = [], []
         for p, width in zip(self._sparse, self._widths, strict=True):
             if p.grad is None:
@@ -148,7 +162,7 @@ class GradientSum:
                 "a parameter outside the module's nn.Embedding layers has a sparse (row) gradient: "
                 "the ranks cannot average it; look it up through an nn.Embedding(sparse=True)"
             )
-        dense = [None if p.grad is None else p.grad.numpy() for p in self._dense]
+        dense = [None if p.grad is None else _live(p.grad) for p in self._dense]
         return Gradients(dense, rows, values)
 
     def set(self, grads: Gradients) -> None:
@@ -158,7 +172,7 @@ class GradientSum:
                 continue
             if p.grad is None:
                 (p * paddle.to_tensor(g)).sum().backward()  # d/dp sum(p * g) = g exactly
-            else:
+            elif g.ctypes.data != p.grad.data_ptr():  # not already the live gradient (`mine`)
                 p.grad.set_value(g)
         looked, values_in = [], []
         for p, rows, values in zip(self._sparse, grads.rows, grads.values, strict=True):
@@ -189,6 +203,13 @@ def overwrite_rows(param: paddle.Tensor, rows: np.ndarray, values: np.ndarray) -
         return False
     # Paddle's stubs say it returns nothing; it returns the gradient's SelectedRows.
     held: Any = grad.get_selected_rows()  # type: ignore[func-returns-value]
-    held.set_rows(rows)
+    held.set_rows(rows.tolist())  # a list converts in half the time of an array (pybind11)
     held.get_tensor().set(np.ascontiguousarray(values), paddle.CPUPlace())
     return True
+
+
+def _live(grad: paddle.Tensor) -> np.ndarray:
+    """A dense gradient as an array: on the CPU a view of it (DLPack), elsewhere a copy."""
+    if grad.place.is_cpu_place():
+        return np.from_dlpack(grad.detach())
+    return grad.numpy()

@@ -246,6 +246,8 @@ class RankGroup:
         """Every rank's ``array``, all of one length."""
         import paddle.distributed as dist
 
-        parts: list[paddle.Tensor] = []
-        dist.all_gather(parts, paddle.to_tensor(array))
-        return [p.numpy() for p in parts]
+        # Into one tensor, from and to arrays sharing its memory (DLPack): no list of tensors,
+        # no copies; ~0.3 ms less CPU a call on gloo than a list (bench/HISTORY.md).
+        gathered = paddle.empty([self.world * len(array)], "int64")
+        dist.stream.all_gather(gathered, paddle.from_dlpack(array))
+        return list(np.from_dlpack(gathered).reshape(self.world, len(array)))

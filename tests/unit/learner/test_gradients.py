@@ -97,6 +97,33 @@ def test_the_mean_sums_dense_gradients_and_concatenates_rows_in_rank_order_over_
     assert mean.rows[0].tolist() == [1, 1, 2] and mean.values[0].ravel().tolist() == [2.0, 1.0, 3.0]
 
 
+def test_the_mean_writes_dense_averages_into_the_arrays_it_is_given() -> None:
+    # `GradientSum` gives its live gradients (views): the average lands there, nothing to set.
+    a = Gradients([np.ones(2, np.float32), np.ones(1, np.float32)], [], [])
+    b = Gradients([np.full(2, 3, np.float32), np.full(1, 5, np.float32)], [], [])
+    live = np.zeros(2, np.float32)
+    mean = Gradients.mean([a, b], into=[live, None])
+    assert mean.dense[0] is live and live.tolist() == [2.0, 2.0]
+    assert mean.dense[1] is not None and mean.dense[1].tolist() == [3.0]
+    assert a.dense[0] is not None and a.dense[0].tolist() == [1.0, 1.0]  # the ranks' own untouched
+
+
+def test_the_averaged_dense_gradients_are_the_parameters_own_after_the_exchange() -> None:
+    learner = DINLearner(CFG)
+    backward(learner, SampleColumns.from_samples(samples(16)), 1.0)
+    sums = GradientSum(learner.train_module, lambda a, w: [])
+    mine = sums.mine()
+    before = [None if g is None else g.copy() for g in mine.dense]
+    tripled = Gradients([None if g is None else g * 3 for g in before], mine.rows, mine.values).pack()
+    GradientSum(learner.train_module, lambda a, w: [a.copy(), tripled])()
+    after = sums.mine().dense
+    assert any(g is not None for g in before)
+    for got, g in zip(after, before, strict=True):
+        if g is not None:
+            assert got is not None
+            np.testing.assert_allclose(got, 2 * g, rtol=1e-6)  # (g + 3g) / 2
+
+
 def test_gradients_of_another_model_are_refused() -> None:
     packed = Gradients([np.ones(5, np.float32)], [], []).pack()
     with pytest.raises(ValueError, match="not the 3 of this model"):
