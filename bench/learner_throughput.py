@@ -11,7 +11,12 @@ the in-memory feature store; micro-batches of 2,500, one pass each. The process 
 tensor memory for reuse (`streamrec.heapsettings`), as ``streamrec learner run`` does.
 
     .venv/bin/python bench/learner_throughput.py [--samples N] [--extras] [--train-batch N]
-        [--learning-rate LR] [--mkl-default]
+        [--learning-rate LR] [--mkl-default] [--parts P]
+
+``--parts P``: micro-batches of P parts of 2,500 samples, each scored and trained as it is
+gathered (`PartLearner.learn_part`, `streamrec.learner.parts`), one report and one close a
+micro-batch, as the loop runs with ``part_s`` under ``interval_s`` (the defaults: 20 s parts
+of a 180 s micro-batch). P 1: each micro-batch one part, trained whole.
 
 FLOPs: counted from the model's own shapes, as the paper writes DIN (the attention's first
 layer on the concatenation [q, k, q-k, q*k]; multiply-add = 2 FLOPs). With T the sequence
@@ -70,7 +75,8 @@ from streamrec.kernelsettings import MKL_CPU_TYPE, prefer_avx2_kernels
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.model import DIN
-from streamrec.learner.reports import StepResult, micro_batch_report
+from streamrec.learner.parts import MicroBatchParts
+from streamrec.learner.reports import StepResult, scored_report
 from streamrec.loopsettings import before_training_loop
 from streamrec.samples import Sample
 
@@ -199,6 +205,10 @@ def main() -> None:
     parser.add_argument(
         "--mkl-default", action="store_true", help="MKL chooses its own code path"
     )
+    parser.add_argument(
+        "--parts", type=int, default=1,
+        help="micro-batches of this many parts, trained as each is gathered (`part_s`)",
+    )
     args = parser.parse_args()
     if not args.mkl_default:
         prefer_avx2_kernels()  # as the learner's commands do
@@ -230,17 +240,24 @@ def main() -> None:
     ceiling_cpu = len(wire) / (time.process_time() - cpu)
 
     learner = DINLearner(cfg, schema=schema)
-    aucs = []
+    aucs: list[float] = []
     start, cpu = time.perf_counter(), time.process_time()
+    parts = MicroBatchParts()
     for index, chunk in enumerate(chunks, 1):  # as `streamrec.learner.runner.LearnerRunner` does
         batch = SampleColumns.from_samples([Sample.from_json(r) for r in chunk])
         probs = learner.predict_many(batch)
         known = learner.is_known(batch)
-        trained = learner.learn_many(batch)
-        report = micro_batch_report(index, batch, StepResult(probs, known, trained, 0.0, 0.0), 0, 0)
-        aucs.append(report.metrics.auc)
+        trained = learner.learn_part(batch) if args.parts > 1 else learner.learn_many(batch)
+        parts.add([], StepResult(probs, known, trained, 0.0, 0.0), 0, batch)
+        if len(parts.steps) == args.parts or index == len(chunks):  # the micro-batch's close
+            if args.parts > 1:
+                learner.end_micro_batch()
+            scored, result = parts.merged()
+            aucs.append(scored_report(len(aucs) + 1, scored, result, 0, 0).metrics.auc)
+            parts = MicroBatchParts()
     rate = len(wire) / (time.perf_counter() - start)
     rate_cpu = len(wire) / (time.process_time() - cpu)
+    after_10k = -(-10_000 // (MICRO_BATCH * args.parts))  # the micro-batches begun after 10,000 samples
     model = learner.model
     assert isinstance(model, DIN)  # noqa: S101 -- DINLearner builds one
     flops = 4 * forward_flops(model, cfg.sequence_length)
@@ -255,6 +272,7 @@ def main() -> None:
                 "samples": len(wire),
                 "features": list(schema.names),
                 "micro_batch": MICRO_BATCH,
+                "parts": args.parts,
                 "ceiling_samples_per_s": round(ceiling),
                 "streamrec_samples_per_s": round(rate),
                 "ratio_to_ceiling": round(rate / ceiling, 4),
@@ -271,7 +289,7 @@ def main() -> None:
                 "learner_flop_ratio_to_matmul": round(flops * rate / peak, 4),
                 "attention_products_only_samples_per_cpu_s_numpy": round(floor_numpy),
                 "attention_products_only_samples_per_cpu_s_paddle": round(floor_paddle),
-                "mean_progressive_auc_after_10k": round(float(np.nanmean(aucs[10_000 // MICRO_BATCH :])), 4),
+                "mean_progressive_auc_after_10k": round(float(np.nanmean(aucs[after_10k:])), 4),
                 "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             }
         )

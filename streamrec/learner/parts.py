@@ -5,7 +5,8 @@ since the last part (`PartClock`), so at the micro-batch's close only the last p
 to train. Everything else stays once per micro-batch, over all its parts: online EWC's
 consolidation (`PartLearner.end_micro_batch`), the report (its metrics over every part's
 scores, each given before training on that part: still prequential), the positions and the
-snapshot. `MicroBatchParts` keeps what the parts did until then.
+snapshot. `MicroBatchParts` keeps what the parts did until then: their records, their scores
+(`Scored`, not their samples) and their step results.
 """
 
 from __future__ import annotations
@@ -20,39 +21,45 @@ from confluent_kafka import Message
 from streamrec.learner.base import TrainResult
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.reports import StepResult
-from streamrec.samples import Sample
+from streamrec.learner.scored import Scored
 
 
 @dataclass
 class MicroBatchParts:
-    """The trained parts of the micro-batch being gathered: records, samples, step results."""
+    """The trained parts of the micro-batch being gathered: records, scores, step results."""
 
     records: list[Message] = field(default_factory=list)  # trained or dead-lettered
-    samples: list[Sample] = field(default_factory=list)
+    scored: list[Scored] = field(default_factory=list)  # each part's, taken from its own columns
     steps: list[StepResult] = field(default_factory=list)
     dead: int = 0
     open: bool = False  # a part went to `PartLearner.learn_part`: the learner awaits the close
-    first: SampleColumns | None = None  # the first part's columns: the whole batch when it is the only one
 
     def add(
-        self, records: Sequence[Message], samples: Sequence[Sample], step: StepResult | None, dead: int,
+        self,
+        records: Sequence[Message],
+        step: StepResult | None,
+        dead: int,
         batch: SampleColumns | None = None,
     ) -> None:
-        """Keep a part: its records, its valid samples, their columns and step (None without any)."""
+        """Keep a part: its records, its step on ``batch`` (None without samples), its dead letters.
+
+        The part's scores are taken now, from the columns it was trained on (the match
+        features read their positions, found once by the encoding): the close then builds no
+        columns of the whole micro-batch again.
+        """
         self.records.extend(records)
-        self.samples.extend(samples)
         if step is not None:
+            if batch is None:
+                raise ValueError("a part's step comes with the columns it was trained on")
             self.steps.append(step)
-            self.first = batch if self.first is None else self.first
+            self.scored.append(Scored.of(batch, step.probs, step.known))
         self.dead += dead
 
-    def merged(self) -> tuple[SampleColumns, StepResult]:
-        """The whole micro-batch and its step, for its report: the parts' in order."""
+    def merged(self) -> tuple[Scored, StepResult]:
+        """The whole micro-batch's scores and step, for its report: the parts' in order."""
         steps = self.steps
         if len(steps) == 1:
-            # one part: its own columns, not built a second time
-            batch = SampleColumns.from_samples(self.samples) if self.first is None else self.first
-            return batch, steps[0]
+            return self.scored[0], steps[0]
         step = StepResult(
             np.concatenate([s.probs for s in steps]),
             np.concatenate([s.known for s in steps]),
@@ -60,7 +67,7 @@ class MicroBatchParts:
             sum(s.score_seconds for s in steps),
             sum(s.train_seconds for s in steps),
         )
-        return SampleColumns.from_samples(self.samples), step
+        return Scored.concat(self.scored), step
 
 
 def merge_results(results: Sequence[TrainResult], sizes: Sequence[int]) -> TrainResult:

@@ -14,7 +14,6 @@ import numpy as np
 
 from streamrec.errors import TrainingDiverged
 from streamrec.learner.base import TrainResult
-from streamrec.learner.columns import SampleColumns
 from streamrec.learner.metrics import MicroBatchMetrics
 from streamrec.learner.scored import Scored
 
@@ -80,21 +79,13 @@ class StepResult:
     train_seconds: float
 
 
-def micro_batch_report(
-    index: int, batch: SampleColumns, result: StepResult, dead: int, min_eval_samples: int
-) -> MicroBatchReport:
-    """The report of the ``index``-th micro-batch trained, logged on one line."""
-    return scored_report(
-        index, Scored.of(batch, result.probs, result.known), result, dead, min_eval_samples
-    )
-
-
 def scored_report(
     index: int, scored: Scored, result: StepResult, dead: int, min_eval_samples: int
 ) -> MicroBatchReport:
-    """`micro_batch_report` of a micro-batch's ``scored`` (several ranks': `gather_scores`).
+    """The report of the ``index``-th micro-batch trained, logged on one line.
 
-    Its figures are ``scored``'s; ``result`` gives the training figures and times.
+    Its figures are ``scored``'s (one batch's `Scored.of`, its parts' `Scored.concat`, several
+    ranks' `gather_scores`); ``result`` gives the training figures and times.
     """
     metrics = MicroBatchMetrics.compute(
         scored.label, scored.probs, scored.users, scored.known, scored.features

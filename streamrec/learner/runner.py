@@ -52,9 +52,10 @@ from streamrec.learner.reports import (
     MicroBatchReport,
     StepResult,
     count_bad,
-    micro_batch_report,
+    scored_report,
 )
 from streamrec.learner.schedule import IntervalClock, PartClock
+from streamrec.learner.scored import Scored
 from streamrec.learner.snapshotting import export_estimate
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
@@ -265,8 +266,8 @@ class LearnerRunner(RunnerProgress, Closing):
         self._advance_positions(parts.records, assignments)
         if not parts.steps:
             return
-        batch, result = parts.merged()
-        report = self._record(batch, result, parts.dead)
+        scored, result = parts.merged()
+        report = self._record(scored, result, parts.dead)
         if len(parts.steps) > 1:
             logger.info("micro_batch index=%d parts=%d last_part_samples=%d",
                         report.index, len(parts.steps), len(parts.steps[-1].probs))
@@ -297,7 +298,7 @@ class LearnerRunner(RunnerProgress, Closing):
             parts.open |= part
             if self._on_scored is not None and not parts.steps:
                 self._run_held(worker.submit(self._on_scored, batch, step.probs))
-        parts.add(records, intake.samples, step, len(intake.dead), batch)
+        parts.add(records, step, len(intake.dead), batch)
 
     def _dead_letter(self, letters: Sequence[DeadLetter], worker: ThreadPoolExecutor) -> None:
         """Write dead letters and wait for the broker's acknowledgement.
@@ -311,10 +312,10 @@ class LearnerRunner(RunnerProgress, Closing):
         self.stats.dead += len(letters)
         self._dead_log.add(letters)
 
-    def _record(self, batch: SampleColumns, result: StepResult, dead: int) -> MicroBatchReport:
+    def _record(self, scored: Scored, result: StepResult, dead: int) -> MicroBatchReport:
         """Count a trained micro-batch in the stats; log and return its report."""
         index = self.stats.micro_batches + 1
-        return self._count(micro_batch_report(index, batch, result, dead, self._cfg.learner.min_eval_samples))
+        return self._count(scored_report(index, scored, result, dead, self._cfg.learner.min_eval_samples))
 
     def _count(self, report: MicroBatchReport) -> MicroBatchReport:
         """Count a trained micro-batch's ``report`` in the stats."""

@@ -9,7 +9,7 @@ each rank's training loss and sample count (`gather_scores`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -81,6 +81,22 @@ class Scored:
             ts=batch.ts,
             features={feature: found[feature] for feature in TELLS.values()},
             served=np.full(len(batch), np.nan) if served is None else np.asarray(served),
+        )
+
+    @classmethod
+    def concat(cls, parts: Sequence[Scored]) -> Scored:
+        """Several parts' scores as one micro-batch's, in order."""
+        if len(parts) == 1:
+            return parts[0]
+
+        return cls(
+            label=np.concatenate([s.label for s in parts]),
+            probs=np.concatenate([s.probs for s in parts]),
+            users=np.concatenate([s.users for s in parts]),
+            known=np.concatenate([s.known for s in parts]),
+            ts=np.concatenate([s.ts for s in parts]),
+            features={f: np.concatenate([s.features[f] for s in parts]) for f in parts[0].features},
+            served=np.concatenate([s.served for s in parts]),
         )
 
     def __len__(self) -> int:

@@ -24,8 +24,9 @@ from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.learner.base import TrainResult
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
-from streamrec.learner.reports import MicroBatchReport, StepResult, micro_batch_report
+from streamrec.learner.reports import MicroBatchReport, StepResult, scored_report
 from streamrec.learner.runner import LearnerRunner, LearnerStats
+from streamrec.learner.scored import Scored
 from streamrec.samples import Sample
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 from tests.support import small_tables
@@ -208,7 +209,7 @@ def test_a_part_as_long_as_the_interval_is_the_micro_batch_trained_whole(
         probs, known = whole.predict_many(batch), whole.is_known(batch)
         train = whole.learn_many(batch)
         step = StepResult(probs, known, train, report.score_seconds, report.train_seconds)
-        expected = micro_batch_report(index, batch, step, 0, cfg.learner.min_eval_samples)
+        expected = scored_report(index, Scored.of(batch, probs, known), step, 0, cfg.learner.min_eval_samples)
         np.testing.assert_equal(dataclasses.asdict(report), dataclasses.asdict(expected))
     _assert_same_state(learner.state_arrays(), whole.state_arrays())
 

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from streamrec.learner.base import TrainResult
+from streamrec.learner.columns import SampleColumns
 from streamrec.learner.parts import MicroBatchParts, merge_results
 from streamrec.learner.reports import StepResult
+from streamrec.learner.scored import Scored
 from streamrec.samples import Sample
 
 
@@ -48,13 +50,47 @@ def test_a_part_with_every_step_skipped_weighs_nothing_and_uncounted_ones_weigh_
 def test_the_micro_batch_is_its_parts_in_order() -> None:
     parts = MicroBatchParts()
     for start, size in ((0, 3), (3, 2)):
-        samples = [_sample(n) for n in range(start, start + size)]
+        batch = SampleColumns.from_samples([_sample(n) for n in range(start, start + size)])
         probs = np.arange(start, start + size) / 10
         step = StepResult(probs, np.zeros(size, bool), TrainResult(0.5, 1, 0, samples=size), 1.0, 2.0)
-        parts.add([], samples, step, dead=1)
-    parts.add([], [], None, dead=2)  # a part of dead letters only
-    batch, step = parts.merged()
-    assert batch.sample_ids == [f"e{n}" for n in range(5)]
+        parts.add([], step, dead=1, batch=batch)
+    parts.add([], None, dead=2)  # a part of dead letters only
+    scored, step = parts.merged()
+    assert scored.ts.tolist() == [_sample(n).ts for n in range(5)]
     np.testing.assert_array_equal(step.probs, np.arange(5) / 10)
+    np.testing.assert_array_equal(scored.probs, np.arange(5) / 10)
     assert (step.score_seconds, step.train_seconds, step.train.samples) == (2.0, 4.0, 5)
     assert parts.dead == 4
+
+
+def test_the_parts_scores_are_those_of_the_whole_micro_batch() -> None:
+    # Each part's scores are taken from its own columns (its match features by positions
+    # along its own sequences); together they are the whole micro-batch's, field by field.
+    rng = np.random.default_rng(7)
+    samples = [
+        Sample(
+            f"e{n}", f"u{n % 4}", 1_700_000_000_000 + n, f"i{rng.integers(6)}", f"c{rng.integers(3)}",
+            n % 2, tuple(f"i{k}" for k in rng.integers(6, size=n % 5)),
+            tuple(f"c{k}" for k in rng.integers(3, size=n % 5)),
+        )
+        for n in range(40)
+    ]
+    probs, known = rng.random(40), rng.random(40) < 0.5
+    whole = Scored.of(SampleColumns.from_samples(samples), probs, known)
+    parts = MicroBatchParts()
+    for a, b in ((0, 13), (13, 14), (14, 40)):
+        step = StepResult(probs[a:b], known[a:b], TrainResult(0.5, 1, 0, samples=b - a), 0.0, 0.0)
+        parts.add([], step, dead=0, batch=SampleColumns.from_samples(samples[a:b]))
+    scored, _ = parts.merged()
+    assert any(v.any() for v in whole.features.values())  # some behaviours match their targets
+    for name in ("label", "probs", "users", "known", "ts", "served"):
+        np.testing.assert_array_equal(getattr(scored, name), getattr(whole, name), err_msg=name)
+    assert scored.features.keys() == whole.features.keys()
+    for name, values in whole.features.items():
+        np.testing.assert_array_equal(scored.features[name], values, err_msg=name)
+
+
+def test_a_step_without_its_columns_is_refused() -> None:
+    step = StepResult(np.zeros(1), np.zeros(1, bool), TrainResult(0.5, 1, 0, samples=1), 0.0, 0.0)
+    with pytest.raises(ValueError, match="columns"):
+        MicroBatchParts().add([], step, dead=0)

@@ -15,7 +15,7 @@ import pytest
 from streamrec.learner.base import TrainResult
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.ranks import RankShare, pack
-from streamrec.learner.reports import StepResult, micro_batch_report, scored_report
+from streamrec.learner.reports import StepResult, scored_report
 from streamrec.learner.scored import RECORD, Scored, gather_scores, totals
 from streamrec.samples import Sample
 from tests.unit.learner.test_tells import samples
@@ -80,7 +80,7 @@ def test_two_ranks_gathered_report_the_metrics_loss_and_counts_of_the_whole_micr
     ]
     trains = [TrainResult(0.5, 7, 0, samples=cut), TrainResult(0.7, 7, 0, samples=400 - cut)]
     alone = StepResult(probs, known, TrainResult(0.625, 7, 0, samples=400), 1.0, 2.0)
-    one = micro_batch_report(3, b, alone, 3, 1)
+    one = scored_report(3, whole, alone, 3, 1)
     for scored, train, dead in two_ranks(halves, trains, [1, 2]):
         assert len(scored) == 400 and dead == 3 and train.samples == 400 and train.steps == 7
         report = scored_report(3, scored, StepResult(probs, known, train, 1.0, 2.0), dead, 1)
