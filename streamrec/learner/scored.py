@@ -88,7 +88,6 @@ class Scored:
         """Several parts' scores as one micro-batch's, in order."""
         if len(parts) == 1:
             return parts[0]
-
         return cls(
             label=np.concatenate([s.label for s in parts]),
             probs=np.concatenate([s.probs for s in parts]),
