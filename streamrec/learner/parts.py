@@ -58,16 +58,14 @@ class MicroBatchParts:
     def merged(self) -> tuple[Scored, StepResult]:
         """The whole micro-batch's scores and step, for its report: the parts' in order."""
         steps = self.steps
-        if len(steps) == 1:
-            return self.scored[0], steps[0]
-        step = StepResult(
+        step = steps[0] if len(steps) == 1 else StepResult(
             np.concatenate([s.probs for s in steps]),
             np.concatenate([s.known for s in steps]),
             merge_results([s.train for s in steps], [len(s.probs) for s in steps]),
             sum(s.score_seconds for s in steps),
             sum(s.train_seconds for s in steps),
         )
-        return Scored.concat(self.scored), step
+        return Scored.concat(self.scored), step  # one part: its own, as it is
 
 
 def merge_results(results: Sequence[TrainResult], sizes: Sequence[int]) -> TrainResult:
