@@ -64,7 +64,7 @@ def rank_main(
     from learner_throughput import wire_samples
 
     from streamrec.config import ModelConfig
-    from streamrec.kernelsettings import prefer_avx2_kernels
+    from streamrec.kernelsettings import prefer_vector_kernels
     from streamrec.learner.columns import SampleColumns
     from streamrec.learner.din import DINLearner
     from streamrec.learner.ranked import group_step
@@ -74,7 +74,7 @@ def rank_main(
     from streamrec.loopsettings import before_training_loop
     from streamrec.samples import parse_sample
 
-    prefer_avx2_kernels()  # as `streamrec learner run` does, before the first matrix product
+    prefer_vector_kernels()  # as `streamrec learner run` does, before the first matrix product
     rank, world = launched_world()
     part, parts = (rank, world) if half is None else (half, 2)
     os.sched_setaffinity(0, {part % (os.cpu_count() or 1)})

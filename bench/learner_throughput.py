@@ -44,7 +44,7 @@ context; age: a user number, bucketed) and gives every sample values for them, d
 its ids (the consumers' side fills them from real events).
 
 Rates are given by the clock and by the process's CPU time (``*_per_cpu_s``), which holds
-still while other jobs share the cores. The process takes MKL's AVX2 kernels where
+still while other jobs share the cores. The process takes MKL's vector kernels where
 `streamrec.kernelsettings` would (``--mkl-default``: leave MKL's choice, the code before).
 
 Prints one JSON object as its last line.
@@ -71,7 +71,7 @@ from streamrec.datasets import read_events
 from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.featurestore import MemoryFeatureStore
 from streamrec.kafka.records import Record
-from streamrec.kernelsettings import MKL_CPU_TYPE, prefer_avx2_kernels
+from streamrec.kernelsettings import MKL_CPU_TYPE, prefer_vector_kernels
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.model import DIN
@@ -211,7 +211,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if not args.mkl_default:
-        prefer_avx2_kernels()  # as the learner's commands do
+        prefer_vector_kernels()  # as the learner's commands do
     wire = wire_samples(args.samples)
     schema = EXTRAS if args.extras else FeatureSchema.default()
     if args.extras:

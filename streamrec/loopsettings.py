@@ -3,7 +3,7 @@
 `streamrec learner run` (and each of its ranks), `streamrec replay backtest`, the demo and the
 learner benchmarks call `before_training_loop` once, right before their loop, so that none of
 them drifts from the others (a benchmark that left one out measured another process). MKL's
-code path is chosen apart and earlier (`streamrec.kernelsettings.prefer_avx2_kernels`: before
+code path is chosen apart and earlier (`streamrec.kernelsettings.prefer_vector_kernels`: before
 the first matrix product).
 """
 

@@ -28,7 +28,7 @@ def mkl_left_to_itself() -> Iterator[None]:
     in process, that would hold for every later test, and their floats with it.
     """
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(streamrec.kernelsettings, "prefer_avx2_kernels", lambda *args, **kwargs: False)
+        patch.setattr(streamrec.kernelsettings, "prefer_vector_kernels", lambda *args, **kwargs: False)
         yield
 
 

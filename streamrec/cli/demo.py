@@ -57,7 +57,7 @@ def demo(
     """
     from streamrec.config import RedisStoreConfig
     from streamrec.datasets import load_events
-    from streamrec.kernelsettings import prefer_avx2_kernels
+    from streamrec.kernelsettings import prefer_vector_kernels
     from streamrec.learner.registry import check_setting
     from streamrec.local.launch import local_services
     from streamrec.loopsettings import before_training_loop
@@ -66,7 +66,7 @@ def demo(
 
     with cli_errors():
         before_training_loop()
-        prefer_avx2_kernels()
+        prefer_vector_kernels()
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         events = load_events(data or _bundled_movielens(), fmt, limit=limit)
         console.print(f"read {len(events)} events from {data or DEMO_DATA}")

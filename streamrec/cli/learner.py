@@ -142,7 +142,7 @@ def run(
     if workers > 1 and not launched():
         raise typer.Exit(launch_workers(workers))
     from streamrec.kafka.topics import ensure_topics
-    from streamrec.kernelsettings import prefer_avx2_kernels
+    from streamrec.kernelsettings import prefer_vector_kernels
     from streamrec.learner.registry import make_learner
     from streamrec.learner.runner import LearnerRunner
     from streamrec.loopsettings import before_training_loop
@@ -150,7 +150,7 @@ def run(
     from streamrec.serving.gate import Promoter
     from streamrec.snapshots.store import SnapshotStore
 
-    prefer_avx2_kernels()  # before the learner's first matrix product (MKL reads it then)
+    prefer_vector_kernels()  # before the learner's first matrix product (MKL reads it then)
     with cli_errors():
         cfg = build_config(
             log_level=log_level,

@@ -73,7 +73,7 @@ def backtest(
     """Replay DATASET through the consumers' logic and every strategy, each micro-batch scored
     before any strategy trains on it; print the table, write the report.
     """
-    from streamrec.kernelsettings import prefer_avx2_kernels
+    from streamrec.kernelsettings import prefer_vector_kernels
     from streamrec.loopsettings import before_training_loop
     from streamrec.replay import ablation as ab
     from streamrec.replay import backtest as bt  # Paddle: only when a backtest runs
@@ -83,7 +83,7 @@ def backtest(
 
     with cli_errors():
         before_training_loop()
-        prefer_avx2_kernels()
+        prefer_vector_kernels()
         kinds = _csv(strategies)
         if unknown := [k for k in kinds if k not in KINDS]:
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")

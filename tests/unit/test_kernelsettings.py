@@ -1,4 +1,4 @@
-"""MKL's AVX2 kernels on AMD processors with AVX2 and without AVX-512, never over the operator's value."""
+"""MKL's vector kernels on AMD processors (AVX-512 with Skylake's subsets, else AVX2)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from streamrec.kernelsettings import MKL_CPU_TYPE, prefer_avx2_kernels, wants_avx2_kernels
+from streamrec.kernelsettings import MKL_CPU_TYPE, mkl_cpu_type, prefer_vector_kernels
 
 
 def cpuinfo(vendor: str, flags: str) -> str:
@@ -16,40 +16,48 @@ def cpuinfo(vendor: str, flags: str) -> str:
 
 
 AMD_AVX2 = cpuinfo("AuthenticAMD", "fpu sse sse2 avx fma avx2 bmi2")
+AMD_AVX512 = cpuinfo(
+    "AuthenticAMD", "fpu avx fma avx2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16"
+)
 
 
 @pytest.mark.parametrize(
     ("text", "wanted"),
     [
-        (AMD_AVX2, True),
-        (cpuinfo("AuthenticAMD", "fpu sse sse2 avx fma avx2 avx512f avx512bw"), False),  # its own path
-        (cpuinfo("GenuineIntel", "fpu sse sse2 avx fma avx2"), False),  # MKL's own vendor
-        (cpuinfo("AuthenticAMD", "fpu sse sse2 avx"), False),  # no AVX2 to take
-        ("", False),
+        (AMD_AVX2, "5"),
+        (AMD_AVX512, "7"),
+        # AVX-512 without the subsets MKL's Xeon code uses: its AVX2 code
+        (cpuinfo("AuthenticAMD", "fpu sse sse2 avx fma avx2 avx512f avx512bw"), "5"),
+        (cpuinfo("GenuineIntel", "fpu sse sse2 avx fma avx2"), None),  # MKL's own vendor
+        (cpuinfo("GenuineIntel", "avx fma avx2 avx512f avx512dq avx512cd avx512bw avx512vl"), None),
+        (cpuinfo("AuthenticAMD", "fpu sse sse2 avx"), None),  # no AVX2 to take
+        (cpuinfo("AuthenticAMD", "fpu sse sse2 avx avx2"), None),  # AVX2 without FMA
+        ("", None),
     ],
 )
-def test_only_amd_with_avx2_and_without_avx512_wants_them(text: str, wanted: bool) -> None:
-    assert wants_avx2_kernels(text) is wanted
+def test_the_path_each_processor_gets(text: str, wanted: str | None) -> None:
+    assert mkl_cpu_type(text) == wanted
 
 
-def test_sets_the_variable_on_such_a_processor(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("text", "value"), [(AMD_AVX2, "5"), (AMD_AVX512, "7")])
+def test_sets_the_variable_on_such_a_processor(tmp_path: Path, text: str, value: str) -> None:
     info = tmp_path / "cpuinfo"
-    info.write_text(AMD_AVX2)
+    info.write_text(text)
     env: dict[str, str] = {}
-    assert prefer_avx2_kernels(env, info)
-    assert env == {MKL_CPU_TYPE: "5"}
+    assert prefer_vector_kernels(env, info)
+    assert env == {MKL_CPU_TYPE: value}
 
 
 def test_leaves_an_operators_value_and_other_machines_alone(tmp_path: Path) -> None:
     info = tmp_path / "cpuinfo"
-    info.write_text(AMD_AVX2)
+    info.write_text(AMD_AVX512)
     env = {MKL_CPU_TYPE: "2"}
-    assert not prefer_avx2_kernels(env, info)
+    assert not prefer_vector_kernels(env, info)
     assert env == {MKL_CPU_TYPE: "2"}
     info.write_text(cpuinfo("GenuineIntel", "avx fma avx2"))
     env = {}
-    assert not prefer_avx2_kernels(env, info)
-    assert not prefer_avx2_kernels(env, tmp_path / "missing")
+    assert not prefer_vector_kernels(env, info)
+    assert not prefer_vector_kernels(env, tmp_path / "missing")
     assert env == {}
 
 
@@ -59,5 +67,5 @@ def test_commands_run_in_the_test_process_leave_its_kernels_alone() -> None:
     import streamrec.kernelsettings as ks
 
     env: dict[str, str] = {}
-    assert not ks.prefer_avx2_kernels(env)
+    assert not ks.prefer_vector_kernels(env)
     assert env == {}
