@@ -435,3 +435,43 @@ def test_two_ranks_report_and_gate_the_groups_micro_batches_as_one_process_does(
     gate = two.learner
     own = judge(third.label, scores[0], scores[1], gate.gate_auc_margin, gate.gate_logloss_ratio)
     assert own[0], own
+
+
+RANK_THREADS = """
+import json, os, sys, threading
+import numpy as np
+from streamrec.learner.ranks import RankGroup, launched_world
+
+rank, world = launched_world()
+group = RankGroup(rank, world, timeout_s=60.0)
+gathered = group.gather(np.array([rank, 7 * rank], np.int64), "check")  # the collectives still work
+policies = {int(t): os.sched_getscheduler(int(t)) for t in os.listdir("/proc/self/task")}
+main = threading.get_native_id()
+out = {"gathered": [g.tolist() for g in gathered], "main": policies.pop(main),
+       "batch": sum(p == os.SCHED_BATCH for p in policies.values())}
+with open(sys.argv[1] + f".{rank}", "w") as f:
+    json.dump(out, f)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux's scheduling policies")
+def test_gloos_threads_do_not_preempt_a_ranks_own_thread_on_waking(tmp_path: Path) -> None:
+    # gloo's loop thread, woken while the rank's thread writes to the same connection, spun on
+    # the socket until preempted (bench/HISTORY.md): under SCHED_BATCH it waits its turn instead.
+    script = tmp_path / "rank_threads.py"
+    script.write_text(RANK_THREADS)
+    out = tmp_path / "threads"
+    logs = tmp_path / "logs"
+    done = subprocess.run(
+        [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", str(logs),
+         str(script), str(out)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
+        check=False,
+    )
+    worker_logs = "\n".join(f.read_text()[-2000:] for f in sorted(logs.glob("workerlog.*")))
+    assert done.returncode == 0, done.stdout[-2000:] + worker_logs
+    for rank in (0, 1):
+        seen = json.loads(Path(f"{out}.{rank}").read_text())
+        assert seen["gathered"] == [[0, 0], [1, 7]]
+        assert seen["main"] == os.SCHED_OTHER  # the rank's own thread is left as it was
+        assert seen["batch"] >= 1, seen  # gloo's loop thread (and rank 0's store thread)

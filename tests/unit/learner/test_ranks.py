@@ -6,6 +6,8 @@ The collectives themselves run across processes in ``tests/integration/learner/t
 from __future__ import annotations
 
 import math
+import os
+import threading
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from streamrec.errors import ConfigError
 from streamrec.learner.columns import EncodedColumns, SampleColumns
 from streamrec.learner.din import DINLearner
 from streamrec.learner.ranked import RankedRunner
-from streamrec.learner.ranks import GroupLayout, RankGroup, RankShare, pack, padding_only
+from streamrec.learner.ranks import GroupLayout, RankGroup, RankShare, batch_scheduled, pack, padding_only
 from streamrec.learner.state import distinct_rows
 from tests.support import small_tables
 
@@ -120,3 +122,26 @@ def test_a_tables_distinct_rows_by_bitmap_are_np_uniques() -> None:
     rows = np.random.default_rng(3).integers(0, 500, 5_000)
     np.testing.assert_array_equal(distinct_rows(rows, 1_000), np.unique(rows))
     assert distinct_rows(np.zeros(0, np.int64), 10).tolist() == []
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux's scheduling policies")
+def test_batch_scheduling_applies_to_the_threads_given_and_skips_those_gone() -> None:
+    release = threading.Event()
+    started = threading.Event()
+    ids: list[int] = []
+
+    def wait() -> None:
+        ids.append(threading.get_native_id())
+        started.set()
+        release.wait(10)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    try:
+        started.wait(10)
+        assert batch_scheduled([ids[0], 2**22 + 12345]) == 1  # the second is no thread of ours
+        assert os.sched_getscheduler(ids[0]) == os.SCHED_BATCH
+        assert os.sched_getscheduler(threading.get_native_id()) == os.SCHED_OTHER
+    finally:
+        release.set()
+        thread.join()
