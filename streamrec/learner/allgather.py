@@ -1,7 +1,8 @@
 """Arrays of any length all-gathered across the ranks in one collective call.
 
 Gloo's all-gather takes arrays of one length on every rank, and on gloo a collective costs a
-rank about a millisecond of CPU however small it is (`bench/HISTORY.md`). Agreeing on the
+rank a fixed 0.3 ms of CPU or more however small it is (about a millisecond with gloo's loop
+thread left to preempt the caller: `streamrec.learner.ranks.batch_scheduled`). Agreeing on the
 lengths first (an all-reduce) made every exchange two calls, and the ranks exchange their
 gradients in every step. `SizedGather` agrees on a capacity instead: every rank sends its
 length and its array padded to the capacity in one all-gather; only when some rank's array

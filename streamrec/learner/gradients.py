@@ -2,8 +2,9 @@
 
 ``paddle.DataParallel`` all-reduced the dense gradients and all-gathered each embedding's sparse
 row gradient on its own: on this model four tables, each a count, its rows and its values,
-and on gloo a collective costs a rank up to about a millisecond of CPU in its threads, however
-small (`bench/HISTORY.md`). `GradientSum` sends all of a step's gradients at once: one
+and on gloo a collective costs a rank a fixed 0.3 ms of CPU or more in its threads, however
+small (up to about a millisecond before `streamrec.learner.ranks.batch_scheduled`).
+`GradientSum` sends all of a step's gradients at once: one
 all-gather (`RankGroup.gather`) of this rank's dense gradients and its tables' rows and
 values, packed as one int64 array; each rank then sums the dense ones and concatenates the row
 gradients in rank order, both divided by the ranks (as ``DataParallel``'s average: a rank's
