@@ -226,7 +226,9 @@ class RankGroup:
             before = _threads()
             dist.init_parallel_env()
             if paddle.device.get_device() == "cpu":
-                batch_scheduled(_threads() - before)  # gloo's threads
+                started = _threads() - before  # gloo's threads (and rank 0's store's)
+                logger.debug("rank %d: %d of %d new threads under SCHED_BATCH", rank,
+                             batch_scheduled(started), len(started))
             if dist.get_rank() != rank or dist.get_world_size() != world:
                 raise RuntimeError("paddle.distributed disagrees with the launcher's rank and size")
             threading.Thread(target=self._watch, name="streamrec-rank-watch", daemon=True).start()
