@@ -101,6 +101,7 @@ class NoveltyMatchedSampler:
         self._debuts = _Pool(pool_size)
         self._seed = seed
         self.short = 0  # negatives that could not be drawn (cold start, tiny pool)
+        self.fallback = 0  # negatives meant from the user's own world, drawn globally (`MixedSampler`)
 
     def copy(self) -> NoveltyMatchedSampler:
         """An independent copy: a batch draws from it and it replaces this one on commit."""
@@ -108,6 +109,7 @@ class NoveltyMatchedSampler:
         other._recent = self._recent.copy()
         other._debuts = self._debuts.copy()
         other.short = self.short
+        other.fallback = self.fallback
         return other
 
     def is_new(self, first_seen: int, ts: int) -> bool:
@@ -211,6 +213,7 @@ class MixedSampler(NoveltyMatchedSampler):
         other._recent = self._recent.copy()
         other._debuts = self._debuts.copy()
         other.short = self.short
+        other.fallback = self.fallback
         other._latest = self._latest
         horizon = self._latest - self.window_ms
         for category, pool in self._by_category.items():
@@ -266,6 +269,8 @@ class MixedSampler(NoveltyMatchedSampler):
             elif history_cut <= kind < category_cut and categories:
                 pick, draw = self._same_category(new, ts, categories, exclude, taken, base, draw)
             if pick is None:
+                if kind < category_cut:  # meant from the user's own world: a fallback
+                    self.fallback += 1
                 pick, draw = self._global(new, ts, exclude, taken, base, draw)
             if pick is not None:
                 taken.append(pick[0])

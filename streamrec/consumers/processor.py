@@ -67,7 +67,9 @@ class BatchResult:
     sample's wire form (`Sample.to_json`), in the same order: one for each sample, or
     the result is refused when made (``ValueError``), not when its samples are sent.
     ``claims`` holds the epochs its partitions were claimed at, to check before its commit
-    (`check_claims`).
+    (`check_claims`). ``negatives_short`` counts the negatives the sampler could not draw
+    (too few fitting items in its pools), ``negatives_fallback`` those meant from the user's
+    history or categories that came from the global pools (nothing fitting there).
     """
 
     events: int
@@ -81,6 +83,8 @@ class BatchResult:
     late_labels: int = 0
     values: list[bytes] = field(default_factory=list, repr=False)
     claims: dict[Partition, int] = field(default_factory=dict, repr=False)
+    negatives_short: int = 0
+    negatives_fallback: int = 0
 
     def __post_init__(self) -> None:
         if len(self.values) != len(self.samples):  # the runners send them pairwise
@@ -289,6 +293,8 @@ class SampleBuilder:
             late_labels=sum(o.late_labels for o in outcomes),
             values=values,
             claims={key: self._epochs[key] for key in spans},
+            negatives_short=sampler.short - self.sampler.short,
+            negatives_fallback=sampler.fallback - self.sampler.fallback,
         )
 
     def _keep(self, judged: list[Judged], dead: list[DeadLetter]) -> list[int]:

@@ -97,6 +97,16 @@ class ConsumerMetrics(ProcessMetrics):
             "Records whose timestamp is not their event time (alignment reads timestamps)",
             registry=r,
         )
+        self.negatives_short = Counter(
+            f"{PREFIX}_negatives_short_total",
+            "Negatives the sampler could not draw: too few fitting items in its pools (cold start)",
+            registry=r,
+        )
+        self.negatives_fallback = Counter(
+            f"{PREFIX}_negatives_fallback_total",
+            "Negatives meant from the user's history or categories, drawn from the global pools",
+            registry=r,
+        )
         self.dead_letters = Counter(
             f"{PREFIX}_dead_letters_total", "Event records dead-lettered, by kind of reason",
             ["reason"], registry=r,
@@ -130,6 +140,8 @@ class ConsumerMetrics(ProcessMetrics):
         self.late.inc(result.late)
         self.late_labels.inc(result.late_labels)
         self.timestamp_mismatches.inc(result.timestamp_mismatches)
+        self.negatives_short.inc(result.negatives_short)
+        self.negatives_fallback.inc(result.negatives_fallback)
         for letter in result.dead:
             self.dead_letters.labels(reason_kind(letter.reason)).inc()
         self.batch_seconds.observe(report.seconds)

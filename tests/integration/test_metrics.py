@@ -93,9 +93,11 @@ def test_consumer_metrics_with_lag_are_scraped_over_http() -> None:
     with ConsumerMetrics() as metrics:
         metrics.track_lag(LagProbe(client, "events"))
         assert metrics.serve(port, HOST) is not None
-        metrics.observe_batch(batch_report(dead=("not valid JSON: x",)))
+        metrics.observe_batch(batch_report(dead=("not valid JSON: x",), negatives_short=2))
         scraped = get_metrics(port)
     assert scraped["streamrec_consumer_events_total"] == 100
+    assert scraped["streamrec_consumer_negatives_short_total"] == 2
+    assert scraped["streamrec_consumer_negatives_fallback_total"] == 0
     assert scraped['streamrec_consumer_dead_letters_total{reason="not_json"}'] == 1
     assert scraped['streamrec_consumer_lag_records{partition="0",topic="events"}'] == 5
     assert scraped['streamrec_consumer_lag_records{partition="1",topic="events"}'] == 0

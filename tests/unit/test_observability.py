@@ -298,6 +298,7 @@ def batch_report(events: int = 100, samples: int = 150, dead: tuple[str, ...] = 
         events=events, sampler=NoveltyMatchedSampler(1, 1, 1), samples=[sample] * samples,
         values=[sample.to_json()] * samples,
         dead=[letter(r) for r in dead], duplicates=kw.pop("duplicates", 0),
+        negatives_short=kw.pop("negatives_short", 0), negatives_fallback=kw.pop("negatives_fallback", 0),
     )
     fields: dict[str, Any] = dict(seconds=0.08, newest_event_ms=T0_MS, partitions=[Partition("events", 0)])
     return BatchReport(result, **{**fields, **kw})
@@ -305,7 +306,8 @@ def batch_report(events: int = 100, samples: int = 150, dead: tuple[str, ...] = 
 
 def test_consumer_metrics_count_batches() -> None:
     metrics = ConsumerMetrics()
-    metrics.observe_batch(batch_report(dead=("not valid JSON: x", "not valid JSON: y", "huh"), duplicates=2))
+    metrics.observe_batch(batch_report(dead=("not valid JSON: x", "not valid JSON: y", "huh"), duplicates=2,
+                                       negatives_short=3, negatives_fallback=5))
     metrics.observe_batch(batch_report(events=50, samples=70, seconds=2.0, newest_event_ms=T0_MS + 1000,
                                        partitions=[Partition("events", 0), Partition("events", 1)]))
     r = metrics.registry
@@ -313,6 +315,8 @@ def test_consumer_metrics_count_batches() -> None:
     assert value(r, "streamrec_consumer_events_total") == 150
     assert value(r, "streamrec_consumer_samples_total") == 220
     assert value(r, "streamrec_consumer_duplicates_total") == 2
+    assert value(r, "streamrec_consumer_negatives_short_total") == 3
+    assert value(r, "streamrec_consumer_negatives_fallback_total") == 5
     assert value(r, "streamrec_consumer_dead_letters_total", reason="not_json") == 2
     assert value(r, "streamrec_consumer_dead_letters_total", reason="other") == 1
     assert value(r, "streamrec_consumer_dead_letters_total", reason="too_large") == 0  # present at 0
@@ -334,6 +338,8 @@ def test_consumer_metrics_are_all_named_and_typed() -> None:
         "streamrec_consumer_late_events": "counter",
         "streamrec_consumer_late_labels": "counter",
         "streamrec_consumer_timestamp_mismatches": "counter",
+        "streamrec_consumer_negatives_short": "counter",
+        "streamrec_consumer_negatives_fallback": "counter",
         "streamrec_consumer_dead_letters": "counter",
         "streamrec_consumer_batch_seconds": "histogram",
         "streamrec_consumer_newest_event_timestamp_seconds": "gauge",

@@ -156,3 +156,24 @@ def test_a_category_pool_emptied_by_a_draw_is_dropped_by_the_next_copy() -> None
     kw = {"new": False, "target": "t", "items": ("h",), "categories": ("c",), "key": "e"}
     s.draw_mixed(1, ts=100 * MIN, **kw)  # type: ignore[arg-type]  # the keywords above
     assert s.copy().categories() == []
+
+
+def test_fallbacks_to_the_global_pools_and_shortfalls_are_counted() -> None:
+    s = MixedSampler(60 * MIN, 10 * MIN, 1000, history_share=1.0)
+    kw = {"new": False, "ts": 100 * MIN, "target": "t", "key": "e"}
+    none = {"items": (), "categories": ()}  # no history
+    assert s.draw_mixed(2, **none, **kw) == []  # type: ignore[arg-type]  # the keywords above
+    assert (s.fallback, s.short) == (2, 2)  # no history to draw from, and no global pool either
+    for i in range(50):
+        s.observe(i * MIN, f"i{i}", "c", first_seen=0)
+    assert len(s.draw_mixed(2, **none, **kw)) == 2  # type: ignore[arg-type]
+    assert (s.fallback, s.short) == (4, 2)  # from the global pool: fallbacks, not short
+    history = {"items": ("h1", "h2", "h3"), "categories": ("c", "c", "c")}
+    assert len(s.draw_mixed(2, **history, **kw)) == 2  # type: ignore[arg-type]
+    assert (s.fallback, s.short) == (4, 2)  # from the history, as asked
+    assert (s.copy().fallback, s.copy().short) == (4, 2)  # a batch's copy counts on from here
+    plain = MixedSampler(60 * MIN, 10 * MIN, 1000, category_share=0.0, history_share=0.0)
+    for i in range(50):
+        plain.observe(i * MIN, f"i{i}", "c", first_seen=0)
+    plain.draw_mixed(2, **none, **kw)  # type: ignore[arg-type]
+    assert plain.fallback == 0  # global draws meant as global are no fallbacks

@@ -176,3 +176,21 @@ def test_fuzz_resends_reuses_and_aborted_batches_never_double_a_sample() -> None
     assert len(ids) == len(set(ids))
     assert {i for i in ids if "~n" not in i} == {e.event_id for e in originals}
     assert emitted == builder(negatives=1).process(_records_at(originals, 0), now_ms=T0 + 10**7).samples
+
+
+def test_a_result_counts_the_negatives_its_batch_could_not_draw_or_drew_globally() -> None:
+    b = builder(negatives=2, negative_history_share=1.0)
+    first = b.process(_stream(20), now_ms=T0 + 60_000)
+    # the first event finds no pool: its 2 negatives are short; a user's first event has no
+    # history: its negatives come from the global pools
+    assert first.negatives_short >= 2 and first.negatives_fallback >= 2
+    assert first.negatives_short == first.sampler.short and first.negatives_fallback == first.sampler.fallback
+    again = b.process(_stream(20), now_ms=T0 + 60_000)  # a redo of the uncommitted batch
+    assert (again.negatives_short, again.negatives_fallback) == (
+        first.negatives_short,
+        first.negatives_fallback,
+    )
+    b.commit(first)
+    later = b.process(_stream(40)[20:], now_ms=T0 + 60_000)
+    assert later.negatives_short == later.sampler.short - first.sampler.short  # this batch's own
+    assert later.negatives_fallback == later.sampler.fallback - first.sampler.fallback
