@@ -18,6 +18,9 @@ though it would pass on rank 0's own samples.
 
 (d) A rank with no samples of its own (every sample on the other rank's partition) steps along
 on padding; rank 0, holding none, still snapshots the group's counts.
+
+(f) A rank's gloo threads run under SCHED_BATCH (their wake-ups do not preempt the rank's own
+thread), its own thread as it was, and the group's gathers still agree.
 """
 
 from __future__ import annotations
