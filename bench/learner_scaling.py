@@ -28,11 +28,13 @@ single processes, one on each core, each training the half of the samples that a
 holds, with nothing exchanged. Their CPU against the one rank's (``pair_cpu_speedup``) is what
 this machine gives two processes busy at once, with no exchange at all: the ceiling of
 ``cpu_speedup``. Here a process does 7-15% more CPU for the same work while the other core is
-busy too (bench/HISTORY.md), so the ceiling is ~1.75-1.85, not 2.
+busy too (bench/HISTORY.md), so the ceiling is ~1.75-1.85, not 2. ``kept_of_pair`` (the lone
+pair's CPU over the two ranks') is the share of that ceiling the ranks keep; the one rank's
+run cancels out of it, so on cores shared with other work it varies less between rounds.
 
 With ``--rounds R`` the one rank, the two and the lone pair run alternately R times (each round's figures on
 a line of their own); the last line, one JSON object, holds the medians and every round's
-``speedup`` and ``cpu_speedup``.
+``speedup``, ``cpu_speedup``, ``pair_cpu_speedup`` and ``kept_of_pair``.
 """
 
 from __future__ import annotations
@@ -183,12 +185,13 @@ def main() -> None:
         "samples": int(one["samples"]),
         "micro_batch_per_rank": args.micro_batch,
         "train_batch": args.train_batch or default_train_batch(),
-        **{key: statistics.median(r[key] for r in rounds) for key in rounds[0]},
+        **{key: round(statistics.median(r[key] for r in rounds), 3) for key in rounds[0]},
         "goal": 1.7,
         "rounds": len(rounds),
         "speedups": [r["speedup"] for r in rounds],
         "cpu_speedups": [r["cpu_speedup"] for r in rounds],
         "pair_cpu_speedups": [r["pair_cpu_speedup"] for r in rounds],
+        "kept_of_pairs": [r["kept_of_pair"] for r in rounds],
     }))
 
 
@@ -209,6 +212,9 @@ def figures(one: dict[str, float], two: dict[str, float], pair: dict[str, float]
         "speedup": round(rate_two / rate_one, 3),
         "cpu_speedup": round(one["cpu_seconds"] / two["cpu_seconds"], 3),
         "pair_cpu_speedup": round(one["cpu_seconds"] / pair["cpu_seconds"], 3),
+        # what the ranks keep of the lone pair: the one rank's run cancels out, so this varies
+        # less between rounds than either speedup on cores shared with other work
+        "kept_of_pair": round(pair["cpu_seconds"] / two["cpu_seconds"], 3),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
 
