@@ -106,11 +106,15 @@ class NoveltyMatchedSampler:
     def copy(self) -> NoveltyMatchedSampler:
         """An independent copy: a batch draws from it and it replaces this one on commit."""
         other = NoveltyMatchedSampler(self.window_ms, self.novelty_ms, self._recent.size, self._seed)
+        self._carry(other)
+        return other
+
+    def _carry(self, other: NoveltyMatchedSampler) -> None:
+        """Give ``other`` (a fresh sampler of the same settings) copies of the pools and the counts."""
         other._recent = self._recent.copy()
         other._debuts = self._debuts.copy()
         other.short = self.short
         other.fallback = self.fallback
-        return other
 
     def is_new(self, first_seen: int, ts: int) -> bool:
         """Whether an item first seen at ``first_seen`` counts as new at ``ts``."""
@@ -210,10 +214,7 @@ class MixedSampler(NoveltyMatchedSampler):
             self.window_ms, self.novelty_ms, self._recent.size, self._seed,
             category_share=self.category_share, history_share=self.history_share,
         )
-        other._recent = self._recent.copy()
-        other._debuts = self._debuts.copy()
-        other.short = self.short
-        other.fallback = self.fallback
+        self._carry(other)
         other._latest = self._latest
         horizon = self._latest - self.window_ms
         for category, pool in self._by_category.items():
