@@ -19,6 +19,9 @@ though it would pass on rank 0's own samples.
 (d) A rank with no samples of its own (every sample on the other rank's partition) steps along
 on padding; rank 0, holding none, still snapshots the group's counts.
 
+(g) A rank frozen (SIGSTOP) past the rank timeout, rank 0 or the other: the group stops (the
+frozen rank killed with it, not left stopped), and restarted it trains every sample once.
+
 (f) A rank's gloo threads run under SCHED_BATCH (their wake-ups do not preempt the rank's own
 thread), its own thread as it was, and the group's gathers still agree.
 """
@@ -285,14 +288,11 @@ def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
     assert np.ptp(scores[0]) > 0  # scores that tell samples apart: the model trained
 
 
-def test_a_rank_killed_stops_the_group_which_resumes_training_each_sample_once(
-    ranks_config: Callable[..., StreamrecConfig],
-    tmp_path: Path,
-) -> None:
-    count = 3000
-    cfg = ranks_config()
-    publish(cfg, 0, count)
-    proc = start_ranks(cfg, 2, tmp_path, "killed")
+def two_ranks_snapshotted(
+    cfg: StreamrecConfig, tmp_path: Path, name: str
+) -> tuple[subprocess.Popen[bytes], dict[int, psutil.Process]]:
+    """Two ranks started (`start_ranks`) and past their first snapshot; the launcher and the ranks by rank."""
+    proc = start_ranks(cfg, 2, tmp_path, name)
     store = SnapshotStore(cfg.learner.snapshot_dir)
     wait_for(
         lambda: bool(store.versions()) or proc.poll() is not None,
@@ -300,13 +300,58 @@ def test_a_rank_killed_stops_the_group_which_resumes_training_each_sample_once(
         what="the group's first snapshot",
     )
     ranks = {int(p.environ().get("PADDLE_TRAINER_ID", -1)): p for p in psutil.Process(proc.pid).children()}
-    assert set(ranks) == {0, 1}, logs(tmp_path, "killed")
+    assert set(ranks) == {0, 1}, logs(tmp_path, name)
+    return proc, ranks
+
+
+def test_a_rank_killed_stops_the_group_which_resumes_training_each_sample_once(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    count = 3000
+    cfg = ranks_config()
+    publish(cfg, 0, count)
+    proc, ranks = two_ranks_snapshotted(cfg, tmp_path, "killed")
     os.kill(ranks[1].pid, signal.SIGKILL)
     killed_at = time.monotonic()
     rc = finished(proc, tmp_path, "killed", timeout=90)
     assert rc != 0, logs(tmp_path, "killed")
     assert time.monotonic() - killed_at < 60
     assert not ranks[0].is_running() or ranks[0].status() == psutil.STATUS_ZOMBIE
+    before = SnapshotStore(cfg.learner.snapshot_dir).latest_valid()
+    assert before is not None and before[0].samples_trained < count  # stopped part-way
+    run_ranks(cfg, 2, tmp_path, "resumed")
+    assert_each_once(cfg, count)
+
+
+@pytest.mark.parametrize("frozen", [0, 1])
+def test_a_rank_frozen_past_the_rank_timeout_stops_the_group_which_resumes_training_each_sample_once(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+    frozen: int,
+) -> None:
+    """SIGSTOP (a paused VM, a stuck host): the frozen rank sends nothing and closes nothing.
+
+    gloo reports no closed connection, so only the others' rank timeout notices; the group must
+    still stop, the frozen rank with it, and resume from the last snapshot.
+    """
+    count = 3000
+    cfg = ranks_config(rank_timeout_s=8.0)
+    publish(cfg, 0, count)
+    name = f"frozen{frozen}"
+    proc, ranks = two_ranks_snapshotted(cfg, tmp_path, name)
+    os.kill(ranks[frozen].pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    try:
+        rc = finished(proc, tmp_path, name, timeout=120)
+        stopped_after = time.monotonic() - frozen_at
+        left = [r.pid for r in ranks.values() if r.is_running() and r.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        if ranks[frozen].is_running():  # a failed test must not leave it stopped for the fixture
+            ranks[frozen].resume()
+    assert rc != 0, logs(tmp_path, name)
+    assert stopped_after < 60, f"{stopped_after:.0f}s: {logs(tmp_path, name)}"
+    assert not left, logs(tmp_path, name)
     before = SnapshotStore(cfg.learner.snapshot_dir).latest_valid()
     assert before is not None and before[0].samples_trained < count  # stopped part-way
     run_ranks(cfg, 2, tmp_path, "resumed")
