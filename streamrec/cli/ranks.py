@@ -10,6 +10,9 @@ the group's micro-batch (every rank scores its own samples by the served version
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -18,6 +21,9 @@ from typing import TYPE_CHECKING
 
 from streamrec.cli.common import console
 from streamrec.errors import ConfigError
+
+# prctl(2)'s option: the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
 
 if TYPE_CHECKING:
     from streamrec.config import StreamrecConfig
@@ -40,7 +46,9 @@ def launched() -> bool:
 def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
     """Run this command as ``workers`` ranks on this host; the launcher's exit status.
 
-    Each rank's log goes to ``log_dir/workerlog.<rank>``; rank 0's is shown here too.
+    Each rank's log goes to ``log_dir/workerlog.<rank>``; rank 0's is shown here too. SIGINT
+    and SIGTERM are passed on to the launcher, which stops the ranks as one learner stops (the
+    micro-batch in hand finished); the status is then 0. A second one makes it kill them.
     """
     script = Path(sys.executable).with_name("streamrec")
     if not script.is_file():
@@ -60,7 +68,49 @@ def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
         *sys.argv[1:],
     ]
     console.print(f"starting {workers} learner ranks; their logs: {log_dir}/workerlog.<rank>")
-    return subprocess.run(command, check=False).returncode  # noqa: S603 - our own command
+    requested: list[int] = []
+    launcher: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, _: object) -> None:
+        requested.append(signum)
+        if launcher is not None:
+            launcher.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # Its own process group, so that a Ctrl-C reaches the launcher once (forwarded), not
+        # twice (the second makes it kill the ranks mid-step); and it stops if this process dies.
+        launcher = subprocess.Popen(  # noqa: S603 - our own command
+            command, process_group=0, preexec_fn=_stop_with(os.getpid())
+        )
+        for signum in requested:  # any that came before it started
+            launcher.send_signal(signum)
+        returncode = launcher.wait()
+    finally:
+        for sig, handler in previous.items():  # None: a handler not set from Python (Paddle's)
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+    if requested and returncode == requested[0]:  # the launcher exits with the signal's number
+        console.print("the learner ranks stopped on request")
+        return 0
+    return returncode
+
+
+def _stop_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM when ``parent`` dies (Linux; elsewhere nothing).
+
+    A supervisor that kills this process outright (kill -9, out of memory) would otherwise leave
+    the launcher and its ranks training on, orphaned, beside the group a restart starts.
+    """
+    if not sys.platform.startswith("linux"):
+        return lambda: None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # found before the fork: the child only calls it
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # it died before the request took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
 
 
 def run_rank(

@@ -22,6 +22,9 @@ on padding; rank 0, holding none, still snapshots the group's counts.
 (g) A rank frozen (SIGSTOP) past the rank timeout, rank 0 or the other: the group stops (the
 frozen rank killed with it, not left stopped), and restarted it trains every sample once.
 
+(h) ``streamrec learner run --workers 2`` sent SIGTERM or SIGINT alone stops its ranks and
+exits 0; killed with -9, its launcher and ranks stop too.
+
 (f) A rank's gloo threads run under SCHED_BATCH (their wake-ups do not preempt the rank's own
 thread), its own thread as it was, and the group's gathers still agree.
 """
@@ -382,6 +385,67 @@ def test_a_rank_without_samples_of_its_own_trains_along_and_rank_0_counts_the_gr
     publish(cfg, 0, 300, partition=1)  # rank 1's partition: rank 0, which snapshots, holds none
     run_ranks(cfg, 2, tmp_path, "lopsided")
     assert_each_once(cfg, 300)
+
+
+def workers_started(
+    cfg: StreamrecConfig, tmp_path: Path
+) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
+    """``streamrec learner run --workers 2`` past its first snapshot; it and every process under it."""
+    command = [sys.executable, "-m", "streamrec", "learner", "run", "--workers", "2"]
+    with (tmp_path / "workers.log").open("wb") as log:
+        proc = subprocess.Popen(
+            command, cwd=tmp_path, env=cli_env(cfg, tmp_path / "snaps"), stdout=log, stderr=subprocess.STDOUT
+        )
+    _started.append(proc)
+    store = SnapshotStore(tmp_path / "snaps")
+    wait_for(
+        lambda: bool(store.versions()) or proc.poll() is not None, timeout_s=120, what="a first snapshot"
+    )
+    assert proc.poll() is None, (tmp_path / "workers.log").read_text()[-3000:]
+    under = psutil.Process(proc.pid).children(recursive=True)
+    assert len(under) == 3, under  # the launcher and two ranks
+    return proc, under
+
+
+def gone(processes: list[psutil.Process]) -> bool:
+    return all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in processes)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_to_learner_run_with_workers_stops_every_rank_and_exits_cleanly(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+    sig: signal.Signals,
+) -> None:
+    """``kill`` (or a supervisor signalling the main process only) stops the group.
+
+    The signal reaches ``streamrec learner run --workers 2`` alone (not its process group, as
+    Ctrl-C would), and the ranks stop as one process does: the micro-batch finished, exit
+    status 0, nothing left running. It used to leave the launcher and both ranks training.
+    """
+    cfg = ranks_config(stop_when_idle_s=300.0)
+    publish(cfg, 0, 1000)
+    proc, under = workers_started(cfg, tmp_path)
+    proc.send_signal(sig)
+    rc = finished(proc, tmp_path, "workers", timeout=90)
+    wait_for(lambda: gone(under), timeout_s=30, what="the launcher and the ranks gone")
+    assert rc == 0, (tmp_path / "workers.log").read_text()[-3000:]
+
+
+def test_learner_run_with_workers_killed_takes_its_ranks_with_it(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """Its launcher and ranks stop with ``streamrec learner run --workers 2`` killed (-9).
+
+    Rather than train on, orphaned, beside the group a restart would start.
+    """
+    cfg = ranks_config(stop_when_idle_s=300.0)
+    publish(cfg, 0, 1000)
+    proc, under = workers_started(cfg, tmp_path)
+    proc.kill()
+    proc.wait(10)
+    wait_for(lambda: gone(under), timeout_s=60, what="the launcher and the ranks gone")
 
 
 def wait_for_version(store: SnapshotStore, version: int, proc: subprocess.Popen[bytes]) -> None:
