@@ -10,7 +10,7 @@ the group's micro-batch (every rank scores its own samples by the served version
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -21,9 +21,7 @@ from typing import TYPE_CHECKING
 
 from streamrec.cli.common import console
 from streamrec.errors import ConfigError
-
-# prctl(2)'s option: the signal a process gets when its parent dies.
-_PR_SET_PDEATHSIG = 1
+from streamrec.orphans import end_with_parent
 
 if TYPE_CHECKING:
     from streamrec.config import StreamrecConfig
@@ -81,7 +79,7 @@ def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
         # Its own process group, so that a Ctrl-C reaches the launcher once (forwarded), not
         # twice (the second makes it kill the ranks mid-step); and it stops if this process dies.
         launcher = subprocess.Popen(  # noqa: S603 - our own command
-            command, process_group=0, preexec_fn=_stop_with(os.getpid())
+            command, process_group=0, preexec_fn=functools.partial(end_with_parent, os.getpid())
         )
         for signum in requested:  # any that came before it started
             launcher.send_signal(signum)
@@ -93,24 +91,6 @@ def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
         console.print("the learner ranks stopped on request")
         return 0
     return returncode
-
-
-def _stop_with(parent: int) -> Callable[[], None]:
-    """A ``preexec_fn``: the child gets SIGTERM when ``parent`` dies (Linux; elsewhere nothing).
-
-    A supervisor that kills this process outright (kill -9, out of memory) would otherwise leave
-    the launcher and its ranks training on, orphaned, beside the group a restart starts.
-    """
-    if not sys.platform.startswith("linux"):
-        return lambda: None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # found before the fork: the child only calls it
-
-    def arm() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # it died before the request took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return arm
 
 
 def run_rank(

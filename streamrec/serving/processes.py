@@ -10,7 +10,8 @@ admission limits (`streamrec.serving.admission`).
 
 Workers are started fresh (multiprocessing's spawn: no predictor crosses a fork). They get the
 configuration the command resolved (flags, env, file) through one environment variable, as
-JSON, and build the same app as a single-process server.
+JSON, and build the same app as a single-process server. Each ends with the supervisor
+(`streamrec.orphans`): killed outright, it would otherwise leave them serving on the port.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from streamrec.errors import ConfigError
+from streamrec.orphans import end_with_parent
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -36,7 +38,7 @@ def run(cfg: StreamrecConfig, use_store: bool) -> None:
     """Serve with ``cfg.serving.processes`` workers until stopped (uvicorn's supervisor)."""
     import uvicorn
 
-    doc = {"config": cfg.model_dump(mode="json"), "store": use_store}
+    doc = {"config": cfg.model_dump(mode="json"), "store": use_store, "supervisor": os.getpid()}
     os.environ[WORKER_CONFIG_ENV] = orjson.dumps(doc).decode()
     uvicorn.run(
         f"{__name__}:create_app",
@@ -63,6 +65,7 @@ def create_app() -> Starlette:
     if not raw:
         raise ConfigError(f"a serving worker needs {WORKER_CONFIG_ENV}: start it with `streamrec serve`")
     doc = orjson.loads(raw)
+    end_with_parent(doc["supervisor"])  # uvicorn's supervisor, killed outright: stop with it
     cfg = StreamrecConfig(**doc["config"])
     configure(cfg.log_level)
     serving = cfg.serving

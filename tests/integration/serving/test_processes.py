@@ -1,6 +1,7 @@
 """``streamrec serve --processes 2``: two server processes on one port, each with its own
 predictor. Concurrent clients each get their own request's scores (those the export gives in
-process), and a promotion reaches every process with no request failing meanwhile.
+process), and a promotion reaches every process with no request failing meanwhile. Killed with
+-9, the command takes its server processes with it, and the port is free for its restart.
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil  # type: ignore[import-untyped]
+import pytest
 
 from streamrec.local.ports import free_port
 from streamrec.serving.export import export_dir
 from streamrec.serving.scorer import Candidate, ExportedModel
-from tests.support import trained_snapshots
+from tests.support import trained_snapshots, wait_for
 
 
 @contextmanager
-def served(root: Path, processes: int) -> Iterator[str]:
+def served(root: Path, processes: int, port: int | None = None) -> Iterator[str]:
     """``streamrec serve --no-store`` as a command of its own; yields its base URL once ready."""
-    port = free_port()
+    port = port or free_port()
     env = {**os.environ, "STREAMREC_SERVING__POLL_S": "0.1", "STREAMREC_LOG_LEVEL": "WARNING"}
     command = [sys.executable, "-m", "streamrec", "serve", "--no-store", "--snapshot-dir", str(root)]
     proc = subprocess.Popen(
@@ -108,3 +111,34 @@ def test_concurrent_clients_get_their_own_scores_and_a_promotion_reaches_every_p
     assert {v for _, v in versions} == {1, 2}
     late = [v for t, v in versions if t > promoted + 2]  # poll_s 0.1 and a load: well within 2 s
     assert len(late) >= 20 and set(late) == {2}
+
+
+def test_serve_killed_takes_its_server_processes_with_it_and_frees_the_port(tmp_path: Path) -> None:
+    """Killed with -9 (a supervisor's last resort), ``streamrec serve --processes 2`` stops its workers.
+
+    Its workers used to serve on, orphaned, holding the port, so the restarted command could
+    not bind it.
+    """
+    trained_snapshots(tmp_path, count=1).promote(1)
+    port = free_port()
+    with served(tmp_path, processes=2, port=port) as url:
+        command = next(
+            p for p in psutil.process_iter(["cmdline"])
+            if "--processes" in (p.info["cmdline"] or []) and str(port) in p.info["cmdline"]
+        )
+        workers = command.children(recursive=True)
+        assert workers
+        command.kill()
+        try:
+            wait_for(
+                lambda: all(not w.is_running() or w.status() == psutil.STATUS_ZOMBIE for w in workers),
+                timeout_s=30, what="the server processes gone",
+            )
+        finally:
+            for worker in workers:  # none, unless the test failed
+                if worker.is_running():
+                    worker.kill()
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{url}/readyz", timeout=1)
+    with served(tmp_path, processes=2, port=port) as url:  # the same port, bound again
+        assert httpx.get(f"{url}/readyz", timeout=5).status_code == 200
