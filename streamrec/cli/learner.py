@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -141,6 +142,10 @@ def run(
 
     if workers > 1 and not launched():
         raise typer.Exit(launch_workers(workers))
+    if launched():  # a rank: should its launcher be killed outright, stop with it
+        from streamrec.orphans import end_with_parent
+
+        end_with_parent(os.getppid())
     from streamrec.kafka.topics import ensure_topics
     from streamrec.kernelsettings import prefer_vector_kernels
     from streamrec.learner.registry import make_learner

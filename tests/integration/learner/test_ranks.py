@@ -23,7 +23,7 @@ on padding; rank 0, holding none, still snapshots the group's counts.
 frozen rank killed with it, not left stopped), and restarted it trains every sample once.
 
 (h) ``streamrec learner run --workers 2`` sent SIGTERM or SIGINT alone stops its ranks and
-exits 0; killed with -9, its launcher and ranks stop too.
+exits 0; it or its launcher killed with -9, the ranks stop too.
 
 (f) A rank's gloo threads run under SCHED_BATCH (their wake-ups do not preempt the rank's own
 thread), its own thread as it was, and the group's gathers still agree.
@@ -432,19 +432,25 @@ def test_a_stop_signal_to_learner_run_with_workers_stops_every_rank_and_exits_cl
     assert rc == 0, (tmp_path / "workers.log").read_text()[-3000:]
 
 
+@pytest.mark.parametrize("killed", ["command", "launcher"])
 def test_learner_run_with_workers_killed_takes_its_ranks_with_it(
     ranks_config: Callable[..., StreamrecConfig],
     tmp_path: Path,
+    killed: str,
 ) -> None:
-    """Its launcher and ranks stop with ``streamrec learner run --workers 2`` killed (-9).
+    """Killed with -9, ``streamrec learner run --workers 2`` or its launcher takes the ranks along.
 
-    Rather than train on, orphaned, beside the group a restart would start.
+    Rather than have them train on, orphaned, beside the group a restart would start.
     """
     cfg = ranks_config(stop_when_idle_s=300.0)
     publish(cfg, 0, 1000)
     proc, under = workers_started(cfg, tmp_path)
-    proc.kill()
-    proc.wait(10)
+    if killed == "command":
+        proc.kill()
+    else:
+        launcher = next(p for p in under if "paddle.distributed.launch" in p.cmdline())
+        launcher.kill()
+    assert proc.wait(60) != 0
     wait_for(lambda: gone(under), timeout_s=60, what="the launcher and the ranks gone")
 
 
