@@ -17,6 +17,9 @@ JSON, and build the same app as a single-process server. Each ends with the supe
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import orjson
@@ -57,20 +60,41 @@ def create_app() -> Starlette:
     Raises:
         ConfigError: the worker was started without the command's configuration.
     """
-    from streamrec.config import StreamrecConfig
-    from streamrec.logs import configure
-    from streamrec.serving.scorer import Scorer
-
     raw = os.environ.get(WORKER_CONFIG_ENV)
     if not raw:
         raise ConfigError(f"a serving worker needs {WORKER_CONFIG_ENV}: start it with `streamrec serve`")
     doc = orjson.loads(raw)
-    end_with_parent(doc["supervisor"])  # uvicorn's supervisor, killed outright: stop with it
-    cfg = StreamrecConfig(**doc["config"])
-    configure(cfg.log_level)
-    serving = cfg.serving
-    scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
-    return serving_app(cfg, scorer, bool(doc["store"]))
+    if "supervisor" in doc:  # uvicorn's supervisor (absent: an app built in process, as tests do)
+        end_with_parent(doc["supervisor"])  # killed outright, it could not stop this process
+    with uvicorns_stop_signals():
+        from streamrec.config import StreamrecConfig
+        from streamrec.logs import configure
+        from streamrec.serving.scorer import Scorer
+
+        cfg = StreamrecConfig(**doc["config"])
+        configure(cfg.log_level)
+        serving = cfg.serving
+        scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
+        return serving_app(cfg, scorer, bool(doc["store"]))
+
+
+@contextmanager
+def uvicorns_stop_signals() -> Iterator[None]:
+    """Keep SIGINT and SIGTERM with the handlers they had (uvicorn's) through the block.
+
+    uvicorn's worker builds the app (this factory) after it has set its handlers, and Paddle,
+    first imported here, sets its own on SIGTERM: it prints a C++ "FatalError" and ends the
+    process at once, so a stopped server dropped the requests it held instead of answering
+    them and closing, as uvicorn's shutdown does.
+    """
+    stops = (signal.SIGINT, signal.SIGTERM)
+    before = {sig: signal.getsignal(sig) for sig in stops}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            if handler is not None:  # None: not set from Python, nothing to put back
+                signal.signal(sig, handler)
 
 
 def serving_app(cfg: StreamrecConfig, scorer: Scorer, use_store: bool) -> Starlette:

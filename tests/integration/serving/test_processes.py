@@ -1,7 +1,8 @@
 """``streamrec serve --processes 2``: two server processes on one port, each with its own
 predictor. Concurrent clients each get their own request's scores (those the export gives in
 process), and a promotion reaches every process with no request failing meanwhile. Killed with
--9, the command takes its server processes with it, and the port is free for its restart.
+-9, the command takes its server processes with it, and the port is free for its restart;
+stopped with SIGTERM, they shut down as uvicorn's workers do, not aborted by Paddle's handler.
 """
 
 from __future__ import annotations
@@ -28,21 +29,27 @@ from tests.support import trained_snapshots, wait_for
 
 @contextmanager
 def served(root: Path, processes: int, port: int | None = None) -> Iterator[str]:
-    """``streamrec serve --no-store`` as a command of its own; yields its base URL once ready."""
+    """``streamrec serve --no-store`` as a command of its own; yields its base URL once ready.
+
+    Its output goes to a file beside ``root``: a pipe no one reads would fill and block the
+    server processes, which inherit it, in a write.
+    """
     port = port or free_port()
     env = {**os.environ, "STREAMREC_SERVING__POLL_S": "0.1", "STREAMREC_LOG_LEVEL": "WARNING"}
     command = [sys.executable, "-m", "streamrec", "serve", "--no-store", "--snapshot-dir", str(root)]
-    proc = subprocess.Popen(
-        [*command, "--port", str(port), "--processes", str(processes)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    log = root.parent / f"serve-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*command, "--port", str(port), "--processes", str(processes)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
         while True:
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "exited"
+            assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "streamrec serve did not start"
             try:
                 if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
@@ -130,10 +137,11 @@ def test_serve_killed_takes_its_server_processes_with_it_and_frees_the_port(tmp_
         assert workers
         command.kill()
         try:
-            wait_for(
-                lambda: all(not w.is_running() or w.status() == psutil.STATUS_ZOMBIE for w in workers),
-                timeout_s=30, what="the server processes gone",
-            )
+            wait_for(lambda: not running(workers), timeout_s=60, what="the server processes gone")
+        except AssertionError as exc:
+            left = [(w.pid, w.status(), w.cmdline()) for w in running(workers)]
+            log = (tmp_path.parent / f"serve-{port}.log").read_text()[-3000:]
+            raise AssertionError(f"{exc}: {left}; {log}") from None
         finally:
             for worker in workers:  # none, unless the test failed
                 if worker.is_running():
@@ -142,3 +150,35 @@ def test_serve_killed_takes_its_server_processes_with_it_and_frees_the_port(tmp_
             httpx.get(f"{url}/readyz", timeout=1)
     with served(tmp_path, processes=2, port=port) as url:  # the same port, bound again
         assert httpx.get(f"{url}/readyz", timeout=5).status_code == 200
+
+
+def running(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``processes`` still running (a zombie has exited)."""
+    alive = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def test_serve_stopped_with_sigterm_shuts_its_server_processes_down_cleanly(tmp_path: Path) -> None:
+    """SIGTERM (a rolling restart, ``docker stop``): each server process shuts down as uvicorn's
+    workers do, answering what it holds first; Paddle's own handler, installed when a worker
+    loads its engine, used to abort them (a C++ "FatalError" on the log, requests dropped).
+    """
+    trained_snapshots(tmp_path, count=1).promote(1)
+    port = free_port()
+    with served(tmp_path, processes=2, port=port):
+        command = next(
+            p for p in psutil.process_iter(["cmdline"])
+            if "--processes" in (p.info["cmdline"] or []) and str(port) in p.info["cmdline"]
+        )
+        workers = command.children(recursive=True)
+        command.terminate()
+        assert command.wait(60) == 0
+        wait_for(lambda: not running(workers), timeout_s=30, what="the server processes gone")
+    log = (tmp_path.parent / f"serve-{port}.log").read_text()
+    assert "FatalError" not in log, log[-3000:]
