@@ -9,7 +9,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -201,6 +201,20 @@ def in_thread(run: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     thread = threading.Thread(target=target)
     thread.start()
     return thread, out
+
+
+def running(processes: Iterable[Any]) -> list[Any]:
+    """Those of ``processes`` (psutil's) still running: a zombie has exited, a reaped one is gone."""
+    import psutil  # type: ignore[import-untyped]
+
+    alive = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:

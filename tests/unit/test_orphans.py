@@ -10,7 +10,7 @@ import time
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from tests.support import wait_for
+from tests.support import running, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 
@@ -36,9 +36,7 @@ def test_a_child_gets_sigterm_when_its_parent_is_killed() -> None:
         assert child.is_running()
         parent.kill()
         parent.wait(10)
-        wait_for(
-            lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE, 10, "the child gone"
-        )
+        wait_for(lambda: not running([child]), 10, "the child gone")
     finally:
         if child.is_running():
             child.kill()

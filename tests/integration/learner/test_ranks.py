@@ -56,7 +56,7 @@ from streamrec.serving.gate import judge
 from streamrec.serving.scorer import ExportedModel
 from streamrec.snapshots.store import SnapshotStore
 from tests.ranked_learner import COUNTS_KEY
-from tests.support import small_tables, wait_for
+from tests.support import running, small_tables, wait_for
 
 ROOT = Path(__file__).parents[3]
 TS = 1_511_658_000_000
@@ -320,7 +320,7 @@ def test_a_rank_killed_stops_the_group_which_resumes_training_each_sample_once(
     rc = finished(proc, tmp_path, "killed", timeout=90)
     assert rc != 0, logs(tmp_path, "killed")
     assert time.monotonic() - killed_at < 60
-    assert not ranks[0].is_running() or ranks[0].status() == psutil.STATUS_ZOMBIE
+    assert not running([ranks[0]])
     before = SnapshotStore(cfg.learner.snapshot_dir).latest_valid()
     assert before is not None and before[0].samples_trained < count  # stopped part-way
     run_ranks(cfg, 2, tmp_path, "resumed")
@@ -348,7 +348,7 @@ def test_a_rank_frozen_past_the_rank_timeout_stops_the_group_which_resumes_train
     try:
         rc = finished(proc, tmp_path, name, timeout=120)
         stopped_after = time.monotonic() - frozen_at
-        left = [r.pid for r in ranks.values() if r.is_running() and r.status() != psutil.STATUS_ZOMBIE]
+        left = [r.pid for r in running(ranks.values())]
     finally:
         if ranks[frozen].is_running():  # a failed test must not leave it stopped for the fixture
             ranks[frozen].resume()
@@ -407,10 +407,6 @@ def workers_started(
     return proc, under
 
 
-def gone(processes: list[psutil.Process]) -> bool:
-    return all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in processes)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_to_learner_run_with_workers_stops_every_rank_and_exits_cleanly(
     ranks_config: Callable[..., StreamrecConfig],
@@ -428,7 +424,7 @@ def test_a_stop_signal_to_learner_run_with_workers_stops_every_rank_and_exits_cl
     proc, under = workers_started(cfg, tmp_path)
     proc.send_signal(sig)
     rc = finished(proc, tmp_path, "workers", timeout=90)
-    wait_for(lambda: gone(under), timeout_s=30, what="the launcher and the ranks gone")
+    wait_for(lambda: not running(under), timeout_s=30, what="the launcher and the ranks gone")
     assert rc == 0, (tmp_path / "workers.log").read_text()[-3000:]
 
 
@@ -451,7 +447,7 @@ def test_learner_run_with_workers_killed_takes_its_ranks_with_it(
         launcher = next(p for p in under if "paddle.distributed.launch" in p.cmdline())
         launcher.kill()
     assert proc.wait(60) != 0
-    wait_for(lambda: gone(under), timeout_s=60, what="the launcher and the ranks gone")
+    wait_for(lambda: not running(under), timeout_s=60, what="the launcher and the ranks gone")
 
 
 def wait_for_version(store: SnapshotStore, version: int, proc: subprocess.Popen[bytes]) -> None:

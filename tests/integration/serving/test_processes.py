@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import numpy as np
@@ -24,12 +25,20 @@ import pytest
 from streamrec.local.ports import free_port
 from streamrec.serving.export import export_dir
 from streamrec.serving.scorer import Candidate, ExportedModel
-from tests.support import trained_snapshots, wait_for
+from tests.support import running, trained_snapshots, wait_for
+
+
+class Served(NamedTuple):
+    """A running ``streamrec serve``: its base URL, its process, the file its output goes to."""
+
+    url: str
+    command: psutil.Process
+    log: Path
 
 
 @contextmanager
-def served(root: Path, processes: int, port: int | None = None) -> Iterator[str]:
-    """``streamrec serve --no-store`` as a command of its own; yields its base URL once ready.
+def served(root: Path, processes: int, port: int | None = None) -> Iterator[Served]:
+    """``streamrec serve --no-store`` as a command of its own, once ready.
 
     Its output goes to a file beside ``root``: a pipe no one reads would fill and block the
     server processes, which inherit it, in a write.
@@ -56,7 +65,7 @@ def served(root: Path, processes: int, port: int | None = None) -> Iterator[str]
                     break
             except httpx.HTTPError:
                 time.sleep(0.2)
-        yield url
+        yield Served(url, psutil.Process(proc.pid), log)
     finally:
         proc.terminate()
         proc.wait(20)
@@ -103,7 +112,7 @@ def test_concurrent_clients_get_their_own_scores_and_a_promotion_reaches_every_p
                 versions.append((time.monotonic(), doc["version"]))
             k += 4
 
-    with served(tmp_path, processes=2) as url:
+    with served(tmp_path, processes=2) as (url, _, _):
         threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
         for thread in threads:
             thread.start()
@@ -128,11 +137,7 @@ def test_serve_killed_takes_its_server_processes_with_it_and_frees_the_port(tmp_
     """
     trained_snapshots(tmp_path, count=1).promote(1)
     port = free_port()
-    with served(tmp_path, processes=2, port=port) as url:
-        command = next(
-            p for p in psutil.process_iter(["cmdline"])
-            if "--processes" in (p.info["cmdline"] or []) and str(port) in p.info["cmdline"]
-        )
+    with served(tmp_path, processes=2, port=port) as (url, command, log):
         workers = command.children(recursive=True)
         assert workers
         command.kill()
@@ -140,28 +145,15 @@ def test_serve_killed_takes_its_server_processes_with_it_and_frees_the_port(tmp_
             wait_for(lambda: not running(workers), timeout_s=60, what="the server processes gone")
         except AssertionError as exc:
             left = [(w.pid, w.status(), w.cmdline()) for w in running(workers)]
-            log = (tmp_path.parent / f"serve-{port}.log").read_text()[-3000:]
-            raise AssertionError(f"{exc}: {left}; {log}") from None
+            raise AssertionError(f"{exc}: {left}; {log.read_text()[-3000:]}") from None
         finally:
             for worker in workers:  # none, unless the test failed
                 if worker.is_running():
                     worker.kill()
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"{url}/readyz", timeout=1)
-    with served(tmp_path, processes=2, port=port) as url:  # the same port, bound again
+    with served(tmp_path, processes=2, port=port) as (url, _, _):  # the same port, bound again
         assert httpx.get(f"{url}/readyz", timeout=5).status_code == 200
-
-
-def running(processes: list[psutil.Process]) -> list[psutil.Process]:
-    """Those of ``processes`` still running (a zombie has exited)."""
-    alive = []
-    for p in processes:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
 
 
 def test_serve_stopped_with_sigterm_shuts_its_server_processes_down_cleanly(tmp_path: Path) -> None:
@@ -170,15 +162,9 @@ def test_serve_stopped_with_sigterm_shuts_its_server_processes_down_cleanly(tmp_
     loads its engine, used to abort them (a C++ "FatalError" on the log, requests dropped).
     """
     trained_snapshots(tmp_path, count=1).promote(1)
-    port = free_port()
-    with served(tmp_path, processes=2, port=port):
-        command = next(
-            p for p in psutil.process_iter(["cmdline"])
-            if "--processes" in (p.info["cmdline"] or []) and str(port) in p.info["cmdline"]
-        )
+    with served(tmp_path, processes=2) as (_, command, log):
         workers = command.children(recursive=True)
         command.terminate()
         assert command.wait(60) == 0
         wait_for(lambda: not running(workers), timeout_s=30, what="the server processes gone")
-    log = (tmp_path.parent / f"serve-{port}.log").read_text()
-    assert "FatalError" not in log, log[-3000:]
+    assert "FatalError" not in log.read_text(), log.read_text()[-3000:]
