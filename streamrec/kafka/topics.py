@@ -6,7 +6,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from streamrec.config import KafkaConfig
@@ -78,6 +78,34 @@ def ensure_topics(cfg: KafkaConfig) -> None:
     """
     require_broker(cfg)
     create_topics(cfg.bootstrap_servers, topic_specs(cfg), client=cfg.client)
+
+
+# Kafka's zero topic id: the broker names no id (older than Kafka 2.8, or it keeps none).
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def topic_id(cfg: KafkaConfig, topic: str, timeout_s: float = 10) -> str | None:
+    """``topic``'s id on the brokers (KIP-516: a topic created again gets a new one), or None.
+
+    None when the brokers keep no topic ids (Kafka before 2.8). Offsets alone cannot tell a
+    topic created again from the one before: the new topic's offsets start at 0 again.
+
+    Raises:
+        ConsumeError: the brokers did not answer, or the topic is missing.
+    """
+    conf: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers, "logger": client_logger, **cfg.client}
+    admin = AdminClient(conf)
+    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+    try:
+        found = str(future.result(timeout=timeout_s + 1).topic_id)
+    except KafkaException as exc:
+        error = exc.args[0]
+        if isinstance(error, KafkaError) and error.code() == KafkaError.UNSUPPORTED_VERSION:
+            return None
+        raise ConsumeError(f"cannot read the topic id of {topic}: {error}") from exc
+    except Exception as exc:  # noqa: BLE001  # a timed-out future raises TimeoutError
+        raise ConsumeError(f"cannot read the topic id of {topic}: {exc!r}") from exc
+    return None if found in ("", "None", _NO_TOPIC_ID) else found
 
 
 def topic_specs(cfg: KafkaConfig) -> dict[str, TopicSpec]:

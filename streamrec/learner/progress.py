@@ -5,8 +5,9 @@ progress durable. Offsets move with the model: each partition's position is the 
 to train, advanced past what a micro-batch trained or dead-lettered (never past a record
 still waiting); a snapshot holds the learner's state with those positions, and they are
 committed to the consumer group only after it is durable. At start the newest valid snapshot
-is restored and its positions taken up, after a check that the topic still holds the samples
-they point at. Snapshot requests (``streamrec snapshot create``) are answered here.
+is restored and its positions taken up, after a check that the topic is still the one they are
+offsets in (its topic id, kept in each snapshot) and still holds the samples they point at.
+Snapshot requests (``streamrec snapshot create``) are answered here.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from collections.abc import Callable, Sequence
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from streamrec.config import StreamrecConfig
-from streamrec.errors import SamplesExpired
+from streamrec.errors import SamplesExpired, SamplesTopicRecreated
 from streamrec.features.schema import FeatureSchema
 from streamrec.kafka.records import Partition, Position
 from streamrec.kafka.source import RecordSource
-from streamrec.kafka.topics import expired_positions
+from streamrec.kafka.topics import expired_positions, topic_id, topic_partitions
 from streamrec.learner.base import Learner
 from streamrec.learner.reports import LearnerStats
 from streamrec.learner.snapshotting import group_state, require_finite, restore, snapshot_config
@@ -49,6 +50,8 @@ class RunnerProgress:
     _snapshotted_at: int  # micro_batches at the last snapshot
     _snapshotted_positions: dict[Partition, int]  # positions at the last one
     _snapshotted_version: int | None  # the version written or restored last
+    _resumed_topic_id: str | None = None  # the samples topic's id in the snapshot restored
+    _topic_id: str | None = None  # the samples topic's id when the run began
 
     def _resume(self) -> None:
         """Restore the newest valid snapshot, if any, and take up its counts and positions."""
@@ -61,12 +64,46 @@ class RunnerProgress:
         self.positions.update({p.key: p.offset for p in manifest.positions})
         self._snapshotted_positions = dict(self.positions)
         self._snapshotted_version = manifest.version
+        self._resumed_topic_id = manifest.samples_topic_id
+
+    def _check_positions(self) -> None:
+        """Refuse to resume in a samples topic created again, or at samples it no longer holds.
+
+        Each is an error unless allowed. Without the checks the consumer would resume at the
+        snapshot's offsets in the new topic, or jump to the earliest offset left, without a word.
+        """
+        self._check_topic()
+        self._check_retention()
+
+    def _check_topic(self) -> None:
+        """Refuse a samples topic created again since the snapshot (or read it from its start, if allowed).
+
+        A new topic id says so (brokers without ids, before Kafka 2.8, are not checked). The
+        new topic's offsets start over, so the snapshot's positions do not point at its samples;
+        allowed (``resume_on_new_topic``), every partition of it is read from its first sample.
+        """
+        topic = self._cfg.kafka.samples_topic
+        self._topic_id = topic_id(self._cfg.kafka, topic, _QUERY_TIMEOUT_S)
+        if self._resumed_topic_id in (None, self._topic_id) or self._topic_id is None:
+            return
+        why = f"topic id {self._resumed_topic_id} in the snapshot, now {self._topic_id}"
+        if not self._cfg.learner.resume_on_new_topic:
+            raise SamplesTopicRecreated(
+                f"the samples topic {topic} was created again since the snapshot ({why}): its offsets "
+                "start over, so the snapshot's positions do not point at its samples (set "
+                "STREAMREC_LEARNER__RESUME_ON_NEW_TOPIC=true to train this model on from the "
+                "topic's first sample)"
+            )
+        logger.warning("the samples topic was created again since the snapshot (%s): training on "
+                       "from its first sample topic=%s", why, topic)
+        consumer = self._source.consumer
+        self.positions.clear()
+        for p in topic_partitions(consumer, topic, _QUERY_TIMEOUT_S):
+            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=_QUERY_TIMEOUT_S)
+            self.positions[Partition(topic, p)] = low
 
     def _check_retention(self) -> None:
-        """Refuse to resume at samples the topic no longer holds (or skip them, if allowed).
-
-        The consumer would silently jump to the earliest offset left.
-        """
+        """Refuse to resume at samples the topic no longer holds (or skip them, if allowed)."""
         consumer = self._source.consumer
         earliest = {
             key: consumer.get_watermark_offsets(TopicPartition(*key), timeout=_QUERY_TIMEOUT_S)[0]
@@ -123,6 +160,23 @@ class RunnerProgress:
         if self._source.assignments != assignments:
             self._source.seek(self.positions)
 
+    def _require_same_topic(self) -> None:
+        """Raise `SamplesTopicRecreated` if the samples topic was created again since the run began.
+
+        The positions would then mix offsets of two topics: nothing trained since the last
+        snapshot is recorded, and a restart resumes from it (`_check_positions` decides).
+        """
+        if self._topic_id is None:
+            return
+        topic = self._cfg.kafka.samples_topic
+        now = topic_id(self._cfg.kafka, topic, _QUERY_TIMEOUT_S)
+        if now != self._topic_id:
+            raise SamplesTopicRecreated(
+                f"the samples topic {topic} was created again while the learner ran (topic id "
+                f"{self._topic_id}, now {now}): what it trained since the last snapshot is not "
+                "recorded; restart it to resume from that snapshot"
+            )
+
     def _serve_requests(self) -> None:
         for request_id in self.snapshots.requests.pending():
             if self._snapshotted_version is not None and not self._unsnapshotted():
@@ -143,6 +197,7 @@ class RunnerProgress:
         """
         if self._closed:
             raise RuntimeError("snapshot() on a closed LearnerRunner: it no longer holds the lock")
+        self._require_same_topic()
         arrays = self.learner.state_arrays()
         require_finite(arrays, self.stats.micro_batches)
         positions = tuple(Position(*key, offset) for key, offset in sorted(self.positions.items()))
@@ -155,6 +210,7 @@ class RunnerProgress:
             config=snapshot_config(self._cfg, self._schema),
             request_id=request_id,
             newest_event_ms=self.stats.newest_event_ms,
+            samples_topic_id=self._topic_id,
         )
         self._snapshotted_at = self.stats.micro_batches
         self._snapshotted_positions = dict(self.positions)

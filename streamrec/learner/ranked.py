@@ -150,7 +150,7 @@ class RankedRunner(LearnerRunner):
         stop = stop or threading.Event()
         idle = IdleClock(self._cfg.learner.stop_when_idle_s, self._source, upstream_done)
         try:
-            self._check_retention()
+            self._check_positions()
             self._start_every_partition()
             mine = [p for p in sorted(self.positions) if self.owns(p)]
             self._source.assign(mine)

@@ -163,7 +163,7 @@ class LearnerRunner(RunnerProgress, Closing):
         lcfg = self._cfg.learner
         idle = IdleClock(lcfg.stop_when_idle_s, self._source, upstream_done)
         try:
-            self._check_retention()
+            self._check_positions()
             self._start_every_partition()
             self._source.subscribe()
             with ThreadPoolExecutor(1, thread_name_prefix="streamrec-train") as worker:

@@ -47,6 +47,9 @@ class SnapshotManifest:
     delta: DeltaSpec = field(default_factory=dict)  # a delta's row counts and removed tensors
     # The newest event time trained on, epoch ms (freshness); None before the field existed.
     newest_event_ms: int | None = None
+    # The samples topic's id (KIP-516) its positions are offsets in; None before the field
+    # existed, or on brokers that keep no topic ids.
+    samples_topic_id: str | None = None
 
     @property
     def name(self) -> str:

@@ -23,8 +23,15 @@ from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
 
 from streamrec.cli.common import print_report
 from streamrec.config import KafkaConfig, StreamrecConfig
-from streamrec.errors import DeliveryError, NonFiniteWeights, SamplesExpired, TrainingDiverged
+from streamrec.errors import (
+    DeliveryError,
+    NonFiniteWeights,
+    SamplesExpired,
+    SamplesTopicRecreated,
+    TrainingDiverged,
+)
 from streamrec.kafka.records import Partition, Record
+from streamrec.learner import progress
 from streamrec.learner import runner as runner_module
 from streamrec.learner.base import TrainResult
 from streamrec.learner.columns import SampleColumns
@@ -333,6 +340,20 @@ def test_a_snapshot_resuming_at_expired_samples_is_refused_or_skipped_when_allow
         runner.run()
     assert runner.positions == {Partition(TOPIC, 0): 7}
     assert "skipping expired samples count=5" in caplog.text
+
+
+def test_a_samples_topic_created_again_while_the_learner_runs_is_never_snapshotted(
+    tmp_path: Path, script: Callable[..., ScriptedConsumer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The positions would mix offsets of two topics: the snapshot is refused, and a restart
+    decides (tests/integration/learner/test_recreated_topic.py, on the real broker).
+    """
+    ids = iter(["old", "new"])
+    monkeypatch.setattr(progress, "topic_id", lambda *_, **__: next(ids))
+    script([[valid(0), valid(1)]])
+    with pytest.raises(SamplesTopicRecreated, match="created again while the learner ran .*old, now new"):
+        LearnerRunner(config(tmp_path, 2), ScriptedLearner([GOOD])).run()
+    assert SnapshotStore(tmp_path).versions() == []
 
 
 def test_a_micro_batch_too_small_to_judge_is_reported_as_such(
