@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +81,18 @@ class SnapshotManifest:
 
     @classmethod
     def from_json(cls, raw: bytes) -> SnapshotManifest:
-        """Parse a manifest."""
+        """Parse a manifest; fields this release does not know (a later one wrote it) are left out.
+
+        So the code can be rolled back after an upgrade: each field added since was optional
+        information (its reader takes None for a manifest without it), and what a version's
+        tensors mean is checked apart (its kind, its model settings and state layout).
+        """
         doc = orjson.loads(raw)
         doc["positions"] = tuple(Position(**o) for o in doc["positions"])
-        return cls(**doc)
+        return cls(**{name: value for name, value in doc.items() if name in _FIELDS})
+
+
+_FIELDS = frozenset(f.name for f in fields(SnapshotManifest))
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 from typer.testing import CliRunner
 
@@ -17,6 +18,7 @@ from streamrec.cli import app
 from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotWriteError
 from streamrec.kafka.records import Position
 from streamrec.snapshots import files as snapshot_files
+from streamrec.snapshots.manifest import MANIFEST, MANIFEST_SUM, checksum_line
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 
@@ -78,6 +80,23 @@ def test_requests_are_filed_answered_and_found(tmp_path: Path) -> None:
 
 
 # --- manifest checksum, invalid versions, fallback (defect 10) ------------------------
+
+
+def test_a_manifest_from_a_later_release_with_fields_this_one_lacks_is_read(tmp_path: Path) -> None:
+    """Rolling the code back after an upgrade: the snapshots the later release wrote stay
+    readable (before: a field this release did not know made every such version invalid, and the
+    learner resumed from an older one, or started fresh).
+    """
+    store = SnapshotStore(tmp_path)
+    write(store)
+    path = store.path(1) / MANIFEST
+    doc = orjson.loads(path.read_bytes()) | {"some_later_field": {"x": 1}}
+    raw = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+    path.write_bytes(raw)
+    (store.path(1) / MANIFEST_SUM).write_bytes(checksum_line(raw))
+    assert store.validate(1) is None
+    manifest = store.manifest(1)
+    assert manifest.positions == (Position("t", 0, 7),) and manifest.samples_trained == 10
 
 
 def test_a_changed_manifest_is_refused_and_the_previous_version_used(
