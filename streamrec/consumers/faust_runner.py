@@ -62,6 +62,7 @@ from streamrec.config import StreamrecConfig
 from streamrec.consumers.native_runner import (
     BatchReport,
     ConsumerStats,
+    adopt_events_topic,
     attach_store,
     connect_timeout,
     count_batch,
@@ -207,6 +208,7 @@ class FaustRunner:
         stop = stop or threading.Event()
         if not self._attach_store(stop):
             return self.stats
+        adopt_events_topic(self._cfg, self._store, self.builder)
         self._sink = BatchSink(self._cfg)
         try:
             asyncio.run(self._main(stop))

@@ -42,7 +42,7 @@ from streamrec.featurestore import FeatureStore, make_feature_store, make_profil
 from streamrec.kafka.clients import make_consumer, produce
 from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock, RecordSource
-from streamrec.kafka.topics import MetadataClient, partition_counts
+from streamrec.kafka.topics import MetadataClient, partition_counts, topic_id
 from streamrec.kafka.transactions import TransactionalProducer, describe
 from streamrec.retry import Backoff
 
@@ -114,6 +114,7 @@ class ConsumerRunner:
         ccfg = self._cfg.consumer
         try:
             self._attach_store()
+            adopt_events_topic(self._cfg, self._store, self.builder)
             self._source.subscribe()
             idle = IdleClock(ccfg.stop_when_idle_s, self._source)
             claimed_at = self._source.assignments
@@ -393,6 +394,15 @@ def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:
             raise ValueError("a record without a topic or partition has no position")
         out.append(TopicPartition(topic, partition, offset + 1))
     return out
+
+
+def adopt_events_topic(cfg: StreamrecConfig, store: FeatureStore, builder: SampleBuilder) -> None:
+    """Tell the store which events topic is read, and the builder how its records' origins end.
+
+    See `FeatureStore.events_topic`: a topic created again since the store last read it gets
+    origins of its own, so its records never pass for the old topic's.
+    """
+    builder.origin_ending = store.events_topic(topic_id(cfg.kafka, cfg.kafka.events_topic))
 
 
 def attach_store(

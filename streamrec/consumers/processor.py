@@ -163,6 +163,8 @@ class SampleBuilder:
         self.sampler = sampler or sampler_for(cfg)
         self.watermarks = Watermarks(cfg.allowed_lateness_ms)
         self._epochs: dict[Partition, int] = {}  # partitions claimed, and their epochs
+        # How this events topic's record origins end (`FeatureStore.events_topic`).
+        self.origin_ending = ""
         self._join = JoinRule(cfg.impression_action if cfg.labels == "join" else None, self._positive)
         self._tolerance_ms = timestamp_tolerance_ms
         self._mismatch_warned: set[Partition] = set()  # one warning per partition
@@ -398,9 +400,13 @@ class SampleBuilder:
             event = item.event
             stored = event.action != impression
             wanted = event.label is not None or event.action in positive or not stored
-            origin = f"{item.key.partition}:{item.msg.offset()}"
+            origin = self.origin(item.key.partition, item.msg.offset())
             out.append(Arrival(event, origin, item.behind is None and wanted, stored))
         return out
+
+    def origin(self, partition: int, offset: int | None) -> str:
+        """What the store remembers of the record an event came in (`Arrival.origin`)."""
+        return f"{partition}:{offset}{self.origin_ending}"
 
     def _claim(self, spans: Mapping[Partition, tuple[int, int]]) -> None:
         """Claim the partitions new to this builder.

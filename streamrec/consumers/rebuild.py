@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from streamrec.config import StreamrecConfig
-from streamrec.consumers.native_runner import attach_store, connect_timeout, make_builder, refresh_placement
+from streamrec.consumers.native_runner import (
+    adopt_events_topic,
+    attach_store,
+    connect_timeout,
+    make_builder,
+    refresh_placement,
+)
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
 from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
 from streamrec.featurestore.base import CONFLICT
@@ -67,6 +73,7 @@ def rebuild_store(
         else:
             raise ConfigError("the feature store is intact (its marker is there): --force rebuilds it anyway")
     builder = make_builder(cfg, store)  # what the consumers dead-letter, misplaced records too
+    adopt_events_topic(cfg, store, builder)
     consumer = make_consumer(cfg.kafka, f"{cfg.consumer.group_id}-rebuild-{uuid.uuid4().hex[:8]}")
     stats, start = RebuildStats(), time.monotonic()
     try:
@@ -76,7 +83,7 @@ def rebuild_store(
             records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading)]
             parsed = builder.parse(records, now_ms=int(time.time() * 1000))
             answers = store.update([
-                Arrival(e, f"{key.partition}:{m.offset()}", stored=builder.stores(e))
+                Arrival(e, builder.origin(key.partition, m.offset()), stored=builder.stores(e))
                 for e, m, key in parsed.events
             ]).all()  # every answer read: the batch is in the store
             # user features, as the consumers write them: none of an id reused for other content

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import types
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -15,6 +16,8 @@ from streamrec.events import Event
 from streamrec.features.schema import FeatureSchema, FeatureSpec, Value
 from streamrec.featurestore import values
 from streamrec.featurestore.partitions import PartitionStore
+
+logger = logging.getLogger(__name__)
 
 SEP = "\t"  # ids are printable (the contract forbids tabs), so a tab cannot occur inside one
 
@@ -273,6 +276,19 @@ def behaviour_features(schema: FeatureSchema) -> tuple[FeatureSpec, ...]:
     return tuple(spec for spec in schema.extras if spec.role == "behaviour")
 
 
+def _topic_epoch(stored: str | None, topic_id: str | None) -> tuple[int, str | None]:
+    """The events topic ``topic_id``'s epoch after ``stored``, and the topic id it replaces.
+
+    See `FeatureStore.events_topic`. None replaced: the same topic, the first, or one without an id.
+    """
+    if stored is None:
+        return 1, None
+    before, _, epoch = stored.rpartition(SEP)
+    if topic_id is None or before == topic_id:
+        return int(epoch), None
+    return int(epoch) + 1, before
+
+
 def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
     """The earliest event time of each item in ``events``."""
     earliest: dict[str, int] = {}
@@ -323,6 +339,42 @@ class FeatureStore(PartitionStore):
     @abstractmethod
     def reset_marker(self) -> None:
         """Declare the store's present contents good (after a rebuild)."""
+
+    def events_topic(self, topic_id: str | None) -> str:
+        """What the origins of the events topic ``topic_id``'s records end with (`Arrival.origin`).
+
+        The store remembers an event by the record it came in, ``partition:offset``: read again,
+        the same record is a batch redone and yields its samples again. A topic created again
+        (a new topic id: deleted by an operator, or a broker that keeps nothing restarted) starts
+        its offsets over, so its records take an ending of their own: "" for the first topic the
+        store saw, then ``@2``, ``@3``, ...; an event published again into the new topic is
+        then a duplicate, never a redo. Brokers without topic ids (before Kafka 2.8) keep the
+        ending the store has.
+
+        Returns:
+            The ending, and logs a warning when the topic is new to the store.
+        """
+        stored = self._stored_events_topic()
+        epoch, replaced = _topic_epoch(stored, topic_id)
+        if topic_id is not None and (stored is None or replaced is not None):
+            self._store_events_topic(f"{topic_id}{SEP}{epoch}")
+        if replaced is not None:
+            logger.warning(
+                "the events topic was created again since the feature store last read it (topic id "
+                "%s, now %s): an event published again into it is a duplicate topic_epoch=%d",
+                replaced, topic_id, epoch,
+            )
+        return "" if epoch == 1 else f"@{epoch}"
+
+    def _stored_events_topic(self) -> str | None:
+        """The topic id and epoch, tab-separated, as `events_topic` stored them; None before."""
+        return self._events_topic
+
+    def _store_events_topic(self, value: str) -> None:
+        """Keep ``value`` for `_stored_events_topic`."""
+        self._events_topic = value
+
+    _events_topic: str | None = None  # an in-process store's; Redis keeps it in a key
 
     @abstractmethod
     def update(self, arrivals: Sequence[Arrival], meanwhile: Callable[[], None] | None = None) -> StoreUpdate:

@@ -166,6 +166,20 @@ class RedisFeatureStore(FeatureStore):
         if len(names) > len(stored):
             self._redis.set(key, orjson.dumps(names))
 
+    def _stored_events_topic(self) -> str | None:
+        """``<prefix>:events-topic`` (see `FeatureStore.events_topic`)."""
+        try:
+            raw = self._redis.get(f"{self._prefix}:events-topic")
+        except redis.RedisError as exc:
+            raise self._conn.translated(exc) from exc
+        return None if raw is None else str(raw)
+
+    def _store_events_topic(self, value: str) -> None:
+        try:
+            self._redis.set(f"{self._prefix}:events-topic", value)
+        except redis.RedisError as exc:
+            raise self._conn.translated(exc) from exc
+
     def reset_marker(self) -> None:
         """See `FeatureStore.reset_marker`."""
         value = new_marker(rebuilt=True)

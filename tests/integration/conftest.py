@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 import redis
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
-from streamrec.errors import ServiceError
+from streamrec.errors import ConsumeError, ServiceError
 from streamrec.kafka import transactions
 from streamrec.kafka.clients import make_producer
-from streamrec.kafka.topics import create_topics
+from streamrec.kafka.topics import create_topics, ensure_topics, topic_id
 from streamrec.local.launch import (
     LocalServices,
     broker_binary,
@@ -151,6 +152,24 @@ def read_committed(bootstrap_servers: str, topic: str, timeout_s: float = 10.0) 
         return out
     finally:
         consumer.close()
+
+
+def recreate_topic(kafka: KafkaConfig, topic: str) -> str:
+    """Delete ``topic`` and create it again, as an operator would; its new topic id."""
+    before = topic_id(kafka, topic)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})  # alive until answered
+    admin.delete_topics([topic])[topic].result(10)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            ensure_topics(kafka)
+            after = topic_id(kafka, topic)
+        except (ServiceError, ConsumeError):  # the deletion may still be under way
+            after = None
+        if after is not None and after != before:
+            return after
+        assert time.monotonic() < deadline, f"{topic} was not created again"
+        time.sleep(0.2)
 
 
 @pytest.fixture

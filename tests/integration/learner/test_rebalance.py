@@ -48,13 +48,15 @@ def sample(n: int) -> Sample:
     )
 
 
-def publish(bootstrap_servers: str, topic: str, count: int = COUNT) -> set[str]:
+def publish(bootstrap_servers: str, topic: str, count: int = COUNT, start: int = 0) -> set[str]:
+    """Publish `sample(n)` for n from ``start``, ``count`` of them; their sample ids."""
+    numbers = range(start, start + count)
     producer = Producer({"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random"})
-    for n in range(count):
+    for n in numbers:
         s = sample(n)
         producer.produce(topic, key=s.user_id.encode(), value=s.to_json(), timestamp=s.ts)
     assert producer.flush(10) == 0
-    return {sample(n).sample_id for n in range(count)}
+    return {sample(n).sample_id for n in numbers}
 
 
 def gathered_to_end(runner: LearnerRunner) -> bool:

@@ -10,58 +10,26 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
 
-from streamrec.config import KafkaConfig, StreamrecConfig
+from streamrec.config import StreamrecConfig
 from streamrec.errors import SamplesTopicRecreated
-from streamrec.kafka.topics import ensure_topics, topic_id
 from streamrec.learner.runner import LearnerRunner
 from streamrec.snapshots.store import SnapshotStore
+from tests.integration.conftest import recreate_topic
 from tests.integration.learner.test_rebalance import (
     MODEL,
     assert_once,
+    publish,
     resumes_with_nothing_to_train,
     run_learner_process,
-    sample,
 )
 from tests.support import RecordingLearner, wait_for
 
 COUNT = 300
-
-
-def publish_range(bootstrap_servers: str, topic: str, numbers: range) -> set[str]:
-    """Publish `sample(n)` for each n; their sample ids."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "partitioner": "murmur2_random"})
-    for n in numbers:
-        s = sample(n)
-        producer.produce(topic, key=s.user_id.encode(), value=s.to_json(), timestamp=s.ts)
-    assert producer.flush(10) == 0
-    return {sample(n).sample_id for n in numbers}
-
-
-def recreate(kafka: KafkaConfig) -> str:
-    """Delete the samples topic and create it again, as an operator would; its new topic id."""
-    before = topic_id(kafka, kafka.samples_topic)
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
-    admin.delete_topics([kafka.samples_topic])[kafka.samples_topic].result(10)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            ensure_topics(kafka)
-            after = topic_id(kafka, kafka.samples_topic)
-        except Exception:  # noqa: BLE001 -- the deletion may still be under way
-            after = None
-        if after is not None and after != before:
-            return after
-        assert time.monotonic() < deadline, "the samples topic was not created again"
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -77,14 +45,14 @@ def test_a_recreated_samples_topic_is_refused_then_trained_from_its_start_when_a
     learner_config: StreamrecConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = learner_config
-    first = publish_range(cfg.kafka.bootstrap_servers, cfg.kafka.samples_topic, range(COUNT))
+    first = publish(cfg.kafka.bootstrap_servers, cfg.kafka.samples_topic, COUNT)
     learner = RecordingLearner(cfg.model)
     LearnerRunner(cfg, learner).run()
     assert_once(learner.trained, first)
-    new_id = recreate(cfg.kafka)
+    new_id = recreate_topic(cfg.kafka, cfg.kafka.samples_topic)
     # Twice as many samples as before: every partition passes the snapshot's positions, so
     # the offsets alone look like an ordinary resume.
-    second = publish_range(cfg.kafka.bootstrap_servers, cfg.kafka.samples_topic, range(COUNT, 3 * COUNT))
+    second = publish(cfg.kafka.bootstrap_servers, cfg.kafka.samples_topic, 2 * COUNT, start=COUNT)
 
     untouched = RecordingLearner(cfg.model)
     with pytest.raises(SamplesTopicRecreated, match=rf"{cfg.kafka.samples_topic}.*now {re.escape(new_id)}"):
@@ -110,14 +78,14 @@ def test_a_samples_topic_recreated_under_a_running_learner_records_nothing_of_it
     cfg = learner_config.model_copy(update={
         "learner": learner_config.learner.model_copy(update={"stop_when_idle_s": None, "snapshot_every": 1}),
     })
-    publish_range(cfg.kafka.bootstrap_servers, cfg.kafka.samples_topic, range(COUNT))
+    publish(cfg.kafka.bootstrap_servers, cfg.kafka.samples_topic, COUNT)
     store = SnapshotStore(cfg.learner.snapshot_dir)
     proc = run_learner_process(cfg, tmp_path / "trained.json")
     try:
         wait_for(lambda: COUNT in [m.samples_trained for m in store.manifests()], what="a snapshot of them")
         versions = store.versions()
-        recreate(cfg.kafka)
-        second = publish_range(cfg.kafka.bootstrap_servers, cfg.kafka.samples_topic, range(COUNT, 3 * COUNT))
+        recreate_topic(cfg.kafka, cfg.kafka.samples_topic)
+        second = publish(cfg.kafka.bootstrap_servers, cfg.kafka.samples_topic, 2 * COUNT, start=COUNT)
         assert proc.wait(120) != 0
     finally:
         proc.kill()
