@@ -169,11 +169,10 @@ class SamplesExpired(StreamrecError):
 class SamplesTopicRecreated(StreamrecError):
     """The samples topic is not the one the newest snapshot's positions are offsets in.
 
-    It was deleted and created again (a new topic id), or holds fewer samples than the snapshot
-    trained (a broker that keeps nothing, restarted), since the snapshot; its offsets start over,
-    so resuming at the snapshot's would skip its samples below them without a word. Set
-    STREAMREC_LEARNER__RESUME_ON_NEW_TOPIC=true to train the model on from the topic's first
-    sample.
+    It was deleted and created again since the snapshot, or a broker that keeps nothing was
+    restarted (its topic id is new); its offsets start over, so resuming at the snapshot's would
+    skip its samples below them without a word. Set STREAMREC_LEARNER__RESUME_ON_NEW_TOPIC=true
+    to train the model on from the topic's first sample.
     """
 
 

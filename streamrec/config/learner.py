@@ -46,9 +46,9 @@ class LearnerConfig(BaseModel):
     # A snapshot resuming at samples the topic no longer holds (expired or deleted) is an
     # error by default: those samples were never trained. True skips them with a warning.
     allow_sample_gaps: bool = Field(False, description="STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS")
-    # A samples topic created again since the snapshot (a new topic id, or fewer samples than
-    # its positions): its offsets start over, so it is an error by default; True trains the
-    # model on from the new topic's first sample, with a warning.
+    # A samples topic created again since the snapshot (a new topic id): its offsets start
+    # over, so it is an error by default; True trains the model on from the new topic's first
+    # sample, with a warning.
     resume_on_new_topic: bool = Field(False, description="STREAMREC_LEARNER__RESUME_ON_NEW_TOPIC")
     # Micro-batches in a row whose training went non-finite before the learner stops: one
     # is a bad batch, three in a row is a broken model or stream that needs a person.
