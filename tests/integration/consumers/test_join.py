@@ -90,8 +90,16 @@ def test_two_consumers_rebalancing_label_each_impression_once(
     # Both stop once everything is processed, not by idling: one leaving first rebalances the
     # other, and on the embedded broker that has redone a partition's last committed batches
     # (README, Known limits); this test is of the join across a rebalance while both work.
-    stop = threading.Event()
-    runners = [ConsumerRunner(cfg), ConsumerRunner(cfg)]
+    stop, joined = threading.Event(), threading.Event()
+
+    def until_joined(_: object) -> None:
+        """Hold the first consumer back a little each batch until the second has partitions: on a
+        fast machine it could process every event before the group rebalanced.
+        """
+        if not joined.is_set():
+            joined.wait(0.2)
+
+    runners = [ConsumerRunner(cfg, on_batch=until_joined), ConsumerRunner(cfg)]
     results: list[ConsumerStats | None] = [None, None]
     threads = [
         threading.Thread(target=lambda i=i: results.__setitem__(i, runners[i].run(stop))) for i in range(2)
@@ -104,6 +112,8 @@ def test_two_consumers_rebalancing_label_each_impression_once(
     threads[1].start()
     deadline = time.monotonic() + 180
     while sum(r.stats.events for r in runners) < len(events) and time.monotonic() < deadline:
+        if runners[1].assignments:
+            joined.set()
         time.sleep(0.1)
     stop.set()
     for thread in threads:
@@ -111,7 +121,10 @@ def test_two_consumers_rebalancing_label_each_impression_once(
     done = [r for r in results if r is not None]
     assert len(done) == 2, "a runner failed"
     assert runners[0].assignments >= 2, "the first consumer saw no rebalance"
-    assert sum(r.events for r in done) == len(events)
+    # Every event processed; on the embedded broker the one that takes a partition over may
+    # redo its last committed batch (faults.md, "The embedded broker and a member leaving"):
+    # its events are counted by both. What must be exact is below: each impression's label.
+    assert sum(r.events for r in done) >= len(events)
     assert all(r.events > 0 for r in done), [r.events for r in done]
 
     samples = [orjson.loads(m.value()) for m in topic_reader(kafka_config.samples_topic)]
