@@ -1,7 +1,8 @@
 """A child process that ends with its parent, rather than run on orphaned.
 
-``streamrec learner run --workers N`` starts a launcher, which starts the ranks, and ``streamrec
-serve --processes N`` server processes. Killed outright (kill -9, the OOM killer, a supervisor's last
+``streamrec learner run --workers N`` starts a launcher, which starts the ranks, ``streamrec
+serve --processes N`` server processes, and tests and the demo their own broker and Redis
+(`streamrec.local.processes`, owned). Killed outright (kill -9, the OOM killer, a supervisor's last
 resort), the command cannot stop them, and they ran on: ranks training beside the group a
 restart starts, servers holding the port the restarted command must bind. Linux's
 ``PR_SET_PDEATHSIG`` has the kernel send such a child SIGTERM when its parent dies, which each

@@ -1,7 +1,8 @@
 """Child processes of the local services: spawn, pid files, liveness, reliable stop.
 
 Two modes. *Owned*: a ``subprocess.Popen`` child that this Python process stops (tests, demo;
-anything still running at interpreter exit is killed). *Detached*: started through ``/bin/sh``
+anything still running at interpreter exit is killed, and, started from the main thread, it ends
+with the process if that is killed outright). *Detached*: started through ``/bin/sh``
 in its own session so it outlives the caller and is never its zombie; it is found again via
 a pid file (``streamrec up`` / ``down``).
 """
@@ -9,17 +10,20 @@ a pid file (``streamrec up`` / ``down``).
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamrec.errors import ServiceError
+from streamrec.orphans import end_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +89,10 @@ def spawn(
                 timeout=10,
             )
             return ManagedProcess(name, int(out.stdout), log_path, stop_signal)
+        # Killed outright (kill -9, a crash), the owner could not stop it: it ends with the
+        # owner. Linux sends that signal when the *thread* that started the child ends, so only
+        # from the main thread, which ends with the process.
+        ends = threading.current_thread() is threading.main_thread()
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
                 list(cmd),
@@ -93,6 +101,7 @@ def spawn(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 env=env,
+                preexec_fn=functools.partial(end_with_parent, os.getpid()) if ends else None,
             )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         raise ServiceError(f"{name} could not be started ({cmd[0]}): {exc}") from exc

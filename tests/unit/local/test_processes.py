@@ -69,6 +69,41 @@ def test_owned_process_stops(tmp_path: Path) -> None:
     proc.stop()  # idempotent
 
 
+def test_owned_services_end_with_their_owner_killed_outright(tmp_path: Path) -> None:
+    """Killed with -9 (or crashed: librdkafka's segfault), a test session or a demo left its broker
+    and Redis running, orphaned (seen here: seven pairs after a day of such runs). Owned services
+    started from the main thread now end with their owner; detached ones (`streamrec up`) live on.
+    """
+    owner = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import signal, sys, time\n"
+            "from pathlib import Path\n"
+            "from streamrec.local.processes import spawn\n"
+            f"sleep = {_SLEEP!r}\n"
+            "log = Path(sys.argv[1])\n"
+            "owned = spawn('owned', sleep, log / 'o.log', detached=False, stop_signal=signal.SIGTERM)\n"
+            "kept = spawn('kept', sleep, log / 'k.log', detached=True, stop_signal=signal.SIGTERM)\n"
+            "print(owned.pid, kept.pid, flush=True)\n"
+            "time.sleep(60)\n"
+        ), str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert owner.stdout is not None
+    owned, kept = (int(pid) for pid in owner.stdout.readline().split())
+    try:
+        owner.kill()
+        owner.wait(10)
+        deadline = time.monotonic() + 10
+        while pid_alive(owned) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(owned), "the owned service outlived its owner"
+        assert pid_alive(kept), "a detached service must outlive the command that started it"
+    finally:
+        for pid in (owned, kept):
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_detached_process_is_not_our_child_and_stops(tmp_path: Path) -> None:
     proc = spawn("sleeper", _SLEEP, tmp_path / "s.log", detached=True, stop_signal=signal.SIGTERM)
     assert proc.popen is None and pid_alive(proc.pid)
