@@ -1,12 +1,15 @@
 """Freshness: how long an event takes to become a sample, to be trained, to be servable.
 
-One host, one process, the real parts: generated clicks are produced at ``--rate`` events/s
-for ``--seconds``, each stamped with the wall clock as it is sent (its event time); the
-native consumer turns them into samples (Redis, the samples topic); the learner trains a
+One host, the real parts, laid out as deployed: generated clicks are produced at ``--rate``
+events/s for ``--seconds`` by a process of their own, each stamped with the wall clock as it
+is sent (its event time); the native consumer, in a process of its own as ``streamrec
+consumers run``, turns them into samples (Redis, the samples topic); the learner trains a
 micro-batch every ``--interval`` seconds, snapshots each one, exports and promotes it
 (``--promote always``; ``gate`` judges a candidate on the next micro-batch first, one
 interval more); a `Scorer` follows the serving pointer as ``streamrec serve`` does (every
-``--poll`` s) and loads each promoted version.
+``--poll`` s) and loads each promoted version; these two in this process. ``--threads``: the
+producer and the consumer as threads of this process too (as before 2026-12-05), sharing its
+interpreter lock with the learner, which then trains slower than it would deployed.
 
 Figures, each per sample, p50 and p99 (seconds):
 
@@ -27,7 +30,7 @@ falling behind makes it grow with the run; ``lag_growth_s`` is the difference of
 halves' p99). One clock, so no skew; across hosts the metrics assume synchronized clocks.
 
     .venv/bin/python bench/freshness.py [--rate 300] [--interval 10] [--seconds 60]
-        [--poll 1] [--promote always|gate]
+        [--poll 1] [--promote always|gate] [--threads]
 
 Prints one JSON object as its last line.
 """
@@ -36,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import queue
 import tempfile
 import threading
 import time
@@ -86,10 +91,8 @@ class Timeline:
     loaded_versions: set[int] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def on_batch(self, report: BatchReport) -> None:
-        """A consumer batch committed: its samples' event → sample."""
-        now = time.time()
-        ts = [s.ts for s in report.result.samples]
+    def on_commit(self, now: float, ts: list[int]) -> None:
+        """A consumer batch committed at ``now``: its samples' event → sample."""
         self.event_to_sample.append(ages_s(now, ts))
         with self.lock:
             self.committed.update(dict.fromkeys(ts, now))
@@ -195,10 +198,55 @@ def histogram_summary(registry: CollectorRegistry, name: str) -> dict[str, float
     return {"count": count, "mean": round(total / count, 3) if count else float("nan")}
 
 
+CONSUMER_METRIC = "streamrec_consumer_event_to_sample_seconds"
+
+
+def produce_stamped(cfg: StreamrecConfig, rate: float, seconds: float, seed: int) -> tuple[int, float]:
+    """Publish the generated clicks at ``rate``, each stamped as sent; the count and the seconds taken."""
+    events = generate_clicks(ClickStreamSpec(events=max(int(rate * seconds), 1), seed=seed))
+    started = time.monotonic()
+    published = publish(stamped_now(events), cfg.kafka, rate=rate, schema=cfg.feature_schema())
+    return published, time.monotonic() - started
+
+
+def producer_process(cfg: StreamrecConfig, rate: float, seconds: float, seed: int, out: Any) -> None:
+    """The producer as the application's own process: ``("published", count, seconds)`` at the end."""
+    out.put(("published", *produce_stamped(cfg, rate, seconds, seed)))
+
+
+def consumer_process(cfg: StreamrecConfig, out: Any, stop: Any) -> None:
+    """A consumer as ``streamrec consumers run`` runs it, in its own process, until ``stop`` is set.
+
+    Each batch's commit goes to ``out`` as ``("commit", time, event times, events so far)``, its
+    metric's summary as ``("metrics", summary)`` at the end.
+    """
+    metrics = ConsumerMetrics()
+
+    def on_batch(report: BatchReport) -> None:
+        metrics.observe_batch(report)
+        out.put(("commit", time.time(), [s.ts for s in report.result.samples], consumer.stats.events))
+
+    consumer = ConsumerRunner(cfg, on_batch=on_batch)
+    stopped = threading.Event()
+
+    def relay() -> None:
+        stop.wait()
+        stopped.set()
+
+    threading.Thread(target=relay, daemon=True).start()
+    consumer.run(stopped)
+    out.put(("metrics", histogram_summary(metrics.registry, CONSUMER_METRIC)))
+
+
 def measure(
-    cfg: StreamrecConfig, rate: float, seconds: float, poll_s: float, seed: int = 7
+    cfg: StreamrecConfig, rate: float, seconds: float, poll_s: float, *, processes: bool = True, seed: int = 7
 ) -> dict[str, Any]:
-    """Run the stream at ``rate`` for ``seconds``, until every sample is servable; the figures."""
+    """Run the stream at ``rate`` for ``seconds``, until every sample is servable; the figures.
+
+    ``processes``: the producer and the consumer each in a process of their own, as they run
+    beside ``streamrec learner run`` (the learner and serving's loads here); otherwise every
+    part in a thread of this process, sharing its interpreter lock.
+    """
     ensure_topics(cfg.kafka)
     timeline = Timeline()
     consumer_metrics, learner_metrics = ConsumerMetrics(), LearnerMetrics()
@@ -209,7 +257,7 @@ def measure(
 
     def on_batch(report: BatchReport) -> None:
         consumer_metrics.observe_batch(report)
-        timeline.on_batch(report)
+        timeline.on_commit(time.time(), [s.ts for s in report.result.samples])
 
     def on_report(report: MicroBatchReport) -> None:
         learner_metrics.observe_report(report)
@@ -220,7 +268,6 @@ def measure(
         learner_metrics.observe_snapshot(manifest)
         promoter.on_snapshot(manifest)
 
-    consumer = ConsumerRunner(cfg, on_batch=on_batch)
     learner = LearnerRunner(
         cfg,
         make_learner(cfg.model, cfg.feature_schema()),
@@ -230,38 +277,98 @@ def measure(
         on_scored=promoter.on_scored,
     )
     stop = threading.Event()
-    finish = run_threads(
-        {
-            "consumer": lambda: consumer.run(stop),
-            "learner": lambda: learner.run(stop),
-            "serve": lambda: follow(store.root, timeline, served, poll_s, stop),
-        },
-        stop,
-    )
+    threads: dict[str, Callable[[], object]] = {
+        "learner": lambda: learner.run(stop),
+        "serve": lambda: follow(store.root, timeline, served, poll_s, stop),
+    }
+    if processes:
+        children = Children(cfg, rate, seconds, seed, timeline)
+        threads["consumer"] = lambda: children.drain(stop)
+    else:
+        consumer = ConsumerRunner(cfg, on_batch=on_batch)
+        threads["consumer"] = lambda: consumer.run(stop)
+    finish = run_threads(threads, stop)
     try:
-        events = generate_clicks(ClickStreamSpec(events=max(int(rate * seconds), 1), seed=seed))
-        started = time.monotonic()
-        published = publish(stamped_now(events), cfg.kafka, rate=rate, schema=cfg.feature_schema())
-        produce_s = time.monotonic() - started
+        if processes:
+            published, produce_s = children.produced(stop)
+        else:
+            published, produce_s = produce_stamped(cfg, rate, seconds, seed)
         deadline = time.monotonic() + cfg.learner.interval_s + DRAIN_MARGIN_S
         while not stop.is_set() and time.monotonic() < deadline:
             samples = sum(len(a) for a in timeline.event_to_sample)
-            if consumer.stats.events >= published and samples and timeline.served_samples >= samples:
+            consumed = children.consumed if processes else consumer.stats.events
+            if consumed >= published and samples and timeline.served_samples >= samples:
                 break
             time.sleep(0.2)
     finally:
+        if processes:
+            children.stop()
         finish()
+    consumer_summary = (
+        children.metrics if processes else histogram_summary(consumer_metrics.registry, CONSUMER_METRIC)
+    )
     return figures(cfg, timeline, rate, seconds, published, produce_s) | {
-        "metrics": {
+        "layout": "processes" if processes else "threads",
+        "metrics": {CONSUMER_METRIC: consumer_summary}
+        | {
             name: histogram_summary(registry, name)
             for registry, name in (
-                (consumer_metrics.registry, "streamrec_consumer_event_to_sample_seconds"),
                 (learner_metrics.registry, "streamrec_learner_event_to_trained_seconds"),
                 (serving_registry, "streamrec_serving_trained_to_servable_seconds"),
                 (serving_registry, "streamrec_serving_event_to_servable_seconds"),
             )
         },
     }
+
+
+class Children:
+    """The producer and the consumer, each in a process of its own (spawned: no inherited threads)."""
+
+    def __init__(self, cfg: StreamrecConfig, rate: float, seconds: float, seed: int, timeline: Timeline):
+        context = multiprocessing.get_context("spawn")
+        self._out: Any = context.Queue()
+        self._stop = context.Event()
+        self._timeline = timeline
+        self._published: tuple[int, float] | None = None
+        self.consumed = 0
+        self.metrics: dict[str, float] = {}
+        self._processes = [
+            context.Process(target=consumer_process, args=(cfg, self._out, self._stop), name="consumer"),
+            context.Process(target=producer_process, args=(cfg, rate, seconds, seed, self._out)),
+        ]
+        for process in self._processes:
+            process.start()
+
+    def drain(self, stop: threading.Event) -> None:
+        """Take the children's messages until both have ended (run in a thread)."""
+        while any(p.is_alive() for p in self._processes) or not self._out.empty():
+            try:
+                message = self._out.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if message[0] == "commit":
+                _, now, ts, self.consumed = message
+                self._timeline.on_commit(now, ts)
+            elif message[0] == "published":
+                self._published = (message[1], message[2])
+            else:
+                self.metrics = message[1]
+        failed = [f"{p.name} exited {p.exitcode}" for p in self._processes if p.exitcode]
+        if failed:
+            raise RuntimeError(", ".join(failed))
+
+    def produced(self, stop: threading.Event) -> tuple[int, float]:
+        """Wait for the producer to finish: the events it published and the seconds it took."""
+        while self._published is None:
+            if stop.wait(0.2):
+                raise RuntimeError("stopped before the producer finished")
+        return self._published
+
+    def stop(self) -> None:
+        """Stop the consumer (the producer has ended) and wait for both."""
+        self._stop.set()
+        for process in self._processes:
+            process.join()
 
 
 def figures(
@@ -313,6 +420,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="how long events are produced")
     parser.add_argument("--poll", type=float, default=1.0, help="serve's pointer poll, s")
     parser.add_argument("--promote", choices=("always", "gate"), default="always")
+    parser.add_argument(
+        "--threads",
+        action="store_true",
+        help="producer and consumer as threads of the learner's process (before 2026-12-05; not as deployed)",
+    )
     args = parser.parse_args()
     with local_services() as services, tempfile.TemporaryDirectory() as tmp:
         name = uuid.uuid4().hex[:8]
@@ -336,7 +448,7 @@ def main() -> None:
                 },
             }
         )
-        result = measure(cfg, args.rate, args.seconds, args.poll)
+        result = measure(cfg, args.rate, args.seconds, args.poll, processes=not args.threads)
     print(json.dumps({"bench": "freshness", "promote": args.promote, "poll_s": args.poll, **result}))
 
 

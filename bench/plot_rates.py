@@ -41,8 +41,9 @@ def plot(figures: dict[str, tuple[float, float]], path: Path) -> None:
     ax.barh(names, [figures[n][0] for n in names], color="tab:blue", label="streamrec")
     ax.scatter([figures[n][1] for n in names], names, marker="|", s=400, color="black", label="ceiling")
     for k, name in enumerate(names):
-        ax.annotate(f"{figures[name][0]:,.0f}/s", (figures[name][0], k), xytext=(4, -4),
-                    textcoords="offset points")
+        # Inside the bar's end, where no ceiling tick falls.
+        ax.annotate(f"{figures[name][0]:,.0f}/s", (figures[name][0], k), xytext=(-4, -4),
+                    textcoords="offset points", ha="right", color="white")
     ax.set_xscale("log")
     ax.set_xlabel("samples per second (log scale)")
     ax.set_title("samples a second each stage carries, against its ceiling")

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from streamrec.config import StreamrecConfig
 from streamrec.snapshots.store import SnapshotStore
 
@@ -18,8 +20,9 @@ from freshness import measure  # noqa: E402  (bench/ is a folder of scripts)
 INTERVAL_S = 2.0
 
 
+@pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])
 def test_every_sample_becomes_servable_and_the_stages_are_ordered(
-    pipeline_config: Callable[..., StreamrecConfig], tmp_path: Path
+    pipeline_config: Callable[..., StreamrecConfig], tmp_path: Path, processes: bool
 ) -> None:
     cfg = pipeline_config(
         consumer={"batch_size": 200, "stop_when_idle_s": None},
@@ -30,9 +33,9 @@ def test_every_sample_becomes_servable_and_the_stages_are_ordered(
             "stop_when_idle_s": None,
         },
     )
-    result = measure(cfg, rate=150.0, seconds=6.0, poll_s=0.2)
+    result = measure(cfg, rate=150.0, seconds=6.0, poll_s=0.2, processes=processes)
 
-    assert result["events"] == 900
+    assert result["events"] == 900 and result["layout"] == ("processes" if processes else "threads")
     assert result["samples"] > 0 and result["samples_servable"] == result["samples"]
     assert result["versions_served"] >= 2  # the pointer was followed, not only read at start
     stages = [result[k]["p50"] for k in ("event_to_sample", "event_to_trained", "event_to_servable")]
