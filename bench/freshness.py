@@ -354,7 +354,7 @@ class Children:
             else:
                 self.metrics = message[1]
         failed = [f"{p.name} exited {p.exitcode}" for p in self._processes if p.exitcode]
-        if failed:
+        if failed and not stop.is_set():  # else a failure here stopped the run, and cut the producer short
             raise RuntimeError(", ".join(failed))
 
     def produced(self, stop: threading.Event) -> tuple[int, float]:
@@ -365,8 +365,11 @@ class Children:
         return self._published
 
     def stop(self) -> None:
-        """Stop the consumer (the producer has ended) and wait for both."""
+        """Stop the consumer, and the producer if a failure cut the run short; wait for both."""
         self._stop.set()
+        consumer, producer = self._processes
+        if producer.is_alive() and self._published is None:
+            producer.terminate()
         for process in self._processes:
             process.join()
 
