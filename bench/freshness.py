@@ -334,7 +334,9 @@ class Children:
         self.metrics: dict[str, float] = {}
         self._processes = [
             context.Process(target=consumer_process, args=(cfg, self._out, self._stop), name="consumer"),
-            context.Process(target=producer_process, args=(cfg, rate, seconds, seed, self._out)),
+            context.Process(
+                target=producer_process, args=(cfg, rate, seconds, seed, self._out), name="producer"
+            ),
         ]
         for process in self._processes:
             process.start()
@@ -354,7 +356,8 @@ class Children:
             else:
                 self.metrics = message[1]
         failed = [f"{p.name} exited {p.exitcode}" for p in self._processes if p.exitcode]
-        if failed and not stop.is_set():  # else a failure here stopped the run, and cut the producer short
+        # Once the run is stopped (a failure elsewhere), a producer cut short is no failure of its own.
+        if failed and not stop.is_set():
             raise RuntimeError(", ".join(failed))
 
     def produced(self, stop: threading.Event) -> tuple[int, float]:
@@ -367,7 +370,7 @@ class Children:
     def stop(self) -> None:
         """Stop the consumer, and the producer if a failure cut the run short; wait for both."""
         self._stop.set()
-        consumer, producer = self._processes
+        producer = self._processes[1]
         if producer.is_alive() and self._published is None:
             producer.terminate()
         for process in self._processes:
