@@ -59,6 +59,7 @@ _FLAGS = (
     Flag("--group-id", "learner.group_id", str, "streamrec-learner", "Consumer group"),
     Flag("--interval", "learner.interval_s", float, "180.0", "Seconds per micro-batch"),
     Flag("--part", "learner.part_s", float, "20.0", "Seconds per part trained while gathering"),
+    Flag("--max-part", "learner.max_part_samples", int, "20000", "Cap on samples per part"),
     Flag("--max-batch", "learner.max_batch_samples", int, "200000", "Cap on samples per micro-batch"),
     Flag("--snapshot-dir", "learner.snapshot_dir", Path, "snapshots", "The snapshot directory"),
     Flag("--snapshot-every", "learner.snapshot_every", int, "10", "Snapshot after this many micro-batches"),

@@ -4,12 +4,13 @@
   consumers' logic and the aligner run on in-memory records too.
 - `Record`: such a record held in memory, for replays, backtests and tests.
 - `Partition` and `Position`: the one name for a partition and for a place in
-  it (a record's offset, or the next offset to read).
+  it (a record's offset, or the next offset to read); `advance_ends`: the next offsets past
+  records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -102,6 +103,20 @@ def offset_spans(
         elif offset < span[0]:  # a partition delivers in offset order: only if put back
             span[0] = offset
     return {key: (span[0], span[1]) for key, span in spans.items()}
+
+
+def advance_ends(ends: dict[Partition, int], records: Iterable[KafkaMessage]) -> dict[Partition, int]:
+    """``ends`` moved past ``records``: each partition's next offset after its highest record.
+
+    Examples:
+        >>> advance_ends({}, [Record(b"", 4, partition=1), Record(b"", 2, partition=1)])
+        {Partition(topic='events', partition=1): 5}
+    """
+    for msg in records:
+        key, offset = partition_of(msg), (msg.offset() or 0) + 1
+        if offset > ends.get(key, 0):
+            ends[key] = offset
+    return ends
 
 
 @dataclass(frozen=True, slots=True, order=True)

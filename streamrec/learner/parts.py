@@ -5,8 +5,11 @@ since the last part (`PartClock`), so at the micro-batch's close only the last p
 to train. Everything else stays once per micro-batch, over all its parts: online EWC's
 consolidation (`PartLearner.end_micro_batch`), the report (its metrics over every part's
 scores, each given before training on that part: still prequential), the positions and the
-snapshot. `MicroBatchParts` keeps what the parts did until then: their records, their scores
-(`Scored`, not their samples) and their step results.
+snapshot. `MicroBatchParts` keeps what the parts did until then: where their records end (not
+the records), their scores (`Scored`, not their samples) and their step results.
+
+A part also ends at ``STREAMREC_LEARNER__MAX_PART_SAMPLES`` samples, so a backlog, which fills
+a micro-batch in seconds, is decoded and trained a bounded part at a time.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from confluent_kafka import Message
 
+from streamrec.kafka.records import KafkaMessage, Partition, advance_ends
 from streamrec.learner.base import TrainResult
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.reports import StepResult
@@ -26,9 +29,14 @@ from streamrec.learner.scored import Scored
 
 @dataclass
 class MicroBatchParts:
-    """The trained parts of the micro-batch being gathered: records, scores, step results."""
+    """The trained parts of the micro-batch being gathered: where their records end, scores, steps.
 
-    records: list[Message] = field(default_factory=list)  # trained or dead-lettered
+    ``ends``: each partition's next offset past the records trained or dead-lettered;
+    ``handled``: how many records those were.
+    """
+
+    ends: dict[Partition, int] = field(default_factory=dict)
+    handled: int = 0
     scored: list[Scored] = field(default_factory=list)  # each part's, taken from its own columns
     steps: list[StepResult] = field(default_factory=list)
     dead: int = 0
@@ -36,18 +44,19 @@ class MicroBatchParts:
 
     def add(
         self,
-        records: Sequence[Message],
+        records: Sequence[KafkaMessage],
         step: StepResult | None,
         dead: int,
         batch: SampleColumns | None = None,
     ) -> None:
-        """Keep a part: its records, its step on ``batch`` (None without samples), its dead letters.
+        """Keep a part: where its records end, its step on ``batch`` (None without samples), its dead letters.
 
         The part's scores are taken now, from the columns it was trained on (the match
         features read their positions, found once by the encoding): the close then builds no
         columns of the whole micro-batch again.
         """
-        self.records.extend(records)
+        advance_ends(self.ends, records)
+        self.handled += len(records)
         if step is not None:
             if batch is None:
                 raise ValueError("a part's step comes with the columns it was trained on")

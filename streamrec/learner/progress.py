@@ -13,9 +13,9 @@ Snapshot requests (``streamrec snapshot create``) are answered here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from streamrec.config import StreamrecConfig
 from streamrec.errors import SamplesExpired, SamplesTopicRecreated
@@ -142,18 +142,18 @@ class RunnerProgress:
             or self.positions != self._snapshotted_positions
         )
 
-    def _advance_positions(self, handled: Sequence[Message], assignments: int) -> None:
+    def _advance_positions(self, ends: Mapping[Partition, int], assignments: int) -> None:
         """Move each partition's position past what is done.
 
-        Move each partition's position past what was trained or dead-lettered, but never
-        past a record still waiting (event-time order can put a lower offset there).
+        Move each partition's position to ``ends``, past what was trained or dead-lettered
+        (`advance_ends`), but never past a record still waiting (event-time order can put a
+        lower offset there).
 
         ``assignments`` is the source's count when the micro-batch began: a rebalance since
         started the new assignment from the positions before it, so read on from these.
         """
-        for msg in handled:
-            pos = Position.of(msg)
-            self.positions[pos.key] = max(self.positions.get(pos.key, 0), pos.offset + 1)
+        for key, end in ends.items():
+            self.positions[key] = max(self.positions.get(key, 0), end)
         for key, offset in self._source.unread_floor().items():
             if self.positions.get(key, 0) > offset:
                 self.positions[key] = offset

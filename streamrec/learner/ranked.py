@@ -24,8 +24,8 @@ partitions' positions from it: with another number of ranks too, as positions ar
 partition.
 
 Ranks train each micro-batch whole, at its close: training in parts while it is gathered
-(``part_s``, `streamrec.learner.parts`) is a single learner's, since the ranks would have to
-agree on every part's end as they do on a micro-batch's.
+(``part_s``, ``max_part_samples``, `streamrec.learner.parts`) is a single learner's, since the
+ranks would have to agree on every part's end as they do on a micro-batch's.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from confluent_kafka import Message
 
 from streamrec.config import StreamrecConfig
 from streamrec.errors import ConfigError, SnapshotError
-from streamrec.kafka.records import Partition
+from streamrec.kafka.records import Partition, advance_ends
 from streamrec.kafka.source import IdleClock
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.intake import Intake, decode
@@ -137,9 +137,10 @@ class RankedRunner(LearnerRunner):
                 f"read the same {cfg.learner.snapshot_dir}"
             )
         learner.data_parallel(group.share)
-        if cfg.learner.part_s < cfg.learner.interval_s:
-            logger.info("ranks train each micro-batch whole at its close: part_s=%s ignored",
-                        cfg.learner.part_s)
+        lcfg = cfg.learner
+        if lcfg.part_s < lcfg.interval_s or lcfg.max_part_samples < lcfg.max_batch_samples:
+            logger.info("ranks train each micro-batch whole at its close: part_s=%s max_part_samples=%s "
+                        "ignored", lcfg.part_s, lcfg.max_part_samples)
 
     def owns(self, partition: Partition) -> bool:
         """Whether this rank reads ``partition``."""
@@ -223,7 +224,7 @@ class RankedRunner(LearnerRunner):
         if layout.total:
             result = self._run_held(worker.submit(group_step, self.learner, batch, layout))
             judged = self._served_scores(served, batch, layout.total, worker)
-        self._advance_positions(records, assignments)
+        self._advance_positions(advance_ends({}, records), assignments)
         self._share_positions()
         if not layout.total:
             return

@@ -170,7 +170,7 @@ class LearnerRunner(RunnerProgress, Closing):
                 while not stop.is_set():
                     parts = MicroBatchParts()
                     records = self._collect(stop, idle, (parts, worker))
-                    if parts.records or len(records) >= lcfg.min_batch_samples:
+                    if parts.handled or len(records) >= lcfg.min_batch_samples:
                         self._train(records, worker, parts)
                         idle.busy()  # a long step is not idleness: samples wait held meanwhile
                         fault_point("learner.after_train")
@@ -196,10 +196,11 @@ class LearnerRunner(RunnerProgress, Closing):
         """Gather samples until the micro-batch's close (`IntervalClock`), it is full or the stream goes idle.
 
         With ``parts`` (kept, and the worker to train them on), the samples gathered are
-        trained at each part's end (`PartClock`) once there are ``min_eval_samples`` of
-        them (fewer gather on to the next); the records of the last part are returned. A
-        snapshot request closes a micro-batch partly trained (a snapshot holds whole ones):
-        it is served after the close. Without, the whole micro-batch is returned.
+        trained at each part's end (`PartClock`, or ``max_part_samples`` gathered) once there
+        are ``min_eval_samples`` of them (fewer gather on to the next); the records of the
+        last part are returned. A snapshot request closes a micro-batch partly trained (a
+        snapshot holds whole ones): it is served after the close. Without, the whole
+        micro-batch is returned.
 
         A rebalance while gathering (partitions revoked, lost to a session timeout, handed to
         another member or back) starts each partition assigned again at the trained
@@ -209,6 +210,9 @@ class LearnerRunner(RunnerProgress, Closing):
         """
         lcfg = self._cfg.learner
         room = lcfg.max_batch_samples
+        # a part that small would wait for min_eval_samples anyway: never cap below that
+        part_cap = room if parts is None else max(lcfg.max_part_samples, lcfg.min_batch_samples,
+                                                  lcfg.min_eval_samples)
         records: list[Message] = []
         gathered: dict[Partition, int] = {}  # the highest offset gathered, per partition
         again = 0
@@ -219,14 +223,14 @@ class LearnerRunner(RunnerProgress, Closing):
             # At least one poll, so a micro-batch closing at once (its step late) takes what
             # waits: the keep-alive polls of the step before read it.
             wait = max(0.0, min(_POLL_S, part_end - time.monotonic()))
-            for msg in self._source.poll(room - len(records), wait):
+            for msg in self._source.poll(min(room, part_cap) - len(records), wait):
                 pos = Position.of(msg)
                 if pos.offset <= gathered.get(pos.key, -1):
                     again += 1
                     continue
                 gathered[pos.key] = pos.offset
                 records.append(msg)
-            if parts is not None and parts[0].records:
+            if parts is not None and parts[0].handled:
                 if self.snapshots.requests.pending():
                     break
             else:
@@ -234,14 +238,15 @@ class LearnerRunner(RunnerProgress, Closing):
             now = time.monotonic()
             if now >= deadline:
                 break
-            if parts is not None and ends is not None and now >= part_end:
+            if parts is not None and ends is not None and (now >= part_end or len(records) >= part_cap):
                 if len(records) >= max(lcfg.min_batch_samples, lcfg.min_eval_samples):
                     self._train_part(records, parts[1], parts[0])
                     room -= len(records)
                     records = []
                     idle.busy()
                     fault_point("learner.after_part")
-                part_end = ends.next_end()
+                if now >= part_end:
+                    part_end = ends.next_end()
         if again:
             logger.info("rebalanced while gathering: left out records read again count=%d", again)
         # put-back records can make a longer run than asked for
@@ -263,7 +268,7 @@ class LearnerRunner(RunnerProgress, Closing):
             self._train_part(records, worker, parts, whole=not parts.steps)
         if parts.open:
             self._run_held(worker.submit(self._end_micro_batch))
-        self._advance_positions(parts.records, assignments)
+        self._advance_positions(parts.ends, assignments)
         if not parts.steps:
             return
         scored, result = parts.merged()

@@ -1,14 +1,19 @@
 """A micro-batch trained in parts while it is gathered, on the real broker.
 
 Every sample is trained once and the micro-batch snapshotted once, at its close; a crash
-between parts resumes from the last snapshot and trains the parts again, once; and a part as
-long as the interval is the micro-batch trained whole, as before parts, bit for bit; a snapshot
-request closes a micro-batch partly trained.
+between parts resumes from the last snapshot and trains the parts again, once; a part as long
+as the interval is the micro-batch trained whole, as before parts, bit for bit; a backlog is
+trained in parts of at most ``max_part_samples``, and a learner process killed between them
+resumes training each sample once; a snapshot request closes a micro-batch partly trained.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -212,6 +217,68 @@ def test_a_part_as_long_as_the_interval_is_the_micro_batch_trained_whole(
         expected = scored_report(index, Scored.of(batch, probs, known), step, 0, cfg.learner.min_eval_samples)
         np.testing.assert_equal(dataclasses.asdict(report), dataclasses.asdict(expected))
     _assert_same_state(learner.state_arrays(), whole.state_arrays())
+
+
+def test_a_backlog_is_trained_in_parts_of_at_most_max_part_samples(
+    parts_config: Callable[..., StreamrecConfig], topic_reader: Callable[[str], list[Message]],
+) -> None:
+    # A backlog fills a micro-batch at once, long before a part's time is up: a count ends its
+    # parts, so what one part decodes (the samples as Python objects) is bounded by it.
+    cfg = parts_config(part_s=300.0, max_part_samples=30, max_batch_samples=100, stop_when_idle_s=3.0)
+    publish(cfg, range(200))
+    learner = Recording(cfg.model)
+    reports: list[MicroBatchReport] = []
+    snapshots: list[SnapshotManifest] = []
+    stats = LearnerRunner(cfg, learner, on_report=reports.append, on_snapshot=snapshots.append).run()
+    sizes = [len(batch) for batch in learner.parts]
+    assert sum(sizes) == 200 and max(sizes) <= 30 and len(sizes) >= 8, sizes
+    assert Counter(learner.trained_ids()) == Counter(f"s{n}" for n in range(200))  # each once
+    assert learner.closes == 2 and [r.metrics.samples for r in reports] == [100, 100]
+    assert (stats.micro_batches, stats.samples_trained) == (2, 200)
+    assert {p.partition: p.offset for p in snapshots[-1].positions} == ends(
+        topic_reader(cfg.kafka.samples_topic)
+    )
+
+
+def test_a_learner_process_killed_between_a_backlogs_parts_resumes_training_each_sample_once(
+    parts_config: Callable[..., StreamrecConfig], topic_reader: Callable[[str], list[Message]],
+) -> None:
+    # `streamrec learner run` dies on the spot (os._exit, as kill -9 leaves it: no finally, no
+    # close) after the second part of its second micro-batch; run again, it resumes from the
+    # first micro-batch's snapshot and trains the rest once.
+    cfg = parts_config(part_s=300.0, max_part_samples=150, max_batch_samples=600)
+    publish(cfg, range(1000))
+    env = {
+        **os.environ,
+        "STREAMREC_KAFKA__BOOTSTRAP_SERVERS": cfg.kafka.bootstrap_servers,
+        "STREAMREC_KAFKA__SAMPLES_TOPIC": cfg.kafka.samples_topic,
+        "STREAMREC_KAFKA__SAMPLES_DLQ_TOPIC": cfg.kafka.samples_dlq_topic,
+        "STREAMREC_MODEL__TABLES": json.dumps(cfg.model.model_dump(mode="json")["tables"]),
+        "STREAMREC_MODEL__SEQUENCE_LENGTH": str(cfg.model.sequence_length),
+        "STREAMREC_LEARNER__GROUP_ID": cfg.learner.group_id,
+        "STREAMREC_LEARNER__MIN_EVAL_SAMPLES": str(cfg.learner.min_eval_samples),
+        "STREAMREC_LEARNER__SNAPSHOT_EVERY": "1",
+        "STREAMREC_LEARNER__METRICS_PORT": "0",
+        "STREAMREC_LEARNER__PROMOTE": "off",
+    }
+    args = [
+        sys.executable, "-m", "streamrec", "learner", "run", "--interval", "300", "--part", "300",
+        "--max-part", "150", "--max-batch", "600", "--snapshot-dir", str(cfg.learner.snapshot_dir),
+        "--stop-when-idle", "3",
+    ]
+    killed = {**env, faults.ENV: "learner.after_part:6", f"{faults.ENV}_MODE": "exit"}
+    out = subprocess.run(args, env=killed, capture_output=True, text=True, timeout=180, check=False)
+    assert out.returncode == 137, out.stderr[-3000:]
+    store = SnapshotStore(cfg.learner.snapshot_dir)
+    latest = store.latest()
+    assert latest is not None and (latest.version, latest.samples_trained) == (1, 600), out.stderr[-3000:]
+
+    out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    latest = store.latest()
+    assert latest is not None and (latest.micro_batches, latest.samples_trained) == (2, 1000)
+    assert {p.partition: p.offset for p in latest.positions} == ends(topic_reader(cfg.kafka.samples_topic))
+    assert "micro_batch index=2 parts=3 " in out.stderr  # 150, 150 and 100, from the snapshot on
 
 
 def _assert_same_state(mine: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> None:

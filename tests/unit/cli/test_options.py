@@ -63,6 +63,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "--group-id": "STREAMREC_LEARNER__GROUP_ID",
         "--interval": "STREAMREC_LEARNER__INTERVAL_S",
         "--part": "STREAMREC_LEARNER__PART_S",
+        "--max-part": "STREAMREC_LEARNER__MAX_PART_SAMPLES",
         "--max-batch": "STREAMREC_LEARNER__MAX_BATCH_SAMPLES",
         "--snapshot-dir": "STREAMREC_LEARNER__SNAPSHOT_DIR",
         "--snapshot-every": "STREAMREC_LEARNER__SNAPSHOT_EVERY",

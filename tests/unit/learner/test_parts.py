@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from streamrec.kafka.records import Partition, Record
 from streamrec.learner.base import TrainResult
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.parts import MicroBatchParts, merge_results
@@ -94,3 +95,17 @@ def test_a_step_without_its_columns_is_refused() -> None:
     step = StepResult(np.zeros(1), np.zeros(1, bool), TrainResult(0.5, 1, 0, samples=1), 0.0, 0.0)
     with pytest.raises(ValueError, match="columns"):
         MicroBatchParts().add([], step, dead=0)
+
+
+def test_the_parts_keep_where_their_records_end_not_the_records() -> None:
+    # The positions past a micro-batch's records are all its close needs of them: the parts
+    # keep those, so a backlog's micro-batch does not hold every raw record until its close.
+    parts = MicroBatchParts()
+    parts.add([_record(0, 4), _record(1, 9)], None, dead=2)
+    parts.add([_record(0, 5), _record(2, 3)], None, dead=2)
+    assert parts.handled == 4
+    assert parts.ends == {Partition("samples", 0): 6, Partition("samples", 1): 10, Partition("samples", 2): 4}
+
+
+def _record(partition: int, offset: int) -> Record:
+    return Record(b"{}", offset, topic="samples", partition=partition)
