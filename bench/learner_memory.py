@@ -80,8 +80,10 @@ class LearnerRun:
     progressive_auc: float  # each micro-batch's, weighted by its samples
 
 
-def run_learner(cfg: StreamrecConfig, tag: str, max_part: int, max_batch: int, root: Path) -> LearnerRun:
-    """One ``streamrec learner run`` over the whole backlog: its peak RSS, CPU and reports."""
+def run_learner(
+    cfg: StreamrecConfig, tag: str, max_part: int, max_batch: int, root: Path, idle_s: float = 10.0
+) -> LearnerRun:
+    """One ``streamrec learner run`` over the whole backlog: peak RSS, CPU, reports (``root/tag.log``)."""
     env = {
         **os.environ,
         "STREAMREC_KAFKA__BOOTSTRAP_SERVERS": cfg.kafka.bootstrap_servers,
@@ -91,7 +93,7 @@ def run_learner(cfg: StreamrecConfig, tag: str, max_part: int, max_batch: int, r
         "STREAMREC_LEARNER__SNAPSHOT_DIR": str(root / tag),
         "STREAMREC_LEARNER__MAX_PART_SAMPLES": str(max_part),
         "STREAMREC_LEARNER__MAX_BATCH_SAMPLES": str(max_batch),
-        "STREAMREC_LEARNER__STOP_WHEN_IDLE_S": "10",
+        "STREAMREC_LEARNER__STOP_WHEN_IDLE_S": str(idle_s),
         "STREAMREC_LEARNER__METRICS_PORT": "0",
         "STREAMREC_LEARNER__PROMOTE": "off",
     }
