@@ -208,7 +208,6 @@ class FaustRunner:
         stop = stop or threading.Event()
         if not self._attach_store(stop):
             return self.stats
-        adopt_events_topic(self._cfg, self._store, self.builder)
         self._sink = BatchSink(self._cfg)
         try:
             asyncio.run(self._main(stop))
@@ -314,7 +313,7 @@ class FaustRunner:
             await app.stop()
 
     def _attach_store(self, stop: threading.Event) -> bool:
-        """Check the store before the first batch, waiting for a Redis that is not up yet.
+        """Check the store and adopt the events topic before the first batch, waiting for Redis.
 
         False when ``stop`` was set meanwhile.
         """
@@ -325,7 +324,10 @@ class FaustRunner:
         finally:
             source.close()
         deadline_s = self._cfg.consumer.retry_deadline_s
-        return attach_store(self._store, can_start_empty, deadline_s, connect_timeout(self._cfg), stop)
+        return attach_store(
+            self._store, can_start_empty, deadline_s, connect_timeout(self._cfg), stop,
+            then=lambda: adopt_events_topic(self._cfg, self._store, self.builder),
+        )
 
     def handle(self, records: Sequence[Record]) -> BatchResult:
         """Process one batch and deliver its samples, retrying passing failures.

@@ -114,7 +114,6 @@ class ConsumerRunner:
         ccfg = self._cfg.consumer
         try:
             self._attach_store()
-            adopt_events_topic(self._cfg, self._store, self.builder)
             self._source.subscribe()
             idle = IdleClock(ccfg.stop_when_idle_s, self._source)
             claimed_at = self._source.assignments
@@ -150,12 +149,12 @@ class ConsumerRunner:
         return self.stats
 
     def _attach_store(self) -> None:
-        """Check the store before the first batch, waiting for a Redis that is not up yet."""
+        """Check the store and adopt the events topic before the first batch, waiting for Redis."""
         # A store that is empty while the group already processed events lost its data.
         can_start_empty = not self._source.has_committed_offsets(_COMMITTED_TIMEOUT_S)
         attach_store(
             self._store, can_start_empty, self._cfg.consumer.retry_deadline_s, connect_timeout(self._cfg),
-            self._stop,
+            self._stop, then=lambda: adopt_events_topic(self._cfg, self._store, self.builder),
         )
 
     @property
@@ -411,6 +410,7 @@ def attach_store(
     deadline_s: float,
     connect_timeout_s: float,
     stop: threading.Event | None = None,
+    then: Callable[[], object] | None = None,
 ) -> bool:
     """Check the store before the first batch, waiting for it to come up.
 
@@ -418,6 +418,10 @@ def attach_store(
     backoff for a Redis that is not up yet: up to ``connect_timeout_s`` while it has never
     answered (a wrong URL, Redis not started), up to ``deadline_s`` once it has (restarting,
     loading its data). False when ``stop`` was set meanwhile (nothing attached).
+
+    ``then`` (the events topic's adoption) runs after the attach under the same wait: an
+    outage that begins between the two is ridden out as one during the attach (which is
+    tried again: it only reads, or sets the marker if it is not there).
 
     Raises:
         FeatureStoreUnreachable: the store never answered within ``connect_timeout_s``.
@@ -433,6 +437,8 @@ def attach_store(
     while not stop.is_set():
         try:
             store.attach(can_start_empty)
+            if then is not None:
+                then()
             return True
         except FeatureStoreUnreachable as exc:
             if (pause := unreached.next_pause()) is None:

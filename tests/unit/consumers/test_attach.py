@@ -1,5 +1,6 @@
 """Attaching to the store at start: a store never reached is waited for its connect timeout,
-counted from the first try, and a stop ends the wait.
+counted from the first try, and a stop ends the wait; an outage right after the attach is
+waited out as one during it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import time
 import pytest
 
 from streamrec.consumers.native_runner import attach_store
-from streamrec.errors import FeatureStoreUnreachable
+from streamrec.errors import FeatureStoreUnavailable, FeatureStoreUnreachable, OutageError
 from streamrec.featurestore import MemoryFeatureStore
 
 
@@ -44,3 +45,34 @@ def test_a_stop_ends_the_wait_for_a_store() -> None:
     started = time.monotonic()
     assert attach_store(Unreachable(connect_s=0.1), True, 300, 60, stop) is False
     assert time.monotonic() - started < 2
+
+
+class FrozenAfterAttach(MemoryFeatureStore):
+    """A store that answers the attach, then is unavailable for its next ``outages`` calls."""
+
+    def __init__(self, outages: int) -> None:
+        super().__init__(3)
+        self.outages = outages
+
+    def events_topic(self, topic_id: str | None) -> str:
+        if self.outages:
+            self.outages -= 1
+            raise FeatureStoreUnavailable("redis unavailable: Timeout reading from 127.0.0.1:6380")
+        return super().events_topic(topic_id)
+
+
+def test_an_outage_between_the_attach_and_the_first_batch_is_waited_out() -> None:
+    """Redis answered the attach, then froze before the events topic was adopted: found from
+    outside (the consumer exited with ``redis unavailable`` where a batch would have been
+    retried). The start-up's own wait now covers what follows the attach too.
+    """
+    store = FrozenAfterAttach(outages=2)
+    endings: list[str] = []
+    assert attach_store(store, True, 300, 2.0, then=lambda: endings.append(store.events_topic("t1")))
+    assert endings == [""] and store.outages == 0
+
+
+def test_an_outage_after_the_attach_past_the_deadline_gives_up() -> None:
+    store = FrozenAfterAttach(outages=1000)
+    with pytest.raises(OutageError, match="gave up after 1 s"):
+        attach_store(store, True, 1.0, 2.0, then=lambda: store.events_topic("t1"))
