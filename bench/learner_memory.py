@@ -102,6 +102,9 @@ def run_learner(
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "streamrec", "learner", "run"], env=env,
                                 stdout=out, stderr=subprocess.STDOUT)
+        # wait4 reaps the child and returns its own rusage (the kernel's peak RSS), which
+        # Popen.wait does not; the exit code is then handed to Popen, which would otherwise
+        # try to reap a pid that is gone (and warn that the child still runs)
         _, status, usage = os.wait4(proc.pid, 0)
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code

@@ -31,12 +31,10 @@ from streamrec.learner.scored import Scored
 class MicroBatchParts:
     """The trained parts of the micro-batch being gathered: where their records end, scores, steps.
 
-    ``ends``: each partition's next offset past the records trained or dead-lettered;
-    ``handled``: how many records those were.
+    ``ends``: each partition's next offset past the records trained or dead-lettered.
     """
 
     ends: dict[Partition, int] = field(default_factory=dict)
-    handled: int = 0
     scored: list[Scored] = field(default_factory=list)  # each part's, taken from its own columns
     steps: list[StepResult] = field(default_factory=list)
     dead: int = 0
@@ -56,13 +54,17 @@ class MicroBatchParts:
         columns of the whole micro-batch again.
         """
         advance_ends(self.ends, records)
-        self.handled += len(records)
         if step is not None:
             if batch is None:
                 raise ValueError("a part's step comes with the columns it was trained on")
             self.steps.append(step)
             self.scored.append(Scored.of(batch, step.probs, step.known))
         self.dead += dead
+
+    @property
+    def begun(self) -> bool:
+        """Whether a part has handled records: the micro-batch is then trained at its close."""
+        return bool(self.ends)
 
     def merged(self) -> tuple[Scored, StepResult]:
         """The whole micro-batch's scores and step, for its report: the parts' in order."""

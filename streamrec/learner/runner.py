@@ -170,7 +170,7 @@ class LearnerRunner(RunnerProgress, Closing):
                 while not stop.is_set():
                     parts = MicroBatchParts()
                     records = self._collect(stop, idle, (parts, worker))
-                    if parts.handled or len(records) >= lcfg.min_batch_samples:
+                    if parts.begun or len(records) >= lcfg.min_batch_samples:
                         self._train(records, worker, parts)
                         idle.busy()  # a long step is not idleness: samples wait held meanwhile
                         fault_point("learner.after_train")
@@ -230,7 +230,7 @@ class LearnerRunner(RunnerProgress, Closing):
                     continue
                 gathered[pos.key] = pos.offset
                 records.append(msg)
-            if parts is not None and parts[0].handled:
+            if parts is not None and parts[0].begun:
                 if self.snapshots.requests.pending():
                     break
             else:

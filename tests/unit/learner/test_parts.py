@@ -101,9 +101,10 @@ def test_the_parts_keep_where_their_records_end_not_the_records() -> None:
     # The positions past a micro-batch's records are all its close needs of them: the parts
     # keep those, so a backlog's micro-batch does not hold every raw record until its close.
     parts = MicroBatchParts()
+    assert not parts.begun
     parts.add([_record(0, 4), _record(1, 9)], None, dead=2)
     parts.add([_record(0, 5), _record(2, 3)], None, dead=2)
-    assert parts.handled == 4
+    assert parts.begun
     assert parts.ends == {Partition("samples", 0): 6, Partition("samples", 1): 10, Partition("samples", 2): 4}
 
 
