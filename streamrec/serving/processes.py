@@ -11,16 +11,17 @@ admission limits (`streamrec.serving.admission`).
 Workers are started fresh (multiprocessing's spawn: no predictor crosses a fork). They get the
 configuration the command resolved (flags, env, file) through one environment variable, as
 JSON, and build the same app as a single-process server. Each ends with the supervisor
-(`streamrec.orphans`): killed outright, it would otherwise leave them serving on the port.
+(`streamrec.orphans`): killed outright, it would otherwise leave them serving on the port. Each
+imports Paddle first thing, before uvicorn's thread and signal handlers (`load_engines`), so a
+SIGTERM as it starts never meets Paddle's own handler.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -50,8 +51,34 @@ def run(cfg: StreamrecConfig, use_store: bool) -> None:
         host=cfg.serving.host,
         port=cfg.serving.port,
         log_level="warning",
+        log_config=worker_log_config(),
         access_log=False,
     )
+
+
+def worker_log_config() -> dict[str, Any]:
+    """The logging configuration of uvicorn's, with `engines_loaded` as the factory of a filter.
+
+    uvicorn applies it (``logging.config.dictConfig``) first thing in each server process it
+    starts, before it starts a thread there (its health-check answerer) or sets its signal
+    handlers: the one point that early where a process runs streamrec's code, and the one where
+    Paddle's import can be kept from taking SIGTERM (`load_engines`).
+    """
+    from uvicorn.config import LOGGING_CONFIG
+
+    return {**LOGGING_CONFIG, "filters": {"streamrec-engines": {"()": f"{__name__}.engines_loaded"}}}
+
+
+def engines_loaded() -> logging.Filter:
+    """In a new server process, `load_engines`; then a filter that passes every record.
+
+    dictConfig asks the factory for a filter. The supervisor applies the same configuration, and
+    has its engines loaded already.
+    """
+    raw = os.environ.get(WORKER_CONFIG_ENV)
+    if raw and orjson.loads(raw).get("supervisor") != os.getpid():
+        load_engines()
+    return logging.Filter()
 
 
 def create_app() -> Starlette:
@@ -66,35 +93,39 @@ def create_app() -> Starlette:
     doc = orjson.loads(raw)
     if "supervisor" in doc:  # uvicorn's supervisor (absent: an app built in process, as tests do)
         end_with_parent(doc["supervisor"])  # killed outright, it could not stop this process
-    with uvicorns_stop_signals():
-        from streamrec.config import StreamrecConfig
-        from streamrec.logs import configure
-        from streamrec.serving.scorer import Scorer
+    load_engines()  # done already where uvicorn applied `worker_log_config`; else it keeps uvicorn's handlers
+    from streamrec.config import StreamrecConfig
+    from streamrec.logs import configure
+    from streamrec.serving.scorer import Scorer
 
-        cfg = StreamrecConfig(**doc["config"])
-        configure(cfg.log_level)
-        serving = cfg.serving
-        scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
-        return serving_app(cfg, scorer, bool(doc["store"]))
+    cfg = StreamrecConfig(**doc["config"])
+    configure(cfg.log_level)
+    serving = cfg.serving
+    scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
+    return serving_app(cfg, scorer, bool(doc["store"]))
 
 
-@contextmanager
-def uvicorns_stop_signals() -> Iterator[None]:
-    """Keep SIGINT and SIGTERM with the handlers they had (uvicorn's) through the block.
+def load_engines() -> None:
+    """Import the scorer, and Paddle with it, keeping SIGINT's and SIGTERM's handlers.
 
-    uvicorn's worker builds the app (this factory) after it has set its handlers, and Paddle,
-    first imported here, sets its own on SIGTERM: it prints a C++ "FatalError" and ends the
-    process at once, so a stopped server dropped the requests it held instead of answering
-    them and closing, as uvicorn's shutdown does.
+    Paddle sets its own SIGTERM handler process-wide when it is first imported: a C++
+    "FatalError" trace, then the process ends at once, where uvicorn's handler would answer the
+    requests held and close. The two signals are held back (blocked) through the import and
+    the handlers from before put back before they are let through, so one sent meanwhile gets
+    the handler from before. Blocking holds for this thread only: in a process with no other
+    thread (`engines_loaded`), for the whole process. Later calls import nothing and change
+    nothing.
     """
     stops = (signal.SIGINT, signal.SIGTERM)
     before = {sig: signal.getsignal(sig) for sig in stops}
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     try:
-        yield
+        import streamrec.serving.scorer  # noqa: F401  (Paddle is imported with it)
     finally:
         for sig, handler in before.items():
             if handler is not None:  # None: not set from Python, nothing to put back
                 signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def serving_app(cfg: StreamrecConfig, scorer: Scorer, use_store: bool) -> Starlette:

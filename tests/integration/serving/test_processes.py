@@ -2,12 +2,14 @@
 predictor. Concurrent clients each get their own request's scores (those the export gives in
 process), and a promotion reaches every process with no request failing meanwhile. Killed with
 -9, the command takes its server processes with it, and the port is free for its restart;
-stopped with SIGTERM, they shut down as uvicorn's workers do, not aborted by Paddle's handler.
+stopped with SIGTERM, they shut down as uvicorn's workers do, not aborted by Paddle's handler,
+even while they load their engines.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -37,8 +39,8 @@ class Served(NamedTuple):
 
 
 @contextmanager
-def served(root: Path, processes: int, port: int | None = None) -> Iterator[Served]:
-    """``streamrec serve --no-store`` as a command of its own, once ready.
+def started(root: Path, processes: int, port: int | None = None) -> Iterator[Served]:
+    """``streamrec serve --no-store`` as a command of its own, just started; stopped at the end.
 
     Its output goes to a file beside ``root``: a pipe no one reads would fill and block the
     server processes, which inherit it, in a write.
@@ -54,21 +56,32 @@ def served(root: Path, processes: int, port: int | None = None) -> Iterator[Serv
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "streamrec serve did not start"
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        yield Served(url, psutil.Process(proc.pid), log)
+        yield Served(f"http://127.0.0.1:{port}", psutil.Process(proc.pid), log)
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def wait_ready(server: Served) -> None:
+    """Until ``server`` answers ``/readyz`` with 200; fail the test if its command ends first."""
+    deadline = time.monotonic() + 90
+    while True:
+        assert running([server.command]), server.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "streamrec serve did not start"
+        try:
+            if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+
+
+@contextmanager
+def served(root: Path, processes: int, port: int | None = None) -> Iterator[Served]:
+    """``streamrec serve --no-store`` as a command of its own, once ready."""
+    with started(root, processes, port) as server:
+        wait_ready(server)
+        yield server
 
 
 def request(k: int) -> dict[str, object]:
@@ -168,3 +181,48 @@ def test_serve_stopped_with_sigterm_shuts_its_server_processes_down_cleanly(tmp_
         assert command.wait(60) == 0
         wait_for(lambda: not running(workers), timeout_s=30, what="the server processes gone")
     assert "FatalError" not in log.read_text(), log.read_text()[-3000:]
+
+
+def paddle_imported(process: psutil.Process) -> bool:
+    """Whether Paddle's import has set its handlers in ``process``.
+
+    That is: libpaddle is mapped, and SIGSEGV is caught (Paddle's C++ handler is the only one on
+    it in a server process).
+    """
+    try:
+        if not any("libpaddle" in m.path for m in process.memory_maps()):
+            return False
+        status = Path(f"/proc/{process.pid}/status").read_text()
+    except (psutil.Error, OSError):
+        return False
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) & (1 << (signal.SIGSEGV - 1)))
+
+
+def test_a_server_process_stopped_while_it_loads_its_engine_is_not_aborted_by_paddles_handler(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM to a server process still loading its engine (the command stopped, or a rolling
+    restart, as it starts) ends it without Paddle's C++ "FatalError" abort, and the command
+    serves on with new processes in its place.
+
+    Paddle sets its own SIGTERM handler process-wide when it is first imported, which a server
+    process does as it builds its app, with uvicorn's handlers already set and its health-check
+    thread running: a SIGTERM from then until uvicorn's handler was put back aborted the process.
+    """
+    trained_snapshots(tmp_path, count=1).promote(1)
+    with started(tmp_path, processes=2) as server:
+        stopped: dict[int, psutil.Process] = {}
+        deadline = time.monotonic() + 90
+        while len(stopped) < 2:
+            assert time.monotonic() < deadline, f"Paddle not seen in 2 server processes: {stopped}"
+            for worker in server.command.children():
+                if worker.pid not in stopped and paddle_imported(worker):
+                    worker.send_signal(signal.SIGTERM)
+                    stopped[worker.pid] = worker
+            time.sleep(0.01)
+        wait_for(lambda: not running(stopped.values()), timeout_s=30, what="the stopped processes gone")
+        wait_ready(server)  # new processes in their place
+        server.command.terminate()
+        assert server.command.wait(60) == 0
+    assert "FatalError" not in server.log.read_text(), server.log.read_text()[-3000:]

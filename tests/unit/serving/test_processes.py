@@ -4,6 +4,9 @@ configuration (the multi-process server itself: tests/integration/serving/test_p
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -39,3 +42,34 @@ def test_a_worker_started_without_the_command_is_refused(monkeypatch: pytest.Mon
     monkeypatch.delenv(WORKER_CONFIG_ENV, raising=False)
     with pytest.raises(ConfigError, match="streamrec serve"):
         create_app()
+
+
+# In a fresh interpreter: Paddle is not imported yet there, as in a new server process.
+_NEW_SERVER_PROCESS = """
+import logging.config, os, signal, sys
+from streamrec.serving.processes import WORKER_CONFIG_ENV, worker_log_config
+got = []
+signal.signal(signal.SIGTERM, lambda *_: got.append("SIGTERM"))
+os.environ[WORKER_CONFIG_ENV] = '{"supervisor": %d}' % os.getpid()
+logging.config.dictConfig(worker_log_config())
+assert "paddle" not in sys.modules, "the supervisor loaded engines again"
+os.environ[WORKER_CONFIG_ENV] = '{"supervisor": %d}' % os.getppid()
+logging.config.dictConfig(worker_log_config())
+assert "paddle" in sys.modules, "the engines were not loaded"
+assert not signal.pthread_sigmask(signal.SIG_BLOCK, []), "signals left blocked"
+os.kill(os.getpid(), signal.SIGTERM)
+assert got == ["SIGTERM"], got
+print("kept")
+"""
+
+
+def test_a_new_server_process_loads_its_engines_with_its_logging_and_keeps_its_stop_handlers() -> None:
+    """Paddle is imported where uvicorn applies the log configuration (first in a server process).
+
+    SIGTERM then still reaches the handler set before, not Paddle's abort.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", _NEW_SERVER_PROCESS], capture_output=True, text=True, timeout=120,
+        env={k: v for k, v in os.environ.items() if k != WORKER_CONFIG_ENV},
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "kept", done.stderr[-3000:]
