@@ -217,6 +217,23 @@ def running(processes: Iterable[Any]) -> list[Any]:
     return alive
 
 
+def paddle_handlers_set(pid: int) -> bool:
+    """Whether Paddle's import has set its C++ signal handlers in process ``pid``.
+
+    That is: SIGSEGV is caught (Paddle's handler is the only one on it in streamrec's processes)
+    and libpaddle is mapped.
+    """
+    import signal
+
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) & (1 << (signal.SIGSEGV - 1))) and "libpaddle" in maps
+
+
 def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
     """Poll ``condition`` every 50 ms until it holds; fail the test after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

@@ -14,6 +14,7 @@ from streamrec.cli.demo import demo
 from streamrec.cli.generate import generate
 from streamrec.cli.produce import produce
 from streamrec.cli.serving import score, serve
+from streamrec.paddlesignals import keep_stop_signals_from_paddle
 
 app = command_group(
     "streamrec: real-time incremental recommendation learning on Kafka, Redis and Paddle.",
@@ -38,4 +39,5 @@ def main() -> None:
     """Console-script entry point."""
     # Paddle warns at import that ccache is missing; it only matters for building extensions.
     warnings.filterwarnings("ignore", message="No ccache found")
+    keep_stop_signals_from_paddle()  # its SIGTERM handler aborts a command, or hangs it
     app()

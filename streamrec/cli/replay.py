@@ -73,10 +73,14 @@ def backtest(
     """Replay DATASET through the consumers' logic and every strategy, each micro-batch scored
     before any strategy trains on it; print the table, write the report.
     """
+    # Paddle now, before the progress display's thread: its import keeps SIGTERM from Paddle's
+    # handler only while the importing thread is the process's one thread (streamrec.paddlesignals).
+    import paddle  # noqa: F401
+
     from streamrec.kernelsettings import prefer_vector_kernels
     from streamrec.loopsettings import before_training_loop
     from streamrec.replay import ablation as ab
-    from streamrec.replay import backtest as bt  # Paddle: only when a backtest runs
+    from streamrec.replay import backtest as bt
     from streamrec.replay import report as rp
     from streamrec.replay.batches import parse_duration
     from streamrec.replay.strategies import KINDS

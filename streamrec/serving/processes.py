@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from streamrec.errors import ConfigError
 from streamrec.orphans import end_with_parent
+from streamrec.paddlesignals import stop_signals_kept
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -108,24 +108,11 @@ def create_app() -> Starlette:
 def load_engines() -> None:
     """Import the scorer, and Paddle with it, keeping SIGINT's and SIGTERM's handlers.
 
-    Paddle sets its own SIGTERM handler process-wide when it is first imported: a C++
-    "FatalError" trace, then the process ends at once, where uvicorn's handler would answer the
-    requests held and close. The two signals are held back (blocked) through the import and
-    the handlers from before put back before they are let through, so one sent meanwhile gets
-    the handler from before. Blocking holds for this thread only: in a process with no other
-    thread (`engines_loaded`), for the whole process. Later calls import nothing and change
-    nothing.
+    Paddle's own SIGTERM handler would abort the process, where uvicorn's answers the requests
+    held and closes (`streamrec.paddlesignals`). Later calls import nothing and change nothing.
     """
-    stops = (signal.SIGINT, signal.SIGTERM)
-    before = {sig: signal.getsignal(sig) for sig in stops}
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
-    try:
+    with stop_signals_kept():
         import streamrec.serving.scorer  # noqa: F401  (Paddle is imported with it)
-    finally:
-        for sig, handler in before.items():
-            if handler is not None:  # None: not set from Python, nothing to put back
-                signal.signal(sig, handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def serving_app(cfg: StreamrecConfig, scorer: Scorer, use_store: bool) -> Starlette:

@@ -27,7 +27,7 @@ import pytest
 from streamrec.local.ports import free_port
 from streamrec.serving.export import export_dir
 from streamrec.serving.scorer import Candidate, ExportedModel
-from tests.support import running, trained_snapshots, wait_for
+from tests.support import paddle_handlers_set, running, trained_snapshots, wait_for
 
 
 class Served(NamedTuple):
@@ -183,22 +183,6 @@ def test_serve_stopped_with_sigterm_shuts_its_server_processes_down_cleanly(tmp_
     assert "FatalError" not in log.read_text(), log.read_text()[-3000:]
 
 
-def paddle_imported(process: psutil.Process) -> bool:
-    """Whether Paddle's import has set its handlers in ``process``.
-
-    That is: libpaddle is mapped, and SIGSEGV is caught (Paddle's C++ handler is the only one on
-    it in a server process).
-    """
-    try:
-        if not any("libpaddle" in m.path for m in process.memory_maps()):
-            return False
-        status = Path(f"/proc/{process.pid}/status").read_text()
-    except (psutil.Error, OSError):
-        return False
-    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
-    return bool(int(caught, 16) & (1 << (signal.SIGSEGV - 1)))
-
-
 def test_a_server_process_stopped_while_it_loads_its_engine_is_not_aborted_by_paddles_handler(
     tmp_path: Path,
 ) -> None:
@@ -217,7 +201,7 @@ def test_a_server_process_stopped_while_it_loads_its_engine_is_not_aborted_by_pa
         while len(stopped) < 2:
             assert time.monotonic() < deadline, f"Paddle not seen in 2 server processes: {stopped}"
             for worker in server.command.children():
-                if worker.pid not in stopped and paddle_imported(worker):
+                if worker.pid not in stopped and paddle_handlers_set(worker.pid):
                     worker.send_signal(signal.SIGTERM)
                     stopped[worker.pid] = worker
             time.sleep(0.01)

@@ -1,0 +1,86 @@
+"""Paddle's import, kept from taking SIGINT's and SIGTERM's handlers.
+
+Paddle sets C++ handlers process-wide when it is first imported (glog's failure handler, with
+Paddle's writer): on SIGSEGV, SIGABRT and the other crash signals, and on SIGTERM. On SIGTERM
+it does harm two ways. It ends the process at once with a "FatalError" trace, where a
+command's own handler stops it cleanly. And it allocates, which a signal handler must not: a
+SIGTERM that lands inside malloc deadlocks the process in the handler on malloc's lock (seen:
+``streamrec serve`` and ``streamrec score`` stopped as they imported Paddle hung until SIGKILL;
+once glibc aborted on a corrupted heap instead). So streamrec imports Paddle with SIGINT and
+SIGTERM held back and puts back the handlers they had before letting them through. Paddle keeps
+its handlers on the crash signals, whose traces help.
+
+The handlers are set by ``paddle.base``'s import (its ``__bootstrap__``), so they are put back as
+that import ends, well within a millisecond of Paddle setting its own, and again as ``paddle``'s
+ends. Holding the signals back holds for the importing thread only: another thread running
+then (a progress display's) could take a SIGTERM sent in that millisecond.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import ModuleType
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Paddle's package, and its package whose import sets Paddle's handlers.
+_KEPT_IMPORTS = frozenset({"paddle", "paddle.base"})
+
+
+@contextmanager
+def stop_signals_kept() -> Iterator[None]:
+    """Through the block, SIGINT and SIGTERM held back and their handlers kept; then let through.
+
+    A signal sent meanwhile reaches the handler from before the block once it ends. Held back
+    in this thread only: a process-directed signal may go to another thread that does not hold
+    it back, so call this where the process has no other thread, or none that matters.
+    """
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            if handler is not None:  # None: not set from Python, nothing to put back
+                signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+class _PaddleImport(importlib.abc.MetaPathFinder):
+    """Finds ``paddle`` and ``paddle.base`` as the path finder does; runs their imports held back.
+
+    Each one's import runs in `stop_signals_kept`.
+    """
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in _KEPT_IMPORTS:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        run_module = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            with stop_signals_kept():
+                run_module(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # this spec's loader alone
+        return spec
+
+
+def keep_stop_signals_from_paddle() -> None:
+    """Have Paddle's first import in this process keep SIGINT's and SIGTERM's handlers.
+
+    Wherever the import comes from, it runs in `stop_signals_kept`. Once Paddle is imported,
+    this does nothing.
+    """
+    if "paddle" in sys.modules or any(isinstance(f, _PaddleImport) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _PaddleImport())

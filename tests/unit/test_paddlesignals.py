@@ -1,0 +1,37 @@
+"""SIGINT and SIGTERM kept from Paddle's import: held back through it, their handlers put back."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from streamrec.paddlesignals import stop_signals_kept
+
+
+@pytest.fixture
+def got() -> Iterator[list[str]]:
+    saved = signal.getsignal(signal.SIGTERM)
+    seen: list[str] = []
+    signal.signal(signal.SIGTERM, lambda *_: seen.append("before"))
+    yield seen
+    signal.signal(signal.SIGTERM, saved)
+
+
+def test_a_sigterm_sent_meanwhile_reaches_the_handler_from_before_once_the_block_ends(got: list[str]) -> None:
+    with stop_signals_kept():
+        signal.signal(signal.SIGTERM, lambda *_: got.append("paddle"))  # as Paddle's import does
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+        assert got == []  # held back
+    assert got == ["before"]
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_an_error_in_the_block_still_puts_the_handlers_back(got: list[str]) -> None:
+    with pytest.raises(ImportError), stop_signals_kept():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise ImportError("paddle")
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+    assert got == ["before"]
