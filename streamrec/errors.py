@@ -143,6 +143,14 @@ class Stopped(StreamrecError):
     """
 
 
+class StrategyProcessLost(StreamrecError):
+    """A backtest strategy's process (``--jobs``) ended before its run finished.
+
+    Stopped, killed, or out of memory; nothing was written. Run again, with fewer jobs if memory
+    ran out.
+    """
+
+
 class OutageError(StreamrecError):
     """A service stayed failing past the retry deadline (STREAMREC_CONSUMER__RETRY_DEADLINE_S).
 

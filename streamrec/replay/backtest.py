@@ -13,14 +13,16 @@ import time
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from streamrec.config import StreamrecConfig
 from streamrec.datasets import load_events
-from streamrec.errors import ConfigError
+from streamrec.errors import ConfigError, StrategyProcessLost
 from streamrec.features import FeatureSchema
+from streamrec.paddlesignals import keep_stop_signals_from_paddle
 from streamrec.replay import ablation
 from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
 from streamrec.replay.coldstart import cold_start
@@ -131,15 +133,27 @@ def run_all(
         futures = [pool.submit(run_strategy, s, batches) for s in strategies]
         runs = []
         for future, strategy in zip(futures, strategies, strict=True):
-            runs.append(future.result())
+            try:
+                runs.append(future.result())
+            except BrokenProcessPool as exc:  # the others are ended with it
+                raise StrategyProcessLost(
+                    f"the process running strategy {strategy.name} ended before its run finished "
+                    "(stopped, killed, or out of memory); nothing was written: run again, with fewer "
+                    "--jobs if memory ran out"
+                ) from exc
             if on_progress is not None:
                 on_progress(strategy.name, len(batches), len(batches), float("nan"))
         return runs
 
 
 def _quiet_worker() -> None:
-    """Paddle warns at import that ccache is missing; it only matters for building extensions."""
+    """What the command's entry point does about Paddle, in a strategy's process of its own.
+
+    Paddle warns at import that ccache is missing (it only matters for building extensions), and
+    its import would set its own SIGTERM handler (`streamrec.paddlesignals`).
+    """
     warnings.filterwarnings("ignore", message="No ccache found")
+    keep_stop_signals_from_paddle()
 
 
 def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[str, Any]:

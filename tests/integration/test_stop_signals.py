@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 
 from streamrec.local.ports import free_port
@@ -67,3 +68,32 @@ def test_serve_stopped_with_sigterm_as_it_starts_ends_quietly(tmp_path: Path, de
     code, output = stopped_as_paddle_loads(command, delay_s, tmp_path / "serve.log")
     # Ended by the signal before its handler is set (uvicorn's, after the load), cleanly after.
     assert code in (0, -signal.SIGTERM) and "FatalError" not in output, (code, output[-3000:])
+
+
+def test_a_backtests_strategy_process_stopped_with_sigterm_ends_quietly(tmp_path: Path) -> None:
+    """``--jobs 2``: each strategy's process imports Paddle itself, not through the command's entry."""
+    command = [
+        sys.executable, "-m", "streamrec", "replay", "backtest", str(MOVIELENS),
+        "--strategies", "finetune,ewc", "--jobs", "2", "--limit", "30000",
+    ]
+    log = tmp_path / "backtest.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "Paddle never imported in a strategy's process"
+            loaded = [c for c in psutil.Process(proc.pid).children() if paddle_handlers_set(c.pid)]
+            if loaded:
+                break
+            time.sleep(0.002)
+        loaded[0].send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = log.read_text()
+    assert "FatalError" not in output, output[-3000:]
+    assert code == 1 and "error:" in output, (code, output[-3000:])

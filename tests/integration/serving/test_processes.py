@@ -56,11 +56,18 @@ def started(root: Path, processes: int, port: int | None = None) -> Iterator[Ser
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    command_process = psutil.Process(proc.pid)
     try:
-        yield Served(f"http://127.0.0.1:{port}", psutil.Process(proc.pid), log)
+        yield Served(f"http://127.0.0.1:{port}", command_process, log)
     finally:
         proc.terminate()
-        proc.wait(20)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:  # hung (as Paddle's handler once did): leave nothing behind
+            for process in [*command_process.children(recursive=True), command_process]:
+                process.kill()
+            proc.wait()
+            raise
 
 
 def wait_ready(server: Served) -> None:
