@@ -7,6 +7,7 @@ import importlib.util
 import json
 import logging
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -223,8 +224,6 @@ def paddle_handlers_set(pid: int) -> bool:
     That is: SIGSEGV is caught (Paddle's handler is the only one on it in streamrec's processes)
     and libpaddle is mapped.
     """
-    import signal
-
     try:
         status = Path(f"/proc/{pid}/status").read_text()
         maps = Path(f"/proc/{pid}/maps").read_text()
