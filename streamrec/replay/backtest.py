@@ -130,7 +130,13 @@ def run_all(
     # Spawned, not forked: Paddle and librdkafka keep threads a fork would break.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_quiet_worker) as pool:
-        futures = [pool.submit(run_strategy, s, batches) for s in strategies]
+        try:
+            futures = [pool.submit(run_strategy, s, batches) for s in strategies]
+        except BrokenProcessPool as exc:  # one ended while the rest were handed over
+            raise StrategyProcessLost(
+                "a strategy's process ended as the strategies were handed over (stopped, killed, or out "
+                "of memory); nothing was written: run again, with fewer --jobs if memory ran out"
+            ) from exc
         runs = []
         for future, strategy in zip(futures, strategies, strict=True):
             try:

@@ -87,4 +87,4 @@ def test_a_backtests_strategy_process_stopped_with_sigterm_ends_quietly(tmp_path
     command += ["--limit", "30000"]
     code, output = stopped_as_paddle_loads(command, 0.0, tmp_path / "backtest.log", in_child=True)
     assert "FatalError" not in output and "Traceback" not in output, output[-3000:]
-    assert code == 1 and "error: the process running strategy" in output, (code, output[-3000:])
+    assert code == 1 and "error: " in output and "process" in output, (code, output[-3000:])
