@@ -129,27 +129,21 @@ def run_all(
         return [run_strategy(s, batches, on_progress) for s in strategies]
     # Spawned, not forked: Paddle and librdkafka keep threads a fork would break.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_quiet_worker) as pool:
-        try:
+    runs: list[StrategyRun] = []
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_quiet_worker) as pool:
             futures = [pool.submit(run_strategy, s, batches) for s in strategies]
-        except BrokenProcessPool as exc:  # one ended while the rest were handed over
-            raise StrategyProcessLost(
-                "a strategy's process ended as the strategies were handed over (stopped, killed, or out "
-                "of memory); nothing was written: run again, with fewer --jobs if memory ran out"
-            ) from exc
-        runs = []
-        for future, strategy in zip(futures, strategies, strict=True):
-            try:
+            for future, strategy in zip(futures, strategies, strict=True):
                 runs.append(future.result())
-            except BrokenProcessPool as exc:  # the others are ended with it
-                raise StrategyProcessLost(
-                    f"the process running strategy {strategy.name} ended before its run finished "
-                    "(stopped, killed, or out of memory); nothing was written: run again, with fewer "
-                    "--jobs if memory ran out"
-                ) from exc
-            if on_progress is not None:
-                on_progress(strategy.name, len(batches), len(batches), float("nan"))
-        return runs
+                if on_progress is not None:
+                    on_progress(strategy.name, len(batches), len(batches), float("nan"))
+    except BrokenProcessPool as exc:  # raised by submit or result; the others are ended with it
+        unfinished = ", ".join(s.name for s in strategies[len(runs):])
+        raise StrategyProcessLost(
+            f"a strategy's process ended before its run finished (unfinished: {unfinished}; stopped, "
+            "killed, or out of memory); nothing was written: run again, with fewer --jobs if memory ran out"
+        ) from exc
+    return runs
 
 
 def _quiet_worker() -> None:
