@@ -1,11 +1,12 @@
 """``streamrec learner run --workers N``: N learner ranks under ``paddle.distributed.launch``.
 
-Outside a launch, ``--workers N`` starts ``python -m paddle.distributed.launch
---nproc_per_node N <streamrec> <the same arguments>`` and waits for it; each rank it starts
-(``PADDLE_TRAINERS_NUM`` set) runs `streamrec.learner.ranked.RankedRunner`. Across hosts the
-operator runs that launch command on each host (with ``--ips`` or ``--master``), and the
-command line needs no ``--workers``. Rank 0 alone serves metrics, exports and promotes, judging
-the group's micro-batch (every rank scores its own samples by the served version for it).
+Outside a launch, ``--workers N`` starts ``python -m streamrec.launch --nproc_per_node N
+<streamrec> <the same arguments>`` (Paddle's launcher: `streamrec.launch`) and waits for it;
+each rank it starts (``PADDLE_TRAINERS_NUM`` set) runs `streamrec.learner.ranked.RankedRunner`.
+Across hosts the operator runs that launch command on each host (with ``--ips`` or
+``--master``), and the command line needs no ``--workers``. Rank 0 alone serves metrics,
+exports and promotes, judging the group's micro-batch (every rank scores its own samples by
+the served version for it).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
     command = [
         sys.executable,
         "-m",
-        "paddle.distributed.launch",
+        "streamrec.launch",
         "--nproc_per_node",
         str(workers),
         "--log_dir",
@@ -87,7 +88,8 @@ def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
     finally:
         for sig, handler in previous.items():  # None: a handler not set from Python (Paddle's)
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-    if requested and returncode == requested[0]:  # the launcher exits with the signal's number
+    # The launcher exits with the signal's number; stopped before it set its handler, by the signal.
+    if requested and returncode in (requested[0], -requested[0]):
         console.print("the learner ranks stopped on request")
         return 0
     return returncode

@@ -25,12 +25,12 @@ from tests.support import paddle_handlers_set, trained_snapshots
 
 
 def stopped_as_paddle_loads(
-    command: list[str], delay_s: float, log: Path, in_child: bool = False
+    command: list[str], delay_s: float, log: Path, in_child: bool = False, to_command: bool = False
 ) -> tuple[int | None, str]:
     """Run ``streamrec COMMAND``, send SIGTERM ``delay_s`` after Paddle's handlers appear.
 
     The signal goes to the command, or with ``in_child`` to the first of its child processes in
-    which Paddle's handlers appear.
+    which Paddle's handlers appear (``to_command`` as well: to the command, once they appear there).
 
     Returns:
         The command's exit code (negative: the signal that ended it; None: it hung 30 s and was
@@ -51,7 +51,7 @@ def stopped_as_paddle_loads(
                 break
             time.sleep(0.002)
         time.sleep(delay_s)
-        loaded[0].send_signal(signal.SIGTERM)
+        (psutil.Process(proc.pid) if to_command else loaded[0]).send_signal(signal.SIGTERM)
         try:
             return proc.wait(30), log.read_text()
         except subprocess.TimeoutExpired:
@@ -88,3 +88,19 @@ def test_a_backtests_strategy_process_stopped_with_sigterm_ends_quietly(tmp_path
     code, output = stopped_as_paddle_loads(command, 0.0, tmp_path / "backtest.log", in_child=True)
     assert "FatalError" not in output and "Traceback" not in output, output[-3000:]
     assert code == 1 and "error: " in output and "process" in output, (code, output[-3000:])
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.05], ids=["at-import", "in-import"])
+def test_learner_workers_stopped_as_their_launcher_imports_paddle_end_quietly(
+    tmp_path: Path, delay_s: float
+) -> None:
+    """``learner run --workers 2`` passes SIGTERM on to ``paddle.distributed.launch``, whose import
+    of Paddle set Paddle's handler in it until the launcher set its own: a FatalError trace, or a hang.
+    """
+    command = ["learner", "run", "--workers", "2", "--bootstrap-servers", f"127.0.0.1:{free_port()}"]
+    command += ["--snapshot-dir", str(tmp_path / "snapshots")]
+    code, output = stopped_as_paddle_loads(
+        command, delay_s, tmp_path / "learner.log", in_child=True, to_command=True
+    )
+    assert "FatalError" not in output and "Traceback" not in output, output[-3000:]
+    assert code == 0 and "stopped on request" in output, (code, output[-3000:])

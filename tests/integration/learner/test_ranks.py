@@ -444,7 +444,7 @@ def test_learner_run_with_workers_killed_takes_its_ranks_with_it(
     if killed == "command":
         proc.kill()
     else:
-        launcher = next(p for p in under if "paddle.distributed.launch" in p.cmdline())
+        launcher = next(p for p in under if "streamrec.launch" in p.cmdline())
         launcher.kill()
     assert proc.wait(60) != 0
     wait_for(lambda: not running(under), timeout_s=60, what="the launcher and the ranks gone")
