@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import runpy
 
-from streamrec.paddlesignals import keep_stop_signals_from_paddle
+from streamrec.paddlesignals import before_paddle
 
 
 def main() -> None:
     """Run Paddle's launcher as ``python -m paddle.distributed.launch`` would, on this argv."""
-    keep_stop_signals_from_paddle()
+    before_paddle()
     runpy.run_module("paddle.distributed.launch", run_name="__main__", alter_sys=True)
 
 

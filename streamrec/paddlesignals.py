@@ -13,7 +13,11 @@ its handlers on the crash signals, whose traces help.
 The handlers are set by ``paddle.base``'s import (its ``__bootstrap__``), so they are put back as
 that import ends, well within a millisecond of Paddle setting its own, and again as ``paddle``'s
 ends. Holding the signals back holds for the importing thread only: another thread running
-then (a progress display's) could take a SIGTERM sent in that millisecond.
+then (a progress display's) could take a SIGTERM sent in that millisecond, and the window
+grows while that thread runs Python (the importing thread waits its turn for the GIL; the
+likely reason a backtest's display thread took the signal in every try). So each command
+imports Paddle before it starts a thread. Paddle sets the handler at import only: it is not
+set again by training, scoring, or importing ``paddle.inference`` or ``paddle.distributed``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import importlib.abc
 import importlib.machinery
 import signal
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
@@ -84,3 +89,13 @@ def keep_stop_signals_from_paddle() -> None:
     if "paddle" in sys.modules or any(isinstance(f, _PaddleImport) for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _PaddleImport())
+
+
+def before_paddle() -> None:
+    """What each process streamrec starts does before Paddle's first import.
+
+    The stop handlers kept (`keep_stop_signals_from_paddle`), and Paddle's import-time warning
+    that ccache is missing silenced: it only matters for building C++ extensions.
+    """
+    warnings.filterwarnings("ignore", message="No ccache found")
+    keep_stop_signals_from_paddle()

@@ -6,15 +6,13 @@ the commands' bodies, so that ``--help`` stays fast.
 
 from __future__ import annotations
 
-import warnings
-
 from streamrec.cli import consumers, learner, replay, services, snapshot, traffic
 from streamrec.cli.common import command_group
 from streamrec.cli.demo import demo
 from streamrec.cli.generate import generate
 from streamrec.cli.produce import produce
 from streamrec.cli.serving import score, serve
-from streamrec.paddlesignals import keep_stop_signals_from_paddle
+from streamrec.paddlesignals import before_paddle
 
 app = command_group(
     "streamrec: real-time incremental recommendation learning on Kafka, Redis and Paddle.",
@@ -37,7 +35,5 @@ services.register(app)
 
 def main() -> None:
     """Console-script entry point."""
-    # Paddle warns at import that ccache is missing; it only matters for building extensions.
-    warnings.filterwarnings("ignore", message="No ccache found")
-    keep_stop_signals_from_paddle()  # its SIGTERM handler aborts a command, or hangs it
+    before_paddle()  # Paddle's SIGTERM handler would abort a command, or hang it
     app()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import time
-import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -22,7 +21,7 @@ from streamrec.config import StreamrecConfig
 from streamrec.datasets import load_events
 from streamrec.errors import ConfigError, StrategyProcessLost
 from streamrec.features import FeatureSchema
-from streamrec.paddlesignals import keep_stop_signals_from_paddle
+from streamrec.paddlesignals import before_paddle
 from streamrec.replay import ablation
 from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
 from streamrec.replay.coldstart import cold_start
@@ -131,7 +130,7 @@ def run_all(
     context = multiprocessing.get_context("spawn")
     runs: list[StrategyRun] = []
     try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_quiet_worker) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=before_paddle) as pool:
             futures = [pool.submit(run_strategy, s, batches) for s in strategies]
             for future, strategy in zip(futures, strategies, strict=True):
                 runs.append(future.result())
@@ -144,16 +143,6 @@ def run_all(
             "killed, or out of memory); nothing was written: run again, with fewer --jobs if memory ran out"
         ) from exc
     return runs
-
-
-def _quiet_worker() -> None:
-    """What the command's entry point does about Paddle, in a strategy's process of its own.
-
-    Paddle warns at import that ccache is missing (it only matters for building extensions), and
-    its import would set its own SIGTERM handler (`streamrec.paddlesignals`).
-    """
-    warnings.filterwarnings("ignore", message="No ccache found")
-    keep_stop_signals_from_paddle()
 
 
 def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -35,3 +37,14 @@ def test_an_error_in_the_block_still_puts_the_handlers_back(got: list[str]) -> N
         raise ImportError("paddle")
     signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
     assert got == ["before"]
+
+
+def test_streamrec_launch_is_paddles_launcher_on_the_same_arguments() -> None:
+    """``python -m streamrec.launch`` (``learner run --workers N`` starts it) takes Paddle's launcher's
+    arguments and prints no ccache warning. Its stop handlers: tests/integration/test_stop_signals.py.
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", "streamrec.launch", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "--nproc_per_node" in done.stdout, done.stderr[-2000:]
+    assert "ccache" not in done.stderr, done.stderr[-2000:]
