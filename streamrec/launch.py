@@ -11,15 +11,26 @@ it has started a rank.
 
 from __future__ import annotations
 
+import os
 import runpy
+import signal
 
 from streamrec.paddlesignals import before_paddle
 
 
 def main() -> None:
-    """Run Paddle's launcher as ``python -m paddle.distributed.launch`` would, on this argv."""
+    """Run Paddle's launcher as ``python -m paddle.distributed.launch`` would, on this argv.
+
+    A SIGINT before the launcher sets its own handler (Ctrl-C as it starts) ends it by the
+    signal, as a process without a handler ends, and not with a KeyboardInterrupt traceback:
+    it has started no rank yet. Once set, the launcher's handler stops the ranks and exits.
+    """
     before_paddle()
-    runpy.run_module("paddle.distributed.launch", run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module("paddle.distributed.launch", run_name="__main__", alter_sys=True)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,14 @@ from tests.support import paddle_handlers_set, trained_snapshots
 
 
 def stopped_as_paddle_loads(
-    command: list[str], delay_s: float, log: Path, in_child: bool = False, to_command: bool = False
+    command: list[str],
+    delay_s: float,
+    log: Path,
+    in_child: bool = False,
+    to_command: bool = False,
+    signum: signal.Signals = signal.SIGTERM,
 ) -> tuple[int | None, str]:
-    """Run ``streamrec COMMAND``, send SIGTERM ``delay_s`` after Paddle's handlers appear.
+    """Run ``streamrec COMMAND``, send ``signum`` ``delay_s`` after Paddle's handlers appear.
 
     The signal goes to the command, or with ``in_child`` to the first of its child processes in
     which Paddle's handlers appear (``to_command`` as well: to the command, once they appear there).
@@ -51,7 +56,7 @@ def stopped_as_paddle_loads(
                 break
             time.sleep(0.002)
         time.sleep(delay_s)
-        (psutil.Process(proc.pid) if to_command else loaded[0]).send_signal(signal.SIGTERM)
+        (psutil.Process(proc.pid) if to_command else loaded[0]).send_signal(signum)
         try:
             return proc.wait(30), log.read_text()
         except subprocess.TimeoutExpired:
@@ -90,17 +95,19 @@ def test_a_backtests_strategy_process_stopped_with_sigterm_ends_quietly(tmp_path
     assert code == 1 and "error: " in output and "process" in output, (code, output[-3000:])
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 @pytest.mark.parametrize("delay_s", [0.0, 0.05], ids=["at-import", "in-import"])
 def test_learner_workers_stopped_as_their_launcher_imports_paddle_end_quietly(
-    tmp_path: Path, delay_s: float
+    tmp_path: Path, delay_s: float, signum: signal.Signals
 ) -> None:
-    """``learner run --workers 2`` passes SIGTERM on to ``paddle.distributed.launch``, whose import
-    of Paddle set Paddle's handler in it until the launcher set its own: a FatalError trace, or a hang.
+    """``learner run --workers 2`` passes the signal on to Paddle's launcher, whose import of Paddle
+    set Paddle's SIGTERM handler in it until the launcher set its own: a FatalError trace, or a
+    hang; a SIGINT then was a KeyboardInterrupt traceback.
     """
     command = ["learner", "run", "--workers", "2", "--bootstrap-servers", f"127.0.0.1:{free_port()}"]
     command += ["--snapshot-dir", str(tmp_path / "snapshots")]
     code, output = stopped_as_paddle_loads(
-        command, delay_s, tmp_path / "learner.log", in_child=True, to_command=True
+        command, delay_s, tmp_path / "learner.log", in_child=True, to_command=True, signum=signum
     )
     assert "FatalError" not in output and "Traceback" not in output, output[-3000:]
     assert code == 0 and "stopped on request" in output, (code, output[-3000:])
