@@ -1,5 +1,5 @@
 """A learner rank for the multi-rank tests: ``python tests/ranked_learner.py CONFIG.json [counting]
-[REPORTS.jsonl]``, alone (one rank) or under ``python -m paddle.distributed.launch`` (several).
+[REPORTS.jsonl]``, alone (one rank) or under ``python -m streamrec.launch`` (Paddle's launcher) (several).
 
 With ``REPORTS.jsonl`` every rank gates promotion (`streamrec.serving.gate.Promoter`, per
 ``STREAMREC_LEARNER__PROMOTE``), and rank 0 writes each micro-batch's report and each

@@ -116,7 +116,7 @@ def start_ranks(
     launch = [
         sys.executable,
         "-m",
-        "paddle.distributed.launch",
+        "streamrec.launch",  # Paddle's launcher, as the docs run it across hosts
         "--nproc_per_node",
         str(ranks),
         "--log_dir",
@@ -577,7 +577,7 @@ def test_gloos_threads_do_not_preempt_a_ranks_own_thread_on_waking(tmp_path: Pat
     out = tmp_path / "threads"
     logs = tmp_path / "logs"
     done = subprocess.run(
-        [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", str(logs),
+        [sys.executable, "-m", "streamrec.launch", "--nproc_per_node", "2", "--log_dir", str(logs),
          str(script), str(out)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
         check=False,
