@@ -4,9 +4,9 @@ The same launcher with the same arguments (`streamrec.cli.ranks` starts it for
 ``learner run --workers N``; across hosts, run it on each host). Paddle's launcher imports
 Paddle, which sets Paddle's own SIGTERM handler, before it sets its own handlers: a SIGTERM
 in between (a ``learner run --workers N`` stopped as it starts) ended the launcher with
-Paddle's "FatalError" trace, or deadlocked it (`streamrec.paddlesignals`). Here Paddle's
-import keeps the handlers from before, so a launcher stopped that early ends quietly, before
-it has started a rank.
+Paddle's "FatalError" trace (the same handler deadlocked other commands:
+`streamrec.paddlesignals`). Here Paddle's import keeps the handlers from before, so a
+launcher stopped that early ends quietly, before it has started a rank.
 """
 
 from __future__ import annotations

@@ -8,24 +8,21 @@ same data, configuration and seed give the same report (its ``digest``).
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from streamrec.config import StreamrecConfig
 from streamrec.datasets import load_events
-from streamrec.errors import ConfigError, StrategyProcessLost
+from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema
-from streamrec.paddlesignals import before_paddle
 from streamrec.replay import ablation
 from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
 from streamrec.replay.coldstart import cold_start
 from streamrec.replay.dump import dump_samples
+from streamrec.replay.processes import run_in_processes
 from streamrec.replay.report import SCHEMA, finish, summarise, tells
 from streamrec.replay.strategies import (
     DEFAULT_EWC_LAMBDA,
@@ -126,23 +123,7 @@ def run_all(
     """Each strategy over the same micro-batches, in this process or in ``jobs`` processes."""
     if jobs <= 1:
         return [run_strategy(s, batches, on_progress) for s in strategies]
-    # Spawned, not forked: Paddle and librdkafka keep threads a fork would break.
-    context = multiprocessing.get_context("spawn")
-    runs: list[StrategyRun] = []
-    try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=before_paddle) as pool:
-            futures = [pool.submit(run_strategy, s, batches) for s in strategies]
-            for future, strategy in zip(futures, strategies, strict=True):
-                runs.append(future.result())
-                if on_progress is not None:
-                    on_progress(strategy.name, len(batches), len(batches), float("nan"))
-    except BrokenProcessPool as exc:  # raised by submit or result; the others are ended with it
-        unfinished = ", ".join(s.name for s in strategies[len(runs):])
-        raise StrategyProcessLost(
-            f"a strategy's process ended before its run finished (unfinished: {unfinished}; stopped, "
-            "killed, or out of memory); nothing was written: run again, with fewer --jobs if memory ran out"
-        ) from exc
-    return runs
+    return run_in_processes(strategies, batches, jobs, on_progress)
 
 
 def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[str, Any]:
