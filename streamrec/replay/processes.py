@@ -51,7 +51,10 @@ def run_in_processes(
         while waiting or running:
             while waiting and len(running) < jobs:
                 index = waiting.pop(0)
-                running[index] = _start(context, strategies[index], batches)
+                try:
+                    running[index] = _start(context, strategies[index], batches)
+                except OSError:  # it ended as it read what it was given
+                    raise _lost(strategies, [index, *running, *waiting]) from None
             ready = wait([pipe for _, pipe in running.values()])
             for index, (process, pipe) in list(running.items()):
                 if pipe not in ready:
@@ -59,12 +62,7 @@ def run_in_processes(
                 try:
                     ok, outcome = pipe.recv()
                 except EOFError:  # it ended without sending
-                    unfinished = ", ".join(strategies[i].name for i in [*running, *waiting])
-                    raise StrategyProcessLost(
-                        f"a strategy's process ended before its run finished (unfinished: {unfinished}; "
-                        "stopped, killed, or out of memory); nothing was written: run again, with fewer "
-                        "--jobs if memory ran out"
-                    ) from None
+                    raise _lost(strategies, [*running, *waiting]) from None
                 del running[index]
                 pipe.close()
                 process.join()
@@ -85,22 +83,32 @@ def run_in_processes(
 def _start(
     context: multiprocessing.context.SpawnContext, strategy: Strategy, batches: Sequence[MicroBatch]
 ) -> tuple[BaseProcess, Connection]:
-    """A started process running ``strategy``, and the pipe its run comes back on."""
+    """A started process running ``strategy``, and the pipe its run comes back on.
+
+    Raises:
+        OSError: the process ended as it read the strategy and the micro-batches (it is reaped).
+    """
     pipe, theirs = context.Pipe()
     process = context.Process(target=_run, args=(theirs,), name=strategy.name, daemon=True)
     process.start()
     theirs.close()  # the process holds its end alone: if it ends, the pipe breaks
     try:
         pipe.send((strategy, batches))
-    except OSError as exc:  # it ended as it read them
+    except OSError:  # it ended as it read them
         process.kill()
         process.join()
         pipe.close()
-        raise StrategyProcessLost(
-            f"the process of strategy {strategy.name} ended as it started (stopped, killed, or out of "
-            "memory); nothing was written: run again"
-        ) from exc
+        raise
     return process, pipe
+
+
+def _lost(strategies: Sequence[Strategy], unfinished: list[int]) -> StrategyProcessLost:
+    """The one-line error for a strategy's process that ended before sending its run."""
+    names = ", ".join(strategies[i].name for i in unfinished)
+    return StrategyProcessLost(
+        f"a strategy's process ended before its run finished (unfinished: {names}; stopped, killed, "
+        "or out of memory); nothing was written: run again, with fewer --jobs if memory ran out"
+    )
 
 
 def _run(pipe: Connection) -> None:
