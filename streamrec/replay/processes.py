@@ -6,7 +6,8 @@ it once the process runs (`streamrec.paddlesignals.before_paddle` first: unpickl
 imports Paddle), and its run, or the error it raised, comes back. The command waits on the
 pipes: a process that ends without sending (stopped, killed, out of memory) closes its pipe,
 and the command then kills the others and raises `StrategyProcessLost`, one line, nothing
-written.
+written. A command killed outright takes its strategies' processes with it
+(`streamrec.orphans.end_with_parent`).
 
 Not ``concurrent.futures.ProcessPoolExecutor``: on Python 3.11 a pool starts a process at each
 hand-over, and one that ended while the pool started another left that one out of the pool's
@@ -21,12 +22,14 @@ read them left the command waiting on the write for good.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING
 
 from streamrec.errors import StrategyProcessLost
+from streamrec.orphans import end_with_parent
 from streamrec.paddlesignals import before_paddle
 
 if TYPE_CHECKING:  # the strategies import Paddle: a new process imports them after before_paddle
@@ -89,7 +92,7 @@ def _start(
         OSError: the process ended as it read the strategy and the micro-batches (it is reaped).
     """
     pipe, theirs = context.Pipe()
-    process = context.Process(target=_run, args=(theirs,), name=strategy.name, daemon=True)
+    process = context.Process(target=_run, args=(theirs, os.getpid()), name=strategy.name, daemon=True)
     process.start()
     theirs.close()  # the process holds its end alone: if it ends, the pipe breaks
     try:
@@ -111,8 +114,13 @@ def _lost(strategies: Sequence[Strategy], unfinished: list[int]) -> StrategyProc
     )
 
 
-def _run(pipe: Connection) -> None:
-    """In the strategy's process: the strategy and micro-batches in, the run or its error out."""
+def _run(pipe: Connection, command: int) -> None:
+    """In the strategy's process: the strategy and micro-batches in, the run or its error out.
+
+    It ends with ``command`` (its parent's pid): a command killed outright cannot end it, and its
+    run could no longer be taken.
+    """
+    end_with_parent(command)
     before_paddle()
     from streamrec.replay.strategies import run_strategy
 

@@ -21,7 +21,7 @@ import pytest
 
 from streamrec.local.ports import free_port
 from tests.conftest import MOVIELENS
-from tests.support import paddle_handlers_set, trained_snapshots
+from tests.support import paddle_handlers_set, running, trained_snapshots, wait_for
 
 
 def stopped_as_paddle_loads(
@@ -111,3 +111,32 @@ def test_learner_workers_stopped_as_their_launcher_imports_paddle_end_quietly(
     )
     assert "FatalError" not in output and "Traceback" not in output, output[-3000:]
     assert code == 0 and "stopped on request" in output, (code, output[-3000:])
+
+
+def test_a_backtests_strategy_processes_end_with_a_command_killed_outright(tmp_path: Path) -> None:
+    """A kill -9 of ``replay backtest --jobs 2`` (or the OOM killer) leaves no strategy process
+    training on, unseen, for a command that can no longer take its run.
+    """
+    command = [sys.executable, "-m", "streamrec", "replay", "backtest", str(MOVIELENS)]
+    command += ["--strategies", "finetune,ewc", "--jobs", "2"]
+    log = tmp_path / "backtest.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while True:  # both strategies' processes have Paddle loaded: they are training
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the strategies' processes never loaded Paddle"
+            children = psutil.Process(proc.pid).children()
+            if len([c for c in children if paddle_handlers_set(c.pid)]) == 2:
+                break
+            time.sleep(0.05)
+        time.sleep(3)  # past reading their micro-batches, which a dead command's pipe would end
+        proc.kill()
+        proc.wait()
+        wait_for(lambda: not running(children), 10, "the strategies' processes ending")
+        # Not by finishing first: one that did raised BrokenPipeError, its run lost.
+        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+    finally:
+        for child in psutil.Process().children(recursive=True):
+            child.kill()
