@@ -111,7 +111,7 @@ def rank_main(
 def measure(world: int, samples: int, micro_batch: int, logs: Path, extra: list[str]) -> dict[str, float]:
     """Run ``world`` ranks; rank 0's figures."""
     out = logs / f"world{world}.json"
-    launch = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", str(world)]
+    launch = [sys.executable, "-m", "streamrec.launch", "--nproc_per_node", str(world)]
     command = [*rank_command(out, samples, micro_batch), *extra]
     if world > 1:
         command = [*launch, "--log_dir", str(logs / f"world{world}"), *command[1:]]
