@@ -7,8 +7,10 @@ are trained, about 7 KB a sample at the default 50 behaviours. streamrec: parts 
 ``max_part_samples`` too (the default, 20,000). Ceiling: the same learner on the same samples
 with ``max_part_samples`` equal to the micro-batch cap, so each micro-batch is decoded and
 trained whole (the code before 2026-12-05). The ratio is streamrec's peak over the ceiling's.
+``--workers N``: ``streamrec learner run --workers N`` instead, N learner ranks each holding its
+own share of the micro-batch (the cap is a rank's); the peak is the largest process's.
 
-    .venv/bin/python bench/learner_memory.py [--events N] [--max-part N] [--max-batch N]
+    .venv/bin/python bench/learner_memory.py [--events N] [--max-part N] [--max-batch N] [--workers N]
 
 Each learner is ``python -m streamrec learner run`` in a process of its own, reading the same
 samples topic from the start (its own group and snapshot directory) until it has been idle
@@ -81,9 +83,15 @@ class LearnerRun:
 
 
 def run_learner(
-    cfg: StreamrecConfig, tag: str, max_part: int, max_batch: int, root: Path, idle_s: float = 10.0
+    cfg: StreamrecConfig, tag: str, max_part: int, max_batch: int, root: Path, workers: int = 1,
+    idle_s: float = 10.0,
 ) -> LearnerRun:
-    """One ``streamrec learner run`` over the whole backlog: peak RSS, CPU, reports (``root/tag.log``)."""
+    """One ``streamrec learner run`` over the whole backlog: peak RSS, CPU, reports (``root/tag.log``).
+
+    With ``workers`` above 1, the ranks' logs go to ``root/tag-run/learner-logs``; rank 0's reports
+    reach the command's output. The kernel's peak RSS is then the largest of the command, the
+    launcher and the ranks (each waited for by its parent).
+    """
     env = {
         **os.environ,
         "STREAMREC_KAFKA__BOOTSTRAP_SERVERS": cfg.kafka.bootstrap_servers,
@@ -98,10 +106,13 @@ def run_learner(
         "STREAMREC_LEARNER__PROMOTE": "off",
     }
     log = root / f"{tag}.log"
+    cwd = root / f"{tag}-run"  # where learner run --workers N puts learner-logs/
+    cwd.mkdir(exist_ok=True)
+    command = [sys.executable, "-m", "streamrec", "learner", "run"]
+    command += ["--workers", str(workers)] if workers > 1 else []
     start = time.monotonic()
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "streamrec", "learner", "run"], env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
         # wait4 reaps the child and returns its own rusage (the kernel's peak RSS), which
         # Popen.wait does not; the exit code is then handed to Popen, which would otherwise
         # try to reap a pid that is gone (and warn that the child still runs)
@@ -129,6 +140,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=150_000)
     parser.add_argument("--max-part", type=int, default=StreamrecConfig().learner.max_part_samples)
     parser.add_argument("--max-batch", type=int, default=StreamrecConfig().learner.max_batch_samples)
+    parser.add_argument("--workers", type=int, default=1, help="learner ranks (learner run --workers N)")
     args = parser.parse_args()
     with local_services() as services, tempfile.TemporaryDirectory() as tmp:
         name = uuid.uuid4().hex[:8]
@@ -142,8 +154,8 @@ def main() -> None:
         ensure_topics(cfg.kafka)
         samples = publish_samples(cfg, args.events)
         root = Path(tmp)
-        parts = run_learner(cfg, "parts", args.max_part, args.max_batch, root)
-        whole = run_learner(cfg, "whole", args.max_batch, args.max_batch, root)
+        parts = run_learner(cfg, "parts", args.max_part, args.max_batch, root, args.workers)
+        whole = run_learner(cfg, "whole", args.max_batch, args.max_batch, root, args.workers)
     for run in (parts, whole):
         if run.samples_trained != samples:
             raise RuntimeError(f"a learner trained {run.samples_trained} of {samples} samples")
@@ -152,6 +164,7 @@ def main() -> None:
         "samples": samples,
         "max_part_samples": args.max_part,
         "max_batch_samples": args.max_batch,
+        "workers": args.workers,
         "parts": asdict(parts),
         "ceiling_whole_micro_batches": asdict(whole),
         "peak_rss_ratio_parts_over_whole": round(parts.peak_rss_mb / whole.peak_rss_mb, 3),

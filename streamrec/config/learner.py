@@ -23,7 +23,8 @@ class LearnerConfig(BaseModel):
     # 20 s: at the default interval and 300 events/s (540 samples/s) that last part trains in
     # ~6 s on 2 shared cores, inside the freshness goal of interval + 30 s with room for the
     # snapshot and the export; shorter parts only add a short mini-batch each. A part_s at
-    # least the interval trains each micro-batch whole, at its close; ranks always do.
+    # least the interval trains each micro-batch whole, at its close. Ranks agree on each
+    # part's end (streamrec.learner.ranked).
     part_s: float = Field(20.0, gt=0, description="STREAMREC_LEARNER__PART_S")
     # A part also ends once it holds this many samples: a backlog fills a micro-batch in
     # seconds, and a part's samples are decoded into Python objects (~7 KB each at the default

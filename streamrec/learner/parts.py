@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamrec.config import LearnerConfig
 from streamrec.kafka.records import KafkaMessage, Partition, advance_ends
 from streamrec.learner.base import TrainResult
 from streamrec.learner.columns import SampleColumns
@@ -53,12 +54,19 @@ class MicroBatchParts:
         features read their positions, found once by the encoding): the close then builds no
         columns of the whole micro-batch again.
         """
+        if step is not None and batch is None:
+            raise ValueError("a part's step comes with the columns it was trained on")
+        scored = None if step is None or batch is None else Scored.of(batch, step.probs, step.known)
+        self.add_scored(records, step, scored, dead)
+
+    def add_scored(
+        self, records: Sequence[KafkaMessage], step: StepResult | None, scored: Scored | None, dead: int
+    ) -> None:
+        """`add` a part scored already: a learner rank's, its scores and dead letters the group's."""
         advance_ends(self.ends, records)
-        if step is not None:
-            if batch is None:
-                raise ValueError("a part's step comes with the columns it was trained on")
+        if step is not None and scored is not None:
             self.steps.append(step)
-            self.scored.append(Scored.of(batch, step.probs, step.known))
+            self.scored.append(scored)
         self.dead += dead
 
     @property
@@ -77,6 +85,15 @@ class MicroBatchParts:
             sum(s.train_seconds for s in steps),
         )
         return Scored.concat(self.scored), step  # one part: its own, as it is
+
+
+def part_cap(cfg: LearnerConfig) -> int:
+    """The most samples a part holds: ``max_part_samples``, never below what would wait anyway.
+
+    A part of fewer than ``min_batch_samples`` or ``min_eval_samples`` is not trained: it
+    gathers on into the next.
+    """
+    return max(cfg.max_part_samples, cfg.min_batch_samples, cfg.min_eval_samples)
 
 
 def merge_results(results: Sequence[TrainResult], sizes: Sequence[int]) -> TrainResult:

@@ -23,9 +23,11 @@ and they leave non-zero. The group resumes from the last snapshot, each rank tak
 partitions' positions from it: with another number of ranks too, as positions are per
 partition.
 
-Ranks train each micro-batch whole, at its close: training in parts while it is gathered
-(``part_s``, ``max_part_samples``, `streamrec.learner.parts`) is a single learner's, since the
-ranks would have to agree on every part's end as they do on a micro-batch's.
+A micro-batch is trained in parts while it is gathered, as a single learner's
+(`streamrec.learner.parts`): each rank gathers a part until its ``part_s`` is up or it holds
+``max_part_samples`` records, and the ranks agree at each part's end, in the exchange of
+places, whether the group trains the part, gathers on, or closes the micro-batch. So a rank
+holds at most one part's records on a backlog, and only the last part is left at the close.
 """
 
 from __future__ import annotations
@@ -43,13 +45,15 @@ from confluent_kafka import Message
 
 from streamrec.config import StreamrecConfig
 from streamrec.errors import ConfigError, SnapshotError
-from streamrec.kafka.records import Partition, advance_ends
+from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.intake import Intake, decode
+from streamrec.learner.parts import MicroBatchParts, part_cap
 from streamrec.learner.ranks import GroupLayout, RankGroup
-from streamrec.learner.reports import StepResult, scored_report
+from streamrec.learner.reports import StepResult
 from streamrec.learner.runner import LearnerRunner
+from streamrec.learner.schedule import PartClock
 from streamrec.learner.scored import Scored, gather_scores
 from streamrec.learner.trainer import TableLearner
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
@@ -137,10 +141,6 @@ class RankedRunner(LearnerRunner):
                 f"read the same {cfg.learner.snapshot_dir}"
             )
         learner.data_parallel(group.share)
-        lcfg = cfg.learner
-        if lcfg.part_s < lcfg.interval_s or lcfg.max_part_samples < lcfg.max_batch_samples:
-            logger.info("ranks train each micro-batch whole at its close: part_s=%s max_part_samples=%s "
-                        "ignored", lcfg.part_s, lcfg.max_part_samples)
 
     def owns(self, partition: Partition) -> bool:
         """Whether this rank reads ``partition``."""
@@ -171,29 +171,56 @@ class RankedRunner(LearnerRunner):
         return self.stats
 
     def _round(self, stop: threading.Event, idle: IdleClock, worker: ThreadPoolExecutor) -> bool:
-        """Gather, exchange, train on one micro-batch; whether the group goes on."""
-        records = self._collect(stop, idle)
-        intake = decode(records)  # this rank's own records only
-        requests = self.group.rank == 0 and bool(self.snapshots.requests.pending())
+        """Gather, exchange and train one micro-batch, a part at a time; whether the group goes on.
+
+        Each rank gathers a part until its `PartClock` says the part ends, or it holds
+        `part_cap` records; then the ranks exchange (a collective: the first there waits for
+        the others) and decide alike from every rank's flags: train the part (the group holds
+        enough for a part), gather on into the next, or close the micro-batch (a rank reached
+        its close or its share of the cap, was stopped, a snapshot was requested, or every
+        rank is idle). The positions, the report and the snapshot wait for the close.
+        """
+        lcfg = self._cfg.learner
+        close = self._interval.next_close()
+        ends = PartClock(close, lcfg.part_s)
+        cap, room = part_cap(lcfg), lcfg.max_batch_samples
         due = self._gate.due() if self.group.rank == 0 and self._gate is not None else None
         judge = -1 if due is None else due
-        head = [int(stop.is_set()), int(idle.expired()), int(requests), len(records), judge]
-        with self.group.bounded(f"micro-batch {self.stats.micro_batches + 1}"):
-            heads, places = self._exchange(head, records, intake)
-            stopping = any(h[0] for h in heads) or all(h[1] for h in heads)
-            if sum(int(h[3]) for h in heads) >= self._cfg.learner.min_batch_samples:
-                served = int(heads[0][4])  # the version rank 0's gate judges by; -1: none
-                self._train_group(records, intake, places, None if served < 0 else served, worker)
-                idle.busy()
-                if self.stats.micro_batches - self._snapshotted_at >= self._cfg.learner.snapshot_every:
-                    self._snapshot_group()
-            elif records:
-                self._source.unread(records)
-            if heads[0][2]:
-                self._share_positions()
-                if self.group.rank == 0:
-                    LearnerRunner._serve_requests(self)
-        return not stopping
+        parts = MicroBatchParts()
+        begun = False  # the group trained a part: decided alike on every rank (unlike `parts.begun`)
+        records: list[Message] = []  # this rank's, gathered and not trained yet
+        while True:
+            more = min(room, cap) - len(records)
+            records += self._collect(stop, idle, until=(ends.next_end(), more))
+            intake = decode(records)  # this rank's own records only
+            requests = self.group.rank == 0 and bool(self.snapshots.requests.pending())
+            closing = time.monotonic() >= close or len(records) >= room
+            head = [int(stop.is_set()), int(idle.expired()), int(requests), len(records), judge, int(closing)]
+            with self.group.bounded(f"micro-batch {self.stats.micro_batches + 1}"):
+                heads, places = self._exchange(head, records, intake)
+                stopping = any(h[0] for h in heads) or all(h[1] for h in heads)
+                closing = stopping or bool(heads[0][2]) or any(h[5] for h in heads)
+                held = sum(int(h[3]) for h in heads)
+                enough = lcfg.min_batch_samples if closing else max(lcfg.min_batch_samples,
+                                                                    lcfg.min_eval_samples)
+                if held >= enough or (closing and begun and held):  # at the close: the last part
+                    served = int(heads[0][4])  # the version rank 0's gate judges by; -1: none
+                    judge_by = None if served < 0 else served
+                    self._train_group_part(records, intake, places, judge_by, worker, parts)
+                    begun, room, records = True, room - len(records), []
+                    idle.busy()  # the group trains: no rank is idle (a long step is not idleness)
+                if closing:
+                    if begun:
+                        self._close_group(parts)
+                        if self.stats.micro_batches - self._snapshotted_at >= lcfg.snapshot_every:
+                            self._snapshot_group()
+                    elif records:
+                        self._source.unread(records)  # too few to train on yet
+                    if heads[0][2]:
+                        self._share_positions()
+                        if self.group.rank == 0:
+                            LearnerRunner._serve_requests(self)
+                    return not stopping
 
     def _serve_requests(self) -> None:
         """Served between micro-batches (`_round`), when every rank's positions are known."""
@@ -208,40 +235,43 @@ class RankedRunner(LearnerRunner):
         gathered = self.group.gather(np.concatenate([head, places.ravel()]), "exchange")
         return [g[: len(head)] for g in gathered], [g[len(head) :].reshape(-1, 2) for g in gathered]
 
-    def _train_group(
+    def _train_group_part(
         self,
         records: Sequence[Message],
         intake: Intake,
         places: list[np.ndarray],
         served: int | None,
         worker: ThreadPoolExecutor,
+        parts: MicroBatchParts,
     ) -> None:
-        """Train this rank's samples as its share of the group's micro-batch; report the group's."""
-        assignments = self._source.assignments
+        """Train this rank's samples as its share of the group's part; keep the group's scores.
+
+        The micro-batch's first part with samples is scored by the weights of the last
+        snapshot, the version pending: the promotion gate judges that one by the ``served``
+        version's scores (rank 0 judges, every rank scores), as one process's gate judges its
+        first part.
+        """
         self._dead_letter(intake.dead, worker)  # each rank its own records'
         layout = GroupLayout.of(places, self.group.rank)
-        batch = SampleColumns.from_samples(intake.samples)
-        if layout.total:
-            result = self._run_held(worker.submit(group_step, self.learner, batch, layout))
-            judged = self._served_scores(served, batch, layout.total, worker)
-        self._advance_positions(advance_ends({}, records), assignments)
-        self._share_positions()
         if not layout.total:
+            parts.add_scored(records, None, None, 0)
             return
+        first = not parts.steps  # alike on every rank: the group's layout decides
+        batch = SampleColumns.from_samples(intake.samples)
+        result = self._run_held(worker.submit(group_step, self.learner, batch, layout))
+        judged = self._served_scores(served if first else None, batch, layout.total, worker)
         own = Scored.of(batch, result.probs, result.known, judged)
         scored, train, dead = gather_scores(self.group.share.exchange, own, result.train, len(intake.dead))
-        if self.group.rank == 0 and self._gate is not None:
+        if first and self.group.rank == 0 and self._gate is not None:
             gate = self._gate.on_judged
             self._run_held(worker.submit(gate, scored.label, scored.probs, scored.served, served))
-        report = self._count(
-            scored_report(
-                self.stats.micro_batches + 1, scored, replace(result, train=train), dead,
-                self._cfg.learner.min_eval_samples,
-            )
-        )
-        if self._on_report is not None:
-            self._on_report(report)
-        self._count_bad(report)
+        parts.add_scored(records, replace(result, train=train), scored, dead)
+
+    def _close_group(self, parts: MicroBatchParts) -> None:
+        """Close the group's micro-batch: the positions past every part, one report of them all."""
+        self._advance_positions(parts.ends, self._source.assignments)
+        self._share_positions()
+        self._report(parts)
 
     def _served_scores(
         self, served: int | None, batch: SampleColumns, total: int, worker: ThreadPoolExecutor

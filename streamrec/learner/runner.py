@@ -45,7 +45,7 @@ from streamrec.kafka.source import IdleClock, RecordSource
 from streamrec.learner.base import Learner, PartLearner
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.intake import DeadLetterWriter, decode
-from streamrec.learner.parts import MicroBatchParts
+from streamrec.learner.parts import MicroBatchParts, part_cap
 from streamrec.learner.progress import RunnerProgress
 from streamrec.learner.reports import (
     LearnerStats,
@@ -192,6 +192,7 @@ class LearnerRunner(RunnerProgress, Closing):
         stop: threading.Event,
         idle: IdleClock,
         parts: tuple[MicroBatchParts, ThreadPoolExecutor] | None = None,
+        until: tuple[float, int] | None = None,
     ) -> list[Message]:
         """Gather samples until the micro-batch's close (`IntervalClock`), it is full or the stream goes idle.
 
@@ -200,7 +201,9 @@ class LearnerRunner(RunnerProgress, Closing):
         are ``min_eval_samples`` of them (fewer gather on to the next); the records of the
         last part are returned. A snapshot request closes a micro-batch partly trained (a
         snapshot holds whole ones): it is served after the close. Without, the whole
-        micro-batch is returned.
+        micro-batch is returned. ``until`` (a close time on the monotonic clock, and how
+        many records at most) gathers one part of a rank's micro-batch instead
+        (`streamrec.learner.ranked`).
 
         A rebalance while gathering (partitions revoked, lost to a session timeout, handed to
         another member or back) starts each partition assigned again at the trained
@@ -209,21 +212,18 @@ class LearnerRunner(RunnerProgress, Closing):
         meanwhile are trained all the same; the positions pass them before it comes back.
         """
         lcfg = self._cfg.learner
-        room = lcfg.max_batch_samples
-        # a part that small would wait for min_eval_samples anyway: never cap below that
-        part_cap = room if parts is None else max(lcfg.max_part_samples, lcfg.min_batch_samples,
-                                                  lcfg.min_eval_samples)
+        deadline, room = (self._interval.next_close(), lcfg.max_batch_samples) if until is None else until
+        cap = room if parts is None else part_cap(lcfg)
         records: list[Message] = []
         gathered: dict[Partition, int] = {}  # the highest offset gathered, per partition
         again = 0
-        deadline = self._interval.next_close()
         ends = None if parts is None else PartClock(deadline, lcfg.part_s)
         part_end = deadline if ends is None else ends.next_end()
         while len(records) < room and not stop.is_set() and not idle.expired():
             # At least one poll, so a micro-batch closing at once (its step late) takes what
             # waits: the keep-alive polls of the step before read it.
             wait = max(0.0, min(_POLL_S, part_end - time.monotonic()))
-            for msg in self._source.poll(min(room, part_cap) - len(records), wait):
+            for msg in self._source.poll(min(room, cap) - len(records), wait):
                 pos = Position.of(msg)
                 if pos.offset <= gathered.get(pos.key, -1):
                     again += 1
@@ -238,7 +238,7 @@ class LearnerRunner(RunnerProgress, Closing):
             now = time.monotonic()
             if now >= deadline:
                 break
-            if parts is not None and ends is not None and (now >= part_end or len(records) >= part_cap):
+            if parts is not None and ends is not None and (now >= part_end or len(records) >= cap):
                 if len(records) >= max(lcfg.min_batch_samples, lcfg.min_eval_samples):
                     self._train_part(records, parts[1], parts[0])
                     room -= len(records)
@@ -269,13 +269,17 @@ class LearnerRunner(RunnerProgress, Closing):
         if parts.open:
             self._run_held(worker.submit(self._end_micro_batch))
         self._advance_positions(parts.ends, assignments)
+        self._report(parts)
+
+    def _report(self, parts: MicroBatchParts) -> None:
+        """The closed micro-batch's one report, over every part's scores; none if it trained none."""
         if not parts.steps:
             return
         scored, result = parts.merged()
         report = self._record(scored, result, parts.dead)
         if len(parts.steps) > 1:
             logger.info("micro_batch index=%d parts=%d last_part_samples=%d",
-                        report.index, len(parts.steps), len(parts.steps[-1].probs))
+                        report.index, len(parts.steps), len(parts.scored[-1]))
         if self._on_report is not None:
             self._on_report(report)
         self._count_bad(report)

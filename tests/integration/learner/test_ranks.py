@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -307,12 +308,19 @@ def two_ranks_snapshotted(
     return proc, ranks
 
 
+# A micro-batch trained a part at a time: parts of at most 30 samples a rank (4 to the 100 of
+# a rank's micro-batch), a part trained once the group holds 20.
+IN_PARTS = {"max_part_samples": 30, "min_eval_samples": 20}
+
+
+@pytest.mark.parametrize("learner", [{}, IN_PARTS], ids=["whole", "in-parts"])
 def test_a_rank_killed_stops_the_group_which_resumes_training_each_sample_once(
     ranks_config: Callable[..., StreamrecConfig],
     tmp_path: Path,
+    learner: dict[str, Any],
 ) -> None:
     count = 3000
-    cfg = ranks_config()
+    cfg = ranks_config(**learner)
     publish(cfg, 0, count)
     proc, ranks = two_ranks_snapshotted(cfg, tmp_path, "killed")
     os.kill(ranks[1].pid, signal.SIGKILL)
@@ -359,6 +367,58 @@ def test_a_rank_frozen_past_the_rank_timeout_stops_the_group_which_resumes_train
     assert before is not None and before[0].samples_trained < count  # stopped part-way
     run_ranks(cfg, 2, tmp_path, "resumed")
     assert_each_once(cfg, count)
+
+
+def test_two_ranks_train_a_backlog_a_bounded_part_at_a_time_each_sample_once(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """A backlog fills a rank's micro-batch at once. Each rank holds at most ``max_part_samples``
+    records in hand: the group trains a part when both have theirs, and reports the micro-batch
+    once, at its close (the rank's share of the cap reached), over every part.
+    """
+    count = 1200
+    cfg = ranks_config(**IN_PARTS, interval_s=60.0)  # closed by the cap, not the clock
+    publish(cfg, 0, count)
+    run_ranks(cfg, 2, tmp_path, "parts")
+    assert_each_once(cfg, count)
+    rank0 = (tmp_path / "parts-logs" / "workerlog.0").read_text()
+    reports = [int(n) for n in re.findall(r"micro_batch index=\d+ samples=(\d+) ", rank0)]
+    parts = re.findall(r"micro_batch index=\d+ parts=(\d+) last_part_samples=(\d+)", rank0)
+    assert sum(reports) == count, rank0[-3000:]
+    assert parts and all(int(p) == 4 for p, _ in parts[:-1]), parts  # 30, 30, 30 and 10 a rank
+    assert all(int(last) <= 2 * 30 for _, last in parts), parts
+    assert max(reports) > 2 * 30  # a report is the whole micro-batch's, not a part's
+
+
+def test_a_snapshot_request_closes_the_groups_micro_batch_partly_trained(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """``streamrec snapshot create`` while the ranks train a 60 s micro-batch in parts of 1 s:
+    the group closes it at the next part's end and rank 0 writes the version at once.
+    """
+    cfg = ranks_config(**IN_PARTS, interval_s=60.0, part_s=1.0, max_batch_samples=1000,
+                       snapshot_every=100, stop_when_idle_s=8.0)
+    publish(cfg, 0, 200)
+    proc = start_ranks(cfg, 2, tmp_path, "requested")
+    rank_logs = [tmp_path / "requested-logs" / f"workerlog.{r}" for r in (0, 1)]
+    wait_for(lambda: all(f.exists() and "reads partitions" in f.read_text() for f in rank_logs),
+             timeout_s=120, what="both ranks reading")
+    time.sleep(5)  # samples gathered and trained in parts; the micro-batch open
+    started = time.monotonic()
+    create = [sys.executable, "-m", "streamrec", "snapshot", "create", "--timeout", "50"]
+    done = subprocess.run([*create, "--snapshot-dir", str(cfg.learner.snapshot_dir)], capture_output=True,
+                          text=True, timeout=90, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr + logs(tmp_path, "requested")
+    assert time.monotonic() - started < 30  # not at the micro-batch's own close, 60 s on
+    manifest = SnapshotStore(cfg.learner.snapshot_dir).latest()
+    assert manifest is not None and manifest.request_id is not None
+    # the micro-batch closed whole: every sample gathered by then, its last part trained at the close
+    assert manifest.micro_batches == 1 and 0 < manifest.samples_trained <= 200
+    assert sum(p.offset for p in manifest.positions) == manifest.samples_trained
+    assert finished(proc, tmp_path, "requested") == 0, logs(tmp_path, "requested")
+    assert_each_once(cfg, 200)
 
 
 def test_the_number_of_ranks_changed_across_restarts_loses_and_doubles_nothing(
