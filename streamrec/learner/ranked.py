@@ -181,6 +181,7 @@ class RankedRunner(LearnerRunner):
         rank is idle). The positions, the report and the snapshot wait for the close.
         """
         lcfg = self._cfg.learner
+        assignments = self._source.assignments
         close = self._interval.next_close()
         ends = PartClock(close, lcfg.part_s)
         cap, room = part_cap(lcfg), lcfg.max_batch_samples
@@ -211,7 +212,7 @@ class RankedRunner(LearnerRunner):
                     idle.busy()  # the group trains: no rank is idle (a long step is not idleness)
                 if closing:
                     if begun:
-                        self._close_group(parts)
+                        self._close_group(parts, assignments)
                         if self.stats.micro_batches - self._snapshotted_at >= lcfg.snapshot_every:
                             self._snapshot_group()
                     elif records:
@@ -267,9 +268,12 @@ class RankedRunner(LearnerRunner):
             self._run_held(worker.submit(gate, scored.label, scored.probs, scored.served, served))
         parts.add_scored(records, replace(result, train=train), scored, dead)
 
-    def _close_group(self, parts: MicroBatchParts) -> None:
-        """Close the group's micro-batch: the positions past every part, one report of them all."""
-        self._advance_positions(parts.ends, self._source.assignments)
+    def _close_group(self, parts: MicroBatchParts, assignments: int) -> None:
+        """Close the group's micro-batch: the positions past every part, one report of them all.
+
+        ``assignments``: the source's count when the micro-batch began (`_advance_positions`).
+        """
+        self._advance_positions(parts.ends, assignments)
         self._share_positions()
         self._report(parts)
 

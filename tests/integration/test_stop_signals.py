@@ -10,6 +10,7 @@ quietly, as any process ends on SIGTERM; one that sets its own (``serve``) uses 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -122,6 +123,7 @@ def test_a_backtests_strategy_processes_end_with_a_command_killed_outright(tmp_p
     log = tmp_path / "backtest.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    children: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 90
         while True:  # both strategies' processes have Paddle loaded: they are training
@@ -137,6 +139,7 @@ def test_a_backtests_strategy_processes_end_with_a_command_killed_outright(tmp_p
         wait_for(lambda: not running(children), 10, "the strategies' processes ending")
         # Not by finishing first: one that did raised BrokenPipeError, its run lost.
         assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
-    finally:
-        for child in psutil.Process().children(recursive=True):
-            child.kill()
+    finally:  # the command's processes only: the session's broker and Redis are this process's too
+        for process in [psutil.Process(proc.pid), *children] if proc.poll() is None else children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()

@@ -27,3 +27,16 @@ def test_both_learners_train_the_whole_backlog_once(
         assert run.peak_rss_mb > 0 and run.cpu_s > 0 and 0.0 < run.progressive_auc < 1.0  # read off its log
     assert "micro_batch index=1 parts=4 last_part_samples=500" in (tmp_path / "parts.log").read_text()
     assert " parts=" not in (tmp_path / "whole.log").read_text()
+
+
+def test_two_ranks_train_the_whole_backlog_once_a_part_at_a_time(
+    kafka_config: KafkaConfig, unique_name: str, tmp_path: Path
+) -> None:
+    """``--workers 2``: ``streamrec learner run --workers 2``, rank 0's reports in its output."""
+    cfg = StreamrecConfig.model_validate({"kafka": kafka_config, "learner": {"group_id": f"l-{unique_name}"}})
+    samples = publish_samples(cfg, 2_000)
+    ranks = run_learner(cfg, "ranks", 500, 2_000, tmp_path, workers=2, idle_s=3.0)
+    assert ranks.samples_trained == samples
+    assert ranks.peak_rss_mb > 0 and ranks.cpu_s > 0 and 0.0 < ranks.progressive_auc < 1.0
+    assert " parts=" in (tmp_path / "ranks.log").read_text()
+    assert (tmp_path / "ranks-run" / "learner-logs" / "workerlog.1").exists()

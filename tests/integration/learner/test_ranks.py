@@ -25,6 +25,11 @@ frozen rank killed with it, not left stopped), and restarted it trains every sam
 (h) ``streamrec learner run --workers 2`` sent SIGTERM or SIGINT alone stops its ranks and
 exits 0; it or its launcher killed with -9, the ranks stop too.
 
+(i) The group trains a micro-batch in parts while it gathers it: on a backlog each rank holds at
+most ``max_part_samples`` records, every sample is trained once and each micro-batch reported
+once; a rank killed between parts (b, in parts) loses and doubles nothing; ``streamrec snapshot
+create`` closes a micro-batch partly trained at once.
+
 (f) A rank's gloo threads run under SCHED_BATCH (their wake-ups do not preempt the rank's own
 thread), its own thread as it was, and the group's gathers still agree.
 """
