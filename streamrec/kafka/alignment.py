@@ -79,6 +79,7 @@ class EventTimeAligner(Generic[M]):
         self._head: dict[Partition, int] = {}  # latest timestamp seen per partition
         self._at_end: set[Partition] = set()  # partitions at their end, nothing since
         self._stalled_since: float | None = None  # records wait on an empty partition since
+        self._waited: set[Partition] = set()  # waited for idle_ms: left out until they deliver
         self._full: set[Partition] = set()
 
     def assign(self, partitions: Iterable[Partition]) -> None:
@@ -90,6 +91,7 @@ class EventTimeAligner(Generic[M]):
         self._head.clear()
         self._at_end.clear()
         self._stalled_since = None
+        self._waited.clear()
         self._full.clear()
         self._held_since.clear()
 
@@ -126,6 +128,7 @@ class EventTimeAligner(Generic[M]):
             if ts > head.get(key, -1):
                 head[key] = ts
         self._at_end -= arrived
+        self._waited -= arrived
         self._at_end.update(key for key in at_end if key in self._buffers)
         return self._release(limit)
 
@@ -136,10 +139,11 @@ class EventTimeAligner(Generic[M]):
         may be about to deliver older records: while others have records waiting, it is
         waited for up to ``idle_ms``, then left out until it delivers again.
         """
-        heads, empty = [], False
+        heads, empty = [], []
         for key, buffer in self._buffers.items():
             if not buffer and (key in self._at_end or key not in self._head):
-                empty = True
+                if key not in self._waited:
+                    empty.append(key)
             else:
                 heads.append(self._head[key])
         if not heads:
@@ -151,6 +155,7 @@ class EventTimeAligner(Generic[M]):
                 self._stalled_since = now
             if now - self._stalled_since <= self._idle_s:
                 return None
+            self._waited.update(empty)
         self._stalled_since = None
         return min(heads)
 

@@ -79,6 +79,24 @@ def test_an_empty_partition_holds_the_others_back_until_idle() -> None:
     assert ts_of(a.push([])) == [2000]
 
 
+def test_a_partition_waited_for_holds_nothing_back_again_until_it_delivers() -> None:
+    """A silent partition is waited for once, not again at each release: before, every limited
+    release waited ``idle_ms`` anew, so a consumer with one empty partition delivered ``limit``
+    records per ``idle_ms`` (30 every 2 s in a learner rank's parts).
+    """
+    a, clock = aligner(parts=2, idle_ms=50)
+    assert a.push([msg(0, t) for t in range(1000, 1100)], at_end=end(1), limit=30) == []
+    clock.advance(0.051)
+    assert ts_of(a.push([], limit=30)) == list(range(1000, 1030))
+    assert ts_of(a.push([], limit=30)) == list(range(1030, 1060))  # partition 1 is still silent
+    assert len(a.push([], limit=100)) == 40 and a.buffered() == 0
+    assert ts_of(a.push([msg(0, 1200)])) == [1200]  # partition 0 drained and refilled
+    assert ts_of(a.push([msg(1, 1150)])) == [1150]  # partition 1 delivers: heard from again
+    assert a.push([msg(0, 1300)], at_end=end(1)) == []  # and at its end once more: waited for
+    clock.advance(0.051)
+    assert ts_of(a.push([])) == [1300]
+
+
 def test_all_partitions_at_end_release_everything_after_idle() -> None:
     a, clock = aligner(parts=2, idle_ms=1)
     assert ts_of(a.push([msg(0, 10), msg(0, 9000), msg(1, 20)], at_end=end(1))) == [10, 20]
