@@ -58,6 +58,7 @@ class RecordSource:
         self._unread: deque[Message] = deque()  # put back by the caller, delivered first
         self._more_due = False  # the aligner held back due records at the last release
         self._last_new: float | None = None  # when new records last came out
+        self._at_end: set[Partition] = set()  # read to their end: no record fetched since their EOF
         self.joined_at: float | None = None  # first assignment: before it, nobody is idle
         self.assignments = 0  # assignments received, the first one included
 
@@ -94,6 +95,16 @@ class RecordSource:
         """The partitions assigned now."""
         return list(self._assigned)
 
+    def caught_up(self) -> bool:
+        """Whether every assigned partition is read to its end and nothing read waits.
+
+        As the consumer last heard (its end-of-partition events): records produced since may
+        be on their way. Nothing is put back, and alignment holds nothing back.
+        """
+        if self._unread or (self._aligner is not None and self._aligner.buffered()):
+            return False
+        return bool(self._assigned) and self._at_end.issuperset(self._assigned)
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.joined_at is None:
             self.joined_at = self._clock()
@@ -117,6 +128,7 @@ class RecordSource:
         """Forget what is buffered, put back and paused, for a new assignment."""
         self._assigned = partitions
         self._unread.clear()
+        self._at_end.clear()
         if self._aligner is not None:
             self._aligner.assign(partitions)
         self._paused.clear()  # librdkafka keeps pauses across a rebalance: clear them
@@ -157,8 +169,10 @@ class RecordSource:
             err = msg.error()
             if err is None:
                 records.append(msg)
+                self._at_end.discard(Partition(msg.topic() or "", msg.partition() or 0))
             elif err.code() == KafkaError._PARTITION_EOF:
                 at_end.append(Partition(msg.topic() or "", msg.partition() or 0))
+                self._at_end.add(at_end[-1])
             elif err.fatal():
                 raise ConsumeError(f"consumer failed: {err.str()}")
             else:

@@ -43,6 +43,11 @@ class Intake:
     dead: list[DeadLetter]
     kept: list[int] = field(default_factory=list)
 
+    def then(self, later: Intake, records: int) -> Intake:
+        """This intake, then ``later``'s: decoded from the records after this one's ``records``."""
+        kept = self.kept + [records + i for i in later.kept]
+        return Intake(self.samples + later.samples, self.dead + later.dead, kept)
+
 
 def decode(records: Sequence[KafkaMessage]) -> Intake:
     """Validate and decode each record; an invalid one becomes a dead letter with the reason."""

@@ -141,6 +141,8 @@ class RankedRunner(LearnerRunner):
                 f"read the same {cfg.learner.snapshot_dir}"
             )
         learner.data_parallel(group.share)
+        # A rank filled its last part: the others end theirs once caught up, not at `part_s`.
+        self._peer_full = False
 
     def owns(self, partition: Partition) -> bool:
         """Whether this rank reads ``partition``."""
@@ -178,7 +180,10 @@ class RankedRunner(LearnerRunner):
         the others) and decide alike from every rank's flags: train the part (the group holds
         enough for a part), gather on into the next, or close the micro-batch (a rank reached
         its close or its share of the cap, was stopped, a snapshot was requested, or every
-        rank is idle). The positions, the report and the snapshot wait for the close.
+        rank is idle). The positions, the report and the snapshot wait for the close. After
+        a part that a rank ended full, the others end theirs once their partitions are read
+        to their end: a backlog on one rank drains at the group's training rate, not a part
+        at each other rank's `part_s`.
         """
         lcfg = self._cfg.learner
         assignments = self._source.assignments
@@ -190,15 +195,19 @@ class RankedRunner(LearnerRunner):
         parts = MicroBatchParts()
         begun = False  # the group trained a part: decided alike on every rank (unlike `parts.begun`)
         records: list[Message] = []  # this rank's, gathered and not trained yet
+        intake = decode(records)  # theirs decoded, each record once
         while True:
             more = min(room, cap) - len(records)
-            records += self._collect(stop, idle, until=(ends.next_end(), more))
-            intake = decode(records)  # this rank's own records only
+            new = self._collect(stop, idle, (ends.next_end(), more), caught_up=self._peer_full)
+            intake, records = intake.then(decode(new), len(records)), records + new
             requests = self.group.rank == 0 and bool(self.snapshots.requests.pending())
             closing = time.monotonic() >= close or len(records) >= room
-            head = [int(stop.is_set()), int(idle.expired()), int(requests), len(records), judge, int(closing)]
+            full = len(records) >= min(room, cap)  # this rank's part ended on its count, not the clock
+            head = [int(stop.is_set()), int(idle.expired()), int(requests), len(records), judge, int(closing),
+                    int(full)]
             with self.group.bounded(f"micro-batch {self.stats.micro_batches + 1}"):
                 heads, places = self._exchange(head, records, intake)
+                self._peer_full = any(h[6] for h in heads)
                 stopping = any(h[0] for h in heads) or all(h[1] for h in heads)
                 closing = stopping or bool(heads[0][2]) or any(h[5] for h in heads)
                 held = sum(int(h[3]) for h in heads)
@@ -208,7 +217,7 @@ class RankedRunner(LearnerRunner):
                     served = int(heads[0][4])  # the version rank 0's gate judges by; -1: none
                     judge_by = None if served < 0 else served
                     self._train_group_part(records, intake, places, judge_by, worker, parts)
-                    begun, room, records = True, room - len(records), []
+                    begun, room, records, intake = True, room - len(records), [], decode([])
                     idle.busy()  # the group trains: no rank is idle (a long step is not idleness)
                 if closing:
                     if begun:

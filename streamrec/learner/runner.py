@@ -65,6 +65,10 @@ logger = logging.getLogger(__name__)
 _POLL_S = 0.5
 # Keep-alive polls while a step runs: well under any max.poll.interval.ms.
 _KEEPALIVE_S = 1.0
+# librdkafka fetches a partition resumed after a step only once its broker's wait ends, up
+# to fetch.wait.max.ms (500 ms by default: measured 0.45 s after each part on a backlog, and
+# 0.05 s at 100 ms). A caught-up learner asks its broker 10 times a second, not twice.
+_FETCH_WAIT_MS = 100
 
 _T = TypeVar("_T")
 
@@ -128,7 +132,7 @@ class LearnerRunner(RunnerProgress, Closing):
             )
             self._resume()
             self._source = RecordSource(
-                make_consumer(cfg.kafka, cfg.learner.group_id),
+                make_consumer(cfg.kafka, cfg.learner.group_id, **{"fetch.wait.max.ms": _FETCH_WAIT_MS}),
                 [cfg.kafka.samples_topic],
                 cfg.kafka.max_skew_ms,
                 max_hold_ms=cfg.kafka.max_hold_ms,
@@ -169,7 +173,8 @@ class LearnerRunner(RunnerProgress, Closing):
             with ThreadPoolExecutor(1, thread_name_prefix="streamrec-train") as worker:
                 while not stop.is_set():
                     parts = MicroBatchParts()
-                    records = self._collect(stop, idle, (parts, worker))
+                    until = (self._interval.next_close(), lcfg.max_batch_samples)
+                    records = self._collect(stop, idle, until, (parts, worker))
                     if parts.begun or len(records) >= lcfg.min_batch_samples:
                         self._train(records, worker, parts)
                         idle.busy()  # a long step is not idleness: samples wait held meanwhile
@@ -191,19 +196,20 @@ class LearnerRunner(RunnerProgress, Closing):
         self,
         stop: threading.Event,
         idle: IdleClock,
+        until: tuple[float, int],
         parts: tuple[MicroBatchParts, ThreadPoolExecutor] | None = None,
-        until: tuple[float, int] | None = None,
+        caught_up: bool = False,
     ) -> list[Message]:
-        """Gather samples until the micro-batch's close (`IntervalClock`), it is full or the stream goes idle.
+        """Gather samples until ``until`` (a close on the monotonic clock, and a count) or idleness.
 
-        With ``parts`` (kept, and the worker to train them on), the samples gathered are
-        trained at each part's end (`PartClock`, or ``max_part_samples`` gathered) once there
-        are ``min_eval_samples`` of them (fewer gather on to the next); the records of the
-        last part are returned. A snapshot request closes a micro-batch partly trained (a
-        snapshot holds whole ones): it is served after the close. Without, the whole
-        micro-batch is returned. ``until`` (a close time on the monotonic clock, and how
-        many records at most) gathers one part of a rank's micro-batch instead
-        (`streamrec.learner.ranked`).
+        With ``parts`` (kept, and the worker to train them on), ``until`` is the micro-batch's
+        and the samples gathered are trained at each part's end (`PartClock`, or
+        ``max_part_samples`` gathered) once there are ``min_eval_samples`` of them (fewer
+        gather on to the next); the records of the last part are returned. A snapshot request
+        closes a micro-batch partly trained (a snapshot holds whole ones): it is served after
+        the close. Without, all that was gathered is returned: a whole micro-batch, or one
+        part of a rank's (`streamrec.learner.ranked`). ``caught_up``: stop gathering, too,
+        once the source is (`RecordSource.caught_up`).
 
         A rebalance while gathering (partitions revoked, lost to a session timeout, handed to
         another member or back) starts each partition assigned again at the trained
@@ -212,7 +218,7 @@ class LearnerRunner(RunnerProgress, Closing):
         meanwhile are trained all the same; the positions pass them before it comes back.
         """
         lcfg = self._cfg.learner
-        deadline, room = (self._interval.next_close(), lcfg.max_batch_samples) if until is None else until
+        deadline, room = until
         cap = room if parts is None else part_cap(lcfg)
         records: list[Message] = []
         gathered: dict[Partition, int] = {}  # the highest offset gathered, per partition
@@ -223,6 +229,8 @@ class LearnerRunner(RunnerProgress, Closing):
             # At least one poll, so a micro-batch closing at once (its step late) takes what
             # waits: the keep-alive polls of the step before read it.
             wait = max(0.0, min(_POLL_S, part_end - time.monotonic()))
+            if caught_up and self._source.caught_up():
+                wait = 0.0  # nothing to wait for: take what came meanwhile and end
             for msg in self._source.poll(min(room, cap) - len(records), wait):
                 pos = Position.of(msg)
                 if pos.offset <= gathered.get(pos.key, -1):
@@ -236,7 +244,7 @@ class LearnerRunner(RunnerProgress, Closing):
             else:
                 self._serve_requests()
             now = time.monotonic()
-            if now >= deadline:
+            if now >= deadline or (caught_up and self._source.caught_up()):
                 break
             if parts is not None and ends is not None and (now >= part_end or len(records) >= cap):
                 if len(records) >= max(lcfg.min_batch_samples, lcfg.min_eval_samples):

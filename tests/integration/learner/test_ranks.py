@@ -28,7 +28,8 @@ exits 0; it or its launcher killed with -9, the ranks stop too.
 (i) The group trains a micro-batch in parts while it gathers it: on a backlog each rank holds at
 most ``max_part_samples`` records, every sample is trained once and each micro-batch reported
 once; a rank killed between parts (b, in parts) loses and doubles nothing; ``streamrec snapshot
-create`` closes a micro-batch partly trained at once.
+create`` closes a micro-batch partly trained at once; a backlog on one rank alone is not slowed
+to a part each ``part_s`` of the other.
 
 (f) A rank's gloo threads run under SCHED_BATCH (their wake-ups do not preempt the rank's own
 thread), its own thread as it was, and the group's gathers still agree.
@@ -394,6 +395,27 @@ def test_two_ranks_train_a_backlog_a_bounded_part_at_a_time_each_sample_once(
     assert parts and all(int(p) == 4 for p, _ in parts[:-1]), parts  # 30, 30, 30 and 10 a rank
     assert all(int(last) <= 2 * 30 for _, last in parts), parts
     assert max(reports) > 2 * 30  # a report is the whole micro-batch's, not a part's
+
+
+def test_a_backlog_on_one_rank_drains_at_the_groups_rate_not_a_part_at_the_other_ranks_part_s(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """Every sample on rank 0's partition, parts of 30 and ``part_s`` 3 s: the 40 parts, each
+    ended on rank 0 by its count, took rank 1's ``part_s`` each before (over 117 s from the first
+    report to the last). Rank 1, read to its end, now ends its part at once after a part that
+    rank 0 ended full.
+    """
+    count, part_s = 1200, 3.0
+    cfg = ranks_config(**IN_PARTS, interval_s=60.0, part_s=part_s)
+    publish(cfg, 0, count, partition=0)
+    run_ranks(cfg, 2, tmp_path, "dry")
+    assert_each_once(cfg, count)
+    rank0 = (tmp_path / "dry-logs" / "workerlog.0").read_text()
+    stamps = re.findall(r"^\[(\S+ [\d:]+),\d+\] .*micro_batch index=\d+ samples=\d+ ", rank0, re.MULTILINE)
+    times = [time.mktime(time.strptime(s, "%Y-%m-%d %H:%M:%S")) for s in stamps]
+    assert len(times) == 12, rank0[-3000:]  # 100 a micro-batch (the cap), in parts of 30
+    assert times[-1] - times[0] < 10 * part_s, rank0[-3000:]
 
 
 def test_a_snapshot_request_closes_the_groups_micro_batch_partly_trained(

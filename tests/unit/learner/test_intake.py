@@ -34,6 +34,21 @@ def test_decode_keeps_valid_samples_in_order_and_dead_letters_the_rest_whole() -
     assert letter.position == Position("s", 0, 1) and letter.reason.startswith("not valid JSON")
 
 
+def test_an_intake_then_another_is_the_decoding_of_their_records_together() -> None:
+    records = [
+        Record(SAMPLE.to_json(), 0, topic="s"),
+        Record(b"{}", 1, topic="s"),
+        Record(SAMPLE.to_json(), 2, topic="s"),
+        Record(b"\xff", 3, topic="s"),
+        Record(SAMPLE.to_json(), 4, topic="s"),
+    ]
+    whole = decode(records)
+    for cut in range(len(records) + 1):
+        joined = decode(records[:cut]).then(decode(records[cut:]), cut)
+        assert joined == whole, cut
+    assert whole.kept == [0, 2, 4] and [d.position.offset for d in whole.dead] == [1, 3]
+
+
 class StalledProducer:
     """Takes records but never has them acknowledged."""
 
