@@ -18,7 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from streamrec.errors import ConsumeError
 from streamrec.kafka.alignment import MAX_HOLD_MS, EventTimeAligner
-from streamrec.kafka.records import Partition, Position
+from streamrec.kafka.records import Partition, Position, partition_of
 
 logger = logging.getLogger(__name__)
 
@@ -169,9 +169,10 @@ class RecordSource:
             err = msg.error()
             if err is None:
                 records.append(msg)
-                self._at_end.discard(Partition(msg.topic() or "", msg.partition() or 0))
+                if self._at_end:  # most batches: nothing at its end, nothing to look up
+                    self._at_end.discard(partition_of(msg))
             elif err.code() == KafkaError._PARTITION_EOF:
-                at_end.append(Partition(msg.topic() or "", msg.partition() or 0))
+                at_end.append(partition_of(msg))
                 self._at_end.add(at_end[-1])
             elif err.fatal():
                 raise ConsumeError(f"consumer failed: {err.str()}")

@@ -141,7 +141,7 @@ class RankedRunner(LearnerRunner):
                 f"read the same {cfg.learner.snapshot_dir}"
             )
         learner.data_parallel(group.share)
-        # A rank filled its last part: the others end theirs once caught up, not at `part_s`.
+        # Some rank ended the last part exchanged full: each ends its next part once caught up.
         self._peer_full = False
 
     def owns(self, partition: Partition) -> bool:

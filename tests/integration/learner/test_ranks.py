@@ -401,10 +401,10 @@ def test_a_backlog_on_one_rank_drains_at_the_groups_rate_not_a_part_at_the_other
     ranks_config: Callable[..., StreamrecConfig],
     tmp_path: Path,
 ) -> None:
-    """Every sample on rank 0's partition, parts of 30 and ``part_s`` 3 s: the 40 parts, each
-    ended on rank 0 by its count, took rank 1's ``part_s`` each before (over 117 s from the first
-    report to the last). Rank 1, read to its end, now ends its part at once after a part that
-    rank 0 ended full.
+    """Every sample on rank 0's partitions, parts of 30 and ``part_s`` 3 s: each part, ended on
+    rank 0 by its count, took rank 1's ``part_s`` before (12 micro-batches of 4 parts: 132 s from
+    the first report to the last, measured). Rank 1, read to its end, now ends its part at once
+    after a part rank 0 ended full.
     """
     count, part_s = 1200, 3.0
     cfg = ranks_config(**IN_PARTS, interval_s=60.0, part_s=part_s)
