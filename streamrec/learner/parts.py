@@ -54,9 +54,11 @@ class MicroBatchParts:
         features read their positions, found once by the encoding): the close then builds no
         columns of the whole micro-batch again.
         """
-        if step is not None and batch is None:
-            raise ValueError("a part's step comes with the columns it was trained on")
-        scored = None if step is None or batch is None else Scored.of(batch, step.probs, step.known)
+        scored = None
+        if step is not None:
+            if batch is None:
+                raise ValueError("a part's step comes with the columns it was trained on")
+            scored = Scored.of(batch, step.probs, step.known)
         self.add_scored(records, step, scored, dead)
 
     def add_scored(

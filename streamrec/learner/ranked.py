@@ -38,7 +38,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from confluent_kafka import Message
@@ -74,6 +74,18 @@ class FollowerStore(SnapshotStore):
     def write(self, tensors: Any, **fields: Any) -> SnapshotManifest:  # noqa: ANN401
         """Never called: only rank 0 writes."""
         raise RuntimeError("only rank 0 writes snapshots")
+
+
+class _Head(NamedTuple):
+    """A rank's flags in a part's exchange, sent as ints: what every rank decides the part by."""
+
+    stopped: int
+    idle: int
+    requests: int  # rank 0: a snapshot was requested
+    held: int  # records gathered and not trained yet
+    judge: int  # rank 0: the served version its gate judges the micro-batch by; -1: none
+    closing: int  # the micro-batch's close is due (its clock, or this rank's share of the cap)
+    full: int  # the part ended on its count, not the clock
 
 
 class _NoLock:
@@ -191,31 +203,34 @@ class RankedRunner(LearnerRunner):
         ends = PartClock(close, lcfg.part_s)
         cap, room = part_cap(lcfg), lcfg.max_batch_samples
         due = self._gate.due() if self.group.rank == 0 and self._gate is not None else None
-        judge = -1 if due is None else due
         parts = MicroBatchParts()
         begun = False  # the group trained a part: decided alike on every rank (unlike `parts.begun`)
         records: list[Message] = []  # this rank's, gathered and not trained yet
         intake = decode(records)  # theirs decoded, each record once
         while True:
-            more = min(room, cap) - len(records)
-            new = self._collect(stop, idle, (ends.next_end(), more), caught_up=self._peer_full)
+            limit = min(room, cap)
+            until = (ends.next_end(), limit - len(records))
+            new = self._collect(stop, idle, until, caught_up=self._peer_full)
             intake, records = intake.then(decode(new), len(records)), records + new
-            requests = self.group.rank == 0 and bool(self.snapshots.requests.pending())
-            closing = time.monotonic() >= close or len(records) >= room
-            full = len(records) >= min(room, cap)  # this rank's part ended on its count, not the clock
-            head = [int(stop.is_set()), int(idle.expired()), int(requests), len(records), judge, int(closing),
-                    int(full)]
+            mine = _Head(
+                stopped=int(stop.is_set()),
+                idle=int(idle.expired()),
+                requests=int(self.group.rank == 0 and bool(self.snapshots.requests.pending())),
+                held=len(records),
+                judge=-1 if due is None else due,
+                closing=int(time.monotonic() >= close or len(records) >= room),
+                full=int(len(records) >= limit),
+            )
             with self.group.bounded(f"micro-batch {self.stats.micro_batches + 1}"):
-                heads, places = self._exchange(head, records, intake)
-                self._peer_full = any(h[6] for h in heads)
-                stopping = any(h[0] for h in heads) or all(h[1] for h in heads)
-                closing = stopping or bool(heads[0][2]) or any(h[5] for h in heads)
-                held = sum(int(h[3]) for h in heads)
+                heads, places = self._exchange(mine, records, intake)
+                self._peer_full = any(h.full for h in heads)
+                stopping = any(h.stopped for h in heads) or all(h.idle for h in heads)
+                closing = stopping or bool(heads[0].requests) or any(h.closing for h in heads)
+                held = sum(h.held for h in heads)
                 enough = lcfg.min_batch_samples if closing else max(lcfg.min_batch_samples,
                                                                     lcfg.min_eval_samples)
                 if held >= enough or (closing and begun and held):  # at the close: the last part
-                    served = int(heads[0][4])  # the version rank 0's gate judges by; -1: none
-                    judge_by = None if served < 0 else served
+                    judge_by = None if heads[0].judge < 0 else heads[0].judge
                     self._train_group_part(records, intake, places, judge_by, worker, parts)
                     begun, room, records, intake = True, room - len(records), [], decode([])
                     idle.busy()  # the group trains: no rank is idle (a long step is not idleness)
@@ -226,7 +241,7 @@ class RankedRunner(LearnerRunner):
                             self._snapshot_group()
                     elif records:
                         self._source.unread(records)  # too few to train on yet
-                    if heads[0][2]:
+                    if heads[0].requests:
                         self._share_positions()
                         if self.group.rank == 0:
                             LearnerRunner._serve_requests(self)
@@ -236,14 +251,15 @@ class RankedRunner(LearnerRunner):
         """Served between micro-batches (`_round`), when every rank's positions are known."""
 
     def _exchange(
-        self, head: list[int], records: Sequence[Message], intake: Intake
-    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        self, head: _Head, records: Sequence[Message], intake: Intake
+    ) -> tuple[list[_Head], list[np.ndarray]]:
         """Every rank's flags and its valid samples' places (partition, offset): no values."""
         places = np.array(
             [[records[i].partition(), records[i].offset()] for i in intake.kept], np.int64
         ).reshape(-1, 2)
-        gathered = self.group.gather(np.concatenate([head, places.ravel()]), "exchange")
-        return [g[: len(head)] for g in gathered], [g[len(head) :].reshape(-1, 2) for g in gathered]
+        gathered = self.group.gather(np.concatenate([np.array(head, np.int64), places.ravel()]), "exchange")
+        n = len(_Head._fields)
+        return [_Head(*map(int, g[:n])) for g in gathered], [g[n:].reshape(-1, 2) for g in gathered]
 
     def _train_group_part(
         self,
