@@ -38,6 +38,7 @@ import os
 import shutil
 import tempfile
 import uuid
+import warnings
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -79,6 +80,10 @@ from streamrec.snapshots.store import SnapshotStore
 
 MODEL_PREFIX = "model"
 logger = logging.getLogger(__name__)
+
+# Paddle's own ones_like reads a tensor's place, which a traced (PIR) tensor does not have: it
+# warned three times a trace, two traces an export, in every learner's log. Nothing of ours.
+warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface", category=UserWarning)
 
 _FILE_MODE = 0o644
 _DIR_MODE = 0o755

@@ -17,6 +17,7 @@ import importlib.util
 import logging
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -30,6 +31,8 @@ from streamrec.serving.engines import OnnxEngine, PaddleEngine
 logger = logging.getLogger(__name__)
 
 ONNX_FILE = "model.onnx"
+# What marks the lines paddle2onnx prints (`native_stdout_kept`).
+PADDLE2ONNX_MARK = b"Paddle2ONNX"
 # Opset 13: the lowest that holds every operator of the scoring graphs (paddle2onnx raises it
 # by itself when a graph needs more) and one every onnxruntime since 1.6 runs.
 OPSET = 13
@@ -94,47 +97,63 @@ def _convert(directory: Path) -> bytes:
 
     # No optimizer pass: polygraphy's (the default) pip-installs modules at run time, and
     # onnxruntime folds constants itself when it loads the graph.
-    with _native_stdout_to_stderr():
-        raw = paddle2onnx.export(
-            str(directory / "model.json"),
-            str(directory / "model.pdiparams"),
-            None,
-            opset_version=OPSET,
-            enable_onnx_checker=True,
-            optimize_tool="None",
-        )
+    said: list[str] = []
+    try:
+        with native_stdout_kept(said, PADDLE2ONNX_MARK):
+            raw = paddle2onnx.export(
+                str(directory / "model.json"),
+                str(directory / "model.pdiparams"),
+                None,
+                opset_version=OPSET,
+                enable_onnx_checker=True,
+                optimize_tool="None",
+            )
+    except Exception:
+        for line in said:  # what it said about the failure, beside the export's own line
+            logger.warning("paddle2onnx: %s", line)
+        raise
+    for line in said:
+        logger.debug("paddle2onnx: %s", line)
     if not isinstance(raw, bytes) or not raw:
         raise ValueError("paddle2onnx returned no model")
     return dedupe_constants(raw)
 
 
 @contextmanager
-def _native_stdout_to_stderr() -> Iterator[None]:
-    """The process's standard output (file descriptor 1) sent to standard error for the block.
+def native_stdout_kept(said: list[str], mark: bytes = PADDLE2ONNX_MARK) -> Iterator[None]:
+    """The lines with ``mark`` that the block writes to file descriptor 1 kept in ``said``.
 
-    paddle2onnx's C++ side prints its progress there, which would break what a command writes
-    on standard output (JSON); C's buffers are flushed on both sides so nothing crosses over.
+    paddle2onnx's C++ side prints its progress on the process's standard output, three lines a
+    conversion, unasked (``verbose=False`` too): there it would break what a command writes
+    (JSON), and it filled a learner's log with them at every export. The caller logs them.
+    Anything else written there meanwhile (another thread's output) goes back to standard
+    output once the block ends; C's buffers are flushed on both sides so nothing crosses over.
     """
     libc = ctypes.CDLL(None) if sys.platform != "win32" else None
     try:
         saved = os.dup(1)
     except OSError:  # no standard output to keep clean
-        saved = -1
-    if saved < 0:
         yield
         return
     if sys.stdout is not None:
         sys.stdout.flush()
     if libc is not None:
         libc.fflush(None)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        if libc is not None:
-            libc.fflush(None)
-        os.dup2(saved, 1)
-        os.close(saved)
+    with tempfile.TemporaryFile() as kept:
+        os.dup2(kept.fileno(), 1)
+        try:
+            yield
+        finally:
+            if libc is not None:
+                libc.fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+            kept.seek(0)
+            for line in kept.read().splitlines(keepends=True):
+                if mark in line:
+                    said.append(line.decode(errors="replace").rstrip())
+                else:
+                    os.write(1, line)
 
 
 def dedupe_constants(raw: bytes) -> bytes:
