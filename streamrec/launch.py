@@ -14,8 +14,23 @@ from __future__ import annotations
 import os
 import runpy
 import signal
+import sys
+from collections.abc import MutableMapping
 
 from streamrec.paddlesignals import before_paddle
+
+
+def quiet_defaults(argv: list[str], env: MutableMapping[str, str]) -> None:
+    """Paddle's chatter at a group's start left out, unless the command line or environment asks.
+
+    The launcher logs its whole configuration at every start (35 lines; ``--log_level
+    WARNING`` keeps its errors: a failed rank is named, with the end of its log), and Paddle's
+    C++ logs at INFO level as each rank joins (glog's ``GLOG_minloglevel`` 1 keeps its warnings
+    and errors).
+    """
+    if not any(a == "--log_level" or a.startswith("--log_level=") for a in argv):
+        argv[1:1] = ["--log_level", "WARNING"]
+    env.setdefault("GLOG_minloglevel", "1")
 
 
 def main() -> None:
@@ -26,6 +41,7 @@ def main() -> None:
     it has started no rank yet. Once set, the launcher's handler stops the ranks and exits.
     """
     before_paddle()
+    quiet_defaults(sys.argv, os.environ)
     try:
         runpy.run_module("paddle.distributed.launch", run_name="__main__", alter_sys=True)
     except KeyboardInterrupt:

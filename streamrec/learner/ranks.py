@@ -23,12 +23,13 @@ Every collective is bounded: a rank that waits longer than ``timeout_s`` for the
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -224,7 +225,13 @@ class RankGroup:
             import paddle.distributed as dist
 
             before = _threads()
-            dist.init_parallel_env()
+            said = io.StringIO()
+            try:
+                with redirect_stderr(said):  # its table of Paddle's flags changed
+                    dist.init_parallel_env()
+            finally:
+                for line in said.getvalue().splitlines():
+                    logger.debug("paddle.distributed: %s", line)
             if paddle.device.get_device() == "cpu":
                 started = _threads() - before  # gloo's threads (and rank 0's store's)
                 logger.debug("rank %d: %d of %d new threads under SCHED_BATCH", rank,

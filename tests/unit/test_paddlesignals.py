@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from streamrec.launch import quiet_defaults
 from streamrec.paddlesignals import stop_signals_kept
 
 
@@ -48,3 +49,14 @@ def test_streamrec_launch_is_paddles_launcher_on_the_same_arguments() -> None:
     )
     assert done.returncode == 0 and "--nproc_per_node" in done.stdout, done.stderr[-2000:]
     assert "ccache" not in done.stderr, done.stderr[-2000:]
+
+
+def test_streamrec_launch_leaves_paddles_start_up_chatter_out_unless_asked() -> None:
+    argv, env = ["launch.py", "--nproc_per_node", "2", "streamrec"], {"PATH": "/bin"}
+    quiet_defaults(argv, env)
+    assert argv == ["launch.py", "--log_level", "WARNING", "--nproc_per_node", "2", "streamrec"]
+    assert env == {"PATH": "/bin", "GLOG_minloglevel": "1"}
+    for asked in (["launch.py", "--log_level=DEBUG", "streamrec"], ["launch.py", "--log_level", "INFO", "x"]):
+        argv, env = list(asked), {"GLOG_minloglevel": "0"}
+        quiet_defaults(argv, env)
+        assert argv == asked and env == {"GLOG_minloglevel": "0"}

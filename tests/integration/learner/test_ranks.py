@@ -273,6 +273,10 @@ def test_two_ranks_train_the_weights_of_one_process_with_twice_the_mini_batch(
     stdout = launcher.communicate(timeout=60)[0]
     assert launcher.returncode == 0, stdout[-3000:] + logs(tmp_path, "learner")
     assert "starting 2 learner ranks" in stdout
+    # Paddle's chatter at a group's start is left out (40 lines before): the launcher's whole
+    # configuration, glog's INFO lines as each rank joins, the table of Paddle's flags changed.
+    for chatter in ("LAUNCH INFO", "Modified FLAGS", "tcp_store.cc"):
+        assert chatter not in stdout, stdout[-3000:]
     assert f"streamrec_learner_samples_trained_total {float(count)}" in scraped, scraped[-2000:]
     first, second = (SnapshotStore(tmp_path / name).latest_valid() for name in ("one", "two"))
     assert first is not None and second is not None, stdout[-3000:] + logs(tmp_path, "learner")
