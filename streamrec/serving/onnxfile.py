@@ -149,11 +149,14 @@ def native_stdout_kept(said: list[str], mark: bytes = PADDLE2ONNX_MARK) -> Itera
             os.dup2(saved, 1)
             os.close(saved)
             kept.seek(0)
+            rest = b""
             for line in kept.read().splitlines(keepends=True):
                 if mark in line:
                     said.append(line.decode(errors="replace").rstrip())
                 else:
-                    os.write(1, line)
+                    rest += line
+            while rest:
+                rest = rest[os.write(1, rest) :]
 
 
 def dedupe_constants(raw: bytes) -> bytes:
