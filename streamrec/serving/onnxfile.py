@@ -98,8 +98,9 @@ def _convert(directory: Path) -> bytes:
     # No optimizer pass: polygraphy's (the default) pip-installs modules at run time, and
     # onnxruntime folds constants itself when it loads the graph.
     said: list[str] = []
+    converted = False
     try:
-        with native_stdout_kept(said, PADDLE2ONNX_MARK):
+        with native_stdout_kept(said):
             raw = paddle2onnx.export(
                 str(directory / "model.json"),
                 str(directory / "model.pdiparams"),
@@ -108,12 +109,10 @@ def _convert(directory: Path) -> bytes:
                 enable_onnx_checker=True,
                 optimize_tool="None",
             )
-    except Exception:
-        for line in said:  # what it said about the failure, beside the export's own line
-            logger.warning("paddle2onnx: %s", line)
-        raise
-    for line in said:
-        logger.debug("paddle2onnx: %s", line)
+        converted = True
+    finally:  # after a failure, what it said about it, beside the export's own line
+        for line in said:
+            logger.log(logging.DEBUG if converted else logging.WARNING, "paddle2onnx: %s", line)
     if not isinstance(raw, bytes) or not raw:
         raise ValueError("paddle2onnx returned no model")
     return dedupe_constants(raw)
