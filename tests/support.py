@@ -222,15 +222,23 @@ def paddle_handlers_set(pid: int) -> bool:
     """Whether Paddle's import has set its C++ signal handlers in process ``pid``.
 
     That is: SIGSEGV is caught (Paddle's handler is the only one on it in streamrec's processes)
-    and libpaddle is mapped.
+    and libpaddle is mapped, in a process running a command line of its own. Between fork and
+    exec a child is a copy of its parent, with the parent's handlers, libraries and command line:
+    a server process, or multiprocessing's resource tracker, being started by a command that has
+    Paddle loaded. Its command line is read first: once it differs from the parent's, the child
+    has exec'd, and what is read after it is its own.
     """
     try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         status = Path(f"/proc/{pid}/status").read_text()
         maps = Path(f"/proc/{pid}/maps").read_text()
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if cmdline == Path(f"/proc/{int(fields['PPid'])}/cmdline").read_bytes():
+            return False  # forked, not yet exec'd (or never)
     except OSError:
         return False
-    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
-    return bool(int(caught, 16) & (1 << (signal.SIGSEGV - 1))) and "libpaddle" in maps
+    caught = int(fields["SigCgt"], 16)
+    return bool(caught & (1 << (signal.SIGSEGV - 1))) and "libpaddle" in maps
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
