@@ -81,8 +81,7 @@ def down(
 
     with cli_errors():
         cfg = _config(host, kafka_port, redis_port, state_dir, log_level, config_file)
-        services.down(cfg)
-        _out.print(_table(services.status(cfg)))
+        _out.print(_table(services.down(cfg)))
 
 
 def status(

@@ -1,11 +1,12 @@
 """Local development services: ``up``/``down``/``status`` of a detached broker and Redis.
 
 ``up`` starts the Tansu Kafka broker (memory storage) and a redis-server in the background,
-records their pids in ``state_dir/{kafka,redis}.pid`` and their output in
-``state_dir/{kafka,redis}.log``; ``down`` stops them. The broker keeps nothing once stopped;
-Redis keeps nothing either, unless ``data_dir`` is set: then an append-only file there keeps
-its data across restarts. Tests
-and the demo use ``streamrec.local.launch.local_services()`` instead, which owns both for a
+records their pids in ``state_dir/{kafka,redis}.pid``, the addresses they serve on in
+``state_dir/{kafka,redis}.address`` (so that ``status``, ``up`` and ``down`` find them there
+whatever ports those are given) and their output in ``state_dir/{kafka,redis}.log``; ``down``
+stops them. The broker keeps nothing once stopped; Redis keeps nothing either, unless
+``data_dir`` is set: then an append-only file there keeps its data across restarts. Tests and
+the demo use ``streamrec.local.launch.local_services()`` instead, which owns both for a
 ``with`` block.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from streamrec.config import ServicesConfig
 from streamrec.errors import ServiceError
+from streamrec.fileio import write_atomic
 from streamrec.local.launch import KAFKA, REDIS, ServiceSpec, start_broker, start_redis
 from streamrec.local.ports import address, ensure_port_free, tcp_reachable
 from streamrec.local.probes import HEALTH, PROBE_TIMEOUT_S
@@ -56,6 +58,30 @@ def _pid_file(cfg: ServicesConfig, spec: ServiceSpec) -> Path:
     return cfg.state_dir / f"{spec.name}.pid"
 
 
+def _address_file(cfg: ServicesConfig, spec: ServiceSpec) -> Path:
+    return cfg.state_dir / f"{spec.name}.address"
+
+
+def _address_of(cfg: ServicesConfig, spec: ServiceSpec, pid: int | None) -> tuple[str, int]:
+    """Where to look for the service: where ``up`` started ours, else the configured address.
+
+    ``pid`` is ours, from its pid file; None where none of ours runs.
+    """
+    if pid is not None:
+        try:
+            host, _, port = _address_file(cfg, spec).read_text().strip().rpartition(" ")
+            return host, int(port)
+        except (OSError, ValueError):
+            pass
+    return cfg.host, _port(cfg, spec)
+
+
+def _forget(cfg: ServicesConfig, spec: ServiceSpec) -> None:
+    """Remove the service's pid and address files."""
+    _pid_file(cfg, spec).unlink(missing_ok=True)
+    _address_file(cfg, spec).unlink(missing_ok=True)
+
+
 def _live_pid(cfg: ServicesConfig, spec: ServiceSpec) -> int | None:
     """The pid-file pid if that process is alive and is this service, else None."""
     path = _pid_file(cfg, spec)
@@ -68,16 +94,15 @@ def _live_pid(cfg: ServicesConfig, spec: ServiceSpec) -> int | None:
 
 
 def _status(cfg: ServicesConfig, spec: ServiceSpec) -> ServiceStatus:
-    port = _port(cfg, spec)
+    """Ours (by its pid file) on the address it was started on; else whatever is on the configured one."""
     pid = _live_pid(cfg, spec)
+    host, port = _address_of(cfg, spec, pid)
     if pid is not None:
-        healthy = HEALTH[spec.name](cfg.host, port, PROBE_TIMEOUT_S)
+        healthy = HEALTH[spec.name](host, port, PROBE_TIMEOUT_S)
         state = ServiceState.RUNNING if healthy else ServiceState.UNHEALTHY
-    elif tcp_reachable(cfg.host, port):
-        state = ServiceState.EXTERNAL
     else:
-        state = ServiceState.STOPPED
-    return ServiceStatus(spec.name, address(cfg.host, port), pid, state)
+        state = ServiceState.EXTERNAL if tcp_reachable(host, port) else ServiceState.STOPPED
+    return ServiceStatus(spec.name, address(host, port), pid, state)
 
 
 def _start(spec: ServiceSpec, cfg: ServicesConfig) -> ManagedProcess:
@@ -125,30 +150,33 @@ def up(cfg: ServicesConfig) -> list[ServiceStatus]:
             if st.state is ServiceState.RUNNING:
                 result.append(st)
                 continue
-            _pid_file(cfg, spec).unlink(missing_ok=True)  # stale, if any
+            _forget(cfg, spec)  # stale, if any
             proc = _start(spec, cfg)
+            write_atomic(_address_file(cfg, spec), f"{cfg.host} {_port(cfg, spec)}\n".encode())
             write_pid(_pid_file(cfg, spec), proc.pid)
             started.append((spec, proc))
             result.append(ServiceStatus(spec.name, st.address, proc.pid, ServiceState.STARTED))
     except BaseException:  # an interrupted or failed up leaves nothing behind
         for spec, proc in started:
             proc.stop()
-            _pid_file(cfg, spec).unlink(missing_ok=True)
+            _forget(cfg, spec)
         raise
     return result
 
 
-def down(cfg: ServicesConfig, *, timeout_s: float = 10.0) -> list[str]:
-    """Stop the services named by pid files and remove the files; returns the names stopped.
+def down(cfg: ServicesConfig, *, timeout_s: float = 10.0) -> list[ServiceStatus]:
+    """Stop the services named by pid files and remove their files.
 
-    A pid file whose process is gone, or is no longer this service, is just removed.
+    Returns each service as stopped, on the address it ran on, with the pid stopped (None where
+    none ran). A pid file whose process is gone, or is no longer this service, is just removed.
     """
-    stopped = []
+    result = []
     for spec in _SPECS:
         pid = _live_pid(cfg, spec)
+        ran_on = address(*_address_of(cfg, spec, pid))
         if pid is not None:
             stop_pid(pid, spec.stop_signal, timeout_s)
             logger.info("service=%s pid=%s stopped", spec.name, pid)
-            stopped.append(spec.name)
-        _pid_file(cfg, spec).unlink(missing_ok=True)
-    return stopped
+        _forget(cfg, spec)
+        result.append(ServiceStatus(spec.name, ran_on, pid, ServiceState.STOPPED))
+    return result

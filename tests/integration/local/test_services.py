@@ -72,12 +72,14 @@ def test_up_status_down(cfg: ServicesConfig) -> None:
     ]
     assert [s.state for s in status(cfg)] == [ServiceState.RUNNING, ServiceState.RUNNING]
 
-    assert down(cfg) == ["kafka", "redis"]
+    assert [(s.name, s.pid, s.state) for s in down(cfg)] == [
+        (name, pids[name], ServiceState.STOPPED) for name in ("kafka", "redis")
+    ]
     assert not (cfg.state_dir / "kafka.pid").exists()
     assert not (cfg.state_dir / "redis.pid").exists()
     assert not any(pid_alive(pid) for pid in pids.values())
     assert [s.state for s in status(cfg)] == [ServiceState.STOPPED, ServiceState.STOPPED]
-    assert down(cfg) == []
+    assert [s.pid for s in down(cfg)] == [None, None]
 
 
 @pytest.mark.parametrize(
@@ -106,14 +108,14 @@ def test_stale_pid_files_are_tolerated(cfg: ServicesConfig) -> None:
     (cfg.state_dir / "redis.pid").write_text(f"{os.getpid()}\n")  # alive, but not a redis
 
     assert [(s.pid, s.state) for s in status(cfg)] == [(None, ServiceState.STOPPED)] * 2
-    assert down(cfg) == []
+    assert [s.pid for s in down(cfg)] == [None, None]
     assert not list(cfg.state_dir.glob("*.pid"))
 
     (cfg.state_dir / "kafka.pid").write_text("garbage\n")
     (cfg.state_dir / "redis.pid").write_text(f"{os.getpid()}\n")
     assert [s.state for s in up(cfg)] == [ServiceState.STARTED, ServiceState.STARTED]
     assert read_pid(cfg.state_dir / "redis.pid") != os.getpid()
-    assert down(cfg) == ["kafka", "redis"]
+    assert all(s.pid is not None for s in down(cfg))
 
 
 def test_start_failure_quotes_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

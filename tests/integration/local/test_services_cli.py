@@ -56,3 +56,27 @@ def test_taken_port_is_one_red_line_and_exit_1(tmp_path: Path) -> None:
     assert result.stderr.startswith("error: kafka cannot start")
     assert len(result.stderr.splitlines()) == 1
     assert f"port {port}" in result.stderr and "STREAMREC_SERVICES__KAFKA_PORT" in result.stderr
+
+
+def test_status_up_and_down_find_the_services_on_the_ports_up_started_them_on(tmp_path: Path) -> None:
+    """Started with ports of their own, the services are found there by each later command that
+    names the state directory alone: ``status`` called both unhealthy (it asked the default
+    ports), ``up`` refused to go on, and ``down`` printed the default ports.
+    """
+    kafka_port, redis_port = free_ports("127.0.0.1", 2)
+    state = ["--state-dir", str(tmp_path)]
+    runner, app = CliRunner(), _app()
+    ports = ["--kafka-port", str(kafka_port), "--redis-port", str(redis_port)]
+    addresses = (f"127.0.0.1:{kafka_port}", f"127.0.0.1:{redis_port}")
+    try:
+        assert runner.invoke(app, ["up", *ports, *state]).exit_code == 0
+        for command in ("status", "up"):
+            result = runner.invoke(app, [command, *state])
+            assert result.exit_code == 0, result.output
+            assert result.stdout.count("running") == 2, result.stdout
+            assert all(a in result.stdout for a in addresses), result.stdout
+    finally:
+        result = runner.invoke(app, ["down", *state])
+    assert result.exit_code == 0 and result.stdout.count("stopped") == 2, result.output
+    assert all(a in result.stdout for a in addresses), result.stdout
+    assert not list(tmp_path.glob("*.pid")) and not list(tmp_path.glob("*.address"))
