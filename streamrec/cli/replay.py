@@ -125,20 +125,34 @@ def backtest(
 
 
 def _verdict(report: dict[str, Any]) -> str:
-    """Which strategy wins on GAUC, at what cost, and whether DIN beats the baselines."""
+    """Which strategy wins on GAUC, at what cost, and how the DIN compares with the baselines.
+
+    It beats the best of them, ties with it or is behind it, by more than the noise of its
+    micro-batches or not (`streamrec.replay.report.versus_baselines`).
+    """
+    from streamrec.replay.report import CLEAR_BY_SE
+
     strategies = report["strategies"]
     best = report["best"]["gauc"]
     if best is None:
         return "no strategy could be scored"
     winner = strategies[best]
     line = f"best GAUC: {best} ({winner['gauc']:.4f}, {winner['train_seconds']:.1f} s training)"
-    simple = ("popularity", "item-rate", "features", "vw")
-    baselines = [strategies[b]["gauc"] for b in simple if b in strategies]
-    din = strategies.get("finetune")
-    if din is not None and baselines:
-        verdict = "beats" if din["gauc"] > max(baselines) else "does NOT beat"
-        line += f"; the incremental DIN (finetune) {verdict} the simple baselines on GAUC over the whole run"
-    return line
+    versus = report.get("versus_baselines")
+    if versus is None:
+        return line
+    said = {
+        "beats": "beats", "ties": "ties with", "behind": "does NOT beat",
+        "unknown": "cannot yet be told from",
+    }[versus["outcome"]]
+    line += f"; the incremental DIN (finetune) {said} the best simple baseline ({versus['baseline']}) on GAUC"
+    if versus["outcome"] == "unknown":
+        return line + " (one micro-batch: no spread to judge by)"
+    return line + (
+        f": {versus['difference']:+.4f} ± {CLEAR_BY_SE * versus['stderr']:.4f} over the whole run "
+        f"({CLEAR_BY_SE:g} standard errors of the paired difference over {versus['micro_batches']} "
+        "micro-batches)"
+    )
 
 
 def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> None:

@@ -27,6 +27,10 @@ JSON schema (``schema`` 1), times in epoch ms, NaN as null:
   new items and of new users, with and without the cold-start fallback
   (`streamrec.replay.coldstart`);
 - ``best``: the strategy with the highest ``gauc`` and ``auc``;
+- ``versus_baselines``: the incremental DIN (``finetune``) against the best of the simple
+  baselines on GAUC (`paired`): ``strategy``, ``baseline``, ``metric``, ``difference``,
+  ``stderr``, ``micro_batches`` and ``outcome``, ``beats``, ``ties`` or ``behind`` (``unknown``
+  from one micro-batch); null when the run has not both;
 - ``wall_seconds``; ``digest``: the sha256 of the report without its timings, equal for
   runs with the same data, configuration and seed.
 """
@@ -49,6 +53,10 @@ from streamrec.replay.batches import MicroBatch
 from streamrec.replay.strategies import StrategyRun, probe
 
 SCHEMA = 1
+#: The simple baselines every model must beat (`streamrec.replay.baselines`), by strategy name.
+BASELINES = ("popularity", "item-rate", "features", "vw")
+#: Standard errors a difference must clear to count as one: about 95% two-sided.
+CLEAR_BY_SE = 2.0
 # Wall-clock figures: the only ones that differ between two runs of the same backtest.
 TIMINGS = frozenset({"train_seconds", "score_seconds", "wall_seconds"})
 
@@ -138,9 +146,55 @@ def best(strategies: dict[str, dict[str, Any]], metric: str) -> str | None:
     return max(scored, key=lambda pair: pair[0])[1] if scored else None
 
 
+def paired(a: dict[str, Any], b: dict[str, Any], metric: str = "gauc") -> dict[str, float | int]:
+    """Strategy ``a`` against ``b`` on ``metric``: the difference and its standard error.
+
+    Both are scored on the same micro-batches, so each micro-batch gives one paired difference;
+    their sample-weighted mean is the difference of the whole-run figures (which are such means).
+    Its standard error comes from their spread, a micro-batch's variance taken as inversely
+    proportional to its samples and the micro-batches as independent draws:
+    ``sqrt(sum w (d - mean)^2 / ((k - 1) sum w))``. NaN from one micro-batch.
+    """
+    sa, sb = a["series"], b["series"]
+    rows = [
+        (x - y, w) for x, y, w in zip(sa[metric], sb[metric], sa["samples"], strict=True)
+        if not (math.isnan(x) or math.isnan(y)) and w
+    ]
+    total = sum(w for _, w in rows)
+    mean = sum(d * w for d, w in rows) / total if total else math.nan
+    spread = sum(w * (d - mean) ** 2 for d, w in rows)
+    stderr = math.sqrt(spread / ((len(rows) - 1) * total)) if len(rows) > 1 else math.nan
+    return {"difference": mean, "stderr": stderr, "micro_batches": len(rows)}
+
+
+def versus_baselines(
+    strategies: dict[str, dict[str, Any]], strategy: str = "finetune", metric: str = "gauc"
+) -> dict[str, Any] | None:
+    """``strategy`` against the best of the `BASELINES` run, by `paired` difference.
+
+    The outcome is ``beats`` or ``behind`` when the difference clears `CLEAR_BY_SE` standard
+    errors, ``ties`` when it does not, ``unknown`` from one micro-batch. None when the run has
+    not both.
+    """
+    run = {n: s for n, s in strategies.items() if n in BASELINES and not math.isnan(s[metric])}
+    if strategy not in strategies or not run:
+        return None
+    baseline = max(run, key=lambda name: run[name][metric])
+    figures = paired(strategies[strategy], run[baseline], metric)
+    difference, stderr = figures["difference"], figures["stderr"]
+    if math.isnan(stderr):
+        outcome = "unknown"
+    elif abs(difference) <= CLEAR_BY_SE * stderr:
+        outcome = "ties"
+    else:
+        outcome = "beats" if difference > 0 else "behind"
+    return {"strategy": strategy, "baseline": baseline, "metric": metric, **figures, "outcome": outcome}
+
+
 def finish(report: dict[str, Any]) -> dict[str, Any]:
-    """Add the ``best`` strategies and the ``digest`` of the report without its timings."""
+    """Add the ``best`` strategies, ``versus_baselines``, and the ``digest`` of the rest."""
     report["best"] = {m: best(report["strategies"], m) for m in ("gauc", "auc")}
+    report["versus_baselines"] = versus_baselines(report["strategies"])
     report["digest"] = hashlib.sha256(to_json(_without_timings(report))).hexdigest()
     return report
 

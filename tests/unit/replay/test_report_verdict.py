@@ -1,0 +1,73 @@
+"""The DIN against the simple baselines: a difference within the micro-batches' noise is a tie."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from streamrec.cli.replay import _verdict
+from streamrec.replay.report import paired, versus_baselines
+
+
+def strategy(gaucs: list[float], samples: list[int] | None = None) -> dict[str, Any]:
+    samples = samples or [1000] * len(gaucs)
+    gauc = sum(g * n for g, n in zip(gaucs, samples, strict=True)) / sum(samples)
+    return {"gauc": gauc, "train_seconds": 1.0, "series": {"gauc": gaucs, "samples": samples}}
+
+
+def test_the_paired_difference_is_the_whole_runs_and_its_error_comes_from_its_spread() -> None:
+    a = strategy([0.70, 0.72, 0.68, 0.71], [1000, 1000, 2000, 500])
+    b = strategy([0.69, 0.70, 0.68, 0.69], [1000, 1000, 2000, 500])
+    got = paired(a, b)
+    assert got["difference"] == pytest.approx(a["gauc"] - b["gauc"])
+    d, w = [0.01, 0.02, 0.0, 0.02], [1000, 1000, 2000, 500]
+    mean = sum(x * n for x, n in zip(d, w, strict=True)) / sum(w)
+    spread = sum(n * (x - mean) ** 2 for x, n in zip(d, w, strict=True))
+    assert got["stderr"] == pytest.approx(math.sqrt(spread / (3 * sum(w))))
+    assert got["micro_batches"] == 4
+
+
+def test_a_micro_batch_either_cannot_score_is_left_out_of_the_pairs() -> None:
+    got = paired(strategy([0.7, math.nan, 0.7]), strategy([0.6, 0.6, math.nan]))
+    assert got["micro_batches"] == 1 and got["difference"] == pytest.approx(0.1)
+    assert math.isnan(got["stderr"])
+
+
+def test_ahead_in_every_micro_batch_beats_ahead_on_average_by_noise_ties_behind_is_behind() -> None:
+    base = strategy([0.60, 0.62, 0.61, 0.63, 0.60, 0.62])
+    steady = strategy([0.61, 0.63, 0.62, 0.64, 0.61, 0.63])  # +0.01 in each
+    noisy = strategy([0.66, 0.57, 0.66, 0.58, 0.65, 0.61])  # +0.008 on average, ±0.05 apiece
+    behind = strategy([0.59, 0.61, 0.60, 0.62, 0.59, 0.61])
+    for din, outcome in ((steady, "beats"), (noisy, "ties"), (behind, "behind")):
+        versus = versus_baselines({"popularity": base, "finetune": din})
+        assert versus is not None and versus["outcome"] == outcome, versus
+    assert noisy["gauc"] > base["gauc"]  # ahead on the whole-run figure, which alone said "beats"
+
+
+def test_the_best_baseline_is_the_one_compared_and_one_micro_batch_cannot_tell() -> None:
+    strategies = {
+        "popularity": strategy([0.5, 0.5]), "item-rate": strategy([0.6, 0.62]),
+        "finetune": strategy([0.7, 0.7]),
+    }
+    versus = versus_baselines(strategies)
+    assert versus is not None and versus["baseline"] == "item-rate"
+    one = versus_baselines({"popularity": strategy([0.5]), "finetune": strategy([0.7])})
+    assert one is not None and one["outcome"] == "unknown"
+    assert versus_baselines({"finetune": strategy([0.7])}) is None
+    assert versus_baselines({"popularity": strategy([0.7])}) is None
+
+
+def test_the_cli_says_a_tie_and_how_large_the_noise_is() -> None:
+    base = strategy([0.60, 0.62, 0.61, 0.63, 0.60, 0.62])
+    noisy = strategy([0.66, 0.57, 0.66, 0.58, 0.65, 0.61])
+    strategies = {"popularity": base, "finetune": noisy}
+    report = {
+        "strategies": strategies, "best": {"gauc": "finetune"},
+        "versus_baselines": versus_baselines(strategies),
+    }
+    line = _verdict(report)
+    said = "finetune) ties with the best simple baseline (popularity) on GAUC: +0.0083 ± 0.0421 over"
+    assert said in line, line
+    assert "over 6 micro-batches" in line
