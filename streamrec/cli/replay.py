@@ -158,23 +158,18 @@ def _verdict(report: dict[str, Any]) -> str:
 def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> None:
     if path is None:
         return
+    from streamrec.fileio import write_atomic
     from streamrec.replay import ablation as ab
     from streamrec.replay import report as rp
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic(path, payload)
+    write_atomic(path, payload)
     if report is not None:
         tables = [rp.markdown_table(report), rp.tells_table(report), ab.table(report), _verdict(report)]
         table = "\n\n".join(t for t in tables if t) + "\n"
-        _atomic(path.with_suffix(".md"), table.encode())
+        write_atomic(path.with_suffix(".md"), table.encode())
         rp.plot(report, path.with_suffix(".png"))
     console.print(f"report written to {path}" + (" (and .md, .png beside it)" if report else ""))
-
-
-def _atomic(path: Path, payload: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(payload)
-    tmp.replace(path)
 
 
 class _progress:

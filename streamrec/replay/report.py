@@ -38,6 +38,7 @@ JSON schema (``schema`` 1), times in epoch ms, NaN as null:
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +47,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from streamrec.fileio import write_atomic
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.match import match_features
 from streamrec.learner.metrics import auc, gauc, logloss
@@ -267,7 +269,7 @@ def _fmt(value: float) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    """GAUC per micro-batch over event time, one line per strategy (PNG)."""
+    """GAUC per micro-batch over event time, one line per strategy (PNG, written atomically)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display
@@ -286,5 +288,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     axes.grid(alpha=0.3)
     axes.legend(loc="lower right", fontsize="small")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=120)
     plt.close(figure)
+    write_atomic(path, png.getvalue())
