@@ -137,7 +137,9 @@ def _verdict(report: dict[str, Any]) -> str:
     if best is None:
         return "no strategy could be scored"
     winner = strategies[best]
-    line = f"best GAUC: {best} ({winner['gauc']:.4f}, {winner['train_seconds']:.1f} s training)"
+    tied = report.get("tied_with_best", {}).get("gauc", [])
+    ties = f"; {', '.join(tied)} {'tie' if len(tied) > 1 else 'ties'} with it" if tied else ""
+    line = f"best GAUC: {best} ({winner['gauc']:.4f}, {winner['train_seconds']:.1f} s training{ties})"
     versus = report.get("versus_baselines")
     if versus is None:
         return line

@@ -26,7 +26,8 @@ JSON schema (``schema`` 1), times in epoch ms, NaN as null:
 - ``cold_start.new_items`` and ``cold_start.new_users``: each strategy on the samples of
   new items and of new users, with and without the cold-start fallback
   (`streamrec.replay.coldstart`);
-- ``best``: the strategy with the highest ``gauc`` and ``auc``;
+- ``best``: the strategy with the highest ``gauc`` and ``auc``; ``tied_with_best``, for each,
+  the strategies as good for all the run can tell (`tied_with_best`);
 - ``versus_baselines``: the incremental DIN (``finetune``) against the best of the simple
   baselines on GAUC (`paired`): ``strategy``, ``baseline``, ``metric``, ``difference``,
   ``stderr``, ``micro_batches`` and ``outcome``, ``beats``, ``ties`` or ``behind`` (``unknown``
@@ -193,9 +194,27 @@ def versus_baselines(
     return {"strategy": strategy, "baseline": baseline, "metric": metric, **figures, "outcome": outcome}
 
 
+def tied_with_best(strategies: dict[str, dict[str, Any]], metric: str) -> list[str]:
+    """The strategies as good as the best on ``metric``, for all the run can tell.
+
+    Those whose `paired` difference with the best is within `CLEAR_BY_SE` standard errors.
+    """
+    top = best(strategies, metric)
+    if top is None:
+        return []
+    tied = []
+    for name, s in strategies.items():
+        if name != top and not math.isnan(s[metric]):
+            figures = paired(strategies[top], s, metric)
+            if figures["difference"] <= CLEAR_BY_SE * figures["stderr"]:  # NaN (one micro-batch): no
+                tied.append(name)
+    return tied
+
+
 def finish(report: dict[str, Any]) -> dict[str, Any]:
-    """Add the ``best`` strategies, ``versus_baselines``, and the ``digest`` of the rest."""
+    """Add ``best``, ``tied_with_best``, ``versus_baselines``, and the ``digest`` of the rest."""
     report["best"] = {m: best(report["strategies"], m) for m in ("gauc", "auc")}
+    report["tied_with_best"] = {m: tied_with_best(report["strategies"], m) for m in ("gauc", "auc")}
     report["versus_baselines"] = versus_baselines(report["strategies"])
     report["digest"] = hashlib.sha256(to_json(_without_timings(report))).hexdigest()
     return report

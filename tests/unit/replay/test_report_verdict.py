@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from streamrec.cli.replay import _verdict
-from streamrec.replay.report import paired, versus_baselines
+from streamrec.replay.report import paired, tied_with_best, versus_baselines
 
 
 def strategy(gaucs: list[float], samples: list[int] | None = None) -> dict[str, Any]:
@@ -71,3 +71,18 @@ def test_the_cli_says_a_tie_and_how_large_the_noise_is() -> None:
     said = "finetune) ties with the best simple baseline (popularity) on GAUC: +0.0083 ± 0.0421 over"
     assert said in line, line
     assert "over 6 micro-batches" in line
+
+
+def test_strategies_within_the_noise_of_the_best_are_named_as_tied_with_it() -> None:
+    strategies = {
+        "popularity": strategy([0.50, 0.52, 0.51, 0.50]),
+        "finetune": strategy([0.70, 0.72, 0.71, 0.73]),
+        "ewc": strategy([0.71, 0.71, 0.70, 0.73]),  # -0.0025 on average, ±0.01 apiece
+    }
+    assert tied_with_best(strategies, "gauc") == ["ewc"]
+    report = {
+        "strategies": strategies, "best": {"gauc": "finetune"},
+        "tied_with_best": {"gauc": ["ewc"]}, "versus_baselines": versus_baselines(strategies),
+    }
+    assert _verdict(report).startswith("best GAUC: finetune (0.7150, 1.0 s training; ewc ties with it);")
+    assert tied_with_best({"finetune": strategy([0.7]), "ewc": strategy([0.69])}, "gauc") == []
