@@ -161,13 +161,18 @@ def paired(a: dict[str, Any], b: dict[str, Any], metric: str = "gauc") -> dict[s
     sa, sb = a["series"], b["series"]
     rows = [
         (x - y, w) for x, y, w in zip(sa[metric], sb[metric], sa["samples"], strict=True)
-        if not (math.isnan(x) or math.isnan(y)) and w
+        if _scored(x) and _scored(y) and w
     ]
     total = sum(w for _, w in rows)
     mean = sum(d * w for d, w in rows) / total if total else math.nan
     spread = sum(w * (d - mean) ** 2 for d, w in rows)
     stderr = math.sqrt(spread / ((len(rows) - 1) * total)) if len(rows) > 1 else math.nan
     return {"difference": mean, "stderr": stderr, "micro_batches": len(rows)}
+
+
+def _scored(value: float | None) -> bool:
+    """Whether a micro-batch's figure is a number (NaN, or null as JSON writes it: unscored)."""
+    return value is not None and not math.isnan(value)
 
 
 def versus_baselines(
