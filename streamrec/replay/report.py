@@ -178,25 +178,31 @@ def _scored(value: float | None) -> bool:
 def versus_baselines(
     strategies: dict[str, dict[str, Any]], strategy: str = "finetune", metric: str = "gauc"
 ) -> dict[str, Any] | None:
-    """``strategy`` against the best of the `BASELINES` run, by `paired` difference.
+    """``strategy`` against the best of the `BASELINES` run: `paired`, judged by `_outcome`.
 
-    The outcome is ``beats`` or ``behind`` when the difference clears `CLEAR_BY_SE` standard
-    errors, ``ties`` when it does not, ``unknown`` from one micro-batch. None when the run has
-    not both.
+    None when the run has not both.
     """
     run = {n: s for n, s in strategies.items() if n in BASELINES and not math.isnan(s[metric])}
     if strategy not in strategies or not run:
         return None
     baseline = max(run, key=lambda name: run[name][metric])
     figures = paired(strategies[strategy], run[baseline], metric)
+    outcome = _outcome(figures)
+    return {"strategy": strategy, "baseline": baseline, "metric": metric, **figures, "outcome": outcome}
+
+
+def _outcome(figures: dict[str, float | int]) -> str:
+    """A `paired` comparison judged: ``beats``, ``behind``, ``ties`` or ``unknown``.
+
+    ``beats`` or ``behind`` when its difference clears `CLEAR_BY_SE` standard errors, ``ties``
+    when it does not, ``unknown`` from one micro-batch.
+    """
     difference, stderr = figures["difference"], figures["stderr"]
     if math.isnan(stderr):
-        outcome = "unknown"
-    elif abs(difference) <= CLEAR_BY_SE * stderr:
-        outcome = "ties"
-    else:
-        outcome = "beats" if difference > 0 else "behind"
-    return {"strategy": strategy, "baseline": baseline, "metric": metric, **figures, "outcome": outcome}
+        return "unknown"
+    if abs(difference) <= CLEAR_BY_SE * stderr:
+        return "ties"
+    return "beats" if difference > 0 else "behind"
 
 
 def tied_with_best(strategies: dict[str, dict[str, Any]], metric: str) -> list[str]:
@@ -210,8 +216,7 @@ def tied_with_best(strategies: dict[str, dict[str, Any]], metric: str) -> list[s
     tied = []
     for name, s in strategies.items():
         if name != top and not math.isnan(s[metric]):
-            figures = paired(strategies[top], s, metric)
-            if figures["difference"] <= CLEAR_BY_SE * figures["stderr"]:  # NaN (one micro-batch): no
+            if _outcome(paired(strategies[top], s, metric)) == "ties":
                 tied.append(name)
     return tied
 
