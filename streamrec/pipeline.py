@@ -83,6 +83,7 @@ def run_pipeline(
         cfg, make_learner(cfg.model, cfg.feature_schema()), on_report=on_report, on_snapshot=snapshot_written,
         snapshots=store, on_scored=promoter.on_scored,
     )
+    promoter.resume(learner.resumed)
     thread.start()
     try:
         stats = learner.run(stop, upstream_done=consumer_done)

@@ -201,6 +201,7 @@ def run(
                     snapshots=store,
                     on_scored=promoter.on_scored,
                 ) as runner:
+                    promoter.resume(runner.resumed)
                     # A copy at each scrape: the runner thread moves the positions meanwhile.
                     serve_metrics(metrics, cfg, lambda: runner.positions.copy())
                     before_training_loop()

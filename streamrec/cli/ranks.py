@@ -133,6 +133,7 @@ def run_rank(
     # every rank's promoter scores its own samples by the served version; rank 0's judges
     with RankedRunner(cfg, learner, group, gate=promoter, **lead) as runner:
         if rank == 0:
+            promoter.resume(runner.resumed)  # rank 0's gate judges
             # A copy at each scrape: the runner thread moves the positions meanwhile.
             serve(lambda: runner.positions.copy())
         return runner.run(stop_on_signals())

@@ -50,6 +50,8 @@ class RunnerProgress:
     _snapshotted_at: int  # micro_batches at the last snapshot
     _snapshotted_positions: dict[Partition, int]  # positions at the last one
     _snapshotted_version: int | None  # the version written or restored last
+    #: The snapshot restored at start (None: started afresh): the promotion gate takes it up.
+    resumed: SnapshotManifest | None = None
     _resumed_topic_id: str | None = None  # the samples topic's id in the snapshot restored
     _topic_id: str | None = None  # the samples topic's id when the run began
 
@@ -65,6 +67,7 @@ class RunnerProgress:
         self._snapshotted_positions = dict(self.positions)
         self._snapshotted_version = manifest.version
         self._resumed_topic_id = manifest.samples_topic_id
+        self.resumed = manifest
 
     def _check_positions(self) -> None:
         """Refuse to resume in a samples topic created again, or at samples it no longer holds.

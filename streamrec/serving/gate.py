@@ -102,6 +102,27 @@ class Promoter:
             return
         self.pending = manifest.version
 
+    def resume(self, manifest: SnapshotManifest | None) -> None:
+        """Take up the version a learner resumed from (``manifest``; None: it started afresh).
+
+        A version written as a learner stopped, or just before it was killed, waits for the
+        micro-batch after it, which its run never saw: it is judged by the next run's first
+        micro-batch instead, as if it had just been written (its export is built on
+        promotion if the run died before it). A version ever promoted (the one served, or
+        one an operator rolled back) is left as it is.
+        """
+        if manifest is None or self.cfg.promote == "off":
+            return
+        if manifest.version in self.store.promoted():
+            return
+        current = self.store.current()
+        if current is None or self.cfg.promote == "always":
+            reason = "first version" if current is None else "promote=always"
+            self._promote(manifest.version, f"{reason}, resumed")
+            return
+        logger.info("promotion pending version=%s: the version resumed from", manifest.name)
+        self.pending = manifest.version
+
     def on_scored(self, batch: SampleColumns, probs: np.ndarray) -> Judgement | None:
         """Judge the pending version by the micro-batch after it.
 

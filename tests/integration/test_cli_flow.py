@@ -66,6 +66,45 @@ def test_produce_consume_learn_snapshot_as_separate_commands(
     assert "v000001" in listing
 
 
+def test_the_version_a_learner_stopped_at_is_judged_when_it_runs_again(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
+) -> None:
+    """Found from outside: the version a learner writes as it stops waits for the micro-batch
+    after it; a learner run again from that version never judged it (no line, no promotion),
+    and serving kept the version before for as long as each run ended that way.
+    """
+    env = {
+        **services_env(kafka_config, store_config, unique_name),
+        "STREAMREC_LEARNER__GROUP_ID": f"l-{unique_name}",
+        "STREAMREC_MODEL__TABLES": json.dumps(small_tables()),
+        "STREAMREC_LEARNER__SNAPSHOT_DIR": str(tmp_path / "snapshots"),
+        "STREAMREC_LEARNER__MIN_EVAL_SAMPLES": "50",
+    }
+    clicks = tmp_path / "clicks.jsonl"
+    streamrec(["generate", str(clicks), "--events", "3000", "--seed", "5"], env)
+    lines = clicks.read_text().splitlines(keepends=True)  # in event-time order
+    halves = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    halves[0].write_text("".join(lines[:2000]))
+    halves[1].write_text("".join(lines[2000:]))
+    learn = ["learner", "run", "--interval", "5", "--max-batch", "1000", "--stop-when-idle", "3"]
+    streamrec(["produce", str(halves[0])], env)
+    streamrec(["consumers", "run", "--stop-when-idle", "3"], env)
+    streamrec([*learn, "--snapshot-every", "1"], env)
+    listing = json.loads(streamrec(["snapshot", "list", "--json"], env))
+    versions = [entry["version"] for entry in listing["versions"]]
+    assert len(versions) >= 2 and not listing["versions"][-1]["promoted"]  # it waits
+    last = versions[-1]
+    streamrec(["produce", str(halves[1])], env)
+    streamrec(["consumers", "run", "--stop-when-idle", "3"], env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamrec", *learn, "--snapshot-every", "100"],
+        env=env, capture_output=True, text=True, timeout=120, check=True,
+    )
+    name = f"v{last:06d}"
+    judged = [line for line in proc.stderr.splitlines() if f"version={name}" in line]
+    assert any("promoted version" in line or "promotion held" in line for line in judged), proc.stderr
+
+
 def test_a_generated_feed_log_is_labelled_by_the_join_mode_from_the_command_line(
     kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
     topic_reader,

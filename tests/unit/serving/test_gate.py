@@ -154,6 +154,48 @@ def test_the_gate_judges_no_version_by_a_micro_batch_too_small(
     assert promoter.on_scored(enough, learner.predict_many(enough)) is not None
 
 
+def test_the_version_a_learner_resumes_from_is_judged_by_the_first_micro_batch_after_it(
+    tmp_path: Path,
+) -> None:
+    """A learner stopped after a snapshot (its last, written as it stops) left that version
+    pending in memory: restarted from it, it never judged it, and serving kept the version
+    before for good. Resumed, the gate takes it up as if it had just been written.
+    """
+    learner, store, first_run = two_versions(tmp_path)
+    assert store.current() == 1 and first_run.pending == 2  # then the learner stopped
+    restarted = Promoter(store, LearnerConfig(min_eval_samples=50))
+    restarted.resume(store.manifest(2))
+    assert restarted.pending == 2
+    enough = window(200, 8, 20_000)
+    judgement = restarted.on_scored(enough, learner.predict_many(enough))
+    assert judgement is not None and judgement.candidate == 2 and judgement.served == 1
+
+
+def test_resuming_leaves_a_version_once_promoted_and_promotes_one_with_nothing_served(
+    tmp_path: Path,
+) -> None:
+    learner, store, _ = two_versions(tmp_path)
+    store.promote(2, reason="test")
+    store.rollback()  # an operator took version 2 back: the learner resumes from it
+    assert store.current() == 1
+    for version in (1, 2):
+        restarted = Promoter(store, LearnerConfig(min_eval_samples=50))
+        restarted.resume(store.manifest(version))
+        assert restarted.pending is None
+    restarted.resume(None)  # nothing restored: nothing pending
+    assert restarted.pending is None
+    fresh = SnapshotStore(tmp_path / "fresh")  # a learner killed before its first promotion
+    manifest = fresh.write(
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": config().model_dump(mode="json")},
+    )
+    Promoter(fresh, LearnerConfig(promote="off")).resume(manifest)
+    assert fresh.current() is None
+    Promoter(fresh, LearnerConfig()).resume(manifest)
+    assert fresh.current() == 1  # the first version, its export built on the way
+    assert export_dir(fresh.root, 1).is_dir()
+
+
 def test_ranks_judge_by_the_groups_scores_each_scored_by_the_served_version_on_its_own_rank(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
