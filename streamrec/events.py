@@ -33,6 +33,11 @@ MAX_ID_LENGTH = 128  # ids longer than this are almost surely a producer bug, no
 # Epoch-ms below 1e11 (March 1973) means seconds were sent: seconds stay below 1e11 until
 # the year 5138, while every real millisecond time since 1973 is above it.
 MIN_TS_MS = 100_000_000_000
+# 9999-12-31T23:59:59.999Z: the last millisecond a calendar date can show, far inside int64
+# (so a batch's int64 ts column cannot overflow), and no real event time is later. Where no
+# clock bounds an event (a replayed file), it is what refuses micro- and nanoseconds: any such
+# stamp since 1978 is past it.
+MAX_TS_MS = 253_402_300_799_999
 _IDS = ("event_id", "user_id", "item_id", "category_id")
 _REQUIRED = (*_IDS, "action", "ts")
 
@@ -70,7 +75,7 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     item_id: _Id
     category_id: _Id
     action: _Id
-    ts: Annotated[int, msgspec.Meta(ge=MIN_TS_MS)]
+    ts: Annotated[int, msgspec.Meta(ge=MIN_TS_MS, le=MAX_TS_MS)]
     label: int | None = None
     # The declared features beyond item and category (`streamrec.features`), by feature name:
     # read from the event's top-level fields by `parse_event` when a schema declares them.
@@ -124,7 +129,7 @@ def _field(schema: FeatureSchema | None, name: str) -> str:
 
 _ENCODER = msgspec.json.Encoder()
 # The contract's common case, decoded and checked in C: string ids of 1 to MAX_ID_LENGTH
-# characters, an integer ``ts`` from MIN_TS_MS, an integer or no label. What it refuses
+# characters, an integer ``ts`` from MIN_TS_MS to MAX_TS_MS, an integer or no label. What it refuses
 # (integer ids, a float ``ts``, a boolean label, any fault) the field-by-field checks
 # take on, and explain when it is a fault.
 _DECODER = msgspec.json.Decoder(Event)
@@ -178,6 +183,10 @@ def _ts(doc: dict[str, Any], now_ms: int, max_future_ms: int) -> int:
         raise InvalidEvent(f"field 'ts' must be integer epoch milliseconds, got {value!r}")
     if value < MIN_TS_MS:
         raise InvalidEvent(f"field 'ts'={value} looks like seconds: send epoch milliseconds")
+    if value > MAX_TS_MS:
+        raise InvalidEvent(
+            f"field 'ts'={value} is after the year 9999: send epoch milliseconds, not micro- or nanoseconds"
+        )
     if value > now_ms + max_future_ms:
         raise InvalidEvent(f"field 'ts'={value} is {value - now_ms} ms in the future")
     return value

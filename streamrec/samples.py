@@ -27,14 +27,11 @@ import msgspec
 import orjson
 
 from streamrec.errors import InvalidSample
-from streamrec.events import MIN_TS_MS
+from streamrec.events import MAX_TS_MS, MIN_TS_MS
 
 # A declared feature's value on the wire (streamrec.features.Value): an id, ids or a number.
 FeatureValue = str | tuple[str, ...] | float
 
-# 9999-12-31T23:59:59.999Z: the last millisecond a calendar date can show, far inside int64
-# (so a batch's int64 ts column cannot overflow), and no real event time is later.
-MAX_TS_MS = 253_402_300_799_999
 _IDS = ("sample_id", "user_id", "item_id", "category_id")
 _SEQUENCES = ("seq_items", "seq_categories")
 _FIELDS = (*_IDS, "ts", "label", *_SEQUENCES)

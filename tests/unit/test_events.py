@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from streamrec.errors import InvalidEvent
-from streamrec.events import _DECODER, MIN_TS_MS, Event, _checked, parse_event
+from streamrec.events import _DECODER, MAX_TS_MS, MIN_TS_MS, Event, _checked, parse_event
 from streamrec.features.schema import FeatureSchema, FeatureSpec
 from tests.support import decoder_agreement
 
@@ -129,6 +129,18 @@ def test_the_decoder_accepts_nothing_the_field_checks_refuse() -> None:
             "ts": NOW - 1000, "label": ...}
     fast = decoder_agreement(base, _ODD, parse, lambda r: _checked(r, NOW, 300_000), _DECODER, InvalidEvent)
     assert fast > 25  # the decoder took the common case itself
+
+
+@pytest.mark.parametrize("scale", [1_000, 1_000_000])
+def test_micro_and_nanoseconds_are_refused_where_no_clock_bounds_them(scale: int) -> None:
+    """Found by a tour: the replay reader has no clock (``now_ms`` 2**62), so a file stamped in
+    microseconds replayed as the year 55,000 and crashed the report's plot after the run.
+    """
+    raw = text_doc(ts=NOW * scale)
+    with pytest.raises(InvalidEvent, match="after the year 9999"):
+        parse_event(raw, now_ms=2**62, max_future_ms=0, max_bytes=4096)
+    last = text_doc(ts=MAX_TS_MS)
+    assert parse_event(last, now_ms=2**62, max_future_ms=0, max_bytes=4096).ts == MAX_TS_MS
 
 
 def test_a_repeated_key_counts_once_as_the_last_value_in_both_checks() -> None:
