@@ -146,7 +146,10 @@ class ModelConfig(BaseModel):
     ewc_gamma: float = Field(0.9, ge=0, le=1, description="STREAMREC_MODEL__EWC_GAMMA")
     ewc_normalise: bool = Field(True, description="STREAMREC_MODEL__EWC_NORMALISE")
     seed: int = Field(0, description="STREAMREC_MODEL__SEED")
-    device: str = Field("auto", description="STREAMREC_MODEL__DEVICE: auto, cpu or gpu[:N]")
+    device: str = Field(
+        "auto", pattern=r"^(auto|cpu|gpu(:\d+)?)$",
+        description="STREAMREC_MODEL__DEVICE: auto, cpu or gpu[:N]",
+    )
 
     @model_validator(mode="after")
     def _tables_fit_din(self) -> ModelConfig:

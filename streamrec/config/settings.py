@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -44,10 +44,19 @@ class StreamrecConfig(BaseSettings):
     # STREAMREC_FEATURES, or [[features]] tables in streamrec.toml.
     features: tuple[FeatureSpec, ...] = Field((), description="STREAMREC_FEATURES")
 
-    @model_validator(mode="after")
-    def _schema_holds(self) -> StreamrecConfig:
-        self.feature_schema()  # two features with one name or one field: refused here, named
-        return self
+    @field_validator("log_level")
+    @classmethod
+    def _a_level(cls, level: str) -> str:
+        known = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+        if level.upper() not in known:
+            raise ValueError(f"{level!r} is no log level: one of {', '.join(known)}")
+        return level.upper()
+
+    @field_validator("features")
+    @classmethod
+    def _schema_holds(cls, features: tuple[FeatureSpec, ...]) -> tuple[FeatureSpec, ...]:
+        FeatureSchema.of(features)  # two features with one name or one field: refused here, named
+        return features
 
     def feature_schema(self) -> FeatureSchema:
         """The deployment's feature schema: item and category, then ``features``."""

@@ -42,6 +42,9 @@ MAX_ID_LENGTH = 128  # as the event contract's ids
 # The event contract's own fields: a declared feature may read item_id or category_id (the
 # defaults do), but never the fields that say who, when and which event.
 RESERVED_FIELDS = frozenset({"event_id", "user_id", "action", "ts", "label"})
+# The user id's name as a table's feature (streamrec.config.model.USER_FEATURE): a declared
+# feature of that name would be a second model input of the same key.
+RESERVED_NAMES = frozenset({"user"})
 _NAME = r"^[a-z][a-z0-9_]{0,62}$"
 
 
@@ -83,6 +86,9 @@ class FeatureSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> FeatureSpec:
+        if self.name in RESERVED_NAMES:
+            raise ValueError(f"feature {self.name!r}: the name is the user id's (a table's feature); "
+                             "name it otherwise")
         if self.source in RESERVED_FIELDS:
             raise ValueError(f"feature {self.name!r} cannot read the event contract's field {self.source!r}")
         if self.outcome and self.role != "behaviour":
@@ -135,11 +141,17 @@ class FeatureSchema:
         """
         self.features: tuple[FeatureSpec, ...] = tuple(features)
         self._by_name = {f.name: f for f in self.features}
+        builtin = "item and category, of the fields item_id and category_id, are built in"
+        names = [f.name for f in self.features]
         if len(self._by_name) != len(self.features):
-            raise ValueError("two features share a name: give each its own")
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"two features share the name {twice[0]!r}: give each its own; {builtin}")
         sources = [f.source for f in self.features]
         if len(set(sources)) != len(sources):
-            raise ValueError("two features read the same event field: give each its own")
+            twice = sorted({s for s in sources if sources.count(s) > 1})
+            raise ValueError(
+                f"two features read the event field {twice[0]!r}: give each its own; {builtin}"
+            )
 
     @classmethod
     def of(cls, declared: Iterable[FeatureSpec]) -> FeatureSchema:

@@ -21,6 +21,7 @@ import numpy as np
 import paddle
 
 from streamrec.config import ModelConfig, TableConfig
+from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema
 from streamrec.learner.base import TrainResult
 from streamrec.learner.columns import (
@@ -66,7 +67,16 @@ logger = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> str:
-    """Map ``auto`` to ``gpu:0`` when Paddle has CUDA and sees a device, else ``cpu``."""
+    """Map ``auto`` to ``gpu:0`` when Paddle has CUDA and sees a device, else ``cpu``.
+
+    Raises:
+        ConfigError: a GPU named where this Paddle is built without CUDA.
+    """
+    if name.startswith("gpu") and not paddle.device.is_compiled_with_cuda():
+        raise ConfigError(
+            f"STREAMREC_MODEL__DEVICE={name}: this Paddle is built without CUDA; use auto or cpu "
+            "(or install a CUDA build of paddlepaddle-gpu)"
+        )
     if name != "auto":
         return name
     if paddle.device.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:

@@ -32,8 +32,9 @@ def test_declared_in_env_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("declared", "says"),
     [
-        ([{"name": "item"}], "share a name"),
-        ([{"name": "shop", "field": "category_id"}], "same event field"),
+        ([{"name": "item"}], "share the name 'item'"),
+        ([{"name": "user", "role": "user"}], "the user id's"),
+        ([{"name": "shop", "field": "category_id"}], "read the event field 'category_id'"),
         ([{"name": "who", "field": "user_id"}], "user_id"),
         ([{"name": "tags", "kind": "ids", "transform": "log1p"}], "kind 'number' only"),
         ([{"name": "price", "kind": "number", "transform": "bucket", "boundaries": [3, 1]}], "increasing"),

@@ -73,3 +73,51 @@ def test_a_learner_class_path_that_does_not_import_is_one_line_before_any_servic
     lines = streamrec_fails(args, {"STREAMREC_MODEL__LEARNER": "no_such_pkg_xyz:Mine"}, tmp_path)
     assert len(lines) == 1, lines
     assert lines[0].startswith("error: STREAMREC_MODEL__LEARNER='no_such_pkg_xyz:Mine': cannot import")
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "named"),
+    [
+        ({"STREAMREC_LOG_LEVEL": "verbose"}, ["consumers", "run"], "STREAMREC_LOG_LEVEL"),
+        ({}, ["consumers", "run", "--log-level", "foo"], "STREAMREC_LOG_LEVEL"),
+        ({"STREAMREC_MODEL__DEVICE": "tpu"}, ["learner", "run"], "STREAMREC_MODEL__DEVICE"),
+        ({}, ["learner", "run", "--device", "gpu:x"], "STREAMREC_MODEL__DEVICE"),
+    ],
+    ids=str,
+)
+def test_a_log_level_or_device_that_names_none_is_one_line(
+    env: dict[str, str], args: list[str], named: str, tmp_path: Path
+) -> None:
+    """Found by a tour: each was a traceback from the logging module or Paddle, the device's
+    only once a backtest had built its samples.
+    """
+    lines = streamrec_fails(args, env, tmp_path)
+    assert len(lines) == 1, lines
+    assert named in lines[0]
+
+
+def test_a_gpu_asked_of_a_paddle_without_cuda_is_one_line_before_any_service(tmp_path: Path) -> None:
+    lines = streamrec_fails(["learner", "run", "--device", "gpu"], {}, tmp_path)
+    assert len(lines) == 1, lines
+    assert "STREAMREC_MODEL__DEVICE=gpu" in lines[0] and "CUDA" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("toml", "named"),
+    [
+        ('[[features]]\nname = "user"\nrole = "user"\n', "'user'"),  # the user id's table feature
+        ('[[features]]\nname = "item"\n', "'item'"),
+        ('[[features]]\nname = "shop"\nfield = "item_id"\n', "'item_id'"),
+    ],
+    ids=["user", "item", "item_id"],
+)
+def test_a_feature_that_takes_a_built_in_name_or_field_names_it_and_the_setting(
+    toml: str, named: str, tmp_path: Path
+) -> None:
+    """Found by a tour: a feature named ``user`` became a second model input of the user id's
+    key, and the others said ``invalid setting STREAMREC_`` without naming the feature.
+    """
+    (tmp_path / "streamrec.toml").write_text(toml)
+    lines = streamrec_fails(["consumers", "run"], {}, tmp_path)
+    assert len(lines) == 1, lines
+    assert "STREAMREC_FEATURES" in lines[0] and named in lines[0]
