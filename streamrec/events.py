@@ -24,7 +24,7 @@ import msgspec
 import orjson
 
 from streamrec.errors import InvalidEvent
-from streamrec.features.schema import Value, read_features
+from streamrec.features.schema import Value, read_features, unprintable
 
 if TYPE_CHECKING:
     from streamrec.features.schema import FeatureSchema, FeatureSpec
@@ -171,7 +171,7 @@ def _text(name: str, text: str) -> str:
     if not text or len(text) > MAX_ID_LENGTH:
         raise InvalidEvent(f"field {name!r} must have 1..{MAX_ID_LENGTH} characters")
     if not text.isprintable():
-        raise InvalidEvent(f"field {name!r} contains control characters")
+        raise InvalidEvent(unprintable(f"field {name!r}", text))
     return text
 
 

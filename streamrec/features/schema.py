@@ -323,5 +323,16 @@ def _id(raw: object, where: str) -> str:
     if not text or len(text) > MAX_ID_LENGTH:
         raise InvalidEvent(f"{where} ids must have 1..{MAX_ID_LENGTH} characters")
     if not text.isprintable():
-        raise InvalidEvent(f"{where} contains control characters")
+        raise InvalidEvent(unprintable(where, text))
     return text
+
+
+def unprintable(what: str, text: str) -> str:
+    """Why ``text`` (``what``) is refused: its first character that `str.isprintable` refuses.
+
+    Examples:
+        >>> unprintable("field 'item_id'", "a\u00a0b")
+        "field 'item_id' contains U+00A0, which is not printable (a control, format or separator)"
+    """
+    char = next(c for c in text if not c.isprintable())
+    return f"{what} contains U+{ord(char):04X}, which is not printable (a control, format or separator)"

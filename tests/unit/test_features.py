@@ -63,7 +63,7 @@ def test_values_are_checked_and_named() -> None:
         ({"device": "ios", "year": True}, "must be a number, got bool"),
         ({"device": "ios", "year": float("nan")}, "finite"),
         ({"device": "x" * 129}, "feature 'device' .* 1..128 characters"),
-        ({"device": "a\nb"}, "control characters"),
+        ({"device": "a\nb"}, "not printable"),
     ]
     for doc, says in cases:
         with pytest.raises(InvalidEvent, match=says):

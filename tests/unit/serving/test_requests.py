@@ -59,10 +59,10 @@ def test_an_item_and_category_of_128_characters_each_are_read_by_the_general_pat
 @pytest.mark.parametrize(
     ("doc", "reason"),
     [
-        ({"user": "u", "items": ["a\u0001"]}, "'item' contains control characters"),
-        ({"user": "u", "items": ["a:\u0001"]}, "'category' contains control characters"),
-        ({"user": "u\n", "items": ["a"]}, "'user' contains control characters"),
-        ({"user": "u", "items": ["a"], "history": [["h", "\t"]]}, "'history' contains control characters"),
+        ({"user": "u", "items": ["a\u0001"]}, "'item' contains U+"),
+        ({"user": "u", "items": ["a:\u0001"]}, "'category' contains U+"),
+        ({"user": "u\n", "items": ["a"]}, "'user' contains U+"),
+        ({"user": "u", "items": ["a"], "history": [["h", "\t"]]}, "'history' contains U+"),
         ({"user": "u", "items": [":c"]}, "'item' must have 1..128"),
         ({"user": "u", "items": [""]}, "an item is a non-empty string"),
         ({"user": "", "items": ["a"]}, "'user' must have 1..128"),
