@@ -5,14 +5,20 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_settings import SettingsConfigDict, SettingsError
 
 from streamrec.config.settings import StreamrecConfig
 from streamrec.errors import ConfigError
+
+PREFIX = "STREAMREC_"
+# Environment variables of the prefix that are not settings: fault injection and the test
+# data folder.
+NOT_SETTINGS = frozenset({"STREAMREC_FAULT", "STREAMREC_FAULT_MODE", "STREAMREC_SHARED_DATA"})
 
 
 def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecConfig:
@@ -33,6 +39,12 @@ def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecCon
         streamrec.errors.ConfigError: invalid setting STREAMREC_CONSUMER__BATCH_SIZE ...
     """
     toml_path = Path(toml_file or str(StreamrecConfig.model_config.get("toml_file")))
+    unknown = unknown_variables(os.environ)
+    if unknown:
+        raise ConfigError(
+            f"{', '.join(unknown)} names no setting: check the spelling (a section and its setting "
+            "are joined by __; docs/reference/configuration.md lists them) or unset it"
+        )
     try:
         if toml_file is not None and not toml_file.is_file():
             raise ConfigError(f"the settings file {toml_file} does not exist: give an existing TOML file")
@@ -58,6 +70,45 @@ def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecCon
         raise _source_error(exc) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{toml_path.resolve()} is not valid TOML: {exc}: fix the file") from exc
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """The variables of the prefix in ``environ`` that name no setting (typos, left unread).
+
+    Examples:
+        >>> unknown_variables({"STREAMREC_CONSUMER__BATCH_SIZE": "5", "STREAMREC_CONSUMR__X": "1"})
+        ['STREAMREC_CONSUMR__X']
+    """
+    return sorted(
+        name for name in environ
+        if name.upper().startswith(PREFIX) and name.upper() not in NOT_SETTINGS and not is_setting(name)
+    )
+
+
+def is_setting(env: str) -> bool:
+    """Whether ``env`` (``STREAMREC_SECTION__NAME``, any case) names a setting.
+
+    Examples:
+        >>> is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVERS"), is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVER")
+        (True, False)
+    """
+    fields = fields_of(StreamrecConfig)
+    *sections, name = env.upper().removeprefix(PREFIX).lower().split("__")
+    for section in sections:
+        if section not in fields:
+            return False
+        fields = fields_of(fields[section])
+    return name in fields
+
+
+def fields_of(model: Any) -> dict[str, Any]:  # noqa: ANN401 - a model class or an annotation
+    """Field name -> its annotation, for a settings model or a union of section models."""
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return {name: f.annotation for name, f in model.model_fields.items()}
+    merged: dict[str, Any] = {}
+    for arm in getattr(model, "__args__", ()):  # Annotated[...] and unions of sections
+        merged.update(fields_of(arm))
+    return merged
 
 
 def _reading(toml_file: Path) -> type[StreamrecConfig]:

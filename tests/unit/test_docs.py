@@ -15,37 +15,15 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from streamrec.config import StreamrecConfig
+from streamrec.config.loading import NOT_SETTINGS, fields_of, is_setting
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-# Environment variables that are not settings: fault injection and the test data folder.
-NOT_SETTINGS = {"STREAMREC_FAULT", "STREAMREC_FAULT_MODE", "STREAMREC_SHARED_DATA"}
 # A front page, not a manual: what, why, the first commands, current figures, links.
 README_MAX_LINES = 200
 SETTING = re.compile(r"STREAMREC_[A-Z0-9_]+[A-Z0-9]")
-
-
-def _fields(model: Any) -> dict[str, Any]:
-    """Field name -> its annotation, for a settings model or a union of section models."""
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return {name: f.annotation for name, f in model.model_fields.items()}
-    merged: dict[str, Any] = {}
-    for arm in getattr(model, "__args__", ()):  # Annotated[...] and unions of sections
-        merged.update(_fields(arm))
-    return merged
-
-
-def _is_setting(env: str) -> bool:
-    fields = _fields(StreamrecConfig)
-    *sections, name = env.removeprefix("STREAMREC_").lower().split("__")
-    for section in sections:
-        if section not in fields:
-            return False
-        fields = _fields(fields[section])
-    return name in fields
 
 
 def _settings_named(text: str) -> set[str]:
@@ -60,13 +38,13 @@ def test_every_documented_setting_exists(doc: str) -> None:
     names = _settings_named((ROOT / doc).read_text())
     if doc in ("README.md", "compose.yaml"):
         assert names, f"{doc} names no settings"
-    assert sorted(n for n in names if not _is_setting(n)) == []
+    assert sorted(n for n in names if not is_setting(n)) == []
 
 
 def test_the_check_finds_a_setting_that_does_not_exist() -> None:
-    assert _is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVERS")
-    assert not _is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVER")
-    assert not _is_setting("STREAMREC_NOSECTION__URL")
+    assert is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVERS")
+    assert not is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVER")
+    assert not is_setting("STREAMREC_NOSECTION__URL")
 
 
 def test_readme_is_a_front_page() -> None:
@@ -104,8 +82,8 @@ def _hook() -> ModuleType:
 
 def _all_settings(model: Any, prefix: str = "STREAMREC_") -> set[str]:
     found: set[str] = set()
-    for name, annotation in _fields(model).items():
-        arms = _fields(annotation)
+    for name, annotation in fields_of(model).items():
+        arms = fields_of(annotation)
         is_section = bool(arms) and getattr(annotation, "__origin__", None) not in (tuple, list)
         if is_section:
             found |= _all_settings(annotation, f"{prefix}{name.upper()}__")

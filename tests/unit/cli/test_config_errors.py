@@ -121,3 +121,14 @@ def test_a_feature_that_takes_a_built_in_name_or_field_names_it_and_the_setting(
     lines = streamrec_fails(["consumers", "run"], {}, tmp_path)
     assert len(lines) == 1, lines
     assert "STREAMREC_FEATURES" in lines[0] and named in lines[0]
+
+
+@pytest.mark.parametrize("name", ["STREAMREC_CONSUMR__NEGATIVES", "STREAMREC_NEGATIVES",
+                                  "STREAMREC_CONSUMER__NEGATIVS"])
+def test_a_variable_of_the_prefix_that_names_no_setting_is_one_line(name: str, tmp_path: Path) -> None:
+    """Found by a tour: the first two were ignored without a word (the run took its default),
+    while the same typo in streamrec.toml is refused.
+    """
+    lines = streamrec_fails(["consumers", "run"], {name: "3"}, tmp_path)
+    assert len(lines) == 1, lines
+    assert name in lines[0] and "names no setting" in lines[0]
