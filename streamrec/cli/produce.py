@@ -44,6 +44,8 @@ def produce(
     from streamrec.producer import publish
 
     with cli_errors():
+        if not rate >= 0:  # nan too
+            raise ConfigError(f"--rate must be events per second, 0 or more (0: at once), not {rate}")
         if fmt not in FORMATS:
             raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         cfg = build_config(

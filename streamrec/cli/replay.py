@@ -218,7 +218,7 @@ def publish(
     from streamrec.producer import publish as publish_events
 
     with cli_errors():
-        if speedup <= 0:
+        if not speedup > 0:  # nan too
             raise ConfigError(f"--speedup must be positive, not {speedup}")
         cfg = build_config(
             log_level=log_level,

@@ -345,3 +345,27 @@ def test_a_settings_flag_passes_on_only_what_the_command_line_gave() -> None:
     assert seen == [(9000, "t"), (None, None)]
     bad = runner.invoke(probe, ["--port", "many"])
     assert bad.exit_code == 2 and "'many' is not a valid int" in " ".join(words(bad.output))
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["produce", "synthetic:events=5", "--limit", "-2"], "Invalid value for '--limit'"),
+        (["replay", "publish", "synthetic:events=5", "--limit", "-2"], "Invalid value for '--limit'"),
+        (["replay", "backtest", "synthetic:events=5", "--limit", "-2"], "Invalid value for '--limit'"),
+        (["produce", "synthetic:events=5", "--rate", "-5"], "--rate must be"),
+        (["produce", "synthetic:events=5", "--rate", "nan"], "--rate must be"),
+        (["replay", "publish", "synthetic:events=5", "--speedup", "nan"], "--speedup must be positive"),
+    ],
+    ids=str,
+)
+def test_a_limit_rate_or_speedup_that_means_nothing_is_refused_before_any_event_is_sent(
+    args: list[str], says: str
+) -> None:
+    """Found by a tour: ``--limit -2`` sent all but the last 2 events (a slice), ``--rate -5``
+    and ``nan`` ran as fast as possible, ``--speedup nan`` passed the check of a positive one.
+    """
+    broker = [] if args[1:2] == ["backtest"] else ["--bootstrap-servers", "127.0.0.1:1"]
+    result = CliRunner().invoke(app, [*args, *broker])
+    assert result.exit_code != 0
+    assert says in " ".join(result.output.split()), result.output
