@@ -8,6 +8,7 @@ same data, configuration and seed give the same report (its ``digest``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,8 +19,8 @@ from streamrec.config import StreamrecConfig
 from streamrec.datasets import load_events
 from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema
-from streamrec.replay import ablation
-from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
+from streamrec.replay import ablation, intake
+from streamrec.replay.batches import MicroBatch, by_count, by_interval, replay_events
 from streamrec.replay.coldstart import cold_start
 from streamrec.replay.dump import dump_samples
 from streamrec.replay.processes import run_in_processes
@@ -34,6 +35,9 @@ from streamrec.replay.strategies import (
     run_strategy,
 )
 from streamrec.replay.vw import require_vw
+from streamrec.samples import Sample
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -102,19 +106,35 @@ def strategies_of(
 
 def micro_batches(
     cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchema | None = None
-) -> tuple[int, list[MicroBatch]]:
-    """The events' count and their samples, with ``schema``'s features, cut into micro-batches.
+) -> tuple[dict[str, Any], list[MicroBatch]]:
+    """What became of the events (`samples_of`) and their samples cut into micro-batches.
 
-    ``schema`` defaults to the settings' own.
+    The samples have ``schema``'s features (default: the settings' own).
+    """
+    dataset, samples = samples_of(cfg, settings, schema)
+    if cfg.interval_ms is None:
+        return dataset, by_count(samples, cfg.batch_size, settings.learner.min_eval_samples)
+    return dataset, by_interval(samples, cfg.interval_ms)
+
+
+def samples_of(
+    cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchema | None = None
+) -> tuple[dict[str, Any], list[Sample]]:
+    """The samples of ``cfg``'s events, and the report's counts of what became of the events.
+
+    ``events`` and the consumers' counts (`streamrec.replay.intake.Replayed.section`): dead
+    letters, duplicates, late events, undecided impressions. Each that is not zero is logged
+    as a warning too: a record the backtest did not score is never dropped without a word.
     """
     schema = settings.feature_schema() if schema is None else schema
     events = load_events(cfg.source, cfg.fmt, limit=cfg.limit, schema=schema)
     if not events:
         raise ConfigError(f"{cfg.source}: no events to replay")
-    samples = build_samples(events, settings, schema)
-    if cfg.interval_ms is None:
-        return len(events), by_count(samples, cfg.batch_size, settings.learner.min_eval_samples)
-    return len(events), by_interval(samples, cfg.interval_ms)
+    replayed = replay_events(events, settings, schema)
+    dataset = {"events": len(events), **replayed.section()}
+    for line in intake.summary(dataset):
+        logger.warning("%s: %s", cfg.source, line)
+    return dataset, replayed.samples
 
 
 def run_all(
@@ -134,7 +154,7 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
     schema = cfg.schema
     removed = ablation.ablated(cfg.ablate, schema)  # a name not declared: now, not after the runs
     settings = seeded(cfg, schema)
-    events, batches = micro_batches(cfg, settings, schema)
+    dataset, batches = micro_batches(cfg, settings, schema)
     if cfg.dump_samples is not None:
         dump_samples(batches, cfg.dump_samples)
     strategies = strategies_of(cfg, settings, schema)
@@ -144,7 +164,7 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
         "schema": SCHEMA,
         "dataset": {
             "source": cfg.source,
-            "events": events,
+            **dataset,
             "samples": sum(len(b.samples) for b in batches),
             "positives": sum(s.label for b in batches for s in b.samples),
         },
@@ -222,8 +242,7 @@ def sweep(
     """
     schema = cfg.schema
     settings = seeded(cfg, schema)
-    events = load_events(cfg.source, cfg.fmt, limit=cfg.limit, schema=schema)
-    samples = build_samples(events, settings, schema)
+    _, samples = samples_of(cfg, settings, schema)
     rows: list[dict[str, Any]] = []
     for interval in intervals_ms:
         batches = (
