@@ -93,6 +93,11 @@ def backtest(
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
         if sweep and ablate:
             raise ConfigError("--ablate is for a backtest, not a --sweep: run them one after the other")
+        if report is not None and report.suffix != ".json":
+            raise ConfigError(
+                f"--report {str(report)!r} must end in .json: the table (.md) and the plot (.png) are "
+                "written beside it, by its name"
+            )
         cfg = bt.BacktestConfig(
             source=dataset, fmt=fmt, limit=limit,
             interval_ms=None if interval is None else parse_duration(interval),
