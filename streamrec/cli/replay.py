@@ -93,6 +93,8 @@ def backtest(
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
         if sweep and ablate:
             raise ConfigError("--ablate is for a backtest, not a --sweep: run them one after the other")
+        _writable(report, "--report")
+        _writable(dump_samples, "--dump-samples")
         if report is not None and report.suffix != ".json":
             raise ConfigError(
                 f"--report {str(report)!r} must end in .json: the table (.md) and the plot (.png) are "
@@ -162,20 +164,46 @@ def _verdict(report: dict[str, Any]) -> str:
     )
 
 
+def _writable(path: Path | None, flag: str) -> None:
+    """Refuse an output path that cannot be written, before any replaying (its folder made).
+
+    Raises:
+        ConfigError: ``flag`` and why: a directory, under a file, or no write there.
+    """
+    if path is None:
+        return
+    if path.is_dir():
+        raise ConfigError(f"{flag} {str(path)!r} is a directory: name a file in it")
+    above = next(p for p in path.parents if p.exists())  # the root, at worst
+    if not above.is_dir():
+        raise ConfigError(f"{flag} {str(path)!r}: {above} is a file, not a directory")
+    probe = path.with_name(f".{path.name}.tmp")  # the name the write itself uses (write_atomic)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"{flag} {str(path)!r} cannot be written: {exc.strerror or exc}") from exc
+
+
 def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> None:
     if path is None:
         return
+    from streamrec.errors import OutputError
     from streamrec.fileio import write_atomic
     from streamrec.replay import ablation as ab
     from streamrec.replay import report as rp
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, payload)
-    if report is not None:
-        tables = [rp.markdown_table(report), rp.tells_table(report), ab.table(report), _verdict(report)]
-        table = "\n\n".join(t for t in tables if t) + "\n"
-        write_atomic(path.with_suffix(".md"), table.encode())
-        rp.plot(report, path.with_suffix(".png"))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, payload)
+        if report is not None:
+            tables = [rp.markdown_table(report), rp.tells_table(report), ab.table(report), _verdict(report)]
+            table = "\n\n".join(t for t in tables if t) + "\n"
+            write_atomic(path.with_suffix(".md"), table.encode())
+            rp.plot(report, path.with_suffix(".png"))
+    except OSError as exc:
+        raise OutputError(f"the report {path} could not be written: {exc.strerror or exc}") from exc
     console.print(f"report written to {path}" + (" (and .md, .png beside it)" if report else ""))
 
 
