@@ -236,14 +236,14 @@ def _ml100k(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Event
     with _open(data) as fh:
         for line_no, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
             try:
-                user, movie, text, ts = row
-                rating = float(text)
+                user, movie, text, seconds = row
+                rating, ts = float(text), int(seconds) * 1000
             except ValueError as exc:
                 raise DatasetError(f"{data}:{line_no}: not an ML-100K rating: {row!r}") from exc
             category = genres.get(movie, "unknown")
             label = int(rating >= positive_rating)
             event = _contract(
-                Event(f"ml{user}-{movie}", user, movie, category, "rate", int(ts) * 1000, label),
+                Event(f"ml{user}-{movie}", user, movie, category, "rate", ts, label),
                 f"{data}:{line_no}", row,
             )
             if fields is not None:

@@ -196,3 +196,10 @@ def test_a_csv_row_breaking_the_event_contract_stops_the_read_at_its_line(
     (tmp_path / name).write_text(text)
     with pytest.raises(DatasetError, match=match):
         read_events(tmp_path / name, "taobao" if name.endswith("Behavior.csv") else "auto")
+
+
+@pytest.mark.parametrize("ts", ["abc", "891717742.5", ""])
+def test_an_ml100k_row_with_a_timestamp_not_an_integer_is_not_a_rating(tmp_path: Path, ts: str) -> None:
+    (tmp_path / "u.data").write_text(GOOD_ML100K + f"22\t377\t1\t{ts}\n")
+    with pytest.raises(DatasetError, match=r"u.data:2: not an ML-100K rating"):
+        read_events(tmp_path / "u.data")
