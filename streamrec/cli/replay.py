@@ -24,6 +24,14 @@ def _csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _numbers(text: str, flag: str, kind: type[float] | type[int] = float) -> list[Any]:
+    """A comma-separated list of numbers, or a one-line error naming ``flag``."""
+    try:
+        return [kind(x) for x in _csv(text)]
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {text!r}: not a comma-separated list of {kind.__name__}s") from exc
+
+
 @app.command("backtest")
 def backtest(
     dataset: str = _DATASET,
@@ -105,17 +113,19 @@ def backtest(
             interval_ms=None if interval is None else parse_duration(interval),
             batch_size=batch_size, strategies=tuple(kinds),  # type: ignore[arg-type]  # checked above
             warmup=warmup, retrain_every=retrain_every,
-            ewc_lambdas=tuple(float(x) for x in _csv(ewc_lambda)), seed=seed, jobs=jobs,
+            ewc_lambdas=tuple(_numbers(ewc_lambda, "--ewc-lambda")), seed=seed, jobs=jobs,
             dump_samples=dump_samples, ablate=tuple(_csv(ablate)),
             settings=build_config(
                 quiet=True, log_level=log_level, config_file=config_file, model={"device": device}
             ),
         )
+        if sweep:
+            intervals: list[int | None] = [parse_duration(i) for i in _csv(sweep_intervals)]
+            intervals = intervals or [cfg.interval_ms]
+            lrs, passes = _numbers(sweep_lrs, "--sweep-lrs"), _numbers(sweep_passes, "--sweep-passes", int)
+            bt.check_sweep(cfg, intervals, lrs, passes)
         with _progress() as on_progress:
             if sweep:
-                intervals: list[int | None] = [parse_duration(i) for i in _csv(sweep_intervals)]
-                intervals = intervals or [cfg.interval_ms]
-                lrs, passes = [float(x) for x in _csv(sweep_lrs)], [int(x) for x in _csv(sweep_passes)]
                 rows = bt.sweep(cfg, intervals, lrs, passes, on_progress)
             else:
                 result = bt.backtest(cfg, on_progress)

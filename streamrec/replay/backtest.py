@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamrec.config import StreamrecConfig
+from pydantic import ValidationError
+
+from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.datasets import load_events
 from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema
@@ -60,10 +62,43 @@ class BacktestConfig:
     # Declared features to remove one at a time (rerunning the strategies without each); "all": every one
     ablate: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        """Refuse settings no run can have, before any work, naming the flag that sets each.
+
+        Raises:
+            ConfigError: the first such setting.
+        """
+        checks = (
+            ("--limit", self.limit, self.limit is None or self.limit >= 1, "a positive number of events"),
+            ("--interval", self.interval_ms, self.interval_ms is None or self.interval_ms >= 1, "positive"),
+            ("--batch-size", self.batch_size, self.batch_size >= 1, "at least 1"),
+            ("--warmup", self.warmup, 0 <= self.warmup <= 1, "a fraction from 0 to 1"),
+            ("--retrain-every", self.retrain_every, self.retrain_every >= 1, "at least 1"),
+            ("--jobs", self.jobs, self.jobs >= 1, "at least 1"),
+        )
+        for flag, value, fine, wanted in checks:
+            if not fine:
+                raise ConfigError(f"{flag} must be {wanted}, not {value}")
+        for lam in self.ewc_lambdas:
+            validated(self.settings.model, "--ewc-lambda", ewc_lambda=lam)
+
     @property
     def schema(self) -> FeatureSchema:
         """The deployment's feature schema: the settings' (STREAMREC_FEATURES, streamrec.toml)."""
         return self.settings.feature_schema()
+
+
+def validated(model: ModelConfig, flag: str, **update: Any) -> ModelConfig:
+    """``model`` with ``update``, checked by the settings' own bounds (``model_copy`` checks none).
+
+    Raises:
+        ConfigError: ``flag`` (what set the value) and what the setting wants.
+    """
+    try:
+        return type(model).model_validate({**model.model_dump(), **update})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"{flag} {first['input']!r}: {first['msg'].lower()}") from exc
 
 
 def seeded(cfg: BacktestConfig, schema: FeatureSchema | None = None) -> StreamrecConfig:
@@ -229,6 +264,23 @@ def _config(cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchem
 SWEEP_FIGURES = ("auc", "gauc", "backward_auc", "forgetting", "penalty_share", "train_seconds")
 
 
+def check_sweep(
+    cfg: BacktestConfig, intervals_ms: Sequence[int | None], learning_rates: Sequence[float],
+    passes: Sequence[int],
+) -> None:
+    """Refuse a sweep's values that its settings refuse, naming the flag.
+
+    Raises:
+        ConfigError: a learning rate or passes the model settings refuse, or an interval under 1 ms.
+    """
+    for lr in learning_rates:
+        validated(cfg.settings.model, "--sweep-lrs", learning_rate=lr)
+    for n in passes:
+        validated(cfg.settings.model, "--sweep-passes", passes=n)
+    if bad := [i for i in intervals_ms if i is not None and i < 1]:
+        raise ConfigError(f"--sweep-intervals must be positive, not {bad[0]} ms")
+
+
 def sweep(
     cfg: BacktestConfig,
     intervals_ms: Sequence[int | None],
@@ -240,6 +292,7 @@ def sweep(
 
     One row per combination (the incremental DIN: ``finetune``, or ``ewc`` at each λ).
     """
+    check_sweep(cfg, intervals_ms, learning_rates, passes)  # before the samples are built, not after
     schema = cfg.schema
     settings = seeded(cfg, schema)
     _, samples = samples_of(cfg, settings, schema)
@@ -254,7 +307,7 @@ def sweep(
         combos = [
             Strategy(
                 f"{kind} lr={lr:g} passes={n}" + (f" λ={lam:g}" if lam is not None else ""),
-                kind, settings.model.model_copy(update={"learning_rate": lr, "passes": n}), ewc_lambda=lam,
+                kind, validated(settings.model, "--sweep", learning_rate=lr, passes=n), ewc_lambda=lam,
                 schema=schema,
             )
             for lr in learning_rates
