@@ -97,6 +97,8 @@ def backtest(
         before_training_loop()
         prefer_vector_kernels()
         kinds = _csv(strategies)
+        if not kinds:
+            raise ConfigError(f"--strategies names none; name some of {', '.join(KINDS)}")
         if unknown := [k for k in kinds if k not in KINDS]:
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
         if sweep and ablate:

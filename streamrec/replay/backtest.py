@@ -166,6 +166,7 @@ def samples_of(
     if not events:
         raise ConfigError(f"{cfg.source}: no events to replay")
     replayed = replay_events(events, settings, schema)
+    intake.check_scorable(events, replayed, settings.consumer)
     dataset = {"events": len(events), **replayed.section()}
     for line in intake.summary(dataset):
         logger.warning("%s: %s", cfg.source, line)

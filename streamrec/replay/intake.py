@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamrec.config import ConsumerConfig
 from streamrec.deadletters import DeadLetter
+from streamrec.errors import DatasetError
+from streamrec.events import Event
 from streamrec.samples import Sample
 
 #: Dead letters quoted whole in the report, the first ones: enough to find the rest by.
@@ -96,3 +100,30 @@ def summary(dataset: dict[str, Any]) -> list[str]:
     lines += [f"{dataset[key]} {text}" for key, text in said.items() if dataset.get(key)]
     return lines
 
+
+
+def check_scorable(events: Sequence[Event], replayed: Replayed, cfg: ConsumerConfig) -> None:
+    """Refuse a replay no strategy could be scored on: no samples, or every one of one label.
+
+    Raises:
+        DatasetError: why, with the setting or the counts to look at.
+    """
+    samples, n = replayed.samples, len(events)
+    if not samples:
+        sampled = [e for e in events if e.label is not None or e.action in cfg.positive_actions
+                   or (cfg.labels == "join" and e.action == cfg.impression_action)]
+        if not sampled:
+            actions = ", ".join(cfg.positive_actions)
+            raise DatasetError(
+                f"no samples: none of the {n} events' actions is in STREAMREC_CONSUMER__POSITIVE_ACTIONS "
+                f"({actions}) and none has a label"
+            )
+        lost = "; ".join(summary(replayed.section())) or "see the consumer settings"
+        raise DatasetError(f"no samples from the {n} events: {lost}")
+    labels = {s.label for s in samples}
+    if len(labels) == 1:
+        which = "positive" if labels == {1} else "negative"
+        raise DatasetError(
+            f"every one of the {len(samples)} samples is {which}: no ranking can be scored (negatives "
+            "come from STREAMREC_CONSUMER__NEGATIVES, or from events labelled 0)"
+        )
