@@ -34,6 +34,8 @@ def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecCon
     """
     toml_path = Path(toml_file or str(StreamrecConfig.model_config.get("toml_file")))
     try:
+        if toml_file is not None and toml_file.is_dir():
+            raise ConfigError(f"the settings file {toml_file} is a directory: give a TOML file")
         if toml_file is not None and not toml_file.is_file():
             raise ConfigError(f"the settings file {toml_file} does not exist: give an existing TOML file")
         base = StreamrecConfig() if toml_file is None else _reading(toml_file)()
