@@ -33,6 +33,10 @@ class DatasetError(StreamrecError):
     """A dataset file could not be read: check its path and format."""
 
 
+class OutputError(StreamrecError):
+    """An output file (a report, a dump) could not be written: check its path, permissions and free space."""
+
+
 class BrokerError(StreamrecError):
     """Kafka failed: check the broker is up at the configured address and the topics exist."""
 

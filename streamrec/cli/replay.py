@@ -24,6 +24,14 @@ def _csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _numbers(text: str, flag: str, kind: type[float] | type[int] = float) -> list[Any]:
+    """A comma-separated list of numbers, or a one-line error naming ``flag``."""
+    try:
+        return [kind(x) for x in _csv(text)]
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {text!r}: not a comma-separated list of {kind.__name__}s") from exc
+
+
 @app.command("backtest")
 def backtest(
     dataset: str = _DATASET,
@@ -89,26 +97,37 @@ def backtest(
         before_training_loop()
         prefer_vector_kernels()
         kinds = _csv(strategies)
+        if not kinds:
+            raise ConfigError(f"--strategies names none; name some of {', '.join(KINDS)}")
         if unknown := [k for k in kinds if k not in KINDS]:
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
         if sweep and ablate:
             raise ConfigError("--ablate is for a backtest, not a --sweep: run them one after the other")
+        _writable(report, "--report")
+        _writable(dump_samples, "--dump-samples")
+        if report is not None and report.suffix != ".json":
+            raise ConfigError(
+                f"--report {str(report)!r} must end in .json: the table (.md) and the plot (.png) are "
+                "written beside it, by its name"
+            )
         cfg = bt.BacktestConfig(
             source=dataset, fmt=fmt, limit=limit,
             interval_ms=None if interval is None else parse_duration(interval),
             batch_size=batch_size, strategies=tuple(kinds),  # type: ignore[arg-type]  # checked above
             warmup=warmup, retrain_every=retrain_every,
-            ewc_lambdas=tuple(float(x) for x in _csv(ewc_lambda)), seed=seed, jobs=jobs,
+            ewc_lambdas=tuple(_numbers(ewc_lambda, "--ewc-lambda")), seed=seed, jobs=jobs,
             dump_samples=dump_samples, ablate=tuple(_csv(ablate)),
             settings=build_config(
                 quiet=True, log_level=log_level, config_file=config_file, model={"device": device}
             ),
         )
+        if sweep:
+            intervals: list[int | None] = [parse_duration(i) for i in _csv(sweep_intervals)]
+            intervals = intervals or [cfg.interval_ms]
+            lrs, passes = _numbers(sweep_lrs, "--sweep-lrs"), _numbers(sweep_passes, "--sweep-passes", int)
+            bt.check_sweep(cfg, intervals, lrs, passes)
         with _progress() as on_progress:
             if sweep:
-                intervals: list[int | None] = [parse_duration(i) for i in _csv(sweep_intervals)]
-                intervals = intervals or [cfg.interval_ms]
-                lrs, passes = [float(x) for x in _csv(sweep_lrs)], [int(x) for x in _csv(sweep_passes)]
                 rows = bt.sweep(cfg, intervals, lrs, passes, on_progress)
             else:
                 result = bt.backtest(cfg, on_progress)
@@ -157,20 +176,46 @@ def _verdict(report: dict[str, Any]) -> str:
     )
 
 
+def _writable(path: Path | None, flag: str) -> None:
+    """Refuse an output path that cannot be written, before any replaying (its folder made).
+
+    Raises:
+        ConfigError: ``flag`` and why: a directory, under a file, or no write there.
+    """
+    if path is None:
+        return
+    if path.is_dir():
+        raise ConfigError(f"{flag} {str(path)!r} is a directory: name a file in it")
+    above = next(p for p in path.parents if p.exists())  # the root, at worst
+    if not above.is_dir():
+        raise ConfigError(f"{flag} {str(path)!r}: {above} is a file, not a directory")
+    probe = path.with_name(f".{path.name}.tmp")  # the name the write itself uses (write_atomic)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"{flag} {str(path)!r} cannot be written: {exc.strerror or exc}") from exc
+
+
 def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> None:
     if path is None:
         return
+    from streamrec.errors import OutputError
     from streamrec.fileio import write_atomic
     from streamrec.replay import ablation as ab
     from streamrec.replay import report as rp
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, payload)
-    if report is not None:
-        tables = [rp.markdown_table(report), rp.tells_table(report), ab.table(report), _verdict(report)]
-        table = "\n\n".join(t for t in tables if t) + "\n"
-        write_atomic(path.with_suffix(".md"), table.encode())
-        rp.plot(report, path.with_suffix(".png"))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, payload)
+        if report is not None:
+            tables = [rp.markdown_table(report), rp.tells_table(report), ab.table(report), _verdict(report)]
+            table = "\n\n".join(t for t in tables if t) + "\n"
+            write_atomic(path.with_suffix(".md"), table.encode())
+            rp.plot(report, path.with_suffix(".png"))
+    except OSError as exc:
+        raise OutputError(f"the report {path} could not be written: {exc.strerror or exc}") from exc
     console.print(f"report written to {path}" + (" (and .md, .png beside it)" if report else ""))
 
 

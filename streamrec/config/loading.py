@@ -46,6 +46,8 @@ def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecCon
             "are joined by __; docs/reference/configuration.md lists them) or unset it"
         )
     try:
+        if toml_file is not None and toml_file.is_dir():
+            raise ConfigError(f"the settings file {toml_file} is a directory: give a TOML file")
         if toml_file is not None and not toml_file.is_file():
             raise ConfigError(f"the settings file {toml_file} does not exist: give an existing TOML file")
         base = StreamrecConfig() if toml_file is None else _reading(toml_file)()

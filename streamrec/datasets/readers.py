@@ -157,9 +157,10 @@ def _taobao(path: Path) -> Iterator[Event]:
                 continue
             try:
                 user, item, category, action, ts = row
-                yield Event(f"tb{line_no}", user, item, category, action, int(ts) * 1000)
+                event = Event(f"tb{line_no}", user, item, category, action, int(ts) * 1000)
             except ValueError as exc:
                 raise DatasetError(f"{path}:{line_no}: not a Taobao row: {row!r}") from exc
+            yield _contract(event, f"{path}:{line_no}", row)
 
 
 def _movielens(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Event]:
@@ -182,10 +183,29 @@ def _movielens(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Ev
                 raise DatasetError(f"{ratings}:{line_no}: not a MovieLens rating: {row}") from exc
             category = genres.get(movie, NO_GENRES)
             label = int(rating >= positive_rating)
-            event = Event(f"ml{user}-{movie}", user, movie, category, "rate", ts, label)
+            event = _contract(Event(f"ml{user}-{movie}", user, movie, category, "rate", ts, label),
+                              f"{ratings}:{line_no}", row)
             if fields is not None:
                 fields.append({**known.get(movie, {}), "rating": rating})
             yield event
+
+
+def _contract(event: Event, where: str, row: object) -> Event:
+    """``event`` when it keeps the event contract, checked as the consumers check a record.
+
+    A row that breaks it (an empty or over-long id, a time before 1973) stops the read at its
+    line, as a JSONL line does: the consumers would dead-letter it, and a prepared file with such
+    a row is read as the wrong format or is itself wrong, which a count at the end would hide.
+
+    Raises:
+        DatasetError: ``where`` (``path:line``), what breaks the contract, and the ``row``.
+    """
+    try:
+        # Recorded events are in the past: no future-time limit applies here.
+        parse_event(event.to_json(), now_ms=2**62, max_future_ms=0, max_bytes=1 << 20)
+    except InvalidEvent as exc:
+        raise DatasetError(f"{where}: {exc}: {row!r}") from exc
+    return event
 
 
 def _movie_fields(genres: Sequence[str], year: re.Match[str] | None) -> dict[str, object]:
@@ -216,13 +236,16 @@ def _ml100k(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Event
     with _open(data) as fh:
         for line_no, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
             try:
-                user, movie, text, ts = row
-                rating = float(text)
+                user, movie, text, seconds = row
+                rating, ts = float(text), int(seconds) * 1000
             except ValueError as exc:
                 raise DatasetError(f"{data}:{line_no}: not an ML-100K rating: {row!r}") from exc
             category = genres.get(movie, "unknown")
             label = int(rating >= positive_rating)
-            event = Event(f"ml{user}-{movie}", user, movie, category, "rate", int(ts) * 1000, label)
+            event = _contract(
+                Event(f"ml{user}-{movie}", user, movie, category, "rate", ts, label),
+                f"{data}:{line_no}", row,
+            )
             if fields is not None:
                 fields.append({**known.get(movie, {}), "rating": rating})
             yield event

@@ -56,12 +56,13 @@ def synthetic_spec(source: str) -> ClickStreamSpec:
         DatasetError: An unknown field or a value of the wrong type.
     """
     _, _, options = source.partition(":")
-    fields = {f.name: f for f in dataclasses.fields(ClickStreamSpec)}
+    # actions is a tuple: not settable from a source string, so neither accepted nor offered
+    fields = {f.name: f for f in dataclasses.fields(ClickStreamSpec) if f.name != "actions"}
     values: dict[str, int | float] = {}
     for option in filter(None, options.split(",")):
         name, _, text = option.partition("=")
         name = name.strip()
-        if name not in fields or name == "actions":
+        if name not in fields:
             raise DatasetError(f"{source}: unknown field {name!r}; expected one of {', '.join(fields)}")
         try:
             values[name] = float(text) if fields[name].type in (float, "float") else int(text)

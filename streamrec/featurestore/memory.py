@@ -137,6 +137,10 @@ class MemoryFeatureStore(FeatureStore):
         """See `PartitionStore.check_claims`."""
         self._partitions.check_claims(epochs)
 
+    def undecided(self) -> int:
+        """The ``join`` mode's impressions still waiting for a label (`MemoryPartitionStore.undecided`)."""
+        return self._partitions.undecided()
+
     def sequence(self, user_id: str) -> list[Behaviour]:
         """See `FeatureStore.sequence`."""
         user = self._users.get(user_id)

@@ -235,6 +235,12 @@ class MemoryPartitionStore(PartitionStore):
             if epoch != ours:
                 raise PartitionFenced(fenced_reason(partition, ours, epoch))
 
+    def undecided(self) -> int:
+        """The impressions whose windows are open: neither clicked nor closed yet (no label)."""
+        return sum(
+            w.clicked < 0 and w.closed < 0 for state in self._states.values() for w in state.windows.values()
+        )
+
     def _advance(
         self, state: _State, batch: PartitionBatch, window_ms: int, retention_ms: int
     ) -> PartitionOutcome:

@@ -8,18 +8,21 @@ same data, configuration and seed give the same report (its ``digest``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamrec.config import StreamrecConfig
+from pydantic import ValidationError
+
+from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.datasets import load_events
 from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema
-from streamrec.replay import ablation
-from streamrec.replay.batches import MicroBatch, build_samples, by_count, by_interval
+from streamrec.replay import ablation, intake
+from streamrec.replay.batches import MicroBatch, by_count, by_interval, replay_events
 from streamrec.replay.coldstart import cold_start
 from streamrec.replay.dump import dump_samples
 from streamrec.replay.processes import run_in_processes
@@ -34,6 +37,9 @@ from streamrec.replay.strategies import (
     run_strategy,
 )
 from streamrec.replay.vw import require_vw
+from streamrec.samples import Sample
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,10 +62,43 @@ class BacktestConfig:
     # Declared features to remove one at a time (rerunning the strategies without each); "all": every one
     ablate: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        """Refuse settings no run can have, before any work, naming the flag that sets each.
+
+        Raises:
+            ConfigError: the first such setting.
+        """
+        checks = (
+            ("--limit", self.limit, self.limit is None or self.limit >= 1, "a positive number of events"),
+            ("--interval", self.interval_ms, self.interval_ms is None or self.interval_ms >= 1, "positive"),
+            ("--batch-size", self.batch_size, self.batch_size >= 1, "at least 1"),
+            ("--warmup", self.warmup, 0 <= self.warmup <= 1, "a fraction from 0 to 1"),
+            ("--retrain-every", self.retrain_every, self.retrain_every >= 1, "at least 1"),
+            ("--jobs", self.jobs, self.jobs >= 1, "at least 1"),
+        )
+        for flag, value, fine, wanted in checks:
+            if not fine:
+                raise ConfigError(f"{flag} must be {wanted}, not {value}")
+        for lam in self.ewc_lambdas:
+            validated(self.settings.model, "--ewc-lambda", ewc_lambda=lam)
+
     @property
     def schema(self) -> FeatureSchema:
         """The deployment's feature schema: the settings' (STREAMREC_FEATURES, streamrec.toml)."""
         return self.settings.feature_schema()
+
+
+def validated(model: ModelConfig, flag: str, **update: Any) -> ModelConfig:
+    """``model`` with ``update``, checked by the settings' own bounds (``model_copy`` checks none).
+
+    Raises:
+        ConfigError: ``flag`` (what set the value) and what the setting wants.
+    """
+    try:
+        return type(model).model_validate({**model.model_dump(), **update})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"{flag} {first['input']!r}: {first['msg'].lower()}") from exc
 
 
 def seeded(cfg: BacktestConfig, schema: FeatureSchema | None = None) -> StreamrecConfig:
@@ -102,19 +141,36 @@ def strategies_of(
 
 def micro_batches(
     cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchema | None = None
-) -> tuple[int, list[MicroBatch]]:
-    """The events' count and their samples, with ``schema``'s features, cut into micro-batches.
+) -> tuple[dict[str, Any], list[MicroBatch]]:
+    """What became of the events (`samples_of`) and their samples cut into micro-batches.
 
-    ``schema`` defaults to the settings' own.
+    The samples have ``schema``'s features (default: the settings' own).
+    """
+    dataset, samples = samples_of(cfg, settings, schema)
+    if cfg.interval_ms is None:
+        return dataset, by_count(samples, cfg.batch_size, settings.learner.min_eval_samples)
+    return dataset, by_interval(samples, cfg.interval_ms)
+
+
+def samples_of(
+    cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchema | None = None
+) -> tuple[dict[str, Any], list[Sample]]:
+    """The samples of ``cfg``'s events, and the report's counts of what became of the events.
+
+    ``events`` and the consumers' counts (`streamrec.replay.intake.Replayed.section`): dead
+    letters, duplicates, late events, undecided impressions. Each that is not zero is logged
+    as a warning too: a record the backtest did not score is never dropped without a word.
     """
     schema = settings.feature_schema() if schema is None else schema
     events = load_events(cfg.source, cfg.fmt, limit=cfg.limit, schema=schema)
     if not events:
         raise ConfigError(f"{cfg.source}: no events to replay")
-    samples = build_samples(events, settings, schema)
-    if cfg.interval_ms is None:
-        return len(events), by_count(samples, cfg.batch_size, settings.learner.min_eval_samples)
-    return len(events), by_interval(samples, cfg.interval_ms)
+    replayed = replay_events(events, settings, schema)
+    intake.check_scorable(events, replayed, settings.consumer)
+    dataset = {"events": len(events), **replayed.section()}
+    for line in intake.summary(dataset):
+        logger.warning("%s: %s", cfg.source, line)
+    return dataset, replayed.samples
 
 
 def run_all(
@@ -134,7 +190,7 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
     schema = cfg.schema
     removed = ablation.ablated(cfg.ablate, schema)  # a name not declared: now, not after the runs
     settings = seeded(cfg, schema)
-    events, batches = micro_batches(cfg, settings, schema)
+    dataset, batches = micro_batches(cfg, settings, schema)
     if cfg.dump_samples is not None:
         dump_samples(batches, cfg.dump_samples)
     strategies = strategies_of(cfg, settings, schema)
@@ -144,7 +200,7 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
         "schema": SCHEMA,
         "dataset": {
             "source": cfg.source,
-            "events": events,
+            **dataset,
             "samples": sum(len(b.samples) for b in batches),
             "positives": sum(s.label for b in batches for s in b.samples),
         },
@@ -209,6 +265,23 @@ def _config(cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchem
 SWEEP_FIGURES = ("auc", "gauc", "backward_auc", "forgetting", "penalty_share", "train_seconds")
 
 
+def check_sweep(
+    cfg: BacktestConfig, intervals_ms: Sequence[int | None], learning_rates: Sequence[float],
+    passes: Sequence[int],
+) -> None:
+    """Refuse a sweep's values that its settings refuse, naming the flag.
+
+    Raises:
+        ConfigError: a learning rate or passes the model settings refuse, or an interval under 1 ms.
+    """
+    for lr in learning_rates:
+        validated(cfg.settings.model, "--sweep-lrs", learning_rate=lr)
+    for n in passes:
+        validated(cfg.settings.model, "--sweep-passes", passes=n)
+    if bad := [i for i in intervals_ms if i is not None and i < 1]:
+        raise ConfigError(f"--sweep-intervals must be positive, not {bad[0]} ms")
+
+
 def sweep(
     cfg: BacktestConfig,
     intervals_ms: Sequence[int | None],
@@ -220,10 +293,10 @@ def sweep(
 
     One row per combination (the incremental DIN: ``finetune``, or ``ewc`` at each λ).
     """
+    check_sweep(cfg, intervals_ms, learning_rates, passes)  # before the samples are built, not after
     schema = cfg.schema
     settings = seeded(cfg, schema)
-    events = load_events(cfg.source, cfg.fmt, limit=cfg.limit, schema=schema)
-    samples = build_samples(events, settings, schema)
+    _, samples = samples_of(cfg, settings, schema)
     rows: list[dict[str, Any]] = []
     for interval in intervals_ms:
         batches = (
@@ -235,7 +308,7 @@ def sweep(
         combos = [
             Strategy(
                 f"{kind} lr={lr:g} passes={n}" + (f" λ={lam:g}" if lam is not None else ""),
-                kind, settings.model.model_copy(update={"learning_rate": lr, "passes": n}), ewc_lambda=lam,
+                kind, validated(settings.model, "--sweep", learning_rate=lr, passes=n), ewc_lambda=lam,
                 schema=schema,
             )
             for lr in learning_rates

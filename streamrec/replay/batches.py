@@ -18,6 +18,7 @@ from streamrec.features import FeatureSchema
 from streamrec.featurestore import MemoryFeatureStore
 from streamrec.featurestore.profiles import MemoryProfileStore
 from streamrec.kafka.records import Record
+from streamrec.replay.intake import Replayed
 from streamrec.samples import Sample
 
 # Events per consumer batch: what `streamrec consumers run` takes by default; the samples do
@@ -47,31 +48,54 @@ class MicroBatch:
 def build_samples(
     events: Sequence[Event], cfg: StreamrecConfig, schema: FeatureSchema | None = None
 ) -> list[Sample]:
-    """The samples the consumers would emit for ``events``.
+    """The samples the consumers would emit for ``events`` (see `replay_events`)."""
+    return replay_events(events, cfg, schema).samples
 
-    The samples the consumers would emit for ``events`` (in event-time order), built by
-    `SampleBuilder` on the in-memory store: sequences, labels, negatives and all, with the
-    features ``schema`` declares (default: ``cfg``'s, STREAMREC_FEATURES).
+
+def replay_events(
+    events: Sequence[Event], cfg: StreamrecConfig, schema: FeatureSchema | None = None
+) -> Replayed:
+    """The samples the consumers would emit for ``events``, and what yielded none.
+
+    The samples (in event-time order) are built by `SampleBuilder` on the in-memory store:
+    sequences, labels, negatives and all, with the features ``schema`` declares (default:
+    ``cfg``'s, STREAMREC_FEATURES). Its dead letters, duplicates, late events and the
+    impressions still undecided at the end come with them, as the consumers count them.
     """
     schema = cfg.feature_schema() if schema is None else schema
-    builder = sample_builder(cfg, schema)
+    store = _store(cfg, schema)
+    builder = sample_builder(cfg, schema, store)
     records = [
         Record(e.to_json(schema), offset, key=e.user_id.encode(), timestamp=e.ts)
         for offset, e in enumerate(events)
     ]
     # Recorded events are in the past: no clock check applies (now = the last event time).
     now_ms = max((e.ts for e in events), default=0)
-    samples: list[Sample] = []
+    results = []
     for start in range(0, len(records), _CONSUMER_BATCH):
         result = builder.process(records[start : start + _CONSUMER_BATCH], now_ms=now_ms)
         builder.commit(result)
-        samples += result.samples
-    return samples
+        results.append(result)
+    return Replayed(
+        [s for r in results for s in r.samples],
+        [d for r in results for d in r.dead],
+        duplicates=sum(r.duplicates for r in results),
+        late=sum(r.late for r in results),
+        late_labels=sum(r.late_labels for r in results),
+        undecided=store.undecided(),
+        negatives_short=sum(r.negatives_short for r in results),
+    )
 
 
-def sample_builder(cfg: StreamrecConfig, schema: FeatureSchema) -> SampleBuilder:
-    """The consumers' sample builder on a fresh in-memory store, for ``schema``'s features."""
-    store = MemoryFeatureStore(cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms, schema)
+def _store(cfg: StreamrecConfig, schema: FeatureSchema) -> MemoryFeatureStore:
+    return MemoryFeatureStore(cfg.model.sequence_length, cfg.consumer.dedup_horizon_ms, schema)
+
+
+def sample_builder(
+    cfg: StreamrecConfig, schema: FeatureSchema, store: MemoryFeatureStore | None = None
+) -> SampleBuilder:
+    """The consumers' sample builder for ``schema``'s features on ``store`` (default: a fresh one)."""
+    store = _store(cfg, schema) if store is None else store
     # user features in memory, as the sequences
     profiles = MemoryProfileStore(cfg.consumer.profile_points) if schema.role("user") else None
     return SampleBuilder(cfg.consumer, store, schema=schema, profiles=profiles)

@@ -2,7 +2,10 @@
 
 JSON schema (``schema`` 1), times in epoch ms, NaN as null:
 
-- ``dataset``: ``source``, ``events``, ``samples``, ``positives``;
+- ``dataset``: ``source``, ``events``, ``samples``, ``positives``, and what the consumers'
+  logic made no sample of (`streamrec.replay.intake`): ``dead_letters`` (``count``,
+  ``by_reason``, ``examples``), ``duplicates``, ``late``, ``late_labels``, ``undecided``,
+  ``negatives_short``;
 - ``config``: the micro-batch cut (``interval_ms`` or ``batch_size``), ``warmup``,
   ``retrain_every``, ``model`` and ``consumer`` settings: everything that shaped the run;
 - ``micro_batches``: ``count`` and per micro-batch ``first_ts``, ``last_ts``, ``samples``;

@@ -38,6 +38,7 @@ MODULES = (
     "streamrec.learner.metrics",
     "streamrec.replay.ablation",
     "streamrec.replay.batches",
+    "streamrec.replay.intake",
     "streamrec.samples",
     "streamrec.snapshots.store",
 )

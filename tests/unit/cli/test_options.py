@@ -322,6 +322,15 @@ def test_a_missing_settings_file_is_one_line(tmp_path: Path) -> None:
     ]
 
 
+def test_a_settings_file_that_is_a_directory_is_one_line_saying_so(tmp_path: Path) -> None:
+    (tmp_path / "cfg").mkdir()
+    proc = run_cli(["snapshot", "list", "--config", str(tmp_path / "cfg")], {}, tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"error: the settings file {tmp_path / 'cfg'} is a directory: give a TOML file"
+    ]
+
+
 def test_a_settings_flag_passes_on_only_what_the_command_line_gave() -> None:
     import typer
 

@@ -167,3 +167,39 @@ def test_jsonl_declared_fields_are_the_lines_top_level_fields(tmp_path: Path) ->
     bad = FeatureSchema.of([FeatureSpec(name="device", kind="number", role="context")])
     with pytest.raises(DatasetError, match=r"event e1: feature 'device' .* must be a number"):
         read_events(path, schema=bad)
+
+
+GOOD_TAOBAO = "1,2,3,pv,1700000000\n"
+GOOD_ML100K = "196\t242\t3\t881250949\n"
+LONG = "7" * 200  # an id over the contract's 128 characters
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "match"),
+    [
+        ("UserBehavior.csv", GOOD_TAOBAO + "1,,3,pv,1700000500\n", r"UserBehavior.csv:2: .*'item_id'"),
+        ("UserBehavior.csv", GOOD_TAOBAO + f"1,{LONG},3,pv,1700000500\n", r"UserBehavior.csv:2: .*'item_id'"),
+        ("UserBehavior.csv", GOOD_TAOBAO + "1,2,3,pv,-5\n", r"UserBehavior.csv:2: .*'ts'"),
+        ("u.data", GOOD_ML100K + "\t242\t3\t881250949\n", r"u.data:2: .*'user_id'"),
+        # the event id is user-movie: it is the one first over the limit
+        ("u.data", GOOD_ML100K + f"196\t{LONG}\t3\t881250949\n", r"u.data:2: field 'event_id' .*'7777"),
+        ("ratings.csv", "userId,movieId,rating,timestamp\n1,,4.0,964982703\n", r"ratings.csv:2: .*'item_id'"),
+    ],
+    ids=["taobao-empty-item", "taobao-long-item", "taobao-negative-ts", "ml100k-empty-user",
+         "ml100k-long-item", "movielens-empty-movie"],
+)
+def test_a_csv_row_breaking_the_event_contract_stops_the_read_at_its_line(
+    tmp_path: Path, name: str, text: str, match: str
+) -> None:
+    # As a JSONL line does: a prepared file with a bad row is read wrong (or is wrong), and the
+    # consumers' logic would dead-letter the row, which a backtest must not do silently.
+    (tmp_path / name).write_text(text)
+    with pytest.raises(DatasetError, match=match):
+        read_events(tmp_path / name, "taobao" if name.endswith("Behavior.csv") else "auto")
+
+
+@pytest.mark.parametrize("ts", ["abc", "891717742.5", ""])
+def test_an_ml100k_row_with_a_timestamp_not_an_integer_is_not_a_rating(tmp_path: Path, ts: str) -> None:
+    (tmp_path / "u.data").write_text(GOOD_ML100K + f"22\t377\t1\t{ts}\n")
+    with pytest.raises(DatasetError, match=r"u.data:2: not an ML-100K rating"):
+        read_events(tmp_path / "u.data")

@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 import pytest
 
+from streamrec.datasets.sources import synthetic_spec
 from streamrec.datasets.synthetic import (
     DEVICES,
     ClickStreamSpec,
@@ -23,7 +24,7 @@ from streamrec.datasets.synthetic import (
     generate_rows,
     item_debuts,
 )
-from streamrec.errors import ConfigError
+from streamrec.errors import ConfigError, DatasetError
 from streamrec.events import Event
 from streamrec.features import FeatureSchema, FeatureSpec
 
@@ -308,3 +309,11 @@ def test_generate_writes_the_device_as_a_top_level_field(tmp_path: Path) -> None
     spec = ClickStreamSpec(events=300, device_effect=0.5)
     assert [line["event_id"] for line in lines] == [e.event_id for e, _ in generate_rows(spec)]
     assert [line["device"] for line in lines] == [f["device"] for _, f in generate_rows(spec)]
+
+
+def test_an_unknown_synthetic_field_is_refused_without_listing_it_as_expected() -> None:
+    # 'actions' is a field of the spec that a source string cannot set: not one to suggest
+    with pytest.raises(DatasetError, match=r"unknown field 'actions'") as caught:
+        synthetic_spec("synthetic:actions=pv")
+    expected = str(caught.value).split("expected one of ", 1)[1]
+    assert "actions" not in expected.split(", ") and "events" in expected.split(", ")

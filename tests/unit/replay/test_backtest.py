@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,17 @@ def test_the_report_measures_the_cold_start_slices_with_and_without_fallback(
     users = cold["new_users"]["popularity"]
     assert users["auc_fallback"] == pytest.approx(users["auc"])
     assert cold["new_users"]["finetune"]["auc_fallback"] == pytest.approx(users["auc"])
+
+
+def test_the_docs_schema_names_every_field_of_the_report(report: dict[str, Any]) -> None:
+    # docs/backtesting.md's schema block: each section's line(s) name its fields
+    text = (Path(__file__).resolve().parents[3] / "docs" / "backtesting.md").read_text()
+    block = text.split("    schema, wall_seconds, digest", 1)[1].split("```", 1)[0]
+    words = set(re.findall(r"[a-z_0-9]+", block))
+    strategy = next(iter(report["strategies"].values()))
+    cold = report["cold_start"]["new_items"]
+    named = [*report, *report["dataset"], *report["dataset"]["dead_letters"], *strategy,
+             *strategy["series"], *cold["finetune"], *report["cold_start"]]
+    assert sorted(set(named) - words - {"schema", "wall_seconds", "digest"}) == []  # the first line
+    # auc and gauc are sample-weighted means of the micro-batches' figures; the pooled ones are apart
+    assert "auc, gauc, logloss                   (prequential, every micro-batch pooled)" not in block

@@ -1,0 +1,44 @@
+"""A backtest that would score nothing says why, in one line, instead of a table of blanks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from streamrec.cli import app
+from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
+from streamrec.errors import StreamrecError
+from streamrec.events import Event
+from streamrec.replay.backtest import backtest
+from tests.unit.replay.test_backtest import config
+
+CLICKS = generate_clicks(ClickStreamSpec(events=300, users=20, items=100, seed=4))
+
+
+def _write(path: Path, events: list[Event]) -> str:
+    path.write_bytes(b"".join(e.to_json() + b"\n" for e in events))
+    return str(path)
+
+
+def _as(events: list[Event], action: str, label: int | None = None) -> list[Event]:
+    return [Event(e.event_id, e.user_id, e.item_id, e.category_id, action, e.ts, label) for e in events]
+
+
+def test_events_none_of_which_makes_a_sample_are_refused_with_the_reason(tmp_path: Path) -> None:
+    source = _write(tmp_path / "e.jsonl", _as(CLICKS, "watched"))
+    with pytest.raises(StreamrecError, match=r"none of the 300 events' actions is in .*POSITIVE_ACTIONS"
+                       r" \(pv, click\) and none has a label"):
+        backtest(config(source=source, strategies=("popularity",)))
+
+
+def test_samples_all_of_one_label_are_refused(tmp_path: Path) -> None:
+    source = _write(tmp_path / "e.jsonl", _as(CLICKS, "click", label=1))
+    with pytest.raises(StreamrecError, match=r"every one of the 300 samples is positive"):
+        backtest(config(source=source, strategies=("popularity",)))
+
+
+def test_no_strategy_is_refused() -> None:
+    out = CliRunner().invoke(app, ["replay", "backtest", "synthetic:events=300", "--strategies", " , "])
+    assert out.exit_code == 1 and out.output.startswith("error: --strategies"), out.output
