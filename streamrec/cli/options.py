@@ -172,9 +172,7 @@ def dataset_format() -> Any:
 
 def dataset_limit() -> Any:
     """The ``--limit`` of a command that reads a dataset."""
-    return typer.Option(
-        None, min=0, help="Read only the earliest N events of the dataset", show_default="all"
-    )
+    return typer.Option(None, help="Read only the earliest N events of the dataset", show_default="all")
 
 
 def json_output() -> Any:

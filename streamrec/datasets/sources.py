@@ -12,7 +12,7 @@ from pathlib import Path
 
 from streamrec.datasets.readers import read_events
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
-from streamrec.errors import DatasetError
+from streamrec.errors import ConfigError, DatasetError
 from streamrec.events import Event
 from streamrec.features import FeatureSchema
 
@@ -34,7 +34,7 @@ def load_events(
             ``synthetic[:field=value,...]`` for a generated stream.
         fmt: The file's format, or ``auto`` to detect it.
         positive_rating: For rating datasets, the lowest rating that counts as a positive.
-        limit: At most this many events (the earliest).
+        limit: At most this many events (the earliest); not below 0.
         schema: The deployment's features: each event carries the values of its declared
             extras (a dataset's fields, a generated stream's context); None: none.
 
@@ -43,6 +43,8 @@ def load_events(
         >>> len(events), events[0].event_id
         (5, 'g3-0')
     """
+    if limit is not None and limit < 0:  # a slice would drop the latest events instead
+        raise ConfigError(f"--limit must be a number of events, 0 or more, not {limit}")
     if str(source).split(":", 1)[0] == SYNTHETIC:
         events = generate_clicks(synthetic_spec(str(source)), schema)
         return events if limit is None else events[:limit]
