@@ -158,8 +158,9 @@ def samples_of(
     """The samples of ``cfg``'s events, and the report's counts of what became of the events.
 
     ``events`` and the consumers' counts (`streamrec.replay.intake.Replayed.section`): dead
-    letters, duplicates, late events, undecided impressions. Each that is not zero is logged
-    as a warning too: a record the backtest did not score is never dropped without a word.
+    letters, duplicates, late events, undecided impressions; and how many events carry each
+    declared feature. Each count that is not zero (a feature's that is) is logged as a warning
+    too: a record the backtest did not score is never dropped without a word.
     """
     schema = settings.feature_schema() if schema is None else schema
     events = load_events(cfg.source, cfg.fmt, limit=cfg.limit, schema=schema)
@@ -167,7 +168,7 @@ def samples_of(
         raise ConfigError(f"{cfg.source}: no events to replay")
     replayed = replay_events(events, settings, schema)
     intake.check_scorable(events, replayed, settings.consumer)
-    dataset = {"events": len(events), **replayed.section()}
+    dataset = {"events": len(events), **replayed.section(), "features": intake.coverage(events, schema)}
     for line in intake.summary(dataset):
         logger.warning("%s: %s", cfg.source, line)
     return dataset, replayed.samples

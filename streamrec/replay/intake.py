@@ -17,6 +17,7 @@ from streamrec.config import ConsumerConfig
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import DatasetError
 from streamrec.events import Event
+from streamrec.features import FeatureSchema
 from streamrec.samples import Sample
 
 #: Dead letters quoted whole in the report, the first ones: enough to find the rest by.
@@ -98,8 +99,22 @@ def summary(dataset: dict[str, Any]) -> list[str]:
         "undecided": "impressions still undecided at the end (window open), no samples",
     }
     lines += [f"{dataset[key]} {text}" for key, text in said.items() if dataset.get(key)]
+    lines += [
+        f"feature {name!r} (field {seen['field']!r}) is in none of the {dataset['events']} events: it "
+        "reads its default in every one (check its name or field)"
+        for name, seen in dataset.get("features", {}).items() if not seen["events"]
+    ]
     return lines
 
+
+def coverage(events: Sequence[Event], schema: FeatureSchema) -> dict[str, dict[str, Any]]:
+    """Per declared feature, the event field it reads and how many of ``events`` carry it.
+
+    A declared name or field no event carries (a typo, or a field the data lacks) reads its
+    default everywhere: `summary` says so.
+    """
+    carried = Counter(name for event in events for name in event.features)
+    return {f.name: {"field": f.source, "events": carried[f.name]} for f in schema.extras}
 
 
 def check_scorable(events: Sequence[Event], replayed: Replayed, cfg: ConsumerConfig) -> None:

@@ -7,9 +7,11 @@ impressions whose windows were still open at the end of the file: counted in the
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import orjson
+import pytest
 from typer.testing import CliRunner
 
 from streamrec.cli import app
@@ -80,3 +82,23 @@ def test_impressions_still_open_at_the_end_are_counted_as_undecided() -> None:
     replayed = replay_events(events, settings)
     assert replayed.undecided == 2
     assert sorted((s.sample_id, s.label) for s in replayed.samples) == [("a", 0), ("b", 1)]
+
+
+def test_a_declared_feature_no_event_carries_is_counted_and_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by a tour: a feature declared as ``price`` (or with a mistyped ``field``) that no
+    event carries read its default everywhere, and the backtest said nothing.
+    """
+    source = _write(tmp_path / "e.jsonl", CLICKS)
+    settings = StreamrecConfig.model_validate({
+        "model": TINY,
+        "features": [{"name": "price", "kind": "number"}, {"name": "shop", "field": "shop_id"}],
+    })
+    cfg = config(source=source, strategies=("popularity",), batch_size=200, settings=settings)
+    with caplog.at_level(logging.WARNING, logger="streamrec.replay"):
+        report = backtest(cfg)
+    assert report["dataset"]["features"] == {
+        "price": {"field": "price", "events": 0}, "shop": {"field": "shop_id", "events": 0},
+    }
+    assert "feature 'shop' (field 'shop_id') is in none of the 600 events" in caplog.text
