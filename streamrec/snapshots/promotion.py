@@ -177,9 +177,16 @@ class ServingPointer:
             raise SnapshotError(f"cannot write {self.current_path}: {describe_os_error(exc)}") from exc
 
     def promoted(self) -> list[int]:
-        """Every version ever served, in order of first promotion (CURRENT's included)."""
+        """Every version ever served, in order of first promotion (CURRENT's included).
+
+        An unreadable CURRENT adds nothing: the history, written before the pointer moves,
+        names every version it ever named, so retention and listings go on without it.
+        """
         seen = dict.fromkeys(e.version for e in self.history())
-        current = self.current()
+        try:
+            current = self.current()
+        except SnapshotError:
+            current = None
         if current is not None:
             seen.setdefault(current)
         return list(seen)
