@@ -285,7 +285,8 @@ class Scorer:
 
         ``threads``, ``batch_candidates`` and ``engine`` are each loaded version's (`ExportedModel`).
 
-        When it cannot be loaded, the newest promoted version that can, with a warning.
+        When it cannot be loaded, the first version a rollback would take that can (never one
+        rolled back from), with a warning.
 
         Raises:
             SnapshotError: nothing is promoted, or no promoted version can be loaded.
@@ -339,7 +340,7 @@ class Scorer:
                 continue
             named = "CURRENT" if self.current is None else version_name(self.current)
             logger.warning(
-                "cannot serve %s, serving version=%s instead (the newest promoted version that "
+                "cannot serve %s, serving version=%s instead (the first a rollback would take that "
                 "loads) error=%s", named, version_name(version), error,
             )
             self._failed(self.current, error, log=False)
@@ -347,12 +348,15 @@ class Scorer:
         raise error
 
     def _fallbacks(self) -> list[int]:
-        """Every promoted version but the current one, newest first."""
+        """The versions a rollback from the current one would take, in its order.
+
+        Never one rolled back from (an operator rejected it); with an unreadable pointer, every
+        version served before, the last one first.
+        """
         try:
-            promoted = {e.version for e in self.store.history()}
+            return self.store.serving.rollback_candidates(self.current)
         except SnapshotError:
             return []
-        return sorted(promoted - {self.current}, reverse=True)
 
     def _failed(self, version: int | None, exc: SnapshotError, log: bool = True) -> None:
         self.load_failures += 1

@@ -191,10 +191,12 @@ class ServingPointer:
             seen.setdefault(current)
         return list(seen)
 
-    def rollback_candidates(self, current: int) -> list[int]:
+    def rollback_candidates(self, current: int | None) -> list[int]:
         """The versions served before ``current``, most recent first (a rollback takes the first valid one).
 
-        A promote pushes a version; a rollback pops back to its target.
+        A promote pushes a version; a rollback pops back to its target, so a version rolled
+        back from is never among them. ``current`` None (an unreadable pointer): every
+        version on the stack, the last served first.
         """
         stack: list[int] = []
         for event in self.history():

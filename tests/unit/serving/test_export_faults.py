@@ -1,6 +1,6 @@
 """A served version's export damaged, truncated or never written: verify says so, promote and
 rollback refuse it (or build a missing one first), a server starting on it falls back to the
-newest promoted version that loads, and a repeated load failure is logged once and counted.
+first version that loads in rollback order, and a repeated load failure is logged once and counted.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_promote_builds_the_export_a_kill_mid_export_left_missing(store: Snapsho
     assert "export ok" in snapshot(store.root, "verify", "3").output
 
 
-def test_a_server_starting_on_a_damaged_current_serves_the_newest_promoted_version_that_loads(
+def test_a_server_starting_on_a_damaged_current_serves_the_version_a_rollback_would_take(
     store: SnapshotStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     store.promote(1)
@@ -138,6 +138,24 @@ def test_a_server_starting_on_a_damaged_current_serves_the_newest_promoted_versi
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert any("cannot serve v000003, serving version=v000002" in r.getMessage() for r in warnings)
     assert scorer.load_failures == 1
+
+
+def test_a_server_falls_back_along_the_rollback_order_never_to_a_version_rolled_back_from(
+    store: SnapshotStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Promote 3, roll back ("3 is bad") to 2, then 2's export damaged: a fresh server served
+    3, the newest promoted version, the one just rejected. It takes the one a rollback would.
+    """
+    for version in (1, 2, 3):
+        store.promote(version)
+    store.rollback(reason="v3 is bad")
+    damage(store.root, 2, "truncated")
+    with caplog.at_level(logging.WARNING, logger="streamrec.serving.scorer"):
+        scorer = Scorer(store.root)
+    assert scorer.version == 1 and scorer.current == 2
+    assert "cannot serve v000002, serving version=v000001" in caplog.text
+    store.serving.current_path.write_text("garbage\n")  # unreadable: 2 (damaged), then 1, never 3
+    assert Scorer(store.root).version == 1
 
 
 def test_a_server_starting_on_an_unreadable_current_falls_back_too(store: SnapshotStore) -> None:
