@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig, TableConfig
-from streamrec.errors import NotServable, SnapshotError
+from streamrec.errors import InvalidSnapshot, NotServable, SnapshotError
 from streamrec.learner.columns import SampleColumns, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
@@ -95,9 +95,24 @@ class ExportedModel:
         """
         self.path = Path(path)
         verify_export(self.path)
+        try:
+            self._read_contract()
+        except (KeyError, ValueError, TypeError, OSError, AttributeError) as exc:  # ValueError: JSON too
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())  # pydantic's message spans lines
+            raise InvalidSnapshot(
+                f"{self.path / CONTRACT} cannot be served from ({why}): rebuild the export with "
+                "`streamrec snapshot export VERSION --rebuild`"
+            ) from exc
+        self._engine = open_engine(self.path, self.contract, engine, threads)
+        self.engine: str = self._engine.name  # "onnx" or "paddle": the engine that runs it
+        self._lock = threading.Lock()  # one engine runs one request at a time
+        self.combiner = Combiner(self._run, batch_candidates)
+
+    def _read_contract(self) -> None:
+        """What scoring needs of ``contract.json`` and the id tables it names."""
         self.contract: dict[str, Any] = orjson.loads((self.path / CONTRACT).read_bytes())
         self.inputs = _servable_inputs(self.contract, self.path)
-        self.version: int = self.contract["version"]
+        self.version: int = int(self.contract["version"])
         self.tables = [_Table(t, self.path) for t in self.contract["tables"]]
         self.behaviour = [t for t in self.tables if t.kind == "behaviour"]
         self.context = [t for t in self.tables if t.kind == "context"]
@@ -105,10 +120,6 @@ class ExportedModel:
         self._cfg = ModelConfig.model_validate(self.contract["model"])
         self._by_name = {t.name: t for t in self.tables}
         self.user_buckets = int(self.contract["user_buckets"])
-        self._engine = open_engine(self.path, self.contract, engine, threads)
-        self.engine: str = self._engine.name  # "onnx" or "paddle": the engine that runs it
-        self._lock = threading.Lock()  # one engine runs one request at a time
-        self.combiner = Combiner(self._run, batch_candidates)
 
     def score(
         self,

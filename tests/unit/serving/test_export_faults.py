@@ -5,12 +5,15 @@ first version that loads in rollback order, and a repeated load failure is logge
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -19,7 +22,7 @@ from typer.testing import CliRunner, Result
 from streamrec.cli import app
 from streamrec.errors import InvalidSnapshot, SnapshotError
 from streamrec.serving.export import export_dir
-from streamrec.serving.scorer import Scorer
+from streamrec.serving.scorer import ExportedModel, Scorer
 from streamrec.snapshots.store import SnapshotStore
 from tests.support import trained_snapshots
 
@@ -189,3 +192,71 @@ def test_a_repeated_load_failure_is_logged_once_and_counted(
     assert scorer.version == 1 and scorer.current == 2 and not scorer.serves_current
     snapshot(store.root, "export", "2", "--rebuild")
     assert scorer.refresh() and scorer.version == 2 and scorer.serves_current
+
+
+# --- a contract edited and its export resealed: every checksum holds, the content does not ---
+
+
+def edit_contract(root: Path, version: int, edit: Callable[[dict[str, Any]], object]) -> Path:
+    """Change an export's contract.json, then reseal its manifest as an operator 'fixing' it would."""
+    path = export_dir(root, version)
+    contract = orjson.loads((path / "contract.json").read_bytes())
+    edit(contract)
+    (path / "contract.json").write_bytes(orjson.dumps(contract))
+    manifest = orjson.loads((path / "manifest.json").read_bytes())
+    manifest["files"] = {n: hashlib.sha256((path / n).read_bytes()).hexdigest() for n in manifest["files"]}
+    raw = orjson.dumps(manifest)
+    (path / "manifest.json").write_bytes(raw)
+    (path / "manifest.sha256").write_text(f"{hashlib.sha256(raw).hexdigest()}  manifest.json\n")
+    return path / "contract.json"
+
+
+def _rename_keys(c: dict[str, Any]) -> None:
+    c["tables"][0]["keys"] = "ids/gone.keys.npy"
+
+
+EDITS: dict[str, Callable[[dict[str, Any]], object]] = {
+    "a keys file that is not there": _rename_keys,
+    "sequence_length fifty": lambda c: c.update(sequence_length="fifty"),
+    "no tables": lambda c: c.pop("tables"),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS.values(), ids=EDITS.keys())
+def test_a_resealed_contract_that_does_not_load_fails_verify_and_promote_and_is_fallen_back_from(
+    store: SnapshotStore, edit: Callable[[dict[str, Any]], object], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An edited contract.json with its manifest resealed (or an export another release wrote):
+    verify said ok, promote took it, a fresh server exited 1 with a traceback and a running
+    one logged a traceback at every poll, uncounted. It is a damaged export like any other.
+    """
+    store.promote(1)
+    contract = edit_contract(store.root, 2, edit)
+    with pytest.raises(InvalidSnapshot, match="contract.json"):
+        ExportedModel(export_dir(store.root, 2))
+    scorer = Scorer(store.root)
+    store.serving.point(2)  # as a promotion from before this check did
+    with caplog.at_level(logging.INFO, logger="streamrec.serving.scorer"):
+        for _ in range(3):
+            assert not scorer.refresh()
+    assert scorer.load_failures == 3 and scorer.version == 1
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "contract.json" in errors[0].getMessage() and not errors[0].exc_info
+    assert Scorer(store.root).version == 1  # a fresh server falls back
+    store.serving.point(1)
+    assert str(contract) in snapshot(store.root, "verify", "2", code=1).output.replace("\n", "")
+    assert "contract.json" in snapshot(store.root, "promote", "2", code=1).output
+    assert store.current() == 1
+
+
+@pytest.mark.parametrize("edit", [
+    lambda c: c["tables"][1].update(rows="many"),
+    lambda c: c["model"].update(embedding_dim="wide"),
+    lambda c: c["tables"][0].update(key_rows=None),
+])
+def test_any_content_error_of_a_contract_is_one_invalid_snapshot_naming_it(
+    store: SnapshotStore, edit: Callable[[dict[str, Any]], object]
+) -> None:
+    edit_contract(store.root, 2, edit)
+    with pytest.raises(SnapshotError, match="contract.json"):
+        ExportedModel(export_dir(store.root, 2))
