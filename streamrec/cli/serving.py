@@ -70,8 +70,9 @@ def score(
         behaviours = history_source(cfg, store)(user) if history is None else _history(history)
         scores = scorer.model.score(user, behaviours, candidates, given)
         if as_json:
+            # a list in candidate order, as POST /score answers: ids may repeat, or differ by category
             doc = {"version": scorer.version, "user": user, "history": len(behaviours),
-                   "scores": {c.item_id: float(s) for c, s in zip(candidates, scores, strict=True)}}
+                   "scores": [float(s) for s in scores]}
             print(orjson.dumps(doc).decode())
             return
         console.print(f"version v{scorer.version:06d}, user {user} with {len(behaviours)} behaviours")
