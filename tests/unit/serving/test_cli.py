@@ -52,3 +52,25 @@ def test_score_json_gives_every_candidate_in_order_as_post_score_does(promoted: 
     assert isinstance(scores, list) and len(scores) == 4 and scores[0] == scores[1]
     alone = orjson.loads(CliRunner().invoke(app, [*args, "--items", "2"]).stdout)["scores"]
     assert alone == [scores[3]]
+
+
+@pytest.mark.parametrize(("option", "value", "why"), [
+    ("--items", "", "'items' must be a non-empty list"),
+    ("--items", " ", "must be a non-empty list"),
+    ("--items", ":Comedy", "field 'item' must have 1..128 characters"),
+    ("--items", "1,,2", "an item is a non-empty string"),
+    ("--items", "x" * 300, "1..128"),
+    ("--items", "a\x07b", "control characters"),
+    ("--user", "", "user"),
+    ("--user", "u" * 300, "1..128"),
+    ("--user", "u\nv", "control characters"),
+])
+def test_score_refuses_the_ids_post_score_refuses_in_one_line(
+    promoted: Path, option: str, value: str, why: str
+) -> None:
+    args = {"--user": "u1", "--items": "1,2"} | {option: value}
+    result = CliRunner().invoke(app, ["score", *(x for kv in args.items() for x in kv), "--no-store",
+                                      "--snapshot-dir", str(promoted)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"error: {option}:") and why in result.output, result.output
+    assert "Traceback" not in result.output and "version v0" not in result.output
