@@ -232,12 +232,15 @@ def verify(
     config_file: Path | None = ConfigFile,
 ) -> None:
     """Verify every checksum of one version or of all, and of its export; exit status 1 if any
-    is invalid. A version without an export says so (serving builds it when promoted).
+    is invalid, or if the directory does not exist. A version without an export says so
+    (serving builds it when promoted).
     """
     from streamrec.snapshots.exports import check_export
+    from streamrec.snapshots.promotion import require_root
 
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
+        require_root(store.root)  # "no snapshots" and exit 0 would pass a mistyped directory
         versions = [store.resolve(version)] if version is not None else store.versions()
         results: list[tuple[int, str | None, ExportCheck]] = []
         for number in versions:

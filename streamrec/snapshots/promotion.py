@@ -121,10 +121,12 @@ class ServingPointer:
         """Hold the pointer's lock (waiting up to ``timeout_s`` for another update).
 
         Raises:
-            SnapshotError: the lock cannot be created, or another update held it too long.
+            SnapshotError: the snapshot directory does not exist, the lock cannot be created, or
+                another update held it too long.
         """
+        require_root(self.dir.parent)  # a mistyped directory: nothing created under it
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self.dir.mkdir(exist_ok=True)
             fd = os.open(self.dir / _LOCK, os.O_RDWR | os.O_CREAT, _MODE)
         except OSError as exc:
             raise SnapshotError(f"cannot create {self.dir / _LOCK}: {describe_os_error(exc)}") from exc
@@ -209,6 +211,18 @@ class ServingPointer:
         if current in stack:  # the history may run past CURRENT after a crash between the two
             del stack[len(stack) - 1 - stack[::-1].index(current):]
         return [v for v in reversed(stack) if v != current]
+
+
+def require_root(root: Path) -> None:
+    """Raise unless the snapshot directory ``root`` exists.
+
+    Raises:
+        SnapshotError: it does not (a mistyped ``--snapshot-dir``, say).
+    """
+    if not Path(root).is_dir():
+        raise SnapshotError(
+            f"no snapshot directory {root}: check --snapshot-dir (STREAMREC_LEARNER__SNAPSHOT_DIR)"
+        )
 
 
 # Builds a version's missing export (serving's build_missing_export): its path, or None when the

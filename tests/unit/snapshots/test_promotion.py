@@ -307,3 +307,23 @@ def test_list_and_show_work_with_an_unreadable_pointer_and_warn_about_it(tmp_pat
     shown = runner.invoke(app, ["snapshot", "show", "2", "--snapshot-dir", str(tmp_path)])
     assert shown.exit_code == 0, shown.output
     assert "v000002" in shown.stdout and "names no version" in shown.stderr
+
+
+def test_a_mistyped_snapshot_dir_is_an_error_and_nothing_is_created_under_it(tmp_path: Path) -> None:
+    """`snapshot verify --snapshot-dir /nope` said "no snapshots", exit 0; rollback and prune
+    created /nope/serving/.lock.
+    """
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+
+    missing = tmp_path / "nope"
+    store = SnapshotStore(missing)
+    for act in (store.rollback, lambda: store.prune(1), lambda: store.promote(1)):
+        with pytest.raises(SnapshotError, match="no snapshot directory"):
+            act()
+    assert not missing.exists()
+    for args in (["verify"], ["rollback"], ["prune", "--keep", "1"]):
+        result = CliRunner().invoke(app, ["snapshot", *args, "--snapshot-dir", str(missing)])
+        assert result.exit_code == 1 and "no snapshot directory" in result.output, result.output
+    assert not missing.exists()
