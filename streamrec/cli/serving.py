@@ -64,14 +64,16 @@ def score(
             serving={"engine": engine},
             store={"url": redis_url},
         )
-        scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads, engine=cfg.serving.engine)
+        user = _request("--user", orjson.dumps({"user": user, "items": ["-"]}))[0]
         candidates = _candidates(items)
+        scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads, engine=cfg.serving.engine)
         given = _context(context)
         behaviours = history_source(cfg, store)(user) if history is None else _history(history)
         scores = scorer.model.score(user, behaviours, candidates, given)
         if as_json:
+            # a list in candidate order, as POST /score answers: ids may repeat, or differ by category
             doc = {"version": scorer.version, "user": user, "history": len(behaviours),
-                   "scores": {c.item_id: float(s) for c, s in zip(candidates, scores, strict=True)}}
+                   "scores": [float(s) for s in scores]}
             print(orjson.dumps(doc).decode())
             return
         console.print(f"version v{scorer.version:06d}, user {user} with {len(behaviours)} behaviours")
@@ -80,12 +82,17 @@ def score(
 
 
 def _candidates(text: str) -> list[Candidate]:
-    """``--items``: comma-separated ``ITEM[:CATEGORY]``, or a JSON list as ``POST /score``'s."""
-    from streamrec.serving.features import Candidate
+    """``--items``: comma-separated ``ITEM[:CATEGORY]``, or a JSON list as ``POST /score``'s.
 
-    if not text.lstrip().startswith("["):
-        return [Candidate.parse(i) for i in text.split(",") if i]
-    return list(_request("--items", b'{"user": "-", "items": ' + text.encode() + b"}")[1])
+    Either form is read as ``POST /score`` reads its ``items``, so its ids meet the same rules.
+    """
+    import orjson
+
+    if text.lstrip().startswith("["):
+        body = b'{"user": "-", "items": ' + text.encode() + b"}"
+    else:
+        body = orjson.dumps({"user": "-", "items": text.split(",") if text.strip() else []})
+    return list(_request("--items", body)[1])
 
 
 def _history(text: str) -> GivenHistory:

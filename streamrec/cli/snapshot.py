@@ -29,6 +29,7 @@ from streamrec.cli.snapshot_common import (
     open_store,
     plan_doc,
     print_json,
+    served,
     version_name,
 )
 from streamrec.errors import InvalidSnapshot, SnapshotError
@@ -135,17 +136,19 @@ def list_(
     The served version is marked CURRENT, earlier promoted ones "promoted"; the export column
     says whether serving's export is ok, missing or damaged (`snapshot verify` names the file).
     A learner resumes from the newest valid one. Listing needs no lock, so it works while a
-    learner runs.
+    learner runs; an unreadable serving/CURRENT is a warning (promoting a version replaces it).
     """
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         from streamrec.snapshots.exports import check_export
 
         entries = store.entries()
-        current, promoted, plan = store.current(), set(store.promoted()), current_plan(store)
+        current, pointer_problem = served(store)
+        promoted, plan = set(store.promoted()), current_plan(store)
         exports = {e.version: check_export(store.root, e.version) for e in entries}
         if as_json:
-            print_json({"root": str(store.root), "current": current, "traffic": plan_doc(plan), "versions": [
+            print_json({"root": str(store.root), "current": current, "pointer_problem": pointer_problem,
+                        "traffic": plan_doc(plan), "versions": [
                 {
                     "version": e.version, "name": e.name, "valid": e.problem is None, "problem": e.problem,
                     "current": e.version == current, "promoted": e.version in promoted,
@@ -188,7 +191,8 @@ def show(
         manifest = store.manifest(number)
         problem = store.validate(number)
 
-        current, promoted, plan = store.current(), set(store.promoted()), current_plan(store)
+        current, _ = served(store)
+        promoted, plan = set(store.promoted()), current_plan(store)
         arms = arms_of(plan, number, current)
         if as_json:
             print_json(_manifest_doc(manifest) | {
@@ -228,12 +232,15 @@ def verify(
     config_file: Path | None = ConfigFile,
 ) -> None:
     """Verify every checksum of one version or of all, and of its export; exit status 1 if any
-    is invalid. A version without an export says so (serving builds it when promoted).
+    is invalid, or if the directory does not exist. A version without an export says so
+    (serving builds it when promoted).
     """
     from streamrec.snapshots.exports import check_export
+    from streamrec.snapshots.promotion import require_root
 
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
+        require_root(store.root)  # "no snapshots" and exit 0 would pass a mistyped directory
         versions = [store.resolve(version)] if version is not None else store.versions()
         results: list[tuple[int, str | None, ExportCheck]] = []
         for number in versions:

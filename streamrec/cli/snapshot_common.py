@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
+from rich.markup import escape
 
 from streamrec.cli.common import build_config, err_console
 from streamrec.cli.options import json_output, setting
@@ -32,6 +33,21 @@ def open_store(snapshot_dir: Path | None, log_level: str | None, config_file: Pa
         quiet=True, log_level=log_level, config_file=config_file, learner={"snapshot_dir": snapshot_dir}
     )
     return SnapshotStore(cfg.learner.snapshot_dir)
+
+
+def served(store: SnapshotStore) -> tuple[int | None, str | None]:
+    """The version ``serving/CURRENT`` names (None: none) and why it cannot be read (None: it can).
+
+    An unreadable pointer is a warning on stderr, not an error: the listings are how an
+    operator chooses the version to promote, which replaces it.
+    """
+    from streamrec.errors import SnapshotError
+
+    try:
+        return store.current(), None
+    except SnapshotError as exc:
+        err_console.print(f"[yellow]warning:[/yellow] {escape(str(exc))}", highlight=False)
+        return None, str(exc)
 
 
 def version_name(version: int) -> str:

@@ -79,6 +79,7 @@ class Promoter:
         self.cfg = cfg
         self.pending: int | None = None  # a snapshot waiting for the next micro-batch (its first part)
         self._served: ExportedModel | None = None
+        self._pointer_error: str | None = None  # the unreadable pointer last logged
 
     def on_snapshot(self, manifest: SnapshotManifest) -> None:
         """Export the new version.
@@ -95,9 +96,8 @@ class Promoter:
             return
         if self.cfg.promote == "off":
             return
-        current = self.store.current()
-        if current is None or self.cfg.promote == "always":
-            reason = "first version" if current is None else "promote=always"
+        reason = self._unjudged_reason()
+        if reason is not None:
             self._promote(manifest.version, reason)
             return
         self.pending = manifest.version
@@ -115,9 +115,8 @@ class Promoter:
             return
         if manifest.version in self.store.promoted():
             return
-        current = self.store.current()
-        if current is None or self.cfg.promote == "always":
-            reason = "first version" if current is None else "promote=always"
+        reason = self._unjudged_reason()
+        if reason is not None:
             self._promote(manifest.version, f"{reason}, resumed")
             return
         logger.info("promotion pending version=%s: the version resumed from", manifest.name)
@@ -142,9 +141,35 @@ class Promoter:
         Several learner ranks: rank 0 asks before a micro-batch, every rank scores its own
         samples by that version (`served_scores`), and rank 0 judges the group's (`on_judged`).
         """
-        current = self.store.current()
+        current = self._current()
         if self.pending is None or current is None or self.pending == current:
             return None
+        return current
+
+    def _unjudged_reason(self) -> str | None:
+        """Why a new version is promoted unjudged (nothing served, promote=always), or None."""
+        current = self._current()
+        if current is None and self._pointer_error is None:
+            return "first version"
+        return "promote=always" if self.cfg.promote == "always" else None
+
+    def _current(self) -> int | None:
+        """The served version; None when nothing is promoted or the pointer is unreadable.
+
+        An unreadable pointer (a serving-side file) must not stop the learner: it is logged
+        once, and the gate judges nothing until a promotion replaces it.
+        """
+        try:
+            current = self.store.current()
+        except SnapshotError as exc:
+            if str(exc) != self._pointer_error:
+                logger.error(
+                    "serving pointer unreadable: the gate judges no version until one is promoted "
+                    "(`streamrec snapshot promote VERSION`) error=%s", exc,
+                )
+            self._pointer_error = str(exc)
+            return None
+        self._pointer_error = None
         return current
 
     def served_scores(self, version: int, batch: SampleColumns) -> np.ndarray:

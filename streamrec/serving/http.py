@@ -56,6 +56,7 @@ from streamrec.config import ServingConfig
 from streamrec.errors import InvalidEvent
 from streamrec.observability.freshness import ServedFreshness
 from streamrec.serving.admission import Admission, Overloaded
+from streamrec.serving.failures import FailureLog
 from streamrec.serving.features import no_history as no_history  # its old home
 from streamrec.serving.features import store_history as store_history  # its old home
 from streamrec.serving.guard import CanaryGuard, follow_traffic
@@ -245,6 +246,7 @@ def build_app(
     admission = Admission(cfg.workers, cfg.max_in_flight, cfg.max_queue_wait_s)
     metrics.in_flight.set_function(lambda: admission.in_flight)
     readiness = Readiness(scorer, lambda: history_of(PROBE_USER), cfg.ready_cache_s, cfg.ready_timeout_s)
+    failures = FailureLog(logger)
 
     async def score(request: Request) -> Response:
         routed: tuple[TrafficPlan | None, str, ExportedModel] | None = None
@@ -274,11 +276,11 @@ def build_app(
             return _error(400, str(exc))
         except BodyTooLarge as exc:  # and stop reading: the rest of the body is not wanted
             return _error(413, str(exc), {"Connection": "close"})
-        except Exception as exc:  # the feature store down, say: one line, and a 503
-            logger.error("score request failed error=%s", exc)
+        except Exception as exc:  # the feature store down, say: a line now and then, and a 503
+            failures.failed(exc)
             if routed is not None:
                 observe_arm(request, routed, None)
-            return _error(503, f"cannot score now: {exc}")
+            return _error(503, f"cannot score now: {exc}", {"Retry-After": RETRY_AFTER_S})
         metrics.queue_wait.observe(waited)
         metrics.candidates.inc(len(candidates))
         observe_arm(request, routed, scores)

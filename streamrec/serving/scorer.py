@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig, TableConfig
-from streamrec.errors import NotServable, SnapshotError
+from streamrec.errors import InvalidSnapshot, NotServable, SnapshotError
 from streamrec.learner.columns import SampleColumns, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
@@ -95,9 +95,24 @@ class ExportedModel:
         """
         self.path = Path(path)
         verify_export(self.path)
+        try:
+            self._read_contract()
+        except (KeyError, ValueError, TypeError, OSError, AttributeError) as exc:  # ValueError: JSON too
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())  # pydantic's message spans lines
+            raise InvalidSnapshot(
+                f"{self.path / CONTRACT} cannot be served from ({why}): rebuild the export with "
+                "`streamrec snapshot export VERSION --rebuild`"
+            ) from exc
+        self._engine = open_engine(self.path, self.contract, engine, threads)
+        self.engine: str = self._engine.name  # "onnx" or "paddle": the engine that runs it
+        self._lock = threading.Lock()  # one engine runs one request at a time
+        self.combiner = Combiner(self._run, batch_candidates)
+
+    def _read_contract(self) -> None:
+        """What scoring needs of ``contract.json`` and the id tables it names."""
         self.contract: dict[str, Any] = orjson.loads((self.path / CONTRACT).read_bytes())
         self.inputs = _servable_inputs(self.contract, self.path)
-        self.version: int = self.contract["version"]
+        self.version: int = int(self.contract["version"])
         self.tables = [_Table(t, self.path) for t in self.contract["tables"]]
         self.behaviour = [t for t in self.tables if t.kind == "behaviour"]
         self.context = [t for t in self.tables if t.kind == "context"]
@@ -105,10 +120,6 @@ class ExportedModel:
         self._cfg = ModelConfig.model_validate(self.contract["model"])
         self._by_name = {t.name: t for t in self.tables}
         self.user_buckets = int(self.contract["user_buckets"])
-        self._engine = open_engine(self.path, self.contract, engine, threads)
-        self.engine: str = self._engine.name  # "onnx" or "paddle": the engine that runs it
-        self._lock = threading.Lock()  # one engine runs one request at a time
-        self.combiner = Combiner(self._run, batch_candidates)
 
     def score(
         self,
@@ -285,7 +296,8 @@ class Scorer:
 
         ``threads``, ``batch_candidates`` and ``engine`` are each loaded version's (`ExportedModel`).
 
-        When it cannot be loaded, the newest promoted version that can, with a warning.
+        When it cannot be loaded, the first version a rollback would take that can (never one
+        rolled back from), with a warning.
 
         Raises:
             SnapshotError: nothing is promoted, or no promoted version can be loaded.
@@ -339,7 +351,7 @@ class Scorer:
                 continue
             named = "CURRENT" if self.current is None else version_name(self.current)
             logger.warning(
-                "cannot serve %s, serving version=%s instead (the newest promoted version that "
+                "cannot serve %s, serving version=%s instead (the first a rollback would take that "
                 "loads) error=%s", named, version_name(version), error,
             )
             self._failed(self.current, error, log=False)
@@ -347,12 +359,15 @@ class Scorer:
         raise error
 
     def _fallbacks(self) -> list[int]:
-        """Every promoted version but the current one, newest first."""
+        """The versions a rollback from the current one would take, in its order.
+
+        Never one rolled back from (an operator rejected it); with an unreadable pointer, every
+        version served before, the last one first.
+        """
         try:
-            promoted = {e.version for e in self.store.history()}
+            return self.store.serving.rollback_candidates(self.current)
         except SnapshotError:
             return []
-        return sorted(promoted - {self.current}, reverse=True)
 
     def _failed(self, version: int | None, exc: SnapshotError, log: bool = True) -> None:
         self.load_failures += 1

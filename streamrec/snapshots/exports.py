@@ -9,6 +9,7 @@ its ``manifest.json`` matches ``manifest.sha256`` and every file matches its che
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from streamrec.snapshots.directory import parse_version, version_name
 EXPORTS = "exports"
 MANIFEST = "manifest.json"
 MANIFEST_SUM = "manifest.sha256"
+CONTRACT = "contract.json"  # the scoring contract (`streamrec.serving.contract`)
 
 
 def export_dir(root: Path, version: int) -> Path:
@@ -51,7 +53,43 @@ def verify_export(path: Path) -> dict[str, str]:
             raise InvalidSnapshot(f"{path / name} is missing or unreadable") from exc
         if not ok:
             raise InvalidSnapshot(f"{path / name} does not match its checksum")
+    if CONTRACT in files:  # checksums hold for a contract resealed after an edit, or another release's
+        problem = contract_problem(path / CONTRACT, files)
+        if problem is not None:
+            raise InvalidSnapshot(f"{path / CONTRACT} {problem}")
     return files
+
+
+# What serving reads of a contract before anything else, by key: the JSON type it must be.
+_CONTRACT_FIELDS = {"version": int, "sequence_length": int, "user_buckets": int, "tables": list,
+                    "inputs": list, "model": dict}
+
+
+def contract_problem(contract: Path, files: Mapping[str, str]) -> str | None:
+    """Why an export's ``contract.json`` cannot be served from (its shape, not its meaning), or None.
+
+    ``files`` are the export's files: an id table the contract names must be one of them.
+    """
+    try:
+        doc = orjson.loads(contract.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        return f"is unreadable or not JSON: {exc}"
+    if not isinstance(doc, dict):
+        return "is not a JSON object"
+    for key, kind in _CONTRACT_FIELDS.items():
+        value = doc.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"has no {kind.__name__} {key!r} (it reads {str(value)[:40]!r})"
+    for table in doc["tables"]:
+        if not isinstance(table, dict) or not isinstance(table.get("name"), str):
+            return f"lists a table that is not an object with a name: {str(table)[:60]!r}"
+        if table.get("ids") != "dynamic":
+            continue
+        for key in ("keys", "key_rows"):
+            if table.get(key) not in files:
+                name = table.get(key)
+                return f"names {name!r} as table {table['name']!r}'s {key}, not a file of the export"
+    return None
 
 
 @dataclass(frozen=True)

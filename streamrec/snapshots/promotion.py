@@ -121,10 +121,12 @@ class ServingPointer:
         """Hold the pointer's lock (waiting up to ``timeout_s`` for another update).
 
         Raises:
-            SnapshotError: the lock cannot be created, or another update held it too long.
+            SnapshotError: the snapshot directory does not exist, the lock cannot be created, or
+                another update held it too long.
         """
+        require_root(self.dir.parent)  # a mistyped directory: nothing created under it
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self.dir.mkdir(exist_ok=True)
             fd = os.open(self.dir / _LOCK, os.O_RDWR | os.O_CREAT, _MODE)
         except OSError as exc:
             raise SnapshotError(f"cannot create {self.dir / _LOCK}: {describe_os_error(exc)}") from exc
@@ -177,17 +179,26 @@ class ServingPointer:
             raise SnapshotError(f"cannot write {self.current_path}: {describe_os_error(exc)}") from exc
 
     def promoted(self) -> list[int]:
-        """Every version ever served, in order of first promotion (CURRENT's included)."""
+        """Every version ever served, in order of first promotion (CURRENT's included).
+
+        An unreadable CURRENT adds nothing: the history, written before the pointer moves,
+        names every version it ever named, so retention and listings go on without it.
+        """
         seen = dict.fromkeys(e.version for e in self.history())
-        current = self.current()
+        try:
+            current = self.current()
+        except SnapshotError:
+            current = None
         if current is not None:
             seen.setdefault(current)
         return list(seen)
 
-    def rollback_candidates(self, current: int) -> list[int]:
+    def rollback_candidates(self, current: int | None) -> list[int]:
         """The versions served before ``current``, most recent first (a rollback takes the first valid one).
 
-        A promote pushes a version; a rollback pops back to its target.
+        A promote pushes a version; a rollback pops back to its target, so a version rolled
+        back from is never among them. ``current`` None (an unreadable pointer): every
+        version on the stack, the last served first.
         """
         stack: list[int] = []
         for event in self.history():
@@ -200,6 +211,18 @@ class ServingPointer:
         if current in stack:  # the history may run past CURRENT after a crash between the two
             del stack[len(stack) - 1 - stack[::-1].index(current):]
         return [v for v in reversed(stack) if v != current]
+
+
+def require_root(root: Path) -> None:
+    """Raise unless the snapshot directory ``root`` exists.
+
+    Raises:
+        SnapshotError: it does not (a mistyped ``--snapshot-dir``, say).
+    """
+    if not Path(root).is_dir():
+        raise SnapshotError(
+            f"no snapshot directory {root}: check --snapshot-dir (STREAMREC_LEARNER__SNAPSHOT_DIR)"
+        )
 
 
 # Builds a version's missing export (serving's build_missing_export): its path, or None when the

@@ -58,4 +58,4 @@ def test_scores_read_the_users_sequence_from_redis(
     assert result.exit_code == 0, result.output
     doc = orjson.loads(result.stdout)
     assert doc["version"] == 1 and doc["history"] == 3
-    assert np.allclose(list(doc["scores"].values()), want, atol=1e-6)
+    assert np.allclose(doc["scores"], want, atol=1e-6)

@@ -141,7 +141,7 @@ def test_served_scores_read_every_declared_feature_as_the_learner_does(
     assert result.exit_code == 0, result.output
     doc = orjson.loads(result.stdout)
     assert doc["history"] == 3
-    np.testing.assert_allclose(list(doc["scores"].values()), want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(doc["scores"], want, rtol=1e-4, atol=1e-6)
     result = CliRunner().invoke(
         app, ["score", "--user", "u7", "--items", '[{"item_id": "i1", "genres": "Drama"}]',
               "--snapshot-dir", str(tmp_path / "snapshots")],
@@ -210,7 +210,7 @@ def test_a_history_given_in_the_request_scores_as_the_same_history_read_from_the
     assert result.exit_code == 0, result.output
     doc = orjson.loads(result.stdout)
     assert doc["history"] == 3
-    np.testing.assert_allclose(list(doc["scores"].values()), given.json()["scores"], rtol=1e-6)
+    np.testing.assert_allclose(doc["scores"], given.json()["scores"], rtol=1e-6)
     for bad, reason in [(cases[0][0], "feature 'genres'"), ({"item_id": "i8"}, "--history: 'history'")]:
         result = score([bad])
         assert result.exit_code != 0 and reason in result.output, result.output

@@ -480,6 +480,6 @@ def test_score_reads_the_context_features_from_its_flag(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     exported = ExportedModel(export_snapshot(store, 1))
     want = exported.score("u1", [], [Candidate("i1", "c1")], {"device": "ios"})
-    assert orjson.loads(result.stdout)["scores"]["i1"] == pytest.approx(float(want[0]), rel=1e-6)
+    assert orjson.loads(result.stdout)["scores"] == [pytest.approx(float(want[0]), rel=1e-6)]
     bad = CliRunner().invoke(app, [*args, "--context", '{"device": 1.5}'])
     assert bad.exit_code == 1 and "feature 'device'" in bad.output

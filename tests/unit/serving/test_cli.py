@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import orjson
+import pytest
 from typer.testing import CliRunner
 
 from streamrec.cli import app
@@ -29,5 +30,47 @@ def test_export_then_score_the_promoted_version(tmp_path: Path) -> None:
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     doc = orjson.loads(result.stdout)
-    assert doc["version"] == 2 and set(doc["scores"]) == {"i1", "i2"}
-    assert all(0 < s < 1 for s in doc["scores"].values())
+    assert doc["version"] == 2 and len(doc["scores"]) == 2
+    assert all(0 < s < 1 for s in doc["scores"])
+
+
+@pytest.fixture(scope="module")
+def promoted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("promoted")
+    trained_snapshots(root, count=1).promote(1)
+    return root
+
+
+def test_score_json_gives_every_candidate_in_order_as_post_score_does(promoted: Path) -> None:
+    """``--items 1,1,1:Comedy --json`` printed {"scores": {"1": ...}}: one score of three,
+    labelled by item id. It is a list in candidate order, as POST /score answers.
+    """
+    args = ["score", "--user", "u1", "--no-store", "--snapshot-dir", str(promoted), "--json"]
+    result = CliRunner().invoke(app, [*args, "--items", "1,1,1:Comedy,2"])
+    assert result.exit_code == 0, result.output
+    scores = orjson.loads(result.stdout)["scores"]
+    assert isinstance(scores, list) and len(scores) == 4 and scores[0] == scores[1]
+    alone = orjson.loads(CliRunner().invoke(app, [*args, "--items", "2"]).stdout)["scores"]
+    assert alone == [scores[3]]
+
+
+@pytest.mark.parametrize(("option", "value", "why"), [
+    ("--items", "", "'items' must be a non-empty list"),
+    ("--items", " ", "must be a non-empty list"),
+    ("--items", ":Comedy", "field 'item' must have 1..128 characters"),
+    ("--items", "1,,2", "an item is a non-empty string"),
+    ("--items", "x" * 300, "1..128"),
+    ("--items", "a\x07b", "control characters"),
+    ("--user", "", "user"),
+    ("--user", "u" * 300, "1..128"),
+    ("--user", "u\nv", "control characters"),
+])
+def test_score_refuses_the_ids_post_score_refuses_in_one_line(
+    promoted: Path, option: str, value: str, why: str
+) -> None:
+    args = {"--user": "u1", "--items": "1,2"} | {option: value}
+    result = CliRunner().invoke(app, ["score", *(x for kv in args.items() for x in kv), "--no-store",
+                                      "--snapshot-dir", str(promoted)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"error: {option}:") and why in result.output, result.output
+    assert "Traceback" not in result.output and "version v0" not in result.output

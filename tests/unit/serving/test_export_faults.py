@@ -1,16 +1,19 @@
 """A served version's export damaged, truncated or never written: verify says so, promote and
 rollback refuse it (or build a missing one first), a server starting on it falls back to the
-newest promoted version that loads, and a repeated load failure is logged once and counted.
+first version that loads in rollback order, and a repeated load failure is logged once and counted.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -19,7 +22,7 @@ from typer.testing import CliRunner, Result
 from streamrec.cli import app
 from streamrec.errors import InvalidSnapshot, SnapshotError
 from streamrec.serving.export import export_dir
-from streamrec.serving.scorer import Scorer
+from streamrec.serving.scorer import ExportedModel, Scorer
 from streamrec.snapshots.store import SnapshotStore
 from tests.support import trained_snapshots
 
@@ -125,7 +128,7 @@ def test_promote_builds_the_export_a_kill_mid_export_left_missing(store: Snapsho
     assert "export ok" in snapshot(store.root, "verify", "3").output
 
 
-def test_a_server_starting_on_a_damaged_current_serves_the_newest_promoted_version_that_loads(
+def test_a_server_starting_on_a_damaged_current_serves_the_version_a_rollback_would_take(
     store: SnapshotStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     store.promote(1)
@@ -138,6 +141,24 @@ def test_a_server_starting_on_a_damaged_current_serves_the_newest_promoted_versi
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert any("cannot serve v000003, serving version=v000002" in r.getMessage() for r in warnings)
     assert scorer.load_failures == 1
+
+
+def test_a_server_falls_back_along_the_rollback_order_never_to_a_version_rolled_back_from(
+    store: SnapshotStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Promote 3, roll back ("3 is bad") to 2, then 2's export damaged: a fresh server served
+    3, the newest promoted version, the one just rejected. It takes the one a rollback would.
+    """
+    for version in (1, 2, 3):
+        store.promote(version)
+    store.rollback(reason="v3 is bad")
+    damage(store.root, 2, "truncated")
+    with caplog.at_level(logging.WARNING, logger="streamrec.serving.scorer"):
+        scorer = Scorer(store.root)
+    assert scorer.version == 1 and scorer.current == 2
+    assert "cannot serve v000002, serving version=v000001" in caplog.text
+    store.serving.current_path.write_text("garbage\n")  # unreadable: 2 (damaged), then 1, never 3
+    assert Scorer(store.root).version == 1
 
 
 def test_a_server_starting_on_an_unreadable_current_falls_back_too(store: SnapshotStore) -> None:
@@ -171,3 +192,71 @@ def test_a_repeated_load_failure_is_logged_once_and_counted(
     assert scorer.version == 1 and scorer.current == 2 and not scorer.serves_current
     snapshot(store.root, "export", "2", "--rebuild")
     assert scorer.refresh() and scorer.version == 2 and scorer.serves_current
+
+
+# --- a contract edited and its export resealed: every checksum holds, the content does not ---
+
+
+def edit_contract(root: Path, version: int, edit: Callable[[dict[str, Any]], object]) -> Path:
+    """Change an export's contract.json, then reseal its manifest as an operator 'fixing' it would."""
+    path = export_dir(root, version)
+    contract = orjson.loads((path / "contract.json").read_bytes())
+    edit(contract)
+    (path / "contract.json").write_bytes(orjson.dumps(contract))
+    manifest = orjson.loads((path / "manifest.json").read_bytes())
+    manifest["files"] = {n: hashlib.sha256((path / n).read_bytes()).hexdigest() for n in manifest["files"]}
+    raw = orjson.dumps(manifest)
+    (path / "manifest.json").write_bytes(raw)
+    (path / "manifest.sha256").write_text(f"{hashlib.sha256(raw).hexdigest()}  manifest.json\n")
+    return path / "contract.json"
+
+
+def _rename_keys(c: dict[str, Any]) -> None:
+    c["tables"][0]["keys"] = "ids/gone.keys.npy"
+
+
+EDITS: dict[str, Callable[[dict[str, Any]], object]] = {
+    "a keys file that is not there": _rename_keys,
+    "sequence_length fifty": lambda c: c.update(sequence_length="fifty"),
+    "no tables": lambda c: c.pop("tables"),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS.values(), ids=EDITS.keys())
+def test_a_resealed_contract_that_does_not_load_fails_verify_and_promote_and_is_fallen_back_from(
+    store: SnapshotStore, edit: Callable[[dict[str, Any]], object], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An edited contract.json with its manifest resealed (or an export another release wrote):
+    verify said ok, promote took it, a fresh server exited 1 with a traceback and a running
+    one logged a traceback at every poll, uncounted. It is a damaged export like any other.
+    """
+    store.promote(1)
+    contract = edit_contract(store.root, 2, edit)
+    with pytest.raises(InvalidSnapshot, match="contract.json"):
+        ExportedModel(export_dir(store.root, 2))
+    scorer = Scorer(store.root)
+    store.serving.point(2)  # as a promotion from before this check did
+    with caplog.at_level(logging.INFO, logger="streamrec.serving.scorer"):
+        for _ in range(3):
+            assert not scorer.refresh()
+    assert scorer.load_failures == 3 and scorer.version == 1
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "contract.json" in errors[0].getMessage() and not errors[0].exc_info
+    assert Scorer(store.root).version == 1  # a fresh server falls back
+    store.serving.point(1)
+    assert str(contract) in snapshot(store.root, "verify", "2", code=1).output.replace("\n", "")
+    assert "contract.json" in snapshot(store.root, "promote", "2", code=1).output
+    assert store.current() == 1
+
+
+@pytest.mark.parametrize("edit", [
+    lambda c: c["tables"][1].update(rows="many"),
+    lambda c: c["model"].update(embedding_dim="wide"),
+    lambda c: c["tables"][0].update(key_rows=None),
+])
+def test_any_content_error_of_a_contract_is_one_invalid_snapshot_naming_it(
+    store: SnapshotStore, edit: Callable[[dict[str, Any]], object]
+) -> None:
+    edit_contract(store.root, 2, edit)
+    with pytest.raises(SnapshotError, match="contract.json"):
+        ExportedModel(export_dir(store.root, 2))

@@ -225,3 +225,30 @@ def test_ranks_judge_by_the_groups_scores_each_scored_by_the_served_version_on_i
     own = judge(labels[:100], probs[:100], served[0], 0.002, 1.01)[2]  # rank 0's own: other figures
     assert own["auc"] != judged.auc
     assert store.current() == (2 if passed else 1)
+
+
+def test_an_unreadable_pointer_stops_no_learner_and_a_promotion_repairs_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A garbage CURRENT made the learner's path raise (prune after a snapshot, the gate's
+    on_snapshot, due and resume). It is logged once; the gate judges and promotes nothing
+    until an operator promotes a version; under promote=always the next promotion repairs it.
+    """
+    learner, store, promoter = two_versions(tmp_path)
+    (tmp_path / "serving" / "CURRENT").write_text("garbage\n")
+    cfg = config()
+    with caplog.at_level(logging.WARNING, logger="streamrec.serving.gate"):
+        learner.learn_many(window(200, 3, 3))
+        manifest = store.write(
+            group_state(learner.state_arrays()), micro_batches=3, samples_trained=0, positions=(),
+            config={"model": cfg.model_dump(mode="json")},
+        )
+        assert store.prune(1) == [2]  # the learner's retention after a snapshot: 1 promoted, 3 newest
+        promoter.on_snapshot(manifest)
+        batch = window(200, 9, 9)
+        assert promoter.on_scored(batch, learner.predict_many(batch)) is None
+        promoter.resume(manifest)
+    assert caplog.text.count("names no version") == 1, caplog.text
+    assert (tmp_path / "serving" / "CURRENT").read_text() == "garbage\n"  # the gate held
+    Promoter(store, LearnerConfig(promote="always")).on_snapshot(manifest)
+    assert store.current() == 3

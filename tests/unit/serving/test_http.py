@@ -4,6 +4,7 @@ rollbacks under load without one failed request.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -208,3 +209,46 @@ def test_a_slow_scrape_leaves_the_event_loop_free(tmp_path: Path) -> None:
         waited = time.perf_counter() - start
         scrape.join(10)
     assert waited < 0.5, f"the probe and the request waited {waited:.2f} s for the scrape"
+
+
+def test_a_feature_store_outage_answers_503_with_retry_after_and_logs_a_line_now_and_then(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`serve --redis-url redis://127.0.0.1:1/0`: every request logged an ERROR line and its
+    503 had no Retry-After, where a shed request's has one.
+    """
+    from starlette.testclient import TestClient
+
+    store = trained_snapshots(tmp_path, count=1)
+    store.promote(1)
+
+    def down(user: str) -> list[tuple[str, str]]:
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
+
+    with TestClient(build_app(Scorer(tmp_path), down)) as client, caplog.at_level(logging.ERROR):
+        for _ in range(20):
+            response = client.post("/score", json={"user": "u1", "items": ["i1"]})
+            assert response.status_code == 503 and response.headers["retry-after"] == "1"
+            assert "Connection refused" in response.json()["error"]
+        metrics = client.get("/metrics").text
+    lines = [r.getMessage() for r in caplog.records if "score request failed" in r.getMessage()]
+    assert len(lines) == 1 and "Connection refused" in lines[0], lines
+    assert 'streamrec_serving_requests_total{status="503"} 20.0' in metrics
+
+
+def test_the_failure_log_repeats_an_error_once_a_period_with_the_count_and_a_new_one_at_once() -> None:
+    from streamrec.serving.failures import FailureLog
+
+    now = [0.0]
+    logged: list[str] = []
+
+    class Capture(logging.Logger):
+        def error(self, msg: object, *args: object, **kwargs: object) -> None:
+            logged.append(str(msg) % args)
+
+    log = FailureLog(Capture("x"), every_s=60, clock=lambda: now[0])
+    for t in (0, 1, 2, 61, 62):
+        now[0] = t
+        log.failed(ConnectionError("down"))
+    log.failed(TimeoutError("slow"))
+    assert len(logged) == 3 and "2 more failed" in logged[1] and "slow" in logged[2]

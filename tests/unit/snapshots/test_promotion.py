@@ -133,10 +133,24 @@ def test_an_unreadable_pointer_is_an_error_until_a_promotion_repairs_it(tmp_path
     (tmp_path / "serving" / "CURRENT").write_text("garbage\n")
     with pytest.raises(SnapshotError, match="names no version"):
         store.current()
-    with pytest.raises(SnapshotError, match="names no version"):
-        store.prune(1)  # what serving uses is unknown: delete nothing
     store.promote(1)
     assert store.current() == 1
+
+
+def test_an_unreadable_pointer_stops_no_prune_which_keeps_every_version_the_history_names(
+    tmp_path: Path,
+) -> None:
+    """A garbage CURRENT made the learner's prune after each snapshot raise, stopping it. The
+    history is written before the pointer moves, so it names every version serving could load.
+    """
+    store = SnapshotStore(tmp_path)
+    for _ in range(5):
+        write(store)
+    store.promote(2)
+    (tmp_path / "serving" / "CURRENT").write_text("garbage\n")
+    assert store.promoted() == [2]
+    assert store.prune(1) == [1, 3, 4]
+    assert store.versions() == [2, 5]
 
 
 def test_pointer_updates_wait_for_each_other_not_for_the_learner(tmp_path: Path) -> None:
@@ -267,3 +281,49 @@ def test_a_missing_export_is_built_first_or_refused(tmp_path: Path) -> None:
     assert store.current() == 2
     store.promote(1, build_export=lambda _: None)  # nothing to export: a store without a model
     assert store.current() == 1
+
+
+def test_list_and_show_work_with_an_unreadable_pointer_and_warn_about_it(tmp_path: Path) -> None:
+    """A garbage CURRENT made `snapshot list` and `show` exit 1: an operator could not list the
+    versions to choose one to promote.
+    """
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+
+    store = SnapshotStore(tmp_path)
+    write(store)
+    write(store)
+    store.promote(1)
+    (tmp_path / "serving" / "CURRENT").write_text("garbage\n")
+    runner = CliRunner()
+    listed = runner.invoke(app, ["snapshot", "list", "--snapshot-dir", str(tmp_path)])
+    assert listed.exit_code == 0, listed.output
+    assert "v000001" in listed.stdout and "v000002" in listed.stdout and "promoted" in listed.stdout
+    assert "warning:" in listed.stderr and "names no version ('garbage')" in listed.stderr
+    as_json = runner.invoke(app, ["snapshot", "list", "--json", "--snapshot-dir", str(tmp_path)])
+    doc = orjson.loads(as_json.stdout)
+    assert doc["current"] is None and "names no version" in doc["pointer_problem"]
+    shown = runner.invoke(app, ["snapshot", "show", "2", "--snapshot-dir", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
+    assert "v000002" in shown.stdout and "names no version" in shown.stderr
+
+
+def test_a_mistyped_snapshot_dir_is_an_error_and_nothing_is_created_under_it(tmp_path: Path) -> None:
+    """`snapshot verify --snapshot-dir /nope` said "no snapshots", exit 0; rollback and prune
+    created /nope/serving/.lock.
+    """
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+
+    missing = tmp_path / "nope"
+    store = SnapshotStore(missing)
+    for act in (store.rollback, lambda: store.prune(1), lambda: store.promote(1)):
+        with pytest.raises(SnapshotError, match="no snapshot directory"):
+            act()
+    assert not missing.exists()
+    for args in (["verify"], ["rollback"], ["prune", "--keep", "1"]):
+        result = CliRunner().invoke(app, ["snapshot", *args, "--snapshot-dir", str(missing)])
+        assert result.exit_code == 1 and "no snapshot directory" in result.output, result.output
+    assert not missing.exists()
