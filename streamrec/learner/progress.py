@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from confluent_kafka import KafkaException, TopicPartition
 
 from streamrec.config import StreamrecConfig
-from streamrec.errors import SamplesExpired, SamplesTopicRecreated
+from streamrec.errors import SamplesExpired, SamplesTopicRecreated, SnapshotError
 from streamrec.features.schema import FeatureSchema
 from streamrec.kafka.records import Partition, Position
 from streamrec.kafka.source import RecordSource
@@ -233,7 +233,10 @@ class RunnerProgress:
             self.snapshots.path(manifest.version),
         )
         if self._cfg.learner.keep_snapshots:
-            self.snapshots.prune(self._cfg.learner.keep_snapshots)
+            try:
+                self.snapshots.prune(self._cfg.learner.keep_snapshots)
+            except (SnapshotError, OSError) as exc:  # housekeeping: the snapshot is durable
+                logger.error("snapshot retention failed, tried again after the next snapshot error=%s", exc)
         if self._on_snapshot is not None:
             self._on_snapshot(manifest)
         return manifest
