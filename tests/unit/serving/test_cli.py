@@ -60,10 +60,10 @@ def test_score_json_gives_every_candidate_in_order_as_post_score_does(promoted: 
     ("--items", ":Comedy", "field 'item' must have 1..128 characters"),
     ("--items", "1,,2", "an item is a non-empty string"),
     ("--items", "x" * 300, "1..128"),
-    ("--items", "a\x07b", "control characters"),
+    ("--items", "a\x07b", "not printable"),
     ("--user", "", "user"),
     ("--user", "u" * 300, "1..128"),
-    ("--user", "u\nv", "control characters"),
+    ("--user", "u\nv", "not printable"),
 ])
 def test_score_refuses_the_ids_post_score_refuses_in_one_line(
     promoted: Path, option: str, value: str, why: str
