@@ -347,6 +347,7 @@ def build_app(
 async def _follow_pointer(scorer: Scorer, poll_s: float, metrics: ServingMetrics) -> None:
     """Swap in each newly promoted version, loading it off the event loop."""
     counted = 0  # the scorer's load failures already in the metric
+    failures = FailureLog(logger, "serving pointer check failed", "the version served is kept")
     while True:
         await asyncio.sleep(poll_s)
         try:
@@ -357,8 +358,8 @@ async def _follow_pointer(scorer: Scorer, poll_s: float, metrics: ServingMetrics
                     metrics.freshness.observe_load(scorer.loaded)
             metrics.load_failures.inc(scorer.load_failures - counted)
             counted = scorer.load_failures
-        except Exception:  # never let the watcher die: the service keeps the version it has
-            logger.exception("serving pointer check failed")
+        except Exception as exc:  # never let the watcher die: the service keeps the version it has
+            failures.failed(exc)
 
 
 def record_served(clicks: ClickJoin, plan: TrafficPlan, request_id: str, arm: str, version: int) -> None:

@@ -252,3 +252,32 @@ def test_the_failure_log_repeats_an_error_once_a_period_with_the_count_and_a_new
         log.failed(ConnectionError("down"))
     log.failed(TimeoutError("slow"))
     assert len(logged) == 3 and "2 more failed" in logged[1] and "slow" in logged[2]
+
+
+def test_a_pointer_check_that_keeps_failing_logs_a_line_now_and_then_not_a_traceback_a_poll(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by a tour (read from the code): an error the scorer does not expect while it
+    follows the pointer (an engine failing on a well-formed export, say) logged a whole
+    traceback at every poll.
+    """
+    from starlette.testclient import TestClient
+
+    store = trained_snapshots(tmp_path, count=1)
+    store.promote(1)
+    scorer = Scorer(tmp_path)
+    calls = []
+
+    def broken() -> bool:
+        calls.append(1)
+        raise RuntimeError("the engine failed")
+
+    scorer.refresh = broken  # type: ignore[method-assign]
+    app = build_app(scorer, no_history, ServingConfig(poll_s=0.01))
+    with caplog.at_level(logging.ERROR), TestClient(app):
+        deadline = time.monotonic() + 10
+        while len(calls) < 20 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert len(calls) >= 20
+    lines = [r for r in caplog.records if "pointer check failed" in r.getMessage()]
+    assert len(lines) == 1 and "the engine failed" in lines[0].getMessage(), [r.getMessage() for r in lines]
