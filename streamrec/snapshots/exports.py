@@ -68,7 +68,9 @@ _CONTRACT_FIELDS = {"version": int, "sequence_length": int, "user_buckets": int,
 def contract_problem(contract: Path, files: Mapping[str, str]) -> str | None:
     """Why an export's ``contract.json`` cannot be served from (its shape, not its meaning), or None.
 
-    ``files`` are the export's files: an id table the contract names must be one of them.
+    Every contract is a JSON object; one that declares ``inputs`` (the table models' form, which
+    `streamrec serve` scores) has the fields serving reads first, and ``files`` (the export's)
+    hold every id table it names. A learner that exports itself may state another form.
     """
     try:
         doc = orjson.loads(contract.read_bytes())
@@ -76,6 +78,8 @@ def contract_problem(contract: Path, files: Mapping[str, str]) -> str | None:
         return f"is unreadable or not JSON: {exc}"
     if not isinstance(doc, dict):
         return "is not a JSON object"
+    if "inputs" not in doc:  # a learner's own contract: scored as it says (`streamrec serve` refuses it)
+        return None
     for key, kind in _CONTRACT_FIELDS.items():
         value = doc.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):

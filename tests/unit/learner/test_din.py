@@ -16,7 +16,7 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from streamrec.config import ModelConfig
-from streamrec.errors import SnapshotError
+from streamrec.errors import ConfigError, SnapshotError
 from streamrec.learner import din as din_module
 from streamrec.learner.columns import EncodedColumns, SampleColumns, encode
 from streamrec.learner.din import OPTIMIZER_PREFIX, DINLearner, resolve_device
@@ -264,10 +264,12 @@ def test_items_become_known_once_learnt() -> None:
 
 def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_device("cpu") == "cpu"
-    assert resolve_device("gpu:1") == "gpu:1"
     monkeypatch.setattr(din_module.paddle.device, "is_compiled_with_cuda", lambda: False)
     assert resolve_device("auto") == "cpu"
+    with pytest.raises(ConfigError, match="STREAMREC_MODEL__DEVICE=gpu:1: this Paddle is built without CUDA"):
+        resolve_device("gpu:1")
     monkeypatch.setattr(din_module.paddle.device, "is_compiled_with_cuda", lambda: True)
+    assert resolve_device("gpu:1") == "gpu:1"
     monkeypatch.setattr(din_module.paddle.device.cuda, "device_count", lambda: 1)
     assert resolve_device("auto") == "gpu:0"
     monkeypatch.setattr(din_module.paddle.device.cuda, "device_count", lambda: 0)
