@@ -141,17 +141,13 @@ class FeatureSchema:
         """
         self.features: tuple[FeatureSpec, ...] = tuple(features)
         self._by_name = {f.name: f for f in self.features}
-        builtin = "item and category, of the fields item_id and category_id, are built in"
         names = [f.name for f in self.features]
-        if len(self._by_name) != len(self.features):
-            twice = sorted({n for n in names if names.count(n) > 1})
-            raise ValueError(f"two features share the name {twice[0]!r}: give each its own; {builtin}")
+        if len(self._by_name) != len(names):
+            raise ValueError(f"two features share the name {_twice(names)!r}: give each its own; {_BUILT_IN}")
         sources = [f.source for f in self.features]
         if len(set(sources)) != len(sources):
-            twice = sorted({s for s in sources if sources.count(s) > 1})
-            raise ValueError(
-                f"two features read the event field {twice[0]!r}: give each its own; {builtin}"
-            )
+            twice = _twice(sources)
+            raise ValueError(f"two features read the event field {twice!r}: give each its own; {_BUILT_IN}")
 
     @classmethod
     def of(cls, declared: Iterable[FeatureSpec]) -> FeatureSchema:
@@ -325,6 +321,14 @@ def _id(raw: object, where: str) -> str:
     if not text.isprintable():
         raise InvalidEvent(unprintable(where, text))
     return text
+
+
+_BUILT_IN = "item and category, of the fields item_id and category_id, are built in"
+
+
+def _twice(values: list[str]) -> str:
+    """The first of ``values`` that comes twice."""
+    return next(v for k, v in enumerate(values) if v in values[:k])
 
 
 def unprintable(what: str, text: str) -> str:
