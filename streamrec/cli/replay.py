@@ -125,7 +125,7 @@ def backtest(
             intervals: list[int | None] = [parse_duration(i) for i in _csv(sweep_intervals)]
             intervals = intervals or [cfg.interval_ms]
             lrs, passes = _numbers(sweep_lrs, "--sweep-lrs"), _numbers(sweep_passes, "--sweep-passes", int)
-            bt.check_sweep(cfg, intervals, lrs, passes)
+            bt.check_sweep(cfg, intervals, lrs, passes)  # as sweep() does, but before the progress display
         with _progress() as on_progress:
             if sweep:
                 rows = bt.sweep(cfg, intervals, lrs, passes, on_progress)
