@@ -182,14 +182,15 @@ LONG = "7" * 200  # an id over the contract's 128 characters
         ("UserBehavior.csv", GOOD_TAOBAO + "1,2,3,pv,-5\n", r"UserBehavior.csv:2: .*'ts'"),
         # nanoseconds: past the year 9999 once made milliseconds
         ("UserBehavior.csv", GOOD_TAOBAO + "1,2,3,pv,1700000000000000000\n", r"UserBehavior.csv:2: .*9999"),
-        ("UserBehavior.csv", GOOD_TAOBAO + "1,2,3,p\x01v,1700000500\n", r"UserBehavior.csv:2: .*'action'.*U\+0001"),
+        ("UserBehavior.csv", GOOD_TAOBAO + "1,2,3,p\x01v,1700000500\n",
+         r"UserBehavior.csv:2: .*'action'.*U\+0001"),
         ("u.data", GOOD_ML100K + "\t242\t3\t881250949\n", r"u.data:2: .*'user_id'"),
         # the event id is user-movie: it is the one first over the limit
         ("u.data", GOOD_ML100K + f"196\t{LONG}\t3\t881250949\n", r"u.data:2: field 'event_id' .*'7777"),
         ("ratings.csv", "userId,movieId,rating,timestamp\n1,,4.0,964982703\n", r"ratings.csv:2: .*'item_id'"),
     ],
-    ids=["taobao-empty-item", "taobao-long-item", "taobao-negative-ts", "taobao-ns-ts", "taobao-control-action", "ml100k-empty-user",
-         "ml100k-long-item", "movielens-empty-movie"],
+    ids=["taobao-empty-item", "taobao-long-item", "taobao-negative-ts", "taobao-ns-ts", "taobao-control",
+         "ml100k-empty-user", "ml100k-long-item", "movielens-empty-movie"],
 )
 def test_a_csv_row_breaking_the_event_contract_stops_the_read_at_its_line(
     tmp_path: Path, name: str, text: str, match: str
