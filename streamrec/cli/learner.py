@@ -25,7 +25,7 @@ from streamrec.cli.options import ConfigFile, LogLevel, setting
 if TYPE_CHECKING:  # Paddle, the Kafka client, pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
     from streamrec.kafka.records import Partition
-    from streamrec.learner.reports import MicroBatchReport
+    from streamrec.learner.reports import LearnerStats, MicroBatchReport
     from streamrec.observability import LearnerMetrics
     from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
@@ -62,6 +62,24 @@ class LearnerStatus:
     def __rich__(self) -> Text:
         """Rendered by the live display at each redraw."""
         return Text(self.line())
+
+
+def trained(stats: LearnerStats) -> str:
+    """What this run trained, with the totals since the first snapshot when it resumed one.
+
+    Examples:
+        >>> from streamrec.learner.reports import LearnerStats
+        >>> trained(LearnerStats(micro_batches=7, samples_trained=23_000, resumed_micro_batches=5,
+        ...                      resumed_samples=20_000))
+        'trained 2 micro-batches, 3,000 samples (7 and 23,000 in all, with the snapshot resumed)'
+    """
+    line = (
+        f"trained {stats.micro_batches - stats.resumed_micro_batches:,} micro-batches, "
+        f"{stats.samples_trained - stats.resumed_samples:,} samples"
+    )
+    if stats.resumed_micro_batches:
+        line += f" ({stats.micro_batches:,} and {stats.samples_trained:,} in all, with the snapshot resumed)"
+    return line
 
 
 def snapshot_bytes(path: Path) -> int | None:
@@ -208,7 +226,6 @@ def run(
                     with live_status(status):
                         stats = runner.run(stop_on_signals())
         console.print(
-            f"trained {stats.micro_batches} micro-batches, {stats.samples_trained} samples; "
-            f"dead-lettered {stats.dead} samples to {cfg.kafka.samples_dlq_topic}; "
+            f"{trained(stats)}; dead-lettered {stats.dead} samples to {cfg.kafka.samples_dlq_topic}; "
             f"{stats.bad_batches} bad micro-batches ({stats.skipped_steps} steps skipped)"
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,7 +90,8 @@ def test_the_version_a_learner_stopped_at_is_judged_when_it_runs_again(
     learn = ["learner", "run", "--interval", "5", "--max-batch", "1000", "--stop-when-idle", "3"]
     streamrec(["produce", str(halves[0])], env)
     streamrec(["consumers", "run", "--stop-when-idle", "3"], env)
-    streamrec([*learn, "--snapshot-every", "1"], env)
+    first = _trained(streamrec([*learn, "--snapshot-every", "1"], env))
+    assert first[2:] == (None, None)  # a first run: nothing resumed, no totals apart
     listing = json.loads(streamrec(["snapshot", "list", "--json"], env))
     versions = [entry["version"] for entry in listing["versions"]]
     assert len(versions) >= 2 and not listing["versions"][-1]["promoted"]  # it waits
@@ -103,6 +105,21 @@ def test_the_version_a_learner_stopped_at_is_judged_when_it_runs_again(
     name = f"v{last:06d}"
     judged = [line for line in proc.stderr.splitlines() if f"version={name}" in line]
     assert any("promoted version" in line or "promotion held" in line for line in judged), proc.stderr
+    # Found from outside: the closing line gave the totals since the first snapshot as this
+    # run's ("trained 5 micro-batches" from a run that trained none).
+    batches, samples, all_batches, all_samples = _trained(proc.stdout)
+    assert (all_batches, all_samples) == (first[0] + batches, first[1] + samples), proc.stdout
+    assert all_samples is not None and 0 < samples < all_samples
+
+
+def _trained(out: str) -> tuple[int, int, int | None, int | None]:
+    """The learner's closing line: this run's micro-batches and samples, and the totals."""
+    match = re.search(
+        r"^trained ([\d,]+) micro-batches, ([\d,]+) samples(?: \(([\d,]+) and ([\d,]+) in all, "
+        r"with the snapshot resumed\))?;", out, re.MULTILINE,
+    )
+    assert match, out
+    return tuple(None if g is None else int(g.replace(",", "")) for g in match.groups())  # type: ignore[return-value]
 
 
 def test_a_generated_feed_log_is_labelled_by_the_join_mode_from_the_command_line(
