@@ -284,6 +284,7 @@ class RankedRunner(LearnerRunner):
             return
         first = not parts.steps  # alike on every rank: the group's layout decides
         batch = SampleColumns.from_samples(intake.samples)
+        self._drift.observe(batch)  # each rank of its own samples
         result = self._run_held(worker.submit(group_step, self.learner, batch, layout))
         judged = self._served_scores(served if first else None, batch, layout.total, worker)
         own = Scored.of(batch, result.probs, result.known, judged)

@@ -44,6 +44,7 @@ from streamrec.kafka.records import Partition, Position
 from streamrec.kafka.source import IdleClock, RecordSource
 from streamrec.learner.base import Learner, PartLearner
 from streamrec.learner.columns import SampleColumns
+from streamrec.learner.drift import FeatureDrift
 from streamrec.learner.intake import DeadLetterWriter, decode
 from streamrec.learner.parts import MicroBatchParts, part_cap
 from streamrec.learner.progress import RunnerProgress
@@ -103,6 +104,7 @@ class LearnerRunner(RunnerProgress, Closing):
         """
         self._cfg = cfg
         self._schema = cfg.feature_schema()
+        self._drift = FeatureDrift(self._schema)  # the features the samples carry against these
         self._on_report = on_report
         self._on_snapshot = on_snapshot
         self._on_scored = on_scored
@@ -310,6 +312,7 @@ class LearnerRunner(RunnerProgress, Closing):
         step = batch = None
         if intake.samples:
             batch = SampleColumns.from_samples(intake.samples)
+            self._drift.observe(batch)
             part = not whole and isinstance(self.learner, PartLearner)
             step = self._run_held(worker.submit(self._step, batch, part))
             parts.open |= part

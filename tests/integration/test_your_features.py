@@ -119,3 +119,42 @@ def _curl(command: str, env: dict[str, str], cwd: Path, port: int) -> str:
         server.wait(timeout=30)
         if server.stdout is not None:
             server.stdout.close()
+
+
+def test_features_declared_to_the_consumers_or_the_learner_alone_are_named(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
+) -> None:
+    """Found from outside: each process reads its own settings, and a feature declared to one and
+    not the other was lost without a word (the learner trained on, every sample at its default,
+    or never trained on what the consumers sent).
+    """
+    page = _blocks("toml")[0]
+    consumers, learner = tmp_path / "consumers", tmp_path / "learner"
+    consumers.mkdir()
+    learner.mkdir()
+    # the consumers declare the page's features; the learner all but dwell_s, and one more
+    (consumers / "streamrec.toml").write_text(page)
+    specs = page.split("[[features]]")
+    kept = [s for s in specs[1:] if 'name = "dwell_s"' not in s]
+    assert len(kept) == len(specs) - 2
+    (learner / "streamrec.toml").write_text(
+        "".join(f"[[features]]{s}" for s in kept) + '\n[[features]]\nname = "shelf"\nrole = "context"\n'
+    )
+    _events(consumers / "events.jsonl", n=1_200)
+    env = {
+        **services_env(kafka_config, store_config, unique_name),
+        "STREAMREC_LEARNER__GROUP_ID": f"l-{unique_name}",
+        "STREAMREC_MODEL__TABLES": json.dumps(small_tables()),
+        "STREAMREC_LEARNER__SNAPSHOT_DIR": str(tmp_path / "snapshots"),
+        "STREAMREC_LEARNER__METRICS_PORT": "0",
+    }
+    _run("streamrec produce events.jsonl", env, consumers)
+    _run("streamrec consumers run --stop-when-idle 3", env, consumers)
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamrec", "learner", "run", "--interval", "5", "--stop-when-idle", "3"],
+        env=env, cwd=learner, capture_output=True, text=True, timeout=180, check=True,
+    )
+    drift = [line for line in proc.stderr.splitlines() if "streamrec.learner.drift" in line]
+    assert len(drift) == 2, proc.stderr
+    assert "'dwell_s'" in drift[0] and "not trained on" in drift[0]
+    assert "'shelf'" in drift[1] and "reads its default" in drift[1]
