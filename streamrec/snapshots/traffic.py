@@ -36,6 +36,7 @@ SERVED = "served"  # the arm of a canary that stays on the served version
 CANARY = "canary"
 _MODE = 0o644  # serving may run as another user
 _SHARE = re.compile(r"^\s*(\d+(?:\.\d{1,2})?)\s*%?\s*$")
+_FINER = re.compile(r"^\s*\d+\.\d{3,}\s*%?\s*$")  # more than two decimals: under a basis point
 _ARM_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")  # a Prometheus label value and a JSON field
 
 
@@ -154,6 +155,8 @@ def parse_share(text: str) -> int:
     """
     match = _SHARE.match(text)
     if match is None:
+        if _FINER.match(text):
+            raise SnapshotError(f"share {text!r} has more than two decimals: shares go in steps of 0.01%")
         raise SnapshotError(f"share {text!r} is not a percentage such as 5% or 0.5%")
     whole, _, frac = match.group(1).partition(".")
     share = int(whole) * 100 + int((frac + "00")[:2])

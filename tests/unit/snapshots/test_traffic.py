@@ -53,6 +53,13 @@ def test_bad_shares_are_one_clear_line(text: str) -> None:
     assert "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("text", ["5.001%", "0.0001%"])
+def test_a_share_finer_than_a_basis_point_is_refused_as_such(text: str) -> None:
+    # it is a percentage: the error said it was not one
+    with pytest.raises(SnapshotError, match=r"more than two decimals: shares go in steps of 0\.01%"):
+        parse_share(text)
+
+
 def test_shares_must_sum_to_100_percent() -> None:
     with pytest.raises(SnapshotError, match=r"shares must sum to 100%, not 50.00% \+ 40.00% = 90.00%"):
         TrafficPlan("ab", "x", (Arm("a", 1, 5000), Arm("b", 2, 4000)))
