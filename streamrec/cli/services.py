@@ -63,9 +63,11 @@ def up(
 
     with cli_errors():
         cfg = _config(host, kafka_port, redis_port, state_dir, log_level, config_file, data_dir)
-        _out.print(_table(services.up(cfg)))
-        kept = f"in {cfg.data_dir} (append-only file)" if cfg.data_dir else "nothing (no --data-dir)"
-        _out.print(f"Redis keeps {kept}; the broker keeps nothing once stopped.")
+        rows = services.up(cfg)
+        _out.print(_table(rows))
+        kept = next(row.data_dir for row in rows if row.name == "redis")  # as it runs
+        keeps = f"in {kept} (append-only file)" if kept else "nothing (no --data-dir)"
+        _out.print(f"Redis keeps {keeps}; the broker keeps nothing once stopped.")
 
 
 def down(

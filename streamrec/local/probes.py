@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import redis
 from confluent_kafka import KafkaException
@@ -43,6 +44,23 @@ def redis_healthy(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> b
         return bool(client.ping())
     except redis.RedisError:
         return False
+    finally:
+        client.close()
+
+
+def redis_keeps(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> Path | None:
+    """Where a Redis on ``host:port`` keeps its append-only file; None when it keeps nothing.
+
+    Raises:
+        redis.RedisError: it did not answer.
+    """
+    client = redis.Redis(
+        host=host, port=port, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0), decode_responses=True,
+    )
+    try:
+        settings = client.config_get("appendonly") | client.config_get("dir")
+        return Path(str(settings["dir"])) if settings.get("appendonly") == "yes" else None
     finally:
         client.close()
 

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from redis import RedisError
+
 from streamrec.config import ServicesConfig
 from streamrec.errors import ServiceError
 from streamrec.fileio import write_atomic
 from streamrec.local.launch import KAFKA, REDIS, ServiceSpec, start_broker, start_redis
 from streamrec.local.ports import address, ensure_port_free, tcp_reachable
-from streamrec.local.probes import HEALTH, PROBE_TIMEOUT_S
+from streamrec.local.probes import HEALTH, PROBE_TIMEOUT_S, redis_keeps
 from streamrec.local.processes import ManagedProcess, pid_matches, read_pid, stop_pid, write_pid
 
 logger = logging.getLogger(__name__)
@@ -48,6 +50,8 @@ class ServiceStatus:
     address: str
     pid: int | None
     state: ServiceState
+    # Redis's: where it keeps its append-only file (None: it keeps nothing), as it runs
+    data_dir: Path | None = None
 
 
 def _port(cfg: ServicesConfig, spec: ServiceSpec) -> int:
@@ -97,12 +101,18 @@ def _status(cfg: ServicesConfig, spec: ServiceSpec) -> ServiceStatus:
     """Ours (by its pid file) on the address it was started on; else whatever is on the configured one."""
     pid = _live_pid(cfg, spec)
     host, port = _address_of(cfg, spec, pid)
+    kept = None
     if pid is not None:
         healthy = HEALTH[spec.name](host, port, PROBE_TIMEOUT_S)
         state = ServiceState.RUNNING if healthy else ServiceState.UNHEALTHY
+        if healthy and spec is REDIS:
+            try:
+                kept = redis_keeps(host, port)
+            except RedisError:
+                state = ServiceState.UNHEALTHY
     else:
         state = ServiceState.EXTERNAL if tcp_reachable(host, port) else ServiceState.STOPPED
-    return ServiceStatus(spec.name, address(host, port), pid, state)
+    return ServiceStatus(spec.name, address(host, port), pid, state, kept)
 
 
 def _start(spec: ServiceSpec, cfg: ServicesConfig) -> ManagedProcess:
@@ -135,6 +145,8 @@ def up(cfg: ServicesConfig) -> list[ServiceStatus]:
                 f"{spec.name} (pid {st.pid} in {_pid_file(cfg, spec)}) runs but does not answer "
                 f"on {st.address}; run `streamrec down` first"
             )
+        if spec is REDIS and st.state is ServiceState.RUNNING:
+            _check_keeps(cfg, st)
         if st.state is not ServiceState.RUNNING:
             ensure_port_free(
                 cfg.host,
@@ -155,13 +167,30 @@ def up(cfg: ServicesConfig) -> list[ServiceStatus]:
             write_atomic(_address_file(cfg, spec), f"{cfg.host} {_port(cfg, spec)}\n".encode())
             write_pid(_pid_file(cfg, spec), proc.pid)
             started.append((spec, proc))
-            result.append(ServiceStatus(spec.name, st.address, proc.pid, ServiceState.STARTED))
+            kept = cfg.data_dir.resolve() if spec is REDIS and cfg.data_dir is not None else None
+            result.append(ServiceStatus(spec.name, st.address, proc.pid, ServiceState.STARTED, kept))
     except BaseException:  # an interrupted or failed up leaves nothing behind
         for spec, proc in started:
             proc.stop()
             _forget(cfg, spec)
         raise
     return result
+
+
+def _check_keeps(cfg: ServicesConfig, running: ServiceStatus) -> None:
+    """Refuse a ``data_dir`` other than the one the ``running`` Redis keeps in.
+
+    Raises:
+        ServiceError: it keeps nothing, or keeps elsewhere (``up`` would have said it keeps there).
+    """
+    kept = running.data_dir
+    if cfg.data_dir is None or cfg.data_dir.resolve() == kept:
+        return
+    keeps = "nothing" if kept is None else f"in {kept}"
+    raise ServiceError(
+        f"redis already runs (pid {running.pid}) on {running.address} keeping {keeps}, not in "
+        f"{cfg.data_dir}: run `streamrec down` first, then `streamrec up --data-dir {cfg.data_dir}`"
+    )
 
 
 def down(cfg: ServicesConfig, *, timeout_s: float = 10.0) -> list[ServiceStatus]:

@@ -80,3 +80,33 @@ def test_status_up_and_down_find_the_services_on_the_ports_up_started_them_on(tm
     assert result.exit_code == 0 and result.stdout.count("stopped") == 2, result.output
     assert all(a in result.stdout for a in addresses), result.stdout
     assert not list(tmp_path.glob("*.pid")) and not list(tmp_path.glob("*.address"))
+
+
+def test_up_again_says_what_the_running_redis_keeps_and_refuses_another_data_dir(tmp_path: Path) -> None:
+    """Found from outside: ``up --data-dir D`` with a Redis already up keeping nothing said
+    "Redis keeps in D (append-only file)", exit 0, and kept nothing.
+    """
+    kafka_port, redis_port = free_ports("127.0.0.1", 2)
+    flags = ["--kafka-port", str(kafka_port), "--redis-port", str(redis_port), "--state-dir", str(tmp_path)]
+    kept = tmp_path / "kept"
+    runner, app = CliRunner(), _app()
+    try:
+        result = runner.invoke(app, ["up", *flags])
+        assert result.exit_code == 0 and "Redis keeps nothing" in result.stdout, result.output
+        result = runner.invoke(app, ["up", *flags, "--data-dir", str(kept)])
+        assert result.exit_code == 1, result.output
+        assert result.stderr.startswith("error: redis already runs") and "keeping nothing" in result.stderr
+        assert "streamrec down" in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+        assert not kept.exists()
+        runner.invoke(app, ["down", *flags])
+        result = runner.invoke(app, ["up", *flags, "--data-dir", str(kept)])
+        assert result.exit_code == 0 and f"Redis keeps in {kept}" in result.stdout, result.output
+        # run again without the flag, or with the same directory: it says what the running one keeps
+        for again in ([], ["--data-dir", str(kept)]):
+            result = runner.invoke(app, ["up", *flags, *again])
+            assert result.exit_code == 0 and "running" in result.stdout, result.output
+            assert f"Redis keeps in {kept}" in result.stdout, result.output
+        result = runner.invoke(app, ["up", *flags, "--data-dir", str(tmp_path / "other")])
+        assert result.exit_code == 1 and f"keeping in {kept}" in result.stderr, result.output
+    finally:
+        runner.invoke(app, ["down", *flags])
