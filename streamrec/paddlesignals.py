@@ -95,7 +95,12 @@ def before_paddle() -> None:
     """What each process streamrec starts does before Paddle's first import.
 
     The stop handlers kept (`keep_stop_signals_from_paddle`), and Paddle's import-time warning
-    that ccache is missing silenced: it only matters for building C++ extensions.
+    that ccache is missing silenced (`quiet_paddle_import`).
     """
-    warnings.filterwarnings("ignore", message="No ccache found")
+    quiet_paddle_import()
     keep_stop_signals_from_paddle()
+
+
+def quiet_paddle_import() -> None:
+    """Silence Paddle's import-time warning that ccache is missing (it only builds C++ extensions)."""
+    warnings.filterwarnings("ignore", message="No ccache found")

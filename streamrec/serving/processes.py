@@ -26,7 +26,7 @@ import orjson
 
 from streamrec.errors import ConfigError
 from streamrec.orphans import end_with_parent
-from streamrec.paddlesignals import stop_signals_kept
+from streamrec.paddlesignals import quiet_paddle_import, stop_signals_kept
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -111,6 +111,7 @@ def load_engines() -> None:
     Paddle's own SIGTERM handler would abort the process, where uvicorn's answers the requests
     held and closes (`streamrec.paddlesignals`). Later calls import nothing and change nothing.
     """
+    quiet_paddle_import()  # a server process is spawned: the command's filters are not its own
     with stop_signals_kept():
         import streamrec.serving.scorer  # noqa: F401  (Paddle is imported with it)
 
