@@ -311,7 +311,8 @@ def test_list_and_show_work_with_an_unreadable_pointer_and_warn_about_it(tmp_pat
 
 def test_a_mistyped_snapshot_dir_is_an_error_and_nothing_is_created_under_it(tmp_path: Path) -> None:
     """`snapshot verify --snapshot-dir /nope` said "no snapshots", exit 0; rollback and prune
-    created /nope/serving/.lock.
+    created /nope/serving/.lock. `list` then still said "no snapshots", exit 0, `show 1` that
+    /nope/v000001/manifest.json is missing, and `create` made /nope/.requests and waited a minute.
     """
     from typer.testing import CliRunner
 
@@ -323,7 +324,12 @@ def test_a_mistyped_snapshot_dir_is_an_error_and_nothing_is_created_under_it(tmp
         with pytest.raises(SnapshotError, match="no snapshot directory"):
             act()
     assert not missing.exists()
-    for args in (["verify"], ["rollback"], ["prune", "--keep", "1"]):
+    commands = [
+        ["verify"], ["rollback"], ["prune", "--keep", "1"], ["list"], ["list", "--json"], ["show", "1"],
+        ["show", "latest"], ["diff", "1", "2"], ["export", "1"], ["materialize", "1", str(tmp_path / "out")],
+        ["create", "--timeout", "0"], ["canary", "1", "--share", "5%"], ["ab", "1=50%", "2=50%"],
+    ]
+    for args in commands:
         result = CliRunner().invoke(app, ["snapshot", *args, "--snapshot-dir", str(missing)])
         assert result.exit_code == 1 and "no snapshot directory" in result.output, result.output
     assert not missing.exists()
