@@ -219,6 +219,9 @@ EDITS: dict[str, Callable[[dict[str, Any]], object]] = {
     "a keys file that is not there": _rename_keys,
     "sequence_length fifty": lambda c: c.update(sequence_length="fifty"),
     "no tables": lambda c: c.pop("tables"),
+    # verify said ok, promote took it, and each /score failed with KeyError: 'dtype'
+    "an input with no dtype": lambda c: c["inputs"][0].pop("dtype"),
+    "an input of dtype int999": lambda c: c["inputs"][1].update(dtype="int999"),
 }
 
 
