@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from streamrec.cli.common import cli_errors, console
-from streamrec.errors import DatasetError
+from streamrec.errors import ConfigError, DatasetError, FieldError
 
 # ClickStreamSpec's defaults (streamrec.datasets.synthetic imports numpy, so --help does not
 # read them there; tests/unit/cli/test_options.py checks they are the same).
@@ -39,10 +39,13 @@ def generate(
     from streamrec.datasets.synthetic import ClickStreamSpec, generate_rows
 
     with cli_errors():
-        spec = ClickStreamSpec(
-            users=users, items=items, categories=categories, events=events, seed=seed,
-            device_effect=device_effect,
-        )
+        try:
+            spec = ClickStreamSpec(
+                users=users, items=items, categories=categories, events=events, seed=seed,
+                device_effect=device_effect,
+            )
+        except FieldError as exc:  # named by the flag given, not by the spec's field
+            raise ConfigError(exc.naming(lambda field: "--" + field.replace("_", "-"))) from exc
         if feed:
             log = generate_feed(FeedSpec(clicks=spec, seed=seed))
             stream = [(e, log.fields.get(e.event_id, {})) for e in log.events]
