@@ -5,6 +5,8 @@ Each subclass docstring says what the operator should do about it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class StreamrecError(Exception):
     """Base of every streamrec error; the CLI maps it to a one-line message and exit code 1."""
@@ -12,6 +14,27 @@ class StreamrecError(Exception):
 
 class ConfigError(StreamrecError):
     """The configuration is invalid: fix the named setting (flag, STREAMREC_* env var or TOML)."""
+
+
+class FieldError(ConfigError):
+    """A value of a spec (a generated stream's shape) is out of range: change the value named.
+
+    The message names each field as ``<Spec>.<field>``; `naming` says it again with the
+    field named as its caller knows it (a command's flag, a source string's key).
+    """
+
+    def __init__(self, owner: str, say: Callable[[Callable[[str], str]], str]) -> None:
+        """The message ``say`` writes, given how to name a field (here ``owner.<field>``)."""
+        super().__init__(say(lambda field: f"{owner}.{field}"))
+        self._say = say
+
+    def naming(self, name: Callable[[str], str]) -> str:
+        """The message with each field named by ``name``."""
+        return self._say(name)
+
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str]]:
+        """Pickled (out of a process) as the plain `ConfigError` of its message."""
+        return ConfigError, (str(self),)
 
 
 class SchemaChange(ConfigError):

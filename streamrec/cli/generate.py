@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from streamrec.cli.common import cli_errors, console
-from streamrec.errors import DatasetError
+from streamrec.cli.options import output_path
+from streamrec.errors import ConfigError, DatasetError, FieldError
 
 # ClickStreamSpec's defaults (streamrec.datasets.synthetic imports numpy, so --help does not
 # read them there; tests/unit/cli/test_options.py checks they are the same).
@@ -15,7 +14,9 @@ DEFAULTS = {"events": 20_000, "users": 500, "items": 5_000, "categories": 50, "s
 
 
 def generate(
-    out: Path = typer.Argument(..., help="JSONL file to write (the event contract, one per line)"),
+    out: str = typer.Argument(
+        ..., help="JSONL file to write (the event contract, one per line)", show_default=False
+    ),
     events: int = typer.Option(DEFAULTS["events"], help="Events to generate"),
     users: int = typer.Option(DEFAULTS["users"], help="Users"),
     items: int = typer.Option(DEFAULTS["items"], help="Items in the catalogue by the end"),
@@ -39,20 +40,24 @@ def generate(
     from streamrec.datasets.synthetic import ClickStreamSpec, generate_rows
 
     with cli_errors():
-        spec = ClickStreamSpec(
-            users=users, items=items, categories=categories, events=events, seed=seed,
-            device_effect=device_effect,
-        )
+        path = output_path(out, "OUT")
+        try:
+            spec = ClickStreamSpec(
+                users=users, items=items, categories=categories, events=events, seed=seed,
+                device_effect=device_effect,
+            )
+        except FieldError as exc:  # named by the flag given, not by the spec's field
+            raise ConfigError(exc.naming(lambda field: "--" + field.replace("_", "-"))) from exc
         if feed:
             log = generate_feed(FeedSpec(clicks=spec, seed=seed))
             stream = [(e, log.fields.get(e.event_id, {})) for e in log.events]
         else:
             stream = generate_rows(spec)
-        tmp = out.with_name(f".{out.name}.tmp")
+        tmp = path.with_name(f".{path.name}.tmp")
         try:
             tmp.write_bytes(b"".join(wire(e, fields) + b"\n" for e, fields in stream))
-            tmp.replace(out)  # whole or not at all
+            tmp.replace(path)  # whole or not at all
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise DatasetError(f"cannot write {out}: {exc.strerror}") from exc
-        console.print(f"wrote {len(stream)} events to {out}")
+            raise DatasetError(f"cannot write {path}: {exc.strerror}") from exc
+        console.print(f"wrote {len(stream)} events to {path}")

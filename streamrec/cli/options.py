@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import typer
+
+from streamrec.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -187,3 +189,26 @@ def consumer_runner() -> Any:
         "--runner",
         help="native: exactly-once (Kafka transactions); faust: a faust-streaming agent, at-least-once",
     )
+
+
+@overload
+def output_path(text: str, name: str) -> Path: ...
+
+
+@overload
+def output_path(text: str | None, name: str) -> Path | None: ...
+
+
+def output_path(text: str | None, name: str) -> Path | None:
+    """The file an output option or argument ``name`` gives (None: not given).
+
+    Taken as text, not as a `Path`: a `Path` reads ``''`` as ``.``, the working directory.
+
+    Raises:
+        ConfigError: it is empty.
+    """
+    if text is None:
+        return None
+    if not text:
+        raise ConfigError(f"{name} is empty: name a file")
+    return Path(text)

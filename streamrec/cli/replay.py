@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, command_group, console
-from streamrec.cli.options import ConfigFile, LogLevel, dataset_format, dataset_limit, setting
+from streamrec.cli.options import ConfigFile, LogLevel, dataset_format, dataset_limit, output_path, setting
 from streamrec.errors import ConfigError
 
 app = command_group("Backtest update strategies on recorded events; replay them into Kafka.")
@@ -54,13 +54,16 @@ def backtest(
     ),
     seed: int = typer.Option(0, help="Seed of the negative sampler and the model"),
     jobs: int = typer.Option(1, help="Strategies run in this many processes"),
-    report: Path | None = typer.Option(
-        None, help="Write the JSON report here, with .md and .png beside it", show_default="not written"
+    report_to: str | None = typer.Option(
+        None, "--report", help="Write the JSON report here, with .md and .png beside it",
+        show_default="not written", metavar="<path>",
     ),
-    dump_samples: Path | None = typer.Option(
+    dump_to: str | None = typer.Option(
         None,
+        "--dump-samples",
         help='Write every sample as a JSON line {"micro_batch": N, "sample": {...}} here',
         show_default="not written",
+        metavar="<path>",
     ),
     ablate: str = typer.Option(
         "", help="Rerun the strategies without each declared feature in turn (on the same samples): "
@@ -103,6 +106,7 @@ def backtest(
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
         if sweep and ablate:
             raise ConfigError("--ablate is for a backtest, not a --sweep: run them one after the other")
+        report, dump_samples = output_path(report_to, "--report"), output_path(dump_to, "--dump-samples")
         _writable(report, "--report")
         _writable(dump_samples, "--dump-samples")
         if report is not None and report.suffix != ".json":
@@ -177,7 +181,10 @@ def _verdict(report: dict[str, Any]) -> str:
 
 
 def _writable(path: Path | None, flag: str) -> None:
-    """Refuse an output path that cannot be written, before any replaying (its folder made).
+    """Refuse an output path that cannot be written, before any replaying.
+
+    Nothing is left behind: a folder it needs is made when the file is written, so a run that
+    fails leaves none; here a file is written and deleted in the nearest folder that exists.
 
     Raises:
         ConfigError: ``flag`` and why: a directory, under a file, or no write there.
@@ -189,9 +196,8 @@ def _writable(path: Path | None, flag: str) -> None:
     above = next(p for p in path.parents if p.exists())  # the root, at worst
     if not above.is_dir():
         raise ConfigError(f"{flag} {str(path)!r}: {above} is a file, not a directory")
-    probe = path.with_name(f".{path.name}.tmp")  # the name the write itself uses (write_atomic)
+    probe = above / f".{path.name}.tmp"  # in the file's folder, the name write_atomic uses
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         probe.touch()
         probe.unlink()
     except OSError as exc:

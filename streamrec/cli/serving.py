@@ -146,8 +146,6 @@ def serve(
     /livez, GET /metrics. It follows `streamrec snapshot promote|rollback` without dropping a
     request.
     """
-    import uvicorn
-
     from streamrec.serving import processes as workers
     from streamrec.serving.scorer import Scorer
 
@@ -161,15 +159,15 @@ def serve(
         )
         serving = cfg.serving  # a bad start is refused here, before any worker starts
         scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
+        sock = workers.listen(serving.host, serving.port)  # a port in use: one line, before "serving"
         instead = "" if scorer.serves_current else " (not the version serving/CURRENT names: see the warning)"
-        many = f" on {cfg.serving.processes} processes" if cfg.serving.processes > 1 else ""
-        console.print(
+        many = f" on {serving.processes} processes" if serving.processes > 1 else ""
+        console.print(  # said once the port is bound: a connection waits for the server from here
             f"serving v{scorer.version:06d}{instead} with {scorer.model.engine} from "
-            f"{cfg.learner.snapshot_dir} on http://{cfg.serving.host}:{cfg.serving.port}{many}"
+            f"{cfg.learner.snapshot_dir} on http://{serving.host}:{sock.getsockname()[1]}{many}"
         )
-        if cfg.serving.processes > 1:
+        if serving.processes > 1:
             del scorer  # each worker loads its own
-            workers.run(cfg, store)
+            workers.run(cfg, store, sock)
             return
-        app = workers.serving_app(cfg, scorer, store)
-        uvicorn.run(app, host=cfg.serving.host, port=cfg.serving.port, log_level="warning", access_log=False)
+        workers.run_one(workers.serving_app(cfg, scorer, store), sock)

@@ -26,12 +26,20 @@ JsonOption = json_output()
 
 
 def open_store(snapshot_dir: Path | None, log_level: str | None, config_file: Path | None) -> SnapshotStore:
-    """The snapshot store the options and the configuration name (no lock taken)."""
+    """The snapshot store the options and the configuration name (no lock taken).
+
+    Raises:
+        SnapshotError: the directory does not exist (a mistyped ``--snapshot-dir``): every
+            command here reads or acts on versions already written, and would otherwise say
+            "no snapshots" with exit status 0, name a file missing under it, or create it.
+    """
+    from streamrec.snapshots.promotion import require_root
     from streamrec.snapshots.store import SnapshotStore
 
     cfg = build_config(
         quiet=True, log_level=log_level, config_file=config_file, learner={"snapshot_dir": snapshot_dir}
     )
+    require_root(cfg.learner.snapshot_dir)
     return SnapshotStore(cfg.learner.snapshot_dir)
 
 

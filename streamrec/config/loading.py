@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,11 @@ def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecCon
     toml_path = Path(toml_file or str(StreamrecConfig.model_config.get("toml_file")))
     unknown = unknown_variables(os.environ)
     if unknown:
+        wholes = sorted({above for name in unknown if (above := whole_setting_above(name)) is not None})
         raise ConfigError(
             f"{', '.join(unknown)} names no setting: check the spelling (a section and its setting "
             "are joined by __; docs/reference/configuration.md lists them) or unset it"
+            + "".join(f"; {above} is one setting: give its whole value, as JSON" for above in wholes)
         )
     try:
         if toml_file is not None and toml_file.is_dir():
@@ -90,17 +93,55 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
 def is_setting(env: str) -> bool:
     """Whether ``env`` (``STREAMREC_SECTION__NAME``, any case) names a setting.
 
+    Only a section's settings are named by ``__``; a setting whose value is a list or mapping
+    (``STREAMREC_FEATURES``, ``STREAMREC_KAFKA__CLIENT``) is set whole, so a name below it
+    (``STREAMREC_FEATURES__NAME``) is none.
+
     Examples:
         >>> is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVERS"), is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVER")
         (True, False)
+        >>> is_setting("STREAMREC_FEATURES"), is_setting("STREAMREC_FEATURES__NAME")
+        (True, False)
     """
+    return _annotation(env) is not _NO_FIELD
+
+
+def whole_setting_above(env: str) -> str | None:
+    """The setting set whole (a list or mapping) that ``env`` names a part of, if any.
+
+    Examples:
+        >>> whole_setting_above("STREAMREC_MODEL__TABLES__ROWS"), whole_setting_above("STREAMREC_KAFKA__X")
+        ('STREAMREC_MODEL__TABLES', None)
+    """
+    parts = env.upper().split("__")
+    for end in range(len(parts) - 1, 0, -1):
+        above = "__".join(parts[:end])
+        annotation = _annotation(above)
+        if annotation is not _NO_FIELD and not is_section(annotation):
+            return above
+    return None
+
+
+_NO_FIELD = object()  # what `_annotation` gives for a name that is no setting
+
+
+def _annotation(env: str) -> Any:  # noqa: ANN401 - an annotation
+    """The annotation of the field ``env`` names, through sections only; else `_NO_FIELD`."""
     fields = fields_of(StreamrecConfig)
     *sections, name = env.upper().removeprefix(PREFIX).lower().split("__")
     for section in sections:
-        if section not in fields:
-            return False
+        if not is_section(fields.get(section)):
+            return _NO_FIELD
         fields = fields_of(fields[section])
-    return name in fields
+    return fields.get(name, _NO_FIELD)
+
+
+def is_section(annotation: Any) -> bool:  # noqa: ANN401 - an annotation
+    """Whether a field of this annotation is a section, its settings named each on its own.
+
+    A section is a model or a union of models; a list of models or a mapping is one setting.
+    """
+    return bool(fields_of(annotation)) and typing.get_origin(annotation) not in (tuple, list)
 
 
 def fields_of(model: Any) -> dict[str, Any]:  # noqa: ANN401 - a model class or an annotation

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from streamrec.datasets.readers import read_events
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
-from streamrec.errors import ConfigError, DatasetError
+from streamrec.errors import ConfigError, DatasetError, FieldError
 from streamrec.events import Event
 from streamrec.features import FeatureSchema
 
@@ -55,7 +55,7 @@ def synthetic_spec(source: str) -> ClickStreamSpec:
     """The spec ``synthetic[:field=value,...]`` names.
 
     Raises:
-        DatasetError: An unknown field or a value of the wrong type.
+        DatasetError: An unknown field, a value of the wrong type, or one out of range.
     """
     _, _, options = source.partition(":")
     # actions is a tuple: not settable from a source string, so neither accepted nor offered
@@ -70,4 +70,7 @@ def synthetic_spec(source: str) -> ClickStreamSpec:
             values[name] = float(text) if fields[name].type in (float, "float") else int(text)
         except ValueError as exc:
             raise DatasetError(f"{source}: {name}={text!r} is not a number") from exc
-    return dataclasses.replace(ClickStreamSpec(), **values)  # type: ignore[arg-type]  # checked above
+    try:
+        return dataclasses.replace(ClickStreamSpec(), **values)  # type: ignore[arg-type]  # checked above
+    except FieldError as exc:  # a value out of range, named by its key in the source
+        raise DatasetError(f"{source}: {exc.naming(str)}") from exc

@@ -55,13 +55,14 @@ Usage::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from streamrec.datasets.declared import declare
-from streamrec.errors import ConfigError
+from streamrec.errors import FieldError
 from streamrec.events import MIN_TS_MS, Event
 from streamrec.features import FeatureSchema
 
@@ -108,54 +109,64 @@ _DEVICE_STREAM = 1
 # --- validation (above the spec: its default instance is checked at import) ---------------
 
 
+def _refuse(say: Callable[[Callable[[str], str]], str]) -> FieldError:
+    """The error ``say`` words, each field named as its caller knows it (`FieldError.naming`)."""
+    return FieldError("ClickStreamSpec", say)
+
+
+def _out_of_range(field: str, wanted: str, value: object) -> FieldError:
+    """``<field> must be <wanted>, got <value>``."""
+    return _refuse(lambda n: f"{n(field)} must be {wanted}, got {value!r}")
+
+
 def _check_counts(spec: ClickStreamSpec) -> None:
     for name in ("users", "items", "categories", "events", "duration_ms"):
         value = getattr(spec, name)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"ClickStreamSpec.{name} must be a positive integer, got {value!r}")
+            raise _out_of_range(name, "a positive integer", value)
     if spec.items < spec.categories:
-        raise ConfigError(
-            f"ClickStreamSpec.items ({spec.items}) must be at least categories "
+        raise _refuse(
+            lambda n: f"{n('items')} ({spec.items}) must be at least {n('categories')} "
             f"({spec.categories}) so that every category has an item"
         )
 
 
 def _check_time_and_seed(spec: ClickStreamSpec) -> None:
     if isinstance(spec.seed, bool) or not isinstance(spec.seed, int) or spec.seed < 0:
-        raise ConfigError(f"ClickStreamSpec.seed must be a non-negative integer, got {spec.seed!r}")
+        raise _out_of_range("seed", "a non-negative integer", spec.seed)
     start = spec.start_ms
     if isinstance(start, bool) or not isinstance(start, int) or start < MIN_TS_MS:
-        raise ConfigError(f"ClickStreamSpec.start_ms must be epoch milliseconds, got {start!r}")
+        raise _out_of_range("start_ms", "epoch milliseconds", start)
     # Items are searched by category * (duration_ms + 2) + time, an int64 key.
     if spec.categories * (spec.duration_ms + 2) >= 2**63:
-        raise ConfigError("ClickStreamSpec.categories * duration_ms is too large (int64 overflow)")
+        raise _refuse(lambda n: f"{n('categories')} * {n('duration_ms')} is too large (int64 overflow)")
 
 
 def _check_shares(spec: ClickStreamSpec) -> None:
-    share = spec.new_item_share
-    if not isinstance(share, int | float) or not 0.0 <= share <= 1.0:
-        raise ConfigError(f"ClickStreamSpec.new_item_share must be in [0, 1], got {share!r}")
-    effect = spec.device_effect
-    if not isinstance(effect, int | float) or not 0.0 <= effect <= 1.0:
-        raise ConfigError(f"ClickStreamSpec.device_effect must be in [0, 1], got {effect!r}")
+    for name in ("new_item_share", "device_effect"):
+        share = getattr(spec, name)
+        if not isinstance(share, int | float) or not 0.0 <= share <= 1.0:
+            raise _out_of_range(name, "in [0, 1]", share)
     exponent = spec.popularity_exponent
     if not isinstance(exponent, int | float) or not (math.isfinite(exponent) and exponent >= 0):
-        raise ConfigError(
-            f"ClickStreamSpec.popularity_exponent must be a finite number >= 0, got {exponent!r}"
-        )
+        raise _out_of_range("popularity_exponent", "a finite number >= 0", exponent)
 
 
 def _check_actions(actions: tuple[tuple[str, float], ...]) -> None:
     if not actions or any(not isinstance(pair, tuple) or len(pair) != 2 for pair in actions):
-        raise ConfigError(f"ClickStreamSpec.actions must be (name, probability) pairs, got {actions!r}")
+        raise _out_of_range("actions", "(name, probability) pairs", actions)
     names = [name for name, _ in actions]
     if len(set(names)) != len(names):
-        raise ConfigError(f"ClickStreamSpec.actions names an action twice: {names}")
+        raise _refuse(lambda n: f"{n('actions')} names an action twice: {names}")
     for name, weight in actions:
         if not isinstance(name, str) or not name or not name.isprintable() or name != name.strip():
-            raise ConfigError(f"ClickStreamSpec.actions: {name!r} is not a printable action name")
+            raise _bad_action(f"{name!r} is not a printable action name")
         if not isinstance(weight, int | float) or not (math.isfinite(weight) and weight > 0):
-            raise ConfigError(f"ClickStreamSpec.actions: probability of {name!r} must be > 0, got {weight!r}")
+            raise _bad_action(f"probability of {name!r} must be > 0, got {weight!r}")
+
+
+def _bad_action(problem: str) -> FieldError:
+    return _refuse(lambda n: f"{n('actions')}: {problem}")
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ import shutil
 import tempfile
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,13 @@ from streamrec.serving.graph import (
     ScoringGraph,
 )
 from streamrec.serving.onnxfile import onnx_missing, write_onnx
-from streamrec.snapshots.directory import TMP_PREFIX, parse_version, remove_temporaries, remove_tree
+from streamrec.snapshots.directory import (
+    TMP_PREFIX,
+    parse_version,
+    remove_temporaries,
+    remove_tree,
+    version_name,
+)
 from streamrec.snapshots.exports import (
     EXPORTS,
     MANIFEST,
@@ -75,6 +82,7 @@ from streamrec.snapshots.exports import (
     export_dir,
 )
 from streamrec.snapshots.exports import verify_export as verify_export  # its old home
+from streamrec.snapshots.lock import exclusive
 from streamrec.snapshots.manifest import DEFAULT_LEARNER
 from streamrec.snapshots.store import SnapshotStore
 
@@ -143,29 +151,85 @@ def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -
     """Export ``version`` (once: an existing export is kept) and return its directory.
 
     With ``rebuild`` an existing export that fails its checksums is deleted and written
-    again from the snapshot; a whole one is kept.
+    again from the snapshot; a whole one is kept. Rebuilds take turns (`_rebuilding`), so
+    two at once never delete what the other wrote: the second finds the export whole.
 
     Raises:
         InvalidSnapshot: the version failed a check.
         ConfigError: the version's learner type does not load here.
         NotExportable: its learner type has no exporter (nothing is left behind).
         SnapshotWriteError: the export could not be written (nothing is left behind).
+        SnapshotError: another rebuild held its turn past `REBUILD_WAIT_S` (named).
     """
     target = export_dir(store.root, version)
     if target.is_dir():
-        check = check_export(store.root, version)
-        if not rebuild or check.whole:
+        if not rebuild or check_export(store.root, version).whole:
             return target
-        kind, learner = learner_from_snapshot(store, version)  # the snapshot is valid before deleting
-        write = exporter(learner, kind)
+        with _rebuilding(target.parent, version):  # one at a time: none deletes what another wrote
+            return _rebuild(store, version, target)
+    kind, learner = learner_from_snapshot(store, version)
+    return _write(exporter(learner, kind), kind, target, version)
+
+
+def _rebuild(store: SnapshotStore, version: int, target: Path) -> Path:
+    """Delete a damaged export and write it again; call it holding `_rebuilding`.
+
+    An export found whole now was rebuilt by another while this one waited: kept.
+    """
+    check = check_export(store.root, version)
+    if check.whole:
+        logger.warning("export version=%s was rebuilt by another export meanwhile: kept", version)
+        return target
+    kind, learner = learner_from_snapshot(store, version)  # the snapshot is valid before deleting
+    write = exporter(learner, kind)
+    if not check.missing:
+        fault_point("export.before_delete")
         try:
             remove_tree(target)
         except OSError as exc:
             raise SnapshotWriteError(f"cannot delete the damaged export {target}: {exc}") from exc
         logger.warning("rebuilding damaged export version=%s problem=%s", version, check.problem)
-        return _write(write, kind, target, version)
-    kind, learner = learner_from_snapshot(store, version)
-    return _write(exporter(learner, kind), kind, target, version)
+    return _write(write, kind, target, version)
+
+
+# How long a rebuild waits for another export's rebuild: exports of the largest models take
+# minutes; one held longer is stuck (its process stopped), not slow.
+REBUILD_WAIT_S = 600.0
+_REBUILD_LOCK = ".rebuild.lock"  # in exports/: not a version's name, so retention leaves it
+
+
+@contextmanager
+def _rebuilding(folder: Path, version: int) -> Iterator[None]:
+    """Hold the exports' rebuild lock, noting the version; wait for (and say so) another rebuild.
+
+    Raises:
+        SnapshotError: another rebuild held it past `REBUILD_WAIT_S`, naming its version.
+    """
+    lock = folder / _REBUILD_LOCK
+
+    def holder(fd: int) -> str:
+        try:
+            note = orjson.loads(os.pread(fd, 256, 0))
+            return f"of {version_name(int(note['version']))} (pid {int(note['pid'])})"
+        except (OSError, ValueError, TypeError, KeyError):
+            return "(it has not named itself yet)"
+
+    def waiting(fd: int) -> None:
+        logger.warning("waiting for another export %s to finish, up to %.0fs", holder(fd), REBUILD_WAIT_S)
+
+    def busy(fd: int) -> str:
+        return (
+            f"another export {holder(fd)} was in progress, holding {lock} for {REBUILD_WAIT_S:.0f}s: "
+            "try again when it ends"
+        )
+
+    with exclusive(lock, REBUILD_WAIT_S, busy, waiting) as fd:
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, orjson.dumps({"version": version, "pid": os.getpid()}), 0)
+        except OSError as exc:  # the lock holds; only the note for others is missing
+            logger.warning("cannot note the export rebuild path=%s error=%s", lock, exc)
+        yield
 
 
 def build_missing_export(store: SnapshotStore, version: int) -> Path | None:

@@ -2,8 +2,9 @@
 
 An engine (ONNX Runtime or Paddle Inference) scores one request at a time on one core (threads of one process
 add nothing: measured in docs/operating/sizing.md), so a server uses a machine's cores with one
-process each. uvicorn's supervisor binds the port once and starts ``processes`` workers on it
-(the kernel hands each connection to one of them) and restarts one that dies. Each worker loads
+process each. The command binds the port once (`listen`) and uvicorn's supervisor starts
+``processes`` workers on it (the kernel hands each connection to one of them) and restarts one
+that dies. Each worker loads
 the promoted version itself and follows the serving pointer on its own (`Scorer`), so a
 promotion reaches every worker within ``poll_s`` with no request dropped; each has its own
 admission limits (`streamrec.serving.admission`).
@@ -18,8 +19,10 @@ SIGTERM as it starts never meets Paddle's own handler.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import socket
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -36,24 +39,66 @@ if TYPE_CHECKING:
 
 #: The resolved configuration, handed from the command to its workers.
 WORKER_CONFIG_ENV = "_STREAMREC_SERVE_WORKER_CONFIG"
+# Connections the kernel queues before a server process accepts them: uvicorn's default, which
+# it passes again when it starts serving on the socket.
+_BACKLOG = 2048
 
 
-def run(cfg: StreamrecConfig, use_store: bool) -> None:
-    """Serve with ``cfg.serving.processes`` workers until stopped (uvicorn's supervisor)."""
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening, for the server processes to serve on.
+
+    Bound by the command before it says where it serves, so a port in use is one line, not the
+    "serving on" line followed by uvicorn's own error. Connections made meanwhile wait in the
+    kernel's queue until a server process accepts them.
+
+    Raises:
+        ConfigError: it cannot be bound (the port in use, a host not this machine's).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart rebinds at once
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)
+    except OSError as exc:
+        sock.close()
+        hint = (
+            "stop what holds the port, or give another --port (STREAMREC_SERVING__PORT)"
+            if exc.errno == errno.EADDRINUSE
+            else "check --host and --port (STREAMREC_SERVING__HOST, STREAMREC_SERVING__PORT)"
+        )
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}: {hint}") from exc
+    sock.set_inheritable(True)  # the server processes serve on it
+    return sock
+
+
+def run_one(app: Starlette, sock: socket.socket) -> None:
+    """Serve ``app`` in this process on ``sock`` (from `listen`) until stopped."""
     import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def run(cfg: StreamrecConfig, use_store: bool, sock: socket.socket) -> None:
+    """Serve with ``cfg.serving.processes`` workers on ``sock`` (from `listen`) until stopped.
+
+    uvicorn's supervisor starts the workers, restarts one that dies, and stops them with it.
+    """
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
 
     doc = {"config": cfg.model_dump(mode="json"), "store": use_store, "supervisor": os.getpid()}
     os.environ[WORKER_CONFIG_ENV] = orjson.dumps(doc).decode()
-    uvicorn.run(
+    config = uvicorn.Config(
         f"{__name__}:create_app",
         factory=True,
         workers=cfg.serving.processes,
-        host=cfg.serving.host,
-        port=cfg.serving.port,
         log_level="warning",
         log_config=worker_log_config(),
         access_log=False,
     )
+    Multiprocess(config, sockets=[sock]).run()
 
 
 def worker_log_config() -> dict[str, Any]:

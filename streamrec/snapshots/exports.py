@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from streamrec.errors import InvalidSnapshot
@@ -69,7 +70,8 @@ def contract_problem(contract: Path, files: Mapping[str, str]) -> str | None:
     """Why an export's ``contract.json`` cannot be served from (its shape, not its meaning), or None.
 
     Every contract is a JSON object; one that declares ``inputs`` (the table models' form, which
-    `streamrec serve` scores) has the fields serving reads first, and ``files`` (the export's)
+    `streamrec serve` scores) has the fields serving reads first, each input a name, a numeric
+    dtype and a shape (serving casts what it feeds to that dtype), and ``files`` (the export's)
     hold every id table it names. A learner that exports itself may state another form.
     """
     try:
@@ -84,6 +86,9 @@ def contract_problem(contract: Path, files: Mapping[str, str]) -> str | None:
         value = doc.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):
             return f"has no {kind.__name__} {key!r} (it reads {str(value)[:40]!r})"
+    problems = (_input_problem(spec) for spec in doc["inputs"])
+    if (problem := next((p for p in problems if p is not None), None)) is not None:
+        return problem
     for table in doc["tables"]:
         if not isinstance(table, dict) or not isinstance(table.get("name"), str):
             return f"lists a table that is not an object with a name: {str(table)[:60]!r}"
@@ -93,6 +98,22 @@ def contract_problem(contract: Path, files: Mapping[str, str]) -> str | None:
             if table.get(key) not in files:
                 name = table.get(key)
                 return f"names {name!r} as table {table['name']!r}'s {key}, not a file of the export"
+    return None
+
+
+def _input_problem(spec: object) -> str | None:
+    """Why one of a contract's ``inputs`` cannot be fed (no name, numeric dtype or shape), or None."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        return f"lists an input that is not an object with a name: {str(spec)[:60]!r}"
+    dtype = spec.get("dtype")
+    try:
+        numeric = isinstance(dtype, str) and np.dtype(dtype).kind in "biuf"
+    except TypeError:  # not a dtype numpy knows ('int999')
+        numeric = False
+    if not numeric:
+        return f"gives input {spec['name']!r} no numeric dtype (it reads {str(dtype)[:40]!r})"
+    if not isinstance(spec.get("shape"), list):
+        return f"gives input {spec['name']!r} no shape (it reads {str(spec.get('shape'))[:40]!r})"
     return None
 
 

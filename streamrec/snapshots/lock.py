@@ -6,6 +6,9 @@ the process ends (kill -9 included), so a lock is never left stale. The file als
 holder (pid, host, start time) so the refused learner can say whom it met. ``flock`` is
 per open file, so a second lock in the same process is refused too. It does not reach across
 hosts on NFS: keep snapshot directories on a local or lock-aware file system.
+
+`exclusive` is the short, waiting ``flock`` of the operations that take turns instead (pointer
+updates, export rebuilds).
 """
 
 from __future__ import annotations
@@ -14,19 +17,60 @@ import fcntl
 import logging
 import os
 import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
 import orjson
 
-from streamrec.errors import SnapshotDirError, SnapshotInUse
+from streamrec.errors import SnapshotDirError, SnapshotError, SnapshotInUse
 from streamrec.snapshots.directory import describe_os_error
 
 logger = logging.getLogger(__name__)
 
 LOCK = ".lock"
 _MODE = 0o644  # readable by anyone, so an operator can see who holds the directory
+# How often a wait for `exclusive` tries again: short, as the holders it waits for are.
+_POLL_S = 0.05
+
+
+@contextmanager
+def exclusive(
+    path: Path, timeout_s: float, busy: Callable[[int], str], waiting: Callable[[int], None] | None = None
+) -> Iterator[int]:
+    """Hold an exclusive ``flock`` on ``path`` (created if needed), waiting for another holder.
+
+    Yields the lock file's descriptor (a holder may note itself in it); ``waiting(fd)`` is
+    called once if another holds it at first. Released at the end of the block, or by the
+    kernel however the process ends.
+
+    Raises:
+        SnapshotError: the file cannot be created, or ``busy(fd)`` when another kept it past
+            ``timeout_s``.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, _MODE)
+    except OSError as exc:
+        raise SnapshotError(f"cannot create {path}: {describe_os_error(exc)}") from exc
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise SnapshotError(busy(fd)) from None
+                if waiting is not None:
+                    waiting(fd)
+                    waiting = None
+                time.sleep(_POLL_S)
+        yield fd
+    finally:
+        os.close(fd)  # releases the flock
 
 
 class SnapshotLock:

@@ -20,10 +20,8 @@ named. `SnapshotStore` offers all three as methods.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -37,6 +35,7 @@ from streamrec.errors import SnapshotError
 from streamrec.fileio import write_atomic
 from streamrec.snapshots.directory import describe_os_error, parse_version, remove_tree, version_name
 from streamrec.snapshots.exports import check_export, refuse_unservable
+from streamrec.snapshots.lock import exclusive
 from streamrec.snapshots.manifest import SnapshotManifest
 from streamrec.snapshots.traffic import TrafficPlan, read_plan, remove_plan
 
@@ -49,7 +48,6 @@ _LOCK = ".lock"
 _MODE = 0o644  # serving may run as another user
 # How long an update waits for another one (a promote verifying a large snapshot) to finish.
 LOCK_TIMEOUT_S = 60.0
-_LOCK_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -127,25 +125,18 @@ class ServingPointer:
         require_root(self.dir.parent)  # a mistyped directory: nothing created under it
         try:
             self.dir.mkdir(exist_ok=True)
-            fd = os.open(self.dir / _LOCK, os.O_RDWR | os.O_CREAT, _MODE)
         except OSError as exc:
-            raise SnapshotError(f"cannot create {self.dir / _LOCK}: {describe_os_error(exc)}") from exc
-        try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise SnapshotError(
-                            f"{self.dir / _LOCK} stayed locked for {timeout_s:.0f}s: another "
-                            "promote, rollback or prune is running; try again when it ends"
-                        ) from None
-                    time.sleep(_LOCK_POLL_S)
+            raise SnapshotError(f"cannot create {self.dir}: {describe_os_error(exc)}") from exc
+        lock = self.dir / _LOCK
+
+        def busy(_: int) -> str:
+            return (
+                f"{lock} stayed locked for {timeout_s:.0f}s: another promote, rollback or prune "
+                "is running; try again when it ends"
+            )
+
+        with exclusive(lock, timeout_s, busy):
             yield
-        finally:
-            os.close(fd)  # releases the flock
 
     def record(
         self, action: str, version: int, previous: int | None, reason: str, traffic: str | None = None

@@ -74,6 +74,9 @@ __all__ = ["MANIFEST", "MANIFEST_SUM", "SnapshotEntry", "SnapshotManifest", "Sna
 
 logger = logging.getLogger(__name__)
 
+# Versions a message names one by one; past it, their count and range (a line, not a list).
+_NAMED_VERSIONS = 5
+
 
 @dataclass(frozen=True)
 class _Parent:
@@ -363,7 +366,8 @@ class SnapshotStore:
         (the newest valid one).
 
         Raises:
-            SnapshotError: the name is malformed, or there is no such version.
+            SnapshotError: the name is malformed, or there is no such version (the message says
+                which versions there are).
         """
         word = spec.strip().lower()
         if word == "current":
@@ -379,7 +383,18 @@ class SnapshotStore:
         digits = word.removeprefix("v")
         if not digits.isdigit():
             raise SnapshotError(f"{spec!r} is not a version: give v000007, 7, current or latest")
-        return int(digits)
+        version = int(digits)
+        if not self.path(version).is_dir():
+            raise SnapshotError(f"no version {version_name(version)} in {self.root}: {self._holdings()}")
+        return version
+
+    def _holdings(self) -> str:
+        """Which versions there are, for a message: a few by name, else how many and the range."""
+        versions = [version_name(v) for v in self.versions()]
+        if len(versions) <= _NAMED_VERSIONS:
+            return f"it holds {', '.join(versions) or 'none'}"
+        listed = "`streamrec snapshot list` names them"
+        return f"it holds {len(versions)}, {versions[0]} to {versions[-1]}: {listed}"
 
     # --- serving: the promoted version, rollback, retention (streamrec.snapshots.promotion) ---
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from streamrec.config import StreamrecConfig
-from streamrec.config.loading import NOT_SETTINGS, fields_of, is_setting
+from streamrec.config.loading import NOT_SETTINGS, fields_of, is_section, is_setting
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -45,6 +45,8 @@ def test_the_check_finds_a_setting_that_does_not_exist() -> None:
     assert is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVERS")
     assert not is_setting("STREAMREC_KAFKA__BOOTSTRAP_SERVER")
     assert not is_setting("STREAMREC_NOSECTION__URL")
+    assert is_setting("STREAMREC_FEATURES") and not is_setting("STREAMREC_FEATURES__NAME")  # a list
+    assert is_setting("STREAMREC_STORE__URL") and not is_setting("STREAMREC_STORE__CLIENT__DB")  # a dict
 
 
 def test_readme_is_a_front_page() -> None:
@@ -83,9 +85,7 @@ def _hook() -> ModuleType:
 def _all_settings(model: Any, prefix: str = "STREAMREC_") -> set[str]:
     found: set[str] = set()
     for name, annotation in fields_of(model).items():
-        arms = fields_of(annotation)
-        is_section = bool(arms) and getattr(annotation, "__origin__", None) not in (tuple, list)
-        if is_section:
+        if is_section(annotation):
             found |= _all_settings(annotation, f"{prefix}{name.upper()}__")
         else:
             found.add(f"{prefix}{name.upper()}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -220,3 +221,33 @@ def test_a_server_process_stopped_while_it_loads_its_engine_is_not_aborted_by_pa
         server.command.terminate()
         assert server.command.wait(60) == 0
     assert "FatalError" not in server.log.read_text(), server.log.read_text()[-3000:]
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_port_in_use_is_one_line_and_serving_is_said_only_once_bound(
+    tmp_path: Path, processes: int
+) -> None:
+    """Found by a tour: with the port taken, `streamrec serve` printed "serving v000001 ... on
+    http://127.0.0.1:PORT", then uvicorn's own "ERROR: [Errno 98] ..." line, and exited 3.
+    """
+    trained_snapshots(tmp_path, count=1).promote(1)
+    env = {**os.environ, "STREAMREC_LOG_LEVEL": "WARNING"}
+    command = [sys.executable, "-m", "streamrec", "serve", "--no-store", "--snapshot-dir", str(tmp_path)]
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = subprocess.run(
+            [*command, "--port", str(port), "--processes", str(processes)],
+            env=env, capture_output=True, text=True, timeout=120,
+        )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout == "", done.stdout
+    assert done.stderr.splitlines() == [
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use: stop what holds the port, "
+        "or give another --port (STREAMREC_SERVING__PORT)"
+    ], done.stderr
+    with started(tmp_path, processes, port) as server:  # free now: said once bound, and it is
+        wait_for(lambda: "serving v000001" in server.log.read_text(), timeout_s=90, what="serving said")
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        wait_ready(server)

@@ -124,11 +124,17 @@ def test_a_feature_that_takes_a_built_in_name_or_field_names_it_and_the_setting(
 
 
 @pytest.mark.parametrize("name", ["STREAMREC_CONSUMR__NEGATIVES", "STREAMREC_NEGATIVES",
-                                  "STREAMREC_CONSUMER__NEGATIVS"])
+                                  "STREAMREC_CONSUMER__NEGATIVS", "STREAMREC_FEATURES__NAME",
+                                  "STREAMREC_MODEL__TABLES__ROWS", "STREAMREC_KAFKA__CLIENT__ACKS"])
 def test_a_variable_of_the_prefix_that_names_no_setting_is_one_line(name: str, tmp_path: Path) -> None:
     """Found by a tour: the first two were ignored without a word (the run took its default),
-    while the same typo in streamrec.toml is refused.
+    while the same typo in streamrec.toml is refused. A name under a list of models was taken
+    for a setting: STREAMREC_FEATURES__NAME=x got "invalid setting STREAMREC_FEATURES ... Input
+    should be a valid tuple", naming another variable than the one set.
     """
     lines = streamrec_fails(["consumers", "run"], {name: "3"}, tmp_path)
     assert len(lines) == 1, lines
     assert name in lines[0] and "names no setting" in lines[0]
+    above = name.rsplit("__", 1)[0]
+    if above in ("STREAMREC_FEATURES", "STREAMREC_MODEL__TABLES", "STREAMREC_KAFKA__CLIENT"):
+        assert f"{above} is one setting: give its whole value, as JSON" in lines[0]

@@ -225,6 +225,8 @@ def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Compl
 
 
 def test_the_env_var_is_read_by_the_settings_and_a_flag_overrides_it(tmp_path: Path) -> None:
+    for name in ("from-env", "from-flag"):
+        (tmp_path / name).mkdir()  # a snapshot directory that is not there is refused
     env = {"STREAMREC_LEARNER__SNAPSHOT_DIR": str(tmp_path / "from-env")}
     by_env = run_cli(["snapshot", "list", "--json"], env, tmp_path)
     assert by_env.returncode == 0, by_env.stderr
@@ -306,6 +308,8 @@ def test_every_command_that_reads_the_settings_takes_a_settings_file() -> None:
 def test_a_settings_file_is_read_under_the_env_vars_and_the_flags(tmp_path: Path) -> None:
     settings = tmp_path / "elsewhere.toml"
     settings.write_text(f'[learner]\nsnapshot_dir = "{tmp_path / "from-file"}"\n')
+    for name in ("from-file", "from-env"):
+        (tmp_path / name).mkdir()  # a snapshot directory that is not there is refused
     listed = run_cli(["snapshot", "list", "--json", "--config", str(settings)], {}, tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert orjson.loads(listed.stdout)["root"] == str(tmp_path / "from-file")

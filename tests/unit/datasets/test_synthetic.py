@@ -317,3 +317,34 @@ def test_an_unknown_synthetic_field_is_refused_without_listing_it_as_expected() 
         synthetic_spec("synthetic:actions=pv")
     expected = str(caught.value).split("expected one of ", 1)[1]
     assert "actions" not in expected.split(", ") and "events" in expected.split(", ")
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--events", "0"], "--events must be a positive integer, got 0"),
+        (["--users", "-3"], "--users must be a positive integer, got -3"),
+        (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),
+        (["--device-effect", "2"], "--device-effect must be in [0, 1], got 2.0"),
+        (["--items", "1", "--categories", "5"],
+         "--items (1) must be at least --categories (5) so that every category has an item"),
+    ],
+)
+def test_generate_names_the_flag_given_not_the_specs_field(
+    args: list[str], line: str, tmp_path: Path
+) -> None:
+    """Found by a tour: `generate --events 0` said "ClickStreamSpec.events must be ...", a name
+    the command's user never typed.
+    """
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+
+    result = CliRunner().invoke(app, ["generate", str(tmp_path / "out.jsonl"), *args])
+    assert result.exit_code == 1 and result.output == f"error: {line}\n", result.output
+
+
+def test_a_synthetic_source_names_its_own_key_when_a_value_is_out_of_range() -> None:
+    with pytest.raises(DatasetError) as caught:
+        synthetic_spec("synthetic:events=0,users=2")
+    assert str(caught.value) == "synthetic:events=0,users=2: events must be a positive integer, got 0"

@@ -14,6 +14,7 @@ from streamrec.replay import backtest as bt
 from streamrec.replay.dump import dump_samples
 
 SOURCE = "synthetic:events=300,users=20,items=100,seed=3"
+REPLAY = bt.backtest  # the real one, for a run that fails on its own
 
 
 def _run(*args: str) -> tuple[int, str]:
@@ -72,3 +73,30 @@ def test_a_write_that_fails_at_the_end_is_our_error(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(Path, "open", full)
     with pytest.raises(OutputError, match=r"s.jsonl: No space left on device"):
         dump_samples([], tmp_path / "s.jsonl")
+
+
+@pytest.mark.parametrize("flag", ["--report", "--dump-samples"])
+def test_an_empty_output_path_is_refused_as_empty(flag: str) -> None:
+    """Found by a tour: `--report ''` was read as the working directory ("'.' is a directory")."""
+    code, output = _run(flag, "")
+    assert code == 1 and output == f"error: {flag} is empty: name a file\n", output
+
+
+@pytest.mark.parametrize("flag", ["--report", "--dump-samples"])
+def test_a_run_that_fails_leaves_no_folder_made_for_its_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: str
+) -> None:
+    """Found by a tour: the output's folders were made when the flags were checked, so a run
+    that failed left them behind, empty; they are made when the file is written.
+    """
+    monkeypatch.setattr(bt, "backtest", REPLAY)
+    out = tmp_path / "new" / "sub" / "r.json"
+    result = CliRunner().invoke(app, ["replay", "backtest", "synthetic:events=0", flag, str(out)])
+    assert result.exit_code == 1 and "events must be a positive integer" in result.output, result.output
+    assert not (tmp_path / "new").exists()
+
+
+def test_generate_refuses_an_empty_path_in_one_line() -> None:
+    """Found by a tour: `generate ''` ended in a traceback (ValueError: PosixPath('.') has an empty name)."""
+    result = CliRunner().invoke(app, ["generate", "", "--events", "10"])
+    assert result.exit_code == 1 and result.output == "error: OUT is empty: name a file\n", result.output

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,15 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil  # type: ignore[import-untyped]
 import pytest
 from typer.testing import CliRunner, Result
 
 from streamrec.cli import app
 from streamrec.errors import InvalidSnapshot, SnapshotError
+from streamrec.serving import export
 from streamrec.serving.export import export_dir
 from streamrec.serving.scorer import ExportedModel, Scorer
 from streamrec.snapshots.store import SnapshotStore
-from tests.support import trained_snapshots
+from tests.support import trained_snapshots, wait_for
 
 PARAMS = "model.pdiparams"
 
@@ -128,6 +131,66 @@ def test_promote_builds_the_export_a_kill_mid_export_left_missing(store: Snapsho
     assert "export ok" in snapshot(store.root, "verify", "3").output
 
 
+def _exporting(root: Path, out: Path, fault: str | None = None) -> subprocess.Popen[bytes]:
+    """``snapshot export 2 --rebuild`` as a process of its own, frozen (SIGSTOP) at ``fault``."""
+    faults = {"STREAMREC_FAULT": fault, "STREAMREC_FAULT_MODE": "stop"} if fault else {}
+    with out.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "streamrec", "snapshot", "export", "2", "--rebuild",
+             "--snapshot-dir", str(root)],
+            env={**os.environ, **faults}, stdout=log, stderr=subprocess.STDOUT,
+        )
+
+
+def _stopped(proc: subprocess.Popen[bytes]) -> bool:
+    return psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
+
+
+def test_two_rebuilds_of_one_export_at_once_both_succeed_one_building_it(
+    store: SnapshotStore, tmp_path: Path
+) -> None:
+    """Found by a tour: the second of two `snapshot export 2 --rebuild` to reach the damaged export
+    failed with "cannot delete the damaged export ...: No such file or directory" (the first had
+    deleted it and was writing), or deleted the one the first had just written. Now they take
+    turns: the one that waits finds the export whole and says it was built meanwhile.
+    """
+    damage(store.root, 2, "byte")
+    first = _exporting(store.root, tmp_path / "first.log", "export.before_delete")
+    second = None
+    try:
+        wait_for(lambda: _stopped(first), what="the first export at the damaged one, before deleting it")
+        second = _exporting(store.root, tmp_path / "second.log", "export.before_rename")
+        waiting = "waiting for another export of v000002"
+        wait_for(lambda: _stopped(second) or waiting in (tmp_path / "second.log").read_text(),
+                 what="the second export waiting, or at its rename")
+        os.kill(first.pid, signal.SIGCONT)
+        assert first.wait(120) == 0, (tmp_path / "first.log").read_text()
+        os.kill(second.pid, signal.SIGCONT)  # stopped at its rename before; waiting now
+        assert second.wait(120) == 0, (tmp_path / "second.log").read_text()
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    said = (tmp_path / "second.log").read_text()
+    assert "v000002 exported" in said and "built by another export meanwhile" in said, said
+    assert "export ok" in snapshot(store.root, "verify", "2").output
+    assert not list((store.root / "exports").glob(".tmp-*"))
+
+
+def test_a_rebuild_that_waited_too_long_says_which_export_was_in_progress(
+    store: SnapshotStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    damage(store.root, 2, "byte")
+    monkeypatch.setattr(export, "REBUILD_WAIT_S", 0.3)
+    with export._rebuilding(export_dir(store.root, 2).parent, 2):  # another rebuild, held
+        in_progress = rf"another export of v000002 \(pid {os.getpid()}\) was in progress"
+        with pytest.raises(SnapshotError, match=in_progress):
+            export.export_snapshot(store, 2, rebuild=True)
+    assert export.export_snapshot(store, 2, rebuild=True) == export_dir(store.root, 2)
+    assert "export ok" in snapshot(store.root, "verify", "2").output
+
+
 def test_a_server_starting_on_a_damaged_current_serves_the_version_a_rollback_would_take(
     store: SnapshotStore, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -219,6 +282,9 @@ EDITS: dict[str, Callable[[dict[str, Any]], object]] = {
     "a keys file that is not there": _rename_keys,
     "sequence_length fifty": lambda c: c.update(sequence_length="fifty"),
     "no tables": lambda c: c.pop("tables"),
+    # verify said ok, promote took it, and each /score failed with KeyError: 'dtype'
+    "an input with no dtype": lambda c: c["inputs"][0].pop("dtype"),
+    "an input of dtype int999": lambda c: c["inputs"][1].update(dtype="int999"),
 }
 
 

@@ -174,7 +174,9 @@ def test_resolve_names_versions(tmp_path: Path) -> None:
     write(store)
     write(store)
     corrupt(store, 3)
-    assert [store.resolve(s) for s in ("v000007", "7", "V2", "latest")] == [7, 7, 2, 2]
+    assert [store.resolve(s) for s in ("v000003", "3", "V2", "latest")] == [3, 3, 2, 2]
+    with pytest.raises(SnapshotError, match=r"no version v000007 in .*: it holds v000001, v000002, v000003"):
+        store.resolve("7")
     with pytest.raises(SnapshotError, match="no version is promoted"):
         store.resolve("current")
     store.promote(1)
@@ -311,7 +313,8 @@ def test_list_and_show_work_with_an_unreadable_pointer_and_warn_about_it(tmp_pat
 
 def test_a_mistyped_snapshot_dir_is_an_error_and_nothing_is_created_under_it(tmp_path: Path) -> None:
     """`snapshot verify --snapshot-dir /nope` said "no snapshots", exit 0; rollback and prune
-    created /nope/serving/.lock.
+    created /nope/serving/.lock. `list` then still said "no snapshots", exit 0, `show 1` that
+    /nope/v000001/manifest.json is missing, and `create` made /nope/.requests and waited a minute.
     """
     from typer.testing import CliRunner
 
@@ -323,7 +326,33 @@ def test_a_mistyped_snapshot_dir_is_an_error_and_nothing_is_created_under_it(tmp
         with pytest.raises(SnapshotError, match="no snapshot directory"):
             act()
     assert not missing.exists()
-    for args in (["verify"], ["rollback"], ["prune", "--keep", "1"]):
+    commands = [
+        ["verify"], ["rollback"], ["prune", "--keep", "1"], ["list"], ["list", "--json"], ["show", "1"],
+        ["show", "latest"], ["diff", "1", "2"], ["export", "1"], ["materialize", "1", str(tmp_path / "out")],
+        ["create", "--timeout", "0"], ["canary", "1", "--share", "5%"], ["ab", "1=50%", "2=50%"],
+    ]
+    for args in commands:
         result = CliRunner().invoke(app, ["snapshot", *args, "--snapshot-dir", str(missing)])
         assert result.exit_code == 1 and "no snapshot directory" in result.output, result.output
     assert not missing.exists()
+
+
+def test_a_version_that_is_not_there_is_named_as_missing_not_as_unexported(tmp_path: Path) -> None:
+    """`snapshot verify 99` listed v000099 as invalid with "export missing (`streamrec snapshot
+    export 99` builds it)"; `show 99` said v000099/manifest.json is missing.
+    """
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+
+    store = SnapshotStore(tmp_path)
+    for _ in range(12):
+        write(store)
+    for args in (["verify", "99"], ["show", "99"], ["export", "v000099"], ["diff", "1", "99"],
+                 ["promote", "99"], ["materialize", "99", str(tmp_path.parent / "out")]):
+        result = CliRunner().invoke(app, ["snapshot", *args, "--snapshot-dir", str(tmp_path)])
+        assert result.exit_code == 1, result.output
+        held = "it holds 12, v000001 to v000012: `streamrec snapshot list` names them"
+        line = f"error: no version v000099 in {tmp_path}: {held}"
+        assert result.output.replace("\n", "") == line, result.output
+    assert not (tmp_path.parent / "out").exists()
