@@ -37,7 +37,6 @@ import logging
 import os
 import shutil
 import tempfile
-import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -68,10 +67,10 @@ from streamrec.serving.graph import (
 )
 from streamrec.serving.onnxfile import onnx_missing, write_onnx
 from streamrec.snapshots.directory import (
-    TMP_PREFIX,
     parse_version,
     remove_temporaries,
     remove_tree,
+    temporary,
     version_name,
 )
 from streamrec.snapshots.exports import (
@@ -261,7 +260,7 @@ def write_export(learner: Learner, target: Path, version: int, learner_type: str
 
 def _write(write: Exporter, learner_type: str, target: Path, version: int) -> Path:
     parent = target.parent
-    tmp = parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+    tmp = temporary(parent)
     try:
         parent.mkdir(parents=True, exist_ok=True)
         os.chmod(parent, _DIR_MODE)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from streamrec.errors import SnapshotDirError
 from streamrec.fileio import fsync_path
+from streamrec.local.processes import pid_alive
 
 logger = logging.getLogger(__name__)
 
@@ -89,11 +90,33 @@ def prepare_directory(
     _check_space(root, snapshot_bytes, free, export_bytes)
 
 
+def temporary(parent: Path, what: str = "") -> Path:
+    """A new temporary path in ``parent`` for a write of this process: ``.tmp-<pid>-<what><uuid>``.
+
+    The pid tells `remove_temporaries` a write in progress in another process (an operator's
+    ``snapshot export`` while the learner prunes) from one a crash left.
+    """
+    return parent / f"{TMP_PREFIX}{os.getpid()}-{what}{uuid.uuid4().hex}"
+
+
 def remove_temporaries(root: Path) -> None:
-    """Delete the ``.tmp-*`` directories of writes that never finished."""
+    """Delete the ``.tmp-*`` directories of writes that never finished.
+
+    Those of another process still running are writes in progress, and are left; this
+    process's own writes are done by the time it calls this.
+    """
     for tmp in root.glob(f"{TMP_PREFIX}*"):
+        writer = _writer(tmp.name)
+        if writer is not None and writer != os.getpid() and pid_alive(writer):
+            continue
         logger.warning("removing an unfinished snapshot write path=%s", tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _writer(name: str) -> int | None:
+    """The pid a `temporary` name holds; None for a name without one (an earlier release's)."""
+    pid, dash, _ = name.removeprefix(TMP_PREFIX).partition("-")
+    return int(pid) if dash and pid.isdigit() and int(pid) > 0 else None
 
 
 def remove_tree(path: Path) -> None:
@@ -106,14 +129,14 @@ def remove_tree(path: Path) -> None:
     Raises:
         OSError: the rename failed (the directory is left as it was).
     """
-    doomed = path.parent / f"{TMP_PREFIX}deleted-{path.name}-{uuid.uuid4().hex[:8]}"
+    doomed = temporary(path.parent, f"deleted-{path.name}-")
     os.rename(path, doomed)
     fsync_path(path.parent)
     shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _check_writable(root: Path) -> None:
-    probe = root / f"{TMP_PREFIX}probe-{uuid.uuid4().hex}"
+    probe = temporary(root, "probe-")
     try:
         probe.mkdir()
         probe.rmdir()

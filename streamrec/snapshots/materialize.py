@@ -12,14 +12,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import uuid
 from pathlib import Path
 
 from safetensors import SafetensorError
 
 from streamrec.errors import SnapshotError, SnapshotWriteError
 from streamrec.fileio import fsync_path
-from streamrec.snapshots.directory import TMP_PREFIX, describe_os_error
+from streamrec.snapshots.directory import describe_os_error, temporary
 from streamrec.snapshots.files import DIR_MODE, write_manifest_files, write_tensor_files
 from streamrec.snapshots.manifest import SnapshotManifest
 from streamrec.snapshots.store import SnapshotStore
@@ -37,7 +36,7 @@ def materialize(store: SnapshotStore, version: int, out: Path) -> SnapshotManife
     if out.exists():
         raise SnapshotError(f"{out} exists: give a directory that does not")
     manifest, tensors = store.load(version)
-    tmp = out.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+    tmp = temporary(out.parent)
     try:
         tmp.mkdir(parents=False)
         os.chmod(tmp, DIR_MODE)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,11 +42,11 @@ from streamrec.fileio import fsync_path
 from streamrec.snapshots import promotion
 from streamrec.snapshots.delta import apply_delta, delta_allowed, make_delta
 from streamrec.snapshots.directory import (
-    TMP_PREFIX,
     describe_os_error,
     ensure_directory,
     parse_version,
     prepare_directory,
+    temporary,
     version_name,
 )
 from streamrec.snapshots.directory import free_bytes as disk_free_bytes
@@ -177,7 +176,7 @@ class SnapshotStore:
             written, spec = make_delta(parent.tensors, tensors)
             fields = fields | {"kind": "delta", "parent": parent.manifest.version, "delta": spec}
             depth = parent.depth + 1
-        tmp = self.root / f"{TMP_PREFIX}{uuid.uuid4().hex}"
+        tmp = temporary(self.root)
         try:
             ensure_directory(self.root)
             tmp.mkdir()

@@ -178,6 +178,27 @@ def test_two_rebuilds_of_one_export_at_once_both_succeed_one_building_it(
     assert not list((store.root / "exports").glob(".tmp-*"))
 
 
+def test_a_prune_keeps_the_export_another_process_is_writing(store: SnapshotStore, tmp_path: Path) -> None:
+    """Found in a tour's reading: `prune_exports`, which the learner's gate runs after each
+    snapshot, deleted every ``.tmp-*`` under ``exports/``, an operator's ``export --rebuild`` in
+    progress among them, which then failed. A temporary names its writer's pid now, and only
+    those of writers gone (or of the pruning process itself) are removed.
+    """
+    damage(store.root, 2, "byte")
+    proc = _exporting(store.root, tmp_path / "export.log", "export.before_rename")
+    try:
+        wait_for(lambda: _stopped(proc), what="the export written, before its rename")
+        export.prune_exports(store)
+        assert list((store.root / "exports").glob(".tmp-*")), "the export in progress was deleted"
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(120) == 0, (tmp_path / "export.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "export ok" in snapshot(store.root, "verify", "2").output
+
+
 def test_a_rebuild_that_waited_too_long_says_which_export_was_in_progress(
     store: SnapshotStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

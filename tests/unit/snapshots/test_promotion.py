@@ -228,7 +228,7 @@ def test_a_prune_cut_short_leaves_a_temporary_the_next_start_removes(
     assert store.prune(1) == [1, 2]
     monkeypatch.undo()
     assert store.versions() == [3]
-    assert len(list(tmp_path.glob(".tmp-deleted-v00000*"))) == 2
+    assert len(list(tmp_path.glob(".tmp-*-deleted-v00000*"))) == 2
     store.prepare(snapshot_bytes=100)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["serving", "v000003"]
 

@@ -6,6 +6,8 @@ import errno
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -240,6 +242,25 @@ def test_prepare_removes_leftover_temporaries(tmp_path: Path) -> None:
     leftover.mkdir()
     (leftover / "model.safetensors").write_bytes(b"x" * 100)
     store.prepare(snapshot_bytes=100)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v000001"]
+
+
+def test_prepare_keeps_the_temporaries_of_a_writer_still_running(tmp_path: Path) -> None:
+    # a temporary names its writer's pid: another process's, alive, is a write in progress
+    store = SnapshotStore(tmp_path)
+    write(store)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]) as running:
+        try:
+            names = [f".tmp-{running.pid}-0123abcd", f".tmp-{gone.pid}-4567ef01", f".tmp-{os.getpid()}-89ab"]
+            for name in names:
+                (tmp_path / name).mkdir()
+            store.prepare(snapshot_bytes=100)
+            assert sorted(p.name for p in tmp_path.iterdir()) == [names[0], "v000001"]
+        finally:
+            running.kill()
+    store.prepare(snapshot_bytes=100)  # its writer gone now
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v000001"]
 
 
