@@ -99,7 +99,7 @@ class ConsumerConfig(BaseModel):
     # late, for ~25 bytes a point (streamrec.featurestore.profiles).
     profile_points: int = Field(16, ge=1, description="STREAMREC_CONSUMER__PROFILE_POINTS")
     stop_when_idle_s: float | None = Field(
-        None, description="STREAMREC_CONSUMER__STOP_WHEN_IDLE_S: stop after this long without events"
+        None, gt=0, description="STREAMREC_CONSUMER__STOP_WHEN_IDLE_S: stop after this long without events"
     )
     # Prometheus's exporter range; one consumer per host gets it, others set their own (0: off).
     metrics_port: int = Field(9465, ge=0, le=65535, description="STREAMREC_CONSUMER__METRICS_PORT (0: off)")

@@ -60,7 +60,7 @@ class LearnerConfig(BaseModel):
     # is a bad batch, three in a row is a broken model or stream that needs a person.
     max_bad_batches: int = Field(3, ge=1, description="STREAMREC_LEARNER__MAX_BAD_BATCHES")
     stop_when_idle_s: float | None = Field(
-        None, description="STREAMREC_LEARNER__STOP_WHEN_IDLE_S: stop after this long without samples"
+        None, gt=0, description="STREAMREC_LEARNER__STOP_WHEN_IDLE_S: stop after this long without samples"
     )
     metrics_port: int = Field(9464, ge=0, le=65535, description="STREAMREC_LEARNER__METRICS_PORT (0: off)")
     # Each snapshot is exported for Paddle Inference, and promoted to serving when it holds

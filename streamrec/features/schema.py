@@ -58,7 +58,7 @@ class FeatureSpec(BaseModel):
         'price_cents'
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = Field(pattern=_NAME)
     # The event field it is read from; default: the feature's name.

@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = (
     "streamrec",
+    "streamrec.cli.learner",
     "streamrec.config.loading",
     "streamrec.consumers.processor",
     "streamrec.datasets.declared",
@@ -33,6 +34,7 @@ MODULES = (
     "streamrec.learner.checks",
     "streamrec.learner.deepfm_learner",
     "streamrec.learner.din",
+    "streamrec.learner.drift",
     "streamrec.learner.hashing",
     "streamrec.learner.idstats",
     "streamrec.learner.metrics",

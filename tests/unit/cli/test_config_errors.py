@@ -96,6 +96,27 @@ def test_a_log_level_or_device_that_names_none_is_one_line(
     assert named in lines[0]
 
 
+@pytest.mark.parametrize(
+    ("env", "args", "named"),
+    [
+        ({"STREAMREC_LEARNER__INTERVAL_S": "inf"}, ["learner", "run"], "STREAMREC_LEARNER__INTERVAL_S"),
+        ({}, ["learner", "run", "--stop-when-idle", "-1"], "STREAMREC_LEARNER__STOP_WHEN_IDLE_S"),
+        ({}, ["consumers", "run", "--stop-when-idle", "nan"], "STREAMREC_CONSUMER__STOP_WHEN_IDLE_S"),
+        ({"STREAMREC_SERVING__POLL_S": "inf"}, ["serve"], "STREAMREC_SERVING__POLL_S"),
+    ],
+    ids=str,
+)
+def test_a_number_setting_not_finite_or_below_its_range_is_one_line(
+    env: dict[str, str], args: list[str], named: str, tmp_path: Path
+) -> None:
+    """Found by a tour: an infinite interval or poll was taken (a learner that never trains),
+    and --stop-when-idle took -1 and nan (no bound at all).
+    """
+    lines = streamrec_fails(args, env, tmp_path)
+    assert len(lines) == 1, lines
+    assert named in lines[0]
+
+
 def test_a_gpu_asked_of_a_paddle_without_cuda_is_one_line_before_any_service(tmp_path: Path) -> None:
     lines = streamrec_fails(["learner", "run", "--device", "gpu"], {}, tmp_path)
     assert len(lines) == 1, lines
