@@ -47,7 +47,8 @@ def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
 
     Each rank's log goes to ``log_dir/workerlog.<rank>``; rank 0's is shown here too. SIGINT
     and SIGTERM are passed on to the launcher, which stops the ranks as one learner stops (the
-    micro-batch in hand finished); the status is then 0. A second one makes it kill them.
+    micro-batch in hand finished; each rank signalled once: `streamrec.launch`); the status is
+    then 0. A second one stops them at once, and the launcher kills those it outwaits.
     """
     script = Path(sys.executable).with_name("streamrec")
     if not script.is_file():

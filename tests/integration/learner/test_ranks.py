@@ -509,6 +509,9 @@ def test_a_stop_signal_to_learner_run_with_workers_stops_every_rank_and_exits_cl
     The signal reaches ``streamrec learner run --workers 2`` alone (not its process group, as
     Ctrl-C would), and the ranks stop as one process does: the micro-batch finished, exit
     status 0, nothing left running. It used to leave the launcher and both ranks training.
+    Each rank is signalled once: Paddle's launcher sent each SIGTERM up to three times 0.2 s
+    apart, which a rank takes for a second signal (stop at once, exit 130, the micro-batch in
+    hand dropped), and the other rank's next collective then failed with a traceback.
     """
     cfg = ranks_config(stop_when_idle_s=300.0)
     publish(cfg, 0, 1000)
@@ -517,6 +520,10 @@ def test_a_stop_signal_to_learner_run_with_workers_stops_every_rank_and_exits_cl
     rc = finished(proc, tmp_path, "workers", timeout=90)
     wait_for(lambda: not running(under), timeout_s=30, what="the launcher and the ranks gone")
     assert rc == 0, (tmp_path / "workers.log").read_text()[-3000:]
+    for rank in (0, 1):
+        log = (tmp_path / "learner-logs" / f"workerlog.{rank}").read_text()
+        assert "stopping now" not in log and "Traceback" not in log, log[-3000:]
+        assert "finishing the current batch" in log and "\ntrained " in log, log[-3000:]  # a clean stop
 
 
 @pytest.mark.parametrize("killed", ["command", "launcher"])
