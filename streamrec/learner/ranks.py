@@ -18,7 +18,8 @@ every rank's positions. No rank decodes or encodes another's samples.
 
 Every collective is bounded: a rank that waits longer than ``timeout_s`` for the others
 (one of them killed, frozen, or cut off) logs why and leaves the process with exit status
-`LOST_RANK`; gloo itself fails at once when a peer's connection closes.
+`LOST_RANK`; gloo itself fails at once when a peer's connection closes. A failed collective
+is `streamrec.errors.RankLost`: one line.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from functools import cached_property
 import numpy as np
 import paddle
 
+from streamrec.errors import RankLost
 from streamrec.learner.allgather import SizedGather
 from streamrec.learner.columns import EncodedColumns
 from streamrec.learner.gradients import Gather, GradientSum
@@ -286,7 +288,14 @@ class RankGroup:
         some rank's array outgrew it.
         """
         with self.bounded(what):
-            return self._sized(array, what)
+            try:
+                return self._sized(array, what)
+            except _PeerFailed as failed:
+                raise RankLost(
+                    f"rank {self.rank} of {self.world}: its {what!r} exchange with the other ranks "
+                    f"failed ({failed}): a rank stopped, died or was cut off; nothing past the last "
+                    "snapshot was committed: start the group again, it resumes from there"
+                ) from None
 
     def _all_gather(self, array: np.ndarray) -> list[np.ndarray]:
         """Every rank's ``array``, all of one length."""
@@ -295,5 +304,23 @@ class RankGroup:
         # Into one tensor, from and to arrays sharing its memory (DLPack): no list of tensors,
         # no copies; ~0.3 ms less CPU a call on gloo than a list (bench/HISTORY.md).
         gathered = paddle.empty([self.world * len(array)], "int64")
-        dist.stream.all_gather(gathered, paddle.from_dlpack(array))
+        with _peers():
+            dist.stream.all_gather(gathered, paddle.from_dlpack(array))
         return list(np.from_dlpack(gathered).reshape(self.world, len(array)))
+
+
+class _PeerFailed(Exception):
+    """A collective or the TCP store failed: the first line of Paddle's error."""
+
+
+@contextmanager
+def _peers() -> Iterator[None]:
+    """Paddle's errors from talking to the other ranks as `_PeerFailed`.
+
+    gloo raises RuntimeError (a closed connection, its own timeout).
+    """
+    try:
+        yield
+    except (RuntimeError, ValueError, OSError) as exc:
+        reason = (str(exc).strip().splitlines() or ["no reason given"])[0][:200]
+        raise _PeerFailed(reason) from exc

@@ -526,6 +526,77 @@ def test_a_stop_signal_to_learner_run_with_workers_stops_every_rank_and_exits_cl
         assert "finishing the current batch" in log and "\ntrained " in log, log[-3000:]  # a clean stop
 
 
+def test_a_second_group_on_the_same_snapshot_directory_is_refused_in_one_line_on_every_rank(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """A second ``learner run --workers 2`` on a directory a running group holds: its rank 0 is
+    refused the directory's lock; its rank 1, waiting for rank 0 at the restore, says in one
+    line that the exchange failed, where it ended with a gloo traceback (or the launcher
+    stops it first, before it reaches the restore). The first group trains on.
+    """
+    cfg = ranks_config(stop_when_idle_s=300.0)
+    publish(cfg, 0, 1000)
+    proc, _ = workers_started(cfg, tmp_path)
+    second = tmp_path / "second"
+    second.mkdir()
+    command = [sys.executable, "-m", "streamrec", "learner", "run", "--workers", "2"]
+    done = subprocess.run(command, cwd=second, env=cli_env(cfg, tmp_path / "snaps"), capture_output=True,
+                          text=True, timeout=180, check=False)
+    assert done.returncode != 0 and "is in use by pid" in done.stdout + done.stderr, done.stdout + done.stderr
+    rank0, rank1 = ((second / "learner-logs" / f"workerlog.{rank}").read_text() for rank in (0, 1))
+    assert "Traceback" not in rank0 + rank1, rank0[-3000:] + rank1[-3000:]
+    assert "\nerror: snapshot directory" in rank0, rank0[-3000:]
+    said = [line for line in rank1.splitlines() if line.startswith("error: ")]
+    assert all("rank 1 of 2: its 'restore' exchange with the other ranks failed" in s for s in said), said
+    first = (tmp_path / "workers.log").read_text
+    assert proc.poll() is None, first()[-3000:]
+    proc.send_signal(signal.SIGTERM)
+    assert finished(proc, tmp_path, "workers", timeout=90) == 0, first()[-3000:]
+
+
+RANK_LEFT = """
+import os, sys
+import numpy as np
+from streamrec.learner.ranks import RankGroup, launched_world
+
+rank, world = launched_world()
+group = RankGroup(rank, world, timeout_s=60.0)
+group.gather(np.array([rank], np.int64), "joined")
+if rank == 0:
+    os._exit(0)  # gone: its connections closed, and the group's TCP store with them
+try:
+    group.gather(np.array([rank], np.int64), sys.argv[1])
+except Exception as exc:
+    print(f"{type(exc).__name__}: {exc}", flush=True)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("what", ["restore", "gradients"])
+def test_a_rank_whose_peer_is_gone_says_so_in_one_line_naming_the_exchange(tmp_path: Path, what: str) -> None:
+    """Two ranks joined by hand (Paddle's launcher's environment, no launcher to stop the one
+    left): rank 0 leaves, rank 1's next exchange fails. `RankLost`, one line naming the rank and
+    the exchange, where it was gloo's RuntimeError.
+    """
+    script = tmp_path / "rank_left.py"
+    script.write_text(RANK_LEFT)
+    master, *ends = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PADDLE_TRAINER_ID": str(rank),
+               "PADDLE_TRAINERS_NUM": "2", "PADDLE_TRAINER_ENDPOINTS": ",".join(ends),
+               "PADDLE_CURRENT_ENDPOINT": ends[rank], "PADDLE_MASTER": master,
+               "PADDLE_DISTRI_BACKEND": "gloo"}
+        procs.append(subprocess.Popen([sys.executable, str(script), what], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    out = [p.communicate(timeout=120)[0] for p in procs]
+    assert procs[0].returncode == 0, out[0][-3000:]
+    assert procs[1].returncode == 3 and "Traceback" not in out[1], out[1][-3000:]
+    said = [line for line in out[1].splitlines() if line.startswith(("RankLost", "RuntimeError", "Value"))]
+    assert len(said) == 1 and said[0].startswith(f"RankLost: rank 1 of 2: its {what!r} exchange"), said
+
+
 @pytest.mark.parametrize("killed", ["command", "launcher"])
 def test_learner_run_with_workers_killed_takes_its_ranks_with_it(
     ranks_config: Callable[..., StreamrecConfig],
