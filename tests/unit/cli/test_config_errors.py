@@ -132,3 +132,12 @@ def test_a_variable_of_the_prefix_that_names_no_setting_is_one_line(name: str, t
     lines = streamrec_fails(["consumers", "run"], {name: "3"}, tmp_path)
     assert len(lines) == 1, lines
     assert name in lines[0] and "names no setting" in lines[0]
+
+
+@pytest.mark.parametrize("workers", ["0", "-1"])
+def test_workers_below_one_is_one_line_before_any_service(workers: str, tmp_path: Path) -> None:
+    """Found by a tour: ``learner run --workers 0`` was the option's usage box (exit 2), unlike
+    every other setting out of range (``--snapshot-every 0``, ``replay backtest --jobs 0``).
+    """
+    lines = streamrec_fails(["learner", "run", "--workers", workers], {}, tmp_path)
+    assert lines == [f"error: --workers must be at least 1, not {workers}"], lines
