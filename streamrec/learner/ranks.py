@@ -18,8 +18,12 @@ every rank's positions. No rank decodes or encodes another's samples.
 
 Every collective is bounded: a rank that waits longer than ``timeout_s`` for the others
 (one of them killed, frozen, or cut off) logs why and leaves the process with exit status
-`LOST_RANK`; gloo itself fails at once when a peer's connection closes. A failed collective
-is `streamrec.errors.RankLost`: one line.
+`LOST_RANK`; gloo itself fails at once when a peer's connection closes, and a collective that
+one rank waits in for 30 s fails at gloo's own timeout, whatever ``timeout_s`` says. So before
+the exchanges where a rank may wait on another's work outside the collectives (`MEET`: the
+restore at start, each part's exchange, which rank 0 reaches only once it has written,
+exported and gated a snapshot) the ranks first meet on Paddle's TCP store, where the wait is
+bounded by ``timeout_s`` alone. A failed collective is `streamrec.errors.RankLost`: one line.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import paddle
@@ -46,6 +51,12 @@ logger = logging.getLogger(__name__)
 
 # The exit status of a rank that gave up waiting for the others.
 LOST_RANK = 75
+
+#: The exchanges the ranks meet before (`RankGroup.meet`): where one may wait on another's work
+#: outside the collectives longer than gloo's own 30 s (a snapshot's export, a slow restore).
+MEET = frozenset({"restore", "exchange"})
+#: The TCP store's counter of the ranks' meetings.
+MET_KEY = "streamrec/ranks/met"
 
 
 def launched_world() -> tuple[int, int]:
@@ -223,6 +234,8 @@ class RankGroup:
         self._what = ""
         self._lock = threading.Lock()
         self._sized = SizedGather(self._all_gather, world)
+        self._store: Any = None
+        self._met = 0  # meetings so far: alike on every rank
         if world > 1:
             import paddle.distributed as dist
 
@@ -240,6 +253,9 @@ class RankGroup:
                              batch_scheduled(started), len(started))
             if dist.get_rank() != rank or dist.get_world_size() != world:
                 raise RuntimeError("paddle.distributed disagrees with the launcher's rank and size")
+            from paddle.base import core
+
+            self._store = core.create_or_get_global_tcp_store()  # the one the group joined by
             threading.Thread(target=self._watch, name="streamrec-rank-watch", daemon=True).start()
 
     @property
@@ -289,6 +305,8 @@ class RankGroup:
         """
         with self.bounded(what):
             try:
+                if what in MEET:
+                    self.meet()
                 return self._sized(array, what)
             except _PeerFailed as failed:
                 raise RankLost(
@@ -296,6 +314,25 @@ class RankGroup:
                     f"failed ({failed}): a rank stopped, died or was cut off; nothing past the last "
                     "snapshot was committed: start the group again, it resumes from there"
                 ) from None
+
+    def meet(self) -> None:
+        """Wait until every rank has come here (the n-th call of each), on the TCP store.
+
+        A counter every rank adds 1 to; a rank waits until it reaches ``n × world``. No
+        collective is entered meanwhile, so the wait is bounded by `bounded`'s ``timeout_s``,
+        not gloo's 30 s. The wait polls, from 0.1 ms to every 5 ms: a few round trips to rank
+        0's store when the ranks come together, as they do on a backlog.
+        """
+        if self._store is None:
+            return
+        self._met += 1
+        due, pause = self._met * self.world, 0.0001
+        with _peers():
+            count = self._store.add(MET_KEY, 1)
+            while count < due:
+                time.sleep(pause)
+                pause = min(2 * pause, 0.005)
+                count = self._store.add(MET_KEY, 0)
 
     def _all_gather(self, array: np.ndarray) -> list[np.ndarray]:
         """Every rank's ``array``, all of one length."""
@@ -317,7 +354,8 @@ class _PeerFailed(Exception):
 def _peers() -> Iterator[None]:
     """Paddle's errors from talking to the other ranks as `_PeerFailed`.
 
-    gloo raises RuntimeError (a closed connection, its own timeout).
+    gloo raises RuntimeError (a closed connection, its own timeout); the TCP store ValueError
+    (a broken pipe to rank 0's store) or RuntimeError.
     """
     try:
         yield

@@ -379,6 +379,39 @@ def test_a_rank_frozen_past_the_rank_timeout_stops_the_group_which_resumes_train
     assert_each_once(cfg, count)
 
 
+def test_a_rank_paused_for_longer_than_gloos_own_timeout_but_within_the_rank_timeout_trains_on(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP of rank 1 for 35 s, the rank timeout 120 s: the group waits and trains on.
+
+    gloo gives up on a collective after 30 s of its own, whatever ``rank_timeout_s`` says: rank 0,
+    waiting in the part exchange for the paused rank, failed there with a gloo TIMEOUT traceback
+    and the group stopped. The ranks now meet before the exchange (bounded by the rank timeout),
+    as they do when rank 0 writes, exports and gates a snapshot while the others wait.
+    """
+    cfg = ranks_config(rank_timeout_s=120.0, stop_when_idle_s=45.0, snapshot_every=1)
+    publish(cfg, 0, 300)
+    proc, ranks = two_ranks_snapshotted(cfg, tmp_path, "paused")
+    store = SnapshotStore(cfg.learner.snapshot_dir)
+
+    def trained() -> int:
+        manifest = store.latest()
+        return 0 if manifest is None else manifest.samples_trained
+
+    wait_for(lambda: trained() == 300 or proc.poll() is not None, timeout_s=60, what="300 trained")
+    ranks[1].suspend()  # idle: between exchanges, not inside a training step
+    try:
+        time.sleep(35)
+    finally:
+        if ranks[1].is_running():  # the launcher kills it when the group fails
+            ranks[1].resume()
+    publish(cfg, 300, 600)
+    rc = finished(proc, tmp_path, "paused", timeout=180)
+    assert rc == 0, logs(tmp_path, "paused")
+    assert_each_once(cfg, 600)
+
+
 def test_two_ranks_train_a_backlog_a_bounded_part_at_a_time_each_sample_once(
     ranks_config: Callable[..., StreamrecConfig],
     tmp_path: Path,
