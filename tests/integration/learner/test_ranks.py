@@ -55,6 +55,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streamrec.config import StreamrecConfig
+from streamrec.kafka.topics import create_topics
 from streamrec.learner.columns import SampleColumns
 from streamrec.local.ports import free_port
 from streamrec.samples import Sample
@@ -509,6 +510,28 @@ def test_a_rank_without_samples_of_its_own_trains_along_and_rank_0_counts_the_gr
     publish(cfg, 0, 300, partition=1)  # rank 1's partition: rank 0, which snapshots, holds none
     run_ranks(cfg, 2, tmp_path, "lopsided")
     assert_each_once(cfg, 300)
+
+
+def test_a_rank_beyond_the_topics_partitions_says_so_and_trains_along(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """Two ranks on a samples topic of one partition: rank 1 reads none. It used to say only
+    ``reads partitions=`` (nothing after it); it warns now, naming the topic's partitions and
+    the most ranks worth running, and trains along: every sample once.
+    """
+    cfg = ranks_config()
+    topic = f"{cfg.kafka.samples_topic}-one"
+    create_topics(cfg.kafka.bootstrap_servers, {topic: 1})
+    cfg = cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"samples_topic": topic})})
+    publish(cfg, 0, 300)
+    run_ranks(cfg, 2, tmp_path, "beyond")
+    assert_each_once(cfg, 300)
+    rank1 = (tmp_path / "beyond-logs" / "workerlog.1").read_text()
+    assert f"rank 1 of 2 reads no partition: {topic} has 1" in rank1, rank1[-3000:]
+    assert "run at most 1 rank" in rank1, rank1[-3000:]
+    rank0 = (tmp_path / "beyond-logs" / "workerlog.0").read_text()
+    assert "reads no partition" not in rank0, rank0[-3000:]
 
 
 def workers_started(
