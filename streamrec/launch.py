@@ -14,6 +14,7 @@ times, 0.2 s apart, for one stop (`signal_each_rank_once`).
 
 from __future__ import annotations
 
+import logging
 import os
 import runpy
 import signal
@@ -29,10 +30,13 @@ def quiet_defaults(argv: list[str], env: MutableMapping[str, str]) -> None:
     The launcher logs its whole configuration at every start (35 lines; ``--log_level
     WARNING`` keeps its errors: a failed rank is named, with the end of its log), and Paddle's
     C++ logs at INFO level as each rank joins (glog's ``GLOG_minloglevel`` 1 keeps its warnings
-    and errors).
+    and errors). Across hosts (``--master``) the launcher talks to its master over HTTP, and
+    the HTTP client (httpx) logged each request at INFO: two lines every half second while a
+    launcher waits for the other hosts; its warnings are kept.
     """
     if not any(a == "--log_level" or a.startswith("--log_level=") for a in argv):
         argv[1:1] = ["--log_level", "WARNING"]
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     env.setdefault("GLOG_minloglevel", "1")
 
 

@@ -512,6 +512,37 @@ def test_a_rank_without_samples_of_its_own_trains_along_and_rank_0_counts_the_gr
     assert_each_once(cfg, 300)
 
 
+def test_the_launch_across_hosts_as_the_docs_give_it_trains_each_sample_once_and_quietly(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """Two "hosts" on this one: ``python -m streamrec.launch --master HOST:PORT --nnodes 2
+    --nproc_per_node 1 ...`` run twice, the second a few seconds after the first (as the docs'
+    across-hosts command, one rank a host). Both exit 0, every sample trained once, and the
+    launchers leave the HTTP client's lines out: the first printed two ``HTTP Request: ...``
+    lines every half second while it waited for the second host.
+    """
+    count = 300
+    cfg = ranks_config()
+    publish(cfg, 0, count)
+    cfg_file = tmp_path / "hosts.json"
+    cfg_file.write_text(cfg.model_dump_json())
+    master = f"127.0.0.1:{free_port()}"
+    procs = []
+    for host in ("a", "b"):
+        command = [sys.executable, "-m", "streamrec.launch", "--master", master, "--nnodes", "2",
+                   "--nproc_per_node", "1", "--log_dir", str(tmp_path / f"{host}-logs"),
+                   str(ROOT / "tests" / "ranked_learner.py"), str(cfg_file), "counting"]
+        procs.append(subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        _started.append(cast(subprocess.Popen[bytes], procs[-1]))
+        time.sleep(3)  # the second host comes later: the first waits for it at the master
+    out = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in out)
+    assert_each_once(cfg, count)
+    assert not [line for o in out for line in o.splitlines() if "HTTP Request" in line], out[0][-3000:]
+
+
 def test_a_rank_beyond_the_topics_partitions_says_so_and_trains_along(
     ranks_config: Callable[..., StreamrecConfig],
     tmp_path: Path,
