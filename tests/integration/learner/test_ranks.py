@@ -684,6 +684,28 @@ def test_a_rank_whose_peer_is_gone_says_so_in_one_line_naming_the_exchange(tmp_p
     assert len(said) == 1 and said[0].startswith(f"RankLost: rank 1 of 2: its {what!r} exchange"), said
 
 
+def test_a_rank_killed_under_learner_run_with_workers_ends_it_with_one_error_line(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """A kill -9 of rank 1 under ``learner run --workers 2``: after the launcher's report (the
+    rank, its status, the end of its log), one line says what happened and what to do, exit
+    status 1. It ended with the launcher's status passed on, whatever the ranks' exits made of
+    it (130, 241, ...), and no word of streamrec's.
+    """
+    cfg = ranks_config(stop_when_idle_s=300.0)
+    publish(cfg, 0, 1000)
+    proc, under = workers_started(cfg, tmp_path)
+    next(p for p in under if p.environ().get("PADDLE_TRAINER_ID") == "1").kill()
+    rc = finished(proc, tmp_path, "workers", timeout=90)
+    wait_for(lambda: not running(under), timeout_s=30, what="the launcher and the ranks gone")
+    out = (tmp_path / "workers.log").read_text()
+    assert rc == 1, out[-3000:]
+    last = out.rstrip().splitlines()[-1]
+    assert last.startswith("error: the learner ranks stopped with an error"), out[-3000:]
+    assert "learner-logs/workerlog.<rank>" in last and "start the group again" in last, last
+
+
 @pytest.mark.parametrize("killed", ["command", "launcher"])
 def test_learner_run_with_workers_killed_takes_its_ranks_with_it(
     ranks_config: Callable[..., StreamrecConfig],
