@@ -170,6 +170,15 @@ class Stopped(StreamrecError):
     """
 
 
+class RankLost(StreamrecError):
+    """A learner rank's exchange with the other ranks failed: one stopped, died or was cut off.
+
+    gloo reported the connection closed, or gave up after its own 30 s inside a collective.
+    Nothing past the last snapshot was committed: start the group again (with any number of
+    ranks); it resumes from there, every sample trained once.
+    """
+
+
 class StrategyProcessLost(StreamrecError):
     """A backtest strategy's process (``--jobs``) ended before its run finished.
 

@@ -21,6 +21,7 @@ from streamrec.cli.common import (
     stop_on_signals,
 )
 from streamrec.cli.options import ConfigFile, LogLevel, setting
+from streamrec.errors import ConfigError
 
 if TYPE_CHECKING:  # Paddle, the Kafka client, pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
@@ -153,12 +154,15 @@ def run(
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
     workers: int = typer.Option(
-        1, min=1, help="Learner ranks on this host (paddle.distributed.launch); ignored under launch"
+        1, help="Learner ranks on this host (paddle.distributed.launch); ignored under launch"
     ),
 ) -> None:
     """Score then train each micro-batch; snapshot every N micro-batches and on request."""
     from streamrec.cli.ranks import launch_workers, launched, run_rank
 
+    with cli_errors():
+        if workers < 1:  # one line, as every setting out of range
+            raise ConfigError(f"--workers must be at least 1, not {workers}")
     if workers > 1 and not launched():
         raise typer.Exit(launch_workers(workers))
     if launched():  # a rank: should its launcher be killed outright, stop with it

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streamrec.cli.common import console
+from streamrec.cli.common import console, err_console
 from streamrec.errors import ConfigError
 from streamrec.orphans import end_with_parent
 
@@ -47,7 +47,10 @@ def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
 
     Each rank's log goes to ``log_dir/workerlog.<rank>``; rank 0's is shown here too. SIGINT
     and SIGTERM are passed on to the launcher, which stops the ranks as one learner stops (the
-    micro-batch in hand finished); the status is then 0. A second one makes it kill them.
+    micro-batch in hand finished; each rank signalled once: `streamrec.launch`); the status is
+    then 0. A second one stops them at once, and the launcher kills those it outwaits. A rank
+    that failed (killed, lost its peers, refused the snapshot directory) stops the group: after
+    the launcher's report (the rank, its status, the end of its log) one error line, status 1.
     """
     script = Path(sys.executable).with_name("streamrec")
     if not script.is_file():
@@ -92,7 +95,16 @@ def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
     if requested and returncode in (requested[0], -requested[0]):
         console.print("the learner ranks stopped on request")
         return 0
-    return returncode
+    if returncode == 0:
+        return 0
+    # The launcher's status is its first failed rank's, as sys.exit made it (-9: 247): say what it means.
+    err_console.print(
+        f"[red]error:[/red] the learner ranks stopped with an error (the launcher's status {returncode}; "
+        f"the failed rank and the end of its log are above, every rank's log in {log_dir}/workerlog.<rank>): "
+        "nothing past the last snapshot was committed: start the group again, it resumes from there",
+        highlight=False,
+    )
+    return 1
 
 
 def run_rank(

@@ -73,6 +73,7 @@ class LearnerConfig(BaseModel):
     gate_logloss_ratio: float = Field(1.01, ge=1, description="STREAMREC_LEARNER__GATE_LOGLOSS_RATIO")
     # Several learner ranks (``streamrec learner run --workers N``, or under
     # ``paddle.distributed.launch``): how long a rank waits for the others in one micro-batch's
-    # exchanges and training step before it leaves (exit status 75), so a group with a frozen
-    # or lost rank stops instead of hanging; above interval_s plus the longest step.
+    # exchanges before it leaves (exit status 75), so a group with a frozen or lost rank stops
+    # instead of hanging; above interval_s plus the longest step. Inside a training step's
+    # collective gloo's own 30 s applies (docs/operating/learner-ranks.md).
     rank_timeout_s: float = Field(600.0, gt=0, description="STREAMREC_LEARNER__RANK_TIMEOUT_S")

@@ -169,12 +169,25 @@ class RankedRunner(LearnerRunner):
             self._start_every_partition()
             mine = [p for p in sorted(self.positions) if self.owns(p)]
             self._source.assign(mine)
-            logger.info(
-                "rank %d of %d reads partitions=%s",
-                self.group.rank,
-                self.group.world,
-                ",".join(str(p) for p in mine),
-            )
+            if mine:
+                logger.info(
+                    "rank %d of %d reads partitions=%s",
+                    self.group.rank,
+                    self.group.world,
+                    ",".join(str(p) for p in mine),
+                )
+            else:  # more ranks than partitions: a core spent on the others' samples alone
+                count = len(self.positions)
+                logger.warning(
+                    "rank %d of %d reads no partition: %s has %d, so this rank only trains along "
+                    "on the others' samples; run at most %d rank%s",
+                    self.group.rank,
+                    self.group.world,
+                    self._cfg.kafka.samples_topic,
+                    count,
+                    count,
+                    "" if count == 1 else "s",
+                )
             with ThreadPoolExecutor(1, thread_name_prefix="streamrec-train") as worker:
                 while self._round(stop, idle, worker):
                     pass

@@ -18,7 +18,12 @@ every rank's positions. No rank decodes or encodes another's samples.
 
 Every collective is bounded: a rank that waits longer than ``timeout_s`` for the others
 (one of them killed, frozen, or cut off) logs why and leaves the process with exit status
-`LOST_RANK`; gloo itself fails at once when a peer's connection closes.
+`LOST_RANK`; gloo itself fails at once when a peer's connection closes, and a collective that
+one rank waits in for 30 s fails at gloo's own timeout, whatever ``timeout_s`` says. So before
+the exchanges where a rank may wait on another's work outside the collectives (`MEET`: the
+restore at start, each part's exchange, which rank 0 reaches only once it has written,
+exported and gated a snapshot) the ranks first meet on Paddle's TCP store, where the wait is
+bounded by ``timeout_s`` alone. A failed collective is `streamrec.errors.RankLost`: one line.
 """
 
 from __future__ import annotations
@@ -32,10 +37,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import paddle
 
+from streamrec.errors import RankLost
 from streamrec.learner.allgather import SizedGather
 from streamrec.learner.columns import EncodedColumns
 from streamrec.learner.gradients import Gather, GradientSum
@@ -44,6 +51,12 @@ logger = logging.getLogger(__name__)
 
 # The exit status of a rank that gave up waiting for the others.
 LOST_RANK = 75
+
+#: The exchanges the ranks meet before (`RankGroup.meet`): where one may wait on another's work
+#: outside the collectives longer than gloo's own 30 s (a snapshot's export, a slow restore).
+MEET = frozenset({"restore", "exchange"})
+#: The TCP store's counter of the ranks' meetings.
+MET_KEY = "streamrec/ranks/met"
 
 
 def launched_world() -> tuple[int, int]:
@@ -221,6 +234,8 @@ class RankGroup:
         self._what = ""
         self._lock = threading.Lock()
         self._sized = SizedGather(self._all_gather, world)
+        self._store: Any = None
+        self._met = 0  # meetings so far: alike on every rank
         if world > 1:
             import paddle.distributed as dist
 
@@ -238,6 +253,9 @@ class RankGroup:
                              batch_scheduled(started), len(started))
             if dist.get_rank() != rank or dist.get_world_size() != world:
                 raise RuntimeError("paddle.distributed disagrees with the launcher's rank and size")
+            from paddle.base import core
+
+            self._store = core.create_or_get_global_tcp_store()  # the one the group joined by
             threading.Thread(target=self._watch, name="streamrec-rank-watch", daemon=True).start()
 
     @property
@@ -286,7 +304,35 @@ class RankGroup:
         some rank's array outgrew it.
         """
         with self.bounded(what):
-            return self._sized(array, what)
+            try:
+                if what in MEET:
+                    self.meet()
+                return self._sized(array, what)
+            except _PeerFailed as failed:
+                raise RankLost(
+                    f"rank {self.rank} of {self.world}: its {what!r} exchange with the other ranks "
+                    f"failed ({failed}): a rank stopped, died or was cut off; nothing past the last "
+                    "snapshot was committed: start the group again, it resumes from there"
+                ) from None
+
+    def meet(self) -> None:
+        """Wait until every rank has come here (the n-th call of each), on the TCP store.
+
+        A counter every rank adds 1 to; a rank waits until it reaches ``n × world``. No
+        collective is entered meanwhile, so the wait is bounded by `bounded`'s ``timeout_s``,
+        not gloo's 30 s. The wait polls, from 0.1 ms to every 5 ms: a few round trips to rank
+        0's store when the ranks come together, as they do on a backlog.
+        """
+        if self._store is None:
+            return
+        self._met += 1
+        due, pause = self._met * self.world, 0.0001
+        with _peers():
+            count = self._store.add(MET_KEY, 1)
+            while count < due:
+                time.sleep(pause)
+                pause = min(2 * pause, 0.005)
+                count = self._store.add(MET_KEY, 0)
 
     def _all_gather(self, array: np.ndarray) -> list[np.ndarray]:
         """Every rank's ``array``, all of one length."""
@@ -295,5 +341,24 @@ class RankGroup:
         # Into one tensor, from and to arrays sharing its memory (DLPack): no list of tensors,
         # no copies; ~0.3 ms less CPU a call on gloo than a list (bench/HISTORY.md).
         gathered = paddle.empty([self.world * len(array)], "int64")
-        dist.stream.all_gather(gathered, paddle.from_dlpack(array))
+        with _peers():
+            dist.stream.all_gather(gathered, paddle.from_dlpack(array))
         return list(np.from_dlpack(gathered).reshape(self.world, len(array)))
+
+
+class _PeerFailed(Exception):
+    """A collective or the TCP store failed: the first line of Paddle's error."""
+
+
+@contextmanager
+def _peers() -> Iterator[None]:
+    """Paddle's errors from talking to the other ranks as `_PeerFailed`.
+
+    gloo raises RuntimeError (a closed connection, its own timeout); the TCP store ValueError
+    (a broken pipe to rank 0's store) or RuntimeError.
+    """
+    try:
+        yield
+    except (RuntimeError, ValueError, OSError) as exc:
+        reason = (str(exc).strip().splitlines() or ["no reason given"])[0][:200]
+        raise _PeerFailed(reason) from exc

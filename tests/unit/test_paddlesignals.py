@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
@@ -52,11 +53,20 @@ def test_streamrec_launch_is_paddles_launcher_on_the_same_arguments() -> None:
 
 
 def test_streamrec_launch_leaves_paddles_start_up_chatter_out_unless_asked() -> None:
-    argv, env = ["launch.py", "--nproc_per_node", "2", "streamrec"], {"PATH": "/bin"}
-    quiet_defaults(argv, env)
-    assert argv == ["launch.py", "--log_level", "WARNING", "--nproc_per_node", "2", "streamrec"]
-    assert env == {"PATH": "/bin", "GLOG_minloglevel": "1"}
-    for asked in (["launch.py", "--log_level=DEBUG", "streamrec"], ["launch.py", "--log_level", "INFO", "x"]):
-        argv, env = list(asked), {"GLOG_minloglevel": "0"}
+    http = logging.getLogger("httpx")  # the launcher's client of its master, across hosts
+    before = http.level
+    try:
+        http.setLevel(logging.NOTSET)
+        argv, env = ["launch.py", "--nproc_per_node", "2", "streamrec"], {"PATH": "/bin"}
         quiet_defaults(argv, env)
-        assert argv == asked and env == {"GLOG_minloglevel": "0"}
+        assert argv == ["launch.py", "--log_level", "WARNING", "--nproc_per_node", "2", "streamrec"]
+        assert env == {"PATH": "/bin", "GLOG_minloglevel": "1"}
+        assert http.level == logging.WARNING
+        for asked in (["launch.py", "--log_level=DEBUG", "streamrec"],
+                      ["launch.py", "--log_level", "INFO", "x"]):
+            http.setLevel(logging.NOTSET)
+            argv, env = list(asked), {"GLOG_minloglevel": "0"}
+            quiet_defaults(argv, env)
+            assert argv == asked and env == {"GLOG_minloglevel": "0"} and http.level == logging.NOTSET
+    finally:
+        http.setLevel(before)

@@ -55,6 +55,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streamrec.config import StreamrecConfig
+from streamrec.kafka.topics import create_topics
 from streamrec.learner.columns import SampleColumns
 from streamrec.local.ports import free_port
 from streamrec.samples import Sample
@@ -379,6 +380,39 @@ def test_a_rank_frozen_past_the_rank_timeout_stops_the_group_which_resumes_train
     assert_each_once(cfg, count)
 
 
+def test_a_rank_paused_for_longer_than_gloos_own_timeout_but_within_the_rank_timeout_trains_on(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP of rank 1 for 35 s, the rank timeout 120 s: the group waits and trains on.
+
+    gloo gives up on a collective after 30 s of its own, whatever ``rank_timeout_s`` says: rank 0,
+    waiting in the part exchange for the paused rank, failed there with a gloo TIMEOUT traceback
+    and the group stopped. The ranks now meet before the exchange (bounded by the rank timeout),
+    as they do when rank 0 writes, exports and gates a snapshot while the others wait.
+    """
+    cfg = ranks_config(rank_timeout_s=120.0, stop_when_idle_s=45.0, snapshot_every=1)
+    publish(cfg, 0, 300)
+    proc, ranks = two_ranks_snapshotted(cfg, tmp_path, "paused")
+    store = SnapshotStore(cfg.learner.snapshot_dir)
+
+    def trained() -> int:
+        manifest = store.latest()
+        return 0 if manifest is None else manifest.samples_trained
+
+    wait_for(lambda: trained() == 300 or proc.poll() is not None, timeout_s=60, what="300 trained")
+    ranks[1].suspend()  # idle: between exchanges, not inside a training step
+    try:
+        time.sleep(35)
+    finally:
+        if ranks[1].is_running():  # the launcher kills it when the group fails
+            ranks[1].resume()
+    publish(cfg, 300, 600)
+    rc = finished(proc, tmp_path, "paused", timeout=180)
+    assert rc == 0, logs(tmp_path, "paused")
+    assert_each_once(cfg, 600)
+
+
 def test_two_ranks_train_a_backlog_a_bounded_part_at_a_time_each_sample_once(
     ranks_config: Callable[..., StreamrecConfig],
     tmp_path: Path,
@@ -478,6 +512,59 @@ def test_a_rank_without_samples_of_its_own_trains_along_and_rank_0_counts_the_gr
     assert_each_once(cfg, 300)
 
 
+def test_the_launch_across_hosts_as_the_docs_give_it_trains_each_sample_once_and_quietly(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """Two "hosts" on this one: ``python -m streamrec.launch --master HOST:PORT --nnodes 2
+    --nproc_per_node 1 ...`` run twice, the second a few seconds after the first (as the docs'
+    across-hosts command, one rank a host). Both exit 0, every sample trained once, and the
+    launchers leave the HTTP client's lines out: the first printed two ``HTTP Request: ...``
+    lines every half second while it waited for the second host.
+    """
+    count = 300
+    cfg = ranks_config()
+    publish(cfg, 0, count)
+    cfg_file = tmp_path / "hosts.json"
+    cfg_file.write_text(cfg.model_dump_json())
+    master = f"127.0.0.1:{free_port()}"
+    procs = []
+    for host in ("a", "b"):
+        command = [sys.executable, "-m", "streamrec.launch", "--master", master, "--nnodes", "2",
+                   "--nproc_per_node", "1", "--log_dir", str(tmp_path / f"{host}-logs"),
+                   str(ROOT / "tests" / "ranked_learner.py"), str(cfg_file), "counting"]
+        procs.append(subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        _started.append(cast(subprocess.Popen[bytes], procs[-1]))
+        time.sleep(3)  # the second host comes later: the first waits for it at the master
+    out = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in out)
+    assert_each_once(cfg, count)
+    assert not [line for o in out for line in o.splitlines() if "HTTP Request" in line], out[0][-3000:]
+
+
+def test_a_rank_beyond_the_topics_partitions_says_so_and_trains_along(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """Two ranks on a samples topic of one partition: rank 1 reads none. It used to say only
+    ``reads partitions=`` (nothing after it); it warns now, naming the topic's partitions and
+    the most ranks worth running, and trains along: every sample once.
+    """
+    cfg = ranks_config()
+    topic = f"{cfg.kafka.samples_topic}-one"
+    create_topics(cfg.kafka.bootstrap_servers, {topic: 1})
+    cfg = cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"samples_topic": topic})})
+    publish(cfg, 0, 300)
+    run_ranks(cfg, 2, tmp_path, "beyond")
+    assert_each_once(cfg, 300)
+    rank1 = (tmp_path / "beyond-logs" / "workerlog.1").read_text()
+    assert f"rank 1 of 2 reads no partition: {topic} has 1" in rank1, rank1[-3000:]
+    assert "run at most 1 rank" in rank1, rank1[-3000:]
+    rank0 = (tmp_path / "beyond-logs" / "workerlog.0").read_text()
+    assert "reads no partition" not in rank0, rank0[-3000:]
+
+
 def workers_started(
     cfg: StreamrecConfig, tmp_path: Path
 ) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
@@ -509,6 +596,9 @@ def test_a_stop_signal_to_learner_run_with_workers_stops_every_rank_and_exits_cl
     The signal reaches ``streamrec learner run --workers 2`` alone (not its process group, as
     Ctrl-C would), and the ranks stop as one process does: the micro-batch finished, exit
     status 0, nothing left running. It used to leave the launcher and both ranks training.
+    Each rank is signalled once: Paddle's launcher sent each SIGTERM up to three times 0.2 s
+    apart, which a rank takes for a second signal (stop at once, exit 130, the micro-batch in
+    hand dropped), and the other rank's next collective then failed with a traceback.
     """
     cfg = ranks_config(stop_when_idle_s=300.0)
     publish(cfg, 0, 1000)
@@ -517,6 +607,103 @@ def test_a_stop_signal_to_learner_run_with_workers_stops_every_rank_and_exits_cl
     rc = finished(proc, tmp_path, "workers", timeout=90)
     wait_for(lambda: not running(under), timeout_s=30, what="the launcher and the ranks gone")
     assert rc == 0, (tmp_path / "workers.log").read_text()[-3000:]
+    for rank in (0, 1):
+        log = (tmp_path / "learner-logs" / f"workerlog.{rank}").read_text()
+        assert "stopping now" not in log and "Traceback" not in log, log[-3000:]
+        assert "finishing the current batch" in log and "\ntrained " in log, log[-3000:]  # a clean stop
+
+
+def test_a_second_group_on_the_same_snapshot_directory_is_refused_in_one_line_on_every_rank(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """A second ``learner run --workers 2`` on a directory a running group holds: its rank 0 is
+    refused the directory's lock; its rank 1, waiting for rank 0 at the restore, says in one
+    line that the exchange failed, where it ended with a gloo traceback (or the launcher
+    stops it first, before it reaches the restore). The first group trains on.
+    """
+    cfg = ranks_config(stop_when_idle_s=300.0)
+    publish(cfg, 0, 1000)
+    proc, _ = workers_started(cfg, tmp_path)
+    second = tmp_path / "second"
+    second.mkdir()
+    command = [sys.executable, "-m", "streamrec", "learner", "run", "--workers", "2"]
+    done = subprocess.run(command, cwd=second, env=cli_env(cfg, tmp_path / "snaps"), capture_output=True,
+                          text=True, timeout=180, check=False)
+    assert done.returncode != 0 and "is in use by pid" in done.stdout + done.stderr, done.stdout + done.stderr
+    rank0, rank1 = ((second / "learner-logs" / f"workerlog.{rank}").read_text() for rank in (0, 1))
+    assert "Traceback" not in rank0 + rank1, rank0[-3000:] + rank1[-3000:]
+    assert "\nerror: snapshot directory" in rank0, rank0[-3000:]
+    said = [line for line in rank1.splitlines() if line.startswith("error: ")]
+    assert all("rank 1 of 2: its 'restore' exchange with the other ranks failed" in s for s in said), said
+    first = (tmp_path / "workers.log").read_text
+    assert proc.poll() is None, first()[-3000:]
+    proc.send_signal(signal.SIGTERM)
+    assert finished(proc, tmp_path, "workers", timeout=90) == 0, first()[-3000:]
+
+
+RANK_LEFT = """
+import os, sys
+import numpy as np
+from streamrec.learner.ranks import RankGroup, launched_world
+
+rank, world = launched_world()
+group = RankGroup(rank, world, timeout_s=60.0)
+group.gather(np.array([rank], np.int64), "joined")
+if rank == 0:
+    os._exit(0)  # gone: its connections closed, and the group's TCP store with them
+try:
+    group.gather(np.array([rank], np.int64), sys.argv[1])
+except Exception as exc:
+    print(f"{type(exc).__name__}: {exc}", flush=True)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("what", ["restore", "gradients"])
+def test_a_rank_whose_peer_is_gone_says_so_in_one_line_naming_the_exchange(tmp_path: Path, what: str) -> None:
+    """Two ranks joined by hand (Paddle's launcher's environment, no launcher to stop the one
+    left): rank 0 leaves, rank 1's next exchange fails. `RankLost`, one line naming the rank and
+    the exchange, where it was gloo's RuntimeError.
+    """
+    script = tmp_path / "rank_left.py"
+    script.write_text(RANK_LEFT)
+    master, *ends = (f"127.0.0.1:{free_port()}" for _ in range(3))
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PADDLE_TRAINER_ID": str(rank),
+               "PADDLE_TRAINERS_NUM": "2", "PADDLE_TRAINER_ENDPOINTS": ",".join(ends),
+               "PADDLE_CURRENT_ENDPOINT": ends[rank], "PADDLE_MASTER": master,
+               "PADDLE_DISTRI_BACKEND": "gloo"}
+        procs.append(subprocess.Popen([sys.executable, str(script), what], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    out = [p.communicate(timeout=120)[0] for p in procs]
+    assert procs[0].returncode == 0, out[0][-3000:]
+    assert procs[1].returncode == 3 and "Traceback" not in out[1], out[1][-3000:]
+    said = [line for line in out[1].splitlines() if line.startswith(("RankLost", "RuntimeError", "Value"))]
+    assert len(said) == 1 and said[0].startswith(f"RankLost: rank 1 of 2: its {what!r} exchange"), said
+
+
+def test_a_rank_killed_under_learner_run_with_workers_ends_it_with_one_error_line(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """A kill -9 of rank 1 under ``learner run --workers 2``: after the launcher's report (the
+    rank, its status, the end of its log), one line says what happened and what to do, exit
+    status 1. It ended with the launcher's status passed on, whatever the ranks' exits made of
+    it (130, 241, ...), and no word of streamrec's.
+    """
+    cfg = ranks_config(stop_when_idle_s=300.0)
+    publish(cfg, 0, 1000)
+    proc, under = workers_started(cfg, tmp_path)
+    next(p for p in under if p.environ().get("PADDLE_TRAINER_ID") == "1").kill()
+    rc = finished(proc, tmp_path, "workers", timeout=90)
+    wait_for(lambda: not running(under), timeout_s=30, what="the launcher and the ranks gone")
+    out = (tmp_path / "workers.log").read_text()
+    assert rc == 1, out[-3000:]
+    last = out.rstrip().splitlines()[-1]
+    assert last.startswith("error: the learner ranks stopped with an error"), out[-3000:]
+    assert "learner-logs/workerlog.<rank>" in last and "start the group again" in last, last
 
 
 @pytest.mark.parametrize("killed", ["command", "launcher"])

@@ -159,3 +159,12 @@ def test_a_variable_of_the_prefix_that_names_no_setting_is_one_line(name: str, t
     above = name.rsplit("__", 1)[0]
     if above in ("STREAMREC_FEATURES", "STREAMREC_MODEL__TABLES", "STREAMREC_KAFKA__CLIENT"):
         assert f"{above} is one setting: give its whole value, as JSON" in lines[0]
+
+
+@pytest.mark.parametrize("workers", ["0", "-1"])
+def test_workers_below_one_is_one_line_before_any_service(workers: str, tmp_path: Path) -> None:
+    """Found by a tour: ``learner run --workers 0`` was the option's usage box (exit 2), unlike
+    every other setting out of range (``--snapshot-every 0``, ``replay backtest --jobs 0``).
+    """
+    lines = streamrec_fails(["learner", "run", "--workers", workers], {}, tmp_path)
+    assert lines == [f"error: --workers must be at least 1, not {workers}"], lines
