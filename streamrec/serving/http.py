@@ -242,7 +242,7 @@ def build_app(
         metrics.registry.register(ClickCollector(clicks, lambda: router.plan))
     metrics.show(scorer)
     if scorer.loaded is not None:
-        metrics.freshness.observe_load(scorer.loaded)
+        metrics.freshness.take_up(scorer.loaded)
     admission = Admission(cfg.workers, cfg.max_in_flight, cfg.max_queue_wait_s)
     metrics.in_flight.set_function(lambda: admission.in_flight)
     readiness = Readiness(scorer, lambda: history_of(PROBE_USER), cfg.ready_cache_s, cfg.ready_timeout_s)

@@ -80,6 +80,17 @@ def test_a_loaded_version_feeds_served_freshness() -> None:
     assert value(registry, "streamrec_serving_model_event_age_seconds") == pytest.approx(120.0)
 
 
+def test_the_version_a_server_starts_on_sets_the_age_and_times_no_load() -> None:
+    # servable before this server started, for as long as it is old: a restart is no promotion
+    now = [T0_MS / 1000 + 1_400.0]
+    registry = CollectorRegistry()
+    served = ServedFreshness(registry, clock=lambda: now[0])
+    served.take_up(LoadedVersion(3, now[0], created_at_s=T0_MS / 1000 + 10.0, newest_event_ms=T0_MS))
+    assert value(registry, "streamrec_serving_trained_to_servable_seconds_count") == 0
+    assert value(registry, "streamrec_serving_event_to_servable_seconds_count") == 0
+    assert value(registry, "streamrec_serving_model_event_age_seconds") == pytest.approx(1_400.0)
+
+
 def test_a_version_without_times_observes_nothing_and_its_age_is_unknown() -> None:
     registry = CollectorRegistry()
     served = ServedFreshness(registry)
