@@ -51,9 +51,16 @@ def signal_each_rank_once() -> None:
     each, a rank finishes its micro-batch as one learner does; a second stop (a second signal to
     the launcher) sends the second SIGTERM, and the launcher still kills what outlives its wait.
     """
-    from paddle.distributed.launch.utils.process_context import ProcessContext
+    try:
+        from paddle.distributed.launch.utils.process_context import ProcessContext
 
-    terminate = ProcessContext.terminate
+        terminate = ProcessContext.terminate
+    except (ImportError, AttributeError):  # a Paddle whose launcher is laid out otherwise
+        logging.getLogger(__name__).warning(
+            "this Paddle's launcher has no ProcessContext.terminate: a rank may take one stop "
+            "for two and drop the micro-batch in hand"
+        )
+        return
     if getattr(terminate, "streamrec_once", False):
         return
 

@@ -70,3 +70,17 @@ def test_streamrec_launch_leaves_paddles_start_up_chatter_out_unless_asked() -> 
             assert argv == asked and env == {"GLOG_minloglevel": "0"} and http.level == logging.NOTSET
     finally:
         http.setLevel(before)
+
+
+def test_signal_each_rank_once_leaves_a_launcher_laid_out_otherwise_as_it_is(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Paddle is not pinned (>=3.0): a launcher without ProcessContext.terminate keeps its own way
+    from paddle.distributed.launch.utils import process_context
+
+    from streamrec.launch import signal_each_rank_once
+
+    monkeypatch.delattr(process_context.ProcessContext, "terminate")
+    with caplog.at_level(logging.WARNING, "streamrec.launch"):
+        signal_each_rank_once()
+    assert "no ProcessContext.terminate" in caplog.text
