@@ -130,11 +130,6 @@ def _models(annotation: Any) -> list[type]:
     return found
 
 
-def _is_section(annotation: Any) -> bool:
-    """A nested settings section (one model, or a union of variants), not a list of models."""
-    return bool(_models(annotation)) and typing.get_origin(annotation) not in (tuple, list)
-
-
 def _row(name: str, env: str, field: Any, comments: dict[str, str]) -> str:
     why = comments.get(name, "")
     what = _description(env, field)
@@ -154,6 +149,8 @@ def _sections(out: list[str], annotation: Any, env: str) -> None:
 
 
 def _section(out: list[str], model: type, env_prefix: str, title: str) -> None:
+    from streamrec.config.loading import is_section
+
     out += [f"## {title}", ""]
     doc = _rst(inspect.getdoc(model) or "")
     if doc:
@@ -164,7 +161,7 @@ def _section(out: list[str], model: type, env_prefix: str, title: str) -> None:
     item_models: list[tuple[str, type]] = []
     for name, field in model.model_fields.items():  # type: ignore[attr-defined]
         env = f"{env_prefix}{name.upper()}"
-        if _is_section(field.annotation):
+        if is_section(field.annotation):
             nested.append((field.annotation, env))
             continue
         if _models(field.annotation):  # a list of objects, as STREAMREC_MODEL__TABLES
@@ -195,6 +192,7 @@ def _keys(out: list[str], model: type) -> None:
 def configuration_page() -> str:
     """The configuration reference, walked from `streamrec.config.StreamrecConfig`."""
     from streamrec import config
+    from streamrec.config.loading import is_section
 
     out = [
         "# Configuration reference",
@@ -214,11 +212,11 @@ def configuration_page() -> str:
     rows = [
         _row(name, f"{PREFIX}{name.upper()}", field, comments)
         for name, field in top.model_fields.items()
-        if not _is_section(field.annotation)
+        if not is_section(field.annotation)
     ]
     out += ["## Top level", "", "| env | type | default | description |", "|---|---|---|---|", *rows, ""]
     for name, field in top.model_fields.items():
-        if _is_section(field.annotation):
+        if is_section(field.annotation):
             _sections(out, field.annotation, f"{PREFIX}{name.upper()}")
     return "\n".join(out) + "\n"
 
