@@ -65,20 +65,27 @@ class LearnerStatus:
         return Text(self.line())
 
 
-def trained(stats: LearnerStats) -> str:
-    """What this run trained, with the totals since the first snapshot when it resumed one.
+def trained(stats: LearnerStats, resumed: SnapshotManifest | None) -> str:
+    """What this run trained, with the totals since the first snapshot when it ``resumed`` one.
+
+    ``stats`` holds the totals, the snapshot's counts restored; ``resumed`` (its manifest) the
+    counts it was written with.
 
     Examples:
+        >>> from types import SimpleNamespace
         >>> from streamrec.learner.reports import LearnerStats
-        >>> trained(LearnerStats(micro_batches=7, samples_trained=23_000, resumed_micro_batches=5,
-        ...                      resumed_samples=20_000))
+        >>> snapshot = SimpleNamespace(micro_batches=5, samples_trained=20_000)
+        >>> trained(LearnerStats(micro_batches=7, samples_trained=23_000), snapshot)
         'trained 2 micro-batches, 3,000 samples (7 and 23,000 in all, with the snapshot resumed)'
+        >>> trained(LearnerStats(micro_batches=2, samples_trained=3_000), None)
+        'trained 2 micro-batches, 3,000 samples'
     """
+    before = (0, 0) if resumed is None else (resumed.micro_batches, resumed.samples_trained)
     line = (
-        f"trained {stats.micro_batches - stats.resumed_micro_batches:,} micro-batches, "
-        f"{stats.samples_trained - stats.resumed_samples:,} samples"
+        f"trained {stats.micro_batches - before[0]:,} micro-batches, "
+        f"{stats.samples_trained - before[1]:,} samples"
     )
-    if stats.resumed_micro_batches:
+    if resumed is not None:
         line += f" ({stats.micro_batches:,} and {stats.samples_trained:,} in all, with the snapshot resumed)"
     return line
 
@@ -209,7 +216,7 @@ def run(
         with LearnerMetrics() as metrics:
             on_snapshot = snapshot_handler(metrics, store, promoter.on_snapshot)
             if launched():
-                stats = run_rank(
+                stats, resumed = run_rank(
                     cfg, learner, store, promoter, metrics, on_snapshot,
                     lambda positions: serve_metrics(metrics, cfg, positions),
                 )
@@ -228,8 +235,9 @@ def run(
                     serve_metrics(metrics, cfg, lambda: runner.positions.copy())
                     before_training_loop()
                     with live_status(status):
-                        stats = runner.run(stop_on_signals())
+                        stats, resumed = runner.run(stop_on_signals()), runner.resumed
         console.print(
-            f"{trained(stats)}; dead-lettered {stats.dead} samples to {cfg.kafka.samples_dlq_topic}; "
+            f"{trained(stats, resumed)}; dead-lettered {stats.dead} samples to "
+            f"{cfg.kafka.samples_dlq_topic}; "
             f"{stats.bad_batches} bad micro-batches ({stats.skipped_steps} steps skipped)"
         )

@@ -115,8 +115,8 @@ def run_rank(
     metrics: LearnerMetrics,
     on_snapshot: Callable[[SnapshotManifest], None],
     serve: Callable[[Callable[[], Mapping[Partition, int]]], None],
-) -> LearnerStats:
-    """Run this rank of the launched group until it stops.
+) -> tuple[LearnerStats, SnapshotManifest | None]:
+    """Run this rank of the launched group until it stops: its totals, and the snapshot resumed.
 
     Rank 0 alone observes the reports and snapshots in ``metrics``, calls ``on_snapshot`` (the
     export and promotion) and ``serve`` (``/metrics``, with the lag of the group's positions,
@@ -148,4 +148,4 @@ def run_rank(
             promoter.resume(runner.resumed)  # rank 0's gate judges
             # A copy at each scrape: the runner thread moves the positions meanwhile.
             serve(lambda: runner.positions.copy())
-        return runner.run(stop_on_signals())
+        return runner.run(stop_on_signals()), runner.resumed

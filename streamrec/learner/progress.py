@@ -62,8 +62,6 @@ class RunnerProgress:
             return
         self.stats.micro_batches = self._snapshotted_at = manifest.micro_batches
         self.stats.samples_trained = manifest.samples_trained
-        self.stats.resumed_micro_batches = manifest.micro_batches
-        self.stats.resumed_samples = manifest.samples_trained
         self.stats.newest_event_ms = manifest.newest_event_ms
         self.positions.update({p.key: p.offset for p in manifest.positions})
         self._snapshotted_positions = dict(self.positions)

@@ -66,9 +66,6 @@ class LearnerStats:
     bad_batches: int = 0  # micro-batches with a skipped (non-finite) step
     skipped_steps: int = 0
     newest_event_ms: int | None = None  # the newest event time trained on (restored too)
-    # the counts of the snapshot resumed: what this runner trained is the totals less these
-    resumed_micro_batches: int = 0
-    resumed_samples: int = 0
 
 
 @dataclass(frozen=True)
