@@ -97,19 +97,22 @@ def _live_pid(cfg: ServicesConfig, spec: ServiceSpec) -> int | None:
     return None
 
 
-def _status(cfg: ServicesConfig, spec: ServiceSpec) -> ServiceStatus:
-    """Ours (by its pid file) on the address it was started on; else whatever is on the configured one."""
+def _status(cfg: ServicesConfig, spec: ServiceSpec, *, keeps: bool = False) -> ServiceStatus:
+    """Ours (by its pid file) on the address it was started on; else whatever is on the configured one.
+
+    ``keeps``: ask our Redis where it keeps its data (``data_dir``), its answer the health probe.
+    """
     pid = _live_pid(cfg, spec)
     host, port = _address_of(cfg, spec, pid)
     kept = None
-    if pid is not None:
+    if pid is not None and keeps and spec is REDIS:
+        try:
+            kept, state = redis_keeps(host, port), ServiceState.RUNNING
+        except RedisError:
+            state = ServiceState.UNHEALTHY
+    elif pid is not None:
         healthy = HEALTH[spec.name](host, port, PROBE_TIMEOUT_S)
         state = ServiceState.RUNNING if healthy else ServiceState.UNHEALTHY
-        if healthy and spec is REDIS:
-            try:
-                kept = redis_keeps(host, port)
-            except RedisError:
-                state = ServiceState.UNHEALTHY
     else:
         state = ServiceState.EXTERNAL if tcp_reachable(host, port) else ServiceState.STOPPED
     return ServiceStatus(spec.name, address(host, port), pid, state, kept)
@@ -138,7 +141,7 @@ def up(cfg: ServicesConfig) -> list[ServiceStatus]:
     are checked before anything starts; if one start fails, what this call started is stopped.
     """
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    found = [_status(cfg, spec) for spec in _SPECS]
+    found = [_status(cfg, spec, keeps=True) for spec in _SPECS]
     for spec, st in zip(_SPECS, found, strict=True):
         if st.state is ServiceState.UNHEALTHY:
             raise ServiceError(

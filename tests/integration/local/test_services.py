@@ -48,6 +48,31 @@ def listener() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
+def _redis_asked(cfg: ServicesConfig) -> tuple[int, int]:
+    """(connections Redis accepted, CONFIG GETs it ran) so far, this client's included."""
+    client = redis.Redis(cfg.host, cfg.redis_port, decode_responses=True)
+    try:
+        stats, commands = client.info("stats"), client.info("commandstats")
+        configs = commands.get("cmdstat_config|get", {}).get("calls", 0)
+        return int(stats["total_connections_received"]), int(configs)
+    finally:
+        client.close()
+
+
+def test_status_only_pings_redis_and_up_asks_what_it_keeps_on_one_connection(cfg: ServicesConfig) -> None:
+    """Review: each ``status`` opened a second client to ask Redis what it keeps, which only
+    ``up`` says. Now ``status`` pings, and ``up`` asks (CONFIG GET) in place of the ping.
+    """
+    up(cfg)
+    connections, configs = _redis_asked(cfg)
+    status(cfg)
+    # one raw TCP check (tcp_reachable) and one client, then this count's own client
+    assert _redis_asked(cfg) == (connections + 3, configs)
+    connections, configs = _redis_asked(cfg)
+    assert up(cfg)[1].data_dir is None
+    assert _redis_asked(cfg) == (connections + 2, configs + 2)  # no raw check: CONFIG GET x2
+
+
 def _dead_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()
