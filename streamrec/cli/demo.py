@@ -18,6 +18,7 @@ from streamrec.cli.options import (
     consumer_runner,
     dataset_format,
     dataset_limit,
+    path_given,
     setting,
 )
 from streamrec.cli.snapshot import format_positions
@@ -44,7 +45,8 @@ def demo(
     # The demo's own micro-batches and snapshots, whatever the learner's settings say.
     max_batch: int = typer.Option(2500, help="Cap on samples per micro-batch (the demo's own)"),
     snapshot_dir: Path | None = typer.Option(
-        None, help="The snapshot directory (the demo's own)", show_default="snapshots/demo-<time>"
+        None, help="The snapshot directory (the demo's own)", show_default="snapshots/demo-<time>",
+        parser=path_given,
     ),
     snapshot_every: int = typer.Option(10, help="Snapshot after this many micro-batches (the demo's own)"),
     runner: str = consumer_runner(),

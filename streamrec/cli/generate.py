@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from streamrec.cli.common import cli_errors, console
-from streamrec.cli.options import output_path
+from streamrec.cli.options import path_given
 from streamrec.errors import ConfigError, DatasetError, FieldError
 
 # ClickStreamSpec's defaults (streamrec.datasets.synthetic imports numpy, so --help does not
@@ -14,8 +16,9 @@ DEFAULTS = {"events": 20_000, "users": 500, "items": 5_000, "categories": 50, "s
 
 
 def generate(
-    out: str = typer.Argument(
-        ..., help="JSONL file to write (the event contract, one per line)", show_default=False
+    out: Path = typer.Argument(
+        ..., help="JSONL file to write (the event contract, one per line)", show_default=False,
+        metavar="OUT", parser=path_given,
     ),
     events: int = typer.Option(DEFAULTS["events"], help="Events to generate"),
     users: int = typer.Option(DEFAULTS["users"], help="Users"),
@@ -40,7 +43,6 @@ def generate(
     from streamrec.datasets.synthetic import ClickStreamSpec, generate_rows
 
     with cli_errors():
-        path = output_path(out, "OUT")
         try:
             spec = ClickStreamSpec(
                 users=users, items=items, categories=categories, events=events, seed=seed,
@@ -53,11 +55,11 @@ def generate(
             stream = [(e, log.fields.get(e.event_id, {})) for e in log.events]
         else:
             stream = generate_rows(spec)
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp = out.with_name(f".{out.name}.tmp")
         try:
             tmp.write_bytes(b"".join(wire(e, fields) + b"\n" for e, fields in stream))
-            tmp.replace(path)  # whole or not at all
+            tmp.replace(out)  # whole or not at all
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise DatasetError(f"cannot write {path}: {exc.strerror}") from exc
-        console.print(f"wrote {len(stream)} events to {path}")
+            raise DatasetError(f"cannot write {out}: {exc.strerror}") from exc
+        console.print(f"wrote {len(stream)} events to {out}")

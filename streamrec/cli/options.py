@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import typer
-
-from streamrec.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -96,6 +94,20 @@ FLAGS: dict[str, Flag] = {flag.path: flag for flag in _FLAGS}
 _METAVARS: dict[type, str] = {str: "<str>", int: "<int>", float: "<float>", Path: "<path>"}
 
 
+def path_given(text: str) -> Path:
+    """A path option's or argument's value (``parser=path_given``), ``''`` refused.
+
+    A `Path` reads ``''`` as ``.``, the working directory: ``--snapshot-dir ''`` (a variable
+    unset in a script) listed the working directory as a snapshot directory.
+
+    Raises:
+        typer.BadParameter: it is empty (a usage error naming the option, as for other bad values).
+    """
+    if not text:
+        raise typer.BadParameter("it is empty: name a path ('.' for the working directory)")
+    return Path(text)
+
+
 def _as_given(text: str) -> str:
     # The value is converted in _only_given, once its source is known.
     return text
@@ -111,7 +123,7 @@ def _only_given(kind: type) -> Any:
         if value is None or source is None or source.name != "COMMANDLINE":
             return None
         try:
-            return kind(value)
+            return path_given(value) if kind is Path else kind(value)
         except ValueError:
             raise typer.BadParameter(f"{value!r} is not a valid {_METAVARS[kind].strip('<>')}") from None
 
@@ -146,6 +158,7 @@ ConfigFile: Any = typer.Option(
     help="TOML file of settings; env vars and flags override it",
     show_default="streamrec.toml, if there is one",
     metavar="<path>",
+    parser=path_given,
 )
 
 
@@ -190,25 +203,3 @@ def consumer_runner() -> Any:
         help="native: exactly-once (Kafka transactions); faust: a faust-streaming agent, at-least-once",
     )
 
-
-@overload
-def output_path(text: str, name: str) -> Path: ...
-
-
-@overload
-def output_path(text: str | None, name: str) -> Path | None: ...
-
-
-def output_path(text: str | None, name: str) -> Path | None:
-    """The file an output option or argument ``name`` gives (None: not given).
-
-    Taken as text, not as a `Path`: a `Path` reads ``''`` as ``.``, the working directory.
-
-    Raises:
-        ConfigError: it is empty.
-    """
-    if text is None:
-        return None
-    if not text:
-        raise ConfigError(f"{name} is empty: name a file")
-    return Path(text)

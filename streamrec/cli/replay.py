@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from streamrec.cli.common import build_config, cli_errors, command_group, console
-from streamrec.cli.options import ConfigFile, LogLevel, dataset_format, dataset_limit, output_path, setting
+from streamrec.cli.options import ConfigFile, LogLevel, dataset_format, dataset_limit, path_given, setting
 from streamrec.errors import ConfigError
 
 app = command_group("Backtest update strategies on recorded events; replay them into Kafka.")
@@ -54,16 +54,17 @@ def backtest(
     ),
     seed: int = typer.Option(0, help="Seed of the negative sampler and the model"),
     jobs: int = typer.Option(1, help="Strategies run in this many processes"),
-    report_to: str | None = typer.Option(
+    report: Path | None = typer.Option(
         None, "--report", help="Write the JSON report here, with .md and .png beside it",
-        show_default="not written", metavar="<path>",
+        show_default="not written", metavar="<path>", parser=path_given,
     ),
-    dump_to: str | None = typer.Option(
+    dump_samples: Path | None = typer.Option(
         None,
         "--dump-samples",
         help='Write every sample as a JSON line {"micro_batch": N, "sample": {...}} here',
         show_default="not written",
         metavar="<path>",
+        parser=path_given,
     ),
     ablate: str = typer.Option(
         "", help="Rerun the strategies without each declared feature in turn (on the same samples): "
@@ -106,7 +107,6 @@ def backtest(
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
         if sweep and ablate:
             raise ConfigError("--ablate is for a backtest, not a --sweep: run them one after the other")
-        report, dump_samples = output_path(report_to, "--report"), output_path(dump_to, "--dump-samples")
         _writable(report, "--report")
         _writable(dump_samples, "--dump-samples")
         if report is not None and report.suffix != ".json":

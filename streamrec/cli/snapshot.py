@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from streamrec.cli.common import build_config, cli_errors, command_group, console
-from streamrec.cli.options import ConfigFile, LogLevel, setting
+from streamrec.cli.options import ConfigFile, LogLevel, path_given, setting
 from streamrec.cli.snapshot_common import (
     DirOption,
     JsonOption,
@@ -449,7 +449,9 @@ def export(
 @app.command("materialize")
 def materialize_(
     version: str = VersionArg,
-    out: Path = typer.Argument(..., help="A new directory for the full snapshot"),
+    out: Path = typer.Argument(
+        ..., help="A new directory for the full snapshot", metavar="OUT", parser=path_given
+    ),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from streamrec.config.section import SECTION
+from streamrec.config.section import SECTION, NonEmptyPath
 
 
 class LearnerConfig(BaseModel):
@@ -38,7 +38,7 @@ class LearnerConfig(BaseModel):
     # summaries, and the gate judges no version by it. Backtests cut by count fold a last
     # micro-batch this small into the one before.
     min_eval_samples: int = Field(200, ge=1, description="STREAMREC_LEARNER__MIN_EVAL_SAMPLES")
-    snapshot_dir: Path = Field(Path("snapshots"), description="STREAMREC_LEARNER__SNAPSHOT_DIR")
+    snapshot_dir: NonEmptyPath = Field(Path("snapshots"), description="STREAMREC_LEARNER__SNAPSHOT_DIR")
     snapshot_every: int = Field(10, ge=1, description="STREAMREC_LEARNER__SNAPSHOT_EVERY micro-batches")
     # Retention: versions kept after each snapshot besides every promoted one; 0 keeps all.
     # Ten recent versions to compare or fall back to, at ten snapshots' disk, not unbounded.

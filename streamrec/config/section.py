@@ -6,6 +6,20 @@ infinite interval or poll was taken, and a learner so set never trained.
 
 from __future__ import annotations
 
-from pydantic import ConfigDict
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BeforeValidator, ConfigDict
 
 SECTION = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+def _not_empty(value: object) -> object:
+    if value == "":
+        raise ValueError("it is empty: name a path ('.' for the working directory)")
+    return value
+
+
+#: A path setting: ``''`` refused, where a `Path` would read it as ``.``, the working directory
+#: (``STREAMREC_LEARNER__SNAPSHOT_DIR=`` in a script listed the working directory's snapshots).
+NonEmptyPath = Annotated[Path, BeforeValidator(_not_empty)]
