@@ -81,10 +81,16 @@ def cli_errors() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def stop_on_signals() -> threading.Event:
+def stop_on_signals(*, restart_calls: bool = False) -> threading.Event:
     """An event set by SIGINT/SIGTERM, so a loop can finish its batch and exit cleanly; a
     second signal interrupts at once (the uncommitted batch is aborted and redone at the next
     start), whatever the process is waiting for.
+
+    ``restart_calls``: a blocking call the signal interrupts resumes (SA_RESTART) instead of
+    failing with EINTR; the handler runs once it returns. A learner rank's: Paddle's TCP store
+    fails a read so interrupted, and a rank stopped while it waited there for the others
+    (`streamrec.learner.ranks.RankGroup.meet`) left the group, failing the others' exchange.
+    Waits the kernel never restarts (sleeps, polls, locks) still run the handler at once.
     """
     stop = threading.Event()
 
@@ -96,8 +102,10 @@ def stop_on_signals() -> threading.Event:
         err_console.print(f"signal {name}: finishing the current batch (send it again to stop at once)")
         stop.set()
 
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, handler)
+        if restart_calls:
+            signal.siginterrupt(signum, False)  # after signal(), which sets the handler's flags
     return stop
 
 

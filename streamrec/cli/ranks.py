@@ -148,4 +148,5 @@ def run_rank(
             promoter.resume(runner.resumed)  # rank 0's gate judges
             # A copy at each scrape: the runner thread moves the positions meanwhile.
             serve(lambda: runner.positions.copy())
-        return runner.run(stop_on_signals()), runner.resumed
+        # a stop lets a wait on the others finish (on Paddle's TCP store, which fails an interrupted read)
+        return runner.run(stop_on_signals(restart_calls=True)), runner.resumed
