@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,10 +43,20 @@ def launched() -> bool:
     return launched_world()[1] > 1
 
 
+def mark_logs(log_dir: Path, workers: int, now: datetime) -> None:
+    """Begin this run in each rank's log with a line: the launcher appends to the last run's."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    started = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for rank in range(workers):
+        with (log_dir / f"workerlog.{rank}").open("a") as log:
+            log.write(f"==== learner rank {rank} of {workers}, started {started} ====\n")
+
+
 def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
     """Run this command as ``workers`` ranks on this host; the launcher's exit status.
 
-    Each rank's log goes to ``log_dir/workerlog.<rank>``; rank 0's is shown here too. SIGINT
+    Each rank's log goes to ``log_dir/workerlog.<rank>``, appended to after a line that marks
+    this run's start (`mark_logs`); rank 0's is shown here too. SIGINT
     and SIGTERM are passed on to the launcher, which stops the ranks as one learner stops (the
     micro-batch in hand finished; each rank signalled once: `streamrec.launch`); the status is
     then 0. A second one stops them at once, and the launcher kills those it outwaits. A rank
@@ -70,6 +81,10 @@ def launch_workers(workers: int, log_dir: Path = Path("learner-logs")) -> int:
         *sys.argv[1:],
     ]
     console.print(f"starting {workers} learner ranks; their logs: {log_dir}/workerlog.<rank>")
+    try:
+        mark_logs(log_dir, workers, datetime.now(UTC))
+    except OSError as exc:  # the launcher would fail on it too, with a traceback
+        raise ConfigError(f"cannot write the ranks' logs in {log_dir}: {exc.strerror or exc}") from exc
     requested: list[int] = []
     launcher: subprocess.Popen[bytes] | None = None
 

@@ -611,6 +611,7 @@ def test_a_stop_signal_to_learner_run_with_workers_stops_every_rank_and_exits_cl
         log = (tmp_path / "learner-logs" / f"workerlog.{rank}").read_text()
         assert "stopping now" not in log and "Traceback" not in log, log[-3000:]
         assert "finishing the current batch" in log and "\ntrained " in log, log[-3000:]  # a clean stop
+        assert log.startswith(f"==== learner rank {rank} of 2, started "), log[:300]  # mark_logs
 
 
 def test_a_second_group_on_the_same_snapshot_directory_is_refused_in_one_line_on_every_rank(
