@@ -22,6 +22,7 @@ from streamrec.cli.options import (
     setting,
 )
 from streamrec.cli.snapshot import format_positions
+from streamrec.errors import ConfigError
 
 if TYPE_CHECKING:  # Paddle and the clients: the demo imports them when it runs, not for --help
     from streamrec.learner.reports import MicroBatchReport
@@ -70,6 +71,8 @@ def demo(
         before_training_loop()
         prefer_vector_kernels()
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        if limit is not None and limit < 1:  # a demo of nothing, as the backtest refuses
+            raise ConfigError(f"--limit must be a positive number of events, not {limit}")
         events = load_events(data or _bundled_movielens(), fmt, limit=limit)
         console.print(f"read {len(events)} events from {data or DEMO_DATA}")
         base = build_config(

@@ -8,7 +8,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from streamrec.cli import app
 from streamrec.cli.demo import _summary
 from streamrec.learner.metrics import MicroBatchMetrics
 from streamrec.learner.runner import LearnerStats, MicroBatchReport
@@ -36,3 +38,13 @@ def test_micro_batches_too_small_to_judge_are_named_and_left_out(
     auc_row = next(line for line in out.splitlines() if "progressive AUC" in line)
     assert "1.0000" in auc_row  # the 4-sample micro-batch (AUC 0) left out of the quarters
     assert "target in history alone" in out and "category share alone" in out  # the sampler's tells
+
+
+@pytest.mark.parametrize("limit", ["0", "-2"])
+def test_a_demo_of_no_events_is_refused_in_one_line(limit: str) -> None:
+    """Noted by a tour: ``demo --limit 0`` started the services, ran a demo of nothing and
+    exited 0. As the backtest does, a demo refuses a limit that leaves it no events.
+    """
+    result = CliRunner().invoke(app, ["demo", "--limit", limit])
+    assert result.exit_code == 1, result.output
+    assert result.output == f"error: --limit must be a positive number of events, not {limit}\n"
