@@ -20,12 +20,14 @@ import orjson
 
 from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig, TableConfig
 from streamrec.errors import InvalidSnapshot, NotServable, SnapshotError
+from streamrec.features.schema import FeatureSchema
 from streamrec.learner.columns import SampleColumns, encode
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.observability.freshness import LoadedVersion, loaded_version
 from streamrec.serving.batching import Combiner
 from streamrec.serving.contract import CONTRACT, READABLE_SCHEMAS, feature_batch_inputs
+from streamrec.serving.drift import RequestDrift
 from streamrec.serving.engines import EngineChoice, open_engine
 from streamrec.serving.export import export_snapshot
 from streamrec.serving.features import PAIR, candidate_columns, feature_request_inputs
@@ -120,6 +122,8 @@ class ExportedModel:
         self._cfg = ModelConfig.model_validate(self.contract["model"])
         self._by_name = {t.name: t for t in self.tables}
         self.user_buckets = int(self.contract["user_buckets"])
+        schema = self.contract.get("feature_schema")
+        self.drift = RequestDrift(FeatureSchema.from_json(schema) if schema else None, self.version)
 
     def score(
         self,
@@ -156,6 +160,7 @@ class ExportedModel:
         rows = {t.name: np.repeat(t.rows_of([user_id]), n) for t in self.context}
         users = np.repeat(to_buckets(fingerprint([user_id]), self.user_buckets), n)
         # Declared features: the stores' and the request's, the rest absent (feature_request_inputs).
+        self.drift.observe(candidates, context, history)  # warns of names given and ignored
         features = feature_request_inputs(self.contract, user_id, candidates, context, history)
         return self.combiner(self._feed(targets, sequences, rows, users, features))
 

@@ -42,6 +42,7 @@ MODULES = (
     "streamrec.replay.batches",
     "streamrec.replay.intake",
     "streamrec.samples",
+    "streamrec.serving.drift",
     "streamrec.snapshots.store",
 )
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

@@ -8,6 +8,7 @@ gives for the same sample; an absent feature reads its default; a bad value is a
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import msgspec
@@ -214,3 +215,23 @@ def test_a_history_given_in_the_request_scores_as_the_same_history_read_from_the
     for bad, reason in [(cases[0][0], "feature 'genres'"), ({"item_id": "i8"}, "--history: 'history'")]:
         result = score([bad])
         assert result.exit_code != 0 and reason in result.output, result.output
+
+
+def test_a_request_feature_the_model_ignores_is_named_once_and_still_scored(
+    tmp_path: Path, store_config: RedisStoreConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found from outside: candidates that carried ``genre`` for the declared ``genres`` and a
+    context that carried the user feature ``age`` were scored from defaults, 200 OK, with no
+    word anywhere; now the server names each once (`streamrec.serving.drift`).
+    """
+    _snapshots(tmp_path / "snapshots")
+    store, profiles = _fill(store_config)
+    scorer = Scorer(tmp_path / "snapshots")
+    request = {"user": "u7", "items": [{"item_id": "i1", "genre": ["a"]}], "context": {"age": 30, **CONTEXT}}
+    app_ = build_app(scorer, store_history(store, profiles))
+    with TestClient(app_) as client, caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            assert client.post("/score", json=request).status_code == 200
+    said = [r.getMessage() for r in caplog.records if r.name == "streamrec.serving.drift"]
+    assert len(said) == 2, said
+    assert "'age', a user feature" in said[0] and "'genre', which the served" in said[1], said

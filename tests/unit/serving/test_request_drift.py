@@ -1,0 +1,63 @@
+"""Request features the served model ignores are named once a version, not dropped in silence.
+
+Found from outside (a request whose candidates carried ``genre`` for the declared ``genres``
+was scored from defaults, 200 OK, nothing logged), as the learner's `FeatureDrift` found the
+same of samples.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from streamrec.features import FeatureSpec
+from streamrec.features.schema import FeatureSchema
+from streamrec.serving.drift import RequestDrift
+from streamrec.serving.features import Candidate, GivenHistory
+
+SCHEMA = FeatureSchema.of([
+    FeatureSpec(name="genres", kind="ids"),
+    FeatureSpec(name="rating", kind="number", outcome=True),
+    FeatureSpec(name="tier", role="user"),
+    FeatureSpec(name="device", role="context"),
+])
+
+
+def test_each_name_given_where_it_is_ignored_is_named_once_with_why(caplog: pytest.LogCaptureFixture) -> None:
+    drift = RequestDrift(SCHEMA, version=7)
+    items = [Candidate("i1", features={"genre": ["a"]}), Candidate("i2", features={"rating": 4.0})]
+    with caplog.at_level(logging.WARNING, "streamrec.serving.drift"):
+        ignored, _ = drift.observe(items, {"tier": "gold", "device": "ios"})
+        assert drift.observe(items, {"tier": "gold"}) == ((), ())
+    assert ignored == (("context", "tier"), ("items", "genre"), ("items", "rating"))
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "requests' context carry 'tier', a user feature, which scoring reads from the profile store, "
+        "by the user: it is ignored",
+        "requests' items carry 'genre', which the served model (v7) does not declare: it is ignored",
+        "requests' items carry 'rating', an outcome, which scoring reads along the history only "
+        "(a candidate has none yet): it is ignored",
+    ]
+
+
+def test_a_requests_own_history_may_carry_outcomes_but_not_undeclared_names() -> None:
+    drift = RequestDrift(SCHEMA, version=7)
+    history = GivenHistory([("i8", "c1")], [{"rating": 5.0, "genres": ["a"], "mood": "x"}])
+    assert drift.observe([Candidate("i1")], None, history)[0] == (("history", "mood"),)
+
+
+def test_declared_features_no_request_carried_are_named_after_enough_requests() -> None:
+    drift = RequestDrift(SCHEMA, version=7, absent_after=3)
+    assert drift.observe([Candidate("i1")], None) == ((), ())
+    assert drift.observe([Candidate("i1", features={"genres": ["a"]})], None) == ((), ())
+    assert drift.observe([Candidate("i1")], None) == ((), (("context", "device"),))  # genres came once
+    assert drift.observe([Candidate("i1")], None) == ((), ())
+
+
+def test_a_model_without_declared_features_names_every_feature_a_request_sends() -> None:
+    drift = RequestDrift(None, version=2, absent_after=1)
+    assert drift.observe([Candidate("i1", features={"genres": ["a"]})], {"device": "ios"}) == (
+        (("context", "device"), ("items", "genres")), ()
+    )
+    assert drift.observe([Candidate("i1", "c1")], None) == ((), ())  # an id and category are no features
