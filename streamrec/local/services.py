@@ -66,18 +66,16 @@ def _address_file(cfg: ServicesConfig, spec: ServiceSpec) -> Path:
     return cfg.state_dir / f"{spec.name}.address"
 
 
-def _address_of(cfg: ServicesConfig, spec: ServiceSpec, pid: int | None) -> tuple[str, int]:
+def _address_of(cfg: ServicesConfig, spec: ServiceSpec) -> tuple[str, int]:
     """Where to look for the service: where ``up`` started ours, else the configured address.
 
-    ``pid`` is ours, from its pid file; None where none of ours runs.
+    Ours is looked for there once it died too, until ``down`` or the next ``up`` forgets it.
     """
-    if pid is not None:
-        try:
-            host, _, port = _address_file(cfg, spec).read_text().strip().rpartition(" ")
-            return host, int(port)
-        except (OSError, ValueError):
-            pass
-    return cfg.host, _port(cfg, spec)
+    try:
+        host, _, port = _address_file(cfg, spec).read_text().strip().rpartition(" ")
+        return host, int(port)
+    except (OSError, ValueError):
+        return cfg.host, _port(cfg, spec)
 
 
 def _forget(cfg: ServicesConfig, spec: ServiceSpec) -> None:
@@ -103,7 +101,7 @@ def _status(cfg: ServicesConfig, spec: ServiceSpec, *, keeps: bool = False) -> S
     ``keeps``: ask our Redis where it keeps its data (``data_dir``), its answer the health probe.
     """
     pid = _live_pid(cfg, spec)
-    host, port = _address_of(cfg, spec, pid)
+    host, port = _address_of(cfg, spec)
     kept = None
     if pid is not None and keeps and spec is REDIS:
         try:
@@ -171,7 +169,8 @@ def up(cfg: ServicesConfig) -> list[ServiceStatus]:
             write_pid(_pid_file(cfg, spec), proc.pid)
             started.append((spec, proc))
             kept = cfg.data_dir.resolve() if spec is REDIS and cfg.data_dir is not None else None
-            result.append(ServiceStatus(spec.name, st.address, proc.pid, ServiceState.STARTED, kept))
+            at = address(cfg.host, _port(cfg, spec))  # not a dead one's, which st gives
+            result.append(ServiceStatus(spec.name, at, proc.pid, ServiceState.STARTED, kept))
     except BaseException:  # an interrupted or failed up leaves nothing behind
         for spec, proc in started:
             proc.stop()
@@ -205,7 +204,7 @@ def down(cfg: ServicesConfig, *, timeout_s: float = 10.0) -> list[ServiceStatus]
     result = []
     for spec in _SPECS:
         pid = _live_pid(cfg, spec)
-        ran_on = address(*_address_of(cfg, spec, pid))
+        ran_on = address(*_address_of(cfg, spec))
         if pid is not None:
             stop_pid(pid, spec.stop_signal, timeout_s)
             logger.info("service=%s pid=%s stopped", spec.name, pid)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from streamrec.local.ports import free_ports
 from streamrec.local.probes import kafka_healthy, redis_healthy
 from streamrec.local.processes import pid_alive, read_pid
 from streamrec.local.services import ServiceState, down, status, up
+from tests.support import wait_for
 
 pytestmark = pytest.mark.usefixtures("service_binaries")
 
@@ -141,6 +143,29 @@ def test_stale_pid_files_are_tolerated(cfg: ServicesConfig) -> None:
     assert [s.state for s in up(cfg)] == [ServiceState.STARTED, ServiceState.STARTED]
     assert read_pid(cfg.state_dir / "redis.pid") != os.getpid()
     assert all(s.pid is not None for s in down(cfg))
+
+
+def test_status_shows_a_service_that_died_where_it_ran(tmp_path: Path) -> None:
+    """Noticed in a tour: a Redis that ``up`` started on its own port and that then died was
+    shown as stopped at the configured address (the default port), not where it had run, so
+    ``status`` told the operator nothing of it. The address file says where it ran.
+    """
+    ports = free_ports("127.0.0.1", 4)
+    started = ServicesConfig(kafka_port=ports[0], redis_port=ports[1], state_dir=tmp_path, start_timeout_s=10)
+    later = started.model_copy(update={"kafka_port": ports[2], "redis_port": ports[3]})  # flags not given
+    try:
+        pids = {s.name: s.pid for s in up(started)}
+        os.kill(pids["redis"] or 0, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(pids["redis"] or 0), timeout_s=10, what="redis gone")
+        assert [(s.address, s.pid, s.state) for s in status(later)] == [
+            (f"127.0.0.1:{ports[0]}", pids["kafka"], ServiceState.RUNNING),
+            (f"127.0.0.1:{ports[1]}", None, ServiceState.STOPPED),
+        ]
+        restarted = up(later)[1]  # on the port configured now, and said so
+        assert (restarted.address, restarted.state) == (f"127.0.0.1:{ports[3]}", ServiceState.STARTED)
+        assert redis_healthy("127.0.0.1", ports[3])
+    finally:
+        down(later)
 
 
 def test_start_failure_quotes_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
