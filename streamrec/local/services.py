@@ -66,18 +66,17 @@ def _address_file(cfg: ServicesConfig, spec: ServiceSpec) -> Path:
     return cfg.state_dir / f"{spec.name}.address"
 
 
-def _address_of(cfg: ServicesConfig, spec: ServiceSpec, pid: int | None) -> tuple[str, int]:
-    """Where to look for the service: where ``up`` started ours, else the configured address.
+def _address_of(cfg: ServicesConfig, spec: ServiceSpec) -> tuple[str, int]:
+    """Where to look for the service: where ``up`` last started ours, else the configured address.
 
-    ``pid`` is ours, from its pid file; None where none of ours runs.
+    ``up`` records the address beside the pid and ``down`` removes both, so a service of ours
+    that died is still looked for where it ran, not on a port another user's service may hold.
     """
-    if pid is not None:
-        try:
-            host, _, port = _address_file(cfg, spec).read_text().strip().rpartition(" ")
-            return host, int(port)
-        except (OSError, ValueError):
-            pass
-    return cfg.host, _port(cfg, spec)
+    try:
+        host, _, port = _address_file(cfg, spec).read_text().strip().rpartition(" ")
+        return host, int(port)
+    except (OSError, ValueError):
+        return cfg.host, _port(cfg, spec)
 
 
 def _forget(cfg: ServicesConfig, spec: ServiceSpec) -> None:
@@ -98,12 +97,12 @@ def _live_pid(cfg: ServicesConfig, spec: ServiceSpec) -> int | None:
 
 
 def _status(cfg: ServicesConfig, spec: ServiceSpec, *, keeps: bool = False) -> ServiceStatus:
-    """Ours (by its pid file) on the address it was started on; else whatever is on the configured one.
+    """Ours (by its pid file), or whatever answers, where ``up`` last started ours, else where configured.
 
     ``keeps``: ask our Redis where it keeps its data (``data_dir``), its answer the health probe.
     """
     pid = _live_pid(cfg, spec)
-    host, port = _address_of(cfg, spec, pid)
+    host, port = _address_of(cfg, spec)
     kept = None
     if pid is not None and keeps and spec is REDIS:
         try:
@@ -171,7 +170,8 @@ def up(cfg: ServicesConfig) -> list[ServiceStatus]:
             write_pid(_pid_file(cfg, spec), proc.pid)
             started.append((spec, proc))
             kept = cfg.data_dir.resolve() if spec is REDIS and cfg.data_dir is not None else None
-            result.append(ServiceStatus(spec.name, st.address, proc.pid, ServiceState.STARTED, kept))
+            where = address(cfg.host, _port(cfg, spec))
+            result.append(ServiceStatus(spec.name, where, proc.pid, ServiceState.STARTED, kept))
     except BaseException:  # an interrupted or failed up leaves nothing behind
         for spec, proc in started:
             proc.stop()
@@ -205,7 +205,7 @@ def down(cfg: ServicesConfig, *, timeout_s: float = 10.0) -> list[ServiceStatus]
     result = []
     for spec in _SPECS:
         pid = _live_pid(cfg, spec)
-        ran_on = address(*_address_of(cfg, spec, pid))
+        ran_on = address(*_address_of(cfg, spec))
         if pid is not None:
             stop_pid(pid, spec.stop_signal, timeout_s)
             logger.info("service=%s pid=%s stopped", spec.name, pid)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,6 +143,36 @@ def test_stale_pid_files_are_tolerated(cfg: ServicesConfig) -> None:
     assert [s.state for s in up(cfg)] == [ServiceState.STARTED, ServiceState.STARTED]
     assert read_pid(cfg.state_dir / "redis.pid") != os.getpid()
     assert all(s.pid is not None for s in down(cfg))
+
+
+def test_status_shows_a_crashed_service_where_up_started_it(cfg: ServicesConfig) -> None:
+    # Found by a tour: after `up --redis-port 16380` and a kill -9 of that Redis, `streamrec status`
+    # (without the port flags) showed `redis 127.0.0.1:6380 stopped`, the default port, and would
+    # have shown whatever another user's Redis there answered as `external`.
+    up(cfg)
+    elsewhere = free_ports("127.0.0.1", 2)
+    plain = cfg.model_copy(update={"kafka_port": elsewhere[0], "redis_port": elsewhere[1]})
+    redis_pid = read_pid(cfg.state_dir / "redis.pid")
+    assert redis_pid is not None
+    os.kill(redis_pid, signal.SIGKILL)
+    _wait_gone(redis_pid)
+    found = {s.name: s for s in status(plain)}
+    assert found["redis"].address == f"{cfg.host}:{cfg.redis_port}"
+    assert (found["redis"].pid, found["redis"].state) == (None, ServiceState.STOPPED)
+    assert found["kafka"].address == f"{cfg.host}:{cfg.kafka_port}"
+    # `up` again, on the ports it is given now, says where it started it
+    started = {s.name: s for s in up(plain)}
+    assert started["redis"].address == f"{plain.host}:{plain.redis_port}"
+    assert started["redis"].state is ServiceState.STARTED
+    assert [s.state for s in status(plain)] == [ServiceState.RUNNING] * 2
+    down(plain)
+
+
+def _wait_gone(pid: int) -> None:
+    """Until ``pid`` is reaped or a zombie (killed; its parent is gone, so init reaps it)."""
+    deadline = time.monotonic() + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # between checks of an observable condition
 
 
 def test_start_failure_quotes_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
