@@ -154,6 +154,7 @@ def run(
         with ConsumerMetrics() as metrics:
             status = ConsumerStatus()
             runner = make_runner(runner_name, cfg, batch_handler(metrics, status))
+            metrics.track_partitions(lambda: len(runner.assigned()))
             serve_metrics(metrics, cfg)
             tune_for_batches()
             with live_status(status):

@@ -169,22 +169,32 @@ def _reading(toml_file: Path) -> type[StreamrecConfig]:
 def env_name(loc: tuple[int | str, ...]) -> str:
     """The env var of a setting at ``loc`` (pydantic's error location).
 
-    ``("consumer", "batch_size")`` is ``STREAMREC_CONSUMER__BATCH_SIZE``; an item of a list is
-    named by its list's variable and its place in it.
+    ``("consumer", "batch_size")`` is ``STREAMREC_CONSUMER__BATCH_SIZE``; a list or a mapping is
+    set whole, so a place in it is named by its variable and the item or key.
 
     Examples:
         >>> env_name(("consumer", "batch_size"))
         'STREAMREC_CONSUMER__BATCH_SIZE'
         >>> env_name(("model", "tables", 0, "rows"))
         'STREAMREC_MODEL__TABLES (item 0 rows)'
+        >>> env_name(("kafka", "topic_config", "min.insync.replicas"))
+        "STREAMREC_KAFKA__TOPIC_CONFIG (key 'min.insync.replicas')"
     """
     parts = list(loc)
     if parts[:1] == ["store"] and parts[1:2] in (["redis"], ["memory"]):
         del parts[1]  # the discriminated union's tag is no setting
-    item = next((i for i, part in enumerate(parts) if isinstance(part, int)), len(parts))
-    name = "STREAMREC_" + "__".join(str(part).upper() for part in parts[:item])
-    inside = " ".join(str(part) for part in parts[item:])
-    return f"{name} (item {inside})" if inside else name
+    fields, end = fields_of(StreamrecConfig), 0
+    while end < len(parts) and isinstance(parts[end], str) and parts[end] in fields:
+        annotation, end = fields[str(parts[end])], end + 1
+        if not is_section(annotation):
+            break  # a setting: what follows is a place inside it
+        fields = fields_of(annotation)
+    name = "STREAMREC_" + "__".join(str(part).upper() for part in parts[:end])
+    inside = parts[end:]
+    if not inside:
+        return name
+    first = f"item {inside[0]}" if isinstance(inside[0], int) else f"key {inside[0]!r}"
+    return f"{name} ({' '.join([first, *map(str, inside[1:])])})"
 
 
 def _setting_error(error: Any) -> str:

@@ -199,6 +199,10 @@ class FaustRunner:
         self._assigned: set[Partition] = set()
         self._reassigned = False
 
+    def assigned(self) -> list[Partition]:
+        """The partitions assigned now (none before the group is joined)."""
+        return sorted(self._assigned)
+
     def run(self, stop: threading.Event | None = None) -> FaustStats:
         """Run the Faust app until stopped, idle, or failed.
 

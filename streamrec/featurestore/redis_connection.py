@@ -18,11 +18,11 @@ from redis.exceptions import RedisClusterException
 
 from streamrec.config import RedisStoreConfig, redact_url
 from streamrec.errors import FeatureStoreError, FeatureStoreUnavailable, FeatureStoreUnreachable
+from streamrec.featurestore.redis_options import client_options
 from streamrec.featurestore.redis_partitions import ADVANCE_LUA, CLAIM_LUA
 from streamrec.featurestore.redis_replies import Replies
 from streamrec.featurestore.redis_scripts import FIRST_SEEN_LUA, SEQUENCE_LUA
 from streamrec.featurestore.redis_server import (
-    CLIENT_DEFAULTS,
     COMPACT_DEFAULTS,
     FEATURED_MEMBER_BYTES,
     NO_ANSWER,
@@ -54,7 +54,7 @@ class RedisConnection:
         self._length = length
         self._featured = featured
         self._url = cfg.url
-        self._options = {**CLIENT_DEFAULTS, "socket_connect_timeout": cfg.connect_timeout_s, **cfg.client}
+        self._options = client_options(cfg)
         self.answered = False  # whether Redis answered anything since this connection was made
         self._user = str(self._options.get("username") or urlsplit(cfg.url).username or "default")
         self._client: redis.Redis | RedisCluster | None = client or (

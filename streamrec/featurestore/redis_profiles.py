@@ -28,7 +28,8 @@ from streamrec.config import RedisStoreConfig
 from streamrec.errors import FeatureStoreError, FeatureStoreUnavailable
 from streamrec.features.schema import Value
 from streamrec.featurestore.profiles import Profile, ProfilePoint, ProfileStore, decode_value, encode_value
-from streamrec.featurestore.redis_server import CLIENT_DEFAULTS, REFUSED, UNAVAILABLE
+from streamrec.featurestore.redis_options import client_options
+from streamrec.featurestore.redis_server import REFUSED, UNAVAILABLE
 
 # Users per script call, as the sequence store's: a call stays around a millisecond.
 _USERS_PER_CALL = 256
@@ -104,8 +105,7 @@ class RedisProfileStore(ProfileStore):
         super().__init__(points)
         self._prefix = cfg.key_prefix
         self._ttl_ms = cfg.ttl_s * 1000
-        options = {**CLIENT_DEFAULTS, "socket_connect_timeout": cfg.connect_timeout_s, **cfg.client}
-        self._url, self._cluster, self._options = cfg.url, cfg.cluster, options
+        self._url, self._cluster, self._options = cfg.url, cfg.cluster, client_options(cfg)
         self._client: redis.Redis | RedisCluster | None = client
         self._sha: str | None = None
 

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 
 from streamrec.config import LIBRDKAFKA_PARTITIONERS, KafkaConfig
-from streamrec.errors import ServiceError
+from streamrec.errors import ConfigError, ServiceError
 from streamrec.kafka.records import Header
 
 logger = logging.getLogger(__name__)
@@ -124,16 +124,28 @@ def _require_answer(cfg: KafkaConfig, timeout_s: float) -> None:
     # The same pass-through options as every client (TLS, SASL, ...).
     conf = {"bootstrap.servers": cfg.bootstrap_servers, "logger": client_logger, **cfg.client}
     try:
-        AdminClient(conf).list_topics(timeout=timeout_s)
+        admin = AdminClient(conf)  # checks the options before any connection
     except KafkaException as exc:
-        error = exc.args[0] if exc.args else exc
-        reason = error.str() if isinstance(error, KafkaError) else str(error)
+        raise ConfigError(
+            f"STREAMREC_KAFKA__CLIENT holds an option the Kafka client refuses ({_reason(exc)}): "
+            "fix or remove it (the options are librdkafka's, CONFIGURATION.md)"
+        ) from exc
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        reason = _reason(exc)
         raise ServiceError(
             f"Kafka broker at {cfg.bootstrap_servers} accepted a connection but did not answer a Kafka "
             f"request within {timeout_s:g} s ({reason}): check that STREAMREC_KAFKA__BOOTSTRAP_SERVERS "
             "(--bootstrap-servers) names a Kafka broker's listener, and the security options in "
             "STREAMREC_KAFKA__CLIENT"
         ) from exc
+
+
+def _reason(exc: KafkaException) -> str:
+    """What librdkafka said, without the error code's name."""
+    error = exc.args[0] if exc.args else exc
+    return error.str() if isinstance(error, KafkaError) else str(error)
 
 
 def _host_port(server: str) -> tuple[str, int]:

@@ -33,7 +33,7 @@ def create_topics(
 ) -> None:
     """Create each topic (a spec, or just its partition count).
 
-    An existing topic counts as created and is left as it is.
+    An existing topic is left as it is; the log line names the topics created and those there.
 
     Raises ConfigError for a count below 1 (Tansu would accept 0) and ServiceError for any
     other failure, such as an unreachable broker.
@@ -51,13 +51,15 @@ def create_topics(
         for name, s in specs.items()
     ]
     futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
-    failures = []
+    failures, created, existing = [], [], []
     for name, future in futures.items():
         try:
             future.result(timeout=timeout_s + 1)
+            created.append(name)
         except KafkaException as exc:
             error = exc.args[0]
             if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                existing.append(name)
                 continue
             failures.append(f"{name}: {error}")
         except Exception as exc:  # noqa: BLE001  # a timed-out future raises TimeoutError
@@ -66,7 +68,9 @@ def create_topics(
         raise ServiceError(
             f"could not create topics on {bootstrap_servers}: " + "; ".join(failures)
         )
-    logger.info("bootstrap=%s topics=%s created", bootstrap_servers, ",".join(specs))
+    told = (("created", created), ("existing", existing))  # an existing topic is left as it is
+    outcome = [f"{key}={','.join(names)}" for key, names in told if names]
+    logger.info("bootstrap=%s topics %s", bootstrap_servers, " ".join(outcome))
 
 
 def ensure_topics(cfg: KafkaConfig) -> None:

@@ -67,9 +67,10 @@ def _address_file(cfg: ServicesConfig, spec: ServiceSpec) -> Path:
 
 
 def _address_of(cfg: ServicesConfig, spec: ServiceSpec) -> tuple[str, int]:
-    """Where to look for the service: where ``up`` started ours, else the configured address.
+    """Where to look for the service: where ``up`` last started ours, else the configured address.
 
-    Ours is looked for there once it died too, until ``down`` or the next ``up`` forgets it.
+    ``up`` records the address beside the pid and ``down`` removes both, so a service of ours
+    that died is still looked for where it ran, not on a port another user's service may hold.
     """
     try:
         host, _, port = _address_file(cfg, spec).read_text().strip().rpartition(" ")
@@ -96,7 +97,7 @@ def _live_pid(cfg: ServicesConfig, spec: ServiceSpec) -> int | None:
 
 
 def _status(cfg: ServicesConfig, spec: ServiceSpec, *, keeps: bool = False) -> ServiceStatus:
-    """Ours (by its pid file) on the address it was started on; else whatever is on the configured one.
+    """Ours (by its pid file), or whatever answers, where ``up`` last started ours, else where configured.
 
     ``keeps``: ask our Redis where it keeps its data (``data_dir``), its answer the health probe.
     """
@@ -169,8 +170,8 @@ def up(cfg: ServicesConfig) -> list[ServiceStatus]:
             write_pid(_pid_file(cfg, spec), proc.pid)
             started.append((spec, proc))
             kept = cfg.data_dir.resolve() if spec is REDIS and cfg.data_dir is not None else None
-            at = address(cfg.host, _port(cfg, spec))  # not a dead one's, which st gives
-            result.append(ServiceStatus(spec.name, at, proc.pid, ServiceState.STARTED, kept))
+            where = address(cfg.host, _port(cfg, spec))
+            result.append(ServiceStatus(spec.name, where, proc.pid, ServiceState.STARTED, kept))
     except BaseException:  # an interrupted or failed up leaves nothing behind
         for spec, proc in started:
             proc.stop()

@@ -149,3 +149,10 @@ class ConsumerMetrics(ProcessMetrics):
         if report.newest_event_ms is not None:
             self.newest_event.set(report.newest_event_ms / 1000.0)
         self.partitions.set(len(report.partitions))
+
+    def track_partitions(self, held: Callable[[], int]) -> None:
+        """Read ``_assigned_partitions`` from ``held`` at each scrape, in place of the last batch's.
+
+        A consumer holds partitions while idle, and loses them at a rebalance, between batches.
+        """
+        self.partitions.set_function(lambda: float(held()))

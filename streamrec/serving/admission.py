@@ -26,11 +26,15 @@ T = TypeVar("T")
 _Job = tuple[Callable[[], Any], "asyncio.Future[Any]", asyncio.AbstractEventLoop, asyncio.Semaphore]
 
 
+#: Why a request is shed: every place taken, or no worker free within the queue's bound.
+SHED_CAUSES = ("in_flight", "queue_wait")
+
+
 class Overloaded(Exception):
     """No room for a request now; its message is the 503 response's reason."""
 
     def __init__(self, reason: str, cause: str) -> None:
-        """``reason`` for the client, ``cause`` (``in_flight`` or ``queue_wait``) for metrics."""
+        """``reason`` for the client, ``cause`` (one of `SHED_CAUSES`) for metrics."""
         super().__init__(reason)
         self.cause = cause
 

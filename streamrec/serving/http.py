@@ -55,7 +55,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from streamrec.config import ServingConfig
 from streamrec.errors import InvalidEvent
 from streamrec.observability.freshness import ServedFreshness
-from streamrec.serving.admission import Admission, Overloaded
+from streamrec.serving.admission import SHED_CAUSES, Admission, Overloaded
 from streamrec.serving.failures import FailureLog
 from streamrec.serving.features import no_history as no_history  # its old home
 from streamrec.serving.features import store_history as store_history  # its old home
@@ -109,6 +109,8 @@ class ServingMetrics:
             "streamrec_serving_shed", "Score requests refused with 503 for want of room, by cause",
             ["cause"], registry=self.registry,
         )
+        for cause in SHED_CAUSES:  # at 0 from the start, so a rate sees the first shed
+            self.shed.labels(cause)
         self.candidates = Counter(
             "streamrec_serving_candidates", "Candidates scored", registry=self.registry
         )

@@ -177,18 +177,7 @@ def test_a_running_consumer_serves_its_progress(
 ) -> None:
     events = clicks[:300]
     publish(events, kafka_config)
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamrec", "consumers", "run", "--stop-when-idle", "60",
-         "--metrics-port", str(port)],
-        env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        scraped = wait_for_events(port, len(events), proc)
-    finally:
-        proc.send_signal(signal.SIGTERM)  # finishes its batch and stops
-        out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, out + err
+    scraped, out = scrape_consumer(cli_env, "streamrec_consumer_events_total", len(events))
     assert scraped["streamrec_consumer_events_total"] == len(events)
     assert scraped["streamrec_consumer_samples_total"] > 0
     assert scraped["streamrec_consumer_batches_total"] >= 1
@@ -197,14 +186,44 @@ def test_a_running_consumer_serves_its_progress(
     assert f"consumed {len(events)} events" in out
 
 
-def wait_for_events(port: int, count: int, proc: subprocess.Popen[str]) -> dict[str, float]:
-    """Scrape until the consumer counted ``count`` events (the process must stay up)."""
+def test_an_idle_consumer_reports_the_partitions_it_holds(
+    kafka_config: KafkaConfig, cli_env: dict[str, str]
+) -> None:
+    # Found by a tour: a consumer that had joined and held every partition of a drained topic
+    # showed streamrec_consumer_assigned_partitions 0, as the gauge moved only with a batch.
+    name = "streamrec_consumer_assigned_partitions"
+    scraped, _ = scrape_consumer(cli_env, name, kafka_config.partitions)
+    assert scraped["streamrec_consumer_batches_total"] == 0
+
+
+def scrape_consumer(env: dict[str, str], name: str, value: float) -> tuple[dict[str, float], str]:
+    """Run ``consumers run`` with metrics, scrape until ``name`` reads ``value``, stop it.
+
+    The scrape and the command's output; it must exit 0 on SIGTERM (it finishes its batch).
+    """
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamrec", "consumers", "run", "--stop-when-idle", "60",
+         "--metrics-port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        scraped = wait_for(port, name, value, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    return scraped, out
+
+
+def wait_for(port: int, name: str, value: float, proc: subprocess.Popen[str]) -> dict[str, float]:
+    """Scrape until ``name`` reads ``value`` (the process must stay up)."""
     deadline = time.monotonic() + 90
     scraped: dict[str, float] = {}
     while time.monotonic() < deadline and proc.poll() is None:
         if tcp_reachable(HOST, port):  # only connects: binding here could steal its port
             scraped = get_metrics(port)
-            if scraped.get("streamrec_consumer_events_total") == count:
+            if scraped.get(name) == value:
                 return scraped
         time.sleep(0.2)  # between checks of an observable condition, not a wait for time
-    pytest.fail(f"the consumer did not count {count} events; last scrape: {scraped}")
+    pytest.fail(f"{name} never read {value}; last scrape: {scraped}")

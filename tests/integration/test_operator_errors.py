@@ -24,6 +24,7 @@ from streamrec.config import KafkaConfig, RedisStoreConfig
 from streamrec.local.ports import free_port
 from tests.conftest import MOVIELENS
 from tests.integration.test_cli_flow import services_env
+from tests.support import trained_snapshots
 
 
 class Running:
@@ -181,3 +182,41 @@ def test_an_address_that_accepts_but_never_answers_is_one_line_within_seconds(
     line = run.lines[0]
     assert line.startswith(f"error: Kafka broker at {silent_broker} accepted a connection but did not answer")
     assert "STREAMREC_KAFKA__BOOTSTRAP_SERVERS" in line and "--bootstrap-servers" in line
+
+
+@pytest.mark.parametrize("option", ['{"no.such.option": "1"}', '{"linger.ms": "abc"}'])
+def test_a_client_option_the_kafka_client_refuses_is_named_as_such(
+    option: str, kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
+    tmp_path: Path,
+) -> None:
+    # Found by a tour of docs/operating/deployment.md: an option librdkafka refuses in
+    # STREAMREC_KAFKA__CLIENT was reported as a broker that "accepted a connection but did not
+    # answer a Kafka request within 5 s", though the broker was up and nothing was waited for.
+    env = _env(kafka_config, store_config, unique_name, STREAMREC_KAFKA__CLIENT=option)
+    run = Running(["consumers", "run"], env, tmp_path)
+    assert run.finish(30) == 1
+    assert len(run.errors()) == 1, run.lines
+    line = run.errors()[0]
+    assert line.startswith("error: STREAMREC_KAFKA__CLIENT"), line
+    assert "did not answer" not in line and "configuration property" in line, line
+
+
+@pytest.mark.parametrize("args", [["consumers", "run"], ["serve", "--port", "0"]], ids=str)
+def test_a_redis_client_option_redis_py_does_not_take_is_one_line(
+    args: list[str], kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
+    tmp_path: Path,
+) -> None:
+    # Found by a tour of docs/operating/deployment.md: STREAMREC_STORE__CLIENT='{"no_such": 1}'
+    # ended `consumers run` in a 30-line TypeError traceback at its first Redis call.
+    snapshots = tmp_path / "snapshots"
+    if args[0] == "serve":  # it loads the promoted version first
+        trained_snapshots(snapshots, count=1).promote(1)
+    env = _env(
+        kafka_config, store_config, unique_name, STREAMREC_STORE__CLIENT='{"no_such": 1}',
+        STREAMREC_LEARNER__SNAPSHOT_DIR=str(snapshots),
+    )
+    run = Running(args, env, tmp_path)
+    assert run.finish(30) == 1
+    assert len(run.errors()) == 1, run.lines
+    line = run.errors()[0]
+    assert line.startswith("error: STREAMREC_STORE__CLIENT") and "'no_such'" in line, line

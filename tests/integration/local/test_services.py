@@ -145,27 +145,27 @@ def test_stale_pid_files_are_tolerated(cfg: ServicesConfig) -> None:
     assert all(s.pid is not None for s in down(cfg))
 
 
-def test_status_shows_a_service_that_died_where_it_ran(tmp_path: Path) -> None:
-    """Noticed in a tour: a Redis that ``up`` started on its own port and that then died was
-    shown as stopped at the configured address (the default port), not where it had run, so
-    ``status`` told the operator nothing of it. The address file says where it ran.
-    """
-    ports = free_ports("127.0.0.1", 4)
-    started = ServicesConfig(kafka_port=ports[0], redis_port=ports[1], state_dir=tmp_path, start_timeout_s=10)
-    later = started.model_copy(update={"kafka_port": ports[2], "redis_port": ports[3]})  # flags not given
-    try:
-        pids = {s.name: s.pid for s in up(started)}
-        os.kill(pids["redis"] or 0, signal.SIGKILL)
-        wait_for(lambda: not pid_alive(pids["redis"] or 0), timeout_s=10, what="redis gone")
-        assert [(s.address, s.pid, s.state) for s in status(later)] == [
-            (f"127.0.0.1:{ports[0]}", pids["kafka"], ServiceState.RUNNING),
-            (f"127.0.0.1:{ports[1]}", None, ServiceState.STOPPED),
-        ]
-        restarted = up(later)[1]  # on the port configured now, and said so
-        assert (restarted.address, restarted.state) == (f"127.0.0.1:{ports[3]}", ServiceState.STARTED)
-        assert redis_healthy("127.0.0.1", ports[3])
-    finally:
-        down(later)
+def test_status_shows_a_crashed_service_where_up_started_it(cfg: ServicesConfig) -> None:
+    # Found by a tour: after `up --redis-port 16380` and a kill -9 of that Redis, `streamrec status`
+    # (without the port flags) showed `redis 127.0.0.1:6380 stopped`, the default port, and would
+    # have shown whatever another user's Redis there answered as `external`.
+    up(cfg)
+    elsewhere = free_ports("127.0.0.1", 2)
+    plain = cfg.model_copy(update={"kafka_port": elsewhere[0], "redis_port": elsewhere[1]})
+    redis_pid = read_pid(cfg.state_dir / "redis.pid")
+    assert redis_pid is not None
+    os.kill(redis_pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(redis_pid), timeout_s=10, what="the killed redis gone")
+    found = {s.name: s for s in status(plain)}
+    assert found["redis"].address == f"{cfg.host}:{cfg.redis_port}"
+    assert (found["redis"].pid, found["redis"].state) == (None, ServiceState.STOPPED)
+    assert found["kafka"].address == f"{cfg.host}:{cfg.kafka_port}"
+    # `up` again, on the ports it is given now, says where it started it
+    started = {s.name: s for s in up(plain)}
+    assert started["redis"].address == f"{plain.host}:{plain.redis_port}"
+    assert started["redis"].state is ServiceState.STARTED
+    assert [s.state for s in status(plain)] == [ServiceState.RUNNING] * 2
+    down(plain)
 
 
 def test_start_failure_quotes_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

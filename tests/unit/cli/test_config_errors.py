@@ -66,6 +66,16 @@ def test_a_mistyped_setting_is_one_line_naming_the_variable(tmp_path: Path) -> N
     assert "STREAMREC_CONSUMER__BATCH_SIZE" in lines[0] and "'many'" in lines[0]
 
 
+def test_a_mistyped_value_in_a_mapping_names_the_variable_that_sets_it(tmp_path: Path) -> None:
+    # Found by a tour of docs/operating/deployment.md: a number in STREAMREC_KAFKA__TOPIC_CONFIG
+    # was reported as STREAMREC_KAFKA__TOPIC_CONFIG__MIN.INSYNC.REPLICAS, a variable that names no
+    # setting (the mapping is set whole, as JSON).
+    env = {"STREAMREC_KAFKA__TOPIC_CONFIG": '{"min.insync.replicas": 2}'}
+    lines = streamrec_fails(["consumers", "run"], env, tmp_path)
+    assert len(lines) == 1, lines
+    assert "invalid setting STREAMREC_KAFKA__TOPIC_CONFIG (key 'min.insync.replicas')" in lines[0], lines
+
+
 @pytest.mark.parametrize("args", [["learner", "run"], ["demo"]], ids=str)
 def test_a_learner_class_path_that_does_not_import_is_one_line_before_any_service(
     args: list[str], tmp_path: Path

@@ -100,6 +100,21 @@ def test_overload_is_shed_at_once_with_retry_after(scorer: Scorer) -> None:
             assert seconds < wait_s + SLOW_S + 1.0, f"a 200 took {seconds:.2f} s"
 
 
+def test_shed_counts_exist_at_zero_before_any_shed(scorer: Scorer) -> None:
+    # Found by a tour: docs/operating/metrics.md alerts on rate(streamrec_serving_shed_total[5m]),
+    # but a server that had shed nothing exposed no series, so the first shed went unseen by rate()
+    app = make_app(scorer, slow_history, workers=1, max_in_flight=4, max_queue_wait_s=0.5)
+    with serving(app) as url:
+        metrics = httpx.get(f"{url}/metrics").text
+    shed = {
+        s.labels["cause"]: s.value
+        for family in text_string_to_metric_families(metrics)
+        for s in family.samples
+        if s.name == "streamrec_serving_shed_total"
+    }
+    assert shed == {"in_flight": 0.0, "queue_wait": 0.0}
+
+
 def test_request_seconds_include_the_wait_in_the_queue(scorer: Scorer) -> None:
     app = make_app(scorer, slow_history, workers=1, max_in_flight=8, max_queue_wait_s=5.0)
     with serving(app) as url:
