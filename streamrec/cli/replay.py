@@ -132,12 +132,12 @@ def backtest(
             bt.check_sweep(cfg, intervals, lrs, passes)  # as sweep() does, but before the progress display
         with _progress() as on_progress:
             if sweep:
-                rows = bt.sweep(cfg, intervals, lrs, passes, on_progress)
+                result = bt.sweep(cfg, intervals, lrs, passes, on_progress)
             else:
                 result = bt.backtest(cfg, on_progress)
         if sweep:
-            console.print(rp.sweep_table(rows), highlight=False)
-            _write(report, rp.to_json({"sweep": rows}), None)
+            console.print(rp.sweep_table(result["sweep"]), highlight=False)
+            _write(report, rp.to_json(result), None)
             return
         console.print(rp.markdown_table(result), highlight=False)
         console.print(rp.tells_table(result), highlight=False)

@@ -199,12 +199,7 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
     summaries = {run.name: summarise(run, batches) for run in runs}
     report = {
         "schema": SCHEMA,
-        "dataset": {
-            "source": cfg.source,
-            **dataset,
-            "samples": sum(len(b.samples) for b in batches),
-            "positives": sum(s.label for b in batches for s in b.samples),
-        },
+        "dataset": _dataset(cfg, dataset, [s for b in batches for s in b.samples]),
         "config": _config(cfg, settings, schema),
         "micro_batches": {
             "count": len(batches),
@@ -244,6 +239,12 @@ def ablate(
         runs = run_all(shown, stripped, cfg.jobs, on_progress)
         reduced[name] = {s.name: summarise(run, stripped) for s, run in zip(strategies, runs, strict=True)}
     return ablation.section(removed, summaries, reduced)
+
+
+def _dataset(cfg: BacktestConfig, counts: dict[str, Any], samples: Sequence[Sample]) -> dict[str, Any]:
+    """The report's ``dataset``: the source, what became of its events (`samples_of`), the samples."""
+    positives = sum(s.label for s in samples)
+    return {"source": cfg.source, **counts, "samples": len(samples), "positives": positives}
 
 
 def _config(cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchema) -> dict[str, Any]:
@@ -289,15 +290,18 @@ def sweep(
     learning_rates: Sequence[float],
     passes: Sequence[int] = (1,),
     on_progress: Progress | None = None,
-) -> list[dict[str, Any]]:
+) -> dict[str, Any]:
     """GAUC against cost over micro-batch intervals, learning rates, passes per micro-batch and EWC's λ.
 
-    One row per combination (the incremental DIN: ``finetune``, or ``ewc`` at each λ).
+    The report: what the dataset gave (as a backtest's ``dataset``), the settings swept from
+    (``config``), and under ``sweep`` one row per combination (the incremental DIN:
+    ``finetune``, or ``ewc`` at each λ).
     """
     check_sweep(cfg, intervals_ms, learning_rates, passes)  # before the samples are built, not after
+    start = time.perf_counter()
     schema = cfg.schema
     settings = seeded(cfg, schema)
-    _, samples = samples_of(cfg, settings, schema)
+    dataset, samples = samples_of(cfg, settings, schema)
     rows: list[dict[str, Any]] = []
     for interval in intervals_ms:
         batches = (
@@ -328,4 +332,10 @@ def sweep(
                 "ewc_lambda": strategy.ewc_lambda,
                 **{k: summary[k] for k in SWEEP_FIGURES},
             })
-    return rows
+    return {
+        "schema": SCHEMA,
+        "dataset": _dataset(cfg, dataset, samples),
+        "config": _config(cfg, settings, schema),
+        "sweep": rows,
+        "wall_seconds": time.perf_counter() - start,
+    }
