@@ -2,15 +2,16 @@
 
 After the store lost its data (Redis restarted without persistence), the consumers refuse to
 run: their samples would carry truncated histories. This re-reads every retained event, up to
-the end of each partition, in offset order as the consumers first read it, and replays it
-into the store: sequences, the
-event ids seen (with the records they came in), the items' first-seen times and the users'
-declared user features (`streamrec.consumers.user_features`). Events the
-consumers have not processed yet are stored too, from the records they will read them in, so
-when the consumers resume those count as a redo and emit their samples with the right
-histories. Records the consumers dead-letter (not events, or misplaced: see
-`streamrec.consumers.placement`) are left out as they leave them out. Finally it writes
-a new marker, and the consumers can start again.
+the end of each partition, in offset order as the consumers first read it. The records below
+the consumers' committed offsets go through the consumers' own batch logic, its samples
+dropped: sequences, the event ids seen (with the records they came in), the items' first-seen
+times, the users' declared user features (`streamrec.consumers.user_features`) and each
+partition's state, its watermark and (``join``) its impression windows, as a clean run left
+them at those offsets. Events the consumers have not processed yet are stored too, from the
+records they will read them in, so when the consumers resume those count as a redo and emit
+their samples with the right histories. Records the consumers dead-letter (not events, or
+misplaced: see `streamrec.consumers.placement`) are left out as they leave them out. Finally
+it writes a new marker, and the consumers can start again.
 
 Only what the events topic still retains can be rebuilt: keep its retention longer than the
 longest history you need (the sequence TTL).
@@ -18,12 +19,13 @@ longest history you need (the sequence TTL).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.native_runner import (
@@ -33,6 +35,7 @@ from streamrec.consumers.native_runner import (
     make_builder,
     refresh_placement,
 )
+from streamrec.consumers.processor import SampleBuilder
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
 from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
 from streamrec.featurestore.base import CONFLICT
@@ -79,19 +82,14 @@ def rebuild_store(
     try:
         reading = _assign_everything(consumer, cfg.kafka.events_topic)
         refresh_placement(builder, consumer, [cfg.kafka.events_topic])
+        processed = _committed(cfg, reading)
         while reading:  # until every partition has reached its end
             records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading)]
-            parsed = builder.parse(records, now_ms=int(time.time() * 1000))
-            answers = store.update([
-                Arrival(e, builder.origin(key.partition, m.offset()), stored=builder.stores(e))
-                for e, m, key in parsed.events
-            ]).all()  # every answer read: the batch is in the store
-            # user features, as the consumers write them: none of an id reused for other content
-            pairs = zip(parsed.events, answers, strict=True)
-            landing = [event for (event, _, _), answer in pairs if answer[0] is not CONFLICT]
-            builder.profiles.update(landing, read=False)
-            stats.events += len(parsed.events)
-            stats.invalid += len(parsed.dead)
+            now_ms = int(time.time() * 1000)
+            done = [(m.offset() or 0) < processed.get(m.partition() or 0, 0) for m in records]
+            _replay(builder, list(itertools.compress(records, done)), now_ms, stats)
+            ahead = list(itertools.compress(records, (not d for d in done)))
+            _store(builder, store, ahead, now_ms, stats)
     finally:
         consumer.close()
     store.reset_marker()
@@ -100,6 +98,46 @@ def rebuild_store(
         "feature store rebuilt events=%d invalid=%d seconds=%.1f", stats.events, stats.invalid, stats.seconds
     )
     return stats
+
+
+def _replay(builder: SampleBuilder, records: list[Message], now_ms: int, stats: RebuildStats) -> None:
+    """Records the consumers processed, through their batch logic again: samples dropped."""
+    if records:
+        result = builder.process(records, now_ms)
+        builder.commit(result)  # the watermarks judge the next records as they did
+        stats.events += result.events
+        stats.invalid += len(result.dead)
+
+
+def _store(
+    builder: SampleBuilder, store: FeatureStore, records: list[Message], now_ms: int, stats: RebuildStats
+) -> None:
+    """Records the consumers have not processed yet, into the store only: their redo emits."""
+    parsed = builder.parse(records, now_ms)
+    answers = store.update([
+        Arrival(e, builder.origin(key.partition, m.offset()), stored=builder.stores(e))
+        for e, m, key in parsed.events
+    ]).all()  # every answer read: the batch is in the store
+    # user features, as the consumers write them: none of an id reused for other content
+    pairs = zip(parsed.events, answers, strict=True)
+    landing = [event for (event, _, _), answer in pairs if answer[0] is not CONFLICT]
+    builder.profiles.update(landing, read=False)
+    stats.events += len(parsed.events)
+    stats.invalid += len(parsed.dead)
+
+
+def _committed(cfg: StreamrecConfig, partitions: set[int]) -> dict[int, int]:
+    """The consumers' group's committed offset on each of ``partitions`` (0: none yet)."""
+    topic = cfg.kafka.events_topic
+    group = make_consumer(cfg.kafka, cfg.consumer.group_id)  # asks, never joins: no subscription
+    try:
+        asked = [TopicPartition(topic, p) for p in sorted(partitions)]
+        committed = group.committed(asked, timeout=_TIMEOUT_S)
+    except KafkaException as exc:
+        raise ConsumeError(f"reading the consumers' committed offsets failed: {exc}") from exc
+    finally:
+        group.close()
+    return {tp.partition: max(tp.offset, 0) for tp in committed}
 
 
 def _assign_everything(consumer: Consumer, topic: str) -> set[int]:
