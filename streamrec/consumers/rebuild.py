@@ -7,11 +7,11 @@ the consumers' committed offsets go through the consumers' own batch logic, its 
 dropped: sequences, the event ids seen (with the records they came in), the items' first-seen
 times, the users' declared user features (`streamrec.consumers.user_features`) and each
 partition's state, its watermark and (``join``) its impression windows, as a clean run left
-them at those offsets. Events the consumers have not processed yet are stored too, from the
-records they will read them in, so when the consumers resume those count as a redo and emit
-their samples with the right histories. Records the consumers dead-letter (not events, or
-misplaced: see `streamrec.consumers.placement`) are left out as they leave them out. Finally
-it writes a new marker, and the consumers can start again.
+them at those offsets. Records the consumers dead-letter (not events, misplaced: see
+`streamrec.consumers.placement`, or late under ``late_events = "dead_letter"``) are left out
+as they leave them out. The events beyond the offsets are left to the consumers: stored ahead
+of them, a later event's trim of its user's sequence would take what an earlier one's history
+needs. Finally it writes a new marker, and the consumers can start again.
 
 Only what the events topic still retains can be rebuilt: keep its retention longer than the
 longest history you need (the sequence TTL).
@@ -19,7 +19,6 @@ longest history you need (the sequence TTL).
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 import uuid
@@ -35,10 +34,8 @@ from streamrec.consumers.native_runner import (
     make_builder,
     refresh_placement,
 )
-from streamrec.consumers.processor import SampleBuilder
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
-from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
-from streamrec.featurestore.base import CONFLICT
+from streamrec.featurestore import FeatureStore, make_feature_store
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.topics import topic_partitions
 
@@ -62,7 +59,9 @@ class RebuildStats:
 def rebuild_store(
     cfg: StreamrecConfig, store: FeatureStore | None = None, *, force: bool = False
 ) -> RebuildStats:
-    """Replay the whole events topic into the store, then mark the store good.
+    """Replay what the consumers processed into the store, then mark the store good.
+
+    What they processed: the events topic below their group's committed offsets.
 
     Raises:
         ConfigError: the store is intact (its marker is there) and ``force`` is not set.
@@ -80,16 +79,16 @@ def rebuild_store(
     consumer = make_consumer(cfg.kafka, f"{cfg.consumer.group_id}-rebuild-{uuid.uuid4().hex[:8]}")
     stats, start = RebuildStats(), time.monotonic()
     try:
-        reading = _assign_everything(consumer, cfg.kafka.events_topic)
+        processed = _committed(cfg, topic_partitions(consumer, cfg.kafka.events_topic, _TIMEOUT_S))
+        reading = _assign(consumer, cfg.kafka.events_topic, processed)
         refresh_placement(builder, consumer, [cfg.kafka.events_topic])
-        processed = _committed(cfg, reading)
-        while reading:  # until every partition has reached its end
-            records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading)]
-            now_ms = int(time.time() * 1000)
-            done = [(m.offset() or 0) < processed.get(m.partition() or 0, 0) for m in records]
-            _replay(builder, list(itertools.compress(records, done)), now_ms, stats)
-            ahead = list(itertools.compress(records, (not d for d in done)))
-            _store(builder, store, ahead, now_ms, stats)
+        while reading:  # until every partition has reached the group's offset
+            records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading, processed)]
+            if records:  # as the consumers processed them: their partitions' state too
+                result = builder.process(records, int(time.time() * 1000))
+                builder.commit(result)  # the watermarks judge the next records as they did
+                stats.events += result.events
+                stats.invalid += len(result.dead)
     finally:
         consumer.close()
     store.reset_marker()
@@ -100,33 +99,7 @@ def rebuild_store(
     return stats
 
 
-def _replay(builder: SampleBuilder, records: list[Message], now_ms: int, stats: RebuildStats) -> None:
-    """Records the consumers processed, through their batch logic again: samples dropped."""
-    if records:
-        result = builder.process(records, now_ms)
-        builder.commit(result)  # the watermarks judge the next records as they did
-        stats.events += result.events
-        stats.invalid += len(result.dead)
-
-
-def _store(
-    builder: SampleBuilder, store: FeatureStore, records: list[Message], now_ms: int, stats: RebuildStats
-) -> None:
-    """Records the consumers have not processed yet, into the store only: their redo emits."""
-    parsed = builder.parse(records, now_ms)
-    answers = store.update([
-        Arrival(e, builder.origin(key.partition, m.offset()), stored=builder.stores(e))
-        for e, m, key in parsed.events
-    ]).all()  # every answer read: the batch is in the store
-    # user features, as the consumers write them: none of an id reused for other content
-    pairs = zip(parsed.events, answers, strict=True)
-    landing = [event for (event, _, _), answer in pairs if answer[0] is not CONFLICT]
-    builder.profiles.update(landing, read=False)
-    stats.events += len(parsed.events)
-    stats.invalid += len(parsed.dead)
-
-
-def _committed(cfg: StreamrecConfig, partitions: set[int]) -> dict[int, int]:
+def _committed(cfg: StreamrecConfig, partitions: list[int]) -> dict[int, int]:
     """The consumers' group's committed offset on each of ``partitions`` (0: none yet)."""
     topic = cfg.kafka.events_topic
     group = make_consumer(cfg.kafka, cfg.consumer.group_id)  # asks, never joins: no subscription
@@ -140,19 +113,22 @@ def _committed(cfg: StreamrecConfig, partitions: set[int]) -> dict[int, int]:
     return {tp.partition: max(tp.offset, 0) for tp in committed}
 
 
-def _assign_everything(consumer: Consumer, topic: str) -> set[int]:
-    """Read every partition of ``topic`` from its beginning; returns the partitions."""
-    partitions = topic_partitions(consumer, topic, _TIMEOUT_S)
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-    return set(partitions)
+def _assign(consumer: Consumer, topic: str, processed: dict[int, int]) -> set[int]:
+    """Read each partition of ``topic`` the consumers processed from its beginning; returns them."""
+    partitions = {p for p, offset in processed.items() if offset > 0}
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(partitions)])
+    return partitions
 
 
-def _keep(msg: Message, reading: set[int]) -> bool:
-    """Whether ``msg`` is a record to replay; a partition leaves ``reading`` at its end."""
-    err = msg.error()
-    if err is None:
-        return True
-    if err.code() != KafkaError._PARTITION_EOF:
+def _keep(msg: Message, reading: set[int], processed: dict[int, int]) -> bool:
+    """Whether ``msg`` is a record to replay.
+
+    A partition leaves ``reading`` at the last record the consumers processed, or at its end.
+    """
+    err, partition = msg.error(), msg.partition() or 0
+    if err is not None and err.code() != KafkaError._PARTITION_EOF:
         raise ConsumeError(f"reading the events topic failed: {err.str()}")
-    reading.discard(msg.partition() or 0)
-    return False
+    offset = -1 if err is not None else (msg.offset() or 0)
+    if err is not None or offset + 1 >= processed[partition]:
+        reading.discard(partition)
+    return err is None and offset < processed[partition]
