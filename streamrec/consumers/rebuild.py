@@ -64,7 +64,8 @@ def rebuild_store(
     What they processed: the events topic below their group's committed offsets.
 
     Raises:
-        ConfigError: the store is intact (its marker is there) and ``force`` is not set.
+        ConfigError: the store is intact (its marker is there) and ``force`` is not set, or the
+            group has committed no offsets (a group named wrong, or one that never ran).
     """
     store = store or make_feature_store(cfg)
     if not force:
@@ -80,6 +81,12 @@ def rebuild_store(
     stats, start = RebuildStats(), time.monotonic()
     try:
         processed = _committed(cfg, topic_partitions(consumer, cfg.kafka.events_topic, _TIMEOUT_S))
+        if not any(processed.values()):
+            raise ConfigError(
+                f"nothing to rebuild: the consumers' group {cfg.consumer.group_id!r} has processed no "
+                f"events of {cfg.kafka.events_topic} (STREAMREC_CONSUMER__GROUP_ID names the group whose "
+                "store this is; a group that never ran starts on an empty store)"
+            )
         reading = _assign(consumer, cfg.kafka.events_topic, processed)
         refresh_placement(builder, consumer, [cfg.kafka.events_topic])
         while reading:  # until every partition has reached the group's offset

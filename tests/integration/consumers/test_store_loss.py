@@ -196,3 +196,14 @@ def test_a_rebuild_restores_the_watermarks_and_open_windows_a_clean_run_would_ha
     assert second.late == 1
     labels = {s.sample_id: s.label for s in samples_of(kafka_config)}
     assert labels == {"b0": 1, "b1": 1, "imp1": 1, "b2": 1}
+
+
+def test_a_rebuild_for_a_group_that_processed_nothing_says_so(
+    kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event],
+) -> None:
+    """A rebuild replays what the group processed: for a group named wrong it would rebuild
+    nothing and mark the store good, without a word.
+    """
+    publish(clicks[:100], kafka_config)
+    with pytest.raises(ConfigError, match="STREAMREC_CONSUMER__GROUP_ID"):
+        rebuild_store(config(kafka_config, private_redis, unique_name))
