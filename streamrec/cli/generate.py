@@ -20,7 +20,10 @@ def generate(
         ..., help="JSONL file to write (the event contract, one per line)", show_default=False,
         metavar="OUT", parser=path_given,
     ),
-    events: int = typer.Option(DEFAULTS["events"], help="Events to generate"),
+    events: int = typer.Option(
+        DEFAULTS["events"],
+        help="Events to generate (with --feed: behaviours, each shown on a page of impressions)",
+    ),
     users: int = typer.Option(DEFAULTS["users"], help="Users"),
     items: int = typer.Option(DEFAULTS["items"], help="Items in the catalogue by the end"),
     categories: int = typer.Option(DEFAULTS["categories"], help="Item categories"),

@@ -105,8 +105,6 @@ def backtest(
             raise ConfigError(f"--strategies names none; name some of {', '.join(KINDS)}")
         if unknown := [k for k in kinds if k not in KINDS]:
             raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
-        if sweep and ablate:
-            raise ConfigError("--ablate is for a backtest, not a --sweep: run them one after the other")
         _writable(report, "--report")
         _writable(dump_samples, "--dump-samples")
         if report is not None and report.suffix != ".json":

@@ -2,15 +2,16 @@
 
 After the store lost its data (Redis restarted without persistence), the consumers refuse to
 run: their samples would carry truncated histories. This re-reads every retained event, up to
-the end of each partition, in offset order as the consumers first read it, and replays it
-into the store: sequences, the
-event ids seen (with the records they came in), the items' first-seen times and the users'
-declared user features (`streamrec.consumers.user_features`). Events the
-consumers have not processed yet are stored too, from the records they will read them in, so
-when the consumers resume those count as a redo and emit their samples with the right
-histories. Records the consumers dead-letter (not events, or misplaced: see
-`streamrec.consumers.placement`) are left out as they leave them out. Finally it writes
-a new marker, and the consumers can start again.
+the end of each partition, in offset order as the consumers first read it. The records below
+the consumers' committed offsets go through the consumers' own batch logic, its samples
+dropped: sequences, the event ids seen (with the records they came in), the items' first-seen
+times, the users' declared user features (`streamrec.consumers.user_features`) and each
+partition's state, its watermark and (``join``) its impression windows, as a clean run left
+them at those offsets. Records the consumers dead-letter (not events, misplaced: see
+`streamrec.consumers.placement`, or late under ``late_events = "dead_letter"``) are left out
+as they leave them out. The events beyond the offsets are left to the consumers: stored ahead
+of them, a later event's trim of its user's sequence would take what an earlier one's history
+needs. Finally it writes a new marker, and the consumers can start again.
 
 Only what the events topic still retains can be rebuilt: keep its retention longer than the
 longest history you need (the sequence TTL).
@@ -23,7 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streamrec.config import StreamrecConfig
 from streamrec.consumers.native_runner import (
@@ -34,8 +35,7 @@ from streamrec.consumers.native_runner import (
     refresh_placement,
 )
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
-from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
-from streamrec.featurestore.base import CONFLICT
+from streamrec.featurestore import FeatureStore, make_feature_store
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.topics import topic_partitions
 
@@ -59,10 +59,13 @@ class RebuildStats:
 def rebuild_store(
     cfg: StreamrecConfig, store: FeatureStore | None = None, *, force: bool = False
 ) -> RebuildStats:
-    """Replay the whole events topic into the store, then mark the store good.
+    """Replay what the consumers processed into the store, then mark the store good.
+
+    What they processed: the events topic below their group's committed offsets.
 
     Raises:
-        ConfigError: the store is intact (its marker is there) and ``force`` is not set.
+        ConfigError: the store is intact (its marker is there) and ``force`` is not set, or the
+            group has committed no offsets (a group named wrong, or one that never ran).
     """
     store = store or make_feature_store(cfg)
     if not force:
@@ -77,21 +80,22 @@ def rebuild_store(
     consumer = make_consumer(cfg.kafka, f"{cfg.consumer.group_id}-rebuild-{uuid.uuid4().hex[:8]}")
     stats, start = RebuildStats(), time.monotonic()
     try:
-        reading = _assign_everything(consumer, cfg.kafka.events_topic)
+        processed = _committed(cfg, topic_partitions(consumer, cfg.kafka.events_topic, _TIMEOUT_S))
+        if not any(processed.values()):
+            raise ConfigError(
+                f"nothing to rebuild: the consumers' group {cfg.consumer.group_id!r} has processed no "
+                f"events of {cfg.kafka.events_topic} (STREAMREC_CONSUMER__GROUP_ID names the group whose "
+                "store this is; a group that never ran starts on an empty store)"
+            )
+        reading = _assign(consumer, cfg.kafka.events_topic, processed)
         refresh_placement(builder, consumer, [cfg.kafka.events_topic])
-        while reading:  # until every partition has reached its end
-            records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading)]
-            parsed = builder.parse(records, now_ms=int(time.time() * 1000))
-            answers = store.update([
-                Arrival(e, builder.origin(key.partition, m.offset()), stored=builder.stores(e))
-                for e, m, key in parsed.events
-            ]).all()  # every answer read: the batch is in the store
-            # user features, as the consumers write them: none of an id reused for other content
-            pairs = zip(parsed.events, answers, strict=True)
-            landing = [event for (event, _, _), answer in pairs if answer[0] is not CONFLICT]
-            builder.profiles.update(landing, read=False)
-            stats.events += len(parsed.events)
-            stats.invalid += len(parsed.dead)
+        while reading:  # until every partition has reached the group's offset
+            records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading, processed)]
+            if records:  # as the consumers processed them: their partitions' state too
+                result = builder.process(records, int(time.time() * 1000))
+                builder.commit(result)  # the watermarks judge the next records as they did
+                stats.events += result.events
+                stats.invalid += len(result.dead)
     finally:
         consumer.close()
     store.reset_marker()
@@ -102,19 +106,36 @@ def rebuild_store(
     return stats
 
 
-def _assign_everything(consumer: Consumer, topic: str) -> set[int]:
-    """Read every partition of ``topic`` from its beginning; returns the partitions."""
-    partitions = topic_partitions(consumer, topic, _TIMEOUT_S)
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-    return set(partitions)
+def _committed(cfg: StreamrecConfig, partitions: list[int]) -> dict[int, int]:
+    """The consumers' group's committed offset on each of ``partitions`` (0: none yet)."""
+    topic = cfg.kafka.events_topic
+    group = make_consumer(cfg.kafka, cfg.consumer.group_id)  # asks, never joins: no subscription
+    try:
+        asked = [TopicPartition(topic, p) for p in sorted(partitions)]
+        committed = group.committed(asked, timeout=_TIMEOUT_S)
+    except KafkaException as exc:
+        raise ConsumeError(f"reading the consumers' committed offsets failed: {exc}") from exc
+    finally:
+        group.close()
+    return {tp.partition: max(tp.offset, 0) for tp in committed}
 
 
-def _keep(msg: Message, reading: set[int]) -> bool:
-    """Whether ``msg`` is a record to replay; a partition leaves ``reading`` at its end."""
-    err = msg.error()
-    if err is None:
-        return True
-    if err.code() != KafkaError._PARTITION_EOF:
+def _assign(consumer: Consumer, topic: str, processed: dict[int, int]) -> set[int]:
+    """Read each partition of ``topic`` the consumers processed from its beginning; returns them."""
+    partitions = {p for p, offset in processed.items() if offset > 0}
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(partitions)])
+    return partitions
+
+
+def _keep(msg: Message, reading: set[int], processed: dict[int, int]) -> bool:
+    """Whether ``msg`` is a record to replay.
+
+    A partition leaves ``reading`` at the last record the consumers processed, or at its end.
+    """
+    err, partition = msg.error(), msg.partition() or 0
+    if err is not None and err.code() != KafkaError._PARTITION_EOF:
         raise ConsumeError(f"reading the events topic failed: {err.str()}")
-    reading.discard(msg.partition() or 0)
-    return False
+    offset = -1 if err is not None else (msg.offset() or 0)
+    if err is not None or offset + 1 >= processed[partition]:
+        reading.discard(partition)
+    return err is None and offset < processed[partition]

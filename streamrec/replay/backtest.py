@@ -271,11 +271,17 @@ def check_sweep(
     cfg: BacktestConfig, intervals_ms: Sequence[int | None], learning_rates: Sequence[float],
     passes: Sequence[int],
 ) -> None:
-    """Refuse a sweep's values that its settings refuse, naming the flag.
+    """Refuse a sweep's values that its settings refuse, and a backtest's outputs, naming the flag.
 
     Raises:
-        ConfigError: a learning rate or passes the model settings refuse, or an interval under 1 ms.
+        ConfigError: a learning rate or passes the model settings refuse, an interval under 1 ms,
+            or an ablation or a samples dump asked of the sweep (a backtest's: each interval cuts
+            its own micro-batches).
     """
+    if cfg.ablate:
+        raise ConfigError("--ablate is for a backtest, not a --sweep: run them one after the other")
+    if cfg.dump_samples is not None:
+        raise ConfigError("--dump-samples is for a backtest, not a --sweep: run a backtest for the samples")
     for lr in learning_rates:
         validated(cfg.settings.model, "--sweep-lrs", learning_rate=lr)
     for n in passes:

@@ -159,7 +159,8 @@ def paired(a: dict[str, Any], b: dict[str, Any], metric: str = "gauc") -> dict[s
     their sample-weighted mean is the difference of the whole-run figures (which are such means).
     Its standard error comes from their spread, a micro-batch's variance taken as inversely
     proportional to its samples and the micro-batches as independent draws:
-    ``sqrt(sum w (d - mean)^2 / ((k - 1) sum w))``. NaN from one micro-batch.
+    ``sqrt(sum w (d - mean)^2 / ((k - 1) sum w))``. NaN from one micro-batch, but 0 where the
+    two scored the same in every micro-batch: identical figures are a tie however few.
     """
     sa, sb = a["series"], b["series"]
     rows = [
@@ -169,7 +170,10 @@ def paired(a: dict[str, Any], b: dict[str, Any], metric: str = "gauc") -> dict[s
     total = sum(w for _, w in rows)
     mean = sum(d * w for d, w in rows) / total if total else math.nan
     spread = sum(w * (d - mean) ** 2 for d, w in rows)
-    stderr = math.sqrt(spread / ((len(rows) - 1) * total)) if len(rows) > 1 else math.nan
+    if rows and all(d == 0 for d, _ in rows):
+        stderr = 0.0
+    else:
+        stderr = math.sqrt(spread / ((len(rows) - 1) * total)) if len(rows) > 1 else math.nan
     return {"difference": mean, "stderr": stderr, "micro_batches": len(rows)}
 
 

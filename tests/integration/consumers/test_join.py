@@ -10,6 +10,7 @@ from collections import Counter
 
 import orjson
 import pytest
+import redis
 
 from streamrec import faults
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
@@ -161,11 +162,13 @@ def test_the_faust_runner_labels_each_impression_by_the_same_rule(
 
 
 def test_a_rebuilt_store_keeps_impressions_out_of_the_sequences_as_the_consumers_do(
-    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, redis_client: redis.Redis,
 ) -> None:
     _, events = feed_log(users=5, behaviours=60)
     send(kafka_config, events)
     cfg = config(kafka_config, store_config, unique_name)
+    ConsumerRunner(cfg).run()  # a rebuild replays what the consumers processed
+    redis_client.flushdb()
     assert rebuild_store(cfg).events == len(events)
     store = RedisFeatureStore(store_config, cfg.model.sequence_length)
     stored = [b for user in {e.user_id for e in events} for b in store.sequence(user)]

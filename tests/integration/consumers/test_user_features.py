@@ -108,7 +108,10 @@ def test_a_rebuild_restores_the_users_features(
     reused = click(1, 50, membership="platinum", item_id="i9")  # e1 reused for other content: no point
     send(kafka_config, [click(1, 30, membership="gold"), click(2, 10, membership="silver"), click(3, 20)])
     send(kafka_config, [reused])
-    rebuild_store(config(kafka_config, store_config, unique_name), force=True)
+    cfg = config(kafka_config, store_config, unique_name)
+    ConsumerRunner(cfg).run()  # a rebuild replays what the consumers processed
+    redis_client.flushdb()
+    rebuild_store(cfg)
     stored = cast(dict[bytes, bytes], redis_client.hgetall(f"{store_config.key_prefix}:prof:{{u1}}"))
     assert stored == {b"tier": f'{T0 + 10_000}\x1f"silver"\x1e{T0 + 30_000}\x1f"gold"'.encode()}
 

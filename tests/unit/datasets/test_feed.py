@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
 
+import numpy as np
+import orjson
+from typer.testing import CliRunner
+
+from streamrec.cli import app
 from streamrec.datasets.feed import CLICK, IMPRESSION, FeedSpec, expected_labels, generate_feed
 from streamrec.datasets.synthetic import ClickStreamSpec, device_of
 
@@ -62,3 +67,18 @@ def test_a_feed_with_devices_clicks_a_devices_categories_more() -> None:
     ctr = {m: clicked[np.array(matched) == m].mean() for m in (True, False)}
     # measured 0.20 against 0.07 (seed 0): the known effect a context feature should find
     assert ctr[True] > 2 * ctr[False]
+
+
+def test_generate_feed_counts_behaviours_by_events_as_its_help_says(tmp_path: Path) -> None:
+    """Found by a tour (test first): ``generate --feed --events 20000`` wrote 163,632 events,
+    and the help of --events said "Events to generate".
+    """
+    out = tmp_path / "feed.jsonl"
+    result = CliRunner().invoke(app, ["generate", str(out), "--feed", "--events", "40", "--users", "5"])
+    assert result.exit_code == 0, result.output
+    actions = [orjson.loads(line)["action"] for line in out.read_bytes().splitlines()]
+    behaviours = [a for a in actions if a != IMPRESSION]
+    assert len(behaviours) == 40 and len(actions) > 40
+    shown = CliRunner().invoke(app, ["generate", "--help"], env={"COLUMNS": "250"}).output
+    line = next(line for line in shown.splitlines() if "--events" in line)
+    assert "with --feed: behaviours" in line, line

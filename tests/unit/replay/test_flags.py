@@ -39,6 +39,9 @@ def no_events(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--sweep", "--sweep-passes", "0"], "--sweep-passes"),
         (["--sweep", "--sweep-passes", "x"], "--sweep-passes"),
         (["--sweep", "--sweep-intervals", "0m"], "--sweep-intervals"),
+        (["--sweep", "--ablate", "all"], "--ablate"),
+        # found by a tour (test first): the sweep ran, exit 0, and no file was written
+        (["--sweep", "--dump-samples", "samples.jsonl"], "--dump-samples"),
         (["--limit", "-5"], "--limit"),
         (["--limit", "0"], "--limit"),
         (["--warmup", "2"], "--warmup"),

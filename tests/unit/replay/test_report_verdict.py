@@ -86,3 +86,17 @@ def test_strategies_within_the_noise_of_the_best_are_named_as_tied_with_it() -> 
     }
     assert _verdict(report).startswith("best GAUC: finetune (0.7150, 1.0 s training; ewc ties with it);")
     assert tied_with_best({"finetune": strategy([0.7]), "ewc": strategy([0.69])}, "gauc") == []
+
+
+def test_identical_figures_are_a_tie_even_from_one_micro_batch() -> None:
+    """Found by a tour (test first): a backtest of one micro-batch where popularity, item-rate
+    and features all scored GAUC 0.5000 named popularity the best, and no tie.
+    """
+    strategies = {name: strategy([0.5]) for name in ("popularity", "item-rate", "features", "finetune")}
+    assert tied_with_best(strategies, "gauc") == ["item-rate", "features", "finetune"]
+    versus = versus_baselines(strategies)
+    assert versus is not None and versus["outcome"] == "ties" and versus["stderr"] == 0.0
+    same = {"popularity": strategy([0.5, 0.6]), "finetune": strategy([0.5, 0.6])}
+    assert tied_with_best(same, "gauc") == ["finetune"]
+    apart = versus_baselines({"popularity": strategy([0.5]), "finetune": strategy([0.6])})
+    assert apart is not None and apart["outcome"] == "unknown"  # one micro-batch, a difference
