@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+#: Why an empty path is refused, as a flag (`streamrec.cli.options.path_given`) or a setting
+#: (`streamrec.config.section.NonEmptyPath`): a `Path` reads ``''`` as the working directory.
+EMPTY_PATH = "it is empty: name a path ('.' for the working directory)"
+
 
 class StreamrecError(Exception):
     """Base of every streamrec error; the CLI maps it to a one-line message and exit code 1."""

@@ -21,6 +21,8 @@ from typing import Any
 
 import typer
 
+from streamrec.errors import EMPTY_PATH
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -104,7 +106,7 @@ def path_given(text: str) -> Path:
         typer.BadParameter: it is empty (a usage error naming the option, as for other bad values).
     """
     if not text:
-        raise typer.BadParameter("it is empty: name a path ('.' for the working directory)")
+        raise typer.BadParameter(EMPTY_PATH)
     return Path(text)
 
 

@@ -11,12 +11,14 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, ConfigDict
 
+from streamrec.errors import EMPTY_PATH
+
 SECTION = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 def _not_empty(value: object) -> object:
     if value == "":
-        raise ValueError("it is empty: name a path ('.' for the working directory)")
+        raise ValueError(EMPTY_PATH)
     return value
 
 
