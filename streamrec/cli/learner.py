@@ -129,6 +129,12 @@ def snapshot_handler(
     return on_snapshot
 
 
+def observe_resumed(metrics: LearnerMetrics, store: SnapshotStore, manifest: SnapshotManifest | None) -> None:
+    """Start the metrics from the snapshot resumed, if any (freshness and its age known at once)."""
+    if manifest is not None:
+        metrics.observe_resumed(manifest, snapshot_bytes(store.path(manifest.version)))
+
+
 def serve_metrics(
     metrics: LearnerMetrics, cfg: StreamrecConfig, positions: Callable[[], Mapping[Partition, int]]
 ) -> None:
@@ -231,6 +237,7 @@ def run(
                     on_scored=promoter.on_scored,
                 ) as runner:
                     promoter.resume(runner.resumed)
+                    observe_resumed(metrics, store, runner.resumed)
                     # A copy at each scrape: the runner thread moves the positions meanwhile.
                     serve_metrics(metrics, cfg, lambda: runner.positions.copy())
                     before_training_loop()

@@ -138,6 +138,7 @@ def run_rank(
     which rank 0 holds after each micro-batch); the others only train and score.
     """
     from streamrec.cli.common import print_report, stop_on_signals
+    from streamrec.cli.learner import observe_resumed
     from streamrec.learner.ranked import RankedRunner
     from streamrec.learner.ranks import RankGroup, launched_world
     from streamrec.learner.trainer import TableLearner
@@ -161,6 +162,7 @@ def run_rank(
     with RankedRunner(cfg, learner, group, gate=promoter, **lead) as runner:
         if rank == 0:
             promoter.resume(runner.resumed)  # rank 0's gate judges
+            observe_resumed(metrics, store, runner.resumed)
             # A copy at each scrape: the runner thread moves the positions meanwhile.
             serve(lambda: runner.positions.copy())
         # a stop lets a wait on the others finish (on Paddle's TCP store, which fails an interrupted read)

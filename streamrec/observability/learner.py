@@ -170,14 +170,28 @@ class LearnerMetrics(ProcessMetrics):
         for table, rows in report.embedding_rows.items():
             self.rows_in_use.labels(table).set(rows)
 
+    def observe_resumed(self, manifest: SnapshotManifest, size_bytes: int | None = None) -> None:
+        """Start from the snapshot resumed: its version, time and size, and its newest event time.
+
+        So freshness and the snapshot's age are known from the start, and grow while this
+        process trains nothing; it counts no snapshot written.
+        """
+        if manifest.newest_event_ms is not None:
+            self._newest_event_s = manifest.newest_event_ms / 1000.0
+            self.newest_event.set(self._newest_event_s)
+        self._show_snapshot(manifest, size_bytes)
+
     def observe_snapshot(self, manifest: SnapshotManifest, size_bytes: int | None = None) -> None:
         """Count a written snapshot.
 
         Its lag is measured against the newest sample trained (unknown, and left as it was, when
         this process trained nothing yet).
         """
-        created = datetime.fromisoformat(manifest.created_at).timestamp()
         self.snapshots.inc()
+        self._show_snapshot(manifest, size_bytes)
+
+    def _show_snapshot(self, manifest: SnapshotManifest, size_bytes: int | None) -> None:
+        created = datetime.fromisoformat(manifest.created_at).timestamp()
         self.snapshot_version.set(manifest.version)
         self.snapshot_time.set(created)
         if not math.isnan(self._newest_event_s):

@@ -33,6 +33,7 @@ from streamrec.serving.export import export_snapshot
 from streamrec.serving.features import PAIR, candidate_columns, feature_request_inputs
 from streamrec.serving.features import Candidate as Candidate  # its home before; still imported from here
 from streamrec.snapshots.exports import verify_export
+from streamrec.snapshots.promotion import require_root
 from streamrec.snapshots.store import SnapshotStore, version_name
 
 logger = logging.getLogger(__name__)
@@ -305,8 +306,9 @@ class Scorer:
         rolled back from), with a warning.
 
         Raises:
-            SnapshotError: nothing is promoted, or no promoted version can be loaded.
+            SnapshotError: no directory ``root``, nothing promoted, or no promoted version loads.
         """
+        require_root(root)  # a mistyped directory is named as such, not as nothing promoted
         self.store = SnapshotStore(root)
         self._threads = threads
         self._batch_candidates = batch_candidates

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import UTC, datetime
 from pathlib import Path
@@ -213,6 +214,34 @@ def test_a_snapshot_before_any_training_leaves_its_lag_unknown() -> None:
     metrics.observe_snapshot(manifest(datetime.now(UTC)))
     assert math.isnan(value(metrics.registry, "streamrec_learner_snapshot_lag_seconds"))
     assert math.isnan(value(metrics.registry, "streamrec_learner_snapshot_bytes"))
+
+
+def test_a_resumed_snapshot_sets_the_freshness_and_snapshot_gauges() -> None:
+    # Found by a tour of docs/operating/metrics.md: a learner restarted on snapshot v2 reported
+    # freshness, newest event and snapshot time NaN until its first micro-batch and snapshot, so
+    # the page's "model is going stale" and "snapshots stop" alerts could not fire for a learner
+    # that restarted and then trained nothing.
+    metrics = LearnerMetrics(clock=lambda: T0_MS / 1000 + 600)
+    created = datetime.fromtimestamp(T0_MS / 1000 + 95.5, UTC)
+    resumed = dataclasses.replace(manifest(created, version=2), newest_event_ms=T0_MS)
+    metrics.observe_resumed(resumed, size_bytes=4_096)
+    r = metrics.registry
+    assert value(r, "streamrec_learner_snapshot_version") == 2
+    assert value(r, "streamrec_learner_snapshot_timestamp_seconds") == pytest.approx(created.timestamp())
+    assert value(r, "streamrec_learner_snapshot_lag_seconds") == pytest.approx(95.5)
+    assert value(r, "streamrec_learner_snapshot_bytes") == 4_096
+    assert value(r, "streamrec_learner_newest_event_timestamp_seconds") == T0_MS / 1000
+    assert value(r, "streamrec_learner_freshness_seconds") == pytest.approx(600)
+    assert value(r, "streamrec_learner_snapshots_total") == 0  # this process wrote none
+    metrics.observe_report(report(last_ts=T0_MS - 1_000))  # older than the snapshot's: kept
+    assert value(r, "streamrec_learner_newest_event_timestamp_seconds") == T0_MS / 1000
+
+
+def test_a_snapshot_resumed_without_an_event_time_leaves_freshness_unknown() -> None:
+    metrics = LearnerMetrics()
+    metrics.observe_resumed(manifest(datetime.now(UTC)))
+    assert math.isnan(value(metrics.registry, "streamrec_learner_freshness_seconds"))
+    assert math.isnan(value(metrics.registry, "streamrec_learner_snapshot_lag_seconds"))
 
 
 def test_hashed_tables_and_no_ewc_report_no_id_figures() -> None:

@@ -34,6 +34,20 @@ def test_export_then_score_the_promoted_version(tmp_path: Path) -> None:
     assert all(0 < s < 1 for s in doc["scores"])
 
 
+@pytest.mark.parametrize("command", [["score", "--user", "u1", "--items", "i1", "--no-store"], ["serve"]])
+def test_a_mistyped_snapshot_dir_is_named_as_missing(command: list[str], tmp_path: Path) -> None:
+    # Found by a tour of docs/operating/faults.md: `serve` and `score --snapshot-dir /nope` said
+    # "no promoted version in /nope: run `streamrec snapshot promote VERSION`", which then said
+    # there is no such directory; the snapshot commands name it at once.
+    missing = tmp_path / "nope"
+    result = CliRunner().invoke(app, [*command, "--snapshot-dir", str(missing)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"error: no snapshot directory {missing}: check --snapshot-dir (STREAMREC_LEARNER__SNAPSHOT_DIR)\n"
+    )
+    assert not missing.exists()
+
+
 @pytest.fixture(scope="module")
 def promoted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("promoted")
