@@ -1,17 +1,17 @@
 """Rebuild the feature store from the events topic, emitting nothing.
 
 After the store lost its data (Redis restarted without persistence), the consumers refuse to
-run: their samples would carry truncated histories. This re-reads every retained event, up to
-the end of each partition, in offset order as the consumers first read it. The records below
-the consumers' committed offsets go through the consumers' own batch logic, its samples
-dropped: sequences, the event ids seen (with the records they came in), the items' first-seen
-times, the users' declared user features (`streamrec.consumers.user_features`) and each
-partition's state, its watermark and (``join``) its impression windows, as a clean run left
-them at those offsets. Records the consumers dead-letter (not events, misplaced: see
-`streamrec.consumers.placement`, or late under ``late_events = "dead_letter"``) are left out
-as they leave them out. The events beyond the offsets are left to the consumers: stored ahead
-of them, a later event's trim of its user's sequence would take what an earlier one's history
-needs. Finally it writes a new marker, and the consumers can start again.
+run: their samples would carry truncated histories. This re-reads every retained event the
+consumers processed (below their group's committed offsets), in offset order as they first read
+it, through their own batch logic, its samples dropped: sequences, the event ids seen (with the
+records they came in), the items' first-seen times, the users' declared user features
+(`streamrec.consumers.user_features`) and each partition's state, its watermark and (``join``)
+its impression windows, as a clean run left them at those offsets. Records the consumers
+dead-letter (not events, misplaced: see `streamrec.consumers.placement`, or late under
+``late_events = "dead_letter"``) are left out as they leave them out. The events beyond the
+offsets are left to the consumers: stored ahead of them, a later event's trim of its user's
+sequence would take what an earlier one's history needs. Finally it writes a new marker, and
+the consumers can start again.
 
 ``force`` rebuilds a store that is intact, where consumers may still run: the partitions'
 state is theirs, so it is left as it is (replayed, it would undo what they decided since the
