@@ -1,17 +1,21 @@
 """Rebuild the feature store from the events topic, emitting nothing.
 
 After the store lost its data (Redis restarted without persistence), the consumers refuse to
-run: their samples would carry truncated histories. This re-reads every retained event, up to
-the end of each partition, in offset order as the consumers first read it. The records below
-the consumers' committed offsets go through the consumers' own batch logic, its samples
-dropped: sequences, the event ids seen (with the records they came in), the items' first-seen
-times, the users' declared user features (`streamrec.consumers.user_features`) and each
-partition's state, its watermark and (``join``) its impression windows, as a clean run left
-them at those offsets. Records the consumers dead-letter (not events, misplaced: see
-`streamrec.consumers.placement`, or late under ``late_events = "dead_letter"``) are left out
-as they leave them out. The events beyond the offsets are left to the consumers: stored ahead
-of them, a later event's trim of its user's sequence would take what an earlier one's history
-needs. Finally it writes a new marker, and the consumers can start again.
+run: their samples would carry truncated histories. This re-reads every retained event the
+consumers processed (below their group's committed offsets), in offset order as they first read
+it, through their own batch logic, its samples dropped: sequences, the event ids seen (with the
+records they came in), the items' first-seen times, the users' declared user features
+(`streamrec.consumers.user_features`) and each partition's state, its watermark and (``join``)
+its impression windows, as a clean run left them at those offsets. Records the consumers
+dead-letter (not events, misplaced: see `streamrec.consumers.placement`, or late under
+``late_events = "dead_letter"``) are left out as they leave them out. The events beyond the
+offsets are left to the consumers: stored ahead of them, a later event's trim of its user's
+sequence would take what an earlier one's history needs. Finally it writes a new marker, and
+the consumers can start again.
+
+``force`` rebuilds a store that is intact, where consumers may still run: the partitions'
+state is theirs, so it is left as it is (replayed, it would undo what they decided since the
+offsets read here, and they would decide it again), and only the rest is replayed.
 
 Only what the events topic still retains can be rebuilt: keep its retention longer than the
 longest history you need (the sequence TTL).
@@ -34,8 +38,10 @@ from streamrec.consumers.native_runner import (
     make_builder,
     refresh_placement,
 )
+from streamrec.consumers.processor import SampleBuilder
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
-from streamrec.featurestore import FeatureStore, make_feature_store
+from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
+from streamrec.featurestore.base import CONFLICT
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.topics import topic_partitions
 
@@ -91,7 +97,9 @@ def rebuild_store(
         refresh_placement(builder, consumer, [cfg.kafka.events_topic])
         while reading:  # until every partition has reached the group's offset
             records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading, processed)]
-            if records:  # as the consumers processed them: their partitions' state too
+            if records and force:
+                _store(builder, store, records, stats)
+            elif records:  # as the consumers processed them: their partitions' state too
                 result = builder.process(records, int(time.time() * 1000))
                 builder.commit(result)  # the watermarks judge the next records as they did
                 stats.events += result.events
@@ -104,6 +112,21 @@ def rebuild_store(
         "feature store rebuilt events=%d invalid=%d seconds=%.1f", stats.events, stats.invalid, stats.seconds
     )
     return stats
+
+
+def _store(builder: SampleBuilder, store: FeatureStore, records: list[Message], stats: RebuildStats) -> None:
+    """``records`` into the store as the consumers stored them, their partitions' state aside."""
+    parsed = builder.parse(records, now_ms=int(time.time() * 1000))
+    answers = store.update([
+        Arrival(e, builder.origin(key.partition, m.offset()), stored=builder.stores(e))
+        for e, m, key in parsed.events
+    ]).all()  # every answer read: the batch is in the store
+    # user features, as the consumers write them: none of an id reused for other content
+    pairs = zip(parsed.events, answers, strict=True)
+    landing = [event for (event, _, _), answer in pairs if answer[0] is not CONFLICT]
+    builder.profiles.update(landing, read=False)
+    stats.events += len(parsed.events)
+    stats.invalid += len(parsed.dead)
 
 
 def _committed(cfg: StreamrecConfig, partitions: list[int]) -> dict[int, int]:

@@ -162,13 +162,16 @@ def test_a_forced_rebuild_while_a_consumer_runs_tells_it_to_restart_and_a_restar
     assert_point_in_time(samples, clicks[:3000])
 
 
+@pytest.mark.parametrize("damage", ["restart", "keys deleted"])
 def test_a_rebuild_restores_the_watermarks_and_open_windows_a_clean_run_would_have(
     kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, tmp_path: Path,
+    damage: str,
 ) -> None:
     """Found by a tour (test first): after a rebuild each partition's watermark and its open
     impression windows were gone, so an event late by the watermark before the loss went out
     as a sample, and a click on an impression open at the loss became a positive of its own
-    where a clean run labels the impression.
+    where a clean run labels the impression. A user's keys deleted by hand go unnoticed (the
+    marker stays): ``rebuild --force`` restores them.
     """
     t0 = 1_700_000_000_000
     before = [
@@ -189,9 +192,14 @@ def test_a_rebuild_restores_the_watermarks_and_open_windows_a_clean_run_would_ha
     first = ConsumerRunner(cfg).run()
     assert first.samples == 2  # b0, b1; imp1's window is open
 
-    private_redis = restart_empty(private_redis, tmp_path)
+    if damage == "restart":
+        private_redis = restart_empty(private_redis, tmp_path)
+    else:  # the user's keys, the marker kept
+        client = redis_py.Redis(port=private_redis.port)
+        doomed = list(client.scan_iter(f"{unique_name}:*{{u1}}"))
+        assert doomed and client.delete(*doomed) == len(doomed)
     publish(after, kafka_config)
-    rebuild_store(cfg)
+    rebuild_store(cfg, force=damage != "restart")
     second = ConsumerRunner(cfg).run()
     assert second.late == 1
     labels = {s.sample_id: s.label for s in samples_of(kafka_config)}
