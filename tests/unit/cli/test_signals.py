@@ -54,7 +54,7 @@ def test_a_stop_signal_to_a_rank_waiting_on_the_tcp_store_lets_the_wait_finish(
         time.sleep(0.3)
         signal.pthread_kill(main, signal.SIGTERM)  # to the thread blocked in the read
         time.sleep(0.3)
-        master.set("later", b"1")
+        master.set("later", "1")
 
     threading.Thread(target=later, daemon=True).start()
     client = core.TCPStore("127.0.0.1", port, False, 1, 30)
