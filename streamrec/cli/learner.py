@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,7 +28,9 @@ if TYPE_CHECKING:  # Paddle, the Kafka client, pydantic: imported when a command
     from streamrec.config import StreamrecConfig
     from streamrec.kafka.records import Partition
     from streamrec.learner.reports import LearnerStats, MicroBatchReport
+    from streamrec.learner.runner import LearnerRunner
     from streamrec.observability import LearnerMetrics
+    from streamrec.serving.gate import Promoter
     from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 app = command_group("Train DIN incrementally on the samples stream.")
@@ -129,10 +132,24 @@ def snapshot_handler(
     return on_snapshot
 
 
-def observe_resumed(metrics: LearnerMetrics, store: SnapshotStore, manifest: SnapshotManifest | None) -> None:
-    """Start the metrics from the snapshot resumed, if any (freshness and its age known at once)."""
+def take_up_resumed(
+    runner: LearnerRunner,
+    promoter: Promoter,
+    metrics: LearnerMetrics,
+    store: SnapshotStore,
+    serve: Callable[[Callable[[], Mapping[Partition, int]]], None],
+) -> None:
+    """Take up the snapshot ``runner`` resumed, if any, then ``serve`` its positions.
+
+    The gate judges from the resumed version, and the metrics start from it (freshness and
+    the snapshot's age known at once); ``serve`` (``/metrics``) gets a copy of the positions
+    at each scrape, since the runner's thread moves them meanwhile.
+    """
+    manifest = runner.resumed
+    promoter.resume(manifest)
     if manifest is not None:
         metrics.observe_resumed(manifest, snapshot_bytes(store.path(manifest.version)))
+    serve(lambda: runner.positions.copy())
 
 
 def serve_metrics(
@@ -221,11 +238,9 @@ def run(
         promoter = Promoter(store, cfg.learner)
         with LearnerMetrics() as metrics:
             on_snapshot = snapshot_handler(metrics, store, promoter.on_snapshot)
+            serve = functools.partial(serve_metrics, metrics, cfg)  # /metrics, given the positions
             if launched():
-                stats, resumed = run_rank(
-                    cfg, learner, store, promoter, metrics, on_snapshot,
-                    lambda positions: serve_metrics(metrics, cfg, positions),
-                )
+                stats, resumed = run_rank(cfg, learner, store, promoter, metrics, on_snapshot, serve)
             else:
                 status = LearnerStatus(metrics)
                 with LearnerRunner(  # refuses a snapshot directory another learner holds
@@ -236,10 +251,7 @@ def run(
                     snapshots=store,
                     on_scored=promoter.on_scored,
                 ) as runner:
-                    promoter.resume(runner.resumed)
-                    observe_resumed(metrics, store, runner.resumed)
-                    # A copy at each scrape: the runner thread moves the positions meanwhile.
-                    serve_metrics(metrics, cfg, lambda: runner.positions.copy())
+                    take_up_resumed(runner, promoter, metrics, store, serve)
                     before_training_loop()
                     with live_status(status):
                         stats, resumed = runner.run(stop_on_signals()), runner.resumed

@@ -138,7 +138,7 @@ def run_rank(
     which rank 0 holds after each micro-batch); the others only train and score.
     """
     from streamrec.cli.common import print_report, stop_on_signals
-    from streamrec.cli.learner import observe_resumed
+    from streamrec.cli.learner import take_up_resumed
     from streamrec.learner.ranked import RankedRunner
     from streamrec.learner.ranks import RankGroup, launched_world
     from streamrec.learner.trainer import TableLearner
@@ -160,10 +160,7 @@ def run_rank(
     before_training_loop()
     # every rank's promoter scores its own samples by the served version; rank 0's judges
     with RankedRunner(cfg, learner, group, gate=promoter, **lead) as runner:
-        if rank == 0:
-            promoter.resume(runner.resumed)  # rank 0's gate judges
-            observe_resumed(metrics, store, runner.resumed)
-            # A copy at each scrape: the runner thread moves the positions meanwhile.
-            serve(lambda: runner.positions.copy())
+        if rank == 0:  # rank 0's gate judges
+            take_up_resumed(runner, promoter, metrics, store, serve)
         # a stop lets a wait on the others finish (on Paddle's TCP store, which fails an interrupted read)
         return runner.run(stop_on_signals(restart_calls=True)), runner.resumed

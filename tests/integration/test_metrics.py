@@ -177,7 +177,7 @@ def test_a_running_consumer_serves_its_progress(
 ) -> None:
     events = clicks[:300]
     publish(events, kafka_config)
-    scraped, out = scrape_consumer(cli_env, "streamrec_consumer_events_total", len(events))
+    scraped, out = scrape_running("consumers", cli_env, "streamrec_consumer_events_total", len(events))
     assert scraped["streamrec_consumer_events_total"] == len(events)
     assert scraped["streamrec_consumer_samples_total"] > 0
     assert scraped["streamrec_consumer_batches_total"] >= 1
@@ -192,18 +192,39 @@ def test_an_idle_consumer_reports_the_partitions_it_holds(
     # Found by a tour: a consumer that had joined and held every partition of a drained topic
     # showed streamrec_consumer_assigned_partitions 0, as the gauge moved only with a batch.
     name = "streamrec_consumer_assigned_partitions"
-    scraped, _ = scrape_consumer(cli_env, name, kafka_config.partitions)
+    scraped, _ = scrape_running("consumers", cli_env, name, kafka_config.partitions)
     assert scraped["streamrec_consumer_batches_total"] == 0
 
 
-def scrape_consumer(env: dict[str, str], name: str, value: float) -> tuple[dict[str, float], str]:
-    """Run ``consumers run`` with metrics, scrape until ``name`` reads ``value``, stop it.
+def test_a_learner_run_again_serves_the_snapshot_it_resumed_before_it_trains(
+    clicks: list[Event], kafka_config: KafkaConfig, cli_env: dict[str, str]
+) -> None:
+    """Found by a tour: a learner restarted on a snapshot served freshness and the snapshot's
+    age as NaN until its first micro-batch and snapshot, so the stale-model alerts could not
+    fire for one that then trained nothing.
+    """
+    publish(clicks[:1000], kafka_config)
+    assert streamrec(["consumers", "run", "--stop-when-idle", "3"], cli_env).returncode == 0
+    first = streamrec(["learner", "run", "--interval", "5", "--stop-when-idle", "3"], cli_env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    listing = json.loads(streamrec(["snapshot", "list", "--json"], cli_env).stdout)
+    last = listing["versions"][-1]["version"]
+    scraped, _ = scrape_running("learner", cli_env, "streamrec_learner_snapshot_version", last)
+    assert scraped["streamrec_learner_micro_batches_total"] == 0
+    assert scraped["streamrec_learner_snapshots_total"] == 0
+    assert scraped["streamrec_learner_freshness_seconds"] > 0  # the clicks' newest event is long past
+
+
+def scrape_running(
+    command: str, env: dict[str, str], name: str, value: float
+) -> tuple[dict[str, float], str]:
+    """Run ``command run`` with metrics, scrape until ``name`` reads ``value``, stop it.
 
     The scrape and the command's output; it must exit 0 on SIGTERM (it finishes its batch).
     """
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamrec", "consumers", "run", "--stop-when-idle", "60",
+        [sys.executable, "-m", "streamrec", command, "run", "--stop-when-idle", "60",
          "--metrics-port", str(port)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
