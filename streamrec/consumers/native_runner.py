@@ -39,6 +39,7 @@ from streamrec.errors import (
 )
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store, make_profile_store
+from streamrec.featurestore.partitions import PartitionStore
 from streamrec.kafka.clients import make_consumer, produce
 from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock, RecordSource
@@ -288,8 +289,10 @@ def make_batch_log(cfg: StreamrecConfig) -> BatchLog:
     return BatchLog(cfg.kafka.dlq_topic, late=cfg.consumer.late_events == "sequence_only")
 
 
-def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
-    """The runners' builder.
+def make_builder(
+    cfg: StreamrecConfig, store: FeatureStore, partitions: PartitionStore | None = None
+) -> SampleBuilder:
+    """The runners' builder, its partitions' state kept in ``partitions`` (by default ``store``).
 
     Record timestamps are checked against the alignment's skew, and records' placement against
     the configured partitioner (the runner keeps its partition counts,
@@ -303,7 +306,7 @@ def make_builder(cfg: StreamrecConfig, store: FeatureStore) -> SampleBuilder:
     profiles = make_profile_store(cfg) if schema.role("user") else None  # kept when any is declared
     return SampleBuilder(
         cfg.consumer, store, timestamp_tolerance_ms=tolerance, placement=placement, schema=schema,
-        profiles=profiles,
+        profiles=profiles, partitions=partitions,
     )
 
 

@@ -42,7 +42,7 @@ from streamrec.featurestore.base import (
     FeatureStore,
     behaviour_features,
 )
-from streamrec.featurestore.partitions import PartitionOutcome
+from streamrec.featurestore.partitions import PartitionOutcome, PartitionStore
 from streamrec.featurestore.profiles import ProfileStore
 from streamrec.kafka.records import KafkaMessage, Partition, offset_spans, partition_of
 from streamrec.samples import Sample, encode_sample
@@ -146,6 +146,7 @@ class SampleBuilder:
         placement: Placement | None = None,
         schema: FeatureSchema | None = None,
         profiles: ProfileStore | None = None,
+        partitions: PartitionStore | None = None,
     ) -> None:
         """Build samples by ``cfg`` on ``store``.
 
@@ -155,10 +156,12 @@ class SampleBuilder:
         ``schema`` (`streamrec.features`; by default the store's, which keeps its behaviour
         ones) into each sample (`streamrec.consumers.sample_maker`). Join its user features
         (role ``user``) as of each sample's time from ``profiles``, a profile store the
-        caller gives (required when the schema declares any).
+        caller gives (required when the schema declares any). Keep the partitions' state
+        (watermarks, join windows) in ``partitions``, by default in ``store``.
         """
         self._cfg = cfg
         self._store = store
+        self._partitions = store if partitions is None else partitions
         self._positive = frozenset(cfg.positive_actions)
         self.sampler = sampler or sampler_for(cfg)
         self.watermarks = Watermarks(cfg.allowed_lateness_ms)
@@ -382,7 +385,7 @@ class SampleBuilder:
         """
         batches = self._join.batches(spans, judged, watermarks, self._epochs)
         window = self._cfg.label_window_ms  # closed windows are kept as long, for late labels
-        outcomes = self._store.advance(batches, window, window)
+        outcomes = self._partitions.advance(batches, window, window)
         taken = {(b.partition, offset) for b, o in zip(batches, outcomes, strict=True) for offset in o.taken}
         return outcomes, taken
 
@@ -417,7 +420,7 @@ class SampleBuilder:
         starts = {key: first for key, (first, _) in spans.items() if key not in self._epochs}
         if not starts:
             return
-        for key, claim in self._store.claim(starts).items():
+        for key, claim in self._partitions.claim(starts).items():
             self._epochs[key] = claim.epoch
             self.watermarks.restore(key, claim.newest)
 

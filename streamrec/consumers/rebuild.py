@@ -14,8 +14,9 @@ sequence would take what an earlier one's history needs. Finally it writes a new
 the consumers can start again.
 
 ``force`` rebuilds a store that is intact, where consumers may still run: the partitions'
-state is theirs, so it is left as it is (replayed, it would undo what they decided since the
-offsets read here, and they would decide it again), and only the rest is replayed.
+state is theirs, so it is replayed in memory only, to judge the records as they did, and left
+as it is in the store (written, it would undo what they decided since the offsets read here,
+and they would decide it again).
 
 Only what the events topic still retains can be rebuilt: keep its retention longer than the
 longest history you need (the sequence TTL).
@@ -38,10 +39,9 @@ from streamrec.consumers.native_runner import (
     make_builder,
     refresh_placement,
 )
-from streamrec.consumers.processor import SampleBuilder
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
-from streamrec.featurestore import Arrival, FeatureStore, make_feature_store
-from streamrec.featurestore.base import CONFLICT
+from streamrec.featurestore import FeatureStore, make_feature_store
+from streamrec.featurestore.partitions import MemoryPartitionStore
 from streamrec.kafka.clients import make_consumer
 from streamrec.kafka.topics import topic_partitions
 
@@ -81,7 +81,8 @@ def rebuild_store(
             pass  # what a rebuild is for
         else:
             raise ConfigError("the feature store is intact (its marker is there): --force rebuilds it anyway")
-    builder = make_builder(cfg, store)  # what the consumers dead-letter, misplaced records too
+    # what the consumers dead-letter, misplaced records too; under force, their partitions' state aside
+    builder = make_builder(cfg, store, MemoryPartitionStore() if force else None)
     adopt_events_topic(cfg, store, builder)
     consumer = make_consumer(cfg.kafka, f"{cfg.consumer.group_id}-rebuild-{uuid.uuid4().hex[:8]}")
     stats, start = RebuildStats(), time.monotonic()
@@ -97,9 +98,7 @@ def rebuild_store(
         refresh_placement(builder, consumer, [cfg.kafka.events_topic])
         while reading:  # until every partition has reached the group's offset
             records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading, processed)]
-            if records and force:
-                _store(builder, store, records, stats)
-            elif records:  # as the consumers processed them: their partitions' state too
+            if records:  # as the consumers processed them, their samples dropped
                 result = builder.process(records, int(time.time() * 1000))
                 builder.commit(result)  # the watermarks judge the next records as they did
                 stats.events += result.events
@@ -112,21 +111,6 @@ def rebuild_store(
         "feature store rebuilt events=%d invalid=%d seconds=%.1f", stats.events, stats.invalid, stats.seconds
     )
     return stats
-
-
-def _store(builder: SampleBuilder, store: FeatureStore, records: list[Message], stats: RebuildStats) -> None:
-    """``records`` into the store as the consumers stored them, their partitions' state aside."""
-    parsed = builder.parse(records, now_ms=int(time.time() * 1000))
-    answers = store.update([
-        Arrival(e, builder.origin(key.partition, m.offset()), stored=builder.stores(e))
-        for e, m, key in parsed.events
-    ]).all()  # every answer read: the batch is in the store
-    # user features, as the consumers write them: none of an id reused for other content
-    pairs = zip(parsed.events, answers, strict=True)
-    landing = [event for (event, _, _), answer in pairs if answer[0] is not CONFLICT]
-    builder.profiles.update(landing, read=False)
-    stats.events += len(parsed.events)
-    stats.invalid += len(parsed.dead)
 
 
 def _committed(cfg: StreamrecConfig, partitions: list[int]) -> dict[int, int]:

@@ -206,6 +206,36 @@ def test_a_rebuild_restores_the_watermarks_and_open_windows_a_clean_run_would_ha
     assert labels == {"b0": 1, "b1": 1, "imp1": 1, "b2": 1}
 
 
+def test_a_forced_rebuild_leaves_out_the_events_the_consumers_judged_late(
+    kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str,
+) -> None:
+    """Under ``late_events = "dead_letter"`` the consumers keep a late event out of its user's
+    sequence. A ``rebuild --force`` (a user's keys deleted by hand) stored it all the same, as
+    its partition's state was not replayed to judge it: the next sample's history held it.
+    """
+    t0 = 1_700_000_000_000
+    events = [
+        Event("b0", "u1", "i0", "c1", "pv", t0),
+        Event("b1", "u1", "i1", "c1", "pv", t0 + 500_000),  # the watermark: t0 + 490 s
+        Event("late", "u1", "i3", "c1", "pv", t0 + 2_000),  # 498 s behind it: dead-lettered
+    ]
+    cfg = config(kafka_config, private_redis, unique_name)
+    cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={
+        "allowed_lateness_ms": 10_000, "late_events": "dead_letter", "negatives": 0,
+    })})
+    publish(events, kafka_config)
+    assert ConsumerRunner(cfg).run().late == 1
+    client = redis_py.Redis(port=private_redis.port)
+    doomed = list(client.scan_iter(f"{unique_name}:*{{u1}}"))
+    assert doomed and client.delete(*doomed) == len(doomed)
+
+    rebuild_store(cfg, force=True)
+    publish([Event("b2", "u1", "i4", "c1", "pv", t0 + 600_000)], kafka_config)
+    ConsumerRunner(cfg).run()
+    histories = {s.sample_id: s.seq_items for s in samples_of(kafka_config)}
+    assert histories == {"b0": (), "b1": ("i0",), "b2": ("i0", "i1")}
+
+
 def test_a_rebuild_for_a_group_that_processed_nothing_says_so(
     kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event],
 ) -> None:
