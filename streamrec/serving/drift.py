@@ -65,6 +65,7 @@ class RequestDrift:
         self._carried: dict[str, set[str]] = {place: set() for place in PLACES}
         self._named: set[tuple[str, str]] = set()
         self._requests = 0
+        self._settled = False  # the absent features named: a request of names seen names nothing
         self._lock = threading.Lock()  # requests are scored on several threads
 
     def observe(
@@ -79,11 +80,17 @@ class RequestDrift:
             (place, name) of the names given where they are ignored, and of the declared
             features none of the first ``absent_after`` requests carried where they are read.
         """
+        items: set[str] = set()
+        for candidate in candidates:  # most carry none: a loop skips them faster than a union
+            if candidate.features:
+                items.update(candidate.features)
         given = {
             "context": set(context or ()),
-            "items": set().union(*(c.features.keys() for c in candidates)),
+            "items": items,
             "history": set().union(*history.given) if isinstance(history, GivenHistory) else set(),
         }
+        if self._settled and all(names <= self._carried[place] for place, names in given.items()):
+            return (), ()  # nothing new can be named: no lock (the sets only grow, under it)
         with self._lock:
             ignored = []
             for place, names in given.items():
@@ -96,7 +103,8 @@ class RequestDrift:
                                        self._why(place, name))
             self._requests += 1
             absent = []
-            if self._requests >= self._absent_after:
+            if self._requests >= self._absent_after and not self._settled:
+                self._settled = True  # what is absent now is named now; later, only new names
                 for place, expected in self._expected.items():
                     for name in sorted(expected - self._carried[place]):
                         if (place, name) not in self._named:
