@@ -79,6 +79,10 @@ class BacktestConfig:
         for flag, value, fine, wanted in checks:
             if not fine:
                 raise ConfigError(f"{flag} must be {wanted}, not {value}")
+        # a report keys its rows by name: a name twice would run twice and show once
+        once("--strategies", self.strategies)
+        once("--ewc-lambda", self.ewc_lambdas)
+        once("--ablate", self.ablate)
         for lam in self.ewc_lambdas:
             validated(self.settings.model, "--ewc-lambda", ewc_lambda=lam)
 
@@ -86,6 +90,17 @@ class BacktestConfig:
     def schema(self) -> FeatureSchema:
         """The deployment's feature schema: the settings' (STREAMREC_FEATURES, streamrec.toml)."""
         return self.settings.feature_schema()
+
+
+def once(flag: str, values: Sequence[object]) -> None:
+    """Refuse a value ``flag`` gives twice.
+
+    Raises:
+        ConfigError: the first value given twice, and ``flag``.
+    """
+    twice = next((value for value in values if values.count(value) > 1), None)
+    if twice is not None:  # a λ of 0 too
+        raise ConfigError(f"{flag} names {twice!r} twice: name each once")
 
 
 def validated(model: ModelConfig, flag: str, **update: Any) -> ModelConfig:
@@ -282,6 +297,9 @@ def check_sweep(
         raise ConfigError("--ablate is for a backtest, not a --sweep: run them one after the other")
     if cfg.dump_samples is not None:
         raise ConfigError("--dump-samples is for a backtest, not a --sweep: run a backtest for the samples")
+    for flag, values in (("--sweep-intervals", intervals_ms), ("--sweep-lrs", learning_rates),
+                         ("--sweep-passes", passes)):
+        once(flag, values)  # a row twice would cost a run
     for lr in learning_rates:
         validated(cfg.settings.model, "--sweep-lrs", learning_rate=lr)
     for n in passes:

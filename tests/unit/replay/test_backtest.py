@@ -185,3 +185,23 @@ def test_the_docs_schema_names_every_field_of_the_report(report: dict[str, Any])
     assert sorted(set(named) - words - {"schema", "wall_seconds", "digest"}) == []  # the first line
     # auc and gauc are sample-weighted means of the micro-batches' figures; the pooled ones are apart
     assert "auc, gauc, logloss                   (prequential, every micro-batch pooled)" not in block
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--strategies", "popularity,item-rate,popularity"], "--strategies names 'popularity' twice"),
+        (["--strategies", "ewc", "--ewc-lambda", "0.1,1,0.10"], "--ewc-lambda names 0.1 twice"),
+        (["--strategies", "ewc", "--ewc-lambda", "0,0"], "--ewc-lambda names 0.0 twice"),
+        (["--ablate", "genres,genres"], "--ablate names 'genres' twice"),
+        (["--sweep", "--sweep-lrs", "0.001,0.001"], "--sweep-lrs names 0.001 twice"),
+    ],
+    ids=str,
+)
+def test_a_strategy_lambda_ablation_or_swept_value_named_twice_is_refused(args: list[str], says: str) -> None:
+    """Found from outside: ``--strategies popularity,item-rate,popularity`` ran popularity twice
+    and reported one row of it (the report is keyed by name), without a word.
+    """
+    result = CliRunner().invoke(app, ["replay", "backtest", SOURCE, *args])
+    assert result.exit_code == 1 and result.output.startswith("error: "), result.output
+    assert says in " ".join(result.output.split()), result.output
