@@ -63,7 +63,8 @@ def up(
 
     with cli_errors():
         cfg = _config(host, kafka_port, redis_port, state_dir, log_level, config_file, data_dir)
-        rows = services.up(cfg)
+        given = [name for name, port in (("kafka", kafka_port), ("redis", redis_port)) if port is not None]
+        rows = services.up(cfg, given)  # a port asked for, by flag or variable, must be where it runs
         _out.print(_table(rows))
         kept = next(row.data_dir for row in rows if row.name == "redis")  # as it runs
         keeps = f"in {kept} (append-only file)" if kept else "nothing (no --data-dir)"

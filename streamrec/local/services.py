@@ -13,6 +13,7 @@ the demo use ``streamrec.local.launch.local_services()`` instead, which owns bot
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -133,11 +134,13 @@ def status(cfg: ServicesConfig) -> list[ServiceStatus]:
     return [_status(cfg, spec) for spec in _SPECS]
 
 
-def up(cfg: ServicesConfig) -> list[ServiceStatus]:
+def up(cfg: ServicesConfig, ports_given: Collection[str] = ()) -> list[ServiceStatus]:
     """Start whichever service is not already running, detached, and wait until both are healthy.
 
-    A service whose pid file names a live, healthy process is reported as running. Both ports
-    are checked before anything starts; if one start fails, what this call started is stopped.
+    A service whose pid file names a live, healthy process is reported as running, wherever it
+    runs, unless ``ports_given`` names it (its port was asked for) and it runs on another. Both
+    ports are checked before anything starts; if one start fails, what this call started is
+    stopped.
     """
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     found = [_status(cfg, spec, keeps=True) for spec in _SPECS]
@@ -147,6 +150,8 @@ def up(cfg: ServicesConfig) -> list[ServiceStatus]:
                 f"{spec.name} (pid {st.pid} in {_pid_file(cfg, spec)}) runs but does not answer "
                 f"on {st.address}; run `streamrec down` first"
             )
+        if spec.name in ports_given and st.state is ServiceState.RUNNING:
+            _check_address(cfg, spec, st)
         if spec is REDIS and st.state is ServiceState.RUNNING:
             _check_keeps(cfg, st)
         if st.state is not ServiceState.RUNNING:
@@ -178,6 +183,21 @@ def up(cfg: ServicesConfig) -> list[ServiceStatus]:
             _forget(cfg, spec)
         raise
     return result
+
+
+def _check_address(cfg: ServicesConfig, spec: ServiceSpec, running: ServiceStatus) -> None:
+    """Refuse a port other than the one the ``running`` service listens on.
+
+    Raises:
+        ServiceError: it runs elsewhere (``up`` would have shown it there, ignoring the port).
+    """
+    asked = address(cfg.host, _port(cfg, spec))
+    if running.address != asked:
+        raise ServiceError(
+            f"{spec.name} already runs (pid {running.pid}) on {running.address}, not on {asked}: run "
+            f"`streamrec down` first to move it, or name its port ({spec.port_flag} "
+            f"{running.address.rpartition(':')[2]})"
+        )
 
 
 def _check_keeps(cfg: ServicesConfig, running: ServiceStatus) -> None:

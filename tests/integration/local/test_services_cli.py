@@ -110,3 +110,26 @@ def test_up_again_says_what_the_running_redis_keeps_and_refuses_another_data_dir
         assert result.exit_code == 1 and f"keeping in {kept}" in result.stderr, result.output
     finally:
         runner.invoke(app, ["down", *flags])
+
+
+def test_up_again_with_another_port_refuses_it_rather_than_ignore_it(tmp_path: Path) -> None:
+    """Found by a tour: ``up --kafka-port Q`` with the services already up on P reported them
+    running on P, exit 0, without a word on Q; the commands then pointed at Q found nothing.
+    ``up`` naming no port still finds them where they run.
+    """
+    kafka_port, redis_port, other = free_ports("127.0.0.1", 3)
+    state = ["--state-dir", str(tmp_path)]
+    runner, app = CliRunner(), _app()
+    try:
+        assert runner.invoke(app, ["up", "--kafka-port", str(kafka_port), "--redis-port", str(redis_port),
+                                   *state]).exit_code == 0
+        result = runner.invoke(app, ["up", "--kafka-port", str(other), *state])
+        assert result.exit_code == 1, result.output
+        said = " ".join(result.stderr.split())
+        assert said.startswith("error: kafka already runs") and f"127.0.0.1:{kafka_port}" in said, said
+        assert f"not on 127.0.0.1:{other}" in said and "streamrec down" in said, said
+        assert len(result.stderr.splitlines()) == 1, result.stderr
+        result = runner.invoke(app, ["up", "--redis-port", str(redis_port), *state])  # where it runs
+        assert result.exit_code == 0 and result.stdout.count("running") == 2, result.output
+    finally:
+        runner.invoke(app, ["down", *state])
