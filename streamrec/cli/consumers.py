@@ -178,7 +178,7 @@ def rebuild(
     Stop the consumers first; start them again afterwards.
     """
     from streamrec.consumers.rebuild import rebuild_store
-    from streamrec.kafka.topics import ensure_topics
+    from streamrec.kafka.clients import require_broker
 
     with cli_errors():
         cfg = build_config(
@@ -187,7 +187,7 @@ def rebuild(
             kafka={"bootstrap_servers": bootstrap_servers, "events_topic": events_topic},
             store={"url": redis_url},
         )
-        ensure_topics(cfg.kafka)
+        require_broker(cfg.kafka)  # one line at once if none answers; it reads one topic, creates none
         stats = rebuild_store(cfg, force=force)
         console.print(
             f"rebuilt the feature store from {stats.events} events in {stats.seconds:.1f} s "

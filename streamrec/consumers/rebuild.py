@@ -81,13 +81,14 @@ def rebuild_store(
             pass  # what a rebuild is for
         else:
             raise ConfigError("the feature store is intact (its marker is there): --force rebuilds it anyway")
-    # what the consumers dead-letter, misplaced records too; under force, their partitions' state aside
-    builder = make_builder(cfg, store, MemoryPartitionStore() if force else None)
-    adopt_events_topic(cfg, store, builder)
     consumer = make_consumer(cfg.kafka, f"{cfg.consumer.group_id}-rebuild-{uuid.uuid4().hex[:8]}")
     stats, start = RebuildStats(), time.monotonic()
     try:
-        processed = _committed(cfg, topic_partitions(consumer, cfg.kafka.events_topic, _TIMEOUT_S))
+        partitions = topic_partitions(consumer, cfg.kafka.events_topic, _TIMEOUT_S)  # a missing topic: said
+        # what the consumers dead-letter, misplaced records too; under force, their partitions' state aside
+        builder = make_builder(cfg, store, MemoryPartitionStore() if force else None)
+        adopt_events_topic(cfg, store, builder)
+        processed = _committed(cfg, partitions)
         if not any(processed.values()):
             raise ConfigError(
                 f"nothing to rebuild: the consumers' group {cfg.consumer.group_id!r} has processed no "

@@ -156,9 +156,10 @@ def topic_partitions(client: MetadataClient, topic: str, timeout_s: float) -> li
         meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
     except KafkaException as exc:
         raise ConsumeError(f"cannot read the partitions of {topic}: {exc}") from exc
+    if meta is not None and meta.error is not None and meta.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+        raise ConsumeError(f"cannot read the partitions of {topic}: {meta.error.str()}")
     if meta is None or meta.error is not None or not meta.partitions:
-        why = meta.error if meta is not None and meta.error is not None else "not found"
-        raise ConsumeError(f"cannot read the partitions of {topic}: {why}")
+        raise ConsumeError(f"topic {topic} does not exist on the brokers")
     return sorted(meta.partitions)
 
 

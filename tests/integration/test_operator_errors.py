@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from streamrec.config import KafkaConfig, RedisStoreConfig
 from streamrec.local.ports import free_port
@@ -220,3 +221,21 @@ def test_a_redis_client_option_redis_py_does_not_take_is_one_line(
     assert len(run.errors()) == 1, run.lines
     line = run.errors()[0]
     assert line.startswith("error: STREAMREC_STORE__CLIENT") and "'no_such'" in line, line
+
+
+def test_a_rebuild_of_an_events_topic_that_does_not_exist_says_so_and_creates_no_topic(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
+) -> None:
+    """Found by a tour: ``consumers rebuild`` created the pipeline's four topics before it read
+    anything, so a misspelt events topic came into being (empty) beside a samples dead-letter
+    topic, though a rebuild reads one topic and writes none.
+    """
+    missing = {"STREAMREC_KAFKA__EVENTS_TOPIC": f"no-events-{unique_name}",
+               "STREAMREC_KAFKA__SAMPLES_DLQ_TOPIC": f"no-samples-dlq-{unique_name}"}
+    env = _env(kafka_config, store_config, unique_name, **missing)
+    run = Running(["consumers", "rebuild"], env, tmp_path)
+    assert run.finish(60) == 1
+    assert len(run.errors()) == 1 and run.errors()[0].startswith("error: "), run.lines
+    assert run.errors()[0] == f"error: topic no-events-{unique_name} does not exist on the brokers", run.lines
+    topics = AdminClient({"bootstrap.servers": kafka_config.bootstrap_servers}).list_topics(timeout=10).topics
+    assert not set(missing.values()) & set(topics), sorted(topics)
