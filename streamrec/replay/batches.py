@@ -57,7 +57,9 @@ def replay_events(
 ) -> Replayed:
     """The samples the consumers would emit for ``events``, and what yielded none.
 
-    The samples (in event-time order) are built by `SampleBuilder` on the in-memory store:
+    The samples come in the order the consumers emit them: event-time order, but for the
+    ``join`` mode's, which come at the end of the batch of records that decides their labels.
+    They are built by `SampleBuilder` on the in-memory store:
     sequences, labels, negatives and all, with the features ``schema`` declares (default:
     ``cfg``'s, STREAMREC_FEATURES). Its dead letters, duplicates, late events and the
     impressions still undecided at the end come with them, as the consumers count them.
