@@ -45,6 +45,7 @@ class ArmMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         """Register the metrics in ``registry`` (serving's)."""
         labels = ["arm", "version"]
+        self._seen: set[tuple[str, str]] = set()  # arms and versions with both outcomes' series
         self.requests = Counter(
             "streamrec_serving_arm_requests",
             "Score requests answered by arm, version and outcome "
@@ -74,8 +75,16 @@ class ArmMetrics:
         )
 
     def observe(self, arm: str, version: int, seconds: float, scores: list[float] | None) -> None:
-        """One request answered (``scores``) or failed (None)."""
+        """One request answered (``scores``) or failed (None).
+
+        An arm's first request makes both outcomes' series, so that a rate of its failures
+        sees the first one that follows.
+        """
         name = version_name(version)
+        if (arm, name) not in self._seen:
+            self._seen.add((arm, name))
+            for outcome in (OK, ERROR):
+                self.requests.labels(arm, name, outcome)
         self.requests.labels(arm, name, OK if scores is not None else ERROR).inc()
         self.seconds.labels(arm, name).observe(seconds)
         if scores:
