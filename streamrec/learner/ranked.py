@@ -135,6 +135,12 @@ class RankedRunner(LearnerRunner):
         if kwargs.get("on_scored") is not None:
             raise TypeError("learner ranks judge the group's micro-batch through gate=, not on_scored=")
         self._gate = gate
+        with group.leaving_on_error():
+            self._join(cfg, learner, group, **kwargs)
+        # Some rank ended the last part exchanged full: each ends its next part once caught up.
+        self._peer_full = False
+
+    def _join(self, cfg: StreamrecConfig, learner: TableLearner, group: RankGroup, **kwargs: Any) -> None:  # noqa: ANN401 - as __init__
         if group.world > 1 and cfg.model.ewc_lambda != 0:
             raise ConfigError(
                 "several learner ranks train without online EWC: set STREAMREC_MODEL__EWC_LAMBDA=0 "
@@ -153,8 +159,6 @@ class RankedRunner(LearnerRunner):
                 f"read the same {cfg.learner.snapshot_dir}"
             )
         learner.data_parallel(group.share)
-        # Some rank ended the last part exchanged full: each ends its next part once caught up.
-        self._peer_full = False
 
     def owns(self, partition: Partition) -> bool:
         """Whether this rank reads ``partition``."""
@@ -162,6 +166,10 @@ class RankedRunner(LearnerRunner):
 
     def run(self, stop: threading.Event | None = None, upstream_done: threading.Event | None = None) -> Any:  # noqa: ANN401 - LearnerStats
         """Loop until any rank is stopped, or every rank has been idle ``stop_when_idle_s``."""
+        with self.group.leaving_on_error():  # the others stop at their next meeting, not after timeout_s
+            return self._run(stop, upstream_done)
+
+    def _run(self, stop: threading.Event | None, upstream_done: threading.Event | None) -> Any:  # noqa: ANN401 - LearnerStats
         stop = stop or threading.Event()
         idle = IdleClock(self._cfg.learner.stop_when_idle_s, self._source, upstream_done)
         try:
