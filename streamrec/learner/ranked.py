@@ -32,6 +32,7 @@ holds at most one part's records on a backlog, and only the last part is left at
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -41,6 +42,7 @@ from dataclasses import replace
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+import xxhash
 from confluent_kafka import Message
 
 from streamrec.config import StreamrecConfig
@@ -111,6 +113,13 @@ class GroupGate(Protocol):
         ...
 
 
+def model_settings_fingerprint(cfg: StreamrecConfig) -> int:
+    """An int64 of the settings that shape the model (the device aside) and of its features."""
+    model = {k: v for k, v in cfg.model.model_dump(mode="json").items() if k != "device"}
+    text = json.dumps({"model": model, "features": cfg.feature_schema().to_json()}, sort_keys=True)
+    return int(np.int64(np.uint64(xxhash.xxh3_64_intdigest(text.encode()))))
+
+
 class RankedRunner(LearnerRunner):
     """`LearnerRunner` as rank ``group.rank`` of ``group.world``."""
 
@@ -151,7 +160,13 @@ class RankedRunner(LearnerRunner):
             kwargs["snapshots"] = FollowerStore(cfg.learner.snapshot_dir)
         super().__init__(cfg, learner, **kwargs)
         self.learner: TableLearner = learner
-        versions = group.gather(np.array([self._snapshotted_version or -1]), "restore")
+        settings = model_settings_fingerprint(cfg)
+        versions = group.gather(np.array([self._snapshotted_version or -1, settings]), "restore")
+        if len({int(v[1]) for v in versions}) > 1:  # weights of different shapes would abort gloo
+            raise ConfigError(
+                "the ranks train models of different settings (STREAMREC_MODEL__* or the declared "
+                "features differ between hosts): every rank must read the same settings"
+            )
         if len({int(v[0]) for v in versions}) > 1:
             found = ", ".join(f"rank {r}: {int(v[0])}" for r, v in enumerate(versions))
             raise SnapshotError(

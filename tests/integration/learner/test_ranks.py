@@ -575,6 +575,26 @@ def test_a_rank_on_another_host_that_fails_as_it_starts_stops_the_group_at_once(
     assert "STREAMREC_MODEL__EWC_LAMBDA=0" in rank1, rank1[-3000:]
 
 
+def test_ranks_on_two_hosts_with_different_model_settings_are_refused_in_one_line(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """Found by a tour: two hosts, one with ``STREAMREC_MODEL__WIDE=false``, on a fresh snapshot
+    directory: the ranks' first exchange of weights of different sizes aborted one in gloo's
+    C++ (``op.preamble.length <= op.nbytes``, SIGABRT) and the other raised gloo's timeout as a
+    traceback 30 s later. The ranks now compare their model settings at the restore: one line.
+    """
+    cfg = ranks_config()
+    publish(cfg, 0, 100)
+    other = cfg.model_copy(update={"model": cfg.model.model_copy(update={"wide": not cfg.model.wide})})
+    procs, out = launch_on_two_hosts([cfg, other], tmp_path)
+    assert [p.returncode != 0 for p in procs] == [True, True], "\n".join(o[-3000:] for o in out)
+    for host in "ab":
+        log = (tmp_path / f"{host}-logs" / "workerlog.0").read_text()
+        assert "the ranks train models of different settings" in log, log[-3000:]
+        assert "EnforceNotMet" not in log, log[-3000:]
+
+
 def test_a_rank_beyond_the_topics_partitions_says_so_and_trains_along(
     ranks_config: Callable[..., StreamrecConfig],
     tmp_path: Path,
