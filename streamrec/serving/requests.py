@@ -124,7 +124,9 @@ def _parsed(
 ) -> tuple[str, list[Candidate], GivenHistory | None]:
     if not isinstance(doc, dict):
         raise BadRequest("expected a JSON object with 'user' and 'items'")
-    user, items = _id(doc.get("user"), "user", exact), doc.get("items")
+    if doc.get("user") is None:
+        raise BadRequest("field 'user' is missing: give the user's id, a string or integer")
+    user, items = _id(doc["user"], "user", exact), doc.get("items")
     if not isinstance(items, list) or not items:
         raise BadRequest("'items' must be a non-empty list")
     if len(items) > max_candidates:

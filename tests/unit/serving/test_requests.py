@@ -73,7 +73,9 @@ def test_an_item_and_category_of_128_characters_each_are_read_by_the_general_pat
         ({"user": "u", "items": []}, "'items' must be a non-empty list"),
         ({"user": "u", "items": ["a"] * 11}, "11 items; at most 10"),
         ({"user": "u", "items": ["a"], "context": ["device"]}, "'context' must be an object"),
-        ({"items": ["a"]}, "'user' must be"),
+        # found by a tour: both said "field 'user' must be a string or integer, got NoneType"
+        ({"items": ["a"]}, "field 'user' is missing: give the user's id, a string or integer"),
+        ({"user": None, "items": ["a"]}, "field 'user' is missing: give the user's id, a string or integer"),
     ],
 )
 def test_a_bad_plain_request_gets_the_general_path_s_reason(doc: dict[str, object], reason: str) -> None:
