@@ -55,8 +55,10 @@ def canary(
 
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
+        if version is not None and (promote or abort):
+            raise SnapshotError("--promote and --abort end the running canary: give no VERSION")
         if promote + abort + (version is not None) != 1:
-            raise SnapshotError("give a VERSION (with --share), or --promote, or --abort")
+            raise SnapshotError("give one of: a VERSION (with --share), --promote, --abort")
         if abort:
             _end(store, reason, as_json)
             return

@@ -32,6 +32,7 @@ holds at most one part's records on a backlog, and only the last part is left at
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -41,6 +42,7 @@ from dataclasses import replace
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+import xxhash
 from confluent_kafka import Message
 
 from streamrec.config import StreamrecConfig
@@ -111,6 +113,13 @@ class GroupGate(Protocol):
         ...
 
 
+def model_settings_fingerprint(cfg: StreamrecConfig) -> int:
+    """An int64 of the settings that shape the model (the device aside) and of its features."""
+    model = {k: v for k, v in cfg.model.model_dump(mode="json").items() if k != "device"}
+    text = json.dumps({"model": model, "features": cfg.feature_schema().to_json()}, sort_keys=True)
+    return int(np.int64(np.uint64(xxhash.xxh3_64_intdigest(text.encode()))))
+
+
 class RankedRunner(LearnerRunner):
     """`LearnerRunner` as rank ``group.rank`` of ``group.world``."""
 
@@ -135,6 +144,12 @@ class RankedRunner(LearnerRunner):
         if kwargs.get("on_scored") is not None:
             raise TypeError("learner ranks judge the group's micro-batch through gate=, not on_scored=")
         self._gate = gate
+        with group.leaving_on_error():
+            self._join(cfg, learner, group, **kwargs)
+        # Some rank ended the last part exchanged full: each ends its next part once caught up.
+        self._peer_full = False
+
+    def _join(self, cfg: StreamrecConfig, learner: TableLearner, group: RankGroup, **kwargs: Any) -> None:  # noqa: ANN401 - as __init__
         if group.world > 1 and cfg.model.ewc_lambda != 0:
             raise ConfigError(
                 "several learner ranks train without online EWC: set STREAMREC_MODEL__EWC_LAMBDA=0 "
@@ -145,7 +160,13 @@ class RankedRunner(LearnerRunner):
             kwargs["snapshots"] = FollowerStore(cfg.learner.snapshot_dir)
         super().__init__(cfg, learner, **kwargs)
         self.learner: TableLearner = learner
-        versions = group.gather(np.array([self._snapshotted_version or -1]), "restore")
+        settings = model_settings_fingerprint(cfg)
+        versions = group.gather(np.array([self._snapshotted_version or -1, settings]), "restore")
+        if len({int(v[1]) for v in versions}) > 1:  # weights of different shapes would abort gloo
+            raise ConfigError(
+                "the ranks train models of different settings (STREAMREC_MODEL__* or the declared "
+                "features differ between hosts): every rank must read the same settings"
+            )
         if len({int(v[0]) for v in versions}) > 1:
             found = ", ".join(f"rank {r}: {int(v[0])}" for r, v in enumerate(versions))
             raise SnapshotError(
@@ -153,8 +174,6 @@ class RankedRunner(LearnerRunner):
                 f"read the same {cfg.learner.snapshot_dir}"
             )
         learner.data_parallel(group.share)
-        # Some rank ended the last part exchanged full: each ends its next part once caught up.
-        self._peer_full = False
 
     def owns(self, partition: Partition) -> bool:
         """Whether this rank reads ``partition``."""
@@ -162,6 +181,10 @@ class RankedRunner(LearnerRunner):
 
     def run(self, stop: threading.Event | None = None, upstream_done: threading.Event | None = None) -> Any:  # noqa: ANN401 - LearnerStats
         """Loop until any rank is stopped, or every rank has been idle ``stop_when_idle_s``."""
+        with self.group.leaving_on_error():  # the others stop at their next meeting, not after timeout_s
+            return self._run(stop, upstream_done)
+
+    def _run(self, stop: threading.Event | None, upstream_done: threading.Event | None) -> Any:  # noqa: ANN401 - LearnerStats
         stop = stop or threading.Event()
         idle = IdleClock(self._cfg.learner.stop_when_idle_s, self._source, upstream_done)
         try:

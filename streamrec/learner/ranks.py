@@ -57,6 +57,9 @@ LOST_RANK = 75
 MEET = frozenset({"restore", "exchange"})
 #: The TCP store's counter of the ranks' meetings.
 MET_KEY = "streamrec/ranks/met"
+#: What a rank that leaves with an error takes from the counter: far more than the meetings
+#: ever add, so a rank waiting at a meeting reads a negative count and leaves too.
+LEFT = 1 << 60
 
 
 def launched_world() -> tuple[int, int]:
@@ -329,10 +332,30 @@ class RankGroup:
         due, pause = self._met * self.world, 0.0001
         with _peers():
             count = self._store.add(MET_KEY, 1)
-            while count < due:
+            while 0 <= count < due:
                 time.sleep(pause)
                 pause = min(2 * pause, 0.005)
                 count = self._store.add(MET_KEY, 0)
+        if count < 0:
+            raise _PeerFailed("another rank left the group with an error, which its log names")
+
+    @contextmanager
+    def leaving_on_error(self) -> Iterator[None]:
+        """Tell the others, on the TCP store, when the block fails, so none waits at a meeting.
+
+        A rank refused as it starts (a setting, a snapshot of other settings) or failing later
+        outside the collectives would leave the others waiting at their next meeting for
+        ``timeout_s``: on its own host the launcher stops them, but not on the others' hosts.
+        """
+        try:
+            yield
+        except Exception:
+            if self._store is not None:
+                try:
+                    self._store.add(MET_KEY, -LEFT)
+                except (RuntimeError, ValueError, OSError):  # the store gone (rank 0 died): they see that
+                    pass
+            raise
 
     def _all_gather(self, array: np.ndarray) -> list[np.ndarray]:
         """Every rank's ``array``, all of one length."""

@@ -53,6 +53,8 @@ def _plain_request(
         plain = _PLAIN.decode(body)
     except msgspec.DecodeError:  # a validation error too: the general path names the fault
         return None
+    except RecursionError:  # a value nested deeper than the stack: orjson's depth limit refuses it
+        return None
     items, history = plain.items, plain.history
     if not items or len(items) > max_candidates or max(map(len, items)) > MAX_ID_LENGTH:
         return None  # longer "item:category" strings may be right: the general path splits them
@@ -106,7 +108,10 @@ def parse_score_request(
     except _Inexact:
         # orjson reads integers beyond 64 bits as floats; the standard parser keeps them
         # exact (as the event parser does), and a real float is refused on this pass
-        doc = json.loads(body)
+        try:
+            doc = json.loads(body)
+        except RecursionError as exc:  # within orjson's depth limit (1,024), not the stack's
+            raise BadRequest("not valid JSON: nested too deep") from exc
         parsed = _parsed(doc, max_candidates, exact=True)
     context = doc.get("context") or {}
     if not isinstance(context, dict):
@@ -119,7 +124,9 @@ def _parsed(
 ) -> tuple[str, list[Candidate], GivenHistory | None]:
     if not isinstance(doc, dict):
         raise BadRequest("expected a JSON object with 'user' and 'items'")
-    user, items = _id(doc.get("user"), "user", exact), doc.get("items")
+    if doc.get("user") is None:
+        raise BadRequest("field 'user' is missing: give the user's id, a string or integer")
+    user, items = _id(doc["user"], "user", exact), doc.get("items")
     if not isinstance(items, list) or not items:
         raise BadRequest("'items' must be a non-empty list")
     if len(items) > max_candidates:

@@ -512,6 +512,27 @@ def test_a_rank_without_samples_of_its_own_trains_along_and_rank_0_counts_the_gr
     assert_each_once(cfg, 300)
 
 
+def launch_on_two_hosts(
+    cfgs: list[StreamrecConfig], tmp_path: Path
+) -> tuple[list[subprocess.Popen[str]], list[str]]:
+    """``python -m streamrec.launch --master ... --nnodes 2 --nproc_per_node 1`` as two "hosts",
+    each with its own settings, the second started 3 s after the first; each one's output.
+    """
+    master = f"127.0.0.1:{free_port()}"
+    procs = []
+    for host, cfg in zip("ab", cfgs, strict=True):
+        cfg_file = tmp_path / f"host-{host}.json"
+        cfg_file.write_text(cfg.model_dump_json())
+        command = [sys.executable, "-m", "streamrec.launch", "--master", master, "--nnodes", "2",
+                   "--nproc_per_node", "1", "--log_dir", str(tmp_path / f"{host}-logs"),
+                   str(ROOT / "tests" / "ranked_learner.py"), str(cfg_file), "counting"]
+        procs.append(subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        _started.append(cast(subprocess.Popen[bytes], procs[-1]))
+        time.sleep(3)  # the second host comes later: the first waits for it at the master
+    return procs, [p.communicate(timeout=240)[0] for p in procs]
+
+
 def test_the_launch_across_hosts_as_the_docs_give_it_trains_each_sample_once_and_quietly(
     ranks_config: Callable[..., StreamrecConfig],
     tmp_path: Path,
@@ -525,22 +546,53 @@ def test_the_launch_across_hosts_as_the_docs_give_it_trains_each_sample_once_and
     count = 300
     cfg = ranks_config()
     publish(cfg, 0, count)
-    cfg_file = tmp_path / "hosts.json"
-    cfg_file.write_text(cfg.model_dump_json())
-    master = f"127.0.0.1:{free_port()}"
-    procs = []
-    for host in ("a", "b"):
-        command = [sys.executable, "-m", "streamrec.launch", "--master", master, "--nnodes", "2",
-                   "--nproc_per_node", "1", "--log_dir", str(tmp_path / f"{host}-logs"),
-                   str(ROOT / "tests" / "ranked_learner.py"), str(cfg_file), "counting"]
-        procs.append(subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        _started.append(cast(subprocess.Popen[bytes], procs[-1]))
-        time.sleep(3)  # the second host comes later: the first waits for it at the master
-    out = [p.communicate(timeout=240)[0] for p in procs]
+    procs, out = launch_on_two_hosts([cfg, cfg], tmp_path)
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in out)
     assert_each_once(cfg, count)
     assert not [line for o in out for line in o.splitlines() if "HTTP Request" in line], out[0][-3000:]
+
+
+def test_a_rank_on_another_host_that_fails_as_it_starts_stops_the_group_at_once(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """Found by a tour: across hosts, a rank refused at start (here online EWC set on one host
+    only; a snapshot of other model settings does the same) left the other host's rank 0
+    waiting for it at the restore's meeting until ``RANK_TIMEOUT_S`` (600 s by default; 90 s here), its
+    launcher knowing nothing of the other host's rank. The failed rank now tells the group on
+    its TCP store as it leaves: the other rank stops within seconds, naming the cause.
+    """
+    cfg = ranks_config(rank_timeout_s=90.0)
+    other = cfg.model_copy(update={"model": cfg.model.model_copy(update={"ewc_lambda": 0.5})})
+    started = time.monotonic()
+    procs, out = launch_on_two_hosts([cfg, other], tmp_path)
+    took = time.monotonic() - started
+    assert [p.returncode != 0 for p in procs] == [True, True], "\n".join(o[-3000:] for o in out)
+    assert took < 60, f"{took:.0f}s: " + out[0][-3000:]
+    rank0 = (tmp_path / "a-logs" / "workerlog.0").read_text()
+    assert "another rank left the group" in rank0, rank0[-3000:]
+    rank1 = (tmp_path / "b-logs" / "workerlog.0").read_text()
+    assert "STREAMREC_MODEL__EWC_LAMBDA=0" in rank1, rank1[-3000:]
+
+
+def test_ranks_on_two_hosts_with_different_model_settings_are_refused_in_one_line(
+    ranks_config: Callable[..., StreamrecConfig],
+    tmp_path: Path,
+) -> None:
+    """Found by a tour: two hosts, one with ``STREAMREC_MODEL__WIDE=false``, on a fresh snapshot
+    directory: the ranks' first exchange of weights of different sizes aborted one in gloo's
+    C++ (``op.preamble.length <= op.nbytes``, SIGABRT) and the other raised gloo's timeout as a
+    traceback 30 s later. The ranks now compare their model settings at the restore: one line.
+    """
+    cfg = ranks_config()
+    publish(cfg, 0, 100)
+    other = cfg.model_copy(update={"model": cfg.model.model_copy(update={"wide": not cfg.model.wide})})
+    procs, out = launch_on_two_hosts([cfg, other], tmp_path)
+    assert [p.returncode != 0 for p in procs] == [True, True], "\n".join(o[-3000:] for o in out)
+    for host in "ab":
+        log = (tmp_path / f"{host}-logs" / "workerlog.0").read_text()
+        assert "the ranks train models of different settings" in log, log[-3000:]
+        assert "EnforceNotMet" not in log, log[-3000:]
 
 
 def test_a_rank_beyond_the_topics_partitions_says_so_and_trains_along(

@@ -101,6 +101,7 @@ def test_several_ranks_refuse_online_ewc(tmp_path: object) -> None:
     )
     group = RankGroup.__new__(RankGroup)
     group.rank, group.world = 0, 2
+    group._store = None  # built by hand: no TCP store to tell the others on as it leaves
     with pytest.raises(ConfigError, match="EWC_LAMBDA=0"):
         RankedRunner(cfg, DINLearner(cfg.model), group)
 

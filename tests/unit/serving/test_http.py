@@ -82,7 +82,7 @@ def test_score_health_and_metrics(served: tuple[str, SnapshotStore, Scorer]) -> 
     [
         (b"{", "not valid JSON"),
         (b"[]", "expected a JSON object"),
-        (b'{"items": ["a"]}', "'user' must be"),
+        (b'{"items": ["a"]}', "field 'user' is missing"),
         (b'{"user": "u", "items": []}', "'items' must be"),
         (b'{"user": "u", "items": [true]}', "an item is"),
         (b'{"user": "u", "items": ["a"], "history": [["a"]]}', "'history' must be"),

@@ -73,9 +73,29 @@ def test_an_item_and_category_of_128_characters_each_are_read_by_the_general_pat
         ({"user": "u", "items": []}, "'items' must be a non-empty list"),
         ({"user": "u", "items": ["a"] * 11}, "11 items; at most 10"),
         ({"user": "u", "items": ["a"], "context": ["device"]}, "'context' must be an object"),
-        ({"items": ["a"]}, "'user' must be"),
+        # found by a tour: both said "field 'user' must be a string or integer, got NoneType"
+        ({"items": ["a"]}, "field 'user' is missing: give the user's id, a string or integer"),
+        ({"user": None, "items": ["a"]}, "field 'user' is missing: give the user's id, a string or integer"),
     ],
 )
 def test_a_bad_plain_request_gets_the_general_path_s_reason(doc: dict[str, object], reason: str) -> None:
     with pytest.raises(BadRequest, match=reason):
         parse_score_request(orjson.dumps(doc), 10)
+
+
+@pytest.mark.parametrize("key", ["context", "other"])
+def test_a_value_nested_past_the_parsers_depth_is_a_bad_request(key: str) -> None:
+    # found by a tour: a context (or any other key) nested 2,000 deep raised RecursionError in
+    # the fast path's decoder, and the server answered 503 "cannot score now" and logged an ERROR
+    value = "[" * 2000 + "]" * 2000
+    body = f'{{"user": "u", "items": ["a"], "{key}": {{"x": {value}}}}}'.encode()
+    with pytest.raises(BadRequest, match="not valid JSON: .*depth"):
+        parse_score_request(body, 10)
+
+
+def test_a_value_nested_within_orjson_s_depth_past_the_stack_s_is_a_bad_request() -> None:
+    # an integer id past 64 bits sends the body to the standard parser, which recurses
+    value = "[" * 1020 + "]" * 1020
+    body = f'{{"user": 18446744073709551616, "items": ["a"], "context": {{"x": {value}}}}}'.encode()
+    with pytest.raises(BadRequest, match="not valid JSON: nested too deep"):
+        parse_score_request(body, 10)

@@ -29,7 +29,11 @@ def snapshot_dir(tmp_path: Path) -> Path:
         (["canary", "2", "--share", "100%"], "a canary's share must be more than 0% and less than 100%"),
         (["canary", "2"], "v000002 has no export, so serving cannot load it"),
         (["canary", "1"], "v000001 is the served version"),
-        (["canary"], "give a VERSION (with --share), or --promote, or --abort"),
+        (["canary"], "give one of: a VERSION (with --share), --promote, --abort"),
+        # found by a tour: `canary 2 --abort` said to give a VERSION or --abort, given both
+        (["canary", "2", "--abort"], "--promote and --abort end the running canary: give no VERSION"),
+        (["canary", "2", "--promote"], "--promote and --abort end the running canary: give no VERSION"),
+        (["canary", "--promote", "--abort"], "give one of: a VERSION (with --share), --promote, --abort"),
         (["canary", "--promote"], "no canary runs"),
         (["canary", "--abort"], "no canary or A/B test runs"),
         (["ab", "a=1:50%", "b=2:40%"], "shares must sum to 100%, not 50.00% + 40.00% = 90.00%"),
