@@ -84,11 +84,12 @@ def score(
 def _candidates(text: str) -> list[Candidate]:
     """``--items``: comma-separated ``ITEM[:CATEGORY]``, or a JSON list as ``POST /score``'s.
 
-    Either form is read as ``POST /score`` reads its ``items``, so its ids meet the same rules.
+    Either form is read as ``POST /score`` reads its ``items``, so its ids meet the same rules;
+    a JSON object (one item without the list) is refused as there, not split at its commas.
     """
     import orjson
 
-    if text.lstrip().startswith("["):
+    if text.lstrip().startswith(("[", "{")):
         body = b'{"user": "-", "items": ' + text.encode() + b"}"
     else:
         body = orjson.dumps({"user": "-", "items": text.split(",") if text.strip() else []})

@@ -165,6 +165,32 @@ class RedisFeatureStore(FeatureStore):
             )
         if len(names) > len(stored):
             self._redis.set(key, orjson.dumps(names))
+        self._check_kinds()
+
+    def _check_kinds(self) -> None:
+        """Refuse a behaviour feature declared as another kind than its stored values were written as.
+
+        A value is stored as text and read back by its declared kind: ids stored read as a
+        number would fail to parse, and as an id would come back joined by the separator.
+        ``<prefix>:feature-kinds`` records each stored feature's kind (a store from before it
+        records them as it attaches).
+
+        Raises:
+            SchemaChange: a feature's kind differs from the stored one.
+        """
+        key = f"{self._prefix}:feature-kinds"
+        raw = self._redis.get(key)
+        stored: dict[str, str] = orjson.loads(raw) if raw else {}
+        declared = {spec.name: spec.kind for spec in self.behaviour_features}
+        for name, kind in declared.items():
+            if stored.get(name, kind) != kind:
+                raise SchemaChange(
+                    f"the feature store at prefix {self._prefix!r} holds behaviour feature {name!r} of kind "
+                    f"{stored[name]}, and it is declared {kind}: declare it as before, or declare the new "
+                    "meaning under a new name at the end (STREAMREC_FEATURES)"
+                )
+        if not declared.items() <= stored.items():
+            self._redis.set(key, orjson.dumps(stored | declared))
 
     def _stored_events_topic(self) -> str | None:
         """``<prefix>:events-topic`` (see `FeatureStore.events_topic`)."""

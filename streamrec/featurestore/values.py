@@ -13,7 +13,7 @@ are exactly as before.
 Values are positional: a feature added to the end of the declared list reads None in the
 entries stored before it (its default); one declared in the middle would misread them, so the
 Redis store refuses, as it attaches, a list that does not extend the one its entries were
-written with (`RedisFeatureStore.attach`).
+written with, or a stored feature declared as another kind (`RedisFeatureStore.attach`).
 
 Examples:
     >>> from streamrec.features.schema import FeatureSpec

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+
 from streamrec.features.schema import BUILTIN, FeatureSchema
-from streamrec.learner.columns import SampleColumns
+from streamrec.learner.columns import FeatureColumn, Jagged, SampleColumns
 
 logger = logging.getLogger(__name__)
 
@@ -66,17 +68,36 @@ class FeatureDrift:
                 "on. Declare it to the learner as the consumers do (STREAMREC_FEATURES, or [[features]] "
                 "in its streamrec.toml), or stop declaring it to the consumers", name,
             )
-        self._seen |= carried & self._declared
+        self._seen |= {n for n in (carried & self._declared) - self._seen if _has_value(batch.features[n])}
         self._samples += len(batch)
         absent: tuple[str, ...] = ()
         if self._samples >= self._absent_after:
             absent = tuple(sorted(self._declared - self._seen - self._named))
             for name in absent:
                 logger.warning(
-                    "feature %r, declared to this learner, is in none of the %d samples trained since it "
-                    "started: every one reads its default. Declare it to the consumers too "
-                    "(STREAMREC_FEATURES, or [[features]] in their streamrec.toml); a feature the "
-                    "events merely carry rarely may take longer to show", name, self._samples,
+                    "feature %r, declared to this learner, has a value in none of the %d samples trained "
+                    "since it started: every one reads its default. Declare it to the consumers too "
+                    "(STREAMREC_FEATURES, or [[features]] in their streamrec.toml), and check that the "
+                    "events carry its field (its name, or its `field`, as the events spell it); a feature "
+                    "the events merely carry rarely may take longer to show", name, self._samples,
                 )
         self._named.update(undeclared, absent)
         return undeclared, absent
+
+
+def _has_value(column: FeatureColumn) -> bool:
+    """Whether any sample of ``column`` has a value.
+
+    Consumers declaring a feature the events lack (a misspelt name or field) put it in every
+    sample, null throughout.
+    """
+    for side in (column.target, column.sequence):
+        if isinstance(side, Jagged):
+            if len(side.values):
+                return True
+        elif isinstance(side, np.ndarray):
+            if not np.isnan(side).all():
+                return True
+        elif side is not None and any(side):
+            return True
+    return False

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 from confluent_kafka import KafkaError, Message, Producer
 
 from streamrec.config import KafkaConfig
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import DeliveryError, InvalidSample
+from streamrec.features.schema import FeatureSchema, FeatureSpec
 from streamrec.kafka.clients import make_producer, produce
 from streamrec.kafka.records import KafkaMessage
 from streamrec.samples import Sample, parse_sample
@@ -49,18 +51,61 @@ class Intake:
         return Intake(self.samples + later.samples, self.dead + later.dead, kept)
 
 
-def decode(records: Sequence[KafkaMessage]) -> Intake:
-    """Validate and decode each record; an invalid one becomes a dead letter with the reason."""
+def decode(records: Sequence[KafkaMessage], schema: FeatureSchema | None = None) -> Intake:
+    """Validate and decode each record; an invalid one becomes a dead letter with the reason.
+
+    With ``schema`` (the learner's), a sample holding a declared feature's values of another
+    kind (consumers that declare it otherwise) is one too: it would stop the whole batch.
+    """
     samples: list[Sample] = []
-    dead: list[DeadLetter] = []
+    dead: list[tuple[int, DeadLetter]] = []  # with its record's index
     kept: list[int] = []
     for i, msg in enumerate(records):
         try:
             samples.append(parse_sample(msg.value()))
             kept.append(i)
         except InvalidSample as exc:
-            dead.append(DeadLetter.of(msg, str(exc)))
-    return Intake(samples, dead, kept)
+            dead.append((i, DeadLetter.of(msg, str(exc))))
+    if schema is not None and samples and not _of_kinds(samples, schema.extras):
+        reasons = [_wrong_kind(sample, schema.extras) for sample in samples]
+        wrong = [(i, DeadLetter.of(records[i], r)) for i, r in zip(kept, reasons, strict=True) if r]
+        dead = sorted(dead + wrong, key=lambda x: x[0])
+        samples = [x for x, r in zip(samples, reasons, strict=True) if not r]
+        kept = [i for i, r in zip(kept, reasons, strict=True) if not r]
+    return Intake(samples, [letter for _, letter in dead], kept)
+
+
+#: The Python types each declared kind's values decode to (a JSON integer may stay an int).
+_TYPES: dict[str, frozenset[type]] = {
+    "id": frozenset({str}), "ids": frozenset({tuple}), "number": frozenset({float, int}),
+}
+_NONE = frozenset({type(None)})
+
+
+def _of_kinds(samples: Sequence[Sample], specs: Sequence[FeatureSpec]) -> bool:
+    """Whether every declared feature's values in ``samples`` are of its kind (types gathered in C)."""
+    for spec in specs:
+        allowed = _TYPES[spec.kind] | _NONE
+        if not set(map(type, [s.features.get(spec.name) for s in samples])) <= allowed:
+            return False
+        along = chain.from_iterable([s.seq_features.get(spec.name, ()) for s in samples])
+        if not set(map(type, along)) <= allowed:
+            return False
+    return True
+
+
+def _wrong_kind(sample: Sample, specs: Sequence[FeatureSpec]) -> str:
+    """The reason ``sample`` holds a declared feature of another kind; "" when it does not."""
+    for spec in specs:
+        values = [sample.features.get(spec.name), *sample.seq_features.get(spec.name, ())]
+        for value in values:
+            if value is not None and type(value) not in _TYPES[spec.kind]:
+                held = "ids" if isinstance(value, tuple) else "id" if isinstance(value, str) else "number"
+                return (
+                    f"feature {spec.name!r} is declared {spec.kind} and the sample holds {held} values: "
+                    "the consumers declare it otherwise (STREAMREC_FEATURES)"
+                )
+    return ""
 
 
 class DeadLetterWriter:

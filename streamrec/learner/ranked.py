@@ -242,12 +242,12 @@ class RankedRunner(LearnerRunner):
         parts = MicroBatchParts()
         begun = False  # the group trained a part: decided alike on every rank (unlike `parts.begun`)
         records: list[Message] = []  # this rank's, gathered and not trained yet
-        intake = decode(records)  # theirs decoded, each record once
+        intake = decode(records, self._schema)  # theirs decoded, each record once
         while True:
             limit = min(room, cap)
             until = (ends.next_end(), limit - len(records))
             new = self._collect(stop, idle, until, caught_up=self._peer_full)
-            intake, records = intake.then(decode(new), len(records)), records + new
+            intake, records = intake.then(decode(new, self._schema), len(records)), records + new
             mine = _Head(
                 stopped=int(stop.is_set()),
                 idle=int(idle.expired()),

@@ -307,7 +307,7 @@ class LearnerRunner(RunnerProgress, Closing):
         scored by the last snapshot's weights: ``on_scored`` judges it. ``whole``: the
         micro-batch's only samples.
         """
-        intake = decode(records)
+        intake = decode(records, self._schema)
         self._dead_letter(intake.dead, worker)  # durable before any position passes them
         step = batch = None
         if intake.samples:

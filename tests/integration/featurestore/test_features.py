@@ -135,3 +135,25 @@ def test_a_store_refuses_behaviour_features_declared_out_of_the_stored_order(
     stored = r"holds behaviour features \['shop', 'tags', 'price', 'rating', 'brand'\]"
     with pytest.raises(SchemaChange, match=stored):
         RedisFeatureStore(store_config, 3, HOUR, schema=inserted).attach(can_start_empty=True)
+
+
+@pytest.mark.parametrize("kind", ["number", "id"])
+def test_a_store_refuses_a_behaviour_feature_declared_as_another_kind(
+    store_config: RedisStoreConfig, kind: str
+) -> None:
+    # Found by a tour of docs/your-features.md: `genres` stored as ids, then declared a number,
+    # crashed the consumers with a traceback (ValueError: could not convert string to float:
+    # 'crime') on the next history read; declared an id, each history's lists came back as one id
+    # joined by the store's separator ('action\x1ecrime'), silently. The store records each
+    # stored feature's kind and refuses another in one line, as the learner refuses the snapshot.
+    store = RedisFeatureStore(store_config, 3, HOUR, schema=SCHEMA)
+    store.attach(can_start_empty=True)
+    store.update([Arrival(ev(0, shop="s0", tags=("a", "b"), price=2.5), "0:0")])
+    other = FeatureSchema.of([
+        spec.model_copy(update={"kind": kind, "max_ids": 8}) if spec.name == "tags" else spec
+        for spec in SCHEMA.extras
+    ])
+    changed = RedisFeatureStore(store_config, 3, HOUR, schema=other)
+    with pytest.raises(SchemaChange, match=f"feature 'tags' of kind ids, and it is declared {kind}"):
+        changed.attach(can_start_empty=True)
+    RedisFeatureStore(store_config, 3, HOUR, schema=SCHEMA).attach(can_start_empty=True)  # as before: fine

@@ -10,14 +10,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
+import msgspec
 import numpy as np
 import orjson
 from confluent_kafka import Message, Producer
 
 from streamrec.config import StreamrecConfig
+from streamrec.features import FeatureSpec
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import LearnerRunner, LearnerStats
-from streamrec.samples import Sample
+from streamrec.samples import FeatureValue, Sample
 from streamrec.snapshots.store import SnapshotStore
 from tests.support import small_tables
 
@@ -119,3 +121,28 @@ def test_malformed_samples_are_dead_lettered_and_never_stop_or_poison_the_learne
     assert (again.micro_batches, again.samples_trained) == (stats.micro_batches, VALID)
     assert again.dead == 0
     assert len(topic_reader(cfg.kafka.samples_dlq_topic)) == len(MALFORMED)
+
+
+def test_samples_holding_a_declared_feature_of_another_kind_are_dead_lettered(
+    pipeline_config: Callable[..., StreamrecConfig], topic_reader: Callable[[str], list[Message]],
+) -> None:
+    # Found by a tour of docs/your-features.md: consumers that declared genres ids, then an id,
+    # wrote samples of both kinds, and the learner ended with a traceback on every restart
+    # (ValueError: feature 'genres' holds values of kinds ['id', 'ids'] in one batch).
+    base = pipeline_config(model={"tables": small_tables(2**10, 2**6, dim=4), "sequence_length": 8})
+    cfg = base.model_copy(update={"features": (FeatureSpec(name="genres", kind="ids"),)})
+    producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers})
+    for n in range(VALID):
+        s = sample(n)
+        genres: FeatureValue = ("a", "b") if n % 10 else "drama"  # one in ten of the other kind
+        s = msgspec.structs.replace(s, features={"genres": genres},
+                                    seq_features={"genres": tuple(("c",) for _ in s.seq_items)})
+        producer.produce(cfg.kafka.samples_topic, key=s.user_id.encode(), value=s.to_json(), timestamp=s.ts)
+    assert producer.flush(10) == 0
+
+    stats = LearnerRunner(cfg, DINLearner(cfg.model, schema=cfg.feature_schema())).run()
+
+    assert (stats.samples_trained, stats.dead) == (VALID - VALID // 10, VALID // 10)
+    reasons = {header(m, "reason").decode() for m in topic_reader(cfg.kafka.samples_dlq_topic)}
+    assert reasons == {"feature 'genres' is declared ids and the sample holds id values: the consumers "
+                       "declare it otherwise (STREAMREC_FEATURES)"}

@@ -18,9 +18,9 @@ from streamrec.learner.drift import FeatureDrift
 from streamrec.samples import FeatureValue, Sample
 
 
-def batch(n: int, **features: FeatureValue) -> SampleColumns:
+def batch(n: int, **features: FeatureValue | None) -> SampleColumns:
     seq = {k[4:]: v for k, v in features.items() if k.startswith("seq_")}
-    own = {k: v for k, v in features.items() if not k.startswith("seq_")}
+    own = {k: v for k, v in features.items() if not k.startswith("seq_") and v is not None}
     return SampleColumns.from_samples([
         Sample(f"e{k}", "u1", 1_700_000_000_000 + k, f"i{k}", "c1", k % 2, ("i0",), ("c0",),
                dict(own), {name: (value,) for name, value in seq.items()})
@@ -79,3 +79,21 @@ def test_samples_and_learner_that_agree_say_nothing(caplog: pytest.LogCaptureFix
         device = FeatureSchema.of([FeatureSpec(name="device")])
         FeatureDrift(device, absent_after=1).observe(batch(5, device="a"))
     assert warnings(caplog) == []
+
+
+def test_a_declared_feature_the_samples_carry_only_empty_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    # Found by a tour of docs/your-features.md: `genre` declared to the consumers and the learner
+    # alike, the events carrying `genres`. The consumers put "genre": [null, ...] along every
+    # history, so the learner counted it carried and said nothing over 5,996 samples, each
+    # trained at the feature's default. A feature counts as carried once a sample has a value.
+    schema = FeatureSchema.of([
+        FeatureSpec(name="genre", kind="ids", role="behaviour"), FeatureSpec(name="tier", role="user"),
+        FeatureSpec(name="price", kind="number", role="behaviour"),
+    ])
+    drift = FeatureDrift(schema, absent_after=20)
+    with caplog.at_level(logging.WARNING, "streamrec.learner.drift"):
+        drift.observe(batch(10, seq_genre=None, seq_price=None))
+        drift.observe(batch(10, seq_genre=None, seq_price=2.0))
+    said = warnings(caplog)
+    assert len(said) == 2 and "'genre'" in said[0] and "'tier'" in said[1], said
+    assert "its field" in said[0]

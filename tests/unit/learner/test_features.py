@@ -185,6 +185,32 @@ def test_standardize_uses_the_running_moments() -> None:
     assert moments.standardize("r", np.array([3.0], np.float32))[0] == pytest.approx(0.0)
 
 
+@pytest.mark.xfail(strict=True, reason="a standardized number reads raw before its moments; fixing it as "
+                   "0.0 cost the MovieLens example 0.002 GAUC (seeds 0-2), see the test's docstring")
+def test_a_standardized_number_reads_as_absent_until_it_has_moments() -> None:
+    """Found by a tour of docs/backtesting.md: a ``year`` that appears only after the first
+    micro-batches (producers that start sending it, a feature declared late) is read raw,
+    ~2000, by a model trained without it; the micro-batch it appeared in scored logloss 5.12
+    against 0.69-0.71 either side. Read as 0.0 before any moments (absent), this passes, but the
+    MovieLens example (`--strategies finetune`, two passes) then gave GAUC 0.6684 / 0.6654 / 0.6675
+    at seeds 0 / 1 / 2 against 0.6682 / 0.6684 / 0.6706 (its first micro-batch trained at 0.0
+    rather than raw). Left open: moments updated between scoring and training may fix both.
+    """
+    year = FeatureSpec(name="year", kind="number", transform="standardize")
+    learner = din(FeatureSchema.of([year]))
+    samples = featured(16)
+    for _ in range(3):
+        learner.learn_many(SampleColumns.from_samples(samples))  # no year yet: no moments
+    assert learner.feature_moments["year"][0] == 0
+    dated = [
+        Sample(s.sample_id, s.user_id, s.ts, s.item_id, s.category_id, s.label, s.seq_items, s.seq_categories,
+               features={"year": 1995.0}, seq_features={"year": (1980.0, 2010.0)})
+        for s in samples
+    ]
+    np.testing.assert_allclose(learner.predict_many(SampleColumns.from_samples(dated)),
+                               learner.predict_many(SampleColumns.from_samples(samples)), rtol=1e-6)
+
+
 # -- the DIN ------------------------------------------------------------------------------------
 
 def din(schema: FeatureSchema = SCHEMA, **update: object) -> DINLearner:

@@ -11,6 +11,7 @@ import pytest
 from streamrec.config import KafkaConfig
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import DeliveryError
+from streamrec.features import FeatureSchema, FeatureSpec
 from streamrec.kafka.records import Header, Position, Record
 from streamrec.learner.intake import DeadLetterWriter, decode
 from streamrec.samples import Sample
@@ -75,3 +76,26 @@ def test_the_writer_connects_only_at_the_first_dead_letter_and_raises_when_not_a
     letter = DeadLetter("bad", Position("s", 0, 5), b"x")
     with pytest.raises(DeliveryError, match="dead letters to dlq: 0 refused, 2 not acknowledged"):
         writer.write([letter, letter])
+
+
+def test_a_sample_holding_a_declared_feature_of_another_kind_is_dead_lettered_naming_it() -> None:
+    # Found by a tour of docs/your-features.md: consumers that declared genres ids, then an id,
+    # wrote samples of both kinds; the learner died on them with a traceback (ValueError: feature
+    # 'genres' holds values of kinds ['id', 'ids'] in one batch), and again on every restart.
+    schema = FeatureSchema.of([FeatureSpec(name="genres", kind="ids"),
+                               FeatureSpec(name="year", kind="number")])
+    ok = Sample("s1", "u1", 1_511_658_000_000, "i1", "c1", 1, ("i0",), ("c0",),
+                features={"genres": ("a", "b")}, seq_features={"genres": (("c",),), "year": (1999.0,)})
+    along = Sample("s2", "u1", 1_511_658_000_000, "i1", "c1", 0, ("i0",), ("c0",),
+                   features={"genres": ("a",)}, seq_features={"genres": ("drama",)})
+    target = Sample("s3", "u1", 1_511_658_000_000, "i1", "c1", 0, ("i0",), ("c0",), features={"year": "old"})
+    records = [Record(x.to_json(), k, topic="s") for k, x in enumerate([ok, along, target, SAMPLE])]
+    intake = decode(records, schema)
+    assert intake.samples == [ok, SAMPLE] and intake.kept == [0, 3]
+    assert [d.position.offset for d in intake.dead] == [1, 2]
+    assert intake.dead[0].reason == (
+        "feature 'genres' is declared ids and the sample holds id values: the consumers declare it "
+        "otherwise (STREAMREC_FEATURES)"
+    )
+    assert intake.dead[1].reason.startswith("feature 'year' is declared number and the sample holds id")
+    assert decode(records).samples == [ok, along, target, SAMPLE]  # without a schema, as before

@@ -75,6 +75,9 @@ def test_score_json_gives_every_candidate_in_order_as_post_score_does(promoted: 
     ("--items", "1,,2", "an item is a non-empty string"),
     ("--items", "x" * 300, "1..128"),
     ("--items", "a\x07b", "not printable"),
+    # Found by a tour of docs/your-features.md: one item object without its list's brackets was
+    # split at its commas and scored as two items, '{"item_id": "i7"' and ' "category_id": "c2"}'.
+    ("--items", '{"item_id": "i7", "category_id": "c2"}', "'items' must be a non-empty list"),
     ("--user", "", "user"),
     ("--user", "u" * 300, "1..128"),
     ("--user", "u\nv", "not printable"),
