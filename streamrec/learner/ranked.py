@@ -113,10 +113,15 @@ class GroupGate(Protocol):
         ...
 
 
-def model_settings_fingerprint(cfg: StreamrecConfig) -> int:
-    """An int64 of the settings that shape the model (the device aside) and of its features."""
+def settings_fingerprint(cfg: StreamrecConfig) -> int:
+    """An int64 of the settings every rank must share.
+
+    Those that shape the model (the device aside), its features, and the samples topic (whose
+    partition ``p`` is rank ``p % N``'s, and whose positions a snapshot holds for the group).
+    """
     model = {k: v for k, v in cfg.model.model_dump(mode="json").items() if k != "device"}
-    text = json.dumps({"model": model, "features": cfg.feature_schema().to_json()}, sort_keys=True)
+    shared = {"model": model, "features": cfg.feature_schema().to_json(), "samples": cfg.kafka.samples_topic}
+    text = json.dumps(shared, sort_keys=True)
     return int(np.int64(np.uint64(xxhash.xxh3_64_intdigest(text.encode()))))
 
 
@@ -160,12 +165,13 @@ class RankedRunner(LearnerRunner):
             kwargs["snapshots"] = FollowerStore(cfg.learner.snapshot_dir)
         super().__init__(cfg, learner, **kwargs)
         self.learner: TableLearner = learner
-        settings = model_settings_fingerprint(cfg)
+        settings = settings_fingerprint(cfg)
         versions = group.gather(np.array([self._snapshotted_version or -1, settings]), "restore")
         if len({int(v[1]) for v in versions}) > 1:  # weights of different shapes would abort gloo
             raise ConfigError(
-                "the ranks train models of different settings (STREAMREC_MODEL__* or the declared "
-                "features differ between hosts): every rank must read the same settings"
+                "the ranks train models of different settings (STREAMREC_MODEL__*, the declared "
+                "features or STREAMREC_KAFKA__SAMPLES_TOPIC differ between hosts): every rank must read "
+                "the same settings"
             )
         if len({int(v[0]) for v in versions}) > 1:
             found = ", ".join(f"rank {r}: {int(v[0])}" for r, v in enumerate(versions))

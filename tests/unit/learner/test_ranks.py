@@ -16,7 +16,7 @@ from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.errors import ConfigError
 from streamrec.learner.columns import EncodedColumns, SampleColumns
 from streamrec.learner.din import DINLearner
-from streamrec.learner.ranked import RankedRunner
+from streamrec.learner.ranked import RankedRunner, settings_fingerprint
 from streamrec.learner.ranks import GroupLayout, RankGroup, RankShare, batch_scheduled, pack, padding_only
 from streamrec.learner.state import distinct_rows
 from tests.support import small_tables
@@ -146,3 +146,18 @@ def test_batch_scheduling_applies_to_the_threads_given_and_skips_those_gone() ->
     finally:
         release.set()
         thread.join()
+
+
+def test_the_ranks_settings_fingerprint_covers_the_samples_topic_but_not_the_device() -> None:
+    """Noted by a tour: hosts given different samples topics were not compared as they start,
+    though partition ``p`` of the topic is rank ``p % N``'s and a snapshot's positions are the
+    group's: each host would read and record another topic's offsets.
+    """
+    cfg = StreamrecConfig.model_validate({"model": {"tables": small_tables()}})
+    other_topic = cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"samples_topic": "other"})})
+    other_device = cfg.model_copy(update={"model": cfg.model.model_copy(update={"device": "cpu"})})
+    other_model = cfg.model_copy(update={"model": cfg.model.model_copy(update={"wide": not cfg.model.wide})})
+    same = settings_fingerprint(cfg)
+    assert settings_fingerprint(other_device) == same
+    assert settings_fingerprint(other_topic) != same
+    assert settings_fingerprint(other_model) != same
