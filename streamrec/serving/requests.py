@@ -163,15 +163,24 @@ def _behaviour(entry: object, exact: bool) -> tuple[tuple[str, str], dict[str, o
     if isinstance(entry, list) and len(entry) == 2:
         return (_id(entry[0], "history", exact), _id(entry[1], "history", exact)), {}
     if isinstance(entry, dict):
-        item, category = _first(entry, _ITEM_KEYS), _first(entry, _CATEGORY_KEYS)
+        place = "a history entry"
+        item, category = _first(entry, _ITEM_KEYS, place), _first(entry, _CATEGORY_KEYS, place)
         if item is not None and category is not None:
             return (_id(item, "history", exact), _id(category, "history", exact)), _features_of(entry)
     raise BadRequest(f"{_HISTORY}: {entry!r}")
 
 
-def _first(entry: dict[str, object], keys: tuple[str, ...]) -> object:
-    """The value of the first of ``keys`` that ``entry`` holds, not null (None when none)."""
-    return next((entry[k] for k in keys if entry.get(k) is not None), None)
+def _first(entry: dict[str, object], keys: tuple[str, ...], place: str) -> object:
+    """The value of the first of ``keys`` that ``entry`` holds, not null (None when none).
+
+    Raises:
+        BadRequest: ``entry`` gives both spellings, with different values.
+    """
+    given = [(k, entry[k]) for k in keys if entry.get(k) is not None]
+    if len(given) > 1 and given[0][1] != given[1][1]:
+        (one, _), (other, _) = given
+        raise BadRequest(f"{place} gives both {one!r} and {other!r}: give one of them: {entry!r}")
+    return given[0][1] if given else None
 
 
 def _features_of(entry: dict[str, object]) -> dict[str, object]:
@@ -191,7 +200,8 @@ def _candidate(item: object, exact: bool) -> Candidate:
     if isinstance(item, dict):
         item_key = next((k for k in _ITEM_KEYS if k in item), None)
         if item_key is not None:
-            category = _first(item, _CATEGORY_KEYS)
+            _first(item, _ITEM_KEYS, "an item")  # not both, unless the same
+            category = _first(item, _CATEGORY_KEYS, "an item")
             category_id = None if category is None else _id(category, "category", exact)
             return Candidate(_id(item[item_key], "item", exact), category_id, _features_of(item))
     raise BadRequest(

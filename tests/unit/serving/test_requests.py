@@ -99,3 +99,21 @@ def test_a_value_nested_within_orjson_s_depth_past_the_stack_s_is_a_bad_request(
     body = f'{{"user": 18446744073709551616, "items": ["a"], "context": {{"x": {value}}}}}'.encode()
     with pytest.raises(BadRequest, match="not valid JSON: nested too deep"):
         parse_score_request(body, 10)
+
+
+@pytest.mark.parametrize(
+    ("entry", "place"),
+    [
+        ({"items": [{"item": "i1", "item_id": "i2"}]}, "an item"),
+        ({"items": [{"item_id": "i1", "category": "c1", "category_id": "c2"}]}, "an item"),
+        ({"items": ["i1"], "history": [{"item": "i8", "item_id": "i9", "category_id": "c1"}]},
+         "a history entry"),
+    ],
+    ids=str,
+)
+def test_an_object_giving_both_spellings_of_its_item_or_category_is_refused(
+    entry: dict[str, object], place: str
+) -> None:
+    """Found by a tour: ``{"item": "i1", "item_id": "i2"}`` was scored as one of them, silently."""
+    with pytest.raises(BadRequest, match=f"{place} gives both"):
+        parse_score_request(orjson.dumps({"user": "u1", **entry}), 10)
