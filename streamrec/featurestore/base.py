@@ -360,8 +360,10 @@ class FeatureStore(PartitionStore):
             self._store_events_topic(f"{topic_id}{SEP}{epoch}")
         if replaced is not None:
             logger.warning(
-                "the events topic was created again since the feature store last read it (topic id "
-                "%s, now %s): an event published again into it is a duplicate topic_epoch=%d",
+                "the events topic is not the one the feature store last read (topic id %s, now %s): "
+                "it was created again, or STREAMREC_KAFKA__EVENTS_TOPIC names another topic; its "
+                "records are told apart from the old one's, and an event published again into it is a "
+                "duplicate topic_epoch=%d",
                 replaced, topic_id, epoch,
             )
         return "" if epoch == 1 else f"@{epoch}"

@@ -76,3 +76,18 @@ def test_an_outage_after_the_attach_past_the_deadline_gives_up() -> None:
     store = FrozenAfterAttach(outages=1000)
     with pytest.raises(OutageError, match="gave up after 1 s"):
         attach_store(store, True, 1.0, 2.0, then=lambda: store.events_topic("t1"))
+
+
+def test_another_events_topic_than_the_stores_is_not_called_the_same_one_created_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by a tour: a store pointed at a differently named events topic warned that "the
+    events topic was created again"; the store keeps topic ids, not names, so it cannot tell
+    which, and the warning now says either.
+    """
+    store = MemoryFeatureStore(3)
+    assert store.events_topic("id-1") == ""
+    with caplog.at_level("WARNING", "streamrec.featurestore.base"):
+        assert store.events_topic("id-2") == "@2"
+    said = caplog.records[-1].getMessage()
+    assert "not the one the feature store last read" in said and "another topic" in said, said
