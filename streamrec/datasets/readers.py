@@ -143,7 +143,8 @@ def _read(path: Path, fmt: str, positive_rating: float, fields: _Sink) -> list[E
     raise DatasetError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
-def _open(path: Path, encoding: str = "utf-8") -> TextIO:
+def _open(path: Path, encoding: str = "utf-8-sig") -> TextIO:
+    """``path`` as text; UTF-8 drops a leading byte order mark (Excel's "CSV UTF-8" writes one)."""
     try:
         return path.open(encoding=encoding, newline="")
     except OSError as exc:

@@ -207,3 +207,36 @@ def test_an_ml100k_row_with_a_timestamp_not_an_integer_is_not_a_rating(tmp_path:
     (tmp_path / "u.data").write_text(GOOD_ML100K + f"22\t377\t1\t{ts}\n")
     with pytest.raises(DatasetError, match=r"u.data:2: not an ML-100K rating"):
         read_events(tmp_path / "u.data")
+
+
+# A UTF-8 byte order mark, as Excel's "CSV UTF-8" and Windows editors write, and CRLF line ends.
+BOM = "\ufeff"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "fmt"),
+    [
+        ("UserBehavior.csv", "1,100,5,pv,1511658000\r\n1,101,5,buy,1511658060\r\n", "taobao"),
+        ("ratings.csv", "userId,movieId,rating,timestamp\r\n1,31,4.5,1260759144\r\n1,32,2,1260759150\r\n",
+         "movielens"),
+        ("u.data", "1\t31\t5\t881250949\r\n1\t32\t2\t881250950\r\n", "ml100k"),
+        ("events.jsonl",
+         '{"event_id": "e1", "user_id": "1", "item_id": "100", "category_id": "5", "action": "click",'
+         ' "ts": 1511658000000}\r\n'
+         '{"event_id": "e2", "user_id": "1", "item_id": "101", "category_id": "5", "action": "click",'
+         ' "ts": 1511658060000}\r\n', "jsonl"),
+    ],
+    ids=["taobao", "movielens", "ml100k", "jsonl"],
+)
+def test_a_file_opening_with_a_byte_order_mark_reads_as_without(
+    tmp_path: Path, name: str, text: str, fmt: str
+) -> None:
+    """A BOM is not part of the first field: the first user is "1", as on every other line."""
+    plain, marked = tmp_path / "plain", tmp_path / "marked"
+    for folder, head in ((plain, ""), (marked, BOM)):
+        folder.mkdir()
+        (folder / name).write_bytes((head + text).encode())
+    assert detect_format(marked / name) == fmt
+    events = read_events(marked / name)
+    assert events == read_events(plain / name)
+    assert {e.user_id for e in events} == {"1"}
