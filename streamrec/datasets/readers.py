@@ -25,6 +25,7 @@ million rows; larger logs should be replayed from Kafka itself.
 from __future__ import annotations
 
 import csv
+import logging
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -37,6 +38,8 @@ from streamrec.datasets.user_history import USER_HISTORY_FIELDS, so_far
 from streamrec.errors import DatasetError, InvalidEvent
 from streamrec.events import Event, parse_event
 from streamrec.features import FeatureSchema
+
+logger = logging.getLogger(__name__)
 
 Format = Literal["auto", "taobao", "movielens", "ml100k", "jsonl"]
 FORMATS: tuple[str, ...] = ("auto", "taobao", "movielens", "ml100k", "jsonl")
@@ -174,6 +177,8 @@ def _movielens(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Ev
             for row in csv.DictReader(fh):
                 genres[row["movieId"]] = row["genres"]
                 known[row["movieId"]] = _movie_fields(row["genres"].split("|"), _YEAR.search(row["title"]))
+    else:
+        _no_movies(movies, NO_GENRES)
     with _open(ratings) as fh:
         for line_no, row in enumerate(csv.DictReader(fh), start=2):
             try:
@@ -189,6 +194,14 @@ def _movielens(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Ev
             if fields is not None:
                 fields.append({**known.get(movie, {}), "rating": rating})
             yield event
+
+
+def _no_movies(movies: Path, category: str) -> None:
+    """Warn that ``movies`` is missing: every rating's category is then ``category``, a constant."""
+    logger.warning(
+        "%s not found beside the ratings: no genres or years, every rating's category is %r",
+        movies, category,
+    )
 
 
 def _contract(event: Event, where: str, row: object) -> Event:
@@ -234,6 +247,8 @@ def _ml100k(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Event
                 genres[row[0]] = "|".join(names) or "unknown"
                 year = _YEAR.search(row[1]) or _DATE_YEAR.search(row[2])
                 known[row[0]] = _movie_fields(names, year)
+    else:
+        _no_movies(items, "unknown")
     with _open(data) as fh:
         for line_no, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
             try:

@@ -240,3 +240,22 @@ def test_a_file_opening_with_a_byte_order_mark_reads_as_without(
     events = read_events(marked / name)
     assert events == read_events(plain / name)
     assert {e.user_id for e in events} == {"1"}
+
+
+@pytest.mark.parametrize(
+    ("ratings", "text", "beside"),
+    [
+        ("ratings.csv", "userId,movieId,rating,timestamp\n1,31,4.5,1260759144\n", "movies.csv"),
+        ("u.data", "196\t242\t3\t881250949\n", "u.item"),
+    ],
+    ids=["movielens", "ml100k"],
+)
+def test_ratings_without_their_movies_file_say_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, ratings: str, text: str, beside: str
+) -> None:
+    """Without the movies file every rating's category is one placeholder: a warning says which file."""
+    (tmp_path / ratings).write_text(text)
+    with caplog.at_level("WARNING", logger="streamrec"):
+        [event] = read_events(tmp_path)
+    assert event.category_id in ("(no genres listed)", "unknown")
+    assert str(tmp_path / beside) in caplog.text
