@@ -94,6 +94,8 @@ def demo(
         if not base.learner.resume_on_new_topic:
             _refuse_earlier_snapshots(SnapshotStore(base.learner.snapshot_dir))
         events = load_events(data or _bundled_movielens(), fmt, limit=limit)
+        if not events:  # a demo of nothing, as the backtest refuses
+            raise ConfigError(f"{data}: no events to replay")
         console.print(f"read {len(events)} events from {data or DEMO_DATA}")
         with local_services() as services:
             console.print(
