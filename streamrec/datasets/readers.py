@@ -129,6 +129,15 @@ def _read(path: Path, fmt: str, positive_rating: float, fields: _Sink) -> list[E
     """The events of a dataset in file order; each one's other fields appended to ``fields``."""
     if not path.exists():
         raise DatasetError(f"{path}: no such file or directory")
+    try:
+        return _read_format(path, fmt, positive_rating, fields)
+    except UnicodeDecodeError as exc:  # a Latin-1 or UTF-16 export: one line, not a traceback
+        bad = exc.object[exc.start]
+        raise DatasetError(f"{path}: not UTF-8 text (byte 0x{bad:02x}): save it as UTF-8") from exc
+
+
+def _read_format(path: Path, fmt: str, positive_rating: float, fields: _Sink) -> list[Event]:
+    """`_read` of a path that exists."""
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "taobao":
         events = list(_taobao(path))

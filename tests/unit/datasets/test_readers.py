@@ -5,6 +5,7 @@ in ../shared/data when present (extra coverage only).
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import orjson
@@ -259,3 +260,23 @@ def test_ratings_without_their_movies_file_say_so(
         [event] = read_events(tmp_path)
     assert event.category_id in ("(no genres listed)", "unknown")
     assert str(tmp_path / beside) in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "fmt"),
+    [
+        ("events.jsonl", b'{"event_id": "e1", "user_id": "caf\xe9", "item_id": "2", "category_id": "3", '
+         b'"action": "click", "ts": 1700000000000}\n', "auto"),
+        ("UserBehavior.csv", b"1,caf\xe9,5,pv,1511658000\n", "auto"),
+        ("UserBehavior.csv", b"1,caf\xe9,5,pv,1511658000\n", "taobao"),
+    ],
+    ids=["jsonl", "taobao-auto", "taobao"],
+)
+def test_a_file_not_in_utf8_is_a_dataset_error_not_a_traceback(
+    tmp_path: Path, name: str, line: bytes, fmt: str
+) -> None:
+    """A Latin-1 file (a tour's "café") raised UnicodeDecodeError up through the CLI."""
+    path = tmp_path / name
+    path.write_bytes(line)
+    with pytest.raises(DatasetError, match=rf"{re.escape(str(path))}: not UTF-8 text \(byte 0xe9\)"):
+        read_events(path, fmt)
