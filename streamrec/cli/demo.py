@@ -22,11 +22,13 @@ from streamrec.cli.options import (
     setting,
 )
 from streamrec.cli.snapshot import format_positions
+from streamrec.cli.snapshot_common import version_name
 from streamrec.errors import ConfigError
 
 if TYPE_CHECKING:  # Paddle and the clients: the demo imports them when it runs, not for --help
     from streamrec.learner.reports import MicroBatchReport
     from streamrec.pipeline import PipelineResult
+    from streamrec.snapshots.store import SnapshotStore
 
 DEMO_DATA = "movielens-latest-small"
 
@@ -73,8 +75,6 @@ def demo(
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         if limit is not None and limit < 1:  # a demo of nothing, as the backtest refuses
             raise ConfigError(f"--limit must be a positive number of events, not {limit}")
-        events = load_events(data or _bundled_movielens(), fmt, limit=limit)
-        console.print(f"read {len(events)} events from {data or DEMO_DATA}")
         base = build_config(
             quiet=True,
             log_level=log_level,
@@ -91,6 +91,12 @@ def demo(
             },
         )
         check_setting(base.model.learner)  # before starting the services
+        if not base.learner.resume_on_new_topic:
+            _refuse_earlier_snapshots(SnapshotStore(base.learner.snapshot_dir))
+        events = load_events(data or _bundled_movielens(), fmt, limit=limit)
+        if not events:  # a demo of nothing, as the backtest refuses
+            raise ConfigError(f"{data}: no events to replay")
+        console.print(f"read {len(events)} events from {data or DEMO_DATA}")
         with local_services() as services:
             console.print(
                 f"broker at {services.bootstrap_servers} (Tansu, in memory), "
@@ -125,6 +131,23 @@ def demo(
                 runner=runner,
             )
         _summary(result, reports)
+
+
+def _refuse_earlier_snapshots(store: SnapshotStore) -> None:
+    """Refuse a snapshot directory an earlier run wrote: the demo's broker starts empty.
+
+    Its snapshots' positions point at a samples topic that is gone; the learner would stop on it
+    after the services started.
+
+    Raises:
+        ConfigError: the directory and its newest version.
+    """
+    if versions := store.versions():
+        raise ConfigError(
+            f"--snapshot-dir {store.root} already holds {version_name(versions[-1])} from an earlier "
+            "run, whose samples went with that run's broker: name a new directory, or leave "
+            "--snapshot-dir out for snapshots/demo-<time>"
+        )
 
 
 def _mean(pairs: list[tuple[float, int]]) -> str:

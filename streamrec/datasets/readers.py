@@ -25,6 +25,7 @@ million rows; larger logs should be replayed from Kafka itself.
 from __future__ import annotations
 
 import csv
+import logging
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -37,6 +38,8 @@ from streamrec.datasets.user_history import USER_HISTORY_FIELDS, so_far
 from streamrec.errors import DatasetError, InvalidEvent
 from streamrec.events import Event, parse_event
 from streamrec.features import FeatureSchema
+
+logger = logging.getLogger(__name__)
 
 Format = Literal["auto", "taobao", "movielens", "ml100k", "jsonl"]
 FORMATS: tuple[str, ...] = ("auto", "taobao", "movielens", "ml100k", "jsonl")
@@ -126,6 +129,15 @@ def _read(path: Path, fmt: str, positive_rating: float, fields: _Sink) -> list[E
     """The events of a dataset in file order; each one's other fields appended to ``fields``."""
     if not path.exists():
         raise DatasetError(f"{path}: no such file or directory")
+    try:
+        return _read_format(path, fmt, positive_rating, fields)
+    except UnicodeDecodeError as exc:  # a Latin-1 or UTF-16 export: one line, not a traceback
+        bad = exc.object[exc.start]
+        raise DatasetError(f"{path}: not UTF-8 text (byte 0x{bad:02x}): save it as UTF-8") from exc
+
+
+def _read_format(path: Path, fmt: str, positive_rating: float, fields: _Sink) -> list[Event]:
+    """`_read` of a path that exists."""
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "taobao":
         events = list(_taobao(path))
@@ -143,7 +155,8 @@ def _read(path: Path, fmt: str, positive_rating: float, fields: _Sink) -> list[E
     raise DatasetError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
-def _open(path: Path, encoding: str = "utf-8") -> TextIO:
+def _open(path: Path, encoding: str = "utf-8-sig") -> TextIO:
+    """``path`` as text; UTF-8 drops a leading byte order mark (Excel's "CSV UTF-8" writes one)."""
     try:
         return path.open(encoding=encoding, newline="")
     except OSError as exc:
@@ -173,6 +186,8 @@ def _movielens(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Ev
             for row in csv.DictReader(fh):
                 genres[row["movieId"]] = row["genres"]
                 known[row["movieId"]] = _movie_fields(row["genres"].split("|"), _YEAR.search(row["title"]))
+    else:
+        _no_movies(movies, NO_GENRES)
     with _open(ratings) as fh:
         for line_no, row in enumerate(csv.DictReader(fh), start=2):
             try:
@@ -188,6 +203,14 @@ def _movielens(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Ev
             if fields is not None:
                 fields.append({**known.get(movie, {}), "rating": rating})
             yield event
+
+
+def _no_movies(movies: Path, category: str) -> None:
+    """Warn that ``movies`` is missing: every rating's category is then ``category``, a constant."""
+    logger.warning(
+        "%s not found beside the ratings: no genres or years, every rating's category is %r",
+        movies, category,
+    )
 
 
 def _contract(event: Event, where: str, row: object) -> Event:
@@ -233,6 +256,8 @@ def _ml100k(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Event
                 genres[row[0]] = "|".join(names) or "unknown"
                 year = _YEAR.search(row[1]) or _DATE_YEAR.search(row[2])
                 known[row[0]] = _movie_fields(names, year)
+    else:
+        _no_movies(items, "unknown")
     with _open(data) as fh:
         for line_no, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
             try:

@@ -5,6 +5,7 @@ in ../shared/data when present (extra coverage only).
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import orjson
@@ -207,3 +208,75 @@ def test_an_ml100k_row_with_a_timestamp_not_an_integer_is_not_a_rating(tmp_path:
     (tmp_path / "u.data").write_text(GOOD_ML100K + f"22\t377\t1\t{ts}\n")
     with pytest.raises(DatasetError, match=r"u.data:2: not an ML-100K rating"):
         read_events(tmp_path / "u.data")
+
+
+# A UTF-8 byte order mark, as Excel's "CSV UTF-8" and Windows editors write, and CRLF line ends.
+BOM = "\ufeff"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "fmt"),
+    [
+        ("UserBehavior.csv", "1,100,5,pv,1511658000\r\n1,101,5,buy,1511658060\r\n", "taobao"),
+        ("ratings.csv", "userId,movieId,rating,timestamp\r\n1,31,4.5,1260759144\r\n1,32,2,1260759150\r\n",
+         "movielens"),
+        ("u.data", "1\t31\t5\t881250949\r\n1\t32\t2\t881250950\r\n", "ml100k"),
+        ("events.jsonl",
+         '{"event_id": "e1", "user_id": "1", "item_id": "100", "category_id": "5", "action": "click",'
+         ' "ts": 1511658000000}\r\n'
+         '{"event_id": "e2", "user_id": "1", "item_id": "101", "category_id": "5", "action": "click",'
+         ' "ts": 1511658060000}\r\n', "jsonl"),
+    ],
+    ids=["taobao", "movielens", "ml100k", "jsonl"],
+)
+def test_a_file_opening_with_a_byte_order_mark_reads_as_without(
+    tmp_path: Path, name: str, text: str, fmt: str
+) -> None:
+    """A BOM is not part of the first field: the first user is "1", as on every other line."""
+    plain, marked = tmp_path / "plain", tmp_path / "marked"
+    for folder, head in ((plain, ""), (marked, BOM)):
+        folder.mkdir()
+        (folder / name).write_bytes((head + text).encode())
+    assert detect_format(marked / name) == fmt
+    events = read_events(marked / name)
+    assert events == read_events(plain / name)
+    assert {e.user_id for e in events} == {"1"}
+
+
+@pytest.mark.parametrize(
+    ("ratings", "text", "beside"),
+    [
+        ("ratings.csv", "userId,movieId,rating,timestamp\n1,31,4.5,1260759144\n", "movies.csv"),
+        ("u.data", "196\t242\t3\t881250949\n", "u.item"),
+    ],
+    ids=["movielens", "ml100k"],
+)
+def test_ratings_without_their_movies_file_say_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, ratings: str, text: str, beside: str
+) -> None:
+    """Without the movies file every rating's category is one placeholder: a warning says which file."""
+    (tmp_path / ratings).write_text(text)
+    with caplog.at_level("WARNING", logger="streamrec"):
+        [event] = read_events(tmp_path)
+    assert event.category_id in ("(no genres listed)", "unknown")
+    assert str(tmp_path / beside) in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "fmt"),
+    [
+        ("events.jsonl", b'{"event_id": "e1", "user_id": "caf\xe9", "item_id": "2", "category_id": "3", '
+         b'"action": "click", "ts": 1700000000000}\n', "auto"),
+        ("UserBehavior.csv", b"1,caf\xe9,5,pv,1511658000\n", "auto"),
+        ("UserBehavior.csv", b"1,caf\xe9,5,pv,1511658000\n", "taobao"),
+    ],
+    ids=["jsonl", "taobao-auto", "taobao"],
+)
+def test_a_file_not_in_utf8_is_a_dataset_error_not_a_traceback(
+    tmp_path: Path, name: str, line: bytes, fmt: str
+) -> None:
+    """A Latin-1 file (a tour's "café") raised UnicodeDecodeError up through the CLI."""
+    path = tmp_path / name
+    path.write_bytes(line)
+    with pytest.raises(DatasetError, match=rf"{re.escape(str(path))}: not UTF-8 text \(byte 0xe9\)"):
+        read_events(path, fmt)
