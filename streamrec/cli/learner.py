@@ -82,11 +82,14 @@ def trained(stats: LearnerStats, resumed: SnapshotManifest | None) -> str:
         'trained 2 micro-batches, 3,000 samples (7 and 23,000 in all, with the snapshot resumed)'
         >>> trained(LearnerStats(micro_batches=2, samples_trained=3_000), None)
         'trained 2 micro-batches, 3,000 samples'
+        >>> trained(LearnerStats(micro_batches=1, samples_trained=1), None)
+        'trained 1 micro-batch, 1 sample'
     """
     before = (0, 0) if resumed is None else (resumed.micro_batches, resumed.samples_trained)
+    batches, samples = stats.micro_batches - before[0], stats.samples_trained - before[1]
     line = (
-        f"trained {stats.micro_batches - before[0]:,} micro-batches, "
-        f"{stats.samples_trained - before[1]:,} samples"
+        f"trained {batches:,} micro-batch{'' if batches == 1 else 'es'}, "
+        f"{samples:,} sample{'' if samples == 1 else 's'}"
     )
     if resumed is not None:
         line += f" ({stats.micro_batches:,} and {stats.samples_trained:,} in all, with the snapshot resumed)"

@@ -115,7 +115,7 @@ def test_the_version_a_learner_stopped_at_is_judged_when_it_runs_again(
 def _trained(out: str) -> tuple[int, int, int | None, int | None]:
     """The learner's closing line: this run's micro-batches and samples, and the totals."""
     match = re.search(
-        r"^trained ([\d,]+) micro-batches, ([\d,]+) samples(?: \(([\d,]+) and ([\d,]+) in all, "
+        r"^trained ([\d,]+) micro-batch(?:es)?, ([\d,]+) samples?(?: \(([\d,]+) and ([\d,]+) in all, "
         r"with the snapshot resumed\))?;", out, re.MULTILINE,
     )
     assert match, out
