@@ -65,7 +65,7 @@ _Sink = list[dict[str, object]] | None
 
 
 def detect_format(path: Path) -> str:
-    """Guess the dataset format from the file name and its first line."""
+    """Guess the dataset format from the file name and its first line (an object: JSON lines)."""
     if path.is_dir():
         if (path / "ratings.csv").exists():
             return "movielens"
@@ -79,7 +79,10 @@ def detect_format(path: Path) -> str:
     if path.suffix in (".jsonl", ".json", ".ndjson"):
         return "jsonl"
     with _open(path) as fh:
-        first = fh.readline().strip().split(",")
+        line = fh.readline().strip()
+    if line.startswith("{"):  # an event object: JSON lines under another name (`generate x.csv`)
+        return "jsonl"
+    first = line.split(",")
     if len(first) == 5 and first[3] in _TAOBAO_ACTIONS:
         return "taobao"
     raise DatasetError(f"{path}: cannot tell the format; pass --format")

@@ -88,6 +88,16 @@ def test_unknown_file_is_a_clear_error(tmp_path: Path) -> None:
         read_events(tmp_path / "missing.csv")
 
 
+def test_json_lines_under_another_name_are_read_as_json_lines(tmp_path: Path) -> None:
+    """Found by a tour: ``generate clicks.csv`` wrote JSON lines that ``produce clicks.csv`` and
+    the backtest then could not tell ("cannot tell the format; pass --format").
+    """
+    path = tmp_path / "clicks.csv"
+    path.write_text(Event("e1", "u1", "i1", "c1", "pv", 1_700_000_000_000).to_json().decode() + "\n")
+    assert detect_format(path) == "jsonl"
+    assert [e.event_id for e in read_events(path)] == ["e1"]
+
+
 def features_of(event: Event) -> object:
     """The event's declared features, as a dict."""
     return dict(event.features)
