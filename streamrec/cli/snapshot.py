@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from streamrec.cli.common import build_config, cli_errors, command_group, console
+from streamrec.cli.common import build_config, cli_errors, command_group, console, err_console
 from streamrec.cli.options import ConfigFile, LogLevel, path_given, setting
 from streamrec.cli.snapshot_common import (
     DirOption,
@@ -60,9 +60,16 @@ def create(
     """Ask the running learner for a snapshot now and wait until it is written; with nothing
     trained since its newest version, that version answers (no empty version is written).
     """
+    from streamrec.snapshots.lock import SnapshotLock
+
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         request_id = store.requests.request()
+        if not SnapshotLock(store.root).holder():  # read, not taken: a learner starting now must get it
+            err_console.print(
+                f"no learner holds {store.root} now: waiting {timeout:g} s for one to start and answer",
+                highlight=False,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             existing = store.requests.answered(request_id)

@@ -138,9 +138,14 @@ def test_snapshot_create_asks_the_running_learner(
 
 
 def test_snapshot_create_without_a_learner_is_a_clear_error(tmp_path: Path) -> None:
+    """And it says as it starts that no learner holds the directory: it waited its whole
+    timeout (60 s by default) without a word (noted by a tour).
+    """
     out = CliRunner().invoke(app, ["snapshot", "create", "--snapshot-dir", str(tmp_path), "--timeout", "1"])
     assert out.exit_code == 1
     assert "no learner answered" in out.output
+    said = " ".join(out.stderr.split())
+    assert said.startswith(f"no learner holds {tmp_path} now: waiting 1 s for one to start"), said
 
 
 def test_a_learner_crash_resumes_from_the_last_snapshot(
