@@ -51,8 +51,12 @@ def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecCon
     try:
         if toml_file is not None and toml_file.is_dir():
             raise ConfigError(f"the settings file {toml_file} is a directory: give a TOML file")
-        if toml_file is not None and not toml_file.is_file():
+        if toml_file is not None and not toml_file.exists():
             raise ConfigError(f"the settings file {toml_file} does not exist: give an existing TOML file")
+        if toml_file is not None and not toml_file.is_file():  # the reader skips what is not a file
+            raise ConfigError(
+                f"the settings file {toml_file} is not a regular file (a device or a pipe): give a TOML file"
+            )
         base = StreamrecConfig() if toml_file is None else _reading(toml_file)()
         if not overrides and toml_file is None:
             return base

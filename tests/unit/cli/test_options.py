@@ -326,6 +326,17 @@ def test_a_missing_settings_file_is_one_line(tmp_path: Path) -> None:
     ]
 
 
+def test_a_settings_file_that_is_a_device_or_a_pipe_is_one_line_saying_so(tmp_path: Path) -> None:
+    """Noted by a tour: ``--config /dev/null`` said the file does not exist. The settings'
+    reader reads regular files only (it would skip a pipe's settings, as from ``<(...)``).
+    """
+    proc = run_cli(["snapshot", "list", "--config", "/dev/null"], {}, tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        "error: the settings file /dev/null is not a regular file (a device or a pipe): give a TOML file"
+    ]
+
+
 def test_a_settings_file_that_is_a_directory_is_one_line_saying_so(tmp_path: Path) -> None:
     (tmp_path / "cfg").mkdir()
     proc = run_cli(["snapshot", "list", "--config", str(tmp_path / "cfg")], {}, tmp_path)
