@@ -120,7 +120,8 @@ def settings_fingerprint(cfg: StreamrecConfig) -> int:
     partition ``p`` is rank ``p % N``'s, and whose positions a snapshot holds for the group).
     """
     model = {k: v for k, v in cfg.model.model_dump(mode="json").items() if k != "device"}
-    shared = {"model": model, "features": cfg.feature_schema().to_json(), "samples": cfg.kafka.samples_topic}
+    features = cfg.feature_schema().fingerprint
+    shared = {"model": model, "features": features, "samples": cfg.kafka.samples_topic}
     text = json.dumps(shared, sort_keys=True)
     return int(np.int64(np.uint64(xxhash.xxh3_64_intdigest(text.encode()))))
 
