@@ -37,6 +37,19 @@ Role = Literal["behaviour", "user", "context"]
 Transform = Literal["identity", "log1p", "standardize", "bucket"]
 #: A feature's value: an ``id`` is a string, ``ids`` a tuple of strings, a ``number`` a float.
 Value = str | tuple[str, ...] | float
+#: The Python types `read_value` gives each kind's values (a number read from JSON may stay an int).
+KIND_TYPES: dict[str, frozenset[type]] = {
+    "id": frozenset({str}), "ids": frozenset({tuple}), "number": frozenset({float, int}),
+}
+
+
+def kind_of(value: Value) -> Kind:
+    """The kind whose values ``value`` is of, by its type (`KIND_TYPES`).
+
+    >>> kind_of(("i1", "i2")), kind_of("i1"), kind_of(3.0)
+    ('ids', 'id', 'number')
+    """
+    return "ids" if isinstance(value, tuple) else "id" if isinstance(value, str) else "number"
 
 MAX_ID_LENGTH = 128  # as the event contract's ids
 # The event contract's own fields: a declared feature may read item_id or category_id (the

@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from streamrec.config import KafkaConfig
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import DeliveryError, InvalidSample
-from streamrec.features.schema import FeatureSchema, FeatureSpec
+from streamrec.features.schema import KIND_TYPES, FeatureSchema, FeatureSpec, kind_of
 from streamrec.kafka.clients import make_producer, produce
 from streamrec.kafka.records import KafkaMessage
 from streamrec.samples import Sample, parse_sample
@@ -75,17 +75,13 @@ def decode(records: Sequence[KafkaMessage], schema: FeatureSchema | None = None)
     return Intake(samples, [letter for _, letter in dead], kept)
 
 
-#: The Python types each declared kind's values decode to (a JSON integer may stay an int).
-_TYPES: dict[str, frozenset[type]] = {
-    "id": frozenset({str}), "ids": frozenset({tuple}), "number": frozenset({float, int}),
-}
 _NONE = frozenset({type(None)})
 
 
 def _of_kinds(samples: Sequence[Sample], specs: Sequence[FeatureSpec]) -> bool:
     """Whether every declared feature's values in ``samples`` are of its kind (types gathered in C)."""
     for spec in specs:
-        allowed = _TYPES[spec.kind] | _NONE
+        allowed = KIND_TYPES[spec.kind] | _NONE
         if not set(map(type, [s.features.get(spec.name) for s in samples])) <= allowed:
             return False
         along = chain.from_iterable([s.seq_features.get(spec.name, ()) for s in samples])
@@ -99,10 +95,10 @@ def _wrong_kind(sample: Sample, specs: Sequence[FeatureSpec]) -> str:
     for spec in specs:
         values = [sample.features.get(spec.name), *sample.seq_features.get(spec.name, ())]
         for value in values:
-            if value is not None and type(value) not in _TYPES[spec.kind]:
-                held = "ids" if isinstance(value, tuple) else "id" if isinstance(value, str) else "number"
+            if value is not None and type(value) not in KIND_TYPES[spec.kind]:
                 return (
-                    f"feature {spec.name!r} is declared {spec.kind} and the sample holds {held} values: "
+                    f"feature {spec.name!r} is declared {spec.kind} and the sample holds "
+                    f"{kind_of(value)} values: "
                     "the consumers declare it otherwise (STREAMREC_FEATURES)"
                 )
     return ""

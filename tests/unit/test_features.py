@@ -6,7 +6,8 @@ import pytest
 
 from streamrec.config import load_config
 from streamrec.errors import ConfigError, InvalidEvent, SchemaChange
-from streamrec.features import FeatureSchema, FeatureSpec, read_features
+from streamrec.features import FeatureSchema, FeatureSpec, read_features, read_value
+from streamrec.features.schema import KIND_TYPES, kind_of
 from streamrec.samples import Sample, parse_sample
 
 GENRES = FeatureSpec(name="genres", kind="ids", max_ids=3)
@@ -68,6 +69,16 @@ def test_values_are_checked_and_named() -> None:
     for doc, says in cases:
         with pytest.raises(InvalidEvent, match=says):
             read_features(doc, specs)
+
+
+def test_every_value_read_is_of_its_kinds_types() -> None:
+    """`KIND_TYPES`, which the learner's intake checks samples by, says what `read_value` gives."""
+    raw: dict[str, list[object]] = {"id": ["a", 7], "ids": [["a", 1], [], ("b",)], "number": [1, 2.5, -0.5]}
+    for spec in (GENRES, YEAR, DEVICE):
+        for value in raw[spec.kind]:
+            read = read_value(spec, value if spec.kind != "id" else str(value))
+            assert type(read) in KIND_TYPES[spec.kind]
+            assert kind_of(read) == spec.kind
 
 
 def test_adding_a_feature_reads_old_records() -> None:
