@@ -93,9 +93,7 @@ def demo(
         check_setting(base.model.learner)  # before starting the services
         if not base.learner.resume_on_new_topic:
             _refuse_earlier_snapshots(SnapshotStore(base.learner.snapshot_dir))
-        events = load_events(data or _bundled_movielens(), fmt, limit=limit)
-        if not events:  # a demo of nothing, as the backtest refuses
-            raise ConfigError(f"{data}: no events to replay")
+        events = load_events(data or _bundled_movielens(), fmt, limit=limit, to_replay=True)
         console.print(f"read {len(events)} events from {data or DEMO_DATA}")
         with local_services() as services:
             console.print(

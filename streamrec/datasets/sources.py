@@ -26,6 +26,7 @@ def load_events(
     positive_rating: float = 4.0,
     limit: int | None = None,
     schema: FeatureSchema | None = None,
+    to_replay: bool = False,
 ) -> list[Event]:
     """The events of ``source`` in event-time order, at most the earliest ``limit``.
 
@@ -37,6 +38,7 @@ def load_events(
         limit: At most this many events (the earliest); not below 0.
         schema: The deployment's features: each event carries the values of its declared
             extras (a dataset's fields, a generated stream's context); None: none.
+        to_replay: Refuse a source of no events (a backtest or demo of nothing).
 
     Examples:
         >>> events = load_events("synthetic:events=5,users=2,seed=3")
@@ -47,8 +49,12 @@ def load_events(
         raise ConfigError(f"--limit must be a number of events, 0 or more, not {limit}")
     if str(source).split(":", 1)[0] == SYNTHETIC:
         events = generate_clicks(synthetic_spec(str(source)), schema)
-        return events if limit is None else events[:limit]
-    return read_events(Path(source), fmt, positive_rating=positive_rating, limit=limit, schema=schema)
+        events = events if limit is None else events[:limit]
+    else:
+        events = read_events(Path(source), fmt, positive_rating=positive_rating, limit=limit, schema=schema)
+    if to_replay and not events:
+        raise ConfigError(f"{source}: no events to replay")
+    return events
 
 
 def synthetic_spec(source: str) -> ClickStreamSpec:

@@ -178,9 +178,7 @@ def samples_of(
     too: a record the backtest did not score is never dropped without a word.
     """
     schema = settings.feature_schema() if schema is None else schema
-    events = load_events(cfg.source, cfg.fmt, limit=cfg.limit, schema=schema)
-    if not events:
-        raise ConfigError(f"{cfg.source}: no events to replay")
+    events = load_events(cfg.source, cfg.fmt, limit=cfg.limit, schema=schema, to_replay=True)
     replayed = replay_events(events, settings, schema)
     intake.check_scorable(events, replayed, settings.consumer)
     dataset = {"events": len(events), **replayed.section(), "features": intake.coverage(events, schema)}

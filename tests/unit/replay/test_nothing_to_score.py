@@ -42,3 +42,10 @@ def test_samples_all_of_one_label_are_refused(tmp_path: Path) -> None:
 def test_no_strategy_is_refused() -> None:
     out = CliRunner().invoke(app, ["replay", "backtest", "synthetic:events=300", "--strategies", " , "])
     assert out.exit_code == 1 and out.output.startswith("error: --strategies"), out.output
+
+
+def test_a_source_of_no_events_is_refused_as_the_demo_refuses_it(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(StreamrecError, match=rf"^{empty}: no events to replay$"):
+        backtest(config(source=str(empty), strategies=("popularity",)))
