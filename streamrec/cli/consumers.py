@@ -169,6 +169,7 @@ def rebuild(
     bootstrap_servers: str | None = setting("kafka.bootstrap_servers"),
     events_topic: str | None = setting("kafka.events_topic"),
     redis_url: str | None = setting("store.url"),
+    group_id: str | None = setting("consumer.group_id"),
     force: bool = typer.Option(False, help="Rebuild even a store that is intact"),
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
@@ -186,6 +187,7 @@ def rebuild(
             config_file=config_file,
             kafka={"bootstrap_servers": bootstrap_servers, "events_topic": events_topic},
             store={"url": redis_url},
+            consumer={"group_id": group_id},
         )
         require_broker(cfg.kafka)  # one line at once if none answers; it reads one topic, creates none
         stats = rebuild_store(cfg, force=force)

@@ -92,8 +92,8 @@ def rebuild_store(
         if not any(processed.values()):
             raise ConfigError(
                 f"nothing to rebuild: the consumers' group {cfg.consumer.group_id!r} has processed no "
-                f"events of {cfg.kafka.events_topic} (STREAMREC_CONSUMER__GROUP_ID names the group whose "
-                "store this is; a group that never ran starts on an empty store)"
+                f"events of {cfg.kafka.events_topic} (STREAMREC_CONSUMER__GROUP_ID or --group-id names the "
+                "group whose store this is; a group that never ran starts on an empty store)"
             )
         reading = _assign(consumer, cfg.kafka.events_topic, processed)
         refresh_placement(builder, consumer, [cfg.kafka.events_topic])

@@ -239,3 +239,19 @@ def test_a_rebuild_of_an_events_topic_that_does_not_exist_says_so_and_creates_no
     assert run.errors()[0] == f"error: topic no-events-{unique_name} does not exist on the brokers", run.lines
     topics = AdminClient({"bootstrap.servers": kafka_config.bootstrap_servers}).list_topics(timeout=10).topics
     assert not set(missing.values()) & set(topics), sorted(topics)
+
+
+def test_a_rebuild_takes_the_group_id_as_consumers_run_does(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, tmp_path: Path,
+) -> None:
+    """Found by a tour (test first): a store lost under ``consumers run --group-id G`` said to run
+    ``streamrec consumers rebuild``, which had no ``--group-id`` (``No such option``, exit 2): only
+    ``STREAMREC_CONSUMER__GROUP_ID`` named the group whose offsets a rebuild replays to.
+    """
+    env = _env(kafka_config, store_config, unique_name)
+    run = Running(["consumers", "rebuild", "--group-id", f"other-{unique_name}"], env, tmp_path)
+    assert run.finish(60) == 1
+    assert len(run.errors()) == 1, run.lines
+    group = f"'other-{unique_name}'"
+    assert run.errors()[0].startswith(f"error: nothing to rebuild: the consumers' group {group}"), run.lines
+    assert "--group-id" in run.errors()[0], run.lines
