@@ -218,9 +218,12 @@ def _origin(loc: tuple[int | str, ...], given: Mapping[str, Any]) -> str:
     parts, end = _setting_parts(loc)
     named = end + 1 if end < len(parts) and isinstance(parts[end], str) else end  # an unknown key too
     path = [str(part) for part in parts[:named]]
-    if "STREAMREC_" + "__".join(path[:end]).upper() in {name.upper() for name in os.environ}:
+    overrides = given.get("overrides", {})
+    variable = "STREAMREC_" + "__".join(path[:end]).upper()
+    raw = {name.upper(): value for name, value in os.environ.items()}.get(variable)
+    if raw is not None and (not _holds(overrides, path) or _alike(_value_at(overrides, path), raw)):
         return "from the environment or its flag"
-    if _holds(given.get("overrides", {}), path):
+    if _holds(overrides, path):
         return "from its flag"
     toml_path = given.get("toml")
     if isinstance(toml_path, Path) and toml_path.is_file():
@@ -232,6 +235,28 @@ def _origin(loc: tuple[int | str, ...], given: Mapping[str, Any]) -> str:
             section = f"[{'.'.join(path[:-1])}] " if len(path) > 1 else ""
             return f"from {toml_path.resolve()} {section}{path[-1]}"
     return "or its flag or streamrec.toml entry"
+
+
+def _value_at(data: Any, path: list[str]) -> Any:  # noqa: ANN401 - parsed TOML or overrides
+    """The value at ``path`` in the nested mapping ``data`` (which `_holds`)."""
+    for key in path:
+        data = data[key]
+    return data
+
+
+def _alike(value: Any, raw: str) -> bool:  # noqa: ANN401 - a flag's parsed value
+    """Whether a flag's ``value`` is the variable's ``raw`` text, as the CLI parsed it.
+
+    Examples:
+        >>> _alike(-1.0, "-1"), _alike(-1, "3"), _alike("", "")
+        (True, False, True)
+    """
+    if str(value) == raw:
+        return True
+    try:
+        return float(value) == float(raw)
+    except (TypeError, ValueError):
+        return False
 
 
 def _holds(data: Any, path: list[str]) -> bool:  # noqa: ANN401 - parsed TOML or overrides
