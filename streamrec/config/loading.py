@@ -74,7 +74,8 @@ def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecCon
                 merged[section] = values
         return StreamrecConfig.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError("; ".join(_setting_error(error) for error in exc.errors())) from exc
+        given = {"overrides": overrides, "toml": toml_path}
+        raise ConfigError("; ".join(_setting_error(error, given) for error in exc.errors())) from exc
     except SettingsError as exc:
         raise _source_error(exc) from exc
     except tomllib.TOMLDecodeError as exc:
@@ -184,6 +185,17 @@ def env_name(loc: tuple[int | str, ...]) -> str:
         >>> env_name(("kafka", "topic_config", "min.insync.replicas"))
         "STREAMREC_KAFKA__TOPIC_CONFIG (key 'min.insync.replicas')"
     """
+    parts, end = _setting_parts(loc)
+    name = "STREAMREC_" + "__".join(str(part).upper() for part in parts[:end])
+    inside = parts[end:]
+    if not inside:
+        return name
+    first = f"item {inside[0]}" if isinstance(inside[0], int) else f"key {inside[0]!r}"
+    return f"{name} ({' '.join([first, *map(str, inside[1:])])})"
+
+
+def _setting_parts(loc: tuple[int | str, ...]) -> tuple[list[int | str], int]:
+    """``loc`` without the store's union tag, and where the setting's name ends in it."""
     parts = list(loc)
     if parts[:1] == ["store"] and parts[1:2] in (["redis"], ["memory"]):
         del parts[1]  # the discriminated union's tag is no setting
@@ -193,23 +205,78 @@ def env_name(loc: tuple[int | str, ...]) -> str:
         if not is_section(annotation):
             break  # a setting: what follows is a place inside it
         fields = fields_of(annotation)
-    name = "STREAMREC_" + "__".join(str(part).upper() for part in parts[:end])
-    inside = parts[end:]
-    if not inside:
-        return name
-    first = f"item {inside[0]}" if isinstance(inside[0], int) else f"key {inside[0]!r}"
-    return f"{name} ({' '.join([first, *map(str, inside[1:])])})"
+    return parts, end
 
 
-def _setting_error(error: Any) -> str:
-    """One pydantic error as the setting it is about and what is wrong with it."""
+def _origin(loc: tuple[int | str, ...], given: Mapping[str, Any]) -> str:
+    """Where the bad value at ``loc`` came from: a flag, the environment or the settings file.
+
+    A flag's value arrives with the variable's when only the variable is set (the CLI reads
+    both), so a variable that is set is named with the flag; the generic wording where none of
+    them holds it.
+    """
+    parts, end = _setting_parts(loc)
+    named = end + 1 if end < len(parts) and isinstance(parts[end], str) else end  # an unknown key too
+    path = [str(part) for part in parts[:named]]
+    overrides = given.get("overrides", {})
+    variable = "STREAMREC_" + "__".join(path[:end]).upper()
+    raw = {name.upper(): value for name, value in os.environ.items()}.get(variable)
+    if raw is not None and (not _holds(overrides, path) or _alike(_value_at(overrides, path), raw)):
+        return "from the environment or its flag"
+    if _holds(overrides, path):
+        return "from its flag"
+    toml_path = given.get("toml")
+    if isinstance(toml_path, Path) and toml_path.is_file():
+        try:
+            data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            data = {}
+        if _holds(data, path):
+            section = f"[{'.'.join(path[:-1])}] " if len(path) > 1 else ""
+            return f"from {toml_path.resolve()} {section}{path[-1]}"
+    return "or its flag or streamrec.toml entry"
+
+
+def _value_at(data: Any, path: list[str]) -> Any:  # noqa: ANN401 - parsed TOML or overrides
+    """The value at ``path`` in the nested mapping ``data`` (which `_holds`)."""
+    for key in path:
+        data = data[key]
+    return data
+
+
+def _alike(value: Any, raw: str) -> bool:  # noqa: ANN401 - a flag's parsed value
+    """Whether a flag's ``value`` is the variable's ``raw`` text, as the CLI parsed it.
+
+    Examples:
+        >>> _alike(-1.0, "-1"), _alike(-1, "3"), _alike("", "")
+        (True, False, True)
+    """
+    if str(value) == raw:
+        return True
+    try:
+        return float(value) == float(raw)
+    except (TypeError, ValueError):
+        return False
+
+
+def _holds(data: Any, path: list[str]) -> bool:  # noqa: ANN401 - parsed TOML or overrides
+    """Whether the nested mapping ``data`` has a value at ``path``."""
+    for key in path:
+        if not isinstance(data, Mapping) or key not in data:
+            return False
+        data = data[key]
+    return bool(path)
+
+
+def _setting_error(error: Any, given: Mapping[str, Any]) -> str:  # noqa: ANN401 - a pydantic error
+    """One pydantic error as the setting it is about, where it was set and what is wrong with it."""
     message = str(error["msg"]).removeprefix("Value error, ")
     value = error.get("input")
     shown = f", got {value!r}" if isinstance(value, str | int | float) and len(repr(value)) <= 80 else ""
     if str(error["type"]) == "value_error":
         shown = ""  # our own checks name what they found
     name = env_name(tuple(error["loc"]))
-    return f"invalid setting {name} (or its flag or streamrec.toml entry): {message}{shown}"
+    return f"invalid setting {name} ({_origin(tuple(error['loc']), given)}): {message}{shown}"
 
 
 def _source_error(exc: SettingsError) -> ConfigError:

@@ -178,3 +178,19 @@ def test_workers_below_one_is_one_line_before_any_service(workers: str, tmp_path
     """
     lines = streamrec_fails(["learner", "run", "--workers", workers], {}, tmp_path)
     assert lines == [f"error: --workers must be at least 1, not {workers}"], lines
+
+
+def test_a_bad_value_in_the_settings_file_names_the_file_and_its_key(tmp_path: Path) -> None:
+    (tmp_path / "prod.toml").write_text('[learner]\ninterval_s = "abc"\n')
+    lines = streamrec_fails(["learner", "run", "--config", "prod.toml"], {}, tmp_path)
+    assert len(lines) == 1, lines
+    assert "STREAMREC_LEARNER__INTERVAL_S" in lines[0] and "'abc'" in lines[0]
+    assert f"{tmp_path / 'prod.toml'} [learner] interval_s" in lines[0]
+
+
+def test_a_bad_value_in_the_environment_names_the_variable_not_the_file(tmp_path: Path) -> None:
+    (tmp_path / "streamrec.toml").write_text("[learner]\ninterval_s = 30\n")
+    lines = streamrec_fails(["learner", "run"], {"STREAMREC_LEARNER__INTERVAL_S": "-1"}, tmp_path)
+    assert len(lines) == 1, lines
+    assert "STREAMREC_LEARNER__INTERVAL_S (from the environment or its flag)" in lines[0]
+    assert "streamrec.toml" not in lines[0]

@@ -58,4 +58,4 @@ def test_an_empty_path_given_is_a_usage_error_naming_it(args: list[str], named: 
 def test_an_empty_path_setting_is_refused_in_one_line(env: str, args: list[str]) -> None:
     result = CliRunner().invoke(app, args, env={env: ""})
     assert result.exit_code == 1, result.output
-    assert result.output == f"error: invalid setting {env} (or its flag or streamrec.toml entry): {EMPTY}\n"
+    assert result.output == f"error: invalid setting {env} (from the environment or its flag): {EMPTY}\n"

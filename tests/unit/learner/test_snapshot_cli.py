@@ -119,7 +119,7 @@ def test_prune_keeps_the_configured_number(store: SnapshotStore, monkeypatch: py
     assert "nothing to delete (keeping all)" in run(store.root, "prune", "--keep", "0").stdout
     # refused by the settings, as every flag that sets one is: one line naming it, status 1
     refused = run(store.root, "prune", "--keep", "-1", code=1).output
-    assert "STREAMREC_LEARNER__KEEP_SNAPSHOTS (or its flag" in refused
+    assert "STREAMREC_LEARNER__KEEP_SNAPSHOTS (from its flag)" in refused  # the variable says 3
     assert "greater than or equal to 0" in refused
 
 
