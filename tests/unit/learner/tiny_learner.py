@@ -52,6 +52,19 @@ class NotALearner:
         return np.zeros(len(batch))
 
 
+class NeedsArguments:
+    """The contract's methods, but a constructor that needs an argument and no from_config."""
+
+    def __init__(self, prior: float) -> None:
+        self.learner = TinyLearner(prior)
+
+    predict_many = TinyLearner.predict_many
+    learn_many = TinyLearner.learn_many
+    is_known = TinyLearner.is_known
+    state_arrays = TinyLearner.state_arrays
+    load_state_arrays = TinyLearner.load_state_arrays
+
+
 class ExportableTinyLearner(TinyLearner):
     """A `TinyLearner` that exports itself: its rate and a contract saying how to read it."""
 
