@@ -36,8 +36,9 @@ def learner_name(learner: object) -> str:
 def checked_scores(scores: object, size: int, who: str, finite: bool = True) -> np.ndarray:
     """``scores`` as float64 ``[size]``, each within [0, 1] and (with ``finite``) finite.
 
-    The live loop passes ``finite=False``: a model gone non-finite (NaN weights) scores NaN,
-    and its own guard (steps skipped, `TrainingDiverged` after ``max_bad_batches``) stops it.
+    The live loop checks finiteness only after training, and only when no step was skipped: a
+    model gone non-finite (NaN weights) scores NaN and skips its steps, and its own guard
+    (`TrainingDiverged` after ``max_bad_batches``) stops it.
 
     Raises:
         LearnerContractError: they are not.

@@ -358,14 +358,16 @@ class LearnerRunner(RunnerProgress, Closing):
         """
         start = time.monotonic()
         learner, who = self.learner, learner_name(self.learner)
-        probs = checked_scores(learner.predict_many(batch), len(batch), who, finite=False)  # NaN: bad steps
+        probs = checked_scores(learner.predict_many(batch), len(batch), who, finite=False)  # NaN: below
         known = checked_known(learner.is_known(batch), len(batch), who)
         scored = time.monotonic()
         if part and isinstance(learner, PartLearner):
             train = learner.learn_part(batch)
         else:
             train = learner.learn_many(batch)
-        return StepResult(probs, known, checked_result(train, who), scored - start, time.monotonic() - scored)
+        if not checked_result(train, who).bad:  # NaN scores, sound steps: broken, not diverged
+            checked_scores(probs, len(batch), who)
+        return StepResult(probs, known, train, scored - start, time.monotonic() - scored)
 
     def _end_micro_batch(self) -> None:
         """Close the micro-batch the parts trained in the learner (EWC consolidates)."""
