@@ -135,6 +135,14 @@ class InvalidSample(StreamrecError):
     """
 
 
+class LearnerContractError(StreamrecError):
+    """The learner (``STREAMREC_MODEL__LEARNER``) returned what the learner contract rules out.
+
+    Scores not float [B], finite and within [0, 1], or ``learn_many`` not a ``TrainResult``: fix
+    the class named; ``streamrec.learner.check_learner`` finds such defects before a run.
+    """
+
+
 class TrainingDiverged(StreamrecError):
     """Training went non-finite on too many micro-batches in a row.
 

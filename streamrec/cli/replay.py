@@ -146,7 +146,7 @@ def backtest(
 
 
 def _verdict(report: dict[str, Any]) -> str:
-    """Which strategy wins on GAUC, at what cost, and how the DIN compares with the baselines.
+    """Which strategy wins on GAUC, at what cost, and how the learner compares with the baselines.
 
     It beats the best of them, ties with it or is behind it, by more than the noise of its
     micro-batches or not (`streamrec.replay.report.versus_baselines`).
@@ -168,7 +168,10 @@ def _verdict(report: dict[str, Any]) -> str:
         "beats": "beats", "ties": "ties with", "behind": "does NOT beat",
         "unknown": "cannot yet be told from",
     }[versus["outcome"]]
-    line += f"; the incremental DIN (finetune) {said} the best simple baseline ({versus['baseline']}) on GAUC"
+    learner = report.get("config", {}).get("model", {}).get("learner", "din")
+    model = {"din": "DIN", "deepfm": "DeepFM"}.get(learner, learner)  # finetune trains the chosen one
+    line += f"; the incremental {model} (finetune) {said} the best simple baseline ({versus['baseline']})"
+    line += " on GAUC"
     if versus["outcome"] == "unknown":
         return line + " (one micro-batch: no spread to judge by)"
     return line + (

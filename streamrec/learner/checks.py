@@ -126,12 +126,19 @@ def yield_checks(factory: LearnerFactory, promises: Promises | None = None) -> I
 
 
 def check_learner(factory: LearnerFactory, promises: Promises | None = None) -> None:
-    """Run every check of `yield_checks`, stopping at the first that fails."""
+    """Run every check of `yield_checks`, stopping at the first that fails.
+
+    Raises:
+        AssertionError: ``<check>: <what broke>``; a learner that raises in a check (a
+            method missing, a crash) fails that check, its exception named and chained.
+    """
     for check in yield_checks(factory, promises):
         try:
             check()
         except AssertionError as exc:
             raise AssertionError(f"{check.name}: {exc}") from exc
+        except Exception as exc:
+            raise AssertionError(f"{check.name}: {type(exc).__name__}: {exc}") from exc
 
 
 def _bind(fn: _CheckFn, factory: LearnerFactory, promises: Promises) -> Callable[[], None]:

@@ -12,6 +12,7 @@ built-in as ``schema`` (DIN and DeepFM read every declared feature), a user's cl
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import NoReturn, cast
 
@@ -96,6 +97,14 @@ def load_class(value: str) -> type:
     missing = [name for name in CONTRACT_METHODS if not callable(getattr(cls, name, None))]
     if missing:
         _refuse(value, f"{class_name} is not a learner: it lacks {', '.join(missing)}")
+    if not callable(getattr(cls, "from_config", None)):
+        try:
+            inspect.signature(cls).bind()
+        except TypeError as exc:
+            _refuse(value, f"{class_name} has no from_config(model_cfg) and cannot be built with no "
+                    f"arguments: {exc}")
+        except ValueError:  # no signature to read (a builtin type): it is tried as it is
+            pass
     return cls
 
 

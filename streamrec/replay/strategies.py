@@ -35,6 +35,7 @@ from streamrec.features import FeatureSchema
 from streamrec.learner.base import Learner
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.metrics import gauc
+from streamrec.learner.outputs import checked_result, checked_scores, learner_name
 from streamrec.learner.registry import make_learner
 from streamrec.replay.baselines import ItemRateLearner, PopularityLearner
 from streamrec.replay.batches import MicroBatch
@@ -142,25 +143,32 @@ def run_strategy(
     """Score each micro-batch, then let the strategy train on it; probe for forgetting."""
     run = StrategyRun(strategy.name, strategy.kind)
     learner = strategy.make_learner()
+    who = learner_name(learner)
     seen: list[Sample] = []
     for index, micro in enumerate(batches):
         batch = SampleColumns.from_samples(micro.samples)
         start = time.perf_counter()
-        run.scores.append(learner.predict_many(batch))
+        run.scores.append(checked_scores(learner.predict_many(batch), len(batch), who))
         run.score_seconds += time.perf_counter() - start
         if strategy.trains_on(index, len(batches)):
             seen += micro.samples
             start = time.perf_counter()
-            run.penalty_shares.append(learner.learn_many(batch).penalty_share)
+            run.penalty_shares.append(checked_result(learner.learn_many(batch), who).penalty_share)
             if strategy.retrains_after(index):
                 learner = strategy.make_learner()
-                learner.learn_many(SampleColumns.from_samples(seen))
+                checked_result(learner.learn_many(SampleColumns.from_samples(seen)), who)
             run.train_seconds += time.perf_counter() - start
             if index < len(batches) - 1:
-                run.probe_after[index] = learner.predict_many(probe(micro))
+                run.probe_after[index] = _probe_scores(learner, micro, who)
         if on_progress is not None:
             latest = gauc(batch.label, run.scores[-1], batch.user_ids)
             on_progress(strategy.name, index + 1, len(batches), latest)
     for index in run.probe_after:
-        run.probe_final[index] = learner.predict_many(probe(batches[index]))
+        run.probe_final[index] = _probe_scores(learner, batches[index], who)
     return run
+
+
+def _probe_scores(learner: Learner, micro: MicroBatch, who: str) -> np.ndarray:
+    """The learner's scores of ``micro``'s probe samples, checked."""
+    samples = probe(micro)
+    return checked_scores(learner.predict_many(samples), len(samples), who)

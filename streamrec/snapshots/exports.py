@@ -69,10 +69,11 @@ _CONTRACT_FIELDS = {"version": int, "sequence_length": int, "user_buckets": int,
 def contract_problem(contract: Path, files: Mapping[str, str]) -> str | None:
     """Why an export's ``contract.json`` cannot be served from (its shape, not its meaning), or None.
 
-    Every contract is a JSON object; one that declares ``inputs`` (the table models' form, which
-    `streamrec serve` scores) has the fields serving reads first, each input a name, a numeric
-    dtype and a shape (serving casts what it feeds to that dtype), and ``files`` (the export's)
-    hold every id table it names. A learner that exports itself may state another form.
+    Every contract is a JSON object; one that declares its ``schema`` and ``inputs`` (the table
+    models' form, which `streamrec serve` scores) has the fields serving reads first, each input
+    a name, a numeric dtype and a shape (serving casts what it feeds to that dtype), and
+    ``files`` (the export's) hold every id table it names. A learner that exports itself may
+    state another form, ``inputs`` of its own included: serving refuses it as not servable.
     """
     try:
         doc = orjson.loads(contract.read_bytes())
@@ -80,8 +81,8 @@ def contract_problem(contract: Path, files: Mapping[str, str]) -> str | None:
         return f"is unreadable or not JSON: {exc}"
     if not isinstance(doc, dict):
         return "is not a JSON object"
-    if "inputs" not in doc:  # a learner's own contract: scored as it says (`streamrec serve` refuses it)
-        return None
+    if "inputs" not in doc or "schema" not in doc:
+        return None  # a learner's own contract: scored as it says (`streamrec serve` refuses it)
     for key, kind in _CONTRACT_FIELDS.items():
         value = doc.get(key)
         if not isinstance(value, kind) or isinstance(value, bool):

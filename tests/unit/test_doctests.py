@@ -38,6 +38,7 @@ MODULES = (
     "streamrec.learner.hashing",
     "streamrec.learner.idstats",
     "streamrec.learner.metrics",
+    "streamrec.learner.outputs",
     "streamrec.replay.ablation",
     "streamrec.replay.batches",
     "streamrec.replay.intake",

@@ -155,3 +155,30 @@ def test_promises_not_made_are_not_checked() -> None:
 def test_check_learner_names_the_check_that_failed() -> None:
     with pytest.raises(AssertionError, match="^predict_changes_nothing: "):
         check_learner(CountsWhatItScores)
+
+
+class LacksIsKnown:
+    """A user's learner that forgot ``is_known``: the contract's other four methods only."""
+
+    def __init__(self) -> None:
+        self.inner = ItemRateLearner()
+
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
+        return self.inner.predict_many(batch)
+
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
+        return self.inner.learn_many(batch)
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return self.inner.state_arrays()
+
+    def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self.inner.load_state_arrays(arrays)
+
+
+def test_check_learner_names_the_check_where_a_learner_raises() -> None:
+    """A learner that raises (here: lacks a method) fails as an AssertionError naming the check."""
+    with pytest.raises(AssertionError, match="^predict_changes_nothing: AttributeError: .*is_known"):
+        check_learner(LacksIsKnown)  # type: ignore[arg-type]  # the defect under test
+    with pytest.raises(AssertionError, match="^one_sample_batch: ValueError: a batch of one"):
+        check_learner(NeedsTwoSamples)

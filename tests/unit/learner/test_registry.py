@@ -35,6 +35,9 @@ def test_a_class_path_loads_that_learner_built_from_the_model_section() -> None:
         ("tests.unit.learner.tiny_learner:Missing", "has no Missing"),
         ("tests.unit.learner.tiny_learner:NotALearner", "lacks learn_many"),
         ("dn", "neither a built-in learner (deepfm, din) nor a package.module:ClassName"),
+        # noted by the model tour: a TypeError traceback from the constructor
+        ("tests.unit.learner.tiny_learner:NeedsArguments",
+         "NeedsArguments has no from_config(model_cfg) and cannot be built with no arguments: "),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_setting(value: str, why: str) -> None:

@@ -384,3 +384,27 @@ def test_a_micro_batch_of_first_clicks_only_trains(
     learner = ScriptedLearner([])
     stats = LearnerRunner(config(tmp_path, 2), learner).run()
     assert learner.trained == ["s0", "s1"] and stats.micro_batches == 1
+
+
+class ScoresNaN(ScriptedLearner):
+    """A user's learner whose scores are NaN while its training reports nothing wrong."""
+
+    def predict_many(self, batch: SampleColumns) -> np.ndarray:
+        return np.full(len(batch), np.nan)
+
+
+def test_nan_scores_from_a_learner_whose_steps_were_fine_stop_the_loop_in_one_line(
+    tmp_path: Path, script: Callable[..., ScriptedConsumer]
+) -> None:
+    """Noted by the model tour: such a learner ran on with AUC 0.55 and GAUC 0.45 reported of NaN.
+
+    NaN scores with skipped steps are a model gone non-finite, left to the divergence guard
+    (the test above).
+    """
+    from streamrec.errors import LearnerContractError
+
+    script([[valid(i) for i in range(10)]])
+    runner = LearnerRunner(config(tmp_path, 10), ScoresNaN([]))
+    with pytest.raises(LearnerContractError, match="predict_many returned 10 of 10 scores not finite"):
+        runner.run()
+    assert runner.stats.micro_batches == 0 and SnapshotStore(tmp_path).versions() == []

@@ -21,6 +21,7 @@ from tests.unit.learner.tiny_learner import (
     CLASS_PATH,
     CONTRACTLESS_PATH,
     EXPORTABLE_PATH,
+    OWN_INPUTS_PATH,
     TinyLearner,
 )
 
@@ -146,3 +147,23 @@ def test_serving_refuses_another_learners_export_in_one_line(
     message = str(info.value)
     assert "\n" not in message
     assert f"{path}" in message and "contract.json" in message
+
+
+def test_an_export_whose_own_contract_lists_inputs_is_whole_and_refused_by_serving_as_not_servable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Noted by the model tour: a learner's own contract with an ``inputs`` list was judged by the
+    table models' form, so its export read as damaged ("has no int 'sequence_length'") and the
+    promotion said to rebuild it, which rebuilt the same.
+    """
+    from streamrec.errors import NotServable
+    from streamrec.serving.export import export_snapshot
+    from streamrec.serving.scorer import ExportedModel
+    from streamrec.snapshots.exports import check_export
+
+    run_tiny(tmp_path, monkeypatch, OWN_INPUTS_PATH)
+    store, manifest = newest(tmp_path)
+    path = export_snapshot(store, manifest.version)
+    assert check_export(tmp_path, manifest.version).whole
+    with pytest.raises(NotServable, match="cannot be served by streamrec: .*score it as its contract.json"):
+        ExportedModel(path)

@@ -52,6 +52,19 @@ class NotALearner:
         return np.zeros(len(batch))
 
 
+class NeedsArguments:
+    """The contract's methods, but a constructor that needs an argument and no from_config."""
+
+    def __init__(self, prior: float) -> None:
+        self.learner = TinyLearner(prior)
+
+    predict_many = TinyLearner.predict_many
+    learn_many = TinyLearner.learn_many
+    is_known = TinyLearner.is_known
+    state_arrays = TinyLearner.state_arrays
+    load_state_arrays = TinyLearner.load_state_arrays
+
+
 class ExportableTinyLearner(TinyLearner):
     """A `TinyLearner` that exports itself: its rate and a contract saying how to read it."""
 
@@ -69,5 +82,16 @@ class ContractlessLearner(TinyLearner):
         (directory / "rate.txt").write_text("0.5")
 
 
+class OwnInputsLearner(TinyLearner):
+    """Exports itself with a contract of its own that, as DIN's, lists ``inputs`` (of its own kind)."""
+
+    def export_for_serving(self, directory: Path, version: int) -> None:
+        rate = (self.counts[0] + self.prior) / (self.counts[1] + 1.0)
+        np.save(directory / "rate.npy", np.array([rate]), allow_pickle=False)
+        contract = {"version": version, "inputs": [{"name": "user_id", "dtype": "string"}], "output": "rate"}
+        (directory / "contract.json").write_bytes(orjson.dumps(contract))
+
+
 EXPORTABLE_PATH = "tests.unit.learner.tiny_learner:ExportableTinyLearner"
 CONTRACTLESS_PATH = "tests.unit.learner.tiny_learner:ContractlessLearner"
+OWN_INPUTS_PATH = "tests.unit.learner.tiny_learner:OwnInputsLearner"

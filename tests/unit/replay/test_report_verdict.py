@@ -100,3 +100,20 @@ def test_identical_figures_are_a_tie_even_from_one_micro_batch() -> None:
     assert tied_with_best(same, "gauc") == ["finetune"]
     apart = versus_baselines({"popularity": strategy([0.5]), "finetune": strategy([0.6])})
     assert apart is not None and apart["outcome"] == "unknown"  # one micro-batch, a difference
+
+
+@pytest.mark.parametrize(("learner", "named"), [
+    (None, "the incremental DIN (finetune)"), ("din", "the incremental DIN (finetune)"),
+    ("deepfm", "the incremental DeepFM (finetune)"),
+    ("myteam.rates:GlobalRate", "the incremental myteam.rates:GlobalRate (finetune)"),
+])
+def test_the_verdict_names_the_learner_finetune_trained(learner: str | None, named: str) -> None:
+    """``finetune`` trains ``STREAMREC_MODEL__LEARNER``'s learner: the verdict calls it by that name."""
+    strategies = {"popularity": strategy([0.5, 0.52]), "finetune": strategy([0.5, 0.5])}
+    model = {} if learner is None else {"learner": learner}
+    report = {
+        "strategies": strategies, "best": {"gauc": "popularity"}, "config": {"model": model},
+        "versus_baselines": versus_baselines(strategies),
+    }
+    line = _verdict(report)
+    assert f"; {named} ties with the best simple baseline" in line, line

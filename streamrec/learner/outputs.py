@@ -1,0 +1,88 @@
+"""What a learner's calls return, checked where the loop and the backtester use it.
+
+A user's learner (``STREAMREC_MODEL__LEARNER``) is any class with the contract's methods;
+what they return is only promised. Scores of the wrong shape failed deep in the metrics
+with a traceback, NaN scores were averaged into the figures without a word, and a
+``learn_many`` returning ``None`` failed where its result was read. So the results are
+checked as they come, and a broken one stops the run in one line naming the learner and
+what it returned (`streamrec.learner.check_learner` finds the same before a run).
+
+Examples:
+    >>> import numpy as np
+    >>> checked_scores(np.array([0.25, 0.75]), 2, "my:Rate")
+    array([0.25, 0.75])
+    >>> checked_scores(np.array([0.5, np.nan]), 2, "my:Rate")
+    Traceback (most recent call last):
+    ...
+    streamrec.errors.LearnerContractError: learner my:Rate: predict_many returned 1 of 2 scores not finite
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import numpy as np
+
+from streamrec.errors import LearnerContractError
+from streamrec.learner.base import TrainResult
+
+
+def learner_name(learner: object) -> str:
+    """``module:ClassName`` of ``learner``'s class, as ``STREAMREC_MODEL__LEARNER`` names one."""
+    cls = type(learner)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def checked_scores(scores: object, size: int, who: str, finite: bool = True) -> np.ndarray:
+    """``scores`` as float64 ``[size]``, each within [0, 1] and (with ``finite``) finite.
+
+    The live loop checks finiteness only after training, and only when no step was skipped: a
+    model gone non-finite (NaN weights) scores NaN and skips its steps, and its own guard
+    (`TrainingDiverged` after ``max_bad_batches``) stops it.
+
+    Raises:
+        LearnerContractError: they are not.
+    """
+    if scores is None or not hasattr(scores, "__len__"):
+        _broke(who, f"predict_many returned {type(scores).__name__}; expected a numpy array of {size} scores")
+    array = np.asarray(scores)
+    if array.shape != (size,):
+        _broke(who, f"predict_many returned scores of shape {array.shape} for {size} samples; "
+               f"expected ({size},)")
+    if array.dtype.kind not in "fiub":
+        _broke(who, f"predict_many returned scores of dtype {array.dtype}; expected numbers")
+    array = array.astype(np.float64, copy=False)
+    bad = int((~np.isfinite(array)).sum())
+    if bad and finite:
+        _broke(who, f"predict_many returned {bad} of {size} scores not finite")
+    outside = int(((array < 0) | (array > 1)).sum())  # NaN is neither
+    if outside:
+        _broke(who, f"predict_many returned {outside} of {size} scores outside [0, 1]")
+    return array
+
+
+def checked_known(known: object, size: int, who: str) -> np.ndarray:
+    """``known`` as bool ``[size]``.
+
+    Raises:
+        LearnerContractError: it is not.
+    """
+    if not isinstance(known, np.ndarray) or known.shape != (size,) or known.dtype != np.bool_:
+        what = f"{known.dtype} {known.shape}" if isinstance(known, np.ndarray) else type(known).__name__
+        _broke(who, f"is_known returned {what} for {size} samples; expected bool ({size},)")
+    return known
+
+
+def checked_result(result: object, who: str) -> TrainResult:
+    """``result`` if it is a `TrainResult`.
+
+    Raises:
+        LearnerContractError: it is not.
+    """
+    if not isinstance(result, TrainResult):
+        _broke(who, f"learn_many returned {type(result).__name__}, not a TrainResult")
+    return result
+
+
+def _broke(who: str, what: str) -> NoReturn:
+    raise LearnerContractError(f"learner {who}: {what}")
