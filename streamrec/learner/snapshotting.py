@@ -67,6 +67,9 @@ def restore(
     logger.info(
         "restored snapshot version=%d micro_batches=%d", manifest.version, manifest.micro_batches
     )
+    changed = changed_settings(cfg, manifest)
+    if changed:  # loaded, so its tensors fit: a change meant, or one that only fits by chance
+        logger.warning("%s was trained with other model settings: %s", where, ", ".join(changed))
     return manifest
 
 
@@ -102,13 +105,7 @@ def misfit(cfg: StreamrecConfig, manifest: SnapshotManifest, exc: SnapshotError,
     Why ``manifest``'s state does not load into this model, naming the model settings
     it was written with where they differ from these (an upgrade that added one, say).
     """
-    saved = {**MODEL_SETTINGS_BEFORE, **manifest.config.get("model", {})}
-    now = cfg.model.model_dump(mode="json")
-    differ = [
-        f"STREAMREC_MODEL__{key.upper()}={json.dumps(saved[key])} (now {json.dumps(value)})"
-        for key, value in now.items()
-        if key in saved and saved[key] != value and key not in MODEL_SETTINGS_INIT_ONLY
-    ]
+    differ = changed_settings(cfg, manifest)
     where = f"snapshot {manifest.name} in {root}"
     if not differ:
         return f"{where} does not load into this model: {exc}"
@@ -117,6 +114,21 @@ def misfit(cfg: StreamrecConfig, manifest: SnapshotManifest, exc: SnapshotError,
         "those to resume it, or give STREAMREC_LEARNER__SNAPSHOT_DIR a new directory to "
         f"start afresh ({exc})"
     )
+
+
+def changed_settings(cfg: StreamrecConfig, manifest: SnapshotManifest) -> list[str]:
+    """The model settings ``manifest``'s state was trained with that differ from ``cfg``'s.
+
+    As ``STREAMREC_MODEL__<NAME>=<then> (now <now>)``; those that only start a model (the seed,
+    the device) are left out.
+    """
+    saved = {**MODEL_SETTINGS_BEFORE, **manifest.config.get("model", {})}
+    now = cfg.model.model_dump(mode="json")
+    return [
+        f"STREAMREC_MODEL__{key.upper()}={json.dumps(saved[key])} (now {json.dumps(value)})"
+        for key, value in now.items()
+        if key in saved and saved[key] != value and key not in MODEL_SETTINGS_INIT_ONLY
+    ]
 
 
 def snapshot_config(cfg: StreamrecConfig, schema: FeatureSchema) -> dict[str, Any]:

@@ -226,6 +226,33 @@ def test_a_snapshot_of_another_model_layout_names_the_settings_that_differ(
     assert "\n" not in message
 
 
+def test_a_snapshot_resumed_under_other_model_settings_says_which(
+    tmp_path: Path, consumers: list[FakeConsumer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Resumed with STREAMREC_MODEL__SEQUENCE_LENGTH=20 over snapshots written at 50, a learner
+    loaded them (the tensors fit) and trained on without a word (found by the operating tour).
+    """
+    from tests.support import small_tables
+
+    model = {"tables": small_tables(512, 64, dim=4), "sequence_length": 6, "mlp_units": (8,)}
+    old = StreamrecConfig.model_validate({"learner": {"snapshot_dir": tmp_path}, "model": model})
+    with LearnerRunner(old, DINLearner(old.model)) as runner:
+        runner.snapshot()
+    with caplog.at_level("WARNING", logger=snapshotting.__name__), LearnerRunner(old, DINLearner(old.model)):
+        pass
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == snapshotting.__name__ and r.levelno >= 30]
+
+    assert not said()  # the same settings: nothing to say
+    changed = {**model, "sequence_length": 4, "seed": 7, "learning_rate": 0.01}
+    new = StreamrecConfig.model_validate({"learner": {"snapshot_dir": tmp_path}, "model": changed})
+    with caplog.at_level("WARNING", logger=snapshotting.__name__), LearnerRunner(new, DINLearner(new.model)):
+        pass
+    [line] = said()
+    assert "v000001" in line and "STREAMREC_MODEL__SEQUENCE_LENGTH=6 (now 4)" in line
+    assert "STREAMREC_MODEL__LEARNING_RATE=0.001 (now 0.01)" in line and "SEED" not in line
+
+
 def test_a_snapshot_with_the_former_default_tables_names_the_tables_setting_that_resumes_it(
     tmp_path: Path, consumers: list[FakeConsumer]
 ) -> None:
