@@ -348,3 +348,16 @@ def test_a_healthy_batch_skips_nothing() -> None:
     result = DINLearner(CFG).learn_many(_batch(100, 23))
     assert (result.steps, result.skipped_steps, result.bad) == (4, 0, False)
     assert np.isfinite(result.loss)
+
+
+def test_a_learner_refuses_what_is_not_its_input_naming_it() -> None:
+    # Found by the Python-API tour: samples given as a list raised AttributeError "'list' object
+    # has no attribute 'target_ids'" from deep in the encoding, a dict of settings "'dict' object
+    # has no attribute 'tables'"; the contract takes SampleColumns and a ModelConfig.
+    learner = DINLearner(CFG)
+    samples = [Sample("e1", "u1", 1, "i1", "c1", 1, (), ())]
+    for method in (learner.predict_many, learner.learn_many, learner.is_known):
+        with pytest.raises(TypeError, match=r"SampleColumns\.from_samples\(samples\)\), not list"):
+            method(samples)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cfg must be a ModelConfig .*, not dict"):
+        DINLearner({"device": "cpu"})  # type: ignore[arg-type]
