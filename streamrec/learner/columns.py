@@ -151,6 +151,19 @@ class SampleColumns:
         return self._positions[feature]
 
 
+def require_columns(batch: SampleColumns) -> SampleColumns:
+    """``batch``, checked to be what a learner takes.
+
+    Raises:
+        TypeError: it is not a `SampleColumns` (a list of samples, say).
+    """
+    if not isinstance(batch, SampleColumns):
+        raise TypeError(
+            f"a learner takes SampleColumns (SampleColumns.from_samples(samples)), not {type(batch).__name__}"
+        )
+    return batch
+
+
 def _builtin_columns(samples: Sequence[Sample]) -> tuple[np.ndarray, dict[str, FeatureColumn]]:
     """int64[B] behaviours per sample, and the default schema's features as columns.
 

@@ -31,6 +31,7 @@ from streamrec.learner.columns import (
     column_keys,
     encode,
     hashed_rows,
+    require_columns,
 )
 from streamrec.learner.features import FeaturePlan, Moments, encode_features, feature_values
 from streamrec.learner.hashing import PADDING_BUCKET
@@ -231,7 +232,7 @@ class TableLearner(MiniBatchSteps, StateArrays):
         Raises:
             TypeError: ``batch`` is not a `SampleColumns`.
         """
-        return self.predict_encoded(self.encode(columns(batch)))
+        return self.predict_encoded(self.encode(require_columns(batch)))
 
     def predict_encoded(self, encoded: EncodedColumns) -> np.ndarray:
         """`predict_many` on an already encoded batch."""
@@ -276,7 +277,7 @@ class TableLearner(MiniBatchSteps, StateArrays):
 
     def _learn(self, batch: SampleColumns, layout: GroupLayout, close: bool) -> TrainResult:
         """Admit ids, train, count; ``close=False`` leaves the micro-batch open (`learn_part`)."""
-        done = self.admit(columns(batch))
+        done = self.admit(require_columns(batch))
         result = self.learn_encoded(self.encode(batch), layout, close)
         self.count(batch)
         return dataclasses.replace(
@@ -397,7 +398,7 @@ class TableLearner(MiniBatchSteps, StateArrays):
 
     def is_known(self, batch: SampleColumns) -> np.ndarray:
         """Bool [B]: whether each target's item row was trained on before."""
-        columns(batch)
+        require_columns(batch)
         if self._item_table is None:
             return np.zeros(len(batch), dtype=bool)
         return self.known_items[self.encode(batch).targets[self._item_table]].astype(bool)
@@ -406,15 +407,3 @@ class TableLearner(MiniBatchSteps, StateArrays):
         """The model, freshly initialised, with ``rows`` rows per table."""
         raise NotImplementedError
 
-
-def columns(batch: SampleColumns) -> SampleColumns:
-    """``batch``, checked to be what a learner takes.
-
-    Raises:
-        TypeError: it is not a `SampleColumns` (a list of samples, say).
-    """
-    if not isinstance(batch, SampleColumns):
-        raise TypeError(
-            f"a learner takes SampleColumns (SampleColumns.from_samples(samples)), not {type(batch).__name__}"
-        )
-    return batch
