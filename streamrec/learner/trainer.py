@@ -395,6 +395,8 @@ class TableLearner(MiniBatchSteps, StateArrays):
             self.known_items[PADDING_BUCKET] = 0
             if self._item_table in self._maps:  # the default row is no item's own
                 self.known_items[DEFAULT_ROW] = 0
+        if self._stats is not None or self._moments.arrays:
+            self._encoded = None  # its id statistics and feature moments were read before these counts
 
     def is_known(self, batch: SampleColumns) -> np.ndarray:
         """Bool [B]: whether each target's item row was trained on before."""

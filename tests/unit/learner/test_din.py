@@ -5,6 +5,7 @@ Small tables (1024 item buckets) and tiny MLPs keep the whole file fast on two C
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from pathlib import Path
 from typing import Any
@@ -361,3 +362,17 @@ def test_a_learner_refuses_what_is_not_its_input_naming_it() -> None:
             method(samples)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="cfg must be a ModelConfig .*, not dict"):
         DINLearner({"device": "cpu"})  # type: ignore[arg-type]
+
+
+def test_scores_after_learning_a_batch_are_those_of_a_fresh_copy_of_it() -> None:
+    # Found by the Python-API tour: learn_many(batch) then predict_many(batch) scored the batch
+    # with its encoding from before training (the id statistics it had just counted left out):
+    # [0.510, 0.499] against [0.676, 0.333] for the same samples as a new SampleColumns, or for a
+    # learner restored from the same state.
+    learner = DINLearner(CFG)
+    batch = _batch(64, seed=5)
+    for _ in range(3):
+        learner.learn_many(batch)
+    fresh = dataclasses.replace(batch)  # the same columns, another object: encoded afresh
+    assert fresh is not batch
+    np.testing.assert_array_equal(learner.predict_many(batch), learner.predict_many(fresh))
