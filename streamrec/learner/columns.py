@@ -97,7 +97,13 @@ class SampleColumns:
         Raises:
             ValueError: If a sample's item and category sequences differ in length, a label
                 is not 0 or 1, or a declared feature is named as a built-in one.
+            TypeError: ``samples`` is not a sequence, or holds what is not a `Sample`.
         """
+        if not isinstance(samples, Sequence) or isinstance(samples, str):
+            raise TypeError(f"samples is a sequence (a list), not {type(samples).__name__}")
+        odd = next((k for k, s in enumerate(samples) if not isinstance(s, Sample)), None)
+        if odd is not None:
+            raise TypeError(f"samples holds Sample values, not {type(samples[odd]).__name__} (at {odd})")
         n = len(samples)
         lengths, builtin = _builtin_columns(samples)
         label = _labels(samples)
