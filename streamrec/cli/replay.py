@@ -95,16 +95,11 @@ def backtest(
     from streamrec.replay import backtest as bt
     from streamrec.replay import report as rp
     from streamrec.replay.batches import parse_duration
-    from streamrec.replay.strategies import KINDS
 
     with cli_errors():
         before_training_loop()
         prefer_vector_kernels()
-        kinds = _csv(strategies)
-        if not kinds:
-            raise ConfigError(f"--strategies names none; name some of {', '.join(KINDS)}")
-        if unknown := [k for k in kinds if k not in KINDS]:
-            raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
+        kinds = _csv(strategies)  # BacktestConfig checks the names
         _writable(report, "--report")
         _writable(dump_samples, "--dump-samples")
         if report is not None and report.suffix != ".json":
@@ -115,7 +110,7 @@ def backtest(
         cfg = bt.BacktestConfig(
             source=dataset, fmt=fmt, limit=limit,
             interval_ms=None if interval is None else parse_duration(interval),
-            batch_size=batch_size, strategies=tuple(kinds),  # type: ignore[arg-type]  # checked above
+            batch_size=batch_size, strategies=tuple(kinds),  # type: ignore[arg-type]  # BacktestConfig checks them
             warmup=warmup, retrain_every=retrain_every,
             ewc_lambdas=tuple(_numbers(ewc_lambda, "--ewc-lambda")), seed=seed, jobs=jobs,
             dump_samples=dump_samples, ablate=tuple(_csv(ablate)),

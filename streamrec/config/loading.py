@@ -22,7 +22,7 @@ PREFIX = "STREAMREC_"
 NOT_SETTINGS = frozenset({"STREAMREC_FAULT", "STREAMREC_FAULT_MODE", "STREAMREC_SHARED_DATA"})
 
 
-def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecConfig:
+def load_config(toml_file: str | Path | None = None, **overrides: Any) -> StreamrecConfig:
     """Build the config; ``overrides`` are nested dicts by section (``kafka={"partitions": 2}``).
 
     A section given here is merged over what env and TOML say for that section. The TOML file
@@ -39,6 +39,7 @@ def load_config(toml_file: Path | None = None, **overrides: Any) -> StreamrecCon
         ...
         streamrec.errors.ConfigError: invalid setting STREAMREC_CONSUMER__BATCH_SIZE ...
     """
+    toml_file = None if toml_file is None else Path(toml_file)  # a str too, as a notebook gives it
     toml_path = Path(toml_file or str(StreamrecConfig.model_config.get("toml_file")))
     unknown = unknown_variables(os.environ)
     if unknown:

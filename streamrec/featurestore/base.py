@@ -12,6 +12,7 @@ from typing import overload
 
 import msgspec
 
+from streamrec.errors import ConfigError
 from streamrec.events import Event
 from streamrec.features.schema import FeatureSchema, FeatureSpec, Value
 from streamrec.featurestore import values
@@ -317,7 +318,14 @@ class FeatureStore(PartitionStore):
 
         With each behaviour, its values of ``schema``'s declared behaviour features (outcomes
         included), returned along its histories (`History.features`).
+
+        Raises:
+            ConfigError: ``length`` is not an int of at least 1, or ``dedup_horizon_ms`` one of
+                at least 0 (the bounds of ``model.sequence_length`` and ``consumer.dedup_horizon_ms``).
         """
+        for name, value, least in (("length", length, 1), ("dedup_horizon_ms", dedup_horizon_ms, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ConfigError(f"{name} must be an int of at least {least}, not {value!r}")
         self.length = length
         self.dedup_horizon_ms = dedup_horizon_ms
         self.schema = schema or FeatureSchema.default()

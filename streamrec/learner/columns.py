@@ -97,7 +97,13 @@ class SampleColumns:
         Raises:
             ValueError: If a sample's item and category sequences differ in length, a label
                 is not 0 or 1, or a declared feature is named as a built-in one.
+            TypeError: ``samples`` is not a sequence, or holds what is not a `Sample`.
         """
+        if not isinstance(samples, Sequence) or isinstance(samples, str):
+            raise TypeError(f"samples is a sequence (a list), not {type(samples).__name__}")
+        odd = next((k for k, s in enumerate(samples) if not isinstance(s, Sample)), None)
+        if odd is not None:
+            raise TypeError(f"samples holds Sample values, not {type(samples[odd]).__name__} (at {odd})")
         n = len(samples)
         lengths, builtin = _builtin_columns(samples)
         label = _labels(samples)
@@ -149,6 +155,19 @@ class SampleColumns:
         if feature not in self._positions:
             self._positions[feature] = first_positions(self.sequence_ids(feature))
         return self._positions[feature]
+
+
+def require_columns(batch: SampleColumns) -> SampleColumns:
+    """``batch``, checked to be what a learner takes.
+
+    Raises:
+        TypeError: it is not a `SampleColumns` (a list of samples, say).
+    """
+    if not isinstance(batch, SampleColumns):
+        raise TypeError(
+            f"a learner takes SampleColumns (SampleColumns.from_samples(samples)), not {type(batch).__name__}"
+        )
+    return batch
 
 
 def _builtin_columns(samples: Sequence[Sample]) -> tuple[np.ndarray, dict[str, FeatureColumn]]:

@@ -27,7 +27,12 @@ def fingerprint(ids: Sequence[str]) -> np.ndarray:
 
         >>> fingerprint(["i1", "i2"])
         array([5646418012223857726, 4906504746856298613], dtype=uint64)
+
+    Raises:
+        TypeError: ``ids`` is one string (a sequence of its letters).
     """
+    if isinstance(ids, str):
+        raise TypeError(f"fingerprint takes a list of ids: fingerprint([{ids!r}]), not the string {ids!r}")
     return np.fromiter(map(xxhash.xxh3_64_intdigest, map(str.encode, ids)), dtype=np.uint64, count=len(ids))
 
 

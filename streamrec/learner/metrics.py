@@ -21,11 +21,15 @@ TELLS = {"tell_history_auc": "target_in_history", "tell_category_auc": "category
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """Area under the ROC curve; NaN when only one class is present.
+    """Area under the ROC curve; NaN when only one class is present or a score is NaN.
 
     Args:
         labels: [N] labels; values above 0.5 are positives.
         scores: [N] scores, higher meaning more likely positive.
+
+    Raises:
+        ValueError: the arrays are not 1-D of one length, or a label is NaN.
+        TypeError: labels or scores are not numbers.
 
     Examples:
         >>> auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8]))
@@ -33,18 +37,27 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
         >>> auc(np.array([1, 1]), np.array([0.1, 0.2]))
         nan
     """
+    labels, scores = _vectors(labels=labels, scores=scores)
+    if np.isnan(scores).any():  # NaN sorts last: it would rank as the best score
+        return math.nan
     groups = np.zeros(len(labels), dtype=np.int64)
-    per_group, _, valid = _grouped_auc(np.asarray(labels), np.asarray(scores), groups)
+    per_group, _, valid = _grouped_auc(labels, scores, groups)
     return float(per_group[0]) if valid.any() else math.nan
 
 
 def gauc(labels: np.ndarray, scores: np.ndarray, users: np.ndarray) -> float:
     """Per-user AUC weighted by the user's sample count; NaN when no user has both classes.
 
+    NaN too when a score is NaN.
+
     Args:
         labels: [N] labels; values above 0.5 are positives.
         scores: [N] scores.
         users: [N] user ids (any hashable numpy dtype).
+
+    Raises:
+        ValueError: the arrays are not 1-D of one length, or a label is NaN.
+        TypeError: labels or scores are not numbers.
 
     Examples:
         Each user's items are ranked right, though the two users' scores overlap: the AUC
@@ -57,10 +70,14 @@ def gauc(labels: np.ndarray, scores: np.ndarray, users: np.ndarray) -> float:
         >>> auc(labels[:4], scores[:4])
         0.75
     """
-    if len(labels) == 0:
+    labels, scores = _vectors(labels=labels, scores=scores)
+    users = np.asarray(users)
+    if users.shape != labels.shape:
+        raise ValueError(f"users must be [N] as labels are {list(labels.shape)}, not {list(users.shape)}")
+    if len(labels) == 0 or np.isnan(scores).any():
         return math.nan
-    _, groups = np.unique(np.asarray(users), return_inverse=True)
-    per_group, counts, valid = _grouped_auc(np.asarray(labels), np.asarray(scores), groups)
+    _, groups = np.unique(users, return_inverse=True)
+    per_group, counts, valid = _grouped_auc(labels, scores, groups)
     if not valid.any():
         return math.nan
     return float(np.average(per_group[valid], weights=counts[valid]))
@@ -69,15 +86,50 @@ def gauc(labels: np.ndarray, scores: np.ndarray, users: np.ndarray) -> float:
 def logloss(labels: np.ndarray, probs: np.ndarray) -> float:
     """Mean binary cross-entropy of probabilities clipped away from 0 and 1; NaN if empty.
 
+    NaN too when a probability is NaN.
+
+    Raises:
+        ValueError: the arrays are not 1-D of one length, a label is NaN, or a probability is
+            outside [0, 1] (a logit, say, which clipping would silently score).
+        TypeError: labels or probs are not numbers.
+
     Examples:
         >>> round(logloss(np.array([1, 0]), np.array([0.9, 0.2])), 4)
         0.1643
     """
+    labels, probs = _vectors(labels=labels, probs=probs)
+    outside = np.flatnonzero((probs < 0) | (probs > 1))
+    if len(outside):
+        raise ValueError(f"probs must be probabilities in [0, 1], not {probs[outside[0]]} (at {outside[0]})")
     if len(labels) == 0:
         return math.nan
-    y = (np.asarray(labels) > 0.5).astype(np.float64)
-    p = np.clip(np.asarray(probs, dtype=np.float64), _LOGLOSS_EPS, 1.0 - _LOGLOSS_EPS)
+    y = (labels > 0.5).astype(np.float64)
+    p = np.clip(probs.astype(np.float64), _LOGLOSS_EPS, 1.0 - _LOGLOSS_EPS)
     return float(-np.mean(y * np.log(p) + (1.0 - y) * np.log1p(-p)))
+
+
+def _vectors(**arrays: np.ndarray) -> list[np.ndarray]:
+    """The named arrays as 1-D numeric arrays of one length, the first being the labels.
+
+    Raises:
+        ValueError: one is not 1-D, their lengths differ, or a label is NaN.
+        TypeError: one is not numbers (or booleans).
+    """
+    out = []
+    for name, values in arrays.items():
+        array = np.asarray(values)
+        if array.ndim != 1:
+            raise ValueError(f"{name} must be a 1-D array [N], not of shape {list(array.shape)}")
+        if array.dtype != bool and not np.issubdtype(array.dtype, np.number):
+            raise TypeError(f"{name} must be numbers, not {array.dtype}")
+        out.append(array)
+    lengths = {name: len(a) for name, a in zip(arrays, out, strict=True)}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"arrays of different lengths: {lengths}")
+    nan = np.flatnonzero(np.isnan(out[0].astype(np.float64)))
+    if len(nan):
+        raise ValueError(f"{next(iter(arrays))} hold NaN (at {nan[0]}): a label must be a number")
+    return out
 
 
 def _grouped_auc(

@@ -31,6 +31,7 @@ from streamrec.learner.columns import (
     column_keys,
     encode,
     hashed_rows,
+    require_columns,
 )
 from streamrec.learner.features import FeaturePlan, Moments, encode_features, feature_values
 from streamrec.learner.hashing import PADDING_BUCKET
@@ -107,7 +108,10 @@ class TableLearner(MiniBatchSteps, StateArrays):
         Raises:
             ConfigError: a table names an undeclared feature (see `FeaturePlan`), or the
                 model cannot read a declared feature.
+            TypeError: ``cfg`` is not a `ModelConfig`.
         """
+        if not isinstance(cfg, ModelConfig):
+            raise TypeError(f"cfg must be a ModelConfig (load_config().model, say), not {type(cfg).__name__}")
         self.cfg = cfg
         self.schema = FeatureSchema.default() if schema is None else schema
         self._check_schema(self.schema)
@@ -223,8 +227,12 @@ class TableLearner(MiniBatchSteps, StateArrays):
         return hashed_rows(table, keys) if idmap is None else idmap.lookup(keys)
 
     def predict_many(self, batch: SampleColumns) -> np.ndarray:
-        """Click probabilities, float64 [B], in eval mode without gradients."""
-        return self.predict_encoded(self.encode(batch))
+        """Click probabilities, float64 [B], in eval mode without gradients.
+
+        Raises:
+            TypeError: ``batch`` is not a `SampleColumns`.
+        """
+        return self.predict_encoded(self.encode(require_columns(batch)))
 
     def predict_encoded(self, encoded: EncodedColumns) -> np.ndarray:
         """`predict_many` on an already encoded batch."""
@@ -269,7 +277,7 @@ class TableLearner(MiniBatchSteps, StateArrays):
 
     def _learn(self, batch: SampleColumns, layout: GroupLayout, close: bool) -> TrainResult:
         """Admit ids, train, count; ``close=False`` leaves the micro-batch open (`learn_part`)."""
-        done = self.admit(batch)
+        done = self.admit(require_columns(batch))
         result = self.learn_encoded(self.encode(batch), layout, close)
         self.count(batch)
         return dataclasses.replace(
@@ -387,9 +395,12 @@ class TableLearner(MiniBatchSteps, StateArrays):
             self.known_items[PADDING_BUCKET] = 0
             if self._item_table in self._maps:  # the default row is no item's own
                 self.known_items[DEFAULT_ROW] = 0
+        if self._stats is not None or self._moments.arrays:
+            self._encoded = None  # its id statistics and feature moments were read before these counts
 
     def is_known(self, batch: SampleColumns) -> np.ndarray:
         """Bool [B]: whether each target's item row was trained on before."""
+        require_columns(batch)
         if self._item_table is None:
             return np.zeros(len(batch), dtype=bool)
         return self.known_items[self.encode(batch).targets[self._item_table]].astype(bool)
@@ -397,3 +408,4 @@ class TableLearner(MiniBatchSteps, StateArrays):
     def _make_model(self, rows: Mapping[str, int]) -> paddle.nn.Layer:
         """The model, freshly initialised, with ``rows`` rows per table."""
         raise NotImplementedError
+

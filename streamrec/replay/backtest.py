@@ -30,6 +30,7 @@ from streamrec.replay.report import SCHEMA, finish, summarise, tells
 from streamrec.replay.strategies import (
     DEFAULT_EWC_LAMBDA,
     DEFAULT_KINDS,
+    KINDS,
     Kind,
     Progress,
     Strategy,
@@ -65,9 +66,25 @@ class BacktestConfig:
     def __post_init__(self) -> None:
         """Refuse settings no run can have, before any work, naming the flag that sets each.
 
+        A ``dump_samples`` given as a string is taken as its path.
+
         Raises:
-            ConfigError: the first such setting.
+            ConfigError: the first such setting, or a strategy no backtest knows.
+            TypeError: a count that is not an int, or names given as one string.
         """
+        for name in ("limit", "interval_ms", "batch_size", "retrain_every", "seed", "jobs"):
+            value = getattr(self, name)
+            if not (value is None or (isinstance(value, int) and not isinstance(value, bool))):
+                raise TypeError(f"BacktestConfig.{name} must be an int, not {value!r}")
+        for name in ("strategies", "ewc_lambdas", "ablate"):
+            if isinstance(names := getattr(self, name), str):  # a string is a tuple of letters
+                raise TypeError(f"BacktestConfig.{name} must be a tuple of names, not {names!r}")
+        if isinstance(self.dump_samples, str):
+            object.__setattr__(self, "dump_samples", Path(self.dump_samples))  # frozen: set once, here
+        if not self.strategies:
+            raise ConfigError(f"--strategies names none; name some of {', '.join(KINDS)}")
+        if unknown := [k for k in self.strategies if k not in KINDS]:
+            raise ConfigError(f"unknown strateg(ies) {unknown}; expected some of {', '.join(KINDS)}")
         checks = (
             ("--limit", self.limit, self.limit is None or self.limit >= 1, "a positive number of events"),
             ("--interval", self.interval_ms, self.interval_ms is None or self.interval_ms >= 1, "positive"),

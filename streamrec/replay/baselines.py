@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from streamrec.learner.base import TrainResult
-from streamrec.learner.columns import SampleColumns
+from streamrec.learner.columns import SampleColumns, require_columns
 from streamrec.learner.hashing import fingerprint
 
 # The Beta prior's weight in pseudo-samples: an item needs about this many samples before
@@ -34,8 +34,12 @@ class _ItemCounts:
 
     @staticmethod
     def keys(batch: SampleColumns) -> list[int]:
-        """[B] each target item's fingerprint."""
-        return fingerprint(batch.target_ids("item")).tolist()
+        """[B] each target item's fingerprint.
+
+        Raises:
+            TypeError: ``batch`` is not a `SampleColumns`.
+        """
+        return fingerprint(require_columns(batch).target_ids("item")).tolist()
 
     def learn(self, batch: SampleColumns) -> TrainResult:
         for item, label in zip(self.keys(batch), batch.label.tolist(), strict=True):

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from streamrec.learner.base import TrainResult
-from streamrec.learner.columns import SampleColumns
+from streamrec.learner.columns import SampleColumns, require_columns
 from streamrec.learner.match import MATCH_FEATURES, match_features
 from streamrec.learner.metrics import logloss
 
@@ -55,11 +55,11 @@ class FeaturesLearner:
 
     def predict_many(self, batch: SampleColumns) -> np.ndarray:
         """See `Learner`."""
-        return _sigmoid(design(batch) @ self.weights)
+        return _sigmoid(design(require_columns(batch)) @ self.weights)
 
     def learn_many(self, batch: SampleColumns) -> TrainResult:
         """See `Learner`."""
-        x, y = design(batch), batch.label.astype(np.float64)
+        x, y = design(require_columns(batch)), batch.label.astype(np.float64)
         start, w, steps = self.weights, self.weights.copy(), 0
 
         def objective(v: np.ndarray) -> float:
@@ -89,7 +89,7 @@ class FeaturesLearner:
 
     def is_known(self, batch: SampleColumns) -> np.ndarray:
         """No target is ever known: the model has no ids."""
-        return np.zeros(len(batch), dtype=bool)
+        return np.zeros(len(require_columns(batch)), dtype=bool)
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         """See `Learner`."""

@@ -100,9 +100,15 @@ class Candidates(Sequence[Candidate]):
 
 
 def candidate_columns(candidates: Sequence[Candidate]) -> dict[str, Sequence[str | None]]:
-    """The ids of ``candidates`` of each of the default schema's features (`PAIR`), by name."""
+    """The ids of ``candidates`` of each of the default schema's features (`PAIR`), by name.
+
+    Raises:
+        TypeError: a candidate is not a `Candidate` (an item id, say).
+    """
     if isinstance(candidates, Candidates):
         return dict(zip(PAIR, (candidates.item_ids, candidates.category_ids), strict=True))
+    if (odd := next((c for c in candidates if not isinstance(c, Candidate)), None)) is not None:
+        raise TypeError(f"candidates are Candidate values (Candidate(item_id, category_id)), not {odd!r}")
     return {name: [c.target_id(name) for c in candidates] for name in PAIR}
 
 

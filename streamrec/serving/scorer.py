@@ -21,7 +21,7 @@ import orjson
 from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig, TableConfig
 from streamrec.errors import InvalidSnapshot, NotServable, SnapshotError
 from streamrec.features.schema import FeatureSchema
-from streamrec.learner.columns import SampleColumns, encode
+from streamrec.learner.columns import SampleColumns, encode, require_columns
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.observability.freshness import LoadedVersion, loaded_version
@@ -144,8 +144,12 @@ class ExportedModel:
 
         Raises:
             InvalidEvent: a request's feature value breaks its declaration.
+            TypeError: a behaviour is not an (item, category) pair, or a candidate not a `Candidate`.
         """
         recent = list(history)[-self.length :]
+        odd = next((p for p in recent if not isinstance(p, tuple | list) or len(p) != 2), None)
+        if odd is not None:
+            raise TypeError(f"history holds (item, category) pairs, not {odd!r}")  # "i2" would read as i, 2
         n = len(candidates)
         columns = candidate_columns(candidates)
         targets, sequences = {}, {}
@@ -170,8 +174,11 @@ class ExportedModel:
 
         A learner's batch scored by the export, each sample with its own history (the gate
         compares the served version with a candidate this way).
+
+        Raises:
+            TypeError: ``batch`` is not a `SampleColumns`.
         """
-        encoded = encode(batch, self._cfg, rows_of=self._rows_of_table)
+        encoded = encode(require_columns(batch), self._cfg, rows_of=self._rows_of_table)
         users = to_buckets(fingerprint(batch.user_ids.tolist()), self.user_buckets)
         features = feature_batch_inputs(self.contract, batch)
         inputs = self._feed(encoded.targets, encoded.sequences, encoded.context, users, features)

@@ -8,6 +8,7 @@ of a snapshot. `prepare_directory` finds the first three and removes the last.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import shutil
 import uuid
@@ -24,8 +25,18 @@ TMP_PREFIX = ".tmp-"  # a snapshot being written; never a version
 
 
 def version_name(version: int) -> str:
-    """How a version is named on disk and on screen: ``v000007``."""
-    return f"v{version:06d}"
+    """How a version is named on disk and on screen: ``v000007``.
+
+    Raises:
+        TypeError: ``version`` is not an int (a name such as ``"v000007"``: resolve it first).
+    """
+    try:
+        number = operator.index(version)  # an int, numpy's included; not a str or a float
+    except TypeError:
+        raise TypeError(
+            f"a snapshot version is an int (SnapshotStore.resolve(name) gives one), not {version!r}"
+        ) from None
+    return f"v{number:06d}"
 
 
 def parse_version(name: str) -> int | None:

@@ -4,6 +4,7 @@ truncation, take.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -148,3 +149,19 @@ def test_a_label_other_than_0_or_1_never_becomes_a_column(label: Any) -> None:
     """
     with pytest.raises(ValueError, match="label must be 0 or 1"):
         SampleColumns.from_samples([_sample(1), _sample(2, label=label)])
+
+
+@pytest.mark.parametrize(
+    ("samples", "words"),
+    [
+        ([{"sample_id": "e1"}], "samples holds Sample values, not dict (at 0)"),
+        (iter([Sample("e1", "u1", 1, "i1", "c1", 1, (), ())]),
+         "samples is a sequence (a list), not list_iterator"),
+        ("e1", "samples is a sequence (a list), not str"),
+    ],
+)
+def test_what_is_not_a_sequence_of_samples_is_refused_naming_it(samples: Any, words: str) -> None:
+    # Found by the Python-API tour: dicts raised AttributeError "'dict' object has no attribute
+    # 'item_id'" six frames deep, a generator "object of type 'list_iterator' has no len()".
+    with pytest.raises(TypeError, match=re.escape(words)):
+        SampleColumns.from_samples(samples)

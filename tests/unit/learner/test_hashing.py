@@ -73,3 +73,9 @@ def test_distinct_fingerprints_are_np_unique_of_the_fingerprints(ids: list[str])
     assert distinct.dtype == np.uint64 and inverse.dtype == np.int64
     np.testing.assert_array_equal(distinct, expected)
     np.testing.assert_array_equal(inverse, expected_inverse.ravel())
+
+
+def test_one_id_given_as_a_string_is_refused_not_hashed_letter_by_letter() -> None:
+    # Found by the Python-API tour: fingerprint("i1") gave two fingerprints, of "i" and of "1".
+    with pytest.raises(TypeError, match=r"fingerprint\(\['i1'\]\), not the string 'i1'"):
+        fingerprint("i1")

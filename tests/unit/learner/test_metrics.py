@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
+from typing import Any
 
 import numpy as np
+import pytest
 
 from streamrec.learner.metrics import MicroBatchMetrics, auc, gauc, logloss
 
@@ -74,3 +77,31 @@ def test_batch_metrics_compute() -> None:
     assert (m.samples, m.positives, m.known_samples) == (4, 2, 3)
     assert m.auc == 0.75 and m.gauc == 0.5 and m.known_auc == 1.0
     assert math.isclose(m.logloss, logloss(labels, probs))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "words"),
+    [
+        (lambda: auc(np.array([0, 1, 1]), np.array([0.1, 0.2])), ValueError, "different lengths"),
+        (lambda: gauc(np.array([0, 1]), np.array([0.1, 0.2]), np.array(["a"])), ValueError, "users"),
+        (lambda: logloss(np.array([0, 1, 0]), np.array([0.1, 0.2])), ValueError, "different lengths"),
+        (lambda: auc(np.array([[0, 1]]), np.array([[0.1, 0.2]])), ValueError, "1-D"),
+        (lambda: auc(np.array([0, 1]), np.array(["x", "y"])), TypeError, "scores"),
+        (lambda: auc(np.array([0, np.nan, 1]), np.array([0.1, 0.2, 0.3])), ValueError, "labels hold NaN"),
+        (lambda: logloss(np.array([1, 0]), np.array([5.0, -3.0])), ValueError, "[0, 1]"),
+    ],
+)
+def test_bad_arrays_are_refused_naming_the_argument(call: Any, error: type[Exception], words: str) -> None:
+    # Found by the Python-API tour: mismatched lengths raised numpy's "all keys need to be the
+    # same shape", string scores ranked lexically, and logits were clipped into a tiny loss.
+    with pytest.raises(error, match=re.escape(words)):
+        call()
+
+
+def test_a_nan_score_gives_nan_not_a_ranking() -> None:
+    # NaN sorts last: all-NaN scores made an AUC of 1.0, one NaN made the GAUC 1.0 (the tour).
+    labels = np.array([0, 1, 0, 1])
+    assert math.isnan(auc(labels, np.full(4, np.nan)))
+    assert math.isnan(gauc(labels, np.array([0.1, np.nan, 0.3, 0.4]), np.array(["a", "a", "b", "b"])))
+    assert math.isnan(logloss(labels, np.array([0.1, np.nan, 0.3, 0.4])))
+    assert auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == 0.75  # type: ignore[arg-type]  # lists still do

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
+import pytest
 
+from streamrec.learner.base import Learner
 from streamrec.learner.columns import SampleColumns
 from streamrec.replay.baselines import PRIOR_SAMPLES, ItemRateLearner, PopularityLearner
+from streamrec.replay.features import FeaturesLearner
 from streamrec.samples import Sample
 
 
@@ -44,3 +48,14 @@ def test_baseline_state_round_trips() -> None:
     probe = batch(("a", 0), ("b", 0), ("x", 0))
     assert np.array_equal(restored.predict_many(probe), learner.predict_many(probe))
     assert math.isnan(learner.learn_many(batch(("a", 1))).loss)  # counting has no loss
+
+
+@pytest.mark.parametrize("make", [PopularityLearner, ItemRateLearner, FeaturesLearner])
+def test_a_baseline_refuses_samples_that_are_not_columns(make: Callable[[], Learner]) -> None:
+    # Found by the Python-API tour: a list of samples raised AttributeError "'list' object has no
+    # attribute 'target_ids'" (FeaturesLearner.is_known took it, returning a wrong-sized answer).
+    learner = make()
+    samples = [Sample("e1", "u1", 1, "i1", "c1", 1, (), ())]
+    for method in (learner.predict_many, learner.learn_many, learner.is_known):
+        with pytest.raises(TypeError, match=r"SampleColumns\.from_samples\(samples\)\), not list"):
+            method(samples)  # type: ignore[arg-type]

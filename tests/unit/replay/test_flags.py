@@ -6,10 +6,15 @@ EWC's λ), not a copy of them.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from typing import Any
+
 import pytest
 from typer.testing import CliRunner
 
 from streamrec.cli import app
+from streamrec.errors import ConfigError
 from streamrec.replay import backtest as bt
 
 SOURCE = "synthetic:events=300,users=20,items=100,seed=3"
@@ -57,3 +62,31 @@ def test_a_bad_flag_is_refused_in_one_line_naming_it(args: list[str], flag: str)
     assert out.exception is None or isinstance(out.exception, SystemExit), repr(out.exception)
     assert out.exit_code == 1 and out.output.startswith("error: ") and flag in out.output, out.output
     assert len(out.output.strip().splitlines()) == 1, out.output
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "words"),
+    [
+        # found by the Python-API tour (test first): 'nope' ran as a DIN under that name and
+        # () returned a report of no strategies; only the CLI checked the names
+        ({"strategies": ("nope",)}, ConfigError, "unknown strateg(ies) ['nope']"),
+        ({"strategies": ()}, ConfigError, "--strategies names none"),
+        # a string is a tuple of letters: "names 'n' twice"
+        ({"strategies": "finetune"}, TypeError, "strategies must be a tuple of names, not 'finetune'"),
+        ({"ablate": "genres"}, TypeError, "ablate must be a tuple of names, not 'genres'"),
+        # a str: '>=' not supported; a float batch size was taken
+        ({"jobs": "2"}, TypeError, "jobs must be an int, not '2'"),
+        ({"batch_size": 2.5}, TypeError, "batch_size must be an int, not 2.5"),
+    ],
+)
+def test_a_backtest_config_made_in_python_is_checked_as_the_flags_are(
+    fields: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=re.escape(words)):
+        bt.BacktestConfig(SOURCE, **fields)
+
+
+def test_a_samples_dump_may_be_named_by_a_string(tmp_path: Path) -> None:
+    # found by the Python-API tour: a str path failed after the whole replay ('str' has no with_name)
+    path = tmp_path / "s.jsonl"
+    assert bt.BacktestConfig(SOURCE, dump_samples=str(path)).dump_samples == path  # type: ignore[arg-type]

@@ -255,3 +255,17 @@ def test_an_input_serving_cannot_build_is_refused_in_one_line(spec: dict[str, An
     with pytest.raises(NotServable, match=why) as info:
         _servable_inputs(contract_with([{**spec, "dtype": "int64"}]), Path("v000001"))
     assert "\n" not in str(info.value) and "contract.json" in str(info.value)
+
+
+def test_the_scorer_refuses_what_is_not_its_input_naming_it(tmp_path: Path) -> None:
+    # Found by the Python-API tour: candidates as ids raised AttributeError "'str' object has no
+    # attribute 'target_id'", samples as a list "'list' object has no attribute 'target_ids'", and
+    # a history of item ids, not (item, category) pairs, was scored: "i2" read as item "i", category "2".
+    learner = trained(config())
+    model = ExportedModel(write_export(learner, tmp_path / "v000001", 1))
+    with pytest.raises(TypeError, match=r"candidates are Candidate values .*, not 'i1'"):
+        model.score("u1", [("i2", "c1")], ["i1"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"history holds \(item, category\) pairs, not 'i2'"):
+        model.score("u1", ["i2"], [Candidate("i1")])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"SampleColumns\.from_samples\(samples\)\), not list"):
+        model.score_batch([Sample("e1", "u1", 1, "i1", "c1", 1, (), ())])  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -66,3 +67,16 @@ def test_flatten_uses_dotted_keys() -> None:
     assert flatten({"a": {"b": 1, "c": {"d": None}}, "e": {}, "f": [1]}) == {
         "a.b": 1, "a.c.d": None, "e": {}, "f": [1],
     }
+
+
+@pytest.mark.parametrize("version", ["v000001", "1", 1.0])
+def test_a_version_that_is_not_an_int_is_refused_naming_resolve(tmp_path: Path, version: object) -> None:
+    # Found by the Python-API tour: diff_snapshots(store, "v000001", "2") and store.load("1") raised
+    # "Unknown format code 'd' for object of type 'str'" from the version's name, seven frames deep.
+    store = SnapshotStore(tmp_path)
+    store.write({"model": {"w": np.ones(2)}}, micro_batches=1, samples_trained=1, positions=())
+    with pytest.raises(TypeError, match=r"a snapshot version is an int \(SnapshotStore.resolve"):
+        diff_snapshots(store, version, 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not " + re.escape(repr(version))):
+        store.load(version)  # type: ignore[arg-type]
+    assert store.load(np.int64(1))[0].version == 1  # type: ignore[arg-type]  # numpy's ints are ints
