@@ -21,8 +21,7 @@ from streamrec.errors import ConfigError, NonFiniteWeights, SnapshotError
 from streamrec.features.schema import FeatureSchema
 from streamrec.learner.base import Learner
 from streamrec.learner.state import STATE_LAYOUT, migrate_state
-from streamrec.serving.onnxfile import onnx_missing
-from streamrec.snapshots.exports import export_bytes
+from streamrec.snapshots.exports import export_bytes, onnx_missing
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
-import importlib.util
 import logging
 import os
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from streamrec.serving.engines import OnnxEngine, PaddleEngine
+from streamrec.snapshots.exports import onnx_missing
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +41,6 @@ OPSET = 13
 PARITY = 1e-5
 _PROBE_ROWS = 64  # candidates in the probe batch
 _PROBE_SIZE = 3  # any other dimension the contract leaves open
-
-
-def onnx_missing() -> list[str]:
-    """The modules the ONNX graph needs that are not installed (the ``onnx`` extra's)."""
-    return [m for m in ("paddle2onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
 
 
 def write_onnx(

@@ -9,6 +9,7 @@ its ``manifest.json`` matches ``manifest.sha256`` and every file matches its che
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,14 @@ EXPORTS = "exports"
 MANIFEST = "manifest.json"
 MANIFEST_SUM = "manifest.sha256"
 CONTRACT = "contract.json"  # the scoring contract (`streamrec.serving.contract`)
+
+
+def onnx_missing() -> list[str]:
+    """The modules an export's ONNX graph needs that are not installed (the ``onnx`` extra's).
+
+    Here, not in serving, since the learner sizes its exports by it too.
+    """
+    return [m for m in ("paddle2onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
 
 
 def export_dir(root: Path, version: int) -> Path:

@@ -55,6 +55,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "--bootstrap-servers": "STREAMREC_KAFKA__BOOTSTRAP_SERVERS",
         "--events-topic": "STREAMREC_KAFKA__EVENTS_TOPIC",
         "--redis-url": "STREAMREC_STORE__URL",
+        "--group-id": "STREAMREC_CONSUMER__GROUP_ID",
     },
     "learner run": {
         "--bootstrap-servers": "STREAMREC_KAFKA__BOOTSTRAP_SERVERS",
