@@ -260,7 +260,9 @@ class Moments:
     """Running count, mean and variance (Welford, merged per batch) of standardized features.
 
     Updated after each batch is learnt, as the id statistics: a batch's own values never
-    shape its scores. State: float64[3] (count, mean, sum of squared deviations) per feature.
+    shape its scores. A feature without moments reads as absent (0.0); the first batch that
+    has its values gives it moments before it is trained on (`TableLearner`), so it is never
+    trained on raw values. State: float64[3] (count, mean, sum of squared deviations) per feature.
     """
 
     def __init__(self, names: Iterable[str]) -> None:
@@ -277,10 +279,15 @@ class Moments:
             self.arrays[name] = np.asarray(arrays[f"{prefix}{name}/moments"], np.float64).copy()
 
     def standardize(self, name: str, x: np.ndarray) -> np.ndarray:
-        """``x`` centred and scaled by the moments so far (unchanged before any)."""
+        """``x`` centred and scaled by the moments so far; 0.0 (absent) before any.
+
+        Read raw, a year (~2,000) given to a model trained without it swung its scores (a
+        micro-batch's logloss 5.12 against 0.69-0.71 either side).
+        """
         n, mean, m2 = self.arrays[name]
-        std = np.sqrt(m2 / n + STANDARDIZE_EPS) if n else 1.0
-        return ((x - mean) / std).astype(np.float32)
+        if not n:
+            return np.zeros(x.shape, np.float32)
+        return ((x - mean) / np.sqrt(m2 / n + STANDARDIZE_EPS)).astype(np.float32)
 
     def update(self, name: str, x: np.ndarray) -> None:
         """Merge the finite values of ``x``."""

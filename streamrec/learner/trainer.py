@@ -278,8 +278,9 @@ class TableLearner(MiniBatchSteps, StateArrays):
     def _learn(self, batch: SampleColumns, layout: GroupLayout, close: bool) -> TrainResult:
         """Admit ids, train, count; ``close=False`` leaves the micro-batch open (`learn_part`)."""
         done = self.admit(require_columns(batch))
+        first = self._first_moments(batch)
         result = self.learn_encoded(self.encode(batch), layout, close)
-        self.count(batch)
+        self.count(batch, first)
         return dataclasses.replace(
             result,
             ids_admitted={n: a.admitted for n, a in done.items()},
@@ -365,11 +366,32 @@ class TableLearner(MiniBatchSteps, StateArrays):
         if table == self._item_table:
             self.known_items[rows] = 0
 
-    def count(self, batch: SampleColumns) -> None:
+    def _first_moments(self, batch: SampleColumns) -> frozenset[str]:
+        """Give the standardized features without moments the batch's (the group's), before training.
+
+        Such a feature read as absent while the batch was scored (`Moments.standardize`);
+        trained on raw values, a year added to a running learner trained its first
+        micro-batch at loss 735. Returns the features given moments: `count` leaves them.
+        """
+        empty = [name for name, (n, _, _) in self._moments.arrays.items() if not n]
+        if not empty:  # every rank alike: the moments are the group's
+            return frozenset()
+        values = {name: feature_values(batch, self.plan, name).astype(np.float64) for name in empty}
+        values = self._exchange(values, "first moments")
+        for name in empty:
+            self._moments.update(name, values[name])
+        first = frozenset(name for name in empty if self._moments.arrays[name][0])
+        if first and self._encoded is not None and self._encoded[0] is batch:  # scored: re-read them
+            extras = encode_features(batch, self.plan, self.cfg.sequence_length, self._moments)
+            self._encoded = (batch, dataclasses.replace(self._encoded[1], extras=extras))
+        return first
+
+    def count(self, batch: SampleColumns, first: frozenset[str] = frozenset()) -> None:
         """Count a batch into the id statistics and mark its items known.
 
         Add a batch to the id statistics and mark its items known (after training on it:
-        a micro-batch's own labels never feed its scores).
+        a micro-batch's own labels never feed its scores). ``first``: standardized features
+        whose moments already hold the batch (`_first_moments`).
         """
         encoded = self.encode(batch)
         counted: dict[str, np.ndarray] = {}
@@ -377,7 +399,8 @@ class TableLearner(MiniBatchSteps, StateArrays):
             counted |= {f"stats/{name}": rows for name, rows in encoded.targets.items()}
             counted["stats/users"] = IdStats.user_rows(batch.user_ids)
             counted["stats/labels"] = encoded.label.astype(np.float64)
-        for name in self._moments.arrays:
+        moments = [name for name in self._moments.arrays if name not in first]
+        for name in moments:
             counted[f"moments/{name}"] = feature_values(batch, self.plan, name).astype(np.float64)
         if self._item_table is not None:
             item = self._item_table
@@ -388,7 +411,7 @@ class TableLearner(MiniBatchSteps, StateArrays):
         if self._stats is not None:
             targets = {name: counted[f"stats/{name}"] for name in encoded.targets}
             self._stats.count_rows(targets, counted["stats/users"], counted["stats/labels"])
-        for name in self._moments.arrays:
+        for name in moments:
             self._moments.update(name, counted[f"moments/{name}"])
         if self._item_table is not None and len(counted["known"]):
             self.known_items[counted["known"]] = 1

@@ -209,8 +209,8 @@ def feature_contract(learner: TableLearner) -> dict[str, Any]:
         "feature_fingerprint": schema.fingerprint,
         "feature_what": (
             "a number input is transformed (log1p; standardize: (x - mean) / sqrt(m2 / n + 1e-6) "
-            "from moments [n, mean, m2]), 0.0 when absent; behaviour features' sequence inputs "
-            "are right-aligned as the sequences, outcomes have no target input"
+            "from moments [n, mean, m2], 0.0 while n is 0), 0.0 when absent; behaviour features' "
+            "sequence inputs are right-aligned as the sequences, outcomes have no target input"
         ),
     }
 

@@ -163,13 +163,18 @@ def test_a_declared_features_table_must_be_hashed() -> None:
 def test_encoding_pads_aligns_and_transforms() -> None:
     plan = FeaturePlan(model(), SCHEMA)
     batch = SampleColumns.from_samples(featured(1))
-    x = encode_features(batch, plan, 4, Moments(plan.standardized))
+    moments = Moments(plan.standardized)
+    x = encode_features(batch, plan, 4, moments)
+    assert x["rating/sequence"][0].tolist() == [0.0, 0.0, 0.0, 0.0]  # no moments yet: absent
+    moments.update("rating", np.array([1.0, 3.0], np.float32))  # mean 2, variance 1
+    x = encode_features(batch, plan, 4, moments)
     assert x["genres/target"].shape == (1, 3) and (x["genres/target"][0, :2] > 0).all()
     assert x["genres/target"][0, 2] == 0  # padding
     # right-aligned as the items: the history (i8, i9) sits at columns 2 and 3
     assert x["genres/sequence"].shape == (1, 4, 3)
     assert x["genres/sequence"][0, 2, 0] > 0 and (x["genres/sequence"][0, 3] == 0).all()
-    assert x["rating/sequence"][0].tolist() == [0.0, 0.0, 4.0, 0.0]  # no moments yet: as is
+    # the history's rating, 4.0, at column 2, standardized; the padding stays 0
+    np.testing.assert_allclose(x["rating/sequence"][0], [0.0, 0.0, 2.0, 0.0], rtol=1e-5)
     assert "rating/target" not in x
     assert x["age/target"].tolist() == [3]  # 33 in [30, 50): the third bucket, row 3
     assert x["price/target"][0] == pytest.approx(np.log1p(3.0))
@@ -185,16 +190,11 @@ def test_standardize_uses_the_running_moments() -> None:
     assert moments.standardize("r", np.array([3.0], np.float32))[0] == pytest.approx(0.0)
 
 
-@pytest.mark.xfail(strict=True, reason="a standardized number reads raw before its moments; fixing it as "
-                   "0.0 cost the MovieLens example 0.002 GAUC (seeds 0-2), see the test's docstring")
 def test_a_standardized_number_reads_as_absent_until_it_has_moments() -> None:
     """Found by a tour of docs/backtesting.md: a ``year`` that appears only after the first
-    micro-batches (producers that start sending it, a feature declared late) is read raw,
+    micro-batches (producers that start sending it, a feature declared late) was read raw,
     ~2000, by a model trained without it; the micro-batch it appeared in scored logloss 5.12
-    against 0.69-0.71 either side. Read as 0.0 before any moments (absent), this passes, but the
-    MovieLens example (`--strategies finetune`, two passes) then gave GAUC 0.6684 / 0.6654 / 0.6675
-    at seeds 0 / 1 / 2 against 0.6682 / 0.6684 / 0.6706 (its first micro-batch trained at 0.0
-    rather than raw). Left open: moments updated between scoring and training may fix both.
+    against 0.69-0.71 either side.
     """
     year = FeatureSpec(name="year", kind="number", transform="standardize")
     learner = din(FeatureSchema.of([year]))
@@ -209,6 +209,33 @@ def test_a_standardized_number_reads_as_absent_until_it_has_moments() -> None:
     ]
     np.testing.assert_allclose(learner.predict_many(SampleColumns.from_samples(dated)),
                                learner.predict_many(SampleColumns.from_samples(samples)), rtol=1e-6)
+
+
+def test_the_first_micro_batch_of_a_standardized_number_trains_on_it_standardized() -> None:
+    """Its own moments, taken after it was scored and before it is trained on: trained raw, a
+    year added to a running learner trained its first micro-batch at loss 735.
+    """
+    year = FeatureSpec(name="year", kind="number", transform="standardize")
+    learner, raw, yearless = (din(FeatureSchema.of([year])) for _ in range(3))
+    samples = featured(16)
+    dated = SampleColumns.from_samples([
+        Sample(s.sample_id, s.user_id, s.ts, s.item_id, s.category_id, s.label, s.seq_items, s.seq_categories,
+               features={"year": 1995.0 + i}, seq_features={"year": (1980.0, 2010.0)})
+        for i, s in enumerate(samples)
+    ])
+    undated = SampleColumns.from_samples(samples)
+    for each in (learner, raw, yearless):
+        each.learn_many(undated)  # no year yet: no moments
+    learner.predict_many(dated)  # scored first: the encoding it caches is re-read for training
+    loss = learner.learn_many(dated).loss
+    yearless.learn_many(undated)  # as if the years had been read as absent in training too
+    assert not np.allclose(learner.predict_many(undated), yearless.predict_many(undated), rtol=1e-4)
+    n, mean, _ = learner.feature_moments["year"]
+    assert (n, mean) == (16, pytest.approx(2002.5))  # the targets' years, counted once
+    raw._moments.arrays["year"] = np.array([1.0, 0.0, 1.0])  # standardize as the identity: raw
+    assert loss < 2.0 < raw.learn_many(dated).loss
+    learner.learn_many(dated)
+    assert learner.feature_moments["year"][0] == 32
 
 
 # -- the DIN ------------------------------------------------------------------------------------

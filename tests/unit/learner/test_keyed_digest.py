@@ -5,7 +5,9 @@ schema, and one declaring genres, year and rating) and scores a held-out one; it
 per state array its shape and the sum of its absolute values, are compared with the reference
 in ``keyed_reference.json``, computed on main before the learner's batch was keyed by feature
 name (195788a); ``din/movielens`` since DIN's wide part covers the declared genres (state
-layout 3), recomputed then (the other three cases unchanged by it). On one machine the code
+layout 3), recomputed then (the other three cases unchanged by it); both ``movielens`` cases
+recomputed again when a standardized number stopped being read raw before its moments (its
+first micro-batch is trained on it standardized). On one machine the code
 since gives the same arrays bit for bit (checked on
 2026-12-03: every one of the 409 arrays of the four cases equal to 195788a's).
 

@@ -161,3 +161,32 @@ def test_the_ranks_settings_fingerprint_covers_the_samples_topic_but_not_the_dev
     assert settings_fingerprint(other_device) == same
     assert settings_fingerprint(other_topic) != same
     assert settings_fingerprint(other_model) != same
+
+
+def test_a_standardized_numbers_first_moments_are_the_groups() -> None:
+    """Every rank gives a feature without moments the group's values before training on them."""
+    from streamrec.features import FeatureSchema, FeatureSpec
+    from streamrec.samples import Sample
+    from tests.unit.learner.test_features import featured
+
+    year = FeatureSpec(name="year", kind="number", transform="standardize")
+    cfg = ModelConfig(tables=small_tables(2**8, 2**4, dim=4), sequence_length=4, mlp_units=[4])
+    learner = DINLearner(cfg, schema=FeatureSchema.of([year]))
+    calls: list[str] = []
+
+    def gather(array: np.ndarray, what: str) -> list[np.ndarray]:  # rank 0 holds what rank 1 does
+        calls.append(what)
+        return [array, array]
+
+    learner._ranks = RankShare(1, 2, gather=gather)  # the exchanges alone: no gradient sum
+    dated = SampleColumns.from_samples([
+        Sample(s.sample_id, s.user_id, s.ts, s.item_id, s.category_id, s.label, s.seq_items, s.seq_categories,
+               features={"year": 1990.0 + 2 * i})
+        for i, s in enumerate(featured(8))
+    ])
+    learner.learn_share(dated, GroupLayout(16, np.arange(8, 16, dtype=np.int64)))
+    n, mean, _ = learner.feature_moments["year"]
+    assert (n, mean) == (16, 1997.0)  # both ranks' 8 years, once: not counted again after training
+    assert calls.count("first moments") == 1
+    learner.learn_share(dated, GroupLayout(16, np.arange(8, 16, dtype=np.int64)))
+    assert learner.feature_moments["year"][0] == 32 and calls.count("first moments") == 1
