@@ -51,12 +51,16 @@ def judge(
 ) -> tuple[bool, str, dict[str, float]]:
     """Whether ``candidate`` scores hold against ``served`` ones on ``labels``, why, and the figures.
 
-    AUC is skipped (not failed) on a micro-batch of one class, where it is undefined.
+    AUC is skipped (not failed) on a micro-batch of one class, where it is undefined; a
+    candidate score that is not finite fails.
     """
     figures = {
         "auc": auc(labels, candidate), "served_auc": auc(labels, served),
         "logloss": logloss(labels, candidate), "served_logloss": logloss(labels, served),
     }
+    broken = int((~np.isfinite(candidate)).sum())
+    if broken:  # its AUC and logloss are NaN, which no comparison below fails
+        return False, f"{broken} of {len(candidate)} candidate scores not finite", figures
     failures = []
     if not (math.isnan(figures["auc"]) or math.isnan(figures["served_auc"])):
         if figures["auc"] < figures["served_auc"] - auc_margin:

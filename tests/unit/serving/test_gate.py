@@ -74,6 +74,10 @@ def test_the_gate_rules() -> None:
     assert figures["served_auc"] == 1.0
     one_class = np.ones(6, np.float32)  # AUC undefined: judged on logloss alone
     assert judge(one_class, good, good, 0.002, 1.01)[0]
+    # a candidate scoring NaN: its AUC and logloss are NaN, which no comparison fails
+    broken = np.array([0.2, np.nan, 0.3, 0.7, np.nan, 0.1])
+    passed, reason, _ = judge(labels, broken, good, 0.002, 1.01)
+    assert not passed and reason == "2 of 6 candidate scores not finite"
 
 
 def test_promote_off_and_always(tmp_path: Path) -> None:
