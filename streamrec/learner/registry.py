@@ -67,6 +67,17 @@ def make_learner(cfg: ModelConfig, schema: FeatureSchema | None = None) -> Learn
     return cast(Learner, learner)
 
 
+def reads_model_settings(value: str) -> bool:
+    """Whether the learner ``value`` names is built from the model settings.
+
+    A built-in is, and a class with ``from_config``; one built with no arguments reads none.
+
+    Raises:
+        ConfigError: as `load_class`.
+    """
+    return value in BUILTINS or callable(getattr(load_class(value), "from_config", None))
+
+
 def check_setting(value: str) -> None:
     """Fail now, before any service starts, when ``value`` names no learner that loads.
 

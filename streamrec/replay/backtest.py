@@ -21,6 +21,7 @@ from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.datasets import load_events
 from streamrec.errors import ConfigError
 from streamrec.features import FeatureSchema
+from streamrec.learner.registry import reads_model_settings
 from streamrec.replay import ablation, intake
 from streamrec.replay.batches import MicroBatch, by_count, by_interval, replay_events
 from streamrec.replay.coldstart import cold_start
@@ -315,6 +316,13 @@ def check_sweep(
     for flag, values in (("--sweep-intervals", intervals_ms), ("--sweep-lrs", learning_rates),
                          ("--sweep-passes", passes)):
         once(flag, values)  # a row twice would cost a run
+    learner = cfg.settings.model.learner
+    if (len(learning_rates) > 1 or len(passes) > 1) and not reads_model_settings(learner):
+        raise ConfigError(
+            f"--sweep-lrs and --sweep-passes set model settings, and STREAMREC_MODEL__LEARNER={learner} "
+            "reads no model settings (no from_config): its rows would differ in name only; give "
+            "each one value, and sweep --sweep-intervals or --ewc-lambda"
+        )
     for lr in learning_rates:
         validated(cfg.settings.model, "--sweep-lrs", learning_rate=lr)
     for n in passes:

@@ -65,6 +65,19 @@ class NeedsArguments:
     load_state_arrays = TinyLearner.load_state_arrays
 
 
+class SettingsBlindLearner:
+    """The contract's methods, built with no arguments and no from_config: it reads no model settings."""
+
+    def __init__(self) -> None:
+        self.prior, self.counts = 0.5, np.zeros(2)
+
+    predict_many = TinyLearner.predict_many
+    learn_many = TinyLearner.learn_many
+    is_known = TinyLearner.is_known
+    state_arrays = TinyLearner.state_arrays
+    load_state_arrays = TinyLearner.load_state_arrays
+
+
 class ExportableTinyLearner(TinyLearner):
     """A `TinyLearner` that exports itself: its rate and a contract saying how to read it."""
 

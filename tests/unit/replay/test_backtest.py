@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from streamrec.cli import app
 from streamrec.config import StreamrecConfig
+from streamrec.errors import ConfigError
 from streamrec.replay import strategies as strategies_module
 from streamrec.replay.backtest import BacktestConfig, backtest, micro_batches, seeded, sweep
 from streamrec.replay.report import TIMINGS, markdown_table, plot, sweep_table, to_json
@@ -135,6 +136,23 @@ def test_by_interval_and_a_sweep(tmp_path: Path) -> None:
     ]
     assert all((r["penalty_share"] > 0) == (r["strategy"] == "ewc") for r in rows)
     assert "| 2 | ewc λ=100 |" in sweep_table(rows)
+
+
+def test_a_sweep_of_settings_the_learner_does_not_read_is_refused() -> None:
+    """Found by the model tour.
+
+    With a class built without from_config, --sweep-lrs and --sweep-passes ran rows that
+    differed in name only.
+    """
+    blind = StreamrecConfig.model_validate(
+        {"model": {**TINY, "learner": "tests.unit.learner.tiny_learner:SettingsBlindLearner"}}
+    )
+    cfg = config(strategies=("finetune",), settings=blind)
+    for lrs, passes in (([1e-3, 3e-3], [1]), ([1e-3], [1, 2])):
+        with pytest.raises(ConfigError, match=r"SettingsBlindLearner.* reads no model settings \(no from_"):
+            sweep(cfg, [None], lrs, passes)
+    rows = sweep(cfg, [None, 6 * 3_600_000], [1e-3], [1])["sweep"]  # intervals: rows of their own
+    assert [r["interval_ms"] for r in rows] == [None, None, 6 * 3_600_000, 6 * 3_600_000]
 
 
 def test_the_cli_prints_the_table_and_writes_json_markdown_and_png(tmp_path: Path) -> None:
