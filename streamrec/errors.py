@@ -205,6 +205,14 @@ class OutageError(StreamrecError):
     Bring it back and restart; nothing was lost, the unfinished batch is redone.
     """
 
+    @classmethod
+    def gave_up(cls, deadline_s: float, reason: object) -> OutageError:
+        """The error after ``deadline_s`` of failures, the last for ``reason``, saying what to do."""
+        return cls(
+            f"gave up after {deadline_s:g} s of failures: {reason}; start the consumers again once "
+            "it answers: the unfinished batch is redone (STREAMREC_CONSUMER__RETRY_DEADLINE_S waits longer)"
+        )
+
 
 class FeatureStoreLost(FeatureStoreError):
     """The feature store lost its data (Redis restarted without persistence, or was flushed).

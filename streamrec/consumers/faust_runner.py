@@ -359,7 +359,7 @@ class FaustRunner:
                 self.stats.retries += 1
                 pause = retry.next_pause()
                 if pause is None:
-                    raise OutageError(f"gave up after {retry.deadline_s:g} s of failures: {reason}") from exc
+                    raise OutageError.gave_up(retry.deadline_s, reason) from exc
                 logger.warning("batch failed, redoing it error=%r retries=%d", reason, self.stats.retries)
                 time.sleep(pause)
         self.builder.commit(result)

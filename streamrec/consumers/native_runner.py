@@ -203,7 +203,7 @@ class ConsumerRunner:
                 reason = describe(exc)
                 logger.warning("batch failed, redoing it error=%r retries=%d", reason, self.stats.retries)
                 if not wait(reason):
-                    raise OutageError(f"gave up after {retry.deadline_s:g} s of failures: {reason}") from exc
+                    raise OutageError.gave_up(retry.deadline_s, reason) from exc
                 if self._source.assignments != assignments:
                     return  # rebalanced while waiting: the batch is read again by its owner
         self.builder.commit(result)  # the batch's in-memory state moves with its offsets
@@ -457,7 +457,7 @@ def attach_store(
             unreached_logged = True
         except FeatureStoreUnavailable as exc:
             if (pause := retry.next_pause()) is None:
-                raise OutageError(f"gave up after {retry.deadline_s:g} s of failures: {exc}") from exc
+                raise OutageError.gave_up(retry.deadline_s, exc) from exc
             logger.warning("feature store unavailable at start, waiting error=%r", str(exc))
         stop.wait(pause)
     return False
