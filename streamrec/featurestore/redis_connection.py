@@ -8,6 +8,7 @@ and Redis's failures told apart as the store's: refused (the settings), unavaila
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -108,6 +109,12 @@ class RedisConnection:
                 "STREAMREC_STORE__URL; the store needs @read, @write, @scripting and @fast on "
                 f"the keys matching '{self._prefix}:*')"
             )
+        if _untrusted_certificate(exc):  # no retry mends it: not an outage, nor a Redis unreached
+            return FeatureStoreError(
+                f"redis at {redact_url(self._url)} has a TLS certificate this client does not trust: "
+                f"{exc} (give the CA that signed it as STREAMREC_STORE__CLIENT='{{\"ssl_ca_certs\": "
+                '"/path/to/ca.pem"}\')'
+            )
         if isinstance(exc, NO_ANSWER) and not isinstance(exc, redis.exceptions.BusyLoadingError):
             return self.unavailable(exc)
         self.answered = True  # anything else is a reply
@@ -202,3 +209,15 @@ class RedisConnection:
         if not replies.left:  # nothing sent: no reply will give the connection back
             replies.close()
         return replies
+
+
+def _untrusted_certificate(exc: BaseException) -> bool:
+    """Whether ``exc`` comes of a TLS certificate the client did not verify (in its causes)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes is short; never follow a cycle for ever
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
