@@ -8,8 +8,6 @@ without a word. Noted by the model tour.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -23,31 +21,13 @@ from streamrec.learner.outputs import checked_known, checked_result, checked_sco
 from streamrec.replay.batches import MicroBatch
 from streamrec.replay.strategies import Strategy, run_strategy
 from streamrec.samples import Sample
+from tests.unit.learner.tiny_learner import TinyLearner
 
 LEARNER = "tests.unit.learner.test_outputs"
 
 
-class Rate:
+class Rate(TinyLearner):
     """A valid learner: every sample scores the positive rate so far."""
-
-    def __init__(self) -> None:
-        self.counts = np.zeros(2)
-
-    def predict_many(self, batch: SampleColumns) -> np.ndarray:
-        return np.full(len(batch), (self.counts[0] + 0.5) / (self.counts[1] + 1.0))
-
-    def learn_many(self, batch: SampleColumns) -> TrainResult:
-        self.counts += [float(batch.label.sum()), len(batch)]
-        return TrainResult(steps=1)
-
-    def is_known(self, batch: SampleColumns) -> np.ndarray:
-        return np.zeros(len(batch), dtype=bool)
-
-    def state_arrays(self) -> dict[str, np.ndarray]:
-        return {"model/counts": self.counts.copy()}
-
-    def load_state_arrays(self, arrays: Mapping[str, np.ndarray]) -> None:
-        self.counts = np.array(arrays["model/counts"], dtype=np.float64)
 
 
 class Column(Rate):
