@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # Paddle, the Kafka client, pydantic: imported when a command
     from streamrec.serving.gate import Promoter
     from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
 
-app = command_group("Train DIN incrementally on the samples stream.")
+app = command_group("Train the model (the DIN by default) incrementally on the samples stream.")
 
 
 class LearnerStatus:
