@@ -29,6 +29,7 @@ from streamrec.cli.snapshot_common import (
     open_store,
     plan_doc,
     print_json,
+    serve_check,
     served,
     version_name,
 )
@@ -340,6 +341,11 @@ def _print_diff(d: SnapshotDiff) -> None:
 def promote(
     version: str = VersionArg,
     reason: str = typer.Option("manual", help="Why, for the serving history"),
+    own_server: bool = typer.Option(
+        False, "--own-server",
+        help="Promote an export `streamrec serve` does not load (a learner's own contract.json), "
+        "for a server of your own that follows serving/CURRENT",
+    ),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
@@ -348,18 +354,29 @@ def promote(
     """Verify a version's checksums and its export's, then point serving at it (serving/CURRENT).
 
     A damaged export is refused, naming the file (`snapshot export VERSION --rebuild` mends
-    it); a missing one is built first.
+    it); a missing one is built first. An export `streamrec serve` would not load (a learner
+    of your own, exporting its own contract) is refused unless --own-server. The version
+    already served: nothing changes, and nothing is added to the history.
     """
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
-        manifest = store.promote(number, reason=reason, build_export=build_export(store))
+        before = len(store.history())
+        check = None if own_server else serve_check(store)  # a server of one's own: its own check
+        manifest = store.promote(number, reason=reason, build_export=build_export(store), serve_check=check)
         history = store.history()
+        if len(history) == before:  # nothing recorded: it was served already
+            if as_json:
+                print_json({"current": manifest.version, "name": manifest.name, "previous": manifest.version,
+                             "ended": None, "changed": False})
+            else:
+                console.print(f"{manifest.name} is served already: nothing changed", highlight=False)
+            return
         previous = next(e.previous for e in reversed(history) if e.action == "promote")
         ended = history[-1].traffic if history[-1].action == "end" else None
         if as_json:
             print_json({"current": manifest.version, "name": manifest.name, "previous": previous,
-                         "ended": ended})
+                         "ended": ended, "changed": True})
         else:
             was = f" (was {version_name(previous)})" if previous is not None else ""
             console.print(f"serving {manifest.name}{was}: {store.serving.current_path}", highlight=False)

@@ -84,6 +84,19 @@ def build_export(store: SnapshotStore) -> Callable[[int], Path | None]:
     return build
 
 
+def serve_check(store: SnapshotStore) -> Callable[[int], str | None]:
+    """Why `streamrec serve` would not load a version's whole export (a learner's own), or None."""
+
+    def check(version: int) -> str | None:
+        from streamrec.serving.contract import serve_problem
+        from streamrec.snapshots.exports import check_export
+
+        export = check_export(store.root, version)
+        return serve_problem(export.path) if export.whole else None
+
+    return check
+
+
 def current_plan(store: SnapshotStore) -> TrafficPlan | None:
     """The traffic plan in force in ``store``'s directory, if any."""
     from streamrec.snapshots.traffic import read_plan

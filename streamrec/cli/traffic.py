@@ -23,6 +23,7 @@ from streamrec.cli.snapshot_common import (
     open_store,
     plan_doc,
     print_json,
+    serve_check,
     version_name,
 )
 
@@ -60,14 +61,16 @@ def canary(
         if promote + abort + (version is not None) != 1:
             raise SnapshotError("give one of: a VERSION (with --share), --promote, --abort")
         if abort:
-            _end(store, reason, as_json)
+            _end(store, reason, as_json, "canary")
             return
         if promote:
             plan = current_plan(store)
             arm = plan.arm(CANARY) if plan is not None else None
             if plan is None or arm is None or arm.version is None:
                 raise SnapshotError(f"no canary runs in {store.root}: nothing to promote")
-            manifest = store.promote(arm.version, reason=reason, build_export=build_export(store))
+            manifest = store.promote(
+                arm.version, reason=reason, build_export=build_export(store), serve_check=serve_check(store)
+            )
             _said(
                 as_json,
                 {"current": manifest.version, "traffic": None},
@@ -76,7 +79,9 @@ def canary(
             return
         assert version is not None
         number = store.resolve(version)
-        plan = start_canary(store, number, parse_share(share), reason, build_export(store))
+        plan = start_canary(
+            store, number, parse_share(share), reason, build_export(store), serve_check(store)
+        )
         _said(as_json, {"traffic": plan_doc(plan)}, f"canary started: {plan.describe()}")
 
 
@@ -110,11 +115,10 @@ def ab(
         if end == bool(arms):
             raise SnapshotError("give the arms (NAME=VERSION:SHARE ...), or --end")
         if end:
-            _end(store, reason, as_json)
+            _end(store, reason, as_json, "ab")
             return
-        plan = start_ab(
-            store, [parse_arm(store, text) for text in arms or ()], name, reason, build_export(store)
-        )
+        arms_ = [parse_arm(store, text) for text in arms or ()]
+        plan = start_ab(store, arms_, name, reason, build_export(store), serve_check(store))
         _said(as_json, {"traffic": plan_doc(plan)}, f"A/B test started: {plan.describe()}")
 
 
@@ -135,10 +139,10 @@ def parse_arm(store: SnapshotStore, text: str) -> Arm:
     return Arm(arm_name or version_name(version), version, parse_share(share))
 
 
-def _end(store: SnapshotStore, reason: str, as_json: bool) -> None:
+def _end(store: SnapshotStore, reason: str, as_json: bool, kind: str) -> None:
     from streamrec.snapshots.canary import end_plan
 
-    plan = end_plan(store, reason)
+    plan = end_plan(store, reason, kind=kind)
     assert plan is not None  # end_plan raises when none runs
     current = store.current()
     _said(

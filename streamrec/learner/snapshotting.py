@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from streamrec.config import MODEL_SETTINGS_BEFORE, MODEL_SETTINGS_INIT_ONLY, StreamrecConfig
-from streamrec.errors import ConfigError, NonFiniteWeights, SnapshotError
+from streamrec.errors import ConfigError, InvalidSnapshot, NonFiniteWeights, SnapshotError
 from streamrec.features.schema import FeatureSchema
 from streamrec.learner.base import Learner
 from streamrec.learner.state import STATE_LAYOUT, migrate_state
@@ -85,10 +85,22 @@ def state_of(
     ``adopt_state`` (a table learner's, `streamrec.learner.state_arrays.StateArrays.adopt_state`),
     given what the features ``added`` since and the layouts after it gave the model.
 
+    State that is not finite is refused, as it is never written: a file edited by hand or by
+    another tool, resealed, would otherwise resume a learner or be exported and promoted, and
+    serving would answer NaN scores.
+
     Raises:
+        InvalidSnapshot: a floating-point array holds NaN or infinite values (naming them).
         SnapshotError: the state's layout is newer than this version reads.
     """
     arrays = {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
+    bad = non_finite(arrays)
+    if bad:
+        raise InvalidSnapshot(
+            f"its state holds NaN or infinite values in {_named(bad)}, which streamrec never "
+            "writes (a file edited, then resealed): it is not loaded; delete the version, or restore "
+            "it from a backup"
+        )
     layout = manifest.state_layout
     arrays = migrate_state(arrays, layout)
     adopt = getattr(learner, "adopt_state", None)
@@ -147,16 +159,25 @@ def require_finite(arrays: Mapping[str, np.ndarray], micro_batches: int) -> None
     Raises:
         NonFiniteWeights: naming the arrays (weights or optimizer moments) that are not.
     """
-    bad = [
+    bad = non_finite(arrays)
+    if bad:
+        raise NonFiniteWeights(
+            f"not snapshotting micro-batch {micro_batches}: {len(bad)} state arrays hold NaN or "
+            f"infinite values ({_named(bad)}); restart from the last snapshot"
+        )
+
+
+def non_finite(arrays: Mapping[str, np.ndarray]) -> list[str]:
+    """The keys of the floating-point arrays holding NaN or infinite values."""
+    return [
         key for key, array in arrays.items()
         if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all()
     ]
-    if bad:
-        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-        raise NonFiniteWeights(
-            f"not snapshotting micro-batch {micro_batches}: {len(bad)} state arrays hold NaN or "
-            f"infinite values ({shown}); restart from the last snapshot"
-        )
+
+
+def _named(keys: list[str]) -> str:
+    """A few keys by name, and how many more."""
+    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
 
 
 # The ONNX graph's bytes over the parameters': the default DIN's model.onnx was 18.6 MB beside

@@ -17,11 +17,14 @@ features only, and no ``features`` at all under the default schema. Serving read
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 
 from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, USER_FEATURE, ModelConfig, TableConfig
+from streamrec.errors import NotServable
 from streamrec.features import FeatureSchema
 from streamrec.features.schema import BUILTIN
 from streamrec.learner.columns import SampleColumns
@@ -227,3 +230,102 @@ def feature_batch_inputs(contract: Mapping[str, Any], batch: SampleColumns) -> d
         if "moments" in f:
             moments.arrays[f["name"]] = np.asarray(f["moments"], np.float64)
     return encode_features(batch, plan, cfg.sequence_length, moments)
+
+
+# How each input of a contract is built (its ``source``): the target's rows in the behaviour
+# tables named by ``columns``, the user's sequence in them, the context ids' rows in the
+# context tables named, the user's statistics bucket, or a declared feature's value (its
+# ``feature`` and ``side``: the candidate's, ``target``, or along the sequence, ``sequence``).
+SOURCES = ("target_rows", "sequence_rows", "context_rows", "user_bucket", "feature")
+SIDES = ("target", "sequence")
+# Exports written before the contract stated each input's source: DIN's four, by name.
+_SOURCE_BY_NAME = {
+    "targets": "target_rows", "sequences": "sequence_rows", "context": "context_rows", "users": "user_bucket"
+}
+
+
+def servable_inputs(contract: Mapping[str, Any], path: Path) -> list[dict[str, Any]]:
+    """The contract's inputs, each with its ``source``, in the predictor's order.
+
+    What `streamrec serve` (`streamrec.serving.scorer`) reads of an export's contract; promotion
+    asks it too (`streamrec.snapshots.exports.serve_problem`), so a version is not pointed at
+    that serving cannot load. ``path`` is the export's directory, for the message.
+
+    Raises:
+        NotServable: the contract is not one streamrec's scorer reads, or declares an input it
+            cannot build (another learner's own export).
+    """
+    inputs = contract.get("inputs")
+    tables = {t.get("name") for t in contract.get("tables", ()) if isinstance(t, dict)}
+    readable = {(f, side) for f in _declared(contract) for side in SIDES}
+    problem = None
+    if contract.get("schema") not in READABLE_SCHEMAS or not isinstance(inputs, list) or not inputs:
+        problem = f"its {CONTRACT} declares no inputs of a contract schema in {READABLE_SCHEMAS}"
+    else:
+        inputs = [_with_source(spec, contract) for spec in inputs]
+        for spec in inputs:
+            source = spec.get("source")
+            unknown = [c for c in spec.get("columns", ()) if c not in tables]
+            if source not in SOURCES:
+                problem = f"its input {spec.get('name')!r} is built from {source!r}, not one of {SOURCES}"
+            elif unknown:
+                problem = f"its input {spec.get('name')!r} reads tables it does not list: {unknown}"
+            elif source == "feature" and (spec.get("feature"), spec.get("side")) not in readable:
+                problem = (
+                    f"its input {spec.get('name')!r} reads feature {spec.get('feature')!r} "
+                    f"(side {spec.get('side')!r}), which its features do not list"
+                )
+            if problem is not None:
+                break
+    if problem is not None or not isinstance(inputs, list):
+        raise NotServable(
+            f"{path} cannot be served by streamrec: {problem}; score it as its {CONTRACT} says"
+        )
+    return inputs
+
+
+def _declared(contract: Mapping[str, Any]) -> list[object]:
+    """The declared features a contract lists (the built-ins feed inputs of their own sources)."""
+    return [
+        f.get("name") for f in contract.get("features", ()) if isinstance(f, dict) and not f.get("builtin")
+    ]
+
+
+def _with_source(spec: dict[str, Any], contract: Mapping[str, Any]) -> dict[str, Any]:
+    """An input spec with its ``source``.
+
+    Exports written before inputs stated it: DIN's four inputs by name, a declared feature's
+    (``<feature>__<side>``, listed in its ``features`` entry) as source ``feature``.
+    """
+    if not isinstance(spec, dict) or spec.get("source"):
+        return spec
+    name = spec.get("name")
+    for f in contract.get("features", ()):
+        if isinstance(f, dict) and not f.get("builtin") and name in f.get("inputs", ()):
+            return {**spec, "source": "feature", "feature": f["name"], "side": str(name).rsplit("__", 1)[-1]}
+    return {**spec, "source": _SOURCE_BY_NAME.get(str(name))}
+
+
+def serve_problem(path: Path) -> str | None:
+    """Why `streamrec serve` would not load the whole export at ``path``, or None when it would.
+
+    A learner that exports itself may state a contract of its own (the snapshot store's
+    `contract_problem` takes it as whole): scored by a server of the team's own, as its
+    ``contract.json`` says, never by streamrec's. Read as the scorer reads it
+    (`servable_inputs`), with no Paddle imported, so the snapshot commands and the gate ask it
+    before promoting (`streamrec.snapshots.promotion.ServeCheck`). An export with no contract
+    states no other form: None (every export streamrec writes has one).
+    """
+    if not (path / CONTRACT).is_file():
+        return None
+    try:
+        contract = orjson.loads((path / CONTRACT).read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        return f"{path / CONTRACT} is unreadable or not JSON: {exc}"
+    if not isinstance(contract, dict):
+        return f"{path / CONTRACT} is not a JSON object"
+    try:
+        servable_inputs(contract, path)
+    except NotServable as exc:
+        return str(exc)
+    return None

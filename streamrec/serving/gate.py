@@ -20,12 +20,13 @@ from functools import partial
 import numpy as np
 
 from streamrec.config import LearnerConfig
-from streamrec.errors import SnapshotError, StreamrecError
+from streamrec.errors import NotExportable, NotServable, SnapshotError, StreamrecError
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.metrics import auc, logloss
+from streamrec.serving.contract import serve_problem
 from streamrec.serving.export import build_missing_export, export_snapshot, prune_exports
 from streamrec.serving.scorer import ExportedModel
-from streamrec.snapshots.exports import verify_export
+from streamrec.snapshots.exports import check_export, verify_export
 from streamrec.snapshots.promotion import promote
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore, version_name
 
@@ -84,6 +85,7 @@ class Promoter:
         self.pending: int | None = None  # a snapshot waiting for the next micro-batch (its first part)
         self._served: ExportedModel | None = None
         self._pointer_error: str | None = None  # the unreadable pointer last logged
+        self._said_unserved = False  # that this learner's versions are not exported, or not servable
 
     def on_snapshot(self, manifest: SnapshotManifest) -> None:
         """Export the new version.
@@ -93,18 +95,33 @@ class Promoter:
         the version it has.
         """
         try:
-            verify_export(export_snapshot(self.store, manifest.version))  # a kept one checked too
+            path = export_snapshot(self.store, manifest.version)
+            verify_export(path)  # a kept one checked too
             prune_exports(self.store)  # those of versions retention removed
+        except NotExportable as exc:  # the learner's class, the same at every snapshot: said once
+            self._once(f"{exc}: no version is exported or promoted, so `streamrec serve` has none to "
+                       "serve; the learner trains and snapshots on")
+            return
         except (StreamrecError, OSError) as exc:
             logger.error("export failed version=%s error=%s", manifest.name, exc)
             return
         if self.cfg.promote == "off":
+            return
+        problem = serve_problem(path)
+        if problem is not None:  # a learner's own export: nothing to judge it by, nothing to serve it
+            self._not_servable(manifest.learner, problem)
             return
         reason = self._unjudged_reason()
         if reason is not None:
             self._promote(manifest.version, reason)
             return
         self.pending = manifest.version
+
+    def _once(self, message: str) -> None:
+        """A WARNING the first time, for what holds at every snapshot of this learner."""
+        if not self._said_unserved:
+            logger.warning("%s (said once, not at each snapshot)", message)
+        self._said_unserved = True
 
     def resume(self, manifest: SnapshotManifest | None) -> None:
         """Take up the version a learner resumed from (``manifest``; None: it started afresh).
@@ -176,6 +193,11 @@ class Promoter:
         self._pointer_error = None
         return current
 
+    def _serve_check(self, version: int) -> str | None:
+        """Why `streamrec serve` would not load ``version``'s whole export, or None."""
+        check = check_export(self.store.root, version)
+        return serve_problem(check.path) if check.whole else None
+
     def served_scores(self, version: int, batch: SampleColumns) -> np.ndarray:
         """``batch`` scored by ``version``'s export; NaN each, logged, if it cannot be loaded."""
         try:
@@ -233,10 +255,20 @@ class Promoter:
             self._served = ExportedModel(export_snapshot(self.store, version))
         return self._served
 
+    def _not_servable(self, learner: str, problem: str) -> None:
+        self._once(
+            f"{learner}'s exports are its own, not one `streamrec serve` loads ({problem}): the gate "
+            "promotes none of its versions; a server of your own scores them by their contract.json, "
+            "and `streamrec snapshot promote VERSION --own-server` points serving/CURRENT at one for it"
+        )
+
     def _promote(self, version: int, reason: str) -> None:
         try:
             build = partial(build_missing_export, self.store)
-            promote(self.store, version, reason=reason, build_export=build)
+            promote(self.store, version, reason=reason, build_export=build, serve_check=self._serve_check)
+        except NotServable as exc:  # a version resumed from, exported by a learner of its own
+            self._not_servable(self.store.manifest(version).learner, str(exc))
+            return
         except SnapshotError as exc:
             logger.error("promotion failed version=%s error=%s", version_name(version), exc)
             return

@@ -73,11 +73,25 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run_one(app: Starlette, sock: socket.socket) -> None:
-    """Serve ``app`` in this process on ``sock`` (from `listen`) until stopped."""
+    """Serve ``app`` in this process on ``sock`` (from `listen`) until stopped; returns once stopped.
+
+    SIGTERM (an orchestrator's stop) or SIGINT: uvicorn stops accepting, answers the requests
+    it holds, closes, and returns, so the command exits 0, as with several processes. uvicorn
+    raises the signal again once shut down, to the handler set before it ran: the server's own
+    stop here, where the default one would end the process by the signal (143, or a
+    KeyboardInterrupt trace). Until uvicorn sets its handlers, the same stop is asked for.
+    """
+    import signal
+    import threading
+
     import uvicorn
 
     config = uvicorn.Config(app, log_level="warning", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    server = uvicorn.Server(config)
+    if threading.current_thread() is threading.main_thread():  # as uvicorn: handlers are the main thread's
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, server.handle_exit)
+    server.run(sockets=[sock])
 
 
 def run(cfg: StreamrecConfig, use_store: bool, sock: socket.socket) -> None:

@@ -19,14 +19,14 @@ import numpy as np
 import orjson
 
 from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig, TableConfig
-from streamrec.errors import InvalidSnapshot, NotServable, SnapshotError
+from streamrec.errors import InvalidSnapshot, SnapshotError
 from streamrec.features.schema import FeatureSchema
 from streamrec.learner.columns import SampleColumns, encode, require_columns
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.observability.freshness import LoadedVersion, loaded_version
 from streamrec.serving.batching import Combiner
-from streamrec.serving.contract import CONTRACT, READABLE_SCHEMAS, feature_batch_inputs
+from streamrec.serving.contract import CONTRACT, feature_batch_inputs, servable_inputs
 from streamrec.serving.drift import RequestDrift
 from streamrec.serving.engines import EngineChoice, open_engine
 from streamrec.serving.export import export_snapshot
@@ -114,7 +114,7 @@ class ExportedModel:
     def _read_contract(self) -> None:
         """What scoring needs of ``contract.json`` and the id tables it names."""
         self.contract: dict[str, Any] = orjson.loads((self.path / CONTRACT).read_bytes())
-        self.inputs = _servable_inputs(self.contract, self.path)
+        self.inputs = servable_inputs(self.contract, self.path)
         self.version: int = int(self.contract["version"])
         self.tables = [_Table(t, self.path) for t in self.contract["tables"]]
         self.behaviour = [t for t in self.tables if t.kind == "behaviour"]
@@ -222,76 +222,6 @@ class ExportedModel:
     def _run(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         with self._lock:
             return self._engine.run(inputs)
-
-
-# How each input of a contract is built (its ``source``): the target's rows in the behaviour
-# tables named by ``columns``, the user's sequence in them, the context ids' rows in the
-# context tables named, the user's statistics bucket, or a declared feature's value (its
-# ``feature`` and ``side``: the candidate's, ``target``, or along the sequence, ``sequence``).
-SOURCES = ("target_rows", "sequence_rows", "context_rows", "user_bucket", "feature")
-SIDES = ("target", "sequence")
-# Exports written before the contract stated each input's source: DIN's four, by name.
-_SOURCE_BY_NAME = {
-    "targets": "target_rows", "sequences": "sequence_rows", "context": "context_rows", "users": "user_bucket"
-}
-
-
-def _servable_inputs(contract: Mapping[str, Any], path: Path) -> list[dict[str, Any]]:
-    """The contract's inputs, each with its ``source``, in the predictor's order.
-
-    Raises:
-        NotServable: the contract is not one this scorer reads, or declares an input it
-            cannot build (another learner's own export).
-    """
-    inputs = contract.get("inputs")
-    tables = {t.get("name") for t in contract.get("tables", ()) if isinstance(t, dict)}
-    readable = {(f, side) for f in _declared(contract) for side in SIDES}
-    problem = None
-    if contract.get("schema") not in READABLE_SCHEMAS or not isinstance(inputs, list) or not inputs:
-        problem = f"its {CONTRACT} declares no inputs of a contract schema in {READABLE_SCHEMAS}"
-    else:
-        inputs = [_with_source(spec, contract) for spec in inputs]
-        for spec in inputs:
-            source = spec.get("source")
-            unknown = [c for c in spec.get("columns", ()) if c not in tables]
-            if source not in SOURCES:
-                problem = f"its input {spec.get('name')!r} is built from {source!r}, not one of {SOURCES}"
-            elif unknown:
-                problem = f"its input {spec.get('name')!r} reads tables it does not list: {unknown}"
-            elif source == "feature" and (spec.get("feature"), spec.get("side")) not in readable:
-                problem = (
-                    f"its input {spec.get('name')!r} reads feature {spec.get('feature')!r} "
-                    f"(side {spec.get('side')!r}), which its features do not list"
-                )
-            if problem is not None:
-                break
-    if problem is not None or not isinstance(inputs, list):
-        raise NotServable(
-            f"{path} cannot be served by streamrec: {problem}; score it as its {CONTRACT} says"
-        )
-    return inputs
-
-
-def _declared(contract: Mapping[str, Any]) -> list[object]:
-    """The declared features a contract lists (the built-ins feed inputs of their own sources)."""
-    return [
-        f.get("name") for f in contract.get("features", ()) if isinstance(f, dict) and not f.get("builtin")
-    ]
-
-
-def _with_source(spec: dict[str, Any], contract: Mapping[str, Any]) -> dict[str, Any]:
-    """An input spec with its ``source``.
-
-    Exports written before inputs stated it: DIN's four inputs by name, a declared feature's
-    (``<feature>__<side>``, listed in its ``features`` entry) as source ``feature``.
-    """
-    if not isinstance(spec, dict) or spec.get("source"):
-        return spec
-    name = spec.get("name")
-    for f in contract.get("features", ()):
-        if isinstance(f, dict) and not f.get("builtin") and name in f.get("inputs", ()):
-            return {**spec, "source": "feature", "feature": f["name"], "side": str(name).rsplit("__", 1)[-1]}
-    return {**spec, "source": _SOURCE_BY_NAME.get(str(name))}
 
 
 class Scorer:

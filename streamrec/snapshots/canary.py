@@ -15,14 +15,28 @@ from datetime import UTC, datetime
 from streamrec.errors import SnapshotError
 from streamrec.snapshots.directory import version_name
 from streamrec.snapshots.exports import check_export
-from streamrec.snapshots.promotion import BuildExport, Versions, _require_export, end_traffic
+from streamrec.snapshots.promotion import (
+    BuildExport,
+    ServeCheck,
+    Versions,
+    _require_export,
+    _require_servable,
+    end_traffic,
+)
 from streamrec.snapshots.traffic import BUCKETS, CANARY, SERVED, Arm, TrafficPlan, read_plan, write_plan
 
 logger = logging.getLogger(__name__)
 
+_A = {"canary": "a canary", "ab": "an A/B test"}  # a plan's kind, in a sentence
+
 
 def start_canary(
-    store: Versions, version: int, share: int, reason: str = "manual", build_export: BuildExport | None = None
+    store: Versions,
+    version: int,
+    share: int,
+    reason: str = "manual",
+    build_export: BuildExport | None = None,
+    serve_check: ServeCheck | None = None,
 ) -> TrafficPlan:
     """Send ``share`` basis points of users to ``version``; the rest stay on the served one.
 
@@ -45,7 +59,7 @@ def start_canary(
             raise SnapshotError(
                 f"a {running.kind} runs ({running.describe()}): end it first (`streamrec snapshot rollback`)"
             )
-        _servable(store, version, build_export)
+        _servable(store, version, build_export, serve_check)
         arms = (Arm(CANARY, version, share), Arm(SERVED, None, BUCKETS - share))
         plan = TrafficPlan("canary", f"canary-{version_name(version)}", arms, _now(), reason)
         store.serving.record("canary", current, current, reason, traffic=plan.describe())
@@ -60,6 +74,7 @@ def start_ab(
     name: str | None = None,
     reason: str = "manual",
     build_export: BuildExport | None = None,
+    serve_check: ServeCheck | None = None,
 ) -> TrafficPlan:
     """Split users between fixed versions by fixed shares until it is ended.
 
@@ -84,27 +99,40 @@ def start_ab(
         for version in sorted(plan.versions()):
             store.verify(version)  # each exists and is whole before any export is built
         for version in sorted(plan.versions()):
-            _servable(store, version, build_export)
+            _servable(store, version, build_export, serve_check)
         store.serving.record("ab", current, current, reason, traffic=plan.describe())
         write_plan(store.root, plan)
     logger.info("A/B test started plan=%s reason=%s", plan.describe(), reason)
     return plan
 
 
-def end_plan(store: Versions, reason: str, expected: TrafficPlan | None = None) -> TrafficPlan | None:
+def end_plan(
+    store: Versions, reason: str, expected: TrafficPlan | None = None, kind: str | None = None
+) -> TrafficPlan | None:
     """End the running plan: every user back on the served version, which stays; returns it.
 
     With ``expected``, only that plan is ended (a serving instance that judged it): when it
     has ended or changed already (another instance, an operator), nothing happens and None
-    is returned, so of several instances one decides.
+    is returned, so of several instances one decides. With ``kind`` (``canary`` or ``ab``:
+    ``canary --abort``, ``ab --end``), only a plan of that kind: a canary is a candidate on
+    its way to promotion, an A/B test an experiment between fixed versions, and ending one
+    is never what the command for the other meant (``snapshot rollback`` ends either).
 
     Raises:
-        SnapshotError: no plan runs (without ``expected``), or the history cannot be written.
+        SnapshotError: no plan runs (without ``expected``), one of another ``kind`` runs, or
+            the history cannot be written.
     """
     with store.serving.locked():
         running = read_plan(store.root)
         if running is None and expected is None:
-            raise SnapshotError(f"no canary or A/B test runs in {store.root}: nothing to end")
+            what = _A[kind].split(" ", 1)[1] if kind else "canary or A/B test"
+            raise SnapshotError(f"no {what} runs in {store.root}: nothing to end")
+        if running is not None and kind is not None and running.kind != kind:
+            ends = "`streamrec snapshot " + ("canary --abort`" if running.kind == "canary" else "ab --end`")
+            raise SnapshotError(
+                f"{_A[kind]} does not run in {store.root}, {_A[running.kind]} does ({running.describe()}): "
+                f"left running; {ends} (or `streamrec snapshot rollback`) ends it"
+            )
         if running is None or (expected is not None and _key(running) != _key(expected)):
             return None
         end_traffic(store, running, reason)
@@ -122,8 +150,13 @@ def _served(store: Versions) -> int:
     return current
 
 
-def _servable(store: Versions, version: int, build_export: BuildExport | None) -> None:
-    """Refuse a version serving could not load: damaged, or without an export (even after a build)."""
+def _servable(
+    store: Versions, version: int, build_export: BuildExport | None, serve_check: ServeCheck | None
+) -> None:
+    """Refuse a version serving could not load: damaged, or its export missing or not loadable.
+
+    Missing even after ``build_export``; not loadable by `streamrec serve` as ``serve_check`` says.
+    """
     store.verify(version)
     _require_export(store, version, build_export)
     if check_export(store.root, version).missing:
@@ -131,6 +164,7 @@ def _servable(store: Versions, version: int, build_export: BuildExport | None) -
             f"{version_name(version)} has no export, so serving cannot load it: "
             f"build one with `streamrec snapshot export {version}`"
         )
+    _require_servable(store, version, serve_check)
 
 
 def _now() -> str:

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import orjson
 
-from streamrec.errors import SnapshotError
+from streamrec.errors import NotServable, SnapshotError
 from streamrec.fileio import write_atomic
 from streamrec.snapshots.directory import describe_os_error, parse_version, remove_tree, version_name
 from streamrec.snapshots.exports import check_export, refuse_unservable
@@ -216,6 +216,9 @@ def require_root(root: Path) -> None:
         )
 
 
+# Why `streamrec serve` would not load a version's export (serving's serve_problem), or None.
+ServeCheck = Callable[[int], str | None]
+
 # Builds a version's missing export (serving's build_missing_export): its path, or None when the
 # version holds no model to export; raises SnapshotError when it cannot.
 BuildExport = Callable[[int], Path | None]
@@ -244,17 +247,27 @@ class Versions(Protocol):
 
 
 def promote(
-    store: Versions, version: int, reason: str = "manual", build_export: BuildExport | None = None
+    store: Versions,
+    version: int,
+    reason: str = "manual",
+    build_export: BuildExport | None = None,
+    serve_check: ServeCheck | None = None,
 ) -> SnapshotManifest:
     """Verify every checksum of ``version`` and of its export, then point serving at it.
 
     A damaged export is refused. A missing one is built first by ``build_export(version)``
     when it is given (serving's promotions give it); without a builder, or when the version
-    holds no model to export (the builder returns None), it is accepted.
+    holds no model to export (the builder returns None), it is accepted. An export that
+    ``serve_check(version)`` says `streamrec serve` would not load (a learner's own contract)
+    is refused; the command leaves the check out for a team's own server (``--own-server``).
+
+    Promoting the version already served, with no canary or A/B test running, changes nothing
+    and records nothing: the history is the pointer's moves (`rollback` steps back through them).
 
     Raises:
         InvalidSnapshot: the version or its export is missing or failed a check (the message
             names the file); the pointer is unchanged.
+        NotServable: ``serve_check`` says `streamrec serve` would not load its export.
         SnapshotError: the pointer or its history cannot be written.
     """
     with store.serving.locked():
@@ -266,7 +279,11 @@ def promote(
             )
         manifest = store.verify(version)
         _require_export(store, version, build_export)
+        _require_servable(store, version, serve_check)
         previous = _current_or_none(store.serving)
+        if previous == version and plan is None:
+            logger.info("promote changed nothing version=%s: it is served already", manifest.name)
+            return manifest
         store.serving.record("promote", version, previous, reason)
         store.serving.point(version)
         if plan is not None:  # a null arm follows CURRENT: safe to end after the pointer moved
@@ -288,6 +305,20 @@ def _require_export(store: Versions, version: int, build_export: BuildExport | N
         logger.info("built the missing export of version=%s before serving it", version_name(version))
         check = check_export(store.root, version)
     refuse_unservable(check)
+
+
+def _require_servable(store: Versions, version: int, serve_check: ServeCheck | None) -> None:
+    """Raise if ``serve_check`` says `streamrec serve` would not load ``version``'s export.
+
+    Raises:
+        NotServable: naming why, and how to promote it for a server of the team's own.
+    """
+    problem = serve_check(version) if serve_check is not None else None
+    if problem is not None:
+        raise NotServable(
+            f"{problem}; a server of your own that scores it so and follows "
+            f"{store.serving.current_path} takes it with `streamrec snapshot promote {version} --own-server`"
+        )
 
 
 def _servable_problem(store: Versions, version: int, build_export: BuildExport | None) -> str | None:

@@ -66,7 +66,7 @@ from streamrec.snapshots.manifest import (
     SnapshotManifest,
     read_manifest,
 )
-from streamrec.snapshots.promotion import BuildExport, ServingEvent, ServingPointer
+from streamrec.snapshots.promotion import BuildExport, ServeCheck, ServingEvent, ServingPointer
 from streamrec.snapshots.requests import SnapshotRequests
 
 __all__ = ["MANIFEST", "MANIFEST_SUM", "SnapshotEntry", "SnapshotManifest", "SnapshotStore", "version_name"]
@@ -414,10 +414,14 @@ class SnapshotStore:
         return self.serving.history()
 
     def promote(
-        self, version: int, reason: str = "manual", build_export: BuildExport | None = None
+        self,
+        version: int,
+        reason: str = "manual",
+        build_export: BuildExport | None = None,
+        serve_check: ServeCheck | None = None,
     ) -> SnapshotManifest:
         """Point serving at ``version``: `streamrec.snapshots.promotion.promote`."""
-        return promotion.promote(self, version, reason, build_export)
+        return promotion.promote(self, version, reason, build_export, serve_check)
 
     def rollback(self, reason: str = "manual", build_export: BuildExport | None = None) -> int:
         """Point serving back a version: `streamrec.snapshots.promotion.rollback`."""

@@ -251,3 +251,21 @@ def test_a_port_in_use_is_one_line_and_serving_is_said_only_once_bound(
         wait_for(lambda: "serving v000001" in server.log.read_text(), timeout_s=90, what="serving said")
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
         wait_ready(server)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("processes", [1, 2])
+def test_serve_stopped_by_a_signal_exits_0_once_shut_down(
+    tmp_path: Path, signum: signal.Signals, processes: int
+) -> None:
+    """Noted by a tour: one server process exited 143 (-15) on SIGTERM, an orchestrator's stop
+    that it had carried out gracefully, and 130 saying "interrupted" on SIGINT; with several it
+    exited 0. uvicorn raises the signal again once it has shut down.
+    """
+    trained_snapshots(tmp_path, count=1).promote(1)
+    with served(tmp_path, processes=processes) as server:
+        assert httpx.post(f"{server.url}/score", json=request(1), timeout=10).status_code == 200
+        server.command.send_signal(signum)
+        assert server.command.wait(60) == 0, server.log.read_text()[-3000:]
+    said = server.log.read_text()
+    assert "Traceback" not in said and "interrupted" not in said, said[-3000:]

@@ -167,3 +167,101 @@ def test_an_export_whose_own_contract_lists_inputs_is_whole_and_refused_by_servi
     assert check_export(tmp_path, manifest.version).whole
     with pytest.raises(NotServable, match="cannot be served by streamrec: .*score it as its contract.json"):
         ExportedModel(path)
+
+
+def gate_warnings(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "streamrec.serving.gate"]
+
+
+def test_the_gate_says_once_as_a_warning_that_a_learner_without_an_exporter_is_not_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Noted by a tour: a learner of one's own with no export logged an ERROR (``export failed``)
+    at every snapshot of a run that was doing what it was told. Once, a WARNING that says what it
+    means: nothing exported or promoted, nothing for `streamrec serve`, and what serves it.
+    """
+    from streamrec.serving.gate import Promoter
+
+    run_tiny(tmp_path, monkeypatch)
+    store, manifest = newest(tmp_path)
+    caplog.clear()
+    gate = Promoter(store, tiny_config(tmp_path).learner)
+    for _ in range(3):  # a snapshot each
+        gate.on_snapshot(manifest)
+    [(level, message)] = gate_warnings(caplog)
+    assert level == "WARNING"
+    assert message.startswith(f"learner {CLASS_PATH} cannot be exported for serving: ")
+    assert "no version is exported or promoted, so `streamrec serve` has none to serve" in message
+    assert "export_for_serving(directory, version)" in message and "said once" in message
+    assert store.current() is None and store.history() == []
+
+
+def test_the_gate_promotes_no_version_of_an_export_serve_does_not_load_and_says_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Noted by a tour: the gate promoted the first version of a learner exporting its own
+    contract (which `streamrec serve` refuses), then logged an ERROR (``cannot load the served
+    version``) and a WARNING (``promotion held``) at every snapshot after, forever.
+    """
+    from streamrec.serving.gate import Promoter
+
+    run_tiny(tmp_path, monkeypatch, EXPORTABLE_PATH)
+    store, manifest = newest(tmp_path)
+    caplog.clear()
+    gate = Promoter(store, tiny_config(tmp_path, EXPORTABLE_PATH).learner)
+    for _ in range(3):
+        gate.on_snapshot(manifest)
+    [(level, message)] = gate_warnings(caplog)
+    assert level == "WARNING" and message.startswith(f"{EXPORTABLE_PATH}'s exports are its own")
+    assert "cannot be served by streamrec" in message and "--own-server" in message
+    assert store.current() is None and gate.pending is None
+    assert (tmp_path / "exports" / manifest.name / "contract.json").is_file()  # exported all the same
+    caplog.clear()
+    resumed = Promoter(store, tiny_config(tmp_path, EXPORTABLE_PATH).learner)  # the next run
+    resumed.resume(manifest)  # the version resumed from, promoted unjudged with nothing served
+    [(level, message)] = gate_warnings(caplog)
+    assert level == "WARNING" and message.startswith(f"{EXPORTABLE_PATH}'s exports are its own")
+    assert store.current() is None
+
+
+def with_nan_weights(store: SnapshotStore, version: int) -> None:
+    """Write NaN into a version's model file and reseal its checksums, as a hand or a tool could."""
+    import hashlib
+
+    from safetensors.numpy import save_file
+
+    from tests.unit.snapshots.test_snapshot_safety import forge
+
+    path = store.path(version) / "model.safetensors"
+    save_file({"counts": np.array([np.nan, 6.0])}, str(path))
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    forge(store, version, {**store.manifest(version).files, path.name: digest})
+
+
+def test_a_snapshot_resealed_with_nan_weights_is_neither_exported_nor_resumed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Noted by a tour: NaN weights are never written, but a version whose file was edited and
+    resealed passed `snapshot verify`, was exported and promoted, and `streamrec score` answered
+    ``nan`` for every item. The state is refused where it is read, naming the array.
+    """
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+    from streamrec.errors import InvalidSnapshot, SnapshotError
+    from streamrec.serving.export import export_snapshot
+
+    run_tiny(tmp_path, monkeypatch, EXPORTABLE_PATH)
+    store, manifest = newest(tmp_path)
+    with_nan_weights(store, manifest.version)
+    assert store.validate(manifest.version) is None  # its checksums hold
+    refused = "its state holds NaN or infinite values in model/counts, which streamrec never writes"
+    with pytest.raises(InvalidSnapshot, match=refused):
+        export_snapshot(store, manifest.version)
+    args = ["snapshot", "promote", str(manifest.version), "--snapshot-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1 and refused in result.output and store.current() is None
+    monkeypatch.setattr(runner_module, "make_consumer", lambda *_, **__: ScriptedConsumer([]))
+    cfg = tiny_config(tmp_path, EXPORTABLE_PATH)
+    with pytest.raises(SnapshotError, match=f"snapshot {manifest.name} in {tmp_path}: {refused}"):
+        LearnerRunner(cfg, TinyLearner(), dead_letters=writer(FakeProducer()))

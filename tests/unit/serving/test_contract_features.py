@@ -120,7 +120,7 @@ def test_a_schema_1_export_with_declared_features_is_served(tmp_path: Path) -> N
 
 def test_an_input_reading_a_builtin_as_a_declared_feature_is_refused(tmp_path: Path) -> None:
     from streamrec.errors import NotServable
-    from streamrec.serving.scorer import _servable_inputs
+    from streamrec.serving.contract import servable_inputs
 
     export = write_export(trained(config()), tmp_path / "v000001", 1)
     contract = contract_of(export)
@@ -129,4 +129,4 @@ def test_an_input_reading_a_builtin_as_a_declared_feature_is_refused(tmp_path: P
         "dtype": "int64", "shape": [-1],
     }]}
     with pytest.raises(NotServable, match="feature 'item'"):
-        _servable_inputs(bad, export)
+        servable_inputs(bad, export)

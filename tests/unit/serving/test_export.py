@@ -232,13 +232,13 @@ def contract_with(inputs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_serving_builds_the_inputs_a_contract_declares_and_reads_old_ones_by_name() -> None:
-    from streamrec.serving.scorer import _servable_inputs
+    from streamrec.serving.contract import servable_inputs
 
     declared: list[dict[str, Any]] = [
         {"name": "rows", "source": "target_rows", "columns": ["category"], "dtype": "int64"},
         {"name": "users", "dtype": "int64"},  # written before inputs stated their source
     ]
-    got = _servable_inputs(contract_with(declared), Path("v000001"))
+    got = servable_inputs(contract_with(declared), Path("v000001"))
     assert [(i["name"], i["source"]) for i in got] == [("rows", "target_rows"), ("users", "user_bucket")]
 
 
@@ -250,10 +250,10 @@ def test_serving_builds_the_inputs_a_contract_declares_and_reads_old_ones_by_nam
 )
 def test_an_input_serving_cannot_build_is_refused_in_one_line(spec: dict[str, Any], why: str) -> None:
     from streamrec.errors import NotServable
-    from streamrec.serving.scorer import _servable_inputs
+    from streamrec.serving.contract import servable_inputs
 
     with pytest.raises(NotServable, match=why) as info:
-        _servable_inputs(contract_with([{**spec, "dtype": "int64"}]), Path("v000001"))
+        servable_inputs(contract_with([{**spec, "dtype": "int64"}]), Path("v000001"))
     assert "\n" not in str(info.value) and "contract.json" in str(info.value)
 
 

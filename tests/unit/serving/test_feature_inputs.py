@@ -107,22 +107,22 @@ def test_feature_inputs_state_their_source_and_an_outside_scorer_builds_them(
 
 
 def test_an_export_from_before_feature_sources_is_served_by_name(tmp_path: Path) -> None:
-    from streamrec.serving.scorer import _servable_inputs
+    from streamrec.serving.contract import servable_inputs
 
     export = _export(tmp_path)
     contract = orjson.loads((export / "contract.json").read_bytes())
     old = {**contract, "inputs": [
         {k: v for k, v in i.items() if k not in ("source", "feature", "side")} for i in contract["inputs"]
     ]}
-    assert _servable_inputs(old, export) == contract["inputs"]
+    assert servable_inputs(old, export) == contract["inputs"]
 
 
 def test_a_feature_input_of_an_unlisted_feature_is_refused_in_one_line(tmp_path: Path) -> None:
     from streamrec.errors import NotServable
-    from streamrec.serving.scorer import _servable_inputs
+    from streamrec.serving.contract import servable_inputs
 
     export = _export(tmp_path)
     contract = orjson.loads((export / "contract.json").read_bytes())
     bad = {**contract, "inputs": [*contract["inputs"], {**contract["inputs"][-1], "feature": "nope"}]}
     with pytest.raises(NotServable, match="feature 'nope'"):
-        _servable_inputs(bad, export)
+        servable_inputs(bad, export)

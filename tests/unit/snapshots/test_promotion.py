@@ -356,3 +356,87 @@ def test_a_version_that_is_not_there_is_named_as_missing_not_as_unexported(tmp_p
         line = f"error: no version v000099 in {tmp_path}: {held}"
         assert result.output.replace("\n", "") == line, result.output
     assert not (tmp_path.parent / "out").exists()
+
+
+def test_promoting_the_served_version_changes_nothing_and_records_nothing(tmp_path: Path) -> None:
+    """Noted by a tour: ``snapshot promote 3`` with v000003 served wrote a history line
+    (``promote 3, previous 3``) and said "serving v000003 (was v000003)". The history is the
+    pointer's moves, which rollback steps back through and the listings show.
+    """
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+
+    store = SnapshotStore(tmp_path)
+    write(store)
+    write(store)
+    store.promote(1)
+    store.promote(2)
+    history = (tmp_path / "serving" / "history.jsonl").read_bytes()
+    assert store.promote(2) == store.manifest(2)
+    result = CliRunner().invoke(app, ["snapshot", "promote", "2", "--snapshot-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "v000002 is served already: nothing changed"
+    result = CliRunner().invoke(app, ["snapshot", "promote", "2", "--json", "--snapshot-dir", str(tmp_path)])
+    assert orjson.loads(result.output) == {
+        "current": 2, "name": "v000002", "previous": 2, "ended": None, "changed": False
+    }
+    assert (tmp_path / "serving" / "history.jsonl").read_bytes() == history
+    assert store.rollback() == 1  # one step back, as before
+    result = CliRunner().invoke(app, ["snapshot", "promote", "2", "--json", "--snapshot-dir", str(tmp_path)])
+    assert orjson.loads(result.output)["changed"] is True and store.current() == 2
+
+
+def own_export(store: SnapshotStore, version: int, contract: dict[str, object]) -> Path:
+    """A whole export of a learner that exports itself, with ``contract`` as its contract.json."""
+    path = store.root / "exports" / f"v{version:06d}"
+    path.mkdir(parents=True)
+    (path / "contract.json").write_bytes(orjson.dumps(contract))
+    files = {"contract.json": hashlib.sha256((path / "contract.json").read_bytes()).hexdigest()}
+    raw = orjson.dumps({"version": version, "files": files})
+    (path / "manifest.json").write_bytes(raw)
+    (path / "manifest.sha256").write_text(f"{hashlib.sha256(raw).hexdigest()}  manifest.json\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "contract",
+    [
+        {"version": 2, "output": "rate.npy[0]"},  # no inputs at all
+        {"version": 2, "inputs": [{"name": "user_id", "dtype": "string"}]},  # inputs of its own kind
+    ],
+    ids=["own-form", "own-inputs"],
+)
+def test_an_export_serve_does_not_load_is_promoted_only_for_a_server_of_ones_own(
+    tmp_path: Path, contract: dict[str, object]
+) -> None:
+    """Noted by a tour: ``snapshot promote`` took a custom learner's own export, which
+    ``streamrec serve`` then refused at its start ("cannot be served by streamrec"), or, running,
+    logged at each poll while serving the version before. A team scoring it with a server of its
+    own that follows serving/CURRENT (as its contract.json says) promotes it with --own-server.
+    """
+    from typer.testing import CliRunner
+
+    from streamrec.cli import app
+    from streamrec.cli.snapshot_common import serve_check
+    from streamrec.errors import NotServable
+
+    store = SnapshotStore(tmp_path)
+    write(store)
+    write(store)
+    fake_export(store, 1)
+    store.promote(1)
+    own_export(store, 2, contract)
+    with pytest.raises(NotServable, match="cannot be served by streamrec"):
+        store.promote(2, serve_check=serve_check(store))
+    store.promote(1, serve_check=serve_check(store))  # no contract of another form: taken (served already)
+    result = CliRunner().invoke(app, ["snapshot", "promote", "2", "--snapshot-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "cannot be served by streamrec" in lines[0], result.output
+    assert "`streamrec snapshot promote 2 --own-server`" in lines[0]
+    assert store.current() == 1 and [e.version for e in store.history()] == [1]
+    args = ["snapshot", "promote", "2", "--own-server", "--snapshot-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert store.current() == 2 and [e.version for e in store.history()] == [1, 2]

@@ -175,3 +175,30 @@ def test_prune_keeps_the_served_the_canary_and_the_previous_served(tmp_path: Pat
     end_plan(store, "done")
     run_plan(store, TrafficPlan("ab", "e", (Arm("a", 3, 5000), Arm("b", 8, 5000))))
     assert store.prune(keep_last=1) == [4]  # 4 no longer a canary: only promoted ones stay
+
+
+def test_ending_a_canary_leaves_an_ab_test_running_and_the_reverse(tmp_path: Path) -> None:
+    """Noted by a tour: ``snapshot ab --end`` ended a running canary, and ``canary --abort`` an A/B
+    test. A canary is a candidate on its way to promotion, an A/B test an experiment between
+    fixed versions (docs/serving.md): the command for one never ends the other; rollback ends
+    either.
+    """
+    store = three_promoted(tmp_path)
+    canary = canary_plan(2, 500)
+    run_plan(store, canary)
+    with pytest.raises(SnapshotError) as caught:
+        end_plan(store, "manual", kind="ab")
+    assert str(caught.value) == (
+        f"an A/B test does not run in {tmp_path}, a canary does ({canary.describe()}): left running; "
+        "`streamrec snapshot canary --abort` (or `streamrec snapshot rollback`) ends it"
+    )
+    assert read_plan(tmp_path) == canary
+    assert end_plan(store, "manual", kind="canary") == canary
+    ab = TrafficPlan("ab", "exp", (Arm("a", 1, 5000), Arm("b", 2, 5000)))
+    run_plan(store, ab)
+    refused = "a canary does not run .* an A/B test does .*`streamrec snapshot ab --end`"
+    with pytest.raises(SnapshotError, match=refused):
+        end_plan(store, "manual", kind="canary")
+    assert read_plan(tmp_path) == ab and store.history()[-1].action == "ab"
+    assert end_plan(store, "manual", kind="ab") == ab
+    assert read_plan(tmp_path) is None
