@@ -217,6 +217,9 @@ class OutageError(StreamrecError):
 class FeatureStoreLost(FeatureStoreError):
     """The feature store lost its data (Redis restarted without persistence, or was flushed).
 
+    Or a partition's state while the consumers' group committed an offset on it (Redis replayed
+    an AOF without its scripts' writes, keys deleted): the message names each partition.
+
     Stop the consumers, run `streamrec consumers rebuild`, then start them again. When it was
     rebuilt while they ran, the message says so: then only restart them.
     """

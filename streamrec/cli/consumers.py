@@ -174,9 +174,9 @@ def rebuild(
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """Rebuild a feature store that lost its data from the events topic, emitting nothing.
+    """Rebuild a feature store that lost its data, or partitions' state, from the events topic.
 
-    Stop the consumers first; start them again afterwards.
+    Emits nothing. Stop the consumers first; start them again afterwards.
     """
     from streamrec.consumers.rebuild import rebuild_store
     from streamrec.kafka.clients import require_broker

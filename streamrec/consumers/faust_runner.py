@@ -66,6 +66,7 @@ from streamrec.consumers.native_runner import (
     attach_store,
     connect_timeout,
     count_batch,
+    has_offsets,
     make_batch_log,
     make_builder,
     refresh_placement,
@@ -76,7 +77,7 @@ from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store
 from streamrec.kafka.clients import make_consumer, make_producer, produce
 from streamrec.kafka.records import Partition, Record
-from streamrec.kafka.source import RecordSource
+from streamrec.kafka.source import RecordSource, group_offsets
 from streamrec.kafka.transactions import describe
 from streamrec.retry import Backoff
 
@@ -190,6 +191,7 @@ class FaustRunner:
         self._on_batch = on_batch
         self._store = store or make_feature_store(cfg)
         self.builder = make_builder(cfg, self._store)
+        self.builder.committed = self.committed_offsets  # a partition the store holds nothing of
         self.stats = FaustStats()
         self._log = make_batch_log(cfg)
         self._sink: BatchSink | None = None
@@ -324,14 +326,26 @@ class FaustRunner:
         source = RecordSource(make_consumer(self._cfg.kafka, self._cfg.consumer.group_id),
                               [self._cfg.kafka.events_topic], self._cfg.kafka.max_skew_ms)
         try:
-            can_start_empty = not source.has_committed_offsets(_COMMITTED_TIMEOUT_S)
+            committed = source.committed_offsets(_COMMITTED_TIMEOUT_S)
         finally:
             source.close()
         deadline_s = self._cfg.consumer.retry_deadline_s
         return attach_store(
-            self._store, can_start_empty, deadline_s, connect_timeout(self._cfg), stop,
-            then=lambda: adopt_events_topic(self._cfg, self._store, self.builder),
+            self._store, not has_offsets(committed), deadline_s, connect_timeout(self._cfg), stop,
+            then=lambda: adopt_events_topic(self._cfg, self._store, self.builder), committed=committed,
         )
+
+    def committed_offsets(self, partitions: Sequence[Partition]) -> dict[Partition, int]:
+        """The group's committed offsets of ``partitions`` (negative: none), asked of the broker.
+
+        Only when the store holds no state of a partition about to be claimed (a new one, or a
+        loss: see `SampleBuilder._claim`): a consumer of its own that never joins the group.
+        """
+        consumer = make_consumer(self._cfg.kafka, self._cfg.consumer.group_id)
+        try:
+            return group_offsets(consumer, partitions, _COMMITTED_TIMEOUT_S)
+        finally:
+            consumer.close()
 
     def handle(self, records: Sequence[Record]) -> BatchResult:
         """Process one batch and deliver its samples, retrying passing failures.

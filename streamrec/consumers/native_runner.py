@@ -21,7 +21,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
@@ -39,7 +39,7 @@ from streamrec.errors import (
 )
 from streamrec.faults import fault_point
 from streamrec.featurestore import FeatureStore, make_feature_store, make_profile_store
-from streamrec.featurestore.partitions import PartitionStore
+from streamrec.featurestore.partitions import PartitionStore, refuse_lost
 from streamrec.kafka.clients import make_consumer, produce
 from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock, RecordSource
@@ -106,6 +106,8 @@ class ConsumerRunner:
             cfg.kafka.max_skew_ms,
             max_hold_ms=cfg.kafka.max_hold_ms,
         )
+        # a partition the store holds no state of: new to the group, or lost (see SampleBuilder._claim)
+        self.builder.committed = functools.partial(self._source.committed_offsets, _COMMITTED_TIMEOUT_S)
         self._transactions = TransactionalProducer(cfg.kafka, cfg.consumer.group_id)
         self._stop = threading.Event()  # run()'s: set by a stop signal
 
@@ -151,11 +153,13 @@ class ConsumerRunner:
 
     def _attach_store(self) -> None:
         """Check the store and adopt the events topic before the first batch, waiting for Redis."""
-        # A store that is empty while the group already processed events lost its data.
-        can_start_empty = not self._source.has_committed_offsets(_COMMITTED_TIMEOUT_S)
+        # A store that is empty while the group already processed events lost its data; so did
+        # one that holds nothing of a partition the group committed on.
+        committed = self._source.committed_offsets(_COMMITTED_TIMEOUT_S)
         attach_store(
-            self._store, can_start_empty, self._cfg.consumer.retry_deadline_s, connect_timeout(self._cfg),
-            self._stop, then=lambda: adopt_events_topic(self._cfg, self._store, self.builder),
+            self._store, not has_offsets(committed), self._cfg.consumer.retry_deadline_s,
+            connect_timeout(self._cfg), self._stop,
+            then=lambda: adopt_events_topic(self._cfg, self._store, self.builder), committed=committed,
         )
 
     @property
@@ -414,6 +418,8 @@ def attach_store(
     connect_timeout_s: float,
     stop: threading.Event | None = None,
     then: Callable[[], object] | None = None,
+    *,
+    committed: Mapping[Partition, int] | None = None,
 ) -> bool:
     """Check the store before the first batch, waiting for it to come up.
 
@@ -422,6 +428,9 @@ def attach_store(
     answered (a wrong URL, Redis not started), up to ``deadline_s`` once it has (restarting,
     loading its data). False when ``stop`` was set meanwhile (nothing attached).
 
+    ``committed``, the consumers' group's committed offset on each partition (negative: none):
+    the store must hold the state of each partition committed past 0 (`refuse_lost`).
+
     ``then`` (the events topic's adoption) runs after the attach under the same wait: an
     outage that begins between the two is ridden out as one during the attach (which is
     tried again: it only reads, or sets the marker if it is not there).
@@ -429,7 +438,7 @@ def attach_store(
     Raises:
         FeatureStoreUnreachable: the store never answered within ``connect_timeout_s``.
         OutageError: the store stayed unavailable past the deadline.
-        FeatureStoreLost: the store lost its data.
+        FeatureStoreLost: the store lost its data, or the state of a partition.
     """
     stop = stop or threading.Event()
     # the connect timeout counts from the first try: a try at a host that drops packets
@@ -440,6 +449,7 @@ def attach_store(
     while not stop.is_set():
         try:
             store.attach(can_start_empty)
+            refuse_lost(store, committed or {})
             if then is not None:
                 then()
             return True
@@ -461,6 +471,11 @@ def attach_store(
             logger.warning("feature store unavailable at start, waiting error=%r", str(exc))
         stop.wait(pause)
     return False
+
+
+def has_offsets(committed: Mapping[Partition, int]) -> bool:
+    """Whether a group committed offsets (`RecordSource.committed_offsets`): it processed records before."""
+    return any(offset >= 0 for offset in committed.values())
 
 
 def connect_timeout(cfg: StreamrecConfig) -> float:

@@ -30,7 +30,7 @@ from streamrec.consumers.placement import Placement
 from streamrec.consumers.sample_maker import SampleMaker, picked
 from streamrec.consumers.user_features import UserFeatures
 from streamrec.deadletters import DeadLetter
-from streamrec.errors import InvalidEvent
+from streamrec.errors import FeatureStoreLost, InvalidEvent
 from streamrec.events import Event, parse_event
 from streamrec.features.schema import FeatureSchema
 from streamrec.featurestore.base import (
@@ -166,6 +166,10 @@ class SampleBuilder:
         self.sampler = sampler or sampler_for(cfg)
         self.watermarks = Watermarks(cfg.allowed_lateness_ms)
         self._epochs: dict[Partition, int] = {}  # partitions claimed, and their epochs
+        # The group's committed offsets of some partitions (negative: none), asked when a durable
+        # store holds no state of a partition about to be claimed (`_claim`); the runners set it.
+        # None: the builder's process is the only one to read these partitions (a rebuild).
+        self.committed: Callable[[Sequence[Partition]], Mapping[Partition, int]] | None = None
         # How this events topic's record origins end (`FeatureStore.events_topic`).
         self.origin_ending = ""
         self._join = JoinRule(cfg.impression_action if cfg.labels == "join" else None, self._positive)
@@ -415,12 +419,26 @@ class SampleBuilder:
         """Claim the partitions new to this builder.
 
         Their epochs, and their watermarks as of the offset they are read from (a restart or a
-        rebalance resumes them exactly).
+        rebalance resumes them exactly). A durable store that holds no state of one is asked
+        to write nothing for it: the group's committed offset there (`committed`) says whether
+        it is new (started afresh) or its state was lost.
+
+        Raises:
+            FeatureStoreLost: the group committed past 0 on a partition the store holds nothing of.
         """
         starts = {key: first for key, (first, _) in spans.items() if key not in self._epochs}
         if not starts:
             return
-        for key, claim in self._partitions.claim(starts).items():
+        partitions = self._partitions
+        ask = self.committed if partitions.durable else None
+        claims = partitions.claim(starts, create=ask is None)
+        unfound = {key: starts[key] for key, claim in claims.items() if not claim.found}
+        if ask is not None and unfound:
+            lost = {key: offset for key, offset in ask(list(unfound)).items() if offset > 0}
+            if lost:
+                raise FeatureStoreLost(partitions.lost_reason(lost))
+            claims.update(partitions.claim(unfound))  # new to the group: started afresh
+        for key, claim in claims.items():
             self._epochs[key] = claim.epoch
             self.watermarks.restore(key, claim.newest)
 

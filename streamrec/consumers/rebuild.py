@@ -16,7 +16,9 @@ the consumers can start again.
 ``force`` rebuilds a store that is intact, where consumers may still run: the partitions'
 state is theirs, so it is replayed in memory only, to judge the records as they did, and left
 as it is in the store (written, it would undo what they decided since the offsets read here,
-and they would decide it again).
+and they would decide it again). So is the state of every partition the store still holds, in
+any rebuild; only that of the partitions it lost (all of them when Redis lost its data, some
+when an AOF was replayed without its scripts' writes or keys were deleted) is written.
 
 Only what the events topic still retains can be rebuilt: keep its retention longer than the
 longest history you need (the sequence TTL).
@@ -27,6 +29,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -41,8 +44,15 @@ from streamrec.consumers.native_runner import (
 )
 from streamrec.errors import ConfigError, ConsumeError, FeatureStoreLost
 from streamrec.featurestore import FeatureStore, make_feature_store
-from streamrec.featurestore.partitions import MemoryPartitionStore
+from streamrec.featurestore.partitions import (
+    Claim,
+    MemoryPartitionStore,
+    PartitionBatch,
+    PartitionOutcome,
+    PartitionStore,
+)
 from streamrec.kafka.clients import make_consumer
+from streamrec.kafka.records import Partition
 from streamrec.kafka.topics import topic_partitions
 
 logger = logging.getLogger(__name__)
@@ -69,34 +79,49 @@ def rebuild_store(
 
     What they processed: the events topic below their group's committed offsets.
 
+    The state of the partitions the store still holds is left as it is (under ``force``
+    consumers may still run on them: it is theirs); that of the partitions it lost (no state
+    while the group committed past 0 on them, `streamrec.featurestore.partitions`) is
+    rebuilt, begun afresh for one whose events are all gone by retention.
+
     Raises:
-        ConfigError: the store is intact (its marker is there) and ``force`` is not set, or the
-            group has committed no offsets (a group named wrong, or one that never ran).
+        ConfigError: the store is intact (its marker is there, and the state of every partition
+            the group committed on) and ``force`` is not set, or the group has committed no
+            offsets (a group named wrong, or one that never ran).
     """
     store = store or make_feature_store(cfg)
-    if not force:
-        try:  # a Redis never reached fails at the connect timeout, as the consumers do
-            attach_store(store, False, cfg.consumer.retry_deadline_s, connect_timeout(cfg))
-        except FeatureStoreLost:
-            pass  # what a rebuild is for
-        else:
-            raise ConfigError("the feature store is intact (its marker is there): --force rebuilds it anyway")
+    try:  # a Redis never reached fails at the connect timeout, as the consumers do
+        marked = attach_store(store, False, cfg.consumer.retry_deadline_s, connect_timeout(cfg))
+    except FeatureStoreLost:
+        marked = False  # what a rebuild is for
+    topic = cfg.kafka.events_topic
     consumer = make_consumer(cfg.kafka, f"{cfg.consumer.group_id}-rebuild-{uuid.uuid4().hex[:8]}")
     stats, start = RebuildStats(), time.monotonic()
     try:
-        partitions = topic_partitions(consumer, cfg.kafka.events_topic, _TIMEOUT_S)  # a missing topic: said
-        # what the consumers dead-letter, misplaced records too; under force, their partitions' state aside
-        builder = make_builder(cfg, store, MemoryPartitionStore() if force else None)
-        adopt_events_topic(cfg, store, builder)
+        partitions = topic_partitions(consumer, topic, _TIMEOUT_S)  # a missing topic: said
         processed = _committed(cfg, partitions)
         if not any(processed.values()):
             raise ConfigError(
                 f"nothing to rebuild: the consumers' group {cfg.consumer.group_id!r} has processed no "
-                f"events of {cfg.kafka.events_topic} (STREAMREC_CONSUMER__GROUP_ID or --group-id names the "
+                f"events of {topic} (STREAMREC_CONSUMER__GROUP_ID or --group-id names the "
                 "group whose store this is; a group that never ran starts on an empty store)"
             )
-        reading = _assign(consumer, cfg.kafka.events_topic, processed)
-        refresh_placement(builder, consumer, [cfg.kafka.events_topic])
+        # the partitions whose state the store lost (all of them when it lost everything)
+        lost = store.stateless([Partition(topic, p) for p, offset in processed.items() if offset > 0])
+        if marked and not force and not lost:
+            raise ConfigError(
+                "the feature store is intact (its marker is there, and the state of every partition "
+                "the consumers committed on): --force rebuilds it anyway"
+            )
+        if marked and lost:
+            logger.warning("rebuilding the state of partitions the store lost partitions=%s",
+                           ",".join(str(key) for key in sorted(lost)))
+        # what the consumers dead-letter, misplaced records too; the state of the partitions the
+        # store still holds is theirs (consumers may run on them under force): replayed aside
+        builder = make_builder(cfg, store, Replayed(store, lost))
+        adopt_events_topic(cfg, store, builder)
+        reading = _assign(consumer, topic, processed)
+        refresh_placement(builder, consumer, [topic])
         while reading:  # until every partition has reached the group's offset
             records = [m for m in consumer.consume(_BATCH, 1.0) if _keep(m, reading, processed)]
             if records:  # as the consumers processed them, their samples dropped
@@ -104,6 +129,9 @@ def rebuild_store(
                 builder.commit(result)  # the watermarks judge the next records as they did
                 stats.events += result.events
                 stats.invalid += len(result.dead)
+        # a lost partition with no event retained: its state begun, so that the consumers find it
+        if unread := store.stateless(lost):
+            store.claim({key: processed[key.partition] for key in unread})
     finally:
         consumer.close()
     store.reset_marker()
@@ -112,6 +140,50 @@ def rebuild_store(
         "feature store rebuilt events=%d invalid=%d seconds=%.1f", stats.events, stats.invalid, stats.seconds
     )
     return stats
+
+
+class Replayed(PartitionStore):
+    """The partitions' state a rebuild replays.
+
+    Into ``store`` for the partitions it lost, in memory for the rest (kept as they are there).
+    """
+
+    def __init__(self, store: PartitionStore, lost: set[Partition]) -> None:
+        """Write only the state of ``lost`` to ``store``."""
+        self._store, self._memory, self._lost = store, MemoryPartitionStore(), lost
+
+    def _split(self, keys: Iterable[Partition]) -> list[tuple[PartitionStore, list[Partition]]]:
+        keys = list(keys)
+        lost = [key for key in keys if key in self._lost]
+        kept = [key for key in keys if key not in self._lost]
+        return [(store, part) for store, part in ((self._store, lost), (self._memory, kept)) if part]
+
+    def claim(self, starts: Mapping[Partition, int], *, create: bool = True) -> dict[Partition, Claim]:
+        """See `PartitionStore.claim`."""
+        out: dict[Partition, Claim] = {}
+        for store, keys in self._split(starts):
+            out.update(store.claim({key: starts[key] for key in keys}, create=create))
+        return out
+
+    def stateless(self, partitions: Iterable[Partition]) -> set[Partition]:
+        """See `PartitionStore.stateless`."""
+        return {key for store, keys in self._split(partitions) for key in store.stateless(keys)}
+
+    def advance(
+        self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
+    ) -> list[PartitionOutcome]:
+        """See `PartitionStore.advance`: the outcomes in the order of ``batches``."""
+        by_key = {batch.partition: batch for batch in batches}
+        out: dict[Partition, PartitionOutcome] = {}
+        for store, keys in self._split(by_key):
+            out.update(zip(keys, store.advance([by_key[key] for key in keys], window_ms, retention_ms),
+                           strict=True))
+        return [out[batch.partition] for batch in batches]
+
+    def check_claims(self, epochs: Mapping[Partition, int]) -> None:
+        """See `PartitionStore.check_claims`."""
+        for store, keys in self._split(epochs):
+            store.check_claims({key: epochs[key] for key in keys})
 
 
 def _committed(cfg: StreamrecConfig, partitions: list[int]) -> dict[int, int]:

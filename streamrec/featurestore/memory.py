@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from streamrec.features.schema import FeatureSchema
@@ -123,9 +123,13 @@ class MemoryFeatureStore(FeatureStore):
         while user.by_time and user.by_time[0][0] < horizon:
             user.marks.pop(heapq.heappop(user.by_time)[1], None)
 
-    def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
+    def claim(self, starts: Mapping[Partition, int], *, create: bool = True) -> dict[Partition, Claim]:
         """See `PartitionStore.claim`."""
-        return self._partitions.claim(starts)
+        return self._partitions.claim(starts, create=create)
+
+    def stateless(self, partitions: Iterable[Partition]) -> set[Partition]:
+        """See `PartitionStore.stateless`."""
+        return self._partitions.stateless(partitions)
 
     def advance(
         self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int

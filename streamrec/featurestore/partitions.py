@@ -17,6 +17,15 @@ from an older epoch (a consumer paused past its session timeout, then resumed) i
 with `PartitionFenced`; so is its commit, checked just before by
 `PartitionStore.check_claims` (the pause may fall between its writes and its commit).
 
+A durable store (Redis) keeps each partition's small ``part`` record (epoch, watermark) for good,
+whatever its TTL on the rest: a partition it holds nothing of while the consumers' group has
+committed an offset past 0 on it lost its state (an AOF replayed without its scripts' writes,
+keys deleted), and the consumers refuse it as a lost store (`lost_reason`). So a claim of a
+durable store made with ``create=False`` writes nothing for a partition it finds no state of
+(`Claim.found`): the consumer first asks the broker, and only a partition the group never
+committed on is then claimed afresh. The in-memory stores start empty with their process, and
+never say so.
+
 Join windows (one per impression): an impression at ``ts`` waits for a click on the same
 user and item with an event time in ``[ts, ts + window_ms]``; the latest such impression
 before a click takes it (last touch) and becomes a positive sample at once. When the
@@ -33,13 +42,13 @@ from __future__ import annotations
 
 import heapq
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import msgspec
 
-from streamrec.errors import PartitionFenced
+from streamrec.errors import FeatureStoreLost, PartitionFenced
 from streamrec.events import Event
 from streamrec.features.schema import Value
 from streamrec.kafka.records import Partition
@@ -131,19 +140,42 @@ class Claim:
     """A partition claimed.
 
     The epoch its batches carry, and the newest event time seen on it before the offset it is
-    read from (None if nothing was).
+    read from (None if nothing was). ``found`` is False when the store held no state of it: a
+    claim made with ``create=False`` then wrote nothing (its epoch is 0), one with ``create``
+    started its state (epoch 1).
     """
 
     epoch: int
     newest: int | None
+    found: bool = True
 
 
 class PartitionStore(ABC):
     """Claims partitions and advances their state batch by batch (see the module docstring)."""
 
+    #: Whether partitions' state outlives the process that wrote it (Redis): only then is a
+    #: partition found without state while its group committed past 0 on it a loss.
+    durable: bool = False
+
     @abstractmethod
-    def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
-        """Take over partitions about to be read from these offsets."""
+    def claim(self, starts: Mapping[Partition, int], *, create: bool = True) -> dict[Partition, Claim]:
+        """Take over partitions about to be read from these offsets.
+
+        A partition without state is started afresh, or with ``create`` False left as it is
+        (`Claim.found`); an in-memory store always starts it.
+        """
+
+    @abstractmethod
+    def stateless(self, partitions: Iterable[Partition]) -> set[Partition]:
+        """Which of ``partitions`` the store holds no state of (never claimed, or lost).
+
+        A durable store keeps the state it finds for good (one written by a version that let
+        it expire, `streamrec.featurestore.redis_partitions`).
+        """
+
+    def lost_reason(self, lost: Mapping[Partition, int]) -> str:
+        """Why consumers refuse this store: it holds no state of ``lost`` (-> their committed offsets)."""
+        return lost_reason("the feature store", lost)
 
     @abstractmethod
     def advance(
@@ -211,15 +243,20 @@ class MemoryPartitionStore(PartitionStore):
         """No partition claimed yet."""
         self._states: dict[Partition, _State] = {}
 
-    def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
-        """See `PartitionStore.claim`."""
+    def claim(self, starts: Mapping[Partition, int], *, create: bool = True) -> dict[Partition, Claim]:
+        """See `PartitionStore.claim`: it lives with its process, so it always starts one afresh."""
         out = {}
         for key, start in starts.items():
+            found = key in self._states
             state = self._states.setdefault(key, _State())
             state.epoch += 1
             newest = state.newest if state.stamp < start else state.before[0]
-            out[key] = Claim(state.epoch, newest)
+            out[key] = Claim(state.epoch, newest, found)
         return out
+
+    def stateless(self, partitions: Iterable[Partition]) -> set[Partition]:
+        """See `PartitionStore.stateless`."""
+        return {key for key in partitions if key not in self._states}
 
     def advance(
         self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int
@@ -290,6 +327,33 @@ FENCED_ADVICE = (
     "stalled past its session timeout; it stops so that it cannot undo the new owner's work "
     "(restart it to rejoin the group)"
 )
+
+
+def refuse_lost(store: PartitionStore, committed: Mapping[Partition, int]) -> None:
+    """Refuse a durable store that holds no state of a partition its group committed past 0 on.
+
+    ``committed``: the group's committed offset on each partition (negative: none).
+
+    Raises:
+        FeatureStoreLost: naming each such partition and its committed offset.
+    """
+    if not store.durable:
+        return
+    past = {key: offset for key, offset in committed.items() if offset > 0}
+    lost = {key: past[key] for key in store.stateless(past)}
+    if lost:
+        raise FeatureStoreLost(store.lost_reason(lost))
+
+
+def lost_reason(where: str, lost: Mapping[Partition, int]) -> str:
+    """Why consumers refuse a store holding no state of ``lost`` (partitions -> their committed offsets)."""
+    named = ", ".join(f"{key} (committed offset {offset})" for key, offset in sorted(lost.items()))
+    return (
+        f"{where} lost the state of partition{'s' if len(lost) > 1 else ''} {named}: the consumers' "
+        "group committed offsets there, but the store holds nothing of it (Redis replayed an AOF "
+        "without its scripted writes, or the keys were deleted), so its sequences are likely gone "
+        "too: stop the consumers and run `streamrec consumers rebuild`"
+    )
 
 
 def fenced_reason(partition: Partition, ours: int, theirs: object) -> str:

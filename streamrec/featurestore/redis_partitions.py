@@ -4,7 +4,8 @@ Keys per partition, hash-tagged ``{<topic>:<partition>}`` so one script call hol
 (on a Cluster, one slot per partition):
 
 - ``<prefix>:part:{t:p}``: a hash: ``epoch``, ``newest`` and ``stamp`` (the newest event time
-  and the last offset of the batch that set it), ``prev_newest``/``prev_stamp`` before it;
+  and the last offset of the batch that set it), ``prev_newest``/``prev_stamp`` before it, and
+  ``claimed``, the offset the last claim read it from;
 - ``<prefix>:win:{t:p}``: a hash, ``user \t event_id`` -> the impression's window,
   ``opened \t clicked \t closed \t ts \t deadline \t item \t category \t history key``
   (the three stamps are offsets, -1 while unset);
@@ -23,7 +24,19 @@ Keys per partition, hash-tagged ``{<topic>:<partition>}`` so one script call hol
   (`Sample.seq_features` as JSON) follow its categories in its history, after a ``\x1c``. The
   default schema's windows and histories are as they were, and no ``feat`` key is made.
 
-Every key is refreshed to the store's TTL at each batch.
+Every key but ``part`` is refreshed to the store's TTL at each batch. ``part`` is kept for good
+(one small hash a partition): it keeps the epoch and the watermark through any idle spell, and its
+absence where the consumers' group committed an offset tells a partition whose state was lost
+(`streamrec.featurestore.partitions`). A claim removes the TTL a store written by an earlier
+version gave it.
+
+Each script writes ``part`` in two commands, never one. Redis replicates a script as its write
+commands, wrapped in MULTI/EXEC when there are several, and Redis 7.0 with an AOF and
+``user default off`` drops every MULTI/EXEC when it replays its AOF after a restart (a
+``NOPERM`` line each): the sequences and windows are lost, while a single write (an earlier
+version's ``part`` once it had no TTL to refresh) survives. Written in two, ``part`` goes with
+the rest, and the consumers see the partitions lost (checked by hand on Redis 7.0.15:
+docs/operating/deployment.md).
 """
 
 from __future__ import annotations
@@ -44,15 +57,21 @@ from streamrec.featurestore.partitions import (
 )
 from streamrec.kafka.records import Partition
 
-# KEYS: part. ARGV: the offset the partition is read from, ttl_ms. Returns the new epoch and
-# the newest event time as of that offset ('' if none).
+# KEYS: part. ARGV: the offset the partition is read from, '1' to start a partition without
+# state ('0': leave it as it is). Returns the new epoch (0: none, nothing written), the newest
+# event time as of that offset ('' if none), and 1 if the partition's state was there. The part
+# hash is kept for good (PERSIST: a store written before this version gave it a TTL), so a
+# partition without one after its group committed on it lost its state.
 CLAIM_LUA = """
+local found = redis.call('EXISTS', KEYS[1])
+if found == 0 and ARGV[2] ~= '1' then return {0, '', 0} end
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 local v = redis.call('HMGET', KEYS[1], 'newest', 'stamp', 'prev_newest')
 local newest = v[1]
 if v[2] and tonumber(v[2]) >= tonumber(ARGV[1]) then newest = v[3] end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {epoch, newest or ''}
+redis.call('PERSIST', KEYS[1])
+redis.call('HSET', KEYS[1], 'claimed', ARGV[1])  -- a second write: see the module docstring
+return {epoch, newest or '', found}
 """
 
 # KEYS: part, win, hist, refs, pair, due, done, jrn, feat. ARGV: epoch, first, last, newest ('' for none),
@@ -325,9 +344,10 @@ if ARGV[5] ~= '' and ARGV[4] ~= '' then
 end
 
 if #touched > 0 then bulk('SADD', jrn, touched) end
-redis.call('HSET', part, 'prev_newest', mark[1] or '', 'prev_stamp', mark[2] or '-1',
-  'newest', ARGV[4], 'stamp', ARGV[3])
-for i = 1, featured and #KEYS or #KEYS - 1 do redis.call('PEXPIRE', KEYS[i], ARGV[8]) end
+-- two writes, never one: see the module docstring
+redis.call('HSET', part, 'prev_newest', mark[1] or '', 'prev_stamp', mark[2] or '-1')
+redis.call('HSET', part, 'newest', ARGV[4], 'stamp', ARGV[3])
+for i = 2, featured and #KEYS or #KEYS - 1 do redis.call('PEXPIRE', KEYS[i], ARGV[8]) end  -- part: for good
 out[#out + 1] = tostring(late)
 return out
 """
@@ -342,8 +362,8 @@ def partition_keys(prefix: str, partition: Partition) -> list[str]:
 
 def parse_claim(reply: Sequence[Any]) -> Claim:
     """The claim script's answer."""
-    epoch, newest = reply
-    return Claim(int(epoch), int(newest) if newest not in ("", None) else None)
+    epoch, newest, found = reply
+    return Claim(int(epoch), int(newest) if newest not in ("", None) else None, bool(int(found)))
 
 
 def advance_args(

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import orjson
@@ -59,6 +59,7 @@ from streamrec.featurestore.partitions import (
     PartitionBatch,
     PartitionOutcome,
     fenced_reason,
+    lost_reason,
 )
 from streamrec.featurestore.redis_codec import FRESH, event_line, event_line_with, parse_call
 from streamrec.featurestore.redis_connection import RedisConnection
@@ -343,17 +344,38 @@ class RedisFeatureStore(FeatureStore):
             times = [earliest[item] for item in items]
             yield ("EVALSHA", sha, len(keys), *keys, self._ttl_ms, *times)
 
-    def claim(self, starts: Mapping[Partition, int]) -> dict[Partition, Claim]:
+    durable = True  # see PartitionStore.durable
+
+    def claim(self, starts: Mapping[Partition, int], *, create: bool = True) -> dict[Partition, Claim]:
         """See `PartitionStore.claim`."""
         keys = list(starts)
 
         def commands(shas: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
             for key in keys:
                 part = partition_keys(self._prefix, key)[0]
-                yield ("EVALSHA", shas[2], 1, part, starts[key], self._ttl_ms)
+                yield ("EVALSHA", shas[2], 1, part, starts[key], int(create))
 
         replies = self._conn.run(commands, list)
         return {key: parse_claim(reply) for key, reply in zip(keys, replies, strict=True)}
+
+    def stateless(self, partitions: Iterable[Partition]) -> set[Partition]:
+        """See `PartitionStore.stateless`: one round trip, a PERSIST of each ``part`` hash."""
+        keys = list(partitions)
+        if not keys:
+            return set()
+
+        def commands(shas: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
+            for key in keys:
+                part = partition_keys(self._prefix, key)[0]
+                yield ("PERSIST", part)
+                yield ("EXISTS", part)
+
+        replies = self._conn.run(commands, list)
+        return {key for key, there in zip(keys, replies[1::2], strict=True) if not int(there)}
+
+    def lost_reason(self, lost: Mapping[Partition, int]) -> str:
+        """Why a consumer refuses this store: it holds no state of ``lost`` (see `lost_reason`)."""
+        return lost_reason(f"the feature store at prefix {self._prefix!r}", lost)
 
     def advance(
         self, batches: Sequence[PartitionBatch], window_ms: int, retention_ms: int

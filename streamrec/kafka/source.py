@@ -231,9 +231,17 @@ class RecordSource:
 
         That is, whether it processed records before.
         """
-        parts = [TopicPartition(*key) for key in self._partitions(timeout_s)]
-        committed = self.consumer.committed(parts, timeout=timeout_s) if parts else []
-        return any(tp.offset >= 0 for tp in committed)
+        return any(offset >= 0 for offset in self.committed_offsets(timeout_s).values())
+
+    def committed_offsets(
+        self, timeout_s: float, partitions: Sequence[Partition] | None = None
+    ) -> dict[Partition, int]:
+        """The group's committed offset on each of ``partitions`` (by default every one of the topics).
+
+        Negative where it committed none.
+        """
+        parts = self._partitions(timeout_s) if partitions is None else partitions
+        return group_offsets(self.consumer, parts, timeout_s)
 
     def _partitions(self, timeout_s: float) -> list[Partition]:
         """Every partition of the topics, as the broker's metadata has them now."""
@@ -318,3 +326,17 @@ class IdleClock:
                 self._upstream_since = now
             idle = min(idle, now - self._upstream_since)
         return idle > self._limit_s
+
+
+def group_offsets(
+    consumer: Consumer, partitions: Sequence[Partition], timeout_s: float
+) -> dict[Partition, int]:
+    """The committed offsets of ``consumer``'s group on ``partitions`` (negative: none).
+
+    Raises:
+        KafkaException: the broker did not answer (a passing failure: the runners retry it).
+    """
+    if not partitions:
+        return {}
+    committed = consumer.committed([TopicPartition(*key) for key in partitions], timeout=timeout_s)
+    return {Partition(tp.topic, tp.partition): tp.offset for tp in committed}

@@ -7,13 +7,18 @@ events.
 from __future__ import annotations
 
 import random
+import re
 import zlib
+from collections.abc import Callable, Sequence
+
+import pytest
 
 from streamrec.config import ConsumerConfig, RedisStoreConfig
 from streamrec.consumers.processor import SampleBuilder
+from streamrec.errors import FeatureStoreLost
 from streamrec.events import Event
 from streamrec.featurestore import MemoryFeatureStore, RedisFeatureStore
-from streamrec.kafka.records import Record
+from streamrec.kafka.records import Partition, Record
 
 T0 = 1_511_658_000_000
 LENGTH, HORIZON_MS = 5, 3_600_000
@@ -66,3 +71,48 @@ def test_redis_and_memory_make_the_same_batches(store_config: RedisStoreConfig) 
             builder.commit(result)
         start, batches = end, batches + 1
     assert batches > 4 and sum(len(r.samples) for r in got) > 0
+
+
+def test_a_partition_without_state_is_refused_where_the_group_committed_and_begun_where_it_never_did(
+    store_config: RedisStoreConfig,
+) -> None:
+    """A durable store holding nothing of a partition the group committed past 0 on lost it (an
+    AOF replayed without its scripts' writes): the builder asks the group's offsets only then,
+    refuses with the partition and its offset, and writes nothing, so a restart refuses again.
+    A partition the group never committed on is new: begun. The in-memory store is never asked.
+    """
+    records = [Record(Event(f"e{i}", "u1", f"i{i}", "c", "pv", T0 + i).to_json(), 5 + i, partition=1)
+               for i in range(3)]
+    asked: list[list[Partition]] = []
+
+    def committed(offsets: dict[Partition, int]) -> Callable[[Sequence[Partition]], dict[Partition, int]]:
+        def ask(partitions: Sequence[Partition]) -> dict[Partition, int]:
+            asked.append(list(partitions))
+            return {key: offsets.get(key, -1001) for key in partitions}
+        return ask
+
+    store = RedisFeatureStore(store_config, LENGTH, HORIZON_MS)
+    lost = Partition("events", 1)  # the records' topic, as `Record` leaves it
+    for _ in range(2):  # refused again at the next start: nothing was written
+        builder = SampleBuilder(ConsumerConfig(), store)
+        builder.committed = committed({lost: 5})
+        with pytest.raises(FeatureStoreLost, match=re.escape(f"{lost} (committed offset 5)")) as told:
+            builder.process(records, now_ms=T0)
+        assert "run `streamrec consumers rebuild`" in str(told.value)
+        assert store.stateless([lost]) == {lost}
+        assert store.sequence("u1") == []
+    assert asked == [[lost], [lost]]
+
+    builder = SampleBuilder(ConsumerConfig(), store)
+    builder.committed = committed({})  # none: a partition new to the group
+    assert len(builder.process(records, now_ms=T0).samples) == 3
+    assert store.stateless([lost]) == set()
+    builder = SampleBuilder(ConsumerConfig(), store)  # a restart: its state found, nothing asked
+    builder.committed = committed({lost: 8})
+    builder.process(records, now_ms=T0)
+    assert len(asked) == 3
+
+    in_memory = SampleBuilder(ConsumerConfig(), MemoryFeatureStore(LENGTH, HORIZON_MS))
+    in_memory.committed = committed({lost: 5})
+    assert len(in_memory.process(records, now_ms=T0).samples) == 3
+    assert len(asked) == 3

@@ -7,9 +7,11 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis as redis_py
+from confluent_kafka import Consumer, TopicPartition
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, ServicesConfig, StreamrecConfig
 from streamrec.consumers import rebuild
@@ -18,6 +20,7 @@ from streamrec.consumers.rebuild import rebuild_store
 from streamrec.errors import ConfigError, FeatureStoreLost
 from streamrec.events import Event
 from streamrec.featurestore import Behaviour
+from streamrec.kafka.topics import create_topics
 from streamrec.local import services
 from streamrec.local.launch import start_redis
 from streamrec.local.ports import free_ports
@@ -245,3 +248,104 @@ def test_a_rebuild_for_a_group_that_processed_nothing_says_so(
     publish(clicks[:100], kafka_config)
     with pytest.raises(ConfigError, match="STREAMREC_CONSUMER__GROUP_ID"):
         rebuild_store(config(kafka_config, private_redis, unique_name))
+
+
+def lose_scripted_writes(redis: PrivateService, prefix: str) -> int:
+    """What Redis 7.0 left after replaying its AOF under ``user default off``: every scripted
+    write dropped (NOPERM), so every key but the marker and the events topic's (plain SETs).
+    """
+    client = redis_py.Redis(port=redis.port)
+    kept = (f"{prefix}:marker:".encode(), f"{prefix}:events-topic".encode())
+    doomed = [key for key in client.scan_iter(f"{prefix}:*") if not key.startswith(kept)]
+    assert any(b":part:" in key for key in doomed) and any(b":seq:" in key for key in doomed)
+    return int(client.delete(*doomed))
+
+
+def committed_offsets(cfg: StreamrecConfig) -> dict[int, int]:
+    group = Consumer({"bootstrap.servers": cfg.kafka.bootstrap_servers, "group.id": cfg.consumer.group_id})
+    try:
+        asked = [TopicPartition(cfg.kafka.events_topic, p) for p in range(cfg.kafka.partitions)]
+        return {tp.partition: tp.offset for tp in group.committed(asked, timeout=10)}
+    finally:
+        group.close()
+
+
+def sample_rows(kafka: KafkaConfig, topic: str) -> list[tuple[str, int, tuple[str, ...], tuple[str, ...]]]:
+    """The samples on ``topic``, as what a clean run decides of each: id, label, history."""
+    samples = [Sample.from_json(m.value() or b"") for m in read_committed(kafka.bootstrap_servers, topic)]
+    return sorted((s.sample_id, s.label, s.seq_items, s.seq_categories) for s in samples)
+
+
+@pytest.mark.parametrize("runner", ["native", "faust"])
+def test_a_store_that_kept_its_marker_but_lost_the_partitions_state_is_refused_until_rebuilt(
+    kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event],
+    runner: str,
+) -> None:
+    """Found by a tour: Redis 7.0 with an AOF and ``user default off`` dropped every scripted
+    write when it replayed its AOF after a restart; the marker (a plain SET) survived, so the
+    consumers attached to it as an intact store and emitted samples from empty histories.
+    Now a partition whose state is gone while the group committed on it is a lost store: the
+    consumers refuse it, naming it and its offset, emit and commit nothing; a plain
+    ``consumers rebuild`` (what the message says) restores it, and the samples after it are
+    those of a clean run on a store that lost nothing.
+    """
+    events = clicks[:3000]
+    cfg = config(kafka_config, private_redis, unique_name)
+    cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"negatives": 0})})
+    clean_samples = f"clean-{kafka_config.samples_topic}"
+    create_topics(kafka_config.bootstrap_servers, {clean_samples: kafka_config.partitions})
+    clean = cfg.model_copy(update={
+        "kafka": kafka_config.model_copy(update={"samples_topic": clean_samples}),
+        "store": cfg.store.model_copy(update={"key_prefix": f"clean-{unique_name}"}),
+        "consumer": cfg.consumer.model_copy(update={"group_id": f"clean-{unique_name}"}),
+    })
+    publish(events[:1500], kafka_config)
+    assert ConsumerRunner(cfg).run().events == ConsumerRunner(clean).run().events == 1500
+    sent, offsets = len(samples_of(kafka_config)), committed_offsets(cfg)
+
+    lose_scripted_writes(private_redis, unique_name)
+    publish(events[1500:], kafka_config)
+    restart = ConsumerRunner(cfg) if runner == "native" else faust_runner().FaustRunner(cfg)
+    with pytest.raises(FeatureStoreLost) as told:
+        restart.run()
+    message = str(told.value)
+    assert all(f"{kafka_config.events_topic}[{p}] (committed offset {offsets[p]})" in message
+               for p in offsets if offsets[p] > 0), message
+    assert message.endswith("stop the consumers and run `streamrec consumers rebuild`")
+    assert len(samples_of(kafka_config)) == sent and committed_offsets(cfg) == offsets  # nothing out
+
+    assert rebuild_store(cfg).events == 1500  # no --force: the lost partitions say the store is lost
+    assert ConsumerRunner(cfg).run().events == ConsumerRunner(clean).run().events == 1500
+    assert sample_rows(kafka_config, kafka_config.samples_topic) == sample_rows(kafka_config, clean_samples)
+    with pytest.raises(ConfigError, match="intact"):
+        rebuild_store(cfg)  # whole again
+
+
+def test_a_rebuild_begins_the_state_of_a_partition_whose_events_retention_deleted(
+    kafka_config: KafkaConfig, private_redis: PrivateService, unique_name: str, clicks: list[Event],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A partition the group committed on but of which the topic retains no event: the rebuild
+    reads nothing there, and must still leave its state begun, or the consumers would take it
+    for lost again (and a second rebuild would change nothing).
+    """
+    cfg = config(kafka_config, private_redis, unique_name)
+    publish(clicks[:1500], kafka_config)
+    ConsumerRunner(cfg).run()
+    lose_scripted_writes(private_redis, unique_name)
+    assign = rebuild._assign
+
+    def retained_nothing_in_0(consumer: Consumer, topic: str, processed: dict[int, int]) -> set[int]:
+        return assign(consumer, topic, {**processed, 0: 0})  # partition 0 reads nothing
+
+    monkeypatch.setattr(rebuild, "_assign", retained_nothing_in_0)
+    assert 0 < rebuild_store(cfg).events < 1500
+    client = redis_py.Redis(port=private_redis.port)
+    assert client.hget(f"{unique_name}:part:{{{kafka_config.events_topic}:0}}", "epoch") == b"1"
+    publish(clicks[1500:1600], kafka_config)
+    assert ConsumerRunner(cfg).run().events == 100  # no false alarm
+
+
+def faust_runner() -> Any:
+    """The Faust runner's module, or a skip where faust-streaming is not installed."""
+    return pytest.importorskip("streamrec.consumers.faust_runner", reason="faust-streaming is not installed")

@@ -16,6 +16,7 @@ from streamrec.errors import PartitionFenced
 from streamrec.events import Event
 from streamrec.featurestore import FeatureStore, MemoryFeatureStore, RedisFeatureStore
 from streamrec.featurestore.partitions import (
+    Claim,
     Decision,
     Features,
     JoinInput,
@@ -364,3 +365,45 @@ def test_redis_keeps_no_features_for_the_default_schema_and_forgets_them_with_th
     featured.batch(late, 4)
     featured.batch(late, 5)
     assert not redis_client.exists(feat)
+
+
+def test_a_claim_told_not_to_create_writes_nothing_for_a_partition_without_state(store: FeatureStore) -> None:
+    """The consumers claim with ``create=False`` first: a durable store that holds nothing of a
+    partition says so and writes nothing (a refusal stays a refusal at the next start); the
+    in-memory store lives with its process, so it always starts one afresh and never says so.
+    """
+    other = Partition("events", 1)
+    store.claim({P: 0})
+    got = store.claim({P: 0, other: 0}, create=False)
+    assert got[P].found and got[P].epoch == 2
+    if not store.durable:
+        assert got[other].found is False and got[other].epoch == 1  # started all the same
+        return
+    assert got[other] == Claim(0, None, found=False)
+    assert store.stateless([P, other]) == {other}  # nothing was written
+    assert store.claim({other: 0})[other] == Claim(1, None, found=False)  # now created
+    assert store.stateless([P, other]) == set()
+
+
+def test_a_partitions_own_record_has_no_ttl_after_a_claim_or_a_batch(
+    store_config: RedisStoreConfig, redis_client: redis.Redis,
+) -> None:
+    """The ``part`` hash (epoch, watermark) is kept for good: its absence where the group
+    committed tells a lost partition, so it must not expire after 30 idle days. The windows keep
+    their TTL. A store written by an earlier version gave ``part`` a TTL: a claim, or the
+    consumers' check at start (`stateless`), removes it.
+    """
+    store = RedisFeatureStore(store_config, 3)
+    part, win = (f"{store_config.key_prefix}:{name}:{{events:0}}" for name in ("part", "win"))
+    feed = Feed(store)
+    feed.claim()
+    assert redis_client.pttl(part) == -1
+    feed.batch([imp(1, "u", "a", 0), click(2, "u", "b", 1)], 2)
+    assert redis_client.pttl(part) == -1
+    assert 0 < redis_client.pttl(win) <= store_config.ttl_s * 1000
+    redis_client.pexpire(part, 60_000)  # as the previous version left it
+    feed.claim()
+    assert redis_client.pttl(part) == -1
+    redis_client.pexpire(part, 60_000)
+    assert store.stateless([P, Partition("events", 1)]) == {Partition("events", 1)}
+    assert redis_client.pttl(part) == -1
