@@ -17,15 +17,16 @@ from rich.console import Console, RenderableType
 from rich.markup import escape
 
 from streamrec import logs
-from streamrec.errors import StreamrecError
+from streamrec.errors import LearnerFailed, StreamrecError
 
 if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
     from streamrec.learner.reports import MicroBatchReport
 
 # Long lines stay whole; piped output (logs, CI) gets room for tables instead of 80 columns.
-console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, soft_wrap=True)
+# No emoji codes: a class path such as "boom:Boom:" in a message is printed as written, not as 💥.
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160, emoji=False)
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def command_group(help: str, **options: Any) -> typer.Typer:
@@ -75,6 +76,8 @@ def cli_errors() -> Iterator[None]:
         err_console.print(f"[red]error:[/red] {escape(first)}", highlight=False)
         for line in rest:  # e.g. the log tail of a service that failed to start
             err_console.print(escape(line), highlight=False, style="dim")
+        if isinstance(exc, LearnerFailed) and exc.frames:  # a user's learner: their code, their frames
+            err_console.print(escape(exc.frames.rstrip()), highlight=False)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         err_console.print("interrupted")
