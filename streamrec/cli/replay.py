@@ -272,7 +272,7 @@ def publish(
             config_file=config_file,
             kafka={"bootstrap_servers": bootstrap_servers, "events_topic": events_topic},
         )
-        events = load_events(dataset, fmt, limit=limit, schema=cfg.feature_schema())
+        events = load_events(dataset, fmt, limit=limit, schema=cfg.feature_schema(), to_replay=True)
         ensure_topics(cfg.kafka)
         span_s = (events[-1].ts - events[0].ts) / 1000 / speedup if events else 0.0
         console.print(f"publishing {len(events)} events over {span_s:.0f} s ({speedup:g}x event time)")
