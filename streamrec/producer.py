@@ -84,15 +84,19 @@ class EventProducer:
         Resending the named events is safe: consumers yield an event id's samples once.
         """
         left = self._producer.flush(timeout_s)
+        # what did reach the broker, said first: a caller (a publish of a file) knows what is left
+        delivered = f"{self.delivered} of {self._sends} events delivered"
         if left:
             raise DeliveryError(
-                f"{left} event(s) still unacknowledged after {timeout_s}s (is the broker at "
-                f"{self._cfg.bootstrap_servers} up?): {_some(self.unacknowledged)}"
+                f"{delivered}; {left} still unacknowledged after {timeout_s:g} s (is the broker at "
+                f"{self._cfg.bootstrap_servers} up?); {_AGAIN}: {_some(self.unacknowledged)}"
             )
         if self._failed:
             failed, self._failed = self._failed, {}
             reasons = "; ".join(sorted(set(failed.values())))
-            raise DeliveryError(f"{len(failed)} event(s) not delivered ({reasons}): {_some(list(failed))}")
+            raise DeliveryError(
+                f"{delivered}; {len(failed)} not delivered ({reasons}); {_AGAIN}: {_some(list(failed))}"
+            )
 
     def __enter__(self) -> EventProducer:
         return self
@@ -139,6 +143,9 @@ def publish(
             on_progress(sent % 1000)
     logger.info("published events=%d topic=%s seconds=%.3f", sent, cfg.events_topic, time.monotonic() - start)
     return sent
+
+
+_AGAIN = "sending them again is safe (the consumers keep each event id once)"
 
 
 def _some(labels: list[str], shown: int = 10) -> str:
