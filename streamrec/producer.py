@@ -128,8 +128,16 @@ def publish(
     sent = 0
     start = time.monotonic()
     first_ts: int | None = None
+    seen: dict[str, int] = {}  # event id -> the event's hash: a file's repeats, said at the end
+    resent: list[str] = []
+    reused: list[str] = []
     with EventProducer(cfg, schema) as producer:
         for event in events:
+            earlier = seen.get(event.event_id)
+            if earlier is None:
+                seen[event.event_id] = hash(event)
+            else:  # the id was there: with this content, or another event's
+                (resent if earlier == hash(event) else reused).append(event.event_id)
             first_ts = event.ts if first_ts is None else first_ts
             due = sent / rate if rate > 0 else (event.ts - first_ts) / 1000 / speedup if speedup > 0 else 0.0
             ahead = due - (time.monotonic() - start)
@@ -142,6 +150,13 @@ def publish(
         if on_progress is not None:
             on_progress(sent % 1000)
     logger.info("published events=%d topic=%s seconds=%.3f", sent, cfg.events_topic, time.monotonic() - start)
+    if resent or reused:
+        logger.warning(
+            "published %d events repeating an earlier event id to %s: %d resent (the same event: the "
+            "consumers keep it once; %s), %d reused for another event (the consumers dead-letter it; %s)",
+            len(resent) + len(reused), cfg.events_topic, len(resent), _some(resent) or "none",
+            len(reused), _some(reused) or "none",
+        )
     return sent
 
 

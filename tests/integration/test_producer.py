@@ -75,3 +75,20 @@ def test_a_broker_lost_midway_is_said_with_what_was_delivered(private_broker: Pr
 
 def test_the_producer_is_idempotent(kafka_config: KafkaConfig) -> None:
     assert producer_config(kafka_config)["enable.idempotence"] is True
+
+
+def test_events_repeating_an_id_are_published_and_said(
+    kafka_config: KafkaConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    # found by the replay tour: a file with ids twice was published without a word, and the
+    # consumers then dropped the resent ones and dead-lettered the reused ones
+    events = [Event(f"e-{k}", "u", f"i{k}", "c", "pv", 1_511_658_000_000 + k) for k in range(6)]
+    resent = events[:2]
+    reused = [Event("e-5", "u", "other", "c", "pv", 1_511_658_000_005)]
+    with caplog.at_level("WARNING", logger="streamrec.producer"):
+        assert publish([*events, *resent, *reused], kafka_config) == 9
+    assert [r.getMessage() for r in caplog.records] == [
+        f"published 3 events repeating an earlier event id to {kafka_config.events_topic}: 2 resent (the "
+        "same event: the consumers keep it once; e-0, e-1), 1 reused for another event (the consumers "
+        "dead-letter it; e-5)"
+    ]
