@@ -131,24 +131,33 @@ def publish(
     seen: dict[str, int] = {}  # event id -> the event's hash: a file's repeats, said at the end
     resent: list[str] = []
     reused: list[str] = []
-    with EventProducer(cfg, schema) as producer:
-        for event in events:
-            earlier = seen.get(event.event_id)
-            if earlier is None:
-                seen[event.event_id] = hash(event)
-            else:  # the id was there: with this content, or another event's
-                (resent if earlier == hash(event) else reused).append(event.event_id)
-            first_ts = event.ts if first_ts is None else first_ts
-            due = sent / rate if rate > 0 else (event.ts - first_ts) / 1000 / speedup if speedup > 0 else 0.0
-            ahead = due - (time.monotonic() - start)
-            if ahead > 0:
-                time.sleep(ahead)
-            producer.send(event)
-            sent += 1
-            if on_progress is not None and sent % 1000 == 0:
-                on_progress(1000)
-        if on_progress is not None:
-            on_progress(sent % 1000)
+    producer = EventProducer(cfg, schema)
+    try:
+        with producer:
+            for event in events:
+                earlier = seen.get(event.event_id)
+                if earlier is None:
+                    seen[event.event_id] = hash(event)
+                else:  # the id was there: with this content, or another event's
+                    (resent if earlier == hash(event) else reused).append(event.event_id)
+                first_ts = event.ts if first_ts is None else first_ts
+                by_time = (event.ts - first_ts) / 1000 / speedup if speedup > 0 else 0.0
+                due = sent / rate if rate > 0 else by_time
+                ahead = due - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+                producer.send(event)
+                sent += 1
+                if on_progress is not None and sent % 1000 == 0:
+                    on_progress(1000)
+            if on_progress is not None:
+                on_progress(sent % 1000)
+    except KeyboardInterrupt as exc:  # the producer flushed what it could as it left
+        exc.add_note(
+            f"{producer.delivered} of the {sent} events sent were delivered to {cfg.events_topic} before it "
+            "stopped; publishing them again is safe (the consumers keep each event id once)"
+        )
+        raise
     logger.info("published events=%d topic=%s seconds=%.3f", sent, cfg.events_topic, time.monotonic() - start)
     if resent or reused:
         logger.warning(

@@ -132,8 +132,8 @@ def cli_errors() -> Iterator[None]:
         if isinstance(exc, LearnerFailed) and exc.frames:  # a user's learner: their code, their frames
             err_console.print(escape(exc.frames.rstrip()), highlight=False)
         raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
+    except KeyboardInterrupt as exc:  # its notes: what it left done (a publish's deliveries)
+        err_console.print(escape(": ".join(["interrupted", *getattr(exc, "__notes__", ())])), highlight=False)
         raise typer.Exit(130) from None
 
 

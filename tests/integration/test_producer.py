@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -91,4 +92,19 @@ def test_events_repeating_an_id_are_published_and_said(
         f"published 3 events repeating an earlier event id to {kafka_config.events_topic}: 2 resent (the "
         "same event: the consumers keep it once; e-0, e-1), 1 reused for another event (the consumers "
         "dead-letter it; e-5)"
+    ]
+
+
+def test_an_interrupted_publish_says_what_was_delivered(kafka_config: KafkaConfig) -> None:
+    # found by the replay tour: Ctrl-C in 'produce' said "interrupted", not what had been sent
+    def events() -> Iterator[Event]:
+        for k in range(3):
+            yield Event(f"e-{k}", "u", "i", "c", "pv", 1_511_658_000_000 + k)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        publish(events(), kafka_config)
+    assert stopped.value.__notes__ == [
+        f"3 of the 3 events sent were delivered to {kafka_config.events_topic} before it stopped; "
+        "publishing them again is safe (the consumers keep each event id once)"
     ]

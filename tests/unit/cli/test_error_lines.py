@@ -10,9 +10,11 @@ earlier tours.
 from __future__ import annotations
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from streamrec.cli import app
+from streamrec.cli.common import cli_errors
 
 
 @pytest.mark.parametrize(("args", "says", "helps"), [
@@ -49,3 +51,16 @@ def test_help_is_shown_as_before(args: list[str]) -> None:
     out = CliRunner().invoke(app, args)
     assert "Usage:" in out.output and "error" not in out.output.lower().split("usage:")[0]
     assert out.exit_code == (0 if args and args[-1] == "--help" else 2)
+
+
+@pytest.mark.parametrize("notes", [[], ["3 of the 3 events sent were delivered"]])
+def test_an_interrupt_says_what_its_notes_say(capsys: pytest.CaptureFixture[str], notes: list[str]) -> None:
+    # a publish stopped by Ctrl-C notes what was delivered (integration test_producer)
+    stop = KeyboardInterrupt()
+    for note in notes:
+        stop.add_note(note)
+    with pytest.raises(typer.Exit) as left:
+        with cli_errors():
+            raise stop
+    assert left.value.exit_code == 130
+    assert capsys.readouterr().err == "interrupted" + "".join(f": {n}" for n in notes) + "\n"
