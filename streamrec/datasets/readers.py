@@ -47,6 +47,7 @@ logger = logging.getLogger(__name__)
 Format = Literal["auto", "taobao", "movielens", "ml100k", "jsonl"]
 FORMATS: tuple[str, ...] = ("auto", "taobao", "movielens", "ml100k", "jsonl")
 _GZIP_MAGIC = b"\x1f\x8b"
+_ML_COLUMNS = ("userId", "movieId", "rating", "timestamp")  # ratings.csv's header (more may follow)
 #: The event contract's fields (`streamrec.events`): a JSONL line's others are its features.
 CONTRACT_FIELDS = ("event_id", "user_id", "item_id", "category_id", "action", "ts", "label")
 # The 19 ML-100K genre flags, in u.item column order (the dataset's own u.genre lists them).
@@ -70,8 +71,9 @@ Row = tuple[Event, dict[str, object]]
 _Sink = list[dict[str, object]] | None
 
 
-def detect_format(path: Path) -> str:
+def detect_format(path: str | Path) -> str:
     """Guess the dataset format from the file name and its first line (an object: JSON lines)."""
+    path = Path(path)  # a str too, as read_events takes
     if path.is_dir():
         if (path / "ratings.csv").exists():
             return "movielens"
@@ -237,7 +239,13 @@ def _movielens(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Ev
     else:
         _no_movies(movies, NO_GENRES)
     with _open(ratings) as fh:
-        for line_no, row in enumerate(csv.DictReader(fh), start=2):
+        rows = csv.DictReader(fh)
+        if rows.fieldnames is not None and not set(_ML_COLUMNS) <= set(rows.fieldnames):  # None: empty
+            raise DatasetError(
+                f"{ratings}:1: not a MovieLens ratings header: expected the columns "
+                f"{', '.join(_ML_COLUMNS)}, got {', '.join(rows.fieldnames)[:200]}"
+            )
+        for line_no, row in enumerate(rows, start=2):
             try:
                 user, movie = row["userId"], row["movieId"]
                 rating = float(row["rating"])

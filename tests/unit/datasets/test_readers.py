@@ -345,3 +345,22 @@ def test_a_damaged_gzip_file_is_one_error_naming_it(tmp_path: Path, cut: int) ->
     path.write_bytes(gzip.compress((JSONL_ROWS * 200).encode())[:cut])
     with pytest.raises(DatasetError, match=rf"^{re.escape(str(path))}: a damaged gzip file \("):
         read_events(path)
+
+
+def test_detect_format_takes_a_str_as_read_events_does(tmp_path: Path) -> None:
+    # found by the replay tour: detect_format("x.jsonl") raised AttributeError ('str' has no is_dir)
+    path = tmp_path / "e.jsonl"
+    path.write_text(JSONL_ROWS)
+    assert detect_format(str(path)) == "jsonl"
+
+
+@pytest.mark.parametrize("header", ["user,movie,rating,timestamp", '{"event_id": "e1"'])
+def test_a_file_read_as_movielens_without_its_header_is_one_line_naming_the_columns(
+    tmp_path: Path, header: str
+) -> None:
+    # found by the replay tour: --format movielens on JSON lines printed a dict of the split line
+    path = tmp_path / "ratings.csv"
+    path.write_text(header + "\n1,31,4.5,1260759144\n")
+    with pytest.raises(DatasetError, match=rf"^{re.escape(str(path))}:1: not a MovieLens ratings header: "
+                       r"expected the columns userId, movieId, rating, timestamp"):
+        read_events(path, "movielens")
