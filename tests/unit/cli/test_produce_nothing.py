@@ -8,6 +8,7 @@ Noted by earlier tours.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,16 @@ def test_load_events_refuses_them_too() -> None:
     with pytest.raises(ConfigError, match="^--format jsonl is for a file: synthetic is generated"):
         load_events("synthetic", "jsonl")
     assert len(load_events("synthetic:events=5", "auto")) == 5
+
+
+def test_replay_publish_says_how_long_it_will_take_in_a_readable_unit(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # found by the replay tour: MovieLens at 60x was "over 11449811 s" (133 days, unsaid)
+    monkeypatch.setattr("streamrec.kafka.topics.ensure_topics", lambda *_: None)
+    monkeypatch.setattr("streamrec.producer.publish", lambda events, *_, **__: len(events))
+    thirty_days = 30 * 86_400_000  # at 60x: up to 12 hours
+    out = CliRunner().invoke(app, ["replay", "publish", f"synthetic:events=200,duration_ms={thirty_days}",
+                                   *NO_BROKER])
+    assert out.exit_code == 0, out.output
+    assert re.search(r"publishing 200 events over \d+(\.\d)?h \(60x event time\)", out.output), out.output
