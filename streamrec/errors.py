@@ -143,6 +143,27 @@ class LearnerContractError(StreamrecError):
     """
 
 
+class LearnerFailed(StreamrecError):
+    """The learner (``STREAMREC_MODEL__LEARNER``) raised inside one of its own methods.
+
+    The message names the learner, the method, what it raised and where in the run; `frames`
+    holds the learner's own part of the traceback, as text (it travels from a backtest's
+    strategy process), and the exception is chained to the learner's own. Fix the class named:
+    ``streamrec.learner.check_learner`` runs it on small batches before a run.
+    """
+
+    def __init__(self, message: str, frames: str = "") -> None:
+        super().__init__(message, frames)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    @property
+    def frames(self) -> str:
+        """The traceback from the learner's method down, as Python prints one ("" if none)."""
+        return str(self.args[1])
+
+
 class TrainingDiverged(StreamrecError):
     """Training went non-finite on too many micro-batches in a row.
 

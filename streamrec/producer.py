@@ -84,15 +84,19 @@ class EventProducer:
         Resending the named events is safe: consumers yield an event id's samples once.
         """
         left = self._producer.flush(timeout_s)
+        # what did reach the broker, said first: a caller (a publish of a file) knows what is left
+        delivered = f"{self.delivered} of {self._sends} events delivered"
         if left:
             raise DeliveryError(
-                f"{left} event(s) still unacknowledged after {timeout_s}s (is the broker at "
-                f"{self._cfg.bootstrap_servers} up?): {_some(self.unacknowledged)}"
+                f"{delivered}; {left} still unacknowledged after {timeout_s:g} s (is the broker at "
+                f"{self._cfg.bootstrap_servers} up?); {_AGAIN}: {_some(self.unacknowledged)}"
             )
         if self._failed:
             failed, self._failed = self._failed, {}
             reasons = "; ".join(sorted(set(failed.values())))
-            raise DeliveryError(f"{len(failed)} event(s) not delivered ({reasons}): {_some(list(failed))}")
+            raise DeliveryError(
+                f"{delivered}; {len(failed)} not delivered ({reasons}); {_AGAIN}: {_some(list(failed))}"
+            )
 
     def __enter__(self) -> EventProducer:
         return self
@@ -124,21 +128,48 @@ def publish(
     sent = 0
     start = time.monotonic()
     first_ts: int | None = None
-    with EventProducer(cfg, schema) as producer:
-        for event in events:
-            first_ts = event.ts if first_ts is None else first_ts
-            due = sent / rate if rate > 0 else (event.ts - first_ts) / 1000 / speedup if speedup > 0 else 0.0
-            ahead = due - (time.monotonic() - start)
-            if ahead > 0:
-                time.sleep(ahead)
-            producer.send(event)
-            sent += 1
-            if on_progress is not None and sent % 1000 == 0:
-                on_progress(1000)
-        if on_progress is not None:
-            on_progress(sent % 1000)
+    seen: dict[str, int] = {}  # event id -> the event's hash: a file's repeats, said at the end
+    resent: list[str] = []
+    reused: list[str] = []
+    producer = EventProducer(cfg, schema)
+    try:
+        with producer:
+            for event in events:
+                earlier = seen.get(event.event_id)
+                if earlier is None:
+                    seen[event.event_id] = hash(event)
+                else:  # the id was there: with this content, or another event's
+                    (resent if earlier == hash(event) else reused).append(event.event_id)
+                first_ts = event.ts if first_ts is None else first_ts
+                by_time = (event.ts - first_ts) / 1000 / speedup if speedup > 0 else 0.0
+                due = sent / rate if rate > 0 else by_time
+                ahead = due - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+                producer.send(event)
+                sent += 1
+                if on_progress is not None and sent % 1000 == 0:
+                    on_progress(1000)
+            if on_progress is not None:
+                on_progress(sent % 1000)
+    except KeyboardInterrupt as exc:  # the producer flushed what it could as it left
+        exc.add_note(
+            f"{producer.delivered} of the {sent} events sent were delivered to {cfg.events_topic} before it "
+            "stopped; publishing them again is safe (the consumers keep each event id once)"
+        )
+        raise
     logger.info("published events=%d topic=%s seconds=%.3f", sent, cfg.events_topic, time.monotonic() - start)
+    if resent or reused:
+        logger.warning(
+            "published %d events repeating an earlier event id to %s: %d resent (the same event: the "
+            "consumers keep it once; %s), %d reused for another event (the consumers dead-letter it; %s)",
+            len(resent) + len(reused), cfg.events_topic, len(resent), _some(resent) or "none",
+            len(reused), _some(reused) or "none",
+        )
     return sent
+
+
+_AGAIN = "sending them again is safe (the consumers keep each event id once)"
 
 
 def _some(labels: list[str], shown: int = 10) -> str:

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,25 +15,79 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console, RenderableType
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from streamrec import logs
-from streamrec.errors import StreamrecError
+from streamrec.errors import LearnerFailed, StreamrecError
 
 if TYPE_CHECKING:  # pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
     from streamrec.learner.reports import MicroBatchReport
 
 # Long lines stay whole; piped output (logs, CI) gets room for tables instead of 80 columns.
-console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, soft_wrap=True)
+# No emoji codes: a class path such as "boom:Boom:" in a message is printed as written, not as 💥.
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160, emoji=False)
+err_console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def command_group(help: str, **options: Any) -> typer.Typer:
     """A group of commands (``options`` as `typer.Typer` takes them), its help written
     as the docstrings are: paragraphs wrapped in the source and reflowed to the terminal
     (Markdown; Typer's default keeps every line break of the source), backticks for code.
+    A command line the parser refuses is one ``error:`` line, as a command's own refusal is
+    (`cli_errors`), not Typer's box titled ``Error``.
     """
-    return typer.Typer(help=help, no_args_is_help=True, rich_markup_mode="markdown", **options)
+    return typer.Typer(
+        help=help, no_args_is_help=True, rich_markup_mode="markdown", cls=_Commands, **options
+    )
+
+
+# The parser's refusals: the base of the one Typer exports (its own click's UsageError, which a
+# separately installed click's is not).
+_UsageError: type[Exception] = typer.BadParameter.__mro__[1]
+
+
+class _Commands(TyperGroup):
+    """Typer's group, its parse errors (this group's and its commands') said as `cli_errors` says ours."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        path = " ".join(filter(None, [parent.command_path if parent is not None else "", info_name or ""]))
+        with _usage_errors(lambda: path):
+            return super().make_context(info_name, args, parent, **extra)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, command, rest = super().resolve_command(ctx, args)
+        ctx.meta[_INVOKED] = f"{ctx.command_path} {name}"  # the help to offer if its flags are refused
+        return name, command, rest
+
+    def invoke(self, ctx: Any) -> Any:
+        with _usage_errors(lambda: ctx.meta.get(_INVOKED, ctx.command_path)):
+            return super().invoke(ctx)
+
+
+_INVOKED = "streamrec.invoked"
+
+
+@contextmanager
+def _usage_errors(command_path: Callable[[], str]) -> Iterator[None]:
+    """A refused command line as ``error: <why>``, the usage and how to get help; exit status 2.
+
+    ``command_path``: the command whose help to offer when the error names no context (a
+    missing option value is found before the context is made).
+    """
+    try:
+        yield
+    except _UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # no arguments: the help, as Typer shows it
+            raise
+        message = exc.format_message().strip().rstrip(".")  # type: ignore[attr-defined]  # a UsageError's
+        err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+        ctx = getattr(exc, "ctx", None)
+        if ctx is not None:
+            err_console.print(escape(ctx.get_usage()), highlight=False, style="dim")
+        path = ctx.command_path if ctx is not None else command_path()
+        err_console.print(f"Try '{escape(path)} --help' for help.", highlight=False, style="dim")
+        raise typer.Exit(2) from None
 
 
 # The status line shows whole seconds (freshness, rates): redrawing once a second is enough.
@@ -75,9 +129,11 @@ def cli_errors() -> Iterator[None]:
         err_console.print(f"[red]error:[/red] {escape(first)}", highlight=False)
         for line in rest:  # e.g. the log tail of a service that failed to start
             err_console.print(escape(line), highlight=False, style="dim")
+        if isinstance(exc, LearnerFailed) and exc.frames:  # a user's learner: their code, their frames
+            err_console.print(escape(exc.frames.rstrip()), highlight=False)
         raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
+    except KeyboardInterrupt as exc:  # its notes: what it left done (a publish's deliveries)
+        err_console.print(escape(": ".join(["interrupted", *getattr(exc, "__notes__", ())])), highlight=False)
         raise typer.Exit(130) from None
 
 

@@ -55,7 +55,9 @@ def produce(
         )
         # the declared features (STREAMREC_FEATURES) travel as the events' top-level fields
         schema = cfg.feature_schema()
-        events = load_events(source, fmt, positive_rating=positive_rating, limit=limit, schema=schema)
+        events = load_events(
+            source, fmt, positive_rating=positive_rating, limit=limit, schema=schema, to_replay=True
+        )
         ensure_topics(cfg.kafka)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, console=console, transient=False) as progress:

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from streamrec.cli.common import build_config, cli_errors, command_group, console
+from streamrec.cli.common import build_config, cli_errors, command_group, console, format_duration
 from streamrec.cli.options import ConfigFile, LogLevel, dataset_format, dataset_limit, path_given, setting
 from streamrec.errors import ConfigError
 
@@ -272,9 +272,9 @@ def publish(
             config_file=config_file,
             kafka={"bootstrap_servers": bootstrap_servers, "events_topic": events_topic},
         )
-        events = load_events(dataset, fmt, limit=limit, schema=cfg.feature_schema())
+        events = load_events(dataset, fmt, limit=limit, schema=cfg.feature_schema(), to_replay=True)
         ensure_topics(cfg.kafka)
-        span_s = (events[-1].ts - events[0].ts) / 1000 / speedup if events else 0.0
-        console.print(f"publishing {len(events)} events over {span_s:.0f} s ({speedup:g}x event time)")
+        span = format_duration((events[-1].ts - events[0].ts) / 1000 / speedup)  # events: refused if none
+        console.print(f"publishing {len(events)} events over {span} ({speedup:g}x event time)")
         sent = publish_events(events, cfg.kafka, speedup=speedup)
         console.print(f"published {sent} events to {cfg.kafka.events_topic}")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from streamrec.config.section import SECTION
 
@@ -15,16 +16,30 @@ Partitioner = Literal["murmur2", "crc32"]
 LIBRDKAFKA_PARTITIONERS: dict[Partitioner, str] = {"murmur2": "murmur2_random", "crc32": "consistent_random"}
 
 
+def _topic_name(name: str) -> str:
+    """``name`` if Kafka takes it as a topic name (the local broker takes any, a cluster not)."""
+    if not _TOPIC.fullmatch(name) or name in (".", ".."):
+        raise ValueError(
+            f"{name!r} is no Kafka topic name: 1 to 249 of the letters a-z and A-Z, digits, '.', '_' and "
+            "'-', and not '.' or '..'"
+        )
+    return name
+
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")  # Kafka's own rule (org.apache.kafka.common.internals.Topic)
+TopicName = Annotated[str, AfterValidator(_topic_name)]
+
+
 class KafkaConfig(BaseModel):
     """Broker address, topic names and pass-through client options (env ``STREAMREC_KAFKA__*``)."""
 
     model_config = SECTION
 
     bootstrap_servers: str = Field("127.0.0.1:9092", description="STREAMREC_KAFKA__BOOTSTRAP_SERVERS")
-    events_topic: str = Field("streamrec.events", description="STREAMREC_KAFKA__EVENTS_TOPIC")
-    dlq_topic: str = Field("streamrec.events.dlq", description="STREAMREC_KAFKA__DLQ_TOPIC")
-    samples_topic: str = Field("streamrec.samples", description="STREAMREC_KAFKA__SAMPLES_TOPIC")
-    samples_dlq_topic: str = Field(
+    events_topic: TopicName = Field("streamrec.events", description="STREAMREC_KAFKA__EVENTS_TOPIC")
+    dlq_topic: TopicName = Field("streamrec.events.dlq", description="STREAMREC_KAFKA__DLQ_TOPIC")
+    samples_topic: TopicName = Field("streamrec.samples", description="STREAMREC_KAFKA__SAMPLES_TOPIC")
+    samples_dlq_topic: TopicName = Field(
         "streamrec.samples.dlq", description="STREAMREC_KAFKA__SAMPLES_DLQ_TOPIC (the learner's)"
     )
     # Partitions bound consumer parallelism; 4 lets a few consumer processes share the load.

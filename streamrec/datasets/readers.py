@@ -25,8 +25,11 @@ million rows; larger logs should be replayed from Kafka itself.
 from __future__ import annotations
 
 import csv
+import gzip
 import logging
 import re
+import zlib
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal, TextIO
@@ -36,13 +39,17 @@ import orjson
 from streamrec.datasets.declared import declare
 from streamrec.datasets.user_history import USER_HISTORY_FIELDS, so_far
 from streamrec.errors import DatasetError, InvalidEvent
-from streamrec.events import Event, parse_event
-from streamrec.features import FeatureSchema
+from streamrec.events import MIN_TS_MS, Event, parse_event
+from streamrec.features import FeatureSchema, FeatureSpec
 
 logger = logging.getLogger(__name__)
 
 Format = Literal["auto", "taobao", "movielens", "ml100k", "jsonl"]
 FORMATS: tuple[str, ...] = ("auto", "taobao", "movielens", "ml100k", "jsonl")
+_GZIP_MAGIC = b"\x1f\x8b"
+_ML_COLUMNS = ("userId", "movieId", "rating", "timestamp")  # ratings.csv's header (more may follow)
+#: The event contract's fields (`streamrec.events`): a JSONL line's others are its features.
+CONTRACT_FIELDS = ("event_id", "user_id", "item_id", "category_id", "action", "ts", "label")
 # The 19 ML-100K genre flags, in u.item column order (the dataset's own u.genre lists them).
 ML100K_GENRES = (
     "unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime",
@@ -64,19 +71,21 @@ Row = tuple[Event, dict[str, object]]
 _Sink = list[dict[str, object]] | None
 
 
-def detect_format(path: Path) -> str:
+def detect_format(path: str | Path) -> str:
     """Guess the dataset format from the file name and its first line (an object: JSON lines)."""
+    path = Path(path)  # a str too, as read_events takes
     if path.is_dir():
         if (path / "ratings.csv").exists():
             return "movielens"
         if (path / "u.data").exists():
             return "ml100k"
         raise DatasetError(f"{path}: a directory must hold ratings.csv or u.data")
-    if path.name == "ratings.csv":
+    name = Path(path.name.removesuffix(".gz"))  # a gzip file: the name of the file it holds
+    if name.name == "ratings.csv":
         return "movielens"
-    if path.name == "u.data":
+    if name.name == "u.data":
         return "ml100k"
-    if path.suffix in (".jsonl", ".json", ".ndjson"):
+    if name.suffix in (".jsonl", ".json", ".ndjson"):
         return "jsonl"
     with _open(path) as fh:
         line = fh.readline().strip()
@@ -109,12 +118,40 @@ def read_events(
     if not specs:  # the events alone: no fields read, kept or paired (100,004 ratings in 0.7 s)
         events = _read(Path(path), fmt, positive_rating, None)
         events.sort(key=lambda e: e.ts)
+        _say_unread(Path(path), fmt, specs)  # once read: every line is an event
         return events if limit is None else events[:limit]
     rows = read_rows(path, fmt, positive_rating=positive_rating)
     rows.sort(key=lambda row: row[0].ts)
     rows = rows if limit is None else rows[:limit]
     source = str(path)
-    return [declare(event, fields, specs, source) for event, fields in rows]
+    declared = [declare(event, fields, specs, source) for event, fields in rows]
+    _say_unread(Path(path), fmt, specs)
+    return declared
+
+
+def _say_unread(path: Path, fmt: str, specs: Sequence[FeatureSpec]) -> None:
+    """Warn of a JSONL file's top-level fields that neither the contract nor ``specs`` read.
+
+    They reach no record and no sample: ``produce`` publishes the contract's fields and the
+    declared features', a backtest reads no other. Said once, each with how many events carry it.
+    """
+    if not path.is_file() or (fmt if fmt != "auto" else detect_format(path)) != "jsonl":
+        return
+    read = {*CONTRACT_FIELDS, *(spec.source for spec in specs)}
+    unread: Counter[str] = Counter()
+    events = 0
+    with _open(path) as fh:
+        for line in fh:
+            if line.strip():
+                events += 1
+                doc = orjson.loads(line)  # the events were read: each line is an object
+                unread.update(name for name in doc if name not in read)
+    if unread:
+        named = ", ".join(f"{name} ({count} of {events} events)" for name, count in sorted(unread.items()))
+        logger.warning(
+            "%s: fields no declared feature reads, so neither published nor replayed: %s; declare them "
+            "(STREAMREC_FEATURES) to keep them", path, named,
+        )
 
 
 def read_rows(
@@ -137,6 +174,8 @@ def _read(path: Path, fmt: str, positive_rating: float, fields: _Sink) -> list[E
     except UnicodeDecodeError as exc:  # a Latin-1 or UTF-16 export: one line, not a traceback
         bad = exc.object[exc.start]
         raise DatasetError(f"{path}: not UTF-8 text (byte 0x{bad:02x}): save it as UTF-8") from exc
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:  # cut short, or bytes changed
+        raise DatasetError(f"{path}: a damaged gzip file ({exc}): compress it again") from exc
 
 
 def _read_format(path: Path, fmt: str, positive_rating: float, fields: _Sink) -> list[Event]:
@@ -159,11 +198,18 @@ def _read_format(path: Path, fmt: str, positive_rating: float, fields: _Sink) ->
 
 
 def _open(path: Path, encoding: str = "utf-8-sig") -> TextIO:
-    """``path`` as text; UTF-8 drops a leading byte order mark (Excel's "CSV UTF-8" writes one)."""
+    """``path`` as text; UTF-8 drops a leading byte order mark (Excel's "CSV UTF-8" writes one).
+
+    A gzip file (by its first bytes, whatever its name) reads as the file it holds.
+    """
     try:
+        with path.open("rb") as fh:
+            zipped = fh.read(2) == _GZIP_MAGIC
+        if zipped:
+            return gzip.open(path, "rt", encoding=encoding, newline="")
         return path.open(encoding=encoding, newline="")
     except OSError as exc:
-        raise DatasetError(f"{path}: {exc.strerror}") from exc
+        raise DatasetError(f"{path}: {exc.strerror or exc}") from exc
 
 
 def _taobao(path: Path) -> Iterator[Event]:
@@ -173,7 +219,8 @@ def _taobao(path: Path) -> Iterator[Event]:
                 continue
             try:
                 user, item, category, action, ts = row
-                event = Event(f"tb{line_no}", user, item, category, action, int(ts) * 1000)
+                ms = _seconds_to_ms(int(ts), f"{path}:{line_no}", "ts")
+                event = Event(f"tb{line_no}", user, item, category, action, ms)
             except ValueError as exc:
                 raise DatasetError(f"{path}:{line_no}: not a Taobao row: {row!r}") from exc
             yield _contract(event, f"{path}:{line_no}", row)
@@ -192,11 +239,17 @@ def _movielens(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Ev
     else:
         _no_movies(movies, NO_GENRES)
     with _open(ratings) as fh:
-        for line_no, row in enumerate(csv.DictReader(fh), start=2):
+        rows = csv.DictReader(fh)
+        if rows.fieldnames is not None and not set(_ML_COLUMNS) <= set(rows.fieldnames):  # None: empty
+            raise DatasetError(
+                f"{ratings}:1: not a MovieLens ratings header: expected the columns "
+                f"{', '.join(_ML_COLUMNS)}, got {', '.join(rows.fieldnames)[:200]}"
+            )
+        for line_no, row in enumerate(rows, start=2):
             try:
                 user, movie = row["userId"], row["movieId"]
                 rating = float(row["rating"])
-                ts = int(row["timestamp"]) * 1000
+                ts = _seconds_to_ms(int(row["timestamp"]), f"{ratings}:{line_no}", "timestamp")
             except (KeyError, TypeError, ValueError) as exc:
                 raise DatasetError(f"{ratings}:{line_no}: not a MovieLens rating: {row}") from exc
             category = genres.get(movie, NO_GENRES)
@@ -214,6 +267,21 @@ def _no_movies(movies: Path, category: str) -> None:
         "%s not found beside the ratings: no genres or years, every rating's category is %r",
         movies, category,
     )
+
+
+def _seconds_to_ms(seconds: int, where: str, column: str) -> int:
+    """Epoch milliseconds of a dataset's epoch-seconds ``column`` (Taobao's, MovieLens's).
+
+    Raises:
+        DatasetError: ``where``: the value is milliseconds or finer (1e11 s is the year 5138),
+            where the contract's check would say "after the year 9999: send milliseconds".
+    """
+    if seconds >= MIN_TS_MS:
+        raise DatasetError(
+            f"{where}: {column} {seconds} looks like milliseconds or finer: this format's times are "
+            "epoch seconds; divide them by 1000"
+        )
+    return seconds * 1000
 
 
 def _contract(event: Event, where: str, row: object) -> Event:
@@ -265,7 +333,7 @@ def _ml100k(path: Path, positive_rating: float, fields: _Sink) -> Iterator[Event
         for line_no, row in enumerate(csv.reader(fh, delimiter="\t"), start=1):
             try:
                 user, movie, text, seconds = row
-                rating, ts = float(text), int(seconds) * 1000
+                rating, ts = float(text), _seconds_to_ms(int(seconds), f"{data}:{line_no}", "timestamp")
             except ValueError as exc:
                 raise DatasetError(f"{data}:{line_no}: not an ML-100K rating: {row!r}") from exc
             category = genres.get(movie, "unknown")

@@ -38,7 +38,12 @@ def load_events(
         limit: At most this many events (the earliest); not below 0.
         schema: The deployment's features: each event carries the values of its declared
             extras (a dataset's fields, a generated stream's context); None: none.
-        to_replay: Refuse a source of no events (a backtest or demo of nothing).
+        to_replay: Refuse a source of no events (a backtest, demo or publishing of nothing).
+
+    Raises:
+        ConfigError: a negative ``limit``; ``fmt`` other than ``auto`` for a generated stream
+            (a format is a file's); with ``to_replay``, no events.
+        DatasetError: the file cannot be read, or a line of it is not an event of its format.
 
     Examples:
         >>> events = load_events("synthetic:events=5,users=2,seed=3")
@@ -48,12 +53,15 @@ def load_events(
     if limit is not None and limit < 0:  # a slice would drop the latest events instead
         raise ConfigError(f"--limit must be a number of events, 0 or more, not {limit}")
     if str(source).split(":", 1)[0] == SYNTHETIC:
+        if fmt != "auto":  # it was ignored without a word
+            raise ConfigError(f"--format {fmt} is for a file: {source} is generated; leave --format out")
         events = generate_clicks(synthetic_spec(str(source)), schema)
         events = events if limit is None else events[:limit]
     else:
         events = read_events(Path(source), fmt, positive_rating=positive_rating, limit=limit, schema=schema)
     if to_replay and not events:
-        raise ConfigError(f"{source}: no events to replay")
+        why = "--limit 0 leaves no events" if limit == 0 else "no events"
+        raise ConfigError(f"{source}: {why} to replay or publish")
     return events
 
 

@@ -19,11 +19,14 @@ Examples:
 
 from __future__ import annotations
 
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 import numpy as np
 
-from streamrec.errors import LearnerContractError
+from streamrec.errors import LearnerContractError, LearnerFailed, StreamrecError
 from streamrec.learner.base import TrainResult
 
 
@@ -86,3 +89,32 @@ def checked_result(result: object, who: str) -> TrainResult:
 
 def _broke(who: str, what: str) -> NoReturn:
     raise LearnerContractError(f"learner {who}: {what}")
+
+
+@contextmanager
+def raised_by(who: str, method: str, where: str) -> Iterator[None]:
+    """Name the learner ``who`` and its ``method`` when the call inside raises.
+
+    A user's class raising in its own code came out as a raw traceback, the run's frames around
+    theirs. Ours (`StreamrecError`) pass as they are: they already say what to do.
+
+    Raises:
+        LearnerFailed: ``who``, ``method``, what it raised and ``where`` (the run's position),
+            chained to the exception, its frames from ``method`` down kept as text.
+    """
+    try:
+        yield
+    except StreamrecError:
+        raise
+    except Exception as exc:
+        said = str(exc).strip().splitlines()
+        what = type(exc).__name__ + (f": {said[0]}" if said else "")
+        raise LearnerFailed(f"learner {who}: {method} raised {what} ({where})", _frames(exc, method)) from exc
+
+
+def _frames(exc: BaseException, method: str) -> str:
+    """``exc``'s traceback from the first frame of ``method`` (the learner's) down, as Python prints it."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_name != method:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))

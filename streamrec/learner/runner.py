@@ -46,7 +46,7 @@ from streamrec.learner.base import Learner, PartLearner
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.drift import FeatureDrift
 from streamrec.learner.intake import DeadLetterWriter, decode
-from streamrec.learner.outputs import checked_known, checked_result, checked_scores, learner_name
+from streamrec.learner.outputs import checked_known, checked_result, checked_scores, learner_name, raised_by
 from streamrec.learner.parts import MicroBatchParts, part_cap
 from streamrec.learner.progress import RunnerProgress
 from streamrec.learner.reports import (
@@ -358,13 +358,19 @@ class LearnerRunner(RunnerProgress, Closing):
         """
         start = time.monotonic()
         learner, who = self.learner, learner_name(self.learner)
-        probs = checked_scores(learner.predict_many(batch), len(batch), who, finite=False)  # NaN: below
-        known = checked_known(learner.is_known(batch), len(batch), who)
+        where = f"learner run, micro-batch {self.stats.micro_batches + 1}"
+        with raised_by(who, "predict_many", where):
+            probs = learner.predict_many(batch)
+        probs = checked_scores(probs, len(batch), who, finite=False)  # NaN: below
+        with raised_by(who, "is_known", where):
+            known = checked_known(learner.is_known(batch), len(batch), who)
         scored = time.monotonic()
         if part and isinstance(learner, PartLearner):
-            train = learner.learn_part(batch)
+            with raised_by(who, "learn_part", where):
+                train = learner.learn_part(batch)
         else:
-            train = learner.learn_many(batch)
+            with raised_by(who, "learn_many", where):
+                train = learner.learn_many(batch)
         if not checked_result(train, who).bad:  # NaN scores, sound steps: broken, not diverged
             checked_scores(probs, len(batch), who)
         return StepResult(probs, known, train, scored - start, time.monotonic() - scored)

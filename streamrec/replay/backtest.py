@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 
 from streamrec.config import ModelConfig, StreamrecConfig
 from streamrec.datasets import load_events
-from streamrec.errors import ConfigError
+from streamrec.errors import EMPTY_PATH, ConfigError
 from streamrec.features import FeatureSchema
 from streamrec.learner.registry import reads_model_settings
 from streamrec.replay import ablation, intake
@@ -59,7 +60,8 @@ class BacktestConfig:
     ewc_lambdas: tuple[float, ...] = ()  # empty: the model's own, DEFAULT_EWC_LAMBDA if that is 0
     seed: int = 0
     jobs: int = 1
-    dump_samples: Path | None = None  # write every micro-batch's samples here (JSON lines)
+    # write every micro-batch's samples here (JSON lines); a str or os.PathLike is made a Path
+    dump_samples: Path | str | os.PathLike[str] | None = None
     settings: StreamrecConfig = field(default_factory=StreamrecConfig)  # consumer, model, features
     # Declared features to remove one at a time (rerunning the strategies without each); "all": every one
     ablate: tuple[str, ...] = ()
@@ -67,11 +69,12 @@ class BacktestConfig:
     def __post_init__(self) -> None:
         """Refuse settings no run can have, before any work, naming the flag that sets each.
 
-        A ``dump_samples`` given as a string is taken as its path.
+        A ``dump_samples`` given as a string (or ``os.PathLike``) is taken as its path.
 
         Raises:
             ConfigError: the first such setting, or a strategy no backtest knows.
-            TypeError: a count that is not an int, or names given as one string.
+            TypeError: a count that is not an int, names given as one string, or a
+                ``dump_samples`` that is no path.
         """
         for name in ("limit", "interval_ms", "batch_size", "retrain_every", "seed", "jobs"):
             value = getattr(self, name)
@@ -80,8 +83,8 @@ class BacktestConfig:
         for name in ("strategies", "ewc_lambdas", "ablate"):
             if isinstance(names := getattr(self, name), str):  # a string is a tuple of letters
                 raise TypeError(f"BacktestConfig.{name} must be a tuple of names, not {names!r}")
-        if isinstance(self.dump_samples, str):
-            object.__setattr__(self, "dump_samples", Path(self.dump_samples))  # frozen: set once, here
+        if self.dump_samples is not None:
+            object.__setattr__(self, "dump_samples", _dump_path(self.dump_samples))  # frozen: set once, here
         if not self.strategies:
             raise ConfigError(f"--strategies names none; name some of {', '.join(KINDS)}")
         if unknown := [k for k in self.strategies if k not in KINDS]:
@@ -105,9 +108,32 @@ class BacktestConfig:
             validated(self.settings.model, "--ewc-lambda", ewc_lambda=lam)
 
     @property
+    def dump_path(self) -> Path | None:
+        """Where the samples are dumped (`dump_samples` as the `Path` it is made), if anywhere."""
+        return None if self.dump_samples is None else Path(self.dump_samples)
+
+    @property
     def schema(self) -> FeatureSchema:
         """The deployment's feature schema: the settings' (STREAMREC_FEATURES, streamrec.toml)."""
         return self.settings.feature_schema()
+
+
+def _dump_path(given: object) -> Path:
+    """``given`` (`BacktestConfig.dump_samples`) as a `Path` to a file, refused at once if it is none.
+
+    Raises:
+        TypeError: not a str or os.PathLike.
+        ConfigError: empty, or a directory (from Python it failed after the whole replay).
+    """
+    text = os.fspath(given) if isinstance(given, str | os.PathLike) else None
+    if not isinstance(text, str):  # bytes too: a Path is made of text
+        raise TypeError(f"BacktestConfig.dump_samples must be a path (a str or os.PathLike), not {given!r}")
+    if not text:
+        raise ConfigError(f"--dump-samples '': {EMPTY_PATH}")
+    path = Path(text)
+    if path.is_dir():
+        raise ConfigError(f"--dump-samples {text!r} is a directory: name a file in it")
+    return path
 
 
 def once(flag: str, values: Sequence[object]) -> None:
@@ -223,8 +249,8 @@ def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[s
     removed = ablation.ablated(cfg.ablate, schema)  # a name not declared: now, not after the runs
     settings = seeded(cfg, schema)
     dataset, batches = micro_batches(cfg, settings, schema)
-    if cfg.dump_samples is not None:
-        dump_samples(batches, cfg.dump_samples)
+    if cfg.dump_path is not None:
+        dump_samples(batches, cfg.dump_path)
     strategies = strategies_of(cfg, settings, schema)
     runs = run_all(strategies, batches, cfg.jobs, on_progress)
     summaries = {run.name: summarise(run, batches) for run in runs}

@@ -35,7 +35,7 @@ from streamrec.features import FeatureSchema
 from streamrec.learner.base import Learner
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.metrics import gauc
-from streamrec.learner.outputs import checked_result, checked_scores, learner_name
+from streamrec.learner.outputs import checked_result, checked_scores, learner_name, raised_by
 from streamrec.learner.registry import make_learner
 from streamrec.replay.baselines import ItemRateLearner, PopularityLearner
 from streamrec.replay.batches import MicroBatch
@@ -146,29 +146,38 @@ def run_strategy(
     who = learner_name(learner)
     seen: list[Sample] = []
     for index, micro in enumerate(batches):
+        where = f"strategy {strategy.name}, micro-batch {index + 1} of {len(batches)}"
         batch = SampleColumns.from_samples(micro.samples)
         start = time.perf_counter()
-        run.scores.append(checked_scores(learner.predict_many(batch), len(batch), who))
+        with raised_by(who, "predict_many", where):
+            scores = learner.predict_many(batch)
+        run.scores.append(checked_scores(scores, len(batch), who))
         run.score_seconds += time.perf_counter() - start
         if strategy.trains_on(index, len(batches)):
             seen += micro.samples
             start = time.perf_counter()
-            run.penalty_shares.append(checked_result(learner.learn_many(batch), who).penalty_share)
+            with raised_by(who, "learn_many", where):
+                result = learner.learn_many(batch)
+            run.penalty_shares.append(checked_result(result, who).penalty_share)
             if strategy.retrains_after(index):
                 learner = strategy.make_learner()
-                checked_result(learner.learn_many(SampleColumns.from_samples(seen)), who)
+                with raised_by(who, "learn_many", f"{where}: retraining on all so far"):
+                    checked_result(learner.learn_many(SampleColumns.from_samples(seen)), who)
             run.train_seconds += time.perf_counter() - start
             if index < len(batches) - 1:
-                run.probe_after[index] = _probe_scores(learner, micro, who)
+                run.probe_after[index] = _probe_scores(learner, micro, who, where)
         if on_progress is not None:
             latest = gauc(batch.label, run.scores[-1], batch.user_ids)
             on_progress(strategy.name, index + 1, len(batches), latest)
     for index in run.probe_after:
-        run.probe_final[index] = _probe_scores(learner, batches[index], who)
+        final = f"strategy {strategy.name}, the final model's probe of micro-batch {index + 1}"
+        run.probe_final[index] = _probe_scores(learner, batches[index], who, final)
     return run
 
 
-def _probe_scores(learner: Learner, micro: MicroBatch, who: str) -> np.ndarray:
+def _probe_scores(learner: Learner, micro: MicroBatch, who: str, where: str) -> np.ndarray:
     """The learner's scores of ``micro``'s probe samples, checked."""
     samples = probe(micro)
-    return checked_scores(learner.predict_many(samples), len(samples), who)
+    with raised_by(who, "predict_many", f"{where}: its probe"):
+        scores = learner.predict_many(samples)
+    return checked_scores(scores, len(samples), who)

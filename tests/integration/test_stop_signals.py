@@ -43,8 +43,9 @@ def stopped_as_paddle_loads(
         killed) and its output.
     """
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamrec", *command], stdout=out, stderr=subprocess.STDOUT
+        proc = subprocess.Popen(  # in the log's folder: what it leaves there (learner-logs/) goes with it
+            [sys.executable, "-m", "streamrec", *command], stdout=out, stderr=subprocess.STDOUT,
+            cwd=log.parent,
         )
     try:
         deadline = time.monotonic() + 90

@@ -41,6 +41,6 @@ def test_a_dataset_of_no_events_is_refused_before_any_service_starts(tmp_path: P
     )
     assert result.exit_code == 1
     words = " ".join(result.output.split())
-    assert f"{empty}: no events to replay" in words
+    assert f"{empty}: no events to replay or publish" in words
     assert "broker at" not in words
     assert not (tmp_path / "snapshots").exists()

@@ -5,6 +5,7 @@ in ../shared/data when present (extra coverage only).
 from __future__ import annotations
 
 import csv
+import gzip
 import re
 from pathlib import Path
 
@@ -191,8 +192,9 @@ LONG = "7" * 200  # an id over the contract's 128 characters
         ("UserBehavior.csv", GOOD_TAOBAO + "1,,3,pv,1700000500\n", r"UserBehavior.csv:2: .*'item_id'"),
         ("UserBehavior.csv", GOOD_TAOBAO + f"1,{LONG},3,pv,1700000500\n", r"UserBehavior.csv:2: .*'item_id'"),
         ("UserBehavior.csv", GOOD_TAOBAO + "1,2,3,pv,-5\n", r"UserBehavior.csv:2: .*'ts'"),
-        # nanoseconds: past the year 9999 once made milliseconds
-        ("UserBehavior.csv", GOOD_TAOBAO + "1,2,3,pv,1700000000000000000\n", r"UserBehavior.csv:2: .*9999"),
+        # nanoseconds where seconds are due: milliseconds or finer, not "after the year 9999"
+        ("UserBehavior.csv", GOOD_TAOBAO + "1,2,3,pv,1700000000000000000\n",
+         r"UserBehavior.csv:2: .*looks like milliseconds or finer"),
         ("UserBehavior.csv", GOOD_TAOBAO + "1,2,3,p\x01v,1700000500\n",
          r"UserBehavior.csv:2: .*'action'.*U\+0001"),
         ("u.data", GOOD_ML100K + "\t242\t3\t881250949\n", r"u.data:2: .*'user_id'"),
@@ -290,3 +292,75 @@ def test_a_file_not_in_utf8_is_a_dataset_error_not_a_traceback(
     path.write_bytes(line)
     with pytest.raises(DatasetError, match=rf"{re.escape(str(path))}: not UTF-8 text \(byte 0xe9\)"):
         read_events(path, fmt)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "column"),
+    [
+        ("UserBehavior.csv", "1,100,5,pv,1511658000000\n", "ts"),
+        ("ratings.csv", "userId,movieId,rating,timestamp\n1,31,4.5,1260759144000\n", "timestamp"),
+        ("u.data", "1\t31\t5\t881250949000\n", "timestamp"),
+    ],
+    ids=["taobao", "movielens", "ml100k"],
+)
+def test_milliseconds_where_seconds_are_due_are_named_so(
+    tmp_path: Path, name: str, text: str, column: str
+) -> None:
+    """Found by the replay tour: a Taobao file in milliseconds was said to be "after the year 9999:
+    send epoch milliseconds, not micro- or nanoseconds", the advice backwards for a file in seconds.
+    """
+    (tmp_path / name).write_text(text)
+    with pytest.raises(DatasetError, match=rf"{name}:\d: {column} \d+ looks like milliseconds or finer: "
+                       r"this format's times are epoch seconds; divide them by 1000"):
+        read_events(tmp_path / name)
+
+
+TAOBAO_ROWS = "1,100,5,pv,1511658000\n2,101,5,buy,1511658060\n"
+JSONL_ROWS = (
+    '{"event_id": "e1", "user_id": "1", "item_id": "100", "category_id": "5", "action": "click",'
+    ' "ts": 1511658000000}\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("UserBehavior.csv", TAOBAO_ROWS), ("events.jsonl", JSONL_ROWS),
+     ("ratings.csv", "userId,movieId,rating,timestamp\n1,31,4.5,1260759144\n"),
+     ("u.data", "1\t31\t5\t881250949\n")],
+    ids=["taobao", "jsonl", "movielens", "ml100k"],
+)
+def test_a_gzip_file_reads_as_the_file_it_holds(tmp_path: Path, name: str, text: str) -> None:
+    """Found by the replay tour: a .gz was 'not UTF-8 text (byte 0x8b): save it as UTF-8'."""
+    (tmp_path / name).write_text(text)
+    zipped = tmp_path / "z" / f"{name}.gz"
+    zipped.parent.mkdir()
+    zipped.write_bytes(gzip.compress(text.encode()))
+    assert read_events(zipped) == read_events(tmp_path / name)
+    assert len(read_events(zipped)) >= 1
+
+
+@pytest.mark.parametrize("cut", [20, -4])  # into the data; the checksum at its end
+def test_a_damaged_gzip_file_is_one_error_naming_it(tmp_path: Path, cut: int) -> None:
+    path = tmp_path / "events.jsonl.gz"
+    path.write_bytes(gzip.compress((JSONL_ROWS * 200).encode())[:cut])
+    with pytest.raises(DatasetError, match=rf"^{re.escape(str(path))}: a damaged gzip file \("):
+        read_events(path)
+
+
+def test_detect_format_takes_a_str_as_read_events_does(tmp_path: Path) -> None:
+    # found by the replay tour: detect_format("x.jsonl") raised AttributeError ('str' has no is_dir)
+    path = tmp_path / "e.jsonl"
+    path.write_text(JSONL_ROWS)
+    assert detect_format(str(path)) == "jsonl"
+
+
+@pytest.mark.parametrize("header", ["user,movie,rating,timestamp", '{"event_id": "e1"'])
+def test_a_file_read_as_movielens_without_its_header_is_one_line_naming_the_columns(
+    tmp_path: Path, header: str
+) -> None:
+    # found by the replay tour: --format movielens on JSON lines printed a dict of the split line
+    path = tmp_path / "ratings.csv"
+    path.write_text(header + "\n1,31,4.5,1260759144\n")
+    with pytest.raises(DatasetError, match=rf"^{re.escape(str(path))}:1: not a MovieLens ratings header: "
+                       r"expected the columns userId, movieId, rating, timestamp"):
+        read_events(path, "movielens")

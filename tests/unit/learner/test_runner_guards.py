@@ -25,6 +25,7 @@ from streamrec.cli.common import print_report
 from streamrec.config import KafkaConfig, StreamrecConfig
 from streamrec.errors import (
     DeliveryError,
+    LearnerFailed,
     NonFiniteWeights,
     SamplesExpired,
     SamplesTopicRecreated,
@@ -408,3 +409,25 @@ def test_nan_scores_from_a_learner_whose_steps_were_fine_stop_the_loop_in_one_li
     with pytest.raises(LearnerContractError, match="predict_many returned 10 of 10 scores not finite"):
         runner.run()
     assert runner.stats.micro_batches == 0 and SnapshotStore(tmp_path).versions() == []
+
+
+class RaisingLearner(ScriptedLearner):
+    """A user's learner with a bug of its own in ``learn_many``."""
+
+    def learn_many(self, batch: SampleColumns) -> TrainResult:
+        raise ValueError("the user's own bug")
+
+
+def test_a_learner_raising_in_its_own_code_is_named_with_its_frames(
+    tmp_path: Path, script: Callable[..., ScriptedConsumer]
+) -> None:
+    # as in a backtest (unit replay/test_learner_raises): it was a raw traceback
+    script([[valid(0), valid(1)]])
+    runner = LearnerRunner(config(tmp_path, 2), RaisingLearner([]))
+    said = (r"^learner tests.unit.learner.test_runner_guards:RaisingLearner: learn_many raised ValueError: "
+            r"the user's own bug \(learner run, micro-batch 1\)$")
+    with pytest.raises(LearnerFailed, match=said) as err:
+        runner.run()
+    assert "in learn_many" in err.value.frames and "runner.py" not in err.value.frames
+    assert runner.positions == {Partition(TOPIC, 0): 0}  # nothing trained moved them
+    assert SnapshotStore(tmp_path).versions() == []

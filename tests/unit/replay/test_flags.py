@@ -89,4 +89,35 @@ def test_a_backtest_config_made_in_python_is_checked_as_the_flags_are(
 def test_a_samples_dump_may_be_named_by_a_string(tmp_path: Path) -> None:
     # found by the Python-API tour: a str path failed after the whole replay ('str' has no with_name)
     path = tmp_path / "s.jsonl"
-    assert bt.BacktestConfig(SOURCE, dump_samples=str(path)).dump_samples == path  # type: ignore[arg-type]
+    assert bt.BacktestConfig(SOURCE, dump_samples=str(path)).dump_samples == path
+    # typed so: a str from Python is no type error (it was typed Path only), nor an os.PathLike
+    assert bt.BacktestConfig(SOURCE, dump_samples=_PathLike(str(path))).dump_samples == path
+
+
+class _PathLike:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __fspath__(self) -> str:
+        return self.path
+
+
+NO_PATH = "BacktestConfig.dump_samples must be a path (a str or os.PathLike), not "
+
+
+@pytest.mark.parametrize(("given", "error", "words"), [
+    (5, TypeError, f"{NO_PATH}5"),
+    (b"s.jsonl", TypeError, f"{NO_PATH}b's.jsonl'"),
+    ("", ConfigError, "--dump-samples '': it is empty: name a path"),
+])
+def test_a_samples_dump_that_is_no_path_is_refused_at_once(
+    given: Any, error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=re.escape(words)):
+        bt.BacktestConfig(SOURCE, dump_samples=given)
+
+
+def test_a_samples_dump_naming_a_directory_is_refused_at_once(tmp_path: Path) -> None:
+    # from Python it failed after the whole replay (the CLI checks the flag before)
+    with pytest.raises(ConfigError, match=re.escape(f"--dump-samples {str(tmp_path)!r} is a directory")):
+        bt.BacktestConfig(SOURCE, dump_samples=tmp_path)

@@ -47,5 +47,5 @@ def test_no_strategy_is_refused() -> None:
 def test_a_source_of_no_events_is_refused_as_the_demo_refuses_it(tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    with pytest.raises(StreamrecError, match=rf"^{empty}: no events to replay$"):
+    with pytest.raises(StreamrecError, match=rf"^{empty}: no events to replay or publish$"):
         backtest(config(source=str(empty), strategies=("popularity",)))
