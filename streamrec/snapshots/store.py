@@ -424,7 +424,7 @@ class SnapshotStore:
         return promotion.rollback(self, reason, build_export)
 
     def prune(self, keep_last: int) -> list[int]:
-        """Delete old versions, never a promoted one: `streamrec.snapshots.promotion.prune`."""
+        """Delete old versions, never the served one or those just before it: `promotion.prune`."""
         return promotion.prune(self, keep_last)
 
     # --- requests from `streamrec snapshot create`: filed in self.requests ---------------
