@@ -35,7 +35,7 @@ import orjson
 from streamrec.errors import SnapshotError
 from streamrec.fileio import write_atomic
 from streamrec.snapshots.directory import describe_os_error, parse_version, remove_tree, version_name
-from streamrec.snapshots.exports import check_export, refuse_unservable
+from streamrec.snapshots.exports import check_export, export_dir, refuse_unservable
 from streamrec.snapshots.lock import exclusive
 from streamrec.snapshots.manifest import SnapshotManifest
 from streamrec.snapshots.traffic import TrafficPlan, read_plan, remove_plan
@@ -363,7 +363,9 @@ def rollback(store: Versions, reason: str = "manual", build_export: BuildExport 
 
 
 def prune(store: Versions, keep_last: int) -> list[int]:
-    """Delete all but the newest ``keep_last`` versions (0 keeps all); returns those deleted.
+    """Delete all but the newest ``keep_last`` versions and their exports (0 keeps all).
+
+    Returns the versions deleted.
 
     Never deleted: the current one, the ``keep_last`` versions a rollback steps back to and
     the ``keep_last`` served most recently (`ServingPointer.retained`: every version ever
@@ -391,11 +393,12 @@ def prune(store: Versions, keep_last: int) -> list[int]:
         for version in versions:
             if version in keep:
                 continue
-            try:
-                remove_tree(store.path(version))
-            except OSError as exc:
-                cause = describe_os_error(exc)
-                raise SnapshotError(f"cannot delete snapshot {store.path(version)}: {cause}") from exc
+            for path in (store.path(version), export_dir(store.root, version)):
+                try:
+                    if path.is_dir():
+                        remove_tree(path)
+                except OSError as exc:
+                    raise SnapshotError(f"cannot delete {path}: {describe_os_error(exc)}") from exc
             deleted.append(version)
     if deleted:
         logger.info("pruned snapshots path=%s deleted=%s kept=%d", store.root,

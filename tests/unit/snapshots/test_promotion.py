@@ -11,6 +11,7 @@ import pytest
 
 from streamrec.errors import InvalidSnapshot, SnapshotError
 from streamrec.snapshots import directory as snapshot_dir
+from streamrec.snapshots.exports import export_dir
 from streamrec.snapshots.store import SnapshotStore
 from tests.unit.snapshots.test_snapshot import write
 
@@ -385,3 +386,15 @@ def test_retention_keeps_the_rollback_targets_after_a_rollback(tmp_path: Path) -
     assert store.prune(1) == [1, 2, 6, 7]
     assert store.versions() == [3, 4, 5, 8]  # 3 a rollback's, 4 served, 5 served just before
     assert store.rollback() == 3
+
+
+def test_prune_deletes_the_exports_of_the_versions_it_deletes(tmp_path: Path) -> None:
+    """`streamrec snapshot prune --keep 1` on four exported versions left all four exports (only
+    the learner's next export swept them): the docs say it deletes the versions and their exports.
+    """
+    store = SnapshotStore(tmp_path)
+    for _ in range(4):
+        version = write(store).version
+        (export_dir(tmp_path, version) / "model").mkdir(parents=True)
+    assert store.prune(1) == [1, 2, 3]
+    assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["v000004"]
