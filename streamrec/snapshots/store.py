@@ -203,8 +203,10 @@ class SnapshotStore:
         versions = self.versions()
         if not versions or versions[-1] != parent.manifest.version:
             return None  # a newer (or no) version on disk: start a new chain
-        if self._manifest_or_none(parent.manifest.version) != parent.manifest:
-            return None
+        on_disk = self._manifest_or_none(parent.manifest.version)
+        # Compared as written: a NaN metric is null on disk, and NaN equals nothing in memory.
+        if on_disk is None or on_disk.to_json() != parent.manifest.to_json():
+            return None  # another writer's version of that number
         return parent
 
     def _remember(self, manifest: SnapshotManifest, tensors: Tensors, depth: int) -> None:
