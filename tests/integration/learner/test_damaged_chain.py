@@ -12,24 +12,20 @@ import logging
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
 
 from streamrec.config import StreamrecConfig
 from streamrec.errors import InvalidSnapshot
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import LearnerRunner
 from streamrec.snapshots.store import SnapshotStore
-from tests.integration.learner.test_bad_samples import BATCH, VALID, sample
+from tests.integration.learner.test_bad_samples import BATCH, VALID
+from tests.integration.learner.test_parts import publish
 from tests.support import small_tables
 
 
 def trained_four_versions(cfg: StreamrecConfig) -> SnapshotStore:
     """v1 full, v2 a delta, v3 full, v4 a delta on it, each after one micro-batch of BATCH."""
-    producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers})
-    for n in range(VALID):
-        s = sample(n)
-        producer.produce(cfg.kafka.samples_topic, key=s.user_id.encode(), value=s.to_json(), timestamp=s.ts)
-    assert producer.flush(10) == 0
+    publish(cfg, range(VALID))
     store = SnapshotStore(cfg.learner.snapshot_dir, full_every=2)
     assert LearnerRunner(cfg, DINLearner(cfg.model), snapshots=store).run().samples_trained == VALID
     return store

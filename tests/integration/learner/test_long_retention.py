@@ -8,26 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from confluent_kafka import Producer
-
 from streamrec.config import StreamrecConfig
 from streamrec.learner.din import DINLearner
 from streamrec.learner.runner import LearnerRunner, LearnerStats
 from streamrec.serving.gate import Promoter
 from streamrec.snapshots.exports import EXPORTS
 from streamrec.snapshots.store import SnapshotStore
-from tests.integration.learner.test_bad_samples import sample
+from tests.integration.learner.test_parts import publish
 from tests.support import small_tables
 
 BATCH = 20
-
-
-def produce(cfg: StreamrecConfig, numbers: range) -> None:
-    producer = Producer({"bootstrap.servers": cfg.kafka.bootstrap_servers})
-    for n in numbers:
-        s = sample(n)
-        producer.produce(cfg.kafka.samples_topic, key=s.user_id.encode(), value=s.to_json(), timestamp=s.ts)
-    assert producer.flush(10) == 0
 
 
 def run(cfg: StreamrecConfig) -> tuple[SnapshotStore, LearnerStats]:
@@ -51,7 +41,7 @@ def test_promoting_every_snapshot_keeps_the_directory_bounded_and_a_restart_resu
         learner={"max_batch_samples": BATCH, "snapshot_every": 1, "keep_snapshots": 2,
                  "full_snapshot_every": 3, "promote": "always"},
     )
-    produce(cfg, range(12 * BATCH))
+    publish(cfg, range(12 * BATCH))
     store, stats = run(cfg)
     assert (stats.micro_batches, store.current()) == (12, 12)
     assert store.promoted() == list(range(1, 13))
@@ -59,7 +49,7 @@ def test_promoting_every_snapshot_keeps_the_directory_bounded_and_a_restart_resu
     # chain 9 loads, 11 and 12 the newest (before, all twelve and their exports stayed)
     assert store.versions() == exports(store) == [7, 8, 9, 10, 11, 12]
     assert [store.manifest(v).kind for v in (7, 10)] == ["full", "full"]
-    produce(cfg, range(12 * BATCH, 15 * BATCH))
+    publish(cfg, range(12 * BATCH, 15 * BATCH))
     store, stats = run(cfg)
     assert stats.samples_trained == 15 * BATCH  # 12 batches from v000012, 3 more, each once
     assert (stats.micro_batches, store.current()) == (15, 15)
