@@ -418,7 +418,7 @@ def prune(
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """Delete all but the newest versions; promoted ones and the newest valid one are kept."""
+    """Delete all but the newest versions; the served one, those just before it and the newest valid stay."""
     from streamrec.snapshots.store import SnapshotStore
 
     with cli_errors():

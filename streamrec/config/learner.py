@@ -40,8 +40,9 @@ class LearnerConfig(BaseModel):
     min_eval_samples: int = Field(200, ge=1, description="STREAMREC_LEARNER__MIN_EVAL_SAMPLES")
     snapshot_dir: NonEmptyPath = Field(Path("snapshots"), description="STREAMREC_LEARNER__SNAPSHOT_DIR")
     snapshot_every: int = Field(10, ge=1, description="STREAMREC_LEARNER__SNAPSHOT_EVERY micro-batches")
-    # Retention: versions kept after each snapshot besides every promoted one; 0 keeps all.
-    # Ten recent versions to compare or fall back to, at ten snapshots' disk, not unbounded.
+    # Retention: versions kept after each snapshot besides the served one, as many served before
+    # it (rollback's targets) and chains they need; 0 keeps all. Ten recent versions to
+    # compare or fall back to, at ten snapshots' disk, not unbounded.
     keep_snapshots: int = Field(10, ge=0, description="STREAMREC_LEARNER__KEEP_SNAPSHOTS (0: keep all)")
     # Every K-th snapshot is full, the ones between hold only the rows changed since the one
     # before (delta snapshots). Ten bounds a load to one full and nine small files, and what

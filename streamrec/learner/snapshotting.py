@@ -22,7 +22,7 @@ from streamrec.features.schema import FeatureSchema
 from streamrec.learner.base import Learner
 from streamrec.learner.state import STATE_LAYOUT, migrate_state
 from streamrec.snapshots.exports import export_bytes, onnx_missing
-from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
+from streamrec.snapshots.store import SnapshotManifest, SnapshotStore, version_name
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ def restore(
     """
     found = snapshots.latest_valid()  # skips invalid versions, with a warning each
     if found is None:
+        refuse_all_invalid(snapshots)
         logger.info("no snapshot to restore, starting fresh path=%s", snapshots.root)
         return None
     manifest, tensors = found
@@ -70,6 +71,28 @@ def restore(
     if changed:  # loaded, so its tensors fit: a change meant, or one that only fits by chance
         logger.warning("%s was trained with other model settings: %s", where, ", ".join(changed))
     return manifest
+
+
+def refuse_all_invalid(snapshots: SnapshotStore) -> None:
+    """Raise when the directory holds versions and none of them loads.
+
+    A fresh model would start at the group's committed offset, the last snapshot's: what every
+    version trained would be dropped with a warning an operator may never read.
+
+    Raises:
+        InvalidSnapshot: naming the newest version, why it does not load, and what to do.
+    """
+    versions = snapshots.versions()
+    if not versions:
+        return
+    newest = snapshots.validate(versions[-1]) or "it did not load"
+    others = f" and the {len(versions) - 1} older" if len(versions) > 1 else ""
+    raise InvalidSnapshot(
+        f"no snapshot in {snapshots.root} loads: {version_name(versions[-1])}{others} failed their "
+        f"checks ({newest}); a learner started on it would begin a new model, dropping what they "
+        "trained. Restore the directory from a backup, or move it aside (or give "
+        "STREAMREC_LEARNER__SNAPSHOT_DIR a new directory) to start a new model"
+    )
 
 
 def state_of(

@@ -6,7 +6,8 @@ the new one, never a torn file; serving needs no lock to read it. ``<root>/servi
 is append-only JSON lines (time, action ``promote`` or ``rollback``, version, previous,
 reason; ``canary``, ``ab`` and ``end`` lines, with the plan in ``traffic``, start and end a
 traffic plan, `streamrec.snapshots.traffic`, and name the version served throughout): every
-version it names was once served, so retention never deletes it.
+version it names was once served; retention keeps the served one and the last few before it
+(`prune`).
 
 Operators promote and roll back while a learner writes, so pointer updates take their own
 short ``flock`` (``<root>/serving/.lock``), never the learner's. The history line is written
@@ -14,8 +15,8 @@ before the pointer moves: a crash between the two leaves a version recorded (and
 that was not served, never one served and unrecorded.
 
 `promote` and `rollback` move the pointer only to a version whose every checksum
-(and its export's) holds; `prune` deletes old versions but never one the pointer ever
-named. `SnapshotStore` offers all three as methods.
+(and its export's) holds; `prune` deletes old versions but never the served one or the
+last ones served before it. `SnapshotStore` offers all three as methods.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import orjson
 from streamrec.errors import NotServable, SnapshotError
 from streamrec.fileio import write_atomic
 from streamrec.snapshots.directory import describe_os_error, parse_version, remove_tree, version_name
-from streamrec.snapshots.exports import check_export, refuse_unservable
+from streamrec.snapshots.exports import check_export, export_dir, refuse_unservable
 from streamrec.snapshots.lock import exclusive
 from streamrec.snapshots.manifest import SnapshotManifest
 from streamrec.snapshots.traffic import TrafficPlan, read_plan, remove_plan
@@ -183,6 +184,25 @@ class ServingPointer:
         if current is not None:
             seen.setdefault(current)
         return list(seen)
+
+    def recently_served(self) -> list[int]:
+        """The versions the history names, the one served most recently first, each once."""
+        return list(dict.fromkeys(e.version for e in reversed(self.history())))
+
+    def retained(self, count: int) -> set[int]:
+        """The served versions retention keeps: the current one and ``count`` of each kind before it.
+
+        The ``count`` versions a rollback steps back to and the ``count`` served most recently
+        before the current one. Every version the history names while CURRENT is unreadable.
+        """
+        try:
+            current = self.current()
+        except SnapshotError:
+            current = None
+        if current is None:
+            return set(self.promoted())
+        before = self.rollback_candidates(current)[:count]
+        return {current, *before, *self.recently_served()[: count + 1]}
 
     def rollback_candidates(self, current: int | None) -> list[int]:
         """The versions served before ``current``, most recent first (a rollback takes the first valid one).
@@ -374,10 +394,15 @@ def rollback(store: Versions, reason: str = "manual", build_export: BuildExport 
 
 
 def prune(store: Versions, keep_last: int) -> list[int]:
-    """Delete all but the newest ``keep_last`` versions (0 keeps all); returns those deleted.
+    """Delete all but the newest ``keep_last`` versions and their exports (0 keeps all).
 
-    Never deleted: a version ever promoted, the current one, the newest valid one (what a
-    learner resumes from), and every version the chain of a kept delta needs. Each is
+    Returns the versions deleted.
+
+    Never deleted: the current one, the ``keep_last`` versions a rollback steps back to and
+    the ``keep_last`` served most recently (`ServingPointer.retained`: every version ever
+    promoted would grow without bound where every snapshot is promoted), the newest valid one
+    (what a learner resumes from), a traffic plan's, and every version the chain of a kept
+    delta needs. Each is
     renamed to a ``.tmp-`` name before it is removed, so a crash leaves no half-deleted
     version, only a temporary removed at the next start.
 
@@ -393,17 +418,18 @@ def prune(store: Versions, keep_last: int) -> list[int]:
         versions = store.versions()
         newest_valid = next((v for v in reversed(versions) if store.validate(v) is None), None)
         plan = read_plan(store.root)
-        kept = set(versions[-keep_last:]) | set(store.serving.promoted()) | {newest_valid}
+        kept = set(versions[-keep_last:]) | store.serving.retained(keep_last) | {newest_valid}
         kept |= plan.versions() if plan is not None else set()  # a canary's or an A/B arm's
         keep = {v for version in kept if version is not None for v in _ancestry(store, version)}
         for version in versions:
             if version in keep:
                 continue
-            try:
-                remove_tree(store.path(version))
-            except OSError as exc:
-                cause = describe_os_error(exc)
-                raise SnapshotError(f"cannot delete snapshot {store.path(version)}: {cause}") from exc
+            for path in (store.path(version), export_dir(store.root, version)):
+                try:
+                    if path.is_dir():
+                        remove_tree(path)
+                except OSError as exc:
+                    raise SnapshotError(f"cannot delete {path}: {describe_os_error(exc)}") from exc
             deleted.append(version)
     if deleted:
         logger.info("pruned snapshots path=%s deleted=%s kept=%d", store.root,

@@ -203,8 +203,10 @@ class SnapshotStore:
         versions = self.versions()
         if not versions or versions[-1] != parent.manifest.version:
             return None  # a newer (or no) version on disk: start a new chain
-        if self._manifest_or_none(parent.manifest.version) != parent.manifest:
-            return None
+        on_disk = self._manifest_or_none(parent.manifest.version)
+        # Compared as written: a NaN metric is null on disk, and NaN equals nothing in memory.
+        if on_disk is None or on_disk.to_json() != parent.manifest.to_json():
+            return None  # another writer's version of that number
         return parent
 
     def _remember(self, manifest: SnapshotManifest, tensors: Tensors, depth: int) -> None:
@@ -428,7 +430,7 @@ class SnapshotStore:
         return promotion.rollback(self, reason, build_export)
 
     def prune(self, keep_last: int) -> list[int]:
-        """Delete old versions, never a promoted one: `streamrec.snapshots.promotion.prune`."""
+        """Delete old versions, never the served one or those just before it: `promotion.prune`."""
         return promotion.prune(self, keep_last)
 
     # --- requests from `streamrec snapshot create`: filed in self.requests ---------------

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from streamrec.config import StreamrecConfig
-from streamrec.errors import SnapshotDirError, SnapshotError, SnapshotInUse
+from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotInUse
 from streamrec.kafka.records import Partition, Position
 from streamrec.learner import runner as runner_module
 from streamrec.learner import snapshotting
@@ -162,10 +162,14 @@ def test_start_removes_leftovers_and_resumes_from_the_newest_valid_version(
     assert not (tmp_path / ".tmp-killed").exists()
 
 
-def test_no_valid_version_starts_fresh(tmp_path: Path, consumers: list[FakeConsumer]) -> None:
+def test_no_valid_version_is_refused_not_a_fresh_start(tmp_path: Path, consumers: list[FakeConsumer]) -> None:
+    """It started a new model at the group's committed offset, dropping what the versions trained."""
     (tmp_path / "v000009").mkdir()
     learner = StubLearner()
-    with LearnerRunner(config(tmp_path), learner) as runner:
+    with pytest.raises(InvalidSnapshot, match=r"no snapshot in .* loads: v000009 failed .*move it aside"):
+        LearnerRunner(config(tmp_path), learner)
+    assert learner.loaded == []
+    with LearnerRunner(config(tmp_path / "new"), learner) as runner:  # an empty directory starts fresh
         assert learner.loaded == [] and runner.positions == {} and runner.stats.micro_batches == 0
 
 

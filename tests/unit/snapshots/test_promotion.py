@@ -11,6 +11,7 @@ import pytest
 
 from streamrec.errors import InvalidSnapshot, SnapshotError
 from streamrec.snapshots import directory as snapshot_dir
+from streamrec.snapshots.exports import export_dir
 from streamrec.snapshots.store import SnapshotStore
 from tests.unit.snapshots.test_snapshot import write
 
@@ -440,3 +441,44 @@ def test_an_export_serve_does_not_load_is_promoted_only_for_a_server_of_ones_own
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert store.current() == 2 and [e.version for e in store.history()] == [1, 2]
+
+
+def test_retention_is_bounded_when_every_snapshot_is_promoted(tmp_path: Path) -> None:
+    """Under ``promote=always`` (or a gate that passes) every version is promoted, and retention
+    kept every version ever promoted: a learner with KEEP_SNAPSHOTS=3 held 120 versions and 120
+    exports after 120 micro-batches (found by the long-run tour). It keeps the served one, the
+    ones a rollback steps back to and the ones served most recently, ``keep_last`` of each.
+    """
+    store = SnapshotStore(tmp_path)
+    for _ in range(40):
+        store.promote(write(store).version)
+        store.prune(3)
+    assert store.versions() == [37, 38, 39, 40]  # 40 served, 37-39 a rollback's targets
+    assert store.promoted() == list(range(1, 41))  # the history still names them all
+    assert (store.rollback(), store.rollback(), store.rollback()) == (39, 38, 37)
+    assert store.prune(3) == []  # 38-40 the ones served most recently
+    assert store.versions() == [37, 38, 39, 40]
+
+
+def test_retention_keeps_the_rollback_targets_after_a_rollback(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    for _ in range(8):
+        write(store)
+    for version in (2, 3, 4, 5):
+        store.promote(version)
+    store.rollback()  # to 4; 3 and 2 are what the next rollbacks take
+    assert store.prune(1) == [1, 2, 6, 7]
+    assert store.versions() == [3, 4, 5, 8]  # 3 a rollback's, 4 served, 5 served just before
+    assert store.rollback() == 3
+
+
+def test_prune_deletes_the_exports_of_the_versions_it_deletes(tmp_path: Path) -> None:
+    """`streamrec snapshot prune --keep 1` on four exported versions left all four exports (only
+    the learner's next export swept them): the docs say it deletes the versions and their exports.
+    """
+    store = SnapshotStore(tmp_path)
+    for _ in range(4):
+        version = write(store).version
+        (export_dir(tmp_path, version) / "model").mkdir(parents=True)
+    assert store.prune(1) == [1, 2, 3]
+    assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["v000004"]

@@ -276,3 +276,20 @@ def test_materialize_writes_every_tensor_of_a_delta_version_in_full(tmp_path: Pa
     args = ["snapshot", "materialize", "4", str(out), "--snapshot-dir", str(store.root)]
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 1 and "exists" in again.output
+
+
+def test_a_nan_metric_does_not_restart_the_chain(tmp_path: Path) -> None:
+    """A version whose metrics held a NaN (``known_auc`` of a micro-batch of new ids, the AUC of
+    one of one class) made the next snapshot full: the store compared its in-memory manifest,
+    NaN, with the one on disk, null, and took the version for another writer's (found by the
+    long-run tour: a learner at FULL_SNAPSHOT_EVERY=2 wrote full, full, delta, full).
+    """
+    store = SnapshotStore(tmp_path, full_every=3)
+    state = model_state()
+    first = store.write(state, micro_batches=1, samples_trained=1, positions=(Position("t", 0, 1),),
+                        metrics={"auc": float("nan"), "known_auc": None})
+    state = evolve(state, 1)
+    second = store.write(state, micro_batches=2, samples_trained=2, positions=(Position("t", 0, 2),),
+                         metrics={"auc": float("nan")})
+    assert (first.kind, second.kind, put(store, evolve(state, 2)).kind) == ("full", "delta", "delta")
+    assert_bit_identical(store.load(2)[1], state)
