@@ -97,7 +97,7 @@ def test_diff_shows_changed_tensors(tmp_path: Path) -> None:
 
 def test_promote_rollback_and_their_refusals(store: SnapshotStore) -> None:
     promoted = run_json(store.root, "promote", "1")
-    assert promoted == {"current": 1, "name": "v000001", "previous": None, "ended": None}
+    assert promoted == {"current": 1, "name": "v000001", "previous": None, "ended": None, "changed": True}
     assert "serving v000003 (was v000001)" in run(store.root, "promote", "latest", "--reason", "ab").stdout
     assert store.history()[-1].reason == "ab"
     assert run_json(store.root, "rollback") == {"current": 1, "name": "v000001", "previous": 3, "ended": None}
