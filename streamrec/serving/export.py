@@ -66,6 +66,7 @@ from streamrec.serving.graph import (
     ScoringGraph,
 )
 from streamrec.serving.onnxfile import onnx_missing, write_onnx
+from streamrec.serving.traced import TracedGraphs
 from streamrec.snapshots.directory import (
     parse_version,
     remove_temporaries,
@@ -87,6 +88,7 @@ from streamrec.snapshots.store import SnapshotStore
 
 MODEL_PREFIX = "model"
 logger = logging.getLogger(__name__)
+_TRACED = TracedGraphs()  # this process's exports' scoring graphs
 
 # Paddle's own ones_like reads a tensor's place, which a traced (PIR) tensor does not have: it
 # warned three times a trace, two traces an export, in every learner's log. Nothing of ours.
@@ -343,10 +345,12 @@ def input_specs(cfg: ModelConfig, plan: FeaturePlan | None = None) -> list[Any]:
 
 def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
     """The exporter of a table model (DIN, DeepFM): its scoring graph, id tables and contract."""
-    graph = scoring_graph(learner)
     specs = input_specs(learner.cfg, learner.plan)
-    # jit.save writes through the path's directory; keep its scratch out of the export.
-    with tempfile.TemporaryDirectory() as scratch:
+    # The graphs are traced once per model shape (`streamrec.serving.traced`), and hold this
+    # learner's values until saved. jit.save writes through the path's directory; keep its
+    # scratch out of the export.
+    with _TRACED.lock, tempfile.TemporaryDirectory() as scratch:
+        graph = _TRACED.graph(learner, specs, scoring_graph)
         paddle.jit.save(graph, str(Path(scratch) / MODEL_PREFIX), input_spec=specs)
         for produced in Path(scratch).iterdir():
             if produced.suffix in (".json", ".pdiparams", ".pdmodel"):
@@ -360,20 +364,21 @@ def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
             np.save(tmp / rows, np.ascontiguousarray(idmap.rows[owned].astype(np.int64)), allow_pickle=False)
         doc = contract(learner, version)
         # The same function for onnxruntime, when the onnx extra is installed.
-        onnx = write_onnx(tmp, doc, _onnx_trace(graph, specs, Path(scratch) / "onnx"))
+        onnx = write_onnx(tmp, doc, _onnx_trace(learner, specs, Path(scratch) / "onnx"))
     if onnx is not None:
         doc["onnx"] = onnx
     (tmp / CONTRACT).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
-def _onnx_trace(graph: ScoringGraph, specs: list[Any], directory: Path) -> Path | None:
-    """``graph`` traced in ONNX Runtime's forms (`onnx_forms`) into ``directory``, for conversion.
+def _onnx_trace(learner: TableLearner, specs: list[Any], directory: Path) -> Path | None:
+    """``learner``'s graph traced in ONNX Runtime's forms (`onnx_forms`) into ``directory``, for conversion.
 
     None without the ``onnx`` extra (nothing would convert it) or when no layer has another
     form (DeepFM): the Paddle graph is converted as it is.
     """
-    if onnx_missing() or not onnx_form_layers(graph):
+    if onnx_missing() or not onnx_form_layers(learner.model):
         return None
+    graph = _TRACED.graph(learner, specs, scoring_graph, onnx=True)
     with onnx_forms(graph):
         paddle.jit.save(graph, str(directory / MODEL_PREFIX), input_spec=specs)
     return directory

@@ -67,15 +67,38 @@ class ScoringGraph(nn.Layer):
         self.n_behaviour = len(behaviour)
         self.order = input_order(model.plan)
         self.stats = samples is not None and positives is not None
+        self._names = [*behaviour, USER]
         if samples is not None and positives is not None:
-            total = float(samples[USER].sum())
-            prior = float(positives[USER].sum()) / total if total else 0.5
-            self.prior_rate = prior
-            self.prior_logit = float(log_odds(np.float64(prior)))
-            names = [*behaviour, USER]
-            self.counts = nn.ParameterList(
-                [self._constant(samples[n]) for n in names] + [self._constant(positives[n]) for n in names]
-            )
+            arrays = self._stat_arrays(samples, positives)
+            self.counts = nn.ParameterList([self._constant(a) for a in arrays[1:]])
+            self.priors = self._constant(arrays[0])  # [the users' click rate, its log-odds]
+
+    def _stat_arrays(
+        self, samples: Mapping[str, np.ndarray], positives: Mapping[str, np.ndarray]
+    ) -> list[np.ndarray]:
+        """The priors, then each table's sample counts and positive counts (the graph's constants)."""
+        total = float(samples[USER].sum())
+        prior = float(positives[USER].sum()) / total if total else 0.5
+        priors = np.array([prior, log_odds(np.float64(prior))], np.float32)
+        return [priors, *(samples[n] for n in self._names), *(positives[n] for n in self._names)]
+
+    def set_stats(
+        self, samples: Mapping[str, np.ndarray] | None, positives: Mapping[str, np.ndarray] | None
+    ) -> None:
+        """Take other id statistics of the same shapes (a graph traced once, saved again).
+
+        Raises:
+            ValueError: the statistics are not of this graph's shapes, or present where it has none.
+        """
+        if (samples is None or positives is None) != (not self.stats):
+            raise ValueError("id statistics given to a graph built without them, or the other way")
+        if samples is None or positives is None:
+            return
+        arrays = self._stat_arrays(samples, positives)
+        for param, array in zip([self.priors, *self.counts], arrays, strict=True):
+            if tuple(param.shape) != array.shape:
+                raise ValueError(f"id statistics of shape {array.shape} for a graph of {tuple(param.shape)}")
+            param.set_value(np.asarray(array, np.float32))
 
     def _constant(self, array: np.ndarray) -> paddle.Tensor:
         param = self.create_parameter(
@@ -87,7 +110,7 @@ class ScoringGraph(nn.Layer):
     def _rate_and_count(self, index: int, rows: paddle.Tensor) -> list[paddle.Tensor]:
         n = paddle.gather(self.counts[index], rows)
         pos = paddle.gather(self.counts[index + self.n_behaviour + 1], rows)
-        rate = (pos + PRIOR_SAMPLES * self.prior_rate) / (n + PRIOR_SAMPLES)
+        rate = (pos + PRIOR_SAMPLES * self.priors[0]) / (n + PRIOR_SAMPLES)
         rate = paddle.clip(rate, RATE_EPS, 1 - RATE_EPS)  # as idstats.log_odds
         return [paddle.log(rate / (1 - rate)), paddle.log1p(n)]
 
@@ -96,7 +119,7 @@ class ScoringGraph(nn.Layer):
         for i in range(self.n_behaviour):
             columns += self._rate_and_count(i, targets[:, i])
         rate, count = self._rate_and_count(self.n_behaviour, users)
-        columns += [rate - self.prior_logit, count]
+        columns += [rate - self.priors[1], count]
         return paddle.stack(columns, axis=1)
 
     def score(
