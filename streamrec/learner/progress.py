@@ -132,8 +132,18 @@ class RunnerProgress:
         Give every partition of the samples topic a position, so that each assignment of
         it starts where this learner left off: from the snapshot, else the group's committed
         offset, else its first sample. Without one, a partition handed back after a rebalance
-        would start at whatever another member of the group committed meanwhile.
+        would start at whatever another member of the group committed meanwhile. Starting
+        without a snapshot at positions the group committed is said in a warning.
         """
+        if self.resumed is None and self._source.has_committed_offsets(_QUERY_TIMEOUT_S):
+            # a mistyped or emptied snapshot directory: the group's training would be left behind
+            logger.warning(
+                "no snapshot in %s, while consumer group %s committed positions in %s: a new model "
+                "starts training at them, without what the group trained before; if its snapshots "
+                "are in another directory, stop and set STREAMREC_LEARNER__SNAPSHOT_DIR "
+                "(--snapshot-dir)", self.snapshots.root, self._cfg.learner.group_id,
+                self._cfg.kafka.samples_topic,
+            )
         found = self._source.start_positions(self.positions, _QUERY_TIMEOUT_S)
         self.positions.update(found)
         self._snapshotted_positions.update(found)  # a place to start, not progress to save

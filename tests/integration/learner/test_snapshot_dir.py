@@ -5,6 +5,7 @@ named, a killed holder frees it, an unusable directory fails at start in one lin
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -108,3 +109,30 @@ def test_runner_holds_the_directory_until_run_ends(
     first.run(stop)
     with LearnerRunner(cfg, DINLearner(cfg.model)) as second:
         assert second.stats.micro_batches == 0
+
+
+def test_a_learner_on_an_empty_directory_whose_group_trained_before_says_what_it_starts(
+    pipeline_config: Callable[..., StreamrecConfig], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mistyped ``--snapshot-dir`` (noted by the snapshots tour): the learner found no snapshot,
+    said so at INFO and began a new model at the positions its group committed, leaving what the
+    group trained before behind without a word. It warns now, naming the directory and the
+    group; a group that never committed starts as quietly as before.
+    """
+    from tests.integration.learner.test_parts import publish
+
+    cfg = pipeline_config(learner={"snapshot_dir": tmp_path / "snaps", "max_batch_samples": 100,
+                                   "stop_when_idle_s": 2.0, "snapshot_every": 1, "promote": "off"})
+    publish(cfg, range(300))
+    with caplog.at_level(logging.WARNING):
+        LearnerRunner(cfg, DINLearner(cfg.model)).run()
+    assert not [r for r in caplog.records if "no snapshot" in r.getMessage()]
+    typo = tmp_path / "snpas"
+    elsewhere = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"snapshot_dir": typo})})
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        LearnerRunner(elsewhere, DINLearner(elsewhere.model)).run()
+    warned = [r.getMessage() for r in caplog.records if "no snapshot" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert str(typo) in warned[0] and cfg.learner.group_id in warned[0], warned[0]
+    assert "STREAMREC_LEARNER__SNAPSHOT_DIR" in warned[0]
