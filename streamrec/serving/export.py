@@ -349,8 +349,11 @@ def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
     # The graphs are traced once per model shape (`streamrec.serving.traced`), and hold this
     # learner's values until saved. jit.save writes through the path's directory; keep its
     # scratch out of the export.
+    # The same function for onnxruntime, when the onnx extra is installed and a layer has
+    # another form there (`onnx_forms`; not DeepFM, whose Paddle graph converts as it is).
+    forms = not onnx_missing() and bool(onnx_form_layers(learner.model))
     with _TRACED.lock, tempfile.TemporaryDirectory() as scratch:
-        graph = _TRACED.graph(learner, specs, scoring_graph)
+        graph, in_forms = _TRACED.graphs(learner, specs, scoring_graph, onnx=forms)
         paddle.jit.save(graph, str(Path(scratch) / MODEL_PREFIX), input_spec=specs)
         for produced in Path(scratch).iterdir():
             if produced.suffix in (".json", ".pdiparams", ".pdmodel"):
@@ -363,22 +366,15 @@ def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
             np.save(tmp / keys, np.ascontiguousarray(idmap.keys[owned]), allow_pickle=False)
             np.save(tmp / rows, np.ascontiguousarray(idmap.rows[owned].astype(np.int64)), allow_pickle=False)
         doc = contract(learner, version)
-        # The same function for onnxruntime, when the onnx extra is installed.
-        onnx = write_onnx(tmp, doc, _onnx_trace(learner, specs, Path(scratch) / "onnx"))
+        onnx = write_onnx(tmp, doc, None if in_forms is None else _onnx_trace(in_forms, specs, Path(scratch)))
     if onnx is not None:
         doc["onnx"] = onnx
     (tmp / CONTRACT).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
-def _onnx_trace(learner: TableLearner, specs: list[Any], directory: Path) -> Path | None:
-    """``learner``'s graph traced in ONNX Runtime's forms (`onnx_forms`) into ``directory``, for conversion.
-
-    None without the ``onnx`` extra (nothing would convert it) or when no layer has another
-    form (DeepFM): the Paddle graph is converted as it is.
-    """
-    if onnx_missing() or not onnx_form_layers(learner.model):
-        return None
-    graph = _TRACED.graph(learner, specs, scoring_graph, onnx=True)
+def _onnx_trace(graph: ScoringGraph, specs: list[Any], scratch: Path) -> Path:
+    """``graph`` saved in ONNX Runtime's forms (`onnx_forms`) under ``scratch``, for conversion."""
+    directory = scratch / "onnx"
     with onnx_forms(graph):
         paddle.jit.save(graph, str(directory / MODEL_PREFIX), input_spec=specs)
     return directory

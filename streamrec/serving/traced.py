@@ -8,19 +8,20 @@ A graph whose ``forward`` was converted once (``paddle.jit.to_static``) is saved
 cached program with its parameters' values of the moment: no trace, about 0.14 s, and no
 growth.
 
-So an export takes the graph traced for its model's shape (`TracedGraphs.graph`), copies the
-exported learner's weights and id statistics into it, and saves that. The learners exported
+So an export takes the graphs traced for its model's shape (`TracedGraphs.graphs`), copies the
+exported learner's weights and id statistics into them, and saves them. The learners exported
 are often built anew from their snapshots (the gate exports each version from disk), so the
 graphs hold a model of their own, a twin made once per shape: an export never writes into the
-weights of a learner that trains. A graph with layers in their ONNX forms (`onnx_forms`) is
-traced apart, under those forms.
+weights of a learner that trains. The graph with layers in their ONNX forms (`onnx_forms`) is
+traced apart, under those forms, over the same twin: one copy of the weights an export.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -35,7 +36,15 @@ from streamrec.serving.graph import ScoringGraph
 _KEPT = 2
 
 #: Makes the scoring graph of a learner's model (`streamrec.serving.export.scoring_graph`).
-GraphOf = Any
+GraphOf = Callable[[TableLearner], ScoringGraph]
+
+
+@dataclass
+class _Shape:
+    """One model shape's twin and the graphs traced over it: plain (False) and in ONNX forms (True)."""
+
+    twin: TableLearner
+    graphs: dict[bool, ScoringGraph] = field(default_factory=dict)
 
 
 class TracedGraphs:
@@ -43,46 +52,52 @@ class TracedGraphs:
 
     def __init__(self) -> None:
         """No graph yet."""
-        self._graphs: OrderedDict[Hashable, ScoringGraph] = OrderedDict()
-        #: Held from taking a graph until it is saved: two exports at once would mix their values.
+        self._shapes: OrderedDict[Hashable, _Shape] = OrderedDict()
+        #: Held from taking the graphs until they are saved: two exports at once would mix their values.
         self.lock = threading.RLock()
 
-    def graph(
+    def graphs(
         self, learner: TableLearner, specs: list[Any], graph_of: GraphOf, onnx: bool = False
-    ) -> ScoringGraph:
-        """``learner``'s scoring graph, its ``forward`` converted once for ``specs``, holding its values now.
+    ) -> tuple[ScoringGraph, ScoringGraph | None]:
+        """``learner``'s scoring graph and, with ``onnx``, the one in its layers' ONNX forms (else None).
 
-        ``graph_of`` makes a scoring graph of a learner (its model, its id statistics); the
-        first graph of a shape is made of a twin of ``learner``, with ``onnx`` under its
-        layers' ONNX forms.
+        Each one's ``forward`` was converted once for ``specs``; both hold ``learner``'s values
+        now, in one twin model of its shape, copied in once. ``graph_of`` makes a scoring graph
+        of a learner (its model, its id statistics).
         """
-        key = (onnx, signature(learner, specs))
+        key = signature(learner, specs)
         with self.lock:
-            graph = self._graphs.get(key)
-            if graph is None:
-                graph = self._traced(learner, specs, graph_of, onnx)
-                self._graphs[key] = graph
-                while len(self._graphs) > _KEPT:
-                    self._graphs.popitem(last=False)
+            shape = self._shapes.get(key)
+            if shape is None:
+                twin = cast(TableLearner, make_learner(learner.cfg, learner.schema))
+                twin.load_state_arrays(learner.state_arrays())
+                shape = self._shapes[key] = _Shape(twin)
+                while len(self._shapes) > _KEPT:
+                    self._shapes.popitem(last=False)
             else:
-                self._graphs.move_to_end(key)
-                graph.model.set_state_dict(learner.model.state_dict())
-                graph.set_stats(*_stats(learner))
-        graph.eval()
-        return graph
+                self._shapes.move_to_end(key)
+                shape.twin.model.set_state_dict(learner.model.state_dict())
+            made = []
+            for forms in (False, True) if onnx else (False,):
+                graph = shape.graphs.get(forms)
+                if graph is None:
+                    graph = shape.graphs[forms] = _traced(shape.twin, specs, graph_of, forms)
+                graph.set_stats(*_stats(learner))  # the twin's own are those it was made with
+                graph.eval()
+                made.append(graph)
+        return made[0], (made[1] if onnx else None)
 
-    @staticmethod
-    def _traced(learner: TableLearner, specs: list[Any], graph_of: GraphOf, onnx: bool) -> ScoringGraph:
-        twin = cast(TableLearner, make_learner(learner.cfg, learner.schema))
-        twin.load_state_arrays(learner.state_arrays())
-        graph: ScoringGraph = graph_of(twin)
-        converted = paddle.jit.to_static(graph.forward, input_spec=specs, full_graph=True)
-        setattr(graph, "forward", converted)  # noqa: B010 - the instance's, as jit.save reads it
-        graph.eval()
-        if onnx:  # traced now, under the forms; later saves reuse the program
-            with onnx_forms(graph):
-                converted.concrete_program  # noqa: B018 - the trace itself
-        return graph
+
+def _traced(twin: TableLearner, specs: list[Any], graph_of: GraphOf, onnx: bool) -> ScoringGraph:
+    """``twin``'s scoring graph, its ``forward`` converted (and with ``onnx`` traced, under the forms)."""
+    graph = graph_of(twin)
+    converted = paddle.jit.to_static(graph.forward, input_spec=specs, full_graph=True)
+    setattr(graph, "forward", converted)  # noqa: B010 - the instance's, as jit.save reads it
+    graph.eval()
+    if onnx:  # traced now, under the forms; later saves reuse the program
+        with onnx_forms(graph):
+            converted.concrete_program  # noqa: B018 - the trace itself
+    return graph
 
 
 def signature(learner: TableLearner, specs: list[Any]) -> Hashable:

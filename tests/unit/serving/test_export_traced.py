@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from streamrec.learner.din import DINLearner
+from streamrec.learner.idstats import USER
 from streamrec.serving.engines import EngineChoice
-from streamrec.serving.export import write_export
+from streamrec.serving.export import input_specs, scoring_graph, write_export
 from streamrec.serving.scorer import ExportedModel
+from streamrec.serving.traced import TracedGraphs
 from tests.unit.serving.test_export import ENGINES, TOLERANCE, config, stream, trained
 
 
@@ -64,3 +66,25 @@ def test_exports_of_one_model_shape_leave_the_process_memory_flat(tmp_path: Path
         write_export(learner, tmp_path / f"v{k:06d}", k + 4)
     grown = rss_mb() - start
     assert grown < 25, f"the process grew {grown:.0f} MB over 20 exports"
+
+
+def test_the_plain_and_onnx_graphs_of_a_shape_share_one_twin_model() -> None:
+    """An export takes both graphs of its model's shape at once: one twin holds the weights for
+    both (two twins doubled the export's memory, and copied the weights twice), and each graph
+    holds the exported learner's id statistics.
+    """
+    learner = trained(config())
+    graphs = TracedGraphs()
+    specs = input_specs(learner.cfg, learner.plan)
+    plain, in_forms = graphs.graphs(learner, specs, scoring_graph, onnx=True)
+    assert in_forms is not None and in_forms.model is plain.model
+    assert plain.model is not learner.model  # an export never writes into a learner that trains
+    assert graphs.graphs(learner, specs, scoring_graph) == (plain, None)  # the same, traced once
+    weights = learner.model.state_dict()
+    for name, value in plain.model.state_dict().items():
+        np.testing.assert_array_equal(value.numpy(), weights[name].numpy())
+    stats = learner.id_stats
+    assert stats is not None
+    rate = stats.positives[USER].sum() / stats.samples[USER].sum()
+    for graph in (plain, in_forms):
+        assert float(graph.priors.numpy()[0]) == pytest.approx(rate, rel=1e-6)
