@@ -51,6 +51,7 @@ from streamrec.kafka.records import Partition
 from streamrec.kafka.source import IdleClock
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.intake import Intake, decode
+from streamrec.learner.outputs import learner_name, raised_by
 from streamrec.learner.parts import MicroBatchParts, part_cap
 from streamrec.learner.ranks import GroupLayout, RankGroup
 from streamrec.learner.reports import StepResult
@@ -328,7 +329,8 @@ class RankedRunner(LearnerRunner):
         first = not parts.steps  # alike on every rank: the group's layout decides
         batch = SampleColumns.from_samples(intake.samples)
         self._drift.observe(batch)  # each rank of its own samples
-        result = self._run_held(worker.submit(group_step, self.learner, batch, layout))
+        where = f"learner rank {self.group.rank}, micro-batch {self.stats.micro_batches + 1}"
+        result = self._run_held(worker.submit(group_step, self.learner, batch, layout, where))
         judged = self._served_scores(served if first else None, batch, layout.total, worker)
         own = Scored.of(batch, result.probs, result.known, judged)
         scored, train, dead = gather_scores(self.group.share.exchange, own, result.train, len(intake.dead))
@@ -374,12 +376,19 @@ class RankedRunner(LearnerRunner):
             self._snapshotted_positions = dict(self.positions)
 
 
-def group_step(learner: TableLearner, batch: SampleColumns, layout: GroupLayout) -> StepResult:
-    """Score this rank's samples, then train them as its share of the group's micro-batch."""
+def group_step(learner: TableLearner, batch: SampleColumns, layout: GroupLayout, where: str) -> StepResult:
+    """Score this rank's samples, then train them as its share of the group's micro-batch.
+
+    A learner raising in its own code (a user's subclass) is named, with ``where`` (`raised_by`).
+    """
+    who = learner_name(learner)
     start = time.monotonic()
-    probs = learner.predict_many(batch)
-    known = learner.is_known(batch)
+    with raised_by(who, "predict_many", where):
+        probs = learner.predict_many(batch)
+    with raised_by(who, "is_known", where):
+        known = learner.is_known(batch)
     scored = time.monotonic()
-    train = learner.learn_share(batch, layout)
+    with raised_by(who, "learn_share", where):
+        train = learner.learn_share(batch, layout)
     return StepResult(probs, known, train, scored - start, time.monotonic() - scored)
 

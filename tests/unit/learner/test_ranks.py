@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from streamrec.config import ModelConfig, StreamrecConfig
-from streamrec.errors import ConfigError
+from streamrec.errors import ConfigError, LearnerFailed
+from streamrec.learner.base import TrainResult
 from streamrec.learner.columns import EncodedColumns, SampleColumns
 from streamrec.learner.din import DINLearner
-from streamrec.learner.ranked import RankedRunner, settings_fingerprint
+from streamrec.learner.ranked import RankedRunner, group_step, settings_fingerprint
 from streamrec.learner.ranks import GroupLayout, RankGroup, RankShare, batch_scheduled, pack, padding_only
 from streamrec.learner.state import distinct_rows
+from streamrec.samples import Sample
 from tests.support import small_tables
 
 
@@ -190,3 +192,25 @@ def test_a_standardized_numbers_first_moments_are_the_groups() -> None:
     assert calls.count("first moments") == 1
     learner.learn_share(dated, GroupLayout(16, np.arange(8, 16, dtype=np.int64)))
     assert learner.feature_moments["year"][0] == 32 and calls.count("first moments") == 1
+
+
+class RaisingRankLearner(DINLearner):
+    """A user's subclass of a table learner (ranks take no other) with a bug of its own."""
+
+    def learn_share(self, batch: SampleColumns, layout: GroupLayout) -> TrainResult:
+        raise ValueError("the user's own bug")
+
+
+def test_a_ranks_learner_raising_in_its_own_code_is_named_with_its_frames() -> None:
+    """Noted by the replay tour: ``learner run`` named a user's learner that raised, ``--workers``
+    gave the raw traceback around it (`group_step`), the rank's frames first.
+    """
+    learner = RaisingRankLearner(ModelConfig(tables=small_tables()))
+    batch = SampleColumns.from_samples(
+        [Sample(f"s{k}", f"u{k}", 1_000 + k, f"i{k}", "c1", k % 2, ("i9",), ("c1",)) for k in range(6)]
+    )
+    said = (r"^learner tests.unit.learner.test_ranks:RaisingRankLearner: learn_share raised ValueError: "
+            r"the user's own bug \(learner rank 1, micro-batch 3\)$")
+    with pytest.raises(LearnerFailed, match=said) as err:
+        group_step(learner, batch, GroupLayout.alone(len(batch)), "learner rank 1, micro-batch 3")
+    assert "in learn_share" in err.value.frames and "ranked.py" not in err.value.frames
