@@ -84,3 +84,12 @@ def test_neither_figure_defined_says_so(tmp_path: Path) -> None:
     verdict = out.output.strip().splitlines()[-1]
     assert verdict.startswith("no GAUC:") and "no AUC either: no micro-batch holds both labels" in verdict
     assert "--batch-size" in verdict
+
+
+def test_positives_with_no_negative_drawn_name_the_sampler_shortfall(tmp_path: Path) -> None:
+    one = generate_clicks(ClickStreamSpec(events=30, users=1, items=60, categories=5, seed=4))
+    source = _write(tmp_path / "one-user.jsonl", _as(one, "click"))
+    # the sampler never draws a user's own items: one user's stream has no negative to draw
+    with pytest.raises(StreamrecError, match=r"every one of the 30 samples is positive: .*the sampler could "
+                       r"draw none of the 30 negatives asked"):
+        backtest(config(source=source, strategies=("popularity",)))
