@@ -151,7 +151,7 @@ def _verdict(report: dict[str, Any]) -> str:
     strategies = report["strategies"]
     best = report["best"]["gauc"]
     if best is None:
-        return "no strategy could be scored"
+        return _unscored(report)
     winner = strategies[best]
     tied = report.get("tied_with_best", {}).get("gauc", [])
     ties = f"; {', '.join(tied)} {'tie' if len(tied) > 1 else 'ties'} with it" if tied else ""
@@ -174,6 +174,23 @@ def _verdict(report: dict[str, Any]) -> str:
         f"({CLEAR_BY_SE:g} standard errors of the paired difference over {versus['micro_batches']} "
         "micro-batches)"
     )
+
+
+def _unscored(report: dict[str, Any]) -> str:
+    """Why no strategy has a GAUC, and the best AUC if there is one.
+
+    GAUC ranks each user's own samples of one micro-batch, so it needs a user with both labels
+    in one; AUC only both labels in one micro-batch.
+    """
+    line = "no GAUC: no user has both a positive and a negative sample in one micro-batch"
+    best_auc = report["best"]["auc"]
+    if best_auc is None:
+        return (
+            f"{line}; no AUC either: no micro-batch holds both labels (a larger --batch-size or "
+            "--interval puts more samples together)"
+        )
+    figure = report["strategies"][best_auc]["auc"]
+    return f"{line} (GAUC ranks each user's own); best AUC: {best_auc} ({figure:.4f}), ranking across users"
 
 
 def _writable(path: Path | None, flag: str) -> None:

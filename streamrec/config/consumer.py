@@ -96,7 +96,8 @@ class ConsumerConfig(BaseModel):
     # feature. Every point counts, a repeat of the value before too (dropping one is wrong once
     # a late point lands between), so a feature sent with every event keeps the user's last 16
     # events' values: a sample reads it exactly unless its event is 16 of its user's events
-    # late, for ~25 bytes a point (streamrec.featurestore.profiles).
+    # late (a batch's own points are all read, however many), for ~25 bytes a point
+    # (streamrec.featurestore.profiles).
     profile_points: int = Field(16, ge=1, description="STREAMREC_CONSUMER__PROFILE_POINTS")
     stop_when_idle_s: float | None = Field(
         None, gt=0, description="STREAMREC_CONSUMER__STOP_WHEN_IDLE_S: stop after this long without events"

@@ -138,7 +138,14 @@ def check_scorable(events: Sequence[Event], replayed: Replayed, cfg: ConsumerCon
     labels = {s.label for s in samples}
     if len(labels) == 1:
         which = "positive" if labels == {1} else "negative"
+        short = replayed.negatives_short
+        why = (
+            f"; the sampler could draw none of the {short} negatives asked: it never draws the target or "
+            "an item of the user's history, and this stream has too few other items (more users or items, "
+            "or labels)"
+            if which == "positive" and short else ""
+        )
         raise DatasetError(
             f"every one of the {len(samples)} samples is {which}: no ranking can be scored (negatives "
-            "come from STREAMREC_CONSUMER__NEGATIVES, or from events labelled 0)"
+            f"come from STREAMREC_CONSUMER__NEGATIVES, or from events labelled 0){why}"
         )

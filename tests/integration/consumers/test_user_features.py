@@ -163,3 +163,21 @@ def test_redis_and_memory_join_the_same_user_features(store_config: RedisStoreCo
         with_tier += sum("tier" in s.features for s in got[0].samples)
         start = end
     assert with_tier > 1000
+
+
+def test_a_user_with_more_events_in_a_batch_than_points_kept_reads_each_events_own_value(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, redis_client: redis.Redis, unique_name: str,
+    topic_reader: Callable[[str], list[Message]],
+) -> None:
+    """7 events of one user in order, 4 points kept: the earliest 3 read nothing before (the
+    batch's points were written, the 4 newest kept, before its samples read them).
+    """
+    cfg = config(kafka_config, store_config, unique_name)
+    cfg = cfg.model_copy(update={"consumer": cfg.consumer.model_copy(update={"profile_points": 4})})
+    send(kafka_config, [click(0, 1, "u2"), *(click(k, 10 * k, membership=f"t{k}") for k in range(1, 8))])
+    ConsumerRunner(cfg).run()
+    samples = [orjson.loads(cast(bytes, m.value())) for m in topic_reader(kafka_config.samples_topic)]
+    tiers = {s["sample_id"]: s.get("features", {}).get("tier") for s in samples if "~" not in s["sample_id"]}
+    assert tiers == {"e0": None, **{f"e{k}": f"t{k}" for k in range(1, 8)}}
+    stored = cast(dict[bytes, bytes], redis_client.hgetall(f"{store_config.key_prefix}:prof:{{u1}}"))
+    assert stored[b"tier"].count(b"\x1e") == 3  # the store keeps its 4 newest, as before
