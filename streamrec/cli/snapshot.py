@@ -142,18 +142,19 @@ def list_(
     """List snapshots, oldest first, verifying every checksum; invalid ones say why.
 
     The served version is marked CURRENT, earlier promoted ones "promoted"; the export column
-    says whether serving's export is ok, missing or damaged (`snapshot verify` names the file).
+    says whether serving's export is ok, missing, damaged (checksums, or what `streamrec serve`
+    reads of it) or "not servable" (a learner's own); `snapshot verify` says why.
     A learner resumes from the newest valid one. Listing needs no lock, so it works while a
     learner runs; an unreadable serving/CURRENT is a warning (promoting a version replaces it).
     """
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
-        from streamrec.snapshots.exports import check_export
+        from streamrec.serving.loading import check_loads
 
         entries = store.entries()
         current, pointer_problem = served(store)
         promoted, plan = set(store.promoted()), current_plan(store)
-        exports = {e.version: check_export(store.root, e.version) for e in entries}
+        exports = {e.version: check_loads(store.root, e.version) for e in entries}
         if as_json:
             print_json({"root": str(store.root), "current": current, "pointer_problem": pointer_problem,
                         "traffic": plan_doc(plan), "versions": [
@@ -234,17 +235,24 @@ def show(
 @app.command("verify")
 def verify(
     version: str | None = typer.Argument(None, help="One version", show_default="every version"),
+    own_server: bool = typer.Option(
+        False, "--own-server",
+        help="Check an export's checksums only, not whether `streamrec serve` loads it (a learner's "
+        "own contract.json, for a server of your own)",
+    ),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """Verify every checksum of one version or of all, and of its export; exit status 1 if any
-    is invalid, or if the directory does not exist. A version without an export says so
-    (serving builds it when promoted).
+    """Verify every checksum of one version or of all, and that `streamrec serve` would load its
+    export; exit status 1 if any is invalid, or if the directory does not exist. A version
+    without an export says so (serving builds it when promoted).
     """
+    from streamrec.serving.loading import check_loads
     from streamrec.snapshots.exports import check_export
 
+    check = check_export if own_server else check_loads
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)  # a mistyped directory: refused
         versions = [store.resolve(version)] if version is not None else store.versions()
@@ -252,9 +260,9 @@ def verify(
         for number in versions:
             try:
                 store.verify(number)
-                results.append((number, None, check_export(store.root, number)))
+                results.append((number, None, check(store.root, number)))
             except SnapshotError as exc:
-                results.append((number, str(exc), check_export(store.root, number)))
+                results.append((number, str(exc), check(store.root, number)))
         bad = sum(problem is not None or export.problem is not None for _, problem, export in results)
         if as_json:
             print_json({"root": str(store.root), "valid": bad == 0, "versions": [
@@ -276,19 +284,23 @@ def verify(
 
 def _export_doc(check: ExportCheck) -> dict[str, Any]:
     return {"path": str(check.path), "present": not check.missing, "valid": check.whole,
-            "problem": check.problem}
+            "problem": check.problem, "own": check.own}
 
 
 def _export_word(check: ExportCheck) -> str:
-    """One word for a table cell: ok, missing or damaged (`snapshot verify` says which file)."""
+    """A word for a table cell: ok, missing, damaged or not servable (`snapshot verify` says why)."""
     if check.missing:
         return "missing"
+    if check.own:
+        return "[yellow]not servable[/yellow]"
     return "ok" if check.problem is None else "[red]damaged[/red]"
 
 
 def _export_text(check: ExportCheck) -> str:
     if check.missing:
         return f"missing (`streamrec snapshot export {check.version}` builds it)"
+    if check.own:
+        return f"[yellow]not servable[/yellow]: {escape(check.problem or '')}"
     return "ok" if check.problem is None else f"[red]invalid[/red]: {escape(check.problem)}"
 
 
@@ -393,11 +405,12 @@ def rollback(
     config_file: Path | None = ConfigFile,
 ) -> None:
     """Point serving back at the valid version promoted before the current one (skipping any
-    whose export is damaged; a missing export is built first).
+    whose export is damaged or `streamrec serve` would not load; a missing export is built first).
     """
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
-        version = store.rollback(reason=reason, build_export=build_export(store))
+        build, check = build_export(store), serve_check(store)
+        version = store.rollback(reason=reason, build_export=build, serve_check=check)
         last = store.history()[-1]
         previous, ended = last.previous, last.traffic if last.action == "end" else None
         if as_json:
@@ -443,7 +456,9 @@ def prune(
 @app.command("export")
 def export(
     version: str = VersionArg,
-    rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild an export that fails its checksums"),
+    rebuild: bool = typer.Option(
+        False, "--rebuild", help="Rebuild an export that fails its checksums or that serve would not load"
+    ),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
@@ -453,6 +468,7 @@ def export(
     ``<snapshot dir>/exports/``; the learner exports every snapshot it writes.
     """
     from streamrec.serving.export import export_snapshot
+    from streamrec.serving.loading import load_problem
     from streamrec.snapshots.exports import verify_export
 
     with cli_errors():
@@ -464,6 +480,9 @@ def export(
         except InvalidSnapshot as exc:
             hint = f"rebuild it with `streamrec snapshot export {number} --rebuild`"
             raise InvalidSnapshot(f"{exc}: {hint}") from exc
+        problem = load_problem(path)  # resealed after an edit: serve would not load it
+        if problem is not None and not problem.own:
+            raise InvalidSnapshot(problem.message)
         if as_json:
             print_json({"version": number, "name": version_name(number), "path": str(path), "files": files})
         else:

@@ -85,16 +85,12 @@ def build_export(store: SnapshotStore) -> Callable[[int], Path | None]:
 
 
 def serve_check(store: SnapshotStore) -> Callable[[int], str | None]:
-    """Why `streamrec serve` would not load a version's whole export (a learner's own), or None."""
+    """Why `streamrec serve` would not load a version's whole export (a learner's own), or None;
+    one damaged beyond its checksums is refused (`streamrec.serving.loading.serve_check`).
+    """
+    from streamrec.serving.loading import serve_check as check
 
-    def check(version: int) -> str | None:
-        from streamrec.serving.contract import serve_problem
-        from streamrec.snapshots.exports import check_export
-
-        export = check_export(store.root, version)
-        return serve_problem(export.path) if export.whole else None
-
-    return check
+    return check(store.root)
 
 
 def current_plan(store: SnapshotStore) -> TrafficPlan | None:

@@ -65,6 +65,7 @@ from streamrec.serving.graph import (
     FeatureScoringGraph,
     ScoringGraph,
 )
+from streamrec.serving.loading import check_loads
 from streamrec.serving.onnxfile import onnx_missing, write_onnx
 from streamrec.serving.traced import TracedGraphs
 from streamrec.snapshots.directory import (
@@ -78,7 +79,6 @@ from streamrec.snapshots.exports import (
     EXPORTS,
     MANIFEST,
     MANIFEST_SUM,
-    check_export,
     export_dir,
 )
 from streamrec.snapshots.exports import verify_export as verify_export  # its old home
@@ -151,8 +151,9 @@ def exporter(learner: Learner, learner_type: str = DEFAULT_LEARNER) -> Exporter:
 def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -> Path:
     """Export ``version`` (once: an existing export is kept) and return its directory.
 
-    With ``rebuild`` an existing export that fails its checksums is deleted and written
-    again from the snapshot; a whole one is kept. Rebuilds take turns (`_rebuilding`), so
+    With ``rebuild`` an existing export that fails its checksums, or that `streamrec serve`
+    would not load (`streamrec.serving.loading.check_loads`: resealed after an edit, say), is
+    deleted and written again from the snapshot; a whole one is kept. Rebuilds take turns (`_rebuilding`), so
     two at once never delete what the other wrote: the second finds the export whole.
 
     Raises:
@@ -164,7 +165,7 @@ def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -
     """
     target = export_dir(store.root, version)
     if target.is_dir():
-        if not rebuild or check_export(store.root, version).whole:
+        if not rebuild or _sound(store, version):
             return target
         with _rebuilding(target.parent, version):  # one at a time: none deletes what another wrote
             return _rebuild(store, version, target)
@@ -177,8 +178,8 @@ def _rebuild(store: SnapshotStore, version: int, target: Path) -> Path:
 
     An export found whole now was rebuilt by another while this one waited: kept.
     """
-    check = check_export(store.root, version)
-    if check.whole:
+    check = check_loads(store.root, version)
+    if check.whole or check.own:
         logger.warning("export version=%s was rebuilt by another export meanwhile: kept", version)
         return target
     kind, learner = learner_from_snapshot(store, version)  # the snapshot is valid before deleting
@@ -191,6 +192,12 @@ def _rebuild(store: SnapshotStore, version: int, target: Path) -> Path:
             raise SnapshotWriteError(f"cannot delete the damaged export {target}: {exc}") from exc
         logger.warning("rebuilding damaged export version=%s problem=%s", version, check.problem)
     return _write(write, kind, target, version)
+
+
+def _sound(store: SnapshotStore, version: int) -> bool:
+    """Whether ``version``'s export is whole and loads (or is a learner's own, whole): kept."""
+    check = check_loads(store.root, version)
+    return check.whole or check.own
 
 
 # How long a rebuild waits for another export's rebuild: exports of the largest models take

@@ -425,9 +425,14 @@ class SnapshotStore:
         """Point serving at ``version``: `streamrec.snapshots.promotion.promote`."""
         return promotion.promote(self, version, reason, build_export, serve_check)
 
-    def rollback(self, reason: str = "manual", build_export: BuildExport | None = None) -> int:
+    def rollback(
+        self,
+        reason: str = "manual",
+        build_export: BuildExport | None = None,
+        serve_check: ServeCheck | None = None,
+    ) -> int:
         """Point serving back a version: `streamrec.snapshots.promotion.rollback`."""
-        return promotion.rollback(self, reason, build_export)
+        return promotion.rollback(self, reason, build_export, serve_check)
 
     def prune(self, keep_last: int) -> list[int]:
         """Delete old versions, never the served one or those just before it: `promotion.prune`."""

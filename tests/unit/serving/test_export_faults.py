@@ -75,7 +75,7 @@ def test_verify_covers_the_export(store: SnapshotStore, how: str) -> None:
     assert [v["valid"] for v in doc["versions"]] == [True, False, True]
     assert exports[2]["present"] and not exports[2]["valid"] and str(damaged) in exports[2]["problem"]
     assert exports[1] == {"path": str(export_dir(store.root, 1)), "present": True, "valid": True,
-                          "problem": None}
+                          "problem": None, "own": False}
 
 
 def test_verify_says_when_a_version_has_no_export(store: SnapshotStore) -> None:
