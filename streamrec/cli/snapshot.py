@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from streamrec.cli.snapshot_common import (
     serve_check,
     served,
     version_name,
+    version_problem,
 )
 from streamrec.errors import InvalidSnapshot, SnapshotError
 
@@ -139,7 +141,8 @@ def list_(
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """List snapshots, oldest first, verifying every checksum; invalid ones say why.
+    """List snapshots, oldest first, verifying every checksum and that the state is finite;
+    invalid ones say why.
 
     The served version is marked CURRENT, earlier promoted ones "promoted"; the export column
     says whether serving's export is ok, missing, damaged (checksums, or what `streamrec serve`
@@ -151,7 +154,7 @@ def list_(
         store = open_store(snapshot_dir, log_level, config_file)
         from streamrec.serving.loading import check_loads
 
-        entries = store.entries()
+        entries = [replace(e, problem=version_problem(store, e.version, e.problem)) for e in store.entries()]
         current, pointer_problem = served(store)
         promoted, plan = set(store.promoted()), current_plan(store)
         exports = {e.version: check_loads(store.root, e.version) for e in entries}
@@ -198,7 +201,7 @@ def show(
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         manifest = store.manifest(number)
-        problem = store.validate(number)
+        problem = version_problem(store, number, store.validate(number))
 
         current, _ = served(store)
         promoted, plan = set(store.promoted()), current_plan(store)
@@ -245,9 +248,9 @@ def verify(
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """Verify every checksum of one version or of all, and that `streamrec serve` would load its
-    export; exit status 1 if any is invalid, or if the directory does not exist. A version
-    without an export says so (serving builds it when promoted).
+    """Verify every checksum of one version or of all, that its state is finite, and that
+    `streamrec serve` would load its export; exit status 1 if any is invalid, or if the directory
+    does not exist. A version without an export says so (serving builds it when promoted).
     """
     from streamrec.serving.loading import check_loads
     from streamrec.snapshots.exports import check_export
@@ -260,9 +263,10 @@ def verify(
         for number in versions:
             try:
                 store.verify(number)
-                results.append((number, None, check(store.root, number)))
+                problem = version_problem(store, number, None)  # NaN state: resume and export refuse it
             except SnapshotError as exc:
-                results.append((number, str(exc), check(store.root, number)))
+                problem = str(exc)
+            results.append((number, problem, check(store.root, number)))
         bad = sum(problem is not None or export.problem is not None for _, problem, export in results)
         if as_json:
             print_json({"root": str(store.root), "valid": bad == 0, "versions": [
@@ -363,7 +367,7 @@ def promote(
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """Verify a version's checksums and its export's, then point serving at it (serving/CURRENT).
+    """Verify a version's checksums, its state and its export, then point serving at it (serving/CURRENT).
 
     A damaged export is refused, naming the file (`snapshot export VERSION --rebuild` mends
     it); a missing one is built first. An export `streamrec serve` would not load (a learner
@@ -373,6 +377,10 @@ def promote(
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
+        store.verify(number)
+        state = version_problem(store, number, None)  # an export built before it was edited serves
+        if state is not None:  # what resume and the export refuse, and `verify` calls invalid
+            raise InvalidSnapshot(f"{version_name(number)} is not promoted: {state}")
         before = len(store.history())
         check = None if own_server else serve_check(store)  # a server of one's own: its own check
         manifest = store.promote(number, reason=reason, build_export=build_export(store), serve_check=check)

@@ -58,6 +58,20 @@ def served(store: SnapshotStore) -> tuple[int | None, str | None]:
         return None, str(exc)
 
 
+def version_problem(store: SnapshotStore, version: int, problem: str | None) -> str | None:
+    """``problem`` (why ``version`` failed its checksums), or for one that passed, why its state
+    is not loaded (NaN or infinite values: `SnapshotStore.state_problem`), or None.
+    """
+    from streamrec.errors import SnapshotError
+
+    if problem is not None:
+        return problem
+    try:
+        return store.state_problem(version)
+    except SnapshotError as exc:
+        return str(exc)
+
+
 def version_name(version: int) -> str:
     """``v000007``: `streamrec.snapshots.store.version_name`, imported when called."""
     from streamrec.snapshots.store import version_name as name

@@ -46,7 +46,7 @@ def run(root: Path, *args: str, code: int = 0) -> Result:
 
 
 def reseal(export: Path) -> None:
-    """Record the export's files' checksums again, as someone editing it would."""
+    """Record an export's (or a version's) files' checksums again, as someone editing it would."""
     manifest = orjson.loads((export / "manifest.json").read_bytes())
     manifest["files"] = {
         name: hashlib.sha256((export / name).read_bytes()).hexdigest()
@@ -160,3 +160,31 @@ def test_rollback_skips_an_export_serve_would_not_load(root: Path) -> None:
     said = run(root, "rollback", code=1).output
     assert "no earlier promoted valid version to roll back to from v000002 (invalid: v000001)" in said
     assert SnapshotStore(root).current() == 2
+
+
+def test_verify_list_show_and_promote_refuse_state_that_is_not_finite(root: Path) -> None:
+    """A snapshot's state edited to hold NaN and resealed: `verify`, `list` and `show` said ok
+    (exit 0), and `promote` served it while its export, written before the edit, was there;
+    a learner resuming it and its export refuse it (`non_finite`).
+    """
+    from safetensors.numpy import load_file, save_file
+
+    version = root / "v000002"
+    tensors = load_file(str(version / "model.safetensors"))
+    name = next(k for k, v in tensors.items() if v.dtype == np.float32)
+    tensors[name] = tensors[name].copy()
+    tensors[name].flat[0] = np.inf
+    save_file(tensors, str(version / "model.safetensors"))
+    reseal(version)
+    said = f"its state holds NaN or infinite values in model/{name}"
+    lines = run(root, "verify", code=1).stdout.splitlines()
+    assert lines[0] == "v000001  ok; export ok" and lines[-1] == "1 valid, 1 invalid", lines
+    assert lines[1].startswith(f"v000002  invalid: {said}") and lines[1].endswith("; export ok"), lines
+    doc = orjson.loads(run(root, "verify", "2", "--json", code=1).stdout)
+    assert doc["valid"] is False and doc["versions"][0]["problem"].startswith(said)
+    listed = orjson.loads(run(root, "list", "--json").stdout)["versions"]
+    assert [v["valid"] for v in listed] == [True, False] and listed[1]["problem"].startswith(said)
+    assert orjson.loads(run(root, "show", "2", "--json").stdout)["problem"].startswith(said)
+    refused = run(root, "promote", "2", code=1).output.strip()
+    assert refused.startswith(f"error: v000002 is not promoted: {said}") and len(refused.splitlines()) == 1
+    assert SnapshotStore(root).current() is None
