@@ -249,13 +249,13 @@ def verify(
     config_file: Path | None = ConfigFile,
 ) -> None:
     """Verify every checksum of one version or of all, that its state is finite, and that
-    `streamrec serve` would load its export; exit status 1 if any is invalid, or if the directory
-    does not exist. A version without an export says so (serving builds it when promoted).
+    `streamrec serve` would load its export (each graph run on a probe batch); exit status 1 if
+    any is invalid, or if the directory does not exist. A version without an export says so
+    (serving builds it when promoted).
     """
-    from streamrec.serving.loading import check_loads
     from streamrec.snapshots.exports import check_export
 
-    check = check_export if own_server else check_loads
+    check = check_export if own_server else _check_graphs
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)  # a mistyped directory: refused
         versions = [store.resolve(version)] if version is not None else store.versions()
@@ -284,6 +284,19 @@ def verify(
             console.print(f"{len(results) - bad} valid, {bad} invalid", highlight=False)
     if bad:
         raise typer.Exit(1)
+
+
+def _check_graphs(root: Path, version: int) -> ExportCheck:
+    """An export checked as serve loads it: read (`check_loads`), then each graph run on a probe."""
+    from streamrec.serving.loading import check_loads
+
+    check = check_loads(root, version)
+    if not check.whole:
+        return check
+    from streamrec.serving.probe import graphs_problem  # Paddle: only where there is a graph to run
+
+    problem = graphs_problem(check.path)
+    return check if problem is None else replace(check, problem=problem)
 
 
 def _export_doc(check: ExportCheck) -> dict[str, Any]:
@@ -476,7 +489,6 @@ def export(
     ``<snapshot dir>/exports/``; the learner exports every snapshot it writes.
     """
     from streamrec.serving.export import export_snapshot
-    from streamrec.serving.loading import load_problem
     from streamrec.snapshots.exports import verify_export
 
     with cli_errors():
@@ -488,9 +500,9 @@ def export(
         except InvalidSnapshot as exc:
             hint = f"rebuild it with `streamrec snapshot export {number} --rebuild`"
             raise InvalidSnapshot(f"{exc}: {hint}") from exc
-        problem = load_problem(path)  # resealed after an edit: serve would not load it
-        if problem is not None and not problem.own:
-            raise InvalidSnapshot(problem.message)
+        check = _check_graphs(store.root, number)  # resealed after an edit: serve would not load it
+        if check.problem is not None and not check.own:
+            raise InvalidSnapshot(check.problem)
         if as_json:
             print_json({"version": number, "name": version_name(number), "path": str(path), "files": files})
         else:

@@ -67,6 +67,7 @@ from streamrec.serving.graph import (
 )
 from streamrec.serving.loading import check_loads
 from streamrec.serving.onnxfile import onnx_missing, write_onnx
+from streamrec.serving.probe import graphs_problem
 from streamrec.serving.traced import TracedGraphs
 from streamrec.snapshots.directory import (
     parse_version,
@@ -165,7 +166,7 @@ def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -
     """
     target = export_dir(store.root, version)
     if target.is_dir():
-        if not rebuild or _sound(store, version):
+        if not rebuild or _fault(store, version) is None:
             return target
         with _rebuilding(target.parent, version):  # one at a time: none deletes what another wrote
             return _rebuild(store, version, target)
@@ -178,26 +179,33 @@ def _rebuild(store: SnapshotStore, version: int, target: Path) -> Path:
 
     An export found whole now was rebuilt by another while this one waited: kept.
     """
-    check = check_loads(store.root, version)
-    if check.whole or check.own:
+    problem = _fault(store, version)
+    if problem is None:
         logger.warning("export version=%s was rebuilt by another export meanwhile: kept", version)
         return target
     kind, learner = learner_from_snapshot(store, version)  # the snapshot is valid before deleting
     write = exporter(learner, kind)
-    if not check.missing:
+    if target.is_dir():
         fault_point("export.before_delete")
         try:
             remove_tree(target)
         except OSError as exc:
             raise SnapshotWriteError(f"cannot delete the damaged export {target}: {exc}") from exc
-        logger.warning("rebuilding damaged export version=%s problem=%s", version, check.problem)
+        logger.warning("rebuilding damaged export version=%s problem=%s", version, problem)
     return _write(write, kind, target, version)
 
 
-def _sound(store: SnapshotStore, version: int) -> bool:
-    """Whether ``version``'s export is whole and loads (or is a learner's own, whole): kept."""
+def _fault(store: SnapshotStore, version: int) -> str | None:
+    """Why ``version``'s export is rebuilt (missing, damaged, not loading or scoring), or None.
+
+    None: it is kept (a learner's own, whole, too).
+    """
     check = check_loads(store.root, version)
-    return check.whole or check.own
+    if check.own:
+        return None
+    if check.missing or check.problem is not None:
+        return check.problem or "missing"
+    return graphs_problem(check.path)
 
 
 # How long a rebuild waits for another export's rebuild: exports of the largest models take

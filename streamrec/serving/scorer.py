@@ -31,6 +31,7 @@ from streamrec.serving.export import export_snapshot
 from streamrec.serving.features import PAIR, candidate_columns, feature_request_inputs
 from streamrec.serving.features import Candidate as Candidate  # its home before; still imported from here
 from streamrec.serving.loading import ExportContents, read_export
+from streamrec.serving.probe import require_finite_scores
 from streamrec.snapshots.promotion import require_root
 from streamrec.snapshots.store import SnapshotStore, version_name
 
@@ -52,14 +53,16 @@ class ExportedModel:
         `streamrec.serving.batching`).
 
         Raises:
-            InvalidSnapshot: a file is missing or does not match its checksum, or the contract
-                or an id table cannot be served from (`streamrec.serving.loading.read_export`).
+            InvalidSnapshot: a file is missing or does not match its checksum, the contract
+                or an id table cannot be served from (`streamrec.serving.loading.read_export`),
+                or the engine cannot load the graph or scores a probe batch as NaN or infinity.
             NotServable: its contract declares an input this scorer cannot build (another
                 learner's export, scored as its ``contract.json`` says).
         """
         self.path = Path(path)
         self._read(read_export(self.path))
         self._engine = open_engine(self.path, self.contract, engine, threads)
+        require_finite_scores(self._engine, self.contract, self.path)
         self.engine: str = self._engine.name  # "onnx" or "paddle": the engine that runs it
         self._lock = threading.Lock()  # one engine runs one request at a time
         self.combiner = Combiner(self._run, batch_candidates)

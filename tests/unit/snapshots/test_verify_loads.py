@@ -188,3 +188,58 @@ def test_verify_list_show_and_promote_refuse_state_that_is_not_finite(root: Path
     refused = run(root, "promote", "2", code=1).output.strip()
     assert refused.startswith(f"error: v000002 is not promoted: {said}") and len(refused.splitlines()) == 1
     assert SnapshotStore(root).current() is None
+
+
+def _nan_weights(root: Path, version: int) -> None:
+    """Write ``version``'s export again from its learner with one weight matrix NaN."""
+    from streamrec.serving.export import learner_from_snapshot, write_export
+
+    kind, learner = learner_from_snapshot(SnapshotStore(root), version)
+    arrays = learner.state_arrays()
+    name = next(k for k, v in arrays.items() if k.startswith("model/") and "mlp" in k and v.ndim == 2)
+    arrays[name] = np.full_like(arrays[name], np.nan)
+    learner.load_state_arrays(arrays)
+    shutil.rmtree(root / "exports" / f"v{version:06d}")
+    write_export(learner, root / "exports" / f"v{version:06d}", version, kind)
+
+
+def _cut_weights(root: Path, version: int) -> None:
+    path = root / "exports" / f"v{version:06d}" / "model.pdiparams"
+    path.write_bytes(path.read_bytes()[:1000])
+    reseal(path.parent)
+
+
+def _garbage_onnx(root: Path, version: int) -> None:
+    path = root / "exports" / f"v{version:06d}" / "model.onnx"
+    if not path.is_file():
+        pytest.skip("exports hold no ONNX graph here (the onnx extra is not installed)")
+    path.write_bytes(b"not a graph")
+    reseal(path.parent)
+
+
+GRAPHS = {
+    "nan-weights": (_nan_weights, "its paddle graph scores a probe batch as NaN or infinity"),
+    "cut-weights": (_cut_weights, "Paddle Inference cannot load"),
+    "garbage-onnx": (_garbage_onnx, "onnxruntime cannot load"),
+}
+
+
+@pytest.mark.parametrize("damage", GRAPHS, ids=list(GRAPHS))
+def test_verify_runs_each_graph_as_serve_would(root: Path, damage: str) -> None:
+    """A graph whose weights are NaN loaded and answered NaN to every request; one cut short
+    stopped ``engine=paddle`` (``auto`` ran the ONNX graph); an ONNX graph that does not load
+    was fallen back from at INFO: `verify` said ok to each, and `export --rebuild` kept them.
+    """
+    from streamrec.serving.scorer import ExportedModel
+
+    edit, said = GRAPHS[damage]
+    edit(root, 2)
+    if damage == "nan-weights":  # serve refuses it at load (before: it answered NaN)
+        with pytest.raises(InvalidSnapshot, match=said):
+            ExportedModel(root / "exports" / "v000002")
+    lines = run(root, "verify", code=1).stdout.splitlines()
+    assert lines[0] == "v000001  ok; export ok" and lines[-1] == "1 valid, 1 invalid", lines
+    assert lines[1].startswith("v000002  ok; export invalid: ") and said in lines[1], lines
+    assert said in run(root, "export", "2", code=1).output
+    run(root, "export", "2", "--rebuild")
+    assert run(root, "verify").stdout.splitlines()[-1] == "2 valid, 0 invalid"
