@@ -196,7 +196,9 @@ def show(
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """Print a version's manifest (positions, metrics, config, file checksums) and its status."""
+    """Print a version's manifest (positions, metrics, config, file checksums) and its status;
+    exit status 1 when it is invalid (as `verify`), after printing it.
+    """
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
@@ -212,7 +214,7 @@ def show(
                 "current": number == current, "promoted": number in promoted,
                 "arms": arms, "traffic": plan_doc(plan),
             })
-            return
+            raise typer.Exit(0 if problem is None else 1)
         lines = [
             ("version", f"{manifest.name} {_serving_mark(number, current, promoted)}".rstrip()),
             ("traffic", f"{arms} of {plan.describe()}" if plan is not None and arms else "-"),
@@ -233,6 +235,8 @@ def show(
         width = max(len(k) for k, _ in lines)
         for key, value in lines:
             console.print(f"{key:<{width}}  {escape(value)}", highlight=False)
+    if problem is not None:
+        raise typer.Exit(1)
 
 
 @app.command("verify")

@@ -184,7 +184,9 @@ def test_verify_list_show_and_promote_refuse_state_that_is_not_finite(root: Path
     assert doc["valid"] is False and doc["versions"][0]["problem"].startswith(said)
     listed = orjson.loads(run(root, "list", "--json").stdout)["versions"]
     assert [v["valid"] for v in listed] == [True, False] and listed[1]["problem"].startswith(said)
-    assert orjson.loads(run(root, "show", "2", "--json").stdout)["problem"].startswith(said)
+    assert orjson.loads(run(root, "show", "2", "--json", code=1).stdout)["problem"].startswith(said)
+    assert f"invalid: {said}" in run(root, "show", "2", code=1).stdout
+    run(root, "show", "1")
     refused = run(root, "promote", "2", code=1).output.strip()
     assert refused.startswith(f"error: v000002 is not promoted: {said}") and len(refused.splitlines()) == 1
     assert SnapshotStore(root).current() is None
@@ -243,3 +245,19 @@ def test_verify_runs_each_graph_as_serve_would(root: Path, damage: str) -> None:
     assert said in run(root, "export", "2", code=1).output
     run(root, "export", "2", "--rebuild")
     assert run(root, "verify").stdout.splitlines()[-1] == "2 valid, 0 invalid"
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_show_exits_1_for_an_invalid_version_as_verify_does(root: Path, as_json: bool) -> None:
+    """`snapshot show` of a version whose tensor file fails its checksum printed "invalid" with
+    exit status 0, while one whose manifest fails exited 1 and `verify` exits 1 for both (found by
+    the snapshot tools tour, checking exit codes across the subcommands).
+    """
+    path = root / "v000002" / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    shown = run(root, "show", "2", *(["--json"] if as_json else []), code=1).stdout
+    said = f"{path} does not match its checksum"
+    assert said in (orjson.loads(shown)["problem"] if as_json else shown.replace("\n", ""))
+    run(root, "show", "1", *(["--json"] if as_json else []))
