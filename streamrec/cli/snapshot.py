@@ -45,6 +45,11 @@ if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command 
 app = command_group("Create, inspect, verify, promote, roll back, prune and split traffic between snapshots.")
 
 VersionArg = typer.Argument(..., help="v000007, 7, current or latest")
+OwnServerOption = typer.Option(  # promote and verify: one flag, one help
+    False, "--own-server",
+    help="For a server of your own that follows serving/CURRENT: take an export `streamrec serve` "
+    "does not load (a learner's own contract.json), checking its checksums only",
+)
 
 
 def _manifest_doc(manifest: SnapshotManifest) -> dict[str, Any]:
@@ -242,11 +247,7 @@ def show(
 @app.command("verify")
 def verify(
     version: str | None = typer.Argument(None, help="One version", show_default="every version"),
-    own_server: bool = typer.Option(
-        False, "--own-server",
-        help="Check an export's checksums only, not whether `streamrec serve` loads it (a learner's "
-        "own contract.json, for a server of your own)",
-    ),
+    own_server: bool = OwnServerOption,
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
@@ -374,11 +375,7 @@ def _print_diff(d: SnapshotDiff) -> None:
 def promote(
     version: str = VersionArg,
     reason: str = typer.Option("manual", help="Why, for the serving history"),
-    own_server: bool = typer.Option(
-        False, "--own-server",
-        help="Promote an export `streamrec serve` does not load (a learner's own contract.json), "
-        "for a server of your own that follows serving/CURRENT",
-    ),
+    own_server: bool = OwnServerOption,
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
