@@ -146,12 +146,12 @@ def list_(
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """List snapshots, oldest first, verifying every checksum and that the state is finite;
-    invalid ones say why.
+    """List snapshots, oldest first, verifying checksums and finite state; invalid ones say why.
 
     The served version is marked CURRENT, earlier promoted ones "promoted"; the export column
     says whether serving's export is ok, missing, damaged (checksums, or what `streamrec serve`
     reads of it) or "not servable" (a learner's own); `snapshot verify` says why.
+
     A learner resumes from the newest valid one. Listing needs no lock, so it works while a
     learner runs; an unreadable serving/CURRENT is a warning (promoting a version replaces it).
     """
