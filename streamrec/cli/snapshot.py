@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from streamrec.cli.snapshot_common import (
     serve_check,
     served,
     version_name,
+    version_problem,
 )
 from streamrec.errors import InvalidSnapshot, SnapshotError
 
@@ -43,6 +45,11 @@ if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command 
 app = command_group("Create, inspect, verify, promote, roll back, prune and split traffic between snapshots.")
 
 VersionArg = typer.Argument(..., help="v000007, 7, current or latest")
+OwnServerOption = typer.Option(  # promote and verify: one flag, one help
+    False, "--own-server",
+    help="For a server of your own that follows serving/CURRENT: take an export `streamrec serve` "
+    "does not load (a learner's own contract.json), checking its checksums only",
+)
 
 
 def _manifest_doc(manifest: SnapshotManifest) -> dict[str, Any]:
@@ -139,21 +146,23 @@ def list_(
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """List snapshots, oldest first, verifying every checksum; invalid ones say why.
+    """List snapshots, oldest first, verifying checksums and finite state; invalid ones say why.
 
     The served version is marked CURRENT, earlier promoted ones "promoted"; the export column
-    says whether serving's export is ok, missing or damaged (`snapshot verify` names the file).
+    says whether serving's export is ok, missing, damaged (checksums, or what `streamrec serve`
+    reads of it) or "not servable" (a learner's own); `snapshot verify` says why.
+
     A learner resumes from the newest valid one. Listing needs no lock, so it works while a
     learner runs; an unreadable serving/CURRENT is a warning (promoting a version replaces it).
     """
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
-        from streamrec.snapshots.exports import check_export
+        from streamrec.serving.loading import check_loads
 
-        entries = store.entries()
+        entries = [replace(e, problem=version_problem(store, e.version, e.problem)) for e in store.entries()]
         current, pointer_problem = served(store)
         promoted, plan = set(store.promoted()), current_plan(store)
-        exports = {e.version: check_export(store.root, e.version) for e in entries}
+        exports = {e.version: check_loads(store.root, e.version) for e in entries}
         if as_json:
             print_json({"root": str(store.root), "current": current, "pointer_problem": pointer_problem,
                         "traffic": plan_doc(plan), "versions": [
@@ -192,12 +201,14 @@ def show(
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """Print a version's manifest (positions, metrics, config, file checksums) and its status."""
+    """Print a version's manifest (positions, metrics, config, file checksums) and its status;
+    exit status 1 when it is invalid (as `verify`), after printing it.
+    """
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         manifest = store.manifest(number)
-        problem = store.validate(number)
+        problem = version_problem(store, number, store.validate(number))
 
         current, _ = served(store)
         promoted, plan = set(store.promoted()), current_plan(store)
@@ -208,7 +219,7 @@ def show(
                 "current": number == current, "promoted": number in promoted,
                 "arms": arms, "traffic": plan_doc(plan),
             })
-            return
+            raise typer.Exit(0 if problem is None else 1)
         lines = [
             ("version", f"{manifest.name} {_serving_mark(number, current, promoted)}".rstrip()),
             ("traffic", f"{arms} of {plan.describe()}" if plan is not None and arms else "-"),
@@ -229,22 +240,27 @@ def show(
         width = max(len(k) for k, _ in lines)
         for key, value in lines:
             console.print(f"{key:<{width}}  {escape(value)}", highlight=False)
+    if problem is not None:
+        raise typer.Exit(1)
 
 
 @app.command("verify")
 def verify(
     version: str | None = typer.Argument(None, help="One version", show_default="every version"),
+    own_server: bool = OwnServerOption,
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """Verify every checksum of one version or of all, and of its export; exit status 1 if any
-    is invalid, or if the directory does not exist. A version without an export says so
+    """Verify every checksum of one version or of all, that its state is finite, and that
+    `streamrec serve` would load its export (each graph run on a probe batch); exit status 1 if
+    any is invalid, or if the directory does not exist. A version without an export says so
     (serving builds it when promoted).
     """
     from streamrec.snapshots.exports import check_export
 
+    check = check_export if own_server else _check_graphs
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)  # a mistyped directory: refused
         versions = [store.resolve(version)] if version is not None else store.versions()
@@ -252,9 +268,10 @@ def verify(
         for number in versions:
             try:
                 store.verify(number)
-                results.append((number, None, check_export(store.root, number)))
+                problem = version_problem(store, number, None)  # NaN state: resume and export refuse it
             except SnapshotError as exc:
-                results.append((number, str(exc), check_export(store.root, number)))
+                problem = str(exc)
+            results.append((number, problem, check(store.root, number)))
         bad = sum(problem is not None or export.problem is not None for _, problem, export in results)
         if as_json:
             print_json({"root": str(store.root), "valid": bad == 0, "versions": [
@@ -274,21 +291,38 @@ def verify(
         raise typer.Exit(1)
 
 
+def _check_graphs(root: Path, version: int) -> ExportCheck:
+    """An export checked as serve loads it: read (`check_loads`), then each graph run on a probe."""
+    from streamrec.serving.loading import check_loads
+
+    check = check_loads(root, version)
+    if not check.whole:
+        return check
+    from streamrec.serving.probe import graphs_problem  # Paddle: only where there is a graph to run
+
+    problem = graphs_problem(check.path)
+    return check if problem is None else replace(check, problem=problem)
+
+
 def _export_doc(check: ExportCheck) -> dict[str, Any]:
     return {"path": str(check.path), "present": not check.missing, "valid": check.whole,
-            "problem": check.problem}
+            "problem": check.problem, "own": check.own}
 
 
 def _export_word(check: ExportCheck) -> str:
-    """One word for a table cell: ok, missing or damaged (`snapshot verify` says which file)."""
+    """A word for a table cell: ok, missing, damaged or not servable (`snapshot verify` says why)."""
     if check.missing:
         return "missing"
+    if check.own:
+        return "[yellow]not servable[/yellow]"
     return "ok" if check.problem is None else "[red]damaged[/red]"
 
 
 def _export_text(check: ExportCheck) -> str:
     if check.missing:
         return f"missing (`streamrec snapshot export {check.version}` builds it)"
+    if check.own:
+        return f"[yellow]not servable[/yellow]: {escape(check.problem or '')}"
     return "ok" if check.problem is None else f"[red]invalid[/red]: {escape(check.problem)}"
 
 
@@ -341,17 +375,13 @@ def _print_diff(d: SnapshotDiff) -> None:
 def promote(
     version: str = VersionArg,
     reason: str = typer.Option("manual", help="Why, for the serving history"),
-    own_server: bool = typer.Option(
-        False, "--own-server",
-        help="Promote an export `streamrec serve` does not load (a learner's own contract.json), "
-        "for a server of your own that follows serving/CURRENT",
-    ),
+    own_server: bool = OwnServerOption,
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
     config_file: Path | None = ConfigFile,
 ) -> None:
-    """Verify a version's checksums and its export's, then point serving at it (serving/CURRENT).
+    """Verify a version's checksums, its state and its export, then point serving at it (serving/CURRENT).
 
     A damaged export is refused, naming the file (`snapshot export VERSION --rebuild` mends
     it); a missing one is built first. An export `streamrec serve` would not load (a learner
@@ -361,6 +391,10 @@ def promote(
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
+        store.verify(number)
+        state = version_problem(store, number, None)  # an export built before it was edited serves
+        if state is not None:  # what resume and the export refuse, and `verify` calls invalid
+            raise InvalidSnapshot(f"{version_name(number)} is not promoted: {state}")
         before = len(store.history())
         check = None if own_server else serve_check(store)  # a server of one's own: its own check
         manifest = store.promote(number, reason=reason, build_export=build_export(store), serve_check=check)
@@ -393,11 +427,12 @@ def rollback(
     config_file: Path | None = ConfigFile,
 ) -> None:
     """Point serving back at the valid version promoted before the current one (skipping any
-    whose export is damaged; a missing export is built first).
+    whose export is damaged or `streamrec serve` would not load; a missing export is built first).
     """
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
-        version = store.rollback(reason=reason, build_export=build_export(store))
+        build, check = build_export(store), serve_check(store)
+        version = store.rollback(reason=reason, build_export=build, serve_check=check)
         last = store.history()[-1]
         previous, ended = last.previous, last.traffic if last.action == "end" else None
         if as_json:
@@ -443,7 +478,9 @@ def prune(
 @app.command("export")
 def export(
     version: str = VersionArg,
-    rebuild: bool = typer.Option(False, "--rebuild", help="Rebuild an export that fails its checksums"),
+    rebuild: bool = typer.Option(
+        False, "--rebuild", help="Rebuild an export that fails its checksums or that serve would not load"
+    ),
     snapshot_dir: Path | None = DirOption,
     as_json: bool = JsonOption,
     log_level: str | None = LogLevel,
@@ -464,6 +501,9 @@ def export(
         except InvalidSnapshot as exc:
             hint = f"rebuild it with `streamrec snapshot export {number} --rebuild`"
             raise InvalidSnapshot(f"{exc}: {hint}") from exc
+        check = _check_graphs(store.root, number)  # resealed after an edit: serve would not load it
+        if check.problem is not None and not check.own:
+            raise InvalidSnapshot(check.problem)
         if as_json:
             print_json({"version": number, "name": version_name(number), "path": str(path), "files": files})
         else:

@@ -58,6 +58,20 @@ def served(store: SnapshotStore) -> tuple[int | None, str | None]:
         return None, str(exc)
 
 
+def version_problem(store: SnapshotStore, version: int, problem: str | None) -> str | None:
+    """``problem`` (why ``version`` failed its checksums), or for one that passed, why its state
+    is not loaded (NaN or infinite values: `SnapshotStore.state_problem`), or None.
+    """
+    from streamrec.errors import SnapshotError
+
+    if problem is not None:
+        return problem
+    try:
+        return store.state_problem(version)
+    except SnapshotError as exc:
+        return str(exc)
+
+
 def version_name(version: int) -> str:
     """``v000007``: `streamrec.snapshots.store.version_name`, imported when called."""
     from streamrec.snapshots.store import version_name as name
@@ -85,16 +99,12 @@ def build_export(store: SnapshotStore) -> Callable[[int], Path | None]:
 
 
 def serve_check(store: SnapshotStore) -> Callable[[int], str | None]:
-    """Why `streamrec serve` would not load a version's whole export (a learner's own), or None."""
+    """Why `streamrec serve` would not load a version's whole export (a learner's own), or None;
+    one damaged beyond its checksums is refused (`streamrec.serving.loading.serve_check`).
+    """
+    from streamrec.serving.loading import serve_check as check
 
-    def check(version: int) -> str | None:
-        from streamrec.serving.contract import serve_problem
-        from streamrec.snapshots.exports import check_export
-
-        export = check_export(store.root, version)
-        return serve_problem(export.path) if export.whole else None
-
-    return check
+    return check(store.root)
 
 
 def current_plan(store: SnapshotStore) -> TrafficPlan | None:

@@ -22,6 +22,7 @@ from streamrec.features.schema import FeatureSchema
 from streamrec.learner.base import Learner
 from streamrec.learner.state import STATE_LAYOUT, migrate_state
 from streamrec.snapshots.exports import export_bytes, onnx_missing
+from streamrec.snapshots.files import finite_problem, named, non_finite
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore, version_name
 
 logger = logging.getLogger(__name__)
@@ -116,14 +117,10 @@ def state_of(
         InvalidSnapshot: a floating-point array holds NaN or infinite values (naming them).
         SnapshotError: the state's layout is newer than this version reads.
     """
+    problem = finite_problem(tensors)
+    if problem is not None:
+        raise InvalidSnapshot(problem)
     arrays = {f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()}
-    bad = non_finite(arrays)
-    if bad:
-        raise InvalidSnapshot(
-            f"its state holds NaN or infinite values in {_named(bad)}, which streamrec never "
-            "writes (a file edited, then resealed): it is not loaded; delete the version, or restore "
-            "it from a backup"
-        )
     layout = manifest.state_layout
     arrays = migrate_state(arrays, layout)
     adopt = getattr(learner, "adopt_state", None)
@@ -186,21 +183,8 @@ def require_finite(arrays: Mapping[str, np.ndarray], micro_batches: int) -> None
     if bad:
         raise NonFiniteWeights(
             f"not snapshotting micro-batch {micro_batches}: {len(bad)} state arrays hold NaN or "
-            f"infinite values ({_named(bad)}); restart from the last snapshot"
+            f"infinite values ({named(bad)}); restart from the last snapshot"
         )
-
-
-def non_finite(arrays: Mapping[str, np.ndarray]) -> list[str]:
-    """The keys of the floating-point arrays holding NaN or infinite values."""
-    return [
-        key for key, array in arrays.items()
-        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all()
-    ]
-
-
-def _named(keys: list[str]) -> str:
-    """A few keys by name, and how many more."""
-    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
 
 
 # The ONNX graph's bytes over the parameters': the default DIN's model.onnx was 18.6 MB beside

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, USER_FEATURE, ModelConfig, TableConfig
 from streamrec.errors import NotServable
@@ -248,7 +247,7 @@ def servable_inputs(contract: Mapping[str, Any], path: Path) -> list[dict[str, A
     """The contract's inputs, each with its ``source``, in the predictor's order.
 
     What `streamrec serve` (`streamrec.serving.scorer`) reads of an export's contract; promotion
-    asks it too (`streamrec.snapshots.exports.serve_problem`), so a version is not pointed at
+    asks it too (`streamrec.serving.loading.read_export`), so a version is not pointed at
     that serving cannot load. ``path`` is the export's directory, for the message.
 
     Raises:
@@ -304,28 +303,3 @@ def _with_source(spec: dict[str, Any], contract: Mapping[str, Any]) -> dict[str,
         if isinstance(f, dict) and not f.get("builtin") and name in f.get("inputs", ()):
             return {**spec, "source": "feature", "feature": f["name"], "side": str(name).rsplit("__", 1)[-1]}
     return {**spec, "source": _SOURCE_BY_NAME.get(str(name))}
-
-
-def serve_problem(path: Path) -> str | None:
-    """Why `streamrec serve` would not load the whole export at ``path``, or None when it would.
-
-    A learner that exports itself may state a contract of its own (the snapshot store's
-    `contract_problem` takes it as whole): scored by a server of the team's own, as its
-    ``contract.json`` says, never by streamrec's. Read as the scorer reads it
-    (`servable_inputs`), with no Paddle imported, so the snapshot commands and the gate ask it
-    before promoting (`streamrec.snapshots.promotion.ServeCheck`). An export with no contract
-    states no other form: None (every export streamrec writes has one).
-    """
-    if not (path / CONTRACT).is_file():
-        return None
-    try:
-        contract = orjson.loads((path / CONTRACT).read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        return f"{path / CONTRACT} is unreadable or not JSON: {exc}"
-    if not isinstance(contract, dict):
-        return f"{path / CONTRACT} is not a JSON object"
-    try:
-        servable_inputs(contract, path)
-    except NotServable as exc:
-        return str(exc)
-    return None

@@ -58,7 +58,12 @@ class PaddleEngine:
     name = "paddle"
 
     def __init__(self, path: Path, threads: int = 1) -> None:
-        """A predictor of the export at ``path`` running on ``threads`` math threads."""
+        """A predictor of the export at ``path`` running on ``threads`` math threads.
+
+        Raises:
+            InvalidSnapshot: Paddle Inference cannot load the graph (a file cut short, say): the
+                server falls back as from any damaged export, rather than stopping on a traceback.
+        """
         from paddle import inference
 
         config = inference.Config(str(path / "model.json"), str(path / "model.pdiparams"))
@@ -66,7 +71,12 @@ class PaddleEngine:
         config.disable_mkldnn()
         config.set_cpu_math_library_num_threads(threads)
         config.disable_glog_info()
-        self._predictor = inference.create_predictor(config)
+        try:
+            self._predictor = inference.create_predictor(config)
+        except Exception as exc:  # Paddle raises RuntimeError, ValueError, OSError... by the fault
+            raise InvalidSnapshot(
+                f"Paddle Inference cannot load {path / 'model.json'} and model.pdiparams: {_line(exc)}"
+            ) from exc
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         """float32 [B]."""
@@ -102,7 +112,7 @@ class OnnxEngine:
         try:
             self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/... types
-            raise InvalidSnapshot(f"onnxruntime cannot load {model}: {exc}") from exc
+            raise InvalidSnapshot(f"onnxruntime cannot load {model}: {_line(exc)}") from exc
         self._inputs = [i.name for i in self._session.get_inputs()]
         self._output = self._session.get_outputs()[0].name
 
@@ -111,6 +121,11 @@ class OnnxEngine:
         feed = {name: np.ascontiguousarray(inputs[name]) for name in self._inputs}
         (scores,) = self._session.run([self._output], feed)
         return np.asarray(scores, np.float32)
+
+
+def _line(exc: BaseException) -> str:
+    """An engine's error in one line (Paddle's span several, with a hint and a source path)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def onnx_file(contract: Mapping[str, Any], path: Path) -> Path | None:

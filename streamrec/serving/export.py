@@ -65,7 +65,9 @@ from streamrec.serving.graph import (
     FeatureScoringGraph,
     ScoringGraph,
 )
+from streamrec.serving.loading import check_loads
 from streamrec.serving.onnxfile import onnx_missing, write_onnx
+from streamrec.serving.probe import graphs_problem
 from streamrec.serving.traced import TracedGraphs
 from streamrec.snapshots.directory import (
     parse_version,
@@ -78,7 +80,6 @@ from streamrec.snapshots.exports import (
     EXPORTS,
     MANIFEST,
     MANIFEST_SUM,
-    check_export,
     export_dir,
 )
 from streamrec.snapshots.exports import verify_export as verify_export  # its old home
@@ -151,8 +152,9 @@ def exporter(learner: Learner, learner_type: str = DEFAULT_LEARNER) -> Exporter:
 def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -> Path:
     """Export ``version`` (once: an existing export is kept) and return its directory.
 
-    With ``rebuild`` an existing export that fails its checksums is deleted and written
-    again from the snapshot; a whole one is kept. Rebuilds take turns (`_rebuilding`), so
+    With ``rebuild`` an existing export that fails its checksums, or that `streamrec serve`
+    would not load (`streamrec.serving.loading.check_loads`: resealed after an edit, say), is
+    deleted and written again from the snapshot; a whole one is kept. Rebuilds take turns (`_rebuilding`), so
     two at once never delete what the other wrote: the second finds the export whole.
 
     Raises:
@@ -164,7 +166,7 @@ def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -
     """
     target = export_dir(store.root, version)
     if target.is_dir():
-        if not rebuild or check_export(store.root, version).whole:
+        if not rebuild or _fault(store, version) is None:
             return target
         with _rebuilding(target.parent, version):  # one at a time: none deletes what another wrote
             return _rebuild(store, version, target)
@@ -177,20 +179,33 @@ def _rebuild(store: SnapshotStore, version: int, target: Path) -> Path:
 
     An export found whole now was rebuilt by another while this one waited: kept.
     """
-    check = check_export(store.root, version)
-    if check.whole:
+    problem = _fault(store, version)
+    if problem is None:
         logger.warning("export version=%s was rebuilt by another export meanwhile: kept", version)
         return target
     kind, learner = learner_from_snapshot(store, version)  # the snapshot is valid before deleting
     write = exporter(learner, kind)
-    if not check.missing:
+    if target.is_dir():
         fault_point("export.before_delete")
         try:
             remove_tree(target)
         except OSError as exc:
             raise SnapshotWriteError(f"cannot delete the damaged export {target}: {exc}") from exc
-        logger.warning("rebuilding damaged export version=%s problem=%s", version, check.problem)
+        logger.warning("rebuilding damaged export version=%s problem=%s", version, problem)
     return _write(write, kind, target, version)
+
+
+def _fault(store: SnapshotStore, version: int) -> str | None:
+    """Why ``version``'s export is rebuilt (missing, damaged, not loading or scoring), or None.
+
+    None: it is kept (a learner's own, whole, too).
+    """
+    check = check_loads(store.root, version)
+    if check.own:
+        return None
+    if check.missing or check.problem is not None:
+        return check.problem or "missing"
+    return graphs_problem(check.path)
 
 
 # How long a rebuild waits for another export's rebuild: exports of the largest models take

@@ -23,10 +23,10 @@ from streamrec.config import LearnerConfig
 from streamrec.errors import NotExportable, NotServable, SnapshotError, StreamrecError
 from streamrec.learner.columns import SampleColumns
 from streamrec.learner.metrics import auc, logloss
-from streamrec.serving.contract import serve_problem
 from streamrec.serving.export import build_missing_export, export_snapshot, prune_exports
+from streamrec.serving.loading import load_problem, serve_check
 from streamrec.serving.scorer import ExportedModel
-from streamrec.snapshots.exports import check_export, verify_export
+from streamrec.snapshots.exports import verify_export
 from streamrec.snapshots.promotion import promote
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore, version_name
 
@@ -107,9 +107,12 @@ class Promoter:
             return
         if self.cfg.promote == "off":
             return
-        problem = serve_problem(path)
-        if problem is not None:  # a learner's own export: nothing to judge it by, nothing to serve it
-            self._not_servable(manifest.learner, problem)
+        problem = load_problem(path)
+        if problem is not None and problem.own:  # a learner's own export: nothing to judge or serve
+            self._not_servable(manifest.learner, problem.message)
+            return
+        if problem is not None:
+            logger.error("export failed version=%s error=%s", manifest.name, problem.message)
             return
         reason = self._unjudged_reason()
         if reason is not None:
@@ -193,11 +196,6 @@ class Promoter:
         self._pointer_error = None
         return current
 
-    def _serve_check(self, version: int) -> str | None:
-        """Why `streamrec serve` would not load ``version``'s whole export, or None."""
-        check = check_export(self.store.root, version)
-        return serve_problem(check.path) if check.whole else None
-
     def served_scores(self, version: int, batch: SampleColumns) -> np.ndarray:
         """``batch`` scored by ``version``'s export; NaN each, logged, if it cannot be loaded."""
         try:
@@ -264,8 +262,8 @@ class Promoter:
 
     def _promote(self, version: int, reason: str) -> None:
         try:
-            build = partial(build_missing_export, self.store)
-            promote(self.store, version, reason=reason, build_export=build, serve_check=self._serve_check)
+            build, check = partial(build_missing_export, self.store), serve_check(self.store.root)
+            promote(self.store, version, reason=reason, build_export=build, serve_check=check)
         except NotServable as exc:  # a version resumed from, exported by a learner of its own
             self._not_servable(self.store.manifest(version).learner, str(exc))
             return

@@ -16,67 +16,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
-from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig, TableConfig
-from streamrec.errors import InvalidSnapshot, SnapshotError
+from streamrec.config import TableConfig
+from streamrec.errors import SnapshotError
 from streamrec.features.schema import FeatureSchema
 from streamrec.learner.columns import SampleColumns, encode, require_columns
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
-from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.observability.freshness import LoadedVersion, loaded_version
 from streamrec.serving.batching import Combiner
-from streamrec.serving.contract import CONTRACT, feature_batch_inputs, servable_inputs
+from streamrec.serving.contract import feature_batch_inputs
 from streamrec.serving.drift import RequestDrift
 from streamrec.serving.engines import EngineChoice, open_engine
 from streamrec.serving.export import export_snapshot
 from streamrec.serving.features import PAIR, candidate_columns, feature_request_inputs
 from streamrec.serving.features import Candidate as Candidate  # its home before; still imported from here
-from streamrec.snapshots.exports import verify_export
+from streamrec.serving.loading import ExportContents, read_export
+from streamrec.serving.probe import require_finite_scores
 from streamrec.snapshots.promotion import require_root
 from streamrec.snapshots.store import SnapshotStore, version_name
 
 logger = logging.getLogger(__name__)
 
 _CHUNK = 4096  # samples per predictor run when scoring a whole batch
-
-
-class _Table:
-    """How one table turns ids into rows, from the contract and the id tables."""
-
-    def __init__(self, spec: dict[str, Any], export: Path) -> None:
-        self.name = spec["name"]
-        self.feature = spec["feature"]
-        self.kind = spec.get("kind") or ("behaviour" if self.feature in BEHAVIOUR_FEATURES else "context")
-        self.dynamic = spec["ids"] == "dynamic"
-        self.rows = int(spec["rows"])
-        if self.dynamic:  # plain .npy arrays: np.load without pickle runs no code
-            self.keys = np.load(export / spec["keys"], allow_pickle=False)
-            self.key_rows = np.load(export / spec["key_rows"], allow_pickle=False)
-
-    def rows_of(self, ids: Sequence[str | None]) -> np.ndarray:
-        """int64 rows of raw ids.
-
-        None (an unknown category) reads the default row of a dynamic table and padding (zeros)
-        of a hashed one.
-        """
-        if None not in ids:  # every id given: a request's items, a history
-            return self.rows_of_keys(fingerprint(ids))  # type: ignore[arg-type]  # no None in it
-        out = np.full(len(ids), DEFAULT_ROW if self.dynamic else PADDING_BUCKET, np.int64)
-        present = [k for k, i in enumerate(ids) if i is not None]
-        out[present] = self.rows_of_keys(fingerprint([i for i in ids if i is not None]))
-        return out
-
-    def rows_of_keys(self, keys: np.ndarray) -> np.ndarray:
-        """int64 rows of id fingerprints; an id without a row of its own reads the default."""
-        if not self.dynamic:
-            return to_buckets(keys, self.rows)
-        out = np.full(len(keys), DEFAULT_ROW, np.int64)
-        if len(self.keys):
-            at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-            hit = self.keys[at] == keys
-            out[hit] = self.key_rows[at[hit]]
-        return out
 
 
 class ExportedModel:
@@ -92,37 +53,32 @@ class ExportedModel:
         `streamrec.serving.batching`).
 
         Raises:
-            InvalidSnapshot: a file is missing or does not match its checksum.
+            InvalidSnapshot: a file is missing or does not match its checksum, the contract
+                or an id table cannot be served from (`streamrec.serving.loading.read_export`),
+                or the engine cannot load the graph or scores a probe batch as NaN or infinity.
             NotServable: its contract declares an input this scorer cannot build (another
                 learner's export, scored as its ``contract.json`` says).
         """
         self.path = Path(path)
-        verify_export(self.path)
-        try:
-            self._read_contract()
-        except (KeyError, ValueError, TypeError, OSError, AttributeError) as exc:  # ValueError: JSON too
-            why = " ".join(f"{type(exc).__name__}: {exc}".split())  # pydantic's message spans lines
-            raise InvalidSnapshot(
-                f"{self.path / CONTRACT} cannot be served from ({why}): rebuild the export with "
-                "`streamrec snapshot export VERSION --rebuild`"
-            ) from exc
+        self._read(read_export(self.path))
         self._engine = open_engine(self.path, self.contract, engine, threads)
+        require_finite_scores(self._engine, self.contract, self.path)
         self.engine: str = self._engine.name  # "onnx" or "paddle": the engine that runs it
         self._lock = threading.Lock()  # one engine runs one request at a time
         self.combiner = Combiner(self._run, batch_candidates)
 
-    def _read_contract(self) -> None:
-        """What scoring needs of ``contract.json`` and the id tables it names."""
-        self.contract: dict[str, Any] = orjson.loads((self.path / CONTRACT).read_bytes())
-        self.inputs = servable_inputs(self.contract, self.path)
-        self.version: int = int(self.contract["version"])
-        self.tables = [_Table(t, self.path) for t in self.contract["tables"]]
+    def _read(self, contents: ExportContents) -> None:
+        """What scoring needs of the export, as `read_export` read it."""
+        self.contract: dict[str, Any] = contents.contract
+        self.inputs = contents.inputs
+        self.version: int = contents.version
+        self.tables = contents.tables
         self.behaviour = [t for t in self.tables if t.kind == "behaviour"]
         self.context = [t for t in self.tables if t.kind == "context"]
-        self.length = int(self.contract["sequence_length"])
-        self._cfg = ModelConfig.model_validate(self.contract["model"])
+        self.length = contents.sequence_length
+        self._cfg = contents.model
         self._by_name = {t.name: t for t in self.tables}
-        self.user_buckets = int(self.contract["user_buckets"])
+        self.user_buckets = contents.user_buckets
         schema = self.contract.get("feature_schema")
         self.drift = RequestDrift(FeatureSchema.from_json(schema) if schema else None, self.version)
 

@@ -129,12 +129,17 @@ def _input_problem(spec: object) -> str | None:
 
 @dataclass(frozen=True)
 class ExportCheck:
-    """What a version's export is: missing, damaged (``problem`` names the file) or whole."""
+    """What a version's export is: missing, damaged (``problem`` names the file) or whole.
+
+    `streamrec.serving.loading.check_loads` also asks whether serve would load a whole one:
+    ``problem`` then says why not, and ``own`` whether it is another learner's own export.
+    """
 
     version: int
     path: Path
     missing: bool
     problem: str | None  # why a present export is damaged; None when it is whole (or missing)
+    own: bool = False  # whole, but another learner's own, which `streamrec serve` does not load
 
     @property
     def whole(self) -> bool:

@@ -9,6 +9,7 @@ process under another user can load them, and a rename after them publishes whol
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +98,32 @@ def read_tensor_files(directory: Path, manifest: SnapshotManifest) -> Tensors:
         except (OSError, SafetensorError) as exc:
             raise InvalidSnapshot(f"cannot read {path}: {describe_os_error(exc)}") from exc
     return tensors
+
+
+def non_finite(arrays: Mapping[str, np.ndarray]) -> list[str]:
+    """The keys of the floating-point arrays holding NaN or infinite values."""
+    return [
+        key for key, array in arrays.items()
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all()
+    ]
+
+
+def named(keys: list[str]) -> str:
+    """A few keys by name, and how many more."""
+    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def finite_problem(tensors: Mapping[str, Mapping[str, np.ndarray]]) -> str | None:
+    """Why a version's state is not loaded (NaN or infinite values, which are never written), or None.
+
+    A file edited by hand or by another tool and resealed: a learner would resume it, an export
+    serve it, answering NaN scores. Resume and export refuse it (`streamrec.learner.snapshotting`),
+    and `snapshot verify`, `list` and `show` say so.
+    """
+    bad = non_finite({f"{group}/{key}": v for group, arrays in tensors.items() for key, v in arrays.items()})
+    if not bad:
+        return None
+    return (
+        f"its state holds NaN or infinite values in {named(bad)}, which streamrec never writes (a file "
+        "edited, then resealed): it is not loaded; delete the version, or restore it from a backup"
+    )

@@ -341,24 +341,32 @@ def _require_servable(store: Versions, version: int, serve_check: ServeCheck | N
         )
 
 
-def _servable_problem(store: Versions, version: int, build_export: BuildExport | None) -> str | None:
+def _servable_problem(
+    store: Versions, version: int, build_export: BuildExport | None, serve_check: ServeCheck | None
+) -> str | None:
     """Why serving cannot take ``version`` (the snapshot or its export), or None."""
     problem = store.validate(version)
     if problem is not None:
         return problem
     try:
         _require_export(store, version, build_export)
+        _require_servable(store, version, serve_check)
     except SnapshotError as exc:
         return str(exc)
     return None
 
 
-def rollback(store: Versions, reason: str = "manual", build_export: BuildExport | None = None) -> int:
+def rollback(
+    store: Versions,
+    reason: str = "manual",
+    build_export: BuildExport | None = None,
+    serve_check: ServeCheck | None = None,
+) -> int:
     """Point serving back at the version promoted before the current one.
 
     Point serving back at the version promoted before the current one, skipping any that
-    is no longer valid or whose export is damaged (see `promote` for
-    ``build_export``); returns it.
+    is no longer valid or whose export is damaged or would not load (see `promote` for
+    ``build_export`` and ``serve_check``); returns it.
 
     While a canary or an A/B test runs, it ends that instead (every user back on the served
     version, which stays) and returns the served version.
@@ -376,7 +384,7 @@ def rollback(store: Versions, reason: str = "manual", build_export: BuildExport 
             return current
         skipped = []
         for version in store.serving.rollback_candidates(current):
-            problem = _servable_problem(store, version, build_export)
+            problem = _servable_problem(store, version, build_export, serve_check)
             if problem is None:
                 store.serving.record("rollback", version, current, reason)
                 store.serving.point(version)

@@ -53,6 +53,7 @@ from streamrec.snapshots.directory import free_bytes as disk_free_bytes
 from streamrec.snapshots.files import (
     DIR_MODE,
     Tensors,
+    finite_problem,
     read_tensor_files,
     verify_tensor_files,
     write_manifest_files,
@@ -297,13 +298,30 @@ class SnapshotStore:
             InvalidSnapshot: the version or its chain failed a check.
         """
         manifest = self.verify(version)
-        chain = [self.manifest(v) for v in self.chain(version)]
-        tensors = self._read(chain[0])
-        for link in chain[1:]:
-            tensors = apply_delta(tensors, self._read(link), link.delta, str(self.path(link.version)))
+        chain = self.chain(version)
+        tensors = self._tensors(chain)
         if version == (self.versions() or [0])[-1]:  # the newest: the parent of the next delta
             self._remember(manifest, tensors, len(chain) - 1)
         return manifest, tensors
+
+    def state_problem(self, version: int) -> str | None:
+        """Why a verified version's state is not loaded (`finite_problem`), or None.
+
+        Its tensors are read, the delta chain applied (checksums not verified again: call it
+        after `verify`). Resume and export refuse such state; `snapshot verify` says so.
+
+        Raises:
+            InvalidSnapshot: a tensor file or a delta of the chain cannot be read.
+        """
+        return finite_problem(self._tensors(self.chain(version)))
+
+    def _tensors(self, chain: list[int]) -> Tensors:
+        """The tensors of the last version of ``chain`` (`chain`), its deltas applied in order."""
+        links = [self.manifest(v) for v in chain]
+        tensors = self._read(links[0])
+        for link in links[1:]:
+            tensors = apply_delta(tensors, self._read(link), link.delta, str(self.path(link.version)))
+        return tensors
 
     def _read(self, manifest: SnapshotManifest) -> Tensors:
         return read_tensor_files(self.path(manifest.version), manifest)
@@ -425,9 +443,14 @@ class SnapshotStore:
         """Point serving at ``version``: `streamrec.snapshots.promotion.promote`."""
         return promotion.promote(self, version, reason, build_export, serve_check)
 
-    def rollback(self, reason: str = "manual", build_export: BuildExport | None = None) -> int:
+    def rollback(
+        self,
+        reason: str = "manual",
+        build_export: BuildExport | None = None,
+        serve_check: ServeCheck | None = None,
+    ) -> int:
         """Point serving back a version: `streamrec.snapshots.promotion.rollback`."""
-        return promotion.rollback(self, reason, build_export)
+        return promotion.rollback(self, reason, build_export, serve_check)
 
     def prune(self, keep_last: int) -> list[int]:
         """Delete old versions, never the served one or those just before it: `promotion.prune`."""

@@ -75,7 +75,7 @@ def test_verify_covers_the_export(store: SnapshotStore, how: str) -> None:
     assert [v["valid"] for v in doc["versions"]] == [True, False, True]
     assert exports[2]["present"] and not exports[2]["valid"] and str(damaged) in exports[2]["problem"]
     assert exports[1] == {"path": str(export_dir(store.root, 1)), "present": True, "valid": True,
-                          "problem": None}
+                          "problem": None, "own": False}
 
 
 def test_verify_says_when_a_version_has_no_export(store: SnapshotStore) -> None:
@@ -347,3 +347,22 @@ def test_any_content_error_of_a_contract_is_one_invalid_snapshot_naming_it(
     edit_contract(store.root, 2, edit)
     with pytest.raises(SnapshotError, match="contract.json"):
         ExportedModel(export_dir(store.root, 2))
+
+
+def test_a_paddle_graph_cut_short_and_resealed_is_fallen_back_from(store: SnapshotStore) -> None:
+    """Found by the snapshot tools tour: ``model.pdiparams`` cut in half and the export's manifest
+    resealed; with ``engine=paddle``, ``streamrec score`` and ``serve`` stopped on Paddle's
+    RuntimeError traceback ("Cannot read tensor desc size") rather than falling back to the
+    version before, as they do from any other damaged export.
+    """
+    from tests.unit.snapshots.test_verify_loads import reseal
+
+    store.promote(1)
+    store.promote(2)
+    damage(store.root, 2, "truncated")
+    reseal(export_dir(store.root, 2))
+    with pytest.raises(InvalidSnapshot, match=r"^Paddle Inference cannot load .*v000002/model.json") as info:
+        ExportedModel(export_dir(store.root, 2), engine="paddle")
+    assert "\n" not in str(info.value)
+    scorer = Scorer(store.root, engine="paddle")
+    assert (scorer.version, scorer.current, scorer.serves_current) == (1, 2, False)

@@ -1,0 +1,263 @@
+"""`snapshot verify`, `list`, `promote` and `export --rebuild` ask what `streamrec serve` asks of an export.
+
+Found by the snapshot tools tour: an export whose files were edited and resealed (a contract of
+another form, the Paddle weights dropped from it, a contract serve cannot read, id arrays that
+disagree) passed `snapshot verify` and `list` ("ok", exit 0), was promoted, and then `streamrec
+serve` refused it at load, or loaded it and failed each request (ids), answered NaN (no
+weights) or scored wrong rows (unsorted keys).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from typer.testing import CliRunner, Result
+
+from streamrec.cli import app
+from streamrec.errors import InvalidSnapshot, NotServable
+from streamrec.snapshots.store import SnapshotStore
+from tests.support import trained_snapshots
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two exported versions of a small DIN, written once."""
+    return trained_snapshots(tmp_path_factory.mktemp("written"), count=2).root
+
+
+@pytest.fixture
+def root(written: Path, tmp_path: Path) -> Path:
+    shutil.copytree(written, tmp_path / "snapshots")
+    return tmp_path / "snapshots"
+
+
+def run(root: Path, *args: str, code: int = 0) -> Result:
+    result = CliRunner().invoke(app, ["snapshot", *args, "--snapshot-dir", str(root)])
+    assert result.exit_code == code, result.output
+    return result
+
+
+def reseal(export: Path) -> None:
+    """Record an export's (or a version's) files' checksums again, as someone editing it would."""
+    manifest = orjson.loads((export / "manifest.json").read_bytes())
+    manifest["files"] = {
+        name: hashlib.sha256((export / name).read_bytes()).hexdigest()
+        for name in manifest["files"] if (export / name).is_file()
+    }
+    raw = orjson.dumps(manifest)
+    (export / "manifest.json").write_bytes(raw)
+    (export / "manifest.sha256").write_text(f"{hashlib.sha256(raw).hexdigest()}  manifest.json\n")
+
+
+def _edit_contract(export: Path, change: Callable[[dict[str, Any]], object]) -> None:
+    doc = orjson.loads((export / "contract.json").read_bytes())
+    change(doc)
+    (export / "contract.json").write_bytes(orjson.dumps(doc))
+
+
+def _own(export: Path) -> None:  # a learner's own contract (`--own-server` promotes it)
+    (export / "contract.json").write_bytes(orjson.dumps({"version": 2, "output": "rate.npy[0]"}))
+
+
+def _no_weights(export: Path) -> None:
+    (export / "model.pdiparams").unlink()
+
+
+def _no_contract(export: Path) -> None:
+    (export / "contract.json").unlink()
+
+
+def _bad_model(export: Path) -> None:
+    _edit_contract(export, lambda doc: doc["model"].update(sequence_length="six"))
+
+
+def _short_rows(export: Path) -> None:
+    keys = np.load(export / "ids/item.keys.npy")
+    np.save(export / "ids/item.rows.npy", np.arange(2, 2 + len(keys) // 2, dtype=np.int64))
+
+
+def _unsorted_keys(export: Path) -> None:
+    np.save(export / "ids/item.keys.npy", np.load(export / "ids/item.keys.npy")[::-1].copy())
+
+
+def _rows_outside(export: Path) -> None:
+    keys = np.load(export / "ids/item.keys.npy")
+    np.save(export / "ids/item.rows.npy", np.full(len(keys), 10**9, np.int64))
+
+
+DAMAGE = {  # how each is edited, and what verify says of it
+    "own-contract": (_own, "cannot be served by streamrec"),
+    "no-weights": (_no_weights, "lacks model.pdiparams"),
+    "no-contract": (_no_contract, "contract.json cannot be served from (FileNotFoundError"),
+    "bad-model": (_bad_model, "contract.json cannot be served from (ValidationError"),
+    "short-rows": (_short_rows, "item.rows.npy: 40 keys but 20 rows"),
+    "unsorted-keys": (_unsorted_keys, "the keys are not sorted and unique"),
+    "rows-outside": (_rows_outside, "outside table 'item' (512 rows)"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
+def test_verify_and_list_say_what_serve_would_refuse(root: Path, damage: str) -> None:
+    from streamrec.serving.scorer import ExportedModel
+
+    edit, said = DAMAGE[damage]
+    export = root / "exports" / "v000002"
+    edit(export)
+    reseal(export)
+    with pytest.raises((InvalidSnapshot, NotServable), match=re.escape(said)):
+        ExportedModel(export)  # serve refuses it at load (before: short-rows and unsorted-keys loaded)
+    lines = run(root, "verify", code=1).stdout.splitlines()
+    assert lines[0] == "v000001  ok; export ok", lines
+    assert lines[1].startswith("v000002  ok; export ") and said in lines[1], lines
+    assert lines[2:] == ["1 valid, 1 invalid"]
+    doc = orjson.loads(run(root, "verify", "2", "--json", code=1).stdout)
+    assert doc["valid"] is False and doc["versions"][0]["export"]["valid"] is False
+    assert said in doc["versions"][0]["export"]["problem"]
+    assert doc["versions"][0]["export"]["own"] is (damage == "own-contract")
+    listed = orjson.loads(run(root, "list", "--json").stdout)["versions"]
+    assert [v["export"]["valid"] for v in listed] == [True, False]
+    table = run(root, "list").stdout
+    assert ("not servable" if damage == "own-contract" else "damaged") in table
+    promoted = run(root, "promote", "2", code=1).output
+    assert len(promoted.strip().splitlines()) == 1 and said in promoted
+    assert SnapshotStore(root).current() is None
+
+
+def test_a_learners_own_export_verifies_for_a_server_of_ones_own(root: Path) -> None:
+    export = root / "exports" / "v000002"
+    _own(export)
+    reseal(export)
+    run(root, "verify", "2", code=1)
+    assert run(root, "verify", "--own-server").stdout.splitlines()[-1] == "2 valid, 0 invalid"
+    run(root, "promote", "2", "--own-server")
+
+
+def test_export_rebuild_mends_an_export_serve_would_not_load(root: Path) -> None:
+    """`snapshot export --rebuild`, which the messages name, kept an export whose checksums held."""
+    export = root / "exports" / "v000002"
+    _short_rows(export)
+    reseal(export)
+    assert "40 keys but 20 rows" in run(root, "export", "2", code=1).output
+    run(root, "export", "2", "--rebuild")
+    assert run(root, "verify", "2").stdout.splitlines()[-1] == "1 valid, 0 invalid"
+    run(root, "promote", "2")
+
+
+def test_rollback_skips_an_export_serve_would_not_load(root: Path) -> None:
+    """`snapshot rollback` took a version whose export serve then refused (checksums only)."""
+    run(root, "promote", "1")
+    run(root, "promote", "2")
+    _unsorted_keys(root / "exports" / "v000001")
+    reseal(root / "exports" / "v000001")
+    said = run(root, "rollback", code=1).output
+    assert "no earlier promoted valid version to roll back to from v000002 (invalid: v000001)" in said
+    assert SnapshotStore(root).current() == 2
+
+
+def test_verify_list_show_and_promote_refuse_state_that_is_not_finite(root: Path) -> None:
+    """A snapshot's state edited to hold NaN and resealed: `verify`, `list` and `show` said ok
+    (exit 0), and `promote` served it while its export, written before the edit, was there;
+    a learner resuming it and its export refuse it (`non_finite`).
+    """
+    from safetensors.numpy import load_file, save_file
+
+    version = root / "v000002"
+    tensors = load_file(str(version / "model.safetensors"))
+    name = next(k for k, v in tensors.items() if v.dtype == np.float32)
+    tensors[name] = tensors[name].copy()
+    tensors[name].flat[0] = np.inf
+    save_file(tensors, str(version / "model.safetensors"))
+    reseal(version)
+    said = f"its state holds NaN or infinite values in model/{name}"
+    lines = run(root, "verify", code=1).stdout.splitlines()
+    assert lines[0] == "v000001  ok; export ok" and lines[-1] == "1 valid, 1 invalid", lines
+    assert lines[1].startswith(f"v000002  invalid: {said}") and lines[1].endswith("; export ok"), lines
+    doc = orjson.loads(run(root, "verify", "2", "--json", code=1).stdout)
+    assert doc["valid"] is False and doc["versions"][0]["problem"].startswith(said)
+    listed = orjson.loads(run(root, "list", "--json").stdout)["versions"]
+    assert [v["valid"] for v in listed] == [True, False] and listed[1]["problem"].startswith(said)
+    assert orjson.loads(run(root, "show", "2", "--json", code=1).stdout)["problem"].startswith(said)
+    assert f"invalid: {said}" in run(root, "show", "2", code=1).stdout
+    run(root, "show", "1")
+    refused = run(root, "promote", "2", code=1).output.strip()
+    assert refused.startswith(f"error: v000002 is not promoted: {said}") and len(refused.splitlines()) == 1
+    assert SnapshotStore(root).current() is None
+
+
+def _nan_weights(root: Path, version: int) -> None:
+    """Write ``version``'s export again from its learner with one weight matrix NaN."""
+    from streamrec.serving.export import learner_from_snapshot, write_export
+
+    kind, learner = learner_from_snapshot(SnapshotStore(root), version)
+    arrays = learner.state_arrays()
+    name = next(k for k, v in arrays.items() if k.startswith("model/") and "mlp" in k and v.ndim == 2)
+    arrays[name] = np.full_like(arrays[name], np.nan)
+    learner.load_state_arrays(arrays)
+    shutil.rmtree(root / "exports" / f"v{version:06d}")
+    write_export(learner, root / "exports" / f"v{version:06d}", version, kind)
+
+
+def _cut_weights(root: Path, version: int) -> None:
+    path = root / "exports" / f"v{version:06d}" / "model.pdiparams"
+    path.write_bytes(path.read_bytes()[:1000])
+    reseal(path.parent)
+
+
+def _garbage_onnx(root: Path, version: int) -> None:
+    path = root / "exports" / f"v{version:06d}" / "model.onnx"
+    if not path.is_file():
+        pytest.skip("exports hold no ONNX graph here (the onnx extra is not installed)")
+    path.write_bytes(b"not a graph")
+    reseal(path.parent)
+
+
+GRAPHS = {
+    "nan-weights": (_nan_weights, "its paddle graph scores a probe batch as NaN or infinity"),
+    "cut-weights": (_cut_weights, "Paddle Inference cannot load"),
+    "garbage-onnx": (_garbage_onnx, "onnxruntime cannot load"),
+}
+
+
+@pytest.mark.parametrize("damage", GRAPHS, ids=list(GRAPHS))
+def test_verify_runs_each_graph_as_serve_would(root: Path, damage: str) -> None:
+    """A graph whose weights are NaN loaded and answered NaN to every request; one cut short
+    stopped ``engine=paddle`` (``auto`` ran the ONNX graph); an ONNX graph that does not load
+    was fallen back from at INFO: `verify` said ok to each, and `export --rebuild` kept them.
+    """
+    from streamrec.serving.scorer import ExportedModel
+
+    edit, said = GRAPHS[damage]
+    edit(root, 2)
+    if damage == "nan-weights":  # serve refuses it at load (before: it answered NaN)
+        with pytest.raises(InvalidSnapshot, match=said):
+            ExportedModel(root / "exports" / "v000002")
+    lines = run(root, "verify", code=1).stdout.splitlines()
+    assert lines[0] == "v000001  ok; export ok" and lines[-1] == "1 valid, 1 invalid", lines
+    assert lines[1].startswith("v000002  ok; export invalid: ") and said in lines[1], lines
+    assert said in run(root, "export", "2", code=1).output
+    run(root, "export", "2", "--rebuild")
+    assert run(root, "verify").stdout.splitlines()[-1] == "2 valid, 0 invalid"
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_show_exits_1_for_an_invalid_version_as_verify_does(root: Path, as_json: bool) -> None:
+    """`snapshot show` of a version whose tensor file fails its checksum printed "invalid" with
+    exit status 0, while one whose manifest fails exited 1 and `verify` exits 1 for both (found by
+    the snapshot tools tour, checking exit codes across the subcommands).
+    """
+    path = root / "v000002" / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    shown = run(root, "show", "2", *(["--json"] if as_json else []), code=1).stdout
+    said = f"{path} does not match its checksum"
+    assert said in (orjson.loads(shown)["problem"] if as_json else shown.replace("\n", ""))
+    run(root, "show", "1", *(["--json"] if as_json else []))
