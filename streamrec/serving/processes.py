@@ -86,8 +86,10 @@ def run_one(app: Starlette, sock: socket.socket) -> None:
 
     import uvicorn
 
+    from streamrec.serving.draining import DrainingServer
+
     config = uvicorn.Config(app, log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
+    server = DrainingServer(config)
     if threading.current_thread() is threading.main_thread():  # as uvicorn: handlers are the main thread's
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, server.handle_exit)
@@ -100,7 +102,8 @@ def run(cfg: StreamrecConfig, use_store: bool, sock: socket.socket) -> None:
     uvicorn's supervisor starts the workers, restarts one that dies, and stops them with it.
     """
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
+
+    from streamrec.serving.draining import DrainingSupervisor
 
     doc = {"config": cfg.model_dump(mode="json"), "store": use_store, "supervisor": os.getpid()}
     os.environ[WORKER_CONFIG_ENV] = orjson.dumps(doc).decode()
@@ -112,7 +115,7 @@ def run(cfg: StreamrecConfig, use_store: bool, sock: socket.socket) -> None:
         log_config=worker_log_config(),
         access_log=False,
     )
-    Multiprocess(config, sockets=[sock]).run()
+    DrainingSupervisor(config, sockets=[sock]).run()
 
 
 def worker_log_config() -> dict[str, Any]:
