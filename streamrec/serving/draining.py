@@ -15,12 +15,16 @@ first packet (a SYN without ACK), so no new connection is queued, while those al
 handshake complete. A client whose SYN is dropped sends it again a second later and is refused
 (the socket closed by then): it sent no request. The filter is the socket's, shared by every
 process serving on it, so the supervisor sets it once for all.
+
+The supervisor of several processes (`DrainingSupervisor`) also says, at WARNING, when one of
+them dies and is replaced.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import signal
 import socket
 import struct
 import sys
@@ -135,10 +139,32 @@ class DrainingServer(uvicorn.Server):
 
 
 class DrainingSupervisor(Multiprocess):
-    """uvicorn's supervisor of several server processes, their shared socket drained before they stop."""
+    """uvicorn's supervisor of several server processes: their socket drained, their deaths said.
+
+    The shared socket is drained before they are asked to stop; one that dies is said at WARNING
+    (uvicorn says it at INFO, on its own logger).
+    """
+
+    def keep_subprocess_alive(self) -> None:
+        """uvicorn's: start others in place of the server processes that ended; then say which, and how."""
+        before = list(self.processes)
+        super().keep_subprocess_alive()
+        for old, new in zip(before, self.processes, strict=True):
+            if new is not old:  # ended (or hung, and killed by uvicorn), and replaced
+                code = old.process.exitcode or 0
+                how = f"killed by {_signal_name(-code)}" if code < 0 else f"with exit code {code}"
+                logger.warning("server process %s ended, %s: started %s in its place", old.pid, how, new.pid)
 
     def terminate_all(self) -> None:
         """Drain the shared socket while the workers accept, then ask each to shut down."""
         for sock in self.sockets:
             drain(sock)
         super().terminate_all()
+
+
+def _signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; the number where it names no signal."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -324,3 +324,25 @@ def test_serve_stopped_under_load_answers_every_connection_it_queued(tmp_path: P
         assert code == 0, server.log.read_text()[-3000:]
         assert not [o for o in outcomes if o.startswith("reset")], outcomes
         assert set(outcomes) <= {"200", "503", "refused"}, outcomes
+
+
+def test_a_server_process_killed_is_said_and_replaced(tmp_path: Path) -> None:
+    """Found by the serving-lifetime tour: one of two server processes killed with -9 (the OOM
+    killer, say) under load was replaced within 0.1 s, but nothing was said at the command's log
+    level (uvicorn's "Child process [N] died" is at INFO on its own logger): an operator could not
+    tell a process had died, nor why. Now a WARNING names it, how it ended, and its replacement.
+    """
+    trained_snapshots(tmp_path, count=1).promote(1)
+    with served(tmp_path, processes=2) as server:
+        workers = [w for w in server.command.children() if "resource_tracker" not in " ".join(w.cmdline())]
+        assert len(workers) == 2, [w.cmdline() for w in workers]
+        workers[0].kill()
+        said = f"server process {workers[0].pid} ended, killed by SIGKILL: started "
+        wait_for(lambda: said in server.log.read_text(), timeout_s=30, what="the death said")
+        wait_ready(server)
+        for k in range(20):  # each on its own connection: both processes answer
+            assert httpx.post(f"{server.url}/score", json=request(k), timeout=30).status_code == 200
+        now = {w.pid for w in server.command.children() if "resource_tracker" not in " ".join(w.cmdline())}
+        assert len(now) == 2 and workers[0].pid not in now and workers[1].pid in now
+        server.command.terminate()
+        assert server.command.wait(60) == 0
