@@ -23,11 +23,12 @@ import errno
 import logging
 import os
 import socket
+import sys
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from streamrec.errors import ConfigError
+from streamrec.errors import ConfigError, StreamrecError
 from streamrec.orphans import end_with_parent
 from streamrec.paddlesignals import quiet_paddle_import, stop_signals_kept
 
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
     from streamrec.config import StreamrecConfig
     from streamrec.serving.scorer import Scorer
+
+logger = logging.getLogger(__name__)
 
 #: The resolved configuration, handed from the command to its workers.
 WORKER_CONFIG_ENV = "_STREAMREC_SERVE_WORKER_CONFIG"
@@ -163,7 +166,11 @@ def create_app() -> Starlette:
     cfg = StreamrecConfig(**doc["config"])
     configure(cfg.log_level)
     serving = cfg.serving
-    scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
+    try:
+        scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
+    except StreamrecError as exc:  # every export damaged since the command started, say: one line
+        logger.error("server process %s cannot load a version: %s", os.getpid(), exc)
+        sys.exit(1)  # as uvicorn's own start failures; the supervisor starts another
     return serving_app(cfg, scorer, bool(doc["store"]))
 
 

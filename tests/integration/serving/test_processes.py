@@ -346,3 +346,22 @@ def test_a_server_process_killed_is_said_and_replaced(tmp_path: Path) -> None:
         assert len(now) == 2 and workers[0].pid not in now and workers[1].pid in now
         server.command.terminate()
         assert server.command.wait(60) == 0
+
+
+def test_a_server_process_that_cannot_load_any_version_says_so_in_one_line(tmp_path: Path) -> None:
+    """Found by the serving-lifetime tour: with every export damaged while ``streamrec serve
+    --processes 2`` ran, the process started in place of one that died ended in a 40-line
+    traceback (``InvalidSnapshot`` through uvicorn and multiprocessing), again at each restart.
+    Now one ERROR line names the process and why (the supervisor starts another, as before).
+    """
+    trained_snapshots(tmp_path, count=1).promote(1)
+    with served(tmp_path, processes=2) as server:
+        workers = [w for w in server.command.children() if "resource_tracker" not in " ".join(w.cmdline())]
+        onnx = export_dir(tmp_path, 1) / "model.onnx"
+        onnx.write_bytes(b"garbage")
+        workers[0].kill()
+        wait_for(lambda: "ended, with exit code 1" in server.log.read_text(), timeout_s=90,
+                 what="the replacement's failure")
+    said = server.log.read_text()
+    assert "Traceback" not in said, said[-3000:]
+    assert f"cannot load a version: {onnx} does not match its checksum" in said, said[-3000:]
