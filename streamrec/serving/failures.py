@@ -39,7 +39,7 @@ class FailureLog:
 
     def failed(self, exc: BaseException) -> None:
         """Log one failure (or count it, when the same error was logged lately)."""
-        error, now = str(exc), self._clock()
+        error, now = str(exc) or type(exc).__name__, self._clock()  # some errors have no text
         with self._lock:
             if error == self._error and now - self._logged_at < self._every_s:
                 self._held += 1

@@ -47,7 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -149,17 +149,25 @@ async def read_body(request: Request, limit: int) -> bytes:
 
     Raises:
         BodyTooLarge: naming the limit.
+        BadRequest: the body ended unfinished: the client closed the connection before its
+            ``Content-Length`` was read, or sent a malformed chunk (uvicorn has answered 400).
     """
     too_large = BodyTooLarge(f"request body over {limit} bytes (STREAMREC_SERVING__MAX_BODY_BYTES)")
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise too_large
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+    except ClientDisconnect as exc:  # the client's doing, not a failure to score
+        logger.debug("request body unfinished after %s bytes: the client disconnected", size)
+        raise BadRequest(
+            f"request body unfinished after {size} bytes: the connection closed or a chunk was malformed"
+        ) from exc
     return b"".join(chunks)
 
 

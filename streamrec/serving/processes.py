@@ -23,11 +23,12 @@ import errno
 import logging
 import os
 import socket
+import sys
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from streamrec.errors import ConfigError
+from streamrec.errors import ConfigError, StreamrecError
 from streamrec.orphans import end_with_parent
 from streamrec.paddlesignals import quiet_paddle_import, stop_signals_kept
 
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
     from streamrec.config import StreamrecConfig
     from streamrec.serving.scorer import Scorer
+
+logger = logging.getLogger(__name__)
 
 #: The resolved configuration, handed from the command to its workers.
 WORKER_CONFIG_ENV = "_STREAMREC_SERVE_WORKER_CONFIG"
@@ -86,8 +89,10 @@ def run_one(app: Starlette, sock: socket.socket) -> None:
 
     import uvicorn
 
+    from streamrec.serving.draining import DrainingServer
+
     config = uvicorn.Config(app, log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
+    server = DrainingServer(config)
     if threading.current_thread() is threading.main_thread():  # as uvicorn: handlers are the main thread's
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, server.handle_exit)
@@ -100,7 +105,8 @@ def run(cfg: StreamrecConfig, use_store: bool, sock: socket.socket) -> None:
     uvicorn's supervisor starts the workers, restarts one that dies, and stops them with it.
     """
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
+
+    from streamrec.serving.draining import DrainingSupervisor
 
     doc = {"config": cfg.model_dump(mode="json"), "store": use_store, "supervisor": os.getpid()}
     os.environ[WORKER_CONFIG_ENV] = orjson.dumps(doc).decode()
@@ -112,7 +118,7 @@ def run(cfg: StreamrecConfig, use_store: bool, sock: socket.socket) -> None:
         log_config=worker_log_config(),
         access_log=False,
     )
-    Multiprocess(config, sockets=[sock]).run()
+    DrainingSupervisor(config, sockets=[sock]).run()
 
 
 def worker_log_config() -> dict[str, Any]:
@@ -160,7 +166,11 @@ def create_app() -> Starlette:
     cfg = StreamrecConfig(**doc["config"])
     configure(cfg.log_level)
     serving = cfg.serving
-    scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
+    try:
+        scorer = Scorer(cfg.learner.snapshot_dir, serving.threads, serving.batch_candidates, serving.engine)
+    except StreamrecError as exc:  # every export damaged since the command started, say: one line
+        logger.error("server process %s cannot load a version: %s", os.getpid(), exc)
+        sys.exit(1)  # as uvicorn's own start failures; the supervisor starts another
     return serving_app(cfg, scorer, bool(doc["store"]))
 
 

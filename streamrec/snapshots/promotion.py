@@ -209,7 +209,9 @@ class ServingPointer:
 
         A promote pushes a version; a rollback pops back to its target, so a version rolled
         back from is never among them. ``current`` None (an unreadable pointer): every
-        version on the stack, the last served first.
+        version on the stack, the last served first. Each version once, where it was last
+        served: promotions back and forth between two versions stacked each hundreds of times,
+        and a server falling back, or a rollback, verified a damaged one that many times.
         """
         stack: list[int] = []
         for event in self.history():
@@ -221,7 +223,7 @@ class ServingPointer:
                 stack.append(event.version)
         if current in stack:  # the history may run past CURRENT after a crash between the two
             del stack[len(stack) - 1 - stack[::-1].index(current):]
-        return [v for v in reversed(stack) if v != current]
+        return [v for v in dict.fromkeys(reversed(stack)) if v != current]
 
 
 def require_root(root: Path) -> None:

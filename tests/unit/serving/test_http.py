@@ -256,6 +256,8 @@ def test_the_failure_log_repeats_an_error_once_a_period_with_the_count_and_a_new
         log.failed(ConnectionError("down"))
     log.failed(TimeoutError("slow"))
     assert len(logged) == 3 and "2 more failed" in logged[1] and "slow" in logged[2]
+    log.failed(TimeoutError())  # an error without text is named by its type, not "error="
+    assert "error=TimeoutError " in logged[3]
 
 
 def test_a_pointer_check_that_keeps_failing_logs_a_line_now_and_then_not_a_traceback_a_poll(

@@ -5,6 +5,7 @@ wait, 413 before a body is read, integer ids scored as their string form.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -269,3 +270,36 @@ def test_serving_settings_have_sensible_defaults() -> None:
     assert 0 < cfg.max_queue_wait_s <= 1
     with pytest.raises(ValueError):
         ServingConfig(max_in_flight=0)
+
+
+def test_a_body_cut_short_by_its_client_is_a_client_error_not_a_scoring_failure(
+    scorer: Scorer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by the serving-lifetime tour (malformed requests at load): a client that closed the
+    connection before its body's ``Content-Length`` was read, or sent a malformed chunk, was
+    logged as ``ERROR score request failed error=`` (no reason: the exception's text is empty),
+    as a feature store outage is, and counted as a 503. It is the client's: a 400 counted as one,
+    logged at most at debug level.
+    """
+    caplog.set_level("DEBUG", logger="streamrec")
+    with serving(make_app(scorer, no_history)) as url:
+        head = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        with raw_request(url, head + b"Content-Length: 100\r\n\r\n" + b'{"user": "1"'):
+            time.sleep(0.3)  # the server reads what came, then the client goes
+        with raw_request(url, head + b"Transfer-Encoding: chunked\r\n\r\n" + b"zz\r\n") as sock:
+            assert b" 400 " in status_line(sock)
+        assert httpx.post(f"{url}/score", json=WARM).status_code == 200
+        deadline = time.monotonic() + 5
+        while True:
+            statuses = {
+                sample.labels["status"]: sample.value
+                for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)
+                for sample in family.samples
+                if sample.name == "streamrec_serving_requests_total"
+            }
+            if statuses.get("400", 0) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    assert statuses.get("503", 0) == 0 and statuses.get("400") == 2, statuses
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "streamrec" in r.name]
+    assert not said, said
