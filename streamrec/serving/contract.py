@@ -261,7 +261,7 @@ def servable_inputs(contract: Mapping[str, Any], path: Path) -> list[dict[str, A
     if contract.get("schema") not in READABLE_SCHEMAS or not isinstance(inputs, list) or not inputs:
         problem = f"its {CONTRACT} declares no inputs of a contract schema in {READABLE_SCHEMAS}"
     else:
-        inputs = [_with_source(spec, contract) for spec in inputs]
+        inputs = with_sources(contract)
         for spec in inputs:
             source = spec.get("source")
             unknown = [c for c in spec.get("columns", ()) if c not in tables]
@@ -288,6 +288,15 @@ def _declared(contract: Mapping[str, Any]) -> list[object]:
     return [
         f.get("name") for f in contract.get("features", ()) if isinstance(f, dict) and not f.get("builtin")
     ]
+
+
+def with_sources(contract: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The contract's inputs, each with its ``source`` (stated, or by name: `_with_source`), unchecked.
+
+    What builds a probe batch (`streamrec.serving.onnxfile.probe_inputs`) reads, so an export of a
+    release before inputs stated their source is probed as it is served.
+    """
+    return [_with_source(spec, contract) for spec in contract["inputs"]]
 
 
 def _with_source(spec: dict[str, Any], contract: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from streamrec.serving.contract import with_sources
 from streamrec.serving.engines import OnnxEngine, PaddleEngine
 from streamrec.snapshots.exports import onnx_missing
 
@@ -209,7 +210,7 @@ def probe_inputs(contract: Mapping[str, Any], rng: np.random.Generator) -> dict[
     rows = {t["name"]: int(t["rows"]) for t in contract["tables"]}
     feature_rows = {f["name"]: int(f.get("rows") or 1) for f in contract.get("features", ())}
     feed = {}
-    for spec in contract["inputs"]:
+    for spec in with_sources(contract):  # an export written before inputs stated it too
         dims = spec["shape"]
         shape = tuple(_PROBE_ROWS if k == 0 else (_PROBE_SIZE if d == -1 else d) for k, d in enumerate(dims))
         if spec["dtype"] != "int64":

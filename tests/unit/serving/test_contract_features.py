@@ -67,9 +67,12 @@ def test_builtins_are_listed_beside_declared_features_with_the_same_fields(tmp_p
 # -- exports written before: contract schema 1 ------------------------------------------------
 
 
-def as_schema_1(export: Path) -> None:
+def as_schema_1(export: Path, sources: bool = True) -> None:
     """Rewrite ``export``'s contract as schema 1 wrote it (declared features only, no ``field``
     nor ``builtin``; no ``features`` at all under the default schema), and seal it again.
+
+    ``sources`` False: as the releases before 2026-12-02 wrote it (7ae6374, say), its inputs
+    stating no ``source`` either.
     """
     from streamrec.serving.export import _seal
 
@@ -77,6 +80,8 @@ def as_schema_1(export: Path) -> None:
     old = ("field", "builtin")
     declared = [{k: v for k, v in f.items() if k not in old} for f in doc["features"] if not f["builtin"]]
     doc = {**doc, "schema": 1, "features": declared}
+    if not sources:
+        doc["inputs"] = [{k: v for k, v in spec.items() if k != "source"} for spec in doc["inputs"]]
     if not declared:
         del doc["features"]
     (export / "contract.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
@@ -116,6 +121,29 @@ def test_a_schema_1_export_with_declared_features_is_served(tmp_path: Path) -> N
     assert names == {"genres", "rating", "device", "age", "price"}
     old = ExportedModel(export).score("u1", [("i8", "c1")], candidates, {"device": "ios"})
     assert np.abs(old - new).max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("declared", [False, True], ids=["default schema", "declared features"])
+def test_an_export_whose_inputs_state_no_source_loads_scores_and_verifies(
+    tmp_path: Path, declared: bool
+) -> None:
+    """Exports of the releases before 2026-12-02 (inputs without ``source``): the probe batch run at
+    each load (5b8b13c) read an input's source from the raw contract, and failed on the user
+    bucket (``KeyError: 'columns'``), so ``streamrec serve``, ``score``, ``snapshot verify`` and
+    the gate refused every such export. Found by the upgrades tour on 7ae6374's exports.
+    """
+    from streamrec.serving.probe import graphs_problem
+    from streamrec.serving.scorer import Candidate
+
+    export = _export(tmp_path) if declared else write_export(trained(config()), tmp_path / "v000001", 1)
+    candidates = [Candidate("i1", "c1", {"genres": ["a"], "price": 3.0}), Candidate("zz", "c2")]
+    context = {"device": "ios"} if declared else {}
+    new = ExportedModel(export).score("u1", [("i8", "c1")], candidates, context)
+    as_schema_1(export, sources=False)
+    assert not any("source" in spec for spec in contract_of(export)["inputs"])
+    old = ExportedModel(export).score("u1", [("i8", "c1")], candidates, context)
+    assert np.abs(old - new).max() <= TOLERANCE
+    assert graphs_problem(export) is None
 
 
 def test_an_input_reading_a_builtin_as_a_declared_feature_is_refused(tmp_path: Path) -> None:
