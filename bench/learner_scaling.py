@@ -96,7 +96,7 @@ def rank_main(
         places = np.array([[i % PARTITIONS, i] for i, _ in chunk], np.int64).ravel()
         layout = GroupLayout.of([g.reshape(-1, 2) for g in group.gather(places, "places")], rank)
         batch = SampleColumns.from_samples(own)
-        result = group_step(learner, batch, layout)
+        result = group_step(learner, batch, layout, f"bench rank {rank}, micro-batch {at // micro_batch + 1}")
         scored = Scored.of(batch, result.probs, result.known)
         group_scores, train, dead = gather_scores(group.share.exchange, scored, result.train, 0)
         scored_report(at + 1, group_scores, replace(result, train=train), dead, 1)

@@ -21,8 +21,8 @@ from streamrec.cli.options import (
     path_given,
     setting,
 )
-from streamrec.cli.snapshot import format_positions
 from streamrec.cli.snapshot_common import version_name
+from streamrec.cli.snapshot_format import format_positions
 from streamrec.errors import ConfigError
 
 if TYPE_CHECKING:  # Paddle and the clients: the demo imports them when it runs, not for --help

@@ -8,13 +8,11 @@ promoted one) or ``latest`` (the newest valid one).
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import orjson
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -35,12 +33,21 @@ from streamrec.cli.snapshot_common import (
     version_name,
     version_problem,
 )
+from streamrec.cli.snapshot_format import (
+    export_doc,
+    export_text,
+    export_word,
+    fmt,
+    format_kind,
+    manifest_doc,
+    print_diff,
+    serving_mark,
+    table_row,
+)
 from streamrec.errors import InvalidSnapshot, SnapshotError
 
 if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command runs, not for --help
-    from streamrec.snapshots.diff import SnapshotDiff
     from streamrec.snapshots.exports import ExportCheck
-    from streamrec.snapshots.store import SnapshotEntry, SnapshotManifest
 
 app = command_group("Create, inspect, verify, promote, roll back, prune and split traffic between snapshots.")
 
@@ -50,11 +57,6 @@ OwnServerOption = typer.Option(  # promote and verify: one flag, one help
     help="For a server of your own that follows serving/CURRENT: take an export `streamrec serve` "
     "does not load (a learner's own contract.json), checking its checksums only",
 )
-
-
-def _manifest_doc(manifest: SnapshotManifest) -> dict[str, Any]:
-    doc: dict[str, Any] = orjson.loads(manifest.to_json())
-    return doc
 
 
 @app.command("create")
@@ -104,41 +106,6 @@ def create(
         )
 
 
-def format_positions(manifest: SnapshotManifest) -> str:
-    """``partition:offset`` pairs of the positions a snapshot was trained up to."""
-    return " ".join(f"{p.partition}:{p.offset}" for p in manifest.positions)
-
-
-def _fmt(value: object) -> str:
-    return "-" if value is None else f"{value:.4f}" if isinstance(value, float) else str(value)
-
-
-def _serving_mark(version: int, current: int | None, promoted: set[int]) -> str:
-    return "CURRENT" if version == current else "promoted" if version in promoted else ""
-
-
-def format_kind(manifest: SnapshotManifest) -> str:
-    """``full``, or ``delta of v000006`` for a delta snapshot."""
-    return "full" if manifest.parent is None else f"{manifest.kind} of {version_name(manifest.parent)}"
-
-
-def _row(entry: SnapshotEntry, root: Path, serving: str) -> list[str]:
-    """A table row: the manifest's figures when it is readable, and whether the version is
-    valid (paths in the reason shown relative to ``root``).
-    """
-    problem = entry.problem and entry.problem.replace(f"{root}{os.sep}", "")
-    status = "ok" if problem is None else f"[red]invalid[/red]: {escape(problem)}"
-    serving = f"[bold green]{serving}[/bold green]" if serving == "CURRENT" else serving
-    m = entry.manifest
-    if m is None:
-        return [entry.name, serving, "-", "-", "-", "-", "-", "-", "-", status]
-    return [
-        m.name, serving, format_kind(m), m.created_at[:19].replace("T", " "), str(m.micro_batches),
-        str(m.samples_trained),
-        _fmt(m.metrics.get("auc")), _fmt(m.metrics.get("gauc")), format_positions(m), status,
-    ]
-
-
 @app.command("list")
 def list_(
     snapshot_dir: Path | None = DirOption,
@@ -170,8 +137,8 @@ def list_(
                     "version": e.version, "name": e.name, "valid": e.problem is None, "problem": e.problem,
                     "current": e.version == current, "promoted": e.version in promoted,
                     "arms": arms_of(plan, e.version, current),
-                    "manifest": e.manifest and _manifest_doc(e.manifest),
-                    "export": _export_doc(exports[e.version]),
+                    "manifest": e.manifest and manifest_doc(e.manifest),
+                    "export": export_doc(exports[e.version]),
                 }
                 for e in entries
             ]})
@@ -181,10 +148,10 @@ def list_(
             "positions", "status", "export",
         )
         for entry in entries:
-            mark = ", ".join(filter(None, (_serving_mark(entry.version, current, promoted),
+            mark = ", ".join(filter(None, (serving_mark(entry.version, current, promoted),
                                            arms_of(plan, entry.version, current))))
-            row = _row(entry, store.root, mark)
-            table.add_row(*row, _export_word(exports[entry.version]))
+            row = table_row(entry, store.root, mark)
+            table.add_row(*row, export_word(exports[entry.version]))
         if table.row_count == 0:
             console.print(f"no snapshots in {store.root}")
         else:
@@ -214,14 +181,14 @@ def show(
         promoted, plan = set(store.promoted()), current_plan(store)
         arms = arms_of(plan, number, current)
         if as_json:
-            print_json(_manifest_doc(manifest) | {
+            print_json(manifest_doc(manifest) | {
                 "name": manifest.name, "valid": problem is None, "problem": problem,
                 "current": number == current, "promoted": number in promoted,
                 "arms": arms, "traffic": plan_doc(plan),
             })
             raise typer.Exit(0 if problem is None else 1)
         lines = [
-            ("version", f"{manifest.name} {_serving_mark(number, current, promoted)}".rstrip()),
+            ("version", f"{manifest.name} {serving_mark(number, current, promoted)}".rstrip()),
             ("traffic", f"{arms} of {plan.describe()}" if plan is not None and arms else "-"),
             ("status", "ok" if problem is None else f"invalid: {problem}"),
             ("path", str(store.path(number))),
@@ -232,7 +199,7 @@ def show(
             ("positions", " ".join(f"{p.topic}[{p.partition}]:{p.offset}" for p in manifest.positions)),
             ("request", manifest.request_id or "-"),
         ]
-        lines += [(f"metrics.{k}", _fmt(v)) for k, v in sorted(manifest.metrics.items())]
+        lines += [(f"metrics.{k}", fmt(v)) for k, v in sorted(manifest.metrics.items())]
         from streamrec.snapshots.diff import flatten
 
         lines += [(f"config.{k}", str(v)) for k, v in sorted(flatten(manifest.config).items())]
@@ -276,7 +243,7 @@ def verify(
         if as_json:
             print_json({"root": str(store.root), "valid": bad == 0, "versions": [
                 {"version": n, "name": version_name(n), "valid": p is None and e.problem is None,
-                 "problem": p, "export": _export_doc(e)}
+                 "problem": p, "export": export_doc(e)}
                 for n, p, e in results
             ]})
         elif not results:
@@ -284,7 +251,7 @@ def verify(
         else:
             for number, problem, export in results:
                 status = "ok" if problem is None else f"[red]invalid[/red]: {escape(problem)}"
-                line = f"{version_name(number)}  {status}; export {_export_text(export)}"
+                line = f"{version_name(number)}  {status}; export {export_text(export)}"
                 console.print(line, highlight=False)
             console.print(f"{len(results) - bad} valid, {bad} invalid", highlight=False)
     if bad:
@@ -302,28 +269,6 @@ def _check_graphs(root: Path, version: int) -> ExportCheck:
 
     problem = graphs_problem(check.path)
     return check if problem is None else replace(check, problem=problem)
-
-
-def _export_doc(check: ExportCheck) -> dict[str, Any]:
-    return {"path": str(check.path), "present": not check.missing, "valid": check.whole,
-            "problem": check.problem, "own": check.own}
-
-
-def _export_word(check: ExportCheck) -> str:
-    """A word for a table cell: ok, missing, damaged or not servable (`snapshot verify` says why)."""
-    if check.missing:
-        return "missing"
-    if check.own:
-        return "[yellow]not servable[/yellow]"
-    return "ok" if check.problem is None else "[red]damaged[/red]"
-
-
-def _export_text(check: ExportCheck) -> str:
-    if check.missing:
-        return f"missing (`streamrec snapshot export {check.version}` builds it)"
-    if check.own:
-        return f"[yellow]not servable[/yellow]: {escape(check.problem or '')}"
-    return "ok" if check.problem is None else f"[red]invalid[/red]: {escape(check.problem)}"
 
 
 @app.command("diff")
@@ -346,29 +291,7 @@ def diff(
         if as_json:
             print_json(result)
         else:
-            _print_diff(result)
-
-
-def _print_diff(d: SnapshotDiff) -> None:
-    console.print(f"{version_name(d.a)} -> {version_name(d.b)}", highlight=False)
-    for title, changes in (("fields", d.fields), ("metrics", d.metrics), ("positions", d.positions),
-                           ("config", d.config)):
-        if changes:
-            console.print(f"{title}:", highlight=False)
-        for c in changes:
-            console.print(f"  {escape(c.key)}: {escape(_fmt(c.a))} -> {escape(_fmt(c.b))}", highlight=False)
-    table = Table("file", "tensor", "status", "shape", "changed rows", "max |diff|")
-    for t in d.changed_tensors:
-        shape = str(t.shape_b if t.shape_b is not None else t.shape_a)
-        if t.status == "reshaped":
-            shape = f"{t.shape_a} -> {t.shape_b}"
-        rows = "-" if t.changed_rows is None else f"{t.changed_rows}/{t.rows}"
-        gap = "-" if t.max_abs_diff is None else f"{t.max_abs_diff:.4g}"
-        table.add_row(t.file, t.name, t.status, shape, rows, gap)
-    same = len(d.tensors) - len(d.changed_tensors)
-    if table.row_count:
-        console.print(table)
-    console.print(f"{len(d.changed_tensors)} tensors differ, {same} the same", highlight=False)
+            print_diff(result)
 
 
 @app.command("promote")
