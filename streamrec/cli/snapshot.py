@@ -260,14 +260,14 @@ def verify(
 
 def _check_graphs(root: Path, version: int) -> ExportCheck:
     """An export checked as serve loads it: read (`check_loads`), then each graph run on a probe."""
-    from streamrec.serving.loading import check_loads
+    from streamrec.serving.loading import read_checked
 
-    check = check_loads(root, version)
-    if not check.whole:
+    check, contents = read_checked(root, version)
+    if contents is None:
         return check
     from streamrec.serving.probe import graphs_problem  # Paddle: only where there is a graph to run
 
-    problem = graphs_problem(check.path)
+    problem = graphs_problem(contents)
     return check if problem is None else replace(check, problem=problem)
 
 

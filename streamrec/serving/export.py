@@ -65,7 +65,7 @@ from streamrec.serving.graph import (
     FeatureScoringGraph,
     ScoringGraph,
 )
-from streamrec.serving.loading import check_loads
+from streamrec.serving.loading import read_checked
 from streamrec.serving.onnxfile import onnx_missing, write_onnx
 from streamrec.serving.probe import graphs_problem
 from streamrec.serving.traced import TracedGraphs
@@ -200,12 +200,12 @@ def _fault(store: SnapshotStore, version: int) -> str | None:
 
     None: it is kept (a learner's own, whole, too).
     """
-    check = check_loads(store.root, version)
+    check, contents = read_checked(store.root, version)
     if check.own:
         return None
-    if check.missing or check.problem is not None:
+    if contents is None:
         return check.problem or "missing"
-    return graphs_problem(check.path)
+    return graphs_problem(contents)
 
 
 # How long a rebuild waits for another export's rebuild: exports of the largest models take

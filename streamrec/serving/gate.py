@@ -26,7 +26,6 @@ from streamrec.learner.metrics import auc, logloss
 from streamrec.serving.export import build_missing_export, export_snapshot, prune_exports
 from streamrec.serving.loading import load_problem, serve_check
 from streamrec.serving.scorer import ExportedModel
-from streamrec.snapshots.exports import verify_export
 from streamrec.snapshots.promotion import promote
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore, version_name
 
@@ -96,7 +95,6 @@ class Promoter:
         """
         try:
             path = export_snapshot(self.store, manifest.version)
-            verify_export(path)  # a kept one checked too
             prune_exports(self.store)  # those of versions retention removed
         except NotExportable as exc:  # the learner's class, the same at every snapshot: said once
             self._once(f"{exc}: no version is exported or promoted, so `streamrec serve` has none to "
@@ -107,7 +105,7 @@ class Promoter:
             return
         if self.cfg.promote == "off":
             return
-        problem = load_problem(path)
+        problem = load_problem(path)  # its checksums too: a kept export is checked as a new one
         if problem is not None and problem.own:  # a learner's own export: nothing to judge or serve
             self._not_servable(manifest.learner, problem.message)
             return

@@ -10,7 +10,7 @@ when serve would load it, and say why not in one line.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.serving.contract import CONTRACT, servable_inputs
 from streamrec.snapshots.directory import parse_version, version_name
-from streamrec.snapshots.exports import ExportCheck, check_export, verify_export
+from streamrec.snapshots.exports import ExportCheck, export_dir, verify_export
 
 # The Paddle graph every export holds (`streamrec.serving.engines.PaddleEngine` runs it; the
 # ONNX graph, when there is one, is optional: serving falls back to this one).
@@ -156,28 +156,46 @@ def load_problem(path: Path) -> LoadProblem | None:
 
 
 def check_loads(root: Path, version: int) -> ExportCheck:
-    """`check_export`, and for a whole export whether serve would load it (``problem`` says why not)."""
-    check = check_export(root, version)
-    problem = load_problem(check.path) if check.whole else None
-    return check if problem is None else replace(check, problem=problem.message, own=problem.own)
+    """Whether ``version``'s export under ``root`` is there, whole, and loaded by `streamrec serve`.
+
+    Missing or failing a checksum reads as `check_export` says (`read_export` verifies first);
+    for one whose checksums hold, ``problem`` says why serve would not load it and ``own``
+    whether it is another learner's own export.
+    """
+    return read_checked(root, version)[0]
+
+
+def read_checked(root: Path, version: int) -> tuple[ExportCheck, ExportContents | None]:
+    """`check_loads`, with what `read_export` read of the export when serve would load it.
+
+    Each file is hashed once, for both answers.
+    """
+    path = export_dir(root, version)
+    if not path.is_dir():
+        return ExportCheck(version, path, missing=True, problem=None), None
+    try:
+        contents = read_export(path)
+    except NotServable as exc:
+        return ExportCheck(version, path, missing=False, problem=str(exc), own=True), None
+    except InvalidSnapshot as exc:
+        return ExportCheck(version, path, missing=False, problem=str(exc)), None
+    return ExportCheck(version, path, missing=False, problem=None), contents
 
 
 def serve_check(root: Path) -> Callable[[int], str | None]:
     """Promotion's check (`streamrec.snapshots.promotion.ServeCheck`) of the exports under ``root``.
 
     Why serve would not load a version's whole export as another learner's own (a message), or
-    None; one that is damaged in a way its checksums do not show is refused as damaged.
+    None; one that is damaged (beyond its checksums, which promotion checked first) is refused.
+    A missing one is promotion's to build or refuse.
 
     Raises:
         InvalidSnapshot: (from the check) the export is damaged, naming the file.
     """
 
     def check(version: int) -> str | None:
-        export = check_export(root, version)
-        if not export.whole:  # promotion refuses it as damaged, or builds it
-            return None
         export = check_loads(root, version)
-        if export.problem is None or export.own:
+        if export.missing or export.problem is None or export.own:
             return export.problem
         raise InvalidSnapshot(f"the export of {version_name(version)} is damaged: {export.problem}")
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from streamrec.errors import InvalidSnapshot, SnapshotError
 from streamrec.serving.engines import Engine, OnnxEngine, PaddleEngine, onnx_file, onnxruntime_available
-from streamrec.serving.loading import read_export
+from streamrec.serving.loading import ExportContents
 from streamrec.serving.onnxfile import probe_inputs
 
 
@@ -41,21 +41,21 @@ def require_finite_scores(engine: Engine, contract: Mapping[str, Any], path: Pat
         )
 
 
-def graphs_problem(path: Path) -> str | None:
-    """Why a graph of the export at ``path`` (one `read_export` reads whole) does not load or score.
+def graphs_problem(export: ExportContents) -> str | None:
+    """Why a graph of an export (as `read_export` read it whole) does not load or score, or None.
 
     Both graphs an export holds, each as serving runs it: Paddle's, which every engine setting may
     run (``auto`` falls back to it), and the ONNX graph where the contract names one and
     onnxruntime is installed (``auto`` runs it). `snapshot verify` asks it; serving loads one.
     """
+    path, contract = export.path, export.contract
     try:
-        contract = read_export(path).contract
         makers: list[Callable[[], Engine]] = [lambda: PaddleEngine(path)]
         model = onnx_file(contract, path)
         if model is not None and onnxruntime_available():
             makers.append(lambda: OnnxEngine(model))
         for make in makers:
             require_finite_scores(make(), contract, path)
-    except SnapshotError as exc:  # InvalidSnapshot, or NotServable: another learner's own
+    except SnapshotError as exc:  # InvalidSnapshot: a graph that does not load or score
         return str(exc)
     return None

@@ -261,3 +261,27 @@ def test_show_exits_1_for_an_invalid_version_as_verify_does(root: Path, as_json:
     said = f"{path} does not match its checksum"
     assert said in (orjson.loads(shown)["problem"] if as_json else shown.replace("\n", ""))
     run(root, "show", "1", *(["--json"] if as_json else []))
+
+
+@pytest.mark.parametrize(("command", "times"), [("list", 1), ("verify", 1), ("promote", 2)])
+def test_an_exports_files_are_hashed_once_a_check(
+    root: Path, command: str, times: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the last stop's review: an export's checksums were verified four times a promotion
+    (promotion's own check, then serve's check ran `check_export` and `check_loads`, which ran
+    both) and twice for each entry of `list` and `verify`. `read_export` verifies first, with the
+    same message, so serve's check is one read; promotion checks the export (or builds it) before.
+    """
+    import streamrec.snapshots.exports as exports
+
+    hashed: list[Path] = []
+
+    def counted(path: Path) -> str:
+        hashed.append(Path(path))
+        return real(path)
+
+    real = exports.sha256_file
+    monkeypatch.setattr(exports, "sha256_file", counted)
+    run(root, command, *(["1"] if command != "list" else []))
+    of_export = [p for p in hashed if "exports" in p.parts]
+    assert of_export and len(of_export) == times * len(set(of_export)), sorted(of_export)
