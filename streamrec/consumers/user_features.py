@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 from streamrec.events import Event
 from streamrec.features.schema import FeatureSpec, Value
-from streamrec.featurestore.profiles import Profile, ProfilePoint, ProfileStore, encode_value, user_values
+from streamrec.featurestore.profiles import Profile, ProfilePoint, ProfileStore, user_values, with_points
 
 
 class UserFeatures:
@@ -69,27 +69,3 @@ class UserFeatures:
         profile = profiles.get(event.user_id) if profiles else None
         return user_values(profile, event.ts, self._names) if profile else {}
 
-
-def with_points(profiles: dict[str, Profile], points: Sequence[ProfilePoint]) -> dict[str, Profile]:
-    """``profiles`` with every one of ``points`` in them, ordered as the store orders a feature's.
-
-    The store keeps a feature's newest `ProfileStore.points` points, the batch's included, so
-    a user with more events in one batch than that read nothing at their earliest: in the
-    MovieLens example 74,005 samples of 100,004. The profiles read hold the batch's points the
-    store kept; adding all of them back gives each sample its own event's value, and the same
-    in a redone batch (the store reads the same after the same points).
-    """
-    added: dict[str, dict[str, list[tuple[int, Value]]]] = {}
-    for point in points:
-        features = added.setdefault(point.user_id, {})
-        for name, value in point.values.items():
-            features.setdefault(name, []).append((point.ts, value))
-    out = dict(profiles)
-    for user, features in added.items():
-        profile = dict(out.get(user, {}))
-        for name, new in features.items():
-            # (time, stored form): points at one time in the store's order, each once
-            merged = {(ts, encode_value(value)): (ts, value) for ts, value in (*profile.get(name, ()), *new)}
-            profile[name] = tuple(merged[key] for key in sorted(merged))
-        out[user] = profile
-    return out

@@ -39,10 +39,6 @@ import orjson
 
 from streamrec.features.schema import Value
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
-if TYPE_CHECKING:
-    pass
-
 #: A user's points: feature name -> (event time, value), oldest first.
 Profile = dict[str, tuple[tuple[int, Value], ...]]
 
@@ -134,7 +130,7 @@ def merge_point(points: list[tuple[int, bytes]], ts: int, value: bytes, keep: in
     Returns whether ``points`` changed: not for a point already there, nor for one older
     than the ``keep`` kept.
     """
-    point = (ts, value)
+    point = (ts, value)  # the order of every feature's points: time, then stored form
     at = bisect.bisect_left(points, point)
     if at < len(points) and points[at] == point:
         return False
@@ -178,3 +174,28 @@ class MemoryProfileStore(ProfileStore):
             for name, points in features.items()
             if points
         }
+
+
+def with_points(profiles: dict[str, Profile], points: Sequence[ProfilePoint]) -> dict[str, Profile]:
+    """``profiles`` (read after ``points`` were written) with every one of ``points`` in them.
+
+    Ordered as every store orders a feature's points (`merge_point`: by time, then stored form),
+    each once. A store keeps a feature's newest `ProfileStore.points` points, a batch's included,
+    so a user with more events in one batch than that read nothing at their earliest (in the
+    MovieLens example, 74,005 samples of 100,004); adding the batch's points back gives each
+    sample its own event's value, and the same in a redone batch (the store reads the same
+    after the same points). `streamrec.consumers.user_features.UserFeatures.update` asks it.
+    """
+    added: dict[str, dict[str, list[tuple[int, Value]]]] = {}
+    for point in points:
+        features = added.setdefault(point.user_id, {})
+        for name, value in point.values.items():
+            features.setdefault(name, []).append((point.ts, value))
+    out = dict(profiles)
+    for user, features in added.items():
+        profile = dict(out.get(user, {}))
+        for name, new in features.items():
+            merged = {(ts, encode_value(value)): (ts, value) for ts, value in (*profile.get(name, ()), *new)}
+            profile[name] = tuple(merged[key] for key in sorted(merged))
+        out[user] = profile
+    return out
