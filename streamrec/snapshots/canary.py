@@ -20,6 +20,7 @@ from streamrec.snapshots.promotion import (
     ServeCheck,
     Versions,
     _require_export,
+    _require_finite,
     _require_servable,
     end_traffic,
 )
@@ -158,6 +159,7 @@ def _servable(
     Missing even after ``build_export``; not loadable by `streamrec serve` as ``serve_check`` says.
     """
     store.verify(version)
+    _require_finite(store, version)
     _require_export(store, version, build_export)
     if check_export(store.root, version).missing:
         raise SnapshotError(

@@ -32,7 +32,7 @@ from typing import Protocol
 
 import orjson
 
-from streamrec.errors import NotServable, SnapshotError
+from streamrec.errors import InvalidSnapshot, NotServable, SnapshotError
 from streamrec.fileio import write_atomic
 from streamrec.snapshots.directory import describe_os_error, parse_version, remove_tree, version_name
 from streamrec.snapshots.exports import check_export, export_dir, refuse_unservable
@@ -267,6 +267,9 @@ class Versions(Protocol):
     def validate(self, version: int) -> str | None:
         """Why a version is invalid, or None."""
 
+    def state_problem(self, version: int) -> str | None:
+        """Why a verified version's state is not loaded (NaN or infinite values), or None."""
+
 
 def promote(
     store: Versions,
@@ -300,6 +303,7 @@ def promote(
                 "or end it first (`streamrec snapshot rollback`)"
             )
         manifest = store.verify(version)
+        _require_finite(store, version)
         _require_export(store, version, build_export)
         _require_servable(store, version, serve_check)
         previous = _current_or_none(store.serving)
@@ -313,6 +317,20 @@ def promote(
     logger.info("promoted snapshot version=%s previous=%s reason=%s", manifest.name,
                 previous and version_name(previous), reason)
     return manifest
+
+
+def _require_finite(store: Versions, version: int) -> None:
+    """Raise if a verified ``version``'s state holds NaN or infinity (`SnapshotStore.state_problem`).
+
+    streamrec never writes such state, and resume and the export refuse it; an export built
+    before the state was edited would still be served.
+
+    Raises:
+        InvalidSnapshot: naming the arrays.
+    """
+    problem = store.state_problem(version)
+    if problem is not None:
+        raise InvalidSnapshot(f"{version_name(version)} is not served: {problem}")
 
 
 def _require_export(store: Versions, version: int, build_export: BuildExport | None) -> None:
@@ -351,6 +369,7 @@ def _servable_problem(
     if problem is not None:
         return problem
     try:
+        _require_finite(store, version)
         _require_export(store, version, build_export)
         _require_servable(store, version, serve_check)
     except SnapshotError as exc:

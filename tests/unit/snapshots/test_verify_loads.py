@@ -162,21 +162,25 @@ def test_rollback_skips_an_export_serve_would_not_load(root: Path) -> None:
     assert SnapshotStore(root).current() == 2
 
 
-def test_verify_list_show_and_promote_refuse_state_that_is_not_finite(root: Path) -> None:
-    """A snapshot's state edited to hold NaN and resealed: `verify`, `list` and `show` said ok
-    (exit 0), and `promote` served it while its export, written before the edit, was there;
-    a learner resuming it and its export refuse it (`non_finite`).
-    """
+def _infinite_state(version: Path) -> str:
+    """Set a weight of ``version``'s state to inf and reseal it; what the refusals say."""
     from safetensors.numpy import load_file, save_file
 
-    version = root / "v000002"
     tensors = load_file(str(version / "model.safetensors"))
     name = next(k for k, v in tensors.items() if v.dtype == np.float32)
     tensors[name] = tensors[name].copy()
     tensors[name].flat[0] = np.inf
     save_file(tensors, str(version / "model.safetensors"))
     reseal(version)
-    said = f"its state holds NaN or infinite values in model/{name}"
+    return f"its state holds NaN or infinite values in model/{name}"
+
+
+def test_verify_list_show_and_promote_refuse_state_that_is_not_finite(root: Path) -> None:
+    """A snapshot's state edited to hold NaN and resealed: `verify`, `list` and `show` said ok
+    (exit 0), and `promote` served it while its export, written before the edit, was there;
+    a learner resuming it and its export refuse it (`non_finite`).
+    """
+    said = _infinite_state(root / "v000002")
     lines = run(root, "verify", code=1).stdout.splitlines()
     assert lines[0] == "v000001  ok; export ok" and lines[-1] == "1 valid, 1 invalid", lines
     assert lines[1].startswith(f"v000002  invalid: {said}") and lines[1].endswith("; export ok"), lines
@@ -188,8 +192,29 @@ def test_verify_list_show_and_promote_refuse_state_that_is_not_finite(root: Path
     assert f"invalid: {said}" in run(root, "show", "2", code=1).stdout
     run(root, "show", "1")
     refused = run(root, "promote", "2", code=1).output.strip()
-    assert refused.startswith(f"error: v000002 is not promoted: {said}") and len(refused.splitlines()) == 1
+    assert refused.startswith(f"error: v000002 is not served: {said}") and len(refused.splitlines()) == 1
     assert SnapshotStore(root).current() is None
+
+
+@pytest.mark.parametrize("command", ["rollback", "canary", "ab"])
+def test_rollback_canary_and_ab_refuse_state_that_is_not_finite(root: Path, command: str) -> None:
+    """`promote` refused a version whose state holds NaN or infinity (2c32ac2), in the command
+    alone: `rollback` went back to such a version, and a canary or an A/B test sent users to
+    it, wherever its export, written before the edit, was there (noted at the last stop).
+    """
+    run(root, "promote", "1")
+    run(root, "promote", "2")
+    from streamrec.snapshots.traffic import read_plan
+
+    bad = 1 if command == "rollback" else 2
+    if command != "rollback":
+        run(root, "rollback")  # v000001 served, v000002 the candidate
+    said = _infinite_state(root / f"v{bad:06d}")
+    args = {"rollback": [], "canary": ["2", "--share", "5%"], "ab": ["a=current:50%", "b=v000002:50%"]}
+    refused = run(root, command, *args[command], code=1).output
+    assert ("(invalid: v000001)" if command == "rollback" else said) in refused, refused
+    assert SnapshotStore(root).current() == (2 if command == "rollback" else 1)
+    assert read_plan(root) is None
 
 
 def _nan_weights(root: Path, version: int) -> None:
