@@ -288,14 +288,15 @@ def test_show_exits_1_for_an_invalid_version_as_verify_does(root: Path, as_json:
     run(root, "show", "1", *(["--json"] if as_json else []))
 
 
-@pytest.mark.parametrize(("command", "times"), [("list", 1), ("verify", 1), ("promote", 2)])
+@pytest.mark.parametrize(("command", "times"), [("list", 1), ("verify", 1), ("export", 1), ("promote", 2)])
 def test_an_exports_files_are_hashed_once_a_check(
     root: Path, command: str, times: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """From the last stop's review: an export's checksums were verified four times a promotion
     (promotion's own check, then serve's check ran `check_export` and `check_loads`, which ran
-    both) and twice for each entry of `list` and `verify`. `read_export` verifies first, with the
-    same message, so serve's check is one read; promotion checks the export (or builds it) before.
+    both), twice for each entry of `list` and `verify`, and twice by `export`. `read_export`
+    verifies first, with the same message, so serve's check is one read; promotion checks the
+    export (or builds it) before.
     """
     import streamrec.snapshots.exports as exports
 
