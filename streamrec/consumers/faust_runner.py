@@ -9,20 +9,19 @@ idempotent producer, waits for the broker to acknowledge them, and only then ret
 which Faust acks the batch's events and commits their offsets in the background.
 
 **Guarantee: at-least-once, not exactly-once.** Faust cannot put the samples and the consumed
-offsets in one Kafka transaction as the native runner does, and it acks a batch's events when
-the agent is done with it *even when the agent raised*. Precisely:
+offsets in one Kafka transaction as the native runner does. Precisely:
 
 - *A batch that fails* (a bug, a fatal store error such as ``FeatureStoreLost``,
-  ``STREAMREC_FAULT``) stops the runner with that error, as in the native runner, but Faust
-  acks the batch on the way out and commits its offsets: its events are skipped for good,
-  never redone by a restart. What of it reached Redis stays there (the sequences are complete
-  if it failed after the store update), but its samples and dead letters are lost. The native
-  runner redoes such a batch at the next start and loses nothing. Passing outages of Redis
-  or the broker are no failure: the batch is redone in place with backoff until
-  ``retry_deadline_s``, as in the native runner; then the runner stops with
-  `OutageError`, and that batch too is skipped. (Only the failed
-  batch: the agent holds it until the app stops, so that Faust's stream does not go on acking
-  the events fetched behind it, as it does once an agent's loop is left.)
+  ``STREAMREC_FAULT``, an outage past ``retry_deadline_s``: `OutageError`) stops the runner
+  with that error, as in the native runner, and the next start redoes it. Faust's
+  ``take_events`` acks a batch on the way out even when the agent raised (until 2026-12-07
+  its offsets were then committed, and the batch skipped for good); the agent keeps a
+  reference to each of its messages, so that ack is not the last, Faust marks none of its
+  offsets done and commits none past them. What of it reached Redis stays there, and the
+  redo is judged a redo (the same histories); samples it had sent before failing appear
+  twice, with the same ids. Passing outages of Redis or the broker are no failure: the batch
+  is redone in place with backoff, as in the native runner. (The agent holds the failed
+  batch until the app stops, so the stream goes on with nothing fetched behind it.)
 - *A crash of the process* (kill -9, a lost host) between the store update and Faust's
   offset commit (every ``broker_commit_interval``, 2.8 s) redoes the uncommitted events on restart. Redis
   judges the same record read again as a redo (ACCEPTED, same histories), so the redo emits
@@ -94,10 +93,10 @@ _TICK_S = 0.1
 
 @dataclass
 class FaustStats(ConsumerStats):
-    """The native runner's totals, plus the events whose batch raised and was acked anyway."""
+    """The native runner's totals, plus the events of the batch that raised (redone next start)."""
 
-    skipped: int = 0  # events of batches that failed: acked by Faust, never redone
-    skipped_origins: list[str] = field(default_factory=list)  # their ``partition:offset``
+    failed: int = 0  # events of a batch that failed: never acked, so the next start reads them again
+    failed_origins: list[str] = field(default_factory=list)  # their ``partition:offset``
 
 
 def to_record(message: Any) -> Record:
@@ -221,10 +220,10 @@ class FaustRunner:
             self._sink.close()
         logger.info(
             "consumer stopped batches=%d events=%d samples=%d dead=%d duplicates=%d late=%d "
-            "timestamp_mismatches=%d skipped=%d retries=%d",
+            "timestamp_mismatches=%d failed=%d retries=%d",
             self.stats.batches, self.stats.events, self.stats.samples, self.stats.dead,
             self.stats.duplicates, self.stats.late, self.stats.timestamp_mismatches,
-            self.stats.skipped, self.stats.retries,
+            self.stats.failed, self.stats.retries,
         )
         if self._fatal is not None:
             raise self._fatal
@@ -276,8 +275,13 @@ class FaustRunner:
                 async for events in batches:
                     records = [to_record(event.message) for event in events]
                     if not await self._finish(records):
-                        # Hold the failed batch until the app stops: leaving the loop would
-                        # let the stream ack (skip) every event fetched behind it meanwhile.
+                        # take_events acks the batch on the way out all the same; a reference
+                        # of ours keeps that ack from being the last, so Faust marks none of
+                        # its offsets done and commits none past them: the next start redoes it.
+                        for event in events:
+                            event.message.incref()
+                        # Hold it until the app stops: leaving the loop would let the stream
+                        # go on with the events fetched behind it meanwhile.
                         await asyncio.Event().wait()
 
         return samples
@@ -295,10 +299,10 @@ class FaustRunner:
             await work  # the app is stopping: finish the batch before Faust acks it
             raise
         except Exception as exc:
-            self.stats.skipped += len(records)
-            self.stats.skipped_origins += [f"{r.partition()}:{r.offset()}" for r in records]
-            logger.error("batch failed; Faust acks its events, so they are skipped events=%d error=%r",
-                         len(records), str(exc))
+            self.stats.failed += len(records)
+            self.stats.failed_origins += [f"{r.partition()}:{r.offset()}" for r in records]
+            logger.error("batch failed; its events are not acked, so the next start redoes them "
+                         "events=%d error=%r", len(records), str(exc))
             self._fatal = exc
             return False
         return True

@@ -1,7 +1,7 @@
 """The Faust runner on the real broker and Redis: the consumer contract where its guarantees
 allow (every valid event's samples, bad events dead-lettered with reasons, offsets kept), and
-the one guarantee that differs from the native runner, shown: a batch whose agent raised is
-acked by Faust and never redone. Data: the package's generated click stream.
+what differs from the native runner (at-least-once: a batch whose agent raised is redone at
+the next start, its samples possibly twice). Data: the package's generated click stream.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_the_faust_runner_emits_every_valid_events_samples_and_dead_letters_the_
 
     stats = faust_runner.FaustRunner(cfg).run()
 
-    assert stats.events == len(events) and stats.skipped == 0
+    assert stats.events == len(events) and stats.failed == 0
     assert stats.dead == len(MALFORMED) + 1
     letters = topic_reader(kafka_config.dlq_topic)
     assert len(letters) == stats.dead
@@ -95,12 +95,16 @@ def emitted_by_id(samples: list[dict[str, object]]) -> dict[str, dict[str, objec
     return {str(s["sample_id"]): s for s in samples}
 
 
-def test_an_agent_exception_acks_its_batch_so_its_samples_are_lost_where_the_native_runner_redoes_it(
+def test_a_batch_whose_agent_raised_is_redone_at_the_next_start(
     kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str,
     events: list[Event], topic_reader, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The native runner's twin, ``test_a_crash_mid_batch_loses_and_duplicates_nothing``, redoes
-    the failed batch and loses nothing; under Faust the same fault skips the batch for good.
+    """The native runner's twin, ``test_a_crash_mid_batch_loses_and_duplicates_nothing``.
+
+    Faust's ``take_events`` acks a batch on the way out even when the agent raised, and its
+    offsets were then committed: the batch was skipped for good, its samples lost (the docs
+    called that at-least-once). The failed batch's messages are held now (a reference Faust's
+    ack does not release), so no offset is committed past them and the next start redoes it.
     """
     cfg = config(kafka_config, store_config, unique_name)
     send(kafka_config, events)
@@ -110,20 +114,18 @@ def test_an_agent_exception_acks_its_batch_so_its_samples_are_lost_where_the_nat
     first = faust_runner.FaustRunner(cfg)
     with pytest.raises(faults.InjectedFault):
         first.run()
-    assert first.stats.batches == 1 and first.stats.skipped > 0
+    assert first.stats.batches == 1 and first.stats.failed > 0
     monkeypatch.delenv(faults.ENV)
     second = faust_runner.FaustRunner(cfg).run()
 
-    # Nothing of the failed batch is redone: Faust acked it and committed past it.
-    assert first.stats.events + second.events + first.stats.skipped == len(events)
-    skipped = set(first.stats.skipped_origins)
-    by_origin = {f"{m.partition()}:{m.offset()}": orjson.loads(m.value())
-                 for m in topic_reader(kafka_config.events_topic)}
-    lost = {by_origin[o]["event_id"] for o in skipped if by_origin[o]["action"] == "pv"}
-    assert lost, "the skipped batch held no positive"
+    # The failed batch, and whatever came behind it, is read again: nothing skipped.
+    assert first.stats.events + second.events >= len(events)
+    assert second.events >= len(events) - first.stats.events
     ids = [orjson.loads(m.value())["sample_id"] for m in topic_reader(kafka_config.samples_topic)]
-    assert len(ids) == len(set(ids))
     positives = {e.event_id for e in events if e.action == "pv"}
-    assert {i for i in ids if "~n" not in i} == positives - lost  # exactly the batch's samples lost
-    # The batch's Redis effect happened before the fault: the sequences are complete.
+    assert {i for i in ids if "~n" not in i} == positives  # none lost
+    # The batch's Redis effect happened before the fault: the redo is judged a redo, the
+    # sequences complete, each event once.
     assert_sequences_complete(store_config, cfg, events)
+    again = faust_runner.FaustRunner(cfg).run()  # committed past everything now
+    assert again.events == 0
