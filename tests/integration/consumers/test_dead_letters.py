@@ -152,6 +152,11 @@ def test_the_learners_dead_letters_by_time_and_count_and_their_duplicates(kafka_
     assert since.letters == 3 and since.first_ms == ts + 3000
     later = survey(kafka_config, Reading(kafka_config.samples_dlq_topic, since_ms=ts + 10_000)).summary
     assert later.letters == 0
+    late = survey(kafka_config, Reading(kafka_config.samples_dlq_topic, kinds=frozenset({"late"})))
+    assert late.summary.letters == 0
+    both = frozenset({"late", "not_json"})
+    kinds = survey(kafka_config, Reading(kafka_config.samples_dlq_topic, kinds=both))
+    assert kinds.summary.letters == 6
 
 
 class _Inflated:
