@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,42 @@ from streamrec.kafka.records import Header, KafkaMessage, Position
 HEADER_PREFIX = "streamrec."
 # A reason is ours and short; this bounds one built from a huge exception message.
 _MAX_REASON_CHARS = 1_000
+
+
+# Dead-letter reasons are free text with values in them (sizes, ids); a label takes one of
+# these few kinds instead, so the series stay few. The first pattern that matches wins.
+REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), kind)
+    for pattern, kind in (
+        (r"^empty record", "null_value"),
+        (r"^record is \d+ bytes", "too_large"),
+        (r"^not valid JSON", "not_json"),
+        (r"^expected a JSON object", "not_object"),
+        (r"^missing field", "missing_field"),
+        (r"^field 'ts'.* in the future", "future_timestamp"),
+        (r"^field 'ts'", "bad_timestamp"),
+        (r"^field 'label'", "bad_label"),
+        (r"^field '", "bad_id"),
+        (r"^event id .* reused", "conflicting_event_id"),
+        (r"^late event", "late"),
+        (r"^record has no key", "no_key"),
+        (r"^record key .* is not the event's user_id", "wrong_key"),
+        (r"^user .* belongs in .* partitioner", "wrong_partition"),
+    )
+)
+#: The kind of a reason no pattern knows.
+OTHER_REASON = "other"
+#: Every kind, in the order of the patterns, then `OTHER_REASON`.
+KINDS: tuple[str, ...] = (*dict.fromkeys(kind for _, kind in REASONS), OTHER_REASON)
+
+
+def reason_kind(reason: str) -> str:
+    """The dead-letter kind of a reason.
+
+    The ``reason`` label of the consumers' dead-letter counter, and what ``streamrec consumers
+    dead-letters`` counts by.
+    """
+    return next((kind for pattern, kind in REASONS if pattern.search(reason)), OTHER_REASON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +87,7 @@ class DeadLetter:
             value=msg.value(),
             key=msg.key(),
             timestamp_ms=msg.timestamp()[1],
-            headers=_header_list(msg),
+            headers=header_list(msg),
         )
 
     def record_value(self, max_bytes: int) -> bytes | None:
@@ -72,7 +109,7 @@ class DeadLetter:
         return [*self.headers, *((HEADER_PREFIX + k, v.encode()) for k, v in context.items())]
 
 
-def _header_list(msg: KafkaMessage) -> tuple[Header, ...]:
+def header_list(msg: KafkaMessage) -> tuple[Header, ...]:
     """A record's headers as (name, bytes) pairs, in order (a consumed record's already are)."""
     raw = msg.headers() or ()
     pairs = raw.items() if isinstance(raw, dict) else raw

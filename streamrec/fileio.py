@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 
 def sha256_file(path: Path) -> str:
@@ -34,11 +37,29 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     Raises:
         OSError: the write, rename or sync failed (the old file is left as it was).
     """
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as fh:
+    with atomic_file(path, mode) as fh:
         fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+
+
+@contextmanager
+def atomic_file(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """A file to write that replaces ``path`` when the block ends, as `write_atomic` does.
+
+    For data written as it comes rather than held whole. An exception in the block leaves
+    ``path`` as it was and removes the temporary file.
+
+    Raises:
+        OSError: the write, rename or sync failed (the old file is left as it was).
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_path(path.parent)

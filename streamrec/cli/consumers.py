@@ -17,10 +17,12 @@ from streamrec.cli.common import (
     cli_errors,
     command_group,
     console,
+    err_console,
     live_status,
     stop_on_signals,
 )
-from streamrec.cli.options import ConfigFile, LogLevel, consumer_runner, setting
+from streamrec.cli.options import ConfigFile, LogLevel, consumer_runner, json_output, path_given, setting
+from streamrec.cli.snapshot_common import print_json
 
 if TYPE_CHECKING:  # the Kafka and Redis clients: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
@@ -195,3 +197,92 @@ def rebuild(
             f"rebuilt the feature store from {stats.events} events in {stats.seconds:.1f} s "
             f"({stats.invalid} invalid records skipped); start the consumers again"
         )
+
+
+# The default of --idle: `streamrec.deadletter_reader.IDLE_S` (written here so that --help
+# imports no Kafka client; tests/unit/cli/test_dead_letters.py checks they agree).
+_IDLE_S = 5.0
+
+
+@app.command("dead-letters")
+def dead_letters(
+    samples: bool = typer.Option(
+        False, "--samples", help="Read the learner's dead-letter topic (bad samples), not the consumers'"
+    ),
+    since: str | None = typer.Option(
+        None, "--since", metavar="<time>", show_default="the start",
+        help="Only dead letters of records stamped at or after this: a time ago (30m, 2h, 1d) or an "
+        "ISO 8601 time (a dead letter keeps its record's timestamp)",
+    ),
+    limit: int | None = typer.Option(
+        None, "--limit", show_default="all", help="Only the last N dead letters (the newest N by record time)"
+    ),
+    kinds: list[str] = typer.Option(  # noqa: B008  # typer's way of declaring an option
+        [], "--kind", metavar="<kind>", show_default="every kind",
+        help="Only dead letters of this kind of reason (repeat for more): the `reason` label of "
+        "streamrec_consumer_dead_letters_total, such as not_json or wrong_partition",
+    ),
+    write: Path | None = typer.Option(
+        None, "--write", metavar="<path>", parser=path_given, show_default="no file",
+        help="Write their values there, one a line (JSONL where they are JSON), to fix and publish "
+        "again with `streamrec produce FILE`; what cannot be written is counted",
+    ),
+    examples: int = typer.Option(3, "--examples", min=0, help="Examples shown of each kind of reason"),
+    idle: float = typer.Option(
+        _IDLE_S, "--idle", help="Stop after this many seconds without a record, even short of the end"
+    ),
+    bootstrap_servers: str | None = setting("kafka.bootstrap_servers"),
+    dlq_topic: str | None = setting("kafka.dlq_topic"),
+    samples_dlq_topic: str | None = setting("kafka.samples_dlq_topic"),
+    as_json: bool = json_output(),
+    log_level: str | None = LogLevel,
+    config_file: Path | None = ConfigFile,
+) -> None:
+    """Count a dead-letter topic's records by kind of reason, with examples; --write saves their
+    values to fix and publish again.
+
+    Reads the topic up to its end as of the start, assigned its partitions: it joins no
+    consumer group and commits nothing, so it never disturbs the consumers or the learner.
+    """
+    from datetime import UTC, datetime
+
+    from streamrec.deadletter_reader import Reading, survey
+    from streamrec.deadletter_summary import since_ms
+
+    with cli_errors():
+        cfg = build_config(
+            quiet=True,
+            log_level=log_level,
+            config_file=config_file,
+            kafka={
+                "bootstrap_servers": bootstrap_servers,
+                "dlq_topic": dlq_topic,
+                "samples_dlq_topic": samples_dlq_topic,
+            },
+        )
+        reading = Reading(
+            cfg.kafka.samples_dlq_topic if samples else cfg.kafka.dlq_topic,
+            since_ms=None if since is None else since_ms(since, datetime.now(UTC)),
+            limit=limit,
+            idle_s=idle,
+            kinds=frozenset(kinds),
+        )
+        found = survey(cfg.kafka, reading, write, examples)
+        short = {str(p): {"position": at, "end": end} for p, (at, end) in found.short.items()}
+        if as_json:
+            doc = found.summary.doc() | {"stopped_short": short}
+            if found.values is not None:
+                doc |= {"written": found.values.written, "left_out": dict(found.values.skipped)}
+            print_json(doc)
+            return
+        for line in found.summary.lines():
+            console.print(line, highlight=False, markup=False)
+        if found.values is not None and write is not None:
+            console.print(found.values.line(write), highlight=False, markup=False)
+        if short:
+            where = ", ".join(f"{p} ({s['position']} of {s['end']})" for p, s in short.items())
+            err_console.print(
+                f"[yellow]warning:[/yellow] stopped after {idle:g} s without a record, short of the end "
+                f"of partitions {where}",
+                highlight=False,
+            )

@@ -9,13 +9,13 @@ committed batch at a time.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from streamrec.deadletters import KINDS, reason_kind
 from streamrec.observability.freshness import AgeHistogram, ages_s
 from streamrec.observability.process import ProcessMetrics
 
@@ -29,36 +29,6 @@ PREFIX = "streamrec_consumer"
 BATCH_SECONDS_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0
 )
-
-# Dead-letter reasons are free text with values in them (sizes, ids); a label takes one of
-# these few kinds instead, so the series stay few. The first pattern that matches wins.
-REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern), kind)
-    for pattern, kind in (
-        (r"^empty record", "null_value"),
-        (r"^record is \d+ bytes", "too_large"),
-        (r"^not valid JSON", "not_json"),
-        (r"^expected a JSON object", "not_object"),
-        (r"^missing field", "missing_field"),
-        (r"^field 'ts'.* in the future", "future_timestamp"),
-        (r"^field 'ts'", "bad_timestamp"),
-        (r"^field 'label'", "bad_label"),
-        (r"^field '", "bad_id"),
-        (r"^event id .* reused", "conflicting_event_id"),
-        (r"^late event", "late"),
-        (r"^record has no key", "no_key"),
-        (r"^record key .* is not the event's user_id", "wrong_key"),
-        (r"^user .* belongs in .* partitioner", "wrong_partition"),
-    )
-)
-#: The kind of a reason no pattern knows.
-OTHER_REASON = "other"
-
-
-def reason_kind(reason: str) -> str:
-    """The dead-letter kind of a reason, for the ``reason`` label."""
-    return next((kind for pattern, kind in REASONS if pattern.search(reason)), OTHER_REASON)
-
 
 class ConsumerMetrics(ProcessMetrics):
     """The consumers' metrics in a registry of their own (tests and the demo run several).
@@ -111,7 +81,7 @@ class ConsumerMetrics(ProcessMetrics):
             f"{PREFIX}_dead_letters_total", "Event records dead-lettered, by kind of reason",
             ["reason"], registry=r,
         )
-        for kind in (*(kind for _, kind in REASONS), OTHER_REASON):
+        for kind in KINDS:
             self.dead_letters.labels(kind)
         self.batch_seconds = Histogram(
             f"{PREFIX}_batch_seconds", "Seconds from reading a batch to its commit, retries included",

@@ -20,6 +20,7 @@ MODULES = (
     "streamrec.config.loading",
     "streamrec.consumers.processor",
     "streamrec.datasets.declared",
+    "streamrec.deadletter_summary",
     "streamrec.datasets.sources",
     "streamrec.datasets.synthetic",
     "streamrec.events",

@@ -20,7 +20,7 @@ from streamrec.cli.learner import LearnerStatus, snapshot_bytes
 from streamrec.consumers.native_runner import BatchReport
 from streamrec.consumers.negatives import NoveltyMatchedSampler
 from streamrec.consumers.processor import BatchResult
-from streamrec.deadletters import DeadLetter
+from streamrec.deadletters import OTHER_REASON, REASONS, DeadLetter
 from streamrec.errors import InvalidEvent
 from streamrec.events import parse_event
 from streamrec.kafka.records import Partition, Position
@@ -35,7 +35,7 @@ from streamrec.observability import (
     partition_lag,
     reason_kind,
 )
-from streamrec.observability.consumer import BATCH_SECONDS_BUCKETS, OTHER_REASON, REASONS
+from streamrec.observability.consumer import BATCH_SECONDS_BUCKETS
 from streamrec.observability.learner import TRAIN_SECONDS_BUCKETS
 from streamrec.snapshots.store import SnapshotManifest
 

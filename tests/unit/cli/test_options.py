@@ -51,6 +51,11 @@ EXPECTED: dict[str, dict[str, str]] = {
         "--stop-when-idle": "STREAMREC_CONSUMER__STOP_WHEN_IDLE_S",
         "--metrics-port": "STREAMREC_CONSUMER__METRICS_PORT",
     },
+    "consumers dead-letters": {
+        "--bootstrap-servers": "STREAMREC_KAFKA__BOOTSTRAP_SERVERS",
+        "--dlq-topic": "STREAMREC_KAFKA__DLQ_TOPIC",
+        "--samples-dlq-topic": "STREAMREC_KAFKA__SAMPLES_DLQ_TOPIC",
+    },
     "consumers rebuild": {
         "--bootstrap-servers": "STREAMREC_KAFKA__BOOTSTRAP_SERVERS",
         "--events-topic": "STREAMREC_KAFKA__EVENTS_TOPIC",
@@ -287,6 +292,7 @@ def test_every_option_shows_its_default_but_bare_switches(path: str) -> None:
 DIFFERENT_HELP = {
     "--max-batch", "--snapshot-dir", "--snapshot-every", "--stop-when-idle",
     "--items", "--seed", "--interval",
+    "--limit",  # a dataset's earliest N events; the last N dead letters
 }
 
 
