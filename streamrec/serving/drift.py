@@ -2,7 +2,8 @@
 
 A request's values are read by name, and a name the model does not read where it is given is
 ignored (`streamrec.serving.features`): a client that sends ``genre`` for the declared
-``genres``, a user feature in the context (scoring reads it from the profile store), or no
+``genres``, a user feature in the context (scoring reads it from the profile store, or from
+the request's ``user_features`` beside its own history), or no
 value of a declared candidate feature at all gets scores from defaults, with 200 OK and no
 word. `RequestDrift` warns of each such name once a model version: a name ignored where it is
 given, and a declared feature no request has carried where it is read after ``absent_after``
@@ -29,10 +30,11 @@ PLACES: dict[str, Callable[[FeatureSpec], bool]] = {
     "context": lambda spec: spec.role == "context",
     "items": lambda spec: spec.role == "behaviour" and not spec.outcome,  # a candidate's own
     "history": lambda spec: spec.role == "behaviour",  # a request's own history, outcomes included
+    "user_features": lambda spec: spec.role == "user",  # beside a request's own history
 }
 
 _SOURCES = {  # where scoring reads a feature of each role
-    "user": "the profile store, by the user",
+    "user": "the profile store, by the user (or a request's 'user_features', beside its own 'history')",
     "behaviour": "the items' and the history's entries",
     "context": "the request's context",
 }
@@ -88,6 +90,7 @@ class RequestDrift:
             "context": set(context or ()),
             "items": items,
             "history": set().union(*history.given) if isinstance(history, GivenHistory) else set(),
+            "user_features": set(history.user_features) if isinstance(history, GivenHistory) else set(),
         }
         if self._settled and all(names <= self._carried[place] for place, names in given.items()):
             return (), ()  # nothing new can be named: no lock (the sets only grow, under it)

@@ -34,7 +34,7 @@ def test_each_name_given_where_it_is_ignored_is_named_once_with_why(caplog: pyte
     said = [r.getMessage() for r in caplog.records]
     assert said == [
         "requests' context carry 'tier', a user feature, which scoring reads from the profile store, "
-        "by the user: it is ignored",
+        "by the user (or a request's 'user_features', beside its own 'history'): it is ignored",
         "requests' items carry 'genre', which the served model (v7) does not declare: it is ignored",
         "requests' items carry 'rating', an outcome, which scoring reads along the history only "
         "(a candidate has none yet): it is ignored",
@@ -75,3 +75,10 @@ def test_after_the_absent_check_a_new_name_is_still_named_and_a_known_one_is_not
     history = GivenHistory([("i8", "c1")], [{"mood": "x"}])
     assert drift.observe([Candidate("i1")], {"tier": "gold"}, history) == ((("history", "mood"),), ())
     assert drift.observe([Candidate("i1")], {"tier": "gold"}, history) == ((), ())
+
+
+def test_a_requests_user_features_are_read_for_user_features_only() -> None:
+    drift = RequestDrift(SCHEMA, version=2)
+    history = GivenHistory([("i1", "c1")], [{}], {"tier": "gold", "device": "ios"})
+    ignored, _ = drift.observe([Candidate("i2")], None, history)
+    assert ignored == (("user_features", "device"),)
