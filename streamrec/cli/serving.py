@@ -77,7 +77,10 @@ def score(
         given = _object("--context", context)
         users = None if user_features is None else _object("--user-features", user_features)
         if users is not None and history is None:
-            raise ConfigError("--user-features go with --history: without it the profile store gives them")
+            raise ConfigError(
+                "--user-features go with --history (--history '[]' for a user with none): without it "
+                "the profile store gives them"
+            )
         behaviours = history_source(cfg, store)(user) if history is None else _history(history, users)
         scores = scorer.model.score(user, behaviours, candidates, given)
         if as_json:

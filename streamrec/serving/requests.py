@@ -139,8 +139,8 @@ def _parsed(
     if history is None:
         if user_features is not None:
             raise BadRequest(
-                "'user_features' come with the request's own 'history': without one the stores are "
-                "read, and the profile store gives the user's features"
+                "'user_features' come with the request's own 'history' ([] for a user with none): "
+                "without one the stores are read, the profile store for the user's features"
             )
         return user, candidates, None
     if not isinstance(history, list):

@@ -123,6 +123,8 @@ def test_user_features_come_with_the_request_s_own_history_and_are_checked_there
     doc = {"user": "u1", "items": ["i1"], "history": [["i9", "c7"]], "user_features": {"tier": "gold"}}
     history = parse_score_request(orjson.dumps(doc), 10)[2]
     assert isinstance(history, GivenHistory) and dict(history.user_features) == {"tier": "gold"}
+    new = parse_score_request(orjson.dumps({**doc, "history": []}), 10)[2]  # a new user, known to the app
+    assert new == [] and isinstance(new, GivenHistory) and dict(new.user_features) == {"tier": "gold"}
     plain = parse_score_request(orjson.dumps({**doc, "user_features": None}), 10)[2]
     assert plain is not None and dict(plain.user_features) == {}
     with pytest.raises(BadRequest, match="'user_features' must be an object"):
