@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
+from streamrec.errors import InvalidEvent
 from streamrec.events import MIN_TS_MS
 from streamrec.features import FeatureSchema, read_value
 from streamrec.features.schema import Value
@@ -209,6 +210,7 @@ def feature_request_inputs(
         return {}
     schema = FeatureSchema.from_json(doc)  # type: ignore[arg-type]  # the contract's JSON list
     features = _given(schema, context or {}, ("context",))
+    _require(schema, candidates, features)
     along: dict[str, tuple[Value | None, ...]] = {}
     if isinstance(history, StoredHistory):
         features |= {k: v for k, v in history.user_features.items() if _role(schema, k) == "user"}
@@ -230,6 +232,25 @@ def feature_request_inputs(
         for c in candidates
     ]
     return feature_batch_inputs(contract, SampleColumns.from_samples(samples))
+
+
+def _require(schema: FeatureSchema, candidates: Sequence[Candidate], context: Mapping[str, Value]) -> None:
+    """Refuse a request without a required feature it is the only source of (as an event without one).
+
+    Raises:
+        InvalidEvent: naming the feature and where to give it.
+    """
+    for spec in schema.extras:
+        if not spec.required or spec.outcome:
+            continue
+        if spec.role == "context" and spec.name not in context:
+            raise InvalidEvent(f"feature {spec.name!r} is required: give it in the request's 'context'")
+        if spec.role == "behaviour":
+            bare = next((c for c in candidates if c.features.get(spec.name) is None), None)
+            if bare is not None:
+                raise InvalidEvent(
+                    f"feature {spec.name!r} is required: give it with each item ({bare.item_id} has none)"
+                )
 
 
 def _role(schema: FeatureSchema, name: str) -> str | None:

@@ -155,3 +155,26 @@ def test_a_request_with_its_own_history_gives_the_user_s_features_as_the_profile
     assert bare[2] is not None
     without = exported.score(user, bare[2], candidates, context)
     assert not np.array_equal(without, want)  # the user's feature is read, not its default
+
+
+def test_a_required_feature_the_request_is_the_source_of_is_refused_when_missing(tmp_path: Path) -> None:
+    """Found touring as a news site: a context feature declared ``required`` (every training event
+    had it, an event without it is dead-lettered) read its default when a request left it out,
+    200 OK: the model scored a case it never trained on. The request is the only source of the
+    context and of a candidate's own features, so one required there is refused, naming it.
+    """
+    from streamrec.errors import InvalidEvent
+    from streamrec.serving.features import Candidate, feature_request_inputs
+
+    contract = orjson.loads((_export(tmp_path) / "contract.json").read_bytes())
+    declared = contract["feature_schema"]
+    strict = {**contract, "feature_schema": [
+        {**f, "required": f["required"] or f["name"] in ("device", "price")} for f in declared
+    ]}
+    priced = [Candidate("i1", "c1", {"price": 3.0})]
+    assert feature_request_inputs(strict, "u1", priced, {"device": "ios"})
+    with pytest.raises(InvalidEvent, match=r"'device' is required: give it in the request's 'context"):
+        feature_request_inputs(strict, "u1", priced, None)
+    with pytest.raises(InvalidEvent, match=r"'price' is required: give it with each item \(i2 has none\)"):
+        feature_request_inputs(strict, "u1", [*priced, Candidate("i2", "c1")], {"device": "ios"})
+    assert feature_request_inputs(contract, "u1", [Candidate("i2")], None)  # optional: defaults
