@@ -39,6 +39,12 @@ def score(
         '"category_id": "c2", "genres": ["Comedy"]}])',
         show_default="the feature store's",
     ),
+    user_features: str | None = typer.Option(
+        None, "--user-features",
+        help='With --history: the user\'s declared user features, a JSON object as POST /score\'s '
+        '"user_features": {"tier": "premium"}',
+        show_default="the profile store's",
+    ),
     snapshot_dir: Path | None = setting("learner.snapshot_dir"),
     store: bool = StoreOption,
     redis_url: str | None = setting("store.url"),
@@ -52,6 +58,7 @@ def score(
     """
     import orjson
 
+    from streamrec.errors import ConfigError
     from streamrec.serving.features import history_source
     from streamrec.serving.scorer import Scorer
 
@@ -67,8 +74,14 @@ def score(
         user = _request("--user", orjson.dumps({"user": user, "items": ["-"]}))[0]
         candidates = _candidates(items)
         scorer = Scorer(cfg.learner.snapshot_dir, cfg.serving.threads, engine=cfg.serving.engine)
-        given = _context(context)
-        behaviours = history_source(cfg, store)(user) if history is None else _history(history)
+        given = _object("--context", context)
+        users = None if user_features is None else _object("--user-features", user_features)
+        if users is not None and history is None:
+            raise ConfigError(
+                "--user-features go with --history (--history '[]' for a user with none): without it "
+                "the profile store gives them"
+            )
+        behaviours = history_source(cfg, store)(user) if history is None else _history(history, users)
         scores = scorer.model.score(user, behaviours, candidates, given)
         if as_json:
             # a list in candidate order, as POST /score answers: ids may repeat, or differ by category
@@ -96,11 +109,14 @@ def _candidates(text: str) -> list[Candidate]:
     return list(_request("--items", body)[1])
 
 
-def _history(text: str) -> GivenHistory:
-    """``--history``: a JSON list as ``POST /score``'s ``history``."""
+def _history(text: str, user_features: dict[str, object] | None = None) -> GivenHistory:
+    """``--history``: a JSON list as ``POST /score``'s ``history``, with the ``--user-features`` given."""
+    import orjson
+
     from streamrec.errors import ConfigError
 
-    history = _request("--history", b'{"user": "-", "items": ["-"], "history": ' + text.encode() + b"}")[2]
+    body = b'{"user": "-", "items": ["-"], "user_features": ' + orjson.dumps(user_features)
+    history = _request("--history", body + b', "history": ' + text.encode() + b"}")[2]
     if history is None:
         raise ConfigError("--history must be a JSON list of behaviours, oldest first")
     return history
@@ -117,8 +133,8 @@ def _request(flag: str, body: bytes) -> tuple[str, Sequence[Candidate], GivenHis
         raise ConfigError(f"{flag}: {exc}") from exc
 
 
-def _context(text: str) -> dict[str, object]:
-    """``--context``: a JSON object of feature names and values."""
+def _object(flag: str, text: str) -> dict[str, object]:
+    """``--context`` or ``--user-features``: a JSON object of feature names and values."""
     import orjson
 
     from streamrec.errors import ConfigError
@@ -126,9 +142,9 @@ def _context(text: str) -> dict[str, object]:
     try:
         doc = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"--context is not valid JSON: {exc}") from exc
+        raise ConfigError(f"{flag} is not valid JSON: {exc}") from exc
     if not isinstance(doc, dict):
-        raise ConfigError("--context must be a JSON object of feature names and values")
+        raise ConfigError(f"{flag} must be a JSON object of feature names and values")
     return doc
 
 

@@ -2,11 +2,13 @@
 
 A request's values are read by name, and a name the model does not read where it is given is
 ignored (`streamrec.serving.features`): a client that sends ``genre`` for the declared
-``genres``, a user feature in the context (scoring reads it from the profile store), or no
+``genres``, a user feature in the context (scoring reads it from the profile store, or from
+the request's ``user_features`` beside its own history), or no
 value of a declared candidate feature at all gets scores from defaults, with 200 OK and no
 word. `RequestDrift` warns of each such name once a model version: a name ignored where it is
 given, and a declared feature no request has carried where it is read after ``absent_after``
-requests. Each server process warns of its own requests.
+requests (a user feature: after that many requests with their own history, the only ones that
+read it from the request). Each server process warns of its own requests.
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ PLACES: dict[str, Callable[[FeatureSpec], bool]] = {
     "context": lambda spec: spec.role == "context",
     "items": lambda spec: spec.role == "behaviour" and not spec.outcome,  # a candidate's own
     "history": lambda spec: spec.role == "behaviour",  # a request's own history, outcomes included
+    "user_features": lambda spec: spec.role == "user",  # beside a request's own history
 }
 
 _SOURCES = {  # where scoring reads a feature of each role
-    "user": "the profile store, by the user",
+    "user": "the profile store, by the user (or a request's 'user_features', beside its own 'history')",
     "behaviour": "the items' and the history's entries",
     "context": "the request's context",
 }
@@ -62,6 +65,9 @@ class RequestDrift:
         self._expected = {  # a request's own history is the exception: not expected
             place: {f.name for f in self._schema.extras if PLACES[place](f)} for place in ("context", "items")
         }
+        # a request with its own history reads the user's features from its user_features only
+        self._users = {f.name for f in self._schema.extras if f.role == "user"}
+        self._own_histories = 0
         self._carried: dict[str, set[str]] = {place: set() for place in PLACES}
         self._named: set[tuple[str, str]] = set()
         self._requests = 0
@@ -88,8 +94,12 @@ class RequestDrift:
             "context": set(context or ()),
             "items": items,
             "history": set().union(*history.given) if isinstance(history, GivenHistory) else set(),
+            "user_features": set(history.user_features) if isinstance(history, GivenHistory) else set(),
         }
-        if self._settled and all(names <= self._carried[place] for place, names in given.items()):
+        # counted until the check: past it such a request takes the lock-free path again
+        counting = bool(self._users) and self._own_histories < self._absent_after
+        own = counting and isinstance(history, GivenHistory)
+        if self._settled and not own and all(names <= self._carried[place] for place, names in given.items()):
             return (), ()  # nothing new can be named: no lock (the sets only grow, under it)
         with self._lock:
             ignored = []
@@ -115,7 +125,26 @@ class RequestDrift:
                                 "reads there, in %d requests: each reads its default", place, name,
                                 self._version, self._requests,
                             )
+            if own:
+                absent.extend(self._absent_users())
         return tuple(ignored), tuple(absent)
+
+    def _absent_users(self) -> list[tuple[str, str]]:
+        """The user features none of the first ``absent_after`` requests with their own history carried."""
+        self._own_histories += 1
+        if self._own_histories < self._absent_after:
+            return []
+        absent = []
+        for name in sorted(self._users - self._carried["user_features"]):
+            if ("user_features", name) not in self._named:
+                self._named.add(("user_features", name))
+                absent.append(("user_features", name))
+                logger.warning(
+                    "no request with its own history has carried user feature %r in its 'user_features' "
+                    "in %d such requests, which the served model (v%d) reads there: each reads its default",
+                    name, self._own_histories, self._version,
+                )
+        return absent
 
     def _reads(self, place: str, name: str) -> bool:
         return name in self._schema and PLACES[place](self._schema[name])

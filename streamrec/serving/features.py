@@ -9,7 +9,8 @@ A model trained with declared features (``STREAMREC_FEATURES``) reads, for a req
 - each candidate's own behaviour features (not outcomes: a candidate has none yet), from the
   request (`Candidate.features`: the request's candidates are defined here);
 - or, when the request brings its own history, the behaviour features along it (outcomes
-  included) from the request's history entries (`GivenHistory`);
+  included) from the request's history entries and the user's from its ``user_features``
+  (`GivenHistory`): a request that replaces the stores' read gives what they would;
 - the context features, from the request.
 
 Whatever is absent reads its default (a table's default row, 0.0 for a number), as in
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
+from streamrec.errors import InvalidEvent
 from streamrec.events import MIN_TS_MS
 from streamrec.features import FeatureSchema, read_value
 from streamrec.features.schema import Value
@@ -136,16 +138,23 @@ class GivenHistory(list[tuple[str, str]]):
     """A request's own history: (item, category) pairs, oldest first, with each behaviour's features.
 
     ``given`` holds, for each behaviour, its raw declared behaviour features by name (outcomes
-    included), as the request gave them: checked when scored, as a candidate's, against the
-    schema of the version that scores it.
+    included), as the request gave them, and ``user_features`` the user's raw declared user
+    features (what the profile store gives beside a stored history): both checked when scored,
+    as a candidate's, against the schema of the version that scores it.
     """
 
-    def __init__(self, pairs: Sequence[tuple[str, str]], given: Sequence[Mapping[str, object]]) -> None:
+    def __init__(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        given: Sequence[Mapping[str, object]],
+        user_features: Mapping[str, object] | None = None,
+    ) -> None:
         """The history of ``pairs`` with ``given`` features, one mapping per pair."""
         super().__init__(pairs)
         if len(given) != len(pairs):
             raise ValueError(f"{len(given)} behaviours' features for {len(pairs)} behaviours")
         self.given: tuple[Mapping[str, object], ...] = tuple(given)
+        self.user_features: Mapping[str, object] = user_features or {}
 
 
 def newest_values(profile: Profile) -> dict[str, Value]:
@@ -188,10 +197,10 @@ def feature_request_inputs(
 ) -> dict[str, np.ndarray]:
     """The declared features' inputs of a request (none without), by ``<feature>/<side>``.
 
-    ``context``, each candidate's ``features`` and a `GivenHistory`'s features are the
-    request's raw values, by feature name, checked as an event's (other names are ignored); a
-    `StoredHistory` gives the features along the history and the user's. Every other declared
-    feature reads absent.
+    ``context``, each candidate's ``features`` and a `GivenHistory`'s features (along it and
+    the user's) are the request's raw values, by feature name, checked as an event's (other
+    names are ignored); a `StoredHistory` gives the features along the history and the user's.
+    Every other declared feature reads absent.
 
     Raises:
         InvalidEvent: a request value breaks its declaration (the reason names the feature).
@@ -201,6 +210,7 @@ def feature_request_inputs(
         return {}
     schema = FeatureSchema.from_json(doc)  # type: ignore[arg-type]  # the contract's JSON list
     features = _given(schema, context or {}, ("context",))
+    _require(schema, candidates, features)
     along: dict[str, tuple[Value | None, ...]] = {}
     if isinstance(history, StoredHistory):
         features |= {k: v for k, v in history.user_features.items() if _role(schema, k) == "user"}
@@ -209,6 +219,7 @@ def feature_request_inputs(
             if _role(schema, k) == "behaviour" and any(x is not None for x in v)
         }
     elif isinstance(history, GivenHistory):
+        features |= _given(schema, history.user_features, ("user",))
         along = _along(schema, history.given)
     items = tuple(item for item, _ in history)
     categories = tuple(category for _, category in history)
@@ -221,6 +232,25 @@ def feature_request_inputs(
         for c in candidates
     ]
     return feature_batch_inputs(contract, SampleColumns.from_samples(samples))
+
+
+def _require(schema: FeatureSchema, candidates: Sequence[Candidate], context: Mapping[str, Value]) -> None:
+    """Refuse a request without a required feature it is the only source of (as an event without one).
+
+    Raises:
+        InvalidEvent: naming the feature and where to give it.
+    """
+    for spec in schema.extras:
+        if not spec.required or spec.outcome:
+            continue
+        if spec.role == "context" and spec.name not in context:
+            raise InvalidEvent(f"feature {spec.name!r} is required: give it in the request's 'context'")
+        if spec.role == "behaviour":
+            bare = next((c for c in candidates if c.features.get(spec.name) is None), None)
+            if bare is not None:
+                raise InvalidEvent(
+                    f"feature {spec.name!r} is required: give it with each item ({bare.item_id} has none)"
+                )
 
 
 def _role(schema: FeatureSchema, name: str) -> str | None:

@@ -40,6 +40,7 @@ class _Plain(msgspec.Struct):
     items: list[str]  # "item" or "item:category", split and checked after decoding
     history: list[tuple[_Id, _Id]] | None = None
     context: dict[str, Any] | None = None
+    user_features: Any = None  # read, with its checks, by the general path
 
 
 _PLAIN = msgspec.json.Decoder(_Plain)
@@ -56,6 +57,8 @@ def _plain_request(
     except RecursionError:  # a value nested deeper than the stack: orjson's depth limit refuses it
         return None
     items, history = plain.items, plain.history
+    if plain.user_features is not None:
+        return None
     if not items or len(items) > max_candidates or max(map(len, items)) > MAX_ID_LENGTH:
         return None  # longer "item:category" strings may be right: the general path splits them
     parts = [item.partition(":") for item in items]
@@ -132,13 +135,21 @@ def _parsed(
     if len(items) > max_candidates:
         raise BadRequest(f"{len(items)} items; at most {max_candidates} per request")
     candidates = [_candidate(item, exact) for item in items]
-    history = doc.get("history")
+    history, user_features = doc.get("history"), doc.get("user_features")
     if history is None:
+        if user_features is not None:
+            raise BadRequest(
+                "'user_features' come with the request's own 'history' ([] for a user with none): "
+                "without one the stores are read, the profile store for the user's features"
+            )
         return user, candidates, None
     if not isinstance(history, list):
         raise BadRequest(_HISTORY)
+    if not isinstance(user_features, dict | None):
+        raise BadRequest("'user_features' must be an object of the user's declared features and values")
     behaviours = [_behaviour(entry, exact) for entry in history]
-    return user, candidates, GivenHistory([b[0] for b in behaviours], [b[1] for b in behaviours])
+    pairs, given = [b[0] for b in behaviours], [b[1] for b in behaviours]
+    return user, candidates, GivenHistory(pairs, given, user_features)
 
 
 def _id(value: object, name: str, exact: bool) -> str:

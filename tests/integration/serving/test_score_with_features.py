@@ -169,19 +169,22 @@ def test_a_history_given_in_the_request_scores_as_the_same_history_read_from_the
     tmp_path: Path, store_config: RedisStoreConfig
 ) -> None:
     _snapshots(tmp_path / "snapshots")
-    store, _ = _fill(store_config)
+    store, profiles = _fill(store_config)
     scorer = Scorer(tmp_path / "snapshots")
     items = [{"item_id": "i1", "category_id": "c1", "genres": ["a", "b"], "price": 7}, "i2:c2"]
     request = {"user": "u7", "items": items, "context": CONTEXT}
     pairs = [list(b[:2]) for b in BEHAVIOURS]
-    with TestClient(build_app(scorer, store_history(store))) as client:
+    users = {"user_features": {"age": 41.0}}  # the profile store's newest, as the request gives it
+    with TestClient(build_app(scorer, store_history(store, profiles))) as client:
         stored = client.post("/score", json=request)
-        given = client.post("/score", json={**request, "history": _given_history()})
-        bare = client.post("/score", json={**request, "history": pairs})
-        mixed = client.post("/score", json={**request, "history": [*pairs[:2], _given_history()[2]]})
-        assert {r.status_code for r in (stored, given, bare, mixed)} == {200}, given.text
+        given = client.post("/score", json={**request, "history": _given_history(), **users})
+        no_user = client.post("/score", json={**request, "history": _given_history()})
+        bare = client.post("/score", json={**request, "history": pairs, **users})
+        mixed = client.post("/score", json={**request, "history": [*pairs[:2], _given_history()[2]], **users})
+        assert {r.status_code for r in (stored, given, no_user, bare, mixed)} == {200}, given.text
         np.testing.assert_allclose(given.json()["scores"], stored.json()["scores"], rtol=1e-6)
-        # the features matter, each entry's own
+        # the features matter, each entry's own, and the user's
+        assert not np.allclose(no_user.json()["scores"], stored.json()["scores"], atol=1e-6)
         assert not np.allclose(bare.json()["scores"], stored.json()["scores"], atol=1e-4)
         assert not np.allclose(mixed.json()["scores"], given.json()["scores"], atol=1e-4)
         cases: list[tuple[object, str]] = [
@@ -197,21 +200,30 @@ def test_a_history_given_in_the_request_scores_as_the_same_history_read_from_the
             response = client.post("/score", json={**request, "history": [pairs[0], bad]})
             assert response.status_code == 400, (bad, response.text)
             assert reason in response.json()["error"], response.json()
+        refused = [({**request, **users}, "'user_features' come with the request's own 'history'"),
+                   ({**request, "history": pairs, "user_features": {"age": "old"}}, "feature 'age'")]
+        for body, reason in refused:
+            response = client.post("/score", json=body)
+            assert response.status_code == 400 and reason in response.json()["error"], response.text
 
-    def score(history: object) -> Result:  # streamrec score, with no feature store
+    def score(history: object, *more: str) -> Result:  # streamrec score, with no feature store
         return CliRunner().invoke(
             app, ["score", "--user", "u7", "--items", orjson.dumps(items).decode(), "--json", "--no-store",
                   "--context", orjson.dumps(CONTEXT).decode(), "--history", orjson.dumps(history).decode(),
-                  "--snapshot-dir", str(tmp_path / "snapshots")],
+                  "--snapshot-dir", str(tmp_path / "snapshots"), *more],
             env={"STREAMREC_MODEL__SEQUENCE_LENGTH": "4",
                  "STREAMREC_FEATURES": orjson.dumps([f.meaning() for f in SCHEMA.extras]).decode()},
         )
 
-    result = score(_given_history())
+    result = score(_given_history(), "--user-features", orjson.dumps(users["user_features"]).decode())
     assert result.exit_code == 0, result.output
     doc = orjson.loads(result.stdout)
     assert doc["history"] == 3
     np.testing.assert_allclose(doc["scores"], given.json()["scores"], rtol=1e-6)
+    result = score(_given_history())
+    np.testing.assert_allclose(orjson.loads(result.stdout)["scores"], no_user.json()["scores"], rtol=1e-6)
+    result = score(_given_history(), "--user-features", "[41]")
+    assert result.exit_code != 0 and "--user-features must be a JSON object" in result.output, result.output
     for bad, reason in [(cases[0][0], "feature 'genres'"), ({"item_id": "i8"}, "--history: 'history'")]:
         result = score([bad])
         assert result.exit_code != 0 and reason in result.output, result.output

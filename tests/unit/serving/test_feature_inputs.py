@@ -126,3 +126,55 @@ def test_a_feature_input_of_an_unlisted_feature_is_refused_in_one_line(tmp_path:
     bad = {**contract, "inputs": [*contract["inputs"], {**contract["inputs"][-1], "feature": "nope"}]}
     with pytest.raises(NotServable, match="feature 'nope'"):
         servable_inputs(bad, export)
+
+
+def test_a_request_with_its_own_history_gives_the_user_s_features_as_the_profile_store_would(
+    tmp_path: Path,
+) -> None:
+    """Found touring as a news site: a request that brings its own history (``serve --no-store``,
+    the README's tour) had no way to give the user's declared features (a subscription tier), so
+    every one read its default, a model trained with them served without them, and nothing said so.
+    A request's ``user_features`` now stand where the profile store's newest values stand.
+    """
+    from streamrec.serving.features import StoredHistory
+    from streamrec.serving.requests import parse_score_request
+    from streamrec.serving.scorer import ExportedModel
+
+    exported = ExportedModel(_export(tmp_path))
+    doc: dict[str, object] = {
+        "user": "u1", "items": [{"item_id": "i1", "category_id": "c1", "genres": ["a"]}, "i2:c2"],
+        "history": [{"item_id": "i8", "category_id": "c1", "genres": ["a"], "rating": 4.0}, ["i9", "c2"]],
+        "context": {"device": "ios"}, "user_features": {"age": 41.0},
+    }
+    user, candidates, history, context = parse_score_request(orjson.dumps(doc), 10)
+    assert history is not None
+    stored = StoredHistory(list(history), {"genres": (("a",), None), "rating": (4.0, None)}, {"age": 41.0})
+    want = exported.score("u1", stored, candidates, context)
+    np.testing.assert_allclose(exported.score(user, history, candidates, context), want, rtol=1e-6)
+    bare = parse_score_request(orjson.dumps({k: v for k, v in doc.items() if k != "user_features"}), 10)
+    assert bare[2] is not None
+    without = exported.score(user, bare[2], candidates, context)
+    assert not np.array_equal(without, want)  # the user's feature is read, not its default
+
+
+def test_a_required_feature_the_request_is_the_source_of_is_refused_when_missing(tmp_path: Path) -> None:
+    """Found touring as a news site: a context feature declared ``required`` (every training event
+    had it, an event without it is dead-lettered) read its default when a request left it out,
+    200 OK: the model scored a case it never trained on. The request is the only source of the
+    context and of a candidate's own features, so one required there is refused, naming it.
+    """
+    from streamrec.errors import InvalidEvent
+    from streamrec.serving.features import Candidate, feature_request_inputs
+
+    contract = orjson.loads((_export(tmp_path) / "contract.json").read_bytes())
+    declared = contract["feature_schema"]
+    strict = {**contract, "feature_schema": [
+        {**f, "required": f["required"] or f["name"] in ("device", "price")} for f in declared
+    ]}
+    priced = [Candidate("i1", "c1", {"price": 3.0})]
+    assert feature_request_inputs(strict, "u1", priced, {"device": "ios"})
+    with pytest.raises(InvalidEvent, match=r"'device' is required: give it in the request's 'context"):
+        feature_request_inputs(strict, "u1", priced, None)
+    with pytest.raises(InvalidEvent, match=r"'price' is required: give it with each item \(i2 has none\)"):
+        feature_request_inputs(strict, "u1", [*priced, Candidate("i2", "c1")], {"device": "ios"})
+    assert feature_request_inputs(contract, "u1", [Candidate("i2")], None)  # optional: defaults

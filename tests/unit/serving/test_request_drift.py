@@ -34,7 +34,7 @@ def test_each_name_given_where_it_is_ignored_is_named_once_with_why(caplog: pyte
     said = [r.getMessage() for r in caplog.records]
     assert said == [
         "requests' context carry 'tier', a user feature, which scoring reads from the profile store, "
-        "by the user: it is ignored",
+        "by the user (or a request's 'user_features', beside its own 'history'): it is ignored",
         "requests' items carry 'genre', which the served model (v7) does not declare: it is ignored",
         "requests' items carry 'rating', an outcome, which scoring reads along the history only "
         "(a candidate has none yet): it is ignored",
@@ -73,5 +73,40 @@ def test_after_the_absent_check_a_new_name_is_still_named_and_a_known_one_is_not
     assert drift.observe(genres, None) == ((), ())
     assert drift.observe([Candidate("i1")], {"tier": "gold"}) == ((("context", "tier"),), ())
     history = GivenHistory([("i8", "c1")], [{"mood": "x"}])
-    assert drift.observe([Candidate("i1")], {"tier": "gold"}, history) == ((("history", "mood"),), ())
+    # tier sent in the context, where it is ignored, not in user_features: named as absent there
+    assert drift.observe([Candidate("i1")], {"tier": "gold"}, history) == (
+        (("history", "mood"),), (("user_features", "tier"),)
+    )
     assert drift.observe([Candidate("i1")], {"tier": "gold"}, history) == ((), ())
+
+
+def test_a_requests_user_features_are_read_for_user_features_only() -> None:
+    drift = RequestDrift(SCHEMA, version=2)
+    history = GivenHistory([("i1", "c1")], [{}], {"tier": "gold", "device": "ios"})
+    ignored, _ = drift.observe([Candidate("i2")], None, history)
+    assert ignored == (("user_features", "device"),)
+
+
+def test_user_features_no_request_with_its_own_history_carried_are_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request with its own history reads the user's features from its ``user_features`` only:
+    where none of enough such requests carried one, each scored with its default, silently.
+    Requests read from the stores (the profile store gives them) do not count.
+    """
+    drift = RequestDrift(SCHEMA, version=4, absent_after=2)
+    device = {"device": "ios"}
+    history = GivenHistory([("i8", "c1")], [{}])
+    with caplog.at_level(logging.WARNING, "streamrec.serving.drift"):
+        for _ in range(3):  # from the stores: no word of the user's features
+            assert drift.observe([Candidate("i1", features={"genres": ["a"]})], device) == ((), ())
+        assert drift.observe([Candidate("i1")], device, history) == ((), ())
+        assert drift.observe([Candidate("i1")], device, history) == ((), (("user_features", "tier"),))
+        assert drift.observe([Candidate("i1")], device, history) == ((), ())
+    assert [r.getMessage() for r in caplog.records] == [
+        "no request with its own history has carried user feature 'tier' in its 'user_features' in 2 such "
+        "requests, which the served model (v4) reads there: each reads its default"
+    ]
+    given = RequestDrift(SCHEMA, version=4, absent_after=1)
+    genres = [Candidate("i1", features={"genres": ["a"]})]
+    assert given.observe(genres, device, GivenHistory([], [], {"tier": "gold"})) == ((), ())

@@ -117,3 +117,19 @@ def test_an_object_giving_both_spellings_of_its_item_or_category_is_refused(
     """Found by a tour: ``{"item": "i1", "item_id": "i2"}`` was scored as one of them, silently."""
     with pytest.raises(BadRequest, match=f"{place} gives both"):
         parse_score_request(orjson.dumps({"user": "u1", **entry}), 10)
+
+
+def test_user_features_come_with_the_request_s_own_history_and_are_checked_there() -> None:
+    doc = {"user": "u1", "items": ["i1"], "history": [["i9", "c7"]], "user_features": {"tier": "gold"}}
+    history = parse_score_request(orjson.dumps(doc), 10)[2]
+    assert isinstance(history, GivenHistory) and dict(history.user_features) == {"tier": "gold"}
+    new = parse_score_request(orjson.dumps({**doc, "history": []}), 10)[2]  # a new user, known to the app
+    assert new == [] and isinstance(new, GivenHistory) and dict(new.user_features) == {"tier": "gold"}
+    plain = parse_score_request(orjson.dumps({**doc, "user_features": None}), 10)[2]
+    assert plain is not None and dict(plain.user_features) == {}
+    with pytest.raises(BadRequest, match="'user_features' must be an object"):
+        parse_score_request(orjson.dumps({**doc, "user_features": ["gold"]}), 10)
+    # without a history of its own the stores are read, the profile store for the user's features:
+    # a request's would be dropped, so it is refused rather than ignored
+    with pytest.raises(BadRequest, match="'user_features' come with the request's own 'history'"):
+        parse_score_request(orjson.dumps({k: v for k, v in doc.items() if k != "history"}), 10)
