@@ -1,0 +1,72 @@
+"""Settings that no client or server can take are refused as they are read, by name.
+
+Found by the settings tour: ``STREAMREC_STORE__CONNECT_TIMEOUT_S=1e300`` was an
+``OverflowError`` traceback at the consumers' first connection, ``STREAMREC_STORE__TTL_S=1e16``
+failed the first batch in Redis ("value is not an integer or out of range"), and
+``STREAMREC_KAFKA__SESSION_TIMEOUT_MS`` above librdkafka's range (or above
+``max.poll.interval.ms``) a ``KafkaException`` traceback as the consumers and the learner made
+their clients.
+"""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer
+
+from streamrec.config import StreamrecConfig, load_config
+from streamrec.config.loading import fields_of, is_section
+from streamrec.config.section import MAX_SECONDS
+from streamrec.errors import ConfigError
+from streamrec.kafka.clients import consumer_config
+
+
+def _durations() -> list[tuple[str, str]]:
+    """Every duration in seconds of every section, as (section, setting)."""
+    return [
+        (section, name)
+        for section, annotation in fields_of(StreamrecConfig).items()
+        if is_section(annotation)
+        for name, kind in fields_of(annotation).items()
+        if name.endswith("_s") and kind in (int, float, float | None)
+    ]
+
+
+def test_there_are_durations_to_check() -> None:
+    assert ("store", "ttl_s") in _durations() and ("store", "connect_timeout_s") in _durations()
+    assert len(_durations()) >= 15
+
+
+@pytest.mark.parametrize(("section", "name"), _durations(), ids=lambda x: str(x))
+def test_a_duration_past_a_century_is_refused_by_name(section: str, name: str) -> None:
+    with pytest.raises(ConfigError, match=f"STREAMREC_{section.upper()}__{name.upper()}"):
+        load_config(None, **{section: {name: MAX_SECONDS + 1}})
+
+
+def test_a_century_is_taken() -> None:
+    cfg = load_config(store={"ttl_s": MAX_SECONDS, "connect_timeout_s": MAX_SECONDS})
+    assert cfg.store.ttl_s == MAX_SECONDS  # type: ignore[union-attr]  # the Redis store's
+
+
+@pytest.mark.parametrize(
+    ("session_ms", "client"),
+    [(3_600_001, {"max.poll.interval.ms": 3_600_001}), (300_001, {}), (6000, {"max.poll.interval.ms": 5000})],
+    ids=["past librdkafka's range", "past the default poll interval", "past the client's poll interval"],
+)
+def test_a_session_timeout_the_consumer_refuses_is_refused_by_name(
+    session_ms: int, client: dict[str, int]
+) -> None:
+    with pytest.raises(ConfigError, match="STREAMREC_KAFKA__SESSION_TIMEOUT_MS"):
+        load_config(kafka={"session_timeout_ms": session_ms, "client": client})
+
+
+@pytest.mark.parametrize(
+    ("session_ms", "client"),
+    [
+        (300_000, {}),
+        (3_600_000, {"max.poll.interval.ms": 3_600_000}),
+        (6000, {"max.poll.interval.ms": "6000"}),  # the client's options may be strings
+    ],
+)
+def test_a_session_timeout_taken_makes_a_consumer(session_ms: int, client: dict[str, object]) -> None:
+    cfg = load_config(kafka={"session_timeout_ms": session_ms, "client": client})
+    Consumer(consumer_config(cfg.kafka, "g")).close()  # made, not connected: librdkafka checks the options
