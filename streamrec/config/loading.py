@@ -276,8 +276,12 @@ def _setting_error(error: Any, given: Mapping[str, Any]) -> str:  # noqa: ANN401
     shown = f", got {value!r}" if isinstance(value, str | int | float) and len(repr(value)) <= 80 else ""
     if str(error["type"]) == "value_error":
         shown = ""  # our own checks name what they found
-    name = env_name(tuple(error["loc"]))
-    return f"invalid setting {name} ({_origin(tuple(error['loc']), given)}): {message}{shown}"
+    loc = tuple(error["loc"])
+    if str(error["type"]) == "union_tag_invalid" and loc == ("store",):  # its type, named by its setting
+        context = error.get("ctx", {})
+        loc, shown = (*loc, "type"), ""
+        message = f"{context.get('tag')!r} is no feature store: one of {context.get('expected_tags')}"
+    return f"invalid setting {env_name(loc)} ({_origin(loc, given)}): {message}{shown}"
 
 
 def _source_error(exc: SettingsError) -> ConfigError:

@@ -10,6 +10,9 @@ their clients.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from confluent_kafka import Consumer
 
@@ -70,3 +73,25 @@ def test_a_session_timeout_the_consumer_refuses_is_refused_by_name(
 def test_a_session_timeout_taken_makes_a_consumer(session_ms: int, client: dict[str, object]) -> None:
     cfg = load_config(kafka={"session_timeout_ms": session_ms, "client": client})
     Consumer(consumer_config(cfg.kafka, "g")).close()  # made, not connected: librdkafka checks the options
+
+
+def test_an_unknown_store_type_names_its_variable_and_the_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the settings tour: ``STREAMREC_STORE__TYPE=Redis`` was "invalid setting
+    STREAMREC_STORE (or its flag or streamrec.toml entry): Input tag 'Redis' found using
+    _store_type() does not match ...": neither the variable nor where it was set, and a private
+    function's name.
+    """
+    monkeypatch.setenv("STREAMREC_STORE__TYPE", "Redis")
+    with pytest.raises(ConfigError) as caught:
+        load_config()
+    assert str(caught.value) == (
+        "invalid setting STREAMREC_STORE__TYPE (from the environment or its flag): 'Redis' is no "
+        "feature store: one of 'redis', 'memory'"
+    )
+
+
+def test_an_unknown_store_type_in_the_settings_file_names_the_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('[store]\ntype = "mem"\n')
+    with pytest.raises(ConfigError, match=re.escape(f"STREAMREC_STORE__TYPE (from {path} [store] type)")):
+        load_config(path)
