@@ -290,7 +290,8 @@ def cli_page() -> str:
         "",
         "*Generated from the Typer app in `streamrec/cli/` at every docs build: the same options",
         "`streamrec COMMAND --help` prints.* A flag given on the command line wins over its",
-        "environment variable and `streamrec.toml` (see the [configuration reference](configuration.md)).",
+        "environment variable and `streamrec.toml` (see the [configuration reference](configuration.md));",
+        "a flag whose setting may be unset (its default `null`) takes `null` too, for one run.",
         "",
     ]
     _command(out, root, root.context_class(root, info_name="streamrec"), "streamrec", 2)
