@@ -95,3 +95,29 @@ def test_an_unknown_store_type_in_the_settings_file_names_the_file_and_key(tmp_p
     path.write_text('[store]\ntype = "mem"\n')
     with pytest.raises(ConfigError, match=re.escape(f"STREAMREC_STORE__TYPE (from {path} [store] type)")):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (
+            "[consumer]\nbatchsize = 10\n",
+            "STREAMREC_CONSUMER__BATCHSIZE names no setting (from {path} [consumer] batchsize)",
+        ),
+        ("[consumr]\nbatch_size = 10\n", "STREAMREC_CONSUMR names no setting (from {path} consumr)"),
+        ("batch_size = 10\n", "STREAMREC_BATCH_SIZE names no setting (from {path} batch_size)"),
+    ],
+    ids=["setting", "section", "top level"],
+)
+def test_an_unknown_key_in_the_settings_file_is_named_as_no_setting(
+    text: str, named: str, tmp_path: Path
+) -> None:
+    """Found by the settings tour: ``[consumr]`` was "invalid setting STREAMREC_ (key 'consumr')
+    ...: Extra inputs are not permitted", a variable of no name.
+    """
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(named.format(path=path)), str(caught.value)
+    assert "docs/reference/configuration.md" in str(caught.value)
