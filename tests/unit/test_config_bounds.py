@@ -1,4 +1,5 @@
-"""Settings that no client or server can take are refused as they are read, by name.
+"""Settings that no client or server can take are refused as they are read, by name; a store
+type or a key that names nothing is said as its setting.
 
 Found by the settings tour: ``STREAMREC_STORE__CONNECT_TIMEOUT_S=1e300`` was an
 ``OverflowError`` traceback at the consumers' first connection, ``STREAMREC_STORE__TTL_S=1e16``
