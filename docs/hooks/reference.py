@@ -205,6 +205,8 @@ def configuration_page() -> str:
         "in the working directory, in that order of precedence. Lists and objects are JSON in an",
         "environment variable; `null` unsets an optional setting. A setting that cannot be read stops",
         "the command with one line naming it. *Why* is the comment beside the default in the source.",
+        "A duration in seconds (a setting ending in `_S`) takes at most a century, 3,153,600,000 s:",
+        "longer ones overflowed the socket and thread waits and the Redis expiries they reach.",
         "",
     ]
     top = config.StreamrecConfig
@@ -288,7 +290,8 @@ def cli_page() -> str:
         "",
         "*Generated from the Typer app in `streamrec/cli/` at every docs build: the same options",
         "`streamrec COMMAND --help` prints.* A flag given on the command line wins over its",
-        "environment variable and `streamrec.toml` (see the [configuration reference](configuration.md)).",
+        "environment variable and `streamrec.toml` (see the [configuration reference](configuration.md));",
+        "a flag whose setting may be unset (its default `null`) takes `null` too, for one run.",
         "",
     ]
     _command(out, root, root.context_class(root, info_name="streamrec"), "streamrec", 2)

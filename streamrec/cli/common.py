@@ -106,10 +106,12 @@ def build_config(
     ``quiet`` shows only warnings unless ``--log-level`` or ``STREAMREC_LOG_LEVEL`` asks for
     more: for commands whose console output already tells the story.
     """
+    from streamrec.cli.options import NULL
     from streamrec.config import load_config
 
-    given: dict[str, Any] = {
-        name: {k: v for k, v in values.items() if v is not None} for name, values in sections.items()
+    given: dict[str, Any] = {  # a flag given null unsets its setting
+        name: {k: None if v is NULL else v for k, v in values.items() if v is not None}
+        for name, values in sections.items()
     }
     if log_level is not None:
         given["log_level"] = log_level

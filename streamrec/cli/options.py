@@ -115,15 +115,30 @@ def _as_given(text: str) -> str:
     return text
 
 
-def _only_given(kind: type) -> Any:
+class _Null:
+    """``null`` given to a flag whose setting may be unset (`NULL`)."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+#: What a flag gives for ``null`` on the command line, where its setting may be null (its
+#: default is): `streamrec.cli.common.build_config` sets the setting to none, over env and file.
+NULL: Any = _Null()
+
+
+def _only_given(kind: type, nullable: bool = False) -> Any:
     """A callback: the flag's value converted to ``kind`` when given on the command line;
-    ``None`` when it is the default or came from the env var (the settings read it).
+    ``None`` when it is the default or came from the env var (the settings read it). A
+    ``nullable`` flag takes ``null`` too, as `NULL`.
     """
 
     def callback(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
         source = ctx.get_parameter_source(param.name or "")
         if value is None or source is None or source.name != "COMMANDLINE":
             return None
+        if nullable and value == "null":
+            return NULL
         try:
             return path_given(value) if kind is Path else kind(value)
         except ValueError:
@@ -146,7 +161,7 @@ def setting(path: str) -> Any:
         show_default=True,
         metavar=_METAVARS[flag.kind],
         parser=_as_given,
-        callback=_only_given(flag.kind),
+        callback=_only_given(flag.kind, nullable=flag.default == "null"),
     )
 
 
@@ -166,9 +181,10 @@ ConfigFile: Any = typer.Option(
 
 def alias(path: str, name: str) -> Any:
     """A hidden option ``name``: an older spelling of the flag of the setting at ``path``."""
-    kind = FLAGS[path].kind
+    kind, nullable = FLAGS[path].kind, FLAGS[path].default == "null"
     return typer.Option(
-        None, name, hidden=True, metavar=_METAVARS[kind], parser=_as_given, callback=_only_given(kind)
+        None, name, hidden=True, metavar=_METAVARS[kind], parser=_as_given,
+        callback=_only_given(kind, nullable),
     )
 
 

@@ -52,7 +52,10 @@ def backtest(
     ewc_lambda: str = typer.Option(
         "", help="ewc: comma-separated λ values", show_default="STREAMREC_MODEL__EWC_LAMBDA, or 0.1 if 0"
     ),
-    seed: int = typer.Option(0, help="Seed of the negative sampler and the model"),
+    seed: int | None = typer.Option(
+        None, help="Seed of the negative sampler and the model",
+        show_default="STREAMREC_CONSUMER__SEED and STREAMREC_MODEL__SEED (0)",
+    ),
     jobs: int = typer.Option(1, help="Strategies run in this many processes"),
     report: Path | None = typer.Option(
         None, "--report", help="Write the JSON report here, with .md and .png beside it",

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from streamrec.config.section import SECTION
+from streamrec.config.section import MAX_SECONDS, SECTION
 
 
 class ConsumerConfig(BaseModel):
@@ -20,7 +20,9 @@ class ConsumerConfig(BaseModel):
     # (bench/consumer_throughput.py) 5,000 ran 17-29% faster than 2,000 and as fast as
     # 10,000. A batch is cut at ``batch_timeout_s`` too: light traffic waits no longer.
     batch_size: int = Field(5000, ge=1, description="STREAMREC_CONSUMER__BATCH_SIZE")
-    batch_timeout_s: float = Field(0.5, gt=0, description="STREAMREC_CONSUMER__BATCH_TIMEOUT_S")
+    batch_timeout_s: float = Field(
+        0.5, gt=0, le=MAX_SECONDS, description="STREAMREC_CONSUMER__BATCH_TIMEOUT_S"
+    )
     positive_actions: tuple[str, ...] = Field(
         ("pv", "click"), description="STREAMREC_CONSUMER__POSITIVE_ACTIONS (implicit positives)"
     )
@@ -85,7 +87,9 @@ class ConsumerConfig(BaseModel):
     label_window_ms: int = Field(1_800_000, ge=1, description="STREAMREC_CONSUMER__LABEL_WINDOW_MS")
     # How long a batch is redone after Redis or the broker failed before the consumer stops:
     # five minutes rides out a restart or a failover, and still alerts on a real outage.
-    retry_deadline_s: float = Field(300.0, ge=0, description="STREAMREC_CONSUMER__RETRY_DEADLINE_S")
+    retry_deadline_s: float = Field(
+        300.0, ge=0, le=MAX_SECONDS, description="STREAMREC_CONSUMER__RETRY_DEADLINE_S"
+    )
     # An event id yields its samples once per user within this much of the user's event time.
     # Six hours covers producer retries and an application resending after an outage, at
     # about 100 bytes of Redis per event remembered.
@@ -100,7 +104,8 @@ class ConsumerConfig(BaseModel):
     # (streamrec.featurestore.profiles).
     profile_points: int = Field(16, ge=1, description="STREAMREC_CONSUMER__PROFILE_POINTS")
     stop_when_idle_s: float | None = Field(
-        None, gt=0, description="STREAMREC_CONSUMER__STOP_WHEN_IDLE_S: stop after this long without events"
+        None, gt=0, le=MAX_SECONDS,
+        description="STREAMREC_CONSUMER__STOP_WHEN_IDLE_S: stop after this long without events"
     )
     # Prometheus's exporter range; one consumer per host gets it, others set their own (0: off).
     metrics_port: int = Field(9465, ge=0, le=65535, description="STREAMREC_CONSUMER__METRICS_PORT (0: off)")

@@ -28,6 +28,8 @@ def _topic_name(name: str) -> str:
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")  # Kafka's own rule (org.apache.kafka.common.internals.Topic)
 TopicName = Annotated[str, AfterValidator(_topic_name)]
+# librdkafka's default max.poll.interval.ms, which a session timeout may not exceed.
+_POLL_INTERVAL_MS = 300_000
 
 
 class KafkaConfig(BaseModel):
@@ -66,7 +68,11 @@ class KafkaConfig(BaseModel):
     )
     # A group join takes about half of session.timeout.ms on the local broker; 6 s keeps
     # restarts quick while tolerating a GC pause. Raise it on a busy production cluster.
-    session_timeout_ms: int = Field(6000, ge=1000, description="STREAMREC_KAFKA__SESSION_TIMEOUT_MS")
+    # librdkafka takes at most an hour, and no more than max.poll.interval.ms (5 minutes unless
+    # STREAMREC_KAFKA__CLIENT sets it): a longer one was a KafkaException traceback at start.
+    session_timeout_ms: int = Field(
+        6000, ge=1000, le=3_600_000, description="STREAMREC_KAFKA__SESSION_TIMEOUT_MS"
+    )
     # Partitions of one consumer are kept within a minute of event time of each other while
     # catching up: tight against windows of minutes, loose enough to rarely pause when live.
     max_skew_ms: int | None = Field(
@@ -108,6 +114,21 @@ class KafkaConfig(BaseModel):
                     f"records by STREAMREC_KAFKA__PARTITIONER={self.partitioner} ({wanted}): set "
                     "STREAMREC_KAFKA__PARTITIONER instead (murmur2, crc32, or null)"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _session_within_poll_interval(self) -> KafkaConfig:
+        raw = self.client.get("max.poll.interval.ms", _POLL_INTERVAL_MS)
+        try:
+            poll_ms = int(raw)
+        except (TypeError, ValueError):
+            return self  # not a number: the Kafka client names it (streamrec.kafka.clients)
+        if self.session_timeout_ms > poll_ms:
+            raise ValueError(
+                f"STREAMREC_KAFKA__SESSION_TIMEOUT_MS ({self.session_timeout_ms}) is above the consumers' "
+                f"max.poll.interval.ms ({poll_ms}), which the Kafka client refuses: lower it, or raise "
+                "max.poll.interval.ms in STREAMREC_KAFKA__CLIENT"
+            )
         return self
 
     @model_validator(mode="after")

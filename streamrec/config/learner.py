@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from streamrec.config.section import SECTION, NonEmptyPath
+from streamrec.config.section import MAX_SECONDS, SECTION, NonEmptyPath
 
 
 class LearnerConfig(BaseModel):
@@ -17,7 +17,7 @@ class LearnerConfig(BaseModel):
 
     group_id: str = Field("streamrec-learner", description="STREAMREC_LEARNER__GROUP_ID")
     # A few minutes per micro-batch: fresh enough for trends, large enough for stable steps.
-    interval_s: float = Field(180.0, gt=0, description="STREAMREC_LEARNER__INTERVAL_S")
+    interval_s: float = Field(180.0, gt=0, le=MAX_SECONDS, description="STREAMREC_LEARNER__INTERVAL_S")
     # While a micro-batch is gathered, the samples so far are scored then trained every
     # part_s (streamrec.learner.parts), so only the last part is left to train at the close.
     # 20 s: at the default interval and 300 events/s (540 samples/s) that last part trains in
@@ -25,7 +25,7 @@ class LearnerConfig(BaseModel):
     # snapshot and the export; shorter parts only add a short mini-batch each. A part_s at
     # least the interval trains each micro-batch whole, at its close. Ranks agree on each
     # part's end (streamrec.learner.ranked).
-    part_s: float = Field(20.0, gt=0, description="STREAMREC_LEARNER__PART_S")
+    part_s: float = Field(20.0, gt=0, le=MAX_SECONDS, description="STREAMREC_LEARNER__PART_S")
     # A part also ends once it holds this many samples: a backlog fills a micro-batch in
     # seconds, and a part's samples are decoded into Python objects (~7 KB each at the default
     # 50 behaviours) before they are trained. 20,000 bounds that to ~0.2 GB and ~2 s of
@@ -61,7 +61,8 @@ class LearnerConfig(BaseModel):
     # is a bad batch, three in a row is a broken model or stream that needs a person.
     max_bad_batches: int = Field(3, ge=1, description="STREAMREC_LEARNER__MAX_BAD_BATCHES")
     stop_when_idle_s: float | None = Field(
-        None, gt=0, description="STREAMREC_LEARNER__STOP_WHEN_IDLE_S: stop after this long without samples"
+        None, gt=0, le=MAX_SECONDS,
+        description="STREAMREC_LEARNER__STOP_WHEN_IDLE_S: stop after this long without samples"
     )
     metrics_port: int = Field(9464, ge=0, le=65535, description="STREAMREC_LEARNER__METRICS_PORT (0: off)")
     # Each snapshot is exported for Paddle Inference, and promoted to serving when it holds
@@ -77,4 +78,6 @@ class LearnerConfig(BaseModel):
     # exchanges before it leaves (exit status 75), so a group with a frozen or lost rank stops
     # instead of hanging; above interval_s plus the longest step. Inside a training step's
     # collective gloo's own 30 s applies (docs/operating/learner-ranks.md).
-    rank_timeout_s: float = Field(600.0, gt=0, description="STREAMREC_LEARNER__RANK_TIMEOUT_S")
+    rank_timeout_s: float = Field(
+        600.0, gt=0, le=MAX_SECONDS, description="STREAMREC_LEARNER__RANK_TIMEOUT_S"
+    )

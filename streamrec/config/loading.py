@@ -276,8 +276,36 @@ def _setting_error(error: Any, given: Mapping[str, Any]) -> str:  # noqa: ANN401
     shown = f", got {value!r}" if isinstance(value, str | int | float) and len(repr(value)) <= 80 else ""
     if str(error["type"]) == "value_error":
         shown = ""  # our own checks name what they found
-    name = env_name(tuple(error["loc"]))
-    return f"invalid setting {name} ({_origin(tuple(error['loc']), given)}): {message}{shown}"
+    loc = tuple(error["loc"])
+    unknown = _unknown_name(loc) if str(error["type"]) == "extra_forbidden" else None
+    if unknown is not None:
+        return (
+            f"{unknown} names no setting ({_origin(loc, given)}): check the spelling (a section and its "
+            "setting are joined by __; docs/reference/configuration.md lists them)"
+        )
+    if str(error["type"]) == "union_tag_invalid" and loc == ("store",):  # its type, named by its setting
+        context = error.get("ctx", {})
+        loc, shown = (*loc, "type"), ""
+        message = f"{context.get('tag')!r} is no feature store: one of {context.get('expected_tags')}"
+    return f"invalid setting {env_name(loc)} ({_origin(loc, given)}): {message}{shown}"
+
+
+def _unknown_name(loc: tuple[int | str, ...]) -> str | None:
+    """The variable an unknown key of a section (or of the top level) would be, else ``None``.
+
+    Examples:
+        >>> _unknown_name(("consumer", "batchsize")), _unknown_name(("model", "tables", 0, "rowz"))
+        ('STREAMREC_CONSUMER__BATCHSIZE', None)
+    """
+    parts, end = _setting_parts(loc)
+    if end != len(parts) - 1 or not all(isinstance(part, str) for part in parts):
+        return None
+    fields = fields_of(StreamrecConfig)
+    for part in parts[:end]:  # each a section, or the key is inside a setting
+        if not is_section(fields.get(str(part))):
+            return None
+        fields = fields_of(fields[str(part)])
+    return PREFIX + "__".join(str(part).upper() for part in parts)
 
 
 def _source_error(exc: SettingsError) -> ConfigError:

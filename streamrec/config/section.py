@@ -25,3 +25,11 @@ def _not_empty(value: object) -> object:
 #: A path setting: ``''`` refused, where a `Path` would read it as ``.``, the working directory
 #: (``STREAMREC_LEARNER__SNAPSHOT_DIR=`` in a script listed the working directory's snapshots).
 NonEmptyPath = Annotated[Path, BeforeValidator(_not_empty)]
+
+
+#: The longest duration in seconds any setting takes: a century, far past any real one. Beyond
+#: it the clocks the settings reach refuse it: a socket or thread wait takes at most 2^63 ns
+#: (~292 years; ``STREAMREC_STORE__CONNECT_TIMEOUT_S=1e300`` was an ``OverflowError``
+#: traceback), and Redis an expiry within 2^63 ms of the epoch, written by the store's scripts
+#: in full (``STREAMREC_STORE__TTL_S=1e16`` failed the consumers' first batch in Redis).
+MAX_SECONDS = 100 * 365 * 86_400

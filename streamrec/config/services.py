@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from streamrec.config.section import SECTION, NonEmptyPath
+from streamrec.config.section import MAX_SECONDS, SECTION, NonEmptyPath
 
 
 class ServicesConfig(BaseModel):
@@ -23,4 +23,6 @@ class ServicesConfig(BaseModel):
     # None: Redis keeps nothing (development, tests). A directory: Redis keeps an append-only
     # file there and its data survives restarts. The embedded broker keeps nothing either way.
     data_dir: NonEmptyPath | None = Field(None, description="STREAMREC_SERVICES__DATA_DIR (Redis AOF)")
-    start_timeout_s: float = Field(20.0, gt=0, description="STREAMREC_SERVICES__START_TIMEOUT_S")
+    start_timeout_s: float = Field(
+        20.0, gt=0, le=MAX_SECONDS, description="STREAMREC_SERVICES__START_TIMEOUT_S"
+    )

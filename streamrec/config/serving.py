@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from streamrec.config.section import SECTION
+from streamrec.config.section import MAX_SECONDS, SECTION
 
 
 class ServingConfig(BaseModel):
@@ -24,7 +24,7 @@ class ServingConfig(BaseModel):
     # admission limits below; a predictor scores one request at a time, so one process per core.
     processes: int = Field(1, ge=1, description="STREAMREC_SERVING__PROCESSES")
     # How often the server looks at the serving pointer; a new version loads beside the old.
-    poll_s: float = Field(1.0, gt=0, description="STREAMREC_SERVING__POLL_S")
+    poll_s: float = Field(1.0, gt=0, le=MAX_SECONDS, description="STREAMREC_SERVING__POLL_S")
     # What runs the model (streamrec.serving.engines): onnx (ONNX Runtime, about twice Paddle's
     # speed here) when the export holds model.onnx and onnxruntime imports, else paddle (Paddle
     # Inference); onnx asks for ONNX Runtime and falls back to paddle with a warning when it
@@ -45,15 +45,19 @@ class ServingConfig(BaseModel):
     max_in_flight: int = Field(64, ge=1, description="STREAMREC_SERVING__MAX_IN_FLIGHT")
     # The longest an admitted request waits for a worker before it gets 503 with Retry-After:
     # past it, an answer is worth less than the client's retry elsewhere.
-    max_queue_wait_s: float = Field(0.5, gt=0, description="STREAMREC_SERVING__MAX_QUEUE_WAIT_S")
+    max_queue_wait_s: float = Field(
+        0.5, gt=0, le=MAX_SECONDS, description="STREAMREC_SERVING__MAX_QUEUE_WAIT_S"
+    )
     # A request body past this gets 413 before more is read: 1,000 candidates and a history of
     # 50 take about 40 KB, so 1 MiB leaves room and keeps a huge body out of memory.
     max_body_bytes: int = Field(1 << 20, ge=1, description="STREAMREC_SERVING__MAX_BODY_BYTES")
     # How long one feature-store check answers /readyz: a probe storm costs one Redis round
     # trip a second at most.
-    ready_cache_s: float = Field(1.0, gt=0, description="STREAMREC_SERVING__READY_CACHE_S")
+    ready_cache_s: float = Field(1.0, gt=0, le=MAX_SECONDS, description="STREAMREC_SERVING__READY_CACHE_S")
     # How long /readyz waits for that check; a store slower than this is reported not ready.
-    ready_timeout_s: float = Field(1.0, gt=0, description="STREAMREC_SERVING__READY_TIMEOUT_S")
+    ready_timeout_s: float = Field(
+        1.0, gt=0, le=MAX_SECONDS, description="STREAMREC_SERVING__READY_TIMEOUT_S"
+    )
 
     # A canary (`streamrec snapshot canary`) that falls behind the served version is ended by
     # serve (one instance decides, under the pointer's lock); the history says why.
@@ -67,7 +71,7 @@ class ServingConfig(BaseModel):
     # model twice as slow is a regression, a millisecond of jitter on a fast one is not.
     canary_latency_ratio: float = Field(2.0, ge=0, description="STREAMREC_SERVING__CANARY_LATENCY_RATIO")
     canary_latency_slack_s: float = Field(
-        0.05, ge=0, description="STREAMREC_SERVING__CANARY_LATENCY_SLACK_S"
+        0.05, ge=0, le=MAX_SECONDS, description="STREAMREC_SERVING__CANARY_LATENCY_SLACK_S"
     )
 
     # Click-through per arm (streamrec.serving.clicks): serve records each list it serves during
@@ -76,13 +80,15 @@ class ServingConfig(BaseModel):
     click_join: bool = Field(False, description="STREAMREC_SERVING__CLICK_JOIN")
     click_group: str = Field("streamrec-serve-clicks", description="STREAMREC_SERVING__CLICK_GROUP")
     # How long a served list may still be clicked: a day covers a feed left open overnight.
-    click_ttl_s: int = Field(86_400, ge=1, description="STREAMREC_SERVING__CLICK_TTL_S")
+    click_ttl_s: int = Field(86_400, ge=1, le=MAX_SECONDS, description="STREAMREC_SERVING__CLICK_TTL_S")
     # The attribution window: a list counts toward its arm's click-through (lists and clicks)
     # once clicked or this long after it was served, so arms are compared on settled lists, not
     # on lists too new to have been clicked yet. Two minutes: most clicks on a shown list come
     # within a minute of showing it, and the event's trip back through the topic adds seconds;
     # a later click still counts, on its list already settled. 0: a list counts when served.
-    click_window_s: float = Field(120.0, ge=0, description="STREAMREC_SERVING__CLICK_WINDOW_S")
+    click_window_s: float = Field(
+        120.0, ge=0, le=MAX_SECONDS, description="STREAMREC_SERVING__CLICK_WINDOW_S"
+    )
     # Actions that are clicks when an event has no label (an event's label 1 is a click).
     click_actions: tuple[str, ...] = Field(("click",), description="STREAMREC_SERVING__CLICK_ACTIONS")
 

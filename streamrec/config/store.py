@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
 
-from streamrec.config.section import SECTION
+from streamrec.config.section import MAX_SECONDS, SECTION
 
 
 class RedisStoreConfig(BaseModel):
@@ -24,14 +24,16 @@ class RedisStoreConfig(BaseModel):
     # TTL is set on a user's first event and refreshed each time the user's event time enters
     # a new quarter of it (not at every batch: each refresh is a Redis command per key), so an
     # active user's keys expire 3/4 to 1 TTL after their last event.
-    ttl_s: int = Field(30 * 86400, ge=1, description="STREAMREC_STORE__TTL_S")
+    ttl_s: int = Field(30 * 86400, ge=1, le=MAX_SECONDS, description="STREAMREC_STORE__TTL_S")
     client: dict[str, Any] = Field(
         default_factory=dict, description="STREAMREC_STORE__CLIENT: extra redis-py options"
     )
     # A Redis that never answered since the process started is a wrong URL or a Redis not
     # started, not an outage: the consumers say so after this long instead of waiting out
     # STREAMREC_CONSUMER__RETRY_DEADLINE_S. 5 s is ample for a connection across a data centre.
-    connect_timeout_s: float = Field(5.0, gt=0, description="STREAMREC_STORE__CONNECT_TIMEOUT_S")
+    connect_timeout_s: float = Field(
+        5.0, gt=0, le=MAX_SECONDS, description="STREAMREC_STORE__CONNECT_TIMEOUT_S"
+    )
 
     @field_validator("url")
     @classmethod

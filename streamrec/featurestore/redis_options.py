@@ -14,6 +14,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from streamrec.config import RedisStoreConfig
+from streamrec.config.section import MAX_SECONDS
 from streamrec.errors import ConfigError
 from streamrec.featurestore.redis_server import CLIENT_DEFAULTS
 
@@ -26,6 +27,12 @@ def client_options(cfg: RedisStoreConfig) -> dict[str, Any]:
             takes, named.
     """
     options = {**CLIENT_DEFAULTS, "socket_connect_timeout": cfg.connect_timeout_s, **cfg.client}
+    for name in _TIMEOUTS:  # redis-py keeps any value, and a socket refuses it at the first connection
+        if name in cfg.client and not _a_timeout(cfg.client[name]):
+            raise ConfigError(
+                f"STREAMREC_STORE__CLIENT {name} {cfg.client[name]!r} is no socket timeout: a number of "
+                f"seconds above 0 and at most {MAX_SECONDS:,} (a century), or null for none"
+            )
     # a Cluster client takes its own options and hands the rest to its nodes' connections
     own = set(inspect.signature(RedisCluster.__init__).parameters) if cfg.cluster else set()
     pool = redis.ConnectionPool.from_url(
@@ -39,3 +46,14 @@ def client_options(cfg: RedisStoreConfig) -> dict[str, Any]:
             "(the options are redis.Redis's keyword arguments)"
         ) from exc
     return options
+
+
+# The options redis-py gives a socket's settimeout.
+_TIMEOUTS = ("socket_timeout", "socket_connect_timeout")
+
+
+def _a_timeout(value: object) -> bool:
+    """Whether a socket takes ``value`` as its timeout (``None``: none); not 0: non-blocking."""
+    if value is None:
+        return True
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= MAX_SECONDS

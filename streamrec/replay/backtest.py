@@ -58,7 +58,7 @@ class BacktestConfig:
     warmup: float = 0.25
     retrain_every: int = 10
     ewc_lambdas: tuple[float, ...] = ()  # empty: the model's own, DEFAULT_EWC_LAMBDA if that is 0
-    seed: int = 0
+    seed: int | None = None  # both seeds (sampler's, model's); None: the settings' own
     jobs: int = 1
     # write every micro-batch's samples here (JSON lines); a str or os.PathLike is made a Path
     dump_samples: Path | str | os.PathLike[str] | None = None
@@ -161,16 +161,18 @@ def validated(model: ModelConfig, flag: str, **update: Any) -> ModelConfig:
 
 
 def seeded(cfg: BacktestConfig, schema: FeatureSchema | None = None) -> StreamrecConfig:
-    """The settings with ``cfg.seed`` as both the negative sampler's and the model's seed.
+    """The settings with ``cfg.seed``, if given, as both the negative sampler's and the model's seed.
+
+    Without one the settings keep their own (``STREAMREC_CONSUMER__SEED``, ``STREAMREC_MODEL__SEED``).
 
     With ``schema``, its declared features replace the settings' (an ablation's reduced schema),
     so that what a run records of its settings is what it ran with.
     """
     s = cfg.settings
-    update: dict[str, Any] = {
-        "consumer": s.consumer.model_copy(update={"seed": cfg.seed}),
-        "model": s.model.model_copy(update={"seed": cfg.seed}),
-    }
+    update: dict[str, Any] = {}
+    if cfg.seed is not None:
+        update["consumer"] = s.consumer.model_copy(update={"seed": cfg.seed})
+        update["model"] = s.model.model_copy(update={"seed": cfg.seed})
     if schema is not None:
         update["features"] = schema.extras
     return s.model_copy(update=update)
@@ -312,7 +314,7 @@ def _config(cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchem
         "warmup": cfg.warmup,
         "retrain_every": cfg.retrain_every,
         "ewc_lambdas": list(ewc_lambdas(cfg, settings)),
-        "seed": cfg.seed,
+        "seed": settings.model.seed,  # the sampler's is the consumer's below
         "consumer": settings.consumer.model_dump(mode="json"),
         "model": settings.model.model_dump(mode="json"),
         # the declared extras (item and category are every schema's); [] for the default schema

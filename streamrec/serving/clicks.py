@@ -43,6 +43,7 @@ from prometheus_client.registry import Collector
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
 from streamrec.errors import ConfigError
+from streamrec.featurestore.redis_options import client_options
 from streamrec.kafka.clients import make_consumer
 from streamrec.snapshots.traffic import TrafficPlan
 
@@ -332,7 +333,7 @@ def start_click_join(cfg: StreamrecConfig) -> tuple[ClickJoin, ClickConsumer]:
         raise ConfigError(
             "STREAMREC_SERVING__CLICK_JOIN needs the Redis feature store (STREAMREC_STORE__TYPE=redis)"
         )
-    client = redis.Redis.from_url(store.url, socket_connect_timeout=store.connect_timeout_s)
+    client = redis.Redis.from_url(store.url, **client_options(store))  # the store's, its CLIENT too
     serving = cfg.serving
     join = ClickJoin(
         client, f"{store.key_prefix}:ab", serving.click_ttl_s, serving.click_actions, serving.click_window_s
