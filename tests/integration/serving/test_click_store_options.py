@@ -26,7 +26,9 @@ def test_the_click_join_takes_the_stores_client_options(
         "url": f"redis://127.0.0.1:{private_redis.port}/0", "key_prefix": unique_name,
         "client": {"password": "secret"},
     }
-    cfg = pipeline_config(store=store, serving={"click_join": True})
+    # A group of its own: the join's consumer leaves as it is still joining, and the embedded
+    # broker then holds the group's next members (test_clicks.py's) past their 30 s wait.
+    cfg = pipeline_config(store=store, serving={"click_join": True, "click_group": f"clicks-{unique_name}"})
     join, consumer = start_click_join(cfg)
     try:
         assert join.client.ping()
