@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import typer
 from rich.console import Console, RenderableType
 from rich.markup import escape
@@ -183,6 +184,11 @@ def live_status(status: RenderableType) -> Iterator[None]:
 
     with Live(status, console=console, refresh_per_second=_STATUS_REFRESH_PER_S, redirect_stderr=True):
         yield
+
+
+def print_json(doc: object) -> None:
+    """``doc`` as indented JSON on standard output (a command's ``--json``)."""
+    typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
 
 
 def format_duration(seconds: float) -> str:

@@ -19,10 +19,10 @@ from streamrec.cli.common import (
     console,
     err_console,
     live_status,
+    print_json,
     stop_on_signals,
 )
 from streamrec.cli.options import ConfigFile, LogLevel, consumer_runner, json_output, path_given, setting
-from streamrec.cli.snapshot_common import print_json
 
 if TYPE_CHECKING:  # the Kafka and Redis clients: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from streamrec.cli.common import build_config, cli_errors, command_group, console, err_console
+from streamrec.cli.common import build_config, cli_errors, command_group, console, err_console, print_json
 from streamrec.cli.options import ConfigFile, LogLevel, path_given, setting
 from streamrec.cli.snapshot_common import (
     DirOption,
@@ -27,7 +27,6 @@ from streamrec.cli.snapshot_common import (
     current_plan,
     open_store,
     plan_doc,
-    print_json,
     serve_check,
     served,
     version_name,
@@ -44,7 +43,7 @@ from streamrec.cli.snapshot_format import (
     serving_mark,
     table_row,
 )
-from streamrec.errors import InvalidSnapshot, SnapshotError
+from streamrec.errors import SnapshotError
 
 if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command runs, not for --help
     from streamrec.snapshots.exports import ExportCheck
@@ -411,17 +410,15 @@ def export(
     import orjson
 
     from streamrec.serving.export import export_snapshot
-    from streamrec.snapshots.exports import MANIFEST
+    from streamrec.snapshots.exports import MANIFEST, refuse_unservable
 
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
         path = export_snapshot(store, number, rebuild=rebuild)
         check = _check_graphs(store.root, number)  # checksums, then as serve loads it and its graphs
-        if check.problem is not None and not check.own:
-            hinted = "--rebuild`" in check.problem  # read_export's own messages say how to mend it
-            hint = "" if hinted else f": rebuild it with `streamrec snapshot export {number} --rebuild`"
-            raise InvalidSnapshot(f"{check.problem}{hint}")
+        if not check.own:
+            refuse_unservable(check)
         if as_json:
             files = orjson.loads((path / MANIFEST).read_bytes())["files"]  # verified just now
             print_json({"version": number, "name": version_name(number), "path": str(path), "files": files})

@@ -10,14 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-import typer
 from rich.markup import escape
 
 from streamrec.cli.common import build_config, err_console
 from streamrec.cli.options import json_output, setting
 
 if TYPE_CHECKING:  # numpy, pydantic: imported when a command runs, not for --help
+    from streamrec.snapshots.exports import ExportCheck
     from streamrec.snapshots.store import SnapshotStore
     from streamrec.snapshots.traffic import TrafficPlan
 
@@ -33,7 +32,7 @@ def open_store(snapshot_dir: Path | None, log_level: str | None, config_file: Pa
             command here reads or acts on versions already written, and would otherwise say
             "no snapshots" with exit status 0, name a file missing under it, or create it.
     """
-    from streamrec.snapshots.promotion import require_root
+    from streamrec.snapshots.pointer import require_root
     from streamrec.snapshots.store import SnapshotStore
 
     cfg = build_config(
@@ -79,11 +78,6 @@ def version_name(version: int) -> str:
     return name(version)
 
 
-def print_json(doc: object) -> None:
-    """``doc`` as indented JSON on standard output (``--json``)."""
-    typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
-
-
 def build_export(store: SnapshotStore) -> Callable[[int], Path | None]:
     """Build a version's missing export, saying so (serving could not load it otherwise)."""
 
@@ -98,9 +92,9 @@ def build_export(store: SnapshotStore) -> Callable[[int], Path | None]:
     return build
 
 
-def serve_check(store: SnapshotStore) -> Callable[[int], str | None]:
-    """Why `streamrec serve` would not load a version's whole export (a learner's own), or None;
-    one damaged beyond its checksums is refused (`streamrec.serving.loading.serve_check`).
+def serve_check(store: SnapshotStore) -> Callable[[int], ExportCheck]:
+    """What `streamrec serve` makes of a version's export, for promotion
+    (`streamrec.serving.loading.serve_check`).
     """
     from streamrec.serving.loading import serve_check as check
 

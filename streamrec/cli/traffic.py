@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from streamrec.cli.common import cli_errors, console
+from streamrec.cli.common import cli_errors, console, print_json
 from streamrec.cli.options import ConfigFile, LogLevel
 from streamrec.cli.snapshot_common import (
     DirOption,
@@ -22,7 +22,6 @@ from streamrec.cli.snapshot_common import (
     current_plan,
     open_store,
     plan_doc,
-    print_json,
     serve_check,
     version_name,
 )

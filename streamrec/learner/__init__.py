@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from streamrec.learner.reports import LearnerStats, MicroBatchReport
     from streamrec.learner.runner import LearnerRunner
     from streamrec.snapshots.manifest import SnapshotManifest
-    from streamrec.snapshots.promotion import ServingPointer
+    from streamrec.snapshots.pointer import ServingPointer
     from streamrec.snapshots.store import SnapshotStore
 
 __all__ = [
@@ -70,7 +70,7 @@ __getattr__, __dir__ = lazy_exports(
         "streamrec.learner.runner": ["LearnerRunner"],
         # snapshots are their own package now (streamrec.snapshots): these names stay for older imports
         "streamrec.snapshots.manifest": ["SnapshotManifest"],
-        "streamrec.snapshots.promotion": ["ServingPointer"],
+        "streamrec.snapshots.pointer": ["ServingPointer"],
         "streamrec.snapshots.store": ["SnapshotStore"],
     },
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ from streamrec.errors import InvalidSnapshot, NotServable
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
 from streamrec.learner.idmap import DEFAULT_ROW
 from streamrec.serving.contract import CONTRACT, servable_inputs
-from streamrec.snapshots.directory import parse_version, version_name
 from streamrec.snapshots.exports import ExportCheck, export_dir, verify_export
 
 # The Paddle graph every export holds (`streamrec.serving.engines.PaddleEngine` runs it; the
@@ -115,8 +115,6 @@ def read_export(path: Path) -> ExportContents:
             learner's export, scored as its ``contract.json`` says).
     """
     files = verify_export(path)
-    version = parse_version(path.name)
-    rebuild = f"rebuild the export with `streamrec snapshot export {version or 'VERSION'} --rebuild`"
     try:
         contract: dict[str, Any] = orjson.loads((path / CONTRACT).read_bytes())
         inputs = servable_inputs(contract, path)
@@ -127,12 +125,10 @@ def read_export(path: Path) -> ExportContents:
         )
     except (KeyError, ValueError, TypeError, OSError, AttributeError) as exc:  # ValueError: JSON too
         why = " ".join(f"{type(exc).__name__}: {exc}".split())  # pydantic's message spans lines
-        raise InvalidSnapshot(f"{path / CONTRACT} cannot be served from ({why}): {rebuild}") from exc
-    except InvalidSnapshot as exc:  # an id table's arrays
-        raise InvalidSnapshot(f"{exc}: {rebuild}") from exc
+        raise InvalidSnapshot(f"{path / CONTRACT} cannot be served from ({why})") from exc
     missing = [name for name in PADDLE_FILES if name not in files]
     if missing:
-        raise InvalidSnapshot(f"{path} lacks {', '.join(missing)} (its manifest lists none): {rebuild}")
+        raise InvalidSnapshot(f"{path} lacks {', '.join(missing)} (its manifest lists none)")
     return contents
 
 
@@ -182,21 +178,9 @@ def read_checked(root: Path, version: int) -> tuple[ExportCheck, ExportContents 
     return ExportCheck(version, path, missing=False, problem=None), contents
 
 
-def serve_check(root: Path) -> Callable[[int], str | None]:
+def serve_check(root: Path) -> Callable[[int], ExportCheck]:
     """Promotion's check (`streamrec.snapshots.promotion.ServeCheck`) of the exports under ``root``.
 
-    Why serve would not load a version's whole export as another learner's own (a message), or
-    None; one that is damaged (beyond its checksums, which promotion checked first) is refused.
-    A missing one is promotion's to build or refuse.
-
-    Raises:
-        InvalidSnapshot: (from the check) the export is damaged, naming the file.
+    `check_loads`, which verifies each file as it reads, so promotion hashes them once.
     """
-
-    def check(version: int) -> str | None:
-        export = check_loads(root, version)
-        if export.missing or export.problem is None or export.own:
-            return export.problem
-        raise InvalidSnapshot(f"the export of {version_name(version)} is damaged: {export.problem}")
-
-    return check
+    return partial(check_loads, root)

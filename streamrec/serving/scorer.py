@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from streamrec.config import TableConfig
-from streamrec.errors import SnapshotError
+from streamrec.errors import InvalidSnapshot, SnapshotError
 from streamrec.features.schema import FeatureSchema
 from streamrec.learner.columns import SampleColumns, encode, require_columns
 from streamrec.learner.hashing import PADDING_BUCKET, fingerprint, to_buckets
@@ -32,7 +32,9 @@ from streamrec.serving.features import PAIR, candidate_columns, feature_request_
 from streamrec.serving.features import Candidate as Candidate  # its home before; still imported from here
 from streamrec.serving.loading import ExportContents, read_export
 from streamrec.serving.probe import require_finite_scores
-from streamrec.snapshots.promotion import require_root
+from streamrec.snapshots.directory import parse_version
+from streamrec.snapshots.exports import rebuild_hint
+from streamrec.snapshots.pointer import require_root
 from streamrec.snapshots.store import SnapshotStore, version_name
 
 logger = logging.getLogger(__name__)
@@ -60,9 +62,12 @@ class ExportedModel:
                 learner's export, scored as its ``contract.json`` says).
         """
         self.path = Path(path)
-        self._read(read_export(self.path))
-        self._engine = open_engine(self.path, self.contract, engine, threads)
-        require_finite_scores(self._engine, self.contract, self.path)
+        try:
+            self._read(read_export(self.path))
+            self._engine = open_engine(self.path, self.contract, engine, threads)
+            require_finite_scores(self._engine, self.contract, self.path)
+        except InvalidSnapshot as exc:  # what the export's snapshot mends
+            raise InvalidSnapshot(f"{exc}: {rebuild_hint(parse_version(self.path.name))}") from exc
         self.engine: str = self._engine.name  # "onnx" or "paddle": the engine that runs it
         self._lock = threading.Lock()  # one engine runs one request at a time
         self.combiner = Combiner(self._run, batch_candidates)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from streamrec.snapshots.exports import ExportCheck, check_export, verify_export
     from streamrec.snapshots.lock import SnapshotLock
     from streamrec.snapshots.manifest import SnapshotEntry, SnapshotManifest
-    from streamrec.snapshots.promotion import ServingEvent, ServingPointer
+    from streamrec.snapshots.pointer import ServingEvent, ServingPointer
     from streamrec.snapshots.store import SnapshotStore
 
 __all__ = [
@@ -55,7 +55,7 @@ __getattr__, __dir__ = lazy_exports(
         "streamrec.snapshots.exports": ["ExportCheck", "check_export", "verify_export"],
         "streamrec.snapshots.lock": ["SnapshotLock"],
         "streamrec.snapshots.manifest": ["SnapshotEntry", "SnapshotManifest"],
-        "streamrec.snapshots.promotion": ["ServingEvent", "ServingPointer"],
+        "streamrec.snapshots.pointer": ["ServingEvent", "ServingPointer"],
         "streamrec.snapshots.store": ["SnapshotStore"],
     },
 )

@@ -14,14 +14,12 @@ from datetime import UTC, datetime
 
 from streamrec.errors import SnapshotError
 from streamrec.snapshots.directory import version_name
-from streamrec.snapshots.exports import check_export
 from streamrec.snapshots.promotion import (
     BuildExport,
     ServeCheck,
     Versions,
     _require_export,
     _require_finite,
-    _require_servable,
     end_traffic,
 )
 from streamrec.snapshots.traffic import BUCKETS, CANARY, SERVED, Arm, TrafficPlan, read_plan, write_plan
@@ -160,13 +158,11 @@ def _servable(
     """
     store.verify(version)
     _require_finite(store, version)
-    _require_export(store, version, build_export)
-    if check_export(store.root, version).missing:
+    if _require_export(store, version, build_export, serve_check).missing:
         raise SnapshotError(
             f"{version_name(version)} has no export, so serving cannot load it: "
             f"build one with `streamrec snapshot export {version}`"
         )
-    _require_servable(store, version, serve_check)
 
 
 def _now() -> str:

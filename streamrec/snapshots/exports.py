@@ -172,9 +172,14 @@ def refuse_unservable(check: ExportCheck) -> None:
         )
     if check.problem is not None:
         raise InvalidSnapshot(
-            f"the export of {name} is damaged: {check.problem}; rebuild it with "
-            f"`streamrec snapshot export {check.version} --rebuild`"
+            f"the export of {name} is damaged: {check.problem}: {rebuild_hint(check.version)}"
         )
+
+
+def rebuild_hint(version: int | None) -> str:
+    """How an operator mends a damaged export: rebuild it from its snapshot."""
+    number = "VERSION" if version is None else version
+    return f"rebuild it with `streamrec snapshot export {number} --rebuild`"
 
 
 def export_bytes(root: Path) -> int:

@@ -13,8 +13,8 @@ invalid: readers skip it with a warning and a learner resumes from the newest va
 One learner at a time writes here (`streamrec.snapshots.lock`); ``streamrec snapshot
 create`` asks it for a snapshot by dropping a request file in ``<root>/.requests/``
 (`streamrec.snapshots.requests`).
-Serving loads the version ``<root>/serving/CURRENT`` names (`streamrec.snapshots.promotion`):
-promote, rollback and retention (`SnapshotStore.prune`) act on it.
+Serving loads the version ``<root>/serving/CURRENT`` names (`streamrec.snapshots.pointer`):
+promote, rollback and retention (`SnapshotStore.prune`) act on it (`streamrec.snapshots.promotion`).
 
 With ``full_every`` K > 1 a version may be a delta (`streamrec.snapshots.delta`):
 only the rows changed since its parent, the version before it, with a full snapshot every K
@@ -67,7 +67,8 @@ from streamrec.snapshots.manifest import (
     SnapshotManifest,
     read_manifest,
 )
-from streamrec.snapshots.promotion import BuildExport, ServeCheck, ServingEvent, ServingPointer
+from streamrec.snapshots.pointer import ServingEvent, ServingPointer
+from streamrec.snapshots.promotion import BuildExport, ServeCheck
 from streamrec.snapshots.requests import SnapshotRequests
 
 __all__ = ["MANIFEST", "MANIFEST_SUM", "SnapshotEntry", "SnapshotManifest", "SnapshotStore", "version_name"]

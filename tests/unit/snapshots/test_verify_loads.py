@@ -145,7 +145,11 @@ def test_export_rebuild_mends_an_export_serve_would_not_load(root: Path) -> None
     export = root / "exports" / "v000002"
     _short_rows(export)
     reseal(export)
-    assert "40 keys but 20 rows" in run(root, "export", "2", code=1).output
+    said = " ".join(run(root, "export", "2", code=1).output.split())
+    assert "40 keys but 20 rows" in said
+    assert said.count("`streamrec snapshot export 2 --rebuild`") == 1, said  # named once, by refusal
+    promoted = " ".join(run(root, "promote", "2", code=1).output.split())
+    assert promoted.count("`streamrec snapshot export 2 --rebuild`") == 1, promoted
     run(root, "export", "2", "--rebuild")
     assert run(root, "verify", "2").stdout.splitlines()[-1] == "1 valid, 0 invalid"
     run(root, "promote", "2")
@@ -288,16 +292,19 @@ def test_show_exits_1_for_an_invalid_version_as_verify_does(root: Path, as_json:
     run(root, "show", "1", *(["--json"] if as_json else []))
 
 
-@pytest.mark.parametrize(("command", "times"), [("list", 1), ("verify", 1), ("export", 1), ("promote", 2)])
+@pytest.mark.parametrize("command", ["list", "verify", "export", "promote", "rollback"])
 def test_an_exports_files_are_hashed_once_a_check(
-    root: Path, command: str, times: int, monkeypatch: pytest.MonkeyPatch
+    root: Path, command: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """From the last stop's review: an export's checksums were verified four times a promotion
+    """From two stops' reviews: an export's checksums were verified four times a promotion
     (promotion's own check, then serve's check ran `check_export` and `check_loads`, which ran
-    both), twice for each entry of `list` and `verify`, and twice by `export`. `read_export`
-    verifies first, with the same message, so serve's check is one read; promotion checks the
-    export (or builds it) before.
+    both), twice for each entry of `list` and `verify`, and twice by `export`; then, with
+    `read_export` verifying first, still twice a promotion (promotion's checksums, then serve's
+    read). Promotion now asks serve's read alone, which verifies as it reads.
     """
+    if command == "rollback":
+        run(root, "promote", "1")
+        run(root, "promote", "2")
     import streamrec.snapshots.exports as exports
 
     hashed: list[Path] = []
@@ -308,6 +315,6 @@ def test_an_exports_files_are_hashed_once_a_check(
 
     real = exports.sha256_file
     monkeypatch.setattr(exports, "sha256_file", counted)
-    run(root, command, *(["1"] if command != "list" else []))
+    run(root, command, *(["1"] if command not in ("list", "rollback") else []))
     of_export = [p for p in hashed if "exports" in p.parts]
-    assert of_export and len(of_export) == times * len(set(of_export)), sorted(of_export)
+    assert of_export and len(of_export) == len(set(of_export)), sorted(of_export)
