@@ -14,6 +14,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_settings import SettingsConfigDict, SettingsError
 
 from streamrec.config.settings import StreamrecConfig
+from streamrec.config.store import STORE_TYPES
 from streamrec.errors import ConfigError
 
 PREFIX = "STREAMREC_"
@@ -277,6 +278,13 @@ def _setting_error(error: Any, given: Mapping[str, Any]) -> str:  # noqa: ANN401
     if str(error["type"]) == "value_error":
         shown = ""  # our own checks name what they found
     loc = tuple(error["loc"])
+    if str(error["type"]) == "value_error" and message.startswith(PREFIX):
+        return f"invalid setting {message}"  # a check across a section's settings names the one
+    if str(error["type"]) == "extra_forbidden" and (owner := _other_store(loc)) is not None:
+        return (
+            f"{env_name(loc)} is a setting of the {owner} store, not of the {loc[1]} store "
+            f"(STREAMREC_STORE__TYPE): remove it, or set STREAMREC_STORE__TYPE={owner}"
+        )
     unknown = _unknown_name(loc) if str(error["type"]) == "extra_forbidden" else None
     if unknown is not None:
         return (
@@ -288,6 +296,19 @@ def _setting_error(error: Any, given: Mapping[str, Any]) -> str:  # noqa: ANN401
         loc, shown = (*loc, "type"), ""
         message = f"{context.get('tag')!r} is no feature store: one of {context.get('expected_tags')}"
     return f"invalid setting {env_name(loc)} ({_origin(loc, given)}): {message}{shown}"
+
+
+def _other_store(loc: tuple[int | str, ...]) -> str | None:
+    """The other store type whose setting ``loc`` (a key the chosen store does not have) is, or None.
+
+    Examples:
+        >>> _other_store(("store", "memory", "url")), _other_store(("store", "redis", "urll"))
+        ('redis', None)
+    """
+    if len(loc) != 3 or loc[0] != "store":
+        return None
+    types = {str(tag): model for tag, model in STORE_TYPES.items() if tag != loc[1]}
+    return next((tag for tag, model in types.items() if loc[2] in model.model_fields), None)
 
 
 def _unknown_name(loc: tuple[int | str, ...]) -> str | None:

@@ -77,6 +77,9 @@ def _store_type(value: Any) -> str:
     return str(getattr(value, "type", "redis"))
 
 
+# The store each ``type`` names.
+STORE_TYPES: dict[str, type[BaseModel]] = {"redis": RedisStoreConfig, "memory": MemoryStoreConfig}
+
 # Chosen by its ``type`` field, as feast picks an online store.
 StoreConfig = Annotated[
     Annotated[RedisStoreConfig, Tag("redis")] | Annotated[MemoryStoreConfig, Tag("memory")],

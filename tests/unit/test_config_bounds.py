@@ -122,3 +122,39 @@ def test_an_unknown_key_in_the_settings_file_is_named_as_no_setting(
         load_config(path)
     assert str(caught.value).startswith(named.format(path=path)), str(caught.value)
     assert "docs/reference/configuration.md" in str(caught.value)
+
+
+def test_a_check_across_a_section_names_the_setting_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Left by the settings tour: a check of one setting against another of its section said
+    "invalid setting STREAMREC_KAFKA (or its flag or streamrec.toml entry): STREAMREC_KAFKA__...",
+    the section as if it were the setting, and a guess at where it was set.
+    """
+    monkeypatch.setenv("STREAMREC_KAFKA__SESSION_TIMEOUT_MS", "400000")
+    with pytest.raises(ConfigError) as caught:
+        load_config()
+    assert str(caught.value).startswith(
+        "invalid setting STREAMREC_KAFKA__SESSION_TIMEOUT_MS (400000) is above the consumers' "
+        "max.poll.interval.ms"
+    ), str(caught.value)
+
+
+@pytest.mark.parametrize(("store", "key", "owner"), [("memory", "URL", "redis"), ("redis", "SHARDS", None)])
+def test_a_setting_of_another_store_type_says_whose_it_is(
+    store: str, key: str, owner: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left by the settings tour: ``STREAMREC_STORE__TYPE=memory`` with a URL was "invalid
+    setting STREAMREC_STORE__URL ...: Extra inputs are not permitted" (pydantic's words).
+    """
+    monkeypatch.setenv("STREAMREC_STORE__TYPE", store)
+    monkeypatch.setenv(f"STREAMREC_STORE__{key}", "redis://127.0.0.1:1")
+    with pytest.raises(ConfigError) as caught:
+        load_config()
+    said = str(caught.value)
+    assert "Extra inputs" not in said, said
+    if owner is None:
+        assert said.startswith(f"STREAMREC_STORE__{key} names no setting"), said
+    else:
+        assert said.startswith(
+            f"STREAMREC_STORE__{key} is a setting of the {owner} store, not of the {store} store "
+            "(STREAMREC_STORE__TYPE)"
+        ), said
