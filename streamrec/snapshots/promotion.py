@@ -3,10 +3,9 @@ r"""Promotion: how the version serving loads moves, and what retention keeps.
 Serving loads the version ``<root>/serving/CURRENT`` names (`streamrec.snapshots.pointer`).
 `promote` and `rollback` move that pointer only to a version whose every checksum (and its
 export's) holds; `prune` deletes old versions but never the served one or the last ones served
-before it (retention keeps the served one and the last few before it). The history line is
-written before the pointer moves: a crash between the two leaves a version recorded (and so
-kept) that was not served, never one served and unrecorded. `SnapshotStore` offers all three
-as methods.
+before it. The history line is written before the pointer moves: a crash between the two
+leaves a version recorded (and so kept) that was not served, never one served and unrecorded.
+`SnapshotStore` offers all three as methods.
 """
 
 from __future__ import annotations
