@@ -51,6 +51,13 @@ class ServingConfig(BaseModel):
     # A request body past this gets 413 before more is read: 1,000 candidates and a history of
     # 50 take about 40 KB, so 1 MiB leaves room and keeps a huge body out of memory.
     max_body_bytes: int = Field(1 << 20, ge=1, description="STREAMREC_SERVING__MAX_BODY_BYTES")
+    # A request whose request line and headers pass this gets 431 (414: its request line alone)
+    # and is closed as soon as they do, before more is read: uvicorn's httptools parser bounds
+    # neither (streamrec.serving.heads). 16 KiB, as h11 and Node.js: a request here carries a
+    # few short headers, and a gateway's token or trace headers take a few KiB at most.
+    max_header_bytes: int = Field(
+        16 << 10, ge=1024, le=1 << 30, description="STREAMREC_SERVING__MAX_HEADER_BYTES"
+    )
     # How long one feature-store check answers /readyz: a probe storm costs one Redis round
     # trip a second at most.
     ready_cache_s: float = Field(1.0, gt=0, le=MAX_SECONDS, description="STREAMREC_SERVING__READY_CACHE_S")
