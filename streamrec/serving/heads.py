@@ -1,4 +1,6 @@
-"""A bound on each request's head (its request line and headers): ``STREAMREC_SERVING__MAX_HEADER_BYTES``.
+"""Bounds on each request's head (its request line and headers): its bytes and its time.
+
+``STREAMREC_SERVING__MAX_HEADER_BYTES`` and ``STREAMREC_SERVING__HEADER_TIMEOUT_S``.
 
 uvicorn runs serve on httptools (llhttp), which bounds neither the request line nor the
 headers: a 200 KB header was read and answered 200, and a client sending one header without end
@@ -13,8 +15,15 @@ request gets 431 (414 when its request line alone passes it) with a JSON reason 
 setting and ``Connection: close``; the server stops parsing, says no more, and reads and drops
 what the client still sends for up to `LINGER_S`, so the client sees the answer rather than a
 reset. The limit travels in uvicorn's own ``h11_max_incomplete_event_size``, the bound of the
-same head in its h11 parser, so the config pickles as it is to `streamrec serve --processes N`'s
-server processes.
+same head in its h11 parser.
+
+uvicorn bounds no head's time either: its keep-alive timeout stops at a request's first byte and
+starts after its response, and a connection that sends nothing is held for good, so a client
+sending a header now and then (slowloris), or opening connections and sending nothing, held
+them without end. A head not whole ``header_timeout_s`` after the connection opened or the
+request's first byte came gets 408 (a connection that sent nothing is closed without a word).
+The timeout rides in `ServerConfig`, which pickles to `streamrec serve --processes N`'s server
+processes as uvicorn's own does.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from typing import Any
 
 import httptools
 import orjson
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 logger = logging.getLogger(__name__)
@@ -36,7 +46,16 @@ logger = logging.getLogger(__name__)
 LINGER_S = 1.0
 # A header's bytes beyond its name and value: ": " and CRLF.
 _HEADER_OVERHEAD = 4
-_REASONS = {414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+_REASONS = {408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+
+
+class ServerConfig(uvicorn.Config):
+    """uvicorn's configuration and the time a request's head may take (`HeadBoundProtocol`)."""
+
+    def __init__(self, app: Any, header_timeout_s: float, **options: Any) -> None:
+        """As uvicorn's, with ``header_timeout_s``."""
+        super().__init__(app, **options)
+        self.header_timeout_s = header_timeout_s
 
 
 class _HeadTooLarge(Exception):
@@ -46,19 +65,51 @@ class _HeadTooLarge(Exception):
 class HeadBoundProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, each request's head bounded by the config's limit."""
 
-    def __init__(self, config: Any, server_state: Any, app_state: Any, _loop: Any = None) -> None:
-        """As uvicorn's; the limit is ``config.h11_max_incomplete_event_size``."""
+    def __init__(self, config: ServerConfig, server_state: Any, app_state: Any, _loop: Any = None) -> None:
+        """As uvicorn's; the limits are ``config.h11_max_incomplete_event_size`` and ``header_timeout_s``."""
         super().__init__(config, server_state, app_state, _loop)
-        self.max_head_bytes: int = config.h11_max_incomplete_event_size
+        self.max_head_bytes: int = config.h11_max_incomplete_event_size or 0
+        self.header_timeout_s = config.header_timeout_s
+        self._timer: asyncio.TimerHandle | None = None  # the head's deadline, while one is awaited
         self._head: int | None = None  # bytes of the open head parsed so far; None between heads
         self._url = 0  # of those, the request line's target
         self._read = 0  # bytes of the chunks read wholly within the open head
         self._begun = 0  # requests begun on this connection: a chunk may end one and begin the next
         self._refused = False
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """A connection: its first request's head is awaited from now."""
+        super().connection_made(transport)  # type: ignore[arg-type]  # uvicorn's takes a Transport
+        self._time_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The connection closed: no head is awaited."""
+        self._untime_head()
+        super().connection_lost(exc)
+
+    def _time_head(self) -> None:
+        if self._timer is None:
+            self._timer = self.loop.call_later(self.header_timeout_s, self._head_late)
+
+    def _untime_head(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _head_late(self) -> None:
+        self._timer = None
+        if self._refused or self.transport.is_closing():
+            return
+        if self._head is None:  # nothing of a request came: closed, as keep-alive's timeout does
+            self.transport.close()
+            return
+        self._refuse(408, f"request line and headers not whole within {self.header_timeout_s:g} s "
+                     "(STREAMREC_SERVING__HEADER_TIMEOUT_S)")
+
     def on_message_begin(self) -> None:
-        """A request begins: its head is open."""
+        """A request begins: its head is open, and timed from here if it was not already."""
         super().on_message_begin()
+        self._time_head()
         self._head, self._url, self._read = 0, 0, 0
         self._begun += 1
 
@@ -76,6 +127,7 @@ class HeadBoundProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         """The head is whole: the request goes to the app."""
         self._head = None
+        self._untime_head()
         super().on_headers_complete()
 
     def _counted(self, size: int) -> None:
@@ -94,7 +146,7 @@ class HeadBoundProtocol(HttpToolsProtocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             if isinstance(exc.__context__, _HeadTooLarge):
-                self._refuse()
+                self._too_large()
             else:  # as uvicorn's
                 self._invalid()
             return
@@ -104,17 +156,18 @@ class HeadBoundProtocol(HttpToolsProtocol):
         if self._head is not None and open_before == self._begun:  # all head: an endless header too
             self._read += len(data)
             if self._read > self.max_head_bytes:
-                self._refuse()
+                self._too_large()
 
-    def _refuse(self) -> None:
-        """Answer 431 (414) naming the setting, stop reading requests, close after `LINGER_S`."""
-        self._refused = True
+    def _too_large(self) -> None:
         status = 414 if self._url > self.max_head_bytes else 431
         what = "request line" if status == 414 else "request line and headers"
-        reason = (
-            f"{what} over {self.max_head_bytes} bytes (STREAMREC_SERVING__MAX_HEADER_BYTES): "
-            "send less, or raise the setting"
-        )
+        reason = f"{what} over {self.max_head_bytes} bytes (STREAMREC_SERVING__MAX_HEADER_BYTES)"
+        self._refuse(status, f"{reason}: send less, or raise the setting")
+
+    def _refuse(self, status: int, reason: str) -> None:
+        """Answer ``status`` with ``reason``, stop reading requests, close after `LINGER_S`."""
+        self._refused = True
+        self._untime_head()
         body = orjson.dumps({"error": reason})
         head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
@@ -127,7 +180,7 @@ class HeadBoundProtocol(HttpToolsProtocol):
         self.transport.write(b"".join(head) + body)
         if self.transport.can_write_eof():
             self.transport.write_eof()  # said all: the client reads the answer and closes
-            asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
+            self.loop.call_later(LINGER_S, self.transport.close)
         else:
             self.transport.close()
 

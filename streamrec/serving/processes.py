@@ -79,15 +79,14 @@ def listen(host: str, port: int) -> socket.socket:
 def server_config(app: Starlette | str, serving: ServingConfig, **options: Any) -> uvicorn.Config:
     """The uvicorn configuration of a server of ``app``: its httptools parser, each request's head bounded.
 
-    By ``serving.max_header_bytes`` (`streamrec.serving.heads`); uvicorn's own log lines at WARNING
-    and up, no access log.
+    By ``serving.max_header_bytes`` and ``header_timeout_s`` (`streamrec.serving.heads`);
+    uvicorn's own log lines at WARNING and up, no access log.
     """
-    import uvicorn
+    from streamrec.serving.heads import HeadBoundProtocol, ServerConfig
 
-    from streamrec.serving.heads import HeadBoundProtocol
-
-    return uvicorn.Config(
+    return ServerConfig(
         app,
+        serving.header_timeout_s,
         http=HeadBoundProtocol,
         h11_max_incomplete_event_size=serving.max_header_bytes,
         log_level="warning",

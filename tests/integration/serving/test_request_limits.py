@@ -2,7 +2,8 @@
 
 Each refusal names the setting an operator would raise and its value: the candidates of one
 request (400), the body's bytes (413), the request line's and headers' bytes (431, or 414 for a
-request line alone past it), refused as soon as the head passes it, not read to its end.
+request line alone past it), refused as soon as the head passes it, not read to its end; and a
+head that does not come whole within its time (408, or closed when nothing came).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.support import trained_snapshots
 MAX_CANDIDATES = 3
 MAX_BODY_BYTES = 4096
 MAX_HEADER_BYTES = 8192
+HEADER_TIMEOUT_S = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         "STREAMREC_SERVING__MAX_CANDIDATES": str(MAX_CANDIDATES),
         "STREAMREC_SERVING__MAX_BODY_BYTES": str(MAX_BODY_BYTES),
         "STREAMREC_SERVING__MAX_HEADER_BYTES": str(MAX_HEADER_BYTES),
+        "STREAMREC_SERVING__HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
     }
     with served(root, processes=1, settings=settings) as running:
         yield running
@@ -130,3 +133,44 @@ def test_a_header_that_never_ends_is_refused_before_it_is_read_whole(server: Ser
     assert httpx.post(f"{server.url}/score", json={"user": "u1", "items": ["i1"]}).status_code == 200
     log = server.log.read_text()
     assert "Traceback" not in log and "Invalid HTTP request" not in log, log[-2000:]
+
+
+def closed_after(sock: socket.socket, drip: bytes = b"", within: float = 10.0) -> tuple[float, bytes]:
+    """Seconds until the server closed ``sock`` (sending ``drip`` every 0.2 s meanwhile), and what it said."""
+    started, said = time.monotonic(), b""
+    sock.settimeout(0.2)
+    while time.monotonic() - started < within:
+        try:
+            data = sock.recv(65536)
+            if not data:
+                return time.monotonic() - started, said
+            said += data
+        except TimeoutError:
+            if drip:
+                sock.sendall(drip)
+        except ConnectionResetError:
+            return time.monotonic() - started, said
+    return time.monotonic() - started, said
+
+
+def test_a_head_that_does_not_come_in_time_is_closed(server: Served) -> None:
+    """Found by the tour: a connection that sent nothing, or a head a header every 0.2 s (slowloris),
+    was held for good (40 s seen): uvicorn's keep-alive timeout stops at a request's first byte and
+    starts after its response, and no server process closes a connection that sent nothing.
+    """
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as idle:
+        seconds, said = closed_after(idle)
+        assert said == b"" and HEADER_TIMEOUT_S <= seconds + 0.1 < HEADER_TIMEOUT_S + 2, seconds
+    with socket.create_connection((host, int(port))) as slow:
+        slow.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\n")
+        seconds, said = closed_after(slow, drip=b"X-A: b\r\n")
+        assert said.startswith(b"HTTP/1.1 408 "), said
+        assert "STREAMREC_SERVING__HEADER_TIMEOUT_S" in orjson.loads(said.split(b"\r\n\r\n", 1)[1])["error"]
+        assert seconds < HEADER_TIMEOUT_S + 2, seconds
+    # a kept-alive connection: its next request, a while after the first, is answered
+    with httpx.Client(timeout=5) as client:
+        for _ in range(2):
+            response = client.post(f"{server.url}/score", json={"user": "u1", "items": ["i1"]})
+            assert response.status_code == 200, response.text
+            time.sleep(HEADER_TIMEOUT_S * 0.8)
