@@ -187,4 +187,4 @@ def serve(
             del scorer  # each worker loads its own
             workers.run(cfg, store, sock)
             return
-        workers.run_one(workers.serving_app(cfg, scorer, store), sock)
+        workers.run_one(workers.serving_app(cfg, scorer, store), sock, serving)

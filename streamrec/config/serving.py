@@ -51,6 +51,20 @@ class ServingConfig(BaseModel):
     # A request body past this gets 413 before more is read: 1,000 candidates and a history of
     # 50 take about 40 KB, so 1 MiB leaves room and keeps a huge body out of memory.
     max_body_bytes: int = Field(1 << 20, ge=1, description="STREAMREC_SERVING__MAX_BODY_BYTES")
+    # A request whose request line and headers pass this gets 431 (414: its request line alone)
+    # and is closed as soon as they do, before more is read: uvicorn's httptools parser bounds
+    # neither (streamrec.serving.heads). 16 KiB, as h11 and Node.js: a request here carries a
+    # few short headers, and a gateway's token or trace headers take a few KiB at most.
+    max_header_bytes: int = Field(
+        16 << 10, ge=1024, le=1 << 30, description="STREAMREC_SERVING__MAX_HEADER_BYTES"
+    )
+    # The longest a connection may take to send a request's line and headers, from its opening
+    # or the request's first byte: past it, 408 (or closed, when nothing came). uvicorn has no
+    # such bound, so a client could hold connections without end (slowloris). 10 s: a head comes
+    # in one round trip; nginx and Node.js wait 60 s for browsers on slow links, not a scoring client.
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=MAX_SECONDS, description="STREAMREC_SERVING__HEADER_TIMEOUT_S"
+    )
     # How long one feature-store check answers /readyz: a probe storm costs one Redis round
     # trip a second at most.
     ready_cache_s: float = Field(1.0, gt=0, le=MAX_SECONDS, description="STREAMREC_SERVING__READY_CACHE_S")

@@ -13,7 +13,8 @@ carrying ``request_id`` that is a click (``label`` 1, or no label and an action 
 ``SET NX`` marker, so a redelivered event counts once) in hash ``<prefix>:{<salt>}:clicks``. Its
 offsets are committed only after those writes. The counters live in Redis, so every instance's
 lists and clicks add up; ``/metrics`` reads them for the running plan on each scrape. The salt
-in braces keeps one plan's keys in one Cluster slot.
+in braces keeps one plan's keys in one Cluster slot; the join runs on the feature store's Redis,
+standalone or Cluster (``STREAMREC_STORE__CLUSTER``), with the store's client options.
 
 The attribution window (``click_window_s``): a list counts toward its arm's click-through, in
 both its lists and its clicks, once it is settled: clicked (its first click moves it from the
@@ -40,8 +41,12 @@ import redis
 from confluent_kafka import KafkaError, Message, TopicPartition
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.exceptions import RedisClusterException
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.config.store import redact_url
 from streamrec.errors import ConfigError
 from streamrec.featurestore.redis_options import client_options
 from streamrec.kafka.clients import make_consumer
@@ -105,12 +110,15 @@ class ArmClicks:
     clicks: int
 
 
+Client = redis.Redis | RedisCluster
+
+
 class ClickJoin:
-    """The served lists and clicks of each plan's arms, in Redis."""
+    """The served lists and clicks of each plan's arms, in Redis (standalone or Cluster)."""
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client | Callable[[], Client],
         prefix: str,
         ttl_s: int,
         click_actions: Iterable[str],
@@ -119,19 +127,38 @@ class ClickJoin:
     ) -> None:
         """Keys under ``prefix``; a served request joinable for ``ttl_s`` seconds.
 
-        An unclicked list settles ``window_s`` seconds after it was served, by ``clock``
-        (seconds since the epoch: every instance's alike).
+        ``client``, or a function making it when first used (a Cluster's client connects as it
+        is made, to read the slots: serve then starts while its Cluster is down, as with a
+        standalone Redis). An unclicked list settles ``window_s`` seconds after it was served,
+        by ``clock`` (seconds since the epoch: every instance's alike).
         """
-        self.client = client
+        self._client: Client | None = None
+        self._connect: Callable[[], Client] | None = None
+        if isinstance(client, redis.Redis | RedisCluster):
+            self._client = client
+        else:
+            self._connect = client
+        self._scripts: dict[str, Script] = {}
         self.prefix = prefix
         self.ttl_s = ttl_s
         self.click_actions = frozenset(click_actions)
         self.window_s = window_s
         self.clock = clock
         self.settle_step = SETTLE_STEP
-        self._serve_once = client.register_script(_SERVE_ONCE)
-        self._count_once = client.register_script(_COUNT_ONCE)
-        self._settle = client.register_script(_SETTLE)
+
+    @property
+    def client(self) -> Client:
+        """The client, made now if it was given as a function and this is its first use."""
+        if self._client is None:
+            assert self._connect is not None
+            self._client = self._connect()
+        return self._client
+
+    def _script(self, source: str) -> Script:
+        """``source`` registered on the client (its SHA1; loaded on the node that lacks it)."""
+        if source not in self._scripts:
+            self._scripts[source] = self.client.register_script(source)
+        return self._scripts[source]
 
     def _key(self, salt: str, name: str) -> str:
         return f"{self.prefix}:{{{salt}}}:{name}"
@@ -155,7 +182,7 @@ class ClickJoin:
             # EVALSHA itself: redis-py's Script in a pipeline asks SCRIPT EXISTS first, a second
             # round trip a list. Both commands are idempotent, so a server that lost the script
             # (restarted, flushed) gets it loaded and the pair again.
-            pipe.evalsha(self._serve_once.sha, len(keys), *keys, *args)
+            pipe.evalsha(self._script(_SERVE_ONCE).sha, len(keys), *keys, *args)
             try:
                 pipe.execute()
                 return
@@ -180,7 +207,7 @@ class ClickJoin:
         salt, _, field = (record.decode() if isinstance(record, bytes) else str(record)).partition("\t")
         marker = self._key(salt, f"clicked:{request_id}:{event.get('item_id')}")
         keys = [marker, self._key(salt, "clicks"), self._key(salt, "pending"), self._key(salt, "settled")]
-        self._count_once(keys=keys, args=[self.ttl_s, field, f"{field}\t{request_id}"])
+        self._script(_COUNT_ONCE)(keys=keys, args=[self.ttl_s, field, f"{field}\t{request_id}"])
         return True
 
     def settle(self, plan: TrafficPlan) -> int:
@@ -188,7 +215,7 @@ class ClickJoin:
         keys = [self._key(plan.salt, "pending"), self._key(plan.salt, "settled")]
         cutoff, total = self.clock() - self.window_s, 0
         while True:
-            done = int(self._settle(keys=keys, args=[repr(cutoff), self.settle_step]))
+            done = int(self._script(_SETTLE)(keys=keys, args=[repr(cutoff), self.settle_step]))
             total += done
             if done < self.settle_step:
                 return total
@@ -246,7 +273,7 @@ class ClickCollector(Collector):
                     lists.add_metric([arm, version], figures.lists)
                     settled.add_metric([arm, version], figures.settled)
                     clicks.add_metric([arm, version], figures.clicks)
-            except redis.RedisError as exc:
+            except (redis.RedisError, RedisClusterException) as exc:
                 logger.warning("cannot read click-through figures error=%s", exc)
         yield lists
         yield settled
@@ -333,9 +360,30 @@ def start_click_join(cfg: StreamrecConfig) -> tuple[ClickJoin, ClickConsumer]:
         raise ConfigError(
             "STREAMREC_SERVING__CLICK_JOIN needs the Redis feature store (STREAMREC_STORE__TYPE=redis)"
         )
-    client = redis.Redis.from_url(store.url, **client_options(store))  # the store's, its CLIENT too
+    options = client_options(store)  # the store's, its CLIENT too
+    client: Client | Callable[[], Client] = (
+        (lambda: cluster_client(store.url, options))
+        if store.cluster
+        else redis.Redis.from_url(store.url, **options)
+    )
     serving = cfg.serving
     join = ClickJoin(
         client, f"{store.key_prefix}:ab", serving.click_ttl_s, serving.click_actions, serving.click_window_s
     )
     return join, ClickConsumer(join, cfg.kafka, serving.click_group).start()
+
+
+def cluster_client(url: str, options: dict[str, object]) -> RedisCluster:
+    """A client of the Redis Cluster ``url`` names a node of.
+
+    Raises:
+        redis.ConnectionError: no node answered as a Cluster node (redis-py's own error is no
+            `redis.RedisError`, so it would pass the outage handling of each caller).
+    """
+    try:
+        return RedisCluster.from_url(url, **options)
+    except RedisClusterException as exc:
+        raise redis.ConnectionError(
+            f"no Redis Cluster answered at {redact_url(url)} "
+            f"(STREAMREC_STORE__URL, STREAMREC_STORE__CLUSTER): {exc}"
+        ) from exc

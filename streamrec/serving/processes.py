@@ -33,9 +33,10 @@ from streamrec.orphans import end_with_parent
 from streamrec.paddlesignals import quiet_paddle_import, stop_signals_kept
 
 if TYPE_CHECKING:
+    import uvicorn
     from starlette.applications import Starlette
 
-    from streamrec.config import StreamrecConfig
+    from streamrec.config import ServingConfig, StreamrecConfig
     from streamrec.serving.scorer import Scorer
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,26 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_one(app: Starlette, sock: socket.socket) -> None:
+def server_config(app: Starlette | str, serving: ServingConfig, **options: Any) -> uvicorn.Config:
+    """The uvicorn configuration of a server of ``app``: its httptools parser, each request's head bounded.
+
+    By ``serving.max_header_bytes`` and ``header_timeout_s`` (`streamrec.serving.heads`);
+    uvicorn's own log lines at WARNING and up, no access log.
+    """
+    from streamrec.serving.heads import HeadBoundProtocol, ServerConfig
+
+    return ServerConfig(
+        app,
+        serving.header_timeout_s,
+        http=HeadBoundProtocol,
+        h11_max_incomplete_event_size=serving.max_header_bytes,
+        log_level="warning",
+        access_log=False,
+        **options,
+    )
+
+
+def run_one(app: Starlette, sock: socket.socket, serving: ServingConfig) -> None:
     """Serve ``app`` in this process on ``sock`` (from `listen`) until stopped; returns once stopped.
 
     SIGTERM (an orchestrator's stop) or SIGINT: uvicorn stops accepting, answers the requests
@@ -87,12 +107,9 @@ def run_one(app: Starlette, sock: socket.socket) -> None:
     import signal
     import threading
 
-    import uvicorn
-
     from streamrec.serving.draining import DrainingServer
 
-    config = uvicorn.Config(app, log_level="warning", access_log=False)
-    server = DrainingServer(config)
+    server = DrainingServer(server_config(app, serving))
     if threading.current_thread() is threading.main_thread():  # as uvicorn: handlers are the main thread's
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, server.handle_exit)
@@ -104,19 +121,16 @@ def run(cfg: StreamrecConfig, use_store: bool, sock: socket.socket) -> None:
 
     uvicorn's supervisor starts the workers, restarts one that dies, and stops them with it.
     """
-    import uvicorn
-
     from streamrec.serving.draining import DrainingSupervisor
 
     doc = {"config": cfg.model_dump(mode="json"), "store": use_store, "supervisor": os.getpid()}
     os.environ[WORKER_CONFIG_ENV] = orjson.dumps(doc).decode()
-    config = uvicorn.Config(
+    config = server_config(
         f"{__name__}:create_app",
+        cfg.serving,
         factory=True,
         workers=cfg.serving.processes,
-        log_level="warning",
         log_config=worker_log_config(),
-        access_log=False,
     )
     DrainingSupervisor(config, sockets=[sock]).run()
 

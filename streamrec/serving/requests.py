@@ -133,7 +133,9 @@ def _parsed(
     if not isinstance(items, list) or not items:
         raise BadRequest("'items' must be a non-empty list")
     if len(items) > max_candidates:
-        raise BadRequest(f"{len(items)} items; at most {max_candidates} per request")
+        raise BadRequest(
+            f"{len(items)} items; at most {max_candidates} per request (STREAMREC_SERVING__MAX_CANDIDATES)"
+        )
     candidates = [_candidate(item, exact) for item in items]
     history, user_features = doc.get("history"), doc.get("user_features")
     if history is None:

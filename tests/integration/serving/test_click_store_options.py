@@ -31,8 +31,9 @@ def test_the_click_join_takes_the_stores_client_options(
     cfg = pipeline_config(store=store, serving={"click_join": True, "click_group": f"clicks-{unique_name}"})
     join, consumer = start_click_join(cfg)
     try:
-        assert join.client.ping()
-        options = join.client.connection_pool.connection_kwargs
+        client = join.client
+        assert isinstance(client, redis.Redis) and client.ping()
+        options = client.connection_pool.connection_kwargs
         assert options["socket_timeout"] == 5.0  # the store's own default, not none
     finally:
         consumer.stop()

@@ -40,14 +40,18 @@ class Served(NamedTuple):
 
 
 @contextmanager
-def started(root: Path, processes: int, port: int | None = None) -> Iterator[Served]:
+def started(
+    root: Path, processes: int, port: int | None = None, settings: dict[str, str] | None = None
+) -> Iterator[Served]:
     """``streamrec serve --no-store`` as a command of its own, just started; stopped at the end.
 
-    Its output goes to a file beside ``root``: a pipe no one reads would fill and block the
-    server processes, which inherit it, in a write.
+    ``settings``: more environment variables (``STREAMREC_SERVING__...``). Its output goes to a
+    file beside ``root``: a pipe no one reads would fill and block the server processes, which
+    inherit it, in a write.
     """
     port = port or free_port()
     env = {**os.environ, "STREAMREC_SERVING__POLL_S": "0.1", "STREAMREC_LOG_LEVEL": "WARNING"}
+    env.update(settings or {})
     command = [sys.executable, "-m", "streamrec", "serve", "--no-store", "--snapshot-dir", str(root)]
     log = root.parent / f"serve-{port}.log"
     with log.open("wb") as out:
@@ -85,9 +89,11 @@ def wait_ready(server: Served) -> None:
 
 
 @contextmanager
-def served(root: Path, processes: int, port: int | None = None) -> Iterator[Served]:
+def served(
+    root: Path, processes: int, port: int | None = None, settings: dict[str, str] | None = None
+) -> Iterator[Served]:
     """``streamrec serve --no-store`` as a command of its own, once ready."""
-    with started(root, processes, port) as server:
+    with started(root, processes, port, settings) as server:
         wait_ready(server)
         yield server
 

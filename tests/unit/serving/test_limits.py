@@ -266,6 +266,8 @@ def test_liveness_apart_from_readiness(scorer: Scorer) -> None:
 def test_serving_settings_have_sensible_defaults() -> None:
     cfg = ServingConfig()
     assert cfg.max_body_bytes == 1 << 20
+    assert cfg.max_header_bytes == 16 << 10  # as h11's and Node.js's
+    assert 0 < cfg.header_timeout_s <= 60
     assert cfg.max_in_flight >= cfg.workers >= 1
     assert 0 < cfg.max_queue_wait_s <= 1
     with pytest.raises(ValueError):
