@@ -43,7 +43,7 @@ from streamrec.cli.snapshot_format import (
     serving_mark,
     table_row,
 )
-from streamrec.errors import SnapshotError
+from streamrec.errors import InvalidSnapshot, SnapshotError
 
 if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command runs, not for --help
     from streamrec.snapshots.exports import ExportCheck
@@ -405,7 +405,8 @@ def export(
     config_file: Path | None = ConfigFile,
 ) -> None:
     """Export a version for Paddle Inference (model, id tables, contract.json) under
-    ``<snapshot dir>/exports/``; the learner exports every snapshot it writes.
+    ``<snapshot dir>/exports/``; the learner exports every snapshot it writes. A version that
+    fails its checks (as `verify` says) is refused, its export whole or not.
     """
     import orjson
 
@@ -415,6 +416,10 @@ def export(
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
+        # A damaged version is refused as `verify` and `promote` refuse it, its export whole or not.
+        problem = version_problem(store, number, store.validate(number))
+        if problem is not None:
+            raise InvalidSnapshot(f"{version_name(number)} is not exported: {problem}")
         path = export_snapshot(store, number, rebuild=rebuild)
         check = _check_graphs(store.root, number)  # checksums, then as serve loads it and its graphs
         if not check.own:

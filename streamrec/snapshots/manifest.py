@@ -27,6 +27,25 @@ MANIFEST = "manifest.json"
 MANIFEST_SUM = "manifest.sha256"
 # The learner type of a snapshot written before STREAMREC_MODEL__LEARNER existed: DIN was all.
 DEFAULT_LEARNER = "din"
+# The learner state's layout this release writes and reads (``config.state_layout``; its
+# history and migrations: `streamrec.learner.state`). A later release that changes the
+# arrays' names or shapes records a higher one, which this release cannot read.
+STATE_LAYOUT = 3
+
+
+def layout_problem(layout: int) -> str | None:
+    """Why this release cannot read a state of layout ``layout`` (a manifest's), or None when it can.
+
+    Resume, export, `snapshot verify` and promotion say it in these words.
+    """
+    if 1 <= layout <= STATE_LAYOUT:
+        return None
+    later = "a later streamrec release wrote it: " if layout > STATE_LAYOUT else ""
+    return (
+        f"state layout {layout} is not one this version reads (1..{STATE_LAYOUT}): {later}resume, "
+        "export or promote it with the streamrec version that wrote it, or start afresh in a new "
+        "snapshot directory"
+    )
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ from streamrec.snapshots.manifest import (
     MANIFEST_SUM,
     SnapshotEntry,
     SnapshotManifest,
+    layout_problem,
     read_manifest,
 )
 from streamrec.snapshots.pointer import ServingEvent, ServingPointer
@@ -306,7 +307,10 @@ class SnapshotStore:
         return manifest, tensors
 
     def state_problem(self, version: int) -> str | None:
-        """Why a verified version's state is not loaded (`finite_problem`), or None.
+        """Why a verified version's state is not loaded here, or None.
+
+        A later release's state layout (`layout_problem`), or NaN or infinite values
+        (`finite_problem`).
 
         Its tensors are read, the delta chain applied (checksums not verified again: call it
         after `verify`). Resume and export refuse such state; `snapshot verify` says so.
@@ -314,7 +318,8 @@ class SnapshotStore:
         Raises:
             InvalidSnapshot: a tensor file or a delta of the chain cannot be read.
         """
-        return finite_problem(self._tensors(self.chain(version)))
+        problem = layout_problem(self.manifest(version).state_layout)  # a later release's: unread
+        return problem or finite_problem(self._tensors(self.chain(version)))
 
     def _tensors(self, chain: list[int]) -> Tensors:
         """The tensors of the last version of ``chain`` (`chain`), its deltas applied in order."""
