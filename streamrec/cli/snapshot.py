@@ -313,11 +313,11 @@ def promote(
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
-        before = len(store.history())
+        before = store.history()[-1:]  # its last line: a prune meanwhile may compact the rest
         check = None if own_server else serve_check(store)  # a server of one's own: its own check
         manifest = store.promote(number, reason=reason, build_export=build_export(store), serve_check=check)
         history = store.history()
-        if len(history) == before:  # nothing recorded: it was served already
+        if history[-1:] == before:  # nothing recorded: it was served already
             if as_json:
                 print_json({"current": manifest.version, "name": manifest.name, "previous": manifest.version,
                              "ended": None, "changed": False})
