@@ -443,7 +443,8 @@ def materialize_(
     config_file: Path | None = ConfigFile,
 ) -> None:
     """Write a full (non-delta) snapshot of a version to OUT: its delta chain applied, every
-    tensor whole, checked like any version (name OUT v000007 to list it with the others).
+    tensor whole, checked like any version. OUT is outside the snapshot directory (name it
+    v000007 in a folder of its own, and `--snapshot-dir` that folder lists it).
     """
     from streamrec.snapshots.materialize import materialize
 
