@@ -36,7 +36,13 @@ from typing import Any
 import numpy as np
 from safetensors import SafetensorError
 
-from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotWriteError
+from streamrec.errors import (
+    InvalidSnapshot,
+    LaterSnapshot,
+    SnapshotDirError,
+    SnapshotError,
+    SnapshotWriteError,
+)
 from streamrec.faults import fault_point
 from streamrec.fileio import fsync_path
 from streamrec.snapshots import promotion
@@ -336,11 +342,16 @@ class SnapshotStore:
         """The newest version that passes every check, loaded; None when there is none.
 
         Invalid versions are skipped with a warning naming the file and the reason.
+
+        Raises:
+            LaterSnapshot: a version newer than every valid one is of a form a later release wrote.
         """
         skipped = []
         for version in reversed(self.versions()):
             try:
                 return self.load(version)
+            except LaterSnapshot:
+                raise  # not damage: resuming an older version would drop what it trained
             except SnapshotError as exc:
                 logger.warning("skipping invalid snapshot version=%s reason=%s", version_name(version), exc)
                 skipped.append(version_name(version))
