@@ -251,7 +251,10 @@ def prune(store: Versions, keep_last: int) -> list[int]:
                     raise SnapshotError(f"cannot delete {path}: {describe_os_error(exc)}") from exc
             deleted.append(version)
         # The history's lines about versions gone (and those no answer needs) go with them.
-        store.serving.compact(set(store.versions()))
+        try:
+            store.serving.compact(set(store.versions()))
+        except SnapshotError as exc:  # the versions are deleted; the history is whole, only long
+            logger.warning("serving history not compacted error=%s", exc)
     if deleted:
         logger.info("pruned snapshots path=%s deleted=%s kept=%d", store.root,
                     ",".join(map(version_name, deleted)), len(versions) - len(deleted))

@@ -14,12 +14,14 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
 from streamrec.snapshots import pointer as pointer_module
 from streamrec.snapshots.history import compacted
 from streamrec.snapshots.pointer import ServingEvent, ServingPointer
+from streamrec.snapshots.store import SnapshotStore
 
 
 def _answers(ptr: ServingPointer, on_disk: set[int]) -> dict[str, object]:
@@ -125,22 +127,43 @@ def test_a_short_history_is_left_as_it_is(tmp_path: Path) -> None:
     assert ptr.compact({3}) == 0 and ptr.history_path.read_bytes() == raw
 
 
-def test_prune_compacts_the_history_and_rollbacks_go_as_before(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """As `test_promotion.test_retention_is_bounded_when_every_snapshot_is_promoted`, compacted."""
-    from streamrec.snapshots.store import SnapshotStore
+def _promoting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int, keep: int) -> SnapshotStore:
+    """A store where ``count`` snapshots were each promoted (and pruned to ``keep``; 0: never)."""
     from tests.unit.snapshots.test_snapshot import write
 
     monkeypatch.setattr(pointer_module, "COMPACT_LINES", 25)
     store = SnapshotStore(tmp_path)
-    for _ in range(40):
+    for _ in range(count):
         store.promote(write(store).version)
-        store.prune(3)
+        store.prune(keep)
         assert len(store.history()) <= 25 + 1  # compacted to its last 20 lines and the pushers
+    return store
+
+
+def test_prune_compacts_the_history_and_rollbacks_go_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `test_promotion.test_retention_is_bounded_when_every_snapshot_is_promoted`, compacted."""
+    store = _promoting(tmp_path, monkeypatch, 40, keep=3)
     assert store.versions() == [37, 38, 39, 40]
     assert [e.version for e in store.history()][-4:] == [37, 38, 39, 40]
     assert store.promoted()[-4:] == [37, 38, 39, 40]
     assert (store.rollback(), store.rollback(), store.rollback()) == (39, 38, 37)
     assert store.prune(3) == []
     assert store.versions() == [37, 38, 39, 40]
+
+
+def test_a_compaction_that_cannot_write_leaves_the_history_and_the_prune_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _promoting(tmp_path, monkeypatch, 25, keep=0)
+    store.promote(store.write({"model": {"w": np.ones(3, np.float32)}}, micro_batches=1,
+                              samples_trained=1, positions=()).version)
+    raw = store.serving.history_path.read_bytes()
+
+    def full(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pointer_module, "write_atomic", full)
+    assert store.prune(3) == list(range(1, 23))
+    assert store.serving.history_path.read_bytes() == raw
