@@ -167,3 +167,24 @@ def test_a_compaction_that_cannot_write_leaves_the_history_and_the_prune_goes_on
     monkeypatch.setattr(pointer_module, "write_atomic", full)
     assert store.prune(3) == list(range(1, 23))
     assert store.serving.history_path.read_bytes() == raw
+
+
+def test_the_stack_in_one_pass_is_the_stack_searched_line_by_line() -> None:
+    """`replay` keeps where each version's first entry is; before, a rollback searched the stack."""
+    from streamrec.snapshots.history import replay
+
+    def searched(events: list[ServingEvent]) -> list[int]:
+        stack: list[int] = []
+        for e in events:
+            if e.action == "rollback" and e.version in stack:
+                del stack[stack.index(e.version) + 1:]
+            elif e.action in ("promote", "rollback") and (not stack or stack[-1] != e.version):
+                stack.append(e.version)
+        return stack
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        top = rng.choice([3, 6, 20])
+        events = [ServingEvent("t", rng.choice(["promote", "promote", "rollback", "canary"]),
+                               rng.randint(1, top), None, "test") for _ in range(rng.randint(0, 80))]
+        assert replay(events).versions == searched(events)
