@@ -112,6 +112,14 @@ class InvalidSnapshot(SnapshotError):
     """
 
 
+class LaterSnapshot(InvalidSnapshot):
+    """A snapshot version of a form a later streamrec release wrote, which this one cannot read.
+
+    Run the release that wrote it, or start afresh in a new snapshot directory; a learner does
+    not skip it (resuming an older version would drop what it trained).
+    """
+
+
 class NotExportable(SnapshotError):
     """The snapshot's learner cannot be exported for serving (it has no exporter).
 

@@ -43,7 +43,7 @@ from streamrec.cli.snapshot_format import (
     serving_mark,
     table_row,
 )
-from streamrec.errors import SnapshotError
+from streamrec.errors import InvalidSnapshot, SnapshotError
 
 if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command runs, not for --help
     from streamrec.snapshots.exports import ExportCheck
@@ -313,11 +313,11 @@ def promote(
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
-        before = len(store.history())
+        before = store.history()[-1:]  # its last line: a prune meanwhile may compact the rest
         check = None if own_server else serve_check(store)  # a server of one's own: its own check
         manifest = store.promote(number, reason=reason, build_export=build_export(store), serve_check=check)
         history = store.history()
-        if len(history) == before:  # nothing recorded: it was served already
+        if history[-1:] == before:  # nothing recorded: it was served already
             if as_json:
                 print_json({"current": manifest.version, "name": manifest.name, "previous": manifest.version,
                              "ended": None, "changed": False})
@@ -405,7 +405,8 @@ def export(
     config_file: Path | None = ConfigFile,
 ) -> None:
     """Export a version for Paddle Inference (model, id tables, contract.json) under
-    ``<snapshot dir>/exports/``; the learner exports every snapshot it writes.
+    ``<snapshot dir>/exports/``; the learner exports every snapshot it writes. A version that
+    fails its checks (as `verify` says) is refused, its export whole or not.
     """
     import orjson
 
@@ -415,6 +416,10 @@ def export(
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
+        # A damaged version is refused as `verify` and `promote` refuse it, its export whole or not.
+        problem = version_problem(store, number, store.validate(number))
+        if problem is not None:
+            raise InvalidSnapshot(f"{version_name(number)} is not exported: {problem}")
         path = export_snapshot(store, number, rebuild=rebuild)
         check = _check_graphs(store.root, number)  # checksums, then as serve loads it and its graphs
         if not check.own:
@@ -438,7 +443,8 @@ def materialize_(
     config_file: Path | None = ConfigFile,
 ) -> None:
     """Write a full (non-delta) snapshot of a version to OUT: its delta chain applied, every
-    tensor whole, checked like any version (name OUT v000007 to list it with the others).
+    tensor whole, checked like any version. OUT is outside the snapshot directory (name it
+    v000007 in a folder of its own, and `--snapshot-dir` that folder lists it).
     """
     from streamrec.snapshots.materialize import materialize
 

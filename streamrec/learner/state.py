@@ -17,6 +17,8 @@ from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
 from streamrec.errors import SnapshotError
 from streamrec.learner.ewc import OnlineEWC
 from streamrec.learner.hashing import PADDING_BUCKET
+from streamrec.snapshots.manifest import STATE_LAYOUT as STATE_LAYOUT  # imported from here too
+from streamrec.snapshots.manifest import layout_problem
 
 # State-array keys, ``<snapshot file>/<name>``: structured names, never Paddle's process-local
 # unique names.
@@ -53,7 +55,7 @@ _TABLE_ARRAY = re.compile(
 # (`streamrec.learner.model.biased`), so a DIN with such a feature has a bias table more,
 # ``wide.biases.<its table>``, which `StateArrays.adopt_state` starts at zero for an older
 # state (a default schema's state, and DeepFM's, are unchanged).
-STATE_LAYOUT = 3
+# STATE_LAYOUT is 3: `streamrec.snapshots.manifest.STATE_LAYOUT`, where a snapshot's readers check it.
 
 # Paddle names an accumulator ``<param unique name>_<slot>_<n>``; ``_<n>`` is the counter.
 _UNIQUE_SUFFIX = re.compile(r"_\d+$")
@@ -65,11 +67,9 @@ def migrate_state(arrays: Mapping[str, np.ndarray], layout: int) -> dict[str, np
     Raises:
         SnapshotError: the layout is newer than this code knows, or not a layout at all.
     """
-    if not 1 <= layout <= STATE_LAYOUT:
-        raise SnapshotError(
-            f"state layout {layout} is not one this version reads (1..{STATE_LAYOUT}): resume it "
-            "with the streamrec version that wrote it, or start afresh in a new snapshot directory"
-        )
+    problem = layout_problem(layout)
+    if problem is not None:
+        raise SnapshotError(problem)
     out = dict(arrays)
     for step in range(layout, STATE_LAYOUT):
         out = _MIGRATIONS[step](out)

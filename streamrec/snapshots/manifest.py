@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from streamrec.errors import InvalidSnapshot
+from streamrec.errors import InvalidSnapshot, LaterSnapshot
 from streamrec.features import FeatureSchema
 from streamrec.kafka.records import Position
 from streamrec.snapshots.delta import DeltaSpec
@@ -27,6 +27,27 @@ MANIFEST = "manifest.json"
 MANIFEST_SUM = "manifest.sha256"
 # The learner type of a snapshot written before STREAMREC_MODEL__LEARNER existed: DIN was all.
 DEFAULT_LEARNER = "din"
+# The kinds of version this release reads: whole, or the rows changed since a parent.
+KINDS = ("full", "delta")
+# The learner state's layout this release writes and reads (``config.state_layout``; its
+# history and migrations: `streamrec.learner.state`). A later release that changes the
+# arrays' names or shapes records a higher one, which this release cannot read.
+STATE_LAYOUT = 3
+
+
+def layout_problem(layout: int) -> str | None:
+    """Why this release cannot read a state of layout ``layout`` (a manifest's), or None when it can.
+
+    Resume, export, `snapshot verify` and promotion say it in these words.
+    """
+    if 1 <= layout <= STATE_LAYOUT:
+        return None
+    later = "a later streamrec release wrote it: " if layout > STATE_LAYOUT else ""
+    return (
+        f"state layout {layout} is not one this version reads (1..{STATE_LAYOUT}): {later}resume, "
+        "export or promote it with the streamrec version that wrote it, or start afresh in a new "
+        "snapshot directory"
+    )
 
 
 @dataclass(frozen=True)
@@ -129,6 +150,7 @@ def read_manifest(directory: Path, version: int) -> SnapshotManifest:
     Raises:
         InvalidSnapshot: the manifest or its checksum file is missing, changed or unreadable,
             or it names anything but tensor files of its own or a later version as parent.
+        LaterSnapshot: it is of a kind a later release wrote (sealed, so not damage).
     """
     path = directory / MANIFEST
     try:
@@ -146,6 +168,12 @@ def read_manifest(directory: Path, version: int) -> SnapshotManifest:
         raise InvalidSnapshot(f"unreadable manifest {path}: {exc}") from exc
     if manifest.version != version:
         raise InvalidSnapshot(f"{path} is of version {manifest.version}, not {version}")
+    if manifest.kind not in KINDS:
+        raise LaterSnapshot(
+            f"{path}: kind {manifest.kind!r} is not one this version reads ({', '.join(KINDS)}): a later "
+            "streamrec release wrote it; read it with that release, or start afresh in a new snapshot "
+            "directory"
+        )
     if not _chain_link_ok(manifest):
         raise InvalidSnapshot(
             f"{path}: kind {manifest.kind!r} with parent {manifest.parent!r} is neither a full "

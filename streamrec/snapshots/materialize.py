@@ -29,12 +29,18 @@ def materialize(store: SnapshotStore, version: int, out: Path) -> SnapshotManife
 
     Raises:
         InvalidSnapshot: the version or its chain failed a check.
-        SnapshotError: ``out`` exists.
+        SnapshotError: ``out`` exists, or is inside the snapshot directory (a version named
+            otherwise than its manifest, or a directory where an export goes).
         SnapshotWriteError: it could not be written (nothing is left behind).
     """
     out = Path(out)
     if out.exists():
         raise SnapshotError(f"{out} exists: give a directory that does not")
+    if out.resolve().is_relative_to(store.root.resolve()):
+        raise SnapshotError(
+            f"{out} is inside the snapshot directory {store.root}, where it would be taken for a "
+            "version (or an export) of its own: give a directory outside it"
+        )
     manifest, tensors = store.load(version)
     tmp = temporary(out.parent)
     try:

@@ -221,7 +221,8 @@ def prune(store: Versions, keep_last: int) -> list[int]:
     (what a learner resumes from), a traffic plan's, and every version the chain of a kept
     delta needs. Each is
     renamed to a ``.tmp-`` name before it is removed, so a crash leaves no half-deleted
-    version, only a temporary removed at the next start.
+    version, only a temporary removed at the next start. A long serving history is then
+    compacted to the lines its readers need about the versions kept (`ServingPointer.compact`).
 
     Raises:
         SnapshotError: a negative ``keep_last``, an unreadable pointer, or a failed rename.
@@ -248,6 +249,11 @@ def prune(store: Versions, keep_last: int) -> list[int]:
                 except OSError as exc:
                     raise SnapshotError(f"cannot delete {path}: {describe_os_error(exc)}") from exc
             deleted.append(version)
+        # The history's lines about versions gone (and those no answer needs) go with them.
+        try:
+            store.serving.compact(set(store.versions()))
+        except SnapshotError as exc:  # the versions are deleted; the history is whole, only long
+            logger.warning("serving history not compacted error=%s", exc)
     if deleted:
         logger.info("pruned snapshots path=%s deleted=%s kept=%d", store.root,
                     ",".join(map(version_name, deleted)), len(versions) - len(deleted))

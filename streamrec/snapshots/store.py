@@ -36,7 +36,13 @@ from typing import Any
 import numpy as np
 from safetensors import SafetensorError
 
-from streamrec.errors import InvalidSnapshot, SnapshotDirError, SnapshotError, SnapshotWriteError
+from streamrec.errors import (
+    InvalidSnapshot,
+    LaterSnapshot,
+    SnapshotDirError,
+    SnapshotError,
+    SnapshotWriteError,
+)
 from streamrec.faults import fault_point
 from streamrec.fileio import fsync_path
 from streamrec.snapshots import promotion
@@ -65,6 +71,7 @@ from streamrec.snapshots.manifest import (
     MANIFEST_SUM,
     SnapshotEntry,
     SnapshotManifest,
+    layout_problem,
     read_manifest,
 )
 from streamrec.snapshots.pointer import ServingEvent, ServingPointer
@@ -306,7 +313,10 @@ class SnapshotStore:
         return manifest, tensors
 
     def state_problem(self, version: int) -> str | None:
-        """Why a verified version's state is not loaded (`finite_problem`), or None.
+        """Why a verified version's state is not loaded here, or None.
+
+        A later release's state layout (`layout_problem`), or NaN or infinite values
+        (`finite_problem`).
 
         Its tensors are read, the delta chain applied (checksums not verified again: call it
         after `verify`). Resume and export refuse such state; `snapshot verify` says so.
@@ -314,7 +324,8 @@ class SnapshotStore:
         Raises:
             InvalidSnapshot: a tensor file or a delta of the chain cannot be read.
         """
-        return finite_problem(self._tensors(self.chain(version)))
+        problem = layout_problem(self.manifest(version).state_layout)  # a later release's: unread
+        return problem or finite_problem(self._tensors(self.chain(version)))
 
     def _tensors(self, chain: list[int]) -> Tensors:
         """The tensors of the last version of ``chain`` (`chain`), its deltas applied in order."""
@@ -331,11 +342,16 @@ class SnapshotStore:
         """The newest version that passes every check, loaded; None when there is none.
 
         Invalid versions are skipped with a warning naming the file and the reason.
+
+        Raises:
+            LaterSnapshot: a version newer than every valid one is of a form a later release wrote.
         """
         skipped = []
         for version in reversed(self.versions()):
             try:
                 return self.load(version)
+            except LaterSnapshot:
+                raise  # not damage: resuming an older version would drop what it trained
             except SnapshotError as exc:
                 logger.warning("skipping invalid snapshot version=%s reason=%s", version_name(version), exc)
                 skipped.append(version_name(version))

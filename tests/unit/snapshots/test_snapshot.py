@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -301,3 +302,25 @@ def test_prepare_demands_free_space_for_two_snapshots(tmp_path: Path) -> None:
         tight.prepare(snapshot_bytes=90_000_000)
     with pytest.raises(SnapshotDirError, match="free some space"):  # more than the disk has
         SnapshotStore(tmp_path).prepare(snapshot_bytes=shutil.disk_usage(tmp_path).total)
+
+
+def test_a_version_of_a_kind_this_release_does_not_know_stops_resume_and_says_so(tmp_path: Path) -> None:
+    """Found by the snapshot tools tour (helper A): a version a later release wrote with a kind
+    this one does not know (its manifest sealed) was skipped as damaged, and a learner resumed
+    from the version before it, dropping what the later one trained, with a warning; `verify`
+    called it "neither a full snapshot nor a delta". A later state layout stops resume instead
+    (`test_verify_loads`); so does this, and both say a later release wrote it.
+    """
+    store = SnapshotStore(tmp_path)
+    write(store, 1.0)
+    write(store, 2.0)
+    path = store.path(2) / MANIFEST
+    doc = orjson.loads(path.read_bytes()) | {"kind": "sparse"}
+    raw = orjson.dumps(doc)
+    path.write_bytes(raw)
+    (store.path(2) / MANIFEST_SUM).write_bytes(checksum_line(raw))
+    said = "kind 'sparse' is not one this version reads (full, delta): a later streamrec release wrote it"
+    with pytest.raises(InvalidSnapshot, match=re.escape(said)):
+        store.latest_valid()
+    result = CliRunner().invoke(app, ["snapshot", "verify", "--snapshot-dir", str(tmp_path)])
+    assert result.exit_code == 1 and said in result.output, result.output

@@ -293,3 +293,24 @@ def test_a_nan_metric_does_not_restart_the_chain(tmp_path: Path) -> None:
                          metrics={"auc": float("nan")})
     assert (first.kind, second.kind, put(store, evolve(state, 2)).kind) == ("full", "delta", "delta")
     assert_bit_identical(store.load(2)[1], state)
+
+
+@pytest.mark.parametrize("inside", ["v000009", "exports/v000007", "full"])
+def test_materialize_refuses_a_directory_inside_the_snapshot_directory(tmp_path: Path, inside: str) -> None:
+    """Found by the snapshot tools tour (helper A): `materialize 3 <snapshots>/v000009` wrote a
+    version directory there whose manifest says 3, which `list` and `verify` then called invalid
+    (`manifest.json is of version 3, not 9`) and which a learner's next version numbered after;
+    under ``exports/`` it stood where that version's export goes.
+    """
+    store = SnapshotStore(tmp_path / "snapshots")
+    for step in range(3):
+        put(store, evolve(model_state(), step), step)
+    (store.root / "exports").mkdir()
+    out = store.root / inside
+    args = ["snapshot", "materialize", "3", str(out), "--snapshot-dir", str(store.root)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    said = f"error: {out} is inside the snapshot directory {store.root}"
+    assert result.output.startswith(said), result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+    assert store.versions() == [1, 2, 3]

@@ -23,6 +23,7 @@ from typer.testing import CliRunner, Result
 
 from streamrec.cli import app
 from streamrec.errors import InvalidSnapshot, NotServable
+from streamrec.learner.state import STATE_LAYOUT
 from streamrec.snapshots.store import SnapshotStore
 from tests.support import trained_snapshots
 
@@ -318,3 +319,55 @@ def test_an_exports_files_are_hashed_once_a_check(
     run(root, command, *(["1"] if command not in ("list", "rollback") else []))
     of_export = [p for p in hashed if "exports" in p.parts]
     assert of_export and len(of_export) == len(set(of_export)), sorted(of_export)
+
+
+# Found by the snapshot tools tour (helper A): `snapshot export V` of a version whose tensor
+# file had a byte changed, its export whole, said "v000002 exported: PATH", exit 0, while
+# `verify` and `promote` refused it; and a version written by a later release (a state layout
+# newer than this one reads) was "ok" to `verify` and promoted, while a learner refused it.
+
+
+def _flip_last_byte(path: Path) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0xFF  # tensor data, not the header: still a safetensors file
+    path.write_bytes(bytes(raw))
+
+
+def test_export_refuses_a_damaged_version_whose_export_is_whole(root: Path) -> None:
+    damaged = root / "v000002" / "model.safetensors"
+    _flip_last_byte(damaged)
+    refused = run(root, "export", "2", code=1).output.strip()
+    assert len(refused.splitlines()) == 1, refused
+    assert refused.startswith("error: v000002 is not exported:"), refused
+    assert f"{damaged} does not match its checksum" in refused, refused
+    assert "v000002 exported" not in refused
+    run(root, "export", "2", "--json", code=1)
+    assert run(root, "export", "1").output.strip() == f"v000001 exported: {root / 'exports' / 'v000001'}"
+
+
+def _later_layout(version: Path, layout: int) -> None:
+    """Record ``layout`` in a version's manifest and reseal it, as a later release would write it."""
+    manifest = orjson.loads((version / "manifest.json").read_bytes())
+    manifest["config"]["state_layout"] = layout
+    manifest["written_by_a_later_release"] = True  # a field this release does not know
+    raw = orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
+    (version / "manifest.json").write_bytes(raw)
+    (version / "manifest.sha256").write_text(f"{hashlib.sha256(raw).hexdigest()}  manifest.json\n")
+
+
+def test_a_version_of_a_later_release_is_said_unreadable_by_verify_list_promote_and_export(
+    root: Path,
+) -> None:
+    _later_layout(root / "v000002", STATE_LAYOUT + 1)
+    said = f"state layout {STATE_LAYOUT + 1} is not one this version reads (1..{STATE_LAYOUT})"
+    lines = run(root, "verify", code=1).stdout.splitlines()
+    assert lines[0] == "v000001  ok; export ok", lines
+    assert lines[1].startswith("v000002  invalid: ") and said in lines[1], lines
+    listed = orjson.loads(run(root, "list", "--json").stdout)["versions"]
+    assert [v["valid"] for v in listed] == [True, False] and said in listed[1]["problem"]
+    refused = run(root, "promote", "2", code=1).output.strip()
+    assert refused.startswith("error: v000002 is not served: ") and said in refused, refused
+    assert SnapshotStore(root).current() is None
+    refused = run(root, "export", "2", code=1).output.strip()
+    assert refused.startswith("error: v000002 is not exported: ") and said in refused, refused
+    run(root, "promote", "1")
