@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 SERVING = "serving"
 CURRENT = "CURRENT"
 HISTORY = "history.jsonl"
+# Where compaction appends the lines it drops, in order: the whole record, never read back.
+ARCHIVE = "history-archive.jsonl"
 _LOCK = ".lock"
 _MODE = 0o644  # serving may run as another user
 # How long an update waits for another one (a promote verifying a large snapshot) to finish.
@@ -69,6 +71,7 @@ class ServingPointer:
         self.dir = Path(root) / SERVING
         self.current_path = self.dir / CURRENT
         self.history_path = self.dir / HISTORY
+        self.archive_path = self.dir / ARCHIVE
 
     def current(self) -> int | None:
         """The version serving should load, or None when nothing was ever promoted.
@@ -146,19 +149,7 @@ class ServingPointer:
             action=action, version=version, previous=previous, reason=reason, traffic=traffic,
         )
         fields = {k: v for k, v in asdict(event).items() if k != "traffic" or v is not None}
-        line = orjson.dumps(fields) + b"\n"
-        try:
-            fd = os.open(self.history_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, _MODE)
-            try:
-                size = os.fstat(fd).st_size
-                if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a crash
-                    line = b"\n" + line
-                os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise SnapshotError(f"cannot write {self.history_path}: {describe_os_error(exc)}") from exc
+        _append(self.history_path, orjson.dumps(fields) + b"\n")
         return event
 
     def compact(self, on_disk: set[int]) -> int:
@@ -167,7 +158,8 @@ class ServingPointer:
         Only a history past `COMPACT_LINES`, with a readable CURRENT (one of ``on_disk``): the
         lines kept (`streamrec.snapshots.history.compacted`) give the same rollback order,
         served marks and retention for every version on disk, and the last lines as they were.
-        The file is replaced atomically. Call it holding `locked`.
+        The lines dropped are appended to `ARCHIVE` first (a crash before the replace may repeat
+        them there), then the file is replaced atomically. Call it holding `locked`.
 
         Raises:
             SnapshotError: the history cannot be read or written.
@@ -191,9 +183,14 @@ class ServingPointer:
             logger.info("serving history kept whole path=%s lines=%d", self.history_path, len(lines))
             return 0
         kept = b"".join(parsed[n][0] + b"\n" for n in keep)  # each line as it was written
+        dropped = set(range(len(parsed))) - set(keep)
+        archived = self.archive_path.stat().st_size if self.archive_path.exists() else 0
+        _append(self.archive_path, b"".join(parsed[n][0] + b"\n" for n in sorted(dropped)))
         try:
             write_atomic(self.history_path, kept, _MODE)
         except OSError as exc:
+            with suppress(OSError):  # the history stays whole: its lines are not archived twice
+                os.truncate(self.archive_path, archived)
             raise SnapshotError(f"cannot write {self.history_path}: {describe_os_error(exc)}") from exc
         logger.info("compacted serving history path=%s lines=%d kept=%d", self.history_path,
                     len(lines), len(keep))
@@ -265,3 +262,23 @@ def require_root(root: Path) -> None:
         raise SnapshotError(
             f"no snapshot directory {root}: check --snapshot-dir (STREAMREC_LEARNER__SNAPSHOT_DIR)"
         )
+
+
+def _append(path: Path, data: bytes) -> None:
+    """Append ``data`` (whole lines) to ``path`` durably, after a line torn by a crash, if any.
+
+    Raises:
+        SnapshotError: it cannot be written.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, _MODE)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by a crash
+                data = b"\n" + data
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise SnapshotError(f"cannot write {path}: {describe_os_error(exc)}") from exc

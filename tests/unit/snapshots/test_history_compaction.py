@@ -153,6 +153,22 @@ def test_prune_compacts_the_history_and_rollbacks_go_as_before(
     assert store.versions() == [37, 38, 39, 40]
 
 
+def test_the_lines_a_compaction_drops_are_archived_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the tour's merge: compaction dropped the lines about deleted versions, the audit of
+    who promoted what and why. They are appended to ``history-archive.jsonl``, never read back.
+    """
+    store = _promoting(tmp_path, monkeypatch, 40, keep=3)
+    archived = store.serving.archive_path.read_bytes().splitlines()
+    kept = store.serving.history_path.read_bytes().splitlines()
+    assert sorted(archived + kept) == sorted(set(archived + kept))  # no line twice
+    versions = [orjson.loads(line)["version"] for line in archived + kept]
+    assert sorted(versions) == list(range(1, 41)), versions  # each promotion's line, once
+    times = [orjson.loads(line)["time"] for line in archived]
+    assert times == sorted(times)
+
+
 def test_a_compaction_that_cannot_write_leaves_the_history_and_the_prune_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -164,9 +180,11 @@ def test_a_compaction_that_cannot_write_leaves_the_history_and_the_prune_goes_on
     def full(*_: object) -> None:
         raise OSError(28, "No space left on device")
 
+    assert not store.serving.archive_path.exists()  # never pruned: nothing archived
     monkeypatch.setattr(pointer_module, "write_atomic", full)
     assert store.prune(3) == list(range(1, 23))
     assert store.serving.history_path.read_bytes() == raw
+    assert store.serving.archive_path.read_bytes() == b""  # its lines not archived twice later
 
 
 def test_the_stack_in_one_pass_is_the_stack_searched_line_by_line() -> None:
