@@ -12,7 +12,9 @@ Headers added (values are UTF-8 text):
 - ``streamrec.reason``: what was wrong, e.g. ``not valid JSON: ...``;
 - ``streamrec.topic``, ``streamrec.partition``, ``streamrec.offset``: where it was read;
 - ``streamrec.length``: the original value's length in bytes (absent for a null value);
-- ``streamrec.sha256``: the original value's sha256, only when the value was cut.
+- ``streamrec.sha256``: the original value's sha256, only when the value was cut;
+- ``streamrec.written_ms``: when the letter was written, epoch milliseconds (the record's own
+  timestamp stays the failed record's, so this is what orders letters by when they failed).
 """
 
 from __future__ import annotations
@@ -94,8 +96,8 @@ class DeadLetter:
         """The value to produce: the original bytes, cut to ``max_bytes`` if longer."""
         return None if self.value is None else self.value[:max_bytes]
 
-    def record_headers(self, max_bytes: int) -> list[Header]:
-        """The original headers, then the ``streamrec.*`` context headers."""
+    def record_headers(self, max_bytes: int, written_ms: int | None = None) -> list[Header]:
+        """The original headers, then the ``streamrec.*`` context headers, written now by default."""
         context = {
             "reason": self.reason,
             "topic": self.position.topic,
@@ -106,6 +108,7 @@ class DeadLetter:
             context["length"] = str(len(self.value))
             if len(self.value) > max_bytes:
                 context["sha256"] = hashlib.sha256(self.value).hexdigest()
+        context["written_ms"] = str(int(time.time() * 1000) if written_ms is None else written_ms)
         return [*self.headers, *((HEADER_PREFIX + k, v.encode()) for k, v in context.items())]
 
 
