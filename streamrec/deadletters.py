@@ -35,6 +35,7 @@ _MAX_REASON_CHARS = 1_000
 
 # Dead-letter reasons are free text with values in them (sizes, ids); a label takes one of
 # these few kinds instead, so the series stay few. The first pattern that matches wins.
+# tests/unit/test_dead_letter_kinds.py holds every reason the code writes, with its kind.
 REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), kind)
     for pattern, kind in (
@@ -43,10 +44,16 @@ REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^not valid JSON", "not_json"),
         (r"^expected a JSON object", "not_object"),
         (r"^missing field", "missing_field"),
+        (r"^feature '.*' is required: field '.*' is missing", "missing_field"),
         (r"^field 'ts'.* in the future", "future_timestamp"),
         (r"^field 'ts'", "bad_timestamp"),
         (r"^field 'label'", "bad_label"),
+        # a sample's history (the learner's): not ids of the event, the consumers' making
+        (r"^field 'seq_|^sequences differ in length", "bad_sequence"),
         (r"^field '", "bad_id"),
+        # a declared feature's value (`streamrec.features`); the learner's, declared otherwise
+        (r"^feature '.*' is declared .* the consumers declare it otherwise", "feature_mismatch"),
+        (r"^feature '", "bad_feature"),
         (r"^event id .* reused", "conflicting_event_id"),
         (r"^late event", "late"),
         (r"^record has no key", "no_key"),
