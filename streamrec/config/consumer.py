@@ -25,7 +25,8 @@ class ConsumerConfig(BaseModel):
     # Up to 5,000 events a batch: the transaction commit and the batch's bookkeeping are paid
     # once a batch, and a user's events of one batch are one Redis update. On the Taobao slice
     # (bench/consumer_throughput.py) 5,000 ran 17-29% faster than 2,000 and as fast as
-    # 10,000. A batch is cut at ``batch_timeout_s`` too: light traffic waits no longer.
+    # 10,000. A batch is cut at ``batch_timeout_s`` too: light traffic waits no longer, and at
+    # librdkafka's 1,000,000 records a consume call (`streamrec.kafka.source.MAX_CONSUME`).
     batch_size: int = Field(5000, ge=1, description="STREAMREC_CONSUMER__BATCH_SIZE")
     batch_timeout_s: float = Field(
         0.5, gt=0, le=MAX_SECONDS, description="STREAMREC_CONSUMER__BATCH_TIMEOUT_S"
