@@ -40,7 +40,10 @@ _DELEGATES = {"str(exc)", "reason", "r", "_reason(doc)", "unprintable(f'field {n
 REASONS: dict[str, tuple[str, ...]] = {
     "null_value": ("empty record (null value)",),
     "too_large": ("record is 300 bytes, over the 256-byte limit",),
-    "not_json": ("not valid JSON: unexpected character: line 1 column 2 (char 1)",),
+    "not_json": (
+        "not valid JSON: unexpected character: line 1 column 2 (char 1)",
+        "not valid JSON: nested past the depth limit",
+    ),
     "not_object": ("expected a JSON object, got list",),
     "missing_field": (
         "missing field(s): user_id, ts",
