@@ -43,9 +43,10 @@ class Reading:
     """What to read of a dead-letter topic.
 
     ``since_ms``: only letters whose record time (the failed record's own timestamp, which a
-    dead letter keeps) is at or after it; ``limit``: only the last ``limit`` letters (the newest
-    by record time of each partition's last ``limit``), of which those of ``kinds``; ``idle_s``:
-    stop after so long without a record.
+    dead letter keeps) is at or after it; ``limit``: only the last ``limit`` letters written
+    (the latest by their ``streamrec.written_ms`` of each partition's last ``limit``; by record
+    time for a letter without it), of which those of ``kinds``; ``idle_s``: stop after so long
+    without a record.
     """
 
     topic: str
@@ -77,7 +78,7 @@ class DeadLetterReader:
     short: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def letters(self) -> Iterator[StoredLetter]:
-        """The letters, in the order read (by record time under a ``limit``).
+        """The letters, in the order read (in the order written under a ``limit``).
 
         Raises:
             ServiceError: no broker answers.
@@ -95,8 +96,8 @@ class DeadLetterReader:
             if self.reading.limit is None:
                 yield from letters
             else:
-                newest = heapq.nlargest(self.reading.limit, letters, key=_time_order)
-                yield from sorted(newest, key=_time_order)
+                newest = heapq.nlargest(self.reading.limit, letters, key=_written_order)
+                yield from sorted(newest, key=_written_order)
         finally:
             consumer.close()
 
@@ -205,8 +206,10 @@ class _Progress:
         return {p: (at, self._ends[p]) for p, at in self.reading.items() if at < self._ends[p]}
 
 
-def _time_order(letter: StoredLetter) -> tuple[int, int, int]:
-    return letter.timestamp_ms, letter.at.partition, letter.at.offset
+def _written_order(letter: StoredLetter) -> tuple[int, int, int, int]:
+    """When a letter was written, then (a batch's letters share the millisecond) its record time."""
+    written = letter.written_ms if letter.written_ms is not None else letter.timestamp_ms
+    return written, letter.timestamp_ms, letter.at.partition, letter.at.offset
 
 
 @dataclass

@@ -57,7 +57,8 @@ class StoredLetter:
     ``source``: where the failed record was read (None when a header is missing: a record
     some other tool wrote); ``at``: where the letter is in the dead-letter topic;
     ``length``: the failed value's whole length in bytes; ``cut``: the value kept is only its
-    start (it was over ``STREAMREC_CONSUMER__DEAD_LETTER_MAX_BYTES``).
+    start (it was over ``STREAMREC_CONSUMER__DEAD_LETTER_MAX_BYTES``); ``written_ms``: when the
+    letter was written (None for a letter written before that header was).
     """
 
     reason: str
@@ -67,6 +68,7 @@ class StoredLetter:
     value: bytes | None
     length: int | None = None
     cut: bool = False
+    written_ms: int | None = None
 
     @classmethod
     def of(cls, msg: KafkaMessage) -> StoredLetter:
@@ -86,6 +88,7 @@ class StoredLetter:
             value=value,
             length=length,
             cut="sha256" in ours or (value is not None and length is not None and length > len(value)),
+            written_ms=_int(ours.get("written_ms")),
         )
 
     @property

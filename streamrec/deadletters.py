@@ -12,7 +12,9 @@ Headers added (values are UTF-8 text):
 - ``streamrec.reason``: what was wrong, e.g. ``not valid JSON: ...``;
 - ``streamrec.topic``, ``streamrec.partition``, ``streamrec.offset``: where it was read;
 - ``streamrec.length``: the original value's length in bytes (absent for a null value);
-- ``streamrec.sha256``: the original value's sha256, only when the value was cut.
+- ``streamrec.sha256``: the original value's sha256, only when the value was cut;
+- ``streamrec.written_ms``: when the letter was written, epoch milliseconds (the record's own
+  timestamp stays the failed record's, so this is what orders letters by when they failed).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ _MAX_REASON_CHARS = 1_000
 
 # Dead-letter reasons are free text with values in them (sizes, ids); a label takes one of
 # these few kinds instead, so the series stay few. The first pattern that matches wins.
+# tests/unit/test_dead_letter_kinds.py holds every reason the code writes, with its kind.
 REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), kind)
     for pattern, kind in (
@@ -41,10 +44,16 @@ REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^not valid JSON", "not_json"),
         (r"^expected a JSON object", "not_object"),
         (r"^missing field", "missing_field"),
+        (r"^feature '.*' is required: field '.*' is missing", "missing_field"),
         (r"^field 'ts'.* in the future", "future_timestamp"),
         (r"^field 'ts'", "bad_timestamp"),
         (r"^field 'label'", "bad_label"),
+        # a sample's history (the learner's): not ids of the event, the consumers' making
+        (r"^field 'seq_|^sequences differ in length", "bad_sequence"),
         (r"^field '", "bad_id"),
+        # a declared feature's value (`streamrec.features`); the learner's, declared otherwise
+        (r"^feature '.*' is declared .* the consumers declare it otherwise", "feature_mismatch"),
+        (r"^feature '", "bad_feature"),
         (r"^event id .* reused", "conflicting_event_id"),
         (r"^late event", "late"),
         (r"^record has no key", "no_key"),
@@ -94,8 +103,8 @@ class DeadLetter:
         """The value to produce: the original bytes, cut to ``max_bytes`` if longer."""
         return None if self.value is None else self.value[:max_bytes]
 
-    def record_headers(self, max_bytes: int) -> list[Header]:
-        """The original headers, then the ``streamrec.*`` context headers."""
+    def record_headers(self, max_bytes: int, written_ms: int | None = None) -> list[Header]:
+        """The original headers, then the ``streamrec.*`` context headers, written now by default."""
         context = {
             "reason": self.reason,
             "topic": self.position.topic,
@@ -106,6 +115,7 @@ class DeadLetter:
             context["length"] = str(len(self.value))
             if len(self.value) > max_bytes:
                 context["sha256"] = hashlib.sha256(self.value).hexdigest()
+        context["written_ms"] = str(int(time.time() * 1000) if written_ms is None else written_ms)
         return [*self.headers, *((HEADER_PREFIX + k, v.encode()) for k, v in context.items())]
 
 

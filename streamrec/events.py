@@ -244,7 +244,7 @@ def parse_event(
         raise InvalidEvent(f"record is {len(raw)} bytes, over the {max_bytes}-byte limit")
     try:
         event = _DECODER.decode(raw)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):  # nested deeper than it goes: orjson says so below
         pass
     else:
         label, ids = event.label, event.event_id + event.user_id + event.item_id + event.category_id
@@ -292,7 +292,10 @@ def _event_of(doc: dict[str, Any], raw: bytes, now_ms: int, max_future_ms: int) 
     if any(isinstance(doc[name], float) for name in _IDS):
         # orjson reads integers beyond 64 bits as floats; the standard parser keeps them
         # exact, so an id such as 2**70 is accepted while a real float is still refused.
-        doc = json.loads(raw)
+        try:
+            doc = json.loads(raw)
+        except RecursionError:  # orjson reads 1,024 levels, the standard parser fewer
+            raise InvalidEvent("not valid JSON: nested past the depth limit") from None
     return Event(
         event_id=_id(doc, "event_id"),
         user_id=_id(doc, "user_id"),

@@ -140,7 +140,7 @@ def parse_sample(raw: bytes | None) -> Sample:
     if raw is not None:
         try:
             sample = _DECODER.decode(raw)  # the contract in C: a valid sample passes at once
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, RecursionError):  # nested too deep: `_object` says so
             pass
         else:
             n = len(sample.seq_items)

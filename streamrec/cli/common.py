@@ -143,7 +143,8 @@ def cli_errors() -> Iterator[None]:
 def stop_on_signals(*, restart_calls: bool = False) -> threading.Event:
     """An event set by SIGINT/SIGTERM, so a loop can finish its batch and exit cleanly; a
     second signal interrupts at once (the uncommitted batch is aborted and redone at the next
-    start), whatever the process is waiting for.
+    start), whatever the process is waiting for but a call into librdkafka, which runs the
+    handler once it returns (a transaction's after about 30 s, docs/operating/faults.md).
 
     ``restart_calls``: a blocking call the signal interrupts resumes (SA_RESTART) instead of
     failing with EINTR; the handler runs once it returns. A learner rank's: Paddle's TCP store

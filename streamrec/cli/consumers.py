@@ -215,7 +215,7 @@ def dead_letters(
         "ISO 8601 time (a dead letter keeps its record's timestamp)",
     ),
     limit: int | None = typer.Option(
-        None, "--limit", show_default="all", help="Only the last N dead letters (the newest N by record time)"
+        None, "--limit", show_default="all", help="Only the last N dead letters written"
     ),
     kinds: list[str] = typer.Option(  # noqa: B008  # typer's way of declaring an option
         [], "--kind", metavar="<kind>", show_default="every kind",

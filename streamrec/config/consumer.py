@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from streamrec.config.section import MAX_SECONDS, SECTION
+
+# Sampled negatives a positive, at most. Pointwise recommenders draw a few: NCF found 3-6 best
+# (He et al. 2017), word2vec advises 5-20, 2-5 on large data (Mikolov et al. 2013), DIN's Taobao
+# data is 1:1. 100 is a 5,000-event batch of 505,000 samples (~780 MiB, ~3 s to draw), some 50 s
+# of the learner's ~10,000 samples/s; 1,000 was 5 million samples (7.6 GiB, 96 s to draw, deaf to
+# a stop meanwhile), and the draw grows with its square (docs/concepts/labels.md).
+MAX_NEGATIVES = 100
 
 
 class ConsumerConfig(BaseModel):
@@ -18,7 +25,8 @@ class ConsumerConfig(BaseModel):
     # Up to 5,000 events a batch: the transaction commit and the batch's bookkeeping are paid
     # once a batch, and a user's events of one batch are one Redis update. On the Taobao slice
     # (bench/consumer_throughput.py) 5,000 ran 17-29% faster than 2,000 and as fast as
-    # 10,000. A batch is cut at ``batch_timeout_s`` too: light traffic waits no longer.
+    # 10,000. A batch is cut at ``batch_timeout_s`` too: light traffic waits no longer, and at
+    # librdkafka's 1,000,000 records a consume call (`streamrec.kafka.source.MAX_CONSUME`).
     batch_size: int = Field(5000, ge=1, description="STREAMREC_CONSUMER__BATCH_SIZE")
     batch_timeout_s: float = Field(
         0.5, gt=0, le=MAX_SECONDS, description="STREAMREC_CONSUMER__BATCH_TIMEOUT_S"
@@ -26,6 +34,8 @@ class ConsumerConfig(BaseModel):
     positive_actions: tuple[str, ...] = Field(
         ("pv", "click"), description="STREAMREC_CONSUMER__POSITIVE_ACTIONS (implicit positives)"
     )
+    # At most MAX_NEGATIVES a positive (see there): more is no recommender's practice and more
+    # samples a batch than the learner trains in a minute.
     negatives: int = Field(1, ge=0, description="STREAMREC_CONSUMER__NEGATIVES per implicit positive")
     # Known-item negatives come from the events of the last hour: recent popularity, the
     # distribution positive targets come from (a day-long horizon drifts from it).
@@ -109,6 +119,17 @@ class ConsumerConfig(BaseModel):
     )
     # Prometheus's exporter range; one consumer per host gets it, others set their own (0: off).
     metrics_port: int = Field(9465, ge=0, le=65535, description="STREAMREC_CONSUMER__METRICS_PORT (0: off)")
+
+    @field_validator("negatives")
+    @classmethod
+    def _negatives_are_few(cls, negatives: int) -> int:
+        if negatives > MAX_NEGATIVES:
+            raise ValueError(
+                f"{negatives:,} is more than the {MAX_NEGATIVES} a positive allowed (recommenders "
+                "draw a few, 1-20; each is a sample to build, send and train, so "
+                f"{MAX_NEGATIVES} already makes a batch's samples {MAX_NEGATIVES + 1} times its clicks)"
+            )
+        return negatives
 
     @model_validator(mode="after")
     def _negative_shares_fit(self) -> ConsumerConfig:

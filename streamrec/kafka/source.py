@@ -22,6 +22,10 @@ from streamrec.kafka.records import Partition, Position, partition_of
 
 logger = logging.getLogger(__name__)
 
+# librdkafka's limit on one consume call (more is a ValueError): a poll for more, a batch or a
+# micro-batch set above it, takes this much and leaves the rest to the next poll.
+MAX_CONSUME = 1_000_000
+
 
 class RecordSource:
     """Wraps one consumer: subscription, assignment, pauses, event-time alignment.
@@ -162,7 +166,7 @@ class RecordSource:
     def _consume(self, size: int, timeout_s: float) -> list[Message]:
         # Records already due wait in the aligner: take them without waiting for new ones.
         wait = 0.0 if self._more_due else max(0.0, timeout_s)
-        messages = self.consumer.consume(max(1, size), wait)
+        messages = self.consumer.consume(min(max(1, size), MAX_CONSUME), wait)
         records: list[Message] = []
         at_end: list[Partition] = []
         for msg in messages:

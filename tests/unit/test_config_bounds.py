@@ -158,3 +158,16 @@ def test_a_setting_of_another_store_type_says_whose_it_is(
             f"STREAMREC_STORE__{key} is a setting of the {owner} store, not of the {store} store "
             "(STREAMREC_STORE__TYPE)"
         ), said
+
+
+def test_more_negatives_than_any_practice_are_refused_by_name() -> None:
+    """Found by the consumers tour: ``STREAMREC_CONSUMER__NEGATIVES=100000`` was taken, and one
+    batch then drew for minutes (the draw checks each pick against those before it: quadratic)
+    while holding hundreds of millions of samples, deaf to SIGTERM until it was done.
+    """
+    refused = r"STREAMREC_CONSUMER__NEGATIVES .*100,000 is more than the 100 a positive"
+    with pytest.raises(ConfigError, match=refused):
+        load_config(None, consumer={"negatives": 100_000})
+    with pytest.raises(ConfigError, match="STREAMREC_CONSUMER__NEGATIVES"):
+        load_config(None, consumer={"negatives": 101})
+    assert load_config(None, consumer={"negatives": 100}).consumer.negatives == 100

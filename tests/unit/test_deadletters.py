@@ -14,13 +14,14 @@ def test_a_dead_letter_is_the_record_itself_with_why_and_where() -> None:
     letter = DeadLetter.of(msg, "bad")
     assert letter.position == Position("t", 2, 40) and letter.key == b"k" and letter.timestamp_ms == 123
     assert letter.record_value(1024) == raw
-    assert letter.record_headers(1024) == [
+    assert letter.record_headers(1024, written_ms=1_796_000_000_000) == [
         ("h", b"v"),
         ("streamrec.reason", b"bad"),
         ("streamrec.topic", b"t"),
         ("streamrec.partition", b"2"),
         ("streamrec.offset", b"40"),
         ("streamrec.length", b"3"),
+        ("streamrec.written_ms", b"1796000000000"),  # when it failed: the timestamp is the record's
     ]
 
 

@@ -225,3 +225,16 @@ def test_features_count_in_the_fingerprint_only_when_present() -> None:
     priced = parse_with(doc(price_cents=1))
     assert priced.fingerprint() != plain.fingerprint() != parse_with(doc(price_cents=2)).fingerprint()
     assert hash(priced) == hash(plain)  # equal contract fields: a mapping is not hashed
+
+
+@pytest.mark.parametrize(("depth", "event_id"), [(1_100, b'"e"'), (5_000, b'"e"'), (1_000, b"1e30")])
+def test_json_nested_past_the_parsers_depth_is_a_dead_letter_not_a_crash(depth: int, event_id: bytes) -> None:
+    """Found by the consumers tour: a 10 KB event (under the 16 KiB limit) with an unknown field of
+    5,000 nested arrays raised ``RecursionError`` out of the decoder, past the dead-letter path:
+    the consumer stopped at that record at every start, a poison pill. A float id read again by
+    the standard parser (for exact big integers) met its lower limit at 1,000.
+    """
+    fields = b'"user_id":"u","item_id":"i","category_id":"c","action":"pv","ts":%d' % MIN_TS_MS
+    raw = b'{"event_id":%s,%s,"x":%s%s}' % (event_id, fields, b"[" * depth, b"]" * depth)
+    with pytest.raises(InvalidEvent, match="not valid JSON: .*depth"):
+        parse_event(raw, now_ms=MIN_TS_MS, max_future_ms=0, max_bytes=1 << 20)

@@ -108,3 +108,12 @@ def test_the_decoder_accepts_nothing_the_field_checks_refuse() -> None:
     """
     fast = decoder_agreement(orjson.loads(doc()), _ODD, parse_sample, _checked, _DECODER, InvalidSample)
     assert fast > 10  # the decoder took the common case itself
+
+
+def test_a_sample_nested_past_the_parsers_depth_is_invalid_not_a_crash() -> None:
+    """Found by the consumers tour: the events' ``RecursionError`` (see test_events.py) in the
+    learner's decoder too, which would stop every learner at that sample.
+    """
+    raw = b'{"sample_id":"s","x":%s%s}' % (b"[" * 5_000, b"]" * 5_000)
+    with pytest.raises(InvalidSample, match="not valid JSON: .*depth"):
+        parse_sample(raw)

@@ -159,6 +159,29 @@ def test_the_learners_dead_letters_by_time_and_count_and_their_duplicates(kafka_
     assert kinds.summary.letters == 6
 
 
+
+def test_the_last_n_are_the_last_dead_lettered_not_the_newest_record_times(kafka_config: KafkaConfig) -> None:
+    """Found by the consumers tour: ``--limit N`` kept the newest N by record time, which a
+    dead letter keeps from its failed record, so an old event dead-lettered a moment ago (a
+    replay, a producer's backlog) was left out of "the last N" for letters written long before.
+    """
+    writer = DeadLetterWriter(kafka_config, 1 << 20)
+    ts = 1_700_000_000_000
+    for n in range(8):  # each newer letter of an older record, one write (batch) after another
+        record = Record(b"{bad", n, key=f"user-{n}".encode(), topic="samples", partition=0,
+                        timestamp=ts - n * 60_000)
+        writer.write([DeadLetter.of(record, "not valid JSON: unexpected end")])
+        time.sleep(0.01)
+    whole = Reading(kafka_config.samples_dlq_topic)
+    every = list(deadletter_reader.DeadLetterReader(kafka_config, whole).letters())
+    assert len({letter.at.partition for letter in every}) > 1  # the letters span partitions
+
+    reading = Reading(kafka_config.samples_dlq_topic, limit=3)
+    last = list(deadletter_reader.DeadLetterReader(kafka_config, reading).letters())
+    assert [letter.source.offset for letter in last if letter.source] == [5, 6, 7]  # in the order written
+    summary = survey(kafka_config, reading).summary
+    assert summary.letters == 3 and summary.first_ms == ts - 7 * 60_000
+
 class _Inflated:
     """A consumer whose high-water marks are 5 past the real ones (of a partition with records)."""
 

@@ -91,3 +91,25 @@ def test_an_aligned_source_with_a_silent_partition_waits_for_it_once_not_at_ever
         assert got == 300
     finally:
         source.close()
+
+
+
+def test_a_poll_for_more_than_librdkafka_takes_at_once_is_served(
+    bootstrap_servers: str, unique_name: str
+) -> None:
+    """Found by the consumers tour: ``STREAMREC_CONSUMER__BATCH_SIZE=2000000`` (or a learner's
+    micro-batch over a million samples) ended the run in a traceback at its first poll:
+    ``ValueError: num_messages must be between 0 and 1000000 (1M)``, librdkafka's limit on one
+    consume call. A poll asks for at most that much; a batch is a maximum, and the rest comes next.
+    """
+    cfg, producer = two_partitions(bootstrap_servers, unique_name)
+    values = [b"%d" % n for n in range(20)]
+    for value in values:
+        producer.produce(cfg.samples_topic, value=value, partition=0)
+    producer.flush(10)
+    source = RecordSource(make_consumer(cfg, f"g-{unique_name}"), [cfg.samples_topic], None, start_at={})
+    source.assign([Partition(cfg.samples_topic, p) for p in (0, 1)])
+    try:
+        assert len(first(source, 2_000_000)) + drain(source, 2.0) == len(values)
+    finally:
+        source.close()
