@@ -54,7 +54,7 @@ def main() -> None:
         try:
             client = redis.Redis(port=port)
             clock = [1_000.0]
-            join = ClickJoin(client, PREFIX, 3600, ("click",), window_s=60, clock=lambda: clock[0])
+            join = ClickJoin(lambda: client, PREFIX, 3600, ("click",), window_s=60, clock=lambda: clock[0])
             micros: dict[str, list[float]] = {"before": [], "window": []}
             for rnd in range(args.rounds):
                 for name in ("before", "window"):

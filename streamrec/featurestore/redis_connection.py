@@ -15,11 +15,10 @@ from urllib.parse import urlsplit
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisClusterException
 
 from streamrec.config import RedisStoreConfig, redact_url
 from streamrec.errors import FeatureStoreError, FeatureStoreUnavailable, FeatureStoreUnreachable
-from streamrec.featurestore.redis_options import client_options
+from streamrec.featurestore.redis_options import client_options, store_client
 from streamrec.featurestore.redis_partitions import ADVANCE_LUA, CLAIM_LUA
 from streamrec.featurestore.redis_replies import Replies
 from streamrec.featurestore.redis_scripts import FIRST_SEEN_LUA, SEQUENCE_LUA
@@ -54,13 +53,11 @@ class RedisConnection:
         self._prefix = cfg.key_prefix
         self._length = length
         self._featured = featured
-        self._url = cfg.url
+        self._cfg, self._url = cfg, cfg.url
         self._options = client_options(cfg)
         self.answered = False  # whether Redis answered anything since this connection was made
         self._user = str(self._options.get("username") or urlsplit(cfg.url).username or "default")
-        self._client: redis.Redis | RedisCluster | None = client or (
-            None if cfg.cluster else redis.Redis.from_url(cfg.url, decode_responses=True, **self._options)
-        )
+        self._client: redis.Redis | RedisCluster | None = client
         self._shas: tuple[str, ...] | None = None  # loaded on first use, again after NOSCRIPT
         self.limits = COMPACT_DEFAULTS  # Redis's compact sorted-set limits, read with the scripts
 
@@ -74,16 +71,12 @@ class RedisConnection:
         """
         if self._client is None:
             try:
-                self._client = RedisCluster.from_url(self._url, decode_responses=True, **self._options)
-            except (RedisClusterException, redis.RedisError) as exc:
-                # redis-py raises "cannot be connected" both when no node answers and when
-                # one answers without Cluster mode: the cause tells them apart
-                cause = exc.__cause__ or exc
-                if isinstance(cause, REFUSED + UNAVAILABLE):
-                    raise self.translated(cause) from exc
-                if isinstance(cause, OSError):
-                    raise self.unavailable(exc) from exc
-                raise FeatureStoreError(f"redis failed: {exc}") from exc
+                self._client = store_client(self._cfg, self._options, decode_responses=True)
+            except redis.RedisError as exc:
+                # redis-py tells "no node answered" from "one answered without Cluster mode"
+                # only by the cause: keep it, for the refused or never-reached user
+                cause = exc.__cause__ if isinstance(exc.__cause__, redis.RedisError) else exc
+                raise self.translated(cause) from exc
         return self._client
 
     def scripts(self, reload: bool = False) -> tuple[str, ...]:

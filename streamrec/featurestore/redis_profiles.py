@@ -28,7 +28,7 @@ from streamrec.config import RedisStoreConfig
 from streamrec.errors import FeatureStoreError, FeatureStoreUnavailable
 from streamrec.features.schema import Value
 from streamrec.featurestore.profiles import Profile, ProfilePoint, ProfileStore, decode_value, encode_value
-from streamrec.featurestore.redis_options import client_options
+from streamrec.featurestore.redis_options import client_options, store_client
 from streamrec.featurestore.redis_server import REFUSED, UNAVAILABLE
 
 # Users per script call, as the sequence store's: a call stays around a millisecond.
@@ -105,15 +105,15 @@ class RedisProfileStore(ProfileStore):
         super().__init__(points)
         self._prefix = cfg.key_prefix
         self._ttl_ms = cfg.ttl_s * 1000
-        self._url, self._cluster, self._options = cfg.url, cfg.cluster, client_options(cfg)
+        self._cfg, self._options = cfg, client_options(cfg)
         self._client: redis.Redis | RedisCluster | None = client
         self._sha: str | None = None
 
     @property
     def _redis(self) -> redis.Redis | RedisCluster:
+        """The client, a Cluster's made at first use (`store_client`)."""
         if self._client is None:
-            make = RedisCluster.from_url if self._cluster else redis.Redis.from_url
-            self._client = make(self._url, decode_responses=True, **self._options)
+            self._client = store_client(self._cfg, self._options, decode_responses=True)
         return self._client
 
     def key(self, user_id: str) -> str:
@@ -131,10 +131,8 @@ class RedisProfileStore(ProfileStore):
         if not users:
             return {}
         asked = set(wanted)
-        calls = self._calls(users)
-        replies = self._run(calls, lines, asked)
         out: dict[str, Profile] = {}
-        for group, reply in zip(calls, replies, strict=True):
+        for group, reply in self._run(users, lines, asked):
             for user, fields in zip([u for u in group if u in asked], reply, strict=True):
                 out[user] = _profile(fields)
         return {user: out[user] for user in wanted}
@@ -151,10 +149,17 @@ class RedisProfileStore(ProfileStore):
             groups = [users]
         return [g[i : i + _USERS_PER_CALL] for g in groups for i in range(0, len(g), _USERS_PER_CALL)]
 
-    def _run(self, calls: list[list[str]], lines: dict[str, list[str]], asked: set[str]) -> list[Any]:
-        """The calls in one pipeline; all again with the script reloaded if Redis lost it (idempotent)."""
+    def _run(
+        self, users: list[str], lines: dict[str, list[str]], asked: set[str]
+    ) -> list[tuple[list[str], Any]]:
+        """The users' calls (`_calls`) in one pipeline, each with its reply.
+
+        All again with the script reloaded if Redis lost it (idempotent). Redis's failures are
+        the store's, the first use's too (a Cluster's client connects as it is made).
+        """
         for reload in (False, True):
             try:
+                calls = self._calls(users)
                 if self._sha is None or reload:
                     self._sha = str(self._redis.script_load(PROFILE_LUA))
                 pipe = self._redis.pipeline(transaction=False)
@@ -163,7 +168,7 @@ class RedisProfileStore(ProfileStore):
                     args = [("1" if user in asked else "0") + "".join(lines.get(user, ())) for user in group]
                     pipe.execute_command("EVALSHA", self._sha, len(keys), *keys, self.points, self._ttl_ms,
                                          *args)
-                return list(pipe.execute())
+                return list(zip(calls, pipe.execute(), strict=True))
             except redis.exceptions.NoScriptError:
                 if reload:
                     raise FeatureStoreUnavailable("redis lost the profile script twice in a row") from None

@@ -46,9 +46,8 @@ from redis.commands.core import Script
 from redis.exceptions import RedisClusterException
 
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
-from streamrec.config.store import redact_url
 from streamrec.errors import ConfigError
-from streamrec.featurestore.redis_options import client_options
+from streamrec.featurestore.redis_options import client_options, store_client
 from streamrec.kafka.clients import make_consumer
 from streamrec.snapshots.traffic import TrafficPlan
 
@@ -118,7 +117,7 @@ class ClickJoin:
 
     def __init__(
         self,
-        client: Client | Callable[[], Client],
+        connect: Callable[[], Client],
         prefix: str,
         ttl_s: int,
         click_actions: Iterable[str],
@@ -127,17 +126,13 @@ class ClickJoin:
     ) -> None:
         """Keys under ``prefix``; a served request joinable for ``ttl_s`` seconds.
 
-        ``client``, or a function making it when first used (a Cluster's client connects as it
-        is made, to read the slots: serve then starts while its Cluster is down, as with a
-        standalone Redis). An unclicked list settles ``window_s`` seconds after it was served,
-        by ``clock`` (seconds since the epoch: every instance's alike).
+        ``connect`` makes the client when first used (a Cluster's client connects as it is made,
+        to read the slots: serve then starts while its Cluster is down, as with a standalone
+        Redis). An unclicked list settles ``window_s`` seconds after it was served, by ``clock``
+        (seconds since the epoch: every instance's alike).
         """
         self._client: Client | None = None
-        self._connect: Callable[[], Client] | None = None
-        if isinstance(client, redis.Redis | RedisCluster):
-            self._client = client
-        else:
-            self._connect = client
+        self._connect = connect
         self._scripts: dict[str, Script] = {}
         self.prefix = prefix
         self.ttl_s = ttl_s
@@ -148,9 +143,8 @@ class ClickJoin:
 
     @property
     def client(self) -> Client:
-        """The client, made now if it was given as a function and this is its first use."""
+        """The client, made at its first use."""
         if self._client is None:
-            assert self._connect is not None
             self._client = self._connect()
         return self._client
 
@@ -361,29 +355,10 @@ def start_click_join(cfg: StreamrecConfig) -> tuple[ClickJoin, ClickConsumer]:
             "STREAMREC_SERVING__CLICK_JOIN needs the Redis feature store (STREAMREC_STORE__TYPE=redis)"
         )
     options = client_options(store)  # the store's, its CLIENT too
-    client: Client | Callable[[], Client] = (
-        (lambda: cluster_client(store.url, options))
-        if store.cluster
-        else redis.Redis.from_url(store.url, **options)
-    )
     serving = cfg.serving
     join = ClickJoin(
-        client, f"{store.key_prefix}:ab", serving.click_ttl_s, serving.click_actions, serving.click_window_s
+        lambda: store_client(store, options), f"{store.key_prefix}:ab",
+        serving.click_ttl_s, serving.click_actions, serving.click_window_s,
     )
     return join, ClickConsumer(join, cfg.kafka, serving.click_group).start()
 
-
-def cluster_client(url: str, options: dict[str, object]) -> RedisCluster:
-    """A client of the Redis Cluster ``url`` names a node of.
-
-    Raises:
-        redis.ConnectionError: no node answered as a Cluster node (redis-py's own error is no
-            `redis.RedisError`, so it would pass the outage handling of each caller).
-    """
-    try:
-        return RedisCluster.from_url(url, **options)
-    except RedisClusterException as exc:
-        raise redis.ConnectionError(
-            f"no Redis Cluster answered at {redact_url(url)} "
-            f"(STREAMREC_STORE__URL, STREAMREC_STORE__CLUSTER): {exc}"
-        ) from exc

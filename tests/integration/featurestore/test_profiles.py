@@ -10,9 +10,11 @@ import pytest
 import redis
 
 from streamrec.config import RedisStoreConfig
+from streamrec.errors import FeatureStoreError, FeatureStoreUnavailable
 from streamrec.features.schema import FeatureSchema, FeatureSpec, read_features
 from streamrec.featurestore.profiles import MemoryProfileStore, ProfilePoint, ProfileStore, user_values
 from streamrec.featurestore.redis_profiles import RedisProfileStore
+from streamrec.local.ports import free_port
 from tests.integration.conftest import PrivateService
 
 T0 = 1_511_658_000_000
@@ -242,3 +244,20 @@ def test_a_least_privileged_redis_user_runs_the_profile_store(
     store = RedisProfileStore(RedisStoreConfig(url=url, key_prefix=unique_name), KEEP)
     store.update([tier(10, "silver"), tier(20, "gold")])
     assert as_of(store, 15) == {"tier": "silver"}
+
+
+def test_a_cluster_profile_store_whose_cluster_is_down_is_unavailable_not_a_traceback(
+    store_config: RedisStoreConfig, unique_name: str
+) -> None:
+    """The Cluster client connects as it is made, at the first update: a Cluster not up yet is
+    an outage the consumers wait out (FeatureStoreUnavailable), not redis-py's own exception
+    escaping past their retries; a plain Redis taken for a Cluster is told, not retried.
+    """
+    down = RedisProfileStore(RedisStoreConfig(url=f"redis://127.0.0.1:{free_port()}", cluster=True), KEEP)
+    with pytest.raises(FeatureStoreUnavailable, match="STREAMREC_STORE__CLUSTER"):
+        down.update([tier(10, "silver")])
+    plain_cfg = RedisStoreConfig(url=store_config.url, cluster=True, key_prefix=unique_name)
+    plain = RedisProfileStore(plain_cfg, KEEP)
+    with pytest.raises(FeatureStoreError, match="Cluster mode is not enabled") as told:
+        plain.update([tier(10, "silver")])
+    assert not isinstance(told.value, FeatureStoreUnavailable)

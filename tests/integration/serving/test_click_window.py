@@ -24,7 +24,9 @@ class Clock:
 
 
 def join(client: redis.Redis, clock: Clock, window_s: float = 60.0) -> ClickJoin:
-    return ClickJoin(client, "t:ab", ttl_s=3600, click_actions=("click",), window_s=window_s, clock=clock)
+    return ClickJoin(
+        lambda: client, "t:ab", ttl_s=3600, click_actions=("click",), window_s=window_s, clock=clock
+    )
 
 
 def click(request_id: str, item: str = "i1") -> dict[str, object]:
