@@ -416,11 +416,10 @@ def export(
     with cli_errors():
         store = open_store(snapshot_dir, log_level, config_file)
         number = store.resolve(version)
-        # A damaged version is refused as `verify` and `promote` refuse it, its export whole or not.
-        problem = version_problem(store, number, store.validate(number))
-        if problem is not None:
-            raise InvalidSnapshot(f"{version_name(number)} is not exported: {problem}")
-        path = export_snapshot(store, number, rebuild=rebuild)
+        try:  # a damaged version is refused as `verify` and `promote` refuse it, its export whole or not
+            path = export_snapshot(store, number, rebuild=rebuild, strict=True)
+        except InvalidSnapshot as exc:
+            raise InvalidSnapshot(f"{version_name(number)} is not exported: {exc}") from exc
         check = _check_graphs(store.root, number)  # checksums, then as serve loads it and its graphs
         if not check.own:
             refuse_unservable(check)

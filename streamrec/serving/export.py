@@ -149,13 +149,17 @@ def exporter(learner: Learner, learner_type: str = DEFAULT_LEARNER) -> Exporter:
     )
 
 
-def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -> Path:
+def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False, strict: bool = False) -> Path:
     """Export ``version`` (once: an existing export is kept) and return its directory.
 
     With ``rebuild`` an existing export that fails its checksums, or that `streamrec serve`
     would not load (`streamrec.serving.loading.check_loads`: resealed after an edit, say), is
     deleted and written again from the snapshot; a whole one is kept. Rebuilds take turns (`_rebuilding`), so
     two at once never delete what the other wrote: the second finds the export whole.
+
+    With ``strict`` a version that fails its checks is refused though its export is whole
+    and kept (`snapshot export`: nothing `verify` refuses is handed over). An export built
+    checks its version as it loads it (`learner_from_snapshot`), either way: once.
 
     Raises:
         InvalidSnapshot: the version failed a check.
@@ -167,6 +171,10 @@ def export_snapshot(store: SnapshotStore, version: int, rebuild: bool = False) -
     target = export_dir(store.root, version)
     if target.is_dir():
         if not rebuild or _fault(store, version) is None:
+            if strict:  # its checksums, then its state (a later layout, NaN), as resume checks
+                problem = store.validate(version) or store.state_problem(version)
+                if problem is not None:
+                    raise InvalidSnapshot(problem)
             return target
         with _rebuilding(target.parent, version):  # one at a time: none deletes what another wrote
             return _rebuild(store, version, target)

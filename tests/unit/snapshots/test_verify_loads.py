@@ -371,3 +371,34 @@ def test_a_version_of_a_later_release_is_said_unreadable_by_verify_list_promote_
     refused = run(root, "export", "2", code=1).output.strip()
     assert refused.startswith("error: v000002 is not exported: ") and said in refused, refused
     run(root, "promote", "1")
+
+
+def test_export_builds_from_a_version_hashed_and_read_once(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the last stop's review: `snapshot export V` checked the version (its checksums, then
+    its tensors for NaN and a later layout) and then built its export from it, which verified
+    and read it again. Building loads the version through the same checks, so they run once.
+    """
+    import streamrec.snapshots.files as files
+    import streamrec.snapshots.store as store_module
+
+    shutil.rmtree(root / "exports" / "v000002")
+    hashed: list[Path] = []
+    read: list[Path] = []
+    real_hash, real_read = files.sha256_file, files.read_tensor_files
+
+    def counted_hash(path: Path) -> str:
+        hashed.append(Path(path))
+        return real_hash(path)
+
+    def counted_read(directory: Path, manifest: Any) -> Any:
+        read.append(Path(directory))
+        return real_read(directory, manifest)
+
+    monkeypatch.setattr(files, "sha256_file", counted_hash)
+    monkeypatch.setattr(store_module, "read_tensor_files", counted_read)
+    run(root, "export", "2")
+    assert hashed and len(hashed) == len(set(hashed)), sorted(hashed)
+    assert read and len(read) == len(set(read)), sorted(read)
+    assert (root / "exports" / "v000002" / "manifest.json").is_file()
