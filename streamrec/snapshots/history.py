@@ -103,7 +103,7 @@ def compacted(events: Sequence[Event], keep: set[int], tail: int) -> list[int] |
     if len(needed) == len(events):
         return None
     lines = sorted(needed)
-    if _answers([events[n] for n in lines], keep) != _answers(events, keep):
+    if _answers([events[n] for n in lines], keep) != _answers(events, keep, state):
         return None
     return lines
 
@@ -119,10 +119,15 @@ def _ends(events: Sequence[Event], keep: set[int]) -> set[int]:
     return set(first.values()) | set(last.values())
 
 
-def _answers(events: Sequence[Event], keep: set[int]) -> tuple[list[int], list[int], list[int]]:
-    """The stack (repeats side by side counted once), and the first- and last-served orders, of ``keep``."""
+def _answers(
+    events: Sequence[Event], keep: set[int], state: Replay | None = None
+) -> tuple[list[int], list[int], list[int]]:
+    """The stack (repeats side by side counted once), and the first- and last-served orders, of ``keep``.
+
+    ``state``: `replay` of ``events``, when made already.
+    """
     stack: list[int] = []
-    for version in replay(events).versions:
+    for version in (replay(events) if state is None else state).versions:
         if version in keep and (not stack or stack[-1] != version):
             stack.append(version)
     first = [v for v in dict.fromkeys(e.version for e in events) if v in keep]

@@ -94,13 +94,22 @@ class ServingPointer:
 
     def history(self) -> list[ServingEvent]:
         """Every promotion and rollback, oldest first (a line torn by a crash is skipped)."""
+        return [event for _, event in self.lines()]
+
+    def lines(self) -> list[tuple[bytes, ServingEvent]]:
+        """`history`, each event with its line as written (a line torn by a crash is skipped).
+
+        Raises:
+            SnapshotError: the history cannot be read.
+        """
         try:
             raw = self.history_path.read_bytes()
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise SnapshotError(f"cannot read {self.history_path}: {describe_os_error(exc)}") from exc
-        return [e for e in self._parse(raw.splitlines()) if e is not None]
+        lines = raw.splitlines()
+        return [(line, event) for line, event in zip(lines, self._parse(lines), strict=True) if event]
 
     def _parse(self, lines: list[bytes]) -> list[ServingEvent | None]:
         """Each line's event; None for a blank one, or one torn by a crash (with a warning)."""
@@ -152,35 +161,29 @@ class ServingPointer:
         _append(self.history_path, orjson.dumps(fields) + b"\n")
         return event
 
-    def compact(self, on_disk: set[int]) -> int:
+    def compact(self, on_disk: set[int], lines: list[tuple[bytes, ServingEvent]] | None = None) -> int:
         """Drop the history's lines no reader needs about the versions ``on_disk``; how many were dropped.
 
         Only a history past `COMPACT_LINES`, with a readable CURRENT (one of ``on_disk``): the
         lines kept (`streamrec.snapshots.history.compacted`) give the same rollback order,
         served marks and retention for every version on disk, and the last lines as they were.
         The lines dropped are appended to `ARCHIVE` first (a crash before the replace may repeat
-        them there), then the file is replaced atomically. Call it holding `locked`.
+        them there), then the file is replaced atomically; a line torn by a crash goes with
+        them. Call it holding `locked`, with the history's `lines` when read under it already.
 
         Raises:
             SnapshotError: the history cannot be read or written.
         """
-        try:
-            raw = self.history_path.read_bytes()
-        except FileNotFoundError:
-            return 0
-        except OSError as exc:
-            raise SnapshotError(f"cannot read {self.history_path}: {describe_os_error(exc)}") from exc
-        lines = [line for line in raw.splitlines() if line.strip()]
+        parsed = self.lines() if lines is None else lines
         try:
             current = self.current()
         except SnapshotError:
             return 0  # every version the history names is kept: nothing is dropped
-        if len(lines) <= COMPACT_LINES or current not in on_disk:
+        if len(parsed) <= COMPACT_LINES or current not in on_disk:
             return 0
-        parsed = [(line, event) for line, event in zip(lines, self._parse(lines), strict=True) if event]
         keep = compacted([event for _, event in parsed], on_disk, _TAIL_LINES)
         if keep is None:
-            logger.info("serving history kept whole path=%s lines=%d", self.history_path, len(lines))
+            logger.info("serving history kept whole path=%s lines=%d", self.history_path, len(parsed))
             return 0
         kept = b"".join(parsed[n][0] + b"\n" for n in keep)  # each line as it was written
         dropped = set(range(len(parsed))) - set(keep)
@@ -193,8 +196,8 @@ class ServingPointer:
                 os.truncate(self.archive_path, archived)
             raise SnapshotError(f"cannot write {self.history_path}: {describe_os_error(exc)}") from exc
         logger.info("compacted serving history path=%s lines=%d kept=%d", self.history_path,
-                    len(lines), len(keep))
-        return len(lines) - len(keep)
+                    len(parsed), len(keep))
+        return len(parsed) - len(keep)
 
     def point(self, version: int) -> None:
         """Swap CURRENT to ``version`` atomically. Call it holding `locked`."""
@@ -203,13 +206,14 @@ class ServingPointer:
         except OSError as exc:
             raise SnapshotError(f"cannot write {self.current_path}: {describe_os_error(exc)}") from exc
 
-    def promoted(self) -> list[int]:
+    def promoted(self, history: list[ServingEvent] | None = None) -> list[int]:
         """Every version ever served, in order of first promotion (CURRENT's included).
 
         An unreadable CURRENT adds nothing: the history, written before the pointer moves,
         names every version it ever named, so retention and listings go on without it.
+        ``history``: `history`, when read already.
         """
-        seen = dict.fromkeys(e.version for e in self.history())
+        seen = dict.fromkeys(e.version for e in (self.history() if history is None else history))
         try:
             current = self.current()
         except SnapshotError:
@@ -218,26 +222,34 @@ class ServingPointer:
             seen.setdefault(current)
         return list(seen)
 
-    def recently_served(self) -> list[int]:
-        """The versions the history names, the one served most recently first, each once."""
-        return list(dict.fromkeys(e.version for e in reversed(self.history())))
+    def recently_served(self, history: list[ServingEvent] | None = None) -> list[int]:
+        """The versions the history names, the one served most recently first, each once.
 
-    def retained(self, count: int) -> set[int]:
+        ``history``: `history`, when read already.
+        """
+        events = self.history() if history is None else history
+        return list(dict.fromkeys(e.version for e in reversed(events)))
+
+    def retained(self, count: int, history: list[ServingEvent] | None = None) -> set[int]:
         """The served versions retention keeps: the current one and ``count`` of each kind before it.
 
         The ``count`` versions a rollback steps back to and the ``count`` served most recently
         before the current one. Every version the history names while CURRENT is unreadable.
+        ``history``: `history`, when read already (the history is read once).
         """
+        events = self.history() if history is None else history
         try:
             current = self.current()
         except SnapshotError:
             current = None
         if current is None:
-            return set(self.promoted())
-        before = self.rollback_candidates(current)[:count]
-        return {current, *before, *self.recently_served()[: count + 1]}
+            return set(self.promoted(events))
+        before = self.rollback_candidates(current, events)[:count]
+        return {current, *before, *self.recently_served(events)[: count + 1]}
 
-    def rollback_candidates(self, current: int | None) -> list[int]:
+    def rollback_candidates(
+        self, current: int | None, history: list[ServingEvent] | None = None
+    ) -> list[int]:
         """The versions served before ``current``, most recent first (a rollback takes the first valid one).
 
         A promote pushes a version; a rollback pops back to its target, so a version rolled
@@ -246,7 +258,7 @@ class ServingPointer:
         served: promotions back and forth between two versions stacked each hundreds of times,
         and a server falling back, or a rollback, verified a damaged one that many times.
         """
-        stack = replay(self.history()).versions
+        stack = replay(self.history() if history is None else history).versions
         if current in stack:  # the history may run past CURRENT after a crash between the two
             del stack[len(stack) - 1 - stack[::-1].index(current):]
         return [v for v in dict.fromkeys(reversed(stack)) if v != current]

@@ -236,7 +236,9 @@ def prune(store: Versions, keep_last: int) -> list[int]:
         versions = store.versions()
         newest_valid = next((v for v in reversed(versions) if store.validate(v) is None), None)
         plan = read_plan(store.root)
-        kept = set(versions[-keep_last:]) | store.serving.retained(keep_last) | {newest_valid}
+        history = store.serving.lines()  # read once, under the lock: retention, then compaction
+        kept = set(versions[-keep_last:]) | {newest_valid}
+        kept |= store.serving.retained(keep_last, [event for _, event in history])
         kept |= plan.versions() if plan is not None else set()  # a canary's or an A/B arm's
         keep = {v for version in kept if version is not None for v in _ancestry(store, version)}
         for version in versions:
@@ -251,7 +253,7 @@ def prune(store: Versions, keep_last: int) -> list[int]:
             deleted.append(version)
         # The history's lines about versions gone (and those no answer needs) go with them.
         try:
-            store.serving.compact(set(store.versions()))
+            store.serving.compact(set(store.versions()), history)
         except SnapshotError as exc:  # the versions are deleted; the history is whole, only long
             logger.warning("serving history not compacted error=%s", exc)
     if deleted:

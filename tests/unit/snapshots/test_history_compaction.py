@@ -153,6 +153,39 @@ def test_prune_compacts_the_history_and_rollbacks_go_as_before(
     assert store.versions() == [37, 38, 39, 40]
 
 
+def test_a_prune_reads_the_history_and_replays_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the last stop's review: a prune read the history three times (rollback order and
+    recent service for retention, then compaction), and a compaction replayed it three times.
+    """
+    from streamrec.snapshots import history as history_module
+    from streamrec.snapshots.history import Replay
+
+    store = _promoting(tmp_path, monkeypatch, 25, keep=0)
+    store.promote(store.write({"model": {"w": np.ones(3, np.float32)}}, micro_batches=1,
+                              samples_trained=1, positions=()).version)
+    reads: list[int] = []
+    replays: list[int] = []
+    real_parse, real_replay = ServingPointer._parse, history_module.replay
+
+    def parse(self: ServingPointer, lines: list[bytes]) -> list[ServingEvent | None]:
+        reads.append(len(lines))
+        return real_parse(self, lines)
+
+    def replay(events: list[ServingEvent]) -> Replay:
+        replays.append(len(events))
+        return real_replay(events)
+
+    monkeypatch.setattr(ServingPointer, "_parse", parse)
+    for module in (history_module, pointer_module):
+        monkeypatch.setattr(module, "replay", replay)
+    assert store.prune(3) == list(range(1, 23))
+    assert reads == [26], reads  # the whole history, once
+    assert replays[:2] == [26, 26] and len(replays) == 3, replays  # retention, compaction, its check
+    assert replays[2] == len(store.history()) < 26  # the lines kept, replayed to check them
+
+
 def test_the_lines_a_compaction_drops_are_archived_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
