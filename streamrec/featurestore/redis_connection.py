@@ -72,11 +72,8 @@ class RedisConnection:
         if self._client is None:
             try:
                 self._client = store_client(self._cfg, self._options, decode_responses=True)
-            except redis.RedisError as exc:
-                # redis-py tells "no node answered" from "one answered without Cluster mode"
-                # only by the cause: keep it, for the refused or never-reached user
-                cause = exc.__cause__ if isinstance(exc.__cause__, redis.RedisError) else exc
-                raise self.translated(cause) from exc
+            except redis.RedisError as exc:  # no node answered, or refused, or not as a Cluster
+                raise self.translated(exc) from exc
         return self._client
 
     def scripts(self, reload: bool = False) -> tuple[str, ...]:
