@@ -22,6 +22,7 @@ from streamrec.cli.options import ConfigFile, LogLevel, path_given, setting
 from streamrec.cli.snapshot_common import (
     DirOption,
     JsonOption,
+    arm_docs,
     arms_of,
     build_export,
     current_plan,
@@ -135,7 +136,7 @@ def list_(
                 {
                     "version": e.version, "name": e.name, "valid": e.problem is None, "problem": e.problem,
                     "current": e.version == current, "promoted": e.version in promoted,
-                    "arms": arms_of(plan, e.version, current),
+                    "arms": arm_docs(plan, e.version, current),
                     "manifest": e.manifest and manifest_doc(e.manifest),
                     "export": export_doc(exports[e.version]),
                 }
@@ -183,7 +184,7 @@ def show(
             print_json(manifest_doc(manifest) | {
                 "name": manifest.name, "valid": problem is None, "problem": problem,
                 "current": number == current, "promoted": number in promoted,
-                "arms": arms, "traffic": plan_doc(plan),
+                "arms": arm_docs(plan, number, current), "traffic": plan_doc(plan),
             })
             raise typer.Exit(0 if problem is None else 1)
         lines = [

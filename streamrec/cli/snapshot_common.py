@@ -18,7 +18,7 @@ from streamrec.cli.options import json_output, setting
 if TYPE_CHECKING:  # numpy, pydantic: imported when a command runs, not for --help
     from streamrec.snapshots.exports import ExportCheck
     from streamrec.snapshots.store import SnapshotStore
-    from streamrec.snapshots.traffic import TrafficPlan
+    from streamrec.snapshots.traffic import Arm, TrafficPlan
 
 DirOption = setting("learner.snapshot_dir")
 JsonOption = json_output()
@@ -112,19 +112,29 @@ def plan_doc(plan: TrafficPlan | None) -> dict[str, Any] | None:
     """A plan as JSON (``--json`` of list, show, canary and ab)."""
     if plan is None:
         return None
-    arms = [{"name": a.name, "version": a.version, "share": a.share / 100} for a in plan.arms]
+    arms = [arm_doc(a) for a in plan.arms]
     doc = {"kind": plan.kind, "salt": plan.salt, "started": plan.started, "reason": plan.reason}
     return doc | {"arms": arms}
+
+
+def arm_doc(arm: Arm) -> dict[str, Any]:
+    """An arm as JSON: its name, version (None: the served one) and share in percent."""
+    return {"name": arm.name, "version": arm.version, "share": arm.share / 100}
+
+
+def arm_docs(plan: TrafficPlan | None, version: int, current: int | None) -> list[dict[str, Any]]:
+    """The arms ``version`` answers in ``plan``, as in the plan's JSON (`arm_doc`); [] for none."""
+    return [arm_doc(a) for a in _arms_of(plan, version, current)]
 
 
 def arms_of(plan: TrafficPlan | None, version: int, current: int | None) -> str:
     """The arms ``version`` serves in ``plan`` (``canary 5.00%``), or ``""``."""
     from streamrec.snapshots.traffic import format_share
 
+    return ", ".join(f"{a.name} {format_share(a.share)}" for a in _arms_of(plan, version, current))
+
+
+def _arms_of(plan: TrafficPlan | None, version: int, current: int | None) -> list[Arm]:
     if plan is None:
-        return ""
-    return ", ".join(
-        f"{a.name} {format_share(a.share)}"
-        for a in plan.arms
-        if a.version == version or (a.version is None and version == current)
-    )
+        return []
+    return [a for a in plan.arms if a.version == version or (a.version is None and version == current)]

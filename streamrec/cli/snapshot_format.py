@@ -100,9 +100,11 @@ def print_diff(d: SnapshotDiff) -> None:
     table = Table("file", "tensor", "status", "shape", "changed rows", "max |diff|")
     for t in d.changed_tensors:
         shape = str(t.shape_b if t.shape_b is not None else t.shape_a)
-        if t.status == "reshaped":
+        if t.status in ("reshaped", "grown"):
             shape = f"{t.shape_a} -> {t.shape_b}"
         rows = "-" if t.changed_rows is None else f"{t.changed_rows}/{t.rows}"
+        if t.added_rows is not None:
+            rows += f", {t.added_rows} added"
         gap = "-" if t.max_abs_diff is None else f"{t.max_abs_diff:.4g}"
         table.add_row(t.file, t.name, t.status, shape, rows, gap)
     same = len(d.tensors) - len(d.changed_tensors)

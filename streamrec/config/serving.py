@@ -87,6 +87,12 @@ class ServingConfig(BaseModel):
     canary_latency_slack_s: float = Field(
         0.05, ge=0, le=MAX_SECONDS, description="STREAMREC_SERVING__CANARY_LATENCY_SLACK_S"
     )
+    # Windows running (each closing once both arms answered canary_min_requests in it) in which the
+    # canary's p99 must be over that limit before it is ended. A p99 of 200 requests is their
+    # third slowest, so a pause of the whole process can put one window over: with 0.3 s pauses
+    # three times in 2.5 s, 2 of 12 windows of a model as fast as the served one were; 3 running
+    # puts that near 0.5%, and a slower model is over in every window (600 requests an arm).
+    canary_latency_windows: int = Field(3, ge=1, description="STREAMREC_SERVING__CANARY_LATENCY_WINDOWS")
 
     # Click-through per arm (streamrec.serving.clicks): serve records each list it serves during
     # a canary or an A/B test in the feature store's Redis and joins click events carrying its

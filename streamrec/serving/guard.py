@@ -1,10 +1,15 @@
 """Automatic rollback of a canary whose live figures fall behind the served version's.
 
-`CanaryGuard` keeps, per arm of the running canary, the requests, errors and the latest
-latencies this instance answered (reset whenever the plan changes). Once both arms have
-answered ``canary_min_requests``, it compares them: an error rate above the served one's by
-more than ``canary_error_margin``, or a p99 latency above ``canary_latency_ratio`` times the
-served one's plus ``canary_latency_slack_s``, ends the canary
+`CanaryGuard` keeps, per arm of the running canary, the requests and errors this instance
+answered (reset whenever the plan changes) and the latencies of the current window. Once both
+arms have answered ``canary_min_requests``, an error rate above the served one's by more than
+``canary_error_margin`` ends the canary. Latency is judged by windows: each closes once both
+arms have answered ``canary_min_requests`` in it, and a canary whose p99 latency is above
+``canary_latency_ratio`` times the served one's plus ``canary_latency_slack_s`` in
+``canary_latency_windows`` windows running is ended: a p99 of a few hundred requests rests on
+their three slowest, which a pause of the whole process (a loaded machine) can make either
+arm's, while a model really slower is slower in every window (docs/serving.md). Either
+verdict ends the canary
 (`streamrec.snapshots.canary.end_plan`), under the pointer's lock and only if the plan judged
 is still the one in force, so of several instances one decides; the history says why. A
 canary whose version this instance cannot load is ended the same way, and, with the click
@@ -19,6 +24,7 @@ import logging
 import os
 import socket
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,13 +41,13 @@ if TYPE_CHECKING:  # the Redis and Kafka clients: imported only when the click j
 
 logger = logging.getLogger(__name__)
 
-# Latencies kept per arm for the p99: the latest 10,000 requests, 80 KB, a p99 from 100 tail
-# samples, steady enough to judge by.
+# Latencies kept per arm and window for the p99: the latest 10,000 requests (80 KB), the busier
+# arm's in a window the other fills slowly (a 1% canary).
 LATENCY_WINDOW = 10_000
 
 
 class ArmWindow:
-    """One arm's figures since the plan began: requests, errors and the latest latencies."""
+    """One arm's figures: requests and errors since the plan began, latencies of this window."""
 
     def __init__(self) -> None:
         self.requests = 0
@@ -55,7 +61,30 @@ class ArmWindow:
 
     def p99(self) -> float:
         """The 99th percentile of the latencies kept, in seconds."""
-        return float(np.percentile(np.fromiter(self.latencies, float), 99)) if self.latencies else 0.0
+        return p99(self.latencies)
+
+
+def p99(latencies: Iterable[float]) -> float:
+    """The 99th percentile of ``latencies``, in seconds (0 with none)."""
+    values = np.fromiter(latencies, float)
+    return float(np.percentile(values, 99)) if values.size else 0.0
+
+
+def latency_verdict(
+    canary: Iterable[float], served: Iterable[float], ratio: float, slack: float
+) -> str | None:
+    """Why the canary's latencies of one window are too slow against the served arm's, or None.
+
+    Too slow: the canary's p99 above the served one's times ``ratio`` plus ``slack`` (seconds).
+    """
+    canary_p99, served_p99 = p99(canary), p99(served)
+    limit = served_p99 * ratio + slack
+    if canary_p99 <= limit:
+        return None
+    return (
+        f"p99 latency {canary_p99:.4f}s above {limit:.4f}s "
+        f"(the served version's {served_p99:.4f}s x {ratio} + {slack}s)"
+    )
 
 
 class CanaryGuard:
@@ -72,6 +101,7 @@ class CanaryGuard:
         self.clicks = clicks
         self._plan: TrafficPlan | None = None
         self._arms: dict[str, ArmWindow] = {}
+        self._slow: list[str] = []  # why each window running was too slow (`latency_verdict`)
         self.instance = f"{socket.gethostname()}:{os.getpid()}"
 
     def observe(self, plan: TrafficPlan | None, arm: str, ok: bool, seconds: float) -> None:
@@ -79,11 +109,27 @@ class CanaryGuard:
         if plan is None or plan.kind != "canary":
             return
         if plan is not self._plan:  # a new plan: judge it by its own requests
-            self._plan, self._arms = plan, {}
+            self._plan, self._arms, self._slow = plan, {}, []
         window = self._arms.setdefault(arm, ArmWindow())
         window.requests += 1
         window.errors += not ok
         window.latencies.append(seconds)
+        canary, served = self._arms.get(CANARY), self._arms.get(SERVED)
+        if canary is not None and served is not None:
+            if min(len(canary.latencies), len(served.latencies)) >= self.cfg.canary_min_requests:
+                self._close_window(canary, served)
+
+    def _close_window(self, canary: ArmWindow, served: ArmWindow) -> None:
+        """Judge the window both arms filled, then open the next: a window within the limit resets."""
+        ratio, slack = self.cfg.canary_latency_ratio, self.cfg.canary_latency_slack_s
+        why = latency_verdict(canary.latencies, served.latencies, ratio, slack)
+        if why is None:
+            self._slow = []
+        else:
+            counts = f"over {len(canary.latencies)} canary and {len(served.latencies)} served requests"
+            self._slow.append(f"{why} {counts}")
+        canary.latencies.clear()
+        served.latencies.clear()
 
     def verdict(self) -> str | None:
         """Why the canary falls behind, or None (also while too few requests were seen)."""
@@ -97,14 +143,10 @@ class CanaryGuard:
                 f"error rate {canary.error_rate:.4f} above the served version's {served.error_rate:.4f} "
                 f"by more than {self.cfg.canary_error_margin} {figures}"
             )
-        limit = served.p99() * self.cfg.canary_latency_ratio + self.cfg.canary_latency_slack_s
-        if canary.p99() > limit:
-            ratio, slack = self.cfg.canary_latency_ratio, self.cfg.canary_latency_slack_s
-            return (
-                f"p99 latency {canary.p99():.4f}s above {limit:.4f}s (the served version's "
-                f"{served.p99():.4f}s x {ratio} + {slack}s) {figures}"
-            )
-        return None
+        windows = len(self._slow)
+        if windows < self.cfg.canary_latency_windows:
+            return None
+        return f"{self._slow[-1]} (the last of {windows} windows running, each too slow)"
 
     def check_loading(self) -> TrafficPlan | None:
         """End the canary in the plan file if this instance cannot load it; the plan ended, if any.
@@ -156,7 +198,7 @@ class CanaryGuard:
         if ended is not None:
             logger.warning("canary ended reason=%s", reason)
         if self._plan is plan:
-            self._plan, self._arms = None, {}
+            self._plan, self._arms, self._slow = None, {}, []
         return ended
 
 

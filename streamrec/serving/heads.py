@@ -24,6 +24,11 @@ them without end. A head not whole ``header_timeout_s`` after the connection ope
 request's first byte came gets 408 (a connection that sent nothing is closed without a word).
 The timeout rides in `ServerConfig`, which pickles to `streamrec serve --processes N`'s server
 processes as uvicorn's own does.
+
+A response the app ends with ``Connection: close`` before the request's body was read whole (a
+413, `streamrec.serving.http`) lingers the same way: uvicorn closed at once, with the body
+unread, and a client that sends its body whole before reading (a raw socket sending 1 MB) got
+a broken pipe or a reset instead of the 413.
 """
 
 from __future__ import annotations
@@ -56,6 +61,33 @@ class ServerConfig(uvicorn.Config):
         """As uvicorn's, with ``header_timeout_s``."""
         super().__init__(app, **options)
         self.header_timeout_s = header_timeout_s
+
+
+class _LingeringClose(asyncio.Transport):
+    """What a request's response cycle writes to: the connection's transport, its close lingering.
+
+    Closed while the request's body is still coming, the connection is closed as a refused head's
+    (`HeadBoundProtocol._linger`); otherwise at once, as uvicorn does.
+    """
+
+    def __init__(self, protocol: HeadBoundProtocol, cycle: Any) -> None:
+        super().__init__()
+        self._protocol, self._cycle = protocol, cycle
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Write to the connection."""
+        self._protocol.transport.write(data)
+
+    def is_closing(self) -> bool:
+        """Whether the connection is closing (a lingering one is not yet)."""
+        return self._protocol.transport.is_closing()
+
+    def close(self) -> None:
+        """Close the connection, after `LINGER_S` when the request's body is still coming."""
+        if self._cycle.more_body and not self._protocol.transport.is_closing():
+            self._protocol._linger()
+        else:
+            self._protocol.transport.close()
 
 
 class _HeadTooLarge(Exception):
@@ -125,10 +157,12 @@ class HeadBoundProtocol(HttpToolsProtocol):
         self._counted(len(name) + len(value) + _HEADER_OVERHEAD)
 
     def on_headers_complete(self) -> None:
-        """The head is whole: the request goes to the app."""
+        """The head is whole: the request goes to the app, its close lingering (`_LingeringClose`)."""
         self._head = None
         self._untime_head()
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = _LingeringClose(self, self.cycle)
 
     def _counted(self, size: int) -> None:
         if self._head is not None:
@@ -178,6 +212,14 @@ class HeadBoundProtocol(HttpToolsProtocol):
         ]
         logger.debug("request refused status=%d reason=%s", status, reason)
         self.transport.write(b"".join(head) + body)
+        self._linger()
+
+    def _linger(self) -> None:
+        """Say no more, drop what the client still sends and close after `LINGER_S`."""
+        self._refused = True
+        self._untime_head()
+        self._unset_keepalive_if_required()
+        self.flow.resume_reading()  # paused by a body read in part: its bytes are read and dropped
         if self.transport.can_write_eof():
             self.transport.write_eof()  # said all: the client reads the answer and closes
             self.loop.call_later(LINGER_S, self.transport.close)

@@ -1,9 +1,11 @@
 """What changed between two snapshot versions: manifest fields, metrics, positions, config, tensors.
 
 Both versions are loaded with every checksum verified. Per tensor: whether it was added, removed,
-reshaped, changed or is the same; for a changed tensor, how many rows differ (for a 1-D tensor,
-elements) and the largest absolute difference, so an operator sees at a glance which embedding
-rows a stretch of training touched before promoting it.
+reshaped, grown, changed or is the same; for a changed tensor, how many rows differ (for a 1-D
+tensor, elements) and the largest absolute difference, so an operator sees at a glance which
+embedding rows a stretch of training touched before promoting it. A tensor that only grew (rows
+appended, the other axes and the dtype the same: a table given new ids) is compared the same way
+on its old rows, with the rows added counted apart.
 """
 
 from __future__ import annotations
@@ -33,13 +35,14 @@ class TensorDiff:
 
     file: str  # the tensor group, as in the manifest: ``model.safetensors``
     name: str
-    status: str  # "same", "changed", "reshaped", "added" or "removed"
+    status: str  # "same", "changed", "grown", "reshaped", "added" or "removed"
     shape_a: tuple[int, ...] | None
     shape_b: tuple[int, ...] | None
     dtype: str
-    changed_rows: int | None = None  # rows (first axis) with any difference; None unless changed
-    rows: int | None = None
-    max_abs_diff: float | None = None  # NaN against a number counts as infinite
+    changed_rows: int | None = None  # rows (first axis) with any difference; None unless changed or grown
+    rows: int | None = None  # the rows compared: A's, for a grown tensor
+    max_abs_diff: float | None = None  # NaN against a number counts as infinite; None: no row differs
+    added_rows: int | None = None  # rows B appended; None unless grown
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,14 @@ def _tensor(file: str, name: str, a: np.ndarray | None, b: np.ndarray | None) ->
     dtype = str((a if a is not None else b).dtype)  # type: ignore[union-attr]  # one side exists
     if a is None or b is None:
         return TensorDiff(file, name, "added" if a is None else "removed", shape_a, shape_b, dtype)
+    if _grew(a, b):
+        differs = _differs(a, b[: a.shape[0]])
+        changed_rows = int(differs.reshape(a.shape[0], -1).any(axis=1).sum())
+        return TensorDiff(
+            file, name, "grown", shape_a, shape_b, dtype, changed_rows=changed_rows, rows=a.shape[0],
+            max_abs_diff=_max_abs_diff(a, b[: a.shape[0]], differs) if changed_rows else None,
+            added_rows=b.shape[0] - a.shape[0],
+        )
     if a.shape != b.shape or a.dtype != b.dtype:
         return TensorDiff(file, name, "reshaped", shape_a, shape_b, f"{a.dtype}->{b.dtype}")
     differs = _differs(a, b)
@@ -121,6 +132,14 @@ def _tensor(file: str, name: str, a: np.ndarray | None, b: np.ndarray | None) ->
     return TensorDiff(
         file, name, "changed", shape_a, shape_b, dtype,
         changed_rows=changed_rows, rows=rows, max_abs_diff=_max_abs_diff(a, b, differs),
+    )
+
+
+def _grew(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``b`` is ``a`` with rows appended: more rows, the other axes and the dtype the same."""
+    return (
+        a.dtype == b.dtype and a.ndim == b.ndim and a.ndim > 0
+        and b.shape[0] > a.shape[0] and a.shape[1:] == b.shape[1:]
     )
 
 

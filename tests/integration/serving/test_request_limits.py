@@ -2,8 +2,9 @@
 
 Each refusal names the setting an operator would raise and its value: the candidates of one
 request (400), the body's bytes (413), the request line's and headers' bytes (431, or 414 for a
-request line alone past it), refused as soon as the head passes it, not read to its end; and a
-head that does not come whole within its time (408, or closed when nothing came).
+request line alone past it), refused as soon as the head passes it, not read to its end, each
+answer read by a client that sends on; and a head that does not come whole within its time (408,
+or closed when nothing came).
 """
 
 from __future__ import annotations
@@ -64,6 +65,28 @@ def test_a_body_too_large_names_the_setting_and_its_value(server: Served) -> Non
         assert response.status_code == 413, response.text
         reason = response.json()["error"]
         assert str(MAX_BODY_BYTES) in reason and "STREAMREC_SERVING__MAX_BODY_BYTES" in reason, reason
+
+
+def test_a_client_that_sends_its_large_body_whole_then_reads_gets_the_413(server: Served) -> None:
+    """Found by a tour: a client sending a 1 MB or 10 MB body with its length, then reading (a raw
+    socket, 5 of 5 each), got a broken pipe or a reset, never the 413: the server closed the
+    connection with the body unread. httpx read it, as it reads a response when a send fails.
+    """
+    host, port = server.url.removeprefix("http://").split(":")
+    size = 10_000_000
+    for chunked in (False, True):
+        framing = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: %d" % size
+        body = b"%x\r\n%s\r\n0\r\n\r\n" % (size, b" " * size) if chunked else b" " * size
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            head = b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s\r\n\r\n"
+            sock.sendall(head % framing)
+            sock.sendall(body)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+        assert b"STREAMREC_SERVING__MAX_BODY_BYTES" in answer and b"connection: close" in answer.lower()
+    assert httpx.post(f"{server.url}/score", json={"user": "u1", "items": ["i1"]}).status_code == 200
 
 
 def score_with_header(

@@ -108,7 +108,7 @@ def test_canary_share_is_stable_then_promoted_and_aborted_without_a_failed_reque
 
         listed = snapshot(snapshots, "list")
         assert listed["traffic"]["kind"] == "canary"
-        assert [v["arms"] for v in listed["versions"]] == ["served 80.00%", "canary 20.00%", ""]
+        assert [[a["name"] for a in v["arms"]] for v in listed["versions"]] == [["served"], ["canary"], []]
 
         metrics = client.get(f"{url}/metrics").text
         assert 'streamrec_serving_arm_requests_total{arm="canary",outcome="ok",version="v000002"}' in metrics
@@ -205,7 +205,7 @@ def test_ab_arms_and_request_ids_in_responses_and_per_arm_metrics(snapshots: Sna
             )
             assert f'streamrec_serving_arm_scores_total{{arm="{arm}",version="v{version:06d}"}}' in metrics
         shown = snapshot(snapshots, "show", "2")
-        assert shown["arms"] == "treatment 30.00%"
+        assert shown["arms"] == [{"name": "treatment", "version": 2, "share": 30.0}]
         snapshot(snapshots, "ab", "--end")
         wait_for(lambda: score(client, url, "u1")["arm"] == "served", 10, "the end of the A/B test")
         assert {score(client, url, u)["version"] for u in USERS[:100]} == {1}

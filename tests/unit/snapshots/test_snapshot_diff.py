@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from streamrec.cli import app
 from streamrec.errors import InvalidSnapshot
 from streamrec.kafka.records import Position
 from streamrec.snapshots.diff import TensorDiff, diff_snapshots, flatten
@@ -47,7 +49,7 @@ def test_diff_reports_what_changed(tmp_path: Path) -> None:
         changed_rows=2, rows=5, max_abs_diff=2.0,
     )  # the NaN in row 4 is the same on both sides
     bias = by_name["bias"]
-    assert (bias.status, bias.shape_a, bias.shape_b) == ("reshaped", (2,), (3,))
+    assert (bias.status, bias.shape_a, bias.shape_b, bias.added_rows) == ("grown", (2,), (3,), 1)
     assert (by_name["gone"].status, by_name["new"].status) == ("removed", "added")
     assert (by_name["ids"].changed_rows, by_name["ids"].max_abs_diff) == (1, 5.0)
     assert (by_name["flag"].changed_rows, by_name["flag"].max_abs_diff) == (1, 1.0)
@@ -80,3 +82,35 @@ def test_a_version_that_is_not_an_int_is_refused_naming_resolve(tmp_path: Path, 
     with pytest.raises(TypeError, match="not " + re.escape(repr(version))):
         store.load(version)  # type: ignore[arg-type]
     assert store.load(np.int64(1))[0].version == 1  # type: ignore[arg-type]  # numpy's ints are ints
+
+
+def test_a_table_that_only_grew_reports_rows_added_and_old_rows_changed(tmp_path: Path) -> None:
+    # found by a tour: rows appended to an embedding table (new ids) made it "reshaped", with no
+    # count of the old rows that training changed
+    store = SnapshotStore(tmp_path)
+    emb, ids = np.arange(15, dtype=np.float32).reshape(5, 3), np.arange(4)
+    grown = np.concatenate([emb, np.full((3, 3), 9, np.float32)])
+    grown[2, 1] += 0.25
+    store.write({"model": {"emb": emb, "kept": emb, "wider": emb}, "state": {"ids": ids}},
+                micro_batches=1, samples_trained=1, positions=())
+    wider = np.zeros((5, 4), np.float32)
+    store.write(
+        {"model": {"emb": grown, "kept": np.concatenate([emb, emb[:1]]), "wider": wider},
+         "state": {"ids": np.arange(6)}},
+        micro_batches=2, samples_trained=2, positions=(),
+    )
+    by_name = {t.name: t for t in diff_snapshots(store, 1, 2).tensors}
+    assert by_name["emb"] == TensorDiff(
+        "model.safetensors", "emb", "grown", (5, 3), (8, 3), "float32",
+        changed_rows=1, rows=5, max_abs_diff=0.25, added_rows=3,
+    )
+    kept = by_name["kept"]  # old rows untouched: none changed, one added
+    assert (kept.status, kept.changed_rows, kept.rows, kept.added_rows) == ("grown", 0, 5, 1)
+    assert kept.max_abs_diff is None
+    ids_diff = by_name["ids"]  # a 1-D tensor grows by elements
+    assert (ids_diff.status, ids_diff.changed_rows, ids_diff.rows, ids_diff.added_rows) == ("grown", 0, 4, 2)
+    assert by_name["wider"].status == "reshaped"  # another axis changed: no rows to compare
+    shrunk = diff_snapshots(store, 2, 1)
+    assert {t.name: t.status for t in shrunk.tensors}["emb"] == "reshaped"  # rows removed: reshaped
+    text = CliRunner().invoke(app, ["snapshot", "diff", "1", "2", "--snapshot-dir", str(tmp_path)]).stdout
+    assert re.search(r"emb +│ grown +│ \(5, 3\) -> \(8, 3\) +│ 1/5, 3 added +│ 0.25", text), text

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 from typer.testing import CliRunner
 
 from streamrec.cli import app
 from streamrec.snapshots.store import SnapshotStore
+from streamrec.snapshots.traffic import Arm, TrafficPlan, write_plan
 from tests.unit.snapshots.test_snapshot import write
 
 
@@ -51,3 +54,26 @@ def test_traffic_errors_are_one_clear_line(snapshot_dir: Path, args: list[str], 
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.output
     assert not (snapshot_dir / "serving" / "TRAFFIC.json").exists()
+
+
+def test_json_arms_are_a_list_of_the_plans_arms_empty_for_none(snapshot_dir: Path) -> None:
+    # found by a tour: `list --json` gave "served 80.00%" for a version in an arm and "" for one
+    # in none, a display string to parse; now the plan's own arm objects, [] for none
+    def json_of(*args: str) -> Any:
+        result = CliRunner().invoke(app, ["snapshot", *args, "--json", "--snapshot-dir", str(snapshot_dir)])
+        assert result.exit_code == 0, result.output
+        return orjson.loads(result.stdout)
+
+    assert [v["arms"] for v in json_of("list")["versions"]] == [[], [], []]  # no plan
+    arms = (Arm("control", 1, 6000), Arm("treatment", 2, 3000), Arm("more", 1, 1000))
+    plan = TrafficPlan("ab", "x", arms, "t", "r")
+    write_plan(snapshot_dir, plan)
+    control, treatment, more = json_of("list")["traffic"]["arms"]
+    assert [v["arms"] for v in json_of("list")["versions"]] == [[control, more], [treatment], []]
+    assert treatment == {"name": "treatment", "version": 2, "share": 30.0}
+    assert json_of("show", "1")["arms"] == [control, more] and json_of("show", "3")["arms"] == []
+    canary = TrafficPlan("canary", "c", (Arm("canary", 2, 2000), Arm("served", None, 8000)), "t", "r")
+    write_plan(snapshot_dir, canary)
+    served = {"name": "served", "version": None, "share": 80.0}
+    in_canary = {"name": "canary", "version": 2, "share": 20.0}
+    assert [v["arms"] for v in json_of("list")["versions"]] == [[served], [in_canary], []]
