@@ -26,7 +26,7 @@ from streamrec.cli.options import ConfigFile, LogLevel, consumer_runner, json_ou
 
 if TYPE_CHECKING:  # the Kafka and Redis clients: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
-    from streamrec.consumers.native_runner import BatchReport
+    from streamrec.consumers.native_runner import BatchReport, ConsumerStats
     from streamrec.observability import ConsumerMetrics
 
 app = command_group("Window events into Redis sequences and emit training samples.")
@@ -161,9 +161,15 @@ def run(
             tune_for_batches()
             with live_status(status):
                 stats = runner.run(stop_on_signals())
-        console.print(
-            f"consumed {stats.events} events: {stats.samples} samples, {stats.dead} dead letters"
-        )
+        console.print(consumed_line(stats))
+
+
+def consumed_line(stats: ConsumerStats) -> str:
+    """A run's last line: what it consumed and made, and the duplicates it made nothing of."""
+    line = f"consumed {stats.events} events: {stats.samples} samples, {stats.dead} dead letters"
+    if stats.duplicates:  # a file published again: without this, "0 samples" said nothing of why
+        line += f", {stats.duplicates} duplicates (event ids processed before: no samples)"
+    return line
 
 
 @app.command("rebuild")

@@ -29,7 +29,9 @@ def produce(
     fmt: str = dataset_format(),
     rate: float = typer.Option(0.0, help="Events per second; 0 = as fast as possible"),
     limit: int | None = dataset_limit(),
-    positive_rating: float = typer.Option(4.0, help="MovieLens: ratings >= this are label 1"),
+    positive_rating: float | None = typer.Option(
+        None, help="MovieLens and ML-100K: ratings >= this are label 1", show_default="4"
+    ),
     bootstrap_servers: str | None = setting("kafka.bootstrap_servers"),
     events_topic: str | None = setting("kafka.events_topic"),
     topic: str | None = alias("kafka.events_topic", "--topic"),
@@ -40,6 +42,7 @@ def produce(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from streamrec.datasets import load_events
+    from streamrec.datasets.sources import positive_rating_for
     from streamrec.kafka.topics import ensure_topics
     from streamrec.producer import publish
 
@@ -55,8 +58,9 @@ def produce(
         )
         # the declared features (STREAMREC_FEATURES) travel as the events' top-level fields
         schema = cfg.feature_schema()
+        threshold = positive_rating_for(source, fmt, positive_rating)
         events = load_events(
-            source, fmt, positive_rating=positive_rating, limit=limit, schema=schema, to_replay=True
+            source, fmt, positive_rating=threshold, limit=limit, schema=schema, to_replay=True
         )
         ensure_topics(cfg.kafka)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())

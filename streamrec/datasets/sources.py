@@ -10,13 +10,40 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from streamrec.datasets.readers import read_events
+from streamrec.datasets.readers import detect_format, read_events
 from streamrec.datasets.synthetic import ClickStreamSpec, generate_clicks
 from streamrec.errors import ConfigError, DatasetError, FieldError
 from streamrec.events import Event
 from streamrec.features import FeatureSchema
 
 SYNTHETIC = "synthetic"
+RATING_FORMATS = ("movielens", "ml100k")
+DEFAULT_POSITIVE_RATING = 4.0
+
+
+def positive_rating_for(source: str | Path, fmt: str, given: float | None) -> float:
+    """The rating threshold to read ``source`` with: ``given`` (``--positive-rating``) or 4.
+
+    Raises:
+        ConfigError: ``given`` for a source without ratings (it would do nothing), or off the
+            rating scale (nan, or outside (0, 5]: every label one value).
+        DatasetError: the format of ``source`` cannot be told.
+    """
+    if given is None:
+        return DEFAULT_POSITIVE_RATING
+    generated = str(source).split(":", 1)[0] == SYNTHETIC
+    kind = "generated" if generated else fmt if fmt != "auto" else detect_format(source)
+    if kind not in RATING_FORMATS:
+        raise ConfigError(
+            f"--positive-rating is for MovieLens and ML-100K ratings: {source} is {kind}, without "
+            "ratings; leave it out"
+        )
+    if not 0 < given <= 5:  # nan too
+        raise ConfigError(
+            f"--positive-rating must be on the rating scale, above 0 and at most 5 (MovieLens rates "
+            f"0.5-5), not {given}: past it every event would be published with one label"
+        )
+    return given
 
 
 def load_events(
