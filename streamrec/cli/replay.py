@@ -40,7 +40,9 @@ def backtest(
     interval: str | None = typer.Option(
         None, help="Micro-batches by event time, e.g. 10m, 1h, 1d", show_default="by count, --batch-size"
     ),
-    batch_size: int = typer.Option(2500, help="Samples per micro-batch when there is no --interval"),
+    batch_size: int | None = typer.Option(
+        None, help="Samples per micro-batch when there is no --interval", show_default="2500"
+    ),
     strategies: str = typer.Option(
         "popularity,item-rate,features,static,finetune,ewc,retrain",
         help="Comma-separated strategies; also deepfm (the second model), and vw (Vowpal Wabbit: "
@@ -103,6 +105,11 @@ def backtest(
         before_training_loop()
         prefer_vector_kernels()
         kinds = _csv(strategies)  # BacktestConfig checks the names
+        if batch_size is not None and (interval is not None or (sweep and _csv(sweep_intervals))):
+            cut = "--interval" if interval is not None else "--sweep-intervals"
+            raise ConfigError(
+                f"--batch-size cuts micro-batches by count and {cut} by event time: give one of them"
+            )
         _writable(report, "--report")
         _writable(dump_samples, "--dump-samples")
         if report is not None and report.suffix != ".json":
@@ -113,7 +120,8 @@ def backtest(
         cfg = bt.BacktestConfig(
             source=dataset, fmt=fmt, limit=limit,
             interval_ms=None if interval is None else parse_duration(interval),
-            batch_size=batch_size, strategies=tuple(kinds),  # type: ignore[arg-type]  # BacktestConfig checks them
+            batch_size=bt.BacktestConfig.batch_size if batch_size is None else batch_size,
+            strategies=tuple(kinds),  # type: ignore[arg-type]  # BacktestConfig checks them
             warmup=warmup, retrain_every=retrain_every,
             ewc_lambdas=tuple(_numbers(ewc_lambda, "--ewc-lambda")), seed=seed, jobs=jobs,
             dump_samples=dump_samples, ablate=tuple(_csv(ablate)),

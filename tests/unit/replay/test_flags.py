@@ -55,6 +55,11 @@ def no_events(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--jobs", "-3"], "--jobs"),
         (["--batch-size", "0"], "--batch-size"),
         (["--interval", "0m"], "--interval"),
+        # found by the replay tour (test first): each ran, exit 0, the flag silently dropped
+        (["--interval", "1h", "--batch-size", "10"], "--batch-size"),
+        (["--sweep", "--sweep-intervals", "1h", "--batch-size", "10"], "--batch-size"),
+        (["--sweep", "--strategies", "popularity"], "--strategies"),
+        (["--sweep", "--strategies", "finetune,static"], "--strategies"),
     ],
 )
 def test_a_bad_flag_is_refused_in_one_line_naming_it(args: list[str], flag: str) -> None:
