@@ -112,6 +112,7 @@ def backtest(
             )
         _writable(report, "--report")
         _writable(dump_samples, "--dump-samples")
+        _apart(dump_samples, report)
         if report is not None and report.suffix != ".json":
             raise ConfigError(
                 f"--report {str(report)!r} must end in .json: the table (.md) and the plot (.png) are "
@@ -226,6 +227,22 @@ def _writable(path: Path | None, flag: str) -> None:
         probe.unlink()
     except OSError as exc:
         raise ConfigError(f"{flag} {str(path)!r} cannot be written: {exc.strerror or exc}") from exc
+
+
+def _apart(dump: Path | None, report: Path | None) -> None:
+    """Refuse a samples dump named as the report or a file written beside it, which would replace it.
+
+    Raises:
+        ConfigError: naming both flags.
+    """
+    if dump is None or report is None:
+        return
+    ours = {p.resolve() for p in (report, report.with_suffix(".md"), report.with_suffix(".png"))}
+    if dump.resolve() in ours:
+        raise ConfigError(
+            f"--dump-samples {str(dump)!r} is a file --report {str(report)!r} writes (the report, and "
+            "its .md and .png beside it): the report would replace the samples; name another file"
+        )
 
 
 def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> None:

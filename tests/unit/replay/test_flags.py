@@ -60,6 +60,10 @@ def no_events(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--sweep", "--sweep-intervals", "1h", "--batch-size", "10"], "--batch-size"),
         (["--sweep", "--strategies", "popularity"], "--strategies"),
         (["--sweep", "--strategies", "finetune,static"], "--strategies"),
+        # the dump was written, then replaced by the report or its table: exit 0, the samples lost
+        (["--report", "r.json", "--dump-samples", "r.json"], "--dump-samples"),
+        (["--report", "out/r.json", "--dump-samples", "out/../out/r.md"], "--dump-samples"),
+        (["--report", "r.json", "--dump-samples", "r.png"], "--dump-samples"),
     ],
 )
 def test_a_bad_flag_is_refused_in_one_line_naming_it(args: list[str], flag: str) -> None:
