@@ -142,7 +142,7 @@ def backtest(
                 result = bt.backtest(cfg, on_progress)
         if sweep:
             console.print(rp.sweep_table(result["sweep"]), highlight=False)
-            _write(report, rp.to_json(result), None)
+            _write(report, rp.to_json(result), None, rp.sweep_table(result["sweep"]) + "\n")
             return
         console.print(rp.markdown_table(result), highlight=False)
         console.print(rp.tells_table(result), highlight=False)
@@ -245,7 +245,12 @@ def _apart(dump: Path | None, report: Path | None) -> None:
         )
 
 
-def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> None:
+def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None, sweep_table: str = "") -> None:
+    """The JSON report, with its table (.md) and, for a backtest, its plot (.png) beside it.
+
+    A sweep has no plot: one left beside its name by an earlier run is removed, as its table
+    is replaced, so the three files are always of one run.
+    """
     if path is None:
         return
     from streamrec.errors import OutputError
@@ -261,9 +266,12 @@ def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> 
             table = "\n\n".join(t for t in tables if t) + "\n"
             write_atomic(path.with_suffix(".md"), table.encode())
             rp.plot(report, path.with_suffix(".png"))
+        else:
+            write_atomic(path.with_suffix(".md"), sweep_table.encode())
+            path.with_suffix(".png").unlink(missing_ok=True)
     except OSError as exc:
         raise OutputError(f"the report {path} could not be written: {exc.strerror or exc}") from exc
-    console.print(f"report written to {path}" + (" (and .md, .png beside it)" if report else ""))
+    console.print(f"report written to {path} (and .md{', .png' if report else ''} beside it)")
 
 
 class _progress:
