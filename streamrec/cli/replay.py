@@ -49,8 +49,12 @@ def backtest(
         "pip install 'streamrec[vw]')",
         show_default="popularity, item-rate, features, static, finetune, ewc, retrain",  # spaced: wraps whole
     ),
-    warmup: float = typer.Option(0.25, help="static: the fraction of micro-batches it trains on"),
-    retrain_every: int = typer.Option(10, help="retrain: micro-batches between retrains"),
+    warmup: float | None = typer.Option(
+        None, help="static: the fraction of micro-batches it trains on", show_default="0.25"
+    ),
+    retrain_every: int | None = typer.Option(
+        None, help="retrain: micro-batches between retrains", show_default="10"
+    ),
     ewc_lambda: str = typer.Option(
         "", help="ewc: comma-separated λ values", show_default="STREAMREC_MODEL__EWC_LAMBDA, or 0.1 if 0"
     ),
@@ -113,6 +117,10 @@ def backtest(
         _writable(report, "--report")
         _writable(dump_samples, "--dump-samples")
         _apart(dump_samples, report)
+        _unused(strategies, kinds, sweep, {
+            "--ewc-lambda": bool(_csv(ewc_lambda)), "--warmup": warmup is not None,
+            "--retrain-every": retrain_every is not None,
+        })
         if report is not None and report.suffix != ".json":
             raise ConfigError(
                 f"--report {str(report)!r} must end in .json: the table (.md) and the plot (.png) are "
@@ -123,7 +131,8 @@ def backtest(
             interval_ms=None if interval is None else parse_duration(interval),
             batch_size=bt.BacktestConfig.batch_size if batch_size is None else batch_size,
             strategies=tuple(kinds),  # type: ignore[arg-type]  # BacktestConfig checks them
-            warmup=warmup, retrain_every=retrain_every,
+            warmup=bt.BacktestConfig.warmup if warmup is None else warmup,
+            retrain_every=bt.BacktestConfig.retrain_every if retrain_every is None else retrain_every,
             ewc_lambdas=tuple(_numbers(ewc_lambda, "--ewc-lambda")), seed=seed, jobs=jobs,
             dump_samples=dump_samples, ablate=tuple(_csv(ablate)),
             settings=build_config(
@@ -227,6 +236,25 @@ def _writable(path: Path | None, flag: str) -> None:
         probe.unlink()
     except OSError as exc:
         raise ConfigError(f"{flag} {str(path)!r} cannot be written: {exc.strerror or exc}") from exc
+
+
+def _unused(strategies: str, kinds: list[str], sweep: bool, given: dict[str, bool]) -> None:
+    """Refuse a strategy's own flag where that strategy does not run: it would be dropped unsaid.
+
+    Raises:
+        ConfigError: naming the flag, its strategy, and why that does not run.
+    """
+    owners = {"--ewc-lambda": "ewc", "--warmup": "static", "--retrain-every": "retrain"}
+    for flag, owner in owners.items():
+        if not given[flag]:
+            continue
+        if sweep and owner != "ewc":  # a sweep runs finetune and ewc
+            raise ConfigError(f"{flag} sets the {owner} strategy, which a --sweep does not run: drop it")
+        if owner not in kinds:
+            raise ConfigError(
+                f"{flag} sets the {owner} strategy, which --strategies {strategies} leaves out: add "
+                f"{owner}, or drop {flag}"
+            )
 
 
 def _apart(dump: Path | None, report: Path | None) -> None:
