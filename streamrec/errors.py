@@ -266,7 +266,8 @@ class SamplesTopicRecreated(StreamrecError):
     """The samples topic is not the one the newest snapshot's positions are offsets in.
 
     It was deleted and created again since the snapshot, or a broker that keeps nothing was
-    restarted (its topic id is new); its offsets start over, so resuming at the snapshot's would
+    restarted (its topic id is new), or it is another topic (the setting names another since);
+    its offsets start over, so resuming at the snapshot's would
     skip its samples below them without a word. Set STREAMREC_LEARNER__RESUME_ON_NEW_TOPIC=true
     to train the model on from the topic's first sample.
     """

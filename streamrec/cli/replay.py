@@ -40,15 +40,21 @@ def backtest(
     interval: str | None = typer.Option(
         None, help="Micro-batches by event time, e.g. 10m, 1h, 1d", show_default="by count, --batch-size"
     ),
-    batch_size: int = typer.Option(2500, help="Samples per micro-batch when there is no --interval"),
+    batch_size: int | None = typer.Option(
+        None, help="Samples per micro-batch when there is no --interval", show_default="2500"
+    ),
     strategies: str = typer.Option(
         "popularity,item-rate,features,static,finetune,ewc,retrain",
         help="Comma-separated strategies; also deepfm (the second model), and vw (Vowpal Wabbit: "
         "pip install 'streamrec[vw]')",
         show_default="popularity, item-rate, features, static, finetune, ewc, retrain",  # spaced: wraps whole
     ),
-    warmup: float = typer.Option(0.25, help="static: the fraction of micro-batches it trains on"),
-    retrain_every: int = typer.Option(10, help="retrain: micro-batches between retrains"),
+    warmup: float | None = typer.Option(
+        None, help="static: the fraction of micro-batches it trains on", show_default="0.25"
+    ),
+    retrain_every: int | None = typer.Option(
+        None, help="retrain: micro-batches between retrains", show_default="10"
+    ),
     ewc_lambda: str = typer.Option(
         "", help="ewc: comma-separated λ values", show_default="STREAMREC_MODEL__EWC_LAMBDA, or 0.1 if 0"
     ),
@@ -103,8 +109,18 @@ def backtest(
         before_training_loop()
         prefer_vector_kernels()
         kinds = _csv(strategies)  # BacktestConfig checks the names
+        if batch_size is not None and (interval is not None or (sweep and _csv(sweep_intervals))):
+            cut = "--interval" if interval is not None else "--sweep-intervals"
+            raise ConfigError(
+                f"--batch-size cuts micro-batches by count and {cut} by event time: give one of them"
+            )
         _writable(report, "--report")
         _writable(dump_samples, "--dump-samples")
+        _apart(dump_samples, report)
+        _unused(strategies, kinds, sweep, {
+            "--ewc-lambda": bool(_csv(ewc_lambda)), "--warmup": warmup is not None,
+            "--retrain-every": retrain_every is not None,
+        })
         if report is not None and report.suffix != ".json":
             raise ConfigError(
                 f"--report {str(report)!r} must end in .json: the table (.md) and the plot (.png) are "
@@ -113,8 +129,10 @@ def backtest(
         cfg = bt.BacktestConfig(
             source=dataset, fmt=fmt, limit=limit,
             interval_ms=None if interval is None else parse_duration(interval),
-            batch_size=batch_size, strategies=tuple(kinds),  # type: ignore[arg-type]  # BacktestConfig checks them
-            warmup=warmup, retrain_every=retrain_every,
+            batch_size=bt.BacktestConfig.batch_size if batch_size is None else batch_size,
+            strategies=tuple(kinds),  # type: ignore[arg-type]  # BacktestConfig checks them
+            warmup=bt.BacktestConfig.warmup if warmup is None else warmup,
+            retrain_every=bt.BacktestConfig.retrain_every if retrain_every is None else retrain_every,
             ewc_lambdas=tuple(_numbers(ewc_lambda, "--ewc-lambda")), seed=seed, jobs=jobs,
             dump_samples=dump_samples, ablate=tuple(_csv(ablate)),
             settings=build_config(
@@ -133,7 +151,7 @@ def backtest(
                 result = bt.backtest(cfg, on_progress)
         if sweep:
             console.print(rp.sweep_table(result["sweep"]), highlight=False)
-            _write(report, rp.to_json(result), None)
+            _write(report, rp.to_json(result), None, rp.sweep_table(result["sweep"]) + "\n")
             return
         console.print(rp.markdown_table(result), highlight=False)
         console.print(rp.tells_table(result), highlight=False)
@@ -220,7 +238,47 @@ def _writable(path: Path | None, flag: str) -> None:
         raise ConfigError(f"{flag} {str(path)!r} cannot be written: {exc.strerror or exc}") from exc
 
 
-def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> None:
+def _unused(strategies: str, kinds: list[str], sweep: bool, given: dict[str, bool]) -> None:
+    """Refuse a strategy's own flag where that strategy does not run: it would be dropped unsaid.
+
+    Raises:
+        ConfigError: naming the flag, its strategy, and why that does not run.
+    """
+    owners = {"--ewc-lambda": "ewc", "--warmup": "static", "--retrain-every": "retrain"}
+    for flag, owner in owners.items():
+        if not given[flag]:
+            continue
+        if sweep and owner != "ewc":  # a sweep runs finetune and ewc
+            raise ConfigError(f"{flag} sets the {owner} strategy, which a --sweep does not run: drop it")
+        if owner not in kinds:
+            raise ConfigError(
+                f"{flag} sets the {owner} strategy, which --strategies {strategies} leaves out: add "
+                f"{owner}, or drop {flag}"
+            )
+
+
+def _apart(dump: Path | None, report: Path | None) -> None:
+    """Refuse a samples dump named as the report or a file written beside it, which would replace it.
+
+    Raises:
+        ConfigError: naming both flags.
+    """
+    if dump is None or report is None:
+        return
+    ours = {p.resolve() for p in (report, report.with_suffix(".md"), report.with_suffix(".png"))}
+    if dump.resolve() in ours:
+        raise ConfigError(
+            f"--dump-samples {str(dump)!r} is a file --report {str(report)!r} writes (the report, and "
+            "its .md and .png beside it): the report would replace the samples; name another file"
+        )
+
+
+def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None, sweep_table: str = "") -> None:
+    """The JSON report, with its table (.md) and, for a backtest, its plot (.png) beside it.
+
+    A sweep has no plot: one left beside its name by an earlier run is removed, as its table
+    is replaced, so the three files are always of one run.
+    """
     if path is None:
         return
     from streamrec.errors import OutputError
@@ -236,9 +294,12 @@ def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None) -> 
             table = "\n\n".join(t for t in tables if t) + "\n"
             write_atomic(path.with_suffix(".md"), table.encode())
             rp.plot(report, path.with_suffix(".png"))
+        else:
+            write_atomic(path.with_suffix(".md"), sweep_table.encode())
+            path.with_suffix(".png").unlink(missing_ok=True)
     except OSError as exc:
         raise OutputError(f"the report {path} could not be written: {exc.strerror or exc}") from exc
-    console.print(f"report written to {path}" + (" (and .md, .png beside it)" if report else ""))
+    console.print(f"report written to {path} (and .md{', .png' if report else ''} beside it)")
 
 
 class _progress:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from streamrec.config.section import MAX_SECONDS, SECTION
+from streamrec.config.section import MAX_SECONDS, SECTION, GroupId
 
 # Sampled negatives a positive, at most. Pointwise recommenders draw a few: NCF found 3-6 best
 # (He et al. 2017), word2vec advises 5-20, 2-5 on large data (Mikolov et al. 2013), DIN's Taobao
@@ -21,7 +21,7 @@ class ConsumerConfig(BaseModel):
 
     model_config = SECTION
 
-    group_id: str = Field("streamrec-consumers", description="STREAMREC_CONSUMER__GROUP_ID")
+    group_id: GroupId = Field("streamrec-consumers", description="STREAMREC_CONSUMER__GROUP_ID")
     # Up to 5,000 events a batch: the transaction commit and the batch's bookkeeping are paid
     # once a batch, and a user's events of one batch are one Redis update. On the Taobao slice
     # (bench/consumer_throughput.py) 5,000 ran 17-29% faster than 2,000 and as fast as

@@ -117,6 +117,22 @@ class KafkaConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _no_topic_written_as_another_read(self) -> KafkaConfig:
+        # A dead-letter topic (or the samples topic) that is a topic streamrec reads feeds its
+        # own output back: a bad sample dead-lettered into the samples topic was read, and
+        # dead-lettered, again and again. The two dead-letter topics may be one.
+        names = ("events_topic", "dlq_topic", "samples_topic", "samples_dlq_topic")
+        for read in ("events_topic", "samples_topic"):
+            for written in names:
+                if written != read and getattr(self, written) == getattr(self, read):
+                    raise ValueError(
+                        f"STREAMREC_KAFKA__{written.upper()} and STREAMREC_KAFKA__{read.upper()} are both "
+                        f"{getattr(self, read)!r}: streamrec would write into a topic it reads (a dead "
+                        "letter read and dead-lettered again, for ever): give them different names"
+                    )
+        return self
+
+    @model_validator(mode="after")
     def _session_within_poll_interval(self) -> KafkaConfig:
         raw = self.client.get("max.poll.interval.ms", _POLL_INTERVAL_MS)
         try:

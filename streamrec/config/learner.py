@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from streamrec.config.section import MAX_SECONDS, SECTION, NonEmptyPath
+from streamrec.config.section import MAX_SECONDS, SECTION, GroupId, NonEmptyPath
 
 
 class LearnerConfig(BaseModel):
@@ -15,7 +15,7 @@ class LearnerConfig(BaseModel):
 
     model_config = SECTION
 
-    group_id: str = Field("streamrec-learner", description="STREAMREC_LEARNER__GROUP_ID")
+    group_id: GroupId = Field("streamrec-learner", description="STREAMREC_LEARNER__GROUP_ID")
     # A few minutes per micro-batch: fresh enough for trends, large enough for stable steps.
     interval_s: float = Field(180.0, gt=0, le=MAX_SECONDS, description="STREAMREC_LEARNER__INTERVAL_S")
     # While a micro-batch is gathered, the samples so far are scored then trained every

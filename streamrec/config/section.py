@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BeforeValidator, ConfigDict
+from pydantic import AfterValidator, BeforeValidator, ConfigDict
 
 from streamrec.errors import EMPTY_PATH
 
@@ -25,6 +25,16 @@ def _not_empty(value: object) -> object:
 #: A path setting: ``''`` refused, where a `Path` would read it as ``.``, the working directory
 #: (``STREAMREC_LEARNER__SNAPSHOT_DIR=`` in a script listed the working directory's snapshots).
 NonEmptyPath = Annotated[Path, BeforeValidator(_not_empty)]
+
+
+def _group_id(value: str) -> str:
+    if not value.strip():
+        raise ValueError(f"{value!r} is no Kafka consumer group id: name the group")
+    return value
+
+
+#: A consumer group's id: an empty one made confluent_kafka's consumer abort the process (exit 134).
+GroupId = Annotated[str, AfterValidator(_group_id)]
 
 
 #: The longest duration in seconds any setting takes: a century, far past any real one. Beyond

@@ -79,26 +79,33 @@ class RunnerProgress:
         self._check_retention()
 
     def _check_topic(self) -> None:
-        """Refuse a samples topic created again since the snapshot (or read it from its start, if allowed).
+        """Refuse a samples topic not the snapshot's (or read it from its start, if allowed).
 
-        A new topic id says so (brokers without ids, before Kafka 2.8, are not checked). The
-        new topic's offsets start over, so the snapshot's positions do not point at its samples;
+        Created again since the snapshot: a new topic id says so (brokers without ids, before
+        Kafka 2.8, are not checked); another topic (``STREAMREC_KAFKA__SAMPLES_TOPIC`` changed):
+        the snapshot's positions name theirs. Its offsets are not the snapshot's positions';
         allowed (``resume_on_new_topic``), every partition of it is read from its first sample.
         """
         topic = self._cfg.kafka.samples_topic
         self._topic_id = topic_id(self._cfg.kafka, topic, _QUERY_TIMEOUT_S)
-        if self._resumed_topic_id in (None, self._topic_id) or self._topic_id is None:
+        renamed = ", ".join(sorted({key.topic for key in self.positions} - {topic}))
+        if not renamed and (self._resumed_topic_id in (None, self._topic_id) or self._topic_id is None):
             return
-        why = f"topic id {self._resumed_topic_id} in the snapshot, now {self._topic_id}"
+        if renamed:
+            why = f"its positions are in {renamed}"
+            what = (f"the snapshot's positions are offsets in the samples topic {renamed}, not {topic} "
+                    "(STREAMREC_KAFKA__SAMPLES_TOPIC changed since), so they")
+        else:
+            why = f"topic id {self._resumed_topic_id} in the snapshot, now {self._topic_id}"
+            what = (f"the samples topic {topic} was created again since the snapshot ({why}): its offsets "
+                    "start over, so the snapshot's positions")
         if not self._cfg.learner.resume_on_new_topic:
             raise SamplesTopicRecreated(
-                f"the samples topic {topic} was created again since the snapshot ({why}): its offsets "
-                "start over, so the snapshot's positions do not point at its samples (set "
-                "STREAMREC_LEARNER__RESUME_ON_NEW_TOPIC=true to train this model on from the "
-                "topic's first sample)"
+                f"{what} do not point at its samples (set STREAMREC_LEARNER__RESUME_ON_NEW_TOPIC=true to "
+                "train this model on from the topic's first sample)"
             )
-        logger.warning("the samples topic was created again since the snapshot (%s): training on "
-                       "from its first sample topic=%s", why, topic)
+        logger.warning("the samples topic was %s since the snapshot (%s): training on from its first sample "
+                       "topic=%s", "renamed" if renamed else "created again", why, topic)
         consumer = self._source.consumer
         self.positions.clear()
         for p in topic_partitions(consumer, topic, _QUERY_TIMEOUT_S):

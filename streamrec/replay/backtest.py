@@ -323,6 +323,7 @@ def _config(cfg: BacktestConfig, settings: StreamrecConfig, schema: FeatureSchem
 
 
 # What a sweep row reports of each run: quality, forgetting, EWC's pull, cost.
+SWEPT: tuple[Kind, ...] = ("finetune", "ewc")  # the strategies a sweep runs: the incremental model
 SWEEP_FIGURES = ("auc", "gauc", "backward_auc", "forgetting", "penalty_share", "train_seconds")
 
 
@@ -334,13 +335,19 @@ def check_sweep(
 
     Raises:
         ConfigError: a learning rate or passes the model settings refuse, an interval under 1 ms,
-            or an ablation or a samples dump asked of the sweep (a backtest's: each interval cuts
-            its own micro-batches).
+            an ablation or a samples dump asked of the sweep (a backtest's: each interval cuts
+            its own micro-batches), or strategies it does not sweep (any but `SWEPT`, unless
+            ``cfg.strategies`` is left at its default).
     """
     if cfg.ablate:
         raise ConfigError("--ablate is for a backtest, not a --sweep: run them one after the other")
     if cfg.dump_samples is not None:
         raise ConfigError("--dump-samples is for a backtest, not a --sweep: run a backtest for the samples")
+    if cfg.strategies != DEFAULT_KINDS and (others := [k for k in cfg.strategies if k not in SWEPT]):
+        raise ConfigError(
+            f"--strategies {','.join(others)}: a --sweep runs {' and '.join(SWEPT)} only; name those, "
+            "or leave --strategies out for both"
+        )
     for flag, values in (("--sweep-intervals", intervals_ms), ("--sweep-lrs", learning_rates),
                          ("--sweep-passes", passes)):
         once(flag, values)  # a row twice would cost a run
@@ -370,7 +377,7 @@ def sweep(
 
     The report: what the dataset gave (as a backtest's ``dataset``), the settings swept from
     (``config``), and under ``sweep`` one row per combination (the incremental DIN:
-    ``finetune``, or ``ewc`` at each λ).
+    ``finetune``, or ``ewc`` at each λ; those of the two ``cfg.strategies`` names).
     """
     check_sweep(cfg, intervals_ms, learning_rates, passes)  # before the samples are built, not after
     start = time.perf_counter()
@@ -383,8 +390,11 @@ def sweep(
             by_count(samples, cfg.batch_size, settings.learner.min_eval_samples)
             if interval is None else by_interval(samples, interval)
         )
-        variants: list[tuple[Kind, float | None]] = [("finetune", None)]
-        variants += [("ewc", lam) for lam in ewc_lambdas(cfg, settings)]
+        variants: list[tuple[Kind, float | None]] = []
+        if "finetune" in cfg.strategies:
+            variants.append(("finetune", None))
+        if "ewc" in cfg.strategies:
+            variants += [("ewc", lam) for lam in ewc_lambdas(cfg, settings)]
         combos = [
             Strategy(
                 f"{kind} lr={lr:g} passes={n}" + (f" λ={lam:g}" if lam is not None else ""),

@@ -17,6 +17,7 @@ import pytest
 
 from streamrec.config import StreamrecConfig
 from streamrec.errors import SamplesTopicRecreated
+from streamrec.kafka.topics import ensure_topics
 from streamrec.learner.runner import LearnerRunner
 from streamrec.snapshots.store import SnapshotStore
 from tests.integration.conftest import recreate_topic
@@ -99,3 +100,27 @@ def test_a_samples_topic_recreated_under_a_running_learner_records_nothing_of_it
     stats = LearnerRunner(allowed(learner_config), again).run()
     assert_once(again.trained, second)
     assert stats.samples_trained == 3 * COUNT
+
+
+def test_a_samples_topic_renamed_under_a_snapshot_is_named_as_such(learner_config: StreamrecConfig) -> None:
+    """Found by the replay tour: ``learner run --samples-topic OTHER`` over a snapshot trained on
+    ``streamrec.samples`` said that OTHER "was created again since the snapshot"; it is another
+    topic, which the snapshot's positions never were offsets in.
+    """
+    cfg = learner_config
+    publish(cfg.kafka.bootstrap_servers, cfg.kafka.samples_topic, COUNT)
+    LearnerRunner(cfg, RecordingLearner(cfg.model)).run()
+    other = f"{cfg.kafka.samples_topic}-other"
+    moved = cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"samples_topic": other})})
+    ensure_topics(moved.kafka)
+    second = publish(cfg.kafka.bootstrap_servers, other, COUNT, start=COUNT)
+
+    untouched = RecordingLearner(cfg.model)
+    said = rf"positions are offsets in the samples topic {re.escape(cfg.kafka.samples_topic)}, not {other}"
+    with pytest.raises(SamplesTopicRecreated, match=said):
+        LearnerRunner(moved, untouched).run()
+    assert untouched.trained == []
+    again = RecordingLearner(cfg.model)
+    stats = LearnerRunner(allowed(moved), again).run()
+    assert_once(again.trained, second)
+    assert stats.samples_trained == 2 * COUNT

@@ -126,7 +126,7 @@ def test_the_report_has_its_documented_outputs(report: dict[str, Any], tmp_path:
 def test_by_interval_and_a_sweep(tmp_path: Path) -> None:
     hourly = backtest(config(interval_ms=3_600_000, strategies=("popularity",)))
     assert hourly["config"]["interval_ms"] == 3_600_000 and hourly["micro_batches"]["count"] > 10
-    swept = sweep(config(strategies=("finetune",)), [None, 6 * 3_600_000], [1e-3, 3e-3], [1, 2])
+    swept = sweep(config(strategies=("finetune", "ewc")), [None, 6 * 3_600_000], [1e-3, 3e-3], [1, 2])
     rows = swept["sweep"]
     # noted by a tour: the sweep's JSON held the rows alone, not what they were measured on
     assert swept["dataset"] == {**hourly["dataset"]} and swept["config"]["model"] == hourly["config"]["model"]
@@ -136,6 +136,9 @@ def test_by_interval_and_a_sweep(tmp_path: Path) -> None:
     ]
     assert all((r["penalty_share"] > 0) == (r["strategy"] == "ewc") for r in rows)
     assert "| 2 | ewc λ=100 |" in sweep_table(rows)
+    # found by the replay tour: --strategies finetune swept ewc too (the named strategies were ignored)
+    alone = sweep(config(strategies=("ewc",)), [None], [1e-3], [1])["sweep"]
+    assert [r["strategy"] for r in alone] == ["ewc"]
 
 
 def test_a_sweep_of_settings_the_learner_does_not_read_is_refused() -> None:
@@ -147,7 +150,7 @@ def test_a_sweep_of_settings_the_learner_does_not_read_is_refused() -> None:
     blind = StreamrecConfig.model_validate(
         {"model": {**TINY, "learner": "tests.unit.learner.tiny_learner:SettingsBlindLearner"}}
     )
-    cfg = config(strategies=("finetune",), settings=blind)
+    cfg = config(strategies=("finetune", "ewc"), settings=blind)
     for lrs, passes in (([1e-3, 3e-3], [1]), ([1e-3], [1, 2])):
         with pytest.raises(ConfigError, match=r"SettingsBlindLearner.* reads no model settings \(no from_"):
             sweep(cfg, [None], lrs, passes)

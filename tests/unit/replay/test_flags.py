@@ -55,6 +55,21 @@ def no_events(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--jobs", "-3"], "--jobs"),
         (["--batch-size", "0"], "--batch-size"),
         (["--interval", "0m"], "--interval"),
+        # found by the replay tour (test first): each ran, exit 0, the flag silently dropped
+        (["--interval", "1h", "--batch-size", "10"], "--batch-size"),
+        (["--sweep", "--sweep-intervals", "1h", "--batch-size", "10"], "--batch-size"),
+        (["--sweep", "--strategies", "popularity"], "--strategies"),
+        (["--sweep", "--strategies", "finetune,static"], "--strategies"),
+        # a strategy's own flag without that strategy: it ran, exit 0, the flag silently dropped
+        (["--strategies", "popularity", "--ewc-lambda", "5"], "--ewc-lambda"),
+        (["--strategies", "popularity,finetune", "--warmup", "0.5"], "--warmup"),
+        (["--strategies", "static", "--retrain-every", "3"], "--retrain-every"),
+        (["--sweep", "--warmup", "0.5"], "--warmup"),
+        (["--sweep", "--strategies", "finetune", "--ewc-lambda", "1,10"], "--ewc-lambda"),
+        # the dump was written, then replaced by the report or its table: exit 0, the samples lost
+        (["--report", "r.json", "--dump-samples", "r.json"], "--dump-samples"),
+        (["--report", "out/r.json", "--dump-samples", "out/../out/r.md"], "--dump-samples"),
+        (["--report", "r.json", "--dump-samples", "r.png"], "--dump-samples"),
     ],
 )
 def test_a_bad_flag_is_refused_in_one_line_naming_it(args: list[str], flag: str) -> None:

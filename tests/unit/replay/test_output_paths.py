@@ -18,7 +18,8 @@ REPLAY = bt.backtest  # the real one, for a run that fails on its own
 
 
 def _run(*args: str) -> tuple[int, str]:
-    out = CliRunner().invoke(app, ["replay", "backtest", SOURCE, "--strategies", "popularity", *args])
+    strategies = [] if "--strategies" in args else ["--strategies", "popularity"]
+    out = CliRunner().invoke(app, ["replay", "backtest", SOURCE, *strategies, *args])
     assert out.exception is None or isinstance(out.exception, SystemExit), out.exception
     return out.exit_code, out.output
 
@@ -86,3 +87,19 @@ def test_a_run_that_fails_leaves_no_folder_made_for_its_outputs(
     result = CliRunner().invoke(app, ["replay", "backtest", "synthetic:events=0", flag, str(out)])
     assert result.exit_code == 1 and "events must be a positive integer" in result.output, result.output
     assert not (tmp_path / "new").exists()
+
+
+def test_a_sweep_report_leaves_no_other_runs_table_or_plot_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the replay tour: a sweep wrote its JSON over a backtest's report and left the
+    backtest's .md and .png beside it, the table and plot of another run under its name.
+    """
+    monkeypatch.setattr(bt, "sweep", lambda *_, **__: {"sweep": []})
+    report = tmp_path / "r.json"
+    for suffix in (".json", ".md", ".png"):
+        report.with_suffix(suffix).write_text("the backtest before")
+    code, output = _run("--sweep", "--strategies", "finetune", "--report", str(report))
+    assert code == 0, output
+    assert report.with_suffix(".md").read_text().startswith("| micro-batches | learning rate |")
+    assert not report.with_suffix(".png").exists()
