@@ -243,14 +243,16 @@ class FaustRunner:
             topic_partitions=cfg.kafka.partitions,
             broker_session_timeout=cfg.kafka.session_timeout_ms / 1000,
         )
-        topic = app.topic(cfg.kafka.events_topic, key_type=bytes, value_type=bytes,
+        events = cfg.kafka.events_topic
+        topic = app.topic(events, key_type=bytes, value_type=bytes,
                           key_serializer="raw", value_serializer="raw")
         agent_body = self.agent(cfg.consumer.batch_size, cfg.consumer.batch_timeout_s)
         app.agent(topic, name="streamrec-samples")(agent_body)
 
         @app.on_partitions_assigned.connect
         async def assigned(sender: Any, /, *args: Any, signal: Any, **_: Any) -> None:  # args: (TPs,)
-            self._assigned = {Partition(tp.topic, tp.partition) for tp in args[0]}
+            # the events topic's only: Faust also assigns its own leader topic's partition
+            self._assigned = {Partition(tp.topic, tp.partition) for tp in args[0] if tp.topic == events}
             self._reassigned = True  # the next batch claims its partitions anew
             self._idle_since = time.monotonic()
 

@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 # All broker queries of one measurement share this budget, so that a scrape answers within
 # Prometheus's default 10 s scrape_timeout even while the broker is down.
 QUERY_BUDGET_S = 3.0
+# librdkafka's syslog levels: 2 is critical, below the errors (3) of every refused reconnect.
+LAG_CLIENT_LOG_LEVEL = 2
 
 
 class LagClient(Protocol):
@@ -55,9 +57,13 @@ class LagClient(Protocol):
 def lag_client(cfg: KafkaConfig, group_id: str) -> Consumer:
     """A consumer of ``group_id`` that only queries offsets.
 
-    It never subscribes, so it never joins the group nor changes its assignments.
+    It never subscribes, so it never joins the group nor changes its assignments. It is never
+    polled either, so its librdkafka log lines would queue unserved, one a reconnect (~20 a
+    second while the broker is down), and come out at its close: it logs only critical ones.
+    The process's own clients log the broker's state, and a failed query reads
+    ``<prefix>_lag_query_success`` 0.
     """
-    return Consumer(consumer_config(cfg, group_id))
+    return Consumer({**consumer_config(cfg, group_id), "log_level": LAG_CLIENT_LOG_LEVEL})
 
 
 def partition_lag(position: int | None, low: int, high: int) -> int:

@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamrec.config import KafkaConfig, RedisStoreConfig
 from streamrec.events import Event
 from streamrec.local.ports import free_port, port_is_free, tcp_reachable
-from streamrec.observability import ConsumerMetrics, LagProbe, LearnerMetrics, serve
+from streamrec.observability import ConsumerMetrics, LagProbe, LearnerMetrics, lag_client, serve
 from streamrec.producer import publish
 from tests.support import small_tables
 from tests.unit.test_observability import FakeLagClient, batch_report, report
@@ -52,22 +53,31 @@ def taken_port() -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def server_log() -> Iterator[list[logging.LogRecord]]:
-    """Records of the serving module (the ``streamrec`` logger may not propagate to pytest's)."""
+@contextmanager
+def kept_records(name: str, level: int) -> Iterator[list[logging.LogRecord]]:
+    """Records of logger ``name`` from ``level`` (the ``streamrec`` logger may not propagate to pytest's)."""
     records: list[logging.LogRecord] = []
 
     class Keep(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             records.append(record)
 
-    logger = logging.getLogger("streamrec.observability.server")
-    handler, level = Keep(), logger.level
+    logger = logging.getLogger(name)
+    handler, was = Keep(), logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    yield records
-    logger.removeHandler(handler)
     logger.setLevel(level)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(was)
+
+
+@pytest.fixture
+def server_log() -> Iterator[list[logging.LogRecord]]:
+    """Records of the serving module."""
+    with kept_records("streamrec.observability.server", logging.INFO) as records:
+        yield records
 
 
 def test_learner_metrics_are_scraped_over_http() -> None:
@@ -103,6 +113,17 @@ def test_consumer_metrics_with_lag_are_scraped_over_http() -> None:
     assert scraped['streamrec_consumer_lag_records{partition="1",topic="events"}'] == 0
     assert scraped["streamrec_consumer_lag_query_success"] == 1
     assert client.closed and port_is_free(HOST, port)
+
+
+def test_the_lag_client_queues_no_log_lines_while_the_broker_is_down() -> None:
+    """It is polled never, so librdkafka's lines (a reconnect every ~50 ms) would pile up unserved
+    through an outage and come out at its close, as stale errors by the thousand.
+    """
+    with kept_records("streamrec.kafka.client", logging.DEBUG) as records:
+        client = lag_client(KafkaConfig(bootstrap_servers=f"{HOST}:{free_port()}"), "lag-of-nothing")
+        time.sleep(2.0)  # about 35 refused connections
+        client.close()  # serves whatever was queued
+    assert [r.getMessage() for r in records] == []
 
 
 def test_port_zero_serves_nothing(server_log: list[logging.LogRecord]) -> None:

@@ -13,10 +13,11 @@ import pytest
 
 from streamrec import faults
 from streamrec.config import KafkaConfig, RedisStoreConfig, StreamrecConfig
+from streamrec.consumers.native_runner import BatchReport
 from streamrec.consumers.processor import SampleBuilder
 from streamrec.events import Event
 from streamrec.featurestore.memory import MemoryFeatureStore
-from streamrec.kafka.records import Record
+from streamrec.kafka.records import Partition, Record
 from tests.integration.conftest import app_producer
 from tests.integration.consumers.test_runner import MALFORMED, assert_sequences_complete, config, send
 
@@ -129,3 +130,18 @@ def test_a_batch_whose_agent_raised_is_redone_at_the_next_start(
     assert_sequences_complete(store_config, cfg, events)
     again = faust_runner.FaustRunner(cfg).run()  # committed past everything now
     assert again.events == 0
+
+
+def test_the_faust_runner_reports_only_the_events_topics_partitions(
+    kafka_config: KafkaConfig, store_config: RedisStoreConfig, unique_name: str, events: list[Event]
+) -> None:
+    """Found by the metrics tour: Faust also assigns its leader topic's partition, so
+    ``streamrec_consumer_assigned_partitions`` read 5 for a topic of 4.
+    """
+    cfg = config(kafka_config, store_config, unique_name)
+    send(kafka_config, events[:100])
+    reports: list[BatchReport] = []
+    runner = faust_runner.FaustRunner(cfg, on_batch=reports.append)
+    runner.run()
+    expected = [Partition(kafka_config.events_topic, p) for p in range(kafka_config.partitions)]
+    assert reports and all(report.partitions == expected for report in reports)
