@@ -115,23 +115,19 @@ def _tensor(file: str, name: str, a: np.ndarray | None, b: np.ndarray | None) ->
     if a is None or b is None:
         return TensorDiff(file, name, "added" if a is None else "removed", shape_a, shape_b, dtype)
     if _grew(a, b):
-        differs = _differs(a, b[: a.shape[0]])
-        changed_rows = int(differs.reshape(a.shape[0], -1).any(axis=1).sum())
+        changed_rows, max_abs_diff = _row_changes(a, b[: a.shape[0]])
         return TensorDiff(
             file, name, "grown", shape_a, shape_b, dtype, changed_rows=changed_rows, rows=a.shape[0],
-            max_abs_diff=_max_abs_diff(a, b[: a.shape[0]], differs) if changed_rows else None,
-            added_rows=b.shape[0] - a.shape[0],
+            max_abs_diff=max_abs_diff, added_rows=b.shape[0] - a.shape[0],
         )
     if a.shape != b.shape or a.dtype != b.dtype:
         return TensorDiff(file, name, "reshaped", shape_a, shape_b, f"{a.dtype}->{b.dtype}")
-    differs = _differs(a, b)
-    if not differs.any():
+    changed_rows, max_abs_diff = _row_changes(a, b)
+    if not changed_rows:
         return TensorDiff(file, name, "same", shape_a, shape_b, dtype)
-    rows = a.shape[0] if a.ndim else 1
-    changed_rows = int(differs.reshape(rows, -1).any(axis=1).sum())
     return TensorDiff(
         file, name, "changed", shape_a, shape_b, dtype,
-        changed_rows=changed_rows, rows=rows, max_abs_diff=_max_abs_diff(a, b, differs),
+        changed_rows=changed_rows, rows=a.shape[0] if a.ndim else 1, max_abs_diff=max_abs_diff,
     )
 
 
@@ -150,8 +146,16 @@ def _differs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(a != b)
 
 
-def _max_abs_diff(a: np.ndarray, b: np.ndarray, differs: np.ndarray) -> float:
+def _row_changes(a: np.ndarray, b: np.ndarray) -> tuple[int, float | None]:
+    """How many rows (first axis; a 0-d array is one) of same-shaped ``a`` and ``b`` differ, and by most.
+
+    The largest difference is None when none differs, 1 for booleans, inf where one side is NaN.
+    """
+    differs = _differs(a, b)
+    if not differs.any():
+        return 0, None
+    changed_rows = int(differs.reshape(a.shape[0] if a.ndim else 1, -1).any(axis=1).sum())
     if a.dtype == np.bool_:
-        return 1.0
+        return changed_rows, 1.0
     gap = np.abs(a[differs].astype(np.float64) - b[differs].astype(np.float64))
-    return float(np.nan_to_num(gap, nan=np.inf).max())
+    return changed_rows, float(np.nan_to_num(gap, nan=np.inf).max())
