@@ -4,6 +4,8 @@ send a dataset into Kafka at a multiple of its own event time.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -150,15 +152,13 @@ def backtest(
             else:
                 result = bt.backtest(cfg, on_progress)
         if sweep:
-            console.print(rp.sweep_table(result["sweep"]), highlight=False)
-            _write(report, rp.to_json(result), None, rp.sweep_table(result["sweep"]) + "\n")
-            return
-        console.print(rp.markdown_table(result), highlight=False)
-        console.print(rp.tells_table(result), highlight=False)
-        if "ablation" in result:
-            console.print(ab.table(result), highlight=False)
-        console.print(_verdict(result), highlight=False)
-        _write(report, rp.to_json(result), result)
+            tables, plot = [rp.sweep_table(result["sweep"])], None
+        else:
+            tables = [rp.markdown_table(result), rp.tells_table(result), ab.table(result), _verdict(result)]
+            plot = functools.partial(rp.plot, result)
+        table = "\n\n".join(t for t in tables if t)
+        console.print(table, highlight=False)
+        _write(report, rp.to_json(result), table + "\n", plot)
 
 
 def _verdict(report: dict[str, Any]) -> str:
@@ -273,8 +273,8 @@ def _apart(dump: Path | None, report: Path | None) -> None:
         )
 
 
-def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None, sweep_table: str = "") -> None:
-    """The JSON report, with its table (.md) and, for a backtest, its plot (.png) beside it.
+def _write(path: Path | None, payload: bytes, table: str, plot: Callable[[Path], None] | None) -> None:
+    """The JSON report, with its table (.md) and a backtest's plot (.png) beside it.
 
     A sweep has no plot: one left beside its name by an earlier run is removed, as its table
     is replaced, so the three files are always of one run.
@@ -283,23 +283,18 @@ def _write(path: Path | None, payload: bytes, report: dict[str, Any] | None, swe
         return
     from streamrec.errors import OutputError
     from streamrec.fileio import write_atomic
-    from streamrec.replay import ablation as ab
-    from streamrec.replay import report as rp
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, payload)
-        if report is not None:
-            tables = [rp.markdown_table(report), rp.tells_table(report), ab.table(report), _verdict(report)]
-            table = "\n\n".join(t for t in tables if t) + "\n"
-            write_atomic(path.with_suffix(".md"), table.encode())
-            rp.plot(report, path.with_suffix(".png"))
-        else:
-            write_atomic(path.with_suffix(".md"), sweep_table.encode())
+        write_atomic(path.with_suffix(".md"), table.encode())
+        if plot is None:
             path.with_suffix(".png").unlink(missing_ok=True)
+        else:
+            plot(path.with_suffix(".png"))
     except OSError as exc:
         raise OutputError(f"the report {path} could not be written: {exc.strerror or exc}") from exc
-    console.print(f"report written to {path} (and .md{', .png' if report else ''} beside it)")
+    console.print(f"report written to {path} (and .md{'' if plot is None else ', .png'} beside it)")
 
 
 class _progress:

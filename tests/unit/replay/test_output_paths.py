@@ -69,7 +69,7 @@ def test_a_write_that_fails_at_the_end_is_our_error(tmp_path: Path, monkeypatch:
 
     monkeypatch.setattr("streamrec.fileio.write_atomic", full)
     with pytest.raises(OutputError, match=r"r.json could not be written: No space left on device"):
-        cli_replay._write(tmp_path / "r.json", b"{}", None)
+        cli_replay._write(tmp_path / "r.json", b"{}", "", None)
     monkeypatch.setattr(Path, "open", full)
     with pytest.raises(OutputError, match=r"s.jsonl: No space left on device"):
         dump_samples([], tmp_path / "s.jsonl")
