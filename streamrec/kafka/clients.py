@@ -13,11 +13,14 @@ from confluent_kafka.admin import AdminClient
 from streamrec.config import LIBRDKAFKA_PARTITIONERS, KafkaConfig
 from streamrec.errors import ConfigError, ServiceError
 from streamrec.kafka.records import Header
+from streamrec.logs import RepeatedLines
 
 logger = logging.getLogger(__name__)
 
-# librdkafka's own log lines (disconnects, retries) go through logging, not raw stderr.
+# librdkafka's own log lines (disconnects, retries) go through logging, not raw stderr: the
+# first of like lines each 30 s (a refused reconnect comes ~20 times a second while a broker is down).
 client_logger = logging.getLogger("streamrec.kafka.client")
+client_logger.addFilter(RepeatedLines())
 # Time for a broker across a data centre to accept a connection, short enough that an
 # operator with a wrong address hears about it at once.
 CONNECT_TIMEOUT_S = 5.0
