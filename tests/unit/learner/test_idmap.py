@@ -162,3 +162,33 @@ def test_a_forgotten_id_leaves_the_others_in_their_slots_and_a_new_one_takes_its
     assert restored.lookup(keys("a", "b", "c", "d")).tolist() == m.lookup(keys("a", "b", "c", "d")).tolist()
     key_order = m.owned()[0]
     assert (key_order[1:] > key_order[:-1]).all() and len(key_order) == 3
+
+
+def _sorted_state(m: IdMap) -> dict[str, np.ndarray]:
+    """``m``'s state with its slots compacted and sorted by key (as state layout 3 held it)."""
+    state = m.state_arrays("x/")
+    live = state["x/rows"] != -2
+    order = np.argsort(state["x/keys"][live])
+    return {k: v[live][order] for k, v in state.items()}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_decisions_do_not_depend_on_the_slots(seed: int) -> None:
+    """A map whose slots differ (here: compacted and sorted by key) admits, evicts and looks up alike."""
+    rng = np.random.default_rng(seed)
+    cfg = table(rows=32, initial_rows=8, min_count=int(rng.integers(1, 3)), ttl_s=60.0)
+    universe = rng.integers(1, 2**64 - 1, 300, dtype=np.uint64)
+    m, other, now = IdMap(cfg), IdMap(cfg), 0
+    for step in range(40):
+        now += int(rng.integers(0, 30_000))
+        targets, mentioned = rng.choice(universe, int(rng.integers(0, 60))), rng.choice(universe, 20)
+        if step % 5 == 2:
+            fresh = IdMap(cfg)
+            fresh.load_state_arrays(_sorted_state(other), "x/", other.capacity)
+            other = fresh
+        a, b = m.observe(targets, mentioned, now), other.observe(targets, mentioned, now)
+        assert a.rows.tolist() == b.rows.tolist() and (a.evicted, a.refused) == (b.evicted, b.refused)
+        assert m.lookup(universe).tolist() == other.lookup(universe).tolist()
+    assert (m.rows == -2).any()  # the slots did differ from the compacted ones
+    for k, v in _sorted_state(m).items():
+        np.testing.assert_array_equal(v, _sorted_state(other)[k], err_msg=k)
