@@ -71,8 +71,7 @@ def main() -> None:
     state = learner.state_arrays()
     rows = learner.rows["item"]
     per_row = sum(a.nbytes for k, a in state.items() if a.shape[:1] == (rows,) and "/ids/" not in k)
-    ids = {k: a for k, a in state.items() if k.startswith("model/ids/item/")}
-    tracked = len(ids["model/ids/item/keys"])
+    idmap = learner.id_maps["item"]
     quarter = rss[len(rss) // 4]
     print(json.dumps({
         "bench": "embedding_memory",
@@ -82,7 +81,7 @@ def main() -> None:
         "table_rows": rows,
         "rows_cap": args.rows,
         "bytes_per_row": round(per_row / rows, 1),
-        "id_map_bytes_per_id": round(sum(a.nbytes for a in ids.values()) / max(tracked, 1), 1),
+        "id_map_bytes_per_id": round(idmap.nbytes / max(idmap.tracked, 1), 1),  # in memory, index too
         "rss_quarter_bytes": quarter,
         "rss_end_bytes": rss[-1],
         "rss_end_to_quarter": round(rss[-1] / quarter, 4),

@@ -54,8 +54,10 @@ _TABLE_ARRAY = re.compile(
 # parameters' creation order; 3: DIN's wide part covers the declared behaviour features of ids
 # (`streamrec.learner.model.biased`), so a DIN with such a feature has a bias table more,
 # ``wide.biases.<its table>``, which `StateArrays.adopt_state` starts at zero for an older
-# state (a default schema's state, and DeepFM's, are unchanged).
-# STATE_LAYOUT is 3: `streamrec.snapshots.manifest.STATE_LAYOUT`, where a snapshot's readers check it.
+# state (a default schema's state, and DeepFM's, are unchanged); 4: the id maps' arrays
+# (``model/ids/<table>/``) are by slot, not sorted by key, holes (row -2) included
+# (`streamrec.learner.idmap`), so that a delta snapshot carries only the ids that changed.
+# STATE_LAYOUT is 4: `streamrec.snapshots.manifest.STATE_LAYOUT`, where a snapshot's readers check it.
 
 # Paddle names an accumulator ``<param unique name>_<slot>_<n>``; ``_<n>`` is the counter.
 _UNIQUE_SUFFIX = re.compile(r"_\d+$")
@@ -89,8 +91,16 @@ def _layout_2_to_3(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return arrays
 
 
+def _layout_3_to_4(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Layout 3's id maps, sorted by key without holes, are already a valid slot order: nothing moves.
+
+    The next snapshot writes them by slot from there on (the same order until ids are forgotten).
+    """
+    return arrays
+
+
 # Layout n's arrays into layout n + 1's, by n.
-_MIGRATIONS = {1: _layout_1_to_2, 2: _layout_2_to_3}
+_MIGRATIONS = {1: _layout_1_to_2, 2: _layout_2_to_3, 3: _layout_3_to_4}
 
 
 def table_params(table: str, named: Mapping[str, paddle.Tensor]) -> list[str]:

@@ -384,10 +384,10 @@ def _table_export(learner: TableLearner, tmp: Path, version: int) -> None:
         (tmp / IDS_DIR).mkdir()
         os.chmod(tmp / IDS_DIR, _DIR_MODE)
         for name, idmap in learner.id_maps.items():
-            owned = idmap.rows >= 0
+            owned_keys, owned_rows = idmap.owned()  # sorted by key, as serving searches them
             keys, rows = ids_files(name)
-            np.save(tmp / keys, np.ascontiguousarray(idmap.keys[owned]), allow_pickle=False)
-            np.save(tmp / rows, np.ascontiguousarray(idmap.rows[owned].astype(np.int64)), allow_pickle=False)
+            np.save(tmp / keys, np.ascontiguousarray(owned_keys), allow_pickle=False)
+            np.save(tmp / rows, np.ascontiguousarray(owned_rows.astype(np.int64)), allow_pickle=False)
         doc = contract(learner, version)
         onnx = write_onnx(tmp, doc, None if in_forms is None else _onnx_trace(in_forms, specs, Path(scratch)))
     if onnx is not None:

@@ -32,7 +32,7 @@ KINDS = ("full", "delta")
 # The learner state's layout this release writes and reads (``config.state_layout``; its
 # history and migrations: `streamrec.learner.state`). A later release that changes the
 # arrays' names or shapes records a higher one, which this release cannot read.
-STATE_LAYOUT = 3
+STATE_LAYOUT = 4
 
 
 def layout_problem(layout: int) -> str | None:

@@ -100,8 +100,9 @@ def test_candidates_are_capped_at_the_tables_rows() -> None:
     m = IdMap(table(rows=16, initial_rows=16, min_count=5, ttl_s=None))
     for k in range(10):
         m.observe(keys(*(f"once-{k}-{i}" for i in range(10))), NONE, k)
-    assert len(m.keys) == 16  # the most recently seen candidates
-    assert m.nbytes < 16 * 40
+    assert m.tracked == 16  # the most recently seen candidates
+    # Slots are bounded by the most ids tracked at once: the cap and one micro-batch's new ids.
+    assert len(m.rows) <= 16 + 10 and m.nbytes < (16 + 10) * 48
 
 
 def test_state_round_trip_restores_the_same_future() -> None:
@@ -120,7 +121,8 @@ def test_state_round_trip_restores_the_same_future() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("keys", np.array([5, 3], np.uint64), "not sorted"),
+        ("keys", np.array([5, 5], np.uint64), "tracked twice"),
+        ("rows", np.array([2, -3], np.int64), "outside"),
         ("rows", np.array([2, 99], np.int64), "outside"),
         ("rows", np.array([2, 2], np.int64), "owned twice"),
         ("counts", np.array([1], np.int64), "different lengths"),
@@ -133,3 +135,60 @@ def test_an_inconsistent_state_is_refused(field: str, value: np.ndarray, message
     }
     with pytest.raises(ValueError, match=message):
         IdMap(table()).load_state_arrays({**state, f"x/{field}": value}, "x/", 8)
+
+
+def test_a_free_slot_holding_an_id_is_refused() -> None:
+    state = {
+        "x/keys": np.array([3, 5], np.uint64), "x/rows": np.array([2, -2], np.int64),
+        "x/counts": np.array([1, 1], np.int64), "x/last_seen": np.array([0, 0], np.int64),
+    }
+    with pytest.raises(ValueError, match="a free slot"):
+        IdMap(table()).load_state_arrays(state, "x/", 8)
+
+
+def test_a_forgotten_id_leaves_the_others_in_their_slots_and_a_new_one_takes_its_slot() -> None:
+    m = IdMap(table(min_count=1))
+    m.observe(keys("a", "b", "c"), NONE, 0)
+    m.observe(keys("b", "c"), NONE, DAY_MS // 2)
+    before = m.state_arrays("x/")
+    m.observe(keys("d"), NONE, DAY_MS + 1)  # evicts a; d takes a's slot
+    after = m.state_arrays("x/")
+    assert len(after["x/keys"]) == 3 and m.tracked == 3
+    changed = np.flatnonzero(after["x/keys"] != before["x/keys"]).tolist()
+    assert changed == [int(np.flatnonzero(before["x/keys"] == keys("a")[0])[0])]
+    assert after["x/keys"][changed[0]] == keys("d")[0]
+    restored = IdMap(table(min_count=1))
+    restored.load_state_arrays(after, "x/", m.capacity)
+    assert restored.lookup(keys("a", "b", "c", "d")).tolist() == m.lookup(keys("a", "b", "c", "d")).tolist()
+    key_order = m.owned()[0]
+    assert (key_order[1:] > key_order[:-1]).all() and len(key_order) == 3
+
+
+def _sorted_state(m: IdMap) -> dict[str, np.ndarray]:
+    """``m``'s state with its slots compacted and sorted by key (as state layout 3 held it)."""
+    state = m.state_arrays("x/")
+    live = state["x/rows"] != -2
+    order = np.argsort(state["x/keys"][live])
+    return {k: v[live][order] for k, v in state.items()}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_decisions_do_not_depend_on_the_slots(seed: int) -> None:
+    """A map whose slots differ (here: compacted and sorted by key) admits, evicts and looks up alike."""
+    rng = np.random.default_rng(seed)
+    cfg = table(rows=32, initial_rows=8, min_count=int(rng.integers(1, 3)), ttl_s=60.0)
+    universe = rng.integers(1, 2**64 - 1, 300, dtype=np.uint64)
+    m, other, now = IdMap(cfg), IdMap(cfg), 0
+    for step in range(40):
+        now += int(rng.integers(0, 30_000))
+        targets, mentioned = rng.choice(universe, int(rng.integers(0, 60))), rng.choice(universe, 20)
+        if step % 5 == 2:
+            fresh = IdMap(cfg)
+            fresh.load_state_arrays(_sorted_state(other), "x/", other.capacity)
+            other = fresh
+        a, b = m.observe(targets, mentioned, now), other.observe(targets, mentioned, now)
+        assert a.rows.tolist() == b.rows.tolist() and (a.evicted, a.refused) == (b.evicted, b.refused)
+        assert m.lookup(universe).tolist() == other.lookup(universe).tolist()
+    assert (m.rows == -2).any()  # the slots did differ from the compacted ones
+    for k, v in _sorted_state(m).items():
+        np.testing.assert_array_equal(v, _sorted_state(other)[k], err_msg=k)

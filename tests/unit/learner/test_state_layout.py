@@ -164,6 +164,48 @@ def test_a_layout_1_snapshot_restores_and_exports_scoring_as_it_did(
     assert_scores_as_they_were(np.asarray(exported.predict_many(batch), np.float64), want)
 
 
+def _sorted_id_maps(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The id maps as layout 3 held them: sorted by key, no holes."""
+    out = dict(arrays)
+    for prefix in {k.rsplit("/", 1)[0] for k in arrays if k.startswith("model/ids/")}:
+        live = arrays[f"{prefix}/rows"] != -2
+        order = np.argsort(arrays[f"{prefix}/keys"][live])
+        for field in ("keys", "rows", "counts", "last_seen"):
+            out[f"{prefix}/{field}"] = arrays[f"{prefix}/{field}"][live][order]
+    return out
+
+
+@pytest.mark.parametrize("name", LEARNERS)
+def test_a_layout_3_snapshot_restores_and_trains_on_as_the_learner_that_wrote_it(
+    name: str, tmp_path: Path
+) -> None:
+    """Layout 4 keeps the id maps by slot; layout 3's, sorted by key, load as they are."""
+    from streamrec.learner.snapshotting import group_state, restore
+    from streamrec.snapshots.store import SnapshotStore
+
+    batches = _batches()
+    original = _learner(name)
+    for batch in batches[:2]:
+        original.learn_many(batch)
+    model = ModelConfig.model_validate({**CONFIG, "learner": name}).model_dump(mode="json")
+    config = {"model": model, "features": SCHEMA.to_json(), "state_layout": 3}
+    store = SnapshotStore(tmp_path)
+    arrays = _sorted_id_maps(dict(original.state_arrays()))
+    store.write(group_state(arrays), micro_batches=2, samples_trained=200, positions=(), config=config)
+    restored = _learner(name)
+    manifest = restore(_settings(name), SCHEMA, restored, store)
+    assert manifest is not None and manifest.state_layout == 3
+    for batch in batches[2:]:
+        original.learn_many(batch)
+        restored.learn_many(batch)
+    probe = batches[-1]
+    np.testing.assert_array_equal(restored.predict_many(probe), original.predict_many(probe))
+    after, before = restored.state_arrays(), original.state_arrays()
+    assert _sorted_id_maps(dict(after)).keys() == after.keys()
+    for key, value in _sorted_id_maps(dict(after)).items():
+        np.testing.assert_array_equal(value, _sorted_id_maps(dict(before))[key], err_msg=key)
+
+
 def test_a_snapshot_of_a_newer_layout_is_refused_in_one_line(tmp_path: Path) -> None:
     from streamrec.learner.snapshotting import restore
     from streamrec.learner.state import STATE_LAYOUT
