@@ -261,3 +261,41 @@ def test_compose_runs_serve_on_the_snapshots_volume_with_its_port_and_readiness(
     # Every streamrec service shares the learner's snapshots.
     for name in ("learner", "serve"):
         assert "snapshots:/snapshots" in doc["services"][name]["volumes"]
+
+
+def _compose_invocations() -> list[list[str]]:
+    """Each streamrec command compose.yaml runs, and each its comments show, as its words."""
+    import yaml
+
+    text = (ROOT / "compose.yaml").read_text()
+    services = yaml.safe_load(text)["services"].values()
+    runs = [s["command"][1:] for s in services if s.get("command", [""])[0] == "streamrec"]
+    comments = "\n".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
+    # a command word, then its arguments up to the end of the line or of a code span
+    found = re.finditer(r"\bstreamrec ([a-z]+(?=[\s`)]|$)[^`)\n]*)", comments, re.MULTILINE)
+    shown = [m.group(1).split() for m in found]
+    return runs + shown
+
+
+def test_every_compose_command_parses() -> None:
+    """Run by hand, each command compose.yaml names gets past the CLI's parser: its arguments too."""
+    import typer
+
+    from streamrec.cli import app
+
+    invocations = _compose_invocations()
+    assert ["consumers", "run"] in invocations and ["serve"] in invocations
+    wrong = []
+    for words in invocations:
+        command: Any = typer.main.get_command(app)
+        path, rest = "streamrec", list(words)
+        while rest and rest[0] in getattr(command, "commands", {}):
+            command, path = command.commands[rest[0]], f"{path} {rest.pop(0)}"
+        if hasattr(command, "commands"):
+            wrong.append(f"{' '.join(words)}: `{path}` has no command {rest[:1]}")
+            continue
+        try:  # typer brings its own click: any error of the parser's is the invocation's
+            command.make_context(path, rest)
+        except Exception as exc:  # noqa: BLE001
+            wrong.append(f"{' '.join(words)}: {exc}")
+    assert wrong == []
