@@ -19,7 +19,7 @@ arguments and parses its replies (``redis_codec``).
 # Per user, trims the sequence to the latest `cap` entries before the batch's earliest
 # accepted event, keeping everything from it on, so a batch redone after an aborted commit
 # reads exactly the same histories. A batch can so push the sequence past Redis's compact
-# limit (128 entries) before the trim: Redis makes it a skiplist (about five times the bytes)
+# limit (128 entries) before the trim: Redis makes it a skiplist (about three times the bytes)
 # and never turns it back, so once the trim brings it within the limit again the sequence is
 # written afresh, compact. Only a call that may have passed the limit (the entries before the
 # batch and the batch's own exceed it, or the batch reaches back before the newest stored

@@ -127,7 +127,7 @@ def compact_limits(client: redis.Redis | RedisCluster, length: int) -> tuple[int
     if length > limits[0]:
         logger.warning(
             "sequences of %s behaviours (STREAMREC_MODEL__SEQUENCE_LENGTH) pass redis's "
-            "zset-max-listpack-entries %s: every full sequence is kept as a skiplist, about five "
+            "zset-max-listpack-entries %s: every full sequence is kept as a skiplist, about three "
             "times the bytes; set zset-max-listpack-entries to at least twice the length",
             length,
             limits[0],

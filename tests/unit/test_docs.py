@@ -261,3 +261,83 @@ def test_compose_runs_serve_on_the_snapshots_volume_with_its_port_and_readiness(
     # Every streamrec service shares the learner's snapshots.
     for name in ("learner", "serve"):
         assert "snapshots:/snapshots" in doc["services"][name]["volumes"]
+
+
+def _compose_invocations() -> list[list[str]]:
+    """Each streamrec command compose.yaml runs, and each its comments show, as its words."""
+    import yaml
+
+    text = (ROOT / "compose.yaml").read_text()
+    services = yaml.safe_load(text)["services"].values()
+    runs = [s["command"][1:] for s in services if s.get("command", [""])[0] == "streamrec"]
+    comments = "\n".join(line for line in text.splitlines() if line.lstrip().startswith("#"))
+    # a command word, then its arguments up to the end of the line or of a code span
+    found = re.finditer(r"\bstreamrec ([a-z]+(?=[\s`)]|$)[^`)\n]*)", comments, re.MULTILINE)
+    shown = [m.group(1).split() for m in found]
+    return runs + shown
+
+
+def test_every_compose_command_parses() -> None:
+    """Run by hand, each command compose.yaml names gets past the CLI's parser: its arguments too."""
+    import typer
+
+    from streamrec.cli import app
+
+    invocations = _compose_invocations()
+    assert ["consumers", "run"] in invocations and ["serve"] in invocations
+    wrong = []
+    for words in invocations:
+        command: Any = typer.main.get_command(app)
+        path, rest = "streamrec", list(words)
+        while rest and rest[0] in getattr(command, "commands", {}):
+            command, path = command.commands[rest[0]], f"{path} {rest.pop(0)}"
+        if hasattr(command, "commands"):
+            wrong.append(f"{' '.join(words)}: `{path}` has no command {rest[:1]}")
+            continue
+        try:  # typer brings its own click: any error of the parser's is the invocation's
+            command.make_context(path, rest)
+        except Exception as exc:  # noqa: BLE001
+            wrong.append(f"{' '.join(words)}: {exc}")
+    assert wrong == []
+
+
+# A setting's default as the pages quote it: `STREAMREC_X__Y` (50), `STREAMREC_X__Y`, 200,000)
+QUOTED_DEFAULT = re.compile(
+    r"`(STREAMREC_[A-Z0-9_]+)`,?\s+(?:\(|[a-z ]{0,30}\()?([0-9][0-9,.]*)(?: ([a-zA-Z]+))?"
+)
+# Units a quoted default is written in -> that many of the setting's own unit (its name's suffix).
+SECONDS = {"ms": 0.001, "s": 1, "min": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600,
+           "day": 86400, "days": 86400}
+BYTES = {"KiB": 1024, "MiB": 1 << 20, "KB": 1024, "MB": 1 << 20}
+
+
+def _default(env: str) -> Any:  # noqa: ANN401 - any setting's value
+    """The configuration's default for the setting named ``env``."""
+    section, _, name = env.removeprefix("STREAMREC_").lower().partition("__")
+    if not name:
+        return StreamrecConfig.model_fields[section].default
+    return getattr(StreamrecConfig.model_fields[section].default, name)
+
+
+def _in_setting_units(env: str, number: float, unit: str | None) -> float | None:
+    """The quoted number in the setting's own unit; None if the unit is no unit of the setting's."""
+    if unit in SECONDS and env.endswith(("_MS", "_S")):
+        return number * SECONDS[unit] * (1000 if env.endswith("_MS") else 1)
+    if unit in BYTES and env.endswith("_BYTES"):
+        return number * BYTES[unit]
+    return number if unit is None or unit not in SECONDS | BYTES else None
+
+
+@pytest.mark.parametrize("doc", ["README.md", *PAGES])
+def test_every_quoted_default_is_the_configurations(doc: str) -> None:
+    wrong = []
+    for env, number, unit in QUOTED_DEFAULT.findall((ROOT / doc).read_text()):
+        if not is_setting(env) or env in NOT_SETTINGS:
+            continue
+        quoted = _in_setting_units(env, float(number.rstrip(",.").replace(",", "")), unit)
+        default = _default(env)
+        if isinstance(default, bool) or not isinstance(default, (int, float)) or quoted is None:
+            continue
+        if abs(quoted - default) > 1e-9 * max(1.0, abs(default)):
+            wrong.append(f"{env}: quoted {number} {unit}, the default is {default}")
+    assert wrong == []

@@ -1,13 +1,14 @@
 """A user's sequence stays in Redis's compact sorted-set encoding (listpack).
 
 Redis keeps a sorted set as a listpack up to ``zset-max-listpack-entries`` (128) entries of up
-to ``zset-max-listpack-value`` (64) bytes and converts it to a skiplist, about five times the
+to ``zset-max-listpack-value`` (64) bytes and converts it to a skiplist, about three times the
 bytes, once it passes either; it never converts back by itself. A user's one batch can push
 the sequence past 128 entries before the trim: the store must leave it compact afterwards.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import cast
 
@@ -25,6 +26,7 @@ T0 = 1_511_658_000_000
 HOUR = 3_600_000
 LENGTH = 50  # STREAMREC_MODEL__SEQUENCE_LENGTH's default
 COMPACT = ("listpack", "ziplist")  # Redis 7's name, and 6.2's
+WORDS = {"two": 2, "three": 3, "four": 4, "five": 5}
 
 
 @pytest.fixture
@@ -127,6 +129,29 @@ def test_a_sequence_longer_than_the_compact_limit_is_warned_of(
     with caplog.at_level("WARNING", logger="streamrec.featurestore"):
         update(RedisFeatureStore(store_config, LENGTH, HOUR), events(1, 1))
     assert caplog.text == ""
+
+
+def test_the_warning_quotes_what_redis_spends_on_a_skiplist(
+    store_config: RedisStoreConfig, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The factor the warning gives is Redis's: a full sequence of 200 as a skiplist against the
+    same entries compact (`MEMORY USAGE`), within half of it.
+    """
+    store = RedisFeatureStore(store_config, 200, HOUR)
+    with caplog.at_level("WARNING", logger="streamrec.featurestore"):
+        update(store, events(0, 200))
+    said = re.search(r"about (\w+) times the bytes", caplog.text)
+    assert said is not None, caplog.text
+    key = store.key("u")
+    assert encoding(redis_client, key) == "skiplist"
+    entries = str(redis_client.config_get("zset-max-listpack-entries")["zset-max-listpack-entries"])
+    redis_client.config_set("zset-max-listpack-entries", 256)
+    try:
+        factor = usage(redis_client, key) / light(redis_client, key)
+    finally:
+        redis_client.config_set("zset-max-listpack-entries", entries)
+    word = said.group(1)
+    assert abs(factor - WORDS[word]) <= 0.5, f"measured {factor:.2f}, the warning says {word}"
 
 
 def test_a_random_stream_past_a_small_compact_limit_answers_as_memory_does(
