@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -165,6 +166,26 @@ class ModelConfig(BaseModel):
         if not any(f in BEHAVIOUR_FEATURES for f in features):
             raise ValueError(f"DIN needs a behaviour table (one of {BEHAVIOUR_FEATURES})")
         return self
+
+    @classmethod
+    def recorded(cls, doc: Mapping[str, Any], **now: Any) -> ModelConfig:
+        """The settings a snapshot's manifest or an export's contract recorded, as this release reads them.
+
+        A setting from before a setting existed takes `MODEL_SETTINGS_BEFORE`; one (or a table's
+        field) that a later release added is left out, as a manifest's unknown fields are, so a
+        rolled-back release still serves and exports what the later one wrote: tensors that do
+        not fit this release's model are refused where they are loaded. ``now`` overrides (the
+        device a process runs on).
+        """
+        saved = {**MODEL_SETTINGS_BEFORE, **doc}
+        known: dict[str, Any] = {k: v for k, v in saved.items() if k in cls.model_fields}
+        tables = known.get("tables")
+        if isinstance(tables, list):
+            names = TableConfig.model_fields
+            known["tables"] = [
+                {k: v for k, v in t.items() if k in names} if isinstance(t, dict) else t for t in tables
+            ]
+        return cls.model_validate({**known, **now})
 
     def table(self, feature: Feature) -> TableConfig | None:
         """The table embedding ``feature``, if any."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from streamrec.config import MODEL_SETTINGS_BEFORE, MODEL_SETTINGS_INIT_ONLY, StreamrecConfig
 from streamrec.errors import ConfigError, InvalidSnapshot, NonFiniteWeights, SnapshotError
@@ -155,11 +156,29 @@ def changed_settings(cfg: StreamrecConfig, manifest: SnapshotManifest) -> list[s
     """
     saved = {**MODEL_SETTINGS_BEFORE, **manifest.config.get("model", {})}
     now = cfg.model.model_dump(mode="json")
+    saved = {key: as_now(type(cfg.model), key, value) for key, value in saved.items()}
     return [
         f"STREAMREC_MODEL__{key.upper()}={json.dumps(saved[key])} (now {json.dumps(value)})"
         for key, value in now.items()
         if key in saved and saved[key] != value and key not in MODEL_SETTINGS_INIT_ONLY
     ]
+
+
+def as_now(model: type[BaseModel], key: str, value: Any) -> Any:
+    """A recorded model setting as this release writes it: the defaults of fields added since.
+
+    A release before a field of a setting existed (a table's ``also``) did not record it, so the
+    setting it kept would differ from today's dump of the same one. A value this release no
+    longer accepts (or a setting it no longer has) is left as recorded.
+    """
+    field = model.model_fields.get(key)
+    if field is None or field.annotation is None:
+        return value
+    adapter: TypeAdapter[Any] = TypeAdapter(field.annotation)
+    try:
+        return adapter.dump_python(adapter.validate_python(value), mode="json")
+    except ValidationError:
+        return value
 
 
 def snapshot_config(cfg: StreamrecConfig, schema: FeatureSchema) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, USER_FEATURE, ModelConfig, TableConfig
+from streamrec.config import BEHAVIOUR_FEATURES, USER_FEATURE, ModelConfig, TableConfig
 from streamrec.errors import NotServable
 from streamrec.features import FeatureSchema
 from streamrec.features.schema import BUILTIN
@@ -222,7 +222,7 @@ def feature_batch_inputs(contract: Mapping[str, Any], batch: SampleColumns) -> d
     doc = contract.get("feature_schema")
     if not doc:
         return {}
-    cfg = ModelConfig.model_validate({**MODEL_SETTINGS_BEFORE, **contract["model"], "device": "cpu"})
+    cfg = ModelConfig.recorded(contract["model"], device="cpu")
     plan = FeaturePlan(cfg, FeatureSchema.from_json(doc))
     moments = Moments(plan.standardized)
     for f in contract["features"]:

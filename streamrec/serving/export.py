@@ -48,7 +48,7 @@ import numpy as np
 import orjson
 import paddle
 
-from streamrec.config import BEHAVIOUR_FEATURES, MODEL_SETTINGS_BEFORE, ModelConfig
+from streamrec.config import BEHAVIOUR_FEATURES, ModelConfig
 from streamrec.errors import InvalidSnapshot, NotExportable, SnapshotError, SnapshotWriteError
 from streamrec.faults import fault_point
 from streamrec.fileio import fsync_path, sha256_file
@@ -118,9 +118,7 @@ def learner_from_snapshot(store: SnapshotStore, version: int) -> tuple[str, Lear
     model_doc = manifest.config.get("model")
     if not isinstance(model_doc, dict):
         raise InvalidSnapshot(f"{store.path(version)}: the manifest holds no model configuration")
-    # A configuration saved before a setting existed: the model was built without it.
-    model_doc = {**MODEL_SETTINGS_BEFORE, **model_doc, "device": paddle.device.get_device()}
-    cfg = ModelConfig.model_validate(model_doc)
+    cfg = ModelConfig.recorded(model_doc, device=paddle.device.get_device())
     learner = make_learner(cfg, manifest.schema)  # the features the model was trained to read
     try:
         arrays = state_of(learner, manifest, tensors, added=False)

@@ -121,7 +121,7 @@ def read_export(path: Path) -> ExportContents:
         contents = ExportContents(
             path, contract, inputs, int(contract["version"]), [IdTable(t, path) for t in contract["tables"]],
             int(contract["sequence_length"]), int(contract["user_buckets"]),
-            ModelConfig.model_validate(contract["model"]),
+            ModelConfig.recorded(contract["model"]),
         )
     except (KeyError, ValueError, TypeError, OSError, AttributeError) as exc:  # ValueError: JSON too
         why = " ".join(f"{type(exc).__name__}: {exc}".split())  # pydantic's message spans lines

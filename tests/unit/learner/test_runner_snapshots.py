@@ -303,3 +303,30 @@ def test_before_any_export_the_estimate_counts_the_onnx_graph_too(
     monkeypatch.setattr(snapshotting, "onnx_missing", lambda: [] if onnx else ["onnxruntime"])
     arrays = {"model/w": np.ones(1000, np.float32), "optimizer/m": np.ones(1000, np.float32)}
     assert snapshotting.export_estimate(tmp_path, arrays) == (9600 if onnx else 4000)
+
+
+def test_a_setting_recorded_before_a_field_of_it_existed_is_not_a_change() -> None:
+    """Found by the upgrades tour: a learner of this release resuming a 2026-12-01 snapshot with
+    the settings docs/operating/upgrades.md gives (its tables, match features off) warned that it
+    was trained with other model settings, STREAMREC_MODEL__TABLES, then and now the same but for
+    the tables' ``also`` (added since, its default ``[]``), which that release did not record.
+    """
+    recorded = [  # the model.tables of a manifest that release wrote (no "also")
+        {"name": "item", "feature": "item", "ids": "dynamic", "rows": 2097152, "dim": 16,
+         "min_count": 1, "ttl_s": None, "initial_rows": 4096},
+        {"name": "category", "feature": "category", "ids": "dynamic", "rows": 65536, "dim": 16,
+         "min_count": 1, "ttl_s": None, "initial_rows": 4096},
+    ]
+    as_documented = [
+        {"name": "item", "feature": "item", "rows": 2097152},
+        {"name": "category", "feature": "category", "rows": 65536},
+    ]
+    cfg = StreamrecConfig.model_validate({"model": {"tables": as_documented, "match_features": False}})
+    manifest = SimpleNamespace(config={"model": {"tables": recorded, "sequence_length": 50}})
+    assert snapshotting.changed_settings(cfg, manifest) == []  # type: ignore[arg-type]  # a stand-in
+    shorter = {"model": {"tables": recorded, "sequence_length": 20}}
+    [line] = snapshotting.changed_settings(cfg, SimpleNamespace(config=shorter))  # type: ignore[arg-type]
+    assert line == "STREAMREC_MODEL__SEQUENCE_LENGTH=20 (now 50)"
+    other = [recorded[0], {**recorded[1], "ids": "hashed"}]
+    [line] = snapshotting.changed_settings(cfg, SimpleNamespace(config={"model": {"tables": other}}))  # type: ignore[arg-type]
+    assert line.startswith('STREAMREC_MODEL__TABLES=[{"name": "item"') and '"hashed"' in line

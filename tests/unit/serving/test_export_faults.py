@@ -360,7 +360,7 @@ def test_a_resealed_contract_that_does_not_load_fails_verify_and_promote_and_is_
 
 @pytest.mark.parametrize("edit", [
     lambda c: c["tables"][1].update(rows="many"),
-    lambda c: c["model"].update(embedding_dim="wide"),
+    lambda c: c["model"].update(mlp_units="wide"),  # a setting this release knows, mistyped
     lambda c: c["tables"][0].update(key_rows=None),
 ])
 def test_any_content_error_of_a_contract_is_one_invalid_snapshot_naming_it(
@@ -388,3 +388,38 @@ def test_a_paddle_graph_cut_short_and_resealed_is_fallen_back_from(store: Snapsh
     assert "\n" not in str(info.value)
     scorer = Scorer(store.root, engine="paddle")
     assert (scorer.version, scorer.current, scorer.serves_current) == (1, 2, False)
+
+
+def _reseal_version(root: Path, version: int, edit: Callable[[dict[str, Any]], object]) -> None:
+    """Change a version's manifest.json and reseal it, as a later release would have written it."""
+    path = root / f"v{version:06d}"
+    manifest = orjson.loads((path / "manifest.json").read_bytes())
+    edit(manifest)
+    raw = orjson.dumps(manifest)
+    (path / "manifest.json").write_bytes(raw)
+    (path / "manifest.sha256").write_text(f"{hashlib.sha256(raw).hexdigest()}  manifest.json\n")
+
+
+def _a_later_setting(doc: dict[str, Any]) -> None:
+    doc["later_release_field"] = 1
+    doc["model"]["later_setting"] = 3  # a model setting added after this release, at its default
+
+
+def test_a_later_releases_model_setting_does_not_make_its_export_unservable(store: SnapshotStore) -> None:
+    """Found by the upgrades tour: upgrades.md promises that a release rolled back to serves and
+    scores the later release's exports, but a contract whose model section held a setting this
+    release does not know (as every release that added one wrote: match_features, match_init,
+    a table's also) was 'damaged': verify failed, promote refused it, a server fell back; and
+    `snapshot export --rebuild` of such a version stopped with pydantic's traceback. The setting
+    is left out, as a manifest's unknown fields are; tensors that do not fit are still refused.
+    """
+    store.promote(1)
+    edit_contract(store.root, 2, _a_later_setting)
+    ExportedModel(export_dir(store.root, 2))
+    assert "export ok" in snapshot(store.root, "verify", "2").output
+    snapshot(store.root, "promote", "2")
+    assert Scorer(store.root).version == 2
+    _reseal_version(store.root, 3, lambda m: m["config"]["model"].update(later_setting=3))
+    shutil.rmtree(export_dir(store.root, 3))
+    assert "v000003 exported" in snapshot(store.root, "export", "3").output
+    assert "export ok" in snapshot(store.root, "verify", "3").output
