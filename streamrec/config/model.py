@@ -172,20 +172,18 @@ class ModelConfig(BaseModel):
         """The settings a snapshot's manifest or an export's contract recorded, as this release reads them.
 
         A setting from before a setting existed takes `MODEL_SETTINGS_BEFORE`; one (or a table's
-        field) that a later release added is left out, as a manifest's unknown fields are, so a
-        rolled-back release still serves and exports what the later one wrote: tensors that do
-        not fit this release's model are refused where they are loaded. ``now`` overrides (the
-        device a process runs on).
+        field) that a later release added is left out (`unknown` names them), as a manifest's
+        unknown fields are, so a rolled-back release still serves and exports what the later one
+        wrote: tensors that do not fit this release's model are refused where they are loaded.
+        ``now`` overrides (the device a process runs on).
         """
-        saved = {**MODEL_SETTINGS_BEFORE, **doc}
-        known: dict[str, Any] = {k: v for k, v in saved.items() if k in cls.model_fields}
-        tables = known.get("tables")
-        if isinstance(tables, list):
-            names = TableConfig.model_fields
-            known["tables"] = [
-                {k: v for k, v in t.items() if k in names} if isinstance(t, dict) else t for t in tables
-            ]
+        known, _ = _split_known({**MODEL_SETTINGS_BEFORE, **doc})
         return cls.model_validate({**known, **now})
+
+    @staticmethod
+    def unknown(doc: Mapping[str, Any]) -> list[str]:
+        """The recorded settings (``tables[i].field`` for a table's) that `recorded` leaves out."""
+        return _split_known(doc)[1]
 
     def table(self, feature: Feature) -> TableConfig | None:
         """The table embedding ``feature``, if any."""
@@ -195,3 +193,19 @@ class ModelConfig(BaseModel):
     def builtin_tables(self) -> tuple[TableConfig, ...]:
         """The tables of the event contract's features (item, category, user), in order."""
         return tuple(t for t in self.tables if t.feature in BUILTIN_TABLE_FEATURES)
+
+
+def _split_known(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A recorded model section's settings this release knows, and the names of those it does not."""
+    known: dict[str, Any] = {k: v for k, v in doc.items() if k in ModelConfig.model_fields}
+    unknown = [k for k in doc if k not in known]
+    tables = known.get("tables")
+    if isinstance(tables, (list, tuple)):  # a list as JSON gives it
+        fields = TableConfig.model_fields
+        known["tables"] = []
+        for i, table in enumerate(tables):
+            if isinstance(table, dict):
+                unknown += [f"tables[{i}].{k}" for k in table if k not in fields]
+                table = {k: v for k, v in table.items() if k in fields}
+            known["tables"].append(table)
+    return known, unknown

@@ -119,6 +119,11 @@ def learner_from_snapshot(store: SnapshotStore, version: int) -> tuple[str, Lear
     if not isinstance(model_doc, dict):
         raise InvalidSnapshot(f"{store.path(version)}: the manifest holds no model configuration")
     cfg = ModelConfig.recorded(model_doc, device=paddle.device.get_device())
+    if unknown := ModelConfig.unknown(model_doc):  # a later release's: the model is built without them
+        logger.warning(
+            "%s records model settings this release does not know, built without them: %s (if they change "
+            "the model, export it with the release that wrote it)", store.path(version), ", ".join(unknown),
+        )
     learner = make_learner(cfg, manifest.schema)  # the features the model was trained to read
     try:
         arrays = state_of(learner, manifest, tensors, added=False)

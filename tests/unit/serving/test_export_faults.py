@@ -421,5 +421,7 @@ def test_a_later_releases_model_setting_does_not_make_its_export_unservable(stor
     assert Scorer(store.root).version == 2
     _reseal_version(store.root, 3, lambda m: m["config"]["model"].update(later_setting=3))
     shutil.rmtree(export_dir(store.root, 3))
-    assert "v000003 exported" in snapshot(store.root, "export", "3").output
+    output = snapshot(store.root, "export", "3").output
+    assert "v000003 exported" in output
+    assert "does not know, built without them: later_setting" in output  # said, not dropped silently
     assert "export ok" in snapshot(store.root, "verify", "3").output
