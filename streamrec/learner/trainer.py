@@ -39,6 +39,7 @@ from streamrec.learner.idmap import DEFAULT_ROW, Admission, IdMap
 from streamrec.learner.idstats import IdStats
 from streamrec.learner.model import ClickTrain
 from streamrec.learner.numpy_attention import one_blas_thread
+from streamrec.learner.optimizers import acyclic
 from streamrec.learner.ranks import GroupLayout, RankShare
 from streamrec.learner.state import (
     OPTIMIZER_PREFIX,
@@ -159,6 +160,7 @@ class TableLearner(MiniBatchSteps, StateArrays):
             parameters=self.train_module.parameters(),
             lazy_mode=SPARSE_EMBEDDINGS,
         )
+        acyclic(self._optimizer)
         self._slots = create_optimizer_slots(self._optimizer, self.train_module)
         self._params = list(self.train_module.parameters())
         self._named = dict(self.train_module.named_parameters())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -37,6 +38,11 @@ OK, ERROR = "ok", "error"
 # How many checks the end of a plan waits for the scorer to swap in the version it promoted:
 # the scorer follows the pointer every poll, so 10 covers a slow load of a large export.
 MAX_HOLD_POLLS = 10
+# Versions whose series an arm keeps, newest first seen: a server that follows its learner serves
+# a new version each snapshot, and every version's series stayed (27 each) without bound. Three
+# keep the one answering and the two before, idle for at least a promotion each by the time they
+# go, so a scrape between two promotions still reads their last counts.
+KEPT_VERSIONS = 3
 
 
 class ArmMetrics:
@@ -45,7 +51,8 @@ class ArmMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         """Register the metrics in ``registry`` (serving's)."""
         labels = ["arm", "version"]
-        self._seen: set[tuple[str, str]] = set()  # arms and versions with both outcomes' series
+        # Each arm's versions with series, oldest first (both outcomes' made at the first request).
+        self._seen: dict[str, OrderedDict[str, None]] = {}
         self.requests = Counter(
             "streamrec_serving_arm_requests",
             "Score requests answered by arm, version and outcome "
@@ -81,15 +88,25 @@ class ArmMetrics:
         sees the first one that follows.
         """
         name = version_name(version)
-        if (arm, name) not in self._seen:
-            self._seen.add((arm, name))
+        seen = self._seen.setdefault(arm, OrderedDict())
+        if name not in seen:
+            seen[name] = None
             for outcome in (OK, ERROR):
                 self.requests.labels(arm, name, outcome)
+            while len(seen) > KEPT_VERSIONS:
+                self._drop(arm, seen.popitem(last=False)[0])
         self.requests.labels(arm, name, OK if scores is not None else ERROR).inc()
         self.seconds.labels(arm, name).observe(seconds)
         if scores:
             self.score_sum.labels(arm, name).inc(sum(scores))
             self.scores.labels(arm, name).inc(len(scores))
+
+    def _drop(self, arm: str, name: str) -> None:
+        """Remove the series of ``arm``'s version ``name`` (a later request of it makes them anew)."""
+        for outcome in (OK, ERROR):
+            self.requests.remove(arm, name, outcome)
+        for metric in (self.seconds, self.score_sum, self.scores):
+            metric.remove(arm, name)  # nothing to remove is no error
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from streamrec.observability.freshness import LoadedVersion, loaded_version
 from streamrec.serving.batching import Combiner
 from streamrec.serving.contract import feature_batch_inputs
 from streamrec.serving.drift import RequestDrift
-from streamrec.serving.engines import EngineChoice, open_engine
+from streamrec.serving.engines import Engine, EngineChoice, open_engine
 from streamrec.serving.export import export_snapshot
 from streamrec.serving.features import PAIR, candidate_columns, feature_request_inputs
 from streamrec.serving.features import Candidate as Candidate  # its home before; still imported from here
@@ -70,7 +71,8 @@ class ExportedModel:
             raise InvalidSnapshot(f"{exc}: {rebuild_hint(parse_version(self.path.name))}") from exc
         self.engine: str = self._engine.name  # "onnx" or "paddle": the engine that runs it
         self._lock = threading.Lock()  # one engine runs one request at a time
-        self.combiner = Combiner(self._run, batch_candidates)
+        # Not the bound ``self._run``: the model would hold itself, freed only by a full collection.
+        self.combiner = Combiner(partial(_run, self._engine, self._lock), batch_candidates)
 
     def _read(self, contents: ExportContents) -> None:
         """What scoring needs of the export, as `read_export` read it."""
@@ -181,8 +183,13 @@ class ExportedModel:
         return self._by_name[table.name].rows_of_keys(keys)
 
     def _run(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        with self._lock:
-            return self._engine.run(inputs)
+        return _run(self._engine, self._lock, inputs)
+
+
+def _run(engine: Engine, lock: threading.Lock, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    """``engine``'s outputs for ``inputs``, one run at a time."""
+    with lock:
+        return engine.run(inputs)
 
 
 class Scorer:

@@ -314,3 +314,22 @@ def test_materialize_refuses_a_directory_inside_the_snapshot_directory(tmp_path:
     assert result.output.startswith(said), result.output
     assert len(result.output.strip().splitlines()) == 1 and not out.exists()
     assert store.versions() == [1, 2, 3]
+
+
+def test_retention_peaks_at_keep_plus_full_every_plus_one_versions(tmp_path: Path) -> None:
+    """What sizing.md plans disk by (each kept version has an export): found by the soak tour,
+    whose directory held 14 versions and 518 MB at ``keep`` 3, where the docs said 3 versions'
+    room. As in the learner: a prune after each snapshot, and the gate promotes it after that,
+    by the micro-batch that follows.
+    """
+    keep, full_every = 2, 5
+    store = SnapshotStore(tmp_path, full_every=full_every)
+    state = model_state()
+    peak = 0
+    for step in range(4 * full_every):
+        state = evolve(state, step)
+        version = put(store, state).version
+        store.prune(keep)
+        peak = max(peak, len(store.versions()))
+        store.promote(version)
+    assert peak == keep + full_every + 1
