@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import logging
 import signal
 import sys
 import warnings
@@ -55,10 +56,29 @@ def stop_signals_kept() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+@contextmanager
+def root_logging_kept() -> Iterator[None]:
+    """Through the block, the root logger's handlers, level and propagation put back as they were.
+
+    Paddle's import gives the root logger an INFO ``StreamHandler`` (``paddle.distributed``'s
+    ``get_logger(name="root")``): a program importing streamrec would print every library's INFO
+    records on stderr. A library leaves logging to the program (the CLI configures it).
+    """
+    root = logging.getLogger()
+    handlers, level, propagate = list(root.handlers), root.level, root.propagate
+    try:
+        yield
+    finally:
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+        root.setLevel(level)
+        root.propagate = propagate
+
+
 class _PaddleImport(importlib.abc.MetaPathFinder):
     """Finds ``paddle`` and ``paddle.base`` as the path finder does; runs their imports held back.
 
-    Each one's import runs in `stop_signals_kept`.
+    Each one's import runs in `stop_signals_kept` and `root_logging_kept`.
     """
 
     def find_spec(
@@ -73,7 +93,7 @@ class _PaddleImport(importlib.abc.MetaPathFinder):
         run_module = loader.exec_module
 
         def exec_module(module: ModuleType) -> None:
-            with stop_signals_kept():
+            with stop_signals_kept(), root_logging_kept():
                 run_module(module)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]  # this spec's loader alone
@@ -81,10 +101,12 @@ class _PaddleImport(importlib.abc.MetaPathFinder):
 
 
 def keep_stop_signals_from_paddle() -> None:
-    """Have Paddle's first import in this process keep SIGINT's and SIGTERM's handlers.
+    """Have Paddle's first import in this process keep SIGINT's and SIGTERM's handlers, and logging.
 
-    Wherever the import comes from, it runs in `stop_signals_kept`. Once Paddle is imported,
-    this does nothing.
+    Wherever the import comes from, it runs in `stop_signals_kept` and `root_logging_kept`. Once
+    Paddle is imported, this does nothing. The packages whose modules import Paddle
+    (`streamrec.learner`, `streamrec.serving`) call it as they are imported, for programs that
+    use streamrec as a library; each command calls it first (`before_paddle`).
     """
     if "paddle" in sys.modules or any(isinstance(f, _PaddleImport) for f in sys.meta_path):
         return
