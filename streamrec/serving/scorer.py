@@ -105,12 +105,17 @@ class ExportedModel:
 
         Raises:
             InvalidEvent: a request's feature value breaks its declaration.
-            TypeError: a behaviour is not an (item, category) pair, or a candidate not a `Candidate`.
+            TypeError: a behaviour is not an (item, category) pair of str, a candidate not a
+                `Candidate` of str ids, or ``user_id`` not a str.
         """
+        if not isinstance(user_id, str):
+            raise TypeError(f"user_id is a str, not {user_id!r}")  # MovieLens's ids are numbers
         recent = list(history)[-self.length :]
         odd = next((p for p in recent if not isinstance(p, tuple | list) or len(p) != 2), None)
         if odd is not None:
             raise TypeError(f"history holds (item, category) pairs, not {odd!r}")  # "i2" would read as i, 2
+        if (odd := next((p for p in recent if not all(isinstance(x, str) for x in p)), None)) is not None:
+            raise TypeError(f"history holds (item, category) pairs of str, not {tuple(odd)!r}")
         n = len(candidates)
         columns = candidate_columns(candidates)
         targets, sequences = {}, {}

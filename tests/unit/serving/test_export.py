@@ -269,3 +269,18 @@ def test_the_scorer_refuses_what_is_not_its_input_naming_it(tmp_path: Path) -> N
         model.score("u1", ["i2"], [Candidate("i1")])  # type: ignore[list-item]
     with pytest.raises(TypeError, match=r"SampleColumns\.from_samples\(samples\)\), not list"):
         model.score_batch([Sample("e1", "u1", 1, "i1", "c1", 1, (), ())])  # type: ignore[arg-type]
+
+
+def test_the_scorer_refuses_ids_that_are_not_strings_naming_them(tmp_path: Path) -> None:
+    # Found by the Python-API tour: MovieLens's ids are numbers, and Candidate(5) or a user id of
+    # None reached the id hash: TypeError "descriptor 'encode' for 'str' objects doesn't apply to a
+    # 'int' object", naming neither the candidate nor the user.
+    model = ExportedModel(write_export(trained(config()), tmp_path / "v000001", 1))
+    with pytest.raises(TypeError, match=r"a candidate's item_id is a str, not 5 \(int\)"):
+        model.score("u1", [], [Candidate("i1"), Candidate(5)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"a candidate's category_id is a str or None, not 7 \(int\)"):
+        model.score("u1", [], [Candidate("i1", 7)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"user_id is a str, not None"):
+        model.score(None, [], [Candidate("i1")])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"history holds \(item, category\) pairs of str, not \(1, 'c1'\)"):
+        model.score("u1", [(1, "c1")], [Candidate("i1")])  # type: ignore[list-item]
