@@ -72,6 +72,10 @@ class ExportedModel:
         self._lock = threading.Lock()  # one engine runs one request at a time
         self.combiner = Combiner(self._run, batch_candidates)
 
+    def __repr__(self) -> str:
+        """The version, the engine running it and the export's path."""
+        return f"ExportedModel(version={self.version}, engine={self.engine!r}, path={str(self.path)!r})"
+
     def _read(self, contents: ExportContents) -> None:
         """What scoring needs of the export, as `read_export` read it."""
         self.contract: dict[str, Any] = contents.contract
@@ -222,6 +226,13 @@ class Scorer:
         self._failure: tuple[int | None, str] | None = None  # the last one logged
         self.loaded: LoadedVersion | None = None  # the last version loaded, for freshness
         self.model = self._start()
+
+    def __repr__(self) -> str:
+        """The snapshot directory, the version served, the one the pointer names, the failed loads."""
+        return (
+            f"Scorer(root={str(self.store.root)!r}, version={self.version}, current={self.current}, "
+            f"load_failures={self.load_failures})"
+        )
 
     @property
     def version(self) -> int:

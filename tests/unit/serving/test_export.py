@@ -284,3 +284,21 @@ def test_the_scorer_refuses_ids_that_are_not_strings_naming_them(tmp_path: Path)
         model.score(None, [], [Candidate("i1")])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"history holds \(item, category\) pairs of str, not \(1, 'c1'\)"):
         model.score("u1", [(1, "c1")], [Candidate("i1")])  # type: ignore[list-item]
+
+
+def test_a_loaded_export_and_a_scorer_say_what_they_serve_in_their_repr(tmp_path: Path) -> None:
+    # Found by the Python-API tour: a notebook showed "<streamrec.serving.scorer.ExportedModel
+    # object at 0x7f...>", saying neither the version, the path nor the engine.
+    from streamrec.serving.scorer import Scorer
+
+    store = SnapshotStore(tmp_path)
+    learner = trained(config())
+    store.write(
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
+    )
+    store.promote(1)
+    model = ExportedModel(export_snapshot(store, 1))
+    assert repr(model) == f"ExportedModel(version=1, engine={model.engine!r}, path={str(model.path)!r})"
+    scorer = Scorer(tmp_path)
+    assert repr(scorer) == f"Scorer(root={str(tmp_path)!r}, version=1, current=1, load_failures=0)"
