@@ -33,7 +33,7 @@ from streamrec.serving.features import Candidate as Candidate  # its home before
 from streamrec.serving.loading import ExportContents, read_export
 from streamrec.serving.probe import require_finite_scores
 from streamrec.snapshots.directory import parse_version
-from streamrec.snapshots.exports import rebuild_hint
+from streamrec.snapshots.exports import CONTRACT, EXPORTS, MANIFEST, rebuild_hint
 from streamrec.snapshots.pointer import require_root
 from streamrec.snapshots.store import SnapshotStore, version_name
 
@@ -55,13 +55,15 @@ class ExportedModel:
         `streamrec.serving.batching`).
 
         Raises:
-            InvalidSnapshot: a file is missing or does not match its checksum, the contract
+            InvalidSnapshot: no directory ``path`` or a snapshot's own (not its export), a file
+                is missing or does not match its checksum, the contract
                 or an id table cannot be served from (`streamrec.serving.loading.read_export`),
                 or the engine cannot load the graph or scores a probe batch as NaN or infinity.
             NotServable: its contract declares an input this scorer cannot build (another
                 learner's export, scored as its ``contract.json`` says).
         """
         self.path = Path(path)
+        _require_export_directory(self.path)
         try:
             self._read(read_export(self.path))
             self._engine = open_engine(self.path, self.contract, engine, threads)
@@ -192,6 +194,26 @@ class ExportedModel:
     def _run(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         with self._lock:
             return self._engine.run(inputs)
+
+
+def _require_export_directory(path: Path) -> None:
+    """Refuse a ``path`` that is no export at all (not a damaged one: that is rebuilt).
+
+    Raises:
+        InvalidSnapshot: no directory ``path``, or a snapshot's own directory, not its export.
+    """
+    if not path.is_dir():
+        raise InvalidSnapshot(
+            f"no export directory {path}: give an export's directory (<snapshot dir>/exports/v000007, "
+            "which export_snapshot returns)"
+        )
+    version = parse_version(path.name)
+    snapshot = (path / MANIFEST).exists() and not (path / CONTRACT).exists() and path.parent.name != EXPORTS
+    if version is not None and snapshot:
+        raise InvalidSnapshot(
+            f"{path} is snapshot version {version}, not its export: export_snapshot(store, {version}) "
+            f"writes and returns {path.parent / EXPORTS / path.name}"
+        )
 
 
 class Scorer:

@@ -302,3 +302,20 @@ def test_a_loaded_export_and_a_scorer_say_what_they_serve_in_their_repr(tmp_path
     assert repr(model) == f"ExportedModel(version=1, engine={model.engine!r}, path={str(model.path)!r})"
     scorer = Scorer(tmp_path)
     assert repr(scorer) == f"Scorer(root={str(tmp_path)!r}, version=1, current=1, load_failures=0)"
+
+
+def test_an_export_path_that_is_no_export_is_named_as_such(tmp_path: Path) -> None:
+    # Found by the Python-API tour: a mistyped path read "manifest.json is missing or unreadable:
+    # rebuild it with `streamrec snapshot export VERSION --rebuild`", and a snapshot's own directory
+    # (not its export) "contract.json cannot be served from (FileNotFoundError: ...)": both sent the
+    # user to rebuild an export that was never asked for.
+    learner = trained(config())
+    store = SnapshotStore(tmp_path)
+    store.write(
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
+    )
+    with pytest.raises(InvalidSnapshot, match=r"^no export directory .*nope: give an export's directory"):
+        ExportedModel(tmp_path / "nope")
+    with pytest.raises(InvalidSnapshot, match=r"v000001 is snapshot version 1, not its export: export_snap"):
+        ExportedModel(store.path(1))
