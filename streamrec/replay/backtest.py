@@ -248,7 +248,12 @@ def run_all(
 
 
 def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[str, Any]:
-    """Run the backtest ``cfg`` describes; returns the report (see ``streamrec.replay.report``)."""
+    """Run the backtest ``cfg`` describes; returns the report (see ``streamrec.replay.report``).
+
+    The report is the JSON schema's as a dict, but for its undefined figures (a baseline's
+    ``backward_auc``, say): NaN here, null as `streamrec.replay.report.to_json` writes it
+    (``json.dumps`` would write ``NaN``, which JSON does not allow).
+    """
     start = time.perf_counter()
     if "vw" in cfg.strategies:
         require_vw()  # before minutes of sample building, not after
