@@ -24,16 +24,18 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import logging
 import signal
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import ModuleType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: Paddle's package, and its package whose import sets Paddle's handlers.
 _KEPT_IMPORTS = frozenset({"paddle", "paddle.base"})
+_CCACHE = "No ccache found"  # Paddle's import-time warning (it only builds C++ extensions)
 
 
 @contextmanager
@@ -55,10 +57,46 @@ def stop_signals_kept() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+@contextmanager
+def root_logging_kept() -> Iterator[None]:
+    """Through the block, the root logger's handlers, level and propagation put back as they were.
+
+    Paddle's import gives the root logger an INFO ``StreamHandler`` (``paddle.distributed``'s
+    ``get_logger(name="root")``): a program importing streamrec would print every library's INFO
+    records on stderr. A library leaves logging to the program (the CLI configures it).
+    """
+    root = logging.getLogger()
+    handlers, level, propagate = list(root.handlers), root.level, root.propagate
+    try:
+        yield
+    finally:
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+        root.setLevel(level)
+        root.propagate = propagate
+
+
+@contextmanager
+def ccache_warning_hidden() -> Iterator[None]:
+    """Through the block, Paddle's warning that ccache is missing ignored; the filter gone after.
+
+    Only this filter is taken out again: those the import adds (numpy's, pkg_resources') stay.
+    """
+    warnings.filterwarnings("ignore", message=_CCACHE)
+    ours = warnings.filters[0]
+    try:
+        yield
+    finally:
+        filters = warnings.filters  # a list, typed a Sequence
+        with suppress(ValueError):  # the program reset the filters meanwhile
+            if isinstance(filters, list):
+                filters.remove(ours)
+
+
 class _PaddleImport(importlib.abc.MetaPathFinder):
     """Finds ``paddle`` and ``paddle.base`` as the path finder does; runs their imports held back.
 
-    Each one's import runs in `stop_signals_kept`.
+    Each one's import runs in `stop_signals_kept`, `root_logging_kept` and `ccache_warning_hidden`.
     """
 
     def find_spec(
@@ -73,7 +111,7 @@ class _PaddleImport(importlib.abc.MetaPathFinder):
         run_module = loader.exec_module
 
         def exec_module(module: ModuleType) -> None:
-            with stop_signals_kept():
+            with stop_signals_kept(), root_logging_kept(), ccache_warning_hidden():
                 run_module(module)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]  # this spec's loader alone
@@ -81,10 +119,13 @@ class _PaddleImport(importlib.abc.MetaPathFinder):
 
 
 def keep_stop_signals_from_paddle() -> None:
-    """Have Paddle's first import in this process keep SIGINT's and SIGTERM's handlers.
+    """Have Paddle's first import in this process keep SIGINT's and SIGTERM's handlers, and logging.
 
-    Wherever the import comes from, it runs in `stop_signals_kept`. Once Paddle is imported,
-    this does nothing.
+    Wherever the import comes from, it runs in `stop_signals_kept`, `root_logging_kept` and
+    `ccache_warning_hidden`. Once Paddle is imported, this does nothing. The packages whose
+    modules import Paddle (`streamrec.learner`, `streamrec.serving`) call it as they are
+    imported, for programs that use streamrec as a library; each command calls it first
+    (`before_paddle`).
     """
     if "paddle" in sys.modules or any(isinstance(f, _PaddleImport) for f in sys.meta_path):
         return
@@ -103,4 +144,4 @@ def before_paddle() -> None:
 
 def quiet_paddle_import() -> None:
     """Silence Paddle's import-time warning that ccache is missing (it only builds C++ extensions)."""
-    warnings.filterwarnings("ignore", message="No ccache found")
+    warnings.filterwarnings("ignore", message=_CCACHE)

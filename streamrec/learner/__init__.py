@@ -18,6 +18,7 @@ Names are imported when first used: Paddle loads only with `DINLearner` or `Deep
 from __future__ import annotations
 
 from streamrec.lazy import lazy_exports
+from streamrec.paddlesignals import keep_stop_signals_from_paddle
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ __all__ = [
     "logloss",
     "yield_checks",
 ]
+
+# Its modules import Paddle: a program's signal handlers and root logger are kept through that import.
+keep_stop_signals_from_paddle()
 
 __getattr__, __dir__ = lazy_exports(
     __name__,

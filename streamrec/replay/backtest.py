@@ -73,13 +73,18 @@ class BacktestConfig:
 
         Raises:
             ConfigError: the first such setting, or a strategy no backtest knows.
-            TypeError: a count that is not an int, names given as one string, or a
-                ``dump_samples`` that is no path.
+            TypeError: a count that is not an int, a ``warmup`` not a number, ``settings`` not a
+                `StreamrecConfig`, names given as one string, or a ``dump_samples`` that is no path.
         """
         for name in ("limit", "interval_ms", "batch_size", "retrain_every", "seed", "jobs"):
             value = getattr(self, name)
             if not (value is None or (isinstance(value, int) and not isinstance(value, bool))):
                 raise TypeError(f"BacktestConfig.{name} must be an int, not {value!r}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int | float):
+            raise TypeError(f"BacktestConfig.warmup must be a number, not {self.warmup!r}")
+        if not isinstance(self.settings, StreamrecConfig):
+            got = type(self.settings).__name__
+            raise TypeError(f"BacktestConfig.settings must be a StreamrecConfig (load_config()), not {got}")
         for name in ("strategies", "ewc_lambdas", "ablate"):
             if isinstance(names := getattr(self, name), str):  # a string is a tuple of letters
                 raise TypeError(f"BacktestConfig.{name} must be a tuple of names, not {names!r}")
@@ -243,7 +248,12 @@ def run_all(
 
 
 def backtest(cfg: BacktestConfig, on_progress: Progress | None = None) -> dict[str, Any]:
-    """Run the backtest ``cfg`` describes; returns the report (see ``streamrec.replay.report``)."""
+    """Run the backtest ``cfg`` describes; returns the report (see ``streamrec.replay.report``).
+
+    The report is the JSON schema's as a dict, but for its undefined figures (a baseline's
+    ``backward_auc``, say): NaN here, null as `streamrec.replay.report.to_json` writes it
+    (``json.dumps`` would write ``NaN``, which JSON does not allow).
+    """
     start = time.perf_counter()
     if "vw" in cfg.strategies:
         require_vw()  # before minutes of sample building, not after

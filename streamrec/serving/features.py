@@ -105,12 +105,17 @@ def candidate_columns(candidates: Sequence[Candidate]) -> dict[str, Sequence[str
     """The ids of ``candidates`` of each of the default schema's features (`PAIR`), by name.
 
     Raises:
-        TypeError: a candidate is not a `Candidate` (an item id, say).
+        TypeError: a candidate is not a `Candidate` (an item id, say), or its ids are not strings.
     """
     if isinstance(candidates, Candidates):
         return dict(zip(PAIR, (candidates.item_ids, candidates.category_ids), strict=True))
     if (odd := next((c for c in candidates if not isinstance(c, Candidate)), None)) is not None:
         raise TypeError(f"candidates are Candidate values (Candidate(item_id, category_id)), not {odd!r}")
+    if (odd := next((c for c in candidates if not isinstance(c.item_id, str)), None)) is not None:
+        raise TypeError(f"a candidate's item_id is a str, not {odd.item_id!r} ({type(odd.item_id).__name__})")
+    if (odd := next((c for c in candidates if not isinstance(c.category_id, str | None)), None)) is not None:
+        wrong = odd.category_id
+        raise TypeError(f"a candidate's category_id is a str or None, not {wrong!r} ({type(wrong).__name__})")
     return {name: [c.target_id(name) for c in candidates] for name in PAIR}
 
 

@@ -34,7 +34,7 @@ from streamrec.serving.features import Candidate as Candidate  # its home before
 from streamrec.serving.loading import ExportContents, read_export
 from streamrec.serving.probe import require_finite_scores
 from streamrec.snapshots.directory import parse_version
-from streamrec.snapshots.exports import rebuild_hint
+from streamrec.snapshots.exports import CONTRACT, EXPORTS, MANIFEST, rebuild_hint
 from streamrec.snapshots.pointer import require_root
 from streamrec.snapshots.store import SnapshotStore, version_name
 
@@ -56,13 +56,15 @@ class ExportedModel:
         `streamrec.serving.batching`).
 
         Raises:
-            InvalidSnapshot: a file is missing or does not match its checksum, the contract
+            InvalidSnapshot: no directory ``path`` or a snapshot's own (not its export), a file
+                is missing or does not match its checksum, the contract
                 or an id table cannot be served from (`streamrec.serving.loading.read_export`),
                 or the engine cannot load the graph or scores a probe batch as NaN or infinity.
             NotServable: its contract declares an input this scorer cannot build (another
                 learner's export, scored as its ``contract.json`` says).
         """
         self.path = Path(path)
+        _require_export_directory(self.path)
         try:
             self._read(read_export(self.path))
             self._engine = open_engine(self.path, self.contract, engine, threads)
@@ -73,6 +75,10 @@ class ExportedModel:
         self._lock = threading.Lock()  # one engine runs one request at a time
         # Not the bound ``self._run``: the model would hold itself, freed only by a full collection.
         self.combiner = Combiner(partial(_run, self._engine, self._lock), batch_candidates)
+
+    def __repr__(self) -> str:
+        """The version, the engine running it and the export's path."""
+        return f"ExportedModel(version={self.version}, engine={self.engine!r}, path={str(self.path)!r})"
 
     def _read(self, contents: ExportContents) -> None:
         """What scoring needs of the export, as `read_export` read it."""
@@ -107,12 +113,17 @@ class ExportedModel:
 
         Raises:
             InvalidEvent: a request's feature value breaks its declaration.
-            TypeError: a behaviour is not an (item, category) pair, or a candidate not a `Candidate`.
+            TypeError: a behaviour is not an (item, category) pair of str, a candidate not a
+                `Candidate` of str ids, or ``user_id`` not a str.
         """
+        if not isinstance(user_id, str):
+            raise TypeError(f"user_id is a str, not {user_id!r}")  # MovieLens's ids are numbers
         recent = list(history)[-self.length :]
         odd = next((p for p in recent if not isinstance(p, tuple | list) or len(p) != 2), None)
         if odd is not None:
             raise TypeError(f"history holds (item, category) pairs, not {odd!r}")  # "i2" would read as i, 2
+        if (odd := next((p for p in recent if not all(isinstance(x, str) for x in p)), None)) is not None:
+            raise TypeError(f"history holds (item, category) pairs of str, not {tuple(odd)!r}")
         n = len(candidates)
         columns = candidate_columns(candidates)
         targets, sequences = {}, {}
@@ -192,6 +203,26 @@ def _run(engine: Engine, lock: threading.Lock, inputs: Mapping[str, np.ndarray])
         return engine.run(inputs)
 
 
+def _require_export_directory(path: Path) -> None:
+    """Refuse a ``path`` that is no export at all (not a damaged one: that is rebuilt).
+
+    Raises:
+        InvalidSnapshot: no directory ``path``, or a snapshot's own directory, not its export.
+    """
+    if not path.is_dir():
+        raise InvalidSnapshot(
+            f"no export directory {path}: give an export's directory (<snapshot dir>/exports/v000007, "
+            "which export_snapshot returns)"
+        )
+    version = parse_version(path.name)
+    snapshot = (path / MANIFEST).exists() and not (path / CONTRACT).exists() and path.parent.name != EXPORTS
+    if version is not None and snapshot:
+        raise InvalidSnapshot(
+            f"{path} is snapshot version {version}, not its export: export_snapshot(store, {version}) "
+            f"writes and returns {path.parent / EXPORTS / path.name}"
+        )
+
+
 class Scorer:
     """Scores with the promoted version of a snapshot directory, following its pointer.
 
@@ -224,6 +255,13 @@ class Scorer:
         self._failure: tuple[int | None, str] | None = None  # the last one logged
         self.loaded: LoadedVersion | None = None  # the last version loaded, for freshness
         self.model = self._start()
+
+    def __repr__(self) -> str:
+        """The snapshot directory, the version served, the one the pointer names, the failed loads."""
+        return (
+            f"Scorer(root={str(self.store.root)!r}, version={self.version}, current={self.current}, "
+            f"load_failures={self.load_failures})"
+        )
 
     @property
     def version(self) -> int:

@@ -84,3 +84,51 @@ def test_signal_each_rank_once_leaves_a_launcher_laid_out_otherwise_as_it_is(
     with caplog.at_level(logging.WARNING, "streamrec.launch"):
         signal_each_rank_once()
     assert "no ProcessContext.terminate" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "import streamrec; from streamrec.learner import DINLearner; "
+        "DINLearner(streamrec.load_config().model)",
+        "import streamrec.serving.export",
+        "from streamrec.replay import BacktestConfig; from streamrec.replay.backtest import backtest; "
+        "backtest(BacktestConfig('synthetic:events=300', strategies=('finetune',)))",
+    ],
+)
+def test_a_library_user_keeps_the_root_logger_as_it_was_through_paddles_import(entry: str) -> None:
+    """Paddle's import adds an INFO StreamHandler to the root logger (paddle.distributed's
+    ``get_logger(name="root")``): a notebook that only imports streamrec would then print every
+    library's INFO records. The library puts the root logger's handlers and level back.
+    """
+    code = (
+        "import logging, sys\n"
+        f"{entry}\n"
+        "assert 'paddle' in sys.modules\n"
+        "root = logging.getLogger()\n"
+        "print(root.handlers, logging.getLevelName(root.level), root.propagate)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[] WARNING True", done.stdout
+
+
+def test_a_library_user_sees_no_ccache_warning_and_keeps_their_warning_filters() -> None:
+    """Paddle's import warns that ccache is missing (it only builds C++ extensions): noise in every
+    program that imports `DINLearner`. The CLI filters it process-wide; the library silences it
+    for that import only, leaving the program's filters (and those Paddle's import adds).
+    """
+    code = (
+        "import warnings\n"
+        "warnings.simplefilter('default')\n"
+        "before = list(warnings.filters)\n"
+        "from streamrec.learner import DINLearner\n"
+        "import paddle\n"
+        "assert all(f in warnings.filters for f in before), 'filters removed'\n"
+        "assert not [f for f in warnings.filters if f[1] is not None and 'ccache' in f[1].pattern], 'left'\n"
+        "warnings.warn('No ccache found, said later')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ccache" not in done.stderr.replace("No ccache found, said later", ""), done.stderr[-2000:]
+    assert "No ccache found, said later" in done.stderr  # the filter was the import's only

@@ -92,6 +92,10 @@ def test_a_bad_flag_is_refused_in_one_line_naming_it(args: list[str], flag: str)
         # a str: '>=' not supported; a float batch size was taken
         ({"jobs": "2"}, TypeError, "jobs must be an int, not '2'"),
         ({"batch_size": 2.5}, TypeError, "batch_size must be an int, not 2.5"),
+        # found by the API tour (M): "'<=' not supported between instances of 'int' and 'str'", and
+        # settings as a dict passed until backtest ran: "'dict' object has no attribute 'feature_schema'"
+        ({"warmup": "0.5"}, TypeError, "warmup must be a number, not '0.5'"),
+        ({"settings": {}}, TypeError, "settings must be a StreamrecConfig (load_config()), not dict"),
     ],
 )
 def test_a_backtest_config_made_in_python_is_checked_as_the_flags_are(

@@ -269,3 +269,53 @@ def test_the_scorer_refuses_what_is_not_its_input_naming_it(tmp_path: Path) -> N
         model.score("u1", ["i2"], [Candidate("i1")])  # type: ignore[list-item]
     with pytest.raises(TypeError, match=r"SampleColumns\.from_samples\(samples\)\), not list"):
         model.score_batch([Sample("e1", "u1", 1, "i1", "c1", 1, (), ())])  # type: ignore[arg-type]
+
+
+def test_the_scorer_refuses_ids_that_are_not_strings_naming_them(tmp_path: Path) -> None:
+    # Found by the Python-API tour: MovieLens's ids are numbers, and Candidate(5) or a user id of
+    # None reached the id hash: TypeError "descriptor 'encode' for 'str' objects doesn't apply to a
+    # 'int' object", naming neither the candidate nor the user.
+    model = ExportedModel(write_export(trained(config()), tmp_path / "v000001", 1))
+    with pytest.raises(TypeError, match=r"a candidate's item_id is a str, not 5 \(int\)"):
+        model.score("u1", [], [Candidate("i1"), Candidate(5)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"a candidate's category_id is a str or None, not 7 \(int\)"):
+        model.score("u1", [], [Candidate("i1", 7)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"user_id is a str, not None"):
+        model.score(None, [], [Candidate("i1")])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"history holds \(item, category\) pairs of str, not \(1, 'c1'\)"):
+        model.score("u1", [(1, "c1")], [Candidate("i1")])  # type: ignore[list-item]
+
+
+def test_a_loaded_export_and_a_scorer_say_what_they_serve_in_their_repr(tmp_path: Path) -> None:
+    # Found by the Python-API tour: a notebook showed "<streamrec.serving.scorer.ExportedModel
+    # object at 0x7f...>", saying neither the version, the path nor the engine.
+    from streamrec.serving.scorer import Scorer
+
+    store = SnapshotStore(tmp_path)
+    learner = trained(config())
+    store.write(
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
+    )
+    store.promote(1)
+    model = ExportedModel(export_snapshot(store, 1))
+    assert repr(model) == f"ExportedModel(version=1, engine={model.engine!r}, path={str(model.path)!r})"
+    scorer = Scorer(tmp_path)
+    assert repr(scorer) == f"Scorer(root={str(tmp_path)!r}, version=1, current=1, load_failures=0)"
+
+
+def test_an_export_path_that_is_no_export_is_named_as_such(tmp_path: Path) -> None:
+    # Found by the Python-API tour: a mistyped path read "manifest.json is missing or unreadable:
+    # rebuild it with `streamrec snapshot export VERSION --rebuild`", and a snapshot's own directory
+    # (not its export) "contract.json cannot be served from (FileNotFoundError: ...)": both sent the
+    # user to rebuild an export that was never asked for.
+    learner = trained(config())
+    store = SnapshotStore(tmp_path)
+    store.write(
+        group_state(learner.state_arrays()), micro_batches=1, samples_trained=0, positions=(),
+        config={"model": learner.cfg.model_dump(mode="json"), "features": learner.schema.to_json()},
+    )
+    with pytest.raises(InvalidSnapshot, match=r"^no export directory .*nope: give an export's directory"):
+        ExportedModel(tmp_path / "nope")
+    with pytest.raises(InvalidSnapshot, match=r"v000001 is snapshot version 1, not its export: export_snap"):
+        ExportedModel(store.path(1))
