@@ -1,4 +1,4 @@
-"""Paddle's import, kept from taking SIGINT's and SIGTERM's handlers.
+"""Paddle's import, kept from taking SIGINT's and SIGTERM's handlers (and the root logger).
 
 Paddle sets C++ handlers process-wide when it is first imported (glog's failure handler, with
 Paddle's writer): on SIGSEGV, SIGABRT and the other crash signals, and on SIGTERM. On SIGTERM
@@ -118,8 +118,8 @@ class _PaddleImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def keep_stop_signals_from_paddle() -> None:
-    """Have Paddle's first import in this process keep SIGINT's and SIGTERM's handlers, and logging.
+def guard_paddle_import() -> None:
+    """Have Paddle's first import in this process leave SIGINT's and SIGTERM's handlers, and logging, be.
 
     Wherever the import comes from, it runs in `stop_signals_kept`, `root_logging_kept` and
     `ccache_warning_hidden`. Once Paddle is imported, this does nothing. The packages whose
@@ -135,11 +135,11 @@ def keep_stop_signals_from_paddle() -> None:
 def before_paddle() -> None:
     """What each process streamrec starts does before Paddle's first import.
 
-    The stop handlers kept (`keep_stop_signals_from_paddle`), and Paddle's import-time warning
+    The stop handlers kept (`guard_paddle_import`), and Paddle's import-time warning
     that ccache is missing silenced (`quiet_paddle_import`).
     """
     quiet_paddle_import()
-    keep_stop_signals_from_paddle()
+    guard_paddle_import()
 
 
 def quiet_paddle_import() -> None:

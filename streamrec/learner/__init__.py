@@ -18,7 +18,7 @@ Names are imported when first used: Paddle loads only with `DINLearner` or `Deep
 from __future__ import annotations
 
 from streamrec.lazy import lazy_exports
-from streamrec.paddlesignals import keep_stop_signals_from_paddle
+from streamrec.paddlesignals import guard_paddle_import
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 # Its modules import Paddle: a program's signal handlers and root logger are kept through that import.
-keep_stop_signals_from_paddle()
+guard_paddle_import()
 
 __getattr__, __dir__ = lazy_exports(
     __name__,

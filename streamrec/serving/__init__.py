@@ -9,7 +9,7 @@ promoted. `build_app` is the HTTP app of ``streamrec serve``.
 from __future__ import annotations
 
 from streamrec.lazy import lazy_exports
-from streamrec.paddlesignals import keep_stop_signals_from_paddle
+from streamrec.paddlesignals import guard_paddle_import
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads either)
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["Candidate", "ExportedModel", "Scorer", "build_app", "export_snapshot"]
 
 # Its modules import Paddle: a program's signal handlers and root logger are kept through that import.
-keep_stop_signals_from_paddle()
+guard_paddle_import()
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
