@@ -154,9 +154,9 @@ def changed_settings(cfg: StreamrecConfig, manifest: SnapshotManifest) -> list[s
     As ``STREAMREC_MODEL__<NAME>=<then> (now <now>)``; those that only start a model (the seed,
     the device) are left out.
     """
-    saved = {**MODEL_SETTINGS_BEFORE, **manifest.config.get("model", {})}
+    recorded = {**MODEL_SETTINGS_BEFORE, **manifest.config.get("model", {})}
+    saved = {key: _as_now(type(cfg.model), key, value) for key, value in recorded.items()}
     now = cfg.model.model_dump(mode="json")
-    saved = {key: as_now(type(cfg.model), key, value) for key, value in saved.items()}
     return [
         f"STREAMREC_MODEL__{key.upper()}={json.dumps(saved[key])} (now {json.dumps(value)})"
         for key, value in now.items()
@@ -164,7 +164,7 @@ def changed_settings(cfg: StreamrecConfig, manifest: SnapshotManifest) -> list[s
     ]
 
 
-def as_now(model: type[BaseModel], key: str, value: Any) -> Any:
+def _as_now(model: type[BaseModel], key: str, value: Any) -> Any:
     """A recorded model setting as this release writes it: the defaults of fields added since.
 
     A release before a field of a setting existed (a table's ``also``) did not record it, so the
