@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
 from streamrec.config.section import SECTION
 from streamrec.features.schema import BUILTIN
@@ -185,6 +185,17 @@ class ModelConfig(BaseModel):
         """The recorded settings (``tables[i].field`` for a table's) that `recorded` leaves out."""
         return _split_known(doc)[1]
 
+    @staticmethod
+    def as_written(doc: Mapping[str, Any]) -> dict[str, Any]:
+        """Each recorded setting as this release writes it (`model_dump`'s JSON), to compare with one.
+
+        A setting from before it existed takes `MODEL_SETTINGS_BEFORE`, and a release before a
+        field of a setting existed (a table's ``also``) did not record it, so the setting takes the
+        field's default. Unlike `recorded`, which leaves them out, a value this release no longer
+        accepts and a setting it does not have are kept as recorded: they differ from any of today's.
+        """
+        return {key: _as_written(key, value) for key, value in {**MODEL_SETTINGS_BEFORE, **doc}.items()}
+
     def table(self, feature: Feature) -> TableConfig | None:
         """The table embedding ``feature``, if any."""
         return next((t for t in self.tables if feature in (t.feature, *t.also)), None)
@@ -209,3 +220,15 @@ def _split_known(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
                 table = {k: v for k, v in table.items() if k in fields}
             known["tables"].append(table)
     return known, unknown
+
+
+def _as_written(key: str, value: Any) -> Any:  # noqa: ANN401 - a recorded setting's value
+    """A recorded setting ``key``'s value through its field's type; as recorded if it does not validate."""
+    field = ModelConfig.model_fields.get(key)
+    if field is None or field.annotation is None:
+        return value
+    adapter: TypeAdapter[Any] = TypeAdapter(field.annotation)
+    try:
+        return adapter.dump_python(adapter.validate_python(value), mode="json")
+    except ValidationError:
+        return value

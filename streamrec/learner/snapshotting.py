@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from streamrec.config import MODEL_SETTINGS_BEFORE, MODEL_SETTINGS_INIT_ONLY, StreamrecConfig
+from streamrec.config import MODEL_SETTINGS_INIT_ONLY, StreamrecConfig
 from streamrec.errors import ConfigError, InvalidSnapshot, NonFiniteWeights, SnapshotError
 from streamrec.features.schema import FeatureSchema
 from streamrec.learner.base import Learner
@@ -154,31 +153,13 @@ def changed_settings(cfg: StreamrecConfig, manifest: SnapshotManifest) -> list[s
     As ``STREAMREC_MODEL__<NAME>=<then> (now <now>)``; those that only start a model (the seed,
     the device) are left out.
     """
-    recorded = {**MODEL_SETTINGS_BEFORE, **manifest.config.get("model", {})}
-    saved = {key: _as_now(type(cfg.model), key, value) for key, value in recorded.items()}
+    saved = cfg.model.as_written(manifest.config.get("model", {}))
     now = cfg.model.model_dump(mode="json")
     return [
         f"STREAMREC_MODEL__{key.upper()}={json.dumps(saved[key])} (now {json.dumps(value)})"
         for key, value in now.items()
         if key in saved and saved[key] != value and key not in MODEL_SETTINGS_INIT_ONLY
     ]
-
-
-def _as_now(model: type[BaseModel], key: str, value: Any) -> Any:
-    """A recorded model setting as this release writes it: the defaults of fields added since.
-
-    A release before a field of a setting existed (a table's ``also``) did not record it, so the
-    setting it kept would differ from today's dump of the same one. A value this release no
-    longer accepts (or a setting it no longer has) is left as recorded.
-    """
-    field = model.model_fields.get(key)
-    if field is None or field.annotation is None:
-        return value
-    adapter: TypeAdapter[Any] = TypeAdapter(field.annotation)
-    try:
-        return adapter.dump_python(adapter.validate_python(value), mode="json")
-    except ValidationError:
-        return value
 
 
 def snapshot_config(cfg: StreamrecConfig, schema: FeatureSchema) -> dict[str, Any]:

@@ -9,6 +9,7 @@ on a broken link, a missing anchor or a page left out of the navigation.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import importlib.util
 import re
 from pathlib import Path
@@ -313,10 +314,8 @@ BYTES = {"KiB": 1024, "MiB": 1 << 20, "KB": 1024, "MB": 1 << 20}
 
 def _default(env: str) -> Any:  # noqa: ANN401 - any setting's value
     """The configuration's default for the setting named ``env``."""
-    section, _, name = env.removeprefix("STREAMREC_").lower().partition("__")
-    if not name:
-        return StreamrecConfig.model_fields[section].default
-    return getattr(StreamrecConfig.model_fields[section].default, name)
+    section, *names = env.removeprefix("STREAMREC_").lower().split("__")
+    return functools.reduce(getattr, names, StreamrecConfig.model_fields[section].default)
 
 
 def _in_setting_units(env: str, number: float, unit: str | None) -> float | None:
