@@ -109,14 +109,23 @@ def candidate_columns(candidates: Sequence[Candidate]) -> dict[str, Sequence[str
     """
     if isinstance(candidates, Candidates):
         return dict(zip(PAIR, (candidates.item_ids, candidates.category_ids), strict=True))
-    if (odd := next((c for c in candidates if not isinstance(c, Candidate)), None)) is not None:
-        raise TypeError(f"candidates are Candidate values (Candidate(item_id, category_id)), not {odd!r}")
-    if (odd := next((c for c in candidates if not isinstance(c.item_id, str)), None)) is not None:
-        raise TypeError(f"a candidate's item_id is a str, not {odd.item_id!r} ({type(odd.item_id).__name__})")
-    if (odd := next((c for c in candidates if not isinstance(c.category_id, str | None)), None)) is not None:
-        wrong = odd.category_id
-        raise TypeError(f"a candidate's category_id is a str or None, not {wrong!r} ({type(wrong).__name__})")
+    if (odd := next((c for c in candidates if not _of_str_ids(c)), None)) is not None:
+        if not isinstance(odd, Candidate):
+            raise TypeError(f"candidates are Candidate values (Candidate(item_id, category_id)), not {odd!r}")
+        item_wrong = not isinstance(odd.item_id, str)
+        name, kind = ("item_id", "a str") if item_wrong else ("category_id", "a str or None")
+        wrong = getattr(odd, name)
+        raise TypeError(f"a candidate's {name} is {kind}, not {wrong!r} ({type(wrong).__name__})")
     return {name: [c.target_id(name) for c in candidates] for name in PAIR}
+
+
+def _of_str_ids(candidate: object) -> bool:
+    """Whether ``candidate`` is a `Candidate` of str ids (its category may be None): one test a candidate."""
+    return (
+        isinstance(candidate, Candidate)
+        and isinstance(candidate.item_id, str)
+        and isinstance(candidate.category_id, str | None)
+    )
 
 
 class StoredHistory(list[tuple[str, str]]):

@@ -119,10 +119,9 @@ class ExportedModel:
         if not isinstance(user_id, str):
             raise TypeError(f"user_id is a str, not {user_id!r}")  # MovieLens's ids are numbers
         recent = list(history)[-self.length :]
-        odd = next((p for p in recent if not isinstance(p, tuple | list) or len(p) != 2), None)
-        if odd is not None:
-            raise TypeError(f"history holds (item, category) pairs, not {odd!r}")  # "i2" would read as i, 2
-        if (odd := next((p for p in recent if not all(isinstance(x, str) for x in p)), None)) is not None:
+        if (odd := next((p for p in recent if not _str_pair(p)), None)) is not None:
+            if not isinstance(odd, tuple | list) or len(odd) != 2:  # "i2" would read as i, 2
+                raise TypeError(f"history holds (item, category) pairs, not {odd!r}")
             raise TypeError(f"history holds (item, category) pairs of str, not {tuple(odd)!r}")
         n = len(candidates)
         columns = candidate_columns(candidates)
@@ -359,3 +358,10 @@ class Scorer:
             self.model = model  # one reference swap: a request holds the model it started with
             logger.info("serving version=%s engine=%s", version_name(current), model.engine)
             return True
+
+
+def _str_pair(pair: object) -> bool:
+    """Whether ``pair`` is an (item, category) pair of str: one test of a behaviour on a request's path."""
+    if not isinstance(pair, tuple | list) or len(pair) != 2:
+        return False
+    return isinstance(pair[0], str) and isinstance(pair[1], str)
