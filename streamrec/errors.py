@@ -280,3 +280,7 @@ class PartitionFenced(FeatureStoreError):
     stalled past its session timeout): it stops without writing to it or committing a batch
     of it; restart it to rejoin.
     """
+
+
+class PartitionerMismatch(ConfigError):
+    """The events' records are where another partitioner puts them: set STREAMREC_KAFKA__PARTITIONER."""

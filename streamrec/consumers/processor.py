@@ -199,10 +199,9 @@ class SampleBuilder:
             self._join.describe = self._maker.described  # a join window keeps its impression's
 
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
-        """Split records into valid events and dead letters.
+        """Split records into valid events (with their records) and dead letters (with reasons).
 
-        Split records into valid events (with their records) and dead letters (with reasons,
-        misplaced records among them): pure, so it may run ahead of the batch's turn.
+        Misplaced records are dead letters too. Pure, so it may run ahead of the batch's turn.
         """
         events: list[tuple[Event, KafkaMessage, Partition]] = []
         dead: list[DeadLetter] = []
@@ -258,6 +257,8 @@ class SampleBuilder:
         if parsed is None:
             now_ms = int(time.time() * 1000) if now_ms is None else now_ms
             parsed = self.parse(records, now_ms)
+        if self.placement is not None:  # before any effect: misplaced records may mean a wrong setting
+            self.placement.check()
         events, spans = parsed.events, parsed.spans
         dead = list(parsed.dead)  # a redo starts from the same dead letters
         self._claim(spans)
