@@ -201,7 +201,7 @@ class SampleBuilder:
     def parse(self, records: Sequence[KafkaMessage], now_ms: int) -> Parsed:
         """Split records into valid events (with their records) and dead letters (with reasons).
 
-        Misplaced records are dead letters too. Pure, so it may run ahead of the batch's turn.
+        Misplaced records are dead letters too. Pure but for their evidence (`Placement.judge`): runs ahead.
         """
         events: list[tuple[Event, KafkaMessage, Partition]] = []
         dead: list[DeadLetter] = []
