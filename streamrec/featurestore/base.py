@@ -12,7 +12,7 @@ from typing import overload
 
 import msgspec
 
-from streamrec.errors import ConfigError
+from streamrec.errors import ConfigError, a_kind
 from streamrec.events import Event
 from streamrec.features.schema import FeatureSchema, FeatureSpec, Value
 from streamrec.featurestore import values
@@ -290,6 +290,33 @@ def _topic_epoch(stored: str | None, topic_id: str | None) -> tuple[int, str | N
     return int(epoch) + 1, before
 
 
+def users_of(arrivals: Sequence[Arrival]) -> list[str]:
+    """Each arrival's user id, as `FeatureStore.update` reads them first.
+
+    Raises:
+        TypeError: ``arrivals`` is not a sequence of `Arrival` of events, named by the item.
+    """
+    if not isinstance(arrivals, Sequence):
+        raise TypeError(f"update takes a sequence of Arrival, not a sequence: {a_kind(arrivals)}")
+    try:
+        return [arrival.event.user_id for arrival in arrivals]
+    except AttributeError:
+        for index, item in enumerate(arrivals):
+            if not isinstance(item, Arrival):
+                wrap = ": wrap each event as Arrival(event, origin)" if isinstance(item, Event) else ""
+                raise TypeError(
+                    f"update takes a sequence of Arrival, but item {index} is {a_kind(item)} "
+                    f"{item!r:.80}{wrap}"
+                ) from None
+            if not isinstance(item.event, Event):
+                raise TypeError(
+                    f"update takes a sequence of Arrival of events, but item {index} is an Arrival of "
+                    f"{a_kind(item.event)}, not of an Event"
+                ) from None
+        raise
+
+
+
 def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
     """The earliest event time of each item in ``events``."""
     earliest: dict[str, int] = {}
@@ -399,6 +426,10 @@ class FeatureStore(PartitionStore):
         time an item is seen is kept: the earliest of its events, whatever their order; every
         arrival counts, duplicates and reused ids too (an item that was seen was seen, and
         the store learns it without waiting for the verdicts).
+
+        Raises:
+            TypeError: ``arrivals`` is not a sequence of `Arrival` (an `Event` is wrapped as
+                ``Arrival(event, origin)``); nothing of the batch is stored.
         """
 
     @abstractmethod

@@ -52,6 +52,7 @@ from streamrec.featurestore.base import (
     FeatureStore,
     StoreUpdate,
     earliest_per_item,
+    users_of,
 )
 from streamrec.featurestore.partitions import (
     FENCED_ADVICE,
@@ -229,8 +230,12 @@ class RedisFeatureStore(FeatureStore):
             FeatureStoreLost: the markers `attach` found are gone: Redis lost its data.
         """
         by_user: dict[str, list[int]] = defaultdict(list)  # user -> indexes into arrivals
-        for index, arrival in enumerate(arrivals):
-            by_user[arrival.event.user_id].append(index)
+        try:
+            for index, arrival in enumerate(arrivals):
+                by_user[arrival.event.user_id].append(index)
+        except (AttributeError, TypeError):
+            users_of(arrivals)  # the TypeError naming what update takes, if that is what failed
+            raise
         calls = self._calls(list(by_user), self.key)
         earliest = earliest_per_item(a.event for a in arrivals)
         item_calls = self._calls(list(earliest), self.item_key, _ITEMS_PER_CALL)

@@ -23,6 +23,7 @@ MODULES = (
     "streamrec.deadletter_summary",
     "streamrec.datasets.sources",
     "streamrec.datasets.synthetic",
+    "streamrec.errors",
     "streamrec.events",
     "streamrec.features.schema",
     "streamrec.featurestore.memory",
