@@ -12,6 +12,7 @@ from typing import overload
 
 import msgspec
 
+from streamrec.closing import Closing
 from streamrec.errors import ConfigError, a_kind
 from streamrec.events import Event
 from streamrec.features.schema import FeatureSchema, FeatureSpec, Value
@@ -326,7 +327,7 @@ def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
     return earliest
 
 
-class FeatureStore(PartitionStore):
+class FeatureStore(PartitionStore, Closing):
     """Event-time-ordered, length-capped behaviour sequences per user, and the event ids seen.
 
     And, as a `PartitionStore`, each partition's watermark and impression windows.
@@ -337,7 +338,8 @@ class FeatureStore(PartitionStore):
     reads exactly the same histories: besides each user's latest ``length`` behaviours the
     store keeps what a batch's own histories need until the next batch. Implementations
     subclass this explicitly; ``streamrec.featurestore.make_feature_store`` picks one from
-    the configuration.
+    the configuration. A store is closed by `close` or a ``with`` block: Redis's gives back
+    its connections.
     """
 
     def __init__(self, length: int, dedup_horizon_ms: int, schema: FeatureSchema | None = None) -> None:
@@ -435,3 +437,6 @@ class FeatureStore(PartitionStore):
     @abstractmethod
     def sequence(self, user_id: str) -> list[Behaviour]:
         """The user's latest ``length`` behaviours, oldest first."""
+
+    def close(self) -> None:
+        """Release what the store holds (nothing, in process); safe to call more than once."""

@@ -107,6 +107,13 @@ class RedisFeatureStore(FeatureStore):
         """The client (`RedisConnection.client`)."""
         return self._conn.client
 
+    def close(self) -> None:
+        """Close the Redis client the store made and its connections (a client given stays open).
+
+        Safe to call more than once; the store connects again if used after it.
+        """
+        self._conn.close()
+
     def key(self, user_id: str) -> str:
         """The sorted-set key of a user's sequence."""
         return f"{self._prefix}:seq:{{{user_id}}}"

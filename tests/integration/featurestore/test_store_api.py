@@ -5,7 +5,10 @@ Found by the Python-API tour, left and mended by the carried-defects tour (tests
 
 from __future__ import annotations
 
+import time
+
 import pytest
+import redis
 
 from streamrec.config import RedisStoreConfig
 from streamrec.events import Event
@@ -48,3 +51,56 @@ def test_update_given_no_arrivals_is_a_type_error_naming_what_it_takes(
     with pytest.raises(TypeError, match=r"update takes a sequence of Arrival, .*" + named):
         store.update(items)  # type: ignore[arg-type]  # the wrong type is the point
     assert store.sequence("u1") == []  # nothing of the batch stored
+
+
+def connections(client: redis.Redis) -> int:
+    return len(client.client_list())
+
+
+def settled(client: redis.Redis, want: int) -> int:
+    """The clients Redis counts, once it counts ``want`` (a closed socket is noticed at once or so)."""
+    deadline = time.monotonic() + 2
+    while (now := connections(client)) != want and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return now
+
+
+def used(store: FeatureStore) -> None:
+    store.attach(can_start_empty=True)
+    update = store.update([Arrival(click(k), f"0:{k}", wants_history=True) for k in range(3)])
+    assert [len(h or ()) for h in update.histories] == [0, 1, 2]
+
+
+def test_a_redis_store_closes_its_connections_again_and_again_and_as_a_with_block(
+    store_config: RedisStoreConfig, redis_client: redis.Redis
+) -> None:
+    """Before: ``RedisFeatureStore`` had no ``close()``; its pool's connections stayed open until the
+    process exited or the store was collected (a program making a store per job kept them all).
+    """
+    alone = connections(redis_client)
+    store = RedisFeatureStore(store_config, 3)
+    used(store)
+    assert connections(redis_client) > alone
+    store.close()
+    assert settled(redis_client, alone) == alone
+    store.close()  # again: nothing left to close, no error
+    with RedisFeatureStore(store_config, 3) as other:
+        used(other)
+        assert connections(redis_client) > alone
+    assert settled(redis_client, alone) == alone
+
+
+def test_a_redis_store_leaves_a_client_it_was_given_open(
+    store_config: RedisStoreConfig, redis_client: redis.Redis
+) -> None:
+    given = redis.Redis.from_url(store_config.url, decode_responses=True)
+    with RedisFeatureStore(store_config, 3, client=given) as store:
+        used(store)
+    assert given.ping()  # the caller's to close
+    given.close()
+
+
+def test_a_memory_store_closes_as_a_redis_store_does() -> None:
+    with MemoryFeatureStore(length=3) as store:
+        used(store)
+    store.close()
