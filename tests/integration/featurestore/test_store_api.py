@@ -13,6 +13,8 @@ import redis
 from streamrec.config import RedisStoreConfig
 from streamrec.events import Event
 from streamrec.featurestore import Arrival, FeatureStore, MemoryFeatureStore, RedisFeatureStore
+from streamrec.featurestore.profiles import MemoryProfileStore, ProfilePoint
+from streamrec.featurestore.redis_profiles import RedisProfileStore
 
 T0 = 1_700_000_000_000
 
@@ -104,3 +106,18 @@ def test_a_memory_store_closes_as_a_redis_store_does() -> None:
     with MemoryFeatureStore(length=3) as store:
         used(store)
     store.close()
+
+
+def test_a_redis_profile_store_closes_as_the_feature_store_does(
+    store_config: RedisStoreConfig, redis_client: redis.Redis
+) -> None:
+    """Its neighbour, the user-feature store, had no ``close()`` either (the same pool held)."""
+    alone = connections(redis_client)
+    with RedisProfileStore(store_config, 4) as store:
+        store.update([ProfilePoint("u1", T0, {"tier": "gold"})])
+        assert connections(redis_client) > alone
+    assert settled(redis_client, alone) == alone
+    store.close()
+    with MemoryProfileStore(4) as memory:
+        memory.update([ProfilePoint("u1", T0, {"tier": "gold"})])
+    memory.close()
