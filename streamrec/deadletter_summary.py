@@ -25,6 +25,7 @@ from streamrec.deadletters import HEADER_PREFIX, header_list, reason_kind
 from streamrec.errors import ConfigError
 from streamrec.fileio import atomic_file
 from streamrec.kafka.records import KafkaMessage, Position
+from streamrec.wording import plural
 
 # A few of each kind show what is wrong; the counts say how many.
 EXAMPLES = 3
@@ -43,11 +44,6 @@ SKIPS = {
     "not_text": "not text (not UTF-8, or control characters)",
     "multiline": "text over several lines, not JSON",
 }
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 value``, ``2 values``."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,8 +211,9 @@ class Summary:
         if not self.letters:
             return [f"no dead letters in {self.topic}"]
         span = f", record times {iso_time(self.first_ms or 0)} to {iso_time(self.last_ms or 0)}"
-        dupes = f" ({plural(self.duplicates, 'duplicate')})" if self.duplicates else ""
-        out = [f"{plural(self.letters, 'dead letter')} in {self.topic}{dupes}{span if self.first_ms else ''}"]
+        dupes = f" ({plural(self.duplicates, 'duplicate', grouped=True)})" if self.duplicates else ""
+        letters = plural(self.letters, "dead letter", grouped=True)
+        out = [f"{letters} in {self.topic}{dupes}{span if self.first_ms else ''}"]
         for kind, counted in self.by_count():
             out.append(f"{counted.count:>8}  {kind}")
             for letter in counted.examples:
@@ -274,7 +271,7 @@ class ValuesFile:
     def line(self, path: Path) -> str:
         """What was written, and what left out, on one line."""
         left = "; ".join(f"{SKIPS[why]}: {self.skipped[why]:,}" for why in SKIPS if self.skipped[why])
-        wrote = f"wrote {plural(self.written, 'value')} to {path}"
+        wrote = f"wrote {plural(self.written, 'value', grouped=True)} to {path}"
         return f"{wrote}; left out {self.skipped.total():,}: {left}" if left else wrote
 
 

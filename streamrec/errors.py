@@ -12,6 +12,17 @@ from collections.abc import Callable
 EMPTY_PATH = "it is empty: name a path ('.' for the working directory)"
 
 
+def a_kind(value: object) -> str:
+    """The type of ``value`` with its article, for a TypeError: ``a str``, ``an Event``.
+
+    Examples:
+        >>> a_kind(5), a_kind(None)
+        ('an int', 'a NoneType')
+    """
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 class StreamrecError(Exception):
     """Base of every streamrec error; the CLI maps it to a one-line message and exit code 1."""
 

@@ -15,6 +15,7 @@ from streamrec.errors import DeliveryError
 from streamrec.events import Event
 from streamrec.features.schema import FeatureSchema
 from streamrec.kafka.clients import make_producer, produce
+from streamrec.wording import plural
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class EventProducer:
         """
         left = self._producer.flush(timeout_s)
         # what did reach the broker, said first: a caller (a publish of a file) knows what is left
-        delivered = f"{self.delivered} of {self._sends} events delivered"
+        delivered = f"{self.delivered} of {plural(self._sends, 'event')} delivered"
         if left:
             raise DeliveryError(
                 f"{delivered}; {left} still unacknowledged after {timeout_s:g} s (is the broker at "
@@ -154,8 +155,8 @@ def publish(
                 on_progress(sent % 1000)
     except KeyboardInterrupt as exc:  # the producer flushed what it could as it left
         exc.add_note(
-            f"{producer.delivered} of the {sent} events sent were delivered to {cfg.events_topic} before it "
-            "stopped; publishing them again is safe (the consumers keep each event id once)"
+            f"{producer.delivered} of the {plural(sent, 'event')} sent were delivered to {cfg.events_topic} "
+            "before it stopped; publishing them again is safe (the consumers keep each event id once)"
         )
         raise
     logger.info("published events=%d topic=%s seconds=%.3f", sent, cfg.events_topic, time.monotonic() - start)

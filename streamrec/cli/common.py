@@ -108,7 +108,7 @@ def build_config(
     more: for commands whose console output already tells the story.
     """
     from streamrec.cli.options import NULL
-    from streamrec.config import load_config
+    from streamrec.config.loading import load_settings
 
     given: dict[str, Any] = {  # a flag given null unsets its setting
         name: {k: None if v is NULL else v for k, v in values.items() if v is not None}
@@ -116,7 +116,8 @@ def build_config(
     }
     if log_level is not None:
         given["log_level"] = log_level
-    cfg = load_config(config_file, **{name: values for name, values in given.items() if values})
+    overrides = {name: values for name, values in given.items() if values}
+    cfg = load_settings(config_file, overrides, by="its flag")
     quiet = quiet and log_level is None and "STREAMREC_LOG_LEVEL" not in os.environ
     logs.configure("WARNING" if quiet else cfg.log_level)
     return cfg

@@ -23,6 +23,7 @@ from streamrec.cli.common import (
     stop_on_signals,
 )
 from streamrec.cli.options import ConfigFile, LogLevel, consumer_runner, json_output, path_given, setting
+from streamrec.wording import plural
 
 if TYPE_CHECKING:  # the Kafka and Redis clients: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
@@ -166,9 +167,12 @@ def run(
 
 def consumed_line(stats: ConsumerStats) -> str:
     """A run's last line: what it consumed and made, and the duplicates it made nothing of."""
-    line = f"consumed {stats.events} events: {stats.samples} samples, {stats.dead} dead letters"
+    line = (
+        f"consumed {plural(stats.events, 'event')}: {plural(stats.samples, 'sample')}, "
+        f"{plural(stats.dead, 'dead letter')}"
+    )
     if stats.duplicates:  # a file published again: without this, "0 samples" said nothing of why
-        line += f", {stats.duplicates} duplicates (event ids processed before: no samples)"
+        line += f", {plural(stats.duplicates, 'duplicate')} (event ids processed before: no samples)"
     return line
 
 
@@ -200,8 +204,8 @@ def rebuild(
         require_broker(cfg.kafka)  # one line at once if none answers; it reads one topic, creates none
         stats = rebuild_store(cfg, force=force)
         console.print(
-            f"rebuilt the feature store from {stats.events} events in {stats.seconds:.1f} s "
-            f"({stats.invalid} invalid records skipped); start the consumers again"
+            f"rebuilt the feature store from {plural(stats.events, 'event')} in {stats.seconds:.1f} s "
+            f"({plural(stats.invalid, 'invalid record')} skipped); start the consumers again"
         )
 
 

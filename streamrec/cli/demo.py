@@ -24,6 +24,7 @@ from streamrec.cli.options import (
 from streamrec.cli.snapshot_common import version_name
 from streamrec.cli.snapshot_format import format_positions
 from streamrec.errors import ConfigError
+from streamrec.wording import plural
 
 if TYPE_CHECKING:  # Paddle and the clients: the demo imports them when it runs, not for --help
     from streamrec.learner.reports import MicroBatchReport
@@ -94,7 +95,7 @@ def demo(
         if not base.learner.resume_on_new_topic:
             _refuse_earlier_snapshots(SnapshotStore(base.learner.snapshot_dir))
         events = load_events(data or _bundled_movielens(), fmt, limit=limit, to_replay=True)
-        console.print(f"read {len(events)} events from {data or DEMO_DATA}")
+        console.print(f"read {plural(len(events), 'event')} from {data or DEMO_DATA}")
         with local_services() as services:
             console.print(
                 f"broker at {services.bootstrap_servers} (Tansu, in memory), "
@@ -167,7 +168,7 @@ def _summary(result: PipelineResult, reports: list[MicroBatchReport]) -> None:
     if small := [r for r in reports if not r.judged]:
         table.add_row(
             "micro-batches too small to judge (left out below)",
-            f"{len(small)} ({sum(r.metrics.samples for r in small)} samples)",
+            f"{len(small)} ({plural(sum(r.metrics.samples for r in small), 'sample')})",
         )
     later = judged[len(judged) // 4 :]  # past the cold start
     for label, name in (

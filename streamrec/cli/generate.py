@@ -9,6 +9,7 @@ import typer
 from streamrec.cli.common import cli_errors, console
 from streamrec.cli.options import path_given
 from streamrec.errors import ConfigError, DatasetError, FieldError
+from streamrec.wording import plural
 
 # ClickStreamSpec's defaults (streamrec.datasets.synthetic imports numpy, so --help does not
 # read them there; tests/unit/cli/test_options.py checks they are the same).
@@ -65,4 +66,4 @@ def generate(
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise DatasetError(f"cannot write {out}: {exc.strerror}") from exc
-        console.print(f"wrote {len(stream)} events to {out}")
+        console.print(f"wrote {plural(len(stream), 'event')} to {out}")

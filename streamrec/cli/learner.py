@@ -23,6 +23,7 @@ from streamrec.cli.common import (
 )
 from streamrec.cli.options import ConfigFile, LogLevel, setting
 from streamrec.errors import ConfigError
+from streamrec.wording import plural
 
 if TYPE_CHECKING:  # Paddle, the Kafka client, pydantic: imported when a command runs, not for --help
     from streamrec.config import StreamrecConfig
@@ -259,7 +260,8 @@ def run(
                     with live_status(status):
                         stats, resumed = runner.run(stop_on_signals()), runner.resumed
         console.print(
-            f"{trained(stats, resumed)}; dead-lettered {stats.dead} samples to "
+            f"{trained(stats, resumed)}; dead-lettered {plural(stats.dead, 'sample')} to "
             f"{cfg.kafka.samples_dlq_topic}; "
-            f"{stats.bad_batches} bad micro-batches ({stats.skipped_steps} steps skipped)"
+            f"{plural(stats.bad_batches, 'bad micro-batch', 'bad micro-batches')} "
+            f"({plural(stats.skipped_steps, 'step')} skipped)"
         )

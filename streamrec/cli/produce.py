@@ -18,6 +18,7 @@ from streamrec.cli.options import (
     setting,
 )
 from streamrec.errors import ConfigError
+from streamrec.wording import plural
 
 
 def produce(
@@ -70,4 +71,4 @@ def produce(
                 events, cfg.kafka, rate=rate, on_progress=lambda n: progress.advance(task, n),
                 schema=cfg.feature_schema(),
             )
-        console.print(f"published {sent} events to {cfg.kafka.events_topic}")
+        console.print(f"published {plural(sent, 'event')} to {cfg.kafka.events_topic}")

@@ -14,6 +14,7 @@ import typer
 from streamrec.cli.common import build_config, cli_errors, command_group, console, format_duration
 from streamrec.cli.options import ConfigFile, LogLevel, dataset_format, dataset_limit, path_given, setting
 from streamrec.errors import ConfigError
+from streamrec.wording import plural
 
 app = command_group("Backtest update strategies on recorded events; replay them into Kafka.")
 
@@ -351,6 +352,6 @@ def publish(
         events = load_events(dataset, fmt, limit=limit, schema=cfg.feature_schema(), to_replay=True)
         ensure_topics(cfg.kafka)
         span = format_duration((events[-1].ts - events[0].ts) / 1000 / speedup)  # events: refused if none
-        console.print(f"publishing {len(events)} events over {span} ({speedup:g}x event time)")
+        console.print(f"publishing {plural(len(events), 'event')} over {span} ({speedup:g}x event time)")
         sent = publish_events(events, cfg.kafka, speedup=speedup)
-        console.print(f"published {sent} events to {cfg.kafka.events_topic}")
+        console.print(f"published {plural(sent, 'event')} to {cfg.kafka.events_topic}")

@@ -30,7 +30,9 @@ def load_config(toml_file: str | Path | None = None, **overrides: Any) -> Stream
     is ``toml_file`` when given (it must exist), else ``./streamrec.toml`` if there is one.
 
     Raises:
-        ConfigError: A setting is invalid; the message names its env variable.
+        ConfigError: A setting is invalid; the message names its env variable and where it was
+            set (``from load_config's argument`` for an override).
+        TypeError: ``toml_file`` is not a path (a str or a Path).
 
     Examples:
         >>> load_config(consumer={"batch_size": 500}).consumer.batch_size
@@ -40,6 +42,13 @@ def load_config(toml_file: str | Path | None = None, **overrides: Any) -> Stream
         ...
         streamrec.errors.ConfigError: invalid setting STREAMREC_CONSUMER__BATCH_SIZE ...
     """
+    if toml_file is not None and not isinstance(toml_file, str | os.PathLike):
+        raise TypeError(f"load_config's toml_file must be a path (a str or a Path), not {toml_file!r}")
+    return load_settings(toml_file, overrides, by="load_config's argument")
+
+
+def load_settings(toml_file: str | Path | None, overrides: Mapping[str, Any], by: str) -> StreamrecConfig:
+    """`load_config`, its overrides named ``by`` in an error (a command's: ``its flag``)."""
     toml_file = None if toml_file is None else Path(toml_file)  # a str too, as a notebook gives it
     toml_path = Path(toml_file or str(StreamrecConfig.model_config.get("toml_file")))
     unknown = unknown_variables(os.environ)
@@ -76,7 +85,7 @@ def load_config(toml_file: str | Path | None = None, **overrides: Any) -> Stream
                 merged[section] = values
         return StreamrecConfig.model_validate(merged)
     except ValidationError as exc:
-        given = {"overrides": overrides, "toml": toml_path}
+        given = {"overrides": overrides, "toml": toml_path, "by": by}
         raise ConfigError("; ".join(_setting_error(error, given) for error in exc.errors())) from exc
     except SettingsError as exc:
         raise _source_error(exc) from exc
@@ -211,22 +220,24 @@ def _setting_parts(loc: tuple[int | str, ...]) -> tuple[list[int | str], int]:
 
 
 def _origin(loc: tuple[int | str, ...], given: Mapping[str, Any]) -> str:
-    """Where the bad value at ``loc`` came from: a flag, the environment or the settings file.
+    """Where the bad value at ``loc`` came from: an override, the environment or the settings file.
 
-    A flag's value arrives with the variable's when only the variable is set (the CLI reads
-    both), so a variable that is set is named with the flag; the generic wording where none of
-    them holds it.
+    ``given["by"]`` names the overrides: ``its flag`` for a command's, whose flag's value arrives
+    with the variable's when only the variable is set (the CLI reads both), so a variable that
+    is set is named with the flag; ``load_config's argument`` for a program's. The generic
+    wording where none of them holds it.
     """
     parts, end = _setting_parts(loc)
     named = end + 1 if end < len(parts) and isinstance(parts[end], str) else end  # an unknown key too
     path = [str(part) for part in parts[:named]]
-    overrides = given.get("overrides", {})
+    overrides, by = given.get("overrides", {}), given.get("by", "its flag")
     variable = "STREAMREC_" + "__".join(path[:end]).upper()
     raw = {name.upper(): value for name, value in os.environ.items()}.get(variable)
-    if raw is not None and (not _holds(overrides, path) or _alike(_value_at(overrides, path), raw)):
-        return "from the environment or its flag"
-    if _holds(overrides, path):
-        return "from its flag"
+    held = _holds(overrides, path)
+    if raw is not None and (not held or _alike(_value_at(overrides, path), raw)):
+        return f"from the environment or {by}" if held or by == "its flag" else "from the environment"
+    if held:
+        return f"from {by}"
     toml_path = given.get("toml")
     if isinstance(toml_path, Path) and toml_path.is_file():
         try:
@@ -236,7 +247,7 @@ def _origin(loc: tuple[int | str, ...], given: Mapping[str, Any]) -> str:
         if _holds(data, path):
             section = f"[{'.'.join(path[:-1])}] " if len(path) > 1 else ""
             return f"from {toml_path.resolve()} {section}{path[-1]}"
-    return "or its flag or streamrec.toml entry"
+    return f"or {by} or streamrec.toml entry"
 
 
 def _value_at(data: Any, path: list[str]) -> Any:  # noqa: ANN401 - parsed TOML or overrides

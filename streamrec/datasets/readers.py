@@ -41,6 +41,7 @@ from streamrec.datasets.user_history import USER_HISTORY_FIELDS, so_far
 from streamrec.errors import DatasetError, InvalidEvent
 from streamrec.events import MIN_TS_MS, Event, parse_event
 from streamrec.features import FeatureSchema, FeatureSpec
+from streamrec.wording import plural
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,8 @@ def _say_unread(path: Path, fmt: str, specs: Sequence[FeatureSpec]) -> None:
                 doc = orjson.loads(line)  # the events were read: each line is an object
                 unread.update(name for name in doc if name not in read)
     if unread:
-        named = ", ".join(f"{name} ({count} of {events} events)" for name, count in sorted(unread.items()))
+        of_all = plural(events, "event")
+        named = ", ".join(f"{name} ({count} of {of_all})" for name, count in sorted(unread.items()))
         logger.warning(
             "%s: fields no declared feature reads, so neither published nor replayed: %s; declare them "
             "(STREAMREC_FEATURES) to keep them", path, named,

@@ -12,7 +12,8 @@ from typing import overload
 
 import msgspec
 
-from streamrec.errors import ConfigError
+from streamrec.closing import Closing
+from streamrec.errors import ConfigError, a_kind
 from streamrec.events import Event
 from streamrec.features.schema import FeatureSchema, FeatureSpec, Value
 from streamrec.featurestore import values
@@ -290,6 +291,33 @@ def _topic_epoch(stored: str | None, topic_id: str | None) -> tuple[int, str | N
     return int(epoch) + 1, before
 
 
+def users_of(arrivals: Sequence[Arrival]) -> list[str]:
+    """Each arrival's user id, as `FeatureStore.update` reads them first.
+
+    Raises:
+        TypeError: ``arrivals`` is not a sequence of `Arrival` of events, named by the item.
+    """
+    if not isinstance(arrivals, Sequence):
+        raise TypeError(f"update takes a sequence of Arrival, not a sequence: {a_kind(arrivals)}")
+    try:
+        return [arrival.event.user_id for arrival in arrivals]
+    except AttributeError:
+        for index, item in enumerate(arrivals):
+            if not isinstance(item, Arrival):
+                wrap = ": wrap each event as Arrival(event, origin)" if isinstance(item, Event) else ""
+                raise TypeError(
+                    f"update takes a sequence of Arrival, but item {index} is {a_kind(item)} "
+                    f"{item!r:.80}{wrap}"
+                ) from None
+            if not isinstance(item.event, Event):
+                raise TypeError(
+                    f"update takes a sequence of Arrival of events, but item {index} is an Arrival of "
+                    f"{a_kind(item.event)}, not of an Event"
+                ) from None
+        raise
+
+
+
 def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
     """The earliest event time of each item in ``events``."""
     earliest: dict[str, int] = {}
@@ -299,7 +327,7 @@ def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
     return earliest
 
 
-class FeatureStore(PartitionStore):
+class FeatureStore(PartitionStore, Closing):
     """Event-time-ordered, length-capped behaviour sequences per user, and the event ids seen.
 
     And, as a `PartitionStore`, each partition's watermark and impression windows.
@@ -310,7 +338,8 @@ class FeatureStore(PartitionStore):
     reads exactly the same histories: besides each user's latest ``length`` behaviours the
     store keeps what a batch's own histories need until the next batch. Implementations
     subclass this explicitly; ``streamrec.featurestore.make_feature_store`` picks one from
-    the configuration.
+    the configuration. A store is closed by `close` or a ``with`` block: Redis's gives back
+    its connections.
     """
 
     def __init__(self, length: int, dedup_horizon_ms: int, schema: FeatureSchema | None = None) -> None:
@@ -399,8 +428,15 @@ class FeatureStore(PartitionStore):
         time an item is seen is kept: the earliest of its events, whatever their order; every
         arrival counts, duplicates and reused ids too (an item that was seen was seen, and
         the store learns it without waiting for the verdicts).
+
+        Raises:
+            TypeError: ``arrivals`` is not a sequence of `Arrival` (an `Event` is wrapped as
+                ``Arrival(event, origin)``); nothing of the batch is stored.
         """
 
     @abstractmethod
     def sequence(self, user_id: str) -> list[Behaviour]:
         """The user's latest ``length`` behaviours, oldest first."""
+
+    def close(self) -> None:
+        """Release what the store holds (nothing, in process); safe to call more than once."""

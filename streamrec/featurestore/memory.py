@@ -16,6 +16,7 @@ from streamrec.featurestore.base import (
     StoreUpdate,
     Verdict,
     earliest_per_item,
+    users_of,
 )
 from streamrec.featurestore.partitions import (
     Claim,
@@ -75,6 +76,7 @@ class MemoryFeatureStore(FeatureStore):
 
     def update(self, arrivals: Sequence[Arrival], meanwhile: Callable[[], None] | None = None) -> StoreUpdate:
         """See `FeatureStore.update`."""
+        users_of(arrivals)  # refuses what is not arrivals before any is stored
         if meanwhile is not None:  # nothing to overlap with: the work is all in this process
             meanwhile()
         verdicts, first_seen_at = [], []

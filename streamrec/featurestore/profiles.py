@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import bisect
 import functools
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
 import orjson
 
+from streamrec.closing import Closing
 from streamrec.features.schema import Value
 
 #: A user's points: feature name -> (event time, value), oldest first.
@@ -100,10 +101,11 @@ def _time(point: tuple[int, object]) -> int:
     return point[0]
 
 
-class ProfileStore(ABC):
+class ProfileStore(Closing):
     """Each user's newest ``points`` user-feature points per feature, by event time.
 
     See the module's docstring for what is kept and what a read as of an early time gives.
+    Closed by `close` or a ``with`` block, as a `FeatureStore` is.
     """
 
     def __init__(self, points: int) -> None:
@@ -122,6 +124,9 @@ class ProfileStore(ABC):
     def profile(self, user_id: str) -> Profile:
         """One user's profile."""
         return self.update((), (user_id,))[user_id]
+
+    def close(self) -> None:
+        """Release what the store holds (nothing, in process); safe to call more than once."""
 
 
 def merge_point(points: list[tuple[int, bytes]], ts: int, value: bytes, keep: int) -> bool:

@@ -58,6 +58,7 @@ class RedisConnection:
         self.answered = False  # whether Redis answered anything since this connection was made
         self._user = str(self._options.get("username") or urlsplit(cfg.url).username or "default")
         self._client: redis.Redis | RedisCluster | None = client
+        self._owns_client = client is None  # a client given is its caller's to close
         self._shas: tuple[str, ...] | None = None  # loaded on first use, again after NOSCRIPT
         self.limits = COMPACT_DEFAULTS  # Redis's compact sorted-set limits, read with the scripts
 
@@ -75,6 +76,15 @@ class RedisConnection:
             except redis.RedisError as exc:  # no node answered, or refused, or not as a Cluster
                 raise self.translated(exc) from exc
         return self._client
+
+    def close(self) -> None:
+        """Close the client this connection made, its pool's connections with it; again, nothing.
+
+        A client given to it is left open. Used again, the connection makes a new client.
+        """
+        if self._owns_client and self._client is not None:
+            client, self._client = self._client, None
+            client.close()
 
     def scripts(self, reload: bool = False) -> tuple[str, ...]:
         """The SHA1s of the scripts (sequences, first seen, claim, advance), loaded on every primary."""

@@ -107,7 +107,17 @@ class RedisProfileStore(ProfileStore):
         self._ttl_ms = cfg.ttl_s * 1000
         self._cfg, self._options = cfg, client_options(cfg)
         self._client: redis.Redis | RedisCluster | None = client
+        self._owns_client = client is None  # a client given is its caller's to close
         self._sha: str | None = None
+
+    def close(self) -> None:
+        """Close the Redis client the store made and its connections (a client given stays open).
+
+        Safe to call more than once; the store connects again if used after it.
+        """
+        if self._owns_client and self._client is not None:
+            client, self._client = self._client, None
+            client.close()
 
     @property
     def _redis(self) -> redis.Redis | RedisCluster:

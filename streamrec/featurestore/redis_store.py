@@ -52,6 +52,7 @@ from streamrec.featurestore.base import (
     FeatureStore,
     StoreUpdate,
     earliest_per_item,
+    users_of,
 )
 from streamrec.featurestore.partitions import (
     FENCED_ADVICE,
@@ -105,6 +106,13 @@ class RedisFeatureStore(FeatureStore):
     def _redis(self) -> redis.Redis | RedisCluster:
         """The client (`RedisConnection.client`)."""
         return self._conn.client
+
+    def close(self) -> None:
+        """Close the Redis client the store made and its connections (a client given stays open).
+
+        Safe to call more than once; the store connects again if used after it.
+        """
+        self._conn.close()
 
     def key(self, user_id: str) -> str:
         """The sorted-set key of a user's sequence."""
@@ -229,8 +237,12 @@ class RedisFeatureStore(FeatureStore):
             FeatureStoreLost: the markers `attach` found are gone: Redis lost its data.
         """
         by_user: dict[str, list[int]] = defaultdict(list)  # user -> indexes into arrivals
-        for index, arrival in enumerate(arrivals):
-            by_user[arrival.event.user_id].append(index)
+        try:
+            for index, arrival in enumerate(arrivals):
+                by_user[arrival.event.user_id].append(index)
+        except (AttributeError, TypeError):
+            users_of(arrivals)  # the TypeError naming what update takes, if that is what failed
+            raise
         calls = self._calls(list(by_user), self.key)
         earliest = earliest_per_item(a.event for a in arrivals)
         item_calls = self._calls(list(earliest), self.item_key, _ITEMS_PER_CALL)

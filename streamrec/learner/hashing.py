@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import xxhash
 
+from streamrec.errors import a_kind
+
 # Row 0 is the padding row of every embedding table; ids hash into 1..buckets-1.
 PADDING_BUCKET = 0
 
@@ -29,11 +31,31 @@ def fingerprint(ids: Sequence[str]) -> np.ndarray:
         array([5646418012223857726, 4906504746856298613], dtype=uint64)
 
     Raises:
-        TypeError: ``ids`` is one string (a sequence of its letters).
+        TypeError: ``ids`` is one string (a sequence of its letters), is no list, or holds an
+            id that is not a str; the message names the item.
     """
     if isinstance(ids, str):
         raise TypeError(f"fingerprint takes a list of ids: fingerprint([{ids!r}]), not the string {ids!r}")
-    return np.fromiter(map(xxhash.xxh3_64_intdigest, map(str.encode, ids)), dtype=np.uint64, count=len(ids))
+    try:
+        hashed = map(xxhash.xxh3_64_intdigest, map(str.encode, ids))
+        return np.fromiter(hashed, dtype=np.uint64, count=len(ids))
+    except TypeError as exc:  # looked into only now: the hot path pays nothing for the check
+        wrong = _not_ids(ids)
+        if wrong is None:
+            raise
+        raise wrong from exc
+
+
+def _not_ids(ids: object) -> TypeError | None:
+    """What makes ``ids`` no list of str ids, as the error to raise; None if it is one."""
+    if not hasattr(ids, "__len__") or not hasattr(ids, "__iter__"):
+        return TypeError(f"fingerprint takes a list of str ids, not {a_kind(ids)} {ids!r:.80}")
+    for index, item in enumerate(ids):
+        if not isinstance(item, str):
+            return TypeError(
+                f"fingerprint takes a list of str ids: item {index} of ids is {a_kind(item)} {item!r:.80}"
+            )
+    return None
 
 
 #: `first_positions`: each distinct id's first position (in order of first appearance), and

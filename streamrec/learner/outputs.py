@@ -28,6 +28,7 @@ import numpy as np
 
 from streamrec.errors import LearnerContractError, LearnerFailed, StreamrecError
 from streamrec.learner.base import TrainResult
+from streamrec.wording import plural
 
 
 def learner_name(learner: object) -> str:
@@ -50,7 +51,7 @@ def checked_scores(scores: object, size: int, who: str, finite: bool = True) -> 
         _broke(who, f"predict_many returned {type(scores).__name__}; expected a numpy array of {size} scores")
     array = np.asarray(scores)
     if array.shape != (size,):
-        _broke(who, f"predict_many returned scores of shape {array.shape} for {size} samples; "
+        _broke(who, f"predict_many returned scores of shape {array.shape} for {plural(size, 'sample')}; "
                f"expected ({size},)")
     if array.dtype.kind not in "fiub":
         _broke(who, f"predict_many returned scores of dtype {array.dtype}; expected numbers")
@@ -72,7 +73,7 @@ def checked_known(known: object, size: int, who: str) -> np.ndarray:
     """
     if not isinstance(known, np.ndarray) or known.shape != (size,) or known.dtype != np.bool_:
         what = f"{known.dtype} {known.shape}" if isinstance(known, np.ndarray) else type(known).__name__
-        _broke(who, f"is_known returned {what} for {size} samples; expected bool ({size},)")
+        _broke(who, f"is_known returned {what} for {plural(size, 'sample')}; expected bool ({size},)")
     return known
 
 

@@ -27,6 +27,7 @@ from streamrec.learner.base import Learner
 from streamrec.learner.reports import LearnerStats
 from streamrec.learner.snapshotting import group_state, require_finite, restore, snapshot_config
 from streamrec.snapshots.store import SnapshotManifest, SnapshotStore
+from streamrec.wording import plural
 
 logger = logging.getLogger(__name__)
 
@@ -126,8 +127,9 @@ class RunnerProgress:
         where = ", ".join(f"{key} at {offset} (it starts at {low})" for key, (offset, low) in gaps.items())
         if not self._cfg.learner.allow_sample_gaps:
             raise SamplesExpired(
-                f"the snapshot resumes at samples the topic no longer holds: {where}; {lost} samples "
-                "were never trained (raise STREAMREC_KAFKA__SAMPLES_RETENTION_MS, or set "
+                f"the snapshot resumes at samples the topic no longer holds: {where}; "
+                f"{plural(lost, 'sample')} {'was' if lost == 1 else 'were'} never trained "
+                "(raise STREAMREC_KAFKA__SAMPLES_RETENTION_MS, or set "
                 "STREAMREC_LEARNER__ALLOW_SAMPLE_GAPS=true to skip them)"
             )
         logger.warning("skipping expired samples count=%d where=%s", lost, where)

@@ -19,6 +19,7 @@ from streamrec.errors import DatasetError
 from streamrec.events import Event
 from streamrec.features import FeatureSchema
 from streamrec.samples import Sample
+from streamrec.wording import plural
 
 #: Dead letters quoted whole in the report, the first ones: enough to find the rest by.
 EXAMPLES = 3
@@ -100,8 +101,8 @@ def summary(dataset: dict[str, Any]) -> list[str]:
     }
     lines += [f"{dataset[key]} {text}" for key, text in said.items() if dataset.get(key)]
     lines += [
-        f"feature {name!r} (field {seen['field']!r}) is in none of the {dataset['events']} events: it "
-        "reads its default in every one (check its name or field)"
+        f"feature {name!r} (field {seen['field']!r}) is in none of the "
+        f"{plural(dataset['events'], 'event')}: it reads its default in every one (check its name or field)"
         for name, seen in dataset.get("features", {}).items() if not seen["events"]
     ]
     return lines
@@ -130,11 +131,12 @@ def check_scorable(events: Sequence[Event], replayed: Replayed, cfg: ConsumerCon
         if not sampled:
             actions = ", ".join(cfg.positive_actions)
             raise DatasetError(
-                f"no samples: none of the {n} events' actions is in STREAMREC_CONSUMER__POSITIVE_ACTIONS "
+                f"no samples: none of the actions of the {plural(n, 'event')} is in "
+                "STREAMREC_CONSUMER__POSITIVE_ACTIONS "
                 f"({actions}) and none has a label"
             )
         lost = "; ".join(summary(replayed.section())) or "see the consumer settings"
-        raise DatasetError(f"no samples from the {n} events: {lost}")
+        raise DatasetError(f"no samples from the {plural(n, 'event')}: {lost}")
     labels = {s.label for s in samples}
     if len(labels) == 1:
         which = "positive" if labels == {1} else "negative"
@@ -146,6 +148,6 @@ def check_scorable(events: Sequence[Event], replayed: Replayed, cfg: ConsumerCon
             if which == "positive" and short else ""
         )
         raise DatasetError(
-            f"every one of the {len(samples)} samples is {which}: no ranking can be scored (negatives "
-            f"come from STREAMREC_CONSUMER__NEGATIVES, or from events labelled 0){why}"
+            f"every one of the {plural(len(samples), 'sample')} is {which}: no ranking can be scored "
+            f"(negatives come from STREAMREC_CONSUMER__NEGATIVES, or from events labelled 0){why}"
         )

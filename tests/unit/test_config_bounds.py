@@ -86,7 +86,7 @@ def test_an_unknown_store_type_names_its_variable_and_the_types(monkeypatch: pyt
     with pytest.raises(ConfigError) as caught:
         load_config()
     assert str(caught.value) == (
-        "invalid setting STREAMREC_STORE__TYPE (from the environment or its flag): 'Redis' is no "
+        "invalid setting STREAMREC_STORE__TYPE (from the environment): 'Redis' is no "
         "feature store: one of 'redis', 'memory'"
     )
 

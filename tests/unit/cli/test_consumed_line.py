@@ -22,3 +22,13 @@ def test_duplicates_are_named_on_the_last_line() -> None:
 def test_a_run_without_duplicates_reads_as_before() -> None:
     line = consumed_line(ConsumerStats(events=20, samples=27, dead=3))
     assert line == "consumed 20 events: 27 samples, 3 dead letters"
+
+
+def test_one_of_each_is_said_in_the_singular() -> None:
+    """Found by the Python-API tour, left: a run of one event said ``consumed 1 events: 1 samples,
+    1 dead letters`` (``published 1 events`` likewise); mended by the carried-defects tour.
+    """
+    line = consumed_line(ConsumerStats(events=1, samples=1, dead=1, duplicates=1))
+    assert line == (
+        "consumed 1 event: 1 sample, 1 dead letter, 1 duplicate (event ids processed before: no samples)"
+    )

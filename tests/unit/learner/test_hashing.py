@@ -6,6 +6,7 @@ Its speed is measured by ``bench/hashing_throughput.py``, not here.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -79,3 +80,26 @@ def test_one_id_given_as_a_string_is_refused_not_hashed_letter_by_letter() -> No
     # Found by the Python-API tour: fingerprint("i1") gave two fingerprints, of "i" and of "1".
     with pytest.raises(TypeError, match=r"fingerprint\(\['i1'\]\), not the string 'i1'"):
         fingerprint("i1")
+
+
+@pytest.mark.parametrize(
+    ("ids", "named"),
+    [
+        ([1, 2], "item 0 of ids is an int 1"),
+        (["i1", None], "item 1 of ids is a NoneType None"),
+        (["i1", b"i2"], "item 1 of ids is a bytes b'i2'"),
+        (5, "not an int 5"),
+        (None, "not a NoneType None"),
+        ((str(k) for k in range(2)), "not a generator"),
+    ],
+    ids=["ints", "a None", "bytes", "a number", "None", "a generator"],
+)
+def test_ids_that_are_not_a_list_of_strings_are_a_type_error_naming_the_argument(
+    ids: object, named: str
+) -> None:
+    """Found by the Python-API tour, left: ``fingerprint([1, 2])`` raised ``TypeError: descriptor
+    'encode' for 'str' objects doesn't apply to a 'int' object``, naming neither the argument nor
+    the item. The happy path is unchanged: the ids are looked at only once hashing has failed.
+    """
+    with pytest.raises(TypeError, match=r"fingerprint takes a list of str ids.*" + re.escape(named)):
+        fingerprint(ids)  # type: ignore[arg-type]  # the wrong type is the point

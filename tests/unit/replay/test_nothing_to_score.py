@@ -29,7 +29,7 @@ def _as(events: list[Event], action: str, label: int | None = None) -> list[Even
 
 def test_events_none_of_which_makes_a_sample_are_refused_with_the_reason(tmp_path: Path) -> None:
     source = _write(tmp_path / "e.jsonl", _as(CLICKS, "watched"))
-    with pytest.raises(StreamrecError, match=r"none of the 300 events' actions is in .*POSITIVE_ACTIONS"
+    with pytest.raises(StreamrecError, match=r"none of the actions of the 300 events is in .*POSITIVE_ACTIONS"
                        r" \(pv, click\) and none has a label"):
         backtest(config(source=source, strategies=("popularity",)))
 
