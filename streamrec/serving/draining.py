@@ -33,6 +33,8 @@ import time
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
+from streamrec.serving.heads import HeadBoundProtocol
+
 logger = logging.getLogger(__name__)
 
 # setsockopt(2)'s SO_ATTACH_FILTER, and TCP_INFO's fields read here (linux/tcp.h): on a listening
@@ -124,6 +126,32 @@ def drain(sock: socket.socket) -> None:
         )
     else:
         logger.debug("listening socket drained in %.3f s", took)
+
+
+class StoppingProtocol(HeadBoundProtocol):
+    """A connection that, once its server stops, answers one more request and closes after it."""
+
+    _stopping = False
+
+    def shutdown(self) -> None:
+        """The server stops: the request in hand, or the next on an idle connection, is the last.
+
+        An idle connection stays open for the request its client may have sent already; it
+        closes after its answer, or at the keep-alive timeout when nothing comes.
+        """
+        self._stopping = True
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.keep_alive = False
+        elif self.timeout_keep_alive_task is None:  # no request yet: timed from now
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+    def on_headers_complete(self) -> None:
+        """A request: answered with ``Connection: close`` once the server stops."""
+        super().on_headers_complete()
+        if self._stopping and self.cycle is not None:
+            self.cycle.keep_alive = False
 
 
 class DrainingServer(uvicorn.Server):

@@ -79,15 +79,17 @@ def listen(host: str, port: int) -> socket.socket:
 def server_config(app: Starlette | str, serving: ServingConfig, **options: Any) -> uvicorn.Config:
     """The uvicorn configuration of a server of ``app``: its httptools parser, each request's head bounded.
 
-    By ``serving.max_header_bytes`` and ``header_timeout_s`` (`streamrec.serving.heads`);
+    By ``serving.max_header_bytes`` and ``header_timeout_s`` (`streamrec.serving.heads`); a
+    stopping server answers each connection's next request (`streamrec.serving.draining`);
     uvicorn's own log lines at WARNING and up, no access log.
     """
-    from streamrec.serving.heads import HeadBoundProtocol, ServerConfig
+    from streamrec.serving.draining import StoppingProtocol
+    from streamrec.serving.heads import ServerConfig
 
     return ServerConfig(
         app,
         serving.header_timeout_s,
-        http=HeadBoundProtocol,
+        http=StoppingProtocol,
         h11_max_incomplete_event_size=serving.max_header_bytes,
         log_level="warning",
         access_log=False,
