@@ -103,12 +103,12 @@ def batch_handler(metrics: ConsumerMetrics, status: ConsumerStatus) -> Callable[
 
 
 def serve_metrics(metrics: ConsumerMetrics, cfg: StreamrecConfig) -> None:
-    """Serve ``/metrics`` on the configured port, with the group's lag on the events topic
+    """Serve ``/metrics`` on the configured interface and port, with the group's lag on the events topic
     (a client of the metrics' own asks the broker at each scrape); nothing when off.
     """
     from streamrec.observability import LagProbe, lag_client
 
-    if metrics.serve(cfg.consumer.metrics_port) is None:
+    if metrics.serve(cfg.consumer.metrics_port, cfg.consumer.metrics_host) is None:
         return
     client = lag_client(cfg.kafka, cfg.consumer.group_id)
     metrics.track_lag(LagProbe(client, cfg.kafka.events_topic))

@@ -159,12 +159,12 @@ def take_up_resumed(
 def serve_metrics(
     metrics: LearnerMetrics, cfg: StreamrecConfig, positions: Callable[[], Mapping[Partition, int]]
 ) -> None:
-    """Serve ``/metrics`` on the configured port, with the lag of the runner's ``positions``
+    """Serve ``/metrics`` on the configured interface and port, with the lag of the runner's ``positions``
     (a client of the metrics' own asks the broker at each scrape); nothing when off.
     """
     from streamrec.observability import LagProbe, lag_client
 
-    if metrics.serve(cfg.learner.metrics_port) is None:
+    if metrics.serve(cfg.learner.metrics_port, cfg.learner.metrics_host) is None:
         return
     client = lag_client(cfg.kafka, cfg.learner.group_id)
     metrics.track_lag(LagProbe(client, cfg.kafka.samples_topic, positions))

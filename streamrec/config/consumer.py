@@ -119,6 +119,10 @@ class ConsumerConfig(BaseModel):
     )
     # Prometheus's exporter range; one consumer per host gets it, others set their own (0: off).
     metrics_port: int = Field(9465, ge=0, le=65535, description="STREAMREC_CONSUMER__METRICS_PORT (0: off)")
+    metrics_host: str = Field(
+        "0.0.0.0", min_length=1,
+        description="STREAMREC_CONSUMER__METRICS_HOST: /metrics listens on it (0.0.0.0: every interface)",
+    )
 
     @field_validator("negatives")
     @classmethod

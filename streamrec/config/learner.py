@@ -65,6 +65,10 @@ class LearnerConfig(BaseModel):
         description="STREAMREC_LEARNER__STOP_WHEN_IDLE_S: stop after this long without samples"
     )
     metrics_port: int = Field(9464, ge=0, le=65535, description="STREAMREC_LEARNER__METRICS_PORT (0: off)")
+    metrics_host: str = Field(
+        "0.0.0.0", min_length=1,
+        description="STREAMREC_LEARNER__METRICS_HOST: /metrics listens on it (0.0.0.0: every interface)",
+    )
     # Each snapshot is exported for Paddle Inference, and promoted to serving when it holds
     # against the served version on the next micro-batch (streamrec.serving.gate):
     # "gate" (that check), "always" (every snapshot), "off" (only `streamrec snapshot promote`).

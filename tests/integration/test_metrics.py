@@ -186,6 +186,19 @@ def test_a_command_runs_on_when_its_metrics_port_is_taken(
     assert "--metrics-port" in warnings[0]
 
 
+@pytest.mark.parametrize("command,section", [("consumers", "CONSUMER"), ("learner", "LEARNER")])
+def test_a_command_serves_its_metrics_on_the_interface_set(
+    command: str, section: str, cli_env: dict[str, str]
+) -> None:
+    """``STREAMREC_<SECTION>__METRICS_HOST`` narrows /metrics to one interface (every one before)."""
+    port = free_port()
+    env = {**cli_env, f"STREAMREC_{section}__METRICS_HOST": "127.0.0.2"}
+    proc = streamrec([command, "run", "--stop-when-idle", "1", "--metrics-port", str(port)], env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"serving metrics url=http://127.0.0.2:{port}/metrics" in proc.stderr, proc.stderr[-2000:]
+    assert "metrics off" not in proc.stderr
+
+
 def test_metrics_port_zero_turns_them_off(cli_env: dict[str, str]) -> None:
     proc = streamrec(["consumers", "run", "--stop-when-idle", "1", "--metrics-port", "0"], cli_env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
