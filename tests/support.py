@@ -41,10 +41,12 @@ def small_tables(
     ]
 
 
-def trained_snapshots(root: Path, count: int = 2, seed: int = 0, learner: str = "din") -> SnapshotStore:
+def trained_snapshots(
+    root: Path, count: int = 2, seed: int = 0, learner: str = "din", full_every: int = 1
+) -> SnapshotStore:
     """A snapshot directory with ``count`` versions of a small DIN (or the built-in ``learner``
     named), each trained on one more window of generated clicks, every one exported; nothing
-    promoted.
+    promoted. Every ``full_every``-th version is full, the ones between deltas.
     """
     import numpy as np
 
@@ -61,7 +63,7 @@ def trained_snapshots(root: Path, count: int = 2, seed: int = 0, learner: str = 
         "mlp_units": (8,), "train_batch_size": 32, "device": "cpu", "learning_rate": 0.01, "seed": seed,
         "learner": learner,
     })
-    model, store = make_learner(cfg), SnapshotStore(root)
+    model, store = make_learner(cfg), SnapshotStore(root, full_every=full_every)
     rng = np.random.default_rng(seed)
     for k in range(count):
         samples = []

@@ -211,7 +211,7 @@ def rollback(
 
 
 def prune(store: Versions, keep_last: int) -> list[int]:
-    """Delete all but the newest ``keep_last`` versions and their exports (0 keeps all).
+    """Delete all but the newest ``keep_last`` versions, and exports no reader serves (0 keeps all).
 
     Returns the versions deleted.
 
@@ -219,7 +219,8 @@ def prune(store: Versions, keep_last: int) -> list[int]:
     the ``keep_last`` served most recently (`ServingPointer.retained`: every version ever
     promoted would grow without bound where every snapshot is promoted), the newest valid one
     (what a learner resumes from), a traffic plan's, and every version the chain of a kept
-    delta needs. Each is
+    delta needs. A version kept for a chain alone loses its export: nothing serves it, and
+    promoting it builds the export again (`promote`'s ``build_export``). Each deleted one is
     renamed to a ``.tmp-`` name before it is removed, so a crash leaves no half-deleted
     version, only a temporary removed at the next start. A long serving history is then
     compacted to the lines its readers need about the versions kept (`ServingPointer.compact`).
@@ -242,15 +243,11 @@ def prune(store: Versions, keep_last: int) -> list[int]:
         kept |= plan.versions() if plan is not None else set()  # a canary's or an A/B arm's
         keep = {v for version in kept if version is not None for v in _ancestry(store, version)}
         for version in versions:
-            if version in keep:
-                continue
-            for path in (store.path(version), export_dir(store.root, version)):
-                try:
-                    if path.is_dir():
-                        remove_tree(path)
-                except OSError as exc:
-                    raise SnapshotError(f"cannot delete {path}: {describe_os_error(exc)}") from exc
-            deleted.append(version)
+            if version not in kept:  # deleted, or kept for a chain only: no reader serves it
+                _remove(export_dir(store.root, version))
+            if version not in keep:
+                _remove(store.path(version))
+                deleted.append(version)
         # The history's lines about versions gone (and those no answer needs) go with them.
         try:
             store.serving.compact(set(store.versions()), history)
@@ -260,6 +257,19 @@ def prune(store: Versions, keep_last: int) -> list[int]:
         logger.info("pruned snapshots path=%s deleted=%s kept=%d", store.root,
                     ",".join(map(version_name, deleted)), len(versions) - len(deleted))
     return deleted
+
+
+def _remove(path: Path) -> None:
+    """Delete a version's directory or export, if there.
+
+    Raises:
+        SnapshotError: it cannot be renamed or deleted.
+    """
+    try:
+        if path.is_dir():
+            remove_tree(path)
+    except OSError as exc:
+        raise SnapshotError(f"cannot delete {path}: {describe_os_error(exc)}") from exc
 
 
 def end_traffic(store: Versions, plan: TrafficPlan, reason: str) -> None:

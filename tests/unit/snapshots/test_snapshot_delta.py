@@ -317,7 +317,7 @@ def test_materialize_refuses_a_directory_inside_the_snapshot_directory(tmp_path:
 
 
 def test_retention_peaks_at_keep_plus_full_every_plus_one_versions(tmp_path: Path) -> None:
-    """What sizing.md plans disk by (each kept version has an export): found by the soak tour,
+    """What sizing.md plans disk by (versions; a chain-only one has no export): found by the soak tour,
     whose directory held 14 versions and 518 MB at ``keep`` 3, where the docs said 3 versions'
     room. As in the learner: a prune after each snapshot, and the gate promotes it after that,
     by the micro-batch that follows.
