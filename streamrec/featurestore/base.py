@@ -317,7 +317,6 @@ def users_of(arrivals: Sequence[Arrival]) -> list[str]:
         raise
 
 
-
 def earliest_per_item(events: Iterable[Event]) -> dict[str, int]:
     """The earliest event time of each item in ``events``."""
     earliest: dict[str, int] = {}
