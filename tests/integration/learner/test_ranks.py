@@ -933,7 +933,7 @@ def test_a_rank_leaves_the_group_before_the_interpreters_exit(tmp_path: Path, fa
     Left to the interpreter's exit, the gloo group went in its last garbage collection, among
     Paddle's module globals, and the watch thread still woke meanwhile (once, in a full run,
     rank 0 ended with SIGSEGV after its summary: not reproduced, so not shown to be why). Of the
-    threads joining started, as the interpreter's exit begins only two still run, which Paddle
+    threads joining started, as the interpreter's exit begins only those still run that Paddle
     gives no way to end: its comm context's gloo loop, and on rank 0 the TCP store's server;
     the others (the watch, the group's gloo loop) have ended.
     """
@@ -950,4 +950,5 @@ def test_a_rank_leaves_the_group_before_the_interpreters_exit(tmp_path: Path, fa
     for rank in (0, 1):
         left = json.loads(Path(f"{out}.{rank}.json").read_text())
         assert not left["initialized"], left
-        assert left["running"] == left["started"] - 2, (rank, left, worker_logs)
+        # Paddle's comm context's gloo loop, and rank 0's TCP store server (before: 4 and 3 ran)
+        assert left["running"] == (2 if rank == 0 else 1), (rank, left, worker_logs)
