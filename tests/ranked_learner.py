@@ -108,7 +108,7 @@ def main(config_file: str, kind: str = "din", reports: str = "") -> None:
                     }
                 },
             )
-    with RankedRunner(cfg, learner, group, **hooks) as runner:
+    with group, RankedRunner(cfg, learner, group, **hooks) as runner:  # the group left as the run ends
         stats = runner.run()
     print(
         f"rank {rank} trained {stats.micro_batches} micro-batches, {stats.samples_trained} samples",

@@ -159,7 +159,8 @@ def run_rank(
     console.print(f"learner rank {rank} of {world}")
     before_training_loop()
     # every rank's promoter scores its own samples by the served version; rank 0's judges
-    with RankedRunner(cfg, learner, group, gate=promoter, **lead) as runner:
+    # the group left as the run ends, before the interpreter's exit (`RankGroup.close`)
+    with group, RankedRunner(cfg, learner, group, gate=promoter, **lead) as runner:
         if rank == 0:  # rank 0's gate judges
             take_up_resumed(runner, promoter, metrics, store, serve)
         # a stop lets a wait on the others finish (on Paddle's TCP store, which fails an interrupted read)

@@ -24,6 +24,10 @@ the exchanges where a rank may wait on another's work outside the collectives (`
 restore at start, each part's exchange, which rank 0 reaches only once it has written,
 exported and gated a snapshot) the ranks first meet on Paddle's TCP store, where the wait is
 bounded by ``timeout_s`` alone. A failed collective is `streamrec.errors.RankLost`: one line.
+
+A rank leaves the group as its run ends (`RankGroup.close`, as its ``with`` block ends), not in
+the interpreter's exit: there the gloo group was destroyed in the last garbage collection of
+Paddle's module globals, its threads still running while the modules were torn down.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ LOST_RANK = 75
 MEET = frozenset({"restore", "exchange"})
 #: The TCP store's counter of the ranks' meetings.
 MET_KEY = "streamrec/ranks/met"
+#: The TCP store's counter of the ranks other than 0 done with the store, as they leave.
+LEFT_KEY = "streamrec/ranks/left"
 #: What a rank that leaves with an error takes from the counter: far more than the meetings
 #: ever add, so a rank waiting at a meeting reads a negative count and leaves too.
 LEFT = 1 << 60
@@ -239,6 +245,8 @@ class RankGroup:
         self._sized = SizedGather(self._all_gather, world)
         self._store: Any = None
         self._met = 0  # meetings so far: alike on every rank
+        self._stopped = threading.Event()
+        self._watcher: threading.Thread | None = None
         if world > 1:
             import paddle.distributed as dist
 
@@ -259,7 +267,53 @@ class RankGroup:
             from paddle.base import core
 
             self._store = core.create_or_get_global_tcp_store()  # the one the group joined by
-            threading.Thread(target=self._watch, name="streamrec-rank-watch", daemon=True).start()
+            self._watcher = threading.Thread(target=self._watch, name="streamrec-rank-watch", daemon=True)
+            self._watcher.start()
+
+    def __enter__(self) -> RankGroup:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        self.close(parting=kind is None)
+
+    def close(self, parting: bool = True) -> None:
+        """Leave the group, in this order, before the interpreter's exit; once.
+
+        With ``parting`` (the run ended well) the ranks meet once more, so every rank is past
+        its last collective, and rank 0, whose process serves the TCP store, waits until the
+        others are done with it (`LEFT_KEY`). Then the watch thread stops and the process group
+        is destroyed (`leave_process_group`): gloo's threads joined while the interpreter is
+        whole. Left to the interpreter's exit, the group went in its last garbage collection,
+        among Paddle's module globals, with the watch thread still waking.
+
+        Raises:
+            RankLost: another rank failed at the last meeting.
+        """
+        if self._stopped.is_set():
+            return
+        try:
+            if parting and self._store is not None:
+                with self.bounded("leave"), _lost(self, "leave"):
+                    self.meet()
+                    self._part()
+        finally:
+            self._stopped.set()
+            if self._watcher is not None:
+                self._watcher.join()
+            if self.world > 1:
+                leave_process_group()
+            self._store = None
+
+    def _part(self) -> None:
+        """Rank 0 waits until the others are done with its TCP store; they say so, and are."""
+        with _peers():
+            if self.rank > 0:
+                self._store.add(LEFT_KEY, 1)
+                return
+            pause = 0.0001
+            while 0 <= self._store.add(LEFT_KEY, 0) < self.world - 1:
+                time.sleep(pause)
+                pause = min(2 * pause, 0.005)
 
     @property
     def share(self) -> RankShare:
@@ -284,8 +338,7 @@ class RankGroup:
                     self._deadline = None
 
     def _watch(self) -> None:
-        while True:
-            time.sleep(min(1.0, self.timeout_s / 4))
+        while not self._stopped.wait(min(1.0, self.timeout_s / 4)):
             with self._lock:
                 late = self._deadline is not None and time.monotonic() > self._deadline
             if late:
@@ -306,17 +359,10 @@ class RankGroup:
         One all-gather at the capacity the ranks agreed for ``what`` (`SizedGather`); two when
         some rank's array outgrew it.
         """
-        with self.bounded(what):
-            try:
-                if what in MEET:
-                    self.meet()
-                return self._sized(array, what)
-            except _PeerFailed as failed:
-                raise RankLost(
-                    f"rank {self.rank} of {self.world}: its {what!r} exchange with the other ranks "
-                    f"failed ({failed}): a rank stopped, died or was cut off; nothing past the last "
-                    "snapshot was committed: start the group again, it resumes from there"
-                ) from None
+        with self.bounded(what), _lost(self, what):
+            if what in MEET:
+                self.meet()
+            return self._sized(array, what)
 
     def meet(self) -> None:
         """Wait until every rank has come here (the n-th call of each), on the TCP store.
@@ -371,6 +417,38 @@ class RankGroup:
 
 class _PeerFailed(Exception):
     """A collective or the TCP store failed: the first line of Paddle's error."""
+
+
+@contextmanager
+def _lost(group: RankGroup, what: str) -> Iterator[None]:
+    """`_PeerFailed` in the block as `RankLost`, naming the exchange ``what``."""
+    try:
+        yield
+    except _PeerFailed as failed:
+        raise RankLost(
+            f"rank {group.rank} of {group.world}: its {what!r} exchange with the other ranks "
+            f"failed ({failed}): a rank stopped, died or was cut off; nothing past the last "
+            "snapshot was committed: start the group again, it resumes from there"
+        ) from None
+
+
+def leave_process_group() -> None:
+    """Destroy Paddle's default process group now: every reference to it dropped, gloo's threads joined.
+
+    ``paddle.distributed.destroy_process_group`` drops one of the four that Paddle keeps (its
+    group manager's); the maps of ``paddle.distributed.collective`` keep the group too, and
+    its C++ id map (which Paddle empties only at exit). Once all are dropped, the group's last
+    reference goes and its gloo context with its threads.
+    """
+    import paddle.distributed as dist
+    from paddle.base import core
+    from paddle.distributed import collective
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    for held in ("_group_map", "_group_map_by_name", "_group_map_backend"):
+        getattr(collective, held, {}).clear()
+    core.ProcessGroupIdMap.destroy()
 
 
 @contextmanager
