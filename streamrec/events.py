@@ -25,6 +25,7 @@ import orjson
 
 from streamrec.errors import InvalidEvent
 from streamrec.features.schema import Value, read_features, unprintable
+from streamrec.jsonerrors import json_error
 
 if TYPE_CHECKING:
     from streamrec.features.schema import FeatureSchema, FeatureSpec
@@ -269,7 +270,7 @@ def _document(raw: bytes) -> dict[str, Any]:
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidEvent(f"not valid JSON: {exc}") from exc
+        raise InvalidEvent(f"not valid JSON: {json_error(exc)}") from exc
     if not isinstance(doc, dict):
         raise InvalidEvent(f"expected a JSON object, got {type(doc).__name__}")
     return doc
