@@ -255,14 +255,33 @@ def parse_event(
             and (ids + event.action).isprintable()
         ):
             if extras:  # the declared ones: they replace anything the wire name held
-                features = read_features(_document(raw), extras) or NO_FEATURES
-                return msgspec.structs.replace(event, features=features)
+                return msgspec.structs.replace(event, features=_declared(_document(raw), extras))
             return event
     doc = _document(raw)
     event = _event_of(doc, raw, now_ms, max_future_ms)
     if extras:
-        return msgspec.structs.replace(event, features=read_features(doc, extras) or NO_FEATURES)
+        return msgspec.structs.replace(event, features=_declared(doc, extras))
     return event
+
+
+def _declared(doc: dict[str, Any], extras: Sequence[FeatureSpec]) -> Mapping[str, Value]:
+    """`read_features` of ``doc``, refused where absent ones are nested in a ``features`` object.
+
+    ``Event(features=...)`` may suggest that shape to a producer of its own; its values would read
+    their defaults, and nothing would say so.
+    """
+    values = read_features(doc, extras)
+    nested = doc.get("features")
+    if type(nested) is dict and len(values) < len(extras):
+        inside = [s for s in extras if s.name not in values and s.source in nested]
+        if inside:
+            first = inside[0]
+            more = f" (and {', '.join(repr(s.source) for s in inside[1:])})" if inside[1:] else ""
+            raise InvalidEvent(
+                f"feature {first.name!r} (field {first.source!r}) is inside the field 'features'{more}: "
+                "declared features are top-level fields of the event, each at its field"
+            )
+    return values or NO_FEATURES
 
 
 def _document(raw: bytes) -> dict[str, Any]:
