@@ -25,6 +25,7 @@ import orjson
 
 from streamrec.errors import InvalidEvent
 from streamrec.features.schema import Value, read_features, unprintable
+from streamrec.jsonerrors import json_error
 
 if TYPE_CHECKING:
     from streamrec.features.schema import FeatureSchema, FeatureSpec
@@ -254,14 +255,33 @@ def parse_event(
             and (ids + event.action).isprintable()
         ):
             if extras:  # the declared ones: they replace anything the wire name held
-                features = read_features(_document(raw), extras) or NO_FEATURES
-                return msgspec.structs.replace(event, features=features)
+                return msgspec.structs.replace(event, features=_declared(_document(raw), extras))
             return event
     doc = _document(raw)
     event = _event_of(doc, raw, now_ms, max_future_ms)
     if extras:
-        return msgspec.structs.replace(event, features=read_features(doc, extras) or NO_FEATURES)
+        return msgspec.structs.replace(event, features=_declared(doc, extras))
     return event
+
+
+def _declared(doc: dict[str, Any], extras: Sequence[FeatureSpec]) -> Mapping[str, Value]:
+    """`read_features` of ``doc``, refused where absent ones are nested in a ``features`` object.
+
+    ``Event(features=...)`` may suggest that shape to a producer of its own; its values would read
+    their defaults, and nothing would say so.
+    """
+    values = read_features(doc, extras)
+    nested = doc.get("features")
+    if type(nested) is dict and len(values) < len(extras):
+        inside = [s for s in extras if s.name not in values and s.source in nested]
+        if inside:
+            first = inside[0]
+            more = f" (and {', '.join(repr(s.source) for s in inside[1:])})" if inside[1:] else ""
+            raise InvalidEvent(
+                f"feature {first.name!r} (field {first.source!r}) is inside the field 'features'{more}: "
+                "declared features are top-level fields of the event, each at its field"
+            )
+    return values or NO_FEATURES
 
 
 def _document(raw: bytes) -> dict[str, Any]:
@@ -269,7 +289,7 @@ def _document(raw: bytes) -> dict[str, Any]:
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidEvent(f"not valid JSON: {exc}") from exc
+        raise InvalidEvent(f"not valid JSON: {json_error(exc)}") from exc
     if not isinstance(doc, dict):
         raise InvalidEvent(f"expected a JSON object, got {type(doc).__name__}")
     return doc

@@ -28,6 +28,7 @@ import orjson
 
 from streamrec.errors import InvalidSample
 from streamrec.events import MAX_TS_MS, MIN_TS_MS
+from streamrec.jsonerrors import json_error
 
 # A declared feature's value on the wire (streamrec.features.Value): an id, ids or a number.
 FeatureValue = str | tuple[str, ...] | float
@@ -198,7 +199,7 @@ def _object(raw: bytes | None) -> dict[str, Any]:
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidSample(f"not valid JSON: {exc}") from exc
+        raise InvalidSample(f"not valid JSON: {json_error(exc)}") from exc
     if type(doc) is not dict:
         raise InvalidSample(f"expected a JSON object, got {type(doc).__name__}")
     return doc

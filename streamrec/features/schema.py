@@ -52,6 +52,9 @@ def kind_of(value: Value) -> Kind:
     return "ids" if isinstance(value, tuple) else "id" if isinstance(value, str) else "number"
 
 MAX_ID_LENGTH = 128  # as the event contract's ids
+# The largest float32: the learner holds numbers in float32 columns, where a larger finite
+# JSON number (1e300) is inf, and one made its whole micro-batch's step non-finite.
+MAX_NUMBER = 3.4028234663852886e38
 # The event contract's own fields: a declared feature may read item_id or category_id (the
 # defaults do), but never the fields that say who, when and which event.
 RESERVED_FIELDS = frozenset({"event_id", "user_id", "action", "ts", "label"})
@@ -297,9 +300,9 @@ def read_value(spec: FeatureSpec, raw: object) -> Value:
             type(v) is str and 0 < len(v) <= MAX_ID_LENGTH and v.isprintable() for v in raw
         ):
             return tuple(raw)
-    elif type(raw) is float or type(raw) is int:
+    elif (type(raw) is float or type(raw) is int) and -MAX_NUMBER <= raw <= MAX_NUMBER:
         number = float(raw)
-        if math.isfinite(number) and (number > -1.0 or spec.transform != "log1p"):
+        if number > -1.0 or spec.transform != "log1p":
             return number
     return _checked_value(spec, raw)
 
@@ -317,9 +320,12 @@ def _checked_value(spec: FeatureSpec, raw: object) -> Value:
         return tuple(_id(v, where) for v in raw)
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise InvalidEvent(f"{where} must be a number, got {type(raw).__name__}")
-    number = float(raw)
-    if not math.isfinite(number):
+    if isinstance(raw, float) and not math.isfinite(raw):
         raise InvalidEvent(f"{where} must be a finite number, got {raw!r}")
+    if abs(raw) > MAX_NUMBER:  # an int too: float() of 10**400 raises OverflowError
+        shown = f"{raw:.4g}" if isinstance(raw, float) else f"an integer of {raw.bit_length()} bits"
+        raise InvalidEvent(f"{where} must be within float32's range (±{MAX_NUMBER:.4g}), got {shown}")
+    number = float(raw)
     if spec.transform == "log1p" and number <= -1.0:
         raise InvalidEvent(f"{where} is log1p-transformed and must be above -1, got {raw!r}")
     return number

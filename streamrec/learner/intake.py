@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from streamrec.config import KafkaConfig
 from streamrec.deadletters import DeadLetter
 from streamrec.errors import DeliveryError, InvalidSample
-from streamrec.features.schema import KIND_TYPES, FeatureSchema, FeatureSpec, kind_of
+from streamrec.features.schema import KIND_TYPES, MAX_NUMBER, FeatureSchema, FeatureSpec, Value, kind_of
 from streamrec.kafka.clients import make_producer, produce
 from streamrec.kafka.records import KafkaMessage
 from streamrec.samples import Sample, parse_sample
@@ -84,10 +84,18 @@ def _of_kinds(samples: Sequence[Sample], specs: Sequence[FeatureSpec]) -> bool:
         allowed = KIND_TYPES[spec.kind] | _NONE
         if not set(map(type, [s.features.get(spec.name) for s in samples])) <= allowed:
             return False
-        along = chain.from_iterable([s.seq_features.get(spec.name, ()) for s in samples])
+        along = list(chain.from_iterable([s.seq_features.get(spec.name, ()) for s in samples]))
         if not set(map(type, along)) <= allowed:
             return False
+        if spec.kind == "number" and not _in_range([*(s.features.get(spec.name) for s in samples), *along]):
+            return False
     return True
+
+
+def _in_range(numbers: Sequence[Value | None]) -> bool:
+    """Whether every number (None: absent) is within float32's range, as the learner's columns hold them."""
+    values = [v for v in numbers if isinstance(v, float | int)]
+    return not values or (-MAX_NUMBER <= min(values) and max(values) <= MAX_NUMBER)
 
 
 def _wrong_kind(sample: Sample, specs: Sequence[FeatureSpec]) -> str:
@@ -100,6 +108,11 @@ def _wrong_kind(sample: Sample, specs: Sequence[FeatureSpec]) -> str:
                     f"feature {spec.name!r} is declared {spec.kind} and the sample holds "
                     f"{kind_of(value)} values: "
                     "the consumers declare it otherwise (STREAMREC_FEATURES)"
+                )
+            if spec.kind == "number" and value is not None and not _in_range([value]):
+                return (
+                    f"feature {spec.name!r} holds {value:.4g}, beyond float32's range (±{MAX_NUMBER:.4g}): "
+                    "the consumers refuse it since 2026-12-07; scale it"
                 )
     return ""
 

@@ -163,15 +163,20 @@ def distinct_rows(rows: np.ndarray, n: int) -> np.ndarray:
     return np.flatnonzero(seen)
 
 
+#: The largest gradient Adam can square in float32 (sqrt of float32's largest, 1.8e19). A larger
+#: finite one (a number feature sent raw as 1e30) made its second moment inf: the state was lost.
+MAX_STEPPABLE = 1.8e19
+
+
 def all_finite(tensors: Sequence[paddle.Tensor]) -> bool:
-    """Whether every element of every tensor is finite, in one device-to-host sync.
+    """Whether every element of every tensor is finite and at most `MAX_STEPPABLE`, in one sync.
 
     A sparse embedding gradient (rows) is checked by its values. The sync per step is the
     price of skipping a poisoned step before it is applied. (AMP's private multi-tensor
     ``check_finite_and_unscale_`` does it in one operator: under 0.5% of a step, measured, not
     worth a private API.)
     """
-    flags = [paddle.isfinite(_dense(t)).all() for t in tensors]
+    flags = [(paddle.abs(_dense(t)) <= MAX_STEPPABLE).all() for t in tensors]  # False for NaN too
     return bool(paddle.stack(flags).all())
 
 

@@ -22,6 +22,7 @@ import orjson
 
 from streamrec.errors import InvalidEvent
 from streamrec.events import MAX_ID_LENGTH, as_id
+from streamrec.jsonerrors import json_error
 from streamrec.serving.features import Candidate, Candidates, GivenHistory
 
 
@@ -105,7 +106,7 @@ def parse_score_request(
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"not valid JSON: {exc}") from exc
+        raise BadRequest(f"not valid JSON: {json_error(exc)}") from exc
     try:
         parsed = _parsed(doc, max_candidates, exact=False)
     except _Inexact:

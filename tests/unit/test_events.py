@@ -238,3 +238,38 @@ def test_json_nested_past_the_parsers_depth_is_a_dead_letter_not_a_crash(depth: 
     raw = b'{"event_id":%s,%s,"x":%s%s}' % (event_id, fields, b"[" * depth, b"]" * depth)
     with pytest.raises(InvalidEvent, match="not valid JSON: .*depth"):
         parse_event(raw, now_ms=MIN_TS_MS, max_future_ms=0, max_bytes=1 << 20)
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
+def test_a_nan_or_infinity_token_is_refused_naming_its_field(token: str) -> None:
+    # Found by a tour of docs/your-features.md: Python's json.dumps writes float("nan") as NaN,
+    # which JSON does not have; the dead letter said only "unexpected character ... column 167".
+    raw = ('{"event_id": "e1", "user_id": "u1", "item_id": "i1", "category_id": "c1", "action": "click", '
+           f'"ts": {NOW}, "dwell_s": {token}, "genres": ["a"]}}').encode()
+    spec = FeatureSpec(name="dwell_s", kind="number")
+    with pytest.raises(InvalidEvent, match=(
+        rf"^not valid JSON: field 'dwell_s' holds {token}, which JSON does not have \(send null for none; "
+        r"json.dumps\(allow_nan=False\) finds them\): line 1 column \d+"
+    )):
+        parse_event(raw, now_ms=NOW, max_future_ms=0, max_bytes=1000, extras=[spec])
+
+
+def test_declared_features_nested_in_a_features_object_are_refused_naming_them() -> None:
+    # Found by a tour of docs/your-features.md: a bare producer that wrote an event as
+    # {..., "features": {"dwell_s": 3.0, "genres": ["a"]}} (as Event(features=...) reads) had
+    # them ignored: its sample read every one's default, and nothing said so.
+    head = ('{"event_id": "e1", "user_id": "u1", "item_id": "i1", "category_id": "c1", "action": "click", '
+            f'"ts": {NOW}')
+    specs = [FeatureSpec(name="dwell_s", kind="number"), FeatureSpec(name="genres", kind="ids")]
+    nested = (head + ', "features": {"dwell_s": 3.0, "genres": ["a"], "colour": "red"}}').encode()
+    with pytest.raises(InvalidEvent, match=(
+        r"^feature 'dwell_s' \(field 'dwell_s'\) is inside the field 'features' \(and 'genres'\): "
+        r"declared features are top-level fields of the event"
+    )):
+        parse_event(nested, now_ms=NOW, max_future_ms=0, max_bytes=1000, extras=specs)
+    # a field 'features' of the application's own, or one beside the top-level values, is ignored
+    tails = (', "features": {"colour": "red"}}', ', "features": ["x"]}',
+             ', "dwell_s": 2, "features": {"dwell_s": 1}}')
+    for tail in tails:
+        event = parse_event((head + tail).encode(), now_ms=NOW, max_future_ms=0, max_bytes=1000, extras=specs)
+        assert event.features.get("dwell_s") in (None, 2.0)

@@ -37,3 +37,13 @@ def test_a_non_finite_value_anywhere_fails(bad: float) -> None:
     grad = tensors[2]._get_tensor_from_selected_rows()
     grad.set_value(np.full(grad.shape, bad, np.float32))
     assert not all_finite(tensors)
+
+
+@pytest.mark.parametrize("big", [2e19, -1e25])
+def test_a_gradient_whose_square_overflows_float32_fails(big: float) -> None:
+    # Found by a tour of docs/your-features.md: a context number declared with the default
+    # (identity) transform and sent as 1e30 gave a finite loss (4.6e25) and finite gradients,
+    # but Adam's squared gradient overflowed: moment2 went inf, the learner refused to snapshot
+    # ("5 state arrays hold NaN or infinite values") and redid the same samples on each restart.
+    assert not all_finite(_tensors(big))
+    assert all_finite(_tensors(1e19))  # squared, 1e38: still a float32

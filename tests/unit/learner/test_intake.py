@@ -99,3 +99,24 @@ def test_a_sample_holding_a_declared_feature_of_another_kind_is_dead_lettered_na
     )
     assert intake.dead[1].reason.startswith("feature 'year' is declared number and the sample holds id")
     assert decode(records).samples == [ok, along, target, SAMPLE]  # without a schema, as before
+
+
+def test_a_sample_holding_a_number_beyond_float32_is_dead_lettered_naming_it() -> None:
+    # Found by a tour of docs/your-features.md: a sample with price 1e300 (finite in JSON, inf in
+    # the learner's float32 columns) made its micro-batch's step non-finite: the step was skipped
+    # with the 39 good samples beside it (loss nan, a bad micro-batch toward max_bad_batches).
+    schema = FeatureSchema.of([FeatureSpec(name="price", kind="number", transform="standardize")])
+    big = Sample("s1", "u1", 1_511_658_000_000, "i1", "c1", 1, ("i0",), ("c0",), features={"price": 1e300})
+    along = Sample("s2", "u1", 1_511_658_000_000, "i1", "c1", 0, ("i0",), ("c0",),
+                   features={"price": 2.0}, seq_features={"price": (-4e38,)})
+    fine = Sample("s3", "u1", 1_511_658_000_000, "i1", "c1", 0, ("i0",), ("c0",),
+                  features={"price": 3.4e38}, seq_features={"price": (None,)})
+    records = [Record(x.to_json(), k, topic="s") for k, x in enumerate([big, along, fine, SAMPLE])]
+    intake = decode(records, schema)
+    assert intake.samples == [fine, SAMPLE] and intake.kept == [2, 3]
+    assert [d.reason for d in intake.dead] == [
+        "feature 'price' holds 1e+300, beyond float32's range (±3.403e+38): the consumers refuse it "
+        "since 2026-12-07; scale it",
+        "feature 'price' holds -4e+38, beyond float32's range (±3.403e+38): the consumers refuse it "
+        "since 2026-12-07; scale it",
+    ]

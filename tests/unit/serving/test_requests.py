@@ -133,3 +133,14 @@ def test_user_features_come_with_the_request_s_own_history_and_are_checked_there
     # a request's would be dropped, so it is refused rather than ignored
     with pytest.raises(BadRequest, match="'user_features' come with the request's own 'history'"):
         parse_score_request(orjson.dumps({k: v for k, v in doc.items() if k != "history"}), 10)
+
+
+def test_a_nan_in_a_request_is_a_bad_request_naming_its_field() -> None:
+    # found by a tour of docs/your-features.md: a context {"hour": NaN} (Python's json.dumps of a
+    # float nan) got 400 "unexpected character ... column 87", naming no field
+    body = b'{"user": "u1", "items": [{"item_id": "i7", "category_id": "c2"}], "context": {"hour": NaN}}'
+    with pytest.raises(BadRequest, match=r"not valid JSON: field 'hour' holds NaN, which JSON does not have"):
+        parse_score_request(body, 10)
+    body = b'{"user": "u1", "items": ["a"], "history": [{"item_id": "i3", "rating": [1, -Infinity]}]}'
+    with pytest.raises(BadRequest, match=r"not valid JSON: a value is -Infinity, which JSON does not have"):
+        parse_score_request(body, 10)
