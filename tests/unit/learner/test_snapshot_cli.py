@@ -114,7 +114,8 @@ def test_prune_keeps_the_configured_number(store: SnapshotStore, monkeypatch: py
         write(store)
     store.promote(1)
     monkeypatch.setenv("STREAMREC_LEARNER__KEEP_SNAPSHOTS", "3")
-    assert run_json(store.root, "prune") == {"keep": 3, "deleted": [2, 3], "kept": [1, 4, 5, 6]}
+    pruned = run_json(store.root, "prune")
+    assert pruned == {"keep": 3, "deleted": [2, 3], "exports_deleted": [], "kept": [1, 4, 5, 6]}
     assert "deleted v000004; 3 kept" in run(store.root, "prune", "--keep", "2").stdout
     assert "nothing to delete (keeping all)" in run(store.root, "prune", "--keep", "0").stdout
     # refused by the settings, as every flag that sets one is: one line naming it, status 1

@@ -94,3 +94,24 @@ def test_a_chain_only_version_is_not_damage_and_promote_or_rebuild_builds_its_ex
     assert store.prune(1) == [] and exported(store) == [2, 3, 4]  # the canary's export is kept
     snapshot(tmp_path, "canary", "--abort")
     assert store.prune(1) == [] and exported(store) == [2, 4]
+
+
+def test_prune_says_which_exports_it_deleted_where_no_version_went(tmp_path: Path) -> None:
+    """Found by tour T: `snapshot prune --keep 2` printed `nothing to delete (keeping 2)` while it
+    deleted two chain-only versions' exports, 63 MB of a full snapshot directory's 130.
+    """
+    store = SnapshotStore(tmp_path, full_every=10)
+    state = model_state()
+    for step in range(4):  # v1 full, v2-v4 deltas, each exported
+        state = evolve(state, step)
+        fake_export(tmp_path, put(store, state).version)
+    store.promote(1)
+    out = snapshot(tmp_path, "prune", "--keep", "1").stdout
+    assert exported(store) == [1, 4] and store.versions() == [1, 2, 3, 4]
+    assert "nothing to delete" not in out
+    assert "deleted the exports of v000002, v000003 (their snapshots kept: a kept delta needs them)" in out
+    assert "4 kept" in out
+    fake_export(tmp_path, 2)
+    doc = orjson.loads(snapshot(tmp_path, "prune", "--keep", "1", "--json").stdout)
+    assert doc == {"keep": 1, "deleted": [], "exports_deleted": [2], "kept": [1, 2, 3, 4]}
+    assert "nothing to delete (keeping 1)" in snapshot(tmp_path, "prune", "--keep", "1").stdout
