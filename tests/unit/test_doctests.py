@@ -25,6 +25,7 @@ MODULES = (
     "streamrec.datasets.synthetic",
     "streamrec.errors",
     "streamrec.events",
+    "streamrec.jsonerrors",
     "streamrec.wording",
     "streamrec.features.schema",
     "streamrec.featurestore.memory",
