@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 
+import numpy as np
 from confluent_kafka import KafkaError, Message, Producer
 
 from streamrec.config import KafkaConfig
@@ -87,15 +88,19 @@ def _of_kinds(samples: Sequence[Sample], specs: Sequence[FeatureSpec]) -> bool:
         along = list(chain.from_iterable([s.seq_features.get(spec.name, ()) for s in samples]))
         if not set(map(type, along)) <= allowed:
             return False
-        if spec.kind == "number" and not _in_range([*(s.features.get(spec.name) for s in samples), *along]):
-            return False
+        if spec.kind == "number":
+            if not (_in_range([s.features.get(spec.name) for s in samples]) and _in_range(along)):
+                return False
     return True
 
 
 def _in_range(numbers: Sequence[Value | None]) -> bool:
     """Whether every number (None: absent) is within float32's range, as the learner's columns hold them."""
-    values = [v for v in numbers if isinstance(v, float | int)]
-    return not values or (-MAX_NUMBER <= min(values) and max(values) <= MAX_NUMBER)
+    try:
+        values = np.array(numbers, dtype=np.float64)  # None reads NaN, which passes
+    except OverflowError:  # an int past a double's range
+        return False
+    return not bool((np.abs(values) > MAX_NUMBER).any())
 
 
 def _wrong_kind(sample: Sample, specs: Sequence[FeatureSpec]) -> str:
@@ -112,7 +117,7 @@ def _wrong_kind(sample: Sample, specs: Sequence[FeatureSpec]) -> str:
             if spec.kind == "number" and value is not None and not _in_range([value]):
                 return (
                     f"feature {spec.name!r} holds {value:.4g}, beyond float32's range (±{MAX_NUMBER:.4g}): "
-                    "the consumers refuse it since 2026-12-07; scale it"
+                    "the consumers of this release refuse it: scale it, or give it a transform"
                 )
     return ""
 
