@@ -81,8 +81,8 @@ REASONS: dict[str, tuple[str, ...]] = {
         "feature 'price' (field 'price') must be within float32's range (±3.403e+38), got 1e+300",
         "feature 'price' (field 'price') is inside the field 'features' (and 'tags'): declared features are "
         "top-level fields of the event, each at its field",
-        "feature 'price' holds 1e+300, beyond float32's range (±3.403e+38): the consumers refuse it "
-        "since 2026-12-07; scale it",
+        "feature 'price' holds 1e+300, beyond float32's range (±3.403e+38): the consumers of this "
+        "release refuse it: scale it, or give it a transform",
         "feature 'price' (field 'price') is log1p-transformed and must be above -1, got -2",
         "feature 'tags' (field 'tags') must hold string or integer ids, got float",
         "feature 'tags' (field 'tags') ids must have 1..256 characters",
