@@ -22,7 +22,8 @@ from streamrec.serving.draining import DrainingServer
 from streamrec.serving.processes import listen, server_config
 
 REQUEST = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
-KEEP_ALIVE_S = 1.0  # the server's keep-alive timeout here: how long a stop waits on an idle connection
+KEEP_ALIVE_S = 3.0  # the server's keep-alive timeout here: how long a stop waits on an idle connection,
+# and how late after its first answer the kept connection may send its second (a loaded machine)
 
 
 async def hello(request: Request) -> PlainTextResponse:
