@@ -48,7 +48,6 @@ from streamrec.errors import InvalidSnapshot, SnapshotError
 
 if TYPE_CHECKING:  # numpy, the Kafka client, pydantic: imported when a command runs, not for --help
     from streamrec.snapshots.exports import ExportCheck
-    from streamrec.snapshots.store import SnapshotStore
 
 app = command_group("Create, inspect, verify, promote, roll back, prune and split traffic between snapshots.")
 
@@ -385,10 +384,8 @@ def prune(
         )
         store = SnapshotStore(cfg.learner.snapshot_dir)
         keep_last = cfg.learner.keep_snapshots
-        exported = _exported(store)
-        deleted = store.prune(keep_last)
-        # A version kept for a chain alone loses its export: say so, as it frees room too.
-        exports_gone = sorted(exported - _exported(store) - set(deleted))
+        # A version kept for a chain alone loses its export: said too, as it frees room.
+        deleted, exports_gone = store.pruned(keep_last)
         if as_json:
             print_json({"keep": keep_last, "deleted": deleted, "exports_deleted": exports_gone,
                         "kept": store.versions()})
@@ -400,13 +397,6 @@ def prune(
             console.print(f"{'; '.join(said)}; {len(store.versions())} kept", highlight=False)
         else:
             console.print(f"nothing to delete (keeping {keep_last or 'all'})", highlight=False)
-
-
-def _exported(store: SnapshotStore) -> set[int]:
-    """The versions that have an export directory."""
-    from streamrec.snapshots.exports import export_dir
-
-    return {v for v in store.versions() if export_dir(store.root, v).is_dir()}
 
 
 @app.command("export")

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from streamrec.errors import InvalidSnapshot, NotServable, SnapshotError
 from streamrec.snapshots.directory import describe_os_error, remove_tree, version_name
@@ -210,10 +210,15 @@ def rollback(
     )
 
 
-def prune(store: Versions, keep_last: int) -> list[int]:
-    """Delete all but the newest ``keep_last`` versions, and exports no reader serves (0 keeps all).
+class Pruned(NamedTuple):
+    """What `prune` deleted: whole versions, and the exports of versions kept for a chain alone."""
 
-    Returns the versions deleted.
+    versions: list[int]
+    exports: list[int]
+
+
+def prune(store: Versions, keep_last: int) -> Pruned:
+    """Delete all but the newest ``keep_last`` versions, and exports no reader serves (0 keeps all).
 
     Never deleted: the current one, the ``keep_last`` versions a rollback steps back to and
     the ``keep_last`` served most recently (`ServingPointer.retained`: every version ever
@@ -231,8 +236,8 @@ def prune(store: Versions, keep_last: int) -> list[int]:
     if keep_last < 0:
         raise SnapshotError(f"keep_last must be 0 (keep all) or more, not {keep_last}")
     if keep_last == 0:
-        return []
-    deleted = []
+        return Pruned([], [])
+    deleted, exports = [], []
     with store.serving.locked():
         versions = store.versions()
         newest_valid = next((v for v in reversed(versions) if store.validate(v) is None), None)
@@ -243,11 +248,13 @@ def prune(store: Versions, keep_last: int) -> list[int]:
         kept |= plan.versions() if plan is not None else set()  # a canary's or an A/B arm's
         keep = {v for version in kept if version is not None for v in _ancestry(store, version)}
         for version in versions:
-            if version not in kept:  # deleted, or kept for a chain only: no reader serves it
-                _remove(export_dir(store.root, version))
+            # deleted, or kept for a chain only: no reader serves its export
+            export_gone = version not in kept and _remove(export_dir(store.root, version))
             if version not in keep:
                 _remove(store.path(version))
                 deleted.append(version)
+            elif export_gone:
+                exports.append(version)
         # The history's lines about versions gone (and those no answer needs) go with them.
         try:
             store.serving.compact(set(store.versions()), history)
@@ -256,18 +263,20 @@ def prune(store: Versions, keep_last: int) -> list[int]:
     if deleted:
         logger.info("pruned snapshots path=%s deleted=%s kept=%d", store.root,
                     ",".join(map(version_name, deleted)), len(versions) - len(deleted))
-    return deleted
+    return Pruned(deleted, exports)
 
 
-def _remove(path: Path) -> None:
-    """Delete a version's directory or export, if there.
+def _remove(path: Path) -> bool:
+    """Delete a version's directory or export, if there; whether it was.
 
     Raises:
         SnapshotError: it cannot be renamed or deleted.
     """
     try:
-        if path.is_dir():
-            remove_tree(path)
+        if not path.is_dir():
+            return False
+        remove_tree(path)
+        return True
     except OSError as exc:
         raise SnapshotError(f"cannot delete {path}: {describe_os_error(exc)}") from exc
 

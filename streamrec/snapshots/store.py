@@ -470,7 +470,15 @@ class SnapshotStore:
         return promotion.rollback(self, reason, build_export, serve_check)
 
     def prune(self, keep_last: int) -> list[int]:
-        """Delete old versions, never the served one or those just before it: `promotion.prune`."""
+        """Delete old versions, never the served one or those just before it; the versions deleted.
+
+        `promotion.prune`, which also deletes the exports of versions kept for a chain alone
+        (`pruned` says which).
+        """
+        return self.pruned(keep_last).versions
+
+    def pruned(self, keep_last: int) -> promotion.Pruned:
+        """`prune`, saying the versions and the exports it deleted: `promotion.prune`."""
         return promotion.prune(self, keep_last)
 
     # --- requests from `streamrec snapshot create`: filed in self.requests ---------------
