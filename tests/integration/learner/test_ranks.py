@@ -891,12 +891,12 @@ import numpy as np
 from streamrec.learner.ranks import RankGroup, launched_world
 
 rank, world = launched_world()
-group = RankGroup(rank, world, timeout_s=60.0)
-gathered = group.gather(np.array([rank, 7 * rank], np.int64), "check")  # the collectives still work
-policies = {int(t): os.sched_getscheduler(int(t)) for t in os.listdir("/proc/self/task")}
-main = threading.get_native_id()
-out = {"gathered": [g.tolist() for g in gathered], "main": policies.pop(main),
-       "batch": sum(p == os.SCHED_BATCH for p in policies.values())}
+with RankGroup(rank, world, timeout_s=60.0) as group:  # left before the interpreter's exit, as ranks do
+    gathered = group.gather(np.array([rank, 7 * rank], np.int64), "check")  # the collectives still work
+    policies = {int(t): os.sched_getscheduler(int(t)) for t in os.listdir("/proc/self/task")}
+    main = threading.get_native_id()
+    out = {"gathered": [g.tolist() for g in gathered], "main": policies.pop(main),
+           "batch": sum(p == os.SCHED_BATCH for p in policies.values())}
 with open(sys.argv[1] + f".{rank}", "w") as f:
     json.dump(out, f)
 """
